@@ -1,0 +1,75 @@
+"""Error codes (spec §7.1, §16) and the exceptions of the sans-I/O codec.
+
+Two families, modelled on h11:
+
+* ``ProtocolError`` says *who* broke the framing: ``RemoteProtocolError`` is the
+  peer's fault (the broker closes the connection, spec §7.2);
+  ``LocalProtocolError`` is a misuse of this API by our own code.
+* ``MessageError`` says a message set itself is unacceptable (bad CRC, magic,
+  codec, framing, or size).  Where it is raised from a peer's request the
+  broker decides what to do: close a 0.7 connection, or answer an extension
+  request with the carried ``error_code``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.IntEnum):
+    """Every error code a response may carry (0.7 codes plus trikafka's)."""
+
+    UNKNOWN = -1
+    NO_ERROR = 0
+    OFFSET_OUT_OF_RANGE = 1
+    INVALID_MESSAGE = 2
+    WRONG_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    # trikafka extensions (spec §16); sent only in extension responses.
+    MESSAGE_SIZE_TOO_LARGE = 5
+    REQUEST_TIMED_OUT = 6
+    INVALID_TOPIC = 7
+
+    @classmethod
+    def from_wire(cls, value: int) -> "ErrorCode":
+        """Map a received int16 to a code; unknown values read as UNKNOWN (§7.1)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class ProtocolError(Exception):
+    """Abstract base: the byte stream cannot be understood."""
+
+    def __init__(self, msg: str, error_code: ErrorCode = ErrorCode.UNKNOWN):
+        if type(self) is ProtocolError:
+            raise TypeError("ProtocolError is abstract; raise Local- or RemoteProtocolError")
+        super().__init__(msg)
+        self.error_code = error_code
+
+
+class LocalProtocolError(ProtocolError):
+    """Our own code asked the codec for something the protocol cannot express."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that violate the protocol; close the connection."""
+
+
+class MessageError(ValueError):
+    """A message set that must not be appended or trusted."""
+
+    error_code: ErrorCode = ErrorCode.INVALID_MESSAGE
+
+
+class InvalidMessageError(MessageError):
+    """Bad CRC, magic, codec, framing or compressed payload (error code 2)."""
+
+    error_code = ErrorCode.INVALID_MESSAGE
+
+
+class MessageSizeTooLargeError(MessageError):
+    """A top-level payload exceeds ``max.message.size`` (error code 5)."""
+
+    error_code = ErrorCode.MESSAGE_SIZE_TOO_LARGE
