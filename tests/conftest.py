@@ -29,3 +29,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 STATE_MACHINE_MIN_EXAMPLES = {"ci": 1000, "explore": 20_000}.get(
     os.environ.get("HYPOTHESIS_PROFILE", "ci"), 1000
 )
+
+# The real ZooKeeper server fixture (session-scoped, loopback, stopped by PID).
+pytest_plugins = ["tests.fixtures.zookeeper_server"]

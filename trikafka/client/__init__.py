@@ -1,0 +1,47 @@
+"""trikafka's shared Trio client: one connection per broker, and a simple consumer.
+
+Used by the producer, the group consumer, the CLI and the Spark source.
+"""
+
+from .connection import (
+    ACKS_APPENDED,
+    ACKS_FLUSHED,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
+    Connection,
+    FetchResult,
+    connect,
+)
+from .consumer import (
+    DEFAULT_FETCH_MAX_BYTES,
+    DEFAULT_MAX_FETCH_BYTES_LIMIT,
+    FramedPrefix,
+    PollBackoff,
+    SimpleConsumer,
+    earliest_offset,
+    framed_prefix,
+    latest_offset,
+)
+from .errors import (
+    BrokerConnectionError,
+    BrokerError,
+    BrokerProtocolError,
+    BrokerTimeoutError,
+    ClientError,
+    ExtensionNotSupported,
+    MessageTooLargeForFetch,
+    OffsetOutOfRange,
+)
+from trikafka.wire import ConsumedMessage, FetchPart, ProduceAckedResult, ProducePart
+
+__all__ = [
+    "ACKS_APPENDED", "ACKS_FLUSHED", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MAX_RESPONSE_BYTES",
+    "OFFSETS_EARLIEST", "OFFSETS_LATEST", "Connection", "FetchResult", "connect",
+    "DEFAULT_FETCH_MAX_BYTES", "DEFAULT_MAX_FETCH_BYTES_LIMIT", "FramedPrefix", "PollBackoff",
+    "SimpleConsumer", "earliest_offset", "framed_prefix", "latest_offset",
+    "BrokerConnectionError", "BrokerError", "BrokerProtocolError", "BrokerTimeoutError", "ClientError",
+    "ExtensionNotSupported", "MessageTooLargeForFetch", "OffsetOutOfRange",
+    "ConsumedMessage", "FetchPart", "ProduceAckedResult", "ProducePart",
+]

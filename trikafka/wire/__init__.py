@@ -1,0 +1,79 @@
+"""trikafka's sans-I/O codec for the Kafka 0.7 protocol (spec §1-§8, §16).
+
+No I/O happens here: callers feed bytes in and get events or bytes out.
+"""
+
+from types import ModuleType as _ModuleType
+
+from .compression import Codec, compress, decompress
+from .crc import crc32
+from .errors import (
+    ErrorCode,
+    InvalidMessageError,
+    LocalProtocolError,
+    MessageError,
+    MessageSizeTooLargeError,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from .framing import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    NEED_DATA,
+    RequestReader,
+    ResponseFrame,
+    ResponseReader,
+)
+from .message import (
+    ENTRY_OVERHEAD_BYTES,
+    HEADER_BYTES,
+    MAGIC_0,
+    MAGIC_1,
+    Message,
+    decode_message,
+    encode_entry,
+)
+from .messageset import (
+    ConsumedMessage,
+    Entry,
+    ParsedSet,
+    ValidatedSet,
+    build_message_set,
+    iter_messages,
+    parse_entries,
+    scan_valid_prefix,
+    validate_message_set,
+)
+from .requests import (
+    FetchPart,
+    FetchRequest,
+    FetchWaitRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceAckedRequest,
+    ProducePart,
+    ProduceRequest,
+    Request,
+    RequestType,
+    decode_request_body,
+    encode_request,
+)
+from .responses import (
+    Chunk,
+    FileRegion,
+    ProduceAckedResult,
+    chunks_length,
+    chunks_to_bytes,
+    decode_multifetch_payload,
+    decode_offsets_payload,
+    decode_produce_acked_payload,
+    encode_fetch_response,
+    encode_multifetch_response,
+    encode_offsets_response,
+    encode_produce_acked_response,
+)
+
+__all__ = sorted(
+    name for name, value in globals().items()
+    if not name.startswith("_") and not isinstance(value, _ModuleType)
+)

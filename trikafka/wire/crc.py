@@ -4,7 +4,7 @@
 ``zlib.crc32``.  ``bench/crc_bench.py`` measures ``zlib.crc32`` against crcmod's
 CRC-32 on 200-byte and 1 MB inputs; zlib wins by a wide margin on both (figures
 in that script's output), so zlib is the hot path.  crcmod stays as an
-independent oracle in ``tests/unit/test_crc.py``.
+independent oracle in ``tests/unit/test_wire_crc.py``.
 """
 
 from __future__ import annotations

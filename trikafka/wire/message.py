@@ -24,7 +24,7 @@ ENTRY_OVERHEAD_BYTES = {m: ENTRY_PREFIX_BYTES + h for m, h in HEADER_BYTES.items
 CODEC_MASK = 0x03
 
 _MAGIC0_ENTRY = struct.Struct(">ibI")   # N, magic, crc
-_MAGIC1_ENTRY = struct.Struct(">ibbI")  # N, magic, attributes, crc
+_MAGIC1_ENTRY = struct.Struct(">ibBI")  # N, magic, attributes (unsigned, as decoded), crc
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,203 @@
+"""Bounded, h11-style framing of the length-prefixed 0.7 stream (spec §3).
+
+Both directions use ``size:int32`` + ``size`` bytes.  The readers here do no
+I/O: feed received bytes with ``receive_data`` and pull events with
+``next_event`` / ``next_frame``, which return ``NEED_DATA`` until a whole frame
+is buffered.
+
+Why it is written this way:
+
+* The size prefix is checked against the configured bound *as soon as its 4
+  bytes arrive*, before any body byte is kept, so a hostile peer cannot make
+  us hold (or allocate) more than the bound.
+* Bytes are appended to one ``bytearray`` and consumed from its front
+  (CPython makes that O(1)), so many tiny reads cost O(bytes), not O(bytes²).
+* A reader that raised stays failed: the stream has lost its framing and no
+  later byte can be trusted.  Further data is discarded, not buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .errors import ErrorCode, ProtocolError, RemoteProtocolError
+from .requests import Request, decode_request_body
+
+DEFAULT_MAX_REQUEST_BYTES = 104857600  # max.socket.request.bytes (spec §3.1)
+SIZE_PREFIX_BYTES = 4
+
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+
+
+class _NeedData:
+    """Sentinel type: the reader needs more bytes before it can say more."""
+
+    _instance: "_NeedData | None" = None
+
+    def __new__(cls) -> "_NeedData":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+    def __reduce__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFrame:
+    """One response as the client sees it: the error code and the payload after it."""
+
+    error_code: ErrorCode
+    payload: bytes
+
+
+class _FrameBuffer:
+    """Splits a byte stream into ``size``-prefixed frames with ``min <= size <= max``."""
+
+    __slots__ = ("_buf", "_frame_size", "_error", "_min_size", "_max_size", "_what")
+
+    def __init__(self, min_size: int, max_size: int, what: str):
+        if max_size < min_size:
+            raise ValueError(f"max frame size {max_size} is below the minimum {min_size}")
+        self._buf = bytearray()
+        self._frame_size: int | None = None
+        self._error: ProtocolError | None = None
+        self._min_size = min_size
+        self._max_size = max_size
+        self._what = what
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf)
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def receive(self, data: bytes | bytearray | memoryview) -> None:
+        if self._error is not None:
+            return  # framing is lost; keeping more bytes would only cost memory
+        self._buf += data
+        if self._frame_size is None and len(self._buf) >= SIZE_PREFIX_BYTES:
+            self._read_prefix()
+
+    def _read_prefix(self) -> None:
+        (size,) = _INT32.unpack_from(self._buf, 0)
+        if size < self._min_size or size > self._max_size:
+            self.fail(RemoteProtocolError(
+                f"{self._what} size {size} outside [{self._min_size}, {self._max_size}]"
+            ))
+            return
+        self._frame_size = size
+
+    def fail(self, error: ProtocolError) -> None:
+        self._error = error
+        self._buf = bytearray()  # release whatever was held
+        self._frame_size = None
+
+    def next_frame(self, head_bytes: int = 0) -> tuple[bytes, bytes] | None:
+        """The next frame after its size prefix, split after ``head_bytes``.
+
+        Returns ``(head, rest)`` or None while the frame is incomplete; the
+        split avoids copying a large payload twice.
+        """
+        assert 0 <= head_bytes <= self._min_size
+        if self._error is not None:
+            raise self._error
+        if self._frame_size is None:
+            if len(self._buf) < SIZE_PREFIX_BYTES:
+                return None
+            self._read_prefix()
+            if self._error is not None:
+                raise self._error
+        size = self._frame_size
+        assert size is not None
+        end = SIZE_PREFIX_BYTES + size
+        if len(self._buf) < end:
+            return None
+        split = SIZE_PREFIX_BYTES + head_bytes
+        with memoryview(self._buf) as view:
+            head, rest = bytes(view[SIZE_PREFIX_BYTES:split]), bytes(view[split:end])
+        del self._buf[:end]
+        self._frame_size = None
+        if len(self._buf) >= SIZE_PREFIX_BYTES:
+            self._read_prefix()  # check a pipelined frame's prefix right away
+        return head, rest
+
+
+class RequestReader:
+    """Server side: turns received bytes into ``Request`` events.
+
+    ``next_event()`` returns a request or ``NEED_DATA``, and raises
+    ``RemoteProtocolError`` for every connection-closing condition of spec
+    §7.2 it can see (the broker then closes without answering).
+    """
+
+    def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+        if max_request_bytes < 2:
+            raise ValueError("max_request_bytes must leave room for the request type")
+        self.max_request_bytes = max_request_bytes
+        # size <= 0 closes the connection (§3.1); a size of 1 cannot hold the
+        # int16 type and is caught as a short body by the decoder.
+        self._frames = _FrameBuffer(1, max_request_bytes, "request")
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received but not yet returned as requests (0 after an error)."""
+        return self._frames.buffered_bytes
+
+    @property
+    def failed(self) -> bool:
+        return self._frames.failed
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add received bytes.  Never raises; errors surface from ``next_event``."""
+        self._frames.receive(data)
+
+    def next_event(self) -> Request | _NeedData:
+        split = self._frames.next_frame()
+        if split is None:
+            return NEED_DATA
+        try:
+            return decode_request_body(split[1])
+        except RemoteProtocolError as exc:
+            self._frames.fail(exc)
+            raise
+
+
+class ResponseReader:
+    """Client side: turns received bytes into ``ResponseFrame``s (spec §3.2)."""
+
+    def __init__(self, max_response_bytes: int):
+        if max_response_bytes < 2:
+            raise ValueError("max_response_bytes must leave room for the error code")
+        self.max_response_bytes = max_response_bytes
+        self._frames = _FrameBuffer(2, max_response_bytes, "response")
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._frames.buffered_bytes
+
+    @property
+    def failed(self) -> bool:
+        return self._frames.failed
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add received bytes.  Never raises; errors surface from ``next_frame``."""
+        self._frames.receive(data)
+
+    def next_frame(self) -> ResponseFrame | _NeedData:
+        split = self._frames.next_frame(head_bytes=2)
+        if split is None:
+            return NEED_DATA
+        head, payload = split
+        (code,) = _INT16.unpack_from(head, 0)
+        return ResponseFrame(ErrorCode.from_wire(code), payload)

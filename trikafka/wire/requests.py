@@ -1,0 +1,343 @@
+"""Requests of the 0.7 protocol and of trikafka's extensions (spec §3.1, §6, §16).
+
+Requests are frozen dataclasses (h11 style events).  ``encode_request`` turns one
+into a whole frame, size prefix included; ``decode_request_body`` is the inverse
+for the bytes *after* the size prefix and is what ``framing.RequestReader`` uses.
+
+Decoding is strict about what the peer owes us (every field present, no
+negative lengths or counts: spec §7.2 -> ``RemoteProtocolError``) and lenient
+about what it does not (bytes after the last field are ignored, spec §3.1;
+topic names are never rejected here: the broker validates them).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Union
+
+from .errors import LocalProtocolError, RemoteProtocolError
+
+TOPIC_ENCODING = "utf-8"
+# Topic bytes that are not UTF-8 survive a decode/encode round trip unchanged.
+TOPIC_ERRORS = "surrogateescape"
+
+INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_HEADER = struct.Struct(">ih")  # size, requestType
+
+
+class RequestType(enum.IntEnum):
+    """The int16 request type ids (0-4 from 0.7, 100+ trikafka extensions)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    MULTIFETCH = 2
+    MULTIPRODUCE = 3
+    OFFSETS = 4
+    PRODUCE_ACKED = 100
+    FETCH_WAIT = 101
+
+    @property
+    def expects_response(self) -> bool:
+        """False for PRODUCE and MULTIPRODUCE, which are never answered (§2)."""
+        return self not in (RequestType.PRODUCE, RequestType.MULTIPRODUCE)
+
+    @property
+    def is_extension(self) -> bool:
+        """True for trikafka's types, which a plain 0.7 broker answers by closing."""
+        return self >= 100
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePart:
+    """One topic-partition's message set in a produce request."""
+
+    topic: str
+    partition: int
+    messages: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPart:
+    """One topic-partition read: up to ``max_bytes`` from byte ``offset``."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """PRODUCE (type 0); the broker never answers it."""
+
+    part: ProducePart
+    type = RequestType.PRODUCE
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """FETCH (type 1); answered with one message set."""
+
+    part: FetchPart
+    type = RequestType.FETCH
+
+
+@dataclass(frozen=True, slots=True)
+class MultiFetchRequest:
+    """MULTIFETCH (type 2); each part answered like a FETCH, in order."""
+
+    parts: tuple[FetchPart, ...]
+    type = RequestType.MULTIFETCH
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parts", tuple(self.parts))
+
+
+@dataclass(frozen=True, slots=True)
+class MultiProduceRequest:
+    """MULTIPRODUCE (type 3); the broker never answers it."""
+
+    parts: tuple[ProducePart, ...]
+    type = RequestType.MULTIPRODUCE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parts", tuple(self.parts))
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsRequest:
+    """OFFSETS (type 4); ``time_ms`` -1 = latest, -2 = earliest (§6.5)."""
+
+    topic: str
+    partition: int
+    time_ms: int
+    max_offsets: int
+    type = RequestType.OFFSETS
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAckedRequest:
+    """PRODUCE_ACKED (type 100): acks 1 = appended, -1 = flushed (§16.1)."""
+
+    acks: int
+    timeout_ms: int
+    parts: tuple[ProducePart, ...]
+    type = RequestType.PRODUCE_ACKED
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parts", tuple(self.parts))
+
+
+@dataclass(frozen=True, slots=True)
+class FetchWaitRequest:
+    """FETCH_WAIT (type 101): a MULTIFETCH that may wait for data (§16.2)."""
+
+    max_wait_ms: int
+    min_bytes: int
+    parts: tuple[FetchPart, ...]
+    type = RequestType.FETCH_WAIT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parts", tuple(self.parts))
+
+
+Request = Union[
+    ProduceRequest,
+    FetchRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceAckedRequest,
+    FetchWaitRequest,
+]
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _check_int(name: str, value: int, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise LocalProtocolError(f"{name}={value!r} does not fit in [{low}, {high}]")
+    return value
+
+
+def encode_topic(topic: str) -> bytes:
+    """A topic as a string16; raises LocalProtocolError if it cannot be one."""
+    if not isinstance(topic, str):
+        raise LocalProtocolError(f"topic must be str, not {type(topic).__name__}")
+    raw = topic.encode(TOPIC_ENCODING, TOPIC_ERRORS)
+    if len(raw) > INT16_MAX:
+        raise LocalProtocolError(f"topic of {len(raw)} bytes is longer than a string16 allows")
+    return _INT16.pack(len(raw)) + raw
+
+
+def _encode_produce_part(part: ProducePart) -> list[bytes]:
+    messages = bytes(part.messages)
+    if len(messages) > INT32_MAX:
+        raise LocalProtocolError("message set larger than an int32 size")
+    return [
+        encode_topic(part.topic),
+        _INT32.pack(_check_int("partition", part.partition, INT32_MIN, INT32_MAX)),
+        _INT32.pack(len(messages)),
+        messages,
+    ]
+
+
+def _encode_fetch_part(part: FetchPart) -> bytes:
+    return b"".join([
+        encode_topic(part.topic),
+        _INT32.pack(_check_int("partition", part.partition, INT32_MIN, INT32_MAX)),
+        _INT64.pack(_check_int("offset", part.offset, INT64_MIN, INT64_MAX)),
+        _INT32.pack(_check_int("max_bytes", part.max_bytes, INT32_MIN, INT32_MAX)),
+    ])
+
+
+def _encode_count(count: int) -> bytes:
+    return _INT16.pack(_check_int("part count", count, 0, INT16_MAX))
+
+
+def _encode_body(req: Request) -> list[bytes]:
+    if isinstance(req, ProduceRequest):
+        return _encode_produce_part(req.part)
+    if isinstance(req, FetchRequest):
+        return [_encode_fetch_part(req.part)]
+    if isinstance(req, MultiFetchRequest):
+        return [_encode_count(len(req.parts))] + [_encode_fetch_part(p) for p in req.parts]
+    if isinstance(req, MultiProduceRequest):
+        return [_encode_count(len(req.parts))] + [b for p in req.parts for b in _encode_produce_part(p)]
+    if isinstance(req, OffsetsRequest):
+        return [
+            encode_topic(req.topic),
+            _INT32.pack(_check_int("partition", req.partition, INT32_MIN, INT32_MAX)),
+            _INT64.pack(_check_int("time_ms", req.time_ms, INT64_MIN, INT64_MAX)),
+            _INT32.pack(_check_int("max_offsets", req.max_offsets, INT32_MIN, INT32_MAX)),
+        ]
+    if isinstance(req, ProduceAckedRequest):
+        head = _INT16.pack(_check_int("acks", req.acks, INT16_MIN, INT16_MAX))
+        head += _INT32.pack(_check_int("timeout_ms", req.timeout_ms, INT32_MIN, INT32_MAX))
+        return [head, _encode_count(len(req.parts))] + [
+            b for p in req.parts for b in _encode_produce_part(p)
+        ]
+    if isinstance(req, FetchWaitRequest):
+        head = _INT32.pack(_check_int("max_wait_ms", req.max_wait_ms, INT32_MIN, INT32_MAX))
+        head += _INT32.pack(_check_int("min_bytes", req.min_bytes, INT32_MIN, INT32_MAX))
+        return [head, _encode_count(len(req.parts))] + [_encode_fetch_part(p) for p in req.parts]
+    raise LocalProtocolError(f"not a request: {req!r}")
+
+
+def encode_request(req: Request) -> bytes:
+    """The whole frame for ``req``: int32 size, int16 type, body (spec §3.1)."""
+    body = _encode_body(req)
+    size = 2 + sum(len(b) for b in body)
+    if size > INT32_MAX:
+        raise LocalProtocolError(f"request of {size} bytes does not fit an int32 size")
+    return b"".join([_HEADER.pack(size, req.type), *body])
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+class _BodyCursor:
+    """Reads big-endian fields from a request body; a short body is the peer's fault."""
+
+    __slots__ = ("_data", "_pos")
+
+    def __init__(self, data: bytes, pos: int = 0):
+        self._data = data
+        self._pos = pos
+
+    def _take(self, n: int, what: str) -> int:
+        start = self._pos
+        if len(self._data) - start < n:
+            raise RemoteProtocolError(f"request body too short for {what}")
+        self._pos = start + n
+        return start
+
+    def int16(self, what: str) -> int:
+        return _INT16.unpack_from(self._data, self._take(2, what))[0]
+
+    def int32(self, what: str) -> int:
+        return _INT32.unpack_from(self._data, self._take(4, what))[0]
+
+    def int64(self, what: str) -> int:
+        return _INT64.unpack_from(self._data, self._take(8, what))[0]
+
+    def count(self, what: str) -> int:
+        n = self.int16(what)
+        if n < 0:
+            raise RemoteProtocolError(f"negative {what} {n}")
+        return n
+
+    def topic(self) -> str:
+        n = self.int16("topic length")
+        if n < 0:
+            raise RemoteProtocolError(f"negative topic length {n}")
+        start = self._take(n, "topic")
+        return self._data[start:start + n].decode(TOPIC_ENCODING, TOPIC_ERRORS)
+
+    def sized_bytes(self, what: str) -> bytes:
+        n = self.int32(f"{what} size")
+        if n < 0:
+            raise RemoteProtocolError(f"negative {what} size {n}")
+        start = self._take(n, what)
+        return self._data[start:start + n]
+
+    def produce_part(self) -> ProducePart:
+        topic = self.topic()
+        partition = self.int32("partition")
+        return ProducePart(topic, partition, self.sized_bytes("messageSet"))
+
+    def fetch_part(self) -> FetchPart:
+        topic = self.topic()
+        partition = self.int32("partition")
+        offset = self.int64("offset")
+        return FetchPart(topic, partition, offset, self.int32("maxSize"))
+
+
+def _decode_body(kind: RequestType, cur: _BodyCursor) -> Request:
+    if kind == RequestType.PRODUCE:
+        return ProduceRequest(cur.produce_part())
+    if kind == RequestType.FETCH:
+        return FetchRequest(cur.fetch_part())
+    if kind == RequestType.MULTIFETCH:
+        return MultiFetchRequest(tuple(cur.fetch_part() for _ in range(cur.count("part count"))))
+    if kind == RequestType.MULTIPRODUCE:
+        return MultiProduceRequest(tuple(cur.produce_part() for _ in range(cur.count("part count"))))
+    if kind == RequestType.OFFSETS:
+        topic = cur.topic()
+        partition = cur.int32("partition")
+        time_ms = cur.int64("time")
+        return OffsetsRequest(topic, partition, time_ms, cur.int32("maxNumOffsets"))
+    if kind == RequestType.PRODUCE_ACKED:
+        acks = cur.int16("acks")
+        timeout_ms = cur.int32("timeout_ms")
+        parts = tuple(cur.produce_part() for _ in range(cur.count("part count")))
+        return ProduceAckedRequest(acks, timeout_ms, parts)
+    assert kind == RequestType.FETCH_WAIT
+    max_wait_ms = cur.int32("max_wait_ms")
+    min_bytes = cur.int32("min_bytes")
+    parts = tuple(cur.fetch_part() for _ in range(cur.count("part count")))
+    return FetchWaitRequest(max_wait_ms, min_bytes, parts)
+
+
+def decode_request_body(frame: bytes) -> Request:
+    """Decode the bytes after the size prefix: ``requestType:int16`` + body.
+
+    Raises ``RemoteProtocolError`` for every condition of spec §7.2 the codec
+    can see.  Bytes after the last field are ignored (spec §3.1).
+    """
+    cur = _BodyCursor(bytes(frame))
+    type_id = cur.int16("request type")
+    try:
+        kind = RequestType(type_id)
+    except ValueError:
+        raise RemoteProtocolError(f"unknown request type {type_id}") from None
+    return _decode_body(kind, cur)

@@ -1,0 +1,209 @@
+"""Responses (spec §3.2, §6.2, §6.3, §6.5, §16): broker-side encoders, client-side decoders.
+
+Fetch responses are returned as a list of *chunks*: header bytes, then the
+message-set data as either ``bytes`` or a ``FileRegion``.  A ``FileRegion``
+names bytes of a segment file so the broker's I/O layer can ``sendfile`` them
+instead of copying them through Python (the one place where h11's "return
+bytes" model is bent, see anchors A5).
+
+The client-side decoders take the *payload* of a ``ResponseFrame`` (the bytes
+after ``size`` and ``errorCode``) and raise ``RemoteProtocolError`` when the
+broker sent something malformed.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, Union
+
+from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from .requests import INT32_MAX, TOPIC_ENCODING, TOPIC_ERRORS, encode_topic
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_RESPONSE_HEADER = struct.Struct(">ih")  # size, errorCode
+_ACKED_PART_TAIL = struct.Struct(">ihqq")  # partition, error, baseOffset, nextOffset
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``length`` bytes of ``source`` starting at ``position``.
+
+    ``source`` offers ``fileno()`` (for sendfile) and ``pread(position, n) -> bytes``
+    (the fallback when the file has no real descriptor, e.g. an in-memory fs).
+    """
+
+    source: Any
+    position: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.position < 0 or self.length < 0:
+            raise LocalProtocolError(f"bad file region position={self.position} length={self.length}")
+
+    def read(self) -> bytes:
+        """The region's bytes, read through ``source.pread``."""
+        data = self.source.pread(self.position, self.length)
+        if len(data) != self.length:
+            raise OSError(f"short read of a file region: {len(data)} of {self.length} bytes")
+        return bytes(data)
+
+    def __len__(self) -> int:
+        return self.length
+
+
+Chunk = Union[bytes, FileRegion]
+FetchData = Union[bytes, bytearray, memoryview, FileRegion, None]
+
+
+def _data_chunk(data: FetchData) -> Chunk | None:
+    if data is None or len(data) == 0:
+        return None
+    if isinstance(data, FileRegion):
+        return data
+    return bytes(data)
+
+
+def _response_header(error_code: int, payload_bytes: int) -> bytes:
+    size = 2 + payload_bytes
+    if size > INT32_MAX:
+        raise LocalProtocolError(f"response of {size} bytes does not fit an int32 size")
+    return _RESPONSE_HEADER.pack(size, int(error_code))
+
+
+def encode_fetch_response(error_code: ErrorCode, data: FetchData) -> list[Chunk]:
+    """FETCH response (§6.2): ``size, errorCode`` header, then the data chunk if any."""
+    chunk = _data_chunk(data)
+    header = _response_header(error_code, len(chunk) if chunk is not None else 0)
+    return [header] if chunk is None else [header, chunk]
+
+
+def encode_multifetch_response(parts: Sequence[tuple[ErrorCode, FetchData]]) -> list[Chunk]:
+    """MULTIFETCH / FETCH_WAIT response (§6.3, §16.2): parts in request order.
+
+    Adjacent header bytes are merged so a part with no data costs no extra chunk.
+    """
+    chunks: list[Chunk] = []
+    pending = bytearray()
+    total = 0
+    for error_code, data in parts:
+        chunk = _data_chunk(data)
+        length = len(chunk) if chunk is not None else 0
+        pending += _response_header(error_code, length)
+        total += 6 + length
+        if chunk is not None:
+            chunks.append(bytes(pending))
+            chunks.append(chunk)
+            pending = bytearray()
+    if pending:
+        chunks.append(bytes(pending))
+    header = _response_header(ErrorCode.NO_ERROR, total)
+    if chunks and isinstance(chunks[0], bytes):
+        chunks[0] = header + chunks[0]
+    else:
+        chunks.insert(0, header)
+    return chunks
+
+
+def encode_offsets_response(offsets: Sequence[int]) -> bytes:
+    """OFFSETS response (§6.5): errorCode 0, ``n``, then ``n`` int64 offsets."""
+    try:
+        body = _INT32.pack(len(offsets)) + b"".join(_INT64.pack(o) for o in offsets)
+    except struct.error as exc:
+        raise LocalProtocolError(f"offset does not fit an int64: {exc}") from None
+    return _response_header(ErrorCode.NO_ERROR, len(body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAckedResult:
+    """Outcome of one PRODUCE_ACKED part (§16.1); offsets are -1 on error."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    base_offset: int
+    next_offset: int
+
+
+def encode_produce_acked_response(results: Sequence[ProduceAckedResult]) -> bytes:
+    """PRODUCE_ACKED response (§16.1): errorCode 0, ``count``, one record per part."""
+    if len(results) > 0x7FFF:
+        raise LocalProtocolError("more results than an int16 count allows")
+    body = [_INT16.pack(len(results))]
+    for r in results:
+        body.append(encode_topic(r.topic))
+        try:
+            body.append(_ACKED_PART_TAIL.pack(r.partition, int(r.error), r.base_offset, r.next_offset))
+        except struct.error as exc:
+            raise LocalProtocolError(f"result field out of range in {r!r}: {exc}") from None
+    payload = b"".join(body)
+    return _response_header(ErrorCode.NO_ERROR, len(payload)) + payload
+
+
+def chunks_length(chunks: Iterable[Chunk]) -> int:
+    """Total bytes the chunks put on the wire."""
+    return sum(len(c) for c in chunks)
+
+
+def chunks_to_bytes(chunks: Iterable[Chunk]) -> bytes:
+    """Materialize chunks (reading file regions); for tests and non-sendfile paths."""
+    return b"".join(c.read() if isinstance(c, FileRegion) else c for c in chunks)
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def _need(payload: bytes, pos: int, n: int, what: str) -> None:
+    if len(payload) - pos < n:
+        raise RemoteProtocolError(f"response payload too short for {what}")
+
+
+def decode_multifetch_payload(payload: bytes) -> list[tuple[ErrorCode, bytes]]:
+    """Parts of a MULTIFETCH / FETCH_WAIT response payload, in request order.
+
+    The payload holds no count: parts run to its end, each ``size_i >= 2``.
+    """
+    parts: list[tuple[ErrorCode, bytes]] = []
+    pos, end = 0, len(payload)
+    while pos < end:
+        _need(payload, pos, 6, "a part header")
+        size, code = _RESPONSE_HEADER.unpack_from(payload, pos)
+        if size < 2:
+            raise RemoteProtocolError(f"multifetch part size {size} is below 2")
+        _need(payload, pos + 4, size, "a part's message set")
+        parts.append((ErrorCode.from_wire(code), payload[pos + 6:pos + 4 + size]))
+        pos += 4 + size
+    return parts
+
+
+def decode_offsets_payload(payload: bytes) -> list[int]:
+    """Offsets of an OFFSETS response payload (``n`` then ``n`` int64)."""
+    _need(payload, 0, 4, "the offset count")
+    (n,) = _INT32.unpack_from(payload, 0)
+    if n < 0:
+        raise RemoteProtocolError(f"negative offset count {n}")
+    _need(payload, 4, 8 * n, f"{n} offsets")
+    return [_INT64.unpack_from(payload, 4 + 8 * i)[0] for i in range(n)]
+
+
+def decode_produce_acked_payload(payload: bytes) -> list[ProduceAckedResult]:
+    """Per-part results of a PRODUCE_ACKED response payload."""
+    _need(payload, 0, 2, "the part count")
+    (count,) = _INT16.unpack_from(payload, 0)
+    if count < 0:
+        raise RemoteProtocolError(f"negative part count {count}")
+    results: list[ProduceAckedResult] = []
+    pos = 2
+    for _ in range(count):
+        _need(payload, pos, 2, "a topic length")
+        (n,) = _INT16.unpack_from(payload, pos)
+        if n < 0:
+            raise RemoteProtocolError(f"negative topic length {n}")
+        _need(payload, pos + 2, n + _ACKED_PART_TAIL.size, "a part result")
+        topic = payload[pos + 2:pos + 2 + n].decode(TOPIC_ENCODING, TOPIC_ERRORS)
+        partition, code, base, nxt = _ACKED_PART_TAIL.unpack_from(payload, pos + 2 + n)
+        results.append(ProduceAckedResult(topic, partition, ErrorCode.from_wire(code), base, nxt))
+        pos += 2 + n + _ACKED_PART_TAIL.size
+    return results
