@@ -1,0 +1,36 @@
+"""The synchronous log core (spec §10): segments, logs, the log directory.
+
+I/O goes through an injected ``FileSystem`` (``OsFileSystem`` in production,
+``FakeFileSystem`` with a crash model in tests).  Nothing here imports Trio:
+the broker calls these methods on its event loop and runs only the blocking
+halves of flush and roll tickets in worker threads.
+"""
+
+from .clock import ManualClock, wall_clock_ms
+from .config import LogConfig
+from .errors import (
+    InvalidTopicError,
+    LogBusyError,
+    LogClosedError,
+    LogError,
+    LogFailedError,
+    LogLoadError,
+    OffsetOutOfRangeError,
+    WrongPartitionError,
+)
+from .fakefs import FakeFileSystem, FakeSegmentFile
+from .fs import FileSystem, OsFileSystem, OsSegmentFile, SegmentFile
+from .log import TIME_EARLIEST, TIME_LATEST, AppendResult, Log
+from .manager import LogManager
+from .names import CLEAN_SHUTDOWN_MARKER, partition_dir_name, segment_file_name, validate_topic
+from .segment import Segment
+from .segment_list import SegmentList, SegmentView
+from .tickets import FlushTicket, RollTicket
+
+__all__ = [
+    "AppendResult", "CLEAN_SHUTDOWN_MARKER", "FakeFileSystem", "FakeSegmentFile", "FileSystem", "FlushTicket",
+    "InvalidTopicError", "Log", "LogBusyError", "LogClosedError", "LogConfig", "LogError", "LogFailedError",
+    "LogLoadError", "LogManager", "ManualClock", "OffsetOutOfRangeError", "OsFileSystem", "OsSegmentFile",
+    "RollTicket", "Segment", "SegmentFile", "SegmentList", "SegmentView", "TIME_EARLIEST", "TIME_LATEST",
+    "WrongPartitionError", "partition_dir_name", "segment_file_name", "validate_topic", "wall_clock_ms",
+]

@@ -1,0 +1,144 @@
+"""Loading and crash recovery of a partition directory (spec §10.2, §10.5; anchors B3, B4)."""
+
+import pytest
+
+from trikafka.log import FakeFileSystem, Log, LogConfig, ManualClock
+from trikafka.log import recovery
+from trikafka.log.errors import LogLoadError
+from trikafka.wire.messageset import build_message_set
+
+DIR = "/logs/t-0"
+SEG0 = DIR + "/00000000000000000000.kafka"
+
+
+def entries(n: int, size: int = 20) -> bytes:
+    return build_message_set([bytes([65 + i % 26]) * size for i in range(n)])
+
+
+def open_log(fs, needs_recovery=True, **config):
+    return Log.open(fs, DIR, "t", 0, LogConfig(**config), ManualClock(0), needs_recovery)
+
+
+@pytest.mark.parametrize("torn_bytes", [0, 2, 4, 5, 6])
+def test_torn_tail_of_zeros_is_truncated_exactly(torn_bytes):
+    # 0.7 FileMessageSetTest.testIterationOverPartialAndTruncation
+    valid = entries(5)
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, valid + bytes(torn_bytes))
+    log = open_log(fs)
+    assert fs.read_file(SEG0) == valid
+    assert log.visible_end == log.end_offset == len(valid)
+    assert log.read(0, 1 << 20).read() == valid
+    assert fs.durable_size(SEG0) == len(valid)  # what recovery keeps is fsynced before it is visible
+
+
+@pytest.mark.parametrize("tail", [
+    b"\x00\x00\x00\x04abcd",                          # N below the smallest header
+    b"\x00\x00\x10\x00\x01\x00\x00\x00\x00\x00",      # N pointing past the end of the file
+    b"\xff\xff\xff\xff",                               # negative N
+    b"\x00\x00\x00\x06\x07\x00\x00\x00\x00\x00",      # unknown magic: truncated here [T]
+])
+def test_garbage_tails_are_truncated(tail):
+    valid = entries(3)
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, valid + tail)
+    open_log(fs)
+    assert fs.read_file(SEG0) == valid
+
+
+def test_bad_crc_truncates_from_that_entry_on():
+    data = bytearray(entries(6))
+    entry_size = len(entries(1))
+    data[3 * entry_size + 12] ^= 0x40  # a payload byte of the 4th entry
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, bytes(data))
+    log = open_log(fs)
+    assert log.end_offset == 3 * entry_size
+
+
+def test_entry_may_end_exactly_at_the_end_of_the_file():
+    valid = entries(4)
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, valid)
+    assert open_log(fs).end_offset == len(valid)
+
+
+def test_recovery_is_idempotent():
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, entries(4) + b"\x00\x00\x00\x09\x01\x00garbage")
+    open_log(fs).close()
+    once = fs.read_file(SEG0)
+    open_log(fs).close()
+    assert fs.read_file(SEG0) == once == entries(4)
+
+
+def test_without_recovery_the_tail_is_not_scanned():
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, entries(2) + bytes(3))
+    log = open_log(fs, needs_recovery=False)
+    assert log.end_offset == len(entries(2)) + 3
+
+
+def test_only_the_newest_segment_is_scanned():
+    fs = FakeFileSystem()
+    older = entries(2) + bytes(5)  # corrupt, but older segments are trusted in full (spec §10.5 step 2)
+    fs.write_file(SEG0, older)
+    fs.write_file(DIR + "/%020d.kafka" % len(older), entries(1) + bytes(2))
+    log = open_log(fs)
+    assert log.segments.starts == (0, len(older))
+    assert log.visible_end == len(older) + len(entries(1))
+
+
+def test_scan_crosses_chunk_boundaries_and_big_entries(monkeypatch):
+    monkeypatch.setattr(recovery, "RECOVERY_CHUNK_BYTES", 64)
+    data = build_message_set([b"s" * 10, b"B" * 300, b"m" * 50, b"t" * 3, b"L" * 1000])
+    for tail in (b"", bytes(7), b"\x00\x00\x03\xff\x01\x00\x00\x00\x00\x00" + b"z" * 500):
+        fs = FakeFileSystem()
+        fs.write_file(SEG0, data + tail)
+        assert open_log(fs).end_offset == len(data)
+    torn = data[:-10]
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, torn)
+    assert open_log(fs).end_offset == len(data) - len(build_message_set([b"L" * 1000]))
+
+
+def test_a_directory_without_segments_gets_an_empty_segment_zero():
+    fs = FakeFileSystem()
+    fs.write_file(DIR + "/notes.txt", b"ignored")
+    log = open_log(fs)
+    assert fs.listdir(DIR) == ["00000000000000000000.kafka", "notes.txt"]
+    assert fs.is_durable_entry(SEG0)
+    assert (log.start_offset, log.end_offset) == (0, 0)
+
+
+def test_leftover_temporary_files_are_swept():
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, entries(1))
+    fs.write_file(SEG0 + ".deleted", b"x")
+    fs.write_file(DIR + "/00000000000000000031.kafka.tmp", b"x")
+    open_log(fs)
+    assert fs.listdir(DIR) == ["00000000000000000000.kafka"]
+
+
+def test_bad_segment_names_fail_clearly():
+    fs = FakeFileSystem()
+    fs.write_file(DIR + "/12.kafka", b"")
+    with pytest.raises(LogLoadError, match="12.kafka"):
+        open_log(fs)
+
+
+def test_a_lost_new_segment_after_a_roll_still_loads():
+    # The roll fsynced the old segment, created the new one, then crashed
+    # before the directory fsync: the new entry may be gone (anchors B4 #3).
+    for seed in range(20):
+        fs = FakeFileSystem(seed)
+        fs.write_file(SEG0, b"")  # the directory entries are durable
+        log = open_log(fs, needs_recovery=False)
+        log.append(entries(3))
+        fs.inject_error("fsync_dir", DIR)
+        with pytest.raises(Exception):
+            log.roll()
+        fs.crash("prefix")
+        log = open_log(fs)
+        assert log.start_offset == 0 and log.end_offset == len(entries(3))
+        assert log.segments.starts in ((0,), (0, len(entries(3))))

@@ -1,0 +1,28 @@
+"""Per-log settings (spec §12.1 names in comments; units in the field names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HOUR_MS = 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one log; the broker derives per-topic instances from its config."""
+
+    segment_bytes: int = 1073741824  # log.file.size / topic.log.file.size
+    roll_ms: int = 168 * HOUR_MS  # log.roll.hours / topic.log.roll.hours
+    flush_interval_messages: int = 500  # log.flush.interval
+    flush_interval_ms: int = 3000  # log.default.flush.interval.ms / topic.flush.intervals.ms
+    retention_ms: int = 168 * HOUR_MS  # log.retention.hours / topic.log.retention.hours
+    retention_bytes: int = -1  # log.retention.size / topic.log.retention.size; < 0 is off
+    max_message_size: int = 1000000  # max.message.size: top-level payload bytes
+
+    def __post_init__(self) -> None:
+        for name in ("segment_bytes", "roll_ms", "flush_interval_messages", "max_message_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LogConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("flush_interval_ms", "retention_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"LogConfig.{name} must be >= 0, got {getattr(self, name)}")

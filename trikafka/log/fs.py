@@ -1,0 +1,160 @@
+"""The file-system boundary of the log core: a small protocol and two implementations.
+
+Every byte the log stores goes through a ``FileSystem``, so tests run the same
+code over ``FakeFileSystem`` (in memory, with a crash model; see ``fakefs``)
+that production runs over ``OsFileSystem``.
+
+Durability rules the log relies on (the POSIX ones, which the fake enforces):
+
+* file data is durable only after ``SegmentFile.fsync``;
+* a created or removed directory entry is durable only after ``fsync_dir``
+  of its parent directory.
+
+``SegmentFile.fsync`` may be called from a worker thread while the event loop
+keeps appending to the same file; both implementations allow that.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Protocol, runtime_checkable
+
+from .fakefs import FakeFileSystem  # re-exported: the contract names it here
+
+__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile", "FakeFileSystem"]
+
+
+@runtime_checkable
+class SegmentFile(Protocol):
+    """An open segment file: appended at the end, read anywhere.
+
+    ``size`` counts every byte appended, flushed or not.  It is also the
+    ``source`` of the ``FileRegion`` a read returns, hence ``pread`` and
+    ``fileno`` (the fake raises ``io.UnsupportedOperation`` from ``fileno``,
+    so a sender must fall back to ``pread``).
+    """
+
+    size: int
+
+    def append(self, data: bytes | memoryview) -> None: ...
+    def pread(self, position: int, n: int) -> bytes: ...
+    def fileno(self) -> int: ...
+    def fsync(self) -> None: ...
+    def truncate(self, size: int) -> None: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class FileSystem(Protocol):
+    """What the log needs from a file system; paths are ``os.path``-style strings."""
+
+    def listdir(self, path: str) -> list[str]: ...
+    def makedirs(self, path: str) -> None: ...  # like os.makedirs(exist_ok=True)
+    def exists(self, path: str) -> bool: ...
+    def is_dir(self, path: str) -> bool: ...
+    def open_segment(self, path: str, create: bool) -> SegmentFile: ...  # create: must not exist yet
+    def create_file(self, path: str) -> None: ...  # a new empty file, fsynced (the clean-shutdown marker)
+    def remove(self, path: str) -> None: ...
+    def fsync_dir(self, path: str) -> None: ...
+    def mtime_ms(self, path: str) -> int: ...
+    def touch(self, path: str, mtime_ms: int) -> None: ...  # set the modification time
+
+
+class OsSegmentFile:
+    """A segment file over a raw descriptor (``O_APPEND``: every write lands at the end).
+
+    The descriptor is closed by ``close()``, or by the garbage collector when
+    the last reference goes away.  Retention relies on the latter: it unlinks a
+    deleted segment but leaves the descriptor to any ``FileRegion`` still
+    holding it, and POSIX keeps an unlinked file readable until then.
+    """
+
+    __slots__ = ("path", "size", "_fd")
+
+    def __init__(self, path: str, create: bool):
+        flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        self._fd = -1
+        self._fd = os.open(path, flags, 0o644)
+        self.path = path
+        self.size = os.fstat(self._fd).st_size
+
+    def append(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        total = len(view)
+        written = 0
+        while written < total:  # a regular-file write may be short (ENOSPC part-way, signals)
+            n = os.write(self._fd, view[written:])
+            if n <= 0:
+                raise OSError(errno.EIO, f"write returned {n}", self.path)
+            written += n
+            self.size += n
+
+    def pread(self, position: int, n: int) -> bytes:
+        return os.pread(self._fd, n, position)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self.size = size
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OsSegmentFile({self.path!r}, size={self.size})"
+
+
+class OsFileSystem:
+    """The real file system (``os`` calls only; no buffering in between)."""
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path) and not os.path.islink(path)
+
+    def open_segment(self, path: str, create: bool) -> OsSegmentFile:
+        return OsSegmentFile(path, create)
+
+    def create_file(self, path: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mtime_ms(self, path: str) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    def touch(self, path: str, mtime_ms: int) -> None:
+        ns = mtime_ms * 1_000_000
+        os.utime(path, ns=(ns, ns))

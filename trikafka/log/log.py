@@ -1,0 +1,439 @@
+"""One topic-partition's log: append, read, flush, roll, retention (spec §6, §10).
+
+The log is synchronous and single-threaded: every method runs on the caller's
+thread (the broker's event loop), except the blocking halves of tickets
+(``FlushTicket.fsync``, ``RollTicket.run``), which may run in a worker thread.
+
+Invariants (asserted where they are established):
+
+* segments are contiguous: ``segment[k].end == segment[k + 1].start``;
+* every segment but the last is fully flushed and fully visible;
+* a segment's visible size never exceeds what a completed fsync covered;
+* the visible end ``E`` never decreases, and retention keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from trikafka.wire.messageset import validate_message_set
+from trikafka.wire.responses import FileRegion
+
+from .config import LogConfig
+from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, OffsetOutOfRangeError
+from .fs import FileSystem
+from .names import segment_file_name
+from .recovery import load_segments
+from .segment import Segment
+from .segment_list import SegmentList, SegmentView
+from .tickets import FlushTicket, RollTicket
+
+logger = logging.getLogger("trikafka.log")
+
+TIME_LATEST = -1  # OFFSETS time: the visible end and segment starts (spec §6.5)
+TIME_EARLIEST = -2  # OFFSETS time: the start of the log
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed.  ``flush_due``: the caller should flush now (spec §10.4)."""
+
+    base_offset: int
+    next_offset: int
+    message_count: int
+    flush_due: bool
+
+
+class Log:
+    """The segments of one topic-partition in ``dir_path``; see the module docstring."""
+
+    def __init__(self, topic: str, partition: int, dir_path: str, segments: list[Segment],
+                 config: LogConfig, fs: FileSystem, clock_ms: Callable[[], int]):
+        self.topic = topic
+        self.partition = partition
+        self.dir_path = dir_path
+        self.config = config
+        self._fs = fs
+        self._clock_ms = clock_ms
+        self._segments = SegmentList(segments)
+        assert all(s.fully_flushed for s in segments[:-1]), segments
+        self._appended_messages = 0  # inner messages appended by this process
+        self._flushed_messages = 0  # of those, how many a completed flush or roll covered
+        self._last_flush_ms = clock_ms()
+        self._flush_ticket: FlushTicket | None = None
+        self._roll_ticket: RollTicket | None = None
+        self._failure: str | None = None
+        self._closed = False
+        self._listeners: list[Callable[[Log], None]] = []
+
+    @classmethod
+    def open(cls, fs: FileSystem, dir_path: str, topic: str, partition: int, config: LogConfig,
+             clock_ms: Callable[[], int], needs_recovery: bool) -> "Log":
+        """Load an existing partition directory (recovering its newest segment if asked)."""
+        return cls(topic, partition, dir_path, load_segments(fs, dir_path, needs_recovery), config, fs, clock_ms)
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        """``S``: the start of the oldest remaining segment."""
+        return self._segments.first.start
+
+    @property
+    def visible_end(self) -> int:
+        """``E``: start of the last segment plus its flushed size (spec §6)."""
+        return self._segments.last.visible_end
+
+    @property
+    def end_offset(self) -> int:
+        """The next append offset, counting unflushed bytes."""
+        return self._segments.last.end
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Messages appended but not yet covered by a completed flush."""
+        return self._appended_messages - self._flushed_messages
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def segments(self) -> SegmentView:
+        """A snapshot of the segments (it never changes after it is taken)."""
+        return self._segments.view
+
+    @property
+    def failure(self) -> str | None:
+        """Why the log stopped accepting writes, or None while it is healthy."""
+        return self._failure
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def flush_in_flight(self) -> bool:
+        return self._flush_ticket is not None
+
+    @property
+    def roll_in_flight(self) -> bool:
+        return self._roll_ticket is not None
+
+    def add_visible_listener(self, callback: Callable[["Log"], None]) -> None:
+        """Call ``callback(log)`` on the loop each time the visible end advances."""
+        self._listeners.append(callback)
+
+    def remove_visible_listener(self, callback: Callable[["Log"], None]) -> None:
+        self._listeners.remove(callback)
+
+    # -- writes -----------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview) -> AppendResult:
+        """Validate ``data`` as a message set, then append its valid prefix (spec §6.1).
+
+        Nothing is written unless every entry passes (raises ``MessageError``
+        and changes nothing).  A truncated trailing entry is dropped; an empty
+        valid prefix appends nothing.  Rolls first when ``should_roll`` (that
+        roll fsyncs on this thread; call ``begin_roll`` beforehand to keep it
+        off the loop).  Raises ``LogBusyError`` while a roll ticket is in
+        flight and ``LogFailedError`` once an I/O error stopped the log.
+        """
+        self._check_writable()
+        if self._roll_ticket is not None:
+            raise LogBusyError(f"{self}: a roll is in flight; append after complete_roll()")
+        validated = validate_message_set(data, self.config.max_message_size)
+        valid_bytes = validated.valid_bytes
+        if valid_bytes == 0:
+            end = self.end_offset
+            return AppendResult(end, end, 0, self._flush_due_by_count())
+        now_ms = self._clock_ms()
+        if self.should_roll(now_ms):
+            self._roll_inline()
+        segment = self._segments.last
+        base_offset = segment.end
+        try:
+            segment.file.append(data if valid_bytes == len(data) else memoryview(data)[:valid_bytes])
+        except OSError as exc:
+            raise self._fail(f"append to {segment.path} failed: {exc}") from exc
+        assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
+        if segment.first_append_ms is None:
+            segment.first_append_ms = now_ms
+        self._appended_messages += validated.message_count
+        return AppendResult(base_offset, base_offset + valid_bytes, validated.message_count,
+                            self._flush_due_by_count())
+
+    def should_roll(self, now_ms: int) -> bool:
+        """Whether the next append must roll first (spec §10.3, 0.7.2 rules)."""
+        segment = self._segments.last
+        if segment.size > self.config.segment_bytes:
+            return True
+        return segment.first_append_ms is not None and now_ms - segment.first_append_ms > self.config.roll_ms
+
+    def flush_due_by_age(self, now_ms: int) -> bool:
+        """Whether the flush timer says flush now: unflushed bytes, no flush or roll
+        in flight, and at least ``flush_interval_ms`` since the last flush began."""
+        if self._closed or self._failure or self._flush_ticket or self._roll_ticket:
+            return False
+        last = self._segments.last
+        return last.size > last.visible_size and now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+
+    def _flush_due_by_count(self) -> bool:
+        # Messages already captured by a flush in flight do not count again.
+        covered = self._flushed_messages
+        if self._flush_ticket is not None:
+            covered = max(covered, self._flush_ticket.message_seq)
+        return self._appended_messages - covered >= self.config.flush_interval_messages
+
+    # -- flush --------------------------------------------------------------------------
+
+    def begin_flush(self) -> FlushTicket | None:
+        """Capture the active segment's current size for a flush; None if nothing is unflushed.
+
+        Raises ``LogBusyError`` if a flush or roll ticket is already in flight
+        (one per log; coalescing is the caller's job).  Run ``ticket.fsync()``
+        (in a worker thread), then ``complete_flush(ticket)`` on the loop.
+        """
+        self._check_writable()
+        if self._flush_ticket is not None or self._roll_ticket is not None:
+            raise LogBusyError(f"{self}: a flush or roll is already in flight")
+        segment = self._segments.last
+        if segment.size == segment.visible_size:
+            return None
+        self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages)
+        self._last_flush_ms = self._clock_ms()
+        return self._flush_ticket
+
+    def complete_flush(self, ticket: FlushTicket) -> None:
+        """After ``ticket.fsync()`` returned: advance the visible size to the size
+        captured before the fsync and notify listeners.  Raises ``LogFailedError``
+        if the fsync failed (the log is then failed for good)."""
+        if ticket is not self._flush_ticket:
+            raise LogError(f"{self}: {ticket!r} is not this log's flush in flight")
+        if not ticket.finished:
+            raise LogError(f"{self}: complete_flush() before {ticket!r}.fsync() returned")
+        self._flush_ticket = None
+        if not ticket.synced:
+            raise self._fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
+        self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
+        if ticket.segment.mark_flushed(ticket.size):
+            self._notify_visible()
+
+    def flush(self) -> None:
+        """Flush synchronously on this thread (tests, shutdown, tools)."""
+        ticket = self.begin_flush()
+        if ticket is not None:
+            ticket.fsync()
+            self.complete_flush(ticket)
+
+    # -- roll -----------------------------------------------------------------------------
+
+    def begin_roll(self) -> RollTicket | None:
+        """Start a roll whose blocking part (``ticket.run()``) can go to a worker thread.
+
+        None when the active segment is empty (there is nothing to roll).
+        Appends raise ``LogBusyError`` until ``complete_roll(ticket)``; so does
+        another ``begin_flush``/``begin_roll``.
+        """
+        self._check_writable()
+        if self._flush_ticket is not None or self._roll_ticket is not None:
+            raise LogBusyError(f"{self}: a flush or roll is already in flight")
+        return self._capture_roll()
+
+    def complete_roll(self, ticket: RollTicket) -> None:
+        """Install the new segment after ``ticket.run()``; the old one becomes fully visible."""
+        if ticket is not self._roll_ticket:
+            raise LogError(f"{self}: {ticket!r} is not this log's roll in flight")
+        if not ticket.finished:
+            raise LogError(f"{self}: complete_roll() before {ticket!r}.run() returned")
+        self._roll_ticket = None
+        if ticket.error is not None:
+            raise self._fail(f"roll to {ticket.new_path} failed: {ticket.error}")
+        assert ticket.new_file is not None and ticket.new_file.size == 0, ticket
+        old = ticket.old_segment
+        assert old is self._segments.last and old.size == ticket.old_size, (old, ticket)
+        advanced = old.mark_flushed(ticket.old_size)
+        # The invariant behind newest-segment-only recovery: the old segment was
+        # fsynced in full before the new segment's file was created.
+        assert old.fully_flushed, old
+        self._segments.append(Segment(ticket.new_start, ticket.new_path, ticket.new_file, 0))
+        self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
+        self._last_flush_ms = self._clock_ms()
+        if advanced:
+            self._notify_visible()
+
+    def roll(self) -> bool:
+        """Roll synchronously on this thread; False when the active segment is empty."""
+        self._check_writable()
+        if self._roll_ticket is not None:
+            raise LogBusyError(f"{self}: a roll is already in flight")
+        return self._roll_inline()
+
+    def _roll_inline(self) -> bool:
+        # A flush ticket in flight does not matter here: the roll fsyncs the
+        # whole segment, and that ticket's completion later changes nothing.
+        ticket = self._capture_roll()
+        if ticket is None:
+            return False
+        ticket.run()
+        self.complete_roll(ticket)
+        return True
+
+    def _capture_roll(self) -> RollTicket | None:
+        old = self._segments.last
+        if old.size == 0:
+            return None
+        path = os.path.join(self.dir_path, segment_file_name(old.end))
+        self._roll_ticket = RollTicket(self._fs, self.dir_path, old, self._appended_messages, path)
+        return self._roll_ticket
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2).
+
+        Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
+        Returns None at exactly ``E`` or for ``max_bytes == 0``.  The region
+        may end inside an entry; it never crosses into the next segment.
+        """
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        if self._closed:
+            raise LogClosedError(f"{self} is closed")
+        view = self._segments.view
+        start_offset, visible_end = view.segments[0].start, view.segments[-1].visible_end
+        if offset < start_offset or offset > visible_end:
+            raise OffsetOutOfRangeError(offset, start_offset, visible_end)
+        if offset == visible_end or max_bytes == 0:
+            return None
+        segment = view.find(offset)
+        return segment.region(offset - segment.start, max_bytes)
+
+    def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int | None = None) -> list[int]:
+        """The OFFSETS answer of spec §6.5 steps 2-4, newest first.
+
+        ``time_ms`` -1 means latest, -2 earliest; otherwise segment file
+        mtimes are compared with it.  ``max_offsets < 0`` raises ``ValueError``.
+        """
+        if max_offsets < 0:
+            raise ValueError(f"max_offsets must be >= 0, got {max_offsets}")
+        segments = self._segments.view.segments
+        offsets = [s.start for s in segments]
+        last_visible = segments[-1].visible_size > 0
+        if last_visible:
+            offsets.append(segments[-1].visible_end)
+        if time_ms == TIME_LATEST:
+            index = len(offsets) - 1
+        elif time_ms == TIME_EARLIEST:
+            index = 0
+        else:
+            times = [self._fs.mtime_ms(s.path) for s in segments]
+            if last_visible:
+                times.append(self._clock_ms() if now_ms is None else now_ms)
+            index = max((i for i, t in enumerate(times) if t <= time_ms), default=-1)
+        count = min(max_offsets, index + 1)
+        return [offsets[i] for i in range(index, index - count, -1)]
+
+    # -- retention ---------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete old segments by the time rule, then the size rule (spec §10.6).
+
+        Returns the number of segments deleted.  ``E`` is kept: when a rule
+        would delete every segment, a non-empty last segment is rolled first
+        (synchronously), an empty one is kept with a fresh mtime.  Deleted
+        files are unlinked but not closed: a reader's ``FileRegion`` may still
+        use them, and the descriptor closes when the last reference goes.
+        Returns 0 without doing anything while a roll ticket is in flight.
+        """
+        self._check_writable()
+        if self._roll_ticket is not None:
+            return 0
+        now_ms = self._clock_ms() if now_ms is None else now_ms
+        deleted = self._delete_oldest(self._count_expired(now_ms), now_ms)
+        return deleted + self._delete_oldest(self._count_over_size(), now_ms)
+
+    def _count_expired(self, now_ms: int) -> int:
+        count = 0
+        for segment in self._segments.view.segments:
+            if now_ms - self._fs.mtime_ms(segment.path) <= self.config.retention_ms:
+                break
+            count += 1
+        return count
+
+    def _count_over_size(self) -> int:
+        limit = self.config.retention_bytes
+        segments = self._segments.view.segments
+        total = sum(s.visible_size for s in segments)
+        if limit < 0 or total < limit:
+            return 0
+        diff, count = total - limit, 0
+        for segment in segments:
+            if segment.visible_size > diff:
+                break
+            diff -= segment.visible_size
+            count += 1
+        return count
+
+    def _delete_oldest(self, count: int, now_ms: int) -> int:
+        if count == 0:
+            return 0
+        segments = self._segments.view.segments
+        try:
+            if count == len(segments):
+                if segments[-1].size > 0:
+                    self._roll_inline()  # so an empty segment named E survives
+                else:
+                    self._fs.touch(segments[-1].path, now_ms)
+                    count -= 1
+            deleted = self._segments.drop_first(count)
+            for segment in deleted:  # oldest first, one directory fsync each: a crash never leaves a gap
+                self._fs.remove(segment.path)
+                self._fs.fsync_dir(self.dir_path)
+        except OSError as exc:
+            raise self._fail(f"retention in {self.dir_path} failed: {exc}") from exc
+        assert self._segments.last.end >= self.visible_end
+        return len(deleted)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every segment file.  Does not flush (``flush()`` first for that).
+
+        Raises ``LogBusyError`` if a ticket's blocking half is running in a
+        thread right now; a ticket that was taken but abandoned is discarded.
+        """
+        if self._closed:
+            return
+        for ticket in (self._flush_ticket, self._roll_ticket):
+            if ticket is not None and ticket.running:
+                raise LogBusyError(f"{self}: close() while {ticket!r} runs")
+        if self._roll_ticket is not None and self._roll_ticket.new_file is not None:
+            self._roll_ticket.new_file.close()
+        self._flush_ticket = self._roll_ticket = None
+        self._closed = True
+        for segment in self._segments.view.segments:
+            segment.file.close()
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self} is closed")
+        if self._failure is not None:
+            raise LogFailedError(self._failure)
+
+    def _fail(self, reason: str) -> LogFailedError:
+        """Enter the failed state (fail-stop) and return the error to raise."""
+        if self._failure is None:
+            self._failure = f"{self.topic}-{self.partition}: {reason}"
+            logger.error("log failed, refusing further writes: %s", self._failure)
+        return LogFailedError(self._failure)
+
+    def _notify_visible(self) -> None:
+        for callback in tuple(self._listeners):
+            callback(self)
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic!r}, {self.partition})"

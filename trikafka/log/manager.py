@@ -1,0 +1,185 @@
+"""The directory of logs: startup recovery, topic creation, clean shutdown (spec §10.1, §10.5).
+
+Startup order, each step durable before the next:
+
+1. if ``<log_dir>/.kafka_cleanshutdown`` exists, remove it and fsync
+   ``log_dir``, before anything else is written (a crash after this point must
+   recover, so the marker must not come back);
+2. load every ``<topic>-<partition>`` directory, scanning the newest segment
+   of each when the marker was absent.
+
+Clean shutdown is the reverse: flush every log, close it, then create the
+marker, fsync it and fsync ``log_dir``.  A failed log blocks the marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Mapping
+
+from .clock import wall_clock_ms
+from .config import LogConfig
+from .errors import LogClosedError, LogError, LogLoadError, WrongPartitionError
+from .fs import FileSystem, OsFileSystem
+from .log import Log
+from .names import CLEAN_SHUTDOWN_MARKER, parse_partition_dir_name, partition_dir_name, validate_topic
+
+logger = logging.getLogger("trikafka.log")
+
+
+class LogManager:
+    """Every log under ``log_dir``; ``open()`` must run before anything else."""
+
+    def __init__(self, log_dir: str, config: LogConfig | None = None, fs: FileSystem | None = None,
+                 clock_ms: Callable[[], int] = wall_clock_ms,
+                 topic_configs: Mapping[str, LogConfig] | None = None,
+                 partitions: Callable[[str], int] | int = 1):
+        self.log_dir = log_dir
+        self.config = config if config is not None else LogConfig()
+        self.fs: FileSystem = fs if fs is not None else OsFileSystem()
+        self.clock_ms = clock_ms
+        self._topic_configs = dict(topic_configs or {})
+        self._partitions = partitions
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._topic_listeners: list[Callable[[str], None]] = []
+        self._opened = False
+        self._closed = False
+        self.recovered: bool | None = None  # after open(): whether crash recovery ran
+
+    # -- configuration ---------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.config)
+
+    def partitions_for(self, topic: str) -> int:
+        count = self._partitions(topic) if callable(self._partitions) else self._partitions
+        assert count >= 1, (topic, count)
+        return count
+
+    # -- startup -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Delete a clean-shutdown marker or recover, then load every log (spec §10.5)."""
+        if self._opened:
+            raise LogError("LogManager.open() called twice")
+        fs = self.fs
+        self._make_log_dir()
+        marker = os.path.join(self.log_dir, CLEAN_SHUTDOWN_MARKER)
+        clean = fs.exists(marker)
+        if clean:
+            fs.remove(marker)
+            fs.fsync_dir(self.log_dir)
+        self.recovered = not clean
+        self._opened = True
+        for name in sorted(fs.listdir(self.log_dir)):
+            path = os.path.join(self.log_dir, name)
+            if not fs.is_dir(path):
+                if name != CLEAN_SHUTDOWN_MARKER:
+                    logger.warning("ignoring %s: not a partition directory", path)
+                continue
+            topic, partition = parse_partition_dir_name(name)
+            if (topic, partition) in self._logs:
+                raise LogLoadError(f"{path}: partition {topic}-{partition} appears twice")
+            self._logs[(topic, partition)] = Log.open(
+                fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=not clean)
+
+    def _make_log_dir(self) -> None:
+        """Create ``log_dir`` and any missing ancestors, each entry made durable."""
+        missing = []
+        path = os.path.abspath(self.log_dir)
+        while not self.fs.exists(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        if missing:
+            self.fs.makedirs(self.log_dir)
+        for path in reversed(missing):
+            self.fs.fsync_dir(os.path.dirname(path))
+
+    # -- lookup and creation ---------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        """The log of a topic-partition, or None if this broker has none (no validation)."""
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int) -> Log:
+        """The log of a topic-partition, created on first use (spec §6.1 steps 2-4).
+
+        Raises ``InvalidTopicError`` (spec §16.3) or ``WrongPartitionError``
+        before anything touches the disk.  A new log gets its directory and an
+        empty segment 0, both durable before this returns.
+        """
+        self._check_open()
+        validate_topic(topic)
+        count = self.partitions_for(topic)
+        if not isinstance(partition, int) or not 0 <= partition < count:
+            raise WrongPartitionError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
+        log = self._logs.get((topic, partition))
+        if log is None:
+            log = self._create(topic, partition)
+        return log
+
+    def _create(self, topic: str, partition: int) -> Log:
+        fs = self.fs
+        new_topic = topic not in self.topics()
+        path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
+        fs.makedirs(path)
+        fs.fsync_dir(self.log_dir)
+        # Loading an empty directory creates segment 0 and fsyncs the directory.
+        log = Log.open(fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=False)
+        self._logs[(topic, partition)] = log
+        if new_topic:
+            for callback in tuple(self._topic_listeners):
+                callback(topic)
+        return log
+
+    def add_topic_listener(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(topic)`` when a topic gets its first log on this broker (ZK registration)."""
+        self._topic_listeners.append(callback)
+
+    def logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def topics(self) -> set[str]:
+        return {topic for topic, _ in self._logs}
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def close(self, clean: bool = True) -> bool:
+        """Flush (when ``clean``) and close every log; write the marker if all went well.
+
+        Returns whether the clean-shutdown marker was written.  It is not when
+        ``clean`` is False, or when any log failed or could not be flushed:
+        the next startup then recovers.  Blocks on fsyncs; run it in a worker
+        thread once nothing else touches the logs.
+        """
+        if self._closed:
+            return False
+        self._closed = True
+        problems = []
+        for log in self._logs.values():
+            try:
+                if clean and log.failure is None:
+                    log.flush()
+            except LogError as exc:
+                problems.append(str(exc))
+            if log.failure is not None:
+                problems.append(log.failure)
+            try:
+                log.close()
+            except LogError as exc:
+                problems.append(str(exc))
+        if not clean or not self._opened:
+            return False
+        if problems:
+            logger.error("no clean-shutdown marker written: %s", "; ".join(problems))
+            return False
+        self.fs.create_file(os.path.join(self.log_dir, CLEAN_SHUTDOWN_MARKER))
+        self.fs.fsync_dir(self.log_dir)
+        return True
+
+    def _check_open(self) -> None:
+        if not self._opened:
+            raise LogError("LogManager.open() has not run")
+        if self._closed:
+            raise LogClosedError("LogManager is closed")

@@ -1,0 +1,73 @@
+"""Names on disk: topics (spec §16.3), partition directories and segment files (§10.1)."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidTopicError, LogLoadError
+
+MAX_TOPIC_NAME_CHARS = 255
+SEGMENT_SUFFIX = ".kafka"
+SEGMENT_NAME_DIGITS = 20
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+# Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.
+TEMPORARY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_TOPIC_NAME_CHARS)
+_SEGMENT_RE = re.compile(r"[0-9]{%d}\.kafka" % SEGMENT_NAME_DIGITS)
+_PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def validate_topic(name: object) -> None:
+    """Raise ``InvalidTopicError`` unless ``name`` is a topic trikafka accepts.
+
+    1-255 ASCII characters from ``[A-Za-z0-9._-]``, and not ``.`` or ``..``:
+    a topic name becomes a directory name, so nothing else is allowed.
+    """
+    if not isinstance(name, str) or _TOPIC_RE.fullmatch(name) is None or name in (".", ".."):
+        raise InvalidTopicError(f"invalid topic name {_shorten(name)}")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """``<topic>-<partition>``, the directory of one topic-partition."""
+    assert partition >= 0, partition
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int]:
+    """Split a partition directory name at its last ``-`` (spec §10.1).
+
+    Raises ``LogLoadError`` for a name that is not ``<valid topic>-<partition>``
+    with the partition in canonical decimal form (``t-01`` would alias ``t-1``).
+    """
+    topic, dash, suffix = name.rpartition("-")
+    if not dash or _PARTITION_RE.fullmatch(suffix) is None:
+        raise LogLoadError(f"directory {name!r} in the log dir is not named <topic>-<partition>")
+    try:
+        validate_topic(topic)
+    except InvalidTopicError as exc:
+        raise LogLoadError(f"directory {name!r} in the log dir: {exc}") from None
+    return topic, int(suffix)
+
+
+def segment_file_name(start_offset: int) -> str:
+    """The file name of the segment starting at ``start_offset``: 20 digits + ``.kafka``."""
+    assert 0 <= start_offset < 10**SEGMENT_NAME_DIGITS, start_offset
+    return f"{start_offset:0{SEGMENT_NAME_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_file_name(name: str) -> int:
+    """Start offset of a segment file name; ``LogLoadError`` if the name is malformed."""
+    if _SEGMENT_RE.fullmatch(name) is None:
+        raise LogLoadError(f"segment file {name!r} is not named <20 decimal digits>{SEGMENT_SUFFIX}")
+    return int(name[:SEGMENT_NAME_DIGITS])
+
+
+def is_temporary_file_name(name: str) -> bool:
+    """True for leftovers of interrupted operations, which load sweeps away."""
+    return name.endswith(TEMPORARY_SUFFIXES)
+
+
+def _shorten(name: object, limit: int = 60) -> str:
+    text = repr(name)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(name) if isinstance(name, str) else '?'} chars)"

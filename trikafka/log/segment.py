@@ -1,0 +1,67 @@
+"""One segment file of a log (spec §10.2): a start offset, a file, a visible size."""
+
+from __future__ import annotations
+
+from trikafka.wire.responses import FileRegion
+
+from .fs import SegmentFile
+
+
+class Segment:
+    """Bytes ``[start, start + size)`` of a partition's stream, in one file.
+
+    ``visible_size`` is what readers may see: bytes that were fsynced (spec
+    §10.4).  It only grows, and never past what a completed fsync covered.
+    ``first_append_ms`` (for age-based rolling) lives in memory only, as in
+    0.7: it is ``None`` until this process appends to the segment.
+    """
+
+    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms")
+
+    def __init__(self, start: int, path: str, file: SegmentFile, visible_size: int):
+        assert start >= 0, start
+        assert 0 <= visible_size <= file.size, (visible_size, file.size)
+        self.start = start
+        self.path = path
+        self.file = file
+        self.visible_size = visible_size
+        self.first_append_ms: int | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file, flushed or not."""
+        return self.file.size
+
+    @property
+    def end(self) -> int:
+        """Offset just after the last byte written (the next append offset)."""
+        return self.start + self.file.size
+
+    @property
+    def visible_end(self) -> int:
+        return self.start + self.visible_size
+
+    @property
+    def fully_flushed(self) -> bool:
+        return self.visible_size == self.file.size
+
+    def mark_flushed(self, size: int) -> bool:
+        """Make the first ``size`` bytes visible, after an fsync covered them.
+
+        Returns True when the visible size grew.  A stale, smaller size (from a
+        flush that finished after a later one) changes nothing.
+        """
+        assert size <= self.file.size, (size, self.file.size)
+        if size <= self.visible_size:
+            return False
+        self.visible_size = size
+        return True
+
+    def region(self, position: int, max_bytes: int) -> FileRegion:
+        """Up to ``max_bytes`` visible bytes from ``position`` (relative to ``start``)."""
+        assert 0 <= position < self.visible_size, (position, self.visible_size)
+        assert max_bytes > 0, max_bytes
+        return FileRegion(self.file, position, min(max_bytes, self.visible_size - position))
+
+    def __repr__(self) -> str:
+        return f"Segment(start={self.start}, size={self.size}, visible={self.visible_size})"
