@@ -1,0 +1,52 @@
+"""Coordination for trikafka: one async ZooKeeper interface, two implementations.
+
+* :class:`KazooCoordinator`: the real one, kazoo bridged into Trio.
+* :class:`FakeCoordinator` on a :class:`FakeZooKeeper`: in-process and deterministic.
+* :mod:`trikafka.zk.paths`: the Kafka 0.7 registry layout (§11.1).
+* :class:`BrokerRegistration`: §11.2-11.3, kept alive across session expiry.
+* :mod:`trikafka.zk.server`: a private ZooKeeper server for tests and development.
+"""
+
+from .connect import ConnectString, parse_connect_string
+from .coordinator import (
+    BaseCoordinator,
+    CheckOp,
+    ChildrenWatch,
+    Coordinator,
+    CreateOp,
+    DataWatch,
+    DeleteOp,
+    Op,
+    OpResult,
+    SessionState,
+    SetOp,
+    Stat,
+)
+from .errors import (
+    BadVersionError,
+    ConnectionLossError,
+    CoordinatorClosedError,
+    CoordinatorError,
+    DuplicateBrokerIdError,
+    InvalidPathError,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
+from .fake import FakeCoordinator, FakeZooKeeper
+from .kazoo_bridge import KazooCoordinator
+from .registry import BrokerInfo, BrokerRegistration, parse_broker_registration, parse_partition_count
+from .server import ZooKeeperEndpoint, ZooKeeperProcess, run_zookeeper
+
+__all__ = [
+    "BadVersionError", "BaseCoordinator", "BrokerInfo", "BrokerRegistration", "CheckOp",
+    "ChildrenWatch", "ConnectString", "ConnectionLossError", "Coordinator",
+    "CoordinatorClosedError", "CoordinatorError", "CreateOp", "DataWatch", "DeleteOp",
+    "DuplicateBrokerIdError", "FakeCoordinator", "FakeZooKeeper", "InvalidPathError",
+    "KazooCoordinator", "NoChildrenForEphemeralsError", "NoNodeError", "NodeExistsError",
+    "NotEmptyError", "Op", "OpResult", "SessionExpiredError", "SessionState", "SetOp", "Stat",
+    "ZooKeeperEndpoint", "ZooKeeperProcess", "parse_broker_registration",
+    "parse_connect_string", "parse_partition_count", "run_zookeeper",
+]
