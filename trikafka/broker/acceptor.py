@@ -1,0 +1,94 @@
+"""The acceptor: listens, accepts, and hands connections to processors round-robin.
+
+Like ``trio.serve_listeners``, errors are classified: running out of file
+descriptors or memory (``ACCEPT_CAPACITY_ERRNOS``) is an overload, logged and
+retried after a short pause; any other ``OSError`` propagates and brings the
+broker down, because a listener that fails that way will not recover.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Sequence
+
+import trio
+
+from .processor import Processor
+
+logger = logging.getLogger(__name__)
+
+ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# How long to back off after a capacity error: long enough for connections to
+# close and free descriptors, short enough not to be noticed (trio uses the same).
+ACCEPT_RETRY_S = 0.100
+
+
+@dataclass(frozen=True)
+class BoundAddress:
+    """Where the broker listens (the port is the real one even when 0 was asked)."""
+
+    host: str
+    port: int
+
+
+class Acceptor:
+    """Owns the listening sockets; ``nursery.start(acceptor.run)`` returns the addresses."""
+
+    def __init__(self, host: str, port: int, processors: Sequence[Processor], *,
+                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0):
+        assert processors, "at least one processor"
+        self._host = host
+        self._port = port
+        self._processors = list(processors)
+        self._send_buffer = socket_send_buffer
+        self._receive_buffer = socket_receive_buffer
+        self.connections_accepted = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self._port, host=self._host)
+        try:
+            for listener in listeners:
+                self._tune(listener.socket)
+            bound = [BoundAddress(*listener.socket.getsockname()[:2]) for listener in listeners]
+            next_processor = itertools.cycle(self._processors)
+            async with trio.open_nursery() as nursery:
+                for listener in listeners:
+                    nursery.start_soon(self._accept_loop, listener, next_processor)
+                task_status.started(bound)
+        finally:
+            for listener in listeners:
+                await trio.aclose_forcefully(listener)
+
+    def _tune(self, sock: trio.socket.SocketType) -> None:
+        # Set on the listening socket so accepted sockets inherit the sizes from
+        # the start (the window scale is fixed at the handshake).
+        if self._send_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+        if self._receive_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
+
+    async def _accept_loop(self, listener: trio.SocketListener, next_processor: "itertools.cycle[Processor]") -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                logger.error("accept failed (%s); retrying in %.0f ms", errno.errorcode.get(exc.errno, exc.errno),
+                             ACCEPT_RETRY_S * 1000)
+                await trio.sleep(ACCEPT_RETRY_S)
+                continue
+            self.connections_accepted += 1
+            await next(next_processor).hand_off(stream, _peer_name(stream))
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"

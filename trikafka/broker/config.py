@@ -1,0 +1,353 @@
+"""Broker configuration: the 0.7.2 settings of spec §12.1 under snake_case names.
+
+Sources, lowest precedence first:
+
+1. the defaults below (0.7.2's, except where trikafka decides otherwise [T]);
+2. one file: TOML (``*.toml``) or a 0.7 ``server.properties`` (anything else);
+3. overrides, e.g. from command-line flags.
+
+A 0.7 property name maps to a field by replacing ``.`` with ``_``
+(``log.flush.interval`` -> ``log_flush_interval``); ``brokerid`` is
+``broker_id``.  TOML may use the snake_case names, the dotted 0.7 names
+(quoted keys) or nested tables (``[log] dir = ...`` is ``log_dir``).
+Unknown keys in a TOML file are an error, because the file is ours and a typo
+there should be loud; unknown keys in a properties file only log a warning,
+because real 0.7 files carry settings trikafka has no use for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from trikafka.log.config import HOUR_MS, LogConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §12.1) [T]
+DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
+DEFAULT_LOG_DIR = "./trikafka-data"
+
+# Settings whose value is a per-topic map ``t1:8,t2:16`` (spec §12.1).
+_TOPIC_MAP_FIELDS = (
+    "topic_partition_count_map",
+    "topic_log_file_size",
+    "topic_log_roll_hours",
+    "topic_log_retention_hours",
+    "topic_log_retention_size",
+    "topic_flush_intervals_ms",
+)
+_RENAMED = {"brokerid": "broker_id"}
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, malformed or out of range; the message names it."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything a broker needs to run; 0.7 names in the comments (spec §12.1)."""
+
+    broker_id: int = 0  # brokerid (required in 0.7; 0 for a standalone trikafka)
+    host: str = DEFAULT_HOST  # bind address (0.7 bound every interface) [T]
+    port: int = DEFAULT_PORT  # port; 0 picks a free port (tests)
+    hostname: str | None = None  # hostname: published in ZooKeeper; default = host
+    log_dir: str = DEFAULT_LOG_DIR  # log.dir
+    num_partitions: int = 1  # num.partitions
+    topic_partition_count_map: Mapping[str, int] = field(default_factory=dict)
+    num_threads: int = field(default_factory=lambda: os.cpu_count() or 1)  # processors
+    socket_send_buffer: int = 102400  # SO_SNDBUF; 0 leaves the kernel's autotuning [T]
+    socket_receive_buffer: int = 102400  # SO_RCVBUF; 0 leaves the kernel's autotuning [T]
+    max_socket_request_bytes: int = 104857600
+    max_message_size: int = 1000000
+    max_topic_name_length: int = 255
+    log_file_size: int = 1073741824
+    topic_log_file_size: Mapping[str, int] = field(default_factory=dict)
+    log_roll_hours: int = 168
+    topic_log_roll_hours: Mapping[str, int] = field(default_factory=dict)
+    log_retention_hours: int = 168
+    topic_log_retention_hours: Mapping[str, int] = field(default_factory=dict)
+    log_retention_size: int = -1
+    topic_log_retention_size: Mapping[str, int] = field(default_factory=dict)
+    log_cleanup_interval_mins: int = 10
+    log_flush_interval: int = 500  # messages
+    log_default_flush_interval_ms: int | None = None  # None: the scheduler interval
+    log_default_flush_scheduler_interval_ms: int = 3000
+    topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
+    monitoring_period_secs: int = 600  # accepted for compatibility; trikafka keeps no stats yet
+    # ZooKeeper: off until the coordination work registers brokers [T].
+    enable_zookeeper: bool = False
+    zk_connect: str | None = None
+    zk_sessiontimeout_ms: int = 6000
+    zk_connectiontimeout_ms: int | None = None
+    zk_synctime_ms: int = 2000
+    # trikafka only.
+    graceful_shutdown_timeout_s: float = 10.0  # in-flight requests get this long to finish
+    retention_first_run_delay_s: float = 60.0  # 0.7 waits 60 s before the first cleanup
+
+    def __post_init__(self) -> None:
+        _check_range(self)
+        for name in _TOPIC_MAP_FIELDS:
+            object.__setattr__(self, name, dict(getattr(self, name)))
+
+    # ----------------------------------------------------------------- derived values
+
+    def partitions(self, topic: str) -> int:
+        """``partitions(topic)`` of spec §6: the per-topic override or ``num.partitions``."""
+        return self.topic_partition_count_map.get(topic, self.num_partitions)
+
+    @property
+    def flush_interval_ms(self) -> int:
+        """``log.default.flush.interval.ms``, which defaults to the scheduler interval."""
+        if self.log_default_flush_interval_ms is None:
+            return self.log_default_flush_scheduler_interval_ms
+        return self.log_default_flush_interval_ms
+
+    def log_config(self, topic: str | None = None) -> LogConfig:
+        """The ``LogConfig`` of ``topic`` (its overrides applied), or the default one."""
+        def pick(per_topic: Mapping[str, int], default: int) -> int:
+            return per_topic.get(topic, default) if topic is not None else default
+
+        return LogConfig(
+            segment_bytes=pick(self.topic_log_file_size, self.log_file_size),
+            roll_ms=pick(self.topic_log_roll_hours, self.log_roll_hours) * HOUR_MS,
+            flush_interval_messages=self.log_flush_interval,
+            flush_interval_ms=pick(self.topic_flush_intervals_ms, self.flush_interval_ms),
+            retention_ms=pick(self.topic_log_retention_hours, self.log_retention_hours) * HOUR_MS,
+            retention_bytes=pick(self.topic_log_retention_size, self.log_retention_size),
+            max_message_size=self.max_message_size,
+        )
+
+    def topic_log_configs(self) -> dict[str, LogConfig]:
+        """A ``LogConfig`` for every topic that has an override of a log setting."""
+        topics: set[str] = set()
+        for name in _TOPIC_MAP_FIELDS:
+            if name != "topic_partition_count_map":
+                topics.update(getattr(self, name))
+        return {topic: self.log_config(topic) for topic in sorted(topics)}
+
+    @property
+    def published_hostname(self) -> str:
+        return self.hostname if self.hostname is not None else self.host
+
+    def replace(self, **changes: Any) -> "BrokerConfig":
+        """A copy with ``changes`` applied (and checked)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check_range(cfg: BrokerConfig) -> None:
+    at_least = {
+        "num_partitions": 1, "num_threads": 1, "max_socket_request_bytes": 2, "max_message_size": 1,
+        "max_topic_name_length": 1, "log_file_size": 1, "log_roll_hours": 1, "log_retention_hours": 0,
+        "log_cleanup_interval_mins": 1, "log_flush_interval": 1,
+        "log_default_flush_scheduler_interval_ms": 1, "socket_send_buffer": 0,
+        "socket_receive_buffer": 0, "broker_id": 0,
+    }
+    for name, low in at_least.items():
+        if getattr(cfg, name) < low:
+            raise ConfigError(f"{name} must be >= {low}, got {getattr(cfg, name)}")
+    if not 0 <= cfg.port <= 65535:
+        raise ConfigError(f"port must be in [0, 65535], got {cfg.port}")
+    if cfg.log_default_flush_interval_ms is not None and cfg.log_default_flush_interval_ms < 0:
+        raise ConfigError("log_default_flush_interval_ms must be >= 0")
+    if cfg.graceful_shutdown_timeout_s < 0 or cfg.retention_first_run_delay_s < 0:
+        raise ConfigError("timeouts and delays must be >= 0")
+    for topic, count in cfg.topic_partition_count_map.items():
+        if count < 1:
+            raise ConfigError(f"topic.partition.count.map: {topic} needs >= 1 partition, got {count}")
+
+
+# --------------------------------------------------------------------------- loading
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+
+
+def field_name(key: str) -> str | None:
+    """The field a 0.7 property or TOML key names, or None if there is none."""
+    key = key.strip()
+    name = _RENAMED.get(key, key.replace(".", "_").replace("-", "_"))
+    return name if name in _FIELDS else None
+
+
+def _convert(name: str, value: Any) -> Any:
+    """Turn a raw value (a string from a properties file, or TOML) into the field's type."""
+    default = _FIELDS[name].default
+    kind = _FIELDS[name].type
+    try:
+        if name in _TOPIC_MAP_FIELDS:
+            return _parse_topic_map(value)
+        if kind == "bool":
+            return _parse_bool(value)
+        if kind in ("int", "int | None"):
+            if value is None or (isinstance(value, str) and value.strip() == "" and kind != "int"):
+                return None
+            return _parse_int(value)
+        if kind == "float":
+            return float(value)
+        if kind in ("str", "str | None"):
+            return None if value is None else str(value).strip()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad value {value!r} for {name}: {exc}") from None
+    raise AssertionError(f"unhandled field type {kind} for {name} (default {default!r})")
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not a boolean")
+    if isinstance(value, int):
+        return value
+    return int(str(value).strip())
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_topic_map(value: Any) -> dict[str, int]:
+    """``t1:8,t2:16`` (0.7's format) or a TOML table ``{t1 = 8}``."""
+    if isinstance(value, Mapping):
+        return {str(k): _parse_int(v) for k, v in value.items()}
+    result: dict[str, int] = {}
+    for item in str(value).split(","):
+        if not item.strip():
+            continue
+        topic, sep, count = item.rpartition(":")
+        if not sep or not topic.strip():
+            raise ValueError(f"{item!r} is not topic:value")
+        result[topic.strip()] = _parse_int(count)
+    return result
+
+
+def from_mapping(values: Mapping[str, Any], *, base: BrokerConfig | None = None,
+                 strict: bool = True, source: str = "settings") -> BrokerConfig:
+    """Apply ``values`` (0.7 or snake_case keys) on top of ``base`` (default: defaults).
+
+    ``strict`` makes an unknown key a ``ConfigError``; otherwise it is logged.
+    """
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        name = field_name(key)
+        if name is None:
+            if strict:
+                raise ConfigError(f"unknown setting {key!r} in {source}")
+            logger.warning("ignoring unknown setting %r in %s", key, source)
+            continue
+        changes[name] = _convert(name, value)
+    base = base if base is not None else BrokerConfig()
+    try:
+        return dataclasses.replace(base, **changes)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _flatten_toml(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}_{key}" if prefix else key
+        if isinstance(value, Mapping) and field_name(name) is None:
+            flat.update(_flatten_toml(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_toml(path: str, *, base: BrokerConfig | None = None) -> BrokerConfig:
+    """Read a TOML config file (unknown keys are errors)."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return from_mapping(_flatten_toml(table), base=base, strict=True, source=path)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``key=value``, ``key: value`` or ``key value``.
+
+    Handles ``#``/``!`` comments, backslash line continuations and the common
+    escapes; enough for 0.7's ``server.properties``.
+    """
+    result: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:  # an odd number of backslashes continues the line
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _split_property(logical)
+        result[key] = value
+        logical = ""
+    if logical:
+        key, value = _split_property(logical)
+        result[key] = value
+    return result
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line) and line[i] not in "=: \t\f":
+        i += 2 if line[i] == "\\" else 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(key), _unescape(rest.rstrip())
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    escapes = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            out.append(escapes.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def load_properties(path: str, *, base: BrokerConfig | None = None) -> BrokerConfig:
+    """Read a 0.7 ``server.properties`` file (unknown keys are logged and ignored)."""
+    with open(path, encoding="utf-8") as f:
+        values = parse_properties(f.read())
+    return from_mapping(values, base=base, strict=False, source=path)
+
+
+def load_file(path: str, *, base: BrokerConfig | None = None) -> BrokerConfig:
+    """TOML for ``*.toml``, a 0.7 properties file otherwise."""
+    if path.endswith(".toml"):
+        return load_toml(path, base=base)
+    return load_properties(path, base=base)
+
+
+def load(path: str | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+    """Defaults < ``path`` < ``overrides`` (keys as for ``from_mapping``; None values skipped)."""
+    config = load_file(path) if path else BrokerConfig()
+    if overrides:
+        present = {k: v for k, v in overrides.items() if v is not None}
+        config = from_mapping(present, base=config, strict=True, source="command line")
+    return config

@@ -1,0 +1,126 @@
+"""One client connection (spec §2): read a request, handle it, answer it, repeat.
+
+Responses leave in request order because a connection handles one request at
+a time, exactly like 0.7.  Everything already received is parsed in one go
+(``RequestReader`` buffers pipelined frames), so a producer that streams
+PRODUCE requests without waiting costs one ``receive_some`` per socket read,
+not per request.
+
+The connection closes, without writing anything, on every condition of spec
+§7.2: a framing error from the reader (``RemoteProtocolError``) or a request
+the handler refuses (``CloseConnection``).  A vanished peer just ends it.
+Other exceptions (a failed log, a bug) propagate and bring the broker down.
+
+Shutdown: ``stop()`` makes the connection finish the requests it has already
+received completely, then close; a connection idle in ``receive_some`` is
+cancelled out of it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from trikafka.wire.errors import RemoteProtocolError
+from trikafka.wire.framing import NEED_DATA, RequestReader
+from trikafka.wire.requests import (
+    FetchRequest,
+    FetchWaitRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceAckedRequest,
+    ProduceRequest,
+)
+
+from .handlers import CloseConnection, RequestHandler
+from .sendfile import RegionTruncatedError, send_chunks
+
+logger = logging.getLogger(__name__)
+
+# One socket read.  Big enough for ~300 single-message PRODUCE requests or
+# six 50-message batches per read, small enough to stay off glibc's mmap path.
+RECEIVE_BYTES = 128 * 1024
+
+_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+
+
+class Connection:
+    """Serves one stream until the peer leaves, breaks the protocol, or shutdown."""
+
+    def __init__(self, stream: trio.abc.Stream, handler: RequestHandler, *,
+                 max_request_bytes: int, peer: str = "?"):
+        self._stream = stream
+        self._handler = handler
+        self._reader = RequestReader(max_request_bytes)
+        self._stopping = False
+        self._receive_scope: trio.CancelScope | None = None
+        self.peer = peer
+        self.requests_handled = 0
+        self.close_reason: str | None = None
+
+    def stop(self) -> None:
+        """Finish the requests already received, then close (graceful shutdown)."""
+        self._stopping = True
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            await self._serve()
+        except (RemoteProtocolError, CloseConnection) as exc:
+            self.close_reason = f"{type(exc).__name__}: {exc}"
+            logger.info("closing connection from %s: %s", self.peer, exc)
+        except _PEER_GONE as exc:
+            self.close_reason = f"peer gone: {exc!r}"
+        except RegionTruncatedError as exc:
+            self.close_reason = f"fetch response cut short: {exc}"
+            logger.warning("closing connection from %s: %s", self.peer, exc)
+        finally:
+            await trio.aclose_forcefully(self._stream)
+
+    async def _serve(self) -> None:
+        reader = self._reader
+        while not self._stopping:
+            with trio.CancelScope() as scope:
+                self._receive_scope = scope
+                data = await self._stream.receive_some(RECEIVE_BYTES)
+            self._receive_scope = None
+            if scope.cancelled_caught:
+                break  # stop() while idle
+            if not data:
+                self.close_reason = "peer closed"
+                return
+            reader.receive_data(data)
+            while (request := reader.next_event()) is not NEED_DATA:
+                await self._handle(request)
+        # Stopping: answer what was received whole, accept nothing more.
+        while (request := reader.next_event()) is not NEED_DATA:
+            await self._handle(request)
+        self.close_reason = self.close_reason or "broker shutting down"
+
+    async def _handle(self, request: Any) -> None:
+        handler = self._handler
+        self.requests_handled += 1
+        kind = type(request)
+        if kind is ProduceRequest:
+            handler.produce(request.part)
+            return
+        if kind is FetchRequest:
+            response: Any = handler.fetch(request)
+        elif kind is MultiFetchRequest:
+            response = handler.multifetch(request)
+        elif kind is MultiProduceRequest:
+            handler.multiproduce(request)
+            return
+        elif kind is OffsetsRequest:
+            response = [handler.offsets(request)]
+        elif kind is ProduceAckedRequest:
+            response = [await handler.produce_acked(request)]
+        elif kind is FetchWaitRequest:
+            response = await handler.fetch_wait(request)
+        else:  # the reader only yields the types above
+            raise AssertionError(f"unexpected request {request!r}")
+        await send_chunks(self._stream, response)

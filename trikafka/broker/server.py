@@ -1,0 +1,219 @@
+"""The broker: one nursery tree (anchors A1, A2).
+
+::
+
+    serve()
+    └── services nursery          flush scheduler, retention deleter, signal watcher
+        │                         (a ZooKeeper registration service belongs here)
+        └── server nursery        N processors, each with its connections
+            └── front nursery     acceptor + shutdown watcher
+
+Every long-lived service is started with ``nursery.start`` so readiness is
+explicit; ``task_status.started`` hands the caller a ``Broker`` whose
+``port`` is the bound one (port 0 works).  An exception in any service or
+connection (other than the per-connection protocol errors, which only close
+that connection) cancels the tree and propagates out of ``serve``: the broker
+goes down loudly, and without the clean-shutdown marker, so the next start
+recovers.
+
+Graceful shutdown (``Broker.shutdown()``, SIGINT or SIGTERM):
+
+1. the front nursery is cancelled: no more connections are accepted;
+2. long polls answer now; connections finish what they have received whole,
+   then close; the server nursery gets ``graceful_shutdown_timeout_s``, after
+   which whatever is left is cancelled;
+3. the services stop (a flush in flight completes first: it is shielded);
+4. ``LogManager.close()`` flushes and fsyncs every log and writes the
+   clean-shutdown marker (in a worker thread, shielded).
+
+A second signal during step 2 skips the rest of the grace period.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import signal
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from trikafka.log.clock import wall_clock_ms
+from trikafka.log.fs import FileSystem, OsFileSystem
+from trikafka.log.manager import LogManager
+
+from .acceptor import Acceptor, BoundAddress
+from .config import BrokerConfig
+from .flusher import FlushScheduler
+from .handlers import RequestHandler
+from .processor import Processor
+from .retention import RetentionDeleter
+from .waiters import VisibleEndWaiters
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class Broker:
+    """A running broker, as returned by ``await nursery.start(serve, config)``."""
+
+    config: BrokerConfig
+    addresses: list[BoundAddress]
+    log_manager: LogManager
+    flusher: FlushScheduler
+    retention: RetentionDeleter
+    handler: RequestHandler
+    processors: list[Processor]
+    _shutdown_requested: trio.Event = field(default_factory=trio.Event, repr=False)
+    _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
+    clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
+    _next_processor: int = field(default=0, repr=False)
+
+    @property
+    def host(self) -> str:
+        return self.addresses[0].host
+
+    @property
+    def port(self) -> int:
+        return self.addresses[0].port
+
+    def shutdown(self) -> None:
+        """Begin a graceful shutdown (idempotent); ``serve`` returns when it is done."""
+        if self._shutdown_requested.is_set() and self._grace_scope is not None:
+            self._grace_scope.cancel()  # asked twice: skip the rest of the grace period
+        self._shutdown_requested.set()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown_requested.is_set()
+
+    def connection_count(self) -> int:
+        return sum(len(p.connections) for p in self.processors)
+
+    async def connect_stream(self, stream: trio.abc.Stream, peer: str = "in-process") -> None:
+        """Serve ``stream`` as if it had been accepted (tests use memory streams)."""
+        processor = self.processors[self._next_processor % len(self.processors)]
+        self._next_processor += 1
+        await processor.hand_off(stream, peer)
+
+    async def flush_all(self) -> None:
+        """Flush every log now and wait for it (tests and tools)."""
+        for log in self.log_manager.logs():
+            await self.flusher.flush(log)
+
+
+async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
+                fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
+                rng: random.Random | None = None, handle_signals: bool = False,
+                run_blocking: Callable[..., Awaitable[Any]] | None = None) -> None:
+    """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
+
+    ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
+    (partition -1) are injectable for tests, and so is ``run_blocking(fn)``,
+    which runs the blocking calls (log load, fsyncs, close); the default is a
+    worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
+    ``inline_blocking`` so the clock never jumps while an fsync "runs".
+    Cancellation from outside also shuts down cleanly, without the grace period.
+    """
+    run_blocking = run_blocking or trio.to_thread.run_sync
+    log_manager = LogManager(config.log_dir, config.log_config(), fs if fs is not None else OsFileSystem(),
+                             clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
+                             partitions=config.partitions)
+    await run_blocking(log_manager.open)  # recovery may scan a large segment
+    logger.info("log dir %s loaded (%d logs, recovery %s)", config.log_dir, len(log_manager.logs()),
+                "ran" if log_manager.recovered else "not needed")
+    broker_box: list[Broker] = []
+    clean = False
+    try:
+        await _run_tree(config, log_manager, clock_ms, rng, handle_signals, run_blocking, broker_box, task_status)
+        clean = True
+    except BaseException as exc:
+        clean = _only_cancellation(exc)
+        if not clean:
+            logger.critical("broker failed: %r", exc)
+        raise
+    finally:
+        with trio.CancelScope(shield=True):
+            marker = await run_blocking(functools.partial(log_manager.close, clean))
+        if broker_box:
+            broker_box[0].clean_shutdown = marker
+        logger.info("broker stopped (%s)", "clean shutdown marker written" if marker else "no clean marker")
+
+
+async def inline_blocking(fn: Callable[[], Any]) -> Any:
+    """A ``run_blocking`` for tests: call ``fn`` on the loop (no thread), then checkpoint."""
+    result = fn()
+    await trio.lowlevel.checkpoint()
+    return result
+
+
+def _only_cancellation(exc: BaseException) -> bool:
+    """True when ``exc`` is nothing but cancellation, i.e. a requested stop.
+
+    KeyboardInterrupt is not: it may land in the middle of an append, so the
+    next start must recover rather than trust the logs.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancellation(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
+
+
+async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Callable[[], int],
+                    rng: random.Random | None, handle_signals: bool,
+                    run_blocking: Callable[..., Awaitable[Any]] | None, broker_box: list[Broker],
+                    task_status: trio.TaskStatus[Broker]) -> None:
+    waiters = VisibleEndWaiters()
+    async with trio.open_nursery() as services:
+        flusher = await services.start(
+            FlushScheduler(log_manager, scheduler_interval_ms=config.log_default_flush_scheduler_interval_ms,
+                           run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking).run)
+        retention = await services.start(RetentionDeleter(
+            log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
+            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms).run)
+        handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
+                                 partitions=config.partitions, max_topic_name_length=config.max_topic_name_length,
+                                 rng=rng, clock_ms=clock_ms)
+        for log in log_manager.logs():
+            handler.adopt(log)
+        async with trio.open_nursery() as server:
+            processors = [
+                await server.start(Processor(i, handler, max_request_bytes=config.max_socket_request_bytes).run)
+                for i in range(config.num_threads)
+            ]
+            async with trio.open_nursery() as front:
+                acceptor = Acceptor(config.host, config.port, processors,
+                                    socket_send_buffer=config.socket_send_buffer,
+                                    socket_receive_buffer=config.socket_receive_buffer)
+                addresses = await front.start(acceptor.run)
+                broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors)
+                broker_box.append(broker)
+                broker._grace_scope = server.cancel_scope
+                if handle_signals:
+                    await services.start(_watch_signals, broker)
+                front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
+                logger.info("serving on %s:%d", broker.host, broker.port)
+                task_status.started(broker)
+            # Acceptor stopped.  Drain: long polls answer now, connections finish.
+            waiters.close()
+            for processor in processors:
+                processor.drain()
+            server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
+        services.cancel_scope.cancel()
+
+
+async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:
+    await broker._shutdown_requested.wait()
+    logger.info("shutting down: no longer accepting connections")
+    front_scope.cancel()
+
+
+async def _watch_signals(broker: Broker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> Any:
+    with trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
+        task_status.started()
+        async for signum in signals:
+            logger.info("received %s", signal.Signals(signum).name)
+            broker.shutdown()

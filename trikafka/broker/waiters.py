@@ -1,0 +1,87 @@
+"""Wake-ups when a log's visible end advances (for FETCH_WAIT and acks=-1, spec §16).
+
+Waiters are keyed by ``(topic, partition)`` rather than by ``Log`` so that a
+long poll on a partition that has no log yet is woken when a produce creates
+it and a flush makes its first bytes visible.  Nothing polls: the log calls
+``notify`` (through its visible-end listener) right after a flush advances
+the visible end, and every task waiting on that partition wakes once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+import trio
+
+TopicPartition = tuple[str, int]
+
+
+class VisibleEndWaiters:
+    """Per-partition sets of ``trio.Event``s, set (and dropped) on each advance."""
+
+    def __init__(self) -> None:
+        self._events: defaultdict[TopicPartition, set[trio.Event]] = defaultdict(set)
+        self._wake_on_close: set[trio.Event] = set()
+        self._closing = False
+
+    def notify(self, key: TopicPartition) -> None:
+        """The visible end of ``key`` advanced: wake everyone waiting on it."""
+        events = self._events.pop(key, None)
+        if events:
+            for event in events:
+                event.set()
+
+    def on_visible(self, log: object) -> None:
+        """A ``Log.add_visible_listener`` callback."""
+        self.notify((log.topic, log.partition))  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Shutdown: wake the long polls now; later long polls return at once.
+
+        Waits registered with ``wake_on_close=False`` (acks=-1, which the
+        flusher still serves while the broker drains) keep waiting.
+        """
+        self._closing = True
+        for event in self._wake_on_close:
+            event.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    async def wait_any(self, keys: Iterable[TopicPartition], deadline: float, *,
+                       wake_on_close: bool = True) -> bool:
+        """Wait until one of ``keys`` advances, the deadline passes, or (optionally) shutdown.
+
+        Returns True when woken by an advance or shutdown, False at the deadline.
+        Callers re-check their condition afterwards, so a spurious wake is harmless.
+        Register-then-wait has no checkpoint in between, so no advance is missed
+        after the caller's last check.
+        """
+        if self._closing and wake_on_close:
+            await trio.lowlevel.checkpoint()
+            return True
+        event = trio.Event()
+        keys = list(dict.fromkeys(keys))
+        for key in keys:
+            self._events[key].add(event)
+        if wake_on_close:
+            self._wake_on_close.add(event)
+        try:
+            with trio.move_on_at(deadline):
+                await event.wait()
+                return True
+            return False
+        finally:
+            self._wake_on_close.discard(event)
+            for key in keys:
+                waiting = self._events.get(key)
+                if waiting is not None:
+                    waiting.discard(event)
+                    if not waiting:
+                        del self._events[key]
+
+    def waiting_count(self) -> int:
+        """How many (key, waiter) registrations exist (tests check nothing leaks)."""
+        return sum(len(v) for v in self._events.values())
