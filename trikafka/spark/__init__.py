@@ -1,0 +1,27 @@
+"""Spark integration (the ``trikafka[spark]`` extra): a Python data source and a load pipeline.
+
+* ``spark.read.format("trikafka")`` / ``spark.readStream.format("trikafka")``:
+  see ``trikafka.spark.source`` (batch), ``trikafka.spark.stream`` (streaming)
+  and ``trikafka.spark.options`` (every option).
+* ``python -m trikafka.spark.pipeline``: the page-view generator and the
+  exactly-once Parquet load job (see ``trikafka.spark.pipeline``).
+* ``trikafka.spark.blocking_client``: the plain-socket 0.7 client used inside
+  Spark tasks (no pyspark needed to import it).
+
+``TrikafkaDataSource`` is imported lazily so that importing this package does
+not import pyspark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TrikafkaDataSource"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TrikafkaDataSource":
+        from .source import TrikafkaDataSource
+
+        return TrikafkaDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,193 @@
+"""Spark load throughput vs a plain read with the wire decoder.
+
+Starts two ``trikafka serve`` brokers (two partitions each: four partitions),
+produces ``--messages`` messages of ``--payload-bytes`` random bytes, then
+measures:
+
+* **plain read**: the blocking client + ``wire.iter_messages`` (the same fetch
+  loop Spark tasks run), one process reading the four partitions in turn,
+  and the same split over ``--workers`` processes;
+* **spark batch load**: ``spark.read.format("trikafka") ... write.parquet``
+  on ``local[2]`` (session and Python workers warmed up first);
+* **spark stream load**: the pipeline's path, ``readStream`` ->
+  ``writeStream.parquet`` with ``Trigger.AvailableNow`` and a checkpoint.
+
+Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes) or
+``python bench/spark_bench.py --messages 200000`` for a quick look.
+Figures are msgs/s and MB/s of payload (1 MB = 10^6 bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from trikafka.spark.blocking_client import BrokerConnection
+from trikafka.spark.cluster import BrokerAddress, format_broker_list
+from trikafka.spark.offsets import PartitionKey
+from trikafka.spark.reading import FetchSizing, iter_message_chunks
+from trikafka.wire import ErrorCode, ProducePart, build_message_set
+
+PARTITIONS_PER_BROKER = 2
+BROKERS = 2
+PRODUCE_BATCH = 5000
+FETCH = FetchSizing(1 << 20, 100 << 20)
+
+
+def start_broker(broker_id: int, root: Path) -> tuple[subprocess.Popen, BrokerAddress]:
+    ready = root / f"broker-{broker_id}.port"
+    log = open(root / f"broker-{broker_id}.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trikafka", "serve", "--standalone", "--host", "127.0.0.1", "--port", "0",
+         "--log-dir", str(root / f"broker-{broker_id}"), "--broker-id", str(broker_id),
+         "--num-partitions", str(PARTITIONS_PER_BROKER), "--ready-file", str(ready),
+         "--set", "log_flush_interval=100000000"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"broker {broker_id} did not start; see {log.name}")
+        time.sleep(0.05)
+    return proc, BrokerAddress(broker_id, "127.0.0.1", int(ready.read_text()))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def produce(brokers: dict[int, BrokerAddress], keys: list[PartitionKey], messages: int, payload_bytes: int) -> float:
+    rng = random.Random(42)
+    pool = [rng.randbytes(payload_bytes) for _ in range(4096)]
+    per_key = messages // len(keys)
+    started = time.perf_counter()
+    for key in keys:
+        address = brokers[key.broker]
+        with BrokerConnection(address.host, address.port, timeout_s=120) as conn:
+            for first in range(0, per_key, PRODUCE_BATCH):
+                count = min(PRODUCE_BATCH, per_key - first)
+                payloads = [pool[(first + i) % len(pool)] for i in range(count)]
+                part = ProducePart(key.topic, key.partition, build_message_set(payloads))
+                (result,) = conn.produce_acked([part], timeout_ms=120_000)
+                assert result.error == ErrorCode.NO_ERROR, result
+    return time.perf_counter() - started
+
+
+def plain_read(args: tuple[BrokerAddress, PartitionKey]) -> tuple[int, int]:
+    """Read one whole partition with the blocking client + iter_messages; (messages, payload bytes)."""
+    address, key = args
+    count = size = 0
+    with BrokerConnection(address.host, address.port) as conn:
+        end = conn.visible_end(key.topic, key.partition)
+        for chunk in iter_message_chunks(conn, key, 0, end, FETCH):
+            count += len(chunk)
+            size += sum(len(m.payload) for m in chunk)
+    return count, size
+
+
+def time_plain(brokers, keys, workers: int) -> tuple[float, int, int]:
+    jobs = [(brokers[k.broker], k) for k in keys]
+    started = time.perf_counter()
+    if workers == 1:
+        results = [plain_read(job) for job in jobs]
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(plain_read, jobs, chunksize=1)
+    elapsed = time.perf_counter() - started
+    return elapsed, sum(r[0] for r in results), sum(r[1] for r in results)
+
+
+def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # type: ignore[no-untyped-def]
+    reader = spark.readStream if stream else spark.read
+    return (reader.format("trikafka").option("brokers", broker_list).option("topics", topic)
+            .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)))
+
+
+def time_spark(spark, broker_list: str, topic: str, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    spark_reader(spark, broker_list, topic).load().limit(10).collect()  # warm up workers
+    started = time.perf_counter()
+    spark_reader(spark, broker_list, topic).load().write.mode("overwrite").parquet(str(out / "batch"))
+    batch_s = time.perf_counter() - started
+    started = time.perf_counter()
+    query = (spark_reader(spark, broker_list, topic, stream=True).load().writeStream.format("parquet")
+             .option("path", str(out / "stream")).option("checkpointLocation", str(out / "ckpt"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    stream_s = time.perf_counter() - started
+    rows = spark.read.parquet(str(out / "stream")).count()
+    return {"batch_s": batch_s, "stream_s": stream_s, "stream_rows": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--payload-bytes", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2, help="processes for the parallel plain read")
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
+    procs = []
+    try:
+        brokers = {}
+        for broker_id in range(BROKERS):
+            proc, address = start_broker(broker_id, root)
+            procs.append(proc)
+            brokers[broker_id] = address
+        keys = [PartitionKey("bench", b, p) for b in range(BROKERS) for p in range(PARTITIONS_PER_BROKER)]
+        messages = args.messages // len(keys) * len(keys)
+        produce_s = produce(brokers, keys, messages, args.payload_bytes)
+        figures = report(args, brokers, keys, messages, produce_s, root)
+        print(json.dumps(figures))
+    finally:
+        for proc in procs:
+            stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> dict:  # type: ignore[no-untyped-def]
+    from trikafka.spark.session import build_session
+
+    payload_mb = messages * args.payload_bytes / 1e6
+    figures: dict[str, float] = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s}
+    for workers in sorted({1, args.workers}):
+        elapsed, count, size = time_plain(brokers, keys, workers)
+        assert count == messages and size == messages * args.payload_bytes
+        figures[f"plain_{workers}proc_s"] = elapsed
+    spark = build_session("trikafka-bench", master=args.master)
+    try:
+        figures.update(time_spark(spark, format_broker_list(brokers.values()), "bench", root / "out"))
+    finally:
+        spark.stop()
+    assert figures["stream_rows"] == messages
+    print(f"{'what':<34}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
+    rows = [("produce (acks=-1)", "produce_s")] + [
+        (f"plain read, {w} process(es)", f"plain_{w}proc_s") for w in sorted({1, args.workers})
+    ] + [("spark batch load -> parquet", "batch_s"), ("spark stream load -> parquet", "stream_s")]
+    for label, key in rows:
+        seconds = figures[key]
+        print(f"{label:<34}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
+    for key in ("batch_s", "stream_s"):
+        figures[f"{key[:-2]}_vs_plain_1proc"] = figures["plain_1proc_s"] / figures[key]
+        print(f"{key[:-2]} load rate / plain 1-process rate: {figures[f'{key[:-2]}_vs_plain_1proc']:.0%}")
+    return figures
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""A small blocking 0.7 client for Spark tasks and planners (plain ``socket``).
+
+Spark runs ``DataSourceReader.read()`` as a plain generator inside a forked
+worker, so rows cannot be yielded out of ``trio.run``; this client does the
+same requests as ``trikafka.client`` with ordinary blocking sockets.  Every
+byte is encoded and decoded by ``trikafka.wire`` (``encode_request``,
+``ResponseReader`` and the ``decode_*`` payload functions); this module only
+moves bytes.
+
+One connection carries one request at a time and reads its response before
+the next request, exactly as the 0.7 broker answers them (spec §2).  Any
+socket error, an early close, or a malformed response closes the connection
+and raises ``BrokerConnectionError``: a 0.7 broker answers bad requests by
+closing (spec §7.2), so "closed" is the only error some requests can report.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Sequence
+
+from trikafka.wire import (
+    NEED_DATA,
+    ErrorCode,
+    FetchPart,
+    FetchRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceAckedRequest,
+    ProduceAckedResult,
+    ProducePart,
+    ProduceRequest,
+    RemoteProtocolError,
+    ResponseFrame,
+    ResponseReader,
+    decode_multifetch_payload,
+    decode_offsets_payload,
+    decode_produce_acked_payload,
+    encode_request,
+)
+
+OFFSETS_LATEST = -1    # OFFSETS time: the visible end E (spec §6.5)
+OFFSETS_EARLIEST = -2  # OFFSETS time: the first segment's start S
+ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible (spec §16.1)
+DEFAULT_TIMEOUT_S = 30.0
+# Largest response we accept: a 100 MiB fetch plus headers.  Bounds memory if a
+# peer sends a hostile size prefix.
+DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024 + 64 * 1024
+_RECV_BYTES = 1 << 20
+
+
+class BrokerConnectionError(ConnectionError):
+    """The connection to a broker failed, closed early, or got a malformed response."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One fetched part: its error code and message-set bytes (maybe truncated at the end)."""
+
+    error_code: ErrorCode
+    data: bytes
+
+
+class BrokerConnection:
+    """One blocking connection to one broker; use as a context manager.
+
+    Not thread-safe.  After any ``BrokerConnectionError`` the connection is
+    closed and every later call raises again.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ):
+        self.host = host
+        self.port = port
+        self.max_response_bytes = max_response_bytes
+        try:
+            self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            raise BrokerConnectionError(f"cannot connect to broker {host}:{port}: {exc}") from exc
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = ResponseReader(max_response_bytes)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the socket; idempotent."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    @property
+    def closed(self) -> bool:
+        return self._sock is None
+
+    def __enter__(self) -> "BrokerConnection":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"BrokerConnection({self.host}:{self.port}, {state})"
+
+    # -- requests ------------------------------------------------------------
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
+        """FETCH (spec §6.2): up to ``max_bytes`` of the log from ``offset``."""
+        frame = self._call(encode_request(FetchRequest(FetchPart(topic, partition, offset, max_bytes))))
+        return FetchResult(frame.error_code, frame.payload)
+
+    def multifetch(self, parts: Sequence[FetchPart]) -> list[FetchResult]:
+        """MULTIFETCH (spec §6.3): one result per part, in request order."""
+        frame = self._call(encode_request(MultiFetchRequest(tuple(parts))))
+        decoded = self._decode(decode_multifetch_payload, frame.payload)
+        if len(decoded) != len(parts):
+            self.close()
+            raise BrokerConnectionError(f"multifetch asked {len(parts)} parts, got {len(decoded)}")
+        return [FetchResult(code, data) for code, data in decoded]
+
+    def offsets(self, topic: str, partition: int, time_ms: int, max_offsets: int = 1) -> list[int]:
+        """OFFSETS (spec §6.5), descending; ``time_ms`` -1 = latest, -2 = earliest."""
+        frame = self._call(encode_request(OffsetsRequest(topic, partition, time_ms, max_offsets)))
+        return self._decode(decode_offsets_payload, frame.payload)
+
+    def visible_end(self, topic: str, partition: int) -> int:
+        """The partition's visible end E: OFFSETS(-1, 1) (0 when there is no log yet)."""
+        return self._single_offset(topic, partition, OFFSETS_LATEST)
+
+    def log_start(self, topic: str, partition: int) -> int:
+        """The partition's first retained offset S: OFFSETS(-2, 1)."""
+        return self._single_offset(topic, partition, OFFSETS_EARLIEST)
+
+    def produce(self, topic: str, partition: int, messages: bytes) -> None:
+        """PRODUCE (spec §6.1); the broker never answers, so nothing confirms it."""
+        self._send(encode_request(ProduceRequest(ProducePart(topic, partition, messages))))
+
+    def multiproduce(self, parts: Sequence[ProducePart]) -> None:
+        """MULTIPRODUCE (spec §6.4); unanswered like PRODUCE."""
+        self._send(encode_request(MultiProduceRequest(tuple(parts))))
+
+    def produce_acked(
+        self, parts: Sequence[ProducePart], *, acks: int = ACKS_FLUSHED, timeout_ms: int = 30_000
+    ) -> list[ProduceAckedResult]:
+        """PRODUCE_ACKED (trikafka extension, spec §16.1): one result per part."""
+        frame = self._call(encode_request(ProduceAckedRequest(acks, timeout_ms, tuple(parts))))
+        return self._decode(decode_produce_acked_payload, frame.payload)
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _single_offset(self, topic: str, partition: int, time_ms: int) -> int:
+        found = self.offsets(topic, partition, time_ms, 1)
+        if len(found) != 1:
+            raise BrokerConnectionError(
+                f"OFFSETS({time_ms}, 1) for {topic}/{partition} on {self.host}:{self.port} gave {found}"
+            )
+        return found[0]
+
+    def _decode(self, decoder, payload: bytes):  # type: ignore[no-untyped-def]
+        try:
+            return decoder(payload)
+        except RemoteProtocolError as exc:
+            self.close()
+            raise BrokerConnectionError(f"malformed response from {self.host}:{self.port}: {exc}") from exc
+
+    def _send(self, frame: bytes) -> None:
+        sock = self._require_open()
+        try:
+            sock.sendall(frame)
+        except OSError as exc:
+            self.close()
+            raise BrokerConnectionError(f"send to {self.host}:{self.port} failed: {exc}") from exc
+
+    def _call(self, frame: bytes) -> ResponseFrame:
+        self._send(frame)
+        return self._receive_frame()
+
+    def _receive_frame(self) -> ResponseFrame:
+        sock = self._require_open()
+        reader = self._reader
+        try:
+            while True:
+                event = reader.next_frame()
+                if event is not NEED_DATA:
+                    return event  # type: ignore[return-value]
+                chunk = sock.recv(_RECV_BYTES)
+                if not chunk:
+                    raise BrokerConnectionError(
+                        f"broker {self.host}:{self.port} closed the connection before answering"
+                    )
+                reader.receive_data(chunk)
+        except RemoteProtocolError as exc:
+            self.close()
+            raise BrokerConnectionError(f"bad response framing from {self.host}:{self.port}: {exc}") from exc
+        except OSError as exc:
+            self.close()
+            if isinstance(exc, BrokerConnectionError):
+                raise
+            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {exc}") from exc
+
+    def _require_open(self) -> socket.socket:
+        if self._sock is None:
+            raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
+        return self._sock

@@ -1,0 +1,209 @@
+"""Where the partitions are: a static broker list or the ZooKeeper registry.
+
+Both kinds answer the same questions for the planner: which brokers exist
+(``brokers()``), which topics (``topics()``), and which broker-partitions a
+topic has (``partitions(topic)``).  The ZooKeeper kind reads the 0.7 registry
+(spec §11.1-§11.3) with plain blocking kazoo calls, because Spark's planner
+and source runner are ordinary Python processes with no Trio loop; it also
+reads and writes consumer-group offsets (spec §11.4).
+
+Like 0.7 clients (spec §9, §14), a live broker that has not registered a
+topic is assumed to hold partition 0 of it: OFFSETS on a partition without a
+log answers 0, so such a partition simply reads as empty until data arrives.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Protocol
+
+from trikafka.zk import paths
+
+from .offsets import PartitionKey
+
+
+class ClusterConfigError(ValueError):
+    """A broker list, ZooKeeper registry or topic selection that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BrokerAddress:
+    """A broker id and where it listens."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+_BROKER_ENTRY_RE = re.compile(r"\s*(\d+)\s*:\s*([^:,\s]+)\s*:\s*(\d+)\s*")
+
+
+def parse_broker_list(text: str) -> dict[int, BrokerAddress]:
+    """Parse ``id:host:port,id:host:port,...`` (0.7's ``broker.list`` format)."""
+    brokers: dict[int, BrokerAddress] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        match = _BROKER_ENTRY_RE.fullmatch(entry)
+        if match is None:
+            raise ClusterConfigError(f"broker entry {entry.strip()!r} is not id:host:port")
+        broker_id, host, port = int(match.group(1)), match.group(2), int(match.group(3))
+        if not 0 < port < 65536:
+            raise ClusterConfigError(f"broker {broker_id}: port {port} out of range")
+        if broker_id in brokers:
+            raise ClusterConfigError(f"broker id {broker_id} listed twice")
+        brokers[broker_id] = BrokerAddress(broker_id, host, port)
+    if not brokers:
+        raise ClusterConfigError("the broker list is empty")
+    return brokers
+
+
+def format_broker_list(brokers: Iterable[BrokerAddress]) -> str:
+    """Inverse of :func:`parse_broker_list`."""
+    return ",".join(f"{b.broker_id}:{b.host}:{b.port}" for b in sorted(brokers))
+
+
+class Cluster(Protocol):
+    """What the planner needs to know about a cluster."""
+
+    def brokers(self) -> dict[int, BrokerAddress]: ...
+
+    def topics(self) -> list[str]: ...
+
+    def partitions(self, topic: str) -> list[PartitionKey]: ...
+
+    def close(self) -> None: ...
+
+
+class StaticCluster:
+    """A fixed broker list; every broker holds ``partitions_per_broker`` partitions of each topic.
+
+    0.7 has no metadata request, so without ZooKeeper the partition count
+    must be configured, exactly as with 0.7's static ``broker.list``.
+    """
+
+    def __init__(self, brokers: Mapping[int, BrokerAddress], partitions_per_broker: int = 1):
+        if partitions_per_broker < 1:
+            raise ClusterConfigError("partitions per broker must be at least 1")
+        self._brokers = dict(brokers)
+        self.partitions_per_broker = partitions_per_broker
+
+    def brokers(self) -> dict[int, BrokerAddress]:
+        return dict(self._brokers)
+
+    def topics(self) -> list[str]:
+        raise ClusterConfigError("a static broker list cannot list topics; use 'topics' or 'zookeeper'")
+
+    def partitions(self, topic: str) -> list[PartitionKey]:
+        return [
+            PartitionKey(topic, broker_id, p)
+            for broker_id in sorted(self._brokers)
+            for p in range(self.partitions_per_broker)
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+class ZooKeeperCluster:
+    """The 0.7 ZooKeeper registry, read with blocking kazoo calls.
+
+    ``connect`` is a ZooKeeper connect string, optionally with a chroot
+    (``host:2181/kafka``), which kazoo applies to every path.
+    """
+
+    def __init__(self, connect: str, *, timeout_s: float = 15.0):
+        from kazoo.client import KazooClient  # imported here: only planners need it
+
+        self.connect = connect
+        self._zk = KazooClient(hosts=connect, timeout=timeout_s)
+        try:
+            self._zk.start(timeout=timeout_s)
+        except Exception as exc:  # kazoo raises its own timeout type
+            self._zk.close()
+            raise ClusterConfigError(f"cannot reach ZooKeeper at {connect!r}: {exc}") from exc
+
+    def close(self) -> None:
+        self._zk.stop()
+        self._zk.close()
+
+    def __enter__(self) -> "ZooKeeperCluster":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _children(self, path: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return self._zk.get_children(path)
+        except NoNodeError:
+            return []
+
+    def _value(self, path: str) -> bytes | None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return self._zk.get(path)[0]
+        except NoNodeError:
+            return None
+
+    def brokers(self) -> dict[int, BrokerAddress]:
+        """Live brokers from ``/brokers/ids/<id>`` = ``creator:host:port`` (spec §11.2)."""
+        found: dict[int, BrokerAddress] = {}
+        for child in self._children(paths.broker_ids()):
+            if not child.isdigit():
+                continue
+            value = self._value(f"{paths.broker_ids()}/{child}")
+            if value is None:
+                continue  # the broker went away between the two reads
+            fields = value.decode("utf-8", "replace").split(":")
+            if len(fields) != 3 or not fields[2].isdigit():
+                raise ClusterConfigError(f"broker {child} registered {value!r}, not creator:host:port")
+            found[int(child)] = BrokerAddress(int(child), fields[1], int(fields[2]))
+        return found
+
+    def topics(self) -> list[str]:
+        return sorted(self._children(paths.broker_topics()))
+
+    def partitions(self, topic: str) -> list[PartitionKey]:
+        """Partitions per live broker from ``/brokers/topics/<t>/<id>`` (partition 0 if unregistered)."""
+        registered: dict[int, int] = {}
+        for child in self._children(paths.broker_topic(topic)):
+            value = self._value(f"{paths.broker_topic(topic)}/{child}")
+            if child.isdigit() and value is not None and value.strip().isdigit():
+                registered[int(child)] = int(value)
+        keys = []
+        for broker_id in sorted(self.brokers()):
+            count = max(1, registered.get(broker_id, 1))
+            keys.extend(PartitionKey(topic, broker_id, p) for p in range(count))
+        return keys
+
+    # -- consumer-group offsets (spec §11.4) ----------------------------------
+
+    def read_group_offsets(self, group: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
+        """Committed offsets of ``group`` for ``keys``; absent, empty or non-numeric nodes are left out."""
+        found = {}
+        for key in keys:
+            value = self._value(paths.consumer_offset(group, key.topic, key.broker, key.partition))
+            text = value.decode("ascii", "replace").strip() if value is not None else ""
+            if text.isdigit():
+                found[key] = int(text)
+        return found
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> None:
+        """Write each offset as a decimal string to the group's persistent offsets node."""
+        from kazoo.exceptions import NodeExistsError
+
+        for key in sorted(offsets):
+            path = paths.consumer_offset(group, key.topic, key.broker, key.partition)
+            value = str(int(offsets[key])).encode("ascii")
+            if self._zk.exists(path) is None:
+                try:
+                    self._zk.create(path, value, makepath=True)
+                    continue
+                except NodeExistsError:
+                    pass  # created concurrently: overwrite below
+            self._zk.set(path, value)

@@ -1,0 +1,55 @@
+"""The row layout of the trikafka source and its Arrow form.
+
+One row per consumed message (compressed wrappers unpacked, spec §4.4):
+
+* ``topic``, ``broker``, ``partition``: where it was read;
+* ``offset``: byte offset of its top-level entry (spec §5);
+* ``next_offset``: the offset a consumer commits after it (for the inner
+  messages of a wrapper: the wrapper's start, except the last one's end);
+* ``payload``: the message bytes.
+
+Tasks yield ``pyarrow.RecordBatch``es, about twice as fast as tuples; their
+schema must equal Spark's Arrow conversion of ``SCHEMA`` exactly, so it is
+derived from it once per task.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pyarrow as pa
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from trikafka.wire import ConsumedMessage
+
+from .offsets import PartitionKey
+
+SCHEMA = StructType([
+    StructField("topic", StringType(), nullable=False),
+    StructField("broker", IntegerType(), nullable=False),
+    StructField("partition", IntegerType(), nullable=False),
+    StructField("offset", LongType(), nullable=False),
+    StructField("next_offset", LongType(), nullable=False),
+    StructField("payload", BinaryType(), nullable=False),
+])
+
+
+def arrow_schema(schema: StructType = SCHEMA) -> pa.Schema:
+    """The Arrow schema Spark expects for ``schema`` (nullability included)."""
+    from pyspark.sql.pandas.types import to_arrow_schema  # needs no pandas
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def to_record_batch(key: PartitionKey, messages: Sequence[ConsumedMessage], schema: pa.Schema) -> pa.RecordBatch:
+    """One RecordBatch of ``messages`` read from ``key`` (constant columns via ``pa.repeat``)."""
+    count = len(messages)
+    columns = [
+        pa.repeat(pa.scalar(key.topic, pa.string()), count),
+        pa.repeat(pa.scalar(key.broker, pa.int32()), count),
+        pa.repeat(pa.scalar(key.partition, pa.int32()), count),
+        pa.array([m.offset for m in messages], pa.int64()),
+        pa.array([m.next_offset for m in messages], pa.int64()),
+        pa.array([m.payload for m in messages], pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

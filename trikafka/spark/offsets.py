@@ -1,0 +1,151 @@
+"""Partition keys and the offset documents the Spark source reads and writes.
+
+A 0.7 offset is a byte position scoped to one broker-partition (spec §5), so
+every offset is keyed by ``(topic, broker, partition)``.  Offset documents are
+JSON objects laid out like the ZooKeeper offsets registry (spec §11.1)::
+
+    {"pageviews": {"0-0": 1523, "0-1": 0, "1-0": 88}}
+
+i.e. topic, then ``<brokerId>-<partition>``, then the next byte offset to read.
+The same layout serves ``startingOffsets`` / ``endingOffsets`` (where -2 means
+earliest and -1 latest) and Spark's streaming checkpoints.  Spark compares
+offsets as JSON *strings*, so documents are always built in one canonical
+order: topics sorted, then brokers and partitions numerically.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from trikafka.zk.errors import InvalidPathError
+from trikafka.zk.paths import parse_partition_name, validate_topic
+
+EARLIEST = -2  # the same numbers OFFSETS uses for its special times (spec §6.5)
+LATEST = -1
+_GROUP_PREFIX = "group:"
+_GROUP_NAME_RE = re.compile(r"[^/\x00-\x1f]+")
+
+
+class OffsetSpecError(ValueError):
+    """An offsets option or document that cannot be understood."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PartitionKey:
+    """One broker-partition of a topic: the unit of reading and of offsets."""
+
+    topic: str
+    broker: int
+    partition: int
+
+    @property
+    def name(self) -> str:
+        """``<brokerId>-<partition>``, as in the ZooKeeper registry."""
+        return f"{self.broker}-{self.partition}"
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.name}"
+
+
+def _sort_key(key: PartitionKey) -> tuple[str, int, int]:
+    return (key.topic, key.broker, key.partition)
+
+
+def offsets_to_document(offsets: Mapping[PartitionKey, int]) -> dict[str, dict[str, int]]:
+    """The canonical JSON-able document for ``offsets`` (deterministic key order)."""
+    doc: dict[str, dict[str, int]] = {}
+    for key in sorted(offsets, key=_sort_key):
+        doc.setdefault(key.topic, {})[key.name] = int(offsets[key])
+    return doc
+
+
+def offsets_to_json(offsets: Mapping[PartitionKey, int]) -> str:
+    """Compact JSON of :func:`offsets_to_document`."""
+    return json.dumps(offsets_to_document(offsets), separators=(",", ":"))
+
+
+def offsets_from_document(doc: object, *, allow_special: bool = False) -> dict[PartitionKey, int]:
+    """Parse an offset document; ``allow_special`` admits -2 (earliest) and -1 (latest)."""
+    if not isinstance(doc, dict):
+        raise OffsetSpecError(f"an offset document must be a JSON object, got {type(doc).__name__}")
+    result: dict[PartitionKey, int] = {}
+    for topic, parts in doc.items():
+        try:
+            validate_topic(topic)
+        except InvalidPathError as exc:
+            raise OffsetSpecError(str(exc)) from None
+        if not isinstance(parts, dict):
+            raise OffsetSpecError(f"offsets of topic {topic!r} must be an object of '<broker>-<partition>' keys")
+        for name, value in parts.items():
+            try:
+                broker, partition = parse_partition_name(name)
+            except InvalidPathError as exc:
+                raise OffsetSpecError(f"topic {topic!r}: {exc}") from None
+            result[PartitionKey(topic, broker, partition)] = _check_offset(value, allow_special, f"{topic}/{name}")
+    return result
+
+
+def _check_offset(value: object, allow_special: bool, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OffsetSpecError(f"offset of {where} must be an integer, got {value!r}")
+    lowest = EARLIEST if allow_special else 0
+    if value < lowest:
+        hint = " (-2 = earliest, -1 = latest)" if allow_special else ""
+        raise OffsetSpecError(f"offset of {where} is {value}; must be >= {lowest}{hint}")
+    return value
+
+
+def offsets_from_json(text: str, *, allow_special: bool = False) -> dict[PartitionKey, int]:
+    """Parse the JSON text of an offset document."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OffsetSpecError(f"offsets are not valid JSON: {exc}") from None
+    return offsets_from_document(doc, allow_special=allow_special)
+
+
+# -- the startingOffsets / endingOffsets options ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """A parsed offsets option.
+
+    ``kind`` is ``"earliest"``, ``"latest"``, ``"group"`` (a consumer group's
+    committed offsets, ``group`` names it) or ``"explicit"`` (``explicit``
+    maps keys to offsets, -2/-1 allowed; partitions it does not name use
+    ``default``).
+    """
+
+    kind: str
+    group: str | None = None
+    explicit: tuple[tuple[PartitionKey, int], ...] = ()
+    default: int = EARLIEST
+
+    @property
+    def explicit_offsets(self) -> dict[PartitionKey, int]:
+        return dict(self.explicit)
+
+
+def parse_offset_spec(text: str, *, option: str, allow_group: bool, default_special: int) -> OffsetSpec:
+    """Parse ``earliest`` | ``latest`` | ``group:<name>`` | a JSON offset document."""
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("earliest", "latest"):
+        return OffsetSpec(lowered)
+    if lowered.startswith(_GROUP_PREFIX):
+        if not allow_group:
+            raise OffsetSpecError(f"{option} does not accept a consumer group")
+        group = value[len(_GROUP_PREFIX):]
+        if not _GROUP_NAME_RE.fullmatch(group) or group in (".", ".."):
+            raise OffsetSpecError(f"{option}: invalid consumer group name {group!r}")
+        return OffsetSpec("group", group=group)
+    if value.startswith("{"):
+        offsets = offsets_from_json(value, allow_special=True)
+        return OffsetSpec("explicit", explicit=tuple(sorted(offsets.items())), default=default_special)
+    choices = "earliest, latest, group:<name> or a JSON offset document" if allow_group else \
+        "latest or a JSON offset document"
+    raise OffsetSpecError(f"{option}={text!r}: expected {choices}")

@@ -1,0 +1,179 @@
+"""Driver-side planning: which broker-partitions to read, and from where to where.
+
+Runs in Spark's planner worker (batch) and in the long-lived streaming source
+runner, never in tasks.  Offsets are resolved here with OFFSETS requests
+(spec §6.5): ``earliest`` is S = OFFSETS(-2, 1), ``latest`` the visible end
+E = OFFSETS(-1, 1).  A consumer group's offsets come from the ZooKeeper
+registry (spec §11.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from .blocking_client import BrokerConnection, BrokerConnectionError
+from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster
+from .offsets import EARLIEST, LATEST, OffsetSpec, PartitionKey
+from .options import SourceOptions
+
+# Room for response headers on top of the largest fetch.
+_RESPONSE_HEADROOM_BYTES = 64 * 1024
+
+
+class PlanningError(ValueError):
+    """The requested offsets or partitions cannot be planned."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRange:
+    """One task's work: bytes ``[start, end)`` of ``key`` on the broker at ``host:port``."""
+
+    key: PartitionKey
+    host: str
+    port: int
+    start: int
+    end: int
+
+
+def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerConnection:
+    """A blocking connection sized for the options' largest fetch."""
+    return BrokerConnection(
+        address.host, address.port, timeout_s=options.timeout_s,
+        max_response_bytes=options.max_fetch_bytes + _RESPONSE_HEADROOM_BYTES,
+    )
+
+
+class ConnectionPool:
+    """Lazily opened connections, one per broker id; broken ones are reopened on next use."""
+
+    def __init__(self, brokers: Mapping[int, BrokerAddress], options: SourceOptions):
+        self.brokers = dict(brokers)
+        self._options = options
+        self._conns: dict[int, BrokerConnection] = {}
+
+    def update(self, brokers: Mapping[int, BrokerAddress]) -> None:
+        """Adopt a new broker map; connections to moved or vanished brokers are closed."""
+        for broker_id, conn in list(self._conns.items()):
+            if brokers.get(broker_id) != self.brokers.get(broker_id):
+                conn.close()
+                del self._conns[broker_id]
+        self.brokers = dict(brokers)
+
+    def get(self, broker_id: int) -> BrokerConnection:
+        conn = self._conns.get(broker_id)
+        if conn is None or conn.closed:
+            address = self.brokers.get(broker_id)
+            if address is None:
+                raise PlanningError(f"broker {broker_id} is not known (not listed / not registered)")
+            conn = self._conns[broker_id] = open_connection(address, self._options)
+        return conn
+
+    def visible_end(self, key: PartitionKey) -> int:
+        return self.get(key.broker).visible_end(key.topic, key.partition)
+
+    def log_start(self, key: PartitionKey) -> int:
+        return self.get(key.broker).log_start(key.topic, key.partition)
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> "ConnectionPool":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperCluster) -> list[PartitionKey]:
+    """Every broker-partition of the selected topics, plus those named in explicit offsets."""
+    topics = options.select_topics(cluster)
+    keys = {key for topic in topics for key in cluster.partitions(topic)}
+    for spec in (options.starting, options.ending):
+        keys.update(k for k in spec.explicit_offsets if k.topic in topics)
+    return sorted(keys)
+
+
+def resolve_offsets(
+    spec: OffsetSpec,
+    keys: Iterable[PartitionKey],
+    pool: ConnectionPool,
+    *,
+    cluster: StaticCluster | ZooKeeperCluster,
+    group_default: int = EARLIEST,
+) -> dict[PartitionKey, int]:
+    """Concrete byte offsets of ``spec`` for each key."""
+    keys = list(keys)
+    wanted: dict[PartitionKey, int]
+    if spec.kind == "earliest":
+        wanted = dict.fromkeys(keys, EARLIEST)
+    elif spec.kind == "latest":
+        wanted = dict.fromkeys(keys, LATEST)
+    elif spec.kind == "group":
+        assert isinstance(cluster, ZooKeeperCluster) and spec.group is not None
+        committed = cluster.read_group_offsets(spec.group, keys)
+        wanted = {k: committed.get(k, group_default) for k in keys}
+    else:
+        explicit = spec.explicit_offsets
+        wanted = {k: explicit.get(k, spec.default) for k in keys}
+    resolved = {}
+    for key, value in wanted.items():
+        if value == EARLIEST:
+            value = pool.log_start(key)
+        elif value == LATEST:
+            value = pool.visible_end(key)
+        resolved[key] = value
+    return resolved
+
+
+def plan_batch(options: SourceOptions) -> list[PartitionRange]:
+    """The ranges of a batch read: one per broker-partition with data in ``[start, end)``."""
+    cluster = options.open_cluster()
+    try:
+        keys = discover_keys(options, cluster)
+        with ConnectionPool(cluster.brokers(), options) as pool:
+            start = resolve_offsets(
+                options.starting, keys, pool, cluster=cluster, group_default=options.group_default_offset
+            )
+            end = resolve_offsets(options.ending, keys, pool, cluster=cluster)
+            ranges = []
+            for key in keys:
+                visible = end[key] if options.ending.kind == "latest" else pool.visible_end(key)
+                _check_range(key, start[key], end[key], visible)
+                if end[key] > start[key]:
+                    address = pool.brokers[key.broker]
+                    ranges.append(PartitionRange(key, address.host, address.port, start[key], end[key]))
+            return ranges
+    except BrokerConnectionError as exc:
+        raise PlanningError(f"planning the trikafka read failed: {exc}") from exc
+    finally:
+        cluster.close()
+
+
+def _check_range(key: PartitionKey, start: int, end: int, visible_end: int) -> None:
+    if end > visible_end:
+        raise PlanningError(f"{key}: ending offset {end} is beyond the visible end {visible_end}")
+    if start > end:
+        raise PlanningError(f"{key}: starting offset {start} is beyond the ending offset {end}")
+
+
+def ranges_between(
+    start: Mapping[PartitionKey, int], end: Mapping[PartitionKey, int], brokers: Mapping[int, BrokerAddress]
+) -> list[PartitionRange]:
+    """Streaming: the ranges of a micro-batch from its start and end offset maps.
+
+    A key missing from ``start`` entered the offsets at ``end`` (see the stream
+    reader), so it has nothing to read in this batch.
+    """
+    ranges = []
+    for key in sorted(end):
+        begin = start.get(key)
+        if begin is None or end[key] <= begin:
+            continue
+        address = brokers.get(key.broker)
+        if address is None:
+            raise PlanningError(f"{key}: broker {key.broker} is not registered; cannot read [{begin}, {end[key]})")
+        ranges.append(PartitionRange(key, address.host, address.port, begin, end[key]))
+    return ranges

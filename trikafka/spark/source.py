@@ -1,0 +1,124 @@
+"""``spark.read.format("trikafka")`` and ``spark.readStream.format("trikafka")``.
+
+The Hadoop load pattern of the Kafka papers on PySpark's Python Data Source
+API: one input partition per broker/topic/partition (the design doc's "one
+map task per node/topic/partition"), each task reading its byte range with
+the blocking client and yielding Arrow record batches.
+
+Where things run (PySpark 4.x): ``schema()`` in a short-lived worker at
+``load()``; ``partitions()`` in a planner worker at the first action;
+``read()`` in tasks on unpickled copies of the reader.  Readers therefore
+carry only plain, picklable data (parsed options, planned ranges) and open
+their sockets inside ``read()``.
+
+Usage::
+
+    df = (spark.read.format("trikafka")
+          .option("brokers", "0:127.0.0.1:9092,1:127.0.0.1:9093")
+          .option("topics", "pageviews")
+          .load())
+
+The options are documented in ``trikafka.spark.options``; the streaming
+reader in ``trikafka.spark.stream``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from .cluster import BrokerAddress
+from .columns import SCHEMA, arrow_schema, to_record_batch
+from .offsets import PartitionKey
+from .options import OptionError, SourceOptions, parse_options
+from .planning import PartitionRange, open_connection, plan_batch
+from .reading import FetchSizing, iter_message_chunks
+
+SOURCE_NAME = "trikafka"
+log = logging.getLogger("trikafka.spark")
+
+
+class RangePartition(InputPartition):
+    """A Spark input partition holding one ``PartitionRange`` (plain, picklable data)."""
+
+    def __init__(self, planned: PartitionRange):
+        super().__init__(f"{planned.key}[{planned.start},{planned.end})@{planned.host}:{planned.port}")
+        self.planned = planned
+
+
+def read_partition(options: SourceOptions, partition: InputPartition) -> Iterator["object"]:
+    """Task body shared by batch and streaming reads: RecordBatches of one range."""
+    if not isinstance(partition, RangePartition):
+        return  # Spark turns an empty plan into one placeholder partition
+    planned = partition.planned
+    schema = arrow_schema()
+    sizing = FetchSizing(options.fetch_bytes, options.max_fetch_bytes)
+    address = BrokerAddress(planned.key.broker, planned.host, planned.port)
+    with open_connection(address, options) as conn:
+        for messages in iter_message_chunks(
+            conn, planned.key, planned.start, planned.end, sizing,
+            fail_on_data_loss=options.fail_on_data_loss, log=log.warning,
+        ):
+            yield to_record_batch(planned.key, messages, schema)
+
+
+def commit_to_group(options: SourceOptions, offsets: dict[PartitionKey, int]) -> None:
+    """Publish consumed offsets to the ``commitToGroup`` registry (advisory, for lag monitoring)."""
+    if not options.commit_to_group or not offsets:
+        return
+    from .cluster import ZooKeeperCluster
+
+    assert options.zookeeper, "parse_options requires zookeeper with commitToGroup"
+    with ZooKeeperCluster(options.zookeeper, timeout_s=options.timeout_s) as cluster:
+        cluster.commit_group_offsets(options.commit_to_group, offsets)
+
+
+def _check_schema(schema: StructType) -> None:
+    if schema != SCHEMA:
+        raise OptionError(
+            f"the trikafka source has a fixed schema {SCHEMA.simpleString()}; got {schema.simpleString()}"
+        )
+
+
+class TrikafkaBatchReader(DataSourceReader):
+    """Batch reads: ``partitions()`` plans byte ranges, ``read()`` fetches one."""
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        return [RangePartition(r) for r in plan_batch(self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator["object"]:
+        yield from read_partition(self.options, partition)
+        if isinstance(partition, RangePartition):
+            # Like the 0.7 Hadoop mappers: a task that read its whole range records it.
+            commit_to_group(self.options, {partition.planned.key: partition.planned.end})
+
+
+class TrikafkaDataSource(DataSource):
+    """The ``trikafka`` data source: batch and streaming reads of 0.7 topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        parse_options(self.options)  # fail at load() with a clear message, not at the first action
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_schema(schema)
+        return TrikafkaBatchReader(parse_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream import TrikafkaStreamReader
+
+        _check_schema(schema)
+        options = parse_options(self.options)
+        if options.ending.kind != "latest":
+            raise OptionError("endingOffsets applies to batch reads only")
+        return TrikafkaStreamReader(options)
