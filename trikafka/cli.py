@@ -7,9 +7,10 @@ writes the port to that file, so scripts can start it on port 0.
 
 ``produce`` sends each stdin line as one message, ``consume`` prints each
 payload as one line; both talk to one broker (default 127.0.0.1:9092).
-``topics`` lists what a log directory holds (``--log-dir``), or the offsets
-the broker reports for named topics: the 0.7 protocol has no metadata
-request, and trikafka adds none.
+``topics`` lists what a log directory holds (``--log-dir``), the topics
+registered in ZooKeeper (``--zk``), or named topics of one broker; each
+partition's start, visible end and size come from OFFSETS.  The 0.7 protocol
+has no metadata request, and trikafka adds none.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ READY_LINE = "trikafka: serving on {host}:{port}"
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 READ_BYTES = 256 * 1024
+PARTITION_PROBE_BATCH = 64  # partitions asked about per MULTIFETCH by `topics`
+MAX_PROBED_PARTITIONS = 4096
 
 
 def parse_broker(text: str) -> tuple[str, int]:
@@ -77,9 +80,9 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
 
     async with trio.open_nursery() as nursery:
         broker = await nursery.start(functools.partial(serve, config, handle_signals=True))
-        print(READY_LINE.format(host=broker.host, port=broker.port), file=sys.stderr, flush=True)
-        if ready_file:
+        if ready_file:  # before the ready line, so a reader of the line finds the file
             _write_ready_file(ready_file, broker.port)
+        print(READY_LINE.format(host=broker.host, port=broker.port), file=sys.stderr, flush=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -88,12 +91,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"trikafka: bad configuration: {exc}", file=sys.stderr)
         return 2
+    os_errors: list[BaseException] = []
+    interrupted = False
     try:
         trio.run(_serve_main, config, args.ready_file)
-    except OSError as exc:  # e.g. the port is taken
+    except* OSError as group:  # e.g. the port is taken, the log dir is not writable
+        os_errors.extend(_leaf_exceptions(group))
+    except* KeyboardInterrupt:  # before the signal handler was installed: no clean marker
+        interrupted = True
+    # Anything else (a failed log, a bug) propagates with its traceback: exit status 1.
+    for exc in os_errors:
         print(f"trikafka: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    if interrupted:
+        print("trikafka: interrupted", file=sys.stderr)
+        return 130
+    return 1 if os_errors else 0
+
+
+def _leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaf_exceptions(inner)]
+    return [exc]
 
 
 # --------------------------------------------------------------------------- produce
@@ -159,6 +177,8 @@ async def _consume_main(args: argparse.Namespace) -> int:
             start = await consumer.latest()
         else:
             start = int(args.from_)
+        # On stderr, so stdout stays payloads only; scripts may wait for this line.
+        print(f"trikafka: consuming {args.topic}-{args.partition} from offset {start}", file=sys.stderr, flush=True)
         async for message in consumer.messages(start):
             out.write(message.payload + b"\n")
             count += 1
@@ -198,17 +218,99 @@ def _topics_from_log_dir(log_dir: str) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-async def _topics_from_broker(args: argparse.Namespace) -> list[tuple[str, int, int, int]]:
+async def _partition_count(conn, topic: str) -> int | None:
+    """``partitions(topic)`` as the broker answers it, or None for a name it rejects.
+
+    0.7 has no metadata request, but FETCH answers WrongPartition exactly for
+    partitions outside ``[0, partitions(topic))`` and Unknown for an invalid
+    name (spec §6.2).  A MULTIFETCH of ``maxSize`` 0 at offset 0 asks that of
+    many partitions at once, reads no data and creates nothing (§9).
+    """
+    from trikafka.wire import ErrorCode
+
+    first = 0
+    while first < MAX_PROBED_PARTITIONS:
+        probe = range(first, first + PARTITION_PROBE_BATCH)
+        results = await conn.multifetch([(topic, p, 0, 0) for p in probe])
+        for partition, result in zip(probe, results):
+            if result.error == ErrorCode.UNKNOWN:
+                return None
+            if result.error == ErrorCode.WRONG_PARTITION:
+                return partition
+        first += PARTITION_PROBE_BATCH
+    return MAX_PROBED_PARTITIONS
+
+
+TopicRow = tuple[str, str, str, int, int]  # topic, partition name, broker HOST:PORT, start, visible end
+
+
+async def _topics_from_broker(args: argparse.Namespace) -> list[TopicRow]:
     from trikafka.client import connect, earliest_offset, latest_offset
 
     host, port = args.broker
     rows = []
     async with await connect(host, port) as conn:
         for topic in args.topic:
-            for partition in range(args.partitions):
-                rows.append((topic, partition, await earliest_offset(conn, topic, partition),
+            count = args.partitions if args.partitions is not None else await _partition_count(conn, topic)
+            if count is None:
+                print(f"trikafka: the broker rejects the topic name {topic!r}", file=sys.stderr)
+                continue
+            for partition in range(count):
+                rows.append((topic, str(partition), f"{host}:{port}", await earliest_offset(conn, topic, partition),
                              await latest_offset(conn, topic, partition)))
     return rows
+
+
+async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
+    """Every topic registered in ZooKeeper (spec §11.2-§11.3), each partition asked its offsets.
+
+    Partitions are named ``brokerId-partition`` as in 0.7's registry; a
+    broker that does not answer is reported on stderr and skipped.
+    """
+    from trikafka.client import ClientError, connect, earliest_offset, latest_offset
+    from trikafka.zk import KazooCoordinator, NoNodeError, parse_broker_registration, parse_partition_count
+    from trikafka.zk import paths
+
+    rows: list[TopicRow] = []
+    async with KazooCoordinator(args.zk, ensure_chroot=False) as zk:
+        brokers: dict[int, tuple[str, int]] = {}
+        for name in await zk.children(paths.broker_ids()):
+            try:
+                value, _stat = await zk.get(paths.broker_id(int(name)))
+                info = parse_broker_registration(value)
+            except (NoNodeError, ValueError) as exc:
+                print(f"trikafka: skipping broker {name}: {exc}", file=sys.stderr)
+                continue
+            brokers[int(name)] = (info.host, info.port)
+        wanted = set(args.topic)
+        counts: dict[int, list[tuple[str, int]]] = {}
+        try:
+            topics = sorted(await zk.children(paths.broker_topics()))
+        except NoNodeError:
+            topics = []
+        for topic in topics:
+            if wanted and topic not in wanted:
+                continue
+            for name in await zk.children(paths.broker_topic(topic)):
+                try:
+                    value, _stat = await zk.get(paths.broker_topic_id(topic, int(name)))
+                    counts.setdefault(int(name), []).append((topic, parse_partition_count(value)))
+                except (NoNodeError, ValueError) as exc:
+                    print(f"trikafka: skipping {topic} on broker {name}: {exc}", file=sys.stderr)
+    for broker_id, registered in sorted(counts.items()):
+        if broker_id not in brokers:
+            continue  # registered topics of a broker that is gone (its ephemerals are on their way out)
+        host, port = brokers[broker_id]
+        try:
+            async with await connect(host, port) as conn:
+                for topic, count in registered:
+                    for partition in range(count):
+                        rows.append((topic, f"{broker_id}-{partition}", f"{host}:{port}",
+                                     await earliest_offset(conn, topic, partition),
+                                     await latest_offset(conn, topic, partition)))
+        except (ClientError, OSError) as exc:
+            print(f"trikafka: broker {broker_id} at {host}:{port}: {exc}", file=sys.stderr)
+    return sorted(rows)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
@@ -217,16 +319,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
         for topic, partition, segments, start, end in _topics_from_log_dir(args.log_dir):
             print(f"{topic}\t{partition}\t{segments}\t{start}\t{end}\t{end - start}")
         return 0
-    if not args.topic:
-        print("trikafka: the 0.7 protocol cannot list topics; give --log-dir DIR, "
-              "or name the topics to query the broker's offsets", file=sys.stderr)
+    if args.zk:
+        rows = _run_client_value(_topics_from_zookeeper, args)
+    elif args.topic:
+        rows = _run_client_value(_topics_from_broker, args)
+    else:
+        print("trikafka: a 0.7 broker cannot list its topics (there is no metadata request); "
+              "name the topics, or give --zk CONNECT (registered topics) or --log-dir DIR", file=sys.stderr)
         return 2
-    rows = _run_client_value(_topics_from_broker, args)
     if rows is None:
         return 1
-    print("topic\tpartition\tstart\tvisible_end\tbytes")
-    for topic, partition, start, end in rows:
-        print(f"{topic}\t{partition}\t{start}\t{end}\t{end - start}")
+    print("topic\tpartition\tbroker\tstart\tvisible_end\tbytes")
+    for topic, partition, broker, start, end in rows:
+        print(f"{topic}\t{partition}\t{broker}\t{start}\t{end}\t{end - start}")
     return 0
 
 
@@ -235,12 +340,13 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 def _run_client_value(fn, args: argparse.Namespace):
     from trikafka.client import ClientError
+    from trikafka.zk import CoordinatorError
 
     try:
         return trio.run(fn, args)
     except KeyboardInterrupt:
         return None
-    except (ClientError, OSError) as exc:
+    except (ClientError, CoordinatorError, OSError) as exc:
         print(f"trikafka: {exc}", file=sys.stderr)
         return None
 
@@ -305,7 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("topic", nargs="*")
     add_broker(topics)
     topics.add_argument("--log-dir", help="read this broker data directory instead of asking a broker")
-    topics.add_argument("--partitions", type=int, default=1, help="partitions to query per named topic")
+    topics.add_argument("--zk", metavar="CONNECT",
+                        help="list the topics registered in this ZooKeeper and ask each broker their offsets")
+    topics.add_argument("--partitions", type=int,
+                        help="partitions to query per named topic (default: ask the broker how many)")
     topics.set_defaults(func=cmd_topics)
     return parser
 

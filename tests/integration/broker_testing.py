@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Any
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
 
 import trio
 
 from trikafka.broker import BrokerConfig
 from trikafka.wire import (
     NEED_DATA,
+    ErrorCode,
+    FetchPart,
+    FetchRequest,
     OffsetsRequest,
     ResponseFrame,
     ResponseReader,
@@ -90,6 +97,28 @@ class RawClient:
         await trio.aclose_forcefully(self.stream)
 
 
+async def start_in_memory(nursery: trio.Nursery, config: BrokerConfig, fs: Any, **serve_kwargs: Any) -> Any:
+    """A broker on ``fs`` (a FakeFileSystem) whose blocking calls run inline.
+
+    With in-memory client streams (``memory_client``) nothing leaves the Trio
+    loop, so a MockClock(autojump) test sees exactly the times the broker chose.
+    """
+    from trikafka.broker.server import inline_blocking, serve
+
+    serve_kwargs.setdefault("run_blocking", inline_blocking)
+    serve_kwargs.setdefault("clock_ms", lambda: 0)
+    return await nursery.start(lambda **kw: serve(config, fs=fs, **serve_kwargs, **kw))
+
+
+async def memory_client(broker: Any) -> RawClient:
+    """A client connected to ``broker`` through an in-memory stream pair."""
+    import trio.testing
+
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    await broker.connect_stream(server_stream)
+    return RawClient(client_stream)
+
+
 def snapshot(log_dir: str) -> dict[str, bytes]:
     """Every file under ``log_dir`` with its bytes (the stored state)."""
     result: dict[str, bytes] = {}
@@ -101,6 +130,138 @@ def snapshot(log_dir: str) -> dict[str, bytes]:
     return result
 
 
+async def assert_serves(port: int, topic: str, expected: bytes) -> None:
+    """A new, well-behaved connection is accepted and fetches ``topic``-0 byte for byte."""
+    client = await RawClient.connect(port)
+    try:
+        response = await client.call(FetchRequest(FetchPart(topic, 0, 0, len(expected) + 1000)))
+        assert (response.error_code, response.payload) == (ErrorCode.NO_ERROR, expected)
+        assert await client.offsets(topic, 0, -1, 1) == [len(expected)]
+    finally:
+        await client.aclose()
+
+
 def frame(size: int, body: bytes = b"") -> bytes:
     """A request frame with an arbitrary (possibly lying) size prefix."""
     return struct.pack(">i", size) + body
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_MARKER = b"trikafka: serving on "
+# Bounds for waiting on a child process (start-up, exit); a hang fails, never stalls.
+PROCESS_TIMEOUT_S = 30.0
+
+
+def trikafka_command(*args: str) -> list[str]:
+    """``python -m trikafka ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "trikafka", *args]
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child: this checkout first on the import path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class ChildProcess:
+    """A child with its stderr collected in the background (so it never blocks on a full pipe)."""
+
+    def __init__(self, process: trio.Process):
+        self.process = process
+        self.stderr = bytearray()
+        self.stderr_closed = False
+        self._stderr_changed = trio.Event()
+        self.stdout = bytearray()
+        self._stdout_changed = trio.Event()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def collect_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async with self.process.stderr:
+            while data := await self.process.stderr.receive_some(65536):
+                self.stderr += data
+                self._stderr_changed.set()
+                self._stderr_changed = trio.Event()
+        self.stderr_closed = True
+        self._stderr_changed.set()
+
+    async def collect_stdout(self) -> None:
+        assert self.process.stdout is not None
+        async with self.process.stdout:
+            while data := await self.process.stdout.receive_some(65536):
+                self.stdout += data
+                self._stdout_changed.set()
+                self._stdout_changed = trio.Event()
+
+    async def wait_for_lines(self, count: int) -> list[bytes]:
+        """Wait until stdout holds ``count`` complete lines; return them."""
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            while self.stdout.count(b"\n") < count:
+                await self._stdout_changed.wait()
+        return bytes(self.stdout).split(b"\n")[:count]
+
+    async def send_stdin(self, data: bytes, *, close: bool = True) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(data)
+        if close:
+            await self.process.stdin.aclose()
+
+    async def wait_for_stderr(self, marker: bytes) -> None:
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            while marker not in self.stderr:
+                if self.stderr_closed:
+                    raise AssertionError(f"the child ended its stderr without {marker!r}: "
+                                         f"{self.stderr.decode(errors='replace')}")
+                await self._stderr_changed.wait()
+
+    async def wait(self) -> int:
+        with trio.fail_after(PROCESS_TIMEOUT_S):
+            return await self.process.wait()
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+
+@asynccontextmanager
+async def child_process(*args: str, stdin: int | None = None, stdout: int | None = None,
+                        cwd: Any = None) -> AsyncIterator[ChildProcess]:
+    """Run ``trikafka ARGS`` in a child; it is killed (by PID) and reaped on exit, whatever happens."""
+    process = await trio.lowlevel.open_process(trikafka_command(*args), stdin=stdin, stdout=stdout,
+                                               stderr=subprocess.PIPE, env=child_env(), cwd=cwd)
+    child = ChildProcess(process)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child.collect_stderr)
+            if process.stdout is not None:
+                nursery.start_soon(child.collect_stdout)
+            try:
+                yield child
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+                    if process.stdin is not None:
+                        await trio.aclose_forcefully(process.stdin)
+    finally:
+        if process.returncode is None:  # never orphan a child, even on a failure above
+            process.kill()
+
+
+@asynccontextmanager
+async def serve_process(log_dir: Any, *flags: str, cwd: Any = None) -> AsyncIterator[tuple[ChildProcess, int]]:
+    """``trikafka serve`` on a free port; yields (child, port) once it serves."""
+    ready_file = os.path.join(str(log_dir) + ".port")
+    async with child_process("serve", "--standalone", "--port", "0", "--log-dir", str(log_dir),
+                             "--ready-file", ready_file, *flags, cwd=cwd) as child:
+        await child.wait_for_stderr(READY_MARKER)
+        with open(ready_file) as f:
+            port = int(f.read())
+        yield child, port

@@ -76,6 +76,10 @@ class FlushScheduler:
             if (now_s - last_s) * 1000 >= log.config.flush_interval_ms:
                 self.request_flush(log)
 
+    def track(self, log: Any) -> None:
+        """Start the flush-interval clock of a new ``log`` now (0.7 starts it when the log is created)."""
+        self._last_flush_s.setdefault(log, trio.current_time())
+
     def request_flush(self, log: Any) -> None:
         """Ask for a flush of ``log`` soon; never blocks, coalesces with one in flight."""
         if log in self._in_flight:

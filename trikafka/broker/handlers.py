@@ -102,6 +102,7 @@ class RequestHandler:
         """Start watching ``log`` (called once per log: loaded or created)."""
         self._logs[(log.topic, log.partition)] = log
         log.add_visible_listener(self._waiters.on_visible)
+        self._flusher.track(log)
         return log
 
     def existing_log(self, topic: str, partition: int) -> Any | None:

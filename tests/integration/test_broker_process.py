@@ -1,0 +1,95 @@
+"""Graceful shutdown of a real ``python -m trikafka serve`` process (SIGTERM, SIGINT).
+
+The broker runs as a child on a free loopback port; the test talks to it over
+TCP, signals it by PID, and checks the exit code, the clean-shutdown marker
+and that a restarted broker serves the data (spec §10.4-§10.5).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from trikafka.wire import (
+    ErrorCode,
+    FetchPart,
+    FetchRequest,
+    FetchWaitRequest,
+    ProduceAckedRequest,
+    ProducePart,
+    ProduceRequest,
+    decode_multifetch_payload,
+    decode_produce_acked_payload,
+)
+
+from .broker_testing import RawClient, messages, serve_process
+
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+NO_TIMER_FLUSH = ("--set", "log.default.flush.scheduler.interval.ms=3600000", "--set", "log.flush.interval=100000")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_flushes_writes_the_marker_and_exits_0(tmp_path, signum):
+    log_dir = tmp_path / "data"
+    acked, plain = messages(b"appended, not yet flushed"), messages(b"a plain 0.7 produce")
+    async with serve_process(log_dir, *NO_TIMER_FLUSH) as (broker, port):
+        client = await RawClient.connect(port)
+        response = await client.call(ProduceAckedRequest(1, 10_000, (ProducePart("t", 0, acked),)))
+        assert decode_produce_acked_payload(response.payload)[0].error == ErrorCode.NO_ERROR
+        await client.send(ProduceRequest(ProducePart("t", 0, plain)))
+        assert await client.offsets("t", 0, -1, 1) == [0]  # both appended, nothing visible yet
+        poller = await RawClient.connect(port)
+        await poller.send(FetchWaitRequest(600_000, 1, (FetchPart("quiet", 0, 0, 100),)))
+        idle = await RawClient.connect(port)
+        assert await idle.offsets("other", 0, -2, 1) == [0]
+
+        broker.signal(signum)
+        # The long poll is answered at once, the idle connection closed, the process exits 0.
+        assert decode_multifetch_payload((await poller.receive_frame()).payload) == [(ErrorCode.NO_ERROR, b"")]
+        await idle.assert_closed()
+        assert await broker.wait() == 0
+    assert os.path.exists(log_dir / CLEAN_SHUTDOWN_MARKER)
+    with open(log_dir / "t-0" / ("0" * 20 + ".kafka"), "rb") as f:
+        assert f.read() == acked + plain  # shutdown flushed (and fsynced) the appended bytes
+    assert b"clean shutdown marker written" in broker.stderr
+
+    async with serve_process(log_dir, *NO_TIMER_FLUSH) as (broker, port):
+        assert b"recovery not needed" in broker.stderr  # the marker was trusted
+        client = await RawClient.connect(port)
+        response = await client.call(FetchRequest(FetchPart("t", 0, 0, 1000)))
+        assert (response.error_code, response.payload) == (ErrorCode.NO_ERROR, acked + plain)
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+
+
+async def test_a_killed_broker_leaves_no_marker_and_the_restart_recovers(tmp_path):
+    log_dir = tmp_path / "data"
+    data = messages(b"flushed before the crash")
+    async with serve_process(log_dir) as (broker, port):
+        client = await RawClient.connect(port)
+        response = await client.call(ProduceAckedRequest(-1, 10_000, (ProducePart("t", 0, data),)))
+        assert decode_produce_acked_payload(response.payload)[0].error == ErrorCode.NO_ERROR
+        broker.signal(signal.SIGKILL)
+        assert await broker.wait() == -signal.SIGKILL
+    assert not os.path.exists(log_dir / CLEAN_SHUTDOWN_MARKER)
+    async with serve_process(log_dir) as (broker, port):
+        assert b"recovery ran" in broker.stderr
+        client = await RawClient.connect(port)
+        response = await client.call(FetchRequest(FetchPart("t", 0, 0, 1000)))
+        assert response.payload == data
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+
+
+async def test_a_taken_port_is_a_loud_failure(tmp_path):
+    async with serve_process(tmp_path / "a") as (first, port):
+        from .broker_testing import child_process
+
+        async with child_process("serve", "--standalone", "--port", str(port), "--log-dir",
+                                 str(tmp_path / "b")) as second:
+            assert await second.wait() == 1
+            assert b"trikafka: " in second.stderr and b"serving on" not in second.stderr
+        first.signal(signal.SIGTERM)
+        assert await first.wait() == 0

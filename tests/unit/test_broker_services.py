@@ -1,0 +1,227 @@
+"""The broker's services on a mock clock: flush scheduler, retention deleter, supervision.
+
+Brokers here run on ``FakeFileSystem`` with blocking calls inline and talk
+over in-memory streams, so Trio's autojump clock moves only when every task
+waits on a timer, and the times asserted are the ones the services chose.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from tests.integration.broker_testing import make_config, memory_client, messages, start_in_memory
+from trikafka.log.errors import LogFailedError
+from trikafka.log.fs import FakeFileSystem
+from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER
+from trikafka.log.tickets import FlushTicket
+from trikafka.wire import (
+    ErrorCode,
+    FetchPart,
+    FetchRequest,
+    ProduceAckedRequest,
+    ProducePart,
+    ProduceRequest,
+    encode_request,
+)
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def fake_fs():
+    return FakeFileSystem(seed=3)
+
+
+def config(tmp_path, **changes):
+    settings = dict(log_flush_interval=100_000, num_partitions=1)
+    settings.update(changes)
+    return make_config(tmp_path, **settings).replace(log_dir="/data")
+
+
+async def produce(client, topic, data):
+    await client.send(ProduceRequest(ProducePart(topic, 0, data)))
+    await client.offsets(topic, 0, -1)  # handled in order: the produce is appended now
+
+
+# --------------------------------------------------------------------------- flush scheduler
+
+
+async def test_the_timer_flushes_each_topic_at_its_own_interval(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(
+        tmp_path, log_default_flush_scheduler_interval_ms=500, log_default_flush_interval_ms=5_000,
+        topic_flush_intervals_ms={"fast": 1_000}), fake_fs)
+    client = await memory_client(broker)
+    started = trio.current_time()
+    await produce(client, "fast", messages(b"f"))
+    await produce(client, "slow", messages(b"s"))
+    fast, slow = broker.log_manager.get("fast", 0), broker.log_manager.get("slow", 0)
+    visible_at = {}
+    while len(visible_at) < 2:
+        await trio.sleep(0.1)
+        for log in (fast, slow):
+            if log.visible_end > 0 and log.topic not in visible_at:
+                visible_at[log.topic] = trio.current_time() - started
+    # A log is flushed on the first scheduler tick at which its interval has passed.
+    assert visible_at["fast"] == pytest.approx(1.0, abs=0.11)
+    assert visible_at["slow"] == pytest.approx(5.0, abs=0.11)
+
+
+async def test_the_timer_skips_logs_with_nothing_to_flush(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(tmp_path, log_default_flush_scheduler_interval_ms=100), fake_fs)
+    client = await memory_client(broker)
+    await produce(client, "t", messages(b"once"))
+    await trio.sleep(1)
+    assert broker.flusher.flushes_completed == 1
+    await trio.sleep(10)
+    assert broker.flusher.flushes_completed == 1
+
+
+async def test_flush_requests_during_an_fsync_coalesce_into_one_more_flush(nursery, tmp_path, fake_fs,
+                                                                          autojump_clock):
+    release = trio.Event()
+    fsyncs = []
+
+    async def held_fsync(fn):
+        if isinstance(getattr(fn, "__self__", None), FlushTicket):
+            fsyncs.append(fn.__self__.size)
+            await release.wait()
+        fn_result = fn()
+        await trio.lowlevel.checkpoint()
+        return fn_result
+
+    broker = await start_in_memory(nursery, config(tmp_path, log_default_flush_scheduler_interval_ms=HOUR_MS),
+                                   fake_fs, run_blocking=held_fsync)
+    try:
+        clients = [await memory_client(broker) for _ in range(5)]
+        first = messages(b"first")
+        response_frames = []
+
+        async def acked(client, data):
+            response_frames.append(await client.call(ProduceAckedRequest(-1, 60_000, (ProducePart("t", 0, data),))))
+
+        async with trio.open_nursery() as producers:
+            producers.start_soon(acked, clients[0], first)
+            await trio.testing.wait_all_tasks_blocked()
+            assert fsyncs == [len(first)]  # the first flush is stuck in its fsync
+            for client in clients[1:]:
+                producers.start_soon(acked, client, messages(b"later"))
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    finally:
+        release.set()
+    # One flush for the first produce, ONE more for the four that came during its fsync.
+    assert fsyncs == [len(first), len(first) + 4 * len(messages(b"later"))]
+    assert len(response_frames) == 5
+
+
+# --------------------------------------------------------------------------- retention
+
+
+async def test_retention_first_runs_after_the_delay_then_every_interval(nursery, tmp_path, autojump_clock):
+    now_ms = [0]
+    fake_fs = FakeFileSystem(seed=3, clock_ms=lambda: now_ms[0])  # segment mtimes follow the same clock
+    broker = await start_in_memory(nursery, config(
+        tmp_path, log_cleanup_interval_mins=10, retention_first_run_delay_s=60, log_retention_hours=1,
+        log_file_size=30, log_default_flush_scheduler_interval_ms=HOUR_MS), fake_fs, clock_ms=lambda: now_ms[0])
+    client = await memory_client(broker)
+    started = trio.current_time()
+    for i in range(4):  # each set is > 30 bytes, so every produce after the first rolls a segment
+        await produce(client, "t", messages(b"%d" % i * 40))
+        await broker.flush_all()
+    log = broker.log_manager.get("t", 0)
+    segments_before = len(log.segments.segments)
+    assert segments_before >= 4
+    now_ms[0] = 2 * HOUR_MS  # every segment is now older than log.retention.hours
+    await trio.sleep(59)
+    assert broker.retention.runs == 0
+    await trio.sleep(2)
+    assert broker.retention.runs == 1 and broker.retention.segments_deleted >= 1
+    assert trio.current_time() - started == pytest.approx(61)
+    await trio.sleep(10 * 60)
+    assert broker.retention.runs == 2
+    assert log.start_offset > 0  # old segments are gone, offsets were not renumbered
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+async def test_a_failing_flush_brings_the_broker_down_loudly_and_leaves_no_marker(tmp_path, fake_fs, autojump_clock):
+    fake_fs.inject_error("fsync", "t-0")
+    with pytest.raises(BaseExceptionGroup) as failure:
+        async with trio.open_nursery() as nursery:
+            broker = await start_in_memory(nursery, config(tmp_path), fake_fs)
+            client = await memory_client(broker)
+            await client.send(ProduceAckedRequest(-1, 60_000, (ProducePart("t", 0, messages(b"x")),)))
+            await trio.sleep(3600)  # the broker must fail long before this
+    assert failure.group_contains(LogFailedError, depth=None)
+    assert trio.current_time() < 3600
+    assert broker.clean_shutdown is False
+    assert not fake_fs.exists("/data/" + CLEAN_SHUTDOWN_MARKER)
+
+
+async def test_a_failing_retention_run_brings_the_broker_down(tmp_path, autojump_clock):
+    now_ms = [0]
+    fake_fs = FakeFileSystem(seed=3, clock_ms=lambda: now_ms[0])
+    with pytest.raises(BaseExceptionGroup) as failure:
+        async with trio.open_nursery() as nursery:
+            broker = await start_in_memory(nursery, config(
+                tmp_path, retention_first_run_delay_s=60, log_retention_hours=1, log_file_size=30),
+                fake_fs, clock_ms=lambda: now_ms[0])
+            client = await memory_client(broker)
+            for i in range(3):
+                await produce(client, "t", messages(b"%d" % i * 40))
+                await broker.flush_all()
+            now_ms[0] = 2 * HOUR_MS
+            fake_fs.inject_error("remove", "t-0", count=100)
+            await trio.sleep(3600)
+    assert failure.group_contains(OSError, depth=None) or failure.group_contains(LogFailedError, depth=None)
+    assert trio.current_time() == pytest.approx(60)
+    assert broker.clean_shutdown is False
+
+
+async def test_a_protocol_error_closes_only_that_connection(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(tmp_path), fake_fs)
+    bad, good = await memory_client(broker), await memory_client(broker)
+    await bad.send(b"\x00\x00\x00\x02\x00\x63")  # unknown request type 99
+    await bad.assert_closed()
+    assert await good.offsets("t", 0, -1) == [0]
+    response = await good.call(ProduceAckedRequest(1, 1000, (ProducePart("t", 0, messages(b"ok")),)))
+    assert response.error_code == ErrorCode.NO_ERROR
+
+
+# --------------------------------------------------------------------------- graceful shutdown
+
+
+async def test_shutdown_gives_stuck_requests_the_grace_period_then_cancels_them(tmp_path, fake_fs, autojump_clock):
+    async with trio.open_nursery() as nursery:
+        broker = await start_in_memory(nursery, config(tmp_path, graceful_shutdown_timeout_s=5.0), fake_fs)
+        writer = await memory_client(broker)
+        await writer.call(ProduceAckedRequest(-1, 1000, (ProducePart("t", 0, messages(b"x" * 1000)),)))
+        # A client that sends a fetch and never reads: lockstep streams make the
+        # broker's send block until the peer reads, so this request never finishes.
+        client_stream, server_stream = trio.testing.lockstep_stream_pair()
+        await broker.connect_stream(server_stream)
+        await client_stream.send_all(encode_request(FetchRequest(FetchPart("t", 0, 0, 10_000))))
+        await trio.testing.wait_all_tasks_blocked()
+        started = trio.current_time()
+        broker.shutdown()
+    assert trio.current_time() - started == pytest.approx(5.0)
+    assert broker.clean_shutdown is True  # cancelling a stuck send loses no data: the marker is written
+    assert fake_fs.exists("/data/" + CLEAN_SHUTDOWN_MARKER)
+
+
+async def test_a_second_shutdown_request_skips_the_rest_of_the_grace_period(tmp_path, fake_fs, autojump_clock):
+    async with trio.open_nursery() as nursery:
+        broker = await start_in_memory(nursery, config(tmp_path, graceful_shutdown_timeout_s=30.0), fake_fs)
+        client_stream, server_stream = trio.testing.lockstep_stream_pair()
+        await broker.connect_stream(server_stream)
+        await client_stream.send_all(encode_request(ProduceAckedRequest(1, 1000, (ProducePart("t", 0, b""),))))
+        await trio.testing.wait_all_tasks_blocked()
+        started = trio.current_time()
+        broker.shutdown()
+        await trio.sleep(1)
+        broker.shutdown()  # like a second Ctrl-C
+    assert trio.current_time() - started == pytest.approx(1.0)
+    assert broker.clean_shutdown is True
