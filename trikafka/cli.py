@@ -1,12 +1,16 @@
 """The ``trikafka`` command: ``serve``, ``produce``, ``consume``, ``topics``.
 
-``trikafka serve`` runs a broker (standalone: ZooKeeper registration comes
-with the coordination work).  When it is ready it prints
+``trikafka serve`` runs a broker registered in ZooKeeper (§11.2): with no
+``--zookeeper`` it starts a private ZooKeeper child process (data next to the
+log dir, stopped with the broker), so one command gives a one-broker cluster;
+``--zookeeper host:port[,host:port][/chroot]`` joins an ensemble (more brokers
+join the same way); ``--standalone`` runs without ZooKeeper.  When it is ready it prints
 ``trikafka: serving on HOST:PORT`` to stderr and, with ``--ready-file``,
 writes the port to that file, so scripts can start it on port 0.
 
 ``produce`` sends each stdin line as one message, ``consume`` prints each
-payload as one line; both talk to one broker (default 127.0.0.1:9092).
+payload as one line; both talk to one broker (default 127.0.0.1:9092), except
+``produce --zookeeper``, which finds brokers and partitions in ZooKeeper.
 ``topics`` lists what a log directory holds (``--log-dir``), the topics
 registered in ZooKeeper (``--zk``), or named topics of one broker; each
 partition's start, visible end and size come from OFFSETS.  The 0.7 protocol
@@ -60,11 +64,21 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
     flags = {"port": args.port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
              "num_partitions": args.num_partitions}
     overrides.update({k: v for k, v in flags.items() if v is not None})
+    if args.standalone and args.zookeeper:
+        raise ConfigError("--standalone and --zookeeper exclude each other")
     if args.standalone:
         overrides["enable_zookeeper"] = False
-    config = load(args.config, overrides)
-    if config.enable_zookeeper:
-        logger.warning("ZooKeeper registration is not implemented yet; running standalone")
+    if args.zookeeper:
+        overrides.update(enable_zookeeper=True, zk_connect=args.zookeeper)
+    # 0.7's enable.zookeeper defaults to true: so does the command (not the library).
+    config = load(args.config, overrides, base=BrokerConfig(enable_zookeeper=True))
+    if config.enable_zookeeper and config.zk_connect:
+        from trikafka.zk import parse_connect_string
+
+        try:
+            parse_connect_string(config.zk_connect)
+        except ValueError as exc:
+            raise ConfigError(f"zk.connect: {exc}") from None
     return config
 
 
@@ -80,6 +94,11 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
 
     async with trio.open_nursery() as nursery:
         broker = await nursery.start(functools.partial(serve, config, handle_signals=True))
+        if broker.zookeeper is not None:
+            zk = broker.zookeeper
+            where = (f"private ZooKeeper {zk.connect_string} (pid {zk.private_server.pid}, "
+                     f"data {zk.private_server.data_dir})" if zk.private else f"ZooKeeper {zk.connect_string}")
+            print(f"trikafka: broker {config.broker_id} registered in {where}", file=sys.stderr, flush=True)
         if ready_file:  # before the ready line, so a reader of the line finds the file
             _write_ready_file(ready_file, broker.port)
         print(READY_LINE.format(host=broker.host, port=broker.port), file=sys.stderr, flush=True)
@@ -91,10 +110,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"trikafka: bad configuration: {exc}", file=sys.stderr)
         return 2
+    from trikafka.broker.zookeeper import ZooKeeperSetupError
+    from trikafka.zk import CoordinatorError
+
+    if config.enable_zookeeper and logging.getLogger("kazoo").level == logging.NOTSET:
+        logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter at INFO
     os_errors: list[BaseException] = []
     interrupted = False
     try:
         trio.run(_serve_main, config, args.ready_file)
+    except* (CoordinatorError, ZooKeeperSetupError) as group:  # e.g. the broker id is taken
+        os_errors.extend(_leaf_exceptions(group))
     except* OSError as group:  # e.g. the port is taken, the log dir is not writable
         os_errors.extend(_leaf_exceptions(group))
     except* KeyboardInterrupt:  # before the signal handler was installed: no clean marker
@@ -136,6 +162,8 @@ async def _produce_main(args: argparse.Namespace) -> int:
     from trikafka.client import connect
     from trikafka.wire import ErrorCode, build_message_set
 
+    if args.zookeeper:
+        return await _produce_with_producer(args)
     host, port = args.broker
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
@@ -153,6 +181,26 @@ async def _produce_main(args: argparse.Namespace) -> int:
                               f"{result.error.name}", file=sys.stderr)
                         return 1
                 sent += len(lines[i:i + args.batch])
+    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    return 0
+
+
+async def _produce_with_producer(args: argparse.Namespace) -> int:
+    """``--zookeeper``: the Producer finds brokers and partitions (spec §11.6) and batches."""
+    from trikafka.producer import Producer
+    from trikafka.zk import CoordinatorError
+
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    sent = 0
+    try:
+        async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
+                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000) as producer, stdin:
+            async for lines in _read_lines(stdin):
+                await producer.send_batch(args.topic, lines)
+                sent += len(lines)
+    except CoordinatorError as exc:
+        print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
     print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
     return 0
 
@@ -377,7 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-dir", help="data directory (default ./trikafka-data)")
     serve.add_argument("--broker-id", type=int)
     serve.add_argument("--num-partitions", type=int)
-    serve.add_argument("--standalone", action="store_true", help="no ZooKeeper (the only mode for now)")
+    serve.add_argument("--standalone", action="store_true",
+                       help="no ZooKeeper (0.7's enable.zookeeper=false)")
+    serve.add_argument("--zookeeper", metavar="CONNECT",
+                       help="join this ZooKeeper ensemble, host:port[,host:port][/chroot] "
+                            "(default: start a private ZooKeeper next to the log dir)")
     serve.add_argument("--ready-file", help="write the bound port here once serving")
     serve.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="any setting, 0.7 or snake_case name (repeatable)")
@@ -396,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="0: plain 0.7 PRODUCE; 1: appended; -1: flushed (default 1)")
     produce.add_argument("--timeout-ms", type=int, default=10_000)
     produce.add_argument("--magic", type=int, choices=(0, 1), default=1)
+    produce.add_argument("--zookeeper", metavar="CONNECT",
+                         help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
+                              "through the batching Producer; --broker, --partition and --magic are ignored")
     produce.set_defaults(func=cmd_produce)
 
     consume = commands.add_parser("consume", help="print messages, one per line")

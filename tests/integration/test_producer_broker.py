@@ -1,0 +1,88 @@
+"""The producer against real in-process brokers over loopback TCP (static broker list)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.integration.broker_testing import make_config
+from trikafka.broker import serve
+from trikafka.client import connect
+from trikafka.producer import Producer
+from trikafka.wire import Codec, iter_messages, parse_entries
+
+FETCH_BYTES = 4 * 1024 * 1024
+
+
+async def read_log(broker, topic: str, partition: int) -> bytes:
+    """The whole visible log of ``topic``-``partition``, after flushing everything."""
+    await broker.flush_all()
+    data = b""
+    async with await connect("127.0.0.1", broker.port) as conn:
+        while True:
+            result = await conn.fetch(topic, partition, len(data), FETCH_BYTES)
+            chunk = result.data[:parse_entries(result.data).valid_bytes]
+            if not chunk:
+                return data
+            data += chunk
+
+
+async def start_broker(nursery, tmp_path, name: str, **changes):
+    return await nursery.start(serve, make_config(tmp_path / name, **changes))
+
+
+async def test_without_partition_counts_the_broker_picks_the_partition(nursery, tmp_path):
+    broker = await start_broker(nursery, tmp_path, "b0", num_partitions=4)
+    async with Producer(brokers=f"127.0.0.1:{broker.port}", acks=1, rng=random.Random(1)) as producer:
+        results = await producer.send_batch("t", [b"%d" % i for i in range(40)])
+        for _ in range(20):
+            results.append(await producer.send("t", b"single"))
+    assert {r.broker_id for r in results} == {0}
+    # partition -1 (§6.1 step 1): the broker chose one per request and said which
+    assert all(0 <= r.partition < 4 for r in results)
+    assert len({r.partition for r in results}) > 1
+    for r in results[:40]:
+        assert r.partition == results[0].partition  # one request, one choice
+    for partition in range(4):
+        log = await read_log(broker, "t", partition)
+        expected = sum(1 for r in results if r.partition == partition)
+        assert len(list(iter_messages(log))) == expected
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy"])
+async def test_async_batches_read_back_in_order(nursery, tmp_path, codec):
+    b0 = await start_broker(nursery, tmp_path, "b0", num_partitions=2)
+    b1 = await start_broker(nursery, tmp_path, "b1", num_partitions=2)
+    brokers = {0: b0, 1: b1}
+    async with Producer(brokers=[(0, "127.0.0.1", b0.port), (1, "127.0.0.1", b1.port)],
+                        partitions_per_broker=2, producer_type="async", batch_size=100, queue_time_s=0.05,
+                        compression_codec=codec, acks=0) as producer:
+        for i in range(2000):
+            await producer.send("t", b"message-%05d" % i, key=i % 13)
+    stored: dict[tuple[int, int], list[bytes]] = {}
+    for broker_id, broker in brokers.items():
+        for partition in range(2):
+            log = await read_log(broker, "t", partition)
+            entries = parse_entries(log).entries
+            if codec != "none" and entries:
+                assert {e.message.codec for e in entries} == {Codec[codec.upper()]}
+            stored[(broker_id, partition)] = [m.payload for m in iter_messages(log)]
+    everything = sorted(p for payloads in stored.values() for p in payloads)
+    assert everything == [b"message-%05d" % i for i in range(2000)]
+    for payloads in stored.values():
+        # a key always maps to one partition, and order is kept within it
+        assert payloads == sorted(payloads)
+    keys_per_partition = [{int(p[-5:]) % 13 for p in payloads} for payloads in stored.values()]
+    assert sum(len(k) for k in keys_per_partition) == 13  # no key split over two partitions
+
+
+async def test_acks_minus_1_means_visible_to_a_consumer_at_once(nursery, tmp_path):
+    broker = await start_broker(nursery, tmp_path, "b0", log_default_flush_scheduler_interval_ms=3_600_000,
+                                log_flush_interval=1_000_000)
+    async with Producer(brokers=[(0, "127.0.0.1", broker.port)], partitions_per_broker=1, acks=-1) as producer:
+        result = await producer.send("t", b"durable")
+        async with await connect("127.0.0.1", broker.port) as conn:
+            fetched = await conn.fetch("t", 0, result.offset, 1000)
+    assert [m.payload for m in iter_messages(fetched.data)] == [b"durable"]
+    assert result.next_offset == len(fetched.data)

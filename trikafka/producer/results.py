@@ -1,0 +1,92 @@
+"""What a send reports: ``SendResult`` (per message) and ``Delivery`` (its async handle)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import trio
+
+from .errors import ProducerError
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The outcome of one message.
+
+    ``broker_id``/``partition`` say where it went (``partition`` is the one the
+    broker chose when the producer sent -1, if the broker said so; with
+    ``acks=0`` and -1 it stays -1).  With ``acks`` 1 or -1, ``offset`` is the
+    byte offset of the message's entry (of the wrapper for compressed
+    messages, which share it, spec §5) and ``next_offset`` the offset after
+    that entry.  With ``acks=0`` both are ``None``: nobody answered.
+    ``error`` is set, and the other fields are best known values, when the
+    message was not delivered.
+    """
+
+    topic: str
+    broker_id: int | None
+    partition: int | None
+    offset: int | None = None
+    next_offset: int | None = None
+    error: ProducerError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_for_error(self) -> "SendResult":
+        """Return ``self``, or raise its error."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+class Delivery:
+    """The handle an async-mode ``send`` returns; ``await d.result()`` once sent.
+
+    Kept small on purpose: one is made per message on the hot path.
+    """
+
+    __slots__ = ("topic", "_result", "_event", "observed")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self._result: SendResult | None = None
+        self._event: trio.Event | None = None  # made only if somebody waits
+        self.observed = False  # somebody looked at the outcome (close() reports the rest)
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None
+
+    def resolve(self, result: SendResult) -> None:
+        """Producer-internal: record the outcome and wake waiters (first outcome wins)."""
+        if self._result is None:
+            self._result = result
+            if self._event is not None:
+                self._event.set()
+
+    def peek(self) -> SendResult | None:
+        """The outcome if known (marks it observed), else ``None``."""
+        if self._result is not None:
+            self.observed = True
+        return self._result
+
+    async def wait(self) -> SendResult:
+        """Wait for the outcome and return it, failed or not (marks it observed)."""
+        if self._result is None:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        self.observed = True
+        assert self._result is not None
+        return self._result
+
+    async def result(self) -> SendResult:
+        """Wait for the outcome; return it, or raise its error."""
+        return (await self.wait()).raise_for_error()
+
+    def __repr__(self) -> str:
+        return f"<Delivery {self.topic} {self._result!r}>"
