@@ -3,6 +3,8 @@ KazooCoordinator on a real ZooKeeper server (``zk_harness`` runs each twice)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 
@@ -20,6 +22,8 @@ from trikafka.zk import (
     SessionState,
     SetOp,
 )
+from trikafka.zk.connect import parse_connect_string
+from trikafka.zk.kazoo_bridge import KazooCoordinator
 
 WAIT_S = 10.0
 
@@ -286,3 +290,109 @@ async def test_closed_coordinator_refuses_work_and_ends_watches(zk_harness, zk_c
             await zk.get("/n")
         with pytest.raises(CoordinatorClosedError):
             await zk.wait_connected()
+
+
+async def test_sequence_numbers_count_creates_while_cversion_counts_every_change(zk_harness, zk_clock):
+    async with zk_harness.client() as zk:
+        await zk.create("/s", b"")
+        await zk.create("/s/a", b"")
+        await zk.delete("/s/a")
+        stat = await zk.exists("/s")
+        assert (stat.cversion, stat.num_children) == (2, 0)
+        # ZooKeeper numbers sequential children by creates only: deletes don't count.
+        assert await zk.create("/s/n-", b"", sequential=True) == "/s/n-0000000001"
+        assert await zk.create("/s/n-", b"", sequential=True, ephemeral=True) == "/s/n-0000000002"
+        stat = await zk.exists("/s")
+        assert (stat.cversion, stat.num_children) == (4, 2)
+        created = (await zk.get("/s/n-0000000002"))[1]
+        assert stat.pzxid == created.czxid
+
+
+async def test_a_multi_is_one_transaction_with_one_zxid(zk_harness, zk_clock):
+    async with zk_harness.client() as zk:
+        await zk.create("/t", b"0")
+        before = (await zk.get("/t"))[1]
+        results = await zk.multi([CreateOp("/t/a", b""), SetOp("/t", b"1"), CreateOp("/t/b", b"")])
+        a_stat, b_stat = (await zk.get("/t/a"))[1], (await zk.get("/t/b"))[1]
+        assert a_stat.czxid == results[1].mzxid == b_stat.czxid > before.mzxid
+        assert results[1].pzxid == b_stat.czxid
+        assert (await zk.set("/t", b"2")).mzxid > results[1].mzxid
+
+
+async def test_requests_wait_out_a_short_partition(zk_harness, zk_clock):
+    async with zk_harness.client() as zk, zk_harness.client(direct=True) as writer:
+        await writer.create("/p", b"v")
+        await zk.create("/mine", b"", ephemeral=True)
+        session, generation = zk.session_id, zk.session_generation.value
+        replies = []
+
+        async def read_while_cut_off():
+            replies.append(await zk.get("/p"))
+
+        with trio.fail_after(WAIT_S):
+            await zk_harness.partition(zk)
+            assert zk.state.value is SessionState.SUSPENDED
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_while_cut_off)
+                await trio.sleep(0.3)  # well inside the 4 s session
+                assert replies == []  # queued, like kazoo: no error, no answer yet
+                await writer.set("/p", b"w")
+                zk_harness.heal(zk)
+            await zk.wait_reconnected()
+        assert replies[0][0] == b"w"
+        assert (zk.session_id, zk.session_generation.value) == (session, generation)
+        assert (await writer.get("/mine"))[1].ephemeral_owner == session
+
+
+async def test_a_partition_longer_than_the_session_expires_it(zk_harness, zk_clock):
+    async with zk_harness.client(session_timeout_s=1.0) as zk, zk_harness.client(direct=True) as observer:
+        await zk.create("/mine", b"", ephemeral=True)
+        generation = zk.session_generation.value
+        watch = observer.watch_data("/mine")
+        with trio.fail_after(WAIT_S), zk.state_changes() as changes:
+            assert await watch.__anext__() is not None
+            await zk_harness.partition(zk)
+            assert await watch.__anext__() is None  # the server expired the session
+            assert zk.state.value is SessionState.SUSPENDED  # the client can't know yet
+            zk_harness.heal(zk)
+            await zk.session_generation.wait_value(lambda g: g > generation)
+            await zk.wait_connected()
+            seen = [state async for state in _until_connected(changes)]
+        assert seen[-2:] == [SessionState.LOST, SessionState.CONNECTED]
+        assert await zk.exists("/mine") is None
+
+
+async def _until_connected(changes):
+    async for state in changes:
+        yield state
+        if state is SessionState.CONNECTED:
+            return
+
+
+@pytest.mark.zookeeper
+def test_kazoo_callbacks_after_the_trio_run_are_dropped_not_fatal(zk_chroot, zk_admin, no_kazoo_thread_leaks):
+    """A client that outlives its trio.run keeps receiving callbacks on kazoo's
+    threads; the bridge counts and drops them instead of crashing anything."""
+    chroot = parse_connect_string(zk_chroot).chroot
+    box = {}
+
+    async def arm_a_watch_and_leave():
+        zk = KazooCoordinator(zk_chroot, ensure_chroot=False)
+        await zk.start()
+        await zk.create("/w", b"0")
+        assert (await zk.watch_data("/w").__anext__())[0] == b"0"  # a kazoo watch is now armed
+        box["zk"] = zk
+
+    trio.run(arm_a_watch_and_leave)
+    zk = box["zk"]
+    try:
+        assert zk.dropped_callbacks == 0
+        zk_admin.set(chroot + "/w", b"1")  # fires the watch on kazoo's thread; Trio is gone
+        deadline = time.monotonic() + WAIT_S
+        while zk.dropped_callbacks == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert zk.dropped_callbacks >= 1
+        assert zk.kazoo_client.connected  # kazoo survived the dropped call
+    finally:
+        zk.kazoo_client.stop()
+        zk.kazoo_client.close()

@@ -79,12 +79,15 @@ class BrokerConfig:
     log_default_flush_scheduler_interval_ms: int = 3000
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
     monitoring_period_secs: int = 600  # accepted for compatibility; trikafka keeps no stats yet
-    # ZooKeeper: off until the coordination work registers brokers [T].
+    # ZooKeeper (§11.2).  Off for an in-process BrokerConfig() (library use and
+    # tests); `trikafka serve` turns it on unless --standalone [T].
     enable_zookeeper: bool = False
-    zk_connect: str | None = None
+    zk_connect: str | None = None  # None: the broker runs a private ZooKeeper [T]
     zk_sessiontimeout_ms: int = 6000
     zk_connectiontimeout_ms: int | None = None
     zk_synctime_ms: int = 2000
+    private_zookeeper_port: int = 2181  # private server only; taken -> a free port; 0: free port [T]
+    private_zookeeper_dir: str | None = None  # private server data; default <log_dir>-zookeeper [T]
     # trikafka only.
     graceful_shutdown_timeout_s: float = 10.0  # in-flight requests get this long to finish
     retention_first_run_delay_s: float = 60.0  # 0.7 waits 60 s before the first cleanup
@@ -145,7 +148,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "max_topic_name_length": 1, "log_file_size": 1, "log_roll_hours": 1, "log_retention_hours": 0,
         "log_cleanup_interval_mins": 1, "log_flush_interval": 1,
         "log_default_flush_scheduler_interval_ms": 1, "socket_send_buffer": 0,
-        "socket_receive_buffer": 0, "broker_id": 0,
+        "socket_receive_buffer": 0, "broker_id": 0, "private_zookeeper_port": 0, "zk_sessiontimeout_ms": 1,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -344,9 +347,11 @@ def load_file(path: str, *, base: BrokerConfig | None = None) -> BrokerConfig:
     return load_properties(path, base=base)
 
 
-def load(path: str | None = None, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+def load(path: str | None = None, overrides: Mapping[str, Any] | None = None, *,
+         base: BrokerConfig | None = None) -> BrokerConfig:
     """Defaults < ``path`` < ``overrides`` (keys as for ``from_mapping``; None values skipped)."""
-    config = load_file(path) if path else BrokerConfig()
+    base = base if base is not None else BrokerConfig()
+    config = load_file(path, base=base) if path else base
     if overrides:
         present = {k: v for k, v in overrides.items() if v is not None}
         config = from_mapping(present, base=config, strict=True, source="command line")

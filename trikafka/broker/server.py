@@ -3,8 +3,8 @@
 ::
 
     serve()
-    └── services nursery          flush scheduler, retention deleter, signal watcher
-        │                         (a ZooKeeper registration service belongs here)
+    └── services nursery          flush scheduler, retention deleter, signal watcher,
+        │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py)
         └── server nursery        N processors, each with its connections
             └── front nursery     acceptor + shutdown watcher
 
@@ -71,6 +71,7 @@ class Broker:
     _shutdown_requested: trio.Event = field(default_factory=trio.Event, repr=False)
     _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
     clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
+    zookeeper: Any = None  # a zookeeper.BrokerZooKeeper once registered (enable_zookeeper)
     _next_processor: int = field(default=0, repr=False)
 
     @property
@@ -194,6 +195,11 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
                     await services.start(_watch_signals, broker)
+                if config.enable_zookeeper:  # §11.2: listening first, then registered, then serving
+                    from .zookeeper import run_broker_zookeeper
+
+                    broker.zookeeper = await services.start(run_broker_zookeeper, config, log_manager,
+                                                            broker.port)
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 logger.info("serving on %s:%d", broker.host, broker.port)
                 task_status.started(broker)

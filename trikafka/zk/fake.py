@@ -16,12 +16,11 @@ Fault injection: :meth:`FakeCoordinator.disconnect`, :meth:`~FakeCoordinator.rec
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable
 
 import trio
 from trio_util import wait_any
@@ -66,14 +65,18 @@ class _Znode:
     ctime_ms: int
     mtime_ms: int
     version: int = 0
-    cversion: int = 0
+    # Like ZooKeeper's DataNode, the node stores how many children were ever
+    # *created* under it (this numbers sequential children); the cversion it
+    # reports also counts deletes: 2 * creates - live children.
+    child_creates: int = 0
     ephemeral_owner: int = 0
     children: set[str] = field(default_factory=set)
 
     def stat(self) -> Stat:
         return Stat(
             czxid=self.czxid, mzxid=self.mzxid, pzxid=self.pzxid, ctime_ms=self.ctime_ms,
-            mtime_ms=self.mtime_ms, version=self.version, cversion=self.cversion,
+            mtime_ms=self.mtime_ms, version=self.version,
+            cversion=2 * self.child_creates - len(self.children),
             ephemeral_owner=self.ephemeral_owner, data_length=len(self.data),
             num_children=len(self.children),
         )
@@ -91,6 +94,12 @@ class FakeZooKeeper:
 
     Operations are synchronous and atomic; watch callbacks are invoked after
     the operation has been applied.  Paths here are absolute (chroot applied).
+
+    Bookkeeping follows the real server (3.8): every write request, failed or
+    not, and every session open/close is one transaction with one zxid (all
+    ops of a multi share it); a sequential child is numbered by the parent's
+    count of child *creates*, so deletes do not advance the numbering while
+    they do advance the reported ``cversion``.
     """
 
     def __init__(self, *, clock_ms: Callable[[], int] = _trio_clock_ms) -> None:
@@ -112,6 +121,7 @@ class FakeZooKeeper:
         server ends it, after its ephemerals are gone."""
         session_id = self._next_session_id
         self._next_session_id += 1
+        self._begin_transaction()  # createSession is a transaction
         self._live_sessions[session_id] = on_end
         return session_id
 
@@ -123,6 +133,7 @@ class FakeZooKeeper:
         if session_id not in self._live_sessions:
             return
         on_end = self._live_sessions.pop(session_id)
+        self._begin_transaction()  # closeSession: one zxid for every ephemeral it removes
         dropped = self.drop_watches(session_id)
         owned = [p for p, n in self._nodes.items() if n.ephemeral_owner == session_id]
         for path in sorted(owned, key=len, reverse=True):
@@ -156,6 +167,7 @@ class FakeZooKeeper:
                sequential: bool, makepath: bool) -> str:
         if makepath:
             self._make_parents(path)
+        self._begin_transaction()
         created = self._create_node(session_id, path, value, ephemeral, sequential)
         self._fire_pending()
         return created
@@ -179,16 +191,20 @@ class FakeZooKeeper:
         return sorted(node.children)
 
     def set(self, path: str, value: bytes, version: int) -> Stat:
+        self._begin_transaction()
         stat = self._set_node(path, value, version)
         self._fire_pending()
         return stat
 
     def delete(self, path: str, version: int) -> None:
+        self._begin_transaction()
         self._delete_node(path, version)
         self._fire_pending()
 
     def multi(self, session_id: int, ops: list[Op]) -> list[OpResult]:
-        """All or nothing: on the first failure restore the snapshot, fire nothing."""
+        """All or nothing: on the first failure restore the snapshot, fire nothing.
+        (The failed multi still used up its zxid, as on the real server.)"""
+        self._begin_transaction()
         saved = self._save()
         results: list[OpResult] = []
         for index, op in enumerate(ops):
@@ -221,7 +237,8 @@ class FakeZooKeeper:
             raise NoNodeError(path)
         return node
 
-    def _next_zxid(self) -> int:
+    def _begin_transaction(self) -> int:
+        """Allocate the zxid every change of the coming transaction carries."""
         self._zxid += 1
         return self._zxid
 
@@ -232,6 +249,7 @@ class FakeZooKeeper:
             missing.append(parent)
             parent = parent_of(parent)
         for ancestor in reversed(missing):
+            self._begin_transaction()  # kazoo creates each missing parent by its own request
             self._create_node(0, ancestor, b"", False, False)
 
     def _create_node(self, session_id: int, path: str, value: bytes, ephemeral: bool, sequential: bool) -> str:
@@ -240,15 +258,15 @@ class FakeZooKeeper:
         if parent.ephemeral_owner:
             raise NoChildrenForEphemeralsError(path)
         if sequential:
-            path = f"{path}{parent.cversion:010d}"
+            path = f"{path}{parent.child_creates:010d}"
         validate_path(path)
         if path in self._nodes:
             raise NodeExistsError(path)
-        zxid, now_ms = self._next_zxid(), self._clock_ms()
+        zxid, now_ms = self._zxid, self._clock_ms()
         owner = session_id if ephemeral else 0
         self._nodes[path] = _Znode(value, zxid, zxid, zxid, now_ms, now_ms, ephemeral_owner=owner)
         parent.children.add(path.rsplit("/", 1)[1])
-        parent.cversion += 1
+        parent.child_creates += 1
         parent.pzxid = zxid
         self._trigger(self._data_watches, path)
         self._trigger(self._child_watches, parent_path)
@@ -259,7 +277,7 @@ class FakeZooKeeper:
         self._check_version(node, path, version)
         node.data = value
         node.version += 1
-        node.mzxid = self._next_zxid()
+        node.mzxid = self._zxid
         node.mtime_ms = self._clock_ms()
         self._trigger(self._data_watches, path)
         return node.stat()
@@ -279,8 +297,7 @@ class FakeZooKeeper:
         parent_path = parent_of(path)
         parent = self._nodes[parent_path]
         parent.children.discard(path.rsplit("/", 1)[1])
-        parent.cversion += 1
-        parent.pzxid = self._next_zxid()
+        parent.pzxid = self._zxid
         self._trigger(self._data_watches, path)
         self._trigger(self._child_watches, path)
         self._trigger(self._child_watches, parent_path)
@@ -339,8 +356,12 @@ class FakeCoordinator(BaseCoordinator):
         self.reconnect_delay_s = reconnect_delay_s
         self._chroot = "" if chroot in ("", "/") else chroot
         self._session: int | None = None
-        self._exit_stack: contextlib.AsyncExitStack | None = None
-        self._nursery: trio.Nursery | None = None
+        self._started = False
+        # Timers (expiry, reconnect) run as guarded system tasks, each in its own
+        # cancel scope: the coordinator may be started and closed from different
+        # tasks and nursery depths (a nursery held open between start() and
+        # aclose() would corrupt the cancel-scope stack of the task closing it).
+        self._background_scopes: set[trio.CancelScope] = set()
         self._expiry_timer: trio.CancelScope | None = None
         self._lose_next_response = False
         self._closing = False
@@ -354,11 +375,10 @@ class FakeCoordinator(BaseCoordinator):
     async def start(self) -> None:
         """Open the session (CONNECTED, generation 1)."""
         self._check_open()
-        if self._nursery is not None:
+        if self._started:
             raise RuntimeError("FakeCoordinator already started")
-        stack = contextlib.AsyncExitStack()
-        self._nursery = await stack.enter_async_context(trio.open_nursery())
-        self._exit_stack = stack
+        self._started = True
+        await trio.lowlevel.checkpoint()
         if self._chroot and self.server.exists(0, self._chroot, None) is None:
             self.server.create(0, self._chroot, b"", False, False, True)
         self._new_session()
@@ -375,11 +395,9 @@ class FakeCoordinator(BaseCoordinator):
         if self._session is not None:
             self.server.expire_session(self._session)
         self._mark_closed()
-        if self._exit_stack is not None:
-            assert self._nursery is not None
-            self._nursery.cancel_scope.cancel()
-            stack, self._exit_stack = self._exit_stack, None
-            await stack.aclose()
+        for scope in list(self._background_scopes):
+            scope.cancel()
+        await trio.lowlevel.checkpoint()
 
     # -- fault injection ------------------------------------------------------------
 
@@ -447,25 +465,42 @@ class FakeCoordinator(BaseCoordinator):
 
     def _start_expiry_timer(self) -> None:
         self._cancel_expiry_timer()
-        assert self._nursery is not None
         scope = trio.CancelScope()
         self._expiry_timer = scope
-        self._nursery.start_soon(self._expire_after_timeout, scope, self._session)
+        self._spawn(self._expire_after_timeout, self._session, scope=scope)
 
     def _cancel_expiry_timer(self) -> None:
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None
 
-    async def _expire_after_timeout(self, scope: trio.CancelScope, session_id: int | None) -> None:
-        with scope:
-            await trio.sleep(self.session_timeout_s)
-            if session_id is not None:
-                self.server.expire_session(session_id)
+    async def _expire_after_timeout(self, session_id: int | None) -> None:
+        await trio.sleep(self.session_timeout_s)
+        if session_id is not None:
+            self.server.expire_session(session_id)
 
     def _schedule_reconnect(self, delay_s: float) -> None:
-        assert self._nursery is not None
-        self._nursery.start_soon(self._reconnect_later, delay_s)
+        self._spawn(self._reconnect_later, delay_s)
+
+    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: object,
+               scope: trio.CancelScope | None = None) -> None:
+        """Run a timer task until done, cancelled, or the coordinator closes."""
+        if self._closed:
+            return
+        scope = scope if scope is not None else trio.CancelScope()
+        self._background_scopes.add(scope)
+        trio.lowlevel.spawn_system_task(self._run_background, fn, args, scope,
+                                        name=f"FakeCoordinator.{fn.__name__}")
+
+    async def _run_background(self, fn: Callable[..., Awaitable[None]], args: tuple,
+                              scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                await fn(*args)
+        except Exception:  # a system task must never raise: it would crash the run
+            log.exception("fake ZooKeeper timer failed")
+        finally:
+            self._background_scopes.discard(scope)
 
     async def _reconnect_later(self, delay_s: float) -> None:
         await trio.sleep(delay_s)
