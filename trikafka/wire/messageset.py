@@ -13,6 +13,7 @@ Four readers, one per purpose, all stdlib-only and allocation-light:
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple
 
@@ -66,10 +67,63 @@ def validate_message_set(data: bytes | memoryview, max_message_size: int | None 
     fault.  A truncated entry after the first is a dropped tail, not an error.
     """
     view = memoryview(data)
-    if max_message_size is not None:
-        _check_payload_sizes(view, max_message_size)
-    valid_bytes, count = _validate_entries(view, depth=0, strict_tail=False)
+    try:
+        valid_bytes, count = _validate_top_level(view, max_message_size)
+    except InvalidMessageError:
+        # 0.7.2 applies the size rule to the whole set before it checks
+        # anything else, so an oversized entry anywhere wins over a fault.
+        if max_message_size is not None:
+            _check_payload_sizes(view, max_message_size)
+        raise
     return ValidatedSet(valid_bytes, count, len(view) - valid_bytes)
+
+
+def _validate_top_level(view: memoryview, max_message_size: int | None) -> tuple[int, int]:
+    # The produce hot path: one pass that checks framing, size and CRC of
+    # uncompressed messages inline (no per-message call or object), and hands
+    # everything else (wrappers, odd headers) to ``_validate_message``.
+    limit = -1 if max_message_size is None else max_message_size
+    unpack_n, unpack_crc, crc = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
+    pos, end, count = 0, len(view), 0
+    while pos < end:
+        if end - pos < 4:
+            if pos == 0:
+                raise InvalidMessageError("message set ends inside an entry's length prefix")
+            break
+        (n,) = unpack_n(view, pos)
+        if n < 0:
+            raise InvalidMessageError(f"negative entry length {n} at position {pos}")
+        stop = pos + 4 + n
+        if stop > end:
+            if pos == 0:
+                raise InvalidMessageError(f"entry at position {pos} runs past the end of the set")
+            break
+        magic = view[pos + 4] if n else -1
+        if magic == MAGIC_0 and n >= 5:
+            if limit >= 0 and n - 5 > limit:
+                raise _too_large(n - 5, limit)
+            if crc(view[pos + 9:stop]) != unpack_crc(view, pos + 5)[0]:
+                raise InvalidMessageError("CRC mismatch")
+            count += 1
+        elif magic == MAGIC_1 and n >= 6 and not view[pos + 5] & CODEC_MASK:
+            if limit >= 0 and n - 6 > limit:
+                raise _too_large(n - 6, limit)
+            if crc(view[pos + 10:stop]) != unpack_crc(view, pos + 6)[0]:
+                raise InvalidMessageError("CRC mismatch")
+            count += 1
+        else:
+            header = HEADER_BYTES.get(magic)
+            if limit >= 0 and header is not None and n >= header and n - header > limit:
+                raise _too_large(n - header, limit)
+            count += _validate_message(view[pos + 4:stop], 0)
+        pos = stop
+    return pos, count
+
+
+def _too_large(payload_bytes: int, max_message_size: int) -> MessageSizeTooLargeError:
+    return MessageSizeTooLargeError(
+        f"message payload of {payload_bytes} bytes exceeds max.message.size {max_message_size}"
+    )
 
 
 def _check_payload_sizes(view: memoryview, max_message_size: int) -> None:
