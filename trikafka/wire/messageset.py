@@ -24,6 +24,7 @@ from .message import CODEC_MASK, HEADER_BYTES, MAGIC_0, MAGIC_1, Message, decode
 
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
+_LENGTH_MAGIC = struct.Struct(">iB")
 _VALID_CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY)
 # Wrappers inside wrappers are legal to read (the Java reader recurses) but
 # 0.7 never writes them; bound the depth so a hostile set cannot recurse forever.
@@ -206,21 +207,23 @@ def scan_valid_prefix(data: bytes | memoryview) -> int:
     """
     view = memoryview(data)
     pos, end = 0, len(view)
-    unpack_n, unpack_crc = _INT32.unpack_from, _UINT32.unpack_from
-    while end - pos >= 4:
-        (n,) = unpack_n(view, pos)
-        if n < 5 or pos + 4 + n > end:
+    # Recovery runs this over whole segments: one unpack for length and
+    # magic, zlib's CRC without a wrapper call, no per-entry objects.
+    unpack_head, unpack_crc, crc = _LENGTH_MAGIC.unpack_from, _UINT32.unpack_from, zlib.crc32
+    while end - pos >= 5:
+        n, magic = unpack_head(view, pos)
+        stop = pos + 4 + n
+        if n < 5 or stop > end:
             break
-        magic = view[pos + 4]
-        if magic == MAGIC_1:
-            if n < 6 or unpack_crc(view, pos + 6)[0] != crc32(view[pos + 10:pos + 4 + n]):
-                break
-        elif magic == MAGIC_0:
-            if unpack_crc(view, pos + 5)[0] != crc32(view[pos + 9:pos + 4 + n]):
-                break
+        if magic == MAGIC_0:
+            payload_at = pos + 9
+        elif magic == MAGIC_1 and n >= 6:
+            payload_at = pos + 10
         else:
             break
-        pos += 4 + n
+        if crc(view[payload_at:stop]) != unpack_crc(view, payload_at - 4)[0]:
+            break
+        pos = stop
     return pos
 
 
