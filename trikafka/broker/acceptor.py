@@ -36,11 +36,20 @@ class BoundAddress:
 
 
 class Acceptor:
-    """Owns the listening sockets; ``nursery.start(acceptor.run)`` returns the addresses."""
+    """Owns the listening sockets; ``nursery.start(acceptor.run)`` returns the addresses.
+
+    With ``hold_connections`` it listens but takes no connection off the backlog
+    until :meth:`start_accepting`: clients that connect early wait in the kernel
+    (the broker must be registered before it serves, spec §11.2, and the
+    registration needs the bound port).
+    """
 
     def __init__(self, host: str, port: int, processors: Sequence[Processor], *,
-                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0):
+                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0, hold_connections: bool = False):
         assert processors, "at least one processor"
+        self._accepting = trio.Event()
+        if not hold_connections:
+            self._accepting.set()
         self._host = host
         self._port = port
         self._processors = list(processors)
@@ -63,6 +72,10 @@ class Acceptor:
             for listener in listeners:
                 await trio.aclose_forcefully(listener)
 
+    def start_accepting(self) -> None:
+        """Begin accepting (idempotent); only needed with ``hold_connections``."""
+        self._accepting.set()
+
     def _tune(self, sock: trio.socket.SocketType) -> None:
         # Set on the listening socket so accepted sockets inherit the sizes from
         # the start (the window scale is fixed at the handshake).
@@ -72,6 +85,7 @@ class Acceptor:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
 
     async def _accept_loop(self, listener: trio.SocketListener, next_processor: "itertools.cycle[Processor]") -> None:
+        await self._accepting.wait()
         while True:
             try:
                 stream = await listener.accept()

@@ -188,7 +188,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
             async with trio.open_nursery() as front:
                 acceptor = Acceptor(config.host, config.port, processors,
                                     socket_send_buffer=config.socket_send_buffer,
-                                    socket_receive_buffer=config.socket_receive_buffer)
+                                    socket_receive_buffer=config.socket_receive_buffer,
+                                    hold_connections=True)
                 addresses = await front.start(acceptor.run)
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors)
                 broker_box.append(broker)
@@ -200,6 +201,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
 
                     broker.zookeeper = await services.start(run_broker_zookeeper, config, log_manager,
                                                             broker.port)
+                acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 logger.info("serving on %s:%d", broker.host, broker.port)
                 task_status.started(broker)
