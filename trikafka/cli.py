@@ -471,10 +471,27 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--partitions", type=int,
                         help="partitions to query per named topic (default: ask the broker how many)")
     topics.set_defaults(func=cmd_topics)
+
+    pipeline = commands.add_parser(
+        "pipeline", add_help=False,
+        help="the page-view pipeline on Spark: generate | load (needs trikafka[spark]; --help for more)")
+    pipeline.add_argument("pipeline_args", nargs=argparse.REMAINDER)
+    pipeline.set_defaults(func=cmd_pipeline)
     return parser
 
 
+def cmd_pipeline(args: argparse.Namespace | Sequence[str]) -> int:
+    """``trikafka pipeline ...`` is ``python -m trikafka.spark.pipeline ...``."""
+    from trikafka.spark.pipeline import main as pipeline_main
+
+    rest = args.pipeline_args if isinstance(args, argparse.Namespace) else list(args)
+    return pipeline_main(rest)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["pipeline"]:  # its own parser owns every option, --help included
+        return cmd_pipeline(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,

@@ -1,0 +1,20 @@
+"""`trikafka pipeline ...` hands every argument to the Spark pipeline's own parser."""
+
+import pytest
+
+from trikafka import cli
+
+
+def test_pipeline_help_is_the_pipeline_parsers(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["pipeline", "load", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--checkpoint" in out and "--topic" in out
+
+
+def test_pipeline_without_a_cluster_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["pipeline", "generate", "--topic", "t"])
+    assert exit_info.value.code == 2
+    assert "--brokers" in capsys.readouterr().err
