@@ -1,0 +1,18 @@
+"""Consumer groups: the ZooKeeper-balanced group consumer and its pure parts.
+
+* :class:`GroupConsumer` / :class:`GroupConfig` / :class:`GroupMessage`: the consumer.
+* :mod:`trikafka.group.assign`: the §11.5 assignment as pure functions.
+* :mod:`trikafka.group.registry`: codecs for the ``/consumers`` znodes, topic filters.
+* :mod:`trikafka.group.inspect`: a group's members, owners, offsets and lag.
+"""
+
+from .assign import assign_group, consumer_assignment, partition_owners
+from .config import GroupConfig, group_config_from_properties
+from .consumer import ConsumerTimeout, GroupConsumer, GroupMessage, RebalanceFailedError
+from .registry import TopicFilter, blacklist, whitelist
+
+__all__ = [
+    "ConsumerTimeout", "GroupConfig", "GroupConsumer", "GroupMessage", "RebalanceFailedError",
+    "TopicFilter", "assign_group", "blacklist", "consumer_assignment", "group_config_from_properties",
+    "partition_owners", "whitelist",
+]

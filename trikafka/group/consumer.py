@@ -1,0 +1,733 @@
+"""The ZooKeeper-balanced group consumer (spec §11.4-11.5), with 0.7's races fixed.
+
+Usage::
+
+    async with KazooCoordinator("127.0.0.1:2181") as zk:
+        async with GroupConsumer(zk, "my-group", {"events": 1}) as consumer:
+            async for message in consumer:
+                handle(message.topic, message.partition, message.offset, message.payload)
+
+Every message of the subscribed topics is delivered to one member of the
+group; members share the partitions as ``assign()`` says, rebalancing when a
+member or a broker comes or goes.  Delivery is at least once: after a crash the
+next owner starts at the last committed offset.
+
+What this consumer does differently from 0.7 (all by design, none visible in
+the registry format):
+
+* **Quiet while SUSPENDED.**  With the ZooKeeper connection lost, the session
+  may be expiring and another member may be taking over; nothing is fetched or
+  delivered until the session is known to be alive (or known to be lost).
+* **Fenced writes.**  Every commit and release is one ``multi`` that also
+  checks this consumer's own ``ids`` node (ephemeral: it exists only while the
+  session that registered it lives) and the owner node of each partition
+  committed.  A consumer that lost its session or a partition can never
+  overwrite the new owner's offset.
+* **Own stale ephemerals.**  A node left by an earlier session with our own
+  consumer id (a restart faster than the session timeout) is deleted and
+  re-created instead of blocking the rebalance until it expires.
+* **Coalesced, incremental rebalances.**  Watch events arriving together make
+  one rebalance; a rebalance releases only the partitions this consumer loses
+  (committing them first) and claims only the ones it gains, all or nothing.
+
+Positions: ``position`` of a partition is the offset after the last message
+handed to the application; commits write it.  Fetched but undelivered data is
+dropped whenever the ownership changes (``generation`` counts those changes),
+so within one generation a partition's messages come contiguously and in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Callable
+
+import trio
+from trio_util import AsyncBool
+
+from trikafka.wire import ConsumedMessage
+from trikafka.zk import paths
+from trikafka.zk.coordinator import CheckOp, Coordinator, CreateOp, DeleteOp, Op, SessionState, SetOp
+from trikafka.zk.errors import (
+    BadVersionError,
+    ConnectionLossError,
+    CoordinatorClosedError,
+    CoordinatorError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+from trikafka.zk.registry import parse_broker_registration
+
+from .assign import consumer_assignment
+from .config import GroupConfig
+from .fetcher import Chunk, FetchTarget, PartitionKey, run_fetcher
+from .registry import (
+    RegistryValueError,
+    StaticTopicCount,
+    TopicCount,
+    TopicFilter,
+    WildcardTopicCount,
+    decode_offset,
+    decode_owner,
+    decode_topic_count,
+    encode_offset,
+    encode_owner,
+    new_consumer_id,
+    parse_partition_name,
+)
+
+log = logging.getLogger(__name__)
+
+# Attempts at taking over a node left by our own earlier session, per claim.
+STALE_TAKEOVERS_MAX = 8
+# Rounds of one commit multi (a partition lost or an offsets node flipping between rounds).
+COMMIT_ATTEMPTS_MAX = 16
+
+Subscription = Mapping[str, int] | TopicFilter | TopicCount
+
+
+class RebalanceFailedError(Exception):
+    """``rebalance_retries_max`` attempts in a row could not claim the assignment
+    (0.7's ``ConsumerRebalanceFailedException``)."""
+
+
+class ConsumerTimeout(Exception):
+    """No message arrived within ``consumer_timeout_s`` (0.7's ``ConsumerTimeoutException``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMessage:
+    """A message as the group consumer delivers it.
+
+    ``partition`` is the registry name ``"<broker>-<partition>"``; ``offset`` is
+    where its entry starts and ``next_offset`` what a commit after it stores
+    (spec §5: inner messages of a compressed wrapper share the wrapper's start).
+    """
+
+    topic: str
+    partition: str
+    broker_id: int
+    part: int
+    offset: int
+    next_offset: int
+    payload: bytes
+
+
+class _Conflict(Exception):
+    """A rebalance attempt could not claim a partition someone else holds."""
+
+
+class _Reregister(Exception):
+    """Our ``ids`` node is gone though the session lives: register again."""
+
+
+def topic_count_for(subscription: Subscription, num_streams: int = 1) -> TopicCount:
+    """The registry value for a subscription: ``{topic: streams}``, a filter, or a TopicCount."""
+    if isinstance(subscription, TopicCount):
+        return subscription
+    if isinstance(subscription, TopicFilter):
+        return WildcardTopicCount(subscription, num_streams)
+    counts = dict(subscription)
+    for topic in counts:
+        paths.validate_topic(topic)
+    return StaticTopicCount(counts)
+
+
+class GroupConsumer:
+    """A member of consumer group ``group`` (see the module docstring).
+
+    ``topics`` is ``{topic: number of streams}`` or a whitelist/blacklist
+    ``TopicFilter`` (``registry.whitelist("logs-.*")``), which follows topics as
+    they appear.  ``consumer_id`` is 0.7's ``consumerid`` (the registered id is
+    ``<group>_<consumer_id>``); by default one is generated from the host name,
+    ``clock_ms`` and a UUID.  Use ``async with``; iterate with ``async for``.
+    """
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        group: str,
+        topics: Subscription,
+        *,
+        consumer_id: str | None = None,
+        config: GroupConfig | None = None,
+        num_streams: int | None = None,
+        clock_ms: Callable[[], int] | None = None,
+    ):
+        self.config = config or GroupConfig()
+        self.group = paths.validate_component(group, "group")
+        self.topic_count = topic_count_for(topics, num_streams or self.config.num_streams)
+        self.consumer_id = new_consumer_id(group, consumer_id=consumer_id, clock_ms=clock_ms)
+        self._zk = coordinator
+        self._ids_path = paths.consumer_id(group, self.consumer_id)
+
+        # Ownership and positions: touched only by the rebalancer (under the
+        # lock) and, for positions, by the delivering iterator.
+        self.owned: frozenset[PartitionKey] = frozenset()
+        self.generation = 0
+        self._threads: dict[PartitionKey, str] = {}
+        self._positions: dict[PartitionKey, int | None] = {}
+        self._committed: dict[PartitionKey, int | None] = {}
+        self._offset_nodes: set[PartitionKey] = set()  # offsets nodes known to exist
+        self._unrecorded: set[PartitionKey] = set()  # owner nodes created, not yet in ``owned``
+        self._session_seen = -1  # session_generation our registration belongs to
+        self._registered = False
+        self.rebalances = 0  # successful rebalances that changed ownership
+
+        self._lock = trio.Lock()
+        self._rebalance_needed = AsyncBool(True)
+        self._rebalancing = AsyncBool(False)
+        self._settled = AsyncBool(False)
+        self._chunk_send, self._chunk_receive = trio.open_memory_channel(self.config.queued_chunks_max)
+        self._current: Chunk | None = None
+        self._fetch_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager = None
+        self._topic_watch_scopes: dict[str, trio.CancelScope] = {}
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> "GroupConsumer":
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        try:
+            await self._zk.wait_connected()
+            await self._zk.ensure_path(paths.consumer_ids(self.group))
+            async with self._lock:
+                await self._register()
+            for task in (self._watch_session, self._watch_members, self._watch_topics,
+                         self._rebalance_loop, self._autocommit_loop):
+                self._nursery.start_soon(task)
+        except BaseException as exc:
+            self._nursery.cancel_scope.cancel()
+            if not await self._nursery_manager.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        return self
+
+    async def __aexit__(self, *exc_info) -> bool | None:
+        assert self._nursery is not None and self._nursery_manager is not None
+        self._nursery.cancel_scope.cancel()
+        try:
+            return await self._nursery_manager.__aexit__(*exc_info)
+        except BaseExceptionGroup as group:
+            # One failure (the body's own exception, or a background task's
+            # such as RebalanceFailedError) comes out as itself, not wrapped.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        finally:
+            await self._leave()
+
+    async def _leave(self) -> None:
+        """Commit, release and deregister in one fenced multi (best effort, bounded)."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + self.config.close_timeout_s
+            try:
+                self._check_session()
+                if self._registered:
+                    await self._commit_and_release(self.owned, release=self._unrecorded, deregister=True)
+            except CoordinatorError as exc:
+                log.warning("consumer %s left without a clean release: %s", self.consumer_id, exc)
+            finally:
+                self._drop_ownership()
+        if scope.cancelled_caught:
+            log.warning("consumer %s: the final commit timed out", self.consumer_id)
+
+    # -- iteration -------------------------------------------------------------------
+
+    def __aiter__(self) -> "GroupConsumer":
+        return self
+
+    async def __anext__(self) -> GroupMessage:
+        if self.config.consumer_timeout_s is None:
+            return await self._next_message()
+        with trio.move_on_after(self.config.consumer_timeout_s):
+            return await self._next_message()
+        raise ConsumerTimeout(f"no message within {self.config.consumer_timeout_s} s")
+
+    async def _next_message(self) -> GroupMessage:
+        while True:
+            # Gate: a live, connected session and no rebalance in progress.
+            await self._zk.state.wait_value(SessionState.CONNECTED)
+            await self._rebalancing.wait_value(False)
+            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
+                continue
+            self._check_session()
+            chunk = self._current
+            if chunk is None or chunk.generation != self.generation:
+                self._current = None
+                chunk = await self._chunk_receive.receive()
+                if self._accept(chunk):
+                    self._current = chunk
+                continue  # check the gate again before delivering
+            if chunk.index < len(chunk.messages):
+                message = chunk.messages[chunk.index]
+                chunk.index += 1
+                self._positions[chunk.key] = message.next_offset
+                return self._group_message(chunk.key, message)
+            self._current = None
+
+    def _accept(self, chunk: Chunk) -> bool:
+        """Whether ``chunk`` continues the current position; applies resets and errors."""
+        if chunk.generation != self.generation or chunk.key not in self.owned:
+            return False
+        if self._positions.get(chunk.key) != chunk.expect:
+            log.debug("consumer %s: dropped a chunk of %s/%s at %s (position %s)", self.consumer_id,
+                      *chunk.key, chunk.expect, self._positions.get(chunk.key))
+            return False
+        if chunk.error is not None:
+            raise chunk.error
+        if chunk.new_position is not None:
+            self._positions[chunk.key] = chunk.new_position
+            return False
+        return bool(chunk.messages)
+
+    @staticmethod
+    def _group_message(key: PartitionKey, message: ConsumedMessage) -> GroupMessage:
+        broker_id, part = parse_partition_name(key[1])
+        return GroupMessage(key[0], key[1], broker_id, part, message.offset, message.next_offset,
+                            bytes(message.payload))
+
+    # -- commits ---------------------------------------------------------------------
+
+    async def commit(self) -> bool:
+        """Write the position of every owned partition to its offsets node.
+
+        Fenced: nothing is written unless this consumer's session still holds
+        its registration and the partitions.  Returns False when something
+        could not be written (a lost session or partition; the new owner then
+        starts from the previous commit, so messages may come again).
+        """
+        async with self._lock:
+            self._check_session()
+            return await self._commit_and_release(self.owned)
+
+    async def _commit_and_release(self, commit_keys: Iterable[PartitionKey], *,
+                                  release: Iterable[PartitionKey] = (), deregister: bool = False) -> bool:
+        """One multi: check our ids node, write changed offsets, delete released owner nodes.
+
+        A partition whose owner node is gone is left out and the rest retried;
+        a missing ids node means the session is lost (returns False).
+        """
+        commit_keys, release = set(commit_keys), set(release)
+        if deregister:
+            release |= commit_keys
+        lost: set[PartitionKey] = set()
+        for _attempt in range(COMMIT_ATTEMPTS_MAX):
+            ops: list[Op] = [CheckOp(self._ids_path)]
+            written: list[tuple[PartitionKey, int]] = []
+            for key in sorted(commit_keys - lost):
+                position = self._positions.get(key)
+                owner = self._owner_path(key)
+                if key not in release:
+                    ops.append(CheckOp(owner))
+                if position is not None and position != self._committed.get(key):
+                    path = self._offset_path(key)
+                    value = encode_offset(position)
+                    ops.append(SetOp(path, value) if key in self._offset_nodes else CreateOp(path, value))
+                    written.append((key, position))
+            for key in sorted(release - lost):
+                ops.append(DeleteOp(self._owner_path(key)))
+            if deregister:
+                ops.append(DeleteOp(self._ids_path))
+            if len(ops) == 1:
+                return not lost
+            try:
+                await self._zk.multi(ops)
+            except (NoNodeError, NodeExistsError, BadVersionError) as exc:
+                failed = ops[exc.op_index] if exc.op_index is not None else ops[0]
+                if failed is ops[0] or (deregister and failed is ops[-1]):
+                    log.warning("consumer %s: registration gone, commit fenced off", self.consumer_id)
+                    self._registered = False
+                    return False
+                key = self._key_of(failed.path)
+                if isinstance(failed, (SetOp, CreateOp)) and failed.path == self._offset_path(key):
+                    # The offsets node appeared or vanished under us: flip the op and retry.
+                    self._offset_nodes.symmetric_difference_update({key})
+                    continue
+                log.warning("consumer %s no longer owns %s/%s; not committing it", self.consumer_id, *key)
+                lost.add(key)
+                continue
+            for key, position in written:
+                self._committed[key] = position
+                self._offset_nodes.add(key)
+            if deregister:
+                self._registered = False
+            return not lost
+        raise CoordinatorError(f"consumer {self.consumer_id}: offsets nodes keep changing under the commit")
+
+    def _key_of(self, path: str) -> PartitionKey:
+        parts = path.rsplit("/", 2)
+        return parts[-2], parts[-1]
+
+    def _owner_path(self, key: PartitionKey) -> str:
+        broker_id, part = parse_partition_name(key[1])
+        return paths.consumer_owner(self.group, key[0], broker_id, part)
+
+    def _offset_path(self, key: PartitionKey) -> str:
+        broker_id, part = parse_partition_name(key[1])
+        return paths.consumer_offset(self.group, key[0], broker_id, part)
+
+    async def _autocommit_loop(self) -> None:
+        if not self.config.autocommit_enable:
+            return
+        while True:
+            await trio.sleep(self.config.autocommit_interval_s)
+            try:
+                await self.commit()
+            except (ConnectionLossError, SessionExpiredError) as exc:
+                log.info("consumer %s: autocommit skipped: %s", self.consumer_id, exc)
+
+    # -- session, registration -------------------------------------------------------
+
+    def _check_session(self) -> None:
+        """Notice a new session synchronously: our ephemerals died with the old one."""
+        if self._session_seen >= 0 and self._zk.session_generation.value != self._session_seen:
+            log.warning("consumer %s: ZooKeeper session lost; rejoining the group", self.consumer_id)
+            self._session_seen = -1
+            self._registered = False
+            self._drop_ownership()
+            self._rebalance_needed.value = True
+
+    def _check_same_session(self, session_seen: int) -> None:
+        """After an await inside a rebalance: abort it if the session changed meanwhile."""
+        self._check_session()
+        if self._session_seen != session_seen:
+            raise SessionExpiredError("the ZooKeeper session changed during the rebalance")
+
+    def _drop_ownership(self) -> None:
+        self.generation += 1
+        self._stop_fetchers()
+        self.owned = frozenset()
+        self._threads.clear()
+        self._positions.clear()
+        self._committed.clear()
+        self._offset_nodes.clear()
+        self._unrecorded.clear()
+        self._current = None
+        self._settled.value = False
+
+    async def _register(self) -> None:
+        """Create our ephemeral ids node, replacing one left by our own earlier session."""
+        session = self._zk.session_generation.value
+        value = self.topic_count.encode()
+        for _ in range(STALE_TAKEOVERS_MAX):
+            try:
+                await self._zk.create(self._ids_path, value, ephemeral=True)
+                break
+            except NodeExistsError:
+                if await self._take_over_stale(self._ids_path, None):
+                    continue
+                data, _stat = await self._zk.get(self._ids_path)
+                if data != value:
+                    await self._zk.set(self._ids_path, value)
+                break
+        else:
+            raise NodeExistsError(f"{self._ids_path} keeps coming back")
+        self._session_seen = session
+        self._registered = True
+        self._rebalance_needed.value = True
+
+    async def _take_over_stale(self, path: str, expected_value: bytes | None) -> bool:
+        """Delete ``path`` if an earlier session of ours left it; True if deleted (or gone)."""
+        try:
+            data, stat = await self._zk.get(path)
+        except NoNodeError:
+            return True
+        if stat.ephemeral_owner == self._zk.session_id:
+            return False
+        if expected_value is not None and data != expected_value:
+            return False
+        log.info("consumer %s: removing %s left by an earlier session", self.consumer_id, path)
+        try:
+            await self._zk.delete(path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+        return True
+
+    async def _watch_session(self) -> None:
+        while True:
+            current = self._zk.session_generation.value
+            await self._zk.session_generation.wait_value(lambda g: g != current)
+            self._check_session()
+
+    # -- watches ----------------------------------------------------------------------
+
+    def _request_rebalance(self) -> None:
+        self._rebalance_needed.value = True
+        self._settled.value = False
+
+    async def _watch_members(self) -> None:
+        async for _members in self._zk.watch_children(paths.consumer_ids(self.group)):
+            self._request_rebalance()
+
+    async def _watch_topics(self) -> None:
+        assert self._nursery is not None
+        if isinstance(self.topic_count, StaticTopicCount):
+            for topic in self.topic_count.counts:
+                self._start_topic_watch(topic)
+            return
+        async for topics in self._zk.watch_children(paths.broker_topics()):
+            wanted = set(self.topic_count.streams_per_topic(topics or []))
+            for topic in wanted - set(self._topic_watch_scopes):
+                self._start_topic_watch(topic)
+            for topic in set(self._topic_watch_scopes) - wanted:
+                self._topic_watch_scopes.pop(topic).cancel()
+            self._request_rebalance()
+
+    def _start_topic_watch(self, topic: str) -> None:
+        scope = trio.CancelScope()
+        self._topic_watch_scopes[topic] = scope
+        assert self._nursery is not None
+        self._nursery.start_soon(self._watch_topic, topic, scope)
+
+    async def _watch_topic(self, topic: str, scope: trio.CancelScope) -> None:
+        with scope:
+            async for _brokers in self._zk.watch_children(paths.broker_topic(topic)):
+                self._request_rebalance()
+
+    # -- rebalancing ------------------------------------------------------------------
+
+    async def wait_settled(self, timeout_s: float | None = None) -> bool:
+        """Wait until no rebalance is pending or running; False on timeout."""
+        with trio.move_on_after(math.inf if timeout_s is None else timeout_s):
+            while True:
+                await self._settled.wait_value(True)
+                if not self._rebalance_needed.value and not self._rebalancing.value:
+                    return True
+                await trio.sleep(0)
+        return False
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            await self._rebalance_needed.wait_value(True)
+            if self.config.rebalance_coalesce_s:
+                await trio.sleep(self.config.rebalance_coalesce_s)  # let a burst of events arrive
+            self._rebalance_needed.value = False
+            await self._rebalance_with_retries()
+            if not self._rebalance_needed.value:
+                self._settled.value = True
+
+    async def _rebalance_with_retries(self) -> None:
+        failures = 0
+        while True:
+            await self._zk.wait_connected()
+            try:
+                async with self._lock:
+                    self._check_session()
+                    if not self._registered:
+                        await self._register()
+                    self._rebalance_needed.value = False
+                    await self._rebalance_once()
+                return
+            except (ConnectionLossError, SessionExpiredError) as exc:
+                log.info("consumer %s: rebalance interrupted (%s); retrying", self.consumer_id, exc)
+                await self._zk.wait_reconnected()
+                continue
+            except _Reregister:
+                self._registered = False
+                continue
+            except (_Conflict, NoNodeError, NodeExistsError, BadVersionError, RegistryValueError, KeyError) as exc:
+                failures += 1
+                if failures >= self.config.rebalance_retries_max:
+                    raise RebalanceFailedError(
+                        f"consumer {self.consumer_id} could not rebalance after {failures} attempts: {exc}"
+                    ) from exc
+                log.info("consumer %s: rebalance attempt %d failed: %s; retrying in %.2f s",
+                         self.consumer_id, failures, exc, self.config.rebalance_backoff_s)
+            await trio.sleep(self.config.rebalance_backoff_s)
+
+    async def _read_group(self) -> tuple[dict[str, TopicCount], dict[str, dict[int, int]]]:
+        """Members' registry values and, for our topics, each broker's partition count."""
+        ids_path = paths.consumer_ids(self.group)
+        members: dict[str, TopicCount] = {}
+        for member in await self._zk.children(ids_path):
+            try:
+                data, _stat = await self._zk.get(f"{ids_path}/{member}")
+            except NoNodeError:
+                continue  # left meanwhile; its own departure triggers another rebalance
+            members[member] = decode_topic_count(data)
+        if self.consumer_id not in members:
+            raise _Reregister()
+        try:
+            all_topics = await self._zk.children(paths.broker_topics())
+        except NoNodeError:
+            all_topics = []
+        mine = set(members[self.consumer_id].streams_per_topic(all_topics))
+        broker_topics: dict[str, dict[int, int]] = {t: {} for t in all_topics}
+        for topic in mine:
+            try:
+                brokers = await self._zk.children(paths.broker_topic(topic))
+            except NoNodeError:
+                continue
+            for broker in brokers:
+                try:
+                    data, _stat = await self._zk.get(paths.broker_topic_id(topic, int(broker)))
+                    broker_topics.setdefault(topic, {})[int(broker)] = int(data.decode("ascii"))
+                except NoNodeError:
+                    continue
+                except ValueError as exc:
+                    raise RegistryValueError(f"/brokers/topics/{topic}/{broker}: {exc}") from None
+        return members, broker_topics
+
+    async def _rebalance_once(self) -> None:
+        """One attempt: release what we lose (committed first), claim what we gain."""
+        session_seen = self._session_seen
+        members, broker_topics = await self._read_group()
+        self._check_same_session(session_seen)
+        assignment = consumer_assignment(self.consumer_id, members, broker_topics)
+        target = {(topic, part): thread for topic, per_thread in assignment.items()
+                  for thread, parts in per_thread.items() for part in parts}
+        # A partition kept under another thread id (the thread ranges shifted) is
+        # released and claimed again, so its owner node names the right thread.
+        lose = {key for key in self.owned if target.get(key) != self._threads.get(key)}
+        gain = {key: thread for key, thread in target.items()
+                if key not in self.owned or key in lose}
+        orphans = self._unrecorded - gain.keys()
+        if not lose and not gain and not orphans:
+            return
+        self._rebalancing.value = True
+        try:
+            self._stop_fetchers()
+            self.generation += 1  # everything fetched so far is stale
+            self._current = None
+            if lose or orphans:
+                # Owner nodes of an interrupted claim that we no longer want go too.
+                await self._commit_and_release(lose, release=lose | orphans)
+                self._check_same_session(session_seen)
+                if not self._registered:
+                    raise _Reregister()
+                self._forget(lose)  # released, or already taken from us: either way not ours
+                self._unrecorded -= orphans
+            if gain:
+                await self._claim(gain, session_seen)
+            self.rebalances += 1
+            log.info("consumer %s owns %d partitions (generation %d)", self.consumer_id,
+                     len(self.owned), self.generation)
+        finally:
+            self._start_fetchers()
+            self._rebalancing.value = False
+
+    def _forget(self, keys: Iterable[PartitionKey]) -> None:
+        keys = set(keys)
+        self.owned = self.owned - keys
+        for key in keys:
+            self._threads.pop(key, None)
+            self._positions.pop(key, None)
+            self._committed.pop(key, None)
+            self._offset_nodes.discard(key)
+
+    async def _claim(self, gain: Mapping[PartitionKey, str], session_seen: int) -> None:
+        """Create every owner node of ``gain`` in one multi (or none), then read the offsets.
+
+        Offsets are read only once the partitions are ours: the previous owner
+        commits as it releases, so an earlier read could miss its last commit.
+        A node this session already created in an interrupted attempt is
+        adopted; one left by an earlier session of ours is replaced.
+        """
+        for topic in {key[0] for key in gain}:
+            await self._zk.ensure_path(paths.consumer_owners(self.group, topic))
+            await self._zk.ensure_path(paths.consumer_offsets(self.group, topic))
+        adopted = set(self._unrecorded & gain.keys())
+        for _ in range(STALE_TAKEOVERS_MAX + len(gain)):
+            ops: list[Op] = [CheckOp(self._ids_path)]
+            ops += [CreateOp(self._owner_path(key), encode_owner(thread), ephemeral=True)
+                    for key, thread in sorted(gain.items()) if key not in adopted]
+            try:
+                await self._zk.multi(ops)
+                break
+            except NoNodeError as exc:
+                if exc.op_index in (0, None):
+                    raise _Reregister() from None
+                raise
+            except NodeExistsError as exc:
+                failed = ops[exc.op_index or 0]
+                assert isinstance(failed, CreateOp)
+                verdict = await self._inspect_owner_node(failed.path, failed.value)
+                if verdict == "ours":
+                    adopted.add(self._key_of(failed.path))
+                elif verdict != "gone":
+                    holder = await self._holder(failed.path)
+                    self._unrecorded |= adopted  # released by the next attempt unless wanted
+                    raise _Conflict(f"{failed.path} is held by {holder}") from None
+        else:
+            raise _Conflict("owner nodes keep coming back")
+        self._check_same_session(session_seen)
+        self._unrecorded |= gain.keys()  # until the offsets are read
+        starts: dict[PartitionKey, int | None] = {}
+        present: set[PartitionKey] = set()
+        for key in gain:
+            try:
+                data, _stat = await self._zk.get(self._offset_path(key))
+                present.add(key)
+                starts[key] = decode_offset(data)
+            except NoNodeError:
+                starts[key] = None
+        self._check_same_session(session_seen)
+        self._unrecorded -= gain.keys()
+        self.owned = self.owned | gain.keys()
+        self._threads.update(gain)
+        for key, start in starts.items():
+            self._positions[key] = start
+            self._committed[key] = start
+            if key in present:
+                self._offset_nodes.add(key)
+
+    async def _inspect_owner_node(self, path: str, value: bytes) -> str:
+        """Who holds the owner node at ``path``: "ours" (this session, our value),
+        "gone" (vanished, or left by an earlier session of ours and now deleted),
+        or "other"."""
+        try:
+            data, stat = await self._zk.get(path)
+        except NoNodeError:
+            return "gone"
+        if data != value:
+            return "other"
+        if stat.ephemeral_owner == self._zk.session_id:
+            return "ours"
+        return "gone" if await self._take_over_stale(path, value) else "other"
+
+    async def _holder(self, path: str) -> str:
+        try:
+            data, _stat = await self._zk.get(path)
+            return decode_owner(data)
+        except (NoNodeError, RegistryValueError):
+            return "nobody (released meanwhile)"
+
+    # -- fetchers ---------------------------------------------------------------------
+
+    def _stop_fetchers(self) -> None:
+        if self._fetch_scope is not None:
+            self._fetch_scope.cancel()
+            self._fetch_scope = None
+
+    def _start_fetchers(self) -> None:
+        self._stop_fetchers()
+        if not self.owned or self._nursery is None:
+            return
+        targets = []
+        for key in sorted(self.owned):
+            broker_id, part = parse_partition_name(key[1])
+            targets.append(FetchTarget(self.generation, key, broker_id, part, self._positions.get(key)))
+        scope = trio.CancelScope()
+        self._fetch_scope = scope
+        self._nursery.start_soon(self._run_fetchers, scope, targets)
+
+    async def _run_fetchers(self, scope: trio.CancelScope, targets: list[FetchTarget]) -> None:
+        with scope:
+            async with trio.open_nursery() as nursery:
+                for target in targets:
+                    nursery.start_soon(run_fetcher, target, self.config, self._chunk_send,
+                                       self._broker_address, self._wait_until_fetching_allowed)
+
+    async def _wait_until_fetching_allowed(self) -> None:
+        """Fetchers pause while the ZooKeeper session is SUSPENDED (0.7 race fix)."""
+        await self._zk.state.wait_value(SessionState.CONNECTED)
+
+    async def _broker_address(self, broker_id: int) -> tuple[str, int]:
+        data, _stat = await self._zk.get(paths.broker_id(broker_id))
+        info = parse_broker_registration(data)
+        return info.host, info.port
