@@ -11,6 +11,10 @@ writes the port to that file, so scripts can start it on port 0.
 ``produce`` sends each stdin line as one message, ``consume`` prints each
 payload as one line; both talk to one broker (default 127.0.0.1:9092), except
 ``produce --zookeeper``, which finds brokers and partitions in ZooKeeper.
+``consume --group G`` joins consumer group ``G`` through ZooKeeper (default
+``127.0.0.1:2181``, where ``trikafka serve`` puts its private ZooKeeper), commits
+as it goes and on SIGINT/SIGTERM; ``groups`` lists the groups, ``groups G``
+shows members, owners, committed offsets, log ends and lag.
 ``topics`` lists what a log directory holds (``--log-dir``), the topics
 registered in ZooKeeper (``--zk``), or named topics of one broker; each
 partition's start, visible end and size come from OFFSETS.  The 0.7 protocol
@@ -35,6 +39,7 @@ logger = logging.getLogger("trikafka.cli")
 READY_LINE = "trikafka: serving on {host}:{port}"
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
+DEFAULT_ZOOKEEPER = "127.0.0.1:2181"  # where `trikafka serve` starts its private ZooKeeper
 READ_BYTES = 256 * 1024
 PARTITION_PROBE_BATCH = 64  # partitions asked about per MULTIFETCH by `topics`
 MAX_PROBED_PARTITIONS = 4096
@@ -238,8 +243,86 @@ async def _consume_main(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _consume_group_main(args: argparse.Namespace) -> int:
+    """``consume --group``: a GroupConsumer member; commits as it goes and when stopped."""
+    import signal
+
+    from trikafka.group import GroupConfig, GroupConsumer, blacklist, whitelist
+    from trikafka.zk import KazooCoordinator
+
+    if args.whitelist or args.blacklist:
+        subscription = (whitelist if args.whitelist else blacklist)(args.topic)
+    else:
+        subscription = {args.topic: args.streams}
+    config = GroupConfig(autooffset_reset="largest" if args.from_ == "latest" else "smallest",
+                         autocommit_interval_s=args.commit_interval_ms / 1000, num_streams=args.streams)
+    out = sys.stdout.buffer
+    count = 0
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with KazooCoordinator(args.zookeeper) as zk, trio.open_nursery() as nursery:
+            async def stop_on_signal(scope: trio.CancelScope) -> None:
+                async for signum in signals:
+                    print(f"trikafka: {signal.Signals(signum).name}: committing and leaving the group",
+                          file=sys.stderr, flush=True)
+                    scope.cancel()
+                    return
+
+            with trio.CancelScope() as consuming:
+                nursery.start_soon(stop_on_signal, consuming)
+                async with GroupConsumer(zk, args.group, subscription, consumer_id=args.consumer_id,
+                                         config=config) as consumer:
+                    print(f"trikafka: consuming {args.topic} as {consumer.consumer_id} of group {args.group}",
+                          file=sys.stderr, flush=True)
+                    async for message in consumer:
+                        out.write(message.payload + b"\n")
+                        count += 1
+                        if args.max_messages is not None and count >= args.max_messages:
+                            break
+                        if not args.no_flush:
+                            out.flush()
+            nursery.cancel_scope.cancel()
+    out.flush()
+    return 0
+
+
 def cmd_consume(args: argparse.Namespace) -> int:
+    if args.group:
+        return _run_group_client(_consume_group_main, args)
     return _run_client(_consume_main, args)
+
+
+# --------------------------------------------------------------------------- groups
+
+
+async def _groups_main(args: argparse.Namespace) -> int:
+    from trikafka.group.inspect import describe_group, list_groups, measure_lag
+    from trikafka.zk import KazooCoordinator
+
+    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
+        if not args.group:
+            print("group\tmembers")
+            for group, members in sorted((await list_groups(zk)).items()):
+                print(f"{group}\t{members}")
+            return 0
+        description = await measure_lag(zk, await describe_group(zk, args.group))
+    print(f"group {description.group}: {len(description.members)} members")
+    print("member\tsubscription")
+    for member, subscription in sorted(description.members.items()):
+        shown = subscription if isinstance(subscription, str) else subscription.encode().decode()
+        print(f"{member}\t{shown}")
+    print("topic\tpartition\towner\tcommitted\tlog_end\tlag_bytes")
+    for p in description.partitions:
+        def text(value):
+            return "-" if value is None else str(value)
+        print(f"{p.topic}\t{p.partition}\t{text(p.owner)}\t{text(p.committed)}\t{text(p.log_end)}\t"
+              f"{text(p.lag_bytes)}")
+        if p.error:
+            print(f"trikafka: {p.topic}/{p.partition}: log end unknown: {p.error}", file=sys.stderr)
+    return 0
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    return _run_group_client(_groups_main, args)
 
 
 # --------------------------------------------------------------------------- topics
@@ -413,6 +496,25 @@ def _run_client(fn, args: argparse.Namespace) -> int:
         return 1
 
 
+def _run_group_client(fn, args: argparse.Namespace) -> int:
+    """Like ``_run_client``, for commands that talk to ZooKeeper too."""
+    from trikafka.group import RebalanceFailedError
+    from trikafka.zk import CoordinatorError
+
+    try:
+        return _run_client(fn, args)
+    except (CoordinatorError, RebalanceFailedError) as exc:
+        print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        leaves = _leaf_exceptions(group)
+        if all(isinstance(e, (CoordinatorError, RebalanceFailedError)) for e in leaves):
+            for exc in leaves:
+                print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trikafka", description="Kafka 0.7 on Trio")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -460,7 +562,24 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--from", dest="from_", default="earliest", help="earliest, latest or an offset")
     consume.add_argument("--max-messages", type=int, help="stop after this many")
     consume.add_argument("--no-flush", action="store_true", help="don't flush stdout after each message")
+    consume.add_argument("--group", help="consume as a member of this consumer group (balanced through "
+                                         "ZooKeeper; --from then applies only where nothing was committed)")
+    consume.add_argument("--zookeeper", metavar="CONNECT", default=DEFAULT_ZOOKEEPER,
+                         help=f"with --group: host:port[,host:port][/chroot] (default {DEFAULT_ZOOKEEPER})")
+    consume.add_argument("--whitelist", action="store_true", help="with --group: TOPIC is a regex of topics")
+    consume.add_argument("--blacklist", action="store_true", help="with --group: TOPIC is a regex to exclude")
+    consume.add_argument("--streams", type=int, default=1, help="with --group: streams (threads) per topic")
+    consume.add_argument("--consumer-id", help="with --group: fixed consumer id (0.7 consumerid)")
+    consume.add_argument("--commit-interval-ms", type=int, default=1000,
+                         help="with --group: autocommit interval (default 1000)")
     consume.set_defaults(func=cmd_consume)
+
+    groups = commands.add_parser("groups", help="list consumer groups, or show one: members, owners, "
+                                                "committed offsets, log ends and lag")
+    groups.add_argument("group", nargs="?")
+    groups.add_argument("--zookeeper", metavar="CONNECT", default=DEFAULT_ZOOKEEPER,
+                        help=f"host:port[,host:port][/chroot] (default {DEFAULT_ZOOKEEPER})")
+    groups.set_defaults(func=cmd_groups)
 
     topics = commands.add_parser("topics", help="list topics of a log dir, or offsets of named topics")
     topics.add_argument("topic", nargs="*")
@@ -501,6 +620,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             int(args.from_)
         except ValueError:
             parser.error(f"--from must be earliest, latest or an offset, not {args.from_!r}")
+    if getattr(args, "group", None) and args.command == "consume":
+        if args.from_ not in ("earliest", "latest"):
+            parser.error("--from with --group must be earliest or latest (offsets come from the group)")
+        if args.whitelist and args.blacklist:
+            parser.error("--whitelist and --blacklist exclude each other")
+        if args.streams < 1:
+            parser.error("--streams must be >= 1")
     if getattr(args, "batch", 1) < 1:
         parser.error("--batch must be >= 1")
     return args.func(args)

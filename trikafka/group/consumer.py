@@ -42,7 +42,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import trio
 from trio_util import AsyncBool
@@ -83,6 +83,9 @@ log = logging.getLogger(__name__)
 
 # Attempts at taking over a node left by our own earlier session, per claim.
 STALE_TAKEOVERS_MAX = 8
+# The iterator hands out up to this many messages of a fetched chunk between
+# real checkpoints (it always checks for cancellation); other tasks run in between.
+MESSAGES_PER_CHECKPOINT = 64
 # Rounds of one commit multi (a partition lost or an offsets node flipping between rounds).
 COMMIT_ATTEMPTS_MAX = 16
 
@@ -98,8 +101,7 @@ class ConsumerTimeout(Exception):
     """No message arrived within ``consumer_timeout_s`` (0.7's ``ConsumerTimeoutException``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMessage:
+class GroupMessage(NamedTuple):
     """A message as the group consumer delivers it.
 
     ``partition`` is the registry name ``"<broker>-<partition>"``; ``offset`` is
@@ -118,6 +120,10 @@ class GroupMessage:
 
 class _Conflict(Exception):
     """A rebalance attempt could not claim a partition someone else holds."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path  # the owner node in the way, if one
 
 
 class _Reregister(Exception):
@@ -183,6 +189,7 @@ class GroupConsumer:
         self._settled = AsyncBool(False)
         self._chunk_send, self._chunk_receive = trio.open_memory_channel(self.config.queued_chunks_max)
         self._current: Chunk | None = None
+        self._since_checkpoint = 0
         self._fetch_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
@@ -249,6 +256,25 @@ class GroupConsumer:
         raise ConsumerTimeout(f"no message within {self.config.consumer_timeout_s} s")
 
     async def _next_message(self) -> GroupMessage:
+        # Fast path: the next message of the current chunk, when nothing changed.
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= MESSAGES_PER_CHECKPOINT:
+            self._since_checkpoint = 0
+            await trio.lowlevel.checkpoint()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        chunk = self._current
+        if (chunk is not None and chunk.generation == self.generation and chunk.index < len(chunk.messages)
+                and self._zk.state.value is SessionState.CONNECTED and not self._rebalancing.value
+                and self._zk.session_generation.value == self._session_seen):
+            message = chunk.messages[chunk.index]
+            chunk.index += 1
+            self._positions[chunk.key] = message.next_offset
+            return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
+                                message.next_offset, bytes(message.payload))
+        return await self._next_message_slow()
+
+    async def _next_message_slow(self) -> GroupMessage:
         while True:
             # Gate: a live, connected session and no rebalance in progress.
             await self._zk.state.wait_value(SessionState.CONNECTED)
@@ -267,7 +293,8 @@ class GroupConsumer:
                 message = chunk.messages[chunk.index]
                 chunk.index += 1
                 self._positions[chunk.key] = message.next_offset
-                return self._group_message(chunk.key, message)
+                return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
+                                    message.next_offset, bytes(message.payload))
             self._current = None
 
     def _accept(self, chunk: Chunk) -> bool:
@@ -284,12 +311,6 @@ class GroupConsumer:
             self._positions[chunk.key] = chunk.new_position
             return False
         return bool(chunk.messages)
-
-    @staticmethod
-    def _group_message(key: PartitionKey, message: ConsumedMessage) -> GroupMessage:
-        broker_id, part = parse_partition_name(key[1])
-        return GroupMessage(key[0], key[1], broker_id, part, message.offset, message.next_offset,
-                            bytes(message.payload))
 
     # -- commits ---------------------------------------------------------------------
 
@@ -536,9 +557,24 @@ class GroupConsumer:
                     raise RebalanceFailedError(
                         f"consumer {self.consumer_id} could not rebalance after {failures} attempts: {exc}"
                     ) from exc
-                log.info("consumer %s: rebalance attempt %d failed: %s; retrying in %.2f s",
+                log.info("consumer %s: rebalance attempt %d failed: %s; retrying within %.2f s",
                          self.consumer_id, failures, exc, self.config.rebalance_backoff_s)
+                if isinstance(exc, _Conflict) and exc.path is not None:
+                    # The usual conflict: the previous owner has not released yet.  Retry
+                    # as soon as it does (its release is a delete), within the back-off.
+                    with trio.move_on_after(self.config.rebalance_backoff_s):
+                        await self._wait_gone(exc.path)
+                    continue
             await trio.sleep(self.config.rebalance_backoff_s)
+
+    async def _wait_gone(self, path: str) -> None:
+        watch = self._zk.watch_data(path)
+        try:
+            async for value in watch:
+                if value is None:
+                    return
+        finally:
+            watch.stop()
 
     async def _read_group(self) -> tuple[dict[str, TopicCount], dict[str, dict[int, int]]]:
         """Members' registry values and, for our topics, each broker's partition count."""
@@ -652,7 +688,7 @@ class GroupConsumer:
                 elif verdict != "gone":
                     holder = await self._holder(failed.path)
                     self._unrecorded |= adopted  # released by the next attempt unless wanted
-                    raise _Conflict(f"{failed.path} is held by {holder}") from None
+                    raise _Conflict(f"{failed.path} is held by {holder}", failed.path) from None
         else:
             raise _Conflict("owner nodes keep coming back")
         self._check_same_session(session_seen)

@@ -50,6 +50,8 @@ class Chunk:
 
     generation: int
     key: PartitionKey
+    broker_id: int
+    part: int
     expect: int | None  # the consumer position this chunk continues
     messages: list[ConsumedMessage] = field(default_factory=list)
     new_position: int | None = None  # a reset: move the position here
@@ -102,7 +104,8 @@ async def run_fetcher(
         except (BrokerError, CoordinatorError) as exc:
             log.warning("fetching %s/%s failed: %s; retrying in %.2f s", topic, target.key[1], exc, delay_s)
         except _Fatal as fatal:
-            await queue.send(Chunk(target.generation, target.key, fatal.at, error=fatal.error))
+            await queue.send(Chunk(target.generation, target.key, target.broker_id, target.partition, fatal.at,
+                             error=fatal.error))
             return
         if cursor.fetched:
             cursor.fetched, delay_s = False, RETRY_BACKOFF_MIN_S  # it worked for a while: retry soon
@@ -137,7 +140,8 @@ async def _reset(simple: SimpleConsumer, target: FetchTarget, config: GroupConfi
         raise _Fatal(at, OffsetOutOfRange(target.key[0], target.partition, -1 if at is None else at))
     log.info("%s/%s: offset %s reset to %d (%s)", target.key[0], target.key[1], at, new,
              config.autooffset_reset)
-    await queue.send(Chunk(target.generation, target.key, at, new_position=new))
+    await queue.send(Chunk(target.generation, target.key, target.broker_id, target.partition, at,
+                     new_position=new))
     return new
 
 
@@ -173,7 +177,8 @@ async def _fetch_loop(simple: SimpleConsumer, target: FetchTarget, config: Group
                 messages = list(iter_messages(memoryview(result.data)[:valid_bytes], offset))
             except InvalidMessageError as exc:
                 raise _Fatal(offset, exc) from None
-            await queue.send(Chunk(target.generation, target.key, offset, messages))
+            await queue.send(Chunk(target.generation, target.key, target.broker_id, target.partition, offset,
+                             messages))
             offset = cursor.offset = offset + valid_bytes
             size = config.fetch_max_bytes
         if corrupt:
