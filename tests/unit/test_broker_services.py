@@ -15,7 +15,7 @@ from tests.integration.broker_testing import make_config, memory_client, message
 from trikafka.log.errors import LogFailedError
 from trikafka.log.fs import FakeFileSystem
 from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER
-from trikafka.log.tickets import FlushTicket
+from trikafka.log.tickets import FlushTicket, RollTicket
 from trikafka.wire import (
     ErrorCode,
     FetchPart,
@@ -114,6 +114,60 @@ async def test_flush_requests_during_an_fsync_coalesce_into_one_more_flush(nurse
     # One flush for the first produce, ONE more for the four that came during its fsync.
     assert fsyncs == [len(first), len(first) + 4 * len(messages(b"later"))]
     assert len(response_frames) == 5
+
+
+async def test_a_roll_fsyncs_in_the_worker_while_other_logs_take_appends(nursery, tmp_path, fake_fs,
+                                                                         autojump_clock, monkeypatch):
+    """The decision "fsync never runs on the event loop" holds for rolls (§10.3) too."""
+    release = trio.Event()
+    rolls = []
+    in_worker = False
+    real_run = RollTicket.run
+
+    def checked_run(ticket):
+        assert in_worker, "a roll ran its fsync on the event loop"
+        return real_run(ticket)
+
+    monkeypatch.setattr(RollTicket, "run", checked_run)
+
+    async def held_roll(fn):
+        nonlocal in_worker
+        if isinstance(getattr(fn, "__self__", None), RollTicket):
+            rolls.append(fn.__self__.old_size)
+            await release.wait()
+        in_worker = True
+        try:
+            result = fn()
+        finally:
+            in_worker = False
+        await trio.lowlevel.checkpoint()
+        return result
+
+    first, second = messages(b"a" * 80), messages(b"b" * 80)
+    broker = await start_in_memory(nursery, config(tmp_path, log_file_size=len(first) - 1,
+                                                   log_default_flush_scheduler_interval_ms=HOUR_MS),
+                                   fake_fs, run_blocking=held_roll)
+    rolling, other = await memory_client(broker), await memory_client(broker)
+    await produce(rolling, "t", first)  # segment 0 now holds more than log.file.size
+    answers = []
+
+    async def acked_second():
+        frame = await rolling.call(ProduceAckedRequest(1, 60_000, (ProducePart("t", 0, second),)))
+        answers.append(frame)
+
+    nursery.start_soon(acked_second)
+    await trio.testing.wait_all_tasks_blocked()
+    assert rolls == [len(first)]  # the roll of t-0 waits in the worker; the loop goes on:
+    await produce(other, "u", first)
+    assert await other.offsets("u", 0, -1) == [0]  # u-0 took its append (not yet flushed)
+    assert answers == []  # the append to t-0 waits for the roll
+    release.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(answers) == 1 and answers[0].error_code == ErrorCode.NO_ERROR
+    log = broker.log_manager.get("t", 0)
+    assert log.segments.starts == (0, len(first))
+    assert log.segments.segments[0].fully_flushed  # the roll fsynced the old segment in full
+    assert log.end_offset == len(first) + len(second)
 
 
 # --------------------------------------------------------------------------- retention

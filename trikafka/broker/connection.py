@@ -106,14 +106,14 @@ class Connection:
         self.requests_handled += 1
         kind = type(request)
         if kind is ProduceRequest:
-            handler.produce(request.part)
+            await handler.produce(request.part)
             return
         if kind is FetchRequest:
             response: Any = handler.fetch(request)
         elif kind is MultiFetchRequest:
             response = handler.multifetch(request)
         elif kind is MultiProduceRequest:
-            handler.multiproduce(request)
+            await handler.multiproduce(request)
             return
         elif kind is OffsetsRequest:
             response = [handler.offsets(request)]

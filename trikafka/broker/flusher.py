@@ -9,6 +9,11 @@ Three things ask for a flush of a log:
   ``log.default.flush.interval.ms``) is flushed;
 * acknowledged produces with acks=-1, which need their bytes visible.
 
+Rolls (spec §10.3) go through here too: before an append, ``roll_if_due``
+rolls the log when it must, with the old segment's fsync in a worker thread
+(``Log.begin_roll`` / ``RollTicket.run`` / ``Log.complete_roll``); appends to
+that log wait for it, appends to other logs go on.
+
 A flush captures the unflushed size (``Log.begin_flush``), runs ``fsync`` in a
 worker thread while the event loop keeps appending, then advances the visible
 end to the *captured* size (``Log.complete_flush``), never further: bytes
@@ -48,6 +53,7 @@ class FlushScheduler:
         self._again: set[Any] = set()
         self._last_flush_s: dict[Any, float] = {}
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
+        self._rolls: dict[Any, trio.Event] = {}  # logs with a roll in flight
         self._nursery: trio.Nursery | None = None
         self.flushes_completed = 0
 
@@ -105,6 +111,40 @@ class FlushScheduler:
     def in_flight(self, log: Any) -> bool:
         return log in self._in_flight
 
+    async def roll_if_due(self, log: Any) -> None:
+        """Roll ``log`` off the event loop if its next append must roll (§10.3).
+
+        Returns without a checkpoint once no roll is due or in flight, so the
+        caller's append that follows cannot race another roll.  A roll waits
+        for a flush in flight (one ticket per log); the roll itself is
+        shielded, like a flush, so the log never keeps a dangling ticket.
+        """
+        while True:
+            rolling = self._rolls.get(log)
+            if rolling is not None:
+                await rolling.wait()
+                continue
+            if not log.roll_due():
+                return
+            flushing = self._in_flight.get(log)
+            if flushing is not None or log.flush_in_flight:
+                if flushing is None:  # a flush outside the scheduler (shutdown, tools)
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await flushing.wait()
+                continue
+            ticket = log.begin_roll()
+            if ticket is None:
+                return
+            done = self._rolls[log] = trio.Event()
+            try:
+                with trio.CancelScope(shield=True):
+                    await self._run_blocking(ticket.run)
+                    log.complete_roll(ticket)
+            finally:
+                del self._rolls[log]
+                done.set()
+
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)
 
@@ -122,6 +162,8 @@ class FlushScheduler:
             done.set()
 
     async def _flush_once(self, log: Any) -> None:
+        while (rolling := self._rolls.get(log)) is not None:
+            await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
         self._last_flush_s[log] = trio.current_time()
         ticket = log.begin_flush()
         if ticket is None:

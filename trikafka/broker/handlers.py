@@ -132,7 +132,7 @@ class RequestHandler:
 
     # ----------------------------------------------------------------- PRODUCE / MULTIPRODUCE
 
-    def produce(self, part: ProducePart) -> None:
+    async def produce(self, part: ProducePart) -> None:
         """One PRODUCE (or MULTIPRODUCE part), spec §6.1; never answered."""
         count, partition = self._resolve_partition(part.topic, part.partition)
         if count is None:
@@ -140,6 +140,7 @@ class RequestHandler:
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
         log = self._log_for_write(part.topic, partition)
+        await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
         try:
             result = log.append(part.messages)
         except MessageSizeTooLargeError as exc:
@@ -151,10 +152,10 @@ class RequestHandler:
         if result.flush_due:
             self._flusher.request_flush(log)
 
-    def multiproduce(self, request: MultiProduceRequest) -> None:
+    async def multiproduce(self, request: MultiProduceRequest) -> None:
         """MULTIPRODUCE, spec §6.4: parts in order; a closing part aborts the rest."""
         for part in request.parts:
-            self.produce(part)
+            await self.produce(part)
 
     # ----------------------------------------------------------------- FETCH / MULTIFETCH
 
@@ -212,7 +213,7 @@ class RequestHandler:
         results: list[ProduceAckedResult] = []
         pending: list[tuple[int, Any]] = []  # (index in results, log) awaiting visibility
         for part in request.parts:
-            result, log = self._produce_acked_part(part)
+            result, log = await self._produce_acked_part(part)
             if log is not None and request.acks == ACKS_FLUSHED:
                 pending.append((len(results), log))
             results.append(result)
@@ -222,7 +223,7 @@ class RequestHandler:
             await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
-    def _produce_acked_part(self, part: ProducePart) -> tuple[ProduceAckedResult, Any | None]:
+    async def _produce_acked_part(self, part: ProducePart) -> tuple[ProduceAckedResult, Any | None]:
         count, partition = self._resolve_partition(part.topic, part.partition)
 
         def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
@@ -233,6 +234,7 @@ class RequestHandler:
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
         log = self._log_for_write(part.topic, partition)
+        await self._flusher.roll_if_due(log)
         try:
             appended = log.append(part.messages)
         except MessageSizeTooLargeError:

@@ -166,6 +166,10 @@ class Log:
         return AppendResult(base_offset, base_offset + valid_bytes, validated.message_count,
                             self._flush_due_by_count())
 
+    def roll_due(self) -> bool:
+        """Whether an append now would roll first (``should_roll`` at this log's clock)."""
+        return self.should_roll(self._clock_ms())
+
     def should_roll(self, now_ms: int) -> bool:
         """Whether the next append must roll first (spec §10.3, 0.7.2 rules)."""
         segment = self._segments.last
