@@ -15,12 +15,10 @@ derived from it once per task.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from trikafka.wire import ConsumedMessage
+from trikafka.wire import MessageColumns
 
 from .offsets import PartitionKey
 
@@ -41,15 +39,14 @@ def arrow_schema(schema: StructType = SCHEMA) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def to_record_batch(key: PartitionKey, messages: Sequence[ConsumedMessage], schema: pa.Schema) -> pa.RecordBatch:
-    """One RecordBatch of ``messages`` read from ``key`` (constant columns via ``pa.repeat``)."""
-    count = len(messages)
-    columns = [
+def columns_to_record_batch(key: PartitionKey, columns: MessageColumns, schema: pa.Schema) -> pa.RecordBatch:
+    """One RecordBatch of the decoded ``columns`` read from ``key`` (constant columns via ``pa.repeat``)."""
+    count = len(columns.offsets)
+    return pa.RecordBatch.from_arrays([
         pa.repeat(pa.scalar(key.topic, pa.string()), count),
         pa.repeat(pa.scalar(key.broker, pa.int32()), count),
         pa.repeat(pa.scalar(key.partition, pa.int32()), count),
-        pa.array([m.offset for m in messages], pa.int64()),
-        pa.array([m.next_offset for m in messages], pa.int64()),
-        pa.array([m.payload for m in messages], pa.binary()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+        pa.array(columns.offsets, pa.int64()),
+        pa.array(columns.next_offsets, pa.int64()),
+        pa.array(columns.payloads, pa.binary()),
+    ], schema=schema)

@@ -31,11 +31,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from .cluster import BrokerAddress
-from .columns import SCHEMA, arrow_schema, to_record_batch
+from .columns import SCHEMA, arrow_schema, columns_to_record_batch
 from .offsets import PartitionKey
 from .options import OptionError, SourceOptions, parse_options
 from .planning import PartitionRange, open_connection, plan_batch
-from .reading import FetchSizing, iter_message_chunks
+from .reading import FetchSizing, iter_column_chunks
 
 SOURCE_NAME = "trikafka"
 log = logging.getLogger("trikafka.spark")
@@ -58,11 +58,11 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     sizing = FetchSizing(options.fetch_bytes, options.max_fetch_bytes)
     address = BrokerAddress(planned.key.broker, planned.host, planned.port)
     with open_connection(address, options) as conn:
-        for messages in iter_message_chunks(
+        for columns in iter_column_chunks(
             conn, planned.key, planned.start, planned.end, sizing,
             fail_on_data_loss=options.fail_on_data_loss, log=log.warning,
         ):
-            yield to_record_batch(planned.key, messages, schema)
+            yield columns_to_record_batch(planned.key, columns, schema)
 
 
 def commit_to_group(options: SourceOptions, offsets: dict[PartitionKey, int]) -> None:

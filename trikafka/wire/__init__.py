@@ -35,9 +35,11 @@ from .message import (
 from .messageset import (
     ConsumedMessage,
     Entry,
+    MessageColumns,
     ParsedSet,
     ValidatedSet,
     build_message_set,
+    decode_columns,
     iter_messages,
     parse_entries,
     scan_valid_prefix,

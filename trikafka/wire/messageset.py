@@ -307,26 +307,104 @@ def iter_messages(data: bytes | memoryview, base_offset: int = 0) -> Iterator[Co
     """
     view = memoryview(data)
     pos, end = 0, len(view)
+    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
+    none = Codec.NONE
+    # Reading bytes directly is faster than through a view (slices copy once).
+    source = data if type(data) is bytes else view
+    make = tuple.__new__  # ConsumedMessage(...) without NamedTuple's slower __new__
     while end - pos >= 4:
-        (n,) = _INT32.unpack_from(view, pos)
+        (n,) = unpack_length(source, pos)
         if n < 0:
             raise InvalidMessageError(f"negative entry length {n} at offset {base_offset + pos}")
-        if end - pos - 4 < n:
+        stop = pos + 4 + n
+        if stop > end:
             return
         offset = base_offset + pos
-        msg = decode_message(view[pos + 4:pos + 4 + n])
-        if not msg.is_valid:
-            raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
-        next_offset = offset + 4 + n
-        codec = msg.codec
-        if codec == Codec.NONE:
-            yield ConsumedMessage(offset, next_offset, msg.payload, msg.magic, codec)
+        next_offset = base_offset + stop
+        # Fast path, the common case: an uncompressed message, decoded in place
+        # (the same checks as decode_message + is_valid, without the objects).
+        magic = source[pos + 4] if n else -1
+        if magic == MAGIC_1 and n >= 6 and not source[pos + 5] & CODEC_MASK:
+            payload_at = pos + 10
+        elif magic == MAGIC_0 and n >= 5:
+            payload_at = pos + 9
         else:
-            inner = list(_iter_inner(msg, depth=1))
-            last = len(inner) - 1
-            for i, payload in enumerate(inner):
-                yield ConsumedMessage(offset, next_offset if i == last else offset, payload, msg.magic, codec)
-        pos += 4 + n
+            yield from _iter_entry(view[pos + 4:stop], offset, next_offset)
+            pos = stop
+            continue
+        payload = source[payload_at:stop]
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if checksum(payload) != unpack_crc(source, payload_at - 4)[0]:
+            raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
+        yield make(ConsumedMessage, (offset, next_offset, payload, magic, none))
+        pos = stop
+
+
+class MessageColumns(NamedTuple):
+    """The messages of a fetched set as columns (what ``iter_messages`` yields, minus magic and codec)."""
+
+    offsets: list[int]
+    next_offsets: list[int]
+    payloads: list[bytes]
+
+
+def decode_columns(data: bytes | memoryview, base_offset: int = 0) -> MessageColumns:
+    """``iter_messages`` for column consumers (Arrow, Parquet): the same checks and
+    offsets, eagerly, about twice as fast for uncompressed sets.  Raises on the
+    first bad entry (nothing is returned then)."""
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    source = data if type(data) is bytes else view
+    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
+    offsets: list[int] = []
+    next_offsets: list[int] = []
+    payloads: list[bytes] = []
+    add_offset, add_next, add_payload = offsets.append, next_offsets.append, payloads.append
+    while end - pos >= 4:
+        (n,) = unpack_length(source, pos)
+        stop = pos + 4 + n
+        if n < 0 or stop > end:
+            if n < 0:
+                raise InvalidMessageError(f"negative entry length {n} at offset {base_offset + pos}")
+            break
+        magic = source[pos + 4] if n else -1
+        if magic == MAGIC_1 and n >= 6 and not source[pos + 5] & CODEC_MASK:
+            payload_at = pos + 10
+        elif magic == MAGIC_0 and n >= 5:
+            payload_at = pos + 9
+        else:
+            for message in _iter_entry(view[pos + 4:stop], base_offset + pos, base_offset + stop):
+                add_offset(message.offset)
+                add_next(message.next_offset)
+                add_payload(message.payload)
+            pos = stop
+            continue
+        payload = source[payload_at:stop]
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if checksum(payload) != unpack_crc(source, payload_at - 4)[0]:
+            raise InvalidMessageError(f"CRC mismatch in the entry at offset {base_offset + pos}")
+        add_offset(base_offset + pos)
+        add_next(base_offset + stop)
+        add_payload(payload)
+        pos = stop
+    return MessageColumns(offsets, next_offsets, payloads)
+
+
+def _iter_entry(message: memoryview, offset: int, next_offset: int) -> Iterator[ConsumedMessage]:
+    """The general case of ``iter_messages`` for one entry: any magic, wrappers unpacked."""
+    msg = decode_message(message)
+    if not msg.is_valid:
+        raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
+    codec = msg.codec
+    if codec == Codec.NONE:
+        yield ConsumedMessage(offset, next_offset, msg.payload, msg.magic, codec)
+        return
+    inner = list(_iter_inner(msg, depth=1))
+    last = len(inner) - 1
+    for i, payload in enumerate(inner):
+        yield ConsumedMessage(offset, next_offset if i == last else offset, payload, msg.magic, codec)
 
 
 def _iter_inner(wrapper: Message, depth: int) -> Iterator[bytes]:
