@@ -615,6 +615,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command != "serve" and args.log_level.upper() == "INFO":
+        logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter, not news to a user
     if getattr(args, "from_", "earliest") not in ("earliest", "latest"):
         try:
             int(args.from_)
