@@ -221,8 +221,6 @@ async def _consume_main(args: argparse.Namespace) -> int:
     from trikafka.client import SimpleConsumer
 
     host, port = args.broker
-    out = sys.stdout.buffer
-    count = 0
     async with SimpleConsumer((host, port), args.topic, args.partition) as consumer:
         if args.from_ == "earliest":
             start = await consumer.earliest()
@@ -232,15 +230,24 @@ async def _consume_main(args: argparse.Namespace) -> int:
             start = int(args.from_)
         # On stderr, so stdout stays payloads only; scripts may wait for this line.
         print(f"trikafka: consuming {args.topic}-{args.partition} from offset {start}", file=sys.stderr, flush=True)
-        async for message in consumer.messages(start):
+        await _print_payloads(consumer.messages(start), args)
+    return 0
+
+
+async def _print_payloads(messages, args: argparse.Namespace) -> None:
+    """Each payload as one stdout line, up to ``--max-messages``, flushed unless ``--no-flush``."""
+    out = sys.stdout.buffer
+    count = 0
+    try:
+        async for message in messages:
             out.write(message.payload + b"\n")
             count += 1
             if args.max_messages is not None and count >= args.max_messages:
                 break
             if not args.no_flush:
                 out.flush()
-    out.flush()
-    return 0
+    finally:
+        out.flush()
 
 
 async def _consume_group_main(args: argparse.Namespace) -> int:
@@ -256,8 +263,6 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
         subscription = {args.topic: args.streams}
     config = GroupConfig(autooffset_reset="largest" if args.from_ == "latest" else "smallest",
                          autocommit_interval_s=args.commit_interval_ms / 1000, num_streams=args.streams)
-    out = sys.stdout.buffer
-    count = 0
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with KazooCoordinator(args.zookeeper) as zk, trio.open_nursery() as nursery:
             async def stop_on_signal(scope: trio.CancelScope) -> None:
@@ -273,15 +278,8 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
                                          config=config) as consumer:
                     print(f"trikafka: consuming {args.topic} as {consumer.consumer_id} of group {args.group}",
                           file=sys.stderr, flush=True)
-                    async for message in consumer:
-                        out.write(message.payload + b"\n")
-                        count += 1
-                        if args.max_messages is not None and count >= args.max_messages:
-                            break
-                        if not args.no_flush:
-                            out.flush()
+                    await _print_payloads(consumer, args)
             nursery.cancel_scope.cancel()
-    out.flush()
     return 0
 
 
