@@ -24,8 +24,13 @@ the registry format):
   committed.  A consumer that lost its session or a partition can never
   overwrite the new owner's offset.
 * **Own stale ephemerals.**  A node left by an earlier session with our own
-  consumer id (a restart faster than the session timeout) is deleted and
-  re-created instead of blocking the rebalance until it expires.
+  consumer id (a restart faster than the session timeout) is replaced instead
+  of blocking the rebalance until it expires.  The replacement carries a
+  larger znode version than the old node, and the fenced multis check the
+  version each member created, so if the earlier process is in fact alive (a
+  long pause, a partition) none of its commits or releases go through; it
+  notices through a watch on its ids node and stops with ``ConsumerIdTakenOver``.
+  (Values and paths stay 0.7's; 0.7 members ignore versions.)
 * **Coalesced, incremental rebalances.**  Watch events arriving together make
   one rebalance; a rebalance releases only the partitions this consumer loses
   (committing them first) and claims only the ones it gains, all or nothing.
@@ -95,6 +100,11 @@ Subscription = Mapping[str, int] | TopicFilter | TopicCount
 class RebalanceFailedError(Exception):
     """``rebalance_retries_max`` attempts in a row could not claim the assignment
     (0.7's ``ConsumerRebalanceFailedException``)."""
+
+
+class ConsumerIdTakenOver(Exception):
+    """Another live session registered this consumer id (a newer process with
+    the same ``consumer_id``).  This consumer stops; its commits were fenced off."""
 
 
 class ConsumerTimeout(Exception):
@@ -179,6 +189,10 @@ class GroupConsumer:
         self._committed: dict[PartitionKey, int | None] = {}
         self._offset_nodes: set[PartitionKey] = set()  # offsets nodes known to exist
         self._unrecorded: set[PartitionKey] = set()  # owner nodes created, not yet in ``owned``
+        # Versions of the nodes our fenced multis check: a successor that takes
+        # over our consumer id replaces them with strictly larger versions.
+        self._ids_version = -1
+        self._owner_versions: dict[PartitionKey, int] = {}  # for owned and unrecorded keys
         self._session_seen = -1  # session_generation our registration belongs to
         self._registered = False
         self.rebalances = 0  # successful rebalances that changed ownership
@@ -205,8 +219,8 @@ class GroupConsumer:
             await self._zk.ensure_path(paths.consumer_ids(self.group))
             async with self._lock:
                 await self._register()
-            for task in (self._watch_session, self._watch_members, self._watch_topics,
-                         self._rebalance_loop, self._autocommit_loop):
+            for task in (self._watch_session, self._watch_registration, self._watch_members,
+                         self._watch_topics, self._rebalance_loop, self._autocommit_loop):
                 self._nursery.start_soon(task)
         except BaseException as exc:
             self._nursery.cancel_scope.cancel()
@@ -236,7 +250,7 @@ class GroupConsumer:
                 self._check_session()
                 if self._registered:
                     await self._commit_and_release(self.owned, release=self._unrecorded, deregister=True)
-            except CoordinatorError as exc:
+            except (CoordinatorError, ConsumerIdTakenOver) as exc:
                 log.warning("consumer %s left without a clean release: %s", self.consumer_id, exc)
             finally:
                 self._drop_ownership()
@@ -320,7 +334,8 @@ class GroupConsumer:
         Fenced: nothing is written unless this consumer's session still holds
         its registration and the partitions.  Returns False when something
         could not be written (a lost session or partition; the new owner then
-        starts from the previous commit, so messages may come again).
+        starts from the previous commit, so messages may come again).  Raises
+        ``ConsumerIdTakenOver`` when a newer process registered our id.
         """
         async with self._lock:
             self._check_session()
@@ -330,30 +345,33 @@ class GroupConsumer:
                                   release: Iterable[PartitionKey] = (), deregister: bool = False) -> bool:
         """One multi: check our ids node, write changed offsets, delete released owner nodes.
 
-        A partition whose owner node is gone is left out and the rest retried;
-        a missing ids node means the session is lost (returns False).
+        A partition whose owner node is gone or replaced is left out and the
+        rest retried; a missing ids node means the session is lost (returns
+        False); one replaced by another session means our id was taken over.
+        Every check and delete names the version we created, so a node
+        re-created by a successor with our consumer id never passes for ours.
         """
         commit_keys, release = set(commit_keys), set(release)
         if deregister:
             release |= commit_keys
         lost: set[PartitionKey] = set()
         for _attempt in range(COMMIT_ATTEMPTS_MAX):
-            ops: list[Op] = [CheckOp(self._ids_path)]
+            ops: list[Op] = [CheckOp(self._ids_path, self._ids_version)]
             written: list[tuple[PartitionKey, int]] = []
             for key in sorted(commit_keys - lost):
                 position = self._positions.get(key)
                 owner = self._owner_path(key)
                 if key not in release:
-                    ops.append(CheckOp(owner))
+                    ops.append(CheckOp(owner, self._owner_versions.get(key, -1)))
                 if position is not None and position != self._committed.get(key):
                     path = self._offset_path(key)
                     value = encode_offset(position)
                     ops.append(SetOp(path, value) if key in self._offset_nodes else CreateOp(path, value))
                     written.append((key, position))
             for key in sorted(release - lost):
-                ops.append(DeleteOp(self._owner_path(key)))
+                ops.append(DeleteOp(self._owner_path(key), self._owner_versions.get(key, -1)))
             if deregister:
-                ops.append(DeleteOp(self._ids_path))
+                ops.append(DeleteOp(self._ids_path, self._ids_version))
             if len(ops) == 1:
                 return not lost
             try:
@@ -363,6 +381,7 @@ class GroupConsumer:
                 if failed is ops[0] or (deregister and failed is ops[-1]):
                     log.warning("consumer %s: registration gone, commit fenced off", self.consumer_id)
                     self._registered = False
+                    await self._raise_if_taken_over()
                     return False
                 key = self._key_of(failed.path)
                 if isinstance(failed, (SetOp, CreateOp)) and failed.path == self._offset_path(key):
@@ -375,6 +394,8 @@ class GroupConsumer:
             for key, position in written:
                 self._committed[key] = position
                 self._offset_nodes.add(key)
+            for key in release - lost:
+                self._owner_versions.pop(key, None)
             if deregister:
                 self._registered = False
             return not lost
@@ -428,6 +449,7 @@ class GroupConsumer:
         self._committed.clear()
         self._offset_nodes.clear()
         self._unrecorded.clear()
+        self._owner_versions.clear()
         self._current = None
         self._settled.value = False
 
@@ -438,13 +460,19 @@ class GroupConsumer:
         for _ in range(STALE_TAKEOVERS_MAX):
             try:
                 await self._zk.create(self._ids_path, value, ephemeral=True)
+                self._ids_version = 0
                 break
             except NodeExistsError:
-                if await self._take_over_stale(self._ids_path, None):
+                verdict, version = await self._take_over_stale(self._ids_path, None, value)
+                if verdict == "gone":
                     continue
-                data, _stat = await self._zk.get(self._ids_path)
-                if data != value:
-                    await self._zk.set(self._ids_path, value)
+                assert version is not None
+                if verdict == "ours":
+                    data, stat = await self._zk.get(self._ids_path)
+                    if data != value:
+                        stat = await self._zk.set(self._ids_path, value, version=stat.version)
+                    version = stat.version
+                self._ids_version = version
                 break
         else:
             raise NodeExistsError(f"{self._ids_path} keeps coming back")
@@ -452,22 +480,62 @@ class GroupConsumer:
         self._registered = True
         self._rebalance_needed.value = True
 
-    async def _take_over_stale(self, path: str, expected_value: bytes | None) -> bool:
-        """Delete ``path`` if an earlier session of ours left it; True if deleted (or gone)."""
+    async def _take_over_stale(self, path: str, expected_value: bytes | None,
+                               value: bytes) -> tuple[str, int | None]:
+        """Replace ``path`` if another session with our consumer id left it.
+
+        Returns ``("replaced", version)`` when it is now our node, ``("ours",
+        version)`` when this session holds it already, ``("other", None)`` when
+        its value is not ``expected_value`` (None: any value is ours), and
+        ``("gone", None)`` when it vanished meanwhile (create it again).
+
+        The replacement is one multi: delete the old node at the version read,
+        create ours, and set it until its version is one more than the old
+        one's.  A live predecessor (a zombie process with our id) checks its
+        version in every fenced multi, so from here on all of them fail.
+        """
         try:
             data, stat = await self._zk.get(path)
         except NoNodeError:
-            return True
+            return "gone", None
         if stat.ephemeral_owner == self._zk.session_id:
-            return False
+            return "ours", stat.version
         if expected_value is not None and data != expected_value:
-            return False
-        log.info("consumer %s: removing %s left by an earlier session", self.consumer_id, path)
+            return "other", None
+        log.info("consumer %s: replacing %s left by another session with our id", self.consumer_id, path)
+        version = stat.version + 1
+        ops: list[Op] = [DeleteOp(path, stat.version), CreateOp(path, value, ephemeral=True)]
+        ops += [SetOp(path, value)] * version
         try:
-            await self._zk.delete(path, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
-        return True
+            await self._zk.multi(ops)
+        except (NoNodeError, BadVersionError, NodeExistsError):
+            return "gone", None  # it changed meanwhile: look again
+        return "replaced", version
+
+    async def _raise_if_taken_over(self) -> None:
+        """After a fenced multi failed on our ids node: is another session holding our id?"""
+        try:
+            _data, stat = await self._zk.get(self._ids_path)
+        except NoNodeError:
+            return
+        if stat.ephemeral_owner != self._zk.session_id:
+            raise ConsumerIdTakenOver(
+                f"{self._ids_path} now belongs to another ZooKeeper session (a newer process with "
+                f"consumer id {self.consumer_id!r}); this consumer stops")
+
+    async def _watch_registration(self) -> None:
+        """Stop promptly when a newer process takes over our consumer id."""
+        async for current in self._zk.watch_data(self._ids_path):
+            if current is None or not self._registered:
+                continue
+            _data, stat = current
+            if (stat.ephemeral_owner != self._zk.session_id
+                    and self._zk.session_generation.value == self._session_seen):
+                self._registered = False
+                self._drop_ownership()
+                raise ConsumerIdTakenOver(
+                    f"{self._ids_path} was taken over by another ZooKeeper session with consumer "
+                    f"id {self.consumer_id!r}; this consumer stops")
 
     async def _watch_session(self) -> None:
         while True:
@@ -638,6 +706,8 @@ class GroupConsumer:
                     raise _Reregister()
                 self._forget(lose)  # released, or already taken from us: either way not ours
                 self._unrecorded -= orphans
+                for key in orphans:
+                    self._owner_versions.pop(key, None)
             if gain:
                 await self._claim(gain, session_seen)
             self.rebalances += 1
@@ -652,6 +722,7 @@ class GroupConsumer:
         self.owned = self.owned - keys
         for key in keys:
             self._threads.pop(key, None)
+            self._owner_versions.pop(key, None)
             self._positions.pop(key, None)
             self._committed.pop(key, None)
             self._offset_nodes.discard(key)
@@ -669,22 +740,27 @@ class GroupConsumer:
             await self._zk.ensure_path(paths.consumer_offsets(self.group, topic))
         adopted = set(self._unrecorded & gain.keys())
         for _ in range(STALE_TAKEOVERS_MAX + len(gain)):
-            ops: list[Op] = [CheckOp(self._ids_path)]
-            ops += [CreateOp(self._owner_path(key), encode_owner(thread), ephemeral=True)
-                    for key, thread in sorted(gain.items()) if key not in adopted]
+            ops: list[Op] = [CheckOp(self._ids_path, self._ids_version)]
+            created = [key for key in sorted(gain) if key not in adopted]
+            ops += [CreateOp(self._owner_path(key), encode_owner(gain[key]), ephemeral=True) for key in created]
             try:
                 await self._zk.multi(ops)
+                self._owner_versions.update(dict.fromkeys(created, 0))
                 break
-            except NoNodeError as exc:
+            except (NoNodeError, BadVersionError) as exc:
                 if exc.op_index in (0, None):
+                    await self._raise_if_taken_over()
                     raise _Reregister() from None
                 raise
             except NodeExistsError as exc:
                 failed = ops[exc.op_index or 0]
                 assert isinstance(failed, CreateOp)
-                verdict = await self._inspect_owner_node(failed.path, failed.value)
+                verdict, version = await self._inspect_owner_node(failed.path, failed.value)
                 if verdict == "ours":
-                    adopted.add(self._key_of(failed.path))
+                    assert version is not None
+                    key = self._key_of(failed.path)
+                    adopted.add(key)
+                    self._owner_versions[key] = version
                 elif verdict != "gone":
                     holder = await self._holder(failed.path)
                     self._unrecorded |= adopted  # released by the next attempt unless wanted
@@ -712,19 +788,19 @@ class GroupConsumer:
             if key in present:
                 self._offset_nodes.add(key)
 
-    async def _inspect_owner_node(self, path: str, value: bytes) -> str:
-        """Who holds the owner node at ``path``: "ours" (this session, our value),
-        "gone" (vanished, or left by an earlier session of ours and now deleted),
-        or "other"."""
-        try:
-            data, stat = await self._zk.get(path)
-        except NoNodeError:
-            return "gone"
-        if data != value:
-            return "other"
-        if stat.ephemeral_owner == self._zk.session_id:
-            return "ours"
-        return "gone" if await self._take_over_stale(path, value) else "other"
+    async def _inspect_owner_node(self, path: str, value: bytes) -> tuple[str, int | None]:
+        """Who holds the owner node at ``path``: ``("ours", version)`` (this
+        session, now or after replacing one left by another session with our
+        thread id), ``("gone", None)`` (vanished: create it again) or
+        ``("other", None)``."""
+        verdict, version = await self._take_over_stale(path, value, value)
+        if verdict == "ours":
+            data, _stat = await self._zk.get(path)
+            if data != value:
+                return "other", None
+        if verdict == "replaced":
+            verdict = "ours"
+        return verdict, version
 
     async def _holder(self, path: str) -> str:
         try:
