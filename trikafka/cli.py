@@ -496,17 +496,18 @@ def _run_client(fn, args: argparse.Namespace) -> int:
 
 def _run_group_client(fn, args: argparse.Namespace) -> int:
     """Like ``_run_client``, for commands that talk to ZooKeeper too."""
-    from trikafka.group import RebalanceFailedError
+    from trikafka.group import ConsumerIdTakenOver, RebalanceFailedError
     from trikafka.zk import CoordinatorError
 
+    expected = (CoordinatorError, RebalanceFailedError, ConsumerIdTakenOver)
     try:
         return _run_client(fn, args)
-    except (CoordinatorError, RebalanceFailedError) as exc:
+    except expected as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:
         leaves = _leaf_exceptions(group)
-        if all(isinstance(e, (CoordinatorError, RebalanceFailedError)) for e in leaves):
+        if all(isinstance(e, expected) for e in leaves):
             for exc in leaves:
                 print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
             return 1
