@@ -90,6 +90,23 @@ async def test_queue_time_bounds_the_wait_of_a_lone_message(cluster, mock_clock)
         assert (result.broker_id, result.partition, result.offset) == (0, 0, 0)
 
 
+async def test_messages_left_after_a_full_batch_keep_their_deadline(cluster, mock_clock):
+    broker, producer = one_broker(cluster, batch_size=3, queue_time_s=5, acks=1)
+    async with producer:
+        first = await producer.send("t", b"0")
+        mock_clock.jump(3)
+        rest = [await producer.send("t", b"%d" % i) for i in range(1, 5)]  # a full batch goes now
+        await trio.testing.wait_all_tasks_blocked()
+        assert messages_per_request(broker) == [3]
+        assert first.done and not rest[-1].done
+        # The two left over came after the first message: they go by its deadline,
+        # 5 s after it, not 5 s after the full batch left.
+        mock_clock.jump(2.1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert messages_per_request(broker) == [3, 2]
+        assert all(d.done for d in rest)
+
+
 async def test_a_full_queue_blocks_senders_until_deliveries_complete(cluster, autojump_clock):
     broker = StallingBroker()
     broker, producer = one_broker(cluster, broker, batch_size=2, queue_size=5, queue_time_s=0.01, acks=1)
