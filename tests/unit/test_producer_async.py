@@ -91,20 +91,24 @@ async def test_queue_time_bounds_the_wait_of_a_lone_message(cluster, mock_clock)
 
 
 async def test_messages_left_after_a_full_batch_keep_their_deadline(cluster, mock_clock):
-    broker, producer = one_broker(cluster, batch_size=3, queue_time_s=5, acks=1)
+    broker, producer = one_broker(cluster, StallingBroker(), batch_size=2, queue_time_s=5, acks=1)
     async with producer:
-        first = await producer.send("t", b"0")
-        mock_clock.jump(3)
-        rest = [await producer.send("t", b"%d" % i) for i in range(1, 5)]  # a full batch goes now
+        await producer.send("t", b"0")
+        mock_clock.jump(1)
+        await producer.send("t", b"1")  # a full batch: it goes, and the broker holds it
         await trio.testing.wait_all_tasks_blocked()
-        assert messages_per_request(broker) == [3]
-        assert first.done and not rest[-1].done
-        # The two left over came after the first message: they go by its deadline,
-        # 5 s after it, not 5 s after the full batch left.
-        mock_clock.jump(2.1)
+        assert broker.in_progress == 1
+        late = [await producer.send("t", b"%d" % i) for i in range(2, 5)]  # queued at t=1
+        mock_clock.jump(2)
+        broker.release.set()  # t=3: the next full batch goes, one message is left over
         await trio.testing.wait_all_tasks_blocked()
-        assert messages_per_request(broker) == [3, 2]
-        assert all(d.done for d in rest)
+        assert messages_per_request(broker) == [2, 2]
+        assert not late[-1].done
+        # It was queued at t=1, so it must go by t=6 (not 5 s after the batch left at t=3).
+        mock_clock.jump(3.1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert messages_per_request(broker) == [2, 2, 1]
+        assert late[-1].done
 
 
 async def test_a_full_queue_blocks_senders_until_deliveries_complete(cluster, autojump_clock):
