@@ -11,7 +11,10 @@ measures:
 * **spark batch load**: ``spark.read.format("trikafka") ... write.parquet``
   on ``local[2]`` (session and Python workers warmed up first);
 * **spark stream load**: the pipeline's path, ``readStream`` ->
-  ``writeStream.parquet`` with ``Trigger.AvailableNow`` and a checkpoint.
+  ``writeStream.parquet`` with ``Trigger.AvailableNow`` and a checkpoint;
+* **spark's floor**: a synthetic source that yields the same number of rows
+  as ready-made RecordBatches (no I/O, no decoding) into the same sinks, i.e.
+  what Spark itself costs on this machine whatever the source does.
 
 Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes) or
 ``python bench/spark_bench.py --messages 200000`` for a quick look.
@@ -119,6 +122,75 @@ def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # 
             .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)))
 
 
+class SyntheticReader:
+    """Yields ``rows`` rows of random ``payload_bytes`` payloads per partition as prebuilt RecordBatches."""
+
+    BATCH_ROWS = 5000
+
+    def __init__(self, rows_per_partition: int, payload_bytes: int, partitions: int):
+        self.rows_per_partition, self.payload_bytes, self.count = rows_per_partition, payload_bytes, partitions
+
+    def partitions(self):  # type: ignore[no-untyped-def]
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(i) for i in range(self.count)]
+
+    def read(self, partition):  # type: ignore[no-untyped-def]
+        import pyarrow as pa
+
+        from trikafka.spark.columns import arrow_schema
+
+        rng = random.Random(partition.value)
+        n = self.BATCH_ROWS
+        batch = pa.RecordBatch.from_arrays([
+            pa.repeat(pa.scalar("bench", pa.string()), n), pa.repeat(pa.scalar(0, pa.int32()), n),
+            pa.repeat(pa.scalar(partition.value, pa.int32()), n), pa.array(range(n), pa.int64()),
+            pa.array(range(1, n + 1), pa.int64()),
+            pa.array([rng.randbytes(self.payload_bytes) for _ in range(n)], pa.binary()),
+        ], schema=arrow_schema())
+        left = self.rows_per_partition
+        while left > 0:
+            yield batch if left >= n else batch.slice(0, left)
+            left -= n
+
+
+def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int) -> str:  # type: ignore[no-untyped-def]
+    """Register the floor-measuring source under the name it returns."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    from trikafka.spark.columns import SCHEMA
+
+    class Reader(SyntheticReader, DataSourceReader):
+        pass
+
+    class SyntheticSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "trikafka_bench_synthetic"
+
+        def schema(self):  # type: ignore[no-untyped-def]
+            return SCHEMA
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return Reader(rows // partitions, payload_bytes, partitions)
+
+    spark.dataSource.register(SyntheticSource)
+    return SyntheticSource.name()
+
+
+def time_floor(spark, rows: int, payload_bytes: int, partitions: int, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    name = register_synthetic_source(spark, rows, payload_bytes, partitions)
+    spark.read.format(name).load().limit(10).collect()  # warm up
+    started = time.perf_counter()
+    spark.read.format(name).load().write.format("noop").mode("overwrite").save()
+    noop_s = time.perf_counter() - started
+    started = time.perf_counter()
+    spark.read.format(name).load().write.mode("overwrite").parquet(str(out / "synthetic"))
+    batch_s = time.perf_counter() - started
+    assert spark.read.parquet(str(out / "synthetic")).count() == rows // partitions * partitions
+    return {"floor_noop_s": noop_s, "floor_batch_s": batch_s}
+
+
 def time_spark(spark, broker_list: str, topic: str, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
     spark_reader(spark, broker_list, topic).load().limit(10).collect()  # warm up workers
     started = time.perf_counter()
@@ -177,6 +249,7 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     spark = build_session("trikafka-bench", master=args.master)
     try:
         figures.update(time_spark(spark, format_broker_list(brokers.values()), "bench", root / "out"))
+        figures.update(time_floor(spark, messages, args.payload_bytes, len(keys), root / "out"))
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
@@ -184,13 +257,17 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     rows = [("produce (acks=-1)", "produce_s")] + [
         (f"plain read, {w} process(es)", f"plain_{w}proc_s") for w in sorted({1, args.workers})
     ] + [("spark batch read -> noop sink", "noop_s"), ("spark batch load -> parquet", "batch_s"),
-         ("spark stream load -> parquet", "stream_s")]
+         ("spark stream load -> parquet", "stream_s"),
+         ("floor: synthetic -> noop sink", "floor_noop_s"), ("floor: synthetic -> parquet", "floor_batch_s")]
     for label, key in rows:
         seconds = figures[key]
         print(f"{label:<34}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
     for key in ("noop_s", "batch_s", "stream_s"):
         figures[f"{key[:-2]}_vs_plain_1proc"] = figures["plain_1proc_s"] / figures[key]
         print(f"{key[:-2]} rate / plain 1-process rate: {figures[f'{key[:-2]}_vs_plain_1proc']:.0%}")
+    for key in ("noop_s", "batch_s"):
+        figures[f"{key[:-2]}_vs_floor"] = figures[f"floor_{key}"] / figures[key]
+        print(f"{key[:-2]} rate / spark's synthetic floor: {figures[f'{key[:-2]}_vs_floor']:.0%}")
     return figures
 
 
