@@ -38,6 +38,7 @@ from pathlib import Path
 
 import trio
 
+from served_broker import served_broker
 from trikafka.client import connect, latest_offset
 from trikafka.group import GroupConfig, GroupConsumer
 from trikafka.group.assign import assign_group, partition_owners
@@ -55,26 +56,10 @@ POLL_S = 0.01
 
 @contextmanager
 def broker_process(root: Path, zk_connect: str):
-    ready = root / "broker.port"
-    cmd = [sys.executable, "-m", "trikafka", "--log-level", "WARNING", "serve", "--zookeeper", zk_connect,
-           "--broker-id", str(BROKER_ID), "--port", "0", "--num-partitions", str(PARTITIONS),
-           "--ready-file", str(ready), "--log-dir", str(root / "logs")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"broker did not start: {proc.stderr.read().decode(errors='replace')}")
-            time.sleep(0.02)
-        yield int(ready.read_text())
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    args = ["--zookeeper", zk_connect, "--broker-id", str(BROKER_ID), "--num-partitions", str(PARTITIONS),
+            "--log-dir", str(root / "logs")]
+    with served_broker(args, root / "broker.port", log_level="WARNING") as (_proc, port):
+        yield port
 
 
 async def produce(port: int, messages: int, payload_bytes: int) -> dict[int, int]:

@@ -22,16 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import trio
 
+from served_broker import served_broker
 from trikafka.client import connect
 from trikafka.wire.messageset import build_message_set, scan_valid_prefix
 from trikafka.wire.requests import ProducePart, ProduceRequest, encode_request
@@ -42,29 +39,11 @@ SEND_CHUNK_BYTES = 1 << 20
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-@contextmanager
 def broker_process(log_dir: Path, settings: list[str]):
-    ready = log_dir.parent / "ready"
-    cmd = [sys.executable, "-m", "trikafka", "serve", "--standalone", "--port", "0",
-           "--ready-file", str(ready), "--log-dir", str(log_dir)]
+    args = ["--standalone", "--log-dir", str(log_dir)]
     for item in settings:
-        cmd += ["--set", item]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"broker did not start: {proc.stderr.read().decode(errors='replace')}")
-            time.sleep(0.02)
-        yield proc, int(ready.read_text())
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        args += ["--set", item]
+    return served_broker(args, log_dir.parent / "ready")
 
 
 def cpu_seconds(pid: int) -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,12 +31,12 @@ import trio
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from served_broker import served_broker  # noqa: E402
 from trikafka.client import connect  # noqa: E402
 from trikafka.producer import Producer  # noqa: E402
 from trikafka.wire import build_message_set  # noqa: E402
 
 RAW_BATCH = 50
-READY_TIMEOUT_S = 30.0
 
 
 def make_payloads(count: int, size: int, seed: int = 7) -> list[bytes]:
@@ -52,34 +51,6 @@ def make_payloads(count: int, size: int, seed: int = 7) -> list[bytes]:
             line += rng.choice(words) + b" "
         distinct.append(line[:size])
     return [distinct[i % len(distinct)] for i in range(count)]
-
-
-class BrokerProcess:
-    """``trikafka serve --standalone`` on a free port, killed by PID on exit."""
-
-    def __init__(self, log_dir: str):
-        self.ready_file = os.path.join(log_dir, "ready")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "trikafka", "serve", "--standalone", "--port", "0",
-             "--log-dir", os.path.join(log_dir, "data"), "--ready-file", self.ready_file],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def wait_ready(self) -> int:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if os.path.exists(self.ready_file):
-                with open(self.ready_file) as f:
-                    return int(f.read())
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the broker exited with {self.process.returncode}")
-            time.sleep(0.05)
-        raise RuntimeError("the broker did not become ready")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
 
 
 async def raw_batch(port: int, topic: str, payloads: list[bytes]) -> float:
@@ -135,12 +106,9 @@ def main() -> None:
     parser.add_argument("--acked-messages", type=int, default=100_000, help="messages for the acks 1/-1 cases")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trikafka-producer-bench-") as tmp:
-        broker = BrokerProcess(tmp)
-        try:
-            port = broker.wait_ready()
+        serve_args = ["--standalone", "--log-dir", os.path.join(tmp, "data")]
+        with served_broker(serve_args, Path(tmp) / "ready") as (_proc, port):
             trio.run(run_all, port, args.messages, args.size, args.acked_messages)
-        finally:
-            broker.stop()
 
 
 if __name__ == "__main__":

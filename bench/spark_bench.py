@@ -24,17 +24,17 @@ Figures are msgs/s and MB/s of payload (1 MB = 10^6 bytes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
-import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from served_broker import served_broker
 from trikafka.spark.blocking_client import BrokerConnection
 from trikafka.spark.cluster import BrokerAddress, format_broker_list
 from trikafka.spark.offsets import PartitionKey
@@ -47,32 +47,10 @@ PRODUCE_BATCH = 5000
 FETCH = FetchSizing(1 << 20, 100 << 20)
 
 
-def start_broker(broker_id: int, root: Path) -> tuple[subprocess.Popen, BrokerAddress]:
-    ready = root / f"broker-{broker_id}.port"
-    log = open(root / f"broker-{broker_id}.log", "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trikafka", "serve", "--standalone", "--host", "127.0.0.1", "--port", "0",
-         "--log-dir", str(root / f"broker-{broker_id}"), "--broker-id", str(broker_id),
-         "--num-partitions", str(PARTITIONS_PER_BROKER), "--ready-file", str(ready),
-         "--set", "log_flush_interval=100000000"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"broker {broker_id} did not start; see {log.name}")
-        time.sleep(0.05)
-    return proc, BrokerAddress(broker_id, "127.0.0.1", int(ready.read_text()))
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def broker_args(broker_id: int, root: Path) -> list[str]:
+    return ["--standalone", "--host", "127.0.0.1", "--log-dir", str(root / f"broker-{broker_id}"),
+            "--broker-id", str(broker_id), "--num-partitions", str(PARTITIONS_PER_BROKER),
+            "--set", "log_flush_interval=100000000"]
 
 
 def produce(brokers: dict[int, BrokerAddress], keys: list[PartitionKey], messages: int, payload_bytes: int) -> float:
@@ -218,21 +196,19 @@ def main() -> int:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
-    procs = []
     try:
-        brokers = {}
-        for broker_id in range(BROKERS):
-            proc, address = start_broker(broker_id, root)
-            procs.append(proc)
-            brokers[broker_id] = address
-        keys = [PartitionKey("bench", b, p) for b in range(BROKERS) for p in range(PARTITIONS_PER_BROKER)]
-        messages = args.messages // len(keys) * len(keys)
-        produce_s = produce(brokers, keys, messages, args.payload_bytes)
-        figures = report(args, brokers, keys, messages, produce_s, root)
-        print(json.dumps(figures))
+        with contextlib.ExitStack() as stack:
+            brokers = {}
+            for broker_id in range(BROKERS):
+                _proc, port = stack.enter_context(
+                    served_broker(broker_args(broker_id, root), root / f"broker-{broker_id}.port"))
+                brokers[broker_id] = BrokerAddress(broker_id, "127.0.0.1", port)
+            keys = [PartitionKey("bench", b, p) for b in range(BROKERS) for p in range(PARTITIONS_PER_BROKER)]
+            messages = args.messages // len(keys) * len(keys)
+            produce_s = produce(brokers, keys, messages, args.payload_bytes)
+            figures = report(args, brokers, keys, messages, produce_s, root)
+            print(json.dumps(figures))
     finally:
-        for proc in procs:
-            stop(proc)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
