@@ -46,7 +46,7 @@ from trikafka.wire import ErrorCode, ProducePart, build_message_set
 from trikafka.zk import CoordinatorClosedError, FakeCoordinator, FakeZooKeeper, KazooCoordinator, NoNodeError
 from trikafka.zk.registry import BrokerRegistration
 
-from .proxy import FaultProxy
+from tests.fixtures.fault_proxy import FaultProxy
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ import trio
 
 from tests.fault.group_world import SessionLoss, group_config, open_kazoo_world, produce_everywhere
 from tests.fault.seeds import fault_rng
+from tests.fixtures.fault_proxy import FaultMode
 from tests.fixtures.zookeeper_server import open_zookeeper_proxy
 
 RESTART_TIMEOUT_S = 30.0
@@ -44,7 +45,7 @@ async def test_zookeeper_restarted_under_a_running_group(dedicated_zookeeper_ser
             committed_before = await world.committed_offsets()
             generations = {c.name: c.real_zk.session_generation.value for c in world.live_consumers()}
 
-            gate.mode.value = "refuse"
+            gate.set_mode(FaultMode.REFUSE)
             gate.sever()
             server.stop()  # SIGKILL; on this (the main) thread, as the server wants
             world.note("ZooKeeper killed")
@@ -53,7 +54,7 @@ async def test_zookeeper_restarted_under_a_running_group(dedicated_zookeeper_ser
             server.spawn()
             with trio.fail_after(RESTART_TIMEOUT_S):
                 await server.wait_ready()
-            gate.mode.value = "pass"
+            gate.set_mode(FaultMode.FORWARD)
             world.note("ZooKeeper back")
 
             await produce_everywhere(world, "t", 3)

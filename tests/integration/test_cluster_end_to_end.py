@@ -20,6 +20,7 @@ from typing import AsyncIterator, Callable
 import pytest
 import trio
 
+from tests.fixtures.fault_proxy import FaultMode
 from tests.fixtures.zookeeper_server import open_zookeeper_proxy
 from trikafka.broker import BrokerConfig, serve
 from trikafka.client import connect
@@ -325,7 +326,7 @@ async def test_a_broker_answers_no_request_before_it_is_registered(tmp_path, zk_
     port = free_port()  # known in advance: the client must connect before serve() reports
     async with open_zookeeper_proxy(zk_chroot) as proxy, observer(zk_chroot) as zk, \
             trio.open_nursery() as nursery:
-        proxy.mode.value = "blackhole"  # the broker's session request waits in the proxy
+        proxy.set_mode(FaultMode.STALL)  # the broker's session request waits in the proxy
         config = BrokerConfig(broker_id=7, host=HOST, port=port, log_dir=str(tmp_path / "logs"), num_threads=1,
                               enable_zookeeper=True, zk_connect=proxy.connect_string + chroot,
                               graceful_shutdown_timeout_s=2.0)
@@ -348,7 +349,7 @@ async def test_a_broker_answers_no_request_before_it_is_registered(tmp_path, zk_
                 frame = await client.receive_frame()
                 raise AssertionError(f"answered {frame!r} before registering in ZooKeeper")
             assert await zk.exists("/brokers/ids/7") is None
-            proxy.mode.value = "pass"
+            proxy.set_mode(FaultMode.FORWARD)
             frame = await client.receive_frame()
             assert frame.error_code == ErrorCode.NO_ERROR
             assert await zk.exists("/brokers/ids/7") is not None  # it was registered before it answered
