@@ -498,10 +498,10 @@ class GroupConsumer:
             data, stat = await self._zk.get(path)
         except NoNodeError:
             return "gone", None
-        if stat.ephemeral_owner == self._zk.session_id:
-            return "ours", stat.version
         if expected_value is not None and data != expected_value:
             return "other", None
+        if stat.ephemeral_owner == self._zk.session_id:
+            return "ours", stat.version
         log.info("consumer %s: replacing %s left by another session with our id", self.consumer_id, path)
         version = stat.version + 1
         ops: list[Op] = [DeleteOp(path, stat.version), CreateOp(path, value, ephemeral=True)]
@@ -794,13 +794,7 @@ class GroupConsumer:
         thread id), ``("gone", None)`` (vanished: create it again) or
         ``("other", None)``."""
         verdict, version = await self._take_over_stale(path, value, value)
-        if verdict == "ours":
-            data, _stat = await self._zk.get(path)
-            if data != value:
-                return "other", None
-        if verdict == "replaced":
-            verdict = "ours"
-        return verdict, version
+        return ("ours" if verdict == "replaced" else verdict), version
 
     async def _holder(self, path: str) -> str:
         try:
