@@ -1,7 +1,7 @@
 """The page-view pipeline: generate activity events, load them into Parquet with Spark.
 
 Needs the ``trikafka[spark]`` extra (pyspark, pyarrow) and Java 17 or 21.
-Start one or more brokers first, e.g. ``trikafka serve --port 9092 --log-dir /tmp/tk0 --standalone``.
+Start one or more brokers first, e.g. ``trikafka serve --port 9092 --log-dir broker0-data --standalone``.
 
 Generate page views (JSON ``{"user", "page", "timestamp"}``) into a topic::
 
