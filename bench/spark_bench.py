@@ -100,46 +100,36 @@ def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # 
             .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)))
 
 
-class SyntheticReader:
-    """Yields ``rows`` rows of random ``payload_bytes`` payloads per partition as prebuilt RecordBatches."""
-
-    BATCH_ROWS = 5000
-
-    def __init__(self, rows_per_partition: int, payload_bytes: int, partitions: int):
-        self.rows_per_partition, self.payload_bytes, self.count = rows_per_partition, payload_bytes, partitions
-
-    def partitions(self):  # type: ignore[no-untyped-def]
-        from pyspark.sql.datasource import InputPartition
-
-        return [InputPartition(i) for i in range(self.count)]
-
-    def read(self, partition):  # type: ignore[no-untyped-def]
-        import pyarrow as pa
-
-        from trikafka.spark.columns import arrow_schema
-
-        rng = random.Random(partition.value)
-        n = self.BATCH_ROWS
-        batch = pa.RecordBatch.from_arrays([
-            pa.repeat(pa.scalar("bench", pa.string()), n), pa.repeat(pa.scalar(0, pa.int32()), n),
-            pa.repeat(pa.scalar(partition.value, pa.int32()), n), pa.array(range(n), pa.int64()),
-            pa.array(range(1, n + 1), pa.int64()),
-            pa.array([rng.randbytes(self.payload_bytes) for _ in range(n)], pa.binary()),
-        ], schema=arrow_schema())
-        left = self.rows_per_partition
-        while left > 0:
-            yield batch if left >= n else batch.slice(0, left)
-            left -= n
-
-
 def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int) -> str:  # type: ignore[no-untyped-def]
-    """Register the floor-measuring source under the name it returns."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader
+    """Register the floor-measuring source under the name it returns: ``rows`` rows of random
+    ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from trikafka.spark.columns import SCHEMA
 
-    class Reader(SyntheticReader, DataSourceReader):
-        pass
+    class SyntheticReader(DataSourceReader):
+        BATCH_ROWS = 5000
+
+        def partitions(self):  # type: ignore[no-untyped-def]
+            return [InputPartition(i) for i in range(partitions)]
+
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            import pyarrow as pa
+
+            from trikafka.spark.columns import arrow_schema
+
+            rng = random.Random(partition.value)
+            n = self.BATCH_ROWS
+            batch = pa.RecordBatch.from_arrays([
+                pa.repeat(pa.scalar("bench", pa.string()), n), pa.repeat(pa.scalar(0, pa.int32()), n),
+                pa.repeat(pa.scalar(partition.value, pa.int32()), n), pa.array(range(n), pa.int64()),
+                pa.array(range(1, n + 1), pa.int64()),
+                pa.array([rng.randbytes(payload_bytes) for _ in range(n)], pa.binary()),
+            ], schema=arrow_schema())
+            left = rows // partitions
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
 
     class SyntheticSource(DataSource):
         @classmethod
@@ -150,7 +140,7 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
             return SCHEMA
 
         def reader(self, schema):  # type: ignore[no-untyped-def]
-            return Reader(rows // partitions, payload_bytes, partitions)
+            return SyntheticReader()
 
     spark.dataSource.register(SyntheticSource)
     return SyntheticSource.name()
