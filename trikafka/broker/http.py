@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Callable
 
 import h11
@@ -25,6 +26,11 @@ logger = logging.getLogger(__name__)
 
 MAX_REQUEST_HEAD_BYTES = 8 * 1024
 REQUEST_TIMEOUT_S = 10.0
+# After answering, unread request bytes are drained (up to this many, for up to
+# LINGER_S) before the close: closing a socket with unread input sends a reset,
+# which can destroy the answer before the client reads it.
+LINGER_BYTES = 64 * 1024
+LINGER_S = 1.0
 RECEIVE_BYTES = 4096
 # HTTP connections served at once; more are closed at once (scrapers are few).
 MAX_CONNECTIONS = 32
@@ -67,23 +73,25 @@ class HttpServer:
             return
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S):
-                await self._answer(stream)
+                if await self._answer(stream):
+                    await _linger(stream)
         except _PEER_GONE:
             pass
         finally:
             self._limiter.release()
             await trio.aclose_forcefully(stream)
 
-    async def _answer(self, stream: trio.SocketStream) -> None:
+    async def _answer(self, stream: trio.SocketStream) -> bool:
+        """Read one request and answer it; False if the peer left without a whole request."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
         try:
             request = await _next_request(stream, conn)
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
             await _respond(stream, conn, status, f"bad request: {exc}\n".encode(), head_only=False)
-            return
+            return True
         if request is None:
-            return  # the peer left before a whole request head
+            return False  # the peer left before a whole request head
         path = request.target.split(b"?", 1)[0]
         head_only = request.method == b"HEAD"
         if request.method not in (b"GET", b"HEAD"):
@@ -99,6 +107,7 @@ class HttpServer:
                            head_only)
         else:
             await _respond(stream, conn, 404, b"not found: try /metrics, /healthz or /readyz\n", head_only)
+        return True
 
 
 async def _next_request(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
@@ -119,8 +128,17 @@ async def _respond(stream: trio.SocketStream, conn: h11.Connection, status: int,
                    content_type: bytes = TEXT) -> None:
     headers = [(b"server", SERVER_HEADER), (b"content-type", content_type),
                (b"content-length", str(len(body)).encode()), (b"connection", b"close"), *(extra_headers or [])]
-    data = conn.send(h11.Response(status_code=status, headers=headers))
+    data = conn.send(h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase.encode()))
     if not head_only:
         data += conn.send(h11.Data(data=body))
     data += conn.send(h11.EndOfMessage())
     await stream.send_all(data)
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Half-close, then discard what the client still sends, so the close sends no reset."""
+    await stream.send_eof()
+    drained = 0
+    with trio.move_on_after(LINGER_S):
+        while drained < LINGER_BYTES and (data := await stream.receive_some(RECEIVE_BYTES)):
+            drained += len(data)
