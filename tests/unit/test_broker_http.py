@@ -77,3 +77,18 @@ async def test_a_silent_client_is_dropped_after_the_request_timeout(autojump_clo
         await client.send_all(b"GET /metrics HTTP/1.1\r\n")  # and never the rest
         assert await client.receive_some(100) == b""  # closed without an answer
     assert trio.current_time() - started == REQUEST_TIMEOUT_S
+
+
+async def test_a_taken_port_fails_the_start_with_a_message_that_names_the_endpoint():
+    import pytest
+
+    with trio.socket.socket() as taken:
+        await taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = HttpServer("127.0.0.1", port, Routes(metrics=lambda: b"", is_ready=lambda: True))
+        with pytest.raises(ExceptionGroup) as caught:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.run)
+    [error] = caught.value.exceptions
+    assert isinstance(error, OSError) and f"metrics endpoint 127.0.0.1:{port}:" in str(error)

@@ -59,7 +59,10 @@ class HttpServer:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, report the bound ``(host, port)``, then serve until cancelled."""
-        listeners = await trio.open_tcp_listeners(self._port, host=self._host)
+        try:
+            listeners = await trio.open_tcp_listeners(self._port, host=self._host)
+        except OSError as exc:  # name the endpoint: the broker's own port is another
+            raise OSError(exc.errno, f"metrics endpoint {self._host}:{self._port}: {exc.strerror or exc}") from exc
         host, port = listeners[0].socket.getsockname()[:2]
         logger.debug("metrics and health on http://%s:%d/", host, port)
         task_status.started((host, port))

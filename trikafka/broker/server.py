@@ -134,11 +134,11 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
     wiring = _Wiring(BrokerMetrics())
+    wiring.metrics.registry.register(readiness_collector(wiring.ready))
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
         await run()
         return
-    wiring.metrics.registry.register(readiness_collector(wiring.ready))
     async with trio.open_nursery() as root:
         http = HttpServer(config.host, config.metrics_port,
                           Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready))
