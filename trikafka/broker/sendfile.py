@@ -16,9 +16,12 @@ the page cache blocks the event loop on the disk read, and with it every other
 client.  So before a region goes out, ``page_cache_resident`` asks the kernel
 (``mincore`` on a short-lived mapping: no data is copied or faulted in)
 whether all its pages are cached.  Hot regions, the common case since
-consumers read recent data, keep zero-copy sendfile.  A region with any page
-missing is read by ``pread`` in a worker thread, ``COLD_READ_CHUNK_BYTES`` at a
-time, and sent from memory, so only that client waits for the disk.
+consumers read recent data, go out with sendfile at once.  For a region with
+any page missing, a worker thread asks the kernel to read it ahead
+(``posix_fadvise(WILLNEED)``) and waits for its first ``COLD_READ_CHUNK_BYTES``
+with a ``pread``; each chunk goes out with sendfile once cached (a chunk still
+missing is waited for in a thread again), so only that client waits for the
+disk.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ import trio
 
 from trikafka.wire.responses import Chunk, FileRegion
 
-# A cold region is read and sent in pieces of this size, so one huge fetch
-# never sits in memory whole.
-COLD_READ_CHUNK_BYTES = 1 << 20
+# A cold region is waited for and sent in pieces of this size: small enough
+# that sending starts soon, large enough that thread hops stay few.
+COLD_READ_CHUNK_BYTES = 256 << 10
 
 ResidencyCheck = Callable[[int, int, int], bool]
 
@@ -76,31 +79,52 @@ def _region_fd(region: FileRegion) -> int | None:
 
 async def send_region(stream: trio.abc.SendStream, region: FileRegion,
                       resident: ResidencyCheck | None = None) -> None:
-    """Send one file region: from a worker thread's reads if it is not in the
-    page cache, else sendfile on a socket stream, else the read fallback."""
+    """Send one file region: sendfile on a socket stream, else the read fallback;
+    bytes not in the page cache are first waited for in a worker thread."""
     if region.length == 0:
         return
     fd = _region_fd(region)
-    if fd is not None and not (resident or page_cache_resident)(fd, region.position, region.length):
-        await _send_cold(stream, region)
+    if fd is None:
+        await stream.send_all(region.read())  # an in-memory file: nothing to wait for
         return
     sock = getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
-    if fd is None or sock is None:
-        await stream.send_all(region.read())  # hot or in memory: a read that does not wait for a disk
-        return
-    await _sendfile(sock, fd, region.position, region.length)
+    check = resident or page_cache_resident
+    if not check(fd, region.position, region.length):
+        await _send_cold(stream, sock, fd, region, check)
+    elif sock is None:
+        await stream.send_all(region.read())  # cached: the read does not wait for a disk
+    else:
+        await _sendfile(sock, fd, region.position, region.length)
 
 
-async def _send_cold(stream: trio.abc.SendStream, region: FileRegion) -> None:
+async def _send_cold(stream: trio.abc.SendStream, sock: trio.socket.SocketType | None, fd: int,
+                     region: FileRegion, check: ResidencyCheck) -> None:
+    # The first thread call asks the kernel to read the whole region ahead
+    # (WILLNEED), so later chunks stream in while earlier ones are sent.  Each
+    # chunk still missing is read in a thread; then sendfile finds it cached.
     position, remaining = region.position, region.length
+    prefetch_bytes = remaining
     while remaining > 0:
         n = min(remaining, COLD_READ_CHUNK_BYTES)
-        data = await trio.to_thread.run_sync(region.source.pread, position, n)
-        if len(data) != n:
-            raise RegionTruncatedError(f"file ended with {remaining - len(data)} bytes of the region unread")
-        await stream.send_all(data)
+        data = None
+        if prefetch_bytes or not check(fd, position, n):
+            data = await trio.to_thread.run_sync(_read_ahead, region.source, fd, position, n, prefetch_bytes)
+            prefetch_bytes = 0
+            if len(data) != n:
+                raise RegionTruncatedError(f"file ended with {remaining - len(data)} bytes of the region unread")
+        if sock is not None:
+            await _sendfile(sock, fd, position, n)
+        else:
+            await stream.send_all(data if data is not None else region.source.pread(position, n))
         position += n
         remaining -= n
+
+
+def _read_ahead(source: object, fd: int, position: int, n: int, prefetch_bytes: int) -> bytes:
+    """Blocking (a worker thread's job): start reading ``prefetch_bytes`` ahead, wait for ``n``."""
+    if prefetch_bytes and hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, position, prefetch_bytes, os.POSIX_FADV_WILLNEED)
+    return source.pread(position, n)  # type: ignore[attr-defined]
 
 
 def _load_libc() -> ctypes.CDLL | None:
