@@ -56,6 +56,7 @@ class FileSystem(Protocol):
     def open_segment(self, path: str, create: bool) -> SegmentFile: ...  # create: must not exist yet
     def create_file(self, path: str) -> None: ...  # a new empty file, fsynced (the clean-shutdown marker)
     def remove(self, path: str) -> None: ...
+    def rename(self, src: str, dst: str) -> None: ...  # atomic, replaces dst (durable after fsync_dir)
     def fsync_dir(self, path: str) -> None: ...
     def mtime_ms(self, path: str) -> int: ...
     def touch(self, path: str, mtime_ms: int) -> None: ...  # set the modification time
@@ -144,6 +145,9 @@ class OsFileSystem:
 
     def remove(self, path: str) -> None:
         os.unlink(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))

@@ -1,0 +1,150 @@
+"""What the cleaner reads: the entries of a segment, their keys, and which runs can go.
+
+Decisions depend only on the bytes, the key map and the tombstone horizon, so
+every replica that cleans the same range the same way writes the same segment
+(docs/protocol-compaction.md §4.3).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple
+
+from trikafka.wire.compression import Codec
+from trikafka.wire.crc import crc32
+from trikafka.wire.errors import InvalidMessageError
+from trikafka.wire.keyed import KEYED, PADDING_HEAD_BYTES, TOMBSTONE, inner_messages, is_padding_head, split_key
+from trikafka.wire.message import CODEC_MASK, MAGIC_0, MAGIC_1
+
+from .fs import SegmentFile
+from .keymap import KeyMap, key_digest
+from .throttle import Throttler
+
+SCAN_CHUNK_BYTES = 4 << 20
+MIN_RUN_ENTRY_BYTES = PADDING_HEAD_BYTES  # a run's last entry must hold a padding entry (§3.1)
+_CRC = struct.Struct(">I")
+
+
+class CleanerError(Exception):
+    """A segment the cleaner cannot read as valid entries; that log is left alone."""
+
+
+class ScannedEntry(NamedTuple):
+    """One entry of a segment: where (relative), how long (``4 + N``), and its keys.
+
+    ``keys`` is None when the entry holds an unkeyed message (never removable);
+    ``()`` for a padding entry; otherwise ``(digest, tombstone)`` per message.
+    """
+
+    position: int
+    size: int
+    padding: bool
+    keys: tuple[tuple[bytes, bool], ...] | None
+
+
+def scan_segment(file: SegmentFile, size: int, throttle: Throttler) -> Iterator[ScannedEntry]:
+    """Every entry of a (fully written, fully visible) segment; padding payloads are skipped unread."""
+    pos, buf, buf_at = 0, b"", 0
+    while pos < size:
+        rel = pos - buf_at
+        if len(buf) - rel < PADDING_HEAD_BYTES and buf_at + len(buf) < size:
+            buf, buf_at, rel = _read(file, pos, min(SCAN_CHUNK_BYTES, size - pos), throttle), pos, 0
+        if len(buf) - rel < 4:
+            raise CleanerError(f"{file!r}: entry prefix cut at position {pos}")
+        (n,) = struct.unpack_from(">i", buf, rel)
+        if n < 5 or pos + 4 + n > size:
+            raise CleanerError(f"{file!r}: bad entry length {n} at position {pos}")
+        if is_padding_head(buf[rel:rel + PADDING_HEAD_BYTES]):
+            yield ScannedEntry(pos, 4 + n, True, ())
+            pos += 4 + n
+            continue
+        if len(buf) - rel < 4 + n:
+            buf, buf_at, rel = _read(file, pos, max(4 + n, min(SCAN_CHUNK_BYTES, size - pos)), throttle), pos, 0
+        yield ScannedEntry(pos, 4 + n, False, _entry_keys(memoryview(buf)[rel + 4:rel + 4 + n], pos))
+        pos += 4 + n
+
+
+def _read(file: SegmentFile, pos: int, n: int, throttle: Throttler) -> bytes:
+    throttle.charge(n)
+    data = file.pread(pos, n)
+    if len(data) != n:
+        raise CleanerError(f"{file!r}: short read at {pos}")
+    return data
+
+
+def _entry_keys(message: memoryview, pos: int) -> tuple[tuple[bytes, bool], ...] | None:
+    magic = message[0]
+    if magic == MAGIC_0:
+        return None
+    if magic != MAGIC_1 or len(message) < 6:
+        raise CleanerError(f"unknown magic {magic} at position {pos}")
+    attributes, (crc,) = message[1], _CRC.unpack_from(message, 2)
+    payload = bytes(message[6:])
+    if crc32(payload) != crc:
+        raise CleanerError(f"CRC mismatch at position {pos}")
+    try:
+        if attributes & CODEC_MASK == Codec.NONE:
+            return _keys_of([(attributes, payload)])
+        return _keys_of([(a if m == MAGIC_1 else 0, p) for m, a, p in inner_messages(attributes & CODEC_MASK, payload)])
+    except InvalidMessageError as exc:
+        raise CleanerError(f"entry at position {pos}: {exc}") from None
+
+
+def _keys_of(messages: list[tuple[int, bytes]]) -> tuple[tuple[bytes, bool], ...] | None:
+    keys = []
+    for attributes, payload in messages:
+        key, _ = split_key(payload, attributes)
+        if key is None:
+            return None
+        keys.append((key_digest(key), bool(attributes & TOMBSTONE)))
+    return tuple(keys) if keys else None
+
+
+def add_to_map(keymap: KeyMap, segment_start: int, entries: list[ScannedEntry]) -> None:
+    """Record every key of ``entries`` (oldest first) at its entry's absolute offset."""
+    for entry in entries:
+        for digest, _ in entry.keys or ():
+            keymap.put(digest, segment_start + entry.position)
+
+
+def new_keys(keymap: KeyMap, entries: list[ScannedEntry]) -> int:
+    """How many keys of ``entries`` the map does not hold yet (an upper bound on its growth)."""
+    return len({d for e in entries for d, _ in e.keys or () if keymap.get(d) < 0})
+
+
+def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyMap,
+                   drop_tombstones: bool) -> list[tuple[int, int, bool]]:
+    """Runs ``(start, end, news)`` of removable entries (relative positions); ``news`` is
+    True when the run removes something that is not padding yet.
+
+    An entry is removable when it is padding, or when each of its messages is keyed
+    and either a later entry holds the same key or it is a tombstone past the horizon.
+    The segment's last entry always stays; a run whose last entry is shorter than a
+    padding entry gives that entry back, until it ends on one long enough (§3.1).
+    """
+    runs: list[tuple[int, int, bool]] = []
+    current: list[ScannedEntry] = []
+
+    def close_run() -> None:
+        while current and (current[-1].size < MIN_RUN_ENTRY_BYTES):
+            current.pop()
+        if current:
+            runs.append((current[0].position, current[-1].position + current[-1].size,
+                         any(not e.padding for e in current)))
+        current.clear()
+
+    for index, entry in enumerate(entries):
+        offset = segment_start + entry.position
+        last = index == len(entries) - 1
+        if not last and (entry.padding or _obsolete(entry, offset, keymap, drop_tombstones)):
+            current.append(entry)
+        else:
+            close_run()
+    close_run()
+    return runs
+
+
+def _obsolete(entry: ScannedEntry, offset: int, keymap: KeyMap, drop_tombstones: bool) -> bool:
+    if entry.keys is None:
+        return False
+    return all(keymap.get(d) > offset or (tombstone and drop_tombstones) for d, tombstone in entry.keys)

@@ -1,0 +1,128 @@
+"""Padding runs of a cleaned segment: the index, its sidecar file, and fetch synthesis.
+
+A padding run ``[a, b)`` (positions relative to the segment) is a byte range the
+cleaner covered with padding entries (docs/protocol-compaction.md §3).  A fetch
+that starts at or inside a run is answered with one synthesized padding entry up
+to ``b``, then the log's bytes from ``b``: its next offset is exactly where the
+next retained entry starts, and the answer holds at least one retained message.
+
+The sidecar ``<start>.padding`` stores the runs: ``segment_size:int64,
+count:int32, count x (start:int64, end:int64), crc32:uint32``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from bisect import bisect_right
+from typing import NamedTuple
+
+from trikafka.wire.keyed import MIN_PADDING_ENTRY_BYTES, padding_head
+from trikafka.wire.responses import FileRegion
+
+from .fs import SegmentFile
+
+_HEAD = struct.Struct(">qi")
+_RUN = struct.Struct(">qq")
+_CRC = struct.Struct(">I")
+
+
+class PaddingRuns(NamedTuple):
+    """Sorted, disjoint padding runs of one segment (relative positions)."""
+
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+
+    @classmethod
+    def of(cls, runs: list[tuple[int, int]]) -> "PaddingRuns":
+        runs = sorted(runs)
+        for (a, b), (c, _) in zip(runs, runs[1:]):
+            assert a < b <= c, runs
+        return cls(tuple(a for a, _ in runs), tuple(b for _, b in runs))
+
+    def find(self, position: int) -> tuple[int, int] | None:
+        """The run ``(a, b)`` with ``a <= position < b``, or None."""
+        index = bisect_right(self.starts, position) - 1
+        if index >= 0 and position < self.ends[index]:
+            return self.starts[index], self.ends[index]
+        return None
+
+    @property
+    def padded_bytes(self) -> int:
+        return sum(b - a for a, b in zip(self.starts, self.ends))
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+
+NO_PADDING = PaddingRuns((), ())
+
+
+def encode_padding_index(segment_size: int, runs: PaddingRuns) -> bytes:
+    body = _HEAD.pack(segment_size, len(runs.starts)) + b"".join(
+        _RUN.pack(a, b) for a, b in zip(runs.starts, runs.ends))
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def decode_padding_index(data: bytes, segment_size: int) -> PaddingRuns | None:
+    """The runs, or None when the sidecar is damaged or belongs to another segment size."""
+    if len(data) < _HEAD.size + _CRC.size:
+        return None
+    body, (crc,) = data[:-4], _CRC.unpack_from(data, len(data) - 4)
+    if zlib.crc32(body) != crc:
+        return None
+    size, count = _HEAD.unpack_from(body, 0)
+    if size != segment_size or count < 0 or len(body) != _HEAD.size + count * _RUN.size:
+        return None
+    runs = [_RUN.unpack_from(body, _HEAD.size + i * _RUN.size) for i in range(count)]
+    if any(not 0 <= a < b <= segment_size for a, b in runs):
+        return None
+    try:
+        return PaddingRuns.of(runs)
+    except AssertionError:
+        return None
+
+
+class SynthesizedSource:
+    """The bytes of a synthesized padding entry followed by a span of a segment file.
+
+    It has no descriptor, so senders use ``pread``; the zeros are made on demand.
+    """
+
+    __slots__ = ("head", "entry_bytes", "file", "file_position", "file_bytes")
+
+    def __init__(self, entry_bytes: int, file: SegmentFile, file_position: int, file_bytes: int):
+        self.head = padding_head(entry_bytes)
+        self.entry_bytes = entry_bytes
+        self.file, self.file_position, self.file_bytes = file, file_position, file_bytes
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("a synthesized region has no descriptor")
+
+    def pread(self, position: int, n: int) -> bytes:
+        end = min(position + n, self.entry_bytes + self.file_bytes)
+        parts = []
+        if position < len(self.head):
+            parts.append(self.head[position:min(end, len(self.head))])
+        zeros_from, zeros_to = max(position, len(self.head)), min(end, self.entry_bytes)
+        if zeros_to > zeros_from:
+            parts.append(bytes(zeros_to - zeros_from))
+        file_from = max(position, self.entry_bytes)
+        if end > file_from:
+            parts.append(self.file.pread(self.file_position + file_from - self.entry_bytes, end - file_from))
+        return b"".join(parts)
+
+
+def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes: int,
+                       visible_size: int) -> FileRegion | None:
+    """A region answering a fetch at ``position`` inside the run ending at ``run_end``.
+
+    None when the rest of the run is too short to hold a padding entry (the
+    position was never an entry boundary: the fetch is served raw, as 0.7 does).
+    """
+    entry_bytes = run_end - position
+    if entry_bytes < MIN_PADDING_ENTRY_BYTES:
+        return None
+    tail = max(0, min(max_bytes, visible_size - run_end))
+    return FileRegion(SynthesizedSource(entry_bytes, file, run_end, tail), 0, entry_bytes + tail)
