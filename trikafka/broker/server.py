@@ -3,7 +3,7 @@
 ::
 
     serve()
-    └── services nursery          flush scheduler, retention deleter, signal watcher,
+    └── services nursery          flush scheduler, retention deleter, cleaner, signal watcher,
         │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py)
         └── server nursery        N processors, each with its connections
             └── front nursery     acceptor + shutdown watcher
@@ -45,6 +45,7 @@ from trikafka.log.fs import FileSystem, OsFileSystem
 from trikafka.log.manager import LogManager
 
 from .acceptor import Acceptor, BoundAddress
+from .cleaner import CleanerService
 from .config import BrokerConfig
 from .flusher import FlushScheduler
 from .handlers import RequestHandler
@@ -72,6 +73,7 @@ class Broker:
     _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
     clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
     zookeeper: Any = None  # a zookeeper.BrokerZooKeeper once registered (enable_zookeeper)
+    cleaner: CleanerService | None = None  # compaction (docs/protocol-compaction.md)
     _next_processor: int = field(default=0, repr=False)
 
     @property
@@ -121,7 +123,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     Cancellation from outside also shuts down cleanly, without the grace period.
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
-    log_manager = LogManager(config.log_dir, config.log_config(), fs if fs is not None else OsFileSystem(),
+    fs = fs if fs is not None else OsFileSystem()
+    log_manager = LogManager(config.log_dir, config.log_config(), fs,
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
                              partitions=config.partitions)
     await run_blocking(log_manager.open)  # recovery may scan a large segment
@@ -130,7 +133,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     broker_box: list[Broker] = []
     clean = False
     try:
-        await _run_tree(config, log_manager, clock_ms, rng, handle_signals, run_blocking, broker_box, task_status)
+        await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,
+                        task_status)
         clean = True
     except BaseException as exc:
         clean = _only_cancellation(exc)
@@ -163,7 +167,7 @@ def _only_cancellation(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
-async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Callable[[], int],
+async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: Callable[..., Awaitable[Any]] | None, broker_box: list[Broker],
                     task_status: trio.TaskStatus[Broker]) -> None:
@@ -172,9 +176,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
         flusher = await services.start(
             FlushScheduler(log_manager, scheduler_interval_ms=config.log_default_flush_scheduler_interval_ms,
                            run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking).run)
+        cleaner = CleanerService(log_manager, config, fs, clock_ms,
+                                 run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
-            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms).run)
+            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes).run)
+        await services.start(cleaner.run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                  partitions=config.partitions, max_topic_name_length=config.max_topic_name_length,
                                  rng=rng, clock_ms=clock_ms)
@@ -191,7 +198,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                                     socket_receive_buffer=config.socket_receive_buffer,
                                     hold_connections=True)
                 addresses = await front.start(acceptor.run)
-                broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors)
+                broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
+                                cleaner=cleaner)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
@@ -210,6 +218,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
             for processor in processors:
                 processor.drain()
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
+        cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
 
 

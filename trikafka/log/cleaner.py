@@ -58,6 +58,10 @@ class CleanResult:
     map_end: int = 0
 
 
+class CleanerStopped(Exception):
+    """A pass ended early because ``should_stop()`` became true (shutdown)."""
+
+
 def parse_cleanup_policy(text: str) -> tuple[bool, bool]:
     """``(compact, delete)`` from ``delete``, ``compact``, ``compact,delete`` (``+`` works too)."""
     parts = {p.strip() for p in text.replace("+", ",").split(",") if p.strip()}
@@ -70,11 +74,12 @@ class LogCleaner:
     """Cleans logs one pass at a time; thread-safe (each pass works on one log)."""
 
     def __init__(self, fs: FileSystem, clock_ms: Callable[[], int], *, dedupe_buffer_bytes: int = 128 << 20,
-                 throttler: Throttler | None = None):
+                 throttler: Throttler | None = None, should_stop: Callable[[], bool] = lambda: False):
         self.fs = fs
         self.clock_ms = clock_ms
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
         self.throttler = throttler if throttler is not None else Throttler(0)
+        self.should_stop = should_stop  # polled between segments and copies: a shutdown stops a pass
 
     # -- choosing ----------------------------------------------------------------------
 
@@ -102,9 +107,16 @@ class LogCleaner:
 
     # -- one pass ----------------------------------------------------------------------
 
-    def clean(self, log, policy: CompactionPolicy) -> CleanResult:
-        """One pass over ``log`` (see the module docstring).  Raises ``CleanerError`` for a
-        segment that does not parse (the log is left as it was)."""
+    def clean(self, log, policy: CompactionPolicy,
+              install: Callable[[Segment], object] | None = None) -> CleanResult:
+        """One pass over ``log`` (see the module docstring).
+
+        ``install(segment)`` is called after each segment's swap (it must hand the
+        segment to ``Log.install_cleaned`` on the log's thread); without it the
+        segments are only returned.  Raises ``CleanerError`` for a segment that does
+        not parse and ``CleanerStopped`` when ``should_stop()`` turned true: segments
+        swapped before that stay swapped (and installed), the others are untouched.
+        """
         start, first_dirty, limit = self.cleanable_range(log, policy)
         result = CleanResult(log.topic, log.partition, first_dirty=first_dirty, map_end=first_dirty)
         charged_before = self.throttler.charged_bytes
@@ -113,6 +125,7 @@ class LogCleaner:
         for segment in segments:
             if segment.start < first_dirty:
                 continue
+            self._check_stop()
             entries = list(scan_segment(segment.file, segment.size, self.throttler))
             if len(keymap) and new_keys(keymap, entries) > keymap.room():
                 break  # the map is full: this pass stops at a segment boundary
@@ -124,6 +137,7 @@ class LogCleaner:
         for segment in segments:
             if segment.end > result.map_end:
                 break
+            self._check_stop()
             mtime_ms = self.fs.mtime_ms(segment.path)
             entries = list(scan_segment(segment.file, segment.size, self.throttler))
             runs = removable_runs(segment.start, entries, keymap, drop_tombstones=mtime_ms < horizon_ms)
@@ -131,6 +145,8 @@ class LogCleaner:
                 continue
             cleaned = self._rewrite(log, segment, runs, mtime_ms, log.config.max_message_size + 10)
             result.segments.append(cleaned)
+            if install is not None:
+                install(cleaned)
             result.padded_bytes += cleaned.padding.padded_bytes - segment.padding.padded_bytes
             result.written_bytes += segment.size - cleaned.padding.padded_bytes
         self.write_checkpoint(log.dir_path, result.map_end)
@@ -162,8 +178,13 @@ class LogCleaner:
         logger.info("cleaned %s: %d of %d bytes are padding now", segment.path, padding.padded_bytes, segment.size)
         return cleaned
 
+    def _check_stop(self) -> None:
+        if self.should_stop():
+            raise CleanerStopped("the cleaner was asked to stop")
+
     def _copy(self, source: SegmentFile, target: SegmentFile, start: int, end: int) -> None:
         while start < end:
+            self._check_stop()
             n = min(COPY_CHUNK_BYTES, end - start)
             self.throttler.charge(2 * n)  # read and written
             data = source.pread(start, n)
