@@ -13,7 +13,14 @@ from typing import Iterator, NamedTuple
 from trikafka.wire.compression import Codec
 from trikafka.wire.crc import crc32
 from trikafka.wire.errors import InvalidMessageError
-from trikafka.wire.keyed import KEYED, PADDING_HEAD_BYTES, TOMBSTONE, inner_messages, is_padding_head, split_key
+from trikafka.wire.keyed import (
+    MIN_PADDING_ENTRY_BYTES,
+    PADDING_HEAD_BYTES,
+    TOMBSTONE,
+    inner_messages,
+    is_padding_head,
+    split_key,
+)
 from trikafka.wire.message import CODEC_MASK, MAGIC_0, MAGIC_1
 
 from .fs import SegmentFile
@@ -21,7 +28,6 @@ from .keymap import KeyMap, key_digest
 from .throttle import Throttler
 
 SCAN_CHUNK_BYTES = 4 << 20
-MIN_RUN_ENTRY_BYTES = PADDING_HEAD_BYTES  # a run's last entry must hold a padding entry (§3.1)
 _CRC = struct.Struct(">I")
 
 
@@ -119,18 +125,17 @@ def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyM
 
     An entry is removable when it is padding, or when each of its messages is keyed
     and either a later entry holds the same key or it is a tombstone past the horizon.
-    The segment's last entry always stays; a run whose last entry is shorter than a
-    padding entry gives that entry back, until it ends on one long enough (§3.1).
+    The segment's last entry always stays, and so do runs too short for a padding
+    entry (docs/protocol-compaction.md §3.1).
     """
     runs: list[tuple[int, int, bool]] = []
     current: list[ScannedEntry] = []
 
     def close_run() -> None:
-        while current and (current[-1].size < MIN_RUN_ENTRY_BYTES):
-            current.pop()
         if current:
-            runs.append((current[0].position, current[-1].position + current[-1].size,
-                         any(not e.padding for e in current)))
+            start, end = current[0].position, current[-1].position + current[-1].size
+            if end - start >= MIN_PADDING_ENTRY_BYTES:
+                runs.append((start, end, any(not e.padding for e in current)))
         current.clear()
 
     for index, entry in enumerate(entries):

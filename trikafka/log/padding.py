@@ -18,7 +18,7 @@ import zlib
 from bisect import bisect_right
 from typing import NamedTuple
 
-from trikafka.wire.keyed import MIN_PADDING_ENTRY_BYTES, padding_head
+from trikafka.wire.keyed import MIN_PADDING_ENTRY_BYTES, is_padding_head, padding_head, short_padding_entry
 from trikafka.wire.responses import FileRegion
 
 from .fs import SegmentFile
@@ -93,7 +93,10 @@ class SynthesizedSource:
     __slots__ = ("head", "entry_bytes", "file", "file_position", "file_bytes")
 
     def __init__(self, entry_bytes: int, file: SegmentFile, file_position: int, file_bytes: int):
-        self.head = padding_head(entry_bytes)
+        if entry_bytes >= MIN_PADDING_ENTRY_BYTES:
+            self.head = padding_head(entry_bytes)
+        else:
+            self.head = short_padding_entry(entry_bytes)
         self.entry_bytes = entry_bytes
         self.file, self.file_position, self.file_bytes = file, file_position, file_bytes
 
@@ -114,15 +117,21 @@ class SynthesizedSource:
         return b"".join(parts)
 
 
+def runs_match_file(runs: PaddingRuns, file: SegmentFile) -> bool:
+    """Whether every run starts with a padding entry in ``file`` (a sidecar sanity check)."""
+    return all(is_padding_head(file.pread(a, MIN_PADDING_ENTRY_BYTES)) for a in runs.starts)
+
+
 def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes: int,
                        visible_size: int) -> FileRegion | None:
     """A region answering a fetch at ``position`` inside the run ending at ``run_end``.
 
-    None when the rest of the run is too short to hold a padding entry (the
-    position was never an entry boundary: the fetch is served raw, as 0.7 does).
+    Within 30 bytes of the run's end a short padding message stands in for the
+    gzip entry.  None under 10 bytes: no removed entry started there (entries are
+    at least 14 bytes), so the fetch is served raw, as 0.7 serves misaligned offsets.
     """
     entry_bytes = run_end - position
-    if entry_bytes < MIN_PADDING_ENTRY_BYTES:
+    if entry_bytes < 10:
         return None
     tail = max(0, min(max_bytes, visible_size - run_end))
     return FileRegion(SynthesizedSource(entry_bytes, file, run_end, tail), 0, entry_bytes + tail)

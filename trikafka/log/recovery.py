@@ -55,7 +55,7 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool) -> list[S
             raise LogLoadError(f"{path} is a directory, not a segment file")
         file = fs.open_segment(path, create=False)
         segments.append(Segment(start, path, file, file.size))
-        segments[-1].padding = load_padding(fs, dir_path, start, file.size)
+        segments[-1].padding = load_padding(fs, dir_path, start, file)
     try:
         _check_contiguous(segments)
         if needs_recovery:

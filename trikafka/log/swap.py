@@ -26,7 +26,7 @@ from .names import (
     parse_segment_file_name,
     segment_file_name,
 )
-from .padding import NO_PADDING, PaddingRuns, decode_padding_index, encode_padding_index
+from .padding import NO_PADDING, PaddingRuns, decode_padding_index, encode_padding_index, runs_match_file
 
 logger = logging.getLogger("trikafka.log")
 
@@ -71,6 +71,7 @@ def swap_in(fs: FileSystem, dir_path: str, start: int, cleaned: SegmentFile, run
     cleaned.close()
     write_small_file(fs, padding_cleaned, encode_padding_index(size, runs))
     fs.touch(cleaned_path, mtime_ms)  # retention and OFFSETS read segment mtimes
+    fs.fsync_dir(dir_path)  # the index's entry is durable before the swap name can be
     fs.rename(cleaned_path, swap)
     fs.fsync_dir(dir_path)  # the new segment wins from here on
     _finish_swap(fs, dir_path, start)
@@ -82,6 +83,7 @@ def _finish_swap(fs: FileSystem, dir_path: str, start: int) -> None:
     _, padding_cleaned = cleaned_paths(dir_path, start)
     if fs.exists(padding_cleaned):
         fs.rename(padding_cleaned, os.path.join(dir_path, padding_file_name(start)))
+        fs.fsync_dir(dir_path)  # the index is in place before the segment it describes
     fs.rename(final + SWAP_SUFFIX, final)
     fs.fsync_dir(dir_path)
 
@@ -95,17 +97,17 @@ def recover_swaps(fs: FileSystem, dir_path: str) -> None:
             _finish_swap(fs, dir_path, start)
 
 
-def load_padding(fs: FileSystem, dir_path: str, start: int, segment_size: int) -> PaddingRuns:
+def load_padding(fs: FileSystem, dir_path: str, start: int, segment: SegmentFile) -> PaddingRuns:
     """The padding runs of a segment from its sidecar; a stale or damaged sidecar is deleted."""
     path = os.path.join(dir_path, padding_file_name(start))
     if not fs.exists(path):
         return NO_PADDING
     file = fs.open_segment(path, create=False)
     try:
-        runs = decode_padding_index(file.pread(0, file.size), segment_size)
+        runs = decode_padding_index(file.pread(0, file.size), segment.size)
     finally:
         file.close()
-    if runs is None:
+    if runs is None or not runs_match_file(runs, segment):
         logger.warning("removing the stale padding index %s", path)
         fs.remove(path)
         fs.fsync_dir(dir_path)

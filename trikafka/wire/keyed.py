@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, NamedTuple
 from .compression import Codec, compress, decompress
 from .crc import crc32
 from .errors import InvalidMessageError, LocalProtocolError
-from .message import CODEC_MASK, MAGIC_1, decode_message
+from .message import MAGIC_1
 from .messageset import parse_entries
 
 KEYED = 0x04
@@ -104,6 +104,19 @@ def padding_entry(entry_bytes: int) -> bytes:
     return padding_head(entry_bytes) + bytes(entry_bytes - MIN_PADDING_ENTRY_BYTES)
 
 
+def short_padding_entry(entry_bytes: int) -> bytes:
+    """A padding *message* of 10 to 29 bytes: magic 1, codec none, the PADDING bit, zeros.
+
+    Only synthesized for a fetch at an offset too close to a run's end for a gzip
+    padding entry (docs/protocol-compaction.md §3.2); never written to disk.  A 0.7
+    reader sees one empty-looking message; trikafka's keyed readers skip it.
+    """
+    if not 10 <= entry_bytes < MIN_PADDING_ENTRY_BYTES:
+        raise LocalProtocolError(f"a short padding entry has 10 to 29 bytes, not {entry_bytes}")
+    payload = bytes(entry_bytes - 10)
+    return _PADDING_HEADER.pack(entry_bytes - 4, MAGIC_1, PADDING, crc32(payload)) + payload
+
+
 def is_padding_head(head: bytes | memoryview) -> bool:
     """Whether the first ``PADDING_HEAD_BYTES`` of an entry are a padding entry's head."""
     if len(head) < PADDING_HEAD_BYTES:
@@ -186,6 +199,8 @@ def iter_keyed_messages(data: bytes | memoryview, base_offset: int = 0) -> Itera
         if not msg.is_valid:
             raise InvalidMessageError(f"CRC mismatch in the entry at offset {entry.offset}")
         if msg.codec == Codec.NONE:
+            if msg.magic == MAGIC_1 and msg.attributes & PADDING:
+                continue  # a synthesized short padding message
             key, value = split_key(msg.payload, msg.attributes if msg.magic == MAGIC_1 else 0)
             yield KeyedMessage(entry.offset, entry.next_offset, key, value,
                                bool(key is not None and msg.attributes & TOMBSTONE))
@@ -217,7 +232,3 @@ def _inner_keyed(codec: int, payload: bytes) -> Iterator[tuple[bytes | None, byt
         key, value = split_key(inner, attributes)
         yield key, value, bool(key is not None and attributes & TOMBSTONE)
 
-
-def message_attributes(message: bytes | memoryview) -> int:
-    """The attributes byte of the ``N`` message bytes after an entry prefix (0 for magic 0)."""
-    return decode_message(message).attributes & ~CODEC_MASK if message[0] == MAGIC_1 else 0
