@@ -119,14 +119,14 @@ def new_keys(keymap: KeyMap, entries: list[ScannedEntry]) -> int:
 
 
 def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyMap,
-                   drop_tombstones: bool) -> list[tuple[int, int, bool]]:
+                   drop_tombstones: bool, keep: frozenset[int] = frozenset()) -> list[tuple[int, int, bool]]:
     """Runs ``(start, end, news)`` of removable entries (relative positions); ``news`` is
     True when the run removes something that is not padding yet.
 
     An entry is removable when it is padding, or when each of its messages is keyed
     and either a later entry holds the same key or it is a tombstone past the horizon.
     The segment's last entry always stays, and so do runs too short for a padding
-    entry (docs/protocol-compaction.md §3.1).
+    entry (docs/protocol-compaction.md §3.1) and the entries at the offsets in ``keep``.
     """
     runs: list[tuple[int, int, bool]] = []
     current: list[ScannedEntry] = []
@@ -141,7 +141,7 @@ def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyM
     for index, entry in enumerate(entries):
         offset = segment_start + entry.position
         last = index == len(entries) - 1
-        if not last and (entry.padding or _obsolete(entry, offset, keymap, drop_tombstones)):
+        if not last and offset not in keep and (entry.padding or _obsolete(entry, offset, keymap, drop_tombstones)):
             current.append(entry)
         else:
             close_run()
@@ -153,3 +153,27 @@ def _obsolete(entry: ScannedEntry, offset: int, keymap: KeyMap, drop_tombstones:
     if entry.keys is None:
         return False
     return all(keymap.get(d) > offset or (tombstone and drop_tombstones) for d, tombstone in entry.keys)
+
+
+def pinned_tombstones(plans: list[tuple[int, list[ScannedEntry], list[tuple[int, int, bool]]]],
+                      keymap: KeyMap) -> set[int]:
+    """Offsets of removed entries that are the latest for a tombstoned key while an older
+    entry holding that key stays (a segment's last entry, a short run, a wrapper kept for
+    another key): dropping the tombstone would bring that older value back, so it stays.
+
+    ``plans`` are ``(segment_start, entries, runs)`` in offset order.
+    """
+    retained: set[bytes] = set()
+    pins: set[int] = set()
+    for segment_start, entries, runs in plans:
+        run_index = 0
+        for entry in entries:
+            while run_index < len(runs) and runs[run_index][1] <= entry.position:
+                run_index += 1
+            removed = run_index < len(runs) and runs[run_index][0] <= entry.position
+            offset = segment_start + entry.position
+            if not removed:
+                retained.update(d for d, _ in entry.keys or ())
+            elif any(t and keymap.get(d) <= offset and d in retained for d, t in entry.keys or ()):
+                pins.add(offset)
+    return pins

@@ -18,7 +18,7 @@ from typing import Callable
 
 from trikafka.wire.keyed import padding_head, split_run
 
-from .clean_scan import CleanerError, add_to_map, new_keys, removable_runs, scan_segment
+from .clean_scan import CleanerError, add_to_map, new_keys, pinned_tombstones, removable_runs, scan_segment
 from .fs import FileSystem, SegmentFile
 from .keymap import KeyMap
 from .padding import PaddingRuns
@@ -134,15 +134,26 @@ class LogCleaner:
         if result.map_end <= first_dirty:
             return result
         horizon_ms = self.clock_ms() - policy.delete_retention_ms
+        scanned = []
         for segment in segments:
             if segment.end > result.map_end:
                 break
             self._check_stop()
             mtime_ms = self.fs.mtime_ms(segment.path)
-            entries = list(scan_segment(segment.file, segment.size, self.throttler))
-            runs = removable_runs(segment.start, entries, keymap, drop_tombstones=mtime_ms < horizon_ms)
+            scanned.append((segment, mtime_ms, list(scan_segment(segment.file, segment.size, self.throttler))))
+        keep: set[int] = set()
+        while True:  # until no dropped tombstone would let an older value come back
+            plans = [(segment.start, entries, removable_runs(segment.start, entries, keymap,
+                                                               mtime_ms < horizon_ms, frozenset(keep)))
+                     for segment, mtime_ms, entries in scanned]
+            pins = pinned_tombstones(plans, keymap)
+            if pins <= keep:
+                break
+            keep |= pins
+        for (segment, mtime_ms, _), (_, _, runs) in zip(scanned, plans):
             if not any(news for _, _, news in runs):
                 continue
+            self._check_stop()
             cleaned = self._rewrite(log, segment, runs, mtime_ms, log.config.max_message_size + 10)
             result.segments.append(cleaned)
             if install is not None:
