@@ -63,6 +63,18 @@ def encode_keyed_entry(key: bytes, value: bytes | None) -> bytes:
     return _PADDING_HEADER.pack(6 + len(payload), MAGIC_1, keyed_attributes(value), crc32(payload)) + payload
 
 
+class KeyedPayload(bytes):
+    """A keyed message's payload that carries its attributes byte (KEYED, maybe TOMBSTONE),
+    so encoders that take payloads write the right attributes."""
+
+    attributes: int
+
+    def __new__(cls, key: bytes, value: bytes | None) -> "KeyedPayload":
+        self = super().__new__(cls, keyed_payload(key, value))
+        self.attributes = keyed_attributes(value)
+        return self
+
+
 def build_keyed_set(items: Iterable[tuple[bytes, bytes | None]], codec: int = Codec.NONE) -> bytes:
     """A message set of keyed messages; with a codec, one wrapper whose inner messages carry the keys."""
     inner = b"".join(encode_keyed_entry(k, v) for k, v in items)
