@@ -8,12 +8,13 @@ every replica that cleans the same range the same way writes the same segment
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Iterator, NamedTuple
 
 from trikafka.wire.compression import Codec
-from trikafka.wire.crc import crc32
 from trikafka.wire.errors import InvalidMessageError
 from trikafka.wire.keyed import (
+    KEYED,
     MIN_PADDING_ENTRY_BYTES,
     PADDING_HEAD_BYTES,
     TOMBSTONE,
@@ -29,6 +30,7 @@ from .throttle import Throttler
 
 SCAN_CHUNK_BYTES = 4 << 20
 _CRC = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
 
 
 class CleanerError(Exception):
@@ -85,13 +87,21 @@ def _entry_keys(message: memoryview, pos: int) -> tuple[tuple[bytes, bool], ...]
     if magic != MAGIC_1 or len(message) < 6:
         raise CleanerError(f"unknown magic {magic} at position {pos}")
     attributes, (crc,) = message[1], _CRC.unpack_from(message, 2)
-    payload = bytes(message[6:])
-    if crc32(payload) != crc:
+    if zlib.crc32(message[6:]) != crc:
         raise CleanerError(f"CRC mismatch at position {pos}")
+    if attributes & CODEC_MASK == Codec.NONE:
+        # The common case, inline: one keyed message, its key read in place.
+        if not attributes & KEYED:
+            return None
+        if len(message) < 10:
+            raise CleanerError(f"keyed message shorter than its key length at position {pos}")
+        (key_length,) = _INT32.unpack_from(message, 6)
+        if key_length < 0 or 10 + key_length > len(message):
+            raise CleanerError(f"keyed message with a bad key length {key_length} at position {pos}")
+        return ((key_digest(message[10:10 + key_length]), bool(attributes & TOMBSTONE)),)
     try:
-        if attributes & CODEC_MASK == Codec.NONE:
-            return _keys_of([(attributes, payload)])
-        return _keys_of([(a if m == MAGIC_1 else 0, p) for m, a, p in inner_messages(attributes & CODEC_MASK, payload)])
+        inner = inner_messages(attributes & CODEC_MASK, bytes(message[6:]))
+        return _keys_of([(a if m == MAGIC_1 else 0, p) for m, a, p in inner])
     except InvalidMessageError as exc:
         raise CleanerError(f"entry at position {pos}: {exc}") from None
 

@@ -122,6 +122,7 @@ class LogCleaner:
         charged_before = self.throttler.charged_bytes
         segments = [s for s in log.segments.segments if s.end <= limit]
         keymap = KeyMap(self.dedupe_buffer_bytes)
+        dirty_entries = {}  # the dirty segments' entries, read once for both steps
         for segment in segments:
             if segment.start < first_dirty:
                 continue
@@ -130,6 +131,7 @@ class LogCleaner:
             if len(keymap) and new_keys(keymap, entries) > keymap.room():
                 break  # the map is full: this pass stops at a segment boundary
             add_to_map(keymap, segment.start, entries)
+            dirty_entries[segment.start] = entries
             result.map_end = segment.end
         if result.map_end <= first_dirty:
             return result
@@ -140,7 +142,10 @@ class LogCleaner:
                 break
             self._check_stop()
             mtime_ms = self.fs.mtime_ms(segment.path)
-            scanned.append((segment, mtime_ms, list(scan_segment(segment.file, segment.size, self.throttler))))
+            entries = dirty_entries.pop(segment.start, None)
+            if entries is None:
+                entries = list(scan_segment(segment.file, segment.size, self.throttler))
+            scanned.append((segment, mtime_ms, entries))
         keep: set[int] = set()
         while True:  # until no dropped tombstone would let an older value come back
             plans = [(segment.start, entries, removable_runs(segment.start, entries, keymap,
