@@ -24,9 +24,9 @@ import signal
 import pytest
 import trio
 
-from tests.fault.test_broker_kill import fault_seed
+from tests.fault.test_broker_kill import fault_seed, until_killed
 from tests.integration.broker_testing import serve_process
-from trikafka.client import ClientError, connect
+from trikafka.client import connect
 from trikafka.wire import parse_entries
 from trikafka.wire.keyed import build_keyed_set, iter_keyed_messages
 
@@ -117,16 +117,8 @@ async def test_sigkill_during_cleaning_keeps_offsets_bytes_and_latest_values(tmp
                 interrupted += child.stderr.count(b".cleaned")
             killed = trio.Event()
             swaps_before = child.stderr.count(CLEANED_MARKER)
-
-            async def load() -> None:
-                try:
-                    await producer(port, model, random.Random(rng.random()))
-                except (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-                    if not killed.is_set():
-                        raise
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(load)
+                nursery.start_soon(until_killed, killed, producer, port, model, random.Random(rng.random()))
                 with trio.fail_after(60):
                     while child.stderr.count(CLEANED_MARKER) <= swaps_before:
                         await child._stderr_changed.wait()
