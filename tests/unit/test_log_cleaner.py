@@ -231,3 +231,35 @@ def test_a_crash_at_any_change_recovers_old_or_new_segments():
             assert not [n for n in fs.listdir(DIR) if n.endswith((".cleaned", ".swap"))]
             check_valid_and_original(log, original)
             log.close()
+
+
+def test_retention_waits_for_cleaning_and_removes_padding_indexes():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(9, clock)
+    log = open_log(fs, clock, retention_ms=1000)
+    fill(log)
+    clean(log, fs, clock)
+    assert any(n.endswith(".padding") for n in fs.listdir(DIR))
+    clock.advance(5000)
+    log.cleaning = True
+    assert log.apply_retention() == 0  # a pass is under way: retention waits
+    log.cleaning = False
+    assert log.apply_retention() > 0
+    assert not any(n.endswith(".padding") for n in fs.listdir(DIR))
+    assert log.visible_end == log.start_offset  # E kept, as 0.7 keeps it
+
+
+def test_orphan_and_stale_padding_indexes_are_dropped_at_load():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(10, clock)
+    log = open_log(fs, clock)
+    fill(log)
+    clean(log, fs, clock)
+    first = log.segments.segments[0]
+    log.close()
+    fs.write_file(f"{DIR}/00000000000000999999.padding", b"orphan")
+    fs.write_file(first.path, b"\x00" * first.size)  # the segment no longer matches its index
+    reopened = open_log(fs, clock)
+    assert not reopened.segments.segments[0].padding
+    assert "00000000000000999999.padding" not in fs.listdir(DIR)
+    assert "00000000000000000000.padding" not in fs.listdir(DIR)
