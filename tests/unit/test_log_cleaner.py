@@ -263,3 +263,33 @@ def test_orphan_and_stale_padding_indexes_are_dropped_at_load():
     assert not reopened.segments.segments[0].padding
     assert "00000000000000999999.padding" not in fs.listdir(DIR)
     assert "00000000000000000000.padding" not in fs.listdir(DIR)
+
+
+async def test_a_synthesized_answer_goes_out_in_pieces_with_the_right_bytes():
+    import trio
+    import trio.testing
+
+    from trikafka.broker.sendfile import FALLBACK_PIECE_BYTES, send_chunks
+    from trikafka.wire.responses import ChunkSequence, encode_fetch_response
+
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(11, clock)
+    log = open_log(fs, clock, segment_bytes=4 << 20)
+    fill(log, rounds=30, keys=10, value_bytes=10_000)  # a run of about 3 MB
+    clean(log, fs, clock)
+    answer = log.read(0, 100_000)
+    assert isinstance(answer, ChunkSequence) and len(answer) > 2 * FALLBACK_PIECE_BYTES
+    expected = answer.read()
+    sender, receiver = trio.testing.memory_stream_pair()
+    received = bytearray()
+
+    async def receive_all():
+        while len(received) < 6 + len(expected):
+            received.extend(await receiver.receive_some(1 << 20))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(receive_all)
+        await send_chunks(sender, encode_fetch_response(0, answer))
+    assert bytes(received[6:]) == expected
+    first, second = parse_entries(expected, 0).entries[:2]
+    assert first.message.attributes == 0x11 and second.offset == log.segments.segments[0].padding.ends[0]

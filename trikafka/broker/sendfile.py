@@ -27,6 +27,9 @@ import trio
 from trikafka.wire.responses import Chunk, FileRegion
 
 
+FALLBACK_PIECE_BYTES = 1 << 20  # a region sent without sendfile goes out in pieces of this size
+
+
 class RegionTruncatedError(OSError):
     """The file ended before the region did: the response cannot be completed."""
 
@@ -61,7 +64,12 @@ async def send_region(stream: trio.abc.SendStream, region: FileRegion) -> None:
     fd = _region_fd(region)
     sock = getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
     if fd is None or sock is None:
-        await stream.send_all(region.read())
+        if region.length <= FALLBACK_PIECE_BYTES:
+            await stream.send_all(region.read())
+            return
+        for start in range(0, region.length, FALLBACK_PIECE_BYTES):  # never the whole region in memory
+            piece = FileRegion(region.source, region.position + start, min(FALLBACK_PIECE_BYTES, region.length - start))
+            await stream.send_all(piece.read())
         return
     await _sendfile(sock, fd, region.position, region.length)
 

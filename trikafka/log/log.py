@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from trikafka.wire.messageset import validate_message_set
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .config import LogConfig
 from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, OffsetOutOfRangeError
@@ -297,7 +297,7 @@ class Log:
 
     # -- reads -------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+    def read(self, offset: int, max_bytes: int) -> FileRegion | ChunkSequence | None:
         """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2).
 
         Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.

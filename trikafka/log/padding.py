@@ -19,7 +19,7 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from trikafka.wire.keyed import MIN_PADDING_ENTRY_BYTES, is_padding_head, padding_head, short_padding_entry
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .fs import SegmentFile
 
@@ -84,37 +84,17 @@ def decode_padding_index(data: bytes, segment_size: int) -> PaddingRuns | None:
         return None
 
 
-class SynthesizedSource:
-    """The bytes of a synthesized padding entry followed by a span of a segment file.
-
-    It has no descriptor, so senders use ``pread``; the zeros are made on demand.
-    """
-
-    __slots__ = ("head", "entry_bytes", "file", "file_position", "file_bytes")
-
-    def __init__(self, entry_bytes: int, file: SegmentFile, file_position: int, file_bytes: int):
-        if entry_bytes >= MIN_PADDING_ENTRY_BYTES:
-            self.head = padding_head(entry_bytes)
-        else:
-            self.head = short_padding_entry(entry_bytes)
-        self.entry_bytes = entry_bytes
-        self.file, self.file_position, self.file_bytes = file, file_position, file_bytes
+class ZeroSource:
+    """A source of zero bytes for a ``FileRegion`` (no descriptor: sent in pieces)."""
 
     def fileno(self) -> int:
-        raise io.UnsupportedOperation("a synthesized region has no descriptor")
+        raise io.UnsupportedOperation("zeros have no descriptor")
 
     def pread(self, position: int, n: int) -> bytes:
-        end = min(position + n, self.entry_bytes + self.file_bytes)
-        parts = []
-        if position < len(self.head):
-            parts.append(self.head[position:min(end, len(self.head))])
-        zeros_from, zeros_to = max(position, len(self.head)), min(end, self.entry_bytes)
-        if zeros_to > zeros_from:
-            parts.append(bytes(zeros_to - zeros_from))
-        file_from = max(position, self.entry_bytes)
-        if end > file_from:
-            parts.append(self.file.pread(self.file_position + file_from - self.entry_bytes, end - file_from))
-        return b"".join(parts)
+        return bytes(n)
+
+
+ZEROS = ZeroSource()
 
 
 def runs_match_file(runs: PaddingRuns, file: SegmentFile) -> bool:
@@ -123,8 +103,10 @@ def runs_match_file(runs: PaddingRuns, file: SegmentFile) -> bool:
 
 
 def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes: int,
-                       visible_size: int) -> FileRegion | None:
-    """A region answering a fetch at ``position`` inside the run ending at ``run_end``.
+                       visible_size: int) -> ChunkSequence | None:
+    """The answer to a fetch at ``position`` inside the run ending at ``run_end``: one
+    padding entry to ``run_end`` (its zeros never held in memory whole), then up to
+    ``max_bytes`` of the segment from ``run_end`` (sent with sendfile).
 
     Within 30 bytes of the run's end a short padding message stands in for the
     gzip entry.  None under 10 bytes: no removed entry started there (entries are
@@ -133,5 +115,11 @@ def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes
     entry_bytes = run_end - position
     if entry_bytes < 10:
         return None
+    if entry_bytes < MIN_PADDING_ENTRY_BYTES:
+        chunks: list = [short_padding_entry(entry_bytes)]
+    else:
+        chunks = [padding_head(entry_bytes), FileRegion(ZEROS, 0, entry_bytes - MIN_PADDING_ENTRY_BYTES)]
     tail = max(0, min(max_bytes, visible_size - run_end))
-    return FileRegion(SynthesizedSource(entry_bytes, file, run_end, tail), 0, entry_bytes + tail)
+    if tail:
+        chunks.append(FileRegion(file, run_end, tail))
+    return ChunkSequence(tuple(chunks))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .fs import SegmentFile
 from .padding import NO_PADDING, PaddingRuns, synthesized_region
@@ -60,12 +60,12 @@ class Segment:
         self.visible_size = size
         return True
 
-    def region(self, position: int, max_bytes: int) -> FileRegion:
+    def region(self, position: int, max_bytes: int) -> FileRegion | ChunkSequence:
         """Up to ``max_bytes`` visible bytes from ``position`` (relative to ``start``).
 
         At or inside a padding run, one synthesized padding entry to the run's end
-        comes first (docs/protocol-compaction.md §3.2), so the region may exceed
-        ``max_bytes``.
+        comes first (docs/protocol-compaction.md §3.2): the answer is then a
+        ``ChunkSequence`` and may exceed ``max_bytes``.
         """
         assert 0 <= position < self.visible_size, (position, self.visible_size)
         assert max_bytes > 0, max_bytes
