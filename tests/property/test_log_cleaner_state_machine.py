@@ -14,8 +14,10 @@ random change of a cleaning pass and recover, and reopen.  Invariants, after eve
   and so is everything in the active segment (the head);
 * a fetch at any original entry boundary returns the retained messages from there
   on, starting with the first retained entry at or after it;
-* a crash during cleaning recovers every segment as it was before or after, never a
-  mix (checked against the segment bytes of both).
+* a crash at a random change of a pass recovers segments that are each the old bytes or
+  a whole cleaned copy (padding where entries were, original bytes elsewhere), never a
+  mix; ``tests/unit/test_log_cleaner.py`` checks every change point against the exact
+  old and new bytes.
 """
 
 from __future__ import annotations
