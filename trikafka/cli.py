@@ -168,8 +168,8 @@ async def _produce_main(args: argparse.Namespace) -> int:
     from trikafka.wire import ErrorCode, build_message_set
     from trikafka.wire.keyed import build_keyed_set
 
-    if args.key_separator is not None and (args.zookeeper or args.magic != 1):
-        print("trikafka: --key-separator writes keyed (magic 1) messages straight to --broker", file=sys.stderr)
+    if args.key_separator is not None and args.magic != 1:
+        print("trikafka: --key-separator writes keyed messages, which are magic 1", file=sys.stderr)
         return 2
     if args.zookeeper:
         return await _produce_with_producer(args)
@@ -224,11 +224,21 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
+    keyed = args.key_separator is not None
     try:
         async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
-                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000) as producer, stdin:
+                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000,
+                            keyed_topics={args.topic} if keyed else ()) as producer, stdin:
             async for lines in _read_lines(stdin):
-                await producer.send_batch(args.topic, lines)
+                if keyed:
+                    try:
+                        items = split_keyed_lines(lines, args.key_separator)
+                    except ValueError as exc:
+                        print(f"trikafka: {exc}", file=sys.stderr)
+                        return 2
+                    await producer.send_batch(args.topic, [v for _, v in items], keys=[k for k, _ in items])
+                else:
+                    await producer.send_batch(args.topic, lines)
                 sent += len(lines)
     except CoordinatorError as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
