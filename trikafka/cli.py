@@ -170,7 +170,11 @@ async def _read_lines(stream: trio.abc.ReceiveStream):
 async def _produce_main(args: argparse.Namespace) -> int:
     from trikafka.client import connect
     from trikafka.wire import ErrorCode, build_message_set
+    from trikafka.wire.keyed import build_keyed_set
 
+    if args.key_separator is not None and args.magic != 1:
+        print("trikafka: --key-separator writes keyed messages, which are magic 1", file=sys.stderr)
+        return 2
     if args.zookeeper:
         return await _produce_with_producer(args)
     host, port = args.broker
@@ -179,7 +183,15 @@ async def _produce_main(args: argparse.Namespace) -> int:
     async with await connect(host, port) as conn, stdin:
         async for lines in _read_lines(stdin):
             for i in range(0, len(lines), args.batch):
-                message_set = build_message_set(lines[i:i + args.batch], magic=args.magic)
+                if args.key_separator is not None:
+                    try:
+                        items = split_keyed_lines(lines[i:i + args.batch], args.key_separator)
+                    except ValueError as exc:
+                        print(f"trikafka: {exc}", file=sys.stderr)
+                        return 2
+                    message_set = build_keyed_set(items)
+                else:
+                    message_set = build_message_set(lines[i:i + args.batch], magic=args.magic)
                 if args.acks == 0:
                     await conn.produce(args.topic, args.partition, message_set)
                 else:
@@ -194,6 +206,21 @@ async def _produce_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, bytes | None]]:
+    """``key<SEP>value`` lines as ``(key, value)``; ``key<SEP>`` alone is a tombstone (None).
+
+    A line without the separator is a ``ValueError`` naming it.
+    """
+    sep = separator.encode()
+    items: list[tuple[bytes, bytes | None]] = []
+    for line in lines:
+        key, found, value = line.partition(sep)
+        if not found:
+            raise ValueError(f"line without the key separator {separator!r}: {line[:60]!r}")
+        items.append((key, value if value else None))
+    return items
+
+
 async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §11.6) and batches."""
     from trikafka.producer import Producer
@@ -201,11 +228,21 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
+    keyed = args.key_separator is not None
     try:
         async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
-                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000) as producer, stdin:
+                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000,
+                            keyed_topics={args.topic} if keyed else ()) as producer, stdin:
             async for lines in _read_lines(stdin):
-                await producer.send_batch(args.topic, lines)
+                if keyed:
+                    try:
+                        items = split_keyed_lines(lines, args.key_separator)
+                    except ValueError as exc:
+                        print(f"trikafka: {exc}", file=sys.stderr)
+                        return 2
+                    await producer.send_batch(args.topic, [v for _, v in items], keys=[k for k, _ in items])
+                else:
+                    await producer.send_batch(args.topic, lines)
                 sent += len(lines)
     except CoordinatorError as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
@@ -234,7 +271,12 @@ async def _consume_main(args: argparse.Namespace) -> int:
             start = int(args.from_)
         # On stderr, so stdout stays payloads only; scripts may wait for this line.
         print(f"trikafka: consuming {args.topic}-{args.partition} from offset {start}", file=sys.stderr, flush=True)
-        await _print_payloads(consumer.messages(start), args)
+        if args.print_key:
+            from trikafka.wire.keyed import iter_keyed_messages
+
+            await _print_payloads(consumer.messages(start, decode=iter_keyed_messages), args)
+        else:
+            await _print_payloads(consumer.messages(start), args)
     return 0
 
 
@@ -243,8 +285,12 @@ async def _print_payloads(messages, args: argparse.Namespace) -> None:
     out = sys.stdout.buffer
     count = 0
     try:
+        separator = (getattr(args, "key_separator", None) or ":").encode()
         async for message in messages:
-            out.write(message.payload + b"\n")
+            if getattr(args, "print_key", False):  # keyed: key<SEP>value, a tombstone as key<SEP>
+                out.write((message.key or b"") + separator + message.value + b"\n")
+            else:
+                out.write(message.payload + b"\n")
             count += 1
             if args.max_messages is not None and count >= args.max_messages:
                 break
@@ -558,6 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="0: plain 0.7 PRODUCE; 1: appended; -1: flushed (default 1)")
     produce.add_argument("--timeout-ms", type=int, default=10_000)
     produce.add_argument("--magic", type=int, choices=(0, 1), default=1)
+    produce.add_argument("--key-separator", metavar="SEP",
+                         help="each line is KEY<SEP>VALUE, written as a keyed message; KEY<SEP> alone deletes KEY")
     produce.add_argument("--zookeeper", metavar="CONNECT",
                          help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
                               "through the batching Producer; --broker, --partition and --magic are ignored")
@@ -569,6 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--partition", type=int, default=0)
     consume.add_argument("--from", dest="from_", default="earliest", help="earliest, latest or an offset")
     consume.add_argument("--max-messages", type=int, help="stop after this many")
+    consume.add_argument("--print-key", action="store_true", help="print keyed messages as KEY<SEP>VALUE")
+    consume.add_argument("--key-separator", metavar="SEP", default=":", help="with --print-key (default :)")
     consume.add_argument("--no-flush", action="store_true", help="don't flush stdout after each message")
     consume.add_argument("--group", help="consume as a member of this consumer group (balanced through "
                                          "ZooKeeper; --from then applies only where nothing was committed)")

@@ -22,7 +22,7 @@ import logging
 import os
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from trikafka.log.config import HOUR_MS, LogConfig
 
@@ -41,6 +41,9 @@ _TOPIC_MAP_FIELDS = (
     "topic_log_retention_size",
     "topic_flush_intervals_ms",
 )
+# Per-topic maps of text values (``t1:compact,t2:compact+delete``).
+_TOPIC_TEXT_MAP_FIELDS = ("topic_cleanup_policy_map",)
+_CLEANER_MAP_FIELDS = ("topic_min_compaction_lag_ms_map", "topic_delete_retention_ms_map")
 _RENAMED = {"brokerid": "broker_id"}
 
 
@@ -92,10 +95,23 @@ class BrokerConfig:
     graceful_shutdown_timeout_s: float = 10.0  # in-flight requests get this long to finish
     retention_first_run_delay_s: float = 60.0  # 0.7 waits 60 s before the first cleanup
     metrics_port: int | None = None  # HTTP /metrics, /healthz, /readyz on ``host``; None: off; 0: a free port
+    # Compaction (docs/protocol-compaction.md §5) [T].
+    log_cleanup_policy: str = "delete"  # delete | compact | compact,delete
+    topic_cleanup_policy_map: Mapping[str, str] = field(default_factory=dict)
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15000
+    log_cleaner_io_max_bytes_per_second: float = 0.0  # 0: unlimited
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    topic_min_compaction_lag_ms_map: Mapping[str, int] = field(default_factory=dict)
+    delete_retention_ms: int = 24 * HOUR_MS
+    topic_delete_retention_ms_map: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_range(self)
-        for name in _TOPIC_MAP_FIELDS:
+        for name in _TOPIC_MAP_FIELDS + _TOPIC_TEXT_MAP_FIELDS + _CLEANER_MAP_FIELDS:
             object.__setattr__(self, name, dict(getattr(self, name)))
 
     # ----------------------------------------------------------------- derived values
@@ -150,6 +166,8 @@ def _check_range(cfg: BrokerConfig) -> None:
         "log_cleanup_interval_mins": 1, "log_flush_interval": 1,
         "log_default_flush_scheduler_interval_ms": 1, "socket_send_buffer": 0,
         "socket_receive_buffer": 0, "broker_id": 0, "private_zookeeper_port": 0, "zk_sessiontimeout_ms": 1,
+        "log_cleaner_threads": 1, "log_cleaner_backoff_ms": 0, "log_cleaner_dedupe_buffer_size": 1 << 16,
+        "min_compaction_lag_ms": 0, "delete_retention_ms": 0,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -162,6 +180,15 @@ def _check_range(cfg: BrokerConfig) -> None:
         raise ConfigError("log_default_flush_interval_ms must be >= 0")
     if cfg.graceful_shutdown_timeout_s < 0 or cfg.retention_first_run_delay_s < 0:
         raise ConfigError("timeouts and delays must be >= 0")
+    if not 0 <= cfg.min_cleanable_dirty_ratio <= 1:
+        raise ConfigError(f"min_cleanable_dirty_ratio must be in [0, 1], got {cfg.min_cleanable_dirty_ratio}")
+    from trikafka.log.cleaner import parse_cleanup_policy
+
+    for topic, policy in [("", cfg.log_cleanup_policy), *cfg.topic_cleanup_policy_map.items()]:
+        try:
+            parse_cleanup_policy(policy)
+        except ValueError as exc:
+            raise ConfigError(f"{topic + ': ' if topic else ''}{exc}") from None
     for topic, count in cfg.topic_partition_count_map.items():
         if count < 1:
             raise ConfigError(f"topic.partition.count.map: {topic} needs >= 1 partition, got {count}")
@@ -184,8 +211,10 @@ def _convert(name: str, value: Any) -> Any:
     default = _FIELDS[name].default
     kind = _FIELDS[name].type
     try:
-        if name in _TOPIC_MAP_FIELDS:
+        if name in _TOPIC_MAP_FIELDS or name in _CLEANER_MAP_FIELDS:
             return _parse_topic_map(value)
+        if name in _TOPIC_TEXT_MAP_FIELDS:
+            return _parse_topic_map(value, str)
         if kind == "bool":
             return _parse_bool(value)
         if kind in ("int", "int | None"):
@@ -220,18 +249,18 @@ def _parse_bool(value: Any) -> bool:
     raise ValueError("expected true or false")
 
 
-def _parse_topic_map(value: Any) -> dict[str, int]:
+def _parse_topic_map(value: Any, parse: Callable[[Any], Any] = _parse_int) -> dict[str, Any]:
     """``t1:8,t2:16`` (0.7's format) or a TOML table ``{t1 = 8}``."""
     if isinstance(value, Mapping):
-        return {str(k): _parse_int(v) for k, v in value.items()}
-    result: dict[str, int] = {}
+        return {str(k): parse(v) for k, v in value.items()}
+    result: dict[str, Any] = {}
     for item in str(value).split(","):
         if not item.strip():
             continue
         topic, sep, count = item.rpartition(":")
         if not sep or not topic.strip():
             raise ValueError(f"{item!r} is not topic:value")
-        result[topic.strip()] = _parse_int(count)
+        result[topic.strip()] = parse(count.strip())
     return result
 
 

@@ -37,6 +37,7 @@ from trikafka.wire.requests import (
 )
 from trikafka.wire.responses import (
     Chunk,
+    ChunkSequence,
     FileRegion,
     ProduceAckedResult,
     encode_fetch_response,
@@ -58,7 +59,7 @@ ACKS_FLUSHED = -1
 # any client can send names (fetches of arbitrary valid topics create nothing).
 MAX_CACHED_TOPICS = 100_000
 
-FetchOutcome = tuple[ErrorCode, FileRegion | None]
+FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
 
 
 class CloseConnection(Exception):

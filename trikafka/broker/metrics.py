@@ -109,10 +109,11 @@ class BrokerMetrics:
         traffic.bytes_in += byte_count
 
     def count_out(self, parts: Iterable[Any], outcomes: Iterable[tuple[Any, Any]]) -> None:
-        """Fetch answers: the bytes of each region sent, under its part's topic."""
-        for part, (_, region) in zip(parts, outcomes):
-            if region is not None and region.length:
-                self.topic(part.topic).bytes_out += region.length
+        """Fetch answers: the bytes of each answer's data (a file region, or a
+        synthesized padding entry and a region), under its part's topic."""
+        for part, (_, data) in zip(parts, outcomes):
+            if data is not None and len(data):
+                self.topic(part.topic).bytes_out += len(data)
 
     def request_histogram(self, request_class_name: str) -> LatencyHistogram:
         return self.requests[REQUEST_LABELS[request_class_name]]

@@ -20,12 +20,13 @@ class RetentionDeleter:
     """Start with ``nursery.start(deleter.run)``; ``run_once()`` is one cleanup pass."""
 
     def __init__(self, log_manager: Any, flusher: Any, *, interval_s: float, first_run_delay_s: float,
-                 clock_ms: Callable[[], int]):
+                 clock_ms: Callable[[], int], deletes: Callable[[str], bool] = lambda topic: True):
         self._log_manager = log_manager
         self._flusher = flusher
         self._interval_s = interval_s
         self._first_run_delay_s = first_run_delay_s
         self._clock_ms = clock_ms
+        self._deletes = deletes  # False for compact-only topics (cleanup.policy without delete)
         self.runs = 0
         self.segments_deleted = 0
 
@@ -41,6 +42,8 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
+            if not self._deletes(log.topic):
+                continue
             await self._flusher.wait_idle(log)
             count = log.apply_retention(self._clock_ms())  # no checkpoint since wait_idle
             if count:

@@ -45,6 +45,9 @@ COLD_READ_CHUNK_BYTES = 256 << 10
 ResidencyCheck = Callable[[int, int, int], bool]
 
 
+FALLBACK_PIECE_BYTES = 1 << 20  # a region sent without sendfile goes out in pieces of this size
+
+
 class RegionTruncatedError(OSError):
     """The file ended before the region did: the response cannot be completed."""
 
@@ -85,16 +88,23 @@ async def send_region(stream: trio.abc.SendStream, region: FileRegion,
         return
     fd = _region_fd(region)
     if fd is None:
-        await stream.send_all(region.read())  # an in-memory file: nothing to wait for
+        await _send_read(stream, region)  # an in-memory file: nothing to wait for
         return
     sock = getattr(stream, "socket", None) if isinstance(stream, trio.SocketStream) else None
     check = resident or page_cache_resident
     if not check(fd, region.position, region.length):
         await _send_cold(stream, sock, fd, region, check)
     elif sock is None:
-        await stream.send_all(region.read())  # cached: the read does not wait for a disk
+        await _send_read(stream, region)  # cached: the read does not wait for a disk
     else:
         await _sendfile(sock, fd, region.position, region.length)
+
+
+async def _send_read(stream: trio.abc.SendStream, region: FileRegion) -> None:
+    """The fallback without sendfile: read and send, never the whole region in memory at once."""
+    for start in range(0, region.length, FALLBACK_PIECE_BYTES):
+        piece = FileRegion(region.source, region.position + start, min(FALLBACK_PIECE_BYTES, region.length - start))
+        await stream.send_all(piece.read())
 
 
 async def _send_cold(stream: trio.abc.SendStream, sock: trio.socket.SocketType | None, fd: int,

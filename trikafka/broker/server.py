@@ -5,7 +5,7 @@
     serve()
     ├── root nursery              the metrics and health HTTP server (``metrics_port``), up
     │                             before recovery so ``/readyz`` can answer 503 meanwhile
-    └── services nursery          flush scheduler, retention deleter, signal watcher,
+    └── services nursery          flush scheduler, retention deleter, cleaner, signal watcher,
         │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py)
         └── server nursery        N processors, each with its connections
             └── front nursery     acceptor + shutdown watcher
@@ -47,6 +47,7 @@ from trikafka.log.fs import FileSystem, OsFileSystem
 from trikafka.log.manager import LogManager
 
 from .acceptor import Acceptor, BoundAddress
+from .cleaner import CleanerService
 from .config import BrokerConfig
 from .flusher import FlushScheduler
 from .handlers import RequestHandler
@@ -79,6 +80,7 @@ class Broker:
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics, repr=False)
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
+    cleaner: CleanerService | None = None  # compaction (docs/protocol-compaction.md)
     _next_processor: int = field(default=0, repr=False)
 
     @property
@@ -152,7 +154,8 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
                  wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     """``serve`` without the HTTP endpoint: recover, run the tree, close the logs."""
     broker_box = wiring.broker_box
-    log_manager = LogManager(config.log_dir, config.log_config(), fs if fs is not None else OsFileSystem(),
+    fs = fs if fs is not None else OsFileSystem()
+    log_manager = LogManager(config.log_dir, config.log_config(), fs,
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
                              partitions=config.partitions)
     await run_blocking(log_manager.open)  # recovery may scan a large segment
@@ -160,7 +163,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
                 "ran" if log_manager.recovered else "not needed")
     clean = False
     try:
-        await _run_tree(config, log_manager, clock_ms, rng, handle_signals, run_blocking, broker_box,
+        await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,
                         wiring, task_status)
         clean = True
     except BaseException as exc:
@@ -206,7 +209,7 @@ def _only_cancellation(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
-async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Callable[[], int],
+async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: Callable[..., Awaitable[Any]] | None, broker_box: list[Broker],
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
@@ -216,9 +219,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
             FlushScheduler(log_manager, scheduler_interval_ms=config.log_default_flush_scheduler_interval_ms,
                            run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking,
                            observe_flush_s=wiring.metrics.flushes.observe).run)
+        cleaner = CleanerService(log_manager, config, fs, clock_ms,
+                                 run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
-            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms).run)
+            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes).run)
+        await services.start(cleaner.run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                  partitions=config.partitions, max_topic_name_length=config.max_topic_name_length,
                                  rng=rng, clock_ms=clock_ms, metrics=wiring.metrics)
@@ -236,7 +242,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                                     hold_connections=True)
                 addresses = await front.start(acceptor.run)
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
-                                metrics=wiring.metrics, metrics_address=wiring.metrics_address)
+                                metrics=wiring.metrics, metrics_address=wiring.metrics_address,
+                                cleaner=cleaner)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
@@ -258,6 +265,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
             for processor in processors:
                 processor.drain()
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
+        cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
 
 

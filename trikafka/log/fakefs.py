@@ -159,6 +159,19 @@ class FakeFileSystem:
         self._maybe_fail("remove", path)
         del self._entries[path]
 
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic replace of ``dst`` by ``src``.  Both directory entries stay volatile
+        until ``fsync_dir``: a crash may keep either, both or neither change, which
+        is at least as harsh as a real journaled rename."""
+        src, dst = _norm(src), _norm(dst)
+        node = self._file(src)
+        self._dir(posixpath.dirname(dst))
+        if isinstance(self._entries.get(dst), _Dir):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", dst)
+        self._maybe_fail("rename", src)
+        del self._entries[src]
+        self._entries[dst] = node
+
     def fsync_dir(self, path: str) -> None:
         path = self._dir(path)
         self._maybe_fail("fsync_dir", path)

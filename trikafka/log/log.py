@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from trikafka.wire.messageset import validate_message_set
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
 from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, OffsetOutOfRangeError
 from .fs import FileSystem
-from .names import segment_file_name
+from .names import padding_file_name, segment_file_name
 from .recovery import load_segments
 from .segment import Segment
 from .segment_list import SegmentList, SegmentView
@@ -68,6 +68,7 @@ class Log:
         self._roll_ticket: RollTicket | None = None
         self._failure: str | None = None
         self._closed = False
+        self.cleaning = False  # set by the cleaner while it rewrites segments: retention waits
         self._listeners: list[Callable[[Log], None]] = []
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
 
@@ -299,7 +300,7 @@ class Log:
 
     # -- reads -------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+    def read(self, offset: int, max_bytes: int) -> FileRegion | ChunkSequence | None:
         """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2).
 
         Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
@@ -357,7 +358,7 @@ class Log:
         Returns 0 without doing anything while a roll ticket is in flight.
         """
         self._check_writable()
-        if self._roll_ticket is not None:
+        if self._roll_ticket is not None or self.cleaning:
             return 0
         now_ms = self._clock_ms() if now_ms is None else now_ms
         deleted = self._delete_oldest(self._count_expired(now_ms), now_ms)
@@ -400,10 +401,21 @@ class Log:
             for segment in deleted:  # oldest first, one directory fsync each: a crash never leaves a gap
                 self._fs.remove(segment.path)
                 self._fs.fsync_dir(self.dir_path)
+                if segment.padding:  # its padding index (an orphan left by a crash is swept at load)
+                    self._fs.remove(os.path.join(self.dir_path, padding_file_name(segment.start)))
         except OSError as exc:
             raise self._fail(f"retention in {self.dir_path} failed: {exc}") from exc
         assert self._segments.last.end >= self.visible_end
         return len(deleted)
+
+    def install_cleaned(self, segment: Segment) -> bool:
+        """Swap in a cleaned copy of a segment (same start, same size); False if it is gone.
+
+        Readers holding the old segment keep reading its file, which stays open.
+        """
+        if self._closed:
+            return False
+        return self._segments.replace(segment) is not None
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from .errors import LogLoadError
 from .fs import FileSystem, SegmentFile
 from .names import SEGMENT_SUFFIX, is_temporary_file_name, parse_segment_file_name, segment_file_name
 from .segment import Segment
+from .swap import load_padding, recover_swaps, remove_orphan_padding
 
 logger = logging.getLogger("trikafka.log")
 
@@ -38,11 +39,12 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
                   chunk_bytes: int = RECOVERY_CHUNK_BYTES) -> list[Segment]:
     """Open every segment of a partition directory, oldest first, recovering the newest.
 
-    Sweeps leftover temporary files, ignores files without the ``.kafka``
+    Finishes interrupted cleaner swaps, sweeps leftover temporary files, ignores files without the ``.kafka``
     suffix, creates an empty segment 0 in a directory without segments, and
     raises ``LogLoadError`` for malformed names or non-contiguous segments.
     The recovery scan reads ``chunk_bytes`` at a time.
     """
+    recover_swaps(fs, dir_path)  # a complete cleaned segment wins over the sweep below
     names = fs.listdir(dir_path)
     leftovers = [n for n in names if is_temporary_file_name(n)]
     for name in leftovers:
@@ -50,6 +52,8 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
         fs.remove(os.path.join(dir_path, name))
     if leftovers:
         fs.fsync_dir(dir_path)
+    names = [n for n in names if n not in leftovers]
+    remove_orphan_padding(fs, dir_path, names)
     starts = sorted(parse_segment_file_name(n) for n in names if n.endswith(SEGMENT_SUFFIX))
     if not starts:
         fs.open_segment(os.path.join(dir_path, segment_file_name(0)), create=True).close()
@@ -62,6 +66,7 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
             raise LogLoadError(f"{path} is a directory, not a segment file")
         file = fs.open_segment(path, create=False)
         segments.append(Segment(start, path, file, file.size))
+        segments[-1].padding = load_padding(fs, dir_path, start, file)
     try:
         _check_contiguous(segments)
         if needs_recovery:

@@ -65,3 +65,17 @@ class SegmentList:
         assert 0 <= count < len(old.segments), (count, len(old.segments))
         self._view = SegmentView(old.segments[count:], old.starts[count:])
         return old.segments[:count]
+
+    def replace(self, segment: Segment) -> Segment | None:
+        """Swap in ``segment`` for the one with the same start and size (a cleaned copy).
+
+        Returns the replaced segment, or None when no such segment is left
+        (retention dropped it, or the log rolled past it in size).
+        """
+        old = self._view
+        for i, current in enumerate(old.segments):
+            if current.start == segment.start and current.size == segment.size and i < len(old.segments) - 1:
+                segments = old.segments[:i] + (segment,) + old.segments[i + 1:]
+                self._view = SegmentView(segments, old.starts)
+                return current
+        return None

@@ -45,6 +45,7 @@ import trio
 
 from trikafka.client import BrokerConnectionError, BrokerError, Connection, ExtensionNotSupported, ProducePart
 from trikafka.wire import ErrorCode, LocalProtocolError
+from trikafka.wire.keyed import KeyedPayload
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import InvalidPathError
@@ -121,7 +122,7 @@ class Producer:
         self._batch_size = config.batch_size
         self._queue_size = config.queue_size
         self._max_message_size = config.max_message_size
-        self._plain_values = config.serializer is None
+        self._plain_values = config.serializer is None and not config.write_keys and not config.keyed_topics
         self._state = _NEW
         self._valid_topics: set[str] = set()
         self._discovery: StaticDiscovery | ZooKeeperDiscovery | None = None
@@ -253,13 +254,15 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
-    def _payload(self, topic: str, value: Any) -> bytes:
+    def _payload(self, topic: str, value: Any, key: Any = None) -> bytes:
         if topic not in self._valid_topics:
             try:
                 paths.validate_topic(topic)
             except InvalidPathError as exc:
                 raise ValueError(str(exc)) from None
             self._valid_topics.add(topic)
+        if self.config.writes_keys(topic):
+            return self._keyed_payload(topic, value, key)
         serializer = self.config.serializer
         if serializer is not None:
             value = serializer(value)
@@ -271,6 +274,24 @@ class Producer:
             raise MessageTooLargeError(
                 f"a {len(value)}-byte message exceeds max_message_size {self.config.max_message_size}")
         return value
+
+    def _keyed_payload(self, topic: str, value: Any, key: Any) -> bytes:
+        # A keyed topic: the key is bytes (or text, as UTF-8); a value of None deletes the key.
+        if isinstance(key, str):
+            key = key.encode()
+        if not isinstance(key, (bytes, bytearray)):
+            raise TypeError(f"messages to the keyed topic {topic!r} need a bytes or str key, not {type(key).__name__}")
+        if value is not None:
+            if self.config.serializer is not None:
+                value = self.config.serializer(value)
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise TypeError(f"message values must be bytes (or give serializer=), not {type(value).__name__}")
+            value = bytes(value)
+        payload = KeyedPayload(bytes(key), value)
+        if len(payload) > self.config.max_message_size:
+            raise MessageTooLargeError(
+                f"a {len(payload)}-byte message exceeds max_message_size {self.config.max_message_size}")
+        return payload
 
     def _check_open(self) -> None:
         if self._state != _OPEN:
@@ -295,7 +316,7 @@ class Producer:
                 and len(value) <= self._max_message_size:
             payload = value
         else:
-            payload = self._payload(topic, value)
+            payload = self._payload(topic, value, key)
         if not self._is_async:
             [result] = await self._deliver([(topic, key, payload, None)])
             return result.raise_for_error()
@@ -337,7 +358,7 @@ class Producer:
         messages: list[_Message] = []
         for record in records:
             topic, value, key = (record[0], record[1], record[2] if len(record) > 2 else None)
-            messages.append((topic, key, self._payload(topic, value), None))
+            messages.append((topic, key, self._payload(topic, value, key), None))
         if not self.config.is_async:
             results = await self._deliver(messages)
             failed = [r for r in results if r.error is not None]
