@@ -26,8 +26,10 @@ import trio
 from trikafka.wire.errors import RemoteProtocolError
 from trikafka.wire.framing import NEED_DATA, RequestReader
 from trikafka.wire.requests import (
+    CreateTopicRequest,
     FetchRequest,
     FetchWaitRequest,
+    MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
@@ -105,6 +107,8 @@ class Connection:
         handler = self._handler
         self.requests_handled += 1
         kind = type(request)
+        if handler.refused_types and request.type in handler.refused_types:
+            raise CloseConnection(f"request type {int(request.type)} is refused")
         if kind is ProduceRequest:
             await handler.produce(request.part)
             return
@@ -121,6 +125,10 @@ class Connection:
             response = [await handler.produce_acked(request)]
         elif kind is FetchWaitRequest:
             response = await handler.fetch_wait(request)
+        elif kind is MetadataRequest:
+            response = [handler.admin.metadata(request)]
+        elif kind is CreateTopicRequest:
+            response = [await handler.admin.create_topic(request)]
         else:  # the reader only yields the types above
             raise AssertionError(f"unexpected request {request!r}")
         await send_chunks(self._stream, response)

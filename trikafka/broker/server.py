@@ -36,7 +36,7 @@ import logging
 import random
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import trio
 
@@ -44,8 +44,12 @@ from trikafka.log.clock import wall_clock_ms
 from trikafka.log.fs import FileSystem, OsFileSystem
 from trikafka.log.manager import LogManager
 
+from trikafka.wire.metadata import BrokerInfo
+from trikafka.wire.requests import RequestType
+
 from .acceptor import Acceptor, BoundAddress
-from .config import BrokerConfig
+from .admin import TopicAdmin
+from .config import WILDCARD_HOSTS, BrokerConfig, published_host
 from .flusher import FlushScheduler
 from .handlers import RequestHandler
 from .processor import Processor
@@ -110,7 +114,8 @@ class Broker:
 async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
-                run_blocking: Callable[..., Awaitable[Any]] | None = None) -> None:
+                run_blocking: Callable[..., Awaitable[Any]] | None = None,
+                refuse_requests: Iterable[RequestType] = ()) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
@@ -119,6 +124,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
     ``inline_blocking`` so the clock never jumps while an fsync "runs".
     Cancellation from outside also shuts down cleanly, without the grace period.
+    ``refuse_requests`` lists request types the broker closes the connection on,
+    as a plain 0.7 broker does for every extension (tests of clients' fallbacks).
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
     log_manager = LogManager(config.log_dir, config.log_config(), fs if fs is not None else OsFileSystem(),
@@ -130,7 +137,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     broker_box: list[Broker] = []
     clean = False
     try:
-        await _run_tree(config, log_manager, clock_ms, rng, handle_signals, run_blocking, broker_box, task_status)
+        await _run_tree(config, log_manager, clock_ms, rng, handle_signals, run_blocking, broker_box, task_status,
+                        frozenset(refuse_requests))
         clean = True
     except BaseException as exc:
         clean = _only_cancellation(exc)
@@ -166,7 +174,7 @@ def _only_cancellation(exc: BaseException) -> bool:
 async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: Callable[..., Awaitable[Any]] | None, broker_box: list[Broker],
-                    task_status: trio.TaskStatus[Broker]) -> None:
+                    task_status: trio.TaskStatus[Broker], refuse_requests: frozenset[RequestType]) -> None:
     waiters = VisibleEndWaiters()
     async with trio.open_nursery() as services:
         flusher = await services.start(
@@ -176,8 +184,11 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms).run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
-                                 partitions=config.partitions, max_topic_name_length=config.max_topic_name_length,
-                                 rng=rng, clock_ms=clock_ms)
+                                 partitions=log_manager.partitions_for,
+                                 max_topic_name_length=config.max_topic_name_length, rng=rng, clock_ms=clock_ms)
+        handler.refused_types = refuse_requests
+        handler.admin = TopicAdmin(handler=handler, log_manager=log_manager,
+                                   max_message_size=config.max_message_size, run_blocking=run_blocking)
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
@@ -192,6 +203,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                                     hold_connections=True)
                 addresses = await front.start(acceptor.run)
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors)
+                handler.admin.self_broker = BrokerInfo(config.broker_id, await _published_host(config),
+                                                       broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
@@ -211,6 +224,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                 processor.drain()
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
         services.cancel_scope.cancel()
+
+
+async def _published_host(config: BrokerConfig) -> str:
+    if config.published_hostname in WILDCARD_HOSTS:
+        return await trio.to_thread.run_sync(published_host, config)  # resolves a name
+    return config.published_hostname
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:
