@@ -11,7 +11,7 @@ import trio
 
 from trikafka.broker import serve
 from trikafka.client import (
-    BrokerInfo,
+    BrokerAddress,
     ExtensionNotSupported,
     connect,
     partition_counts,
@@ -56,7 +56,7 @@ async def test_metadata_lists_every_topic_with_its_partitions_and_the_broker(nur
     async with await connect("127.0.0.1", broker.port) as conn:
         md = await conn.metadata()
     assert md.max_message_size == 4321
-    assert md.brokers == (BrokerInfo(3, "127.0.0.1", broker.port),)
+    assert md.brokers == (BrokerAddress(3, "127.0.0.1", broker.port),)
     assert [(t.topic, t.partition_count, t.error) for t in md.topics] == [
         ("b-topic", 2, ErrorCode.NO_ERROR), ("wide", 5, ErrorCode.NO_ERROR)]
     assert md.topic("wide").partitions[4] == PartitionMetadata(4, leader=3, leader_epoch=0, replicas=(3,), isr=(3,))

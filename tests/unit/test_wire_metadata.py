@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from trikafka.wire import (
-    BrokerInfo,
+    BrokerAddress,
     CreateTopicResult,
     ErrorCode,
     LocalProtocolError,
@@ -23,10 +23,10 @@ from trikafka.wire import (
 )
 
 ONE_PARTITION = PartitionMetadata(0, leader=0, leader_epoch=0, replicas=(0,), isr=(0,))
-SMALL = Metadata(1000000, (BrokerInfo(0, "h", 9092),), (TopicMetadata("t", (ONE_PARTITION,)),))
+SMALL = Metadata(1000000, (BrokerAddress(0, "h", 9092),), (TopicMetadata("t", (ONE_PARTITION,)),))
 RICH = Metadata(
     52,
-    (BrokerInfo(0, "10.0.0.5", 9092), BrokerInfo(7, "broker-7.example", 19092)),
+    (BrokerAddress(0, "10.0.0.5", 9092), BrokerAddress(7, "broker-7.example", 19092)),
     (
         TopicMetadata("events", tuple(
             PartitionMetadata(p, leader=p % 2 * 7, leader_epoch=p, replicas=(0, 7), isr=(0, 7)[:1 + p % 2])

@@ -16,7 +16,7 @@ import trio
 
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import (
-    BrokerInfo,
+    BrokerAddress,
     CreateTopicResult,
     Metadata,
     PartitionMetadata,
@@ -42,9 +42,9 @@ class TopicAdmin:
         self._log_manager = log_manager
         self._max_message_size = max_message_size
         self._run_blocking = run_blocking or trio.to_thread.run_sync
-        self.self_broker: BrokerInfo | None = None  # set once the broker has bound its port
+        self.self_broker: BrokerAddress | None = None  # set once the broker has bound its port
         # Other live brokers, for a broker that watches the registry (replication).
-        self.peers: Callable[[], Sequence[BrokerInfo]] = tuple
+        self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self._create_lock = trio.Lock()  # one creation at a time: checks and creation stay atomic
 
     # ----------------------------------------------------------------- METADATA

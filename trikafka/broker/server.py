@@ -44,7 +44,7 @@ from trikafka.log.clock import wall_clock_ms
 from trikafka.log.fs import FileSystem, OsFileSystem
 from trikafka.log.manager import LogManager
 
-from trikafka.wire.metadata import BrokerInfo
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.requests import RequestType
 
 from .acceptor import Acceptor, BoundAddress
@@ -203,7 +203,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                                     hold_connections=True)
                 addresses = await front.start(acceptor.run)
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors)
-                handler.admin.self_broker = BrokerInfo(config.broker_id, await _published_host(config),
+                handler.admin.self_broker = BrokerAddress(config.broker_id, await _published_host(config),
                                                        broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope

@@ -42,7 +42,15 @@ from .topics import (
     partition_counts,
     probe_partition_count,
 )
-from trikafka.wire import BrokerInfo, ConsumedMessage, CreateTopicResult, Metadata, FetchPart, ProduceAckedResult, ProducePart
+from trikafka.wire import (
+    BrokerAddress,
+    ConsumedMessage,
+    CreateTopicResult,
+    FetchPart,
+    Metadata,
+    ProduceAckedResult,
+    ProducePart,
+)
 
 __all__ = [
     "ACKS_APPENDED", "ACKS_FLUSHED", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MAX_RESPONSE_BYTES",
@@ -53,5 +61,5 @@ __all__ = [
     "ExtensionNotSupported", "MessageTooLargeForFetch", "OffsetOutOfRange",
     "ConsumedMessage", "FetchPart", "ProduceAckedResult", "ProducePart",
     "PartitionCounts", "PartitionProbe", "TopicPartitions", "counts_from_metadata", "partition_counts",
-    "probe_partition_count", "BrokerInfo", "CreateTopicResult", "Metadata",
+    "probe_partition_count", "BrokerAddress", "CreateTopicResult", "Metadata",
 ]

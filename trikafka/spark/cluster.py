@@ -15,9 +15,9 @@ log answers 0, so such a partition simply reads as empty until data arrives.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable, Mapping, Protocol
 
+from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
 
 from .offsets import PartitionKey
@@ -25,15 +25,6 @@ from .offsets import PartitionKey
 
 class ClusterConfigError(ValueError):
     """A broker list, ZooKeeper registry or topic selection that cannot be used."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class BrokerAddress:
-    """A broker id and where it listens."""
-
-    broker_id: int
-    host: str
-    port: int
 
 
 _BROKER_ENTRY_RE = re.compile(r"\s*(\d+)\s*:\s*([^:,\s]+)\s*:\s*(\d+)\s*")

@@ -47,7 +47,7 @@ from .messageset import (
 )
 from .metadata import (
     NO_LEADER,
-    BrokerInfo,
+    BrokerAddress,
     CreateTopicResult,
     Metadata,
     PartitionMetadata,

@@ -30,9 +30,9 @@ _MIN_PARTITION_BYTES = _PARTITION_HEAD.size + 4 + 4
 NO_LEADER = -1
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A broker as METADATA names it: id and the address clients connect to."""
+@dataclass(frozen=True, slots=True, order=True)
+class BrokerAddress:
+    """A broker id and where it listens (a METADATA broker record, a ``broker.list`` entry)."""
 
     broker_id: int
     host: str
@@ -69,14 +69,14 @@ class Metadata:
     """A METADATA answer: the broker's ``max.message.size``, brokers, and topics."""
 
     max_message_size: int
-    brokers: tuple[BrokerInfo, ...]
+    brokers: tuple[BrokerAddress, ...]
     topics: tuple[TopicMetadata, ...]
 
     def topic(self, name: str) -> TopicMetadata | None:
         """The record of topic ``name``, or None if the answer has none."""
         return next((t for t in self.topics if t.topic == name), None)
 
-    def broker(self, broker_id: int) -> BrokerInfo | None:
+    def broker(self, broker_id: int) -> BrokerAddress | None:
         return next((b for b in self.brokers if b.broker_id == broker_id), None)
 
 
@@ -166,7 +166,7 @@ def decode_metadata_payload(payload: bytes) -> Metadata:
     for _ in range(_count(cur, "broker count", _MIN_BROKER_BYTES)):
         broker_id = cur.int32("broker id")
         host = cur.topic()
-        brokers.append(BrokerInfo(broker_id, host, cur.int32("broker port")))
+        brokers.append(BrokerAddress(broker_id, host, cur.int32("broker port")))
     topics = tuple(_topic(cur) for _ in range(_count(cur, "topic count", _MIN_TOPIC_BYTES)))
     return Metadata(max_message_size, tuple(brokers), topics)
 
