@@ -33,6 +33,7 @@ from typing import Sequence
 import trio
 
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig, ConfigError, load
+from trikafka.logsetup import LOG_FORMATS, announce, configure_logging
 
 logger = logging.getLogger("trikafka.cli")
 
@@ -65,7 +66,7 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value
     flags = {"port": args.port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
-             "num_partitions": args.num_partitions}
+             "num_partitions": args.num_partitions, "metrics_port": args.metrics_port}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     if args.standalone and args.zookeeper:
         raise ConfigError("--standalone and --zookeeper exclude each other")
@@ -101,10 +102,13 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
             zk = broker.zookeeper
             where = (f"private ZooKeeper {zk.connect_string} (pid {zk.private_server.pid}, "
                      f"data {zk.private_server.data_dir})" if zk.private else f"ZooKeeper {zk.connect_string}")
-            print(f"trikafka: broker {config.broker_id} registered in {where}", file=sys.stderr, flush=True)
+            announce(logger, f"trikafka: broker {config.broker_id} registered in {where}")
+        if broker.metrics_address is not None:
+            host, port = broker.metrics_address
+            announce(logger, f"trikafka: metrics on http://{host}:{port}/metrics", metrics_port=port)
         if ready_file:  # before the ready line, so a reader of the line finds the file
             _write_ready_file(ready_file, broker.port)
-        print(READY_LINE.format(host=broker.host, port=broker.port), file=sys.stderr, flush=True)
+        announce(logger, READY_LINE.format(host=broker.host, port=broker.port), host=broker.host, port=broker.port)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -510,6 +514,8 @@ def _run_group_client(fn, args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trikafka", description="Kafka 0.7 on Trio")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                        help="text (default) or json: one JSON object per line (ts, level, logger, msg, ...)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run a broker")
@@ -525,6 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="join this ZooKeeper ensemble, host:port[,host:port][/chroot] "
                             "(default: start a private ZooKeeper next to the log dir)")
     serve.add_argument("--ready-file", help="write the bound port here once serving")
+    serve.add_argument("--metrics-port", type=int, metavar="N",
+                       help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port "
+                            "(0 picks a free one; default: off)")
     serve.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="any setting, 0.7 or snake_case name (repeatable)")
     serve.set_defaults(func=cmd_serve)
@@ -605,8 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_pipeline(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, args.log_format)
     if args.command != "serve" and args.log_level.upper() == "INFO":
         logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter, not news to a user
     if getattr(args, "from_", "earliest") not in ("earliest", "latest"):

@@ -183,7 +183,7 @@ def test_injected_errors_match_op_and_path_and_count():
             fs.fsync_dir("/d")
     fs.fsync_dir("/d")
     with pytest.raises(ValueError):
-        fs.inject_error("rename")
+        fs.inject_error("chmod")
 
 
 def test_open_file_outlives_its_removal():

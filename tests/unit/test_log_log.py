@@ -16,6 +16,7 @@ from trikafka.log import (
     ManualClock,
     OffsetOutOfRangeError,
 )
+from trikafka.log.checkpoint import CHECKPOINT_FILE_NAME as CHECKPOINT
 from trikafka.log.segment_list import SegmentList
 from trikafka.wire.compression import Codec
 from trikafka.wire.errors import InvalidMessageError, MessageSizeTooLargeError
@@ -100,7 +101,7 @@ def test_log_rolls():
     segments = log.segments.segments
     # A segment rolls once it *exceeds* segment_bytes, so each holds 2 entries (106 bytes).
     assert [s.size for s in segments] == [106] * 10
-    assert fs.listdir(DIR) == ["%020d.kafka" % (106 * k) for k in range(10)]
+    assert fs.listdir(DIR) == [CHECKPOINT] + ["%020d.kafka" % (106 * k) for k in range(10)]
     assert read_all(log) == b"".join(sets)
     for s in segments[:-1]:  # a read near a segment's end stops there
         assert log.read(s.end - 10, 1000).length == 10
@@ -126,7 +127,7 @@ def test_edge_log_rolls_keep_the_end_offset():
     end = log.visible_end
     clock.advance(5000)
     assert log.apply_retention() == 1  # the only segment was non-empty: rolled, then deleted
-    assert fs.listdir(DIR) == ["%020d.kafka" % end]
+    assert fs.listdir(DIR) == [CHECKPOINT, "%020d.kafka" % end]
     assert (log.start_offset, log.visible_end, log.end_offset) == (end, end, end)
     assert log.append(entry(b"again")).base_offset == end
     log.flush()
@@ -429,7 +430,7 @@ def test_size_limit_zero_deletes_everything_but_keeps_the_end():
     end = log.visible_end
     assert log.apply_retention() == 3
     assert log.start_offset == log.visible_end == end
-    assert fs.listdir(DIR) == ["%020d.kafka" % end]
+    assert fs.listdir(DIR) == [CHECKPOINT, "%020d.kafka" % end]
 
 
 def test_deleted_segment_stays_readable_through_a_held_region():

@@ -80,7 +80,7 @@ class BrokerConfig:
     log_default_flush_interval_ms: int | None = None  # None: the scheduler interval
     log_default_flush_scheduler_interval_ms: int = 3000
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
-    monitoring_period_secs: int = 600  # accepted for compatibility; trikafka keeps no stats yet
+    monitoring_period_secs: int = 600  # accepted for compatibility; metrics are scraped (metrics_port)
     # ZooKeeper (§11.2).  Off for an in-process BrokerConfig() (library use and
     # tests); `trikafka serve` turns it on unless --standalone [T].
     enable_zookeeper: bool = False
@@ -93,6 +93,7 @@ class BrokerConfig:
     # trikafka only.
     graceful_shutdown_timeout_s: float = 10.0  # in-flight requests get this long to finish
     retention_first_run_delay_s: float = 60.0  # 0.7 waits 60 s before the first cleanup
+    metrics_port: int | None = None  # HTTP /metrics, /healthz, /readyz on ``host``; None: off; 0: a free port
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -170,6 +171,8 @@ def _check_range(cfg: BrokerConfig) -> None:
             raise ConfigError(f"{name} must be >= {low}, got {getattr(cfg, name)}")
     if not 0 <= cfg.port <= 65535:
         raise ConfigError(f"port must be in [0, 65535], got {cfg.port}")
+    if cfg.metrics_port is not None and not 0 <= cfg.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port must be in [0, 65535], got {cfg.metrics_port}")
     if cfg.log_default_flush_interval_ms is not None and cfg.log_default_flush_interval_ms < 0:
         raise ConfigError("log_default_flush_interval_ms must be >= 0")
     if cfg.graceful_shutdown_timeout_s < 0 or cfg.retention_first_run_delay_s < 0:

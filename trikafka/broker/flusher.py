@@ -28,6 +28,7 @@ a dangling ticket.  An fsync error propagates and brings the broker down
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Awaitable, Callable
 
 import trio
@@ -43,7 +44,8 @@ class FlushScheduler:
     """Schedules and runs log flushes; start with ``nursery.start(scheduler.run)``."""
 
     def __init__(self, log_manager: Any, *, scheduler_interval_ms: int,
-                 run_blocking: Callable[..., Awaitable[Any]] | None = None):
+                 run_blocking: Callable[..., Awaitable[Any]] | None = None,
+                 observe_flush_s: Callable[[float], None] | None = None):
         self._log_manager = log_manager
         self._scheduler_interval_s = scheduler_interval_ms / 1000
         # How a blocking call leaves the loop: a worker thread, or (tests with
@@ -56,6 +58,7 @@ class FlushScheduler:
         self._rolls: dict[Any, trio.Event] = {}  # logs with a roll in flight
         self._nursery: trio.Nursery | None = None
         self.flushes_completed = 0
+        self._observe_flush_s = observe_flush_s or (lambda seconds: None)  # metrics: each flush's fsync time
 
     async def run(self, *, task_status: trio.TaskStatus[FlushScheduler] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the timer and host the flush tasks until cancelled."""
@@ -168,6 +171,8 @@ class FlushScheduler:
         ticket = log.begin_flush()
         if ticket is None:
             return  # nothing unflushed
+        started_s = time.perf_counter()
         await self._run_blocking(ticket.fsync)
+        self._observe_flush_s(time.perf_counter() - started_s)
         log.complete_flush(ticket)
         self.flushes_completed += 1

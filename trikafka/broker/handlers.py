@@ -45,6 +45,7 @@ from trikafka.wire.responses import (
     encode_produce_acked_response,
 )
 
+from .metrics import BrokerMetrics
 from .waiters import VisibleEndWaiters
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ class RequestHandler:
 
     def __init__(self, *, log_manager: Any, flusher: Any, waiters: VisibleEndWaiters,
                  partitions: Callable[[str], int], max_topic_name_length: int = 255,
-                 rng: random.Random | None = None, clock_ms: Callable[[], int]):
+                 rng: random.Random | None = None, clock_ms: Callable[[], int],
+                 metrics: BrokerMetrics | None = None):
         self._log_manager = log_manager
         self._flusher = flusher
         self._waiters = waiters
@@ -83,6 +85,7 @@ class RequestHandler:
         # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
         self.refused_types: frozenset[int] = frozenset()
         self.admin: Any = None  # admin.TopicAdmin: METADATA and CREATE_TOPIC
+        self.metrics = metrics if metrics is not None else BrokerMetrics()
 
     # ----------------------------------------------------------------- topics and logs
 
@@ -157,6 +160,7 @@ class RequestHandler:
             return
         except MessageError as exc:
             raise CloseConnection(f"invalid message set for {part.topic}-{partition}: {exc}") from None
+        self.metrics.count_in(part.topic, result.message_count, result.next_offset - result.base_offset)
         if result.flush_due:
             self._flusher.request_flush(log)
 
@@ -187,10 +191,14 @@ class RequestHandler:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
-        return encode_fetch_response(*self.fetch_part(request.part))
+        outcome = self.fetch_part(request.part)
+        self.metrics.count_out((request.part,), (outcome,))
+        return encode_fetch_response(*outcome)
 
     def multifetch(self, request: MultiFetchRequest) -> list[Chunk]:
-        return encode_multifetch_response([self.fetch_part(p) for p in request.parts])
+        outcomes = [self.fetch_part(p) for p in request.parts]
+        self.metrics.count_out(request.parts, outcomes)
+        return encode_multifetch_response(outcomes)
 
     # ----------------------------------------------------------------- OFFSETS
 
@@ -249,6 +257,7 @@ class RequestHandler:
             return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
         except (InvalidMessageError, MessageError):
             return failed(ErrorCode.INVALID_MESSAGE)
+        self.metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
         if appended.flush_due:
             self._flusher.request_flush(log)
         result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR,
@@ -295,6 +304,7 @@ class RequestHandler:
                 outcomes = [self.fetch_part(p) for p in request.parts]
                 break
         await trio.lowlevel.checkpoint()
+        self.metrics.count_out(request.parts, outcomes)
         return encode_multifetch_response(outcomes)
 
 

@@ -55,6 +55,9 @@ class FileSystem(Protocol):
     def is_dir(self, path: str) -> bool: ...
     def open_segment(self, path: str, create: bool) -> SegmentFile: ...  # create: must not exist yet
     def create_file(self, path: str) -> None: ...  # a new empty file, fsynced (the clean-shutdown marker)
+    def write_synced(self, path: str, data: bytes) -> None: ...  # create or truncate, write, fsync the file
+    def read_file(self, path: str) -> bytes: ...  # a small file's whole contents
+    def rename(self, src: str, dst: str) -> None: ...  # atomic replace of dst; durable after fsync_dir
     def remove(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
     def mtime_ms(self, path: str) -> int: ...
@@ -141,6 +144,23 @@ class OsFileSystem:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def write_synced(self, path: str, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
 
     def remove(self, path: str) -> None:
         os.unlink(path)

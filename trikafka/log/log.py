@@ -22,6 +22,7 @@ from typing import Callable
 from trikafka.wire.messageset import validate_message_set
 from trikafka.wire.responses import FileRegion
 
+from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
 from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, OffsetOutOfRangeError
 from .fs import FileSystem
@@ -68,12 +69,14 @@ class Log:
         self._failure: str | None = None
         self._closed = False
         self._listeners: list[Callable[[Log], None]] = []
+        self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
 
     @classmethod
     def open(cls, fs: FileSystem, dir_path: str, topic: str, partition: int, config: LogConfig,
              clock_ms: Callable[[], int], needs_recovery: bool) -> "Log":
         """Load an existing partition directory (recovering its newest segment if asked)."""
-        return cls(topic, partition, dir_path, load_segments(fs, dir_path, needs_recovery), config, fs, clock_ms)
+        segments = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes)
+        return cls(topic, partition, dir_path, segments, config, fs, clock_ms)
 
     # -- state ------------------------------------------------------------------------
 
@@ -207,7 +210,7 @@ class Log:
         segment = self._segments.last
         if segment.size == segment.visible_size:
             return None
-        self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages)
+        self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
         self._last_flush_ms = self._clock_ms()
         return self._flush_ticket
 
