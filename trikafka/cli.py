@@ -42,8 +42,6 @@ DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 DEFAULT_ZOOKEEPER = "127.0.0.1:2181"  # where `trikafka serve` starts its private ZooKeeper
 READ_BYTES = 256 * 1024
-PARTITION_PROBE_BATCH = 64  # partitions asked about per MULTIFETCH by `topics`
-MAX_PROBED_PARTITIONS = 4096
 
 
 def parse_broker(text: str) -> tuple[str, int]:
@@ -397,47 +395,43 @@ def _topics_from_log_dir(log_dir: str) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-async def _partition_count(conn, topic: str) -> int | None:
-    """``partitions(topic)`` as the broker answers it, or None for a name it rejects.
-
-    0.7 has no metadata request, but FETCH answers WrongPartition exactly for
-    partitions outside ``[0, partitions(topic))`` and Unknown for an invalid
-    name (spec §6.2).  A MULTIFETCH of ``maxSize`` 0 at offset 0 asks that of
-    many partitions at once, reads no data and creates nothing (§9).
-    """
-    from trikafka.wire import ErrorCode
-
-    first = 0
-    while first < MAX_PROBED_PARTITIONS:
-        probe = range(first, first + PARTITION_PROBE_BATCH)
-        results = await conn.multifetch([(topic, p, 0, 0) for p in probe])
-        for partition, result in zip(probe, results):
-            if result.error == ErrorCode.UNKNOWN:
-                return None
-            if result.error == ErrorCode.WRONG_PARTITION:
-                return partition
-        first += PARTITION_PROBE_BATCH
-    return MAX_PROBED_PARTITIONS
-
-
 TopicRow = tuple[str, str, str, int, int]  # topic, partition name, broker HOST:PORT, start, visible end
 
 
-async def _topics_from_broker(args: argparse.Namespace) -> list[TopicRow]:
-    from trikafka.client import connect, earliest_offset, latest_offset
+async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow], bool]:
+    """Rows for the named topics (every topic when none is named), and whether all were found.
+
+    Partition counts come from METADATA, or from the FETCH probe on a plain
+    0.7 broker, which cannot list topics or tell a missing topic from an empty one.
+    """
+    from trikafka.client import connect, earliest_offset, latest_offset, partition_counts
+    from trikafka.wire import ErrorCode
 
     host, port = args.broker
-    rows = []
+    rows: list[TopicRow] = []
+    all_found = True
+    counts = None if args.partitions is not None else await partition_counts(host, port, args.topic)
+    if counts is not None and not args.topic and counts.metadata is None:
+        print("trikafka: this broker is a plain 0.7 broker, which cannot list its topics; "
+              "name the topics, or give --zk CONNECT or --log-dir DIR", file=sys.stderr)
+        return rows, False
+    names = list(args.topic) or list(counts.topics)
     async with await connect(host, port) as conn:
-        for topic in args.topic:
-            count = args.partitions if args.partitions is not None else await _partition_count(conn, topic)
-            if count is None:
+        for topic in names:
+            found = counts.topics[topic] if counts is not None else None
+            if found is not None and found.error == ErrorCode.INVALID_TOPIC:
                 print(f"trikafka: the broker rejects the topic name {topic!r}", file=sys.stderr)
+                all_found = False
                 continue
+            if found is not None and found.error == ErrorCode.UNKNOWN_TOPIC:
+                print(f"trikafka: topic {topic!r} does not exist on {host}:{port}", file=sys.stderr)
+                all_found = False
+                continue
+            count = args.partitions if found is None else found.count
             for partition in range(count):
                 rows.append((topic, str(partition), f"{host}:{port}", await earliest_offset(conn, topic, partition),
                              await latest_offset(conn, topic, partition)))
-    return rows
+    return rows, all_found
 
 
 async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
@@ -498,20 +492,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
         for topic, partition, segments, start, end in _topics_from_log_dir(args.log_dir):
             print(f"{topic}\t{partition}\t{segments}\t{start}\t{end}\t{end - start}")
         return 0
+    all_found = True
     if args.zk:
         rows = _run_client_value(_topics_from_zookeeper, args)
-    elif args.topic:
-        rows = _run_client_value(_topics_from_broker, args)
     else:
-        print("trikafka: a 0.7 broker cannot list its topics (there is no metadata request); "
-              "name the topics, or give --zk CONNECT (registered topics) or --log-dir DIR", file=sys.stderr)
-        return 2
+        answer = _run_client_value(_topics_from_broker, args)
+        rows, all_found = answer if answer is not None else (None, False)
     if rows is None:
         return 1
-    print("topic\tpartition\tbroker\tstart\tvisible_end\tbytes")
+    if rows or all_found:
+        print("topic\tpartition\tbroker\tstart\tvisible_end\tbytes")
     for topic, partition, broker, start, end in rows:
         print(f"{topic}\t{partition}\t{broker}\t{start}\t{end}\t{end - start}")
-    return 0
+    return 0 if all_found else 1
 
 
 # --------------------------------------------------------------------------- plumbing

@@ -231,10 +231,16 @@ class ChildProcess:
 
 @asynccontextmanager
 async def child_process(*args: str, stdin: int | None = None, stdout: int | None = None,
-                        cwd: Any = None) -> AsyncIterator[ChildProcess]:
-    """Run ``trikafka ARGS`` in a child; it is killed (by PID) and reaped on exit, whatever happens."""
-    process = await trio.lowlevel.open_process(trikafka_command(*args), stdin=stdin, stdout=stdout,
-                                               stderr=subprocess.PIPE, env=child_env(), cwd=cwd)
+                        cwd: Any = None, program: list[str] | None = None,
+                        env: dict[str, str] | None = None) -> AsyncIterator[ChildProcess]:
+    """Run ``trikafka ARGS`` in a child; it is killed (by PID) and reaped on exit, whatever happens.
+
+    ``program`` replaces ``python -m trikafka`` (an installed script), ``env`` the
+    environment (default: this checkout first on the import path).
+    """
+    argv = [*program, *args] if program is not None else trikafka_command(*args)
+    process = await trio.lowlevel.open_process(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                               env=env if env is not None else child_env(), cwd=cwd)
     child = ChildProcess(process)
     try:
         async with trio.open_nursery() as nursery:

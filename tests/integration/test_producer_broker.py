@@ -37,7 +37,7 @@ async def test_without_partition_counts_the_broker_picks_the_partition(nursery, 
     async with Producer(brokers=f"127.0.0.1:{broker.port}", acks=1, rng=random.Random(1)) as producer:
         results = await producer.send_batch("t", [b"%d" % i for i in range(40)])
         for _ in range(20):
-            results.append(await producer.send("t", b"single"))
+            results.append(await (await producer.send("t", b"single")))
     assert {r.broker_id for r in results} == {0}
     # partition -1 (§6.1 step 1): the broker chose one per request and said which
     assert all(0 <= r.partition < 4 for r in results)
@@ -81,7 +81,7 @@ async def test_acks_minus_1_means_visible_to_a_consumer_at_once(nursery, tmp_pat
     broker = await start_broker(nursery, tmp_path, "b0", log_default_flush_scheduler_interval_ms=3_600_000,
                                 log_flush_interval=1_000_000)
     async with Producer(brokers=[(0, "127.0.0.1", broker.port)], partitions_per_broker=1, acks=-1) as producer:
-        result = await producer.send("t", b"durable")
+        result = await (await producer.send("t", b"durable"))
         async with await connect("127.0.0.1", broker.port) as conn:
             fetched = await conn.fetch("t", 0, result.offset, 1000)
     assert [m.payload for m in iter_messages(fetched.data)] == [b"durable"]

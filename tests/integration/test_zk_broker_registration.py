@@ -112,6 +112,19 @@ async def test_a_created_topic_is_registered_and_shutdown_deregisters(zk_harness
     logs.close()
 
 
+async def test_a_topic_created_with_more_partitions_registers_its_full_count(zk_harness, zk_clock, tmp_path):
+    config = broker_config(tmp_path)  # num_partitions=2
+    logs = open_logs(config)
+    async with zk_harness.client() as zk, zk_harness.client() as observer:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(run_broker_zookeeper, config, logs, BROKER_PORT, coordinator=zk))
+            logs.create_topic("made", 6)  # what CREATE_TOPIC runs (in a worker thread)
+            data, _ = await wait_for_value(observer, "/brokers/topics/made/3")
+            assert data == b"6"  # 0.7 producers and consumers see all six partitions
+            nursery.cancel_scope.cancel()
+    logs.close()
+
+
 async def test_session_expiry_re_registers_everything(zk_harness, zk_clock, tmp_path):
     config = broker_config(tmp_path)
     logs = open_logs(config, "old")

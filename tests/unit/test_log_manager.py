@@ -162,3 +162,31 @@ def test_partition_dir_lost_in_a_crash_before_its_directory_fsync():
         mgr.get_or_create("t", 0)
         fs.crash("prefix", dir_entry_keep_probability=0.0)
         assert manager(fs).get("t", 0) is not None
+
+
+def test_create_topic_makes_every_partition_durable_and_listeners_see_the_final_count():
+    fs = FakeFileSystem()
+    mgr = manager(fs, partitions=1)
+    seen = []
+    mgr.add_topic_listener(lambda topic: seen.append((topic, mgr.partitions_for(topic))))
+    created = mgr.create_topic("wide", 4)
+    assert [log.partition for log in created] == [0, 1, 2, 3] and seen == [("wide", 4)]
+    assert all(fs.is_durable_entry(f"{ROOT}/wide-{p}/00000000000000000000.kafka") for p in range(4))
+    assert mgr.create_topic("wide", 4) == []  # nothing left to create
+    assert mgr.get_or_create("wide", 3) is created[3]
+    with pytest.raises(WrongPartitionError):
+        mgr.get_or_create("wide", 4)
+    with pytest.raises(InvalidTopicError):
+        mgr.create_topic("a/b", 2)
+    assert mgr.configured_partitions("wide") == 1
+
+
+def test_partition_count_never_drops_below_the_directories_on_disk():
+    fs = FakeFileSystem()
+    mgr = manager(fs, partitions=lambda topic: 6 if topic == "t" else 1)
+    mgr.get_or_create("t", 5)
+    mgr.close()
+    # Restarted with a smaller setting: partition 5 stays reachable.
+    again = manager(fs, partitions=2)
+    assert again.partitions_for("t") == 6 and again.partitions_for("other") == 2
+    assert again.get_or_create("t", 5).partition == 5

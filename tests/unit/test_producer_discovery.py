@@ -158,7 +158,7 @@ async def test_the_producer_routes_by_the_zookeeper_view(zk, nursery, autojump_c
         await register_topic(zk, "t", 1, 2)
         await register_topic(zk, "t", 2, 2)
         await until(lambda: len(producer.discovery.partitions("t")) == 4)
-        keyed = await producer.send("t", b"k", key="member-17")
+        keyed = await (await producer.send("t", b"k", key="member-17"))
         index = hash_index(java_hash("member-17"), 4)
         assert (keyed.broker_id, keyed.partition) == ([1, 1, 2, 2][index], [0, 1, 0, 1][index])
     assert len(b1.requests) >= 1 and len(b2.requests) >= 1

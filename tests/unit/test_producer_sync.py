@@ -13,6 +13,7 @@ from trikafka.client.fake_broker import FakeBroker
 from trikafka.producer import (
     AcksNotSupportedError,
     BrokerRejectedError,
+    Delivery,
     DeliveryFailedError,
     MessageTooLargeError,
     NoBrokersAvailableError,
@@ -60,7 +61,7 @@ async def test_acked_sends_report_where_each_message_landed(cluster, autojump_cl
     b0 = cluster.add("b0", 9092, FakeBroker())
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1,
                         connector=cluster.connect) as producer:
-        results = [await producer.send("events", payload) for payload in (b"a", b"bb", b"ccc")]
+        results = [await (await producer.send("events", payload)) for payload in (b"a", b"bb", b"ccc")]
     assert [(r.topic, r.broker_id, r.partition) for r in results] == [("events", 0, 0)] * 3
     # entry = 4-byte length + magic + attributes + crc + payload
     assert [(r.offset, r.next_offset) for r in results] == [(0, 11), (11, 23), (23, 36)]
@@ -73,7 +74,7 @@ async def test_acks_0_uses_produce_and_one_multiproduce_per_broker(cluster, auto
     b0 = cluster.add("b0", 9092, FakeBroker(partitions=3))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=3, acks=0,
                         connector=cluster.connect, rng=random.Random(1)) as producer:
-        single = await producer.send("t", b"one", key="k")
+        single = await (await producer.send("t", b"one", key="k"))
         batch = await producer.send_batch("t", [b"x%d" % i for i in range(30)])
         await trio.testing.wait_all_tasks_blocked()
     assert single.offset is None and single.error is None
@@ -93,7 +94,7 @@ async def test_keyed_messages_use_the_stable_java_hash_over_the_numeric_partitio
     async with Producer(brokers=BROKERS, partitions_per_broker=4, acks=1, connector=cluster.connect) as producer:
         for key in ("user-42", "user-7", b"\x00\xff", 123456789, "ünïcode"):
             index = hash_index(java_hash(key), 8)  # (0,0)..(0,3),(1,0)..(1,3)
-            results = [await producer.send("t", b"v", key=key) for _ in range(3)]
+            results = [await (await producer.send("t", b"v", key=key)) for _ in range(3)]
             assert {(r.broker_id, r.partition) for r in results} == {(index // 4, index % 4)}
 
 
@@ -210,7 +211,7 @@ async def test_a_broker_dying_between_sends_is_reconnected_after_backoff(cluster
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(revive_later)
-            result = await producer.send("t", b"after")
+            result = await (await producer.send("t", b"after"))
         assert result.ok and trio.current_time() >= 0.5
     assert payloads_in(b0, "t", 0) == [b"before", b"after"]
     assert cluster.connects[("b0", 9092)] == 2
@@ -239,7 +240,7 @@ async def test_serializer_and_custom_partitioner(cluster, autojump_clock):
 
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=3, acks=1, connector=cluster.connect,
                         serializer=lambda v: json.dumps(v).encode(), partitioner=last_partition) as producer:
-        result = await producer.send("t", {"n": 1}, key="k")
+        result = await (await producer.send("t", {"n": 1}, key="k"))
     assert (result.partition, calls) == (2, [("k", 3)])
     assert payloads_in(b0, "t", 2) == [b'{"n": 1}']
 
@@ -254,7 +255,7 @@ async def test_a_partitioner_out_of_range_is_reported_per_message(cluster, autoj
                         connector=cluster.connect) as producer:
         with pytest.raises(PartitionerError):  # a key the default hash cannot take
             await producer.send("t", b"x", key=object())
-        assert (await producer.send("t", b"x", key="fine")).ok
+        assert (await (await producer.send("t", b"x", key="fine"))).ok
 
 
 async def test_send_outside_the_context_is_refused(cluster, autojump_clock):
@@ -273,3 +274,16 @@ def test_exactly_one_source_of_brokers():
         Producer()
     with pytest.raises(ValueError):
         Producer(brokers="h:1", zk_connect="127.0.0.1:2181")
+
+
+@pytest.mark.parametrize("producer_type", ["sync", "async"])
+async def test_send_returns_a_delivery_in_both_modes(cluster, autojump_clock, producer_type):
+    cluster.add("b0", 9092, FakeBroker())
+    async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1, producer_type=producer_type,
+                        connector=cluster.connect) as producer:
+        delivery = await producer.send("events", b"one")
+        assert isinstance(delivery, Delivery)
+        assert delivery.done is (producer_type == "sync")  # sync: resolved when send returns
+        result = await delivery.result()
+        assert (result.topic, result.offset, result.next_offset) == ("events", 0, 13)
+        assert await delivery == result  # a Delivery is awaitable itself

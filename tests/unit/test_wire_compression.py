@@ -1,4 +1,5 @@
-"""Compression (spec §4.4): gzip streams and the snappy-java 1.0.4.1 stream format."""
+"""Compression (docs/protocol.md §3.3): gzip streams, the snappy-java 1.0.4.1 stream format,
+and the headerless raw snappy block that 0.7.2 also reads."""
 
 import gzip
 import os
@@ -7,7 +8,16 @@ import struct
 import cramjam
 import pytest
 
-from trikafka.wire import Codec, InvalidMessageError, compress, decompress
+from trikafka.wire import (
+    Codec,
+    InvalidMessageError,
+    build_message_set,
+    compress,
+    decompress,
+    encode_entry,
+    iter_messages,
+    validate_message_set,
+)
 from trikafka.wire import compression
 
 SNAPPY_MAGIC = bytes.fromhex("82 53 4E 41 50 50 59 00")
@@ -46,9 +56,34 @@ def test_snappy_reader_does_not_depend_on_block_size():
     assert decompress(Codec.SNAPPY, stream) == data
 
 
+@pytest.mark.parametrize("data", [b"hello", b"x" * 100_000, os.urandom(70_000), b"\x82SNAPPY\x00 but raw"])
+def test_snappy_reader_accepts_one_raw_block_without_the_header(data):
+    """Kafka 0.7.2 (through snappy-java 1.0.4.1) reads a headerless payload as one raw block."""
+    raw = bytes(cramjam.snappy.compress_raw(data))
+    assert raw[:8] != SNAPPY_MAGIC
+    assert decompress(Codec.SNAPPY, raw) == data
+    assert compress(Codec.SNAPPY, data).startswith(SNAPPY_MAGIC)  # writers keep the stream format
+
+
+def test_a_raw_snappy_wrapper_is_a_valid_message_set():
+    inner = build_message_set([b"one", b"two"], magic=1)
+    raw = bytes(cramjam.snappy.compress_raw(inner))
+    wrapper = encode_entry(raw, magic=1, codec=Codec.SNAPPY)
+    assert [m.payload for m in iter_messages(wrapper)] == [b"one", b"two"]
+    assert validate_message_set(wrapper).valid_bytes == len(wrapper)
+
+
+def test_a_raw_snappy_block_that_claims_too_much_is_refused():
+    # A raw block's preamble states its output length; refused before decompressing.
+    huge = bytes([0x80, 0x80, 0x80, 0x80, 0x0F]) + b"\x00" * 8
+    with pytest.raises(InvalidMessageError, match="beyond the decompression bound|does not decompress"):
+        decompress(Codec.SNAPPY, huge)
+
+
 @pytest.mark.parametrize("stream, match", [
-    (b"", "lacks the snappy-java stream header"),
-    (b"\x82SNAPPX\x00" + struct.pack(">ii", 1, 1), "lacks the snappy-java stream header"),
+    (b"", "does not decompress"),
+    (b"\x82SNAPPX\x00" + struct.pack(">ii", 1, 1), "does not decompress"),
+    (b"\xff\xff\xff\xff\xff\x00junk", "does not decompress"),
     (SNAPPY_MAGIC + struct.pack(">ii", 1, 1) + b"\x00\x00", "length is truncated"),
     (SNAPPY_MAGIC + struct.pack(">iii", 1, 1, 50) + b"abc", "runs past the payload"),
     (SNAPPY_MAGIC + struct.pack(">iii", 1, 1, -1), "runs past the payload"),

@@ -17,6 +17,8 @@ from trikafka.wire import (
     ProduceAckedRequest,
     ProducePart,
     ProduceRequest,
+    CreateTopicRequest,
+    MetadataRequest,
     RemoteProtocolError,
     RequestReader,
     RequestType,
@@ -42,6 +44,10 @@ EVERY_REQUEST = [
     ProduceAckedRequest(-1, 0, ()),
     FetchWaitRequest(100, 1, (FetchPart("a", 0, 0, 1024), FetchPart("b", 1, 5, 2048))),
     FetchWaitRequest(0, 0, ()),
+    MetadataRequest(()),
+    MetadataRequest(("a", "b.c-d_e", "a")),
+    CreateTopicRequest("events", 8),
+    CreateTopicRequest("x", -1),
 ]
 IDS = [f"{type(r).__name__}-{i}" for i, r in enumerate(EVERY_REQUEST)]
 
@@ -126,7 +132,8 @@ def test_non_utf8_and_non_ascii_topics_survive():
 def test_request_type_properties():
     assert not RequestType.PRODUCE.expects_response and not RequestType.MULTIPRODUCE.expects_response
     assert all(t.expects_response for t in (1, 2, 4, 100, 101) for t in [RequestType(t)])
-    assert [t for t in RequestType if t.is_extension] == [RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT]
+    assert [t for t in RequestType if t.is_extension] == [
+        RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT, RequestType.METADATA, RequestType.CREATE_TOPIC]
 
 
 # ---------------------------------------------------------------- spec §7.2 close conditions
@@ -177,6 +184,11 @@ CLOSE_CASES = {
     "fetch_wait count negative": (frame_of(struct.pack(">hiih", 101, 10, 1, -1)), "negative part count"),
     "fetch_wait part past end": (frame_of(struct.pack(">hiih", 101, 10, 1, 1) + topic16(b"abc") + b"\x00"),
                                  "too short for partition"),
+    "metadata count negative": (frame_of(struct.pack(">hh", 102, -1)), "negative topic count"),
+    "metadata topic past end": (frame_of(struct.pack(">hh", 102, 2) + topic16(b"a") + struct.pack(">h", 9)),
+                                "too short for topic"),
+    "create_topic no partitions": (frame_of(struct.pack(">h", 103) + topic16(b"t") + b"\x00"),
+                                   "too short for partitions"),
 }
 
 

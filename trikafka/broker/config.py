@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §12.1) [T]
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
 DEFAULT_LOG_DIR = "./trikafka-data"
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # bind addresses that mean every interface
 
 # Settings whose value is a per-topic map ``t1:8,t2:16`` (spec §12.1).
 _TOPIC_MAP_FIELDS = (
@@ -157,6 +159,19 @@ class BrokerConfig:
     def replace(self, **changes: Any) -> "BrokerConfig":
         """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
+
+
+def published_host(config: BrokerConfig) -> str:
+    """The host the broker publishes (ZooKeeper ``/brokers/ids/<id>``, METADATA):
+    ``hostname`` if set, else the bind address, else (bound to every interface)
+    the local IP address.  May resolve names: call it off the event loop."""
+    host = config.published_hostname
+    if host not in WILDCARD_HOSTS:
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 def _check_range(cfg: BrokerConfig) -> None:

@@ -27,8 +27,10 @@ import trio
 from trikafka.wire.errors import RemoteProtocolError
 from trikafka.wire.framing import NEED_DATA, RequestReader
 from trikafka.wire.requests import (
+    CreateTopicRequest,
     FetchRequest,
     FetchWaitRequest,
+    MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
@@ -47,7 +49,7 @@ RECEIVE_BYTES = 128 * 1024
 
 _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
 _REQUEST_CLASSES = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest, OffsetsRequest,
-                    ProduceAckedRequest, FetchWaitRequest)
+                    ProduceAckedRequest, FetchWaitRequest, MetadataRequest, CreateTopicRequest)
 
 
 class Connection:
@@ -110,6 +112,8 @@ class Connection:
         handler = self._handler
         self.requests_handled += 1
         kind = type(request)
+        if handler.refused_types and request.type in handler.refused_types:
+            raise CloseConnection(f"request type {int(request.type)} is refused")
         started_s = time.perf_counter()
         try:
             if kind is ProduceRequest:
@@ -128,6 +132,10 @@ class Connection:
                 response = [await handler.produce_acked(request)]
             elif kind is FetchWaitRequest:
                 response = await handler.fetch_wait(request)
+            elif kind is MetadataRequest:
+                response = [handler.admin.metadata(request)]
+            elif kind is CreateTopicRequest:
+                response = [await handler.admin.create_topic(request)]
             else:  # the reader only yields the types above
                 raise AssertionError(f"unexpected request {request!r}")
             await send_chunks(self._stream, response)

@@ -82,6 +82,10 @@ class RequestHandler:
         self._clock_ms = clock_ms
         self._topic_partitions: dict[str, int] = {}
         self._logs: dict[tuple[str, int], Any] = {}
+        # Request types this broker closes the connection on, as a 0.7 broker does for
+        # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
+        self.refused_types: frozenset[int] = frozenset()
+        self.admin: Any = None  # admin.TopicAdmin: METADATA and CREATE_TOPIC
         self.metrics = metrics if metrics is not None else BrokerMetrics()
 
     # ----------------------------------------------------------------- topics and logs
@@ -101,6 +105,10 @@ class RequestHandler:
         if len(self._topic_partitions) < MAX_CACHED_TOPICS:
             self._topic_partitions[topic] = count
         return count
+
+    def forget_partition_count(self, topic: str) -> None:
+        """Drop the cached count of ``topic`` (CREATE_TOPIC may have raised it)."""
+        self._topic_partitions.pop(topic, None)
 
     def adopt(self, log: Any) -> Any:
         """Start watching ``log`` (called once per log: loaded or created)."""

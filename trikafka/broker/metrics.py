@@ -43,6 +43,8 @@ REQUEST_LABELS = {
     "OffsetsRequest": "offsets",
     "ProduceAckedRequest": "produce_acked",
     "FetchWaitRequest": "fetch_wait",
+    "MetadataRequest": "metadata",
+    "CreateTopicRequest": "create_topic",
 }
 
 

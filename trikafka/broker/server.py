@@ -38,7 +38,7 @@ import logging
 import random
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import trio
 
@@ -46,9 +46,13 @@ from trikafka.log.clock import wall_clock_ms
 from trikafka.log.fs import FileSystem, OsFileSystem
 from trikafka.log.manager import LogManager
 
+from trikafka.wire.metadata import BrokerAddress
+from trikafka.wire.requests import RequestType
+
 from .acceptor import Acceptor, BoundAddress
+from .admin import TopicAdmin
 from .cleaner import CleanerService
-from .config import BrokerConfig
+from .config import WILDCARD_HOSTS, BrokerConfig, published_host
 from .flusher import FlushScheduler
 from .handlers import RequestHandler
 from .http import HttpServer, Routes
@@ -124,7 +128,8 @@ class Broker:
 async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
-                run_blocking: Callable[..., Awaitable[Any]] | None = None) -> None:
+                run_blocking: Callable[..., Awaitable[Any]] | None = None,
+                refuse_requests: Iterable[RequestType] = ()) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
@@ -133,9 +138,11 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
     ``inline_blocking`` so the clock never jumps while an fsync "runs".
     Cancellation from outside also shuts down cleanly, without the grace period.
+    ``refuse_requests`` lists request types the broker closes the connection on,
+    as a plain 0.7 broker does for every extension (tests of clients' fallbacks).
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
-    wiring = _Wiring(BrokerMetrics())
+    wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests))
     wiring.metrics.registry.register(readiness_collector(wiring.ready))
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
@@ -193,6 +200,7 @@ class _Wiring:
     metrics: BrokerMetrics
     metrics_address: tuple[str, int] | None = None
     broker_box: list[Broker] = field(default_factory=list)
+    refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
 
     def ready(self) -> bool:
         return bool(self.broker_box) and self.broker_box[0].ready
@@ -226,8 +234,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes).run)
         await services.start(cleaner.run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
-                                 partitions=config.partitions, max_topic_name_length=config.max_topic_name_length,
+                                 partitions=log_manager.partitions_for,
+                                 max_topic_name_length=config.max_topic_name_length,
                                  rng=rng, clock_ms=clock_ms, metrics=wiring.metrics)
+        handler.refused_types = wiring.refuse_requests
+        handler.admin = TopicAdmin(handler=handler, log_manager=log_manager,
+                                   max_message_size=config.max_message_size, run_blocking=run_blocking)
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
@@ -245,6 +257,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,
                                 cleaner=cleaner)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
+                handler.admin.self_broker = BrokerAddress(config.broker_id, await _published_host(config),
+                                                          broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
@@ -267,6 +281,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
+
+
+async def _published_host(config: BrokerConfig) -> str:
+    if config.published_hostname in WILDCARD_HOSTS:
+        return await trio.to_thread.run_sync(published_host, config)  # resolves a name
+    return config.published_hostname
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:

@@ -41,7 +41,7 @@ from trikafka.zk.server import (
     run_zookeeper,
 )
 
-from .config import BrokerConfig
+from .config import WILDCARD_HOSTS, BrokerConfig, published_host  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,6 @@ PRIVATE_TICK_TIME_MS = 200
 PRIVATE_MAX_SESSION_TIMEOUT_MS = 60_000
 PRIVATE_READY_TIMEOUT_S = 60.0
 PRIVATE_DIR_SUFFIX = "-zookeeper"
-WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 # A broker restarted on its private server may find its previous session's
 # /brokers/ids node: that session expires one session timeout after the server
 # reloaded it, so wait that long (plus slack) before calling the id a duplicate.
@@ -75,18 +74,6 @@ class BrokerZooKeeper:
     @property
     def private(self) -> bool:
         return self.private_server is not None
-
-
-def published_host(config: BrokerConfig) -> str:
-    """The host written into ``/brokers/ids/<id>`` (§11.2): ``hostname`` if set,
-    else the bind address, else (bound to every interface) the local IP address."""
-    host = config.published_hostname
-    if host not in WILDCARD_HOSTS:
-        return host
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 def private_zookeeper_dir(config: BrokerConfig) -> Path:

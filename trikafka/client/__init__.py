@@ -34,7 +34,23 @@ from .errors import (
     MessageTooLargeForFetch,
     OffsetOutOfRange,
 )
-from trikafka.wire import ConsumedMessage, FetchPart, ProduceAckedResult, ProducePart
+from .topics import (
+    PartitionCounts,
+    PartitionProbe,
+    TopicPartitions,
+    counts_from_metadata,
+    partition_counts,
+    probe_partition_count,
+)
+from trikafka.wire import (
+    BrokerAddress,
+    ConsumedMessage,
+    CreateTopicResult,
+    FetchPart,
+    Metadata,
+    ProduceAckedResult,
+    ProducePart,
+)
 
 __all__ = [
     "ACKS_APPENDED", "ACKS_FLUSHED", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MAX_RESPONSE_BYTES",
@@ -44,4 +60,6 @@ __all__ = [
     "BrokerConnectionError", "BrokerError", "BrokerProtocolError", "BrokerTimeoutError", "ClientError",
     "ExtensionNotSupported", "MessageTooLargeForFetch", "OffsetOutOfRange",
     "ConsumedMessage", "FetchPart", "ProduceAckedResult", "ProducePart",
+    "PartitionCounts", "PartitionProbe", "TopicPartitions", "counts_from_metadata", "partition_counts",
+    "probe_partition_count", "BrokerAddress", "CreateTopicResult", "Metadata",
 ]

@@ -21,10 +21,14 @@ import trio
 
 from trikafka.wire import (
     NEED_DATA,
+    CreateTopicRequest,
+    CreateTopicResult,
     ErrorCode,
     FetchPart,
     FetchRequest,
     FetchWaitRequest,
+    Metadata,
+    MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
@@ -36,6 +40,8 @@ from trikafka.wire import (
     Request,
     ResponseFrame,
     ResponseReader,
+    decode_create_topic_payload,
+    decode_metadata_payload,
     decode_multifetch_payload,
     decode_offsets_payload,
     decode_produce_acked_payload,
@@ -289,6 +295,28 @@ class Connection:
             await self._break("PRODUCE_ACKED answered the wrong number of parts")
             raise BrokerProtocolError(f"{len(results)} results for {len(request.parts)} parts")
         return results
+
+    async def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
+        """METADATA (type 102): brokers, ``max.message.size``, and the partitions of
+        ``topics`` (None or empty: every topic the broker has).
+
+        Raises ``ExtensionNotSupported`` against a plain 0.7 broker; see
+        ``trikafka.client.partition_counts`` for the fallback.
+        """
+        frame = await self._call(MetadataRequest(tuple(topics or ())))
+        self._expect_no_error(frame, "METADATA")
+        return await self._decode(decode_metadata_payload, frame.payload)
+
+    async def create_topic(self, topic: str, partitions: int) -> CreateTopicResult:
+        """CREATE_TOPIC (type 103): create partitions ``0 .. partitions-1`` of ``topic``.
+
+        The result's ``error`` is 0 (created, or already exactly so), 7 (name not
+        accepted), 9 (exists with another count, given in ``partitions``) or 10
+        (count out of range).  Raises ``ExtensionNotSupported`` against 0.7.
+        """
+        frame = await self._call(CreateTopicRequest(topic, partitions))
+        self._expect_no_error(frame, "CREATE_TOPIC")
+        return await self._decode(decode_create_topic_payload, frame.payload)
 
     async def _fetch_results(self, frame: ResponseFrame, parts: Sequence[FetchPart]) -> list[FetchResult]:
         self._expect_no_error(frame, "MULTIFETCH")

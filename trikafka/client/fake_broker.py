@@ -41,6 +41,7 @@ from trikafka.wire import (
     RemoteProtocolError,
     Request,
     RequestReader,
+    RequestType,
     encode_fetch_response,
     encode_multifetch_response,
     encode_offsets_response,
@@ -48,6 +49,9 @@ from trikafka.wire import (
     validate_message_set,
 )
 
+# The extensions this fake answers; it closes on the others (METADATA, CREATE_TOPIC)
+# like a 0.7 broker, so clients fall back as they would there.
+_FAKED_EXTENSIONS = (RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT)
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 
@@ -163,7 +167,7 @@ class FakeBroker:
 
     async def respond(self, request: Request) -> list[Chunk] | None:
         """The response chunks for ``request`` (None: no response)."""
-        if request.type.is_extension and not self.extensions:
+        if request.type.is_extension and (not self.extensions or request.type not in _FAKED_EXTENSIONS):
             raise CloseConnection("unknown request type")  # what a plain 0.7 broker does
         if isinstance(request, ProduceRequest):
             self._produce(request.part)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Callable, Mapping
 
 from .clock import wall_clock_ms
@@ -42,6 +43,12 @@ class LogManager:
         self._topic_configs = dict(topic_configs or {})
         self._partitions = partitions
         self._logs: dict[tuple[str, int], Log] = {}
+        # One more than the highest partition each topic has a directory for, or was
+        # created with: a topic's count never drops below it (docs/protocol.md §9.6).
+        self._created_counts: dict[str, int] = {}
+        # Creation may run in a worker thread (CREATE_TOPIC) while the loop creates a
+        # log for a produce; directory creation must not race.
+        self._create_lock = threading.Lock()
         self._topic_listeners: list[Callable[[str], None]] = []
         self._opened = False
         self._closed = False
@@ -52,10 +59,16 @@ class LogManager:
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.config)
 
-    def partitions_for(self, topic: str) -> int:
+    def configured_partitions(self, topic: str) -> int:
+        """The count the settings give ``topic`` (``topic.partition.count.map`` or the default)."""
         count = self._partitions(topic) if callable(self._partitions) else self._partitions
         assert count >= 1, (topic, count)
         return count
+
+    def partitions_for(self, topic: str) -> int:
+        """``partitions(topic)``: the configured count, or more if the topic was created
+        with more or has directories beyond it (docs/protocol.md §9.6)."""
+        return max(self.configured_partitions(topic), self._created_counts.get(topic, 0))
 
     # -- startup -------------------------------------------------------------------------
 
@@ -83,6 +96,7 @@ class LogManager:
                 raise LogLoadError(f"{path}: partition {topic}-{partition} appears twice")
             self._logs[(topic, partition)] = Log.open(
                 fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=not clean)
+            self._created_counts[topic] = max(self._created_counts.get(topic, 0), partition + 1)
 
     def _make_log_dir(self) -> None:
         """Create ``log_dir`` and any missing ancestors, each entry made durable."""
@@ -116,8 +130,29 @@ class LogManager:
             raise WrongPartitionError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
         log = self._logs.get((topic, partition))
         if log is None:
-            log = self._create(topic, partition)
+            with self._create_lock:
+                log = self._logs.get((topic, partition)) or self._create(topic, partition)
         return log
+
+    def create_topic(self, topic: str, partitions: int) -> list[Log]:
+        """Create the logs of partitions ``0 .. partitions-1`` of ``topic`` that are missing.
+
+        Blocks on directory fsyncs: run it in a worker thread.  The topic's count
+        is raised to ``partitions`` before the first log exists, so the topic
+        listeners (ZooKeeper registration) already see the final count.
+        Returns the logs created.  Raises ``InvalidTopicError`` for a bad name.
+        """
+        self._check_open()
+        validate_topic(topic)
+        if partitions < 1:
+            raise WrongPartitionError(f"a topic needs at least 1 partition, not {partitions}")
+        created = []
+        with self._create_lock:
+            self._created_counts[topic] = max(self._created_counts.get(topic, 0), partitions)
+            for partition in range(partitions):
+                if (topic, partition) not in self._logs:
+                    created.append(self._create(topic, partition))
+        return created
 
     def _create(self, topic: str, partition: int) -> Log:
         fs = self.fs
@@ -128,6 +163,7 @@ class LogManager:
         # Loading an empty directory creates segment 0 and fsyncs the directory.
         log = Log.open(fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=False)
         self._logs[(topic, partition)] = log
+        self._created_counts[topic] = max(self._created_counts.get(topic, 0), partition + 1)
         if new_topic:
             for callback in tuple(self._topic_listeners):
                 callback(topic)

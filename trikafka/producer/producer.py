@@ -3,9 +3,11 @@
 Two modes, as in 0.7 (``producer.type``):
 
 * ``sync``: every ``send`` (or ``send_batch``) is one request per broker
-  involved and returns ``SendResult``s once it went out (``acks=0``) or was
-  acknowledged (``acks`` 1/-1).
+  involved and returns once it went out (``acks=0``) or was acknowledged
+  (``acks`` 1/-1): ``send`` a resolved ``Delivery``, ``send_batch`` the
+  ``SendResult``s.
 * ``async``: ``send`` queues the message and returns a ``Delivery`` at once.
+  Either way ``await delivery.result()`` gives the ``SendResult``.
   A sender task in the producer's nursery dispatches ``batch_size`` messages
   as soon as that many are queued, or whatever is queued once the oldest has
   waited ``queue_time_s``.  At most ``queue_size`` messages are queued or in
@@ -297,12 +299,13 @@ class Producer:
         if self._state != _OPEN:
             raise ProducerClosedError(f"the producer is {self._state}; use 'async with Producer(...)'")
 
-    async def send(self, topic: str, value: Any, key: Any = None) -> Any:
-        """Send one message.
+    async def send(self, topic: str, value: Any, key: Any = None) -> Delivery:
+        """Send one message; returns its ``Delivery`` in both modes (``await d.result()``).
 
-        sync mode: returns its ``SendResult`` once sent (acks 0) or acknowledged,
-        and raises its error (a ``ProducerError``) if it was not delivered.
-        async mode: returns a ``Delivery`` once queued (waiting for room if
+        sync mode: returns once the message was sent (acks 0) or acknowledged,
+        with the delivery already resolved, and raises its error (a
+        ``ProducerError``) if it was not delivered.
+        async mode: returns once queued (waiting for room if
         ``queue_size`` messages are queued or in flight).  It always checks for
         cancellation but yields to the scheduler only when a batch is full or
         the queue is: a loop of sends lets the sender run once per batch.
@@ -319,7 +322,7 @@ class Producer:
             payload = self._payload(topic, value, key)
         if not self._is_async:
             [result] = await self._deliver([(topic, key, payload, None)])
-            return result.raise_for_error()
+            return Delivery.resolved(result.raise_for_error())
         if self._occupancy >= self._queue_size:
             await self._wait_for_room()
         else:

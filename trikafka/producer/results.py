@@ -1,8 +1,9 @@
-"""What a send reports: ``SendResult`` (per message) and ``Delivery`` (its async handle)."""
+"""What a send reports: ``SendResult`` (per message) and ``Delivery`` (the handle ``send`` returns)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Generator
 
 import trio
 
@@ -42,9 +43,11 @@ class SendResult:
 
 
 class Delivery:
-    """The handle an async-mode ``send`` returns; ``await d.result()`` once sent.
+    """The handle ``send`` returns in both modes; ``await d.result()`` (or ``await d``) once sent.
 
-    Kept small on purpose: one is made per message on the hot path.
+    In sync mode it is already resolved when ``send`` returns; in async mode it
+    resolves when the batch holding the message is answered.  Kept small on
+    purpose: one is made per message on the hot path.
     """
 
     __slots__ = ("topic", "_result", "_event", "observed")
@@ -54,6 +57,13 @@ class Delivery:
         self._result: SendResult | None = None
         self._event: trio.Event | None = None  # made only if somebody waits
         self.observed = False  # somebody looked at the outcome (close() reports the rest)
+
+    @classmethod
+    def resolved(cls, result: SendResult) -> "Delivery":
+        """A delivery whose outcome is already known (sync mode)."""
+        delivery = cls(result.topic)
+        delivery._result = result
+        return delivery
 
     @property
     def done(self) -> bool:
@@ -87,6 +97,10 @@ class Delivery:
     async def result(self) -> SendResult:
         """Wait for the outcome; return it, or raise its error."""
         return (await self.wait()).raise_for_error()
+
+    def __await__(self) -> Generator[Any, None, SendResult]:
+        """``await delivery`` is ``await delivery.result()``."""
+        return self.result().__await__()
 
     def __repr__(self) -> str:
         return f"<Delivery {self.topic} {self._result!r}>"

@@ -17,14 +17,21 @@ closing (spec §7.2), so "closed" is the only error some requests can report.
 from __future__ import annotations
 
 import socket
+import struct
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
+from trikafka.client.errors import ExtensionNotSupported
+from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
     NEED_DATA,
+    CreateTopicRequest,
+    CreateTopicResult,
     ErrorCode,
     FetchPart,
     FetchRequest,
+    Metadata,
+    MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
@@ -33,8 +40,11 @@ from trikafka.wire import (
     ProducePart,
     ProduceRequest,
     RemoteProtocolError,
+    RequestType,
     ResponseFrame,
     ResponseReader,
+    decode_create_topic_payload,
+    decode_metadata_payload,
     decode_multifetch_payload,
     decode_offsets_payload,
     decode_produce_acked_payload,
@@ -49,10 +59,18 @@ DEFAULT_TIMEOUT_S = 30.0
 # peer sends a hostile size prefix.
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024 + 64 * 1024
 _RECV_BYTES = 1 << 20
+_REQUEST_TYPE = struct.Struct(">h")  # after a frame's int32 size
 
 
 class BrokerConnectionError(ConnectionError):
     """The connection to a broker failed, closed early, or got a malformed response."""
+
+
+class BlockingExtensionNotSupported(BrokerConnectionError, ExtensionNotSupported):
+    """The broker closed the connection on a trikafka extension: a plain 0.7 broker.
+
+    Also a ``trikafka.client.ExtensionNotSupported``, so one ``except`` serves both clients.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +172,23 @@ class BrokerConnection:
         frame = self._call(encode_request(ProduceAckedRequest(acks, timeout_ms, tuple(parts))))
         return self._decode(decode_produce_acked_payload, frame.payload)
 
+    def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
+        """METADATA (docs/protocol.md §9.4); ``BlockingExtensionNotSupported`` on a 0.7 broker."""
+        frame = self._call(encode_request(MetadataRequest(tuple(topics or ()))))
+        return self._decode(decode_metadata_payload, frame.payload)
+
+    def create_topic(self, topic: str, partitions: int) -> CreateTopicResult:
+        """CREATE_TOPIC (docs/protocol.md §9.5); ``BlockingExtensionNotSupported`` on a 0.7 broker."""
+        frame = self._call(encode_request(CreateTopicRequest(topic, partitions)))
+        return self._decode(decode_create_topic_payload, frame.payload)
+
+    def probe_partition_count(self, topic: str) -> TopicPartitions:
+        """The FETCH probe of ``trikafka.client.topics`` over this connection (any 0.7 broker)."""
+        probe = PartitionProbe(topic)
+        while probe.result is None:
+            probe.feed([r.error_code for r in self.multifetch(probe.parts())])
+        return probe.result
+
     # -- plumbing ------------------------------------------------------------
 
     def _single_offset(self, topic: str, partition: int, time_ms: int) -> int:
@@ -181,9 +216,9 @@ class BrokerConnection:
 
     def _call(self, frame: bytes) -> ResponseFrame:
         self._send(frame)
-        return self._receive_frame()
+        return self._receive_frame(RequestType(_REQUEST_TYPE.unpack_from(frame, 4)[0]))
 
-    def _receive_frame(self) -> ResponseFrame:
+    def _receive_frame(self, request_type: RequestType) -> ResponseFrame:
         sock = self._require_open()
         reader = self._reader
         try:
@@ -193,8 +228,14 @@ class BrokerConnection:
                     return event  # type: ignore[return-value]
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
+                    if request_type.is_extension and reader.buffered_bytes == 0:
+                        # What a plain 0.7 broker does with an unknown request type.
+                        raise BlockingExtensionNotSupported(
+                            f"broker {self.host}:{self.port} closed the connection on request type "
+                            f"{int(request_type)}: it does not support trikafka extensions")
                     raise BrokerConnectionError(
-                        f"broker {self.host}:{self.port} closed the connection before answering"
+                        f"broker {self.host}:{self.port} closed the connection before answering "
+                        f"{request_type.name}"
                     )
                 reader.receive_data(chunk)
         except RemoteProtocolError as exc:
@@ -210,3 +251,16 @@ class BrokerConnection:
         if self._sock is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
+
+
+def partition_counts(host: str, port: int, topics: Iterable[str] = (), *,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> PartitionCounts:
+    """The blocking twin of ``trikafka.client.partition_counts``: METADATA, else the probe."""
+    topics = list(topics)
+    try:
+        with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
+            return counts_from_metadata(conn.metadata(topics), topics)
+    except BlockingExtensionNotSupported:
+        pass
+    with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
+        return PartitionCounts({t: conn.probe_partition_count(t) for t in topics}, None)

@@ -74,6 +74,8 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _connect(self) -> tuple[StaticCluster | ZooKeeperCluster, ConnectionPool]:
         if self._cluster is None:
             self._cluster = self.options.open_cluster()
+            if isinstance(self._cluster, StaticCluster):
+                self._cluster.skip_unreachable = True  # their partitions wait at their offsets
         if self._pool is None:
             self._pool = ConnectionPool(self._cluster.brokers(), self.options)
         else:

@@ -45,10 +45,24 @@ from .messageset import (
     scan_valid_prefix,
     validate_message_set,
 )
+from .metadata import (
+    NO_LEADER,
+    BrokerAddress,
+    CreateTopicResult,
+    Metadata,
+    PartitionMetadata,
+    TopicMetadata,
+    decode_create_topic_payload,
+    decode_metadata_payload,
+    encode_create_topic_response,
+    encode_metadata_response,
+)
 from .requests import (
+    CreateTopicRequest,
     FetchPart,
     FetchRequest,
     FetchWaitRequest,
+    MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,

@@ -2,7 +2,9 @@
 
 gzip is a standard RFC 1952 stream.  snappy is the *snappy-java 1.0.4.1 stream
 format*: a 16-byte header (magic, version, min-compatible version) followed by
-blocks of ``int32 length`` + raw snappy bytes.  The raw snappy codec itself
+blocks of ``int32 length`` + raw snappy bytes.  Readers also accept a payload
+without the header as one raw snappy block, as snappy-java (and so Kafka
+0.7.2) does; writers always write the stream format (docs/protocol.md §3.3).  The raw snappy codec itself
 comes from cramjam, a maintained binding; nothing here hand-codes snappy.
 """
 
@@ -90,8 +92,11 @@ def _snappy_java_compress(data: bytes) -> bytes:
 
 
 def _snappy_java_decompress(data: bytes) -> bytes:
-    if len(data) < 16 or data[:8] != SNAPPY_JAVA_MAGIC:
-        raise InvalidMessageError("snappy payload lacks the snappy-java stream header")
+    # snappy-java 1.0.4.1 reads a whole payload as one raw block when it is shorter
+    # than the header or does not start with the magic; 0.7.2 inherits that, and
+    # some third-party 0.7 producers send exactly such payloads.
+    if len(data) < len(SNAPPY_JAVA_HEADER) or data[:8] != SNAPPY_JAVA_MAGIC:
+        return _snappy_raw_block(data, 0)
     out = bytearray()
     pos = 16
     while pos < len(data):
@@ -101,15 +106,19 @@ def _snappy_java_decompress(data: bytes) -> bytes:
         pos += 4
         if length < 0 or pos + length > len(data):
             raise InvalidMessageError("snappy block runs past the payload")
-        block = data[pos:pos + length]
+        out += _snappy_raw_block(data[pos:pos + length], len(out))
         pos += length
-        try:
-            expected = cramjam.snappy.decompress_raw_len(block)
-            if len(out) + expected > MAX_DECOMPRESSED_BYTES:
-                raise InvalidMessageError("snappy payload expands beyond the decompression bound")
-            out += bytes(cramjam.snappy.decompress_raw(block))
-        except InvalidMessageError:
-            raise
-        except Exception as exc:  # cramjam raises its own DecompressionError
-            raise InvalidMessageError(f"snappy block does not decompress: {exc}") from None
     return bytes(out)
+
+
+def _snappy_raw_block(block: bytes, produced: int) -> bytes:
+    """One raw snappy block, refused if it would take the output past the bound."""
+    try:
+        expected = cramjam.snappy.decompress_raw_len(block)
+        if produced + expected > MAX_DECOMPRESSED_BYTES:
+            raise InvalidMessageError("snappy payload expands beyond the decompression bound")
+        return bytes(cramjam.snappy.decompress_raw(block))
+    except InvalidMessageError:
+        raise
+    except Exception as exc:  # cramjam raises its own DecompressionError
+        raise InvalidMessageError(f"snappy block does not decompress: {exc}") from None

@@ -1,4 +1,4 @@
-"""Error codes (spec §7.1, §16) and the exceptions of the sans-I/O codec.
+"""Error codes (docs/protocol.md §6) and the exceptions of the sans-I/O codec.
 
 Two families, modelled on h11:
 
@@ -29,6 +29,9 @@ class ErrorCode(enum.IntEnum):
     MESSAGE_SIZE_TOO_LARGE = 5
     REQUEST_TIMED_OUT = 6
     INVALID_TOPIC = 7
+    UNKNOWN_TOPIC = 8  # METADATA: no partition log of the topic on this broker
+    TOPIC_ALREADY_EXISTS = 9  # CREATE_TOPIC: exists with another partition count
+    INVALID_PARTITIONS = 10  # CREATE_TOPIC: partition count out of range
 
     @classmethod
     def from_wire(cls, value: int) -> "ErrorCode":

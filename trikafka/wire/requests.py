@@ -1,4 +1,4 @@
-"""Requests of the 0.7 protocol and of trikafka's extensions (spec §3.1, §6, §16).
+"""Requests of the 0.7 protocol and of trikafka's extensions (docs/protocol.md §2, §5, §9).
 
 Requests are frozen dataclasses (h11 style events).  ``encode_request`` turns one
 into a whole frame, size prefix included; ``decode_request_body`` is the inverse
@@ -43,6 +43,8 @@ class RequestType(enum.IntEnum):
     OFFSETS = 4
     PRODUCE_ACKED = 100
     FETCH_WAIT = 101
+    METADATA = 102
+    CREATE_TOPIC = 103
 
     @property
     def expects_response(self) -> bool:
@@ -149,6 +151,28 @@ class FetchWaitRequest:
         object.__setattr__(self, "parts", tuple(self.parts))
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataRequest:
+    """METADATA (type 102): brokers and partitions of ``topics`` (empty: every topic)."""
+
+    topics: tuple[str, ...] = ()
+    type = RequestType.METADATA
+
+    def __post_init__(self) -> None:
+        if isinstance(self.topics, str):
+            raise LocalProtocolError("topics must be a sequence of names, not one string")
+        object.__setattr__(self, "topics", tuple(self.topics))
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    """CREATE_TOPIC (type 103): create partitions ``0 .. partitions-1`` of ``topic``."""
+
+    topic: str
+    partitions: int
+    type = RequestType.CREATE_TOPIC
+
+
 Request = Union[
     ProduceRequest,
     FetchRequest,
@@ -157,6 +181,8 @@ Request = Union[
     OffsetsRequest,
     ProduceAckedRequest,
     FetchWaitRequest,
+    MetadataRequest,
+    CreateTopicRequest,
 ]
 
 
@@ -230,6 +256,11 @@ def _encode_body(req: Request) -> list[bytes]:
         head = _INT32.pack(_check_int("max_wait_ms", req.max_wait_ms, INT32_MIN, INT32_MAX))
         head += _INT32.pack(_check_int("min_bytes", req.min_bytes, INT32_MIN, INT32_MAX))
         return [head, _encode_count(len(req.parts))] + [_encode_fetch_part(p) for p in req.parts]
+    if isinstance(req, MetadataRequest):
+        return [_encode_count(len(req.topics))] + [encode_topic(t) for t in req.topics]
+    if isinstance(req, CreateTopicRequest):
+        return [encode_topic(req.topic),
+                _INT32.pack(_check_int("partitions", req.partitions, INT32_MIN, INT32_MAX))]
     raise LocalProtocolError(f"not a request: {req!r}")
 
 
@@ -245,19 +276,28 @@ def encode_request(req: Request) -> bytes:
 # --------------------------------------------------------------------------- decoding
 
 
-class _BodyCursor:
-    """Reads big-endian fields from a request body; a short body is the peer's fault."""
+class FieldCursor:
+    """Reads big-endian fields from a peer's bytes; running short is the peer's fault.
 
-    __slots__ = ("_data", "_pos")
+    Used for request bodies here and for extension response payloads
+    (``metadata.py``); ``kind`` names which in error messages.
+    """
 
-    def __init__(self, data: bytes, pos: int = 0):
+    __slots__ = ("_data", "_pos", "_kind")
+
+    def __init__(self, data: bytes, pos: int = 0, kind: str = "request body"):
         self._data = data
         self._pos = pos
+        self._kind = kind
+
+    @property
+    def remaining(self) -> int:
+        return len(self._data) - self._pos
 
     def _take(self, n: int, what: str) -> int:
         start = self._pos
         if len(self._data) - start < n:
-            raise RemoteProtocolError(f"request body too short for {what}")
+            raise RemoteProtocolError(f"{self._kind} too short for {what}")
         self._pos = start + n
         return start
 
@@ -302,7 +342,7 @@ class _BodyCursor:
         return FetchPart(topic, partition, offset, self.int32("maxSize"))
 
 
-def _decode_body(kind: RequestType, cur: _BodyCursor) -> Request:
+def _decode_body(kind: RequestType, cur: FieldCursor) -> Request:
     if kind == RequestType.PRODUCE:
         return ProduceRequest(cur.produce_part())
     if kind == RequestType.FETCH:
@@ -321,6 +361,11 @@ def _decode_body(kind: RequestType, cur: _BodyCursor) -> Request:
         timeout_ms = cur.int32("timeout_ms")
         parts = tuple(cur.produce_part() for _ in range(cur.count("part count")))
         return ProduceAckedRequest(acks, timeout_ms, parts)
+    if kind == RequestType.METADATA:
+        return MetadataRequest(tuple(cur.topic() for _ in range(cur.count("topic count"))))
+    if kind == RequestType.CREATE_TOPIC:
+        topic = cur.topic()
+        return CreateTopicRequest(topic, cur.int32("partitions"))
     assert kind == RequestType.FETCH_WAIT
     max_wait_ms = cur.int32("max_wait_ms")
     min_bytes = cur.int32("min_bytes")
@@ -334,7 +379,7 @@ def decode_request_body(frame: bytes) -> Request:
     Raises ``RemoteProtocolError`` for every condition of spec §7.2 the codec
     can see.  Bytes after the last field are ignored (spec §3.1).
     """
-    cur = _BodyCursor(bytes(frame))
+    cur = FieldCursor(bytes(frame))
     type_id = cur.int16("request type")
     try:
         kind = RequestType(type_id)

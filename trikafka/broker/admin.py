@@ -1,0 +1,99 @@
+"""METADATA and CREATE_TOPIC (docs/protocol.md §9.4, §9.5, §9.6).
+
+METADATA is answered from memory (the log manager's topics and counts, the
+broker's own address): no disk access, no wait.  CREATE_TOPIC creates
+directories and segments, whose fsyncs run through ``run_blocking`` (a worker
+thread by default), never on the loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Awaitable, Callable, Sequence
+
+import trio
+
+from trikafka.wire.errors import ErrorCode
+from trikafka.wire.metadata import (
+    BrokerAddress,
+    CreateTopicResult,
+    Metadata,
+    PartitionMetadata,
+    TopicMetadata,
+    encode_create_topic_response,
+    encode_metadata_response,
+)
+from trikafka.wire.requests import CreateTopicRequest, MetadataRequest
+
+logger = logging.getLogger(__name__)
+
+# CREATE_TOPIC's upper bound: every partition is a directory and an open segment file.
+MAX_CREATED_PARTITIONS = 1024
+UNREPLICATED_EPOCH = 0  # partitions are not replicated yet: one leader, never changed
+
+
+class TopicAdmin:
+    """Answers METADATA and CREATE_TOPIC for one broker (shared by its connections)."""
+
+    def __init__(self, *, handler: Any, log_manager: Any, max_message_size: int,
+                 run_blocking: Callable[..., Awaitable[Any]] | None = None):
+        self._handler = handler
+        self._log_manager = log_manager
+        self._max_message_size = max_message_size
+        self._run_blocking = run_blocking or trio.to_thread.run_sync
+        self.self_broker: BrokerAddress | None = None  # set once the broker has bound its port
+        # Other live brokers, for a broker that watches the registry (replication).
+        self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
+        self._create_lock = trio.Lock()  # one creation at a time: checks and creation stay atomic
+
+    # ----------------------------------------------------------------- METADATA
+
+    def metadata(self, request: MetadataRequest) -> bytes:
+        """The METADATA response: every topic with a log here, or those asked."""
+        me = self.self_broker
+        assert me is not None, "METADATA before the broker knows its address"
+        brokers = (me, *(b for b in self.peers() if b.broker_id != me.broker_id))
+        names = request.topics or tuple(sorted(self._log_manager.topics()))
+        topics = tuple(self._topic(name, me.broker_id) for name in names)
+        return encode_metadata_response(Metadata(self._max_message_size, brokers, topics))
+
+    def _topic(self, name: str, broker_id: int) -> TopicMetadata:
+        count = self._handler.partitions_if_valid(name)
+        if count is None:
+            return TopicMetadata(name, error=ErrorCode.INVALID_TOPIC)
+        if not self._has_logs(name):
+            return TopicMetadata(name, error=ErrorCode.UNKNOWN_TOPIC)
+        return TopicMetadata(name, tuple(
+            PartitionMetadata(p, leader=broker_id, leader_epoch=UNREPLICATED_EPOCH,
+                              replicas=(broker_id,), isr=(broker_id,))
+            for p in range(count)))
+
+    def _has_logs(self, topic: str) -> bool:
+        return topic in self._log_manager.topics()
+
+    # ----------------------------------------------------------------- CREATE_TOPIC
+
+    async def create_topic(self, request: CreateTopicRequest) -> bytes:
+        """Create every partition log of the topic (durably) and answer the resulting count."""
+        async with self._create_lock:
+            result = await self._create(request.topic, request.partitions)
+        return encode_create_topic_response(result)
+
+    async def _create(self, topic: str, partitions: int) -> CreateTopicResult:
+        handler, manager = self._handler, self._log_manager
+        if handler.partitions_if_valid(topic) is None:
+            return CreateTopicResult(ErrorCode.INVALID_TOPIC, -1)
+        if self._has_logs(topic):
+            current = manager.partitions_for(topic)
+            if current != partitions:
+                return CreateTopicResult(ErrorCode.TOPIC_ALREADY_EXISTS, current)
+        elif not manager.configured_partitions(topic) <= partitions <= MAX_CREATED_PARTITIONS:
+            return CreateTopicResult(ErrorCode.INVALID_PARTITIONS, -1)
+        created = await self._run_blocking(functools.partial(manager.create_topic, topic, partitions))
+        handler.forget_partition_count(topic)
+        for log in created:
+            handler.adopt(log)
+        if created:
+            logger.info("created topic %s with %d partitions", topic, partitions)
+        return CreateTopicResult(ErrorCode.NO_ERROR, manager.partitions_for(topic))
