@@ -32,8 +32,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
 from tests.property.test_log_state_machine import corrupt, message_sets
-from trikafka.log import FakeFileSystem, LogConfig, LogManager, ManualClock
-from trikafka.log.fakefs import CRASH_MODES
+from trikafka.log import LogConfig, LogManager, ManualClock
+from trikafka.testing import FakeFileSystem
+from trikafka.testing.fakefs import CRASH_MODES
 from trikafka.wire.errors import MessageError
 from trikafka.wire.messageset import scan_valid_prefix, validate_message_set
 

@@ -6,7 +6,6 @@ The first tests port 0.7's ``LogTest`` scenarios (anchors B3).
 import pytest
 
 from trikafka.log import (
-    FakeFileSystem,
     Log,
     LogBusyError,
     LogClosedError,
@@ -17,6 +16,7 @@ from trikafka.log import (
     OffsetOutOfRangeError,
 )
 from trikafka.log.segment_list import SegmentList
+from trikafka.testing import FakeFileSystem
 from trikafka.wire.compression import Codec
 from trikafka.wire.errors import InvalidMessageError, MessageSizeTooLargeError
 from trikafka.wire.messageset import build_message_set, iter_messages

@@ -1,7 +1,7 @@
 """The file-system boundary of the log core: a small protocol and two implementations.
 
 Every byte the log stores goes through a ``FileSystem``, so tests run the same
-code over ``FakeFileSystem`` (in memory, with a crash model; see ``fakefs``)
+code over ``FakeFileSystem`` (in memory, with a crash model; see ``trikafka.testing.fakefs``)
 that production runs over ``OsFileSystem``.
 
 Durability rules the log relies on (the POSIX ones, which the fake enforces):
@@ -20,9 +20,7 @@ import errno
 import os
 from typing import Protocol, runtime_checkable
 
-from .fakefs import FakeFileSystem  # re-exported: the contract names it here
-
-__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile", "FakeFileSystem"]
+__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile"]
 
 
 @runtime_checkable

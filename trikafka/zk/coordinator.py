@@ -3,7 +3,7 @@
 Two implementations share :class:`BaseCoordinator`:
 
 * :class:`~trikafka.zk.kazoo_bridge.KazooCoordinator`, kazoo bridged into Trio;
-* :class:`~trikafka.zk.fake.FakeCoordinator`, an in-process, deterministic model.
+* :class:`~trikafka.testing.FakeCoordinator`, an in-process, deterministic model.
 
 Session model (kazoo's, which mirrors ZooKeeper's):
 
