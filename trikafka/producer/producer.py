@@ -55,7 +55,6 @@ from .encoding import encode_part
 from .errors import (
     AcksNotSupportedError,
     BrokerRejectedError,
-    DeliveryFailedError,
     MessageTooLargeError,
     NoBrokersAvailableError,
     PartitionerError,
@@ -65,7 +64,7 @@ from .errors import (
 )
 from .partitioner import BrokerPartition, HashPartitioner
 from .pool import BrokerPool
-from .results import Delivery, SendResult
+from .results import Delivery, DeliveryFailedError, SendResult
 
 log = logging.getLogger(__name__)
 
