@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import CheckOp, CreateOp, DeleteOp, Op, SetOp
+from trikafka.zk.ops import CheckOp, CreateOp, DeleteOp, Op, SetOp
 from trikafka.zk.errors import (
     BadVersionError,
     ConnectionLossError,

@@ -51,7 +51,8 @@ import trio
 from trio_util import AsyncBool
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator, SessionState
+from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.ops import SessionState
 
 from .commits import FencedCommits
 from .config import GroupConfig

@@ -7,7 +7,7 @@ import logging
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import SessionState
+from trikafka.zk.ops import SessionState
 from trikafka.zk.registry import parse_broker_registration
 
 from .fetcher import FetchTarget, run_fetcher

@@ -7,7 +7,7 @@ import logging
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import CreateOp, DeleteOp, Op, SetOp
+from trikafka.zk.ops import CreateOp, DeleteOp, Op, SetOp
 from trikafka.zk.errors import (
     BadVersionError,
     CoordinatorError,

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import CheckOp, CreateOp, Op
+from trikafka.zk.ops import CheckOp, CreateOp, Op
 from trikafka.zk.errors import (
     BadVersionError,
     ConnectionLossError,

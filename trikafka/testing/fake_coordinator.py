@@ -25,7 +25,8 @@ import trio
 from trio_util import wait_any
 
 from trikafka.testing.fake_zookeeper import DEFAULT_RECONNECT_DELAY_S, FakeZooKeeper
-from trikafka.zk.coordinator import BaseCoordinator, Op, OpResult, SessionState, Stat, WatchCallback
+from trikafka.zk.coordinator import BaseCoordinator
+from trikafka.zk.ops import Op, OpResult, SessionState, Stat, WatchCallback
 from trikafka.zk.errors import ConnectionLossError, SessionExpiredError
 from trikafka.zk.paths import validate_path
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import trio
 
-from trikafka.zk.coordinator import CheckOp, CreateOp, DeleteOp, Op, OpResult, SetOp, Stat, WatchCallback
+from trikafka.zk.ops import CheckOp, CreateOp, DeleteOp, Op, OpResult, SetOp, Stat, WatchCallback
 from trikafka.zk.errors import (
     BadVersionError,
     CoordinatorError,

@@ -8,20 +8,7 @@
 """
 
 from .connect import ConnectString, parse_connect_string
-from .coordinator import (
-    BaseCoordinator,
-    CheckOp,
-    ChildrenWatch,
-    Coordinator,
-    CreateOp,
-    DataWatch,
-    DeleteOp,
-    Op,
-    OpResult,
-    SessionState,
-    SetOp,
-    Stat,
-)
+from .coordinator import BaseCoordinator, Coordinator
 from .errors import (
     BadVersionError,
     ConnectionLossError,
@@ -36,8 +23,10 @@ from .errors import (
     SessionExpiredError,
 )
 from .kazoo_bridge import KazooCoordinator
+from .ops import CheckOp, CreateOp, DeleteOp, Op, OpResult, SessionState, SetOp, Stat
 from .registry import BrokerInfo, BrokerRegistration, parse_broker_registration, parse_partition_count
 from .server import ZooKeeperEndpoint, ZooKeeperProcess, run_zookeeper
+from .watches import ChildrenWatch, DataWatch
 
 __all__ = [
     "BadVersionError", "BaseCoordinator", "BrokerInfo", "BrokerRegistration", "CheckOp",
