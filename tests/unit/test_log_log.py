@@ -19,7 +19,8 @@ from trikafka.log.segment_list import SegmentList
 from trikafka.testing import FakeFileSystem
 from trikafka.wire.compression import Codec
 from trikafka.wire.errors import InvalidMessageError, MessageSizeTooLargeError
-from trikafka.wire.messageset import build_message_set, iter_messages
+from trikafka.wire.messageset import build_message_set
+from trikafka.wire.reading import iter_messages
 
 DIR = "/logs/t-0"
 T0 = 1_000_000
