@@ -24,13 +24,15 @@ from typing import Awaitable, Callable
 import trio
 from trio_util import wait_any
 
-from trikafka.testing.fake_zookeeper import DEFAULT_RECONNECT_DELAY_S, FakeZooKeeper
+from trikafka.testing.fake_zookeeper import FakeZooKeeper
 from trikafka.zk.coordinator import BaseCoordinator
 from trikafka.zk.ops import Op, OpResult, SessionState, Stat, WatchCallback
 from trikafka.zk.errors import ConnectionLossError, SessionExpiredError
 from trikafka.zk.paths import validate_path
 
 log = logging.getLogger(__name__)
+
+DEFAULT_RECONNECT_DELAY_S = 0.05
 
 
 class FakeCoordinator(BaseCoordinator):

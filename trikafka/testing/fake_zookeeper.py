@@ -27,7 +27,6 @@ from trikafka.zk.paths import parent_of, validate_path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RECONNECT_DELAY_S = 0.05
 FIRST_SESSION_ID = 0x100_0000_0000_0001
 
 
