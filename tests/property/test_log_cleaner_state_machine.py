@@ -28,7 +28,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
 from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original
-from trikafka.log import FakeFileSystem, Log, LogConfig, ManualClock
+from trikafka.log import Log, LogConfig, ManualClock
+from trikafka.testing import FakeFileSystem
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner
 from trikafka.wire import build_message_set, parse_entries
 from trikafka.wire.compression import Codec

@@ -44,7 +44,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
 from tests.property.test_log_state_machine import corrupt, message_sets
-from trikafka.log import FakeFileSystem, LogConfig, LogFailedError, LogManager, ManualClock
+from trikafka.log import LogConfig, LogFailedError, LogManager, ManualClock
 from trikafka.log.checkpoint import (
     CHECKPOINT_BYTES,
     CHECKPOINT_FILE_NAME,
@@ -54,7 +54,8 @@ from trikafka.log.checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
-from trikafka.log.fakefs import CRASH_MODES
+from trikafka.testing import FakeFileSystem
+from trikafka.testing.fakefs import CRASH_MODES
 from trikafka.wire.errors import MessageError
 from trikafka.wire.messageset import scan_valid_prefix, validate_message_set
 

@@ -14,7 +14,8 @@ from trikafka.broker.config import (
     load_file,
     parse_properties,
 )
-from trikafka.cli import _serve_config, build_parser, main
+from trikafka.cli import build_parser, main
+from trikafka.cli.serve import _serve_config
 from trikafka.log.config import HOUR_MS
 
 # A 0.7-style server.properties (written for this test): comments, every

@@ -13,7 +13,7 @@ import trio.testing
 
 from tests.integration.broker_testing import make_config, memory_client, messages, start_in_memory
 from trikafka.log.errors import LogFailedError
-from trikafka.log.fs import FakeFileSystem
+from trikafka.testing import FakeFileSystem
 from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER
 from trikafka.log.tickets import FlushTicket, RollTicket
 from trikafka.wire import (

@@ -4,7 +4,8 @@ import logging
 
 import pytest
 
-from trikafka.log import FakeFileSystem, Log, LogConfig, ManualClock
+from trikafka.log import Log, LogConfig, ManualClock
+from trikafka.testing import FakeFileSystem
 from trikafka.log.checkpoint import (
     CHECKPOINT_BYTES,
     CHECKPOINT_FILE_NAME,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, log_bytes
-from trikafka.log import FakeFileSystem, Log, LogConfig, ManualClock
+from trikafka.log import Log, LogConfig, ManualClock
+from trikafka.testing import FakeFileSystem
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner, parse_cleanup_policy
 from trikafka.log.throttle import Throttler
 from trikafka.wire import build_message_set, parse_entries

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from trikafka.log import FakeFileSystem, ManualClock
+from trikafka.log import ManualClock
+from trikafka.testing import FakeFileSystem
 
 
 def make_fs(seed=0):

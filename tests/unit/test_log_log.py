@@ -6,7 +6,6 @@ The first tests port 0.7's ``LogTest`` scenarios (anchors B3).
 import pytest
 
 from trikafka.log import (
-    FakeFileSystem,
     Log,
     LogBusyError,
     LogClosedError,
@@ -18,9 +17,11 @@ from trikafka.log import (
 )
 from trikafka.log.checkpoint import CHECKPOINT_FILE_NAME as CHECKPOINT
 from trikafka.log.segment_list import SegmentList
+from trikafka.testing import FakeFileSystem
 from trikafka.wire.compression import Codec
 from trikafka.wire.errors import InvalidMessageError, MessageSizeTooLargeError
-from trikafka.wire.messageset import build_message_set, iter_messages
+from trikafka.wire.messageset import build_message_set
+from trikafka.wire.reading import iter_messages
 
 DIR = "/logs/t-0"
 T0 = 1_000_000

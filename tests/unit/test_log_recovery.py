@@ -2,7 +2,8 @@
 
 import pytest
 
-from trikafka.log import FakeFileSystem, Log, LogConfig, ManualClock
+from trikafka.log import Log, LogConfig, ManualClock
+from trikafka.testing import FakeFileSystem
 from trikafka.log import recovery
 from trikafka.log.errors import LogLoadError
 from trikafka.wire.messageset import build_message_set

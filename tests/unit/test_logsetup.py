@@ -1,4 +1,4 @@
-"""Log formats of the command (trikafka/logsetup.py)."""
+"""Log formats of the command (trikafka/cli/logsetup.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from trikafka.logsetup import announce, configure_logging, json_enabled
+from trikafka.cli.logsetup import announce, configure_logging, json_enabled
 
 
 @pytest.fixture

@@ -33,13 +33,8 @@ from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError
 from trikafka.zk.kazoo_bridge import KazooCoordinator, TrioBridge
 from trikafka.zk.registry import BrokerRegistration
-from trikafka.zk.server import (
-    ZooKeeperEndpoint,
-    ZooKeeperNotFoundError,
-    ZooKeeperStartError,
-    free_port,
-    run_zookeeper,
-)
+from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
+from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port
 
 from .config import WILDCARD_HOSTS, BrokerConfig, published_host  # noqa: F401 (re-exported)
 

@@ -8,7 +8,8 @@
 
 from .assign import assign_group, consumer_assignment, partition_owners
 from .config import GroupConfig, group_config_from_properties
-from .consumer import ConsumerIdTakenOver, ConsumerTimeout, GroupConsumer, GroupMessage, RebalanceFailedError
+from .consumer import GroupConsumer, GroupMessage
+from .errors import ConsumerIdTakenOver, ConsumerTimeout, RebalanceFailedError
 from .registry import TopicFilter, blacklist, whitelist
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The file-system boundary of the log core: a small protocol and two implementations.
 
 Every byte the log stores goes through a ``FileSystem``, so tests run the same
-code over ``FakeFileSystem`` (in memory, with a crash model; see ``fakefs``)
+code over ``FakeFileSystem`` (in memory, with a crash model; see ``trikafka.testing.fakefs``)
 that production runs over ``OsFileSystem``.
 
 Durability rules the log relies on (the POSIX ones, which the fake enforces):
@@ -20,9 +20,7 @@ import errno
 import os
 from typing import Protocol, runtime_checkable
 
-from .fakefs import FakeFileSystem  # re-exported: the contract names it here
-
-__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile", "FakeFileSystem"]
+__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile"]
 
 
 @runtime_checkable
@@ -59,7 +57,6 @@ class FileSystem(Protocol):
     def read_file(self, path: str) -> bytes: ...  # a small file's whole contents
     def rename(self, src: str, dst: str) -> None: ...  # atomic replace of dst; durable after fsync_dir
     def remove(self, path: str) -> None: ...
-    def rename(self, src: str, dst: str) -> None: ...  # atomic, replaces dst (durable after fsync_dir)
     def fsync_dir(self, path: str) -> None: ...
     def mtime_ms(self, path: str) -> int: ...
     def touch(self, path: str, mtime_ms: int) -> None: ...  # set the modification time
@@ -165,9 +162,6 @@ class OsFileSystem:
 
     def remove(self, path: str) -> None:
         os.unlink(path)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.replace(src, dst)
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))

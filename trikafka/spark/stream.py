@@ -47,7 +47,7 @@ from .offsets import PartitionKey, offsets_from_document, offsets_to_document
 from .options import SourceOptions
 from .planning import ConnectionPool, PlanningError, discover_keys, ranges_between, resolve_offsets
 from .reading import FetchSizing, last_boundary_within, next_entry_end
-from .source import RangePartition, commit_to_group, read_partition
+from .tasks import RangePartition, commit_to_group, read_partition
 
 log = logging.getLogger("trikafka.spark")
 Offsets = dict[PartitionKey, int]

@@ -18,7 +18,7 @@ from .compression import Codec, compress, decompress
 from .crc import crc32
 from .errors import InvalidMessageError, LocalProtocolError
 from .message import MAGIC_1
-from .messageset import parse_entries
+from .reading import parse_entries
 
 KEYED = 0x04
 TOMBSTONE = 0x08

@@ -141,18 +141,6 @@ class FakeFileSystem:
         self._maybe_fail("fsync", path)
         node.durable = bytes(node.data)
 
-    def rename(self, src: str, dst: str) -> None:
-        src, dst = _norm(src), _norm(dst)
-        node = self._file(src)
-        self._dir(posixpath.dirname(dst))
-        if isinstance(self._entries.get(dst), _Dir):
-            raise IsADirectoryError(errno.EISDIR, "is a directory", dst)
-        self._maybe_fail("rename", src)
-        # Both entries change; a crash before fsync_dir may undo either (POSIX:
-        # dst then names the old or the new file, never a mix).
-        del self._entries[src]
-        self._entries[dst] = node
-
     def remove(self, path: str) -> None:
         path = _norm(path)
         self._file(path)
