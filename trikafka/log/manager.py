@@ -10,6 +10,10 @@ Startup order, each step durable before the next:
 
 Clean shutdown is the reverse: flush every log, close it, then create the
 marker, fsync it and fsync ``log_dir``.  A failed log blocks the marker.
+
+Creating a log blocks (mkdir, segment 0, two directory fsyncs), so it comes
+in two halves: ``make_log`` (any thread) and ``add`` (the loop's thread);
+``get_or_create`` runs both on the caller's thread.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ class LogManager:
     def __init__(self, log_dir: str, config: LogConfig | None = None, fs: FileSystem | None = None,
                  clock_ms: Callable[[], int] = wall_clock_ms,
                  topic_configs: Mapping[str, LogConfig] | None = None,
-                 partitions: Callable[[str], int] | int = 1):
+                 partitions: Callable[[str], int] | int = 1, roll_on_append: bool = True):
         self.log_dir = log_dir
         self.config = config if config is not None else LogConfig()
         self.fs: FileSystem = fs if fs is not None else OsFileSystem()
@@ -42,6 +46,8 @@ class LogManager:
         self._topic_configs = dict(topic_configs or {})
         self._partitions = partitions
         self._logs: dict[tuple[str, int], Log] = {}
+        self._topic_logs: dict[str, int] = {}  # topic -> how many of its logs this broker has
+        self._roll_on_append = roll_on_append  # False: the caller rolls off the loop (Log.append)
         self._topic_listeners: list[Callable[[str], None]] = []
         self._opened = False
         self._closed = False
@@ -81,8 +87,8 @@ class LogManager:
             topic, partition = parse_partition_dir_name(name)
             if (topic, partition) in self._logs:
                 raise LogLoadError(f"{path}: partition {topic}-{partition} appears twice")
-            self._logs[(topic, partition)] = Log.open(
-                fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=not clean)
+            self._register(Log.open(fs, path, topic, partition, self.config_for(topic), self.clock_ms,
+                                    needs_recovery=not clean, roll_on_append=self._roll_on_append))
 
     def _make_log_dir(self) -> None:
         """Create ``log_dir`` and any missing ancestors, each entry made durable."""
@@ -102,36 +108,59 @@ class LogManager:
         """The log of a topic-partition, or None if this broker has none (no validation)."""
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int) -> Log:
-        """The log of a topic-partition, created on first use (spec §6.1 steps 2-4).
-
-        Raises ``InvalidTopicError`` (spec §16.3) or ``WrongPartitionError``
-        before anything touches the disk.  A new log gets its directory and an
-        empty segment 0, both durable before this returns.
-        """
+    def check_partition(self, topic: str, partition: int) -> None:
+        """Raise ``InvalidTopicError`` (spec §16.3) or ``WrongPartitionError`` unless
+        this broker may hold a log for ``topic``-``partition``; touches no disk."""
         self._check_open()
         validate_topic(topic)
         count = self.partitions_for(topic)
         if not isinstance(partition, int) or not 0 <= partition < count:
             raise WrongPartitionError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
+
+    def get_or_create(self, topic: str, partition: int) -> Log:
+        """The log of a topic-partition, created on first use (spec §6.1 steps 2-4).
+
+        Checks first (``check_partition``), so nothing touches the disk for a
+        rejected name.  A new log gets its directory and an empty segment 0,
+        both durable before this returns.  Blocks while it creates.
+        """
+        self.check_partition(topic, partition)
         log = self._logs.get((topic, partition))
         if log is None:
-            log = self._create(topic, partition)
+            log = self.make_log(topic, partition)
+            self.add(log)
         return log
 
-    def _create(self, topic: str, partition: int) -> Log:
-        fs = self.fs
-        new_topic = topic not in self.topics()
+    def make_log(self, topic: str, partition: int) -> Log:
+        """Create the directory and empty segment 0 of a checked topic-partition this
+        manager has no log for, both durable, and return the new log (not yet added).
+
+        Blocking (mkdir, a file creation, two directory fsyncs) and thread-safe:
+        it changes nothing in the manager, so the broker runs it in a worker
+        thread, then ``add(log)`` on its loop.
+        """
+        self._check_open()
         path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
-        fs.makedirs(path)
-        fs.fsync_dir(self.log_dir)
+        self.fs.makedirs(path)
+        self.fs.fsync_dir(self.log_dir)
         # Loading an empty directory creates segment 0 and fsyncs the directory.
-        log = Log.open(fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=False)
-        self._logs[(topic, partition)] = log
+        return Log.open(self.fs, path, topic, partition, self.config_for(topic), self.clock_ms,
+                        needs_recovery=False, roll_on_append=self._roll_on_append)
+
+    def add(self, log: Log) -> None:
+        """Start managing ``log`` (from ``make_log``); the first log of a topic tells the topic listeners."""
+        self._check_open()
+        if (log.topic, log.partition) in self._logs:
+            raise LogError(f"{log} is already managed")
+        new_topic = log.topic not in self._topic_logs
+        self._register(log)
         if new_topic:
             for callback in tuple(self._topic_listeners):
-                callback(topic)
-        return log
+                callback(log.topic)
+
+    def _register(self, log: Log) -> None:
+        self._logs[(log.topic, log.partition)] = log
+        self._topic_logs[log.topic] = self._topic_logs.get(log.topic, 0) + 1
 
     def add_topic_listener(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(topic)`` when a topic gets its first log on this broker (ZK registration)."""
@@ -141,7 +170,7 @@ class LogManager:
         return list(self._logs.values())
 
     def topics(self) -> set[str]:
-        return {topic for topic, _ in self._logs}
+        return set(self._topic_logs)
 
     # -- shutdown ----------------------------------------------------------------------------
 
