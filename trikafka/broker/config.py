@@ -76,7 +76,7 @@ class BrokerConfig:
     log_cleanup_interval_mins: int = 10
     log_flush_interval: int = 500  # messages
     log_default_flush_interval_ms: int | None = None  # None: the scheduler interval
-    log_default_flush_scheduler_interval_ms: int = 3000
+    log_default_flush_scheduler_interval_ms: int = 3000  # only the default of the above: flushes follow deadlines
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
     monitoring_period_secs: int = 600  # accepted for compatibility; trikafka keeps no stats yet
     # ZooKeeper (§11.2).  Off for an in-process BrokerConfig() (library use and

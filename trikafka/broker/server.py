@@ -115,15 +115,15 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
     (partition -1) are injectable for tests, and so is ``run_blocking(fn)``,
-    which runs the blocking calls (log load, fsyncs, close); the default is a
-    worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
+    which runs the blocking calls (log load and creation, fsyncs, retention's
+    stats and unlinks, close); the default is a worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
     ``inline_blocking`` so the clock never jumps while an fsync "runs".
     Cancellation from outside also shuts down cleanly, without the grace period.
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
     log_manager = LogManager(config.log_dir, config.log_config(), fs if fs is not None else OsFileSystem(),
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
-                             partitions=config.partitions)
+                             partitions=config.partitions, roll_on_append=False)  # rolls leave the loop
     await run_blocking(log_manager.open)  # recovery may scan a large segment
     logger.info("log dir %s loaded (%d logs, recovery %s)", config.log_dir, len(log_manager.logs()),
                 "ran" if log_manager.recovered else "not needed")
@@ -170,14 +170,14 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
     waiters = VisibleEndWaiters()
     async with trio.open_nursery() as services:
         flusher = await services.start(
-            FlushScheduler(log_manager, scheduler_interval_ms=config.log_default_flush_scheduler_interval_ms,
+            FlushScheduler(log_manager,
                            run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking).run)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
-            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms).run)
+            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, run_blocking=run_blocking).run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                  partitions=config.partitions, max_topic_name_length=config.max_topic_name_length,
-                                 rng=rng, clock_ms=clock_ms)
+                                 rng=rng, clock_ms=clock_ms, run_blocking=run_blocking)
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:

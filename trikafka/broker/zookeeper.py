@@ -18,6 +18,7 @@ disk are registered.  Failures at startup are loud and explain themselves:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -77,12 +78,17 @@ class BrokerZooKeeper:
         return self.private_server is not None
 
 
-def published_host(config: BrokerConfig) -> str:
+async def published_host(config: BrokerConfig) -> str:
     """The host written into ``/brokers/ids/<id>`` (§11.2): ``hostname`` if set,
-    else the bind address, else (bound to every interface) the local IP address."""
+    else the bind address, else (bound to every interface) the local IP address,
+    looked up in a worker thread (a resolver may take seconds)."""
     host = config.published_hostname
     if host not in WILDCARD_HOSTS:
         return host
+    return await trio.to_thread.run_sync(_local_address)
+
+
+def _local_address() -> str:
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -128,7 +134,7 @@ async def start_private_zookeeper(config: BrokerConfig, nursery: trio.Nursery,
         logger.warning("port %d is taken: the private ZooKeeper uses %d instead", port, fallback)
         port = fallback
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        await trio.to_thread.run_sync(functools.partial(data_dir.mkdir, parents=True, exist_ok=True))
         try:
             endpoint = await nursery.start(_run_private_server, data_dir, port, stopper)
         except ZooKeeperStartError:
@@ -285,7 +291,7 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
 async def _serve_registration(config: BrokerConfig, log_manager: LogManager, port: int, zk: Coordinator,
                               connect_string: str, private: ZooKeeperEndpoint | None,
                               task_status: trio.TaskStatus[BrokerZooKeeper]) -> None:
-    registration = BrokerRegistration(zk, config.broker_id, published_host(config), port)
+    registration = BrokerRegistration(zk, config.broker_id, await published_host(config), port)
     state = BrokerZooKeeper(connect_string, zk, registration, private)
     # Topics created from now on queue up here; anything already on disk is in
     # the initial registration (a topic in both is registered twice: harmless).
