@@ -29,18 +29,18 @@ PRODUCERS = 8
 # SLOW_EVERY-th directory fsync take SLOW_FSYNC_S more, so a broker that
 # fsyncs a directory on the loop (topic creation: two; retention: one per
 # deleted segment plus a roll) certainly has steps that long.
-SLOW_EVERY = 10
-SLOW_FSYNC_S = 0.3
+SLOW_EVERY = 25
+SLOW_FSYNC_S = 0.6
 
 # The bound: under one slow directory fsync, so a single one on the loop
 # fails the test.  A step that blocks on nothing parses a request, appends a
 # few hundred bytes to a page-cache file or encodes a response: well under a
-# millisecond.  On a shared two-core machine at load 6 we measured steps of
-# up to 85 ms without any blocking call on the loop (the kernel preempting
+# millisecond.  On a shared two-core machine at load 6 to 9 we measured steps
+# of up to 88 ms without any blocking call on the loop (the kernel preempting
 # the loop's thread, or a worker thread that holds the GIL).  Before the
 # broker moved creation and retention off the loop, the longest step of this
 # test was at least one slow fsync (see the commit that added this test).
-LONGEST_STEP_BOUND_S = 0.2
+LONGEST_STEP_BOUND_S = 0.3
 
 
 class BusyDisk(OsFileSystem):
@@ -106,10 +106,11 @@ async def test_topic_creation_and_retention_never_stall_the_loop(tmp_path):
                     for i, client in enumerate(clients):
                         producers.start_soon(producer, client, i)
                 load.cancel_scope.cancel()
+            await broker.retention.run_once()  # one whole pass over every log, at least
         finally:
             trio.lowlevel.remove_instrument(instrument)
         assert len(broker.log_manager.topics()) == TOPICS
-        assert broker.retention.segments_deleted > TOPICS // 2
+        assert broker.retention.segments_deleted >= TOPICS
         broker.shutdown()
     print(f"longest step {instrument.longest_s * 1000:.1f} ms ({instrument.culprit}) of {instrument.steps} steps")
     assert instrument.longest_s < LONGEST_STEP_BOUND_S, (instrument.longest_s, instrument.culprit)
