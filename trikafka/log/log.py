@@ -66,8 +66,7 @@ class Log:
         self._appended_messages = 0  # inner messages appended by this process
         self._flushed_messages = 0  # of those, how many a completed flush or roll covered
         self._roll_on_append = roll_on_append
-        # Whether bytes were appended since the last flush or roll captured the log.
-        self._dirty = False
+        self._dirty = False  # bytes appended since the last flush or roll captured the log
         self._flush_ticket: FlushTicket | None = None
         self._roll_ticket: RollTicket | None = None
         self._retention_ticket: RetentionTicket | None = None
@@ -298,12 +297,8 @@ class Log:
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
     def read(self, offset: int, max_bytes: int) -> FileRegion | None:
-        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2).
-
-        Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
-        Returns None at exactly ``E`` or for ``max_bytes == 0``.  The region
-        may end inside an entry; it never crosses into the next segment.
-        """
+        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2;
+        ``SegmentView.read``: ``OffsetOutOfRangeError`` outside ``[S, E]``, None at ``E``)."""
         if self._closed:
             raise LogClosedError(f"{self} is closed")
         return self._segments.view.read(offset, max_bytes)

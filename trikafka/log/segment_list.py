@@ -34,7 +34,12 @@ class SegmentView(NamedTuple):
         return self.segments[index]
 
     def read(self, offset: int, max_bytes: int) -> FileRegion | None:
-        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (``Log.read``)."""
+        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (``Log.read``).
+
+        Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
+        Returns None at exactly ``E`` or for ``max_bytes == 0``.  The region
+        may end inside an entry; it never crosses into the next segment.
+        """
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         start_offset, visible_end = self.segments[0].start, self.segments[-1].visible_end
