@@ -226,18 +226,40 @@ def test_flush_due_by_count():
     assert log.unflushed_messages == 3
 
 
-def test_flush_due_by_age():
-    log, _, clock = open_log(flush_interval_ms=3000)
-    assert not log.flush_due_by_age(clock())
+def test_the_dirty_listener_hears_the_first_append_no_flush_or_roll_captured():
+    log, _, _ = open_log()
+    dirty = []
+    log.add_dirty_listener(lambda lg: dirty.append(lg.end_offset))
     log.append(entry(b"x"))
-    assert not log.flush_due_by_age(clock() + 2999)
-    assert log.flush_due_by_age(clock() + 3000)
-    clock.advance(3000)
+    log.append(entry(b"y"))
+    assert dirty == [11]  # the first append starts the wait; the second joins it
     ticket = log.begin_flush()
-    assert not log.flush_due_by_age(clock() + 10_000)  # one in flight
+    log.append(entry(b"during the fsync"))  # not covered by the flush in flight: a new wait
+    assert dirty == [11, 48]
     ticket.fsync()
     log.complete_flush(ticket)
-    assert not log.flush_due_by_age(clock() + 10_000)  # nothing unflushed
+    log.append(entry(b"z"))
+    assert dirty == [11, 48]  # still the same wait: those bytes were never captured
+    log.flush()
+    assert log.begin_flush() is None
+    log.append(entry(b"after the flush"))
+    assert dirty == [11, 48, 84]
+    log.roll()  # a roll captures everything too
+    log.append(entry(b"after the roll"))
+    assert dirty == [11, 48, 84, 108]
+
+
+def test_an_append_rolls_only_if_the_log_rolls_on_append():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    log = Log.open(fs, DIR, "t", 0, LogConfig(segment_bytes=10), clock, False, roll_on_append=False)
+    log.append(entry(b"abcdef"))
+    assert log.roll_due()
+    log.append(entry(b"ghijkl"))  # the broker's logs: the roll is the caller's, before the append
+    assert log.segments.starts == (0,)
+    log.roll()
+    assert log.segments.starts == (0, 32)
 
 
 def test_split_flush_advances_to_the_size_captured_before_the_fsync():
@@ -262,19 +284,6 @@ def test_split_flush_advances_to_the_size_captured_before_the_fsync():
     assert log.begin_flush() is None  # clean: nothing to flush
     with pytest.raises(LogError):
         log.complete_flush(ticket)  # a stale ticket
-
-
-def test_listener_removal():
-    log, _, _ = open_log()
-    seen = []
-    callback = seen.append
-    log.add_visible_listener(callback)
-    log.append(entry(b"x"))
-    log.flush()
-    log.remove_visible_listener(callback)
-    log.append(entry(b"y"))
-    log.flush()
-    assert seen == [log]
 
 
 def test_flush_ticket_outlived_by_an_inline_roll():
@@ -473,7 +482,6 @@ def test_write_error_is_fail_stop():
             write()
     assert log.failure and "injected" in log.failure
     assert log.read(0, 100).read() == entry(b"kept")  # visible data stays readable
-    assert not log.flush_due_by_age(10**12)
 
 
 def test_fsync_error_is_fail_stop_and_visibility_does_not_advance():

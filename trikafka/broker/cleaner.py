@@ -90,7 +90,7 @@ class CleanerService:
         ratios = await self._blocking(lambda: [self.cleaner.dirty_ratio(log, self.policy(log.topic))
                                                for log in candidates])
         ratio, log = max(zip(ratios, candidates), key=lambda pair: pair[0])
-        if ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning:
+        if ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention_busy:
             return None
         log.cleaning = True
         try:

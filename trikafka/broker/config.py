@@ -25,6 +25,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import trio
+
 from trikafka.log.config import HOUR_MS, LogConfig
 
 logger = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ class BrokerConfig:
     log_cleanup_interval_mins: int = 10
     log_flush_interval: int = 500  # messages
     log_default_flush_interval_ms: int | None = None  # None: the scheduler interval
-    log_default_flush_scheduler_interval_ms: int = 3000
+    log_default_flush_scheduler_interval_ms: int = 3000  # only the default of the above: flushes follow deadlines
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
     monitoring_period_secs: int = 600  # accepted for compatibility; metrics are scraped (metrics_port)
     # ZooKeeper (§11.2).  Off for an in-process BrokerConfig() (library use and
@@ -161,13 +163,17 @@ class BrokerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def published_host(config: BrokerConfig) -> str:
+async def published_host(config: BrokerConfig) -> str:
     """The host the broker publishes (ZooKeeper ``/brokers/ids/<id>``, METADATA):
     ``hostname`` if set, else the bind address, else (bound to every interface)
-    the local IP address.  May resolve names: call it off the event loop."""
+    the local IP address, looked up in a worker thread (a resolver may take seconds)."""
     host = config.published_hostname
     if host not in WILDCARD_HOSTS:
         return host
+    return await trio.to_thread.run_sync(_local_address)
+
+
+def _local_address() -> str:
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:

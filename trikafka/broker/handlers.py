@@ -11,13 +11,18 @@ The three topic rules meet here:
   OFFSETS) or answer -1 (FETCH parts, the §6.2 table);
 * extension requests answer error 7;
 * nothing is created on disk for a rejected name.
+
+A new log is created in a worker thread (mkdir and directory fsyncs must not
+block the loop); requests for that log wait for it, one creation per log,
+while requests for other logs go on.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -72,7 +77,8 @@ class RequestHandler:
     def __init__(self, *, log_manager: Any, flusher: Any, waiters: VisibleEndWaiters,
                  partitions: Callable[[str], int], max_topic_name_length: int = 255,
                  rng: random.Random | None = None, clock_ms: Callable[[], int],
-                 metrics: BrokerMetrics | None = None):
+                 metrics: BrokerMetrics | None = None,
+                 run_blocking: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync):
         self._log_manager = log_manager
         self._flusher = flusher
         self._waiters = waiters
@@ -87,6 +93,8 @@ class RequestHandler:
         self.refused_types: frozenset[int] = frozenset()
         self.admin: Any = None  # admin.TopicAdmin: METADATA and CREATE_TOPIC
         self.metrics = metrics if metrics is not None else BrokerMetrics()
+        self._run_blocking = run_blocking  # how log creation leaves the loop (a worker thread)
+        self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
 
     # ----------------------------------------------------------------- topics and logs
 
@@ -125,14 +133,30 @@ class RequestHandler:
                 self.adopt(log)
         return log
 
-    def _log_for_write(self, topic: str, partition: int) -> Any:
-        """The log to append to; topic and partition already checked (§6.1 step 4)."""
-        log = self._logs.get((topic, partition))
-        if log is None:
-            log = self._log_manager.get(topic, partition)
-            if log is None:
-                log = self._log_manager.get_or_create(topic, partition)
-            self.adopt(log)
+    async def log_for_write(self, topic: str, partition: int) -> Any:
+        """The log to append to, created if new; topic and partition already checked (§6.1 step 4).
+
+        Returns without a checkpoint when the log exists.
+        """
+        key = (topic, partition)
+        while (log := self.existing_log(topic, partition)) is None:
+            creating = self._creating.get(key)
+            if creating is not None:
+                await creating.wait()  # someone else creates it; if that failed, try again
+                continue
+            self._log_manager.check_partition(topic, partition)
+            creating = self._creating[key] = trio.Event()
+            try:
+                # Shielded: once the directory exists, the log is added, or its files
+                # would stay open and unknown until a restart.
+                with trio.CancelScope(shield=True):
+                    new_log = await self._run_blocking(functools.partial(self._log_manager.make_log, topic,
+                                                                         partition))
+                    self._log_manager.add(new_log)
+            finally:
+                del self._creating[key]
+                creating.set()
+            return self.adopt(new_log)
         return log
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
@@ -151,7 +175,7 @@ class RequestHandler:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
-        log = self._log_for_write(part.topic, partition)
+        log = await self.log_for_write(part.topic, partition)
         await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
         try:
             result = log.append(part.messages)
@@ -250,7 +274,7 @@ class RequestHandler:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
-        log = self._log_for_write(part.topic, partition)
+        log = await self.log_for_write(part.topic, partition)
         await self._flusher.roll_if_due(log)
         try:
             appended = log.append(part.messages)

@@ -134,8 +134,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
     (partition -1) are injectable for tests, and so is ``run_blocking(fn)``,
-    which runs the blocking calls (log load, fsyncs, close); the default is a
-    worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
+    which runs the blocking calls (log load and creation, fsyncs, retention's
+    stats and unlinks, close); the default is a worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
     ``inline_blocking`` so the clock never jumps while an fsync "runs".
     Cancellation from outside also shuts down cleanly, without the grace period.
     ``refuse_requests`` lists request types the broker closes the connection on,
@@ -164,7 +164,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
     fs = fs if fs is not None else OsFileSystem()
     log_manager = LogManager(config.log_dir, config.log_config(), fs,
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
-                             partitions=config.partitions)
+                             partitions=config.partitions, roll_on_append=False)  # rolls leave the loop
     await run_blocking(log_manager.open)  # recovery may scan a large segment
     logger.info("log dir %s loaded (%d logs, recovery %s)", config.log_dir, len(log_manager.logs()),
                 "ran" if log_manager.recovered else "not needed")
@@ -224,22 +224,23 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
     waiters = VisibleEndWaiters()
     async with trio.open_nursery() as services:
         flusher = await services.start(
-            FlushScheduler(log_manager, scheduler_interval_ms=config.log_default_flush_scheduler_interval_ms,
+            FlushScheduler(log_manager,
                            run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking,
                            observe_flush_s=wiring.metrics.flushes.observe).run)
         cleaner = CleanerService(log_manager, config, fs, clock_ms,
                                  run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
-            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes).run)
+            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
+            run_blocking=run_blocking).run)
         await services.start(cleaner.run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                  partitions=log_manager.partitions_for,
                                  max_topic_name_length=config.max_topic_name_length,
-                                 rng=rng, clock_ms=clock_ms, metrics=wiring.metrics)
+                                 rng=rng, clock_ms=clock_ms, metrics=wiring.metrics, run_blocking=run_blocking)
         handler.refused_types = wiring.refuse_requests
         handler.admin = TopicAdmin(handler=handler, log_manager=log_manager,
-                                   max_message_size=config.max_message_size, run_blocking=run_blocking)
+                                   max_message_size=config.max_message_size)
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
@@ -257,7 +258,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,
                                 cleaner=cleaner)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
-                handler.admin.self_broker = BrokerAddress(config.broker_id, await _published_host(config),
+                handler.admin.self_broker = BrokerAddress(config.broker_id, await published_host(config),
                                                           broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
@@ -281,12 +282,6 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
-
-
-async def _published_host(config: BrokerConfig) -> str:
-    if config.published_hostname in WILDCARD_HOSTS:
-        return await trio.to_thread.run_sync(published_host, config)  # resolves a name
-    return config.published_hostname
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:

@@ -18,6 +18,7 @@ disk are registered.  Failures at startup are loud and explain themselves:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -110,7 +111,7 @@ async def start_private_zookeeper(config: BrokerConfig, nursery: trio.Nursery,
         logger.warning("port %d is taken: the private ZooKeeper uses %d instead", port, fallback)
         port = fallback
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        await trio.to_thread.run_sync(functools.partial(data_dir.mkdir, parents=True, exist_ok=True))
         try:
             endpoint = await nursery.start(_run_private_server, data_dir, port, stopper)
         except ZooKeeperStartError:
@@ -267,7 +268,7 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
 async def _serve_registration(config: BrokerConfig, log_manager: LogManager, port: int, zk: Coordinator,
                               connect_string: str, private: ZooKeeperEndpoint | None,
                               task_status: trio.TaskStatus[BrokerZooKeeper]) -> None:
-    registration = BrokerRegistration(zk, config.broker_id, published_host(config), port)
+    registration = BrokerRegistration(zk, config.broker_id, await published_host(config), port)
     state = BrokerZooKeeper(connect_string, zk, registration, private)
     # Topics created from now on queue up here; anything already on disk is in
     # the initial registration (a topic in both is registered twice: harmless).
