@@ -29,6 +29,14 @@ class ErrorCode(enum.IntEnum):
     MESSAGE_SIZE_TOO_LARGE = 5
     REQUEST_TIMED_OUT = 6
     INVALID_TOPIC = 7
+    # Replication (docs: replication section 5); numbered from 20 to stay clear of others.
+    NOT_LEADER_FOR_PARTITION = 20
+    FENCED_LEADER_EPOCH = 21
+    UNKNOWN_LEADER_EPOCH = 22
+    NOT_ENOUGH_REPLICAS = 23
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 24
+    LEADER_NOT_AVAILABLE = 25
+    NOT_REPLICA = 26
 
     @classmethod
     def from_wire(cls, value: int) -> "ErrorCode":
