@@ -11,7 +11,8 @@ lives on as a zombie) and their recoveries.
 Messages are 8 bytes (``m`` + a 7-digit id) so byte offsets are real byte
 positions.  ``check()`` asserts the promises:
 
-* every acknowledged (committed) message is at its offset on every ISR replica;
+* every acknowledged (committed) message is at its offset on every ISR replica
+  (but one whose unflushed tail a power loss took, unless the topic acks after fsync);
 * all replicas agree with the one committed history up to the HW they know,
   and that history only ever grows (no consumer saw bytes that later vanished);
 * at most one leader per epoch, and nobody else appended in a leader's epoch.
@@ -103,6 +104,7 @@ class World:
 
     def _settle(self, leader: Replica) -> None:
         """Answer the acks -1 writes waiting on ``leader``."""
+        self._observe_leaders()
         still = []
         for msg, offset, end, lid, epoch in self.pending:
             if lid != leader.id or leader.leading is None or leader.leading_epoch != epoch:
@@ -181,12 +183,7 @@ class World:
         if not leader.running or leader.leading is None or leader.leading_epoch != f.view.leader_epoch:
             return False  # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / NOT_LEADER
         if f.needs_truncation:
-            cut = resolve(f.history, len(f.log), lambda e: leader.history.end_offset_for(e, len(leader.log)))
-            assert cut >= min(f.hw, len(f.log)), f"{i} would truncate committed bytes: {cut} < hw {f.hw}"
-            del f.log[cut:]
-            f.durable = min(f.durable, cut)
-            f.history.truncate_from(cut)
-            f.needs_truncation = False
+            self.truncate_by_epoch(i)
         offset = len(f.log)
         assert offset <= len(leader.log), f"{i} at {offset} is past leader {leader.id}'s end {len(leader.log)}"
         leader.leading.on_follower_fetch(i, offset, self.now_ms, self._reported(f))
@@ -203,6 +200,22 @@ class World:
         f.hw = min(leader.leading.high_watermark, len(f.log))
         self._settle(leader)
         return True
+
+    def truncate_by_epoch(self, i: int) -> int | None:
+        """Follower ``i`` asks its leader where its epochs end and cuts its log there."""
+        f = self.r[i]
+        if not f.running or f.view is None or f.leading is not None or f.view.leader == NO_LEADER:
+            return None
+        leader = self.r[f.view.leader]
+        if not leader.running or leader.leading is None or leader.leading_epoch != f.view.leader_epoch:
+            return None
+        cut = resolve(f.history, len(f.log), lambda e: leader.history.end_offset_for(e, len(leader.log)))
+        assert cut >= min(f.hw, len(f.log)), f"{i} would truncate committed bytes: {cut} < hw {f.hw}"
+        del f.log[cut:]
+        f.durable = min(f.durable, cut)
+        f.history.truncate_from(cut)
+        f.needs_truncation = False
+        return cut
 
     def leader_isr(self, i: int) -> bool:
         """Leader ``i`` proposes an ISR change and writes it conditionally; True if it changed."""
@@ -266,7 +279,8 @@ class World:
 
     # -- the promises ----------------------------------------------------------------------
 
-    def check(self) -> None:
+    def _observe_leaders(self) -> None:
+        # Every HW a leader reaches extends the one committed history.
         for r in self.r:
             if r.leading is not None and r.running:
                 hw = r.leading.high_watermark
@@ -274,6 +288,9 @@ class World:
                 assert bytes(r.log[:common]) == bytes(self.committed[:common]), f"leader {r.id} rewrote committed bytes"
                 if hw > len(self.committed):
                     self.committed[:] = r.log[:hw]
+
+    def check(self) -> None:
+        self._observe_leaders()
         for r in self.r:
             seen = min(r.hw, len(r.log))
             assert seen <= len(self.committed), f"{r.id} knows hw {r.hw} past the committed {len(self.committed)}"
@@ -281,5 +298,7 @@ class World:
         for msg, offset in self.acked.items():
             assert bytes(self.committed[offset:offset + MSG_BYTES]) == message(msg), f"acked {msg} not committed"
             for rid in self.zk.isr:
+                if not (self.r[rid].tail_intact or self.config.replica_ack_fsync):
+                    continue  # a power loss took its page cache: the documented exception
                 got = bytes(self.r[rid].log[offset:offset + MSG_BYTES])
                 assert got == message(msg), f"acked {msg} at {offset} missing on ISR member {rid}: {got!r}"
