@@ -126,7 +126,8 @@ def test_non_utf8_and_non_ascii_topics_survive():
 def test_request_type_properties():
     assert not RequestType.PRODUCE.expects_response and not RequestType.MULTIPRODUCE.expects_response
     assert all(t.expects_response for t in (1, 2, 4, 100, 101) for t in [RequestType(t)])
-    assert [t for t in RequestType if t.is_extension] == [RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT]
+    assert [t for t in RequestType if t.is_extension] == [RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT,
+                                                          RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
 
 
 # ---------------------------------------------------------------- spec §7.2 close conditions

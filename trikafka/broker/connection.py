@@ -35,7 +35,10 @@ from trikafka.wire.requests import (
     ProduceRequest,
 )
 
+from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
+
 from .handlers import CloseConnection, RequestHandler
+from .replication.unserved import not_a_replica
 from .sendfile import RegionTruncatedError, send_chunks
 
 logger = logging.getLogger(__name__)
@@ -121,6 +124,8 @@ class Connection:
             response = [await handler.produce_acked(request)]
         elif kind is FetchWaitRequest:
             response = await handler.fetch_wait(request)
+        elif kind is ReplicaFetchRequest or kind is EpochEndOffsetRequest:
+            response = not_a_replica(request)  # until the replica manager serves them
         else:  # the reader only yields the types above
             raise AssertionError(f"unexpected request {request!r}")
         await send_chunks(self._stream, response)

@@ -43,6 +43,8 @@ class RequestType(enum.IntEnum):
     OFFSETS = 4
     PRODUCE_ACKED = 100
     FETCH_WAIT = 101
+    REPLICA_FETCH = 110  # replication (wire/replication.py)
+    EPOCH_END_OFFSET = 111
 
     @property
     def expects_response(self) -> bool:
@@ -230,6 +232,10 @@ def _encode_body(req: Request) -> list[bytes]:
         head = _INT32.pack(_check_int("max_wait_ms", req.max_wait_ms, INT32_MIN, INT32_MAX))
         head += _INT32.pack(_check_int("min_bytes", req.min_bytes, INT32_MIN, INT32_MAX))
         return [head, _encode_count(len(req.parts))] + [_encode_fetch_part(p) for p in req.parts]
+    if getattr(req, "type", None) in (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET):
+        from . import replication  # it builds on this module
+
+        return replication.encode_body(req)
     raise LocalProtocolError(f"not a request: {req!r}")
 
 
@@ -321,6 +327,10 @@ def _decode_body(kind: RequestType, cur: _BodyCursor) -> Request:
         timeout_ms = cur.int32("timeout_ms")
         parts = tuple(cur.produce_part() for _ in range(cur.count("part count")))
         return ProduceAckedRequest(acks, timeout_ms, parts)
+    if kind in (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET):
+        from . import replication  # it builds on this module
+
+        return replication.decode_body(kind, cur)
     assert kind == RequestType.FETCH_WAIT
     max_wait_ms = cur.int32("max_wait_ms")
     min_bytes = cur.int32("min_bytes")
