@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from trikafka.broker.replication.election import Cluster, elect, initial_state
 from trikafka.broker.replication.isr import LeaderPartition
-from trikafka.broker.replication.state import NO_LEADER, PartitionState, TopicConfig
+from trikafka.zk.replication_values import NO_LEADER, PartitionState, TopicConfig
 from trikafka.broker.replication.truncation import resolve
 from trikafka.log.epochs import EpochHistory
 from trikafka.wire.errors import ErrorCode

@@ -6,7 +6,7 @@ import pytest
 
 from trikafka.broker.replication.election import Cluster, elect, initial_state
 from trikafka.broker.replication.isr import LeaderPartition
-from trikafka.broker.replication.state import (
+from trikafka.zk.replication_values import (
     PartitionState, ReplicationValueError, TopicAssignment, TopicConfig,
 )
 from trikafka.broker.replication.truncation import AskLeader, TruncateTo, first_step, next_step, resolve

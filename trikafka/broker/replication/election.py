@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .state import NO_LEADER, PartitionState, TopicConfig
+from ...zk.replication_values import NO_LEADER, PartitionState, TopicConfig
 
 
 @dataclass(frozen=True, slots=True)
