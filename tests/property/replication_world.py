@@ -8,8 +8,9 @@ delivered, an ISR write, the controller reacting, a clock tick, a flush, a
 crash (process or power loss), a pause (the session expires, the process
 lives on as a zombie) and their recoveries.
 
-Messages are 8 bytes (``m`` + a 7-digit id) so byte offsets are real byte
-positions.  ``check()`` asserts the promises:
+Messages are one-message 0.7 sets of equal size, so byte offsets are real byte
+positions; follower fetches go through the broker's own ``serve_replica_fetch``
+and ``FollowerPartition``.  ``check()`` asserts the promises:
 
 * every acknowledged (committed) message is at its offset on every ISR replica
   (but one whose unflushed tail a power loss took, unless the topic acks after fsync);
@@ -23,18 +24,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from trikafka.broker.replication.election import Cluster, elect, initial_state
+from trikafka.broker.replication.fetch_rules import Append, FollowerPartition, serve_replica_fetch
 from trikafka.broker.replication.isr import LeaderPartition
 from trikafka.zk.replication_values import NO_LEADER, PartitionState, TopicConfig
 from trikafka.broker.replication.truncation import resolve
 from trikafka.log.epochs import EpochHistory
 from trikafka.wire.errors import ErrorCode
-
-MSG_BYTES = 8
-
+from trikafka.wire.messageset import build_message_set
+from trikafka.wire.replication import ReplicaFetchRequest, ReplicaFetchResult
 
 def message(msg_id: int) -> bytes:
-    """The 8 bytes of message ``msg_id``."""
-    return b"m%07d" % msg_id
+    """Message ``msg_id`` as a one-message 0.7 set (every one the same size)."""
+    return build_message_set([b"%07d" % msg_id])
+
+
+MSG_BYTES = len(message(0))
 
 
 @dataclass
@@ -180,24 +184,32 @@ class World:
         if not f.running or f.view is None or f.leading is not None or f.view.leader == NO_LEADER:
             return False
         leader = self.r[f.view.leader]
-        if not leader.running or leader.leading is None or leader.leading_epoch != f.view.leader_epoch:
-            return False  # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / NOT_LEADER
-        if f.needs_truncation:
+        if not leader.running:
+            return False  # no answer at all
+        if f.needs_truncation and leader.leading is not None and leader.leading_epoch == f.view.leader_epoch:
             self.truncate_by_epoch(i)
         offset = len(f.log)
-        assert offset <= len(leader.log), f"{i} at {offset} is past leader {leader.id}'s end {len(leader.log)}"
-        leader.leading.on_follower_fetch(i, offset, self.now_ms, self._reported(f))
+        request = ReplicaFetchRequest(i, f.view.leader_epoch, 0, "t", 0, offset, f.durable, max_msgs * MSG_BYTES)
+        answer = serve_replica_fetch(request, leader=leader.leading, leader_epoch=leader.leading_epoch,
+                                     history=leader.history, log_end=len(leader.log), now_ms=self.now_ms,
+                                     ack_fsync=self.config.replica_ack_fsync)
+        if answer.error != ErrorCode.NO_ERROR:
+            assert answer.error != ErrorCode.OFFSET_OUT_OF_RANGE, f"{i} at {offset} is past leader {leader.id}'s end"
+            return False  # FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH / NOT_LEADER: wait for the state
         leader.hw = leader.leading.high_watermark
-        end = min(len(leader.log), offset + max_msgs * MSG_BYTES)
-        boundary = leader.history.next_boundary(offset)
-        if boundary is not None:
-            end = min(end, boundary)
-        if end > offset:
-            f.history.assign(leader.history.epoch_at(offset), offset)
-            f.log += leader.log[offset:end]
+        data = bytes(leader.log[answer.offset:answer.offset + answer.max_bytes])
+        result = ReplicaFetchResult(answer.error, answer.leader_epoch, answer.chunk_epoch, answer.high_watermark,
+                                    answer.log_end, answer.isr, data)
+        follower = FollowerPartition(leader.id, f.view.leader_epoch, f.hw)
+        follower.needs_truncation = False
+        action = follower.on_response(result, offset)
+        if isinstance(action, Append):
+            if action.epoch > f.history.latest_epoch:
+                f.history.assign(action.epoch, action.offset)
+            f.log += action.data
             if self.config.replica_ack_fsync:
                 f.durable = len(f.log)  # followers fsync every append in this mode
-        f.hw = min(leader.leading.high_watermark, len(f.log))
+        f.hw = follower.high_watermark
         self._settle(leader)
         return True
 
