@@ -79,6 +79,7 @@ class World:
         self.zk = initial_state(self.replicas, self._cluster(), self.controller_epoch)
         self.zk_version = 0
         self.seen_sessions = {r.id: r.session for r in self.r}  # what the controller last saw
+        self.shutting_down: set[int] = set()
         self.next_msg = 0
         self.pending: list[tuple[int, int, int, int, int]] = []  # msg, offset, end, leader, epoch
         self.acked: dict[int, int] = {}  # msg id -> offset
@@ -94,7 +95,8 @@ class World:
         intact = frozenset(r.id for r in getattr(self, "r", []) if r.registered and r.tail_intact)
         seen = getattr(self, "seen_sessions", {})
         restarted = frozenset(r.id for r in getattr(self, "r", []) if r.registered and seen.get(r.id) != r.session)
-        return Cluster(live, intact, restarted=restarted)
+        leaving = frozenset(getattr(self, "shutting_down", ()))
+        return Cluster(live, intact, shutting_down=leaving, restarted=restarted)
 
     def _write_state(self, state: PartitionState) -> None:
         if state.leader != NO_LEADER:
@@ -148,8 +150,8 @@ class World:
             r.history.assign(state.leader_epoch, len(r.log))
             r.leading = LeaderPartition(i, self.replicas, state.isr, epoch_start=len(r.log), high_watermark=r.hw,
                                         lag_time_max_ms=self.config.replica_lag_time_max_ms,
-                                        min_insync_replicas=self.config.min_insync_replicas, now_ms=self.now_ms)
-            r.leading.on_local_append(len(r.log), self._reported(r))
+                                        min_insync_replicas=self.config.min_insync_replicas, now_ms=self.now_ms,
+                                        durable_end=self._reported(r))
             r.leading_epoch = state.leader_epoch
             r.hw = r.leading.high_watermark
         elif state.leader != i:

@@ -42,8 +42,28 @@ class ReplicationMachine(RuleBasedStateMachine):
         self.world.fetch(i, max_msgs)
 
     @rule(i=BROKERS)
+    def truncate(self, i):
+        """Truncation by epoch on its own, so a leader can die between it and the next fetch (KIP-101)."""
+        if self.world.r[i].needs_truncation:
+            self.world.truncate_by_epoch(i)
+
+    @rule(i=BROKERS)
     def notify(self, i):
         self.world.notify(i)
+
+    @rule()
+    def replicate(self):
+        """A round of follower fetches: what makes acks -1 complete."""
+        for _ in range(2):
+            for i in range(3):
+                self.world.fetch(i, 3)
+
+    @rule()
+    def failover(self):
+        """The controller reacts and every watch is delivered at once."""
+        self.world.controller()
+        for i in range(3):
+            self.world.notify(i)
 
     @rule()
     def notify_all(self):
@@ -71,8 +91,26 @@ class ReplicationMachine(RuleBasedStateMachine):
         self.world.crash(i, power_loss=False)
 
     @rule(i=BROKERS)
+    def bounce(self, i):
+        """A crash and a restart before anyone reacted (its in-memory HW is gone)."""
+        self.world.crash(i, power_loss=False)
+        self.world.restart(i)
+        self.world.notify(i)
+
+    @rule(i=BROKERS)
     def restart(self, i):
         self.world.restart(i)
+
+    @rule(i=BROKERS)
+    def controlled_shutdown(self, i):
+        """SIGTERM: leadership moves away first, then the broker stops cleanly."""
+        w = self.world
+        w.shutting_down.add(i)
+        w.controller()
+        for j in range(3):
+            w.notify(j)
+        w.shutting_down.discard(i)
+        w.crash(i, power_loss=False)
 
     @rule(i=BROKERS)
     def pause(self, i):

@@ -38,10 +38,13 @@ class LeaderPartition:
         lag_time_max_ms: ``replica.lag.time.max.ms``.
         min_insync_replicas: ``min.insync.replicas``.
         now_ms: the time the leadership began (followers count as caught up then).
+        durable_end: the leader's fsynced end, on ``replica.ack.fsync`` topics
+            (its unflushed tail must not count towards the HW).
     """
 
     def __init__(self, leader_id: int, replicas: tuple[int, ...], isr: tuple[int, ...], *, epoch_start: int,
-                 high_watermark: int, lag_time_max_ms: int, min_insync_replicas: int, now_ms: int):
+                 high_watermark: int, lag_time_max_ms: int, min_insync_replicas: int, now_ms: int,
+                 durable_end: int | None = None):
         if leader_id not in isr:
             raise ValueError(f"leader {leader_id} is not in the ISR {isr}")
         self.leader_id = leader_id
@@ -49,7 +52,7 @@ class LeaderPartition:
         self.isr = tuple(isr)
         self.epoch_start = epoch_start
         self.log_end = epoch_start
-        self.leader_end = epoch_start  # the leader's own "has it" end
+        self.leader_end = epoch_start if durable_end is None else durable_end  # its own "has it" end
         self.high_watermark = min(high_watermark, epoch_start)
         self.lag_time_max_ms = lag_time_max_ms
         self.min_insync_replicas = min_insync_replicas
