@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from trikafka.broker.replication.fetch_rules import (
-    Append, FollowerPartition, Nothing, TruncateFirst, WaitForState, serve_replica_fetch,
+    Append, FollowerPartition, Nothing, TruncateFirst, WaitForState, serve_epoch_end_offset, serve_replica_fetch,
 )
 from trikafka.broker.replication.isr import LeaderPartition
 from trikafka.log.epochs import EpochEntry, EpochHistory
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.messageset import build_message_set
-from trikafka.wire.replication import ReplicaFetchRequest, ReplicaFetchResult
+from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest, ReplicaFetchResult
 
 HISTORY = EpochHistory([EpochEntry(0, 0), EpochEntry(3, 100)])
 
@@ -71,3 +71,17 @@ def test_follower_errors():
     assert f.on_response(result(error=ErrorCode.OFFSET_OUT_OF_RANGE), 10) == TruncateFirst()
     assert f.needs_truncation
     assert f.on_response(result(error=ErrorCode.FENCED_LEADER_EPOCH), 10) == WaitForState(ErrorCode.FENCED_LEADER_EPOCH)
+
+
+def test_epoch_end_offset_answers_and_fencing():
+    def answer(epoch=3, requested=0, replica=2, leader="default"):
+        return serve_epoch_end_offset(EpochEndOffsetRequest(replica, epoch, "t", 0, requested),
+                                      leader=lead() if leader == "default" else leader, leader_epoch=3,
+                                      history=HISTORY, log_end=150)
+    assert answer(requested=0) == (ErrorCode.NO_ERROR, 0, 100)
+    assert answer(requested=2) == (ErrorCode.NO_ERROR, 0, 100)
+    assert answer(requested=3) == (ErrorCode.NO_ERROR, 3, 150)
+    assert answer(epoch=2)[0] == ErrorCode.FENCED_LEADER_EPOCH
+    assert answer(epoch=4)[0] == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert answer(replica=7)[0] == ErrorCode.NOT_REPLICA
+    assert answer(leader=None)[0] == ErrorCode.NOT_LEADER_FOR_PARTITION

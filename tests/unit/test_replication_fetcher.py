@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from trikafka.broker.replication.fetch_rules import FollowerPartition, serve_replica_fetch
+from trikafka.broker.replication.fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
 from trikafka.broker.replication.fetcher import FollowerStopped, StreamLeaderLink, follow
 from trikafka.broker.replication.isr import LeaderPartition
 from trikafka.log.epochs import EpochEntry, EpochHistory
@@ -66,10 +66,8 @@ class MemoryLeader:
     def _answer(self, request) -> list[bytes]:
         r = self.replica
         if isinstance(request, EpochEndOffsetRequest):
-            if request.leader_epoch != self.epoch:
-                return [encode_epoch_end_offset_response(ErrorCode.FENCED_LEADER_EPOCH, -1, -1)]
-            return [encode_epoch_end_offset_response(ErrorCode.NO_ERROR,
-                                                     *r.history.end_offset_for(request.requested_epoch, r.end_offset))]
+            return [encode_epoch_end_offset_response(*serve_epoch_end_offset(
+                request, leader=self.partition, leader_epoch=self.epoch, history=r.history, log_end=r.end_offset))]
         answer = serve_replica_fetch(request, leader=self.partition, leader_epoch=self.epoch, history=r.history,
                                      log_end=r.end_offset, now_ms=0, ack_fsync=False)
         if answer.error == ErrorCode.NO_ERROR and answer.max_bytes == 0 and answer.high_watermark == r.end_offset:

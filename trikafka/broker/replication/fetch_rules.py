@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ...log.epochs import UNDEFINED_EPOCH, EpochHistory
 from ...wire.errors import ErrorCode
 from ...wire.messageset import scan_valid_prefix
-from ...wire.replication import ReplicaFetchRequest, ReplicaFetchResult
+from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest, ReplicaFetchResult
 from .isr import LeaderPartition
 
 
@@ -59,6 +59,19 @@ def serve_replica_fetch(request: ReplicaFetchRequest, *, leader: LeaderPartition
     max_bytes = max(0, min(request.max_bytes, stop - offset))
     return ReplicaFetchAnswer(ErrorCode.NO_ERROR, leader_epoch, history.epoch_at(offset), offset, max_bytes,
                               leader.high_watermark, log_end, leader.isr)
+
+
+def serve_epoch_end_offset(request: EpochEndOffsetRequest, *, leader: LeaderPartition | None, leader_epoch: int,
+                           history: EpochHistory, log_end: int) -> tuple[ErrorCode, int, int]:
+    """The leader's answer to EPOCH_END_OFFSET: ``(error, epoch, end offset)`` (KIP-101)."""
+    if leader is None:
+        return ErrorCode.NOT_LEADER_FOR_PARTITION, UNDEFINED_EPOCH, -1
+    if request.replica_id not in leader.replicas or request.replica_id == leader.leader_id:
+        return ErrorCode.NOT_REPLICA, UNDEFINED_EPOCH, -1
+    if request.leader_epoch != leader_epoch:
+        error = ErrorCode.FENCED_LEADER_EPOCH if request.leader_epoch < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+        return error, UNDEFINED_EPOCH, -1
+    return (ErrorCode.NO_ERROR, *history.end_offset_for(request.requested_epoch, log_end))
 
 
 @dataclass(frozen=True, slots=True)
