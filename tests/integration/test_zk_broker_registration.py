@@ -165,6 +165,46 @@ async def test_a_duplicate_broker_id_is_refused_at_startup(zk_harness, zk_clock,
     logs.close()
 
 
+async def test_this_brokers_own_leftover_registration_is_waited_out(zk_harness, zk_clock, tmp_path, caplog):
+    """Restart after SIGKILL: the old session still holds the id with our host and
+    port; the broker waits for it to go instead of exiting, then registers."""
+    config = broker_config(tmp_path)
+    logs = open_logs(config)
+    leftover = f"{HOST}-1:{await published_host(config)}:{BROKER_PORT}".encode()
+    async with zk_harness.client() as zk, trio.open_nursery() as outer:
+        previous_run_done = trio.Event()
+
+        async def previous_run():  # the crashed run's session, still alive on the server
+            async with zk_harness.client() as old:
+                await old.create("/brokers/ids/3", leftover, ephemeral=True, makepath=True)
+                registered.set()
+                await previous_run_done.wait()
+
+        registered = trio.Event()
+        outer.start_soon(previous_run)
+        await registered.wait()
+        async with trio.open_nursery() as nursery:
+            starting = trio.Event()
+
+            async def start_broker():
+                starting.set()
+                await nursery.start(functools.partial(run_broker_zookeeper, config, logs, BROKER_PORT,
+                                                      coordinator=zk))
+
+            nursery.start_soon(start_broker)
+            await starting.wait()
+            with trio.fail_after(WAIT_S):  # the broker found the leftover and is waiting on it
+                while "previous session" not in caplog.text:
+                    await trio.sleep(0.01)
+            assert (await zk.get("/brokers/ids/3"))[0] == leftover
+            previous_run_done.set()  # the old session ends: its ephemeral goes
+            data, stat = await wait_for_value(zk, "/brokers/ids/3",
+                                              lambda v: v is not None and v[1].ephemeral_owner == zk.session_id)
+            assert parse_broker_registration(data).port == BROKER_PORT and data != leftover
+            nursery.cancel_scope.cancel()
+    logs.close()
+
+
 async def test_published_host_and_private_dir_follow_the_config(tmp_path, monkeypatch):
     assert await published_host(BrokerConfig(host="127.0.0.1")) == "127.0.0.1"
     assert await published_host(BrokerConfig(host="0.0.0.0", hostname="broker7.example")) == "broker7.example"

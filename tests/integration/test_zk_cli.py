@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,29 @@ async def test_a_killed_broker_restarts_on_its_private_zookeeper(tmp_path, no_ka
             assert info.port == port
         broker.signal(signal.SIGTERM)
         assert await broker.wait() == 0
+
+
+@pytest.mark.zookeeper
+async def test_a_broker_restarted_after_sigkill_comes_back_by_itself(zk_chroot, tmp_path, no_kazoo_thread_leaks):
+    """Its previous session still holds /brokers/ids/1 with the same host and port:
+    the new run waits for that session to expire, then registers (no person needed)."""
+    with socket.socket() as probe:  # a fixed port: the registration names it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["serve", "--zookeeper", zk_chroot, "--broker-id", "1", "--port", str(port), "--host", "127.0.0.1",
+            "--log-dir", str(tmp_path / "logs"), "--set", "zk.sessiontimeout.ms=4000"]
+    async with KazooCoordinator(zk_chroot) as observer:
+        async with child_process(*args) as first:
+            await first.wait_for_stderr(READY_MARKER)
+            _data, old = await wait_for_value(observer, "/brokers/ids/1")
+            first.signal(signal.SIGKILL)
+            assert await first.wait() == -signal.SIGKILL
+        async with child_process(*args) as second:
+            await second.wait_for_stderr(b"still registered by this broker's previous session")
+            await second.wait_for_stderr(READY_MARKER)
+            data, new = await wait_for_value(observer, "/brokers/ids/1",
+                                             lambda v: v is not None and v[1].ephemeral_owner != old.ephemeral_owner)
+            assert parse_broker_registration(data).port == port
+            assert second.process.returncode is None  # serving, not exited with "broker id 1 is in use"
+            second.signal(signal.SIGTERM)
+            assert await second.wait() == 0

@@ -133,7 +133,8 @@ def test_request_type_properties():
     assert not RequestType.PRODUCE.expects_response and not RequestType.MULTIPRODUCE.expects_response
     assert all(t.expects_response for t in (1, 2, 4, 100, 101) for t in [RequestType(t)])
     assert [t for t in RequestType if t.is_extension] == [
-        RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT, RequestType.METADATA, RequestType.CREATE_TOPIC]
+        RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT, RequestType.METADATA, RequestType.CREATE_TOPIC,
+        RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
 
 
 # ---------------------------------------------------------------- spec §7.2 close conditions

@@ -38,7 +38,10 @@ from trikafka.wire.requests import (
     ProduceRequest,
 )
 
+from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
+
 from .handlers import CloseConnection, RequestHandler
+from .replication.unserved import not_a_replica
 from .sendfile import RegionTruncatedError, send_chunks
 
 logger = logging.getLogger(__name__)
@@ -49,7 +52,8 @@ RECEIVE_BYTES = 128 * 1024
 
 _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
 _REQUEST_CLASSES = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest, OffsetsRequest,
-                    ProduceAckedRequest, FetchWaitRequest, MetadataRequest, CreateTopicRequest)
+                    ProduceAckedRequest, FetchWaitRequest, MetadataRequest, CreateTopicRequest,
+                    ReplicaFetchRequest, EpochEndOffsetRequest)
 
 
 class Connection:
@@ -136,6 +140,8 @@ class Connection:
                 response = [handler.admin.metadata(request)]
             elif kind is CreateTopicRequest:
                 response = [await handler.admin.create_topic(request)]
+            elif kind is ReplicaFetchRequest or kind is EpochEndOffsetRequest:
+                response = not_a_replica(request)  # until the replica manager serves them
             else:  # the reader only yields the types above
                 raise AssertionError(f"unexpected request {request!r}")
             await send_chunks(self._stream, response)

@@ -45,6 +45,8 @@ REQUEST_LABELS = {
     "FetchWaitRequest": "fetch_wait",
     "MetadataRequest": "metadata",
     "CreateTopicRequest": "create_topic",
+    "ReplicaFetchRequest": "replica_fetch",
+    "EpochEndOffsetRequest": "epoch_end_offset",
 }
 
 

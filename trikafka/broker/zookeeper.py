@@ -31,9 +31,9 @@ import trio
 from trikafka.log.manager import LogManager
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError
+from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError, NoNodeError
 from trikafka.zk.kazoo_bridge import KazooCoordinator, TrioBridge
-from trikafka.zk.registry import BrokerRegistration
+from trikafka.zk.registry import BrokerRegistration, parse_broker_registration
 from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
 from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port
 
@@ -303,18 +303,32 @@ async def _start_registration(config: BrokerConfig, registration: BrokerRegistra
     try:
         await nursery.start(registration.run, topics_on_disk(log_manager))
         return
-    except DuplicateBrokerIdError:
-        if private is None:
-            raise
-    # On the private server the holder is most likely this broker's previous run.
+    except DuplicateBrokerIdError as exc:
+        # On the private server the holder is most likely this broker's previous
+        # run; elsewhere it is when the holder names our own host and port (we
+        # hold that port now, so no other live broker can be serving there).
+        if private is None and not await _held_by_our_previous_run(zk, registration):
+            raise DuplicateBrokerIdError(f"{exc}; it names another broker, so this one will not start") from None
     wait_s = config.zk_sessiontimeout_ms / 1000 + LEFTOVER_WAIT_SLACK_S
-    logger.warning("broker id %d is registered by another session; waiting up to %.0f s for it to expire",
-                   config.broker_id, wait_s)
+    logger.warning("broker id %d is still registered by this broker's previous session; "
+                   "waiting up to %.0f s for it to expire", config.broker_id, wait_s)
     with trio.move_on_after(wait_s):
         async for value in zk.watch_data(paths.broker_id(config.broker_id)):
             if value is None:
                 break
     await nursery.start(registration.run, topics_on_disk(log_manager))
+
+
+async def _held_by_our_previous_run(zk: Coordinator, registration: BrokerRegistration) -> bool:
+    """True when ``/brokers/ids/<id>`` names this broker's own host and port."""
+    try:
+        data, _stat = await zk.get(paths.broker_id(registration.broker_id))
+        holder = parse_broker_registration(data)
+    except NoNodeError:
+        return True  # it went away meanwhile: waiting ends at once, then we register
+    except (CoordinatorError, ValueError):
+        return False  # not a value we can judge: refuse rather than wait on a stranger
+    return holder.host == registration.host and holder.port == registration.port
 
 
 async def _register_new_topics(state: BrokerZooKeeper, log_manager: LogManager,

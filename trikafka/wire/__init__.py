@@ -77,6 +77,7 @@ from .responses import (
     encode_offsets_response,
     encode_produce_acked_response,
 )
+from . import replication as _replication  # noqa: F401  (registers its request bodies)
 
 __all__ = sorted(
     name for name, value in globals().items()

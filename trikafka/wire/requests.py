@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Callable, Union
 
 from .errors import LocalProtocolError, RemoteProtocolError
 
@@ -45,6 +45,8 @@ class RequestType(enum.IntEnum):
     FETCH_WAIT = 101
     METADATA = 102
     CREATE_TOPIC = 103
+    REPLICA_FETCH = 110  # replication (wire/replication.py)
+    EPOCH_END_OFFSET = 111
 
     @property
     def expects_response(self) -> bool:
@@ -230,6 +232,11 @@ def _encode_count(count: int) -> bytes:
     return _INT16.pack(_check_int("part count", count, 0, INT16_MAX))
 
 
+# Request bodies defined in other wire modules (replication.py), which build on this
+# one: each registers its (encode, decode) pair on import; ``trikafka.wire`` imports them.
+EXTENSION_BODIES: dict[RequestType, tuple[Callable[[Any], list[bytes]], Callable[[RequestType, "FieldCursor"], Any]]] = {}
+
+
 def _encode_body(req: Request) -> list[bytes]:
     if isinstance(req, ProduceRequest):
         return _encode_produce_part(req.part)
@@ -261,6 +268,9 @@ def _encode_body(req: Request) -> list[bytes]:
     if isinstance(req, CreateTopicRequest):
         return [encode_topic(req.topic),
                 _INT32.pack(_check_int("partitions", req.partitions, INT32_MIN, INT32_MAX))]
+    codec = EXTENSION_BODIES.get(getattr(req, "type", None))
+    if codec is not None:
+        return codec[0](req)
     raise LocalProtocolError(f"not a request: {req!r}")
 
 
@@ -366,6 +376,8 @@ def _decode_body(kind: RequestType, cur: FieldCursor) -> Request:
     if kind == RequestType.CREATE_TOPIC:
         topic = cur.topic()
         return CreateTopicRequest(topic, cur.int32("partitions"))
+    if kind in EXTENSION_BODIES:
+        return EXTENSION_BODIES[kind][1](kind, cur)
     assert kind == RequestType.FETCH_WAIT
     max_wait_ms = cur.int32("max_wait_ms")
     min_bytes = cur.int32("min_bytes")

@@ -184,3 +184,33 @@ def parent_of(path: str) -> str:
         raise InvalidPathError("the root has no parent")
     head = path.rsplit("/", 1)[0]
     return head or "/"
+
+
+# -- replicated topics (trikafka only; 0.7 clients never read this tree) ------
+
+TRIKAFKA = "/trikafka"
+REPLICATED_TOPICS = "/trikafka/topics"
+CONTROLLER = "/trikafka/controller"
+CONTROLLER_EPOCH = "/trikafka/controller_epoch"
+REPLICATION_BROKERS = "/trikafka/brokers"
+SHUTTING_DOWN = "/trikafka/shutting_down"
+
+
+def replicated_topic(topic: str) -> str:
+    """``/trikafka/topics/<t>``: the assignment and settings of a replicated topic."""
+    return f"{REPLICATED_TOPICS}/{validate_topic(topic)}"
+
+
+def partition_state(topic: str, partition: int) -> str:
+    """``/trikafka/topics/<t>/partitions/<p>/state``: leader, leader epoch, ISR."""
+    return f"{replicated_topic(topic)}/partitions/{_validate_partition(partition)}/state"
+
+
+def replication_broker(broker_id: int) -> str:
+    """``/trikafka/brokers/<id>``: host, port and whether the unflushed tail survived."""
+    return f"{REPLICATION_BROKERS}/{validate_broker_id(broker_id)}"
+
+
+def shutting_down(broker_id: int) -> str:
+    """``/trikafka/shutting_down/<id>``: the broker asks for a controlled shutdown."""
+    return f"{SHUTTING_DOWN}/{validate_broker_id(broker_id)}"

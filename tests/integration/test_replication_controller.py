@@ -1,0 +1,73 @@
+"""The controller on the fake and the real ZooKeeper: one winner, failover, elections from the ISR."""
+
+from __future__ import annotations
+
+import functools
+
+import trio
+
+from trikafka.broker.replication.controller import Controller
+from trikafka.zk.replication_store import create_topic, read_state
+from trikafka.zk.replication_values import PartitionState, TopicAssignment
+
+WAIT_S = 20.0
+
+
+async def _register(zk, broker_id: int) -> None:
+    await zk.create(f"/brokers/ids/{broker_id}", f"127.0.0.1-1:127.0.0.1:{9000 + broker_id}".encode(),
+                    ephemeral=True, makepath=True)
+
+
+async def _wait_state(zk, predicate) -> PartitionState:
+    with trio.fail_after(WAIT_S):
+        async for value in zk.watch_data("/trikafka/topics/orders/partitions/0/state"):
+            if value is not None:
+                state = PartitionState.decode(value[0])
+                if predicate(state):
+                    return state
+    raise AssertionError("watch ended")
+
+
+async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harness, zk_clock):
+    async with zk_harness.client() as admin, zk_harness.client() as b2, zk_harness.client() as b3:
+        await create_topic(admin, "orders", TopicAssignment(((1, 2, 3),), {"min.insync.replicas": "2"}),
+                           [PartitionState(1, 0, (1, 2, 3), 0)])
+        await _register(b2, 2)
+        await _register(b3, 3)
+        async with trio.open_nursery() as nursery:
+            async with zk_harness.client() as b1:
+                await _register(b1, 1)
+                controller = Controller(b3, 3, reconcile_interval_s=0.2)
+                await nursery.start(controller.run)
+                other = Controller(b2, 2, reconcile_interval_s=0.2)
+                await nursery.start(other.run)
+                with trio.fail_after(WAIT_S):
+                    while controller.stats.passes == 0:
+                        await controller.reconciled.wait()
+                assert other.stats.epoch is None  # one controller
+                assert (await read_state(admin, "orders", 0)).state.leader == 1  # stable: nothing to do
+            # broker 1's session is gone
+            state = await _wait_state(admin, lambda s: s.leader != 1)
+            assert state == PartitionState(2, 1, (2, 3), controller.stats.epoch)
+            nursery.cancel_scope.cancel()
+
+
+async def test_controller_failover_and_offline_without_an_isr_candidate(zk_harness, zk_clock):
+    async with zk_harness.client() as admin, zk_harness.client() as b2:
+        await create_topic(admin, "orders", TopicAssignment(((1, 2),), {}), [PartitionState(1, 3, (1,), 0)])
+        await _register(b2, 2)
+        async with trio.open_nursery() as nursery:
+            async with zk_harness.client() as b1:
+                await _register(b1, 1)
+                first = Controller(b1, 1, reconcile_interval_s=0.2)
+                await nursery.start(first.run)
+                with trio.fail_after(WAIT_S):
+                    while first.stats.passes == 0:
+                        await first.reconciled.wait()
+                second = Controller(b2, 2, reconcile_interval_s=0.2)
+                await nursery.start(second.run)
+            # broker 1 (leader, sole ISR member, controller) is gone: 2 takes over as controller
+            state = await _wait_state(admin, lambda s: s.leader_epoch > 3)
+            assert second.stats.epoch is not None and second.stats.epoch > first.stats.epoch
+            assert state == PartitionState(-1, 4, (1,), second.stats.epoch)  # 2 is not in the ISR: offline
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,162 @@
+"""The controller: one broker elects partition leaders for every replicated topic.
+
+Every broker runs ``Controller.run`` as a child of its root nursery.  It tries
+to create the ephemeral ``/trikafka/controller``; the loser waits for that node
+to go and tries again.  The winner reconciles: it reads the live brokers (with
+the czxid of each registration, so a broker that came back with a new session
+counts as restarted), whose unflushed tail survived, who asks for a controlled
+shutdown, and every partition state, and writes what ``election.elect``
+decides with versioned sets.  It reconciles on every change of
+``/brokers/ids``, ``/trikafka/topics`` and ``/trikafka/shutting_down``, and at
+least every ``reconcile_interval_s`` (a watch coalesces a quick delete and
+re-create into nothing, so the timer is what catches a fast restart).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+import trio
+
+from ...zk import paths
+from ...zk.coordinator import Coordinator
+from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError
+from ...zk.replication_store import claim_controller, read_assignment, read_state, replicated_topics, write_state
+from ...zk.replication_values import ReplicationValueError
+from .election import Cluster, elect
+
+logger = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 1.0
+
+
+@dataclass
+class ControllerStats:
+    """What the controller did (for tests and ``trikafka cluster``)."""
+
+    epoch: int | None = None
+    passes: int = 0
+    elections: int = 0
+    fenced_writes: int = 0
+    seen_registrations: dict[int, int] = field(default_factory=dict)  # broker -> czxid
+
+
+class Controller:
+    """Claims the controller role and reconciles partition states while it holds it."""
+
+    def __init__(self, zk: Coordinator, broker_id: int, *, reconcile_interval_s: float = RECONCILE_INTERVAL_S):
+        self._zk = zk
+        self.broker_id = broker_id
+        self.reconcile_interval_s = reconcile_interval_s
+        self.stats = ControllerStats()
+        self._wake = trio.Event()
+        self.reconciled = trio.Event()  # set after each pass (replaced by a new one)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Contend for the role forever (cancel to stop)."""
+        task_status.started()
+        while True:
+            epoch = await claim_controller(self._zk, self.broker_id)
+            if epoch is None:
+                async for value in self._zk.watch_data(paths.CONTROLLER):
+                    if value is None:
+                        break
+                continue
+            self.stats.epoch = epoch
+            logger.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+            await self._control(epoch)
+
+    async def _control(self, epoch: int) -> None:
+        async with trio.open_nursery() as nursery:
+            for path in (paths.BROKER_IDS, paths.REPLICATED_TOPICS, paths.SHUTTING_DOWN):
+                nursery.start_soon(self._wake_on_children, path)
+            nursery.start_soon(self._wake_on_loss_of_role, nursery.cancel_scope)
+            while True:
+                with trio.move_on_after(self.reconcile_interval_s):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                try:
+                    await self.reconcile(epoch)
+                except CoordinatorError as exc:
+                    logger.warning("controller pass failed (%s); retrying", exc)
+
+    async def _wake_on_children(self, path: str) -> None:
+        async for _children in self._zk.watch_children(path):
+            self._wake.set()
+
+    async def _wake_on_loss_of_role(self, scope: trio.CancelScope) -> None:
+        async for value in self._zk.watch_data(paths.CONTROLLER):
+            if value is None or value[1].ephemeral_owner != self._zk.session_id:
+                logger.warning("broker %d lost the controller role", self.broker_id)
+                scope.cancel()
+                return
+
+    async def _cluster(self) -> Cluster:
+        try:
+            ids = [int(name) for name in await self._zk.children(paths.BROKER_IDS) if name.isdigit()]
+        except NoNodeError:
+            ids = []
+        live, intact, restarted, seen = set(), set(), set(), {}
+        for broker in ids:
+            stat = await self._zk.exists(paths.broker_id(broker))
+            if stat is None:
+                continue
+            live.add(broker)
+            seen[broker] = stat.czxid
+            if self.stats.seen_registrations.get(broker, stat.czxid) != stat.czxid:
+                restarted.add(broker)
+            if await self._tail_intact(broker):
+                intact.add(broker)
+        try:
+            leaving = {int(n) for n in await self._zk.children(paths.SHUTTING_DOWN) if n.isdigit()}
+        except NoNodeError:
+            leaving = set()
+        self._pending_seen = seen
+        return Cluster(frozenset(live), frozenset(intact), frozenset(leaving), frozenset(restarted))
+
+    async def _tail_intact(self, broker: int) -> bool:
+        # A broker that does not say otherwise kept its page cache (a process crash or a clean stop).
+        try:
+            data, _stat = await self._zk.get(paths.replication_broker(broker))
+            return bool(json.loads(data).get("tail_intact", True))
+        except NoNodeError:
+            return True
+        except (ValueError, AttributeError):
+            return False
+
+    async def reconcile(self, epoch: int) -> None:
+        """One pass over every replicated partition."""
+        cluster = await self._cluster()
+        for topic in await replicated_topics(self._zk):
+            try:
+                assignment = await read_assignment(self._zk, topic)
+            except ReplicationValueError as exc:
+                logger.error("replicated topic %r: %s", topic, exc)
+                continue
+            if assignment is None:
+                continue
+            config = assignment.settings()
+            for partition, replicas in enumerate(assignment.replicas):
+                try:
+                    current = await read_state(self._zk, topic, partition)
+                except (NoNodeError, ReplicationValueError) as exc:
+                    logger.error("%s-%d: unreadable state (%s)", topic, partition, exc)
+                    continue
+                new = elect(current.state, replicas, cluster, config, epoch)
+                if new is None:
+                    continue
+                try:
+                    await write_state(self._zk, topic, partition, new, current.version)
+                except BadVersionError:
+                    self.stats.fenced_writes += 1  # a leader changed the ISR meanwhile: next pass
+                    self._wake.set()
+                    continue
+                self.stats.elections += 1
+                logger.info("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader,
+                            new.leader_epoch, list(new.isr))
+        self.stats.seen_registrations = self._pending_seen
+        self.stats.passes += 1
+        self.reconciled.set()
+        self.reconciled = trio.Event()

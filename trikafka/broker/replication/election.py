@@ -1,0 +1,76 @@
+"""The controller's decisions for one partition (docs: replication section 7).
+
+Pure: the current state, the replica list, who is live and whose unflushed
+tail survived go in; the next state (or None: leave it alone) comes out.
+The controller writes the result with a versioned set and bumps nothing
+else; every leader change and every move to offline bumps the leader epoch
+by one, so at most one leader ever holds a given (partition, epoch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...zk.replication_values import NO_LEADER, PartitionState, TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """What the controller knows about brokers when it decides."""
+
+    live: frozenset[int]  # registered under /brokers/ids
+    tail_intact: frozenset[int]  # live brokers whose unflushed tail survived their last stop
+    shutting_down: frozenset[int] = frozenset()  # asked for a controlled shutdown
+    # Registered again (a new session) since the controller last looked: a
+    # leader among them lost its in-memory leadership, so its epoch is over.
+    restarted: frozenset[int] = frozenset()
+
+
+def initial_state(replicas: tuple[int, ...], cluster: Cluster, controller_epoch: int) -> PartitionState:
+    """The first state of a new partition: the first live replica leads epoch 0, every replica in the ISR.
+
+    A new partition is empty on every replica, so all of them are in sync.
+    """
+    leader = next((r for r in replicas if r in cluster.live and r not in cluster.shutting_down), NO_LEADER)
+    return PartitionState(leader, 0, tuple(replicas), controller_epoch)
+
+
+def _electable(replica: int, cluster: Cluster, config: TopicConfig) -> bool:
+    if replica not in cluster.live or replica in cluster.shutting_down:
+        return False
+    # KIP-966: a replica whose unflushed tail may be gone could lack committed
+    # bytes; only ack-fsync topics guarantee committed bytes were on its disk.
+    return replica in cluster.tail_intact or config.replica_ack_fsync
+
+
+def elect(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster, config: TopicConfig,
+          controller_epoch: int) -> PartitionState | None:
+    """The state after the controller reacted to ``cluster``; None when nothing changes.
+
+    * a live, electable leader keeps leading (unless the preferred replica can take over);
+    * otherwise the first ISR member (replica order) that is live and electable leads;
+    * with none, unclean election (if the topic opted in) takes the first live
+      replica outside the ISR, with the ISR ``[itself]``; else the partition is offline.
+    """
+    current_ok = (state.leader != NO_LEADER and state.leader in cluster.live
+                  and state.leader not in cluster.shutting_down and state.leader not in cluster.restarted)
+    preferred = replicas[0] if replicas else NO_LEADER
+    if current_ok:
+        if (preferred != state.leader and preferred in state.isr and _electable(preferred, cluster, config)):
+            return PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
+        return None
+    candidates = [r for r in replicas if r in state.isr and _electable(r, cluster, config)]
+    if candidates:
+        leader = candidates[0]
+        # The old leader leaves the ISR only when it is really gone; a member
+        # shutting down in a controlled way is still caught up and may stay.
+        isr = tuple(r for r in state.isr if r == leader or r in cluster.live)
+        return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+    if config.unclean_leader_election:
+        unclean = [r for r in replicas if r in cluster.live and r not in cluster.shutting_down]
+        if unclean:
+            return PartitionState(unclean[0], state.leader_epoch + 1, (unclean[0],), controller_epoch)
+    if state.leader == NO_LEADER:
+        return None  # already offline: no new epoch for nothing
+    # Offline: the ISR is kept so that a member coming back can lead again.
+    return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, controller_epoch)

@@ -1,0 +1,141 @@
+"""The leader's view of one replicated partition: follower ends, high watermark, ISR.
+
+Pure and clock-free: every call that depends on time takes ``now_ms``.  The
+leader feeds it its own appends and each follower's REPLICA_FETCH; it answers
+what the high watermark is, whether an acks -1 write may be appended or is
+committed, and which ISR change to propose.  Proposals are written to
+ZooKeeper conditionally by the caller and applied here only once that write
+succeeded (``apply_isr``), so a fenced leader never acts on an ISR nobody
+agreed to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...wire.errors import ErrorCode
+
+
+@dataclass(slots=True)
+class _Follower:
+    end: int = 0  # the end this replica reports as "has it" (log end, or fsynced end)
+    fetch_offset: int = 0  # its log end, as of its last fetch
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    leader_end_at_last_fetch: int = 0
+    fetched: bool = False  # has fetched in this epoch (its ends mean something)
+
+
+class LeaderPartition:
+    """ISR bookkeeping on the leader of one partition for one leader epoch.
+
+    Args:
+        leader_id: this broker.
+        replicas: every replica of the partition (leader included).
+        isr: the ISR read from ZooKeeper (leader included).
+        epoch_start: the log end when this epoch began (the epoch's start offset).
+        high_watermark: the HW this replica knew before it became leader.
+        lag_time_max_ms: ``replica.lag.time.max.ms``.
+        min_insync_replicas: ``min.insync.replicas``.
+        now_ms: the time the leadership began (followers count as caught up then).
+        durable_end: the leader's fsynced end, on ``replica.ack.fsync`` topics
+            (its unflushed tail must not count towards the HW).
+    """
+
+    def __init__(self, leader_id: int, replicas: tuple[int, ...], isr: tuple[int, ...], *, epoch_start: int,
+                 high_watermark: int, lag_time_max_ms: int, min_insync_replicas: int, now_ms: int,
+                 durable_end: int | None = None):
+        if leader_id not in isr:
+            raise ValueError(f"leader {leader_id} is not in the ISR {isr}")
+        self.leader_id = leader_id
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.epoch_start = epoch_start
+        self.log_end = epoch_start
+        self.leader_end = epoch_start if durable_end is None else durable_end  # its own "has it" end
+        self.high_watermark = min(high_watermark, epoch_start)
+        self.lag_time_max_ms = lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self._followers = {r: _Follower(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                           for r in self.replicas if r != leader_id}
+        self._advance_hw()
+
+    # -- inputs ------------------------------------------------------------------------
+
+    def on_local_append(self, log_end: int, durable_end: int | None = None) -> None:
+        """The leader's log grew to ``log_end``; ``durable_end`` in ack-fsync mode."""
+        self.log_end = log_end
+        self.leader_end = log_end if durable_end is None else durable_end
+        self._advance_hw()
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                          durable_offset: int | None = None) -> None:
+        """A follower fetched from ``fetch_offset`` (its log end); it has everything below.
+
+        Raises KeyError for a replica id outside the replica list.
+        """
+        f = self._followers[replica_id]
+        if fetch_offset >= self.log_end:
+            f.last_caught_up_ms = now_ms
+        elif fetch_offset >= f.leader_end_at_last_fetch:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.fetch_offset = fetch_offset
+        f.end = fetch_offset if durable_offset is None else min(durable_offset, fetch_offset)
+        f.leader_end_at_last_fetch = self.log_end
+        f.last_fetch_ms = now_ms
+        f.fetched = True
+        self._advance_hw()
+
+    def apply_isr(self, isr: tuple[int, ...]) -> None:
+        """The ISR ZooKeeper now holds (after our conditional write succeeded)."""
+        if self.leader_id not in isr:
+            raise ValueError(f"leader {self.leader_id} is not in the ISR {isr}")
+        self.isr = tuple(isr)
+        self._advance_hw()
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def follower_end(self, replica_id: int) -> int:
+        """The end ``replica_id`` last reported."""
+        return self.leader_end if replica_id == self.leader_id else self._followers[replica_id].end
+
+    def _advance_hw(self) -> None:
+        low = min(self.follower_end(r) for r in self.isr)
+        # The HW never moves back on a leader: a follower joins the ISR only at or above it.
+        self.high_watermark = max(self.high_watermark, low)
+
+    def shrink_proposal(self, now_ms: int) -> tuple[int, ...] | None:
+        """The ISR without followers not caught up for ``lag_time_max_ms``; None if unchanged."""
+        laggards = {r for r in self.isr if r != self.leader_id
+                    and now_ms - self._followers[r].last_caught_up_ms > self.lag_time_max_ms}
+        if not laggards:
+            return None
+        return tuple(r for r in self.isr if r not in laggards)
+
+    def expand_proposal(self) -> tuple[int, ...] | None:
+        """The ISR plus followers caught up to the HW within this epoch; None if unchanged."""
+        joiners = [r for r in self.replicas if r not in self.isr and r != self.leader_id
+                   and self._followers[r].fetched
+                   and self._followers[r].fetch_offset >= max(self.high_watermark, self.epoch_start)
+                   and self._followers[r].end >= self.high_watermark]
+        if not joiners:
+            return None
+        return tuple(r for r in self.replicas if r in self.isr or r in joiners)
+
+    def check_acks_all(self) -> ErrorCode:
+        """May an acks -1 write be appended now? NO_ERROR or NOT_ENOUGH_REPLICAS."""
+        if len(self.isr) < self.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        return ErrorCode.NO_ERROR
+
+    def commit_status(self, required_end: int) -> ErrorCode | None:
+        """Outcome of an acks -1 write ending at ``required_end``: None while it must wait.
+
+        Committed once the HW covers it and the ISR still has the minimum size;
+        if the ISR fell below the minimum first, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+        """
+        if len(self.isr) < self.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if self.high_watermark >= required_end:
+            return ErrorCode.NO_ERROR
+        return None

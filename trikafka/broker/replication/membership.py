@@ -1,0 +1,86 @@
+"""A broker's replication membership: its ``/trikafka/brokers/<id>`` value and controlled shutdown.
+
+``tail_intact`` decides what the controller may trust (docs: replication §2,
+§7): after a clean stop, or a crash that did not reboot the machine (the page
+cache outlived the process), every byte the broker appended is still there;
+after a reboot without a clean stop, its unflushed tail may be gone and it
+must not lead a partition whose committed bytes might have been only there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import trio
+
+from ...zk import paths
+from ...zk.coordinator import Coordinator
+from ...zk.errors import NodeExistsError, NoNodeError
+from ...zk.replication_store import read_assignment, read_state, replicated_topics
+
+logger = logging.getLogger(__name__)
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """This machine's boot id (changes at every boot), or None where there is none. Blocking."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def tail_intact(*, clean_shutdown: bool, boot_id_now: str | None, boot_id_at_last_start: str | None) -> bool:
+    """Whether every byte appended before the last stop survived it."""
+    if clean_shutdown:
+        return True
+    # Without boot ids to compare, a reboot cannot be ruled out.
+    return boot_id_now is not None and boot_id_now == boot_id_at_last_start
+
+
+async def register_membership(zk: Coordinator, broker_id: int, host: str, port: int, *, intact: bool) -> None:
+    """Write ``/trikafka/brokers/<id>`` (ephemeral, this session)."""
+    value = json.dumps({"version": 1, "host": host, "port": port, "tail_intact": intact},
+                       sort_keys=True, separators=(",", ":")).encode()
+    path = paths.replication_broker(broker_id)
+    try:
+        await zk.create(path, value, ephemeral=True, makepath=True)
+    except NodeExistsError:  # our own node from before a reconnect, or a leftover being waited out
+        await zk.set(path, value)
+
+
+async def partitions_led_by(zk: Coordinator, broker_id: int) -> list[tuple[str, int]]:
+    """The replicated partitions whose state names ``broker_id`` as leader."""
+    led = []
+    for topic in await replicated_topics(zk):
+        assignment = await read_assignment(zk, topic)
+        for partition in range(len(assignment.replicas) if assignment else 0):
+            try:
+                if (await read_state(zk, topic, partition)).state.leader == broker_id:
+                    led.append((topic, partition))
+            except NoNodeError:
+                continue
+    return led
+
+
+async def controlled_shutdown(zk: Coordinator, broker_id: int, timeout_s: float) -> bool:
+    """Ask the controller to move every leadership away; True once this broker leads nothing.
+
+    False when ``timeout_s`` passed first (the broker then stops anyway: its
+    partitions fail over as after a crash).
+    """
+    try:
+        await zk.create(paths.shutting_down(broker_id), b"", ephemeral=True, makepath=True)
+    except NodeExistsError:
+        pass
+    with trio.move_on_after(timeout_s):
+        for topic, partition in await partitions_led_by(zk, broker_id):
+            async for value in zk.watch_data(paths.partition_state(topic, partition)):
+                if value is None or json.loads(value[0]).get("leader") != broker_id:
+                    break
+        return True
+    logger.warning("controlled shutdown: still leading after %.1f s; stopping anyway", timeout_s)
+    return False

@@ -1,0 +1,115 @@
+"""Reads and conditional writes of the replication znodes, through the Coordinator API.
+
+Every write that decides something is versioned: a controller sets a state
+with the version it read, a leader changes the ISR with the version it read,
+and ``BadVersionError`` tells the loser to re-read and re-decide (docs:
+replication §2).  The controller's own epoch comes from a versioned bump of
+``/trikafka/controller_epoch`` made after winning ``/trikafka/controller``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import paths
+from .coordinator import Coordinator
+from .ops import CreateOp, Stat
+from .errors import NodeExistsError, NoNodeError
+from .replication_values import PartitionState, ReplicationValueError, TopicAssignment
+
+
+class TopicExistsError(NodeExistsError):
+    """The replicated topic (or a 0.7 topic of that name) already exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedState:
+    """A partition state and the znode version it was read at."""
+
+    state: PartitionState
+    version: int
+
+
+async def create_topic(zk: Coordinator, topic: str, assignment: TopicAssignment,
+                       states: list[PartitionState]) -> None:
+    """Create a replicated topic and its partitions' first states in one transaction.
+
+    Raises TopicExistsError if ``/trikafka/topics/<t>`` exists already.
+    """
+    if len(states) != len(assignment.replicas):
+        raise ValueError(f"{len(states)} states for {len(assignment.replicas)} partitions")
+    await zk.ensure_path(paths.REPLICATED_TOPICS)
+    topic_path = paths.replicated_topic(topic)
+    ops = [CreateOp(topic_path, assignment.encode()), CreateOp(f"{topic_path}/partitions")]
+    for partition, state in enumerate(states):
+        state_path = paths.partition_state(topic, partition)
+        ops += [CreateOp(paths.parent_of(state_path)), CreateOp(state_path, state.encode())]
+    try:
+        await zk.multi(ops)
+    except NodeExistsError:
+        raise TopicExistsError(f"topic {topic!r} already exists") from None
+
+
+async def replicated_topics(zk: Coordinator) -> list[str]:
+    """Names of the replicated topics (sorted)."""
+    try:
+        return sorted(await zk.children(paths.REPLICATED_TOPICS))
+    except NoNodeError:
+        return []
+
+
+async def read_assignment(zk: Coordinator, topic: str) -> TopicAssignment | None:
+    """The topic's assignment, or None for a topic that is not replicated."""
+    try:
+        data, _stat = await zk.get(paths.replicated_topic(topic))
+    except NoNodeError:
+        return None
+    return TopicAssignment.decode(data)
+
+
+async def read_state(zk: Coordinator, topic: str, partition: int) -> VersionedState:
+    """The partition's state and its version; NoNodeError if there is none."""
+    data, stat = await zk.get(paths.partition_state(topic, partition))
+    return VersionedState(PartitionState.decode(data), stat.version)
+
+
+async def write_state(zk: Coordinator, topic: str, partition: int, state: PartitionState, version: int) -> int:
+    """Set the state if it is still at ``version``; the new version.  BadVersionError if not."""
+    stat: Stat = await zk.set(paths.partition_state(topic, partition), state.encode(), version)
+    return stat.version
+
+
+async def claim_controller(zk: Coordinator, broker_id: int) -> int | None:
+    """Try to become the controller; its new controller epoch, or None if someone else is.
+
+    The epoch is bumped only after the ephemeral ``/trikafka/controller`` is
+    ours, with a versioned set, so two claimants can never share an epoch.
+    """
+    await zk.ensure_path(paths.TRIKAFKA)
+    try:
+        await zk.create(paths.CONTROLLER, b"", ephemeral=True)
+    except NodeExistsError:
+        return None
+    while True:
+        try:
+            data, stat = await zk.get(paths.CONTROLLER_EPOCH)
+            epoch = _parse_epoch(data) + 1
+            await zk.set(paths.CONTROLLER_EPOCH, str(epoch).encode(), stat.version)
+        except NoNodeError:
+            epoch = 1
+            try:
+                await zk.create(paths.CONTROLLER_EPOCH, b"1")
+            except NodeExistsError:
+                continue
+        break
+    value = {"version": 1, "broker_id": broker_id, "controller_epoch": epoch}
+    await zk.set(paths.CONTROLLER, json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
+    return epoch
+
+
+def _parse_epoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ReplicationValueError(f"controller epoch {data!r} is not a decimal integer") from None
