@@ -31,13 +31,16 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from .cluster import BrokerAddress
-from .columns import SCHEMA, arrow_schema, columns_to_record_batch
+from .columns import SCHEMA, RecordBatchBuilder, arrow_schema
 from .offsets import PartitionKey
 from .options import OptionError, SourceOptions, parse_options
 from .planning import PartitionRange, open_connection, plan_batch
+from .prefetch import prefetched
 from .reading import FetchSizing, iter_column_chunks
 
 SOURCE_NAME = "trikafka"
+# Decoded fetches a task may hold ahead of Spark (memory: about this many fetch sizes).
+PREFETCH_CHUNKS = 2
 log = logging.getLogger("trikafka.spark")
 
 
@@ -54,15 +57,18 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     if not isinstance(partition, RangePartition):
         return  # Spark turns an empty plan into one placeholder partition
     planned = partition.planned
-    schema = arrow_schema()
+    builder = RecordBatchBuilder(planned.key, arrow_schema())
     sizing = FetchSizing(options.fetch_bytes, options.max_fetch_bytes)
     address = BrokerAddress(planned.key.broker, planned.host, planned.port)
     with open_connection(address, options) as conn:
-        for columns in iter_column_chunks(
+        # Fetching and decoding run one step ahead in a thread (see trikafka.spark.prefetch);
+        # the connection is used by that thread only, and closed after it has stopped.
+        chunks = iter_column_chunks(
             conn, planned.key, planned.start, planned.end, sizing,
             fail_on_data_loss=options.fail_on_data_loss, log=log.warning,
-        ):
-            yield columns_to_record_batch(planned.key, columns, schema)
+        )
+        for columns in prefetched(chunks, PREFETCH_CHUNKS):
+            yield builder.build(columns)
 
 
 def commit_to_group(options: SourceOptions, offsets: dict[PartitionKey, int]) -> None:
