@@ -1,23 +1,26 @@
-"""Spark load throughput vs a plain read with the wire decoder.
+"""Spark load throughput vs a plain read with the wire decoder, and vs Spark's own floor.
 
 Starts two ``trikafka serve`` brokers (two partitions each: four partitions),
 produces ``--messages`` messages of ``--payload-bytes`` random bytes, then
 measures:
 
-* **plain read**: the blocking client + ``wire.iter_messages`` (the same fetch
-  loop Spark tasks run), one process reading the four partitions in turn,
-  and the same split over ``--workers`` processes;
-* **spark batch read**: the same into Spark's ``noop`` sink (the source's own cost);
-* **spark batch load**: ``spark.read.format("trikafka") ... write.parquet``
-  on ``local[2]`` (session and Python workers warmed up first);
-* **spark stream load**: the pipeline's path, ``readStream`` ->
-  ``writeStream.parquet`` with ``Trigger.AvailableNow`` and a checkpoint;
-* **spark's floor**: a synthetic source that yields the same number of rows
-  as ready-made RecordBatches (no I/O, no decoding) into the same sinks, i.e.
-  what Spark itself costs on this machine whatever the source does.
+* **plain read**: the blocking client + the column decoder Spark tasks use,
+  one process reading the four partitions in turn, and the same split over
+  ``--workers`` processes;
+* **spark batch / stream read -> noop**: the source alone, into Spark's
+  ``noop`` sink (Spark pulls every column and writes nothing); streaming is
+  ``readStream`` with ``Trigger.AvailableNow`` (one micro-batch);
+* **spark's floor**: a synthetic source that yields the same rows as
+  ready-made RecordBatches (no I/O, no decoding), batch and streaming, into
+  the same sinks: what Spark itself costs on this machine whatever the
+  source does.  The noop runs of both sources alternate over ``--rounds``
+  rounds, so load from other processes hits both; the ratios (our rate /
+  the floor's rate) are the figures that count on a shared machine;
+* **spark batch / stream load -> parquet**: the pipeline's paths.
 
-Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes) or
-``python bench/spark_bench.py --messages 200000`` for a quick look.
+Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes),
+``--master local-cluster[2,1,1024]`` for separate executor JVMs, or
+``--messages 200000`` for a quick look.
 Figures are msgs/s and MB/s of payload (1 MB = 10^6 bytes).
 """
 
@@ -77,8 +80,8 @@ def plain_read(args: tuple[BrokerAddress, PartitionKey]) -> tuple[int, int]:
     with BrokerConnection(address.host, address.port) as conn:
         end = conn.visible_end(key.topic, key.partition)
         for chunk in iter_column_chunks(conn, key, 0, end, FETCH):  # the decoder Spark tasks use
-            count += len(chunk.offsets)
-            size += sum(map(len, chunk.payloads))
+            count += chunk.count
+            size += len(chunk.values)
     return count, size
 
 
@@ -102,13 +105,15 @@ def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # 
 
 def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int) -> str:  # type: ignore[no-untyped-def]
     """Register the floor-measuring source under the name it returns: ``rows`` rows of random
-    ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches
+    (batch reads, and streaming reads with one micro-batch of all rows)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     from trikafka.spark.columns import SCHEMA
 
     class SyntheticReader(DataSourceReader):
-        BATCH_ROWS = 5000
+        BATCH_ROWS = 5000  # about what one 1 MiB fetch of 200-byte messages holds
 
         def partitions(self):  # type: ignore[no-untyped-def]
             return [InputPartition(i) for i in range(partitions)]
@@ -131,6 +136,22 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
                 yield batch if left >= n else batch.slice(0, left)
                 left -= n
 
+    class SyntheticStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self):  # type: ignore[no-untyped-def]
+            return {"read": 0}
+
+        def latestOffset(self, start=None, limit=None):  # type: ignore[no-untyped-def]
+            return {"read": 1}
+
+        def prepareForTriggerAvailableNow(self):  # type: ignore[no-untyped-def]
+            pass
+
+        def partitions(self, start, end):  # type: ignore[no-untyped-def]
+            return SyntheticReader().partitions() if start != end else []
+
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            return SyntheticReader().read(partition)
+
     class SyntheticSource(DataSource):
         @classmethod
         def name(cls) -> str:
@@ -142,28 +163,55 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
         def reader(self, schema):  # type: ignore[no-untyped-def]
             return SyntheticReader()
 
+        def streamReader(self, schema):  # type: ignore[no-untyped-def]
+            return SyntheticStreamReader()
+
     spark.dataSource.register(SyntheticSource)
     return SyntheticSource.name()
 
 
+def _batch_noop_s(df) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def _stream_noop_s(df, checkpoint: Path) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    df.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True) \
+        .start().awaitTermination()
+    return time.perf_counter() - started
+
+
+def time_noop(spark, broker_list: str, topic: str, rows: int, payload_bytes: int, partitions: int,  # type: ignore[no-untyped-def]
+              rounds: int, out: Path) -> dict[str, list[float]]:
+    """Seconds into the noop sink (Spark pulls every column, writes nothing) for our source and
+    the synthetic floor, batch and streaming, interleaved over ``rounds`` so that load from
+    other processes hits both alike."""
+    synthetic = register_synthetic_source(spark, rows, payload_bytes, partitions)
+    spark.read.format(synthetic).load().limit(10).collect()  # warm up workers
+    spark_reader(spark, broker_list, topic).load().limit(10).collect()
+    times: dict[str, list[float]] = {"noop_s": [], "floor_noop_s": [], "stream_noop_s": [], "floor_stream_noop_s": []}
+    for i in range(rounds):
+        times["floor_noop_s"].append(_batch_noop_s(spark.read.format(synthetic).load()))
+        times["noop_s"].append(_batch_noop_s(spark_reader(spark, broker_list, topic).load()))
+        times["floor_stream_noop_s"].append(
+            _stream_noop_s(spark.readStream.format(synthetic).load(), out / f"floor-ckpt-{i}"))
+        times["stream_noop_s"].append(
+            _stream_noop_s(spark_reader(spark, broker_list, topic, stream=True).load(), out / f"noop-ckpt-{i}"))
+    return times
+
+
 def time_floor(spark, rows: int, payload_bytes: int, partitions: int, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
     name = register_synthetic_source(spark, rows, payload_bytes, partitions)
-    spark.read.format(name).load().limit(10).collect()  # warm up
-    started = time.perf_counter()
-    spark.read.format(name).load().write.format("noop").mode("overwrite").save()
-    noop_s = time.perf_counter() - started
     started = time.perf_counter()
     spark.read.format(name).load().write.mode("overwrite").parquet(str(out / "synthetic"))
     batch_s = time.perf_counter() - started
     assert spark.read.parquet(str(out / "synthetic")).count() == rows // partitions * partitions
-    return {"floor_noop_s": noop_s, "floor_batch_s": batch_s}
+    return {"floor_batch_s": batch_s}
 
 
 def time_spark(spark, broker_list: str, topic: str, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    spark_reader(spark, broker_list, topic).load().limit(10).collect()  # warm up workers
-    started = time.perf_counter()
-    spark_reader(spark, broker_list, topic).load().write.format("noop").mode("overwrite").save()
-    noop_s = time.perf_counter() - started  # the source alone: no Parquet encoding or writing
     started = time.perf_counter()
     spark_reader(spark, broker_list, topic).load().write.mode("overwrite").parquet(str(out / "batch"))
     batch_s = time.perf_counter() - started
@@ -174,7 +222,7 @@ def time_spark(spark, broker_list: str, topic: str, out: Path) -> dict[str, floa
     query.awaitTermination()
     stream_s = time.perf_counter() - started
     rows = spark.read.parquet(str(out / "stream")).count()
-    return {"noop_s": noop_s, "batch_s": batch_s, "stream_s": stream_s, "stream_rows": rows}
+    return {"batch_s": batch_s, "stream_s": stream_s, "stream_rows": rows}
 
 
 def main() -> int:
@@ -182,7 +230,9 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--payload-bytes", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2, help="processes for the parallel plain read")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--master", default="local[2]",
+                        help="e.g. local-cluster[2,1,1024] (2 executor JVMs of 1 core and 1 GiB each)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the noop-sink runs")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
@@ -207,33 +257,49 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     from trikafka.spark.session import build_session
 
     payload_mb = messages * args.payload_bytes / 1e6
-    figures: dict[str, float] = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s}
+    figures: dict = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s,
+                     "master": args.master}
     for workers in sorted({1, args.workers}):
         elapsed, count, size = time_plain(brokers, keys, workers)
         assert count == messages and size == messages * args.payload_bytes
         figures[f"plain_{workers}proc_s"] = elapsed
     spark = build_session("trikafka-bench", master=args.master)
+    broker_list = format_broker_list(brokers.values())
     try:
-        figures.update(time_spark(spark, format_broker_list(brokers.values()), "bench", root / "out"))
+        runs = time_noop(spark, broker_list, "bench", messages, args.payload_bytes, len(keys), args.rounds,
+                         root / "out")
+        figures["runs"] = runs
+        figures.update({key: min(values) for key, values in runs.items()})
+        figures.update(time_spark(spark, broker_list, "bench", root / "out"))
         figures.update(time_floor(spark, messages, args.payload_bytes, len(keys), root / "out"))
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
-    print(f"{'what':<34}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
+    print(f"master {args.master}; best of {args.rounds} interleaved rounds for the noop sink")
+    print(f"{'what':<38}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
     rows = [("produce (acks=-1)", "produce_s")] + [
         (f"plain read, {w} process(es)", f"plain_{w}proc_s") for w in sorted({1, args.workers})
-    ] + [("spark batch read -> noop sink", "noop_s"), ("spark batch load -> parquet", "batch_s"),
-         ("spark stream load -> parquet", "stream_s"),
-         ("floor: synthetic -> noop sink", "floor_noop_s"), ("floor: synthetic -> parquet", "floor_batch_s")]
+    ] + [("spark batch read -> noop sink", "noop_s"), ("floor: synthetic batch -> noop sink", "floor_noop_s"),
+         ("spark stream read -> noop sink", "stream_noop_s"),
+         ("floor: synthetic stream -> noop sink", "floor_stream_noop_s"),
+         ("spark batch load -> parquet", "batch_s"), ("floor: synthetic batch -> parquet", "floor_batch_s"),
+         ("spark stream load -> parquet", "stream_s")]
     for label, key in rows:
         seconds = figures[key]
-        print(f"{label:<34}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
-    for key in ("noop_s", "batch_s", "stream_s"):
-        figures[f"{key[:-2]}_vs_plain_1proc"] = figures["plain_1proc_s"] / figures[key]
-        print(f"{key[:-2]} rate / plain 1-process rate: {figures[f'{key[:-2]}_vs_plain_1proc']:.0%}")
-    for key in ("noop_s", "batch_s"):
-        figures[f"{key[:-2]}_vs_floor"] = figures[f"floor_{key}"] / figures[key]
-        print(f"{key[:-2]} rate / spark's synthetic floor: {figures[f'{key[:-2]}_vs_floor']:.0%}")
+        print(f"{label:<38}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
+    for key, values in runs.items():
+        print(f"  {key} every round: {' '.join(f'{v:.2f}' for v in values)}")
+    for ours, floor, label in [("noop_s", "floor_noop_s", "batch read -> noop"),
+                               ("stream_noop_s", "floor_stream_noop_s", "stream read -> noop"),
+                               ("batch_s", "floor_batch_s", "batch load -> parquet")]:
+        figures[f"{ours[:-2]}_vs_floor"] = figures[floor] / figures[ours]
+        print(f"{label}: our rate / synthetic floor's rate = {figures[f'{ours[:-2]}_vs_floor']:.0%}")
+    per_round = [f / o for f, o in zip(runs["floor_noop_s"], runs["noop_s"])]
+    stream_per_round = [f / o for f, o in zip(runs["floor_stream_noop_s"], runs["stream_noop_s"])]
+    print(f"  per round, batch: {' '.join(f'{r:.0%}' for r in per_round)}; "
+          f"stream: {' '.join(f'{r:.0%}' for r in stream_per_round)}")
+    figures["stream_vs_batch_noop"] = figures["noop_s"] / figures["stream_noop_s"]
+    print(f"stream read / batch read rate (noop): {figures['stream_vs_batch_noop']:.0%}")
     return figures
 
 
