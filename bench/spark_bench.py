@@ -18,6 +18,10 @@ measures:
   the floor's rate) are the figures that count on a shared machine;
 * **spark batch / stream load -> parquet**: the pipeline's paths.
 
+Noop runs report wall seconds and the CPU seconds of the whole process tree
+(this process, the JVM, Spark's Python workers, the brokers), which load from
+other processes disturbs much less.
+
 Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes),
 ``--master local-cluster[2,1,1024]`` for separate executor JVMs, or
 ``--messages 200000`` for a quick look.
@@ -30,6 +34,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import sys
@@ -97,13 +102,17 @@ def time_plain(brokers, keys, workers: int) -> tuple[float, int, int]:
     return elapsed, sum(r[0] for r in results), sum(r[1] for r in results)
 
 
+FETCH_OPTIONS: dict[str, str] = {}  # extra source options from the command line (--fetch-bytes)
+
+
 def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # type: ignore[no-untyped-def]
     reader = spark.readStream if stream else spark.read
     return (reader.format("trikafka").option("brokers", broker_list).option("topics", topic)
-            .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)))
+            .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)).options(**FETCH_OPTIONS))
 
 
-def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int) -> str:  # type: ignore[no-untyped-def]
+def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int,  # type: ignore[no-untyped-def]
+                              batch_rows: int = 5000) -> str:
     """Register the floor-measuring source under the name it returns: ``rows`` rows of random
     ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches
     (batch reads, and streaming reads with one micro-batch of all rows)."""
@@ -113,7 +122,7 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
     from trikafka.spark.columns import SCHEMA
 
     class SyntheticReader(DataSourceReader):
-        BATCH_ROWS = 5000  # about what one 1 MiB fetch of 200-byte messages holds
+        BATCH_ROWS = batch_rows  # 5000: about what one 1 MiB fetch of 200-byte messages holds
 
         def partitions(self):  # type: ignore[no-untyped-def]
             return [InputPartition(i) for i in range(partitions)]
@@ -170,35 +179,67 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
     return SyntheticSource.name()
 
 
-def _batch_noop_s(df) -> float:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
+def tree_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` (default: this process) and its
+    descendants: the JVM, Spark's Python workers and the brokers.  Each live process counts
+    itself and its reaped children, so no second is counted twice (Linux ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    total, todo = 0.0, [pid or os.getpid()]
+    while todo:
+        current = todo.pop()
+        total += times.get(current, 0.0)
+        todo.extend(children.get(current, []))
+    return total
 
 
-def _stream_noop_s(df, checkpoint: Path) -> float:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    df.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True) \
-        .start().awaitTermination()
-    return time.perf_counter() - started
+def _measured(run) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(wall seconds, CPU seconds of the whole process tree) of ``run()``."""
+    cpu, started = tree_cpu_s(), time.perf_counter()
+    run()
+    return time.perf_counter() - started, tree_cpu_s() - cpu
+
+
+def _batch_noop(df) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    return _measured(lambda: df.write.format("noop").mode("overwrite").save())
+
+
+def _stream_noop(df, checkpoint: Path) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    return _measured(lambda: df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+                     .trigger(availableNow=True).start().awaitTermination())
 
 
 def time_noop(spark, broker_list: str, topic: str, rows: int, payload_bytes: int, partitions: int,  # type: ignore[no-untyped-def]
-              rounds: int, out: Path) -> dict[str, list[float]]:
-    """Seconds into the noop sink (Spark pulls every column, writes nothing) for our source and
-    the synthetic floor, batch and streaming, interleaved over ``rounds`` so that load from
-    other processes hits both alike."""
-    synthetic = register_synthetic_source(spark, rows, payload_bytes, partitions)
+              rounds: int, out: Path, floor_batch_rows: int = 5000) -> dict[str, list[float]]:
+    """Wall and CPU seconds into the noop sink (Spark pulls every column, writes nothing) for
+    our source and the synthetic floor, batch and streaming, interleaved over ``rounds`` so
+    that load from other processes hits both alike.  CPU seconds (whole process tree) are the
+    steadier measure on a shared machine: other processes slow the wall clock, not them."""
+    synthetic = register_synthetic_source(spark, rows, payload_bytes, partitions, floor_batch_rows)
     spark.read.format(synthetic).load().limit(10).collect()  # warm up workers
     spark_reader(spark, broker_list, topic).load().limit(10).collect()
-    times: dict[str, list[float]] = {"noop_s": [], "floor_noop_s": [], "stream_noop_s": [], "floor_stream_noop_s": []}
+    times: dict[str, list[float]] = {}
     for i in range(rounds):
-        times["floor_noop_s"].append(_batch_noop_s(spark.read.format(synthetic).load()))
-        times["noop_s"].append(_batch_noop_s(spark_reader(spark, broker_list, topic).load()))
-        times["floor_stream_noop_s"].append(
-            _stream_noop_s(spark.readStream.format(synthetic).load(), out / f"floor-ckpt-{i}"))
-        times["stream_noop_s"].append(
-            _stream_noop_s(spark_reader(spark, broker_list, topic, stream=True).load(), out / f"noop-ckpt-{i}"))
+        for key, (wall, cpu) in [
+            ("floor_noop", _batch_noop(spark.read.format(synthetic).load())),
+            ("noop", _batch_noop(spark_reader(spark, broker_list, topic).load())),
+            ("floor_stream_noop", _stream_noop(spark.readStream.format(synthetic).load(), out / f"floor-ckpt-{i}")),
+            ("stream_noop", _stream_noop(spark_reader(spark, broker_list, topic, stream=True).load(),
+                                         out / f"noop-ckpt-{i}")),
+        ]:
+            times.setdefault(f"{key}_s", []).append(wall)
+            times.setdefault(f"{key}_cpu_s", []).append(cpu)
     return times
 
 
@@ -233,6 +274,8 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]",
                         help="e.g. local-cluster[2,1,1024] (2 executor JVMs of 1 core and 1 GiB each)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the noop-sink runs")
+    parser.add_argument("--fetch-bytes", type=int, help="the source's fetchSize (default: the source's)")
+    parser.add_argument("--floor-batch-rows", type=int, default=5000, help="rows per synthetic RecordBatch")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
@@ -258,7 +301,7 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
 
     payload_mb = messages * args.payload_bytes / 1e6
     figures: dict = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s,
-                     "master": args.master}
+                     "master": args.master, "fetch_bytes": args.fetch_bytes, "floor_batch_rows": args.floor_batch_rows}
     for workers in sorted({1, args.workers}):
         elapsed, count, size = time_plain(brokers, keys, workers)
         assert count == messages and size == messages * args.payload_bytes
@@ -266,8 +309,10 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     spark = build_session("trikafka-bench", master=args.master)
     broker_list = format_broker_list(brokers.values())
     try:
+        if args.fetch_bytes:
+            FETCH_OPTIONS["fetchSize"] = str(args.fetch_bytes)
         runs = time_noop(spark, broker_list, "bench", messages, args.payload_bytes, len(keys), args.rounds,
-                         root / "out")
+                         root / "out", args.floor_batch_rows)
         figures["runs"] = runs
         figures.update({key: min(values) for key, values in runs.items()})
         figures.update(time_spark(spark, broker_list, "bench", root / "out"))
@@ -275,13 +320,16 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
-    print(f"master {args.master}; best of {args.rounds} interleaved rounds for the noop sink")
+    print(f"master {args.master}, fetchSize {args.fetch_bytes or 'default'}, "
+          f"{args.floor_batch_rows} rows per synthetic batch; noop sink: best of {args.rounds} interleaved rounds (wall and CPU separately)")
     print(f"{'what':<38}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
     rows = [("produce (acks=-1)", "produce_s")] + [
         (f"plain read, {w} process(es)", f"plain_{w}proc_s") for w in sorted({1, args.workers})
-    ] + [("spark batch read -> noop sink", "noop_s"), ("floor: synthetic batch -> noop sink", "floor_noop_s"),
-         ("spark stream read -> noop sink", "stream_noop_s"),
+    ] + [("spark batch read -> noop sink", "noop_s"), ("  CPU s, whole process tree", "noop_cpu_s"),
+         ("floor: synthetic batch -> noop sink", "floor_noop_s"), ("  CPU s, whole process tree", "floor_noop_cpu_s"),
+         ("spark stream read -> noop sink", "stream_noop_s"), ("  CPU s, whole process tree", "stream_noop_cpu_s"),
          ("floor: synthetic stream -> noop sink", "floor_stream_noop_s"),
+         ("  CPU s, whole process tree", "floor_stream_noop_cpu_s"),
          ("spark batch load -> parquet", "batch_s"), ("floor: synthetic batch -> parquet", "floor_batch_s"),
          ("spark stream load -> parquet", "stream_s")]
     for label, key in rows:
@@ -289,15 +337,15 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
         print(f"{label:<38}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
     for key, values in runs.items():
         print(f"  {key} every round: {' '.join(f'{v:.2f}' for v in values)}")
-    for ours, floor, label in [("noop_s", "floor_noop_s", "batch read -> noop"),
-                               ("stream_noop_s", "floor_stream_noop_s", "stream read -> noop"),
-                               ("batch_s", "floor_batch_s", "batch load -> parquet")]:
+    for ours, floor, label in [("noop_s", "floor_noop_s", "batch read -> noop, wall"),
+                               ("noop_cpu_s", "floor_noop_cpu_s", "batch read -> noop, CPU"),
+                               ("stream_noop_s", "floor_stream_noop_s", "stream read -> noop, wall"),
+                               ("stream_noop_cpu_s", "floor_stream_noop_cpu_s", "stream read -> noop, CPU"),
+                               ("batch_s", "floor_batch_s", "batch load -> parquet, wall")]:
         figures[f"{ours[:-2]}_vs_floor"] = figures[floor] / figures[ours]
-        print(f"{label}: our rate / synthetic floor's rate = {figures[f'{ours[:-2]}_vs_floor']:.0%}")
-    per_round = [f / o for f, o in zip(runs["floor_noop_s"], runs["noop_s"])]
-    stream_per_round = [f / o for f, o in zip(runs["floor_stream_noop_s"], runs["stream_noop_s"])]
-    print(f"  per round, batch: {' '.join(f'{r:.0%}' for r in per_round)}; "
-          f"stream: {' '.join(f'{r:.0%}' for r in stream_per_round)}")
+        per_round = "" if ours not in runs else " (rounds: " + " ".join(
+            f"{f / o:.0%}" for f, o in zip(runs[floor], runs[ours])) + ")"
+        print(f"{label}: our rate / synthetic floor's rate = {figures[f'{ours[:-2]}_vs_floor']:.0%}{per_round}")
     figures["stream_vs_batch_noop"] = figures["noop_s"] / figures["stream_noop_s"]
     print(f"stream read / batch read rate (noop): {figures['stream_vs_batch_noop']:.0%}")
     return figures
