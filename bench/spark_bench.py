@@ -227,8 +227,10 @@ def time_noop(spark, broker_list: str, topic: str, rows: int, payload_bytes: int
     that load from other processes hits both alike.  CPU seconds (whole process tree) are the
     steadier measure on a shared machine: other processes slow the wall clock, not them."""
     synthetic = register_synthetic_source(spark, rows, payload_bytes, partitions, floor_batch_rows)
-    spark.read.format(synthetic).load().limit(10).collect()  # warm up workers
-    spark_reader(spark, broker_list, topic).load().limit(10).collect()
+    # Warm up: Python workers, and the JVM's JIT on the whole path (a first full pass ran
+    # about twice as long as later ones).
+    _batch_noop(spark.read.format(synthetic).load())
+    _batch_noop(spark_reader(spark, broker_list, topic).load())
     times: dict[str, list[float]] = {}
     for i in range(rounds):
         for key, (wall, cpu) in [
