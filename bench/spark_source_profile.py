@@ -10,9 +10,7 @@ whole partition in this process the way a task does and times each stage:
 * **hop**: writing each batch to an Arrow IPC stream, the Python half of
   the hand-over to the JVM (Spark's worker does the same into a socket);
 * **task**: ``read_partition`` end to end (prefetch thread included), and
-  the per-task fixed costs (Arrow schema, connection);
-* **old path**: the previous decoder (``decode_columns`` + ``pa.array`` of
-  Python lists), for comparison.
+  the per-task fixed costs (Arrow schema, connection).
 
 ``--profile`` adds a cProfile of one task.  Run:
 ``python bench/spark_source_profile.py`` (500k x 200 B).
@@ -41,9 +39,9 @@ from trikafka.spark.columns import RecordBatchBuilder, arrow_schema
 from trikafka.spark.offsets import PartitionKey
 from trikafka.spark.options import parse_options
 from trikafka.spark.planning import PartitionRange
-from trikafka.spark.reading import FetchSizing, iter_column_chunks
+from trikafka.spark.reading import FetchSizing, decode_column_chunk, iter_column_chunks
 from trikafka.spark.source import RangePartition, read_partition
-from trikafka.wire import ErrorCode, ProducePart, build_message_set, decode_columns
+from trikafka.wire import ErrorCode, ProducePart, build_message_set
 
 KEY = PartitionKey("profile", 0, 0)
 PRODUCE_BATCH = 5000
@@ -84,11 +82,9 @@ def stages(port: int, end: int, fetch_bytes: int) -> dict[str, float]:
     timings = {"decode": 0.0, "arrow": 0.0, "hop": 0.0}
 
     def decode(data, pos):  # type: ignore[no-untyped-def]
-        from trikafka.spark.reading import _decode_columns
-
         started = time.perf_counter()
         try:
-            return _decode_columns(data, pos)
+            return decode_column_chunk(data, pos)
         finally:
             timings["decode"] += time.perf_counter() - started
 
@@ -109,26 +105,6 @@ def stages(port: int, end: int, fetch_bytes: int) -> dict[str, float]:
             batches += 1
     timings["fetch"] = conn.fetch_s
     timings["rows"], timings["batches"] = rows, batches
-    return timings
-
-
-def old_path(port: int, end: int, fetch_bytes: int) -> dict[str, float]:
-    """The previous decoder: per-message Python lists, then ``pa.array`` of them."""
-    sizing = FetchSizing(fetch_bytes, 100 << 20)
-    timings = {"decode": 0.0, "arrow": 0.0}
-
-    def decode(data, pos):  # type: ignore[no-untyped-def]
-        started = time.perf_counter()
-        columns = decode_columns(data, pos)
-        timings["decode"] += time.perf_counter() - started
-        return columns, (columns.next_offsets[-1] if columns.offsets else None)
-
-    with BrokerConnection("127.0.0.1", port) as conn:
-        for columns in iter_column_chunks(conn, KEY, 0, end, sizing, decode=decode):
-            started = time.perf_counter()
-            pa.array(columns.offsets, pa.int64()), pa.array(columns.next_offsets, pa.int64())
-            pa.array(columns.payloads, pa.binary())
-            timings["arrow"] += time.perf_counter() - started
     return timings
 
 
@@ -179,8 +155,6 @@ def report(args, port: int, end: int, broker_pid: int) -> None:  # type: ignore[
         for name, value in stages(port, end, args.fetch_bytes).items():
             best[f"stage {name}"] = min(best.get(f"stage {name}", float("inf")), value)
         best["broker cpu"] = min(best.get("broker cpu", float("inf")), cpu_s(broker_pid) - broker_cpu)
-        for name, value in old_path(port, end, args.fetch_bytes).items():
-            best[f"old {name}"] = min(best.get(f"old {name}", float("inf")), value)
         first_s, task_s, rows = task(port, end, args.fetch_bytes)
         best["task first batch"] = min(best.get("task first batch", float("inf")), first_s)
         best["task total"] = min(best.get("task total", float("inf")), task_s)
@@ -192,8 +166,7 @@ def report(args, port: int, end: int, broker_pid: int) -> None:  # type: ignore[
     for label, key in [("fetch (FETCH round trips)", "stage fetch"), ("  of which broker CPU", "broker cpu"), ("decode (decode_set_columns)", "stage decode"),
                        ("arrow (RecordBatchBuilder)", "stage arrow"), ("hop (Arrow IPC write)", "stage hop"),
                        ("task: read_partition, prefetching", "task total"),
-                       ("task: until its first batch", "task first batch"),
-                       ("old decode (decode_columns)", "old decode"), ("old arrow (pa.array of lists)", "old arrow")]:
+                       ("task: until its first batch", "task first batch")]:
         print(f"{label:<36}{best[key]:>9.3f}{best[key] / rows * 1e9:>9.0f}")
     serial = sum(best[f"stage {k}"] for k in ("fetch", "decode", "arrow"))
     print(f"serial fetch+decode+arrow {serial:.3f} s; prefetching task {best['task total']:.3f} s")

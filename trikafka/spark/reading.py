@@ -74,7 +74,8 @@ def _decode_messages(data: bytes, pos: int) -> tuple[list[ConsumedMessage], int 
     return messages, (messages[-1].next_offset if messages else None)
 
 
-def _decode_columns(data: bytes, pos: int) -> tuple[SetColumns, int | None]:
+def decode_column_chunk(data: bytes, pos: int) -> tuple[SetColumns, int | None]:
+    """One fetched set at ``pos`` as columns, and the offset after its last complete entry."""
     columns = decode_set_columns(data, pos)
     return columns, (pos + columns.valid_bytes if columns.count else None)
 
@@ -88,7 +89,7 @@ def iter_column_chunks(
     *,
     fail_on_data_loss: bool = True,
     log: Callable[[str], None] = lambda _msg: None,
-    decode: Callable[[bytes, int], tuple[object, int | None]] = _decode_columns,
+    decode: Callable[[bytes, int], tuple[object, int | None]] = decode_column_chunk,
 ) -> Iterator:
     """``iter_message_chunks`` yielding ``SetColumns`` (the Arrow path: buffers,
     no per-message objects), or whatever ``decode(data, pos)`` returns with the

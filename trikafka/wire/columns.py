@@ -4,7 +4,8 @@
 same offsets, same CRC checks, wrappers unpacked with the §5 offset rule) as
 four flat buffers a columnar consumer can adopt without touching a row:
 
-* ``offsets`` / ``next_offsets``: ``array('q')`` of absolute byte offsets;
+* ``offsets`` / ``next_offsets``: ``array('q')`` of byte offsets relative to
+  the set's ``base_offset`` (a consumer adds it in one vectorised step);
 * ``values``: every payload back to back, and ``value_ends``: an
   ``array('i')`` of ``count + 1`` positions into it (0 first), i.e. Arrow's
   binary layout, so ``pyarrow`` wraps them without copying.
@@ -15,9 +16,9 @@ entries with the same length prefix and header sits in the set at a fixed
 stride, so its length, magic and CRC bytes are read as strided slices of the
 set (``data[a:b:stride]``, C speed) instead of entry by entry.  Each payload
 is still checked on its own with ``zlib.crc32``; what goes is the per-row
-Python bytecode around it.  Entries that break a run (other sizes, magic 0
-next to magic 1, compressed wrappers, odd headers) take the general path,
-one entry at a time through ``iter_messages`` itself.
+Python bytecode around it.  Entries outside runs go one at a time: plain
+ones with ``iter_messages``' own inline checks, compressed wrappers and odd
+headers through ``iter_messages`` itself.
 
 stdlib only, like the rest of ``wire``.
 """
@@ -76,7 +77,7 @@ def decode_set_columns(data: bytes | bytearray | memoryview, base_offset: int = 
     Equal to ``iter_messages(data, base_offset)`` message for message; a
     partial trailing entry is left out (``valid_bytes`` stops before it).
     Raises ``InvalidMessageError`` on the first bad entry (nothing is
-    returned then), like ``decode_columns``.
+    returned then).
     """
     if type(data) is not bytes:
         data = bytes(data)  # strided slicing and fast slicing need bytes
