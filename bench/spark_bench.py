@@ -1,23 +1,30 @@
-"""Spark load throughput vs a plain read with the wire decoder.
+"""Spark load throughput vs a plain read with the wire decoder, and vs Spark's own floor.
 
 Starts two ``trikafka serve`` brokers (two partitions each: four partitions),
 produces ``--messages`` messages of ``--payload-bytes`` random bytes, then
 measures:
 
-* **plain read**: the blocking client + ``wire.iter_messages`` (the same fetch
-  loop Spark tasks run), one process reading the four partitions in turn,
-  and the same split over ``--workers`` processes;
-* **spark batch read**: the same into Spark's ``noop`` sink (the source's own cost);
-* **spark batch load**: ``spark.read.format("trikafka") ... write.parquet``
-  on ``local[2]`` (session and Python workers warmed up first);
-* **spark stream load**: the pipeline's path, ``readStream`` ->
-  ``writeStream.parquet`` with ``Trigger.AvailableNow`` and a checkpoint;
-* **spark's floor**: a synthetic source that yields the same number of rows
-  as ready-made RecordBatches (no I/O, no decoding) into the same sinks, i.e.
-  what Spark itself costs on this machine whatever the source does.
+* **plain read**: the blocking client + the column decoder Spark tasks use,
+  one process reading the four partitions in turn, and the same split over
+  ``--workers`` processes;
+* **spark batch / stream read -> noop**: the source alone, into Spark's
+  ``noop`` sink (Spark pulls every column and writes nothing); streaming is
+  ``readStream`` with ``Trigger.AvailableNow`` (one micro-batch);
+* **spark's floor**: a synthetic source that yields the same rows as
+  ready-made RecordBatches (no I/O, no decoding), batch and streaming, into
+  the same sinks: what Spark itself costs on this machine whatever the
+  source does.  The noop runs of both sources alternate over ``--rounds``
+  rounds, so load from other processes hits both; the ratios (our rate /
+  the floor's rate) are the figures that count on a shared machine;
+* **spark batch / stream load -> parquet**: the pipeline's paths.
 
-Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes) or
-``python bench/spark_bench.py --messages 200000`` for a quick look.
+Noop runs report wall seconds and the CPU seconds of the whole process tree
+(this process, the JVM, Spark's Python workers, the brokers), which load from
+other processes disturbs much less.
+
+Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes),
+``--master local-cluster[2,1,1024]`` for separate executor JVMs, or
+``--messages 200000`` for a quick look.
 Figures are msgs/s and MB/s of payload (1 MB = 10^6 bytes).
 """
 
@@ -27,6 +34,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import random
 import shutil
 import sys
@@ -77,8 +85,8 @@ def plain_read(args: tuple[BrokerAddress, PartitionKey]) -> tuple[int, int]:
     with BrokerConnection(address.host, address.port) as conn:
         end = conn.visible_end(key.topic, key.partition)
         for chunk in iter_column_chunks(conn, key, 0, end, FETCH):  # the decoder Spark tasks use
-            count += len(chunk.offsets)
-            size += sum(map(len, chunk.payloads))
+            count += chunk.count
+            size += len(chunk.values)
     return count, size
 
 
@@ -94,21 +102,27 @@ def time_plain(brokers, keys, workers: int) -> tuple[float, int, int]:
     return elapsed, sum(r[0] for r in results), sum(r[1] for r in results)
 
 
+FETCH_OPTIONS: dict[str, str] = {}  # extra source options from the command line (--fetch-bytes)
+
+
 def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # type: ignore[no-untyped-def]
     reader = spark.readStream if stream else spark.read
     return (reader.format("trikafka").option("brokers", broker_list).option("topics", topic)
-            .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)))
+            .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)).options(**FETCH_OPTIONS))
 
 
-def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int) -> str:  # type: ignore[no-untyped-def]
+def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int,  # type: ignore[no-untyped-def]
+                              batch_rows: int = 5000) -> str:
     """Register the floor-measuring source under the name it returns: ``rows`` rows of random
-    ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches
+    (batch reads, and streaming reads with one micro-batch of all rows)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     from trikafka.spark.columns import SCHEMA
 
     class SyntheticReader(DataSourceReader):
-        BATCH_ROWS = 5000
+        BATCH_ROWS = batch_rows  # 5000: about what one 1 MiB fetch of 200-byte messages holds
 
         def partitions(self):  # type: ignore[no-untyped-def]
             return [InputPartition(i) for i in range(partitions)]
@@ -131,6 +145,22 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
                 yield batch if left >= n else batch.slice(0, left)
                 left -= n
 
+    class SyntheticStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self):  # type: ignore[no-untyped-def]
+            return {"read": 0}
+
+        def latestOffset(self, start=None, limit=None):  # type: ignore[no-untyped-def]
+            return {"read": 1}
+
+        def prepareForTriggerAvailableNow(self):  # type: ignore[no-untyped-def]
+            pass
+
+        def partitions(self, start, end):  # type: ignore[no-untyped-def]
+            return SyntheticReader().partitions() if start != end else []
+
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            return SyntheticReader().read(partition)
+
     class SyntheticSource(DataSource):
         @classmethod
         def name(cls) -> str:
@@ -142,28 +172,89 @@ def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: 
         def reader(self, schema):  # type: ignore[no-untyped-def]
             return SyntheticReader()
 
+        def streamReader(self, schema):  # type: ignore[no-untyped-def]
+            return SyntheticStreamReader()
+
     spark.dataSource.register(SyntheticSource)
     return SyntheticSource.name()
 
 
+def tree_cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` (default: this process) and its
+    descendants: the JVM, Spark's Python workers and the brokers.  Each live process counts
+    itself and its reaped children, so no second is counted twice (Linux ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    total, todo = 0.0, [pid or os.getpid()]
+    while todo:
+        current = todo.pop()
+        total += times.get(current, 0.0)
+        todo.extend(children.get(current, []))
+    return total
+
+
+def _measured(run) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(wall seconds, CPU seconds of the whole process tree) of ``run()``."""
+    cpu, started = tree_cpu_s(), time.perf_counter()
+    run()
+    return time.perf_counter() - started, tree_cpu_s() - cpu
+
+
+def _batch_noop(df) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    return _measured(lambda: df.write.format("noop").mode("overwrite").save())
+
+
+def _stream_noop(df, checkpoint: Path) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    return _measured(lambda: df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+                     .trigger(availableNow=True).start().awaitTermination())
+
+
+def time_noop(spark, broker_list: str, topic: str, rows: int, payload_bytes: int, partitions: int,  # type: ignore[no-untyped-def]
+              rounds: int, out: Path, floor_batch_rows: int = 5000) -> dict[str, list[float]]:
+    """Wall and CPU seconds into the noop sink (Spark pulls every column, writes nothing) for
+    our source and the synthetic floor, batch and streaming, interleaved over ``rounds`` so
+    that load from other processes hits both alike.  CPU seconds (whole process tree) are the
+    steadier measure on a shared machine: other processes slow the wall clock, not them."""
+    synthetic = register_synthetic_source(spark, rows, payload_bytes, partitions, floor_batch_rows)
+    # Warm up: Python workers, and the JVM's JIT on the whole path (a first full pass ran
+    # about twice as long as later ones).
+    _batch_noop(spark.read.format(synthetic).load())
+    _batch_noop(spark_reader(spark, broker_list, topic).load())
+    times: dict[str, list[float]] = {}
+    for i in range(rounds):
+        for key, (wall, cpu) in [
+            ("floor_noop", _batch_noop(spark.read.format(synthetic).load())),
+            ("noop", _batch_noop(spark_reader(spark, broker_list, topic).load())),
+            ("floor_stream_noop", _stream_noop(spark.readStream.format(synthetic).load(), out / f"floor-ckpt-{i}")),
+            ("stream_noop", _stream_noop(spark_reader(spark, broker_list, topic, stream=True).load(),
+                                         out / f"noop-ckpt-{i}")),
+        ]:
+            times.setdefault(f"{key}_s", []).append(wall)
+            times.setdefault(f"{key}_cpu_s", []).append(cpu)
+    return times
+
+
 def time_floor(spark, rows: int, payload_bytes: int, partitions: int, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
     name = register_synthetic_source(spark, rows, payload_bytes, partitions)
-    spark.read.format(name).load().limit(10).collect()  # warm up
-    started = time.perf_counter()
-    spark.read.format(name).load().write.format("noop").mode("overwrite").save()
-    noop_s = time.perf_counter() - started
     started = time.perf_counter()
     spark.read.format(name).load().write.mode("overwrite").parquet(str(out / "synthetic"))
     batch_s = time.perf_counter() - started
     assert spark.read.parquet(str(out / "synthetic")).count() == rows // partitions * partitions
-    return {"floor_noop_s": noop_s, "floor_batch_s": batch_s}
+    return {"floor_batch_s": batch_s}
 
 
 def time_spark(spark, broker_list: str, topic: str, out: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    spark_reader(spark, broker_list, topic).load().limit(10).collect()  # warm up workers
-    started = time.perf_counter()
-    spark_reader(spark, broker_list, topic).load().write.format("noop").mode("overwrite").save()
-    noop_s = time.perf_counter() - started  # the source alone: no Parquet encoding or writing
     started = time.perf_counter()
     spark_reader(spark, broker_list, topic).load().write.mode("overwrite").parquet(str(out / "batch"))
     batch_s = time.perf_counter() - started
@@ -174,7 +265,7 @@ def time_spark(spark, broker_list: str, topic: str, out: Path) -> dict[str, floa
     query.awaitTermination()
     stream_s = time.perf_counter() - started
     rows = spark.read.parquet(str(out / "stream")).count()
-    return {"noop_s": noop_s, "batch_s": batch_s, "stream_s": stream_s, "stream_rows": rows}
+    return {"batch_s": batch_s, "stream_s": stream_s, "stream_rows": rows}
 
 
 def main() -> int:
@@ -182,7 +273,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--payload-bytes", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2, help="processes for the parallel plain read")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--master", default="local[2]",
+                        help="e.g. local-cluster[2,1,1024] (2 executor JVMs of 1 core and 1 GiB each)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the noop-sink runs")
+    parser.add_argument("--fetch-bytes", type=int, help="the source's fetchSize (default: the source's)")
+    parser.add_argument("--floor-batch-rows", type=int, default=5000, help="rows per synthetic RecordBatch")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
@@ -207,33 +302,54 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     from trikafka.spark.session import build_session
 
     payload_mb = messages * args.payload_bytes / 1e6
-    figures: dict[str, float] = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s}
+    figures: dict = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s,
+                     "master": args.master, "fetch_bytes": args.fetch_bytes, "floor_batch_rows": args.floor_batch_rows}
     for workers in sorted({1, args.workers}):
         elapsed, count, size = time_plain(brokers, keys, workers)
         assert count == messages and size == messages * args.payload_bytes
         figures[f"plain_{workers}proc_s"] = elapsed
     spark = build_session("trikafka-bench", master=args.master)
+    broker_list = format_broker_list(brokers.values())
     try:
-        figures.update(time_spark(spark, format_broker_list(brokers.values()), "bench", root / "out"))
+        if args.fetch_bytes:
+            FETCH_OPTIONS["fetchSize"] = str(args.fetch_bytes)
+        runs = time_noop(spark, broker_list, "bench", messages, args.payload_bytes, len(keys), args.rounds,
+                         root / "out", args.floor_batch_rows)
+        figures["runs"] = runs
+        figures.update({key: min(values) for key, values in runs.items()})
+        figures.update(time_spark(spark, broker_list, "bench", root / "out"))
         figures.update(time_floor(spark, messages, args.payload_bytes, len(keys), root / "out"))
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
-    print(f"{'what':<34}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
+    print(f"master {args.master}, fetchSize {args.fetch_bytes or 'default'}, "
+          f"{args.floor_batch_rows} rows per synthetic batch; noop sink: best of {args.rounds} interleaved rounds (wall and CPU separately)")
+    print(f"{'what':<38}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
     rows = [("produce (acks=-1)", "produce_s")] + [
         (f"plain read, {w} process(es)", f"plain_{w}proc_s") for w in sorted({1, args.workers})
-    ] + [("spark batch read -> noop sink", "noop_s"), ("spark batch load -> parquet", "batch_s"),
-         ("spark stream load -> parquet", "stream_s"),
-         ("floor: synthetic -> noop sink", "floor_noop_s"), ("floor: synthetic -> parquet", "floor_batch_s")]
+    ] + [("spark batch read -> noop sink", "noop_s"), ("  CPU s, whole process tree", "noop_cpu_s"),
+         ("floor: synthetic batch -> noop sink", "floor_noop_s"), ("  CPU s, whole process tree", "floor_noop_cpu_s"),
+         ("spark stream read -> noop sink", "stream_noop_s"), ("  CPU s, whole process tree", "stream_noop_cpu_s"),
+         ("floor: synthetic stream -> noop sink", "floor_stream_noop_s"),
+         ("  CPU s, whole process tree", "floor_stream_noop_cpu_s"),
+         ("spark batch load -> parquet", "batch_s"), ("floor: synthetic batch -> parquet", "floor_batch_s"),
+         ("spark stream load -> parquet", "stream_s")]
     for label, key in rows:
         seconds = figures[key]
-        print(f"{label:<34}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
-    for key in ("noop_s", "batch_s", "stream_s"):
-        figures[f"{key[:-2]}_vs_plain_1proc"] = figures["plain_1proc_s"] / figures[key]
-        print(f"{key[:-2]} rate / plain 1-process rate: {figures[f'{key[:-2]}_vs_plain_1proc']:.0%}")
-    for key in ("noop_s", "batch_s"):
-        figures[f"{key[:-2]}_vs_floor"] = figures[f"floor_{key}"] / figures[key]
-        print(f"{key[:-2]} rate / spark's synthetic floor: {figures[f'{key[:-2]}_vs_floor']:.0%}")
+        print(f"{label:<38}{seconds:>9.2f}{messages / seconds:>12,.0f}{payload_mb / seconds:>9.1f}")
+    for key, values in runs.items():
+        print(f"  {key} every round: {' '.join(f'{v:.2f}' for v in values)}")
+    for ours, floor, label in [("noop_s", "floor_noop_s", "batch read -> noop, wall"),
+                               ("noop_cpu_s", "floor_noop_cpu_s", "batch read -> noop, CPU"),
+                               ("stream_noop_s", "floor_stream_noop_s", "stream read -> noop, wall"),
+                               ("stream_noop_cpu_s", "floor_stream_noop_cpu_s", "stream read -> noop, CPU"),
+                               ("batch_s", "floor_batch_s", "batch load -> parquet, wall")]:
+        figures[f"{ours[:-2]}_vs_floor"] = figures[floor] / figures[ours]
+        per_round = "" if ours not in runs else " (rounds: " + " ".join(
+            f"{f / o:.0%}" for f, o in zip(runs[floor], runs[ours])) + ")"
+        print(f"{label}: our rate / synthetic floor's rate = {figures[f'{ours[:-2]}_vs_floor']:.0%}{per_round}")
+    figures["stream_vs_batch_noop"] = figures["noop_s"] / figures["stream_noop_s"]
+    print(f"stream read / batch read rate (noop): {figures['stream_vs_batch_noop']:.0%}")
     return figures
 
 

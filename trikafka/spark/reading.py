@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from trikafka.wire import ConsumedMessage, ErrorCode, MessageColumns, decode_columns, iter_messages, parse_entries
+from trikafka.wire import ConsumedMessage, ErrorCode, iter_messages, parse_entries
+from trikafka.wire.columns import SetColumns, decode_set_columns
 
 from .blocking_client import BrokerConnection
 from .offsets import PartitionKey
@@ -73,9 +74,10 @@ def _decode_messages(data: bytes, pos: int) -> tuple[list[ConsumedMessage], int 
     return messages, (messages[-1].next_offset if messages else None)
 
 
-def _decode_columns(data: bytes, pos: int) -> tuple[MessageColumns, int | None]:
-    columns = decode_columns(data, pos)
-    return columns, (columns.next_offsets[-1] if columns.offsets else None)
+def decode_column_chunk(data: bytes, pos: int) -> tuple[SetColumns, int | None]:
+    """One fetched set at ``pos`` as columns, and the offset after its last complete entry."""
+    columns = decode_set_columns(data, pos)
+    return columns, (pos + columns.valid_bytes if columns.count else None)
 
 
 def iter_column_chunks(
@@ -87,10 +89,10 @@ def iter_column_chunks(
     *,
     fail_on_data_loss: bool = True,
     log: Callable[[str], None] = lambda _msg: None,
-    decode: Callable[[bytes, int], tuple[object, int | None]] = _decode_columns,
+    decode: Callable[[bytes, int], tuple[object, int | None]] = decode_column_chunk,
 ) -> Iterator:
-    """``iter_message_chunks`` yielding ``MessageColumns`` (the Arrow path; about
-    twice as fast to decode), or whatever ``decode(data, pos)`` returns with the
+    """``iter_message_chunks`` yielding ``SetColumns`` (the Arrow path: buffers,
+    no per-message objects), or whatever ``decode(data, pos)`` returns with the
     offset after its last message."""
     pos, size = start, sizing.fetch_bytes
     while pos < end:

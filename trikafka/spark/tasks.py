@@ -13,12 +13,15 @@ from typing import Iterator
 from pyspark.sql.datasource import InputPartition
 
 from .cluster import BrokerAddress
-from .columns import arrow_schema, columns_to_record_batch
+from .columns import RecordBatchBuilder, arrow_schema
 from .offsets import PartitionKey
 from .options import SourceOptions
 from .planning import PartitionRange, open_connection
+from .prefetch import prefetched
 from .reading import FetchSizing, iter_column_chunks
 
+# Decoded fetches a task may hold ahead of Spark (memory: about this many fetch sizes).
+PREFETCH_CHUNKS = 2
 log = logging.getLogger("trikafka.spark")
 
 
@@ -35,15 +38,18 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     if not isinstance(partition, RangePartition):
         return  # Spark turns an empty plan into one placeholder partition
     planned = partition.planned
-    schema = arrow_schema()
+    builder = RecordBatchBuilder(planned.key, arrow_schema())
     sizing = FetchSizing(options.fetch_bytes, options.max_fetch_bytes)
     address = BrokerAddress(planned.key.broker, planned.host, planned.port)
     with open_connection(address, options) as conn:
-        for columns in iter_column_chunks(
+        # Fetching and decoding run one step ahead in a thread (see trikafka.spark.prefetch);
+        # the connection is used by that thread only, and closed after it has stopped.
+        chunks = iter_column_chunks(
             conn, planned.key, planned.start, planned.end, sizing,
             fail_on_data_loss=options.fail_on_data_loss, log=log.warning,
-        ):
-            yield columns_to_record_batch(planned.key, columns, schema)
+        )
+        for columns in prefetched(chunks, PREFETCH_CHUNKS):
+            yield builder.build(columns)
 
 
 def commit_to_group(options: SourceOptions, offsets: dict[PartitionKey, int]) -> None:
