@@ -18,10 +18,8 @@ from trikafka.wire import (
     ProducePart,
     ProduceRequest,
     RequestReader,
-    InvalidMessageError,
     build_message_set,
     crc32,
-    decode_columns,
     encode_request,
     iter_messages,
     parse_entries,
@@ -103,28 +101,3 @@ def test_request_round_trip_any_split(reqs, cuts):
             got.append(event)
     assert got == reqs
     assert reader.buffered_bytes == 0
-
-
-def _outcome(fn):
-    try:
-        return "ok", fn()
-    except InvalidMessageError as exc:
-        return "invalid", type(exc)
-
-
-@given(st.lists(st.tuples(payload_lists, set_shapes), max_size=5), st.data())
-def test_decode_columns_agrees_with_iter_messages(batches, data):
-    """The column decoder (Spark's path) and the message iterator see the same
-    messages and offsets, on whole, cut and corrupted sets alike."""
-    whole = b"".join(build_message_set(p, magic=m, codec=c) for p, m, c in
-                     ((p, m, c) for p, (m, c) in batches))
-    cut = whole[:data.draw(st.integers(0, len(whole)))]
-    if cut and data.draw(st.booleans()):  # flip one byte: a CRC, length or codec error (or none)
-        at = data.draw(st.integers(0, len(cut) - 1))
-        cut = cut[:at] + bytes([cut[at] ^ data.draw(st.integers(1, 255))]) + cut[at + 1:]
-    base = data.draw(st.integers(0, 1 << 40))
-    expected = _outcome(lambda: [(m.offset, m.next_offset, m.payload) for m in iter_messages(cut, base)])
-    got = _outcome(lambda: list(zip(*decode_columns(cut, base))))
-    assert got == expected
-    view_got = _outcome(lambda: list(zip(*decode_columns(memoryview(bytearray(cut)), base))))
-    assert view_got == expected
