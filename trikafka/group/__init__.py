@@ -8,11 +8,19 @@
 
 from .assign import assign_group, consumer_assignment, partition_owners
 from .config import GroupConfig, group_config_from_properties
-from .consumer import ConsumerIdTakenOver, ConsumerTimeout, GroupConsumer, GroupMessage, RebalanceFailedError
+from .consumer import (
+    ConsumerIdTakenOver,
+    ConsumerTimeout,
+    GroupBatch,
+    GroupConsumer,
+    GroupMessage,
+    RebalanceFailedError,
+)
 from .registry import TopicFilter, blacklist, whitelist
 
 __all__ = [
-    "ConsumerIdTakenOver", "ConsumerTimeout", "GroupConfig", "GroupConsumer", "GroupMessage", "RebalanceFailedError",
+    "ConsumerIdTakenOver", "ConsumerTimeout", "GroupBatch", "GroupConfig", "GroupConsumer", "GroupMessage",
+    "RebalanceFailedError",
     "TopicFilter", "assign_group", "blacklist", "consumer_assignment", "group_config_from_properties",
     "partition_owners", "whitelist",
 ]

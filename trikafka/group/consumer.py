@@ -128,6 +128,24 @@ class GroupMessage(NamedTuple):
     payload: bytes
 
 
+class GroupBatch(NamedTuple):
+    """A whole fetched message set, as ``GroupConsumer.next_batch`` hands it out.
+
+    ``message_set`` holds the entries from ``offset`` to ``next_offset``
+    exactly as the broker stored them (compressed wrappers included);
+    ``count`` is how many messages they hold once unwrapped.
+    """
+
+    topic: str
+    partition: str
+    broker_id: int
+    part: int
+    offset: int
+    next_offset: int
+    message_set: bytes
+    count: int
+
+
 class _Conflict(Exception):
     """A rebalance attempt could not claim a partition someone else holds."""
 
@@ -187,6 +205,9 @@ class GroupConsumer:
         self._threads: dict[PartitionKey, str] = {}
         self._positions: dict[PartitionKey, int | None] = {}
         self._committed: dict[PartitionKey, int | None] = {}
+        # Starts of batches handed out by next_batch and not acknowledged yet:
+        # a commit writes the first of them instead of the position.
+        self._unacked: dict[PartitionKey, list[int]] = {}
         self._offset_nodes: set[PartitionKey] = set()  # offsets nodes known to exist
         self._unrecorded: set[PartitionKey] = set()  # owner nodes created, not yet in ``owned``
         # Versions of the nodes our fenced multis check: a successor that takes
@@ -326,6 +347,49 @@ class GroupConsumer:
             return False
         return bool(chunk.messages)
 
+    async def next_batch(self) -> GroupBatch:
+        """The next whole fetched message set, undecoded (for a mirror).
+
+        Its messages count as delivered, but commits keep writing the batch's
+        start until ``acknowledge(batch)``: what was handed out and not
+        acknowledged comes again after a crash or a hand-over (at least once).
+        Do not mix with message iteration.
+        """
+        while True:
+            await self._zk.state.wait_value(SessionState.CONNECTED)
+            await self._rebalancing.wait_value(False)
+            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
+                continue
+            self._check_session()
+            chunk = self._current
+            if chunk is None or chunk.generation != self.generation:
+                self._current = None
+                chunk = await self._chunk_receive.receive()
+                if self._accept(chunk):
+                    self._current = chunk
+                continue  # check the gate again before handing it out
+            if chunk.index:
+                raise RuntimeError("next_batch after message iteration left a chunk half delivered")
+            self._current = None
+            chunk.index = len(chunk.messages)
+            end = chunk.messages[-1].next_offset
+            self._positions[chunk.key] = end
+            self._unacked.setdefault(chunk.key, []).append(chunk.expect)  # type: ignore[arg-type]
+            return GroupBatch(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, chunk.expect,  # type: ignore[arg-type]
+                              end, chunk.data, len(chunk.messages))
+
+    def acknowledge(self, batch: GroupBatch) -> None:
+        """``batch`` is safely handled: the next commit may write past it."""
+        pending = self._unacked.get((batch.topic, batch.partition))
+        if pending is not None and batch.offset in pending:
+            pending.remove(batch.offset)
+            if not pending:
+                del self._unacked[(batch.topic, batch.partition)]
+
+    def _committable(self, key: PartitionKey) -> int | None:
+        pending = self._unacked.get(key)
+        return pending[0] if pending else self._positions.get(key)
+
     # -- commits ---------------------------------------------------------------------
 
     async def commit(self) -> bool:
@@ -359,7 +423,7 @@ class GroupConsumer:
             ops: list[Op] = [CheckOp(self._ids_path, self._ids_version)]
             written: list[tuple[PartitionKey, int]] = []
             for key in sorted(commit_keys - lost):
-                position = self._positions.get(key)
+                position = self._committable(key)
                 owner = self._owner_path(key)
                 if key not in release:
                     ops.append(CheckOp(owner, self._owner_versions.get(key, -1)))
@@ -447,6 +511,7 @@ class GroupConsumer:
         self._threads.clear()
         self._positions.clear()
         self._committed.clear()
+        self._unacked.clear()
         self._offset_nodes.clear()
         self._unrecorded.clear()
         self._owner_versions.clear()
@@ -725,6 +790,7 @@ class GroupConsumer:
             self._owner_versions.pop(key, None)
             self._positions.pop(key, None)
             self._committed.pop(key, None)
+            self._unacked.pop(key, None)
             self._offset_nodes.discard(key)
 
     async def _claim(self, gain: Mapping[PartitionKey, str], session_seen: int) -> None:

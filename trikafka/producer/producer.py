@@ -51,6 +51,9 @@ from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import InvalidPathError
 
+from trikafka.wire.audit import AUDIT_TOPIC, encode_event
+
+from .audit import AuditTrail
 from .config import ProducerConfig
 from .discovery import StaticDiscovery, ZooKeeperDiscovery
 from .encoding import encode_part
@@ -66,6 +69,7 @@ from .errors import (
     QueueFullError,
 )
 from .partitioner import BrokerPartition, HashPartitioner
+from .passthrough import send_prebuilt
 from .pool import BrokerPool
 from .results import Delivery, SendResult
 
@@ -123,7 +127,9 @@ class Producer:
         self._batch_size = config.batch_size
         self._queue_size = config.queue_size
         self._max_message_size = config.max_message_size
-        self._plain_values = config.serializer is None
+        # Auditing wraps every payload, so it takes the checked path in send().
+        self.audit = AuditTrail(config.audit_window_s) if config.audit else None
+        self._plain_values = config.serializer is None and self.audit is None
         self._state = _NEW
         self._valid_topics: set[str] = set()
         self._discovery: StaticDiscovery | ZooKeeperDiscovery | None = None
@@ -193,9 +199,14 @@ class Producer:
                     await nursery.start(self._discovery.run)
                     if self.config.is_async:
                         await nursery.start(self._sender_loop)
+                    if self.audit is not None:
+                        nursery.start_soon(self._audit_loop)
                     self._state = _OPEN
                     try:
                         yield self
+                        if self.audit is not None:
+                            await self.flush()
+                            await self._publish_audit(everything=True)
                     except BaseException:
                         # Unwinding (maybe a Cancelled): what was queued still gets
                         # close_timeout_s to go out, shielded.
@@ -269,6 +280,8 @@ class Producer:
             if not isinstance(value, (bytearray, memoryview)):
                 raise TypeError(f"message values must be bytes (or give serializer=), not {type(value).__name__}")
             value = bytes(value)
+        if self.audit is not None:
+            value = self.audit.wrap(topic, value)
         if len(value) > self.config.max_message_size:
             raise MessageTooLargeError(
                 f"a {len(value)}-byte message exceeds max_message_size {self.config.max_message_size}")
@@ -364,6 +377,34 @@ class Producer:
         finally:
             self._flush_requests -= 1
         await trio.lowlevel.checkpoint()
+
+    async def send_message_set(self, topic: str, position: int, message_set: bytes) -> SendResult:
+        """Send a ready-made message set, byte for byte, to position ``position`` (mod the
+        count) of ``topic``'s partition list; one attempt, the error in the result."""
+        self._check_open()
+        return await send_prebuilt(self, topic, position, message_set)
+
+    async def _audit_loop(self) -> None:
+        assert self.audit is not None
+        while True:
+            await trio.sleep(self.audit.window_ms / 1000)
+            await self._publish_audit()
+
+    async def _publish_audit(self, *, everything: bool = False) -> None:
+        """Publish the audit events of closed windows (all with ``everything``) on the audit topic."""
+        assert self.audit is not None
+        events = self.audit.take_events(everything=everything)
+        if not events:
+            return
+        try:
+            sent = await self.send_many([(AUDIT_TOPIC, encode_event(e), e.topic) for e in events])
+            if self._is_async:
+                await self.flush()
+                sent = [d.peek() for d in sent]
+            for result in sent:
+                result.raise_for_error()
+        except ProducerError as exc:
+            log.warning("audit events for %d window(s) not published: %s", len(events), exc)
 
     # ------------------------------------------------------------------ async queue
 
@@ -487,6 +528,10 @@ class Producer:
             error.__cause__ = cause
             results[i] = SendResult(messages[i][0], None, None, error=error)
         failures = sum(1 for r in results if r is not None and r.error is not None)
+        if self.audit is not None:
+            for message, result in zip(messages, results):
+                if result is not None and result.error is None:
+                    self.audit.delivered(message[0], message[2])
         self.messages_failed += failures
         self.messages_sent += len(messages) - failures
         return results  # type: ignore[return-value]
