@@ -197,7 +197,8 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
     sent = 0
     try:
         async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
-                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000) as producer, stdin:
+                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000,
+                            audit=args.audit) as producer, stdin:
             async for lines in _read_lines(stdin):
                 await producer.send_batch(args.topic, lines)
                 sent += len(lines)
@@ -545,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--zookeeper", metavar="CONNECT",
                          help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
                               "through the batching Producer; --broker, --partition and --magic are ignored")
+    produce.add_argument("--audit", action="store_true",
+                         help="with --zookeeper: wrap messages in the audit envelope and publish audit "
+                              "events to trikafka-audit")
     produce.set_defaults(func=cmd_produce)
 
     consume = commands.add_parser("consume", help="print messages, one per line")
@@ -582,6 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--partitions", type=int,
                         help="partitions to query per named topic (default: ask the broker how many)")
     topics.set_defaults(func=cmd_topics)
+
+    # mirror and audit: the logic lives in trikafka.mirror.commands.
+    from trikafka.mirror.commands import add_audit_parser, add_mirror_parser
+
+    add_mirror_parser(commands)
+    add_audit_parser(commands)
 
     pipeline = commands.add_parser(
         "pipeline", add_help=False,
@@ -621,6 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--whitelist and --blacklist exclude each other")
         if args.streams < 1:
             parser.error("--streams must be >= 1")
+    if args.command == "produce" and args.audit and not args.zookeeper:
+        parser.error("--audit needs --zookeeper (the batching Producer writes the envelope)")
     if getattr(args, "batch", 1) < 1:
         parser.error("--batch must be >= 1")
     return args.func(args)
