@@ -59,8 +59,8 @@ async def wait_for_distinct(zk_connect: str, topic: str, at_least: int) -> None:
     with trio.fail_after(WAIT_S):
         while True:
             held = await partitions_of(zk_connect, topic)
-            seen = {decode_envelope(m.payload).sequence for ms in held.values() for m in ms}
-            if len(seen) >= at_least:
+            envelopes = [decode_envelope(m.payload) for ms in held.values() for m in ms]
+            if len({(e.producer_id, e.sequence) for e in envelopes}) >= at_least:
                 return
             await trio.sleep(POLL_S)
 
@@ -82,6 +82,16 @@ async def committed_offsets(zk_connect: str) -> dict[int, int]:
         return offsets
 
 
+async def wait_committed(zk_connect: str, ends: dict[int, int]) -> None:
+    """Poll until the mirror's group committed at least ``ends`` on the source."""
+    with trio.fail_after(WAIT_S):
+        while True:
+            committed = await committed_offsets(zk_connect)
+            if all(committed.get(p, 0) >= end for p, end in ends.items()):
+                return
+            await trio.sleep(POLL_S)
+
+
 async def test_mirror_sigkilled_and_restarted_loses_nothing_and_the_audit_sees_the_tail(
         tmp_path, zk_chroot, dedicated_zookeeper_server):
     source, target = zk_chroot, dedicated_zookeeper_server.connect_string
@@ -89,26 +99,38 @@ async def test_mirror_sigkilled_and_restarted_loses_nothing_and_the_audit_sees_t
     async with cluster(tmp_path, source, "source"), cluster(tmp_path, target, "target"):
         async with Producer(zk_connect=source, acks=1, audit=True, audit_window_s=0.5) as producer:
             async def produce_round(r: int) -> None:
-                await producer.send_batch(TOPIC, [b"r%d-m%d" % (r, i) for i in range(per_round)])
+                await producer.send_batch(TOPIC, [b"r%d-m%d" % (r, i) for i in range(per_round)],
+                                          keys=range(per_round))
 
+            # A first mirror copies round 0, commits it and stops cleanly.
             async with child_process(*mirror_args(source, target)) as first:
                 await first.wait_for_stderr(b"trikafka: mirroring")
-                for r in range(3):
+                await produce_round(0)
+                await wait_for_distinct(target, TOPIC, per_round)
+                await wait_committed(source, {p: ms[-1].next_offset
+                                              for p, ms in (await partitions_of(source, TOPIC)).items()})
+                first.signal(signal.SIGTERM)
+                assert await first.wait() == 0, first.stderr.decode(errors="replace")
+            # A second one never commits on its own: what it copies before its
+            # SIGKILL is the uncommitted tail.
+            async with child_process(*mirror_args(source, target)[:-1], "600000") as second:
+                for r in (1, 2):
                     await produce_round(r)
-                await wait_for_distinct(target, TOPIC, per_round)  # mid-stream: some of it is across
-                first.signal(signal.SIGKILL)
-                assert await first.wait() == -signal.SIGKILL
+                await wait_for_distinct(target, TOPIC, 3 * per_round)
+                second.signal(signal.SIGKILL)
+                assert await second.wait() == -signal.SIGKILL
             committed_at_kill = await committed_offsets(source)
             for r in range(3, rounds):
                 await produce_round(r)  # while no mirror runs
-            async with child_process(*mirror_args(source, target)) as second:
+            async with child_process(*mirror_args(source, target)) as third:
                 await wait_for_distinct(target, TOPIC, per_round * rounds)
-                second.signal(signal.SIGTERM)
-                assert await second.wait() == 0, second.stderr.decode(errors="replace")
+                third.signal(signal.SIGTERM)
+                assert await third.wait() == 0, third.stderr.decode(errors="replace")
         # The producer closed: its last audit events are out.
 
         sent = await partitions_of(source, TOPIC)
         mirrored = await partitions_of(target, TOPIC)
+        duplicates_seen: set[bytes] = set()
         assert sum(len(ms) for ms in sent.values()) == per_round * rounds
         for partition, messages in sent.items():
             payloads = [m.payload for m in messages]
@@ -119,6 +141,10 @@ async def test_mirror_sigkilled_and_restarted_loses_nothing_and_the_audit_sees_t
             duplicated = [p for p in set(got) if got.count(p) > 1]
             assert set(duplicated) <= tail, "duplicates only from what was not committed at the kill"
             assert all(got.count(p) <= 2 for p in got)
+            duplicates_seen.update(duplicated)
+        # Rounds 1 and 2 were copied and never committed before the kill: they came twice.
+        assert {decode_envelope(p).payload for p in duplicates_seen} == {
+            b"r%d-m%d" % (r, i) for r in (1, 2) for i in range(per_round)}
 
         async with child_process("audit", "--zookeeper", source, "--zookeeper", target, "--json",
                                  stdout=subprocess.PIPE) as audit:
@@ -173,3 +199,36 @@ async def test_compressed_sets_pass_through_byte_identical(tmp_path, zk_chroot, 
             assert end == 0 or data[5] & 3 == codec  # wrappers, not plain messages
             ends.append(end)
         assert any(ends)
+
+
+async def test_mirror_rides_out_restarts_of_source_and_target_brokers(tmp_path, zk_chroot,
+                                                                    dedicated_zookeeper_server):
+    source, target = zk_chroot, dedicated_zookeeper_server.connect_string
+    (tmp_path / "source").mkdir()
+    (tmp_path / "target").mkdir()
+
+    async def produce(r: int) -> None:
+        async with Producer(zk_connect=source, acks=1, audit=True) as producer:
+            await producer.send_batch(TOPIC, [b"r%d-m%d" % (r, i) for i in range(30)], keys=range(30))
+
+    stats = MirrorStats()
+    async with trio.open_nursery() as nursery:
+        async with broker_process(tmp_path / "source", source, 1) as source_broker:
+            await source_broker.wait_ready()
+            async with broker_process(tmp_path / "target", target, 1) as target_broker:
+                await target_broker.wait_ready()
+                await nursery.start(run_mirror, MirrorConfig([source], target, TOPIC, consumer_id="m1"), stats)
+                await produce(0)
+                await wait_for_distinct(target, TOPIC, 30)
+                await target_broker.stop()
+            await produce(1)  # the target is down: the mirror keeps retrying
+            async with broker_process(tmp_path / "target", target, 1) as target_broker:
+                await target_broker.wait_ready()
+                await wait_for_distinct(target, TOPIC, 60)
+                await source_broker.stop()
+                async with broker_process(tmp_path / "source", source, 1) as source_broker:
+                    await source_broker.wait_ready()
+                    await produce(2)
+                    await wait_for_distinct(target, TOPIC, 90)
+                    nursery.cancel_scope.cancel()
+    assert stats.send_failures > 0  # it did meet the stopped target
