@@ -102,3 +102,21 @@ def test_producer_trail_counts_delivered_messages_per_closed_window():
     assert trail.take_events() == [AuditEvent("producer", "t", 120_000, 60_000, "h", "p", 1)]
     assert trail.take_events(everything=True) == [AuditEvent("producer", "t", 180_000, 60_000, "h", "p", 1)]
     assert trail.take_events(everything=True) == []
+
+
+def test_loader_events_are_snapshots_the_later_one_wins():
+    tally = AuditTally()
+    tally.add_event(sent("t", 0, 5))
+    tally.add_event(AuditEvent("spark:load", "t", 0, W, None, None, 3))  # a first, partial run
+    tally.add_event(AuditEvent("spark:load", "t", 0, W, None, None, 5))  # the next run's totals
+    [row] = tally.rows()
+    assert (row.distinct, row.missing, row.duplicated) == (5, 0, 0)
+
+
+def test_spark_window_counts_count_only_enveloped_payloads():
+    from trikafka.spark.load_job import window_counts
+    from trikafka.wire.envelope import encode_envelope
+
+    rows = [("t", encode_envelope(b"{}", 61_000, 0, "h", "p")), ("t", b"plain"), ("t", None),
+            ("u", encode_envelope(b"{}", 1_000, 1, "h", "p"))]
+    assert list(window_counts(rows, W)) == [(("t", 60_000), 1), (("u", 0), 1)]

@@ -39,8 +39,8 @@ class AuditRow:
 
 
 class AuditTally:
-    """Feed producer and loader events (``add_event``) and each cluster's enveloped
-    messages (``add_held``); ``rows()`` compares them."""
+    """Feed producer and loader events (``add_event``, in the audit topic's order) and
+    each cluster's enveloped messages (``add_held``); ``rows()`` compares them."""
 
     def __init__(self) -> None:
         self.window_ms: dict[str, int] = {}  # per topic: the largest window its events use
@@ -60,8 +60,9 @@ class AuditTally:
             key3 = (event.topic, event.window_start_ms, event.window_ms)
             self._sent[key3] = self._sent.get(key3, 0) + event.count
         else:
-            key4 = (event.tier, event.topic, event.window_start_ms, event.window_ms)
-            self._loaded[key4] = self._loaded.get(key4, 0) + event.count
+            # A loader's event is a snapshot of its totals: the later one (in the
+            # audit topic's order) replaces the earlier.
+            self._loaded[(event.tier, event.topic, event.window_start_ms, event.window_ms)] = event.count
 
     def add_tier(self, tier: str) -> None:
         """A cluster that is read (so it gets rows even when it holds nothing)."""
