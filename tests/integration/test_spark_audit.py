@@ -26,6 +26,13 @@ async def test_loaded_counts_are_published_and_audited(spark, tmp_path, zk_chroo
     async with broker_process(tmp_path, zk_chroot, 1) as broker:
         await broker.wait_ready()
         assert await trio.to_thread.run_sync(publish_loaded_counts, frame, config) == 2
-        tally = await tally_clusters([zk_chroot])
-    loaded = {(r.window_start_ms, r.window_ms, r.distinct) for r in tally.rows() if r.tier == "spark:test"}
+        # The broker registers the new audit topic in ZooKeeper on its own time: poll until it is there.
+        with trio.fail_after(30):
+            while True:
+                tally = await tally_clusters([zk_chroot])
+                loaded = {(r.window_start_ms, r.window_ms, r.distinct) for r in tally.rows()
+                          if r.tier == "spark:test"}
+                if loaded:
+                    break
+                await trio.sleep(0.1)
     assert loaded == {(60_000, W, 7), (120_000, W, 1)}
