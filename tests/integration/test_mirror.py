@@ -232,3 +232,27 @@ async def test_mirror_rides_out_restarts_of_source_and_target_brokers(tmp_path, 
                     await wait_for_distinct(target, TOPIC, 90)
                     nursery.cancel_scope.cancel()
     assert stats.send_failures > 0  # it did meet the stopped target
+
+
+async def test_produce_audit_from_the_command_line_then_audit_table(tmp_path, zk_chroot):
+    async with cluster(tmp_path, zk_chroot, "source"):
+        async with child_process("produce", TOPIC, "--zookeeper", zk_chroot, "--audit",
+                                 stdin=subprocess.PIPE) as produce:
+            await produce.send_stdin(b"".join(b"line %d\n" % i for i in range(25)))
+            assert await produce.wait() == 0, produce.stderr.decode(errors="replace")
+        held = await partitions_of(zk_chroot, TOPIC)
+        envelopes = [decode_envelope(m.payload) for ms in held.values() for m in ms]
+        assert sorted(e.payload for e in envelopes) == sorted(b"line %d" % i for i in range(25))
+        with trio.fail_after(WAIT_S):  # the audit topic is registered by the broker on its own time
+            while True:
+                async with child_process("audit", "--zookeeper", zk_chroot, "--all",
+                                         stdout=subprocess.PIPE) as audit:
+                    assert await audit.wait() == 0, audit.stderr.decode(errors="replace")
+                table = bytes(audit.stdout).decode()
+                if TOPIC in table:
+                    break
+                await trio.sleep(POLL_S)
+        assert table.splitlines()[0].split()[:3] == ["topic", "window", "start"]
+        assert table.splitlines()[-1].endswith(": 0 missing, 0 duplicated, 0 unaccounted")
+        expected = sum(int(line.split()[3]) for line in table.splitlines()[1:-1])
+        assert expected == 25

@@ -374,9 +374,11 @@ class GroupConsumer:
             chunk.index = len(chunk.messages)
             end = chunk.messages[-1].next_offset
             self._positions[chunk.key] = end
-            self._unacked.setdefault(chunk.key, []).append(chunk.expect)  # type: ignore[arg-type]
-            return GroupBatch(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, chunk.expect,  # type: ignore[arg-type]
-                              end, chunk.data, len(chunk.messages))
+            start = chunk.expect
+            assert start is not None  # an accepted chunk continues a known position
+            self._unacked.setdefault(chunk.key, []).append(start)
+            return GroupBatch(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, start, end, chunk.data,
+                              len(chunk.messages))
 
     def acknowledge(self, batch: GroupBatch) -> None:
         """``batch`` is safely handled: the next commit may write past it."""
