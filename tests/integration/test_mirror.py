@@ -256,3 +256,27 @@ async def test_produce_audit_from_the_command_line_then_audit_table(tmp_path, zk
         assert table.splitlines()[-1].endswith(": 0 missing, 0 duplicated, 0 unaccounted")
         expected = sum(int(line.split()[3]) for line in table.splitlines()[1:-1])
         assert expected == 25
+
+
+async def test_several_sources_join_in_one_target(tmp_path, zk_chroot, dedicated_zookeeper_server):
+    sources = [zk_chroot, dedicated_zookeeper_server.connect_string + "/source-b"]
+    target = dedicated_zookeeper_server.connect_string + "/target"
+    async with cluster(tmp_path, sources[0], "a"), cluster(tmp_path, sources[1], "b"), \
+            cluster(tmp_path, target, "target"):
+        for name, source in zip("ab", sources):
+            async with Producer(zk_connect=source, acks=1, audit=True) as producer:
+                await producer.send_batch(TOPIC, [b"%s-%d" % (name.encode(), i) for i in range(20)],
+                                          keys=range(20))
+        stats = MirrorStats()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_mirror, MirrorConfig(sources, target, TOPIC, consumer_id="m1"), stats)
+            await wait_for_distinct(target, TOPIC, 40)
+            nursery.cancel_scope.cancel()
+        assert stats.messages == {sources[0]: 20, sources[1]: 20}
+        mirrored = await partitions_of(target, TOPIC)
+        got = sorted(decode_envelope(m.payload).payload for ms in mirrored.values() for m in ms)
+        assert got == sorted(b"%s-%d" % (n, i) for n in (b"a", b"b") for i in range(20))
+        for source in sources:  # each source keeps the mirror's offsets in its own ZooKeeper
+            ends = {p: ms[-1].next_offset for p, ms in (await partitions_of(source, TOPIC)).items()}
+            committed = await committed_offsets(source)
+            assert {p: committed.get(p, 0) for p in range(2)} == {p: ends.get(p, 0) for p in range(2)}
