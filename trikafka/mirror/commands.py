@@ -44,15 +44,21 @@ def add_audit_parser(commands) -> argparse.ArgumentParser:
     return audit
 
 
-async def mirror_main(args: argparse.Namespace) -> int:
-    config = MirrorConfig(args.source_zookeeper, args.target_zookeeper, args.whitelist, group=args.group,
-                          consumer_id=args.consumer_id, acks=args.acks,
-                          commit_interval_s=args.commit_interval_ms / 1000)
+def mirror_config(args: argparse.Namespace) -> MirrorConfig:
+    """The ``MirrorConfig`` of ``trikafka mirror``'s arguments; ``ValueError`` for bad ones."""
+    if args.commit_interval_ms < 0:
+        raise ValueError("--commit-interval-ms must not be negative")
+    return MirrorConfig(args.source_zookeeper, args.target_zookeeper, args.whitelist, group=args.group,
+                        consumer_id=args.consumer_id, acks=args.acks,
+                        commit_interval_s=args.commit_interval_ms / 1000)
+
+
+async def mirror_main(config: MirrorConfig) -> int:
     stats = MirrorStats()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(run_mirror, config, stats)
-            print(f"trikafka: mirroring {args.whitelist} from {', '.join(config.sources)} "
+            print(f"trikafka: mirroring {config.whitelist} from {', '.join(config.sources)} "
                   f"to {config.target}", file=sys.stderr, flush=True)
             async for signum in signals:
                 print(f"trikafka: {signal.Signals(signum).name}: committing and stopping", file=sys.stderr,
@@ -64,8 +70,13 @@ async def mirror_main(args: argparse.Namespace) -> int:
 
 
 def mirror_command(args: argparse.Namespace) -> int:
-    """``trikafka mirror``; exit 0 after a signal, 1 with a one-line error."""
-    return _run(mirror_main, args)
+    """``trikafka mirror``; exit 0 after a signal, 1 with a one-line error (2 for bad arguments)."""
+    try:
+        config = mirror_config(args)
+    except ValueError as exc:
+        print(f"trikafka: {exc}", file=sys.stderr)
+        return 2
+    return _run(mirror_main, config)
 
 
 def audit_command(args: argparse.Namespace) -> int:
@@ -75,14 +86,14 @@ def audit_command(args: argparse.Namespace) -> int:
     return _run(audit_main, args)
 
 
-def _run(fn, args: argparse.Namespace) -> int:
+def _run(fn, arg) -> int:
     from trikafka.client import ClientError
     from trikafka.group import ConsumerIdTakenOver, RebalanceFailedError
     from trikafka.zk import CoordinatorError
 
     expected = (ClientError, CoordinatorError, OSError, RebalanceFailedError, ConsumerIdTakenOver)
     try:
-        return trio.run(fn, args)
+        return trio.run(fn, arg)
     except KeyboardInterrupt:
         return 0
     except expected as exc:

@@ -52,6 +52,7 @@ class MirrorConfig:
             raise ValueError("give at least one source cluster")
         if self.acks not in (1, -1):
             raise ValueError(f"the mirror needs acks 1 or -1, not {self.acks!r}")
+        whitelist(self.whitelist)  # a bad regex fails here, before any connection
 
 
 @dataclass
