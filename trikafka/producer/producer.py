@@ -32,6 +32,12 @@ re-routes them.  With a static broker list and no partition count the
 producer sends partition -1 and the broker picks (0.7's ``broker.list``
 mode); a key then only picks the broker.
 
+Auditing (``audit=True``, docs/protocol.md 10): every payload gets the audit
+envelope, and the acknowledged ones are counted per topic and
+``audit_window_s`` window and published to ``trikafka-audit`` (``audit.py``).
+``send_message_set`` sends a set that is already built, byte for byte (a
+mirror's pass-through, ``passthrough.py``).
+
 Hot path: ``send`` in async mode only appends a tuple; routing, message-set
 building (``encoding.encode_plain``) and grouping happen once per batch.
 """
