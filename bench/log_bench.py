@@ -1,26 +1,44 @@
-"""Log engine throughput: append, read and crash recovery, in-process, on the real file system.
+"""Log engine throughput: append, read and crash recovery, on the real file system.
 
-    python bench/log_bench.py [--messages N] [--recovery-mb M] [--dir DIR]
+    python bench/log_bench.py [--messages N] [--recovery-mb M,M,...] [--no-served] [--dir DIR]
 
 * append: 200-byte magic-0 messages in pre-built sets of 50 (the paper's batch),
   each set validated (framing, CRC, size) and written, as the broker does;
   reported cold (fresh page-cache pages) and warm (the same pages reused);
 * read: every visible byte read back through ``Log.read`` regions (pread);
-* recovery: a newest segment of M MB (default 1024) without the clean-shutdown
-  marker, CRC-scanned by ``LogManager.open``.
+* recovery against segment size (default 64, 256, 1024 MB): a newest segment
+  written through ``Log.append`` and flushed (so its flush wrote a recovery
+  checkpoint), a torn tail added, no clean-shutdown marker; ``LogManager.open``
+  timed with the checkpoint and without it (the full CRC scan of 0.7), each
+  with the segment in the page cache (a process crash) and evicted from it
+  (``posix_fadvise(DONTNEED)``, as after a machine crash), printed as a table;
+* SIGKILL restart (largest size): a ``trikafka serve --standalone`` on that
+  log dir takes one acknowledged produce, is killed with SIGKILL, and the
+  restart is timed from spawn to its ready file, with and without the
+  checkpoint, next to the same spawn on an empty log dir (the interpreter and
+  imports, which are not recovery).
 
-Figures are msgs/s and MB/s of message bytes on the wire format.
+Figures are msgs/s and MB/s of message bytes on the wire format, and seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
+import signal
+import statistics
 import tempfile
 import time
+from pathlib import Path
 
-from trikafka.log import LogConfig, LogManager, OsFileSystem, wall_clock_ms
+import trio
+
+from served_broker import served_broker
+from trikafka.client.connection import connect
+from trikafka.log import CLEAN_SHUTDOWN_MARKER, LogConfig, LogManager, OsFileSystem, wall_clock_ms
+from trikafka.log.checkpoint import CHECKPOINT_FILE_NAME
 from trikafka.wire.messageset import build_message_set
 
 PAYLOAD_BYTES = 200
@@ -57,35 +75,136 @@ def read_run(root: str, total_bytes: int, max_bytes: int = 1 << 20) -> float:
     return elapsed
 
 
-def recovery_run(root: str, megabytes: int) -> tuple[float, int]:
+TORN_TAIL = b"\x00\x00\x01\x00torn"  # an entry cut short by the crash, for recovery to cut
+
+
+def build_newest_segment(root: str, megabytes: int) -> tuple[str, int]:
+    """A log ``recover-0`` whose one segment holds ``megabytes`` MB, flushed (checkpoint written)."""
+    config = LogConfig(flush_interval_messages=10**9, flush_interval_ms=10**9, segment_bytes=(megabytes + 1) << 20)
+    manager = LogManager(root, config, OsFileSystem(), wall_clock_ms)
+    manager.open()
+    log = manager.get_or_create("recover", 0)
     message_set = build_message_set([b"r" * PAYLOAD_BYTES] * BATCH_MESSAGES, magic=0)
-    chunk = message_set * max(1, (4 << 20) // len(message_set))
-    target = megabytes << 20
-    directory = os.path.join(root, "recover-0")
-    os.makedirs(directory)
-    with open(os.path.join(directory, "%020d.kafka" % 0), "wb") as f:
-        written = 0
-        while written < target:
-            f.write(chunk)
-            written += len(chunk)
-        f.write(b"\x00\x00\x01\x00torn")  # a torn tail for recovery to cut
+    chunk = message_set * max(1, (1 << 20) // len(message_set))
+    while log.end_offset < megabytes << 20:
+        log.append(chunk)
+    log.flush()
+    size = log.end_offset
+    manager.close(clean=False)  # as if the process died right after the flush
+    return os.path.join(root, "recover-0"), size
+
+
+def crash_state(directory: str, checkpoint: bytes | None, cold: bool) -> None:
+    """Torn tail on the segment, checkpoint present or not, page cache kept or dropped."""
+    segment = os.path.join(directory, "%020d.kafka" % 0)
+    with open(segment, "ab") as f:
+        f.write(TORN_TAIL)
         f.flush()
         os.fsync(f.fileno())
+        if cold:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    path = os.path.join(directory, CHECKPOINT_FILE_NAME)
+    if checkpoint is None:
+        if os.path.exists(path):
+            os.unlink(path)
+    else:
+        Path(path).write_bytes(checkpoint)
+
+
+def recovery_run(root: str, size: int) -> float:
     manager = LogManager(root, LogConfig(), OsFileSystem(), wall_clock_ms)
     started = time.perf_counter()
     manager.open()  # no clean-shutdown marker: the newest segment is scanned
     elapsed = time.perf_counter() - started
     assert manager.recovered
     end = manager.get("recover", 0).end_offset
-    assert end == written, (end, written)
-    manager.close(clean=True)
-    return elapsed, written
+    assert end == size, (end, size)
+    manager.close(clean=False)
+    return elapsed
+
+
+def recovery_table(root: str, sizes_mb: list[int]) -> str:
+    """Print the recovery table; returns the log dir of the largest size (kept for the restart)."""
+    print("recovery after a crash (LogManager.open of one log, seconds):")
+    print(f"  {'segment':>8} | {'full scan':>10} {'full scan':>10} | {'checkpoint':>10} {'checkpoint':>10}")
+    print(f"  {'MB':>8} | {'cached':>10} {'evicted':>10} | {'cached':>10} {'evicted':>10}")
+    for megabytes in sizes_mb:
+        logs = os.path.join(root, f"recovery-{megabytes}")
+        directory, size = build_newest_segment(logs, megabytes)
+        checkpoint = Path(directory, CHECKPOINT_FILE_NAME).read_bytes()
+        row = []
+        for saved in (None, checkpoint):
+            for cold in (False, True):
+                crash_state(directory, saved, cold)
+                row.append(recovery_run(logs, size))
+        print(f"  {size / (1 << 20):>8,.0f} | {row[0]:>10.3f} {row[1]:>10.3f} | {row[2]:>10.3f} {row[3]:>10.3f}")
+        if megabytes != sizes_mb[-1]:
+            shutil.rmtree(logs)
+    return logs
+
+
+async def produce_one(port: int) -> None:
+    async with await connect("127.0.0.1", port) as conn:
+        [result] = await conn.produce_acked([("recover", 0, build_message_set([b"one more"]))])
+        assert result.error == 0, result
+
+
+# The newest segment must stay the newest: no roll at 1 GB (0.7's default log.file.size).
+SERVE_ARGS = ["--standalone", "--set", "log.file.size=2147483647"]
+
+
+def spawn_to_ready(root: str, log_dir: str, label: str) -> float:
+    started = time.perf_counter()
+    with served_broker([*SERVE_ARGS, "--log-dir", log_dir], Path(root, f"ready-{label}")):
+        return time.perf_counter() - started
+
+
+def sigkill_restart(root: str, logs: str, repeats: int) -> None:
+    """Kill a serving broker with SIGKILL after a flushed produce; time the restart (median of ``repeats``)."""
+    directory = os.path.join(logs, "recover-0")
+    spawn_to_ready(root, os.path.join(root, "empty"), "warm-up")  # compiled modules, page cache: not timed
+    times = {"empty log dir": [spawn_to_ready(root, os.path.join(root, "empty"), "empty") for _ in range(repeats)]}
+    for label in ("checkpoint", "full scan"):
+        times[label] = []
+        for _ in range(repeats):
+            Path(logs, CLEAN_SHUTDOWN_MARKER).touch()  # a clean start; the kill makes the next one recover
+            with served_broker([*SERVE_ARGS, "--log-dir", logs], Path(root, "ready-first")) as (proc, port):
+                trio.run(produce_one, port)  # acks=-1: flushed; the first flush after opening writes a checkpoint
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+            if label == "full scan":
+                os.unlink(os.path.join(directory, CHECKPOINT_FILE_NAME))
+            times[label].append(spawn_to_ready(root, logs, label.replace(" ", "-")))
+    segments = sorted(n for n in os.listdir(directory) if n.endswith(".kafka"))
+    assert len(segments) == 1, segments
+    size = os.path.getsize(os.path.join(directory, segments[0]))
+    median = {label: statistics.median(values) for label, values in times.items()}
+    print(f"SIGKILL restart, {size / (1 << 20):,.0f} MB newest segment "
+          f"(spawn to ready file, seconds, median of {repeats}):")
+    for label, values in times.items():
+        print(f"  {label:>14}: {median[label]:.3f}   ({', '.join(f'{v:.3f}' for v in values)})")
+    print(f"  recovery's share: {median['checkpoint'] - median['empty log dir']:+.3f} s with the checkpoint, "
+          f"{median['full scan'] - median['empty log dir']:+.3f} s with the full scan")
+
+
+def show_recovery_progress() -> None:
+    """Print the scan's progress lines (the point of a long scan); not the per-run truncation notes."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("    log: %(message)s"))
+    handler.addFilter(lambda record: record.getMessage().startswith("recovery scan of"))
+    logger = logging.getLogger("trikafka.log")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=2_000_000)
-    parser.add_argument("--recovery-mb", type=int, default=1024)
+    parser.add_argument("--recovery-mb", default="64,256,1024",
+                        help="newest-segment sizes for the recovery table, comma-separated")
+    parser.add_argument("--no-served", action="store_true", help="skip the SIGKILL restart of a real broker")
+    parser.add_argument("--repeats", type=int, default=3, help="restarts per SIGKILL figure")
     parser.add_argument("--dir", help="where to write (default: a temp dir)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="trikafka-log-bench-", dir=args.dir)
@@ -104,9 +223,10 @@ def main() -> None:
         elapsed = read_run(os.path.join(root, "logs"), total)
         print(f"read:       {messages / elapsed:>12,.0f} msgs/s {total / elapsed / 1e6:>8.1f} MB/s")
         shutil.rmtree(os.path.join(root, "logs"))
-        elapsed, size = recovery_run(os.path.join(root, "recovery"), args.recovery_mb)
-        print(f"recovery:   {size / (1 << 20):,.0f} MB newest segment scanned in {elapsed:.2f} s "
-              f"({size / elapsed / 1e6:,.0f} MB/s)")
+        show_recovery_progress()
+        logs = recovery_table(root, [int(m) for m in args.recovery_mb.split(",")])
+        if not args.no_served:
+            sigkill_restart(root, logs, args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

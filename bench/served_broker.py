@@ -27,11 +27,16 @@ def served_broker(
     log_level: str | None = None,
     start_timeout_s: float = 30.0,
     stop_timeout_s: float = 30.0,
+    launcher: list[str] | None = None,
 ) -> Iterator[tuple[subprocess.Popen, int]]:
-    """Run ``trikafka serve --port 0 --ready-file READY_FILE *serve_args``; yield (process, port)."""
+    """Run ``trikafka serve --port 0 --ready-file READY_FILE *serve_args``; yield (process, port).
+
+    ``launcher`` replaces ``-m trikafka`` after the interpreter (e.g. ``-c CODE``
+    that changes something, then runs ``trikafka.cli.main``).
+    """
     ready_file.unlink(missing_ok=True)
     log_path = ready_file.with_suffix(".log")
-    cmd = [sys.executable, "-m", "trikafka"]
+    cmd = [sys.executable, *(launcher or ["-m", "trikafka"])]
     if log_level:
         cmd += ["--log-level", log_level]
     cmd += ["serve", "--port", "0", "--ready-file", str(ready_file), *serve_args]

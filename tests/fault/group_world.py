@@ -41,9 +41,9 @@ from trikafka.broker.server import inline_blocking
 from trikafka.client import ACKS_FLUSHED, connect
 from trikafka.group.assign import assign_group, partition_owners
 from trikafka.group.registry import decode_offset, decode_owner, decode_topic_count
-from trikafka.log.fakefs import FakeFileSystem
+from trikafka.testing import FakeCoordinator, FakeFileSystem, FakeZooKeeper
 from trikafka.wire import ErrorCode, ProducePart, build_message_set
-from trikafka.zk import CoordinatorClosedError, FakeCoordinator, FakeZooKeeper, KazooCoordinator, NoNodeError
+from trikafka.zk import CoordinatorClosedError, KazooCoordinator, NoNodeError
 from trikafka.zk.registry import BrokerRegistration
 
 from tests.fixtures.fault_proxy import FaultProxy

@@ -28,7 +28,8 @@ import trio
 
 from tests.integration.broker_testing import serve_process
 from trikafka.client import ClientError, connect
-from trikafka.wire.messageset import build_message_set, iter_messages, parse_entries
+from trikafka.wire.messageset import build_message_set
+from trikafka.wire.reading import iter_messages, parse_entries
 
 pytestmark = pytest.mark.slow
 

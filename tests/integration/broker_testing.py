@@ -271,3 +271,31 @@ async def serve_process(log_dir: Any, *flags: str, cwd: Any = None) -> AsyncIter
         with open(ready_file) as f:
             port = int(f.read())
         yield child, port
+
+
+async def http_exchange(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send a raw HTTP request to ``127.0.0.1:port``; (status, body) of the answer."""
+    with trio.fail_after(RESPONSE_TIMEOUT_S):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(request)
+            answer = bytearray()
+            while data := await stream.receive_some(65536):
+                answer += data
+    head, _, body = bytes(answer).partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+async def http_get(port: int, path: str) -> tuple[int, bytes]:
+    """``GET path`` on the metrics endpoint: (status, body)."""
+    return await http_exchange(port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+
+
+async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of ``/metrics``, by (name, sorted labels), parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, body = await http_get(port, "/metrics")
+    assert status == 200, body
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body.decode()) for s in family.samples}

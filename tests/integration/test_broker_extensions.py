@@ -16,7 +16,7 @@ import trio.testing
 
 from trikafka.broker import serve
 from trikafka.broker.server import inline_blocking
-from trikafka.log.fs import FakeFileSystem
+from trikafka.testing import FakeFileSystem
 from trikafka.log.tickets import FlushTicket
 from trikafka.wire import (
     ErrorCode,

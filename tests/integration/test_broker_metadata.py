@@ -158,3 +158,30 @@ async def test_against_a_broker_without_metadata_the_probe_finds_the_counts(nurs
     assert (await trio.to_thread.run_sync(blocking)).topics["wide"].count == 70
     async with await connect("127.0.0.1", broker.port) as conn:
         assert (await probe_partition_count(conn, "plain")).count == 2
+
+
+async def test_a_raw_snappy_wrapper_is_accepted_and_served_byte_for_byte(nursery, tmp_path):
+    """Kafka 0.7.2 accepts a snappy wrapper whose payload is one raw block; so does trikafka."""
+    import cramjam
+
+    from trikafka.wire import Codec, encode_entry, iter_messages
+
+    broker = await start(nursery, tmp_path)
+    inner = messages(b"from a third-party producer", b"second", magic=1)
+    wrapper = encode_entry(bytes(cramjam.snappy.compress_raw(inner)), magic=1, codec=Codec.SNAPPY)
+    async with await connect("127.0.0.1", broker.port) as conn:
+        [result] = await conn.produce_acked([ProducePart("raw", 0, wrapper)])
+        assert (result.error, result.next_offset) == (ErrorCode.NO_ERROR, len(wrapper))
+        fetched = await conn.fetch("raw", 0, 0, 1 << 16)
+    assert fetched.data == wrapper
+    assert [m.payload for m in iter_messages(fetched.data)] == [b"from a third-party producer", b"second"]
+
+
+async def test_the_fake_broker_closes_on_metadata_and_the_probe_answers(nursery):
+    from trikafka.client.fake_broker import FakeBroker, serve_fake_broker
+
+    fake = FakeBroker(partitions=3)
+    async with serve_fake_broker(fake) as (host, port):
+        counts = await partition_counts(host, port, ["t"])
+    assert counts.metadata is None and counts.topics["t"].count == 3
+    assert fake.connections_closed_by_broker == 1  # the METADATA attempt

@@ -3,17 +3,22 @@
 
 A real broker on loopback with the real file system; ``os.sendfile`` is
 wrapped to count calls, bytes and EAGAINs, and the segment file's ``pread``
-(the only user-space read path for message bytes) is wrapped to count reads.
+(the only user-space read path for message bytes) is wrapped to count reads
+and the threads they ran in.  The page-cache residency check is injected
+(hot unless a test says cold), so the path taken never depends on the
+machine's memory.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import trio
 import trio.testing
 
+from trikafka.broker import sendfile as sendfile_module
 from trikafka.broker import serve
 from trikafka.log.fs import OsSegmentFile
 from trikafka.wire import (
@@ -35,7 +40,8 @@ PAYLOAD_BYTES = 2 * 1024 * 1024  # far more than the socket buffers hold: sendfi
 class SendfileSpy:
     """Wraps ``os.sendfile`` and ``OsSegmentFile.pread``; counts what goes through them."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, resident: bool = True):
+        self.read_threads: list[int] = []
         self.calls = 0
         self.bytes_sent = 0
         self.would_block = 0
@@ -55,10 +61,12 @@ class SendfileSpy:
 
         def pread(segment: OsSegmentFile, position: int, n: int) -> bytes:
             self.preads += 1
+            self.read_threads.append(threading.get_ident())
             return real_pread(segment, position, n)
 
         monkeypatch.setattr(os, "sendfile", sendfile)
         monkeypatch.setattr(OsSegmentFile, "pread", pread)
+        monkeypatch.setattr(sendfile_module, "page_cache_resident", lambda fd, position, length: resident)
 
     def reset(self) -> None:
         self.calls = self.bytes_sent = self.would_block = self.preads = 0
@@ -113,6 +121,25 @@ async def test_multifetch_sends_each_region_with_sendfile_in_order(broker, monke
     ]
     assert spy.bytes_sent == len(a) + len(b) + 100
     assert spy.preads == 0
+
+
+async def test_a_cold_fetch_is_read_in_worker_threads(broker, monkeypatch):
+    client, other = await RawClient.connect(broker.port), await RawClient.connect(broker.port)
+    data = messages(os.urandom(PAYLOAD_BYTES))
+    await produce_flushed(client, "cold", data)
+    small = messages(b"hot")
+    await produce_flushed(other, "hot", small)
+    spy = SendfileSpy(monkeypatch, resident=False)
+    await client.send(FetchRequest(FetchPart("cold", 0, 0, len(data))))
+    await trio.testing.wait_all_tasks_blocked()  # the cold sender waits on its thread or the full socket
+    response = await other.call(FetchRequest(FetchPart("hot", 0, 0, 1000)))  # not stuck behind it
+    assert response.payload == small
+    response = await client.receive_frame()
+    assert (response.error_code, response.payload) == (ErrorCode.NO_ERROR, data)
+    chunks = PAYLOAD_BYTES // sendfile_module.COLD_READ_CHUNK_BYTES
+    assert spy.preads >= chunks  # every chunk was waited for ...
+    assert threading.get_ident() not in spy.read_threads, "a cold read ran on the event loop"
+    assert spy.bytes_sent == len(data) + len(small)  # ... then sent with sendfile (the hot fetch too)
 
 
 async def test_an_unlinked_segment_still_serves_a_fetch_in_flight(broker, monkeypatch):

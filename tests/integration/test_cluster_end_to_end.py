@@ -27,7 +27,7 @@ from trikafka.client import connect
 from trikafka.producer import BrokerPartition, HashPartitioner, Producer
 from trikafka.wire import ErrorCode, OffsetsRequest, iter_messages
 from trikafka.zk import KazooCoordinator, parse_broker_registration
-from trikafka.zk.server import free_port
+from trikafka.zk.server_setup import free_port
 
 from .broker_testing import READY_MARKER, ChildProcess, RawClient, child_process
 

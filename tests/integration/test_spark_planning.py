@@ -95,6 +95,20 @@ def test_batch_plan_has_one_range_per_partition_with_data(broker_cluster, unique
         plan_batch(_options(broker_cluster, unique_topic, endingOffsets=json.dumps({unique_topic: {"0-1": end_a + 9}})))
 
 
+def test_without_partitions_per_broker_every_partition_each_broker_reports_is_read(broker_cluster, unique_topic):
+    # One broker gets the topic with more partitions than its num.partitions (2): a
+    # fixed default would silently read only part of the topic.
+    with broker_cluster.connect(0) as conn:
+        assert conn.create_topic(unique_topic, 5).partitions == 5
+    _, end_a = broker_cluster.produce_payloads(unique_topic, 0, 4, [b"x"] * 3)
+    _, end_b = broker_cluster.produce_payloads(unique_topic, 1, 1, [b"y"] * 2)
+    raw = {"brokers": broker_cluster.broker_list, "topics": unique_topic}
+    ranges = plan_batch(parse_options(raw))
+    assert [(r.key.broker, r.key.partition, r.start, r.end) for r in ranges] == [(0, 4, 0, end_a), (1, 1, 0, end_b)]
+    with pytest.raises(ClusterConfigError, match="does not exist on any of the brokers"):
+        plan_batch(parse_options({**raw, "topics": unique_topic + "-missing"}))
+
+
 def test_stream_offsets_respect_the_byte_budget_and_available_now(tk, broker_cluster, unique_topic):
     expected = tk.produce_mixed(broker_cluster, unique_topic, seed=31)
     boundaries = expected.boundaries()
@@ -139,7 +153,8 @@ def test_stream_keeps_partitions_of_an_unreachable_broker(broker_cluster, unique
     reader = TrikafkaStreamReader(dead)
     start = {unique_topic: {"0-0": 0, "7-0": 123}}
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {unique_topic: {"0-0": broker_cluster.visible_end(unique_topic, 0, 0), "7-0": 123}}
+    # Broker 0 reports both its partitions (METADATA); broker 7's known partition waits.
+    assert end == {unique_topic: {"0-0": broker_cluster.visible_end(unique_topic, 0, 0), "0-1": 0, "7-0": 123}}
     # A partition new to the offsets enters at its earliest offset, with nothing to read yet.
     fresh = TrikafkaStreamReader(options).latestOffset({unique_topic: {}}, ReadAllAvailable())
     assert fresh == {unique_topic: {"0-0": 0, "0-1": 0, "1-0": 0, "1-1": 0}}

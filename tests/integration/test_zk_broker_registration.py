@@ -10,6 +10,8 @@ The first group runs the broker's registration service on both coordinators
 from __future__ import annotations
 
 import functools
+import socket
+import threading
 import time
 
 import pytest
@@ -163,11 +165,20 @@ async def test_a_duplicate_broker_id_is_refused_at_startup(zk_harness, zk_clock,
     logs.close()
 
 
-def test_published_host_and_private_dir_follow_the_config(tmp_path):
-    assert published_host(BrokerConfig(host="127.0.0.1")) == "127.0.0.1"
-    assert published_host(BrokerConfig(host="0.0.0.0", hostname="broker7.example")) == "broker7.example"
-    wildcard = published_host(BrokerConfig(host="0.0.0.0"))
+async def test_published_host_and_private_dir_follow_the_config(tmp_path, monkeypatch):
+    assert await published_host(BrokerConfig(host="127.0.0.1")) == "127.0.0.1"
+    assert await published_host(BrokerConfig(host="0.0.0.0", hostname="broker7.example")) == "broker7.example"
+    lookups = []
+    real_lookup = socket.gethostbyname
+
+    def checked_lookup(name):  # a resolver may block for seconds: never on the event loop's thread
+        lookups.append(threading.current_thread() is threading.main_thread())
+        return real_lookup(name)
+
+    monkeypatch.setattr(socket, "gethostbyname", checked_lookup)
+    wildcard = await published_host(BrokerConfig(host="0.0.0.0"))
     assert wildcard not in ("", "0.0.0.0") and ":" not in wildcard
+    assert lookups == [False]
     logs = tmp_path / "data" / "logs"
     assert private_zookeeper_dir(BrokerConfig(log_dir=str(logs))) == tmp_path / "data" / "logs-zookeeper"
     assert private_zookeeper_dir(BrokerConfig(private_zookeeper_dir=str(tmp_path / "z"))) == tmp_path / "z"

@@ -7,6 +7,7 @@ import time
 
 import pytest
 import trio
+import trio.testing
 
 from trikafka.zk import (
     BadVersionError,
@@ -334,7 +335,8 @@ async def test_requests_wait_out_a_short_partition(zk_harness, zk_clock):
             assert zk.state.value is SessionState.SUSPENDED
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read_while_cut_off)
-                await trio.sleep(0.3)  # well inside the 4 s session
+                # Once the reader is parked its request is queued (kazoo queues on the call itself).
+                await trio.testing.wait_all_tasks_blocked()
                 assert replies == []  # queued, like kazoo: no error, no answer yet
                 await writer.set("/p", b"w")
                 zk_harness.heal(zk)

@@ -17,14 +17,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
-from trikafka.log import (
-    FakeFileSystem,
-    LogBusyError,
-    LogConfig,
-    LogManager,
-    ManualClock,
-    OffsetOutOfRangeError,
-)
+from trikafka.log import LogBusyError, LogConfig, LogManager, ManualClock, OffsetOutOfRangeError
+from trikafka.testing import FakeFileSystem
 from trikafka.wire.compression import Codec
 from trikafka.wire.errors import MessageError
 from trikafka.wire.messageset import build_message_set, validate_message_set

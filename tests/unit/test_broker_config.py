@@ -14,7 +14,8 @@ from trikafka.broker.config import (
     load_file,
     parse_properties,
 )
-from trikafka.cli import _serve_config, build_parser, main
+from trikafka.cli import build_parser, main
+from trikafka.cli.serve import _serve_config
 from trikafka.log.config import HOUR_MS
 
 # A 0.7-style server.properties (written for this test): comments, every
@@ -158,3 +159,13 @@ def test_a_bad_serve_configuration_exits_2_with_a_message(tmp_path, capsys):
     assert "num_partitions must be >= 1" in capsys.readouterr().err
     assert main(["serve", "--set", "nonsense", "--log-dir", str(tmp_path)]) == 2
     assert main(["serve", "--config", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_metrics_port_is_off_by_default_and_checked(tmp_path):
+    assert BrokerConfig().metrics_port is None
+    path = tmp_path / "broker.toml"
+    path.write_text("metrics_port = 9100\n")
+    assert load(str(path)).metrics_port == 9100
+    assert load(None, {"metrics.port": "0"}).metrics_port == 0  # a free port
+    with pytest.raises(ConfigError, match="metrics_port must be in"):
+        load(None, {"metrics_port": "70000"})

@@ -13,7 +13,7 @@ import trio.testing
 
 from tests.integration.broker_testing import make_config, memory_client, messages, start_in_memory
 from trikafka.log.errors import LogFailedError
-from trikafka.log.fs import FakeFileSystem
+from trikafka.testing import FakeFileSystem
 from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER
 from trikafka.log.tickets import FlushTicket, RollTicket
 from trikafka.wire import (
@@ -48,34 +48,94 @@ async def produce(client, topic, data):
 # --------------------------------------------------------------------------- flush scheduler
 
 
-async def test_the_timer_flushes_each_topic_at_its_own_interval(nursery, tmp_path, fake_fs, autojump_clock):
+def visible_times(log):
+    """The Trio times at which ``log``'s visible end advanced."""
+    times = []
+    log.add_visible_listener(lambda _: times.append(trio.current_time()))
+    return times
+
+
+async def test_a_log_is_flushed_exactly_at_its_deadline_not_before(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(tmp_path, log_default_flush_interval_ms=1_000), fake_fs)
+    client = await memory_client(broker)
+    await trio.sleep(0.25)  # the interval starts at the first unflushed append, not on a fixed tick
+    appended_at = trio.current_time()
+    await produce(client, "t", messages(b"first"))
+    log = broker.log_manager.get("t", 0)
+    flushed_at = visible_times(log)
+    await trio.sleep(0.5)
+    await produce(client, "t", messages(b"second"))  # joins the wait the first one started
+    await trio.sleep_until(appended_at + 0.999)
+    assert log.visible_end == 0 and flushed_at == []
+    await trio.sleep_until(appended_at + 1.0)
+    await trio.testing.wait_all_tasks_blocked()
+    assert flushed_at == [pytest.approx(appended_at + 1.0, abs=1e-9)]
+    assert log.visible_end == log.end_offset  # both appends, in one flush
+
+
+async def test_each_topic_waits_its_own_interval(nursery, tmp_path, fake_fs, autojump_clock):
     broker = await start_in_memory(nursery, config(
         tmp_path, log_default_flush_scheduler_interval_ms=500, log_default_flush_interval_ms=5_000,
         topic_flush_intervals_ms={"fast": 1_000}), fake_fs)
     client = await memory_client(broker)
     started = trio.current_time()
-    await produce(client, "fast", messages(b"f"))
     await produce(client, "slow", messages(b"s"))
-    fast, slow = broker.log_manager.get("fast", 0), broker.log_manager.get("slow", 0)
-    visible_at = {}
-    while len(visible_at) < 2:
-        await trio.sleep(0.1)
-        for log in (fast, slow):
-            if log.visible_end > 0 and log.topic not in visible_at:
-                visible_at[log.topic] = trio.current_time() - started
-    # A log is flushed on the first scheduler tick at which its interval has passed.
-    assert visible_at["fast"] == pytest.approx(1.0, abs=0.11)
-    assert visible_at["slow"] == pytest.approx(5.0, abs=0.11)
-
-
-async def test_the_timer_skips_logs_with_nothing_to_flush(nursery, tmp_path, fake_fs, autojump_clock):
-    broker = await start_in_memory(nursery, config(tmp_path, log_default_flush_scheduler_interval_ms=100), fake_fs)
-    client = await memory_client(broker)
-    await produce(client, "t", messages(b"once"))
-    await trio.sleep(1)
-    assert broker.flusher.flushes_completed == 1
+    await produce(client, "fast", messages(b"f"))  # a nearer deadline wakes the scheduler earlier
+    fast, slow = visible_times(broker.log_manager.get("fast", 0)), visible_times(broker.log_manager.get("slow", 0))
     await trio.sleep(10)
-    assert broker.flusher.flushes_completed == 1
+    assert fast == [pytest.approx(started + 1.0)] and slow == [pytest.approx(started + 5.0)]
+
+
+async def test_many_logs_each_flushed_at_its_own_deadline(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(tmp_path, log_default_flush_interval_ms=100), fake_fs)
+    client = await memory_client(broker)
+    appended_at, flushed_at = {}, {}
+    for i in range(200):
+        topic = f"t{i % 50}"  # 50 logs in four rounds of 25 ms: each log's four appends share one wait
+        await produce(client, topic, messages(b"%d" % i))
+        appended_at.setdefault(topic, trio.current_time())
+        if topic not in flushed_at:
+            flushed_at[topic] = visible_times(broker.log_manager.get(topic, 0))
+        await trio.sleep(0.0005)
+    await trio.sleep(1)
+    for topic, times in flushed_at.items():
+        assert times == [pytest.approx(appended_at[topic] + 0.1)], topic  # when its first append started the wait
+        log = broker.log_manager.get(topic, 0)
+        assert log.visible_end == log.end_offset
+    assert broker.flusher.flushes_completed == 50
+
+
+async def test_the_message_count_rule_flushes_before_the_deadline(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(tmp_path, log_flush_interval=3,
+                                                   log_default_flush_interval_ms=HOUR_MS), fake_fs)
+    client = await memory_client(broker)
+    started = trio.current_time()
+    await produce(client, "t", messages(b"1", b"2"))
+    log = broker.log_manager.get("t", 0)
+    await trio.testing.wait_all_tasks_blocked()
+    assert log.visible_end == 0  # two messages: under log.flush.interval
+    await produce(client, "t", messages(b"3"))
+    await trio.testing.wait_all_tasks_blocked()
+    assert log.visible_end == log.end_offset and trio.current_time() == started  # the third one: at once
+
+
+async def test_an_idle_broker_never_wakes_the_flush_scheduler(nursery, tmp_path, fake_fs, autojump_clock):
+    broker = await start_in_memory(nursery, config(tmp_path, num_partitions=4, log_default_flush_interval_ms=10,
+                                                   retention_first_run_delay_s=10**9), fake_fs)
+    client = await memory_client(broker)
+    for i in range(250):  # 1,000 logs
+        for partition in range(4):
+            await client.send(ProduceRequest(ProducePart(f"t{i}", partition, messages(b"x"))))
+    await client.offsets("t0", 0, -1)
+    await trio.sleep(1)
+    assert len(broker.log_manager.logs()) == 1000
+    assert all(log.visible_end == log.end_offset for log in broker.log_manager.logs())
+    wakeups, flushes = broker.flusher.wakeups, broker.flusher.flushes_completed
+    await trio.sleep(24 * 3600)  # a day with nothing to flush: no wakeup at all (no periodic scan)
+    assert (broker.flusher.wakeups, broker.flusher.flushes_completed) == (wakeups, flushes)
+    await produce(client, "t7", messages(b"again"))
+    await trio.sleep(1)
+    assert broker.flusher.wakeups == wakeups + 1 and broker.flusher.flushes_completed == flushes + 1
 
 
 async def test_flush_requests_during_an_fsync_coalesce_into_one_more_flush(nursery, tmp_path, fake_fs,
@@ -168,6 +228,98 @@ async def test_a_roll_fsyncs_in_the_worker_while_other_logs_take_appends(nursery
     assert log.segments.starts == (0, len(first))
     assert log.segments.segments[0].fully_flushed  # the roll fsynced the old segment in full
     assert log.end_offset == len(first) + len(second)
+
+
+# --------------------------------------------------------------------------- nothing blocks the loop
+
+
+def blocking_calls_checked(fake_fs, monkeypatch):
+    """Make every blocking call of ``fake_fs`` check that it runs in the "worker"
+    (inside ``run_blocking``); returns the ``run_blocking`` to pass and the log of calls."""
+    calls = []
+    in_worker = False
+    for name in ("makedirs", "open_segment", "fsync_dir", "remove", "mtime_ms", "touch"):
+        real = getattr(fake_fs, name)
+
+        def checked(*args, _real=real, _name=name, **kwargs):
+            assert in_worker, f"{_name}{args} ran on the event loop"
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(fake_fs, name, checked)
+
+    async def in_the_worker(fn):
+        nonlocal in_worker
+        in_worker = True
+        try:
+            result = fn()
+        finally:
+            in_worker = False
+        await trio.lowlevel.checkpoint()
+        return result
+
+    return in_the_worker, calls
+
+
+async def test_a_new_log_is_created_in_the_worker_once_while_other_logs_go_on(nursery, tmp_path, fake_fs,
+                                                                              autojump_clock, monkeypatch):
+    checked, calls = blocking_calls_checked(fake_fs, monkeypatch)
+    release = trio.Event()
+    creations = []
+
+    async def held_creation(fn):
+        if getattr(fn, "func", None) is not None and fn.func.__name__ == "make_log":
+            creations.append(fn.args)
+            if fn.args[0] == "new":
+                await release.wait()
+        return await checked(fn)
+
+    broker = await start_in_memory(nursery, config(tmp_path, log_default_flush_interval_ms=HOUR_MS), fake_fs,
+                                   run_blocking=held_creation)
+    calls.clear()  # the log dir's loading at startup
+    other = await memory_client(broker)
+    await produce(other, "u", messages(b"u"))  # u-0 exists
+    assert creations == [("u", 0)]
+    answers = []
+
+    async def acked(client, payload):
+        frame = await client.call(ProduceAckedRequest(1, 60_000, (ProducePart("new", 0, messages(payload)),)))
+        answers.append(frame.error_code)
+
+    for payload in (b"a", b"b", b"c"):
+        nursery.start_soon(acked, await memory_client(broker), payload)
+    await trio.testing.wait_all_tasks_blocked()
+    assert creations[1:] == [("new", 0)]  # one creation, however many requests wait for it
+    await produce(other, "u", messages(b"u again"))  # another log takes appends meanwhile
+    assert await other.offsets("new", 0, -1) == [0]  # not created yet: the 0.7 answer for no log
+    assert answers == []
+    release.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert answers == [ErrorCode.NO_ERROR] * 3
+    log = broker.log_manager.get("new", 0)
+    assert log.end_offset == sum(len(messages(p)) for p in (b"a", b"b", b"c"))
+    assert calls.count("makedirs") == 2 and "fsync_dir" in calls
+
+
+async def test_retention_stats_unlinks_and_rolls_in_the_worker(nursery, tmp_path, autojump_clock, monkeypatch):
+    now_ms = [0]
+    fake_fs = FakeFileSystem(seed=3, clock_ms=lambda: now_ms[0])
+    checked, calls = blocking_calls_checked(fake_fs, monkeypatch)
+    broker = await start_in_memory(nursery, config(
+        tmp_path, log_retention_hours=1, log_file_size=30, log_default_flush_interval_ms=HOUR_MS),
+        fake_fs, clock_ms=lambda: now_ms[0], run_blocking=checked)
+    client = await memory_client(broker)
+    for i in range(3):  # each set is > 30 bytes: three segments
+        await produce(client, "t", messages(b"%d" % i * 40))
+        await broker.flush_all()
+    log = broker.log_manager.get("t", 0)
+    end = log.visible_end
+    calls.clear()
+    now_ms[0] = 2 * HOUR_MS  # every segment is expired: roll first, then delete all but the new one
+    assert await broker.retention.run_once() == 3
+    assert log.segments.starts == (end,) and log.visible_end == end
+    assert calls.count("mtime_ms") == 3 and calls.count("remove") == 3
+    assert calls.count("fsync_dir") == 4  # the roll's, then one per deleted segment
 
 
 # --------------------------------------------------------------------------- retention

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from trikafka.log import FakeFileSystem, ManualClock
+from trikafka.log import ManualClock
+from trikafka.testing import FakeFileSystem
 
 
 def make_fs(seed=0):
@@ -183,7 +184,7 @@ def test_injected_errors_match_op_and_path_and_count():
             fs.fsync_dir("/d")
     fs.fsync_dir("/d")
     with pytest.raises(ValueError):
-        fs.inject_error("rename")
+        fs.inject_error("chmod")
 
 
 def test_open_file_outlives_its_removal():

@@ -6,7 +6,6 @@ The first tests port 0.7's ``LogTest`` scenarios (anchors B3).
 import pytest
 
 from trikafka.log import (
-    FakeFileSystem,
     Log,
     LogBusyError,
     LogClosedError,
@@ -16,10 +15,13 @@ from trikafka.log import (
     ManualClock,
     OffsetOutOfRangeError,
 )
+from trikafka.log.checkpoint import CHECKPOINT_FILE_NAME as CHECKPOINT
 from trikafka.log.segment_list import SegmentList
+from trikafka.testing import FakeFileSystem
 from trikafka.wire.compression import Codec
 from trikafka.wire.errors import InvalidMessageError, MessageSizeTooLargeError
-from trikafka.wire.messageset import build_message_set, iter_messages
+from trikafka.wire.messageset import build_message_set
+from trikafka.wire.reading import iter_messages
 
 DIR = "/logs/t-0"
 T0 = 1_000_000
@@ -100,7 +102,7 @@ def test_log_rolls():
     segments = log.segments.segments
     # A segment rolls once it *exceeds* segment_bytes, so each holds 2 entries (106 bytes).
     assert [s.size for s in segments] == [106] * 10
-    assert fs.listdir(DIR) == ["%020d.kafka" % (106 * k) for k in range(10)]
+    assert fs.listdir(DIR) == [CHECKPOINT] + ["%020d.kafka" % (106 * k) for k in range(10)]
     assert read_all(log) == b"".join(sets)
     for s in segments[:-1]:  # a read near a segment's end stops there
         assert log.read(s.end - 10, 1000).length == 10
@@ -126,7 +128,7 @@ def test_edge_log_rolls_keep_the_end_offset():
     end = log.visible_end
     clock.advance(5000)
     assert log.apply_retention() == 1  # the only segment was non-empty: rolled, then deleted
-    assert fs.listdir(DIR) == ["%020d.kafka" % end]
+    assert fs.listdir(DIR) == [CHECKPOINT, "%020d.kafka" % end]
     assert (log.start_offset, log.visible_end, log.end_offset) == (end, end, end)
     assert log.append(entry(b"again")).base_offset == end
     log.flush()
@@ -224,18 +226,40 @@ def test_flush_due_by_count():
     assert log.unflushed_messages == 3
 
 
-def test_flush_due_by_age():
-    log, _, clock = open_log(flush_interval_ms=3000)
-    assert not log.flush_due_by_age(clock())
+def test_the_dirty_listener_hears_the_first_append_no_flush_or_roll_captured():
+    log, _, _ = open_log()
+    dirty = []
+    log.add_dirty_listener(lambda lg: dirty.append(lg.end_offset))
     log.append(entry(b"x"))
-    assert not log.flush_due_by_age(clock() + 2999)
-    assert log.flush_due_by_age(clock() + 3000)
-    clock.advance(3000)
+    log.append(entry(b"y"))
+    assert dirty == [11]  # the first append starts the wait; the second joins it
     ticket = log.begin_flush()
-    assert not log.flush_due_by_age(clock() + 10_000)  # one in flight
+    log.append(entry(b"during the fsync"))  # not covered by the flush in flight: a new wait
+    assert dirty == [11, 48]
     ticket.fsync()
     log.complete_flush(ticket)
-    assert not log.flush_due_by_age(clock() + 10_000)  # nothing unflushed
+    log.append(entry(b"z"))
+    assert dirty == [11, 48]  # still the same wait: those bytes were never captured
+    log.flush()
+    assert log.begin_flush() is None
+    log.append(entry(b"after the flush"))
+    assert dirty == [11, 48, 84]
+    log.roll()  # a roll captures everything too
+    log.append(entry(b"after the roll"))
+    assert dirty == [11, 48, 84, 108]
+
+
+def test_an_append_rolls_only_if_the_log_rolls_on_append():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    log = Log.open(fs, DIR, "t", 0, LogConfig(segment_bytes=10), clock, False, roll_on_append=False)
+    log.append(entry(b"abcdef"))
+    assert log.roll_due()
+    log.append(entry(b"ghijkl"))  # the broker's logs: the roll is the caller's, before the append
+    assert log.segments.starts == (0,)
+    log.roll()
+    assert log.segments.starts == (0, 32)
 
 
 def test_split_flush_advances_to_the_size_captured_before_the_fsync():
@@ -260,19 +284,6 @@ def test_split_flush_advances_to_the_size_captured_before_the_fsync():
     assert log.begin_flush() is None  # clean: nothing to flush
     with pytest.raises(LogError):
         log.complete_flush(ticket)  # a stale ticket
-
-
-def test_listener_removal():
-    log, _, _ = open_log()
-    seen = []
-    callback = seen.append
-    log.add_visible_listener(callback)
-    log.append(entry(b"x"))
-    log.flush()
-    log.remove_visible_listener(callback)
-    log.append(entry(b"y"))
-    log.flush()
-    assert seen == [log]
 
 
 def test_flush_ticket_outlived_by_an_inline_roll():
@@ -429,7 +440,7 @@ def test_size_limit_zero_deletes_everything_but_keeps_the_end():
     end = log.visible_end
     assert log.apply_retention() == 3
     assert log.start_offset == log.visible_end == end
-    assert fs.listdir(DIR) == ["%020d.kafka" % end]
+    assert fs.listdir(DIR) == [CHECKPOINT, "%020d.kafka" % end]
 
 
 def test_deleted_segment_stays_readable_through_a_held_region():
@@ -471,7 +482,6 @@ def test_write_error_is_fail_stop():
             write()
     assert log.failure and "injected" in log.failure
     assert log.read(0, 100).read() == entry(b"kept")  # visible data stays readable
-    assert not log.flush_due_by_age(10**12)
 
 
 def test_fsync_error_is_fail_stop_and_visibility_does_not_advance():

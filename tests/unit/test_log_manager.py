@@ -4,13 +4,13 @@ import pytest
 
 from trikafka.log import (
     CLEAN_SHUTDOWN_MARKER,
-    FakeFileSystem,
     InvalidTopicError,
     LogConfig,
     LogManager,
     ManualClock,
     WrongPartitionError,
 )
+from trikafka.testing import FakeFileSystem
 from trikafka.log.errors import LogClosedError, LogError, LogLoadError
 from trikafka.wire.messageset import build_message_set
 

@@ -9,7 +9,9 @@ from trikafka.log.names import is_temporary_file_name, parse_partition_dir_name,
 
 @pytest.mark.parametrize("name", ["t", "test", "my_topic", "a.b-c_D9", "-", "..a", "x" * 255, "___"])
 def test_valid_topic_names(name):
-    validate_topic(name)
+    validate_topic(name)  # raises InvalidTopicError otherwise
+    # a valid name is a directory name that parses back to itself
+    assert parse_partition_dir_name(partition_dir_name(name, 3)) == (name, 3)
 
 
 @pytest.mark.parametrize("name", [

@@ -7,6 +7,7 @@ import pytest
 from trikafka.log import (
     CLEAN_SHUTDOWN_MARKER, InvalidTopicError, LogConfig, LogManager, ManualClock, OsFileSystem, wall_clock_ms,
 )
+from trikafka.log.checkpoint import CHECKPOINT_FILE_NAME
 from trikafka.wire.messageset import build_message_set
 
 WEEK_MS = 7 * 24 * 3600 * 1000
@@ -27,7 +28,7 @@ def test_append_flush_read_with_a_real_descriptor(tmp_path):
     region = log.read(0, 1 << 20)
     assert os.pread(region.source.fileno(), region.length, region.position) == data
     assert region.read() == data
-    assert sorted(os.listdir(tmp_path / "logs" / "t-0")) == ["00000000000000000000.kafka"]
+    assert sorted(os.listdir(tmp_path / "logs" / "t-0")) == [CHECKPOINT_FILE_NAME, "00000000000000000000.kafka"]
 
 
 def test_rolls_and_recovery_on_disk(tmp_path):
@@ -38,7 +39,8 @@ def test_rolls_and_recovery_on_disk(tmp_path):
     for s in sets:
         log.append(s)
     log.flush()
-    assert len(os.listdir(root / "t-0")) == 2  # 50-byte entries: a segment exceeds 100 bytes after 3
+    # 50-byte entries: a segment exceeds 100 bytes after 3; the flush wrote a recovery checkpoint
+    assert len(os.listdir(root / "t-0")) == 3
     mgr.close(clean=False)  # as if the process died
     newest = root / "t-0" / ("%020d.kafka" % log.segments.starts[-1])
     with open(newest, "ab") as f:

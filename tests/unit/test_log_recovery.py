@@ -2,7 +2,8 @@
 
 import pytest
 
-from trikafka.log import FakeFileSystem, Log, LogConfig, ManualClock
+from trikafka.log import Log, LogConfig, ManualClock
+from trikafka.testing import FakeFileSystem
 from trikafka.log import recovery
 from trikafka.log.errors import LogLoadError
 from trikafka.wire.messageset import build_message_set
@@ -89,17 +90,100 @@ def test_only_the_newest_segment_is_scanned():
     assert log.visible_end == len(older) + len(entries(1))
 
 
-def test_scan_crosses_chunk_boundaries_and_big_entries(monkeypatch):
-    monkeypatch.setattr(recovery, "RECOVERY_CHUNK_BYTES", 64)
+def test_scan_crosses_chunk_boundaries_and_big_entries():
     data = build_message_set([b"s" * 10, b"B" * 300, b"m" * 50, b"t" * 3, b"L" * 1000])
     for tail in (b"", bytes(7), b"\x00\x00\x03\xff\x01\x00\x00\x00\x00\x00" + b"z" * 500):
         fs = FakeFileSystem()
         fs.write_file(SEG0, data + tail)
-        assert open_log(fs).end_offset == len(data)
+        assert open_log(fs, recovery_chunk_bytes=64).end_offset == len(data)
     torn = data[:-10]
     fs = FakeFileSystem()
     fs.write_file(SEG0, torn)
-    assert open_log(fs).end_offset == len(data) - len(build_message_set([b"L" * 1000]))
+    assert open_log(fs, recovery_chunk_bytes=64).end_offset == len(data) - len(build_message_set([b"L" * 1000]))
+
+
+ENTRY = len(entries(1))  # every entry of entries() has this size
+BAD_TAILS = {
+    "zeros": bytes(ENTRY),
+    "torn_header": entries(1)[:3],
+    "torn_entry": entries(1)[:-1],
+    "bad_crc": entries(1)[:-1] + b"\xff",
+    "garbage_length": b"\x7f\xff\xff\xff" + bytes(ENTRY),
+}
+
+
+@pytest.mark.parametrize("tail", sorted(BAD_TAILS))
+@pytest.mark.parametrize("where", ["at_a_boundary", "inside_a_chunk", "across_a_boundary"])
+def test_bad_tails_are_cut_exactly_wherever_they_sit_in_the_chunks(tail, where):
+    chunk = 4 * ENTRY
+    count = {"at_a_boundary": 12, "inside_a_chunk": 9, "across_a_boundary": 11}[where]
+    valid = entries(count)
+    # across_a_boundary: 11 entries end 1 entry before a chunk's end, so a 2-entry tail straddles it.
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, valid + BAD_TAILS[tail] + entries(2))
+    log = open_log(fs, recovery_chunk_bytes=chunk)
+    assert log.end_offset == log.visible_end == len(valid)
+    assert fs.read_file(SEG0) == valid
+
+
+@pytest.mark.parametrize("chunk", [ENTRY - 1, ENTRY, ENTRY + 1, 3 * ENTRY, 3 * ENTRY + 7, 1 << 20])
+def test_valid_segments_survive_any_chunk_size(chunk):
+    valid = entries(25) + build_message_set([b"x" * 700]) + entries(5)
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, valid + b"\x00\x00")
+    assert open_log(fs, recovery_chunk_bytes=chunk).end_offset == len(valid)
+
+
+class ReadSpy:
+    """A segment file that records every pread."""
+
+    def __init__(self, data: bytes):
+        self.data, self.reads = data, []
+
+    def pread(self, position: int, n: int) -> bytes:
+        self.reads.append((position, n))
+        return self.data[position:position + n]
+
+
+def test_the_scan_reads_each_chunk_once_when_entries_end_at_its_end():
+    chunk = 4 * ENTRY
+    spy = ReadSpy(entries(12))
+    assert recovery.scan_file_valid_prefix(spy, len(spy.data), chunk_bytes=chunk) == 12 * ENTRY
+    assert spy.reads == [(0, chunk), (chunk, chunk), (2 * chunk, chunk)]
+
+
+def test_the_scan_stops_at_a_bad_entry_inside_a_chunk_without_rereading_it():
+    chunk = 4 * ENTRY
+    spy = ReadSpy(entries(5) + BAD_TAILS["bad_crc"] + entries(4))
+    assert recovery.scan_file_valid_prefix(spy, len(spy.data), chunk_bytes=chunk) == 5 * ENTRY
+    # the 2nd chunk stops at the bad entry; only its length is read again, to see whether it is whole
+    assert spy.reads == [(0, chunk), (chunk, chunk), (5 * ENTRY, 4)]
+
+
+def test_an_entry_across_a_chunk_end_is_read_once_more_whole():
+    chunk = 4 * ENTRY + 10
+    spy = ReadSpy(entries(6))
+    assert recovery.scan_file_valid_prefix(spy, len(spy.data), chunk_bytes=chunk) == 6 * ENTRY
+    assert spy.reads == [(0, chunk), (4 * ENTRY, 4), (4 * ENTRY, ENTRY), (5 * ENTRY, ENTRY)]
+
+
+def test_the_scan_starts_where_it_is_told():
+    spy = ReadSpy(bytes(5) + entries(3) + bytes(4))
+    assert recovery.scan_file_valid_prefix(spy, len(spy.data), start=5, chunk_bytes=1 << 20) == 5 + 3 * ENTRY
+    assert spy.reads[0] == (5, len(spy.data) - 5)
+
+
+def test_a_segment_longer_than_the_real_chunk_recovers():
+    # The production chunk size, on the in-memory file system: a torn entry straddles the first boundary.
+    one = build_message_set([b"p" * 40_000])
+    count = recovery.RECOVERY_CHUNK_BYTES // len(one) + 3
+    valid = one * count
+    assert len(valid) > recovery.RECOVERY_CHUNK_BYTES
+    fs = FakeFileSystem()
+    fs.write_file(SEG0, valid + one[:-5])
+    log = open_log(fs)
+    assert log.end_offset == len(valid)
+    assert fs.read_file(SEG0) == valid
 
 
 def test_a_directory_without_segments_gets_an_empty_segment_zero():

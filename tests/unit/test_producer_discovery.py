@@ -12,7 +12,8 @@ from trikafka.producer import BrokerPartition, Producer, ZooKeeperDiscovery
 from trikafka.producer.discovery import StaticDiscovery
 from trikafka.producer.partitioner import hash_index, java_hash
 from trikafka.producer.testing import MemoryCluster
-from trikafka.zk import CreateOp, DeleteOp, FakeCoordinator, FakeZooKeeper
+from trikafka.testing import FakeCoordinator, FakeZooKeeper
+from trikafka.zk import CreateOp, DeleteOp
 
 BP = BrokerPartition
 

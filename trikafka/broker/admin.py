@@ -1,16 +1,15 @@
 """METADATA and CREATE_TOPIC (docs/protocol.md §9.4, §9.5, §9.6).
 
 METADATA is answered from memory (the log manager's topics and counts, the
-broker's own address): no disk access, no wait.  CREATE_TOPIC creates
-directories and segments, whose fsyncs run through ``run_blocking`` (a worker
-thread by default), never on the loop.
+broker's own address): no disk access, no wait.  CREATE_TOPIC creates each
+missing log the way a produce does (``RequestHandler.log_for_write``: in a
+worker thread, one creation per log), never on the loop.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import trio
 
@@ -36,12 +35,10 @@ UNREPLICATED_EPOCH = 0  # partitions are not replicated yet: one leader, never c
 class TopicAdmin:
     """Answers METADATA and CREATE_TOPIC for one broker (shared by its connections)."""
 
-    def __init__(self, *, handler: Any, log_manager: Any, max_message_size: int,
-                 run_blocking: Callable[..., Awaitable[Any]] | None = None):
+    def __init__(self, *, handler: Any, log_manager: Any, max_message_size: int):
         self._handler = handler
         self._log_manager = log_manager
         self._max_message_size = max_message_size
-        self._run_blocking = run_blocking or trio.to_thread.run_sync
         self.self_broker: BrokerAddress | None = None  # set once the broker has bound its port
         # Other live brokers, for a broker that watches the registry (replication).
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
@@ -90,10 +87,14 @@ class TopicAdmin:
                 return CreateTopicResult(ErrorCode.TOPIC_ALREADY_EXISTS, current)
         elif not manager.configured_partitions(topic) <= partitions <= MAX_CREATED_PARTITIONS:
             return CreateTopicResult(ErrorCode.INVALID_PARTITIONS, -1)
-        created = await self._run_blocking(functools.partial(manager.create_topic, topic, partitions))
+        had = {p for p in range(partitions) if manager.get(topic, p) is not None}
+        # The count first, so the topic listeners (ZooKeeper registration) see the final
+        # count; then each missing log, created off the loop and shared with any produce
+        # that creates the same log meanwhile.
+        manager.raise_partition_count(topic, partitions)
         handler.forget_partition_count(topic)
-        for log in created:
-            handler.adopt(log)
-        if created:
+        for partition in range(partitions):
+            await handler.log_for_write(topic, partition)
+        if len(had) < partitions:
             logger.info("created topic %s with %d partitions", topic, partitions)
         return CreateTopicResult(ErrorCode.NO_ERROR, manager.partitions_for(topic))

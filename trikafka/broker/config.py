@@ -23,7 +23,9 @@ import os
 import socket
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+import trio
 
 from trikafka.log.config import HOUR_MS, LogConfig
 
@@ -43,6 +45,9 @@ _TOPIC_MAP_FIELDS = (
     "topic_log_retention_size",
     "topic_flush_intervals_ms",
 )
+# Per-topic maps of text values (``t1:compact,t2:compact+delete``).
+_TOPIC_TEXT_MAP_FIELDS = ("topic_cleanup_policy_map",)
+_CLEANER_MAP_FIELDS = ("topic_min_compaction_lag_ms_map", "topic_delete_retention_ms_map")
 _RENAMED = {"brokerid": "broker_id"}
 
 
@@ -78,9 +83,9 @@ class BrokerConfig:
     log_cleanup_interval_mins: int = 10
     log_flush_interval: int = 500  # messages
     log_default_flush_interval_ms: int | None = None  # None: the scheduler interval
-    log_default_flush_scheduler_interval_ms: int = 3000
+    log_default_flush_scheduler_interval_ms: int = 3000  # only the default of the above: flushes follow deadlines
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
-    monitoring_period_secs: int = 600  # accepted for compatibility; trikafka keeps no stats yet
+    monitoring_period_secs: int = 600  # accepted for compatibility; metrics are scraped (metrics_port)
     # ZooKeeper (§11.2).  Off for an in-process BrokerConfig() (library use and
     # tests); `trikafka serve` turns it on unless --standalone [T].
     enable_zookeeper: bool = False
@@ -93,10 +98,24 @@ class BrokerConfig:
     # trikafka only.
     graceful_shutdown_timeout_s: float = 10.0  # in-flight requests get this long to finish
     retention_first_run_delay_s: float = 60.0  # 0.7 waits 60 s before the first cleanup
+    metrics_port: int | None = None  # HTTP /metrics, /healthz, /readyz on ``host``; None: off; 0: a free port
+    # Compaction (docs/protocol-compaction.md §5) [T].
+    log_cleanup_policy: str = "delete"  # delete | compact | compact,delete
+    topic_cleanup_policy_map: Mapping[str, str] = field(default_factory=dict)
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15000
+    log_cleaner_io_max_bytes_per_second: float = 0.0  # 0: unlimited
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    topic_min_compaction_lag_ms_map: Mapping[str, int] = field(default_factory=dict)
+    delete_retention_ms: int = 24 * HOUR_MS
+    topic_delete_retention_ms_map: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_range(self)
-        for name in _TOPIC_MAP_FIELDS:
+        for name in _TOPIC_MAP_FIELDS + _TOPIC_TEXT_MAP_FIELDS + _CLEANER_MAP_FIELDS:
             object.__setattr__(self, name, dict(getattr(self, name)))
 
     # ----------------------------------------------------------------- derived values
@@ -144,13 +163,17 @@ class BrokerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def published_host(config: BrokerConfig) -> str:
+async def published_host(config: BrokerConfig) -> str:
     """The host the broker publishes (ZooKeeper ``/brokers/ids/<id>``, METADATA):
     ``hostname`` if set, else the bind address, else (bound to every interface)
-    the local IP address.  May resolve names: call it off the event loop."""
+    the local IP address, looked up in a worker thread (a resolver may take seconds)."""
     host = config.published_hostname
     if host not in WILDCARD_HOSTS:
         return host
+    return await trio.to_thread.run_sync(_local_address)
+
+
+def _local_address() -> str:
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -164,16 +187,29 @@ def _check_range(cfg: BrokerConfig) -> None:
         "log_cleanup_interval_mins": 1, "log_flush_interval": 1,
         "log_default_flush_scheduler_interval_ms": 1, "socket_send_buffer": 0,
         "socket_receive_buffer": 0, "broker_id": 0, "private_zookeeper_port": 0, "zk_sessiontimeout_ms": 1,
+        "log_cleaner_threads": 1, "log_cleaner_backoff_ms": 0, "log_cleaner_dedupe_buffer_size": 1 << 16,
+        "min_compaction_lag_ms": 0, "delete_retention_ms": 0,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
             raise ConfigError(f"{name} must be >= {low}, got {getattr(cfg, name)}")
     if not 0 <= cfg.port <= 65535:
         raise ConfigError(f"port must be in [0, 65535], got {cfg.port}")
+    if cfg.metrics_port is not None and not 0 <= cfg.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port must be in [0, 65535], got {cfg.metrics_port}")
     if cfg.log_default_flush_interval_ms is not None and cfg.log_default_flush_interval_ms < 0:
         raise ConfigError("log_default_flush_interval_ms must be >= 0")
     if cfg.graceful_shutdown_timeout_s < 0 or cfg.retention_first_run_delay_s < 0:
         raise ConfigError("timeouts and delays must be >= 0")
+    if not 0 <= cfg.min_cleanable_dirty_ratio <= 1:
+        raise ConfigError(f"min_cleanable_dirty_ratio must be in [0, 1], got {cfg.min_cleanable_dirty_ratio}")
+    from trikafka.log.cleaner import parse_cleanup_policy
+
+    for topic, policy in [("", cfg.log_cleanup_policy), *cfg.topic_cleanup_policy_map.items()]:
+        try:
+            parse_cleanup_policy(policy)
+        except ValueError as exc:
+            raise ConfigError(f"{topic + ': ' if topic else ''}{exc}") from None
     for topic, count in cfg.topic_partition_count_map.items():
         if count < 1:
             raise ConfigError(f"topic.partition.count.map: {topic} needs >= 1 partition, got {count}")
@@ -196,8 +232,10 @@ def _convert(name: str, value: Any) -> Any:
     default = _FIELDS[name].default
     kind = _FIELDS[name].type
     try:
-        if name in _TOPIC_MAP_FIELDS:
+        if name in _TOPIC_MAP_FIELDS or name in _CLEANER_MAP_FIELDS:
             return _parse_topic_map(value)
+        if name in _TOPIC_TEXT_MAP_FIELDS:
+            return _parse_topic_map(value, str)
         if kind == "bool":
             return _parse_bool(value)
         if kind in ("int", "int | None"):
@@ -232,18 +270,18 @@ def _parse_bool(value: Any) -> bool:
     raise ValueError("expected true or false")
 
 
-def _parse_topic_map(value: Any) -> dict[str, int]:
+def _parse_topic_map(value: Any, parse: Callable[[Any], Any] = _parse_int) -> dict[str, Any]:
     """``t1:8,t2:16`` (0.7's format) or a TOML table ``{t1 = 8}``."""
     if isinstance(value, Mapping):
-        return {str(k): _parse_int(v) for k, v in value.items()}
-    result: dict[str, int] = {}
+        return {str(k): parse(v) for k, v in value.items()}
+    result: dict[str, Any] = {}
     for item in str(value).split(","):
         if not item.strip():
             continue
         topic, sep, count = item.rpartition(":")
         if not sep or not topic.strip():
             raise ValueError(f"{item!r} is not topic:value")
-        result[topic.strip()] = _parse_int(count)
+        result[topic.strip()] = parse(count.strip())
     return result
 
 

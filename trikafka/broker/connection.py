@@ -19,6 +19,7 @@ cancelled out of it at once.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import trio
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 RECEIVE_BYTES = 128 * 1024
 
 _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+_REQUEST_CLASSES = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest, OffsetsRequest,
+                    ProduceAckedRequest, FetchWaitRequest, MetadataRequest, CreateTopicRequest)
 
 
 class Connection:
@@ -62,6 +65,8 @@ class Connection:
         self.peer = peer
         self.requests_handled = 0
         self.close_reason: str | None = None
+        # Each request class's latency histogram, found once per connection rather than per request.
+        self._latency = {cls: handler.metrics.request_histogram(cls.__name__) for cls in _REQUEST_CLASSES}
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
@@ -109,26 +114,30 @@ class Connection:
         kind = type(request)
         if handler.refused_types and request.type in handler.refused_types:
             raise CloseConnection(f"request type {int(request.type)} is refused")
-        if kind is ProduceRequest:
-            await handler.produce(request.part)
-            return
-        if kind is FetchRequest:
-            response: Any = handler.fetch(request)
-        elif kind is MultiFetchRequest:
-            response = handler.multifetch(request)
-        elif kind is MultiProduceRequest:
-            await handler.multiproduce(request)
-            return
-        elif kind is OffsetsRequest:
-            response = [handler.offsets(request)]
-        elif kind is ProduceAckedRequest:
-            response = [await handler.produce_acked(request)]
-        elif kind is FetchWaitRequest:
-            response = await handler.fetch_wait(request)
-        elif kind is MetadataRequest:
-            response = [handler.admin.metadata(request)]
-        elif kind is CreateTopicRequest:
-            response = [await handler.admin.create_topic(request)]
-        else:  # the reader only yields the types above
-            raise AssertionError(f"unexpected request {request!r}")
-        await send_chunks(self._stream, response)
+        started_s = time.perf_counter()
+        try:
+            if kind is ProduceRequest:
+                await handler.produce(request.part)
+                return
+            if kind is FetchRequest:
+                response: Any = handler.fetch(request)
+            elif kind is MultiFetchRequest:
+                response = handler.multifetch(request)
+            elif kind is MultiProduceRequest:
+                await handler.multiproduce(request)
+                return
+            elif kind is OffsetsRequest:
+                response = [handler.offsets(request)]
+            elif kind is ProduceAckedRequest:
+                response = [await handler.produce_acked(request)]
+            elif kind is FetchWaitRequest:
+                response = await handler.fetch_wait(request)
+            elif kind is MetadataRequest:
+                response = [handler.admin.metadata(request)]
+            elif kind is CreateTopicRequest:
+                response = [await handler.admin.create_topic(request)]
+            else:  # the reader only yields the types above
+                raise AssertionError(f"unexpected request {request!r}")
+            await send_chunks(self._stream, response)
+        finally:  # a request that closes the connection counts too
+            self._latency[kind].observe(time.perf_counter() - started_s)

@@ -4,9 +4,16 @@ Three things ask for a flush of a log:
 
 * the message-count rule: an append returns ``flush_due`` once
   ``log.flush.interval`` messages are unflushed;
-* the timer: every ``log.default.flush.scheduler.interval.ms``, any log whose
-  last flush is at least its interval old (``topic.flush.intervals.ms`` or
-  ``log.default.flush.interval.ms``) is flushed;
+* the deadline: a log's first append that no flush has captured yet starts a
+  wait of its flush interval (``topic.flush.intervals.ms``, else
+  ``log.default.flush.interval.ms``, which defaults to
+  ``log.default.flush.scheduler.interval.ms``); the log is flushed when it
+  ends.  So no message waits longer than its interval plus one fsync, and an
+  idle broker does nothing: the scheduler sleeps until the earliest deadline
+  (a heap with at most one entry per log) and is woken only when an append
+  brings a nearer one (``Log.add_dirty_listener``).  This is the one
+  flush-age rule, on Trio's clock: intervals are durations, and tests drive
+  them with a mock clock;
 * acknowledged produces with acks=-1, which need their bytes visible.
 
 Rolls (spec §10.3) go through here too: before an append, ``roll_if_due``
@@ -27,7 +34,11 @@ a dangling ticket.  An fsync error propagates and brings the broker down
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
+import time
 from typing import Any, Awaitable, Callable
 
 import trio
@@ -42,49 +53,72 @@ MAX_CONCURRENT_FSYNCS = 8
 class FlushScheduler:
     """Schedules and runs log flushes; start with ``nursery.start(scheduler.run)``."""
 
-    def __init__(self, log_manager: Any, *, scheduler_interval_ms: int,
-                 run_blocking: Callable[..., Awaitable[Any]] | None = None):
+    def __init__(self, log_manager: Any, *, run_blocking: Callable[..., Awaitable[Any]] | None = None,
+                 observe_flush_s: Callable[[float], None] | None = None):
         self._log_manager = log_manager
-        self._scheduler_interval_s = scheduler_interval_ms / 1000
         # How a blocking call leaves the loop: a worker thread, or (tests with
         # a mock clock and an in-memory fs) an inline call the clock can see.
         self._run_blocking = run_blocking or self._in_thread
         self._in_flight: dict[Any, trio.Event] = {}
         self._again: set[Any] = set()
-        self._last_flush_s: dict[Any, float] = {}
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
         self._rolls: dict[Any, trio.Event] = {}  # logs with a roll in flight
         self._nursery: trio.Nursery | None = None
+        # The deadline rule: when each log's unflushed wait began, and a heap of
+        # (deadline, tie-breaker, log) with at most one entry per log (_queued).
+        self._dirty_since: dict[Any, float] = {}
+        self._deadlines: list[tuple[float, int, Any]] = []
+        self._queued: set[Any] = set()
+        self._ties = itertools.count()
+        self._sleep: trio.CancelScope | None = None
         self.flushes_completed = 0
+        self._observe_flush_s = observe_flush_s or (lambda seconds: None)  # metrics: each flush's fsync time
+        self.wakeups = 0  # times the deadline loop woke up (an idle broker: none)
 
     async def run(self, *, task_status: trio.TaskStatus[FlushScheduler] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the timer and host the flush tasks until cancelled."""
+        """Flush logs at their deadlines and host the flush tasks until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            started_s = trio.current_time()
-            for log in self._log_manager.logs():
-                self._last_flush_s.setdefault(log, started_s)
-            task_status.started(self)
             try:
-                async for _ in trio_util.periodic(self._scheduler_interval_s):
-                    self._flush_stale_logs()
+                task_status.started(self)
+                while True:
+                    with trio.CancelScope(deadline=self._deadlines[0][0] if self._deadlines else math.inf) as sleep:
+                        self._sleep = sleep
+                        await trio.sleep_forever()
+                    self._sleep = None
+                    self.wakeups += 1
+                    self._flush_due_logs(trio.current_time())
             finally:
-                self._nursery = None
+                self._nursery = self._sleep = None
 
-    def _flush_stale_logs(self) -> None:
-        now_s = trio.current_time()
-        for log in self._log_manager.logs():
-            last_s = self._last_flush_s.setdefault(log, now_s)
-            if log.end_offset == log.visible_end:
-                continue  # nothing unflushed: 0.7's flush would do nothing either
-            # Trio time, not the log's wall clock: intervals are durations, and
-            # tests drive them with a mock clock.
-            if (now_s - last_s) * 1000 >= log.config.flush_interval_ms:
+    def _flush_due_logs(self, now_s: float) -> None:
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now_s:
+            _, _, log = heapq.heappop(deadlines)
+            since_s = self._dirty_since.get(log)
+            if since_s is not None:
+                deadline_s = since_s + log.config.flush_interval_ms / 1000
+                if deadline_s > now_s:  # flushed and dirtied again since this entry was pushed
+                    heapq.heappush(deadlines, (deadline_s, next(self._ties), log))
+                    continue
                 self.request_flush(log)
+            self._queued.discard(log)
 
     def track(self, log: Any) -> None:
-        """Start the flush-interval clock of a new ``log`` now (0.7 starts it when the log is created)."""
-        self._last_flush_s.setdefault(log, trio.current_time())
+        """Apply the deadline rule to ``log`` (once per log: loaded or created)."""
+        log.add_dirty_listener(self._on_dirty)
+
+    def _on_dirty(self, log: Any) -> None:
+        """The first append no flush has captured: ``log``'s interval starts now."""
+        now_s = trio.current_time()
+        self._dirty_since[log] = now_s
+        if log in self._queued:
+            return  # its entry is due no later than this deadline; it re-queues itself
+        self._queued.add(log)
+        deadline_s = now_s + log.config.flush_interval_ms / 1000
+        heapq.heappush(self._deadlines, (deadline_s, next(self._ties), log))
+        if self._sleep is not None and deadline_s < self._sleep.deadline:
+            self._sleep.deadline = deadline_s  # wake earlier; otherwise no wakeup at all
 
     def request_flush(self, log: Any) -> None:
         """Ask for a flush of ``log`` soon; never blocks, coalesces with one in flight."""
@@ -115,7 +149,16 @@ class FlushScheduler:
         """Roll ``log`` off the event loop if its next append must roll (§10.3).
 
         Returns without a checkpoint once no roll is due or in flight, so the
-        caller's append that follows cannot race another roll.  A roll waits
+        caller's append that follows cannot race another roll.  (Should the
+        age rule turn due in between, the append does not roll on the loop:
+        the broker's logs have ``roll_on_append=False``.)
+        """
+        await self.roll_while(log, log.roll_due)
+
+    async def roll_while(self, log: Any, due: Callable[[], bool]) -> None:
+        """Roll ``log`` off the event loop while ``due()`` says so (retention asks too).
+
+        Returns without a checkpoint after ``due()`` said no.  A roll waits
         for a flush in flight (one ticket per log); the roll itself is
         shielded, like a flush, so the log never keeps a dangling ticket.
         """
@@ -124,7 +167,7 @@ class FlushScheduler:
             if rolling is not None:
                 await rolling.wait()
                 continue
-            if not log.roll_due():
+            if not due():
                 return
             flushing = self._in_flight.get(log)
             if flushing is not None or log.flush_in_flight:
@@ -134,6 +177,7 @@ class FlushScheduler:
                     await flushing.wait()
                 continue
             ticket = log.begin_roll()
+            self._dirty_since.pop(log, None)  # the roll fsyncs everything appended so far
             if ticket is None:
                 return
             done = self._rolls[log] = trio.Event()
@@ -164,10 +208,12 @@ class FlushScheduler:
     async def _flush_once(self, log: Any) -> None:
         while (rolling := self._rolls.get(log)) is not None:
             await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
-        self._last_flush_s[log] = trio.current_time()
         ticket = log.begin_flush()
+        self._dirty_since.pop(log, None)  # the capture covered everything appended so far
         if ticket is None:
             return  # nothing unflushed
+        started_s = time.perf_counter()
         await self._run_blocking(ticket.fsync)
+        self._observe_flush_s(time.perf_counter() - started_s)
         log.complete_flush(ticket)
         self.flushes_completed += 1

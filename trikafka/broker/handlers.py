@@ -11,13 +11,18 @@ The three topic rules meet here:
   OFFSETS) or answer -1 (FETCH parts, the §6.2 table);
 * extension requests answer error 7;
 * nothing is created on disk for a rejected name.
+
+A new log is created in a worker thread (mkdir and directory fsyncs must not
+block the loop); requests for that log wait for it, one creation per log,
+while requests for other logs go on.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -37,6 +42,7 @@ from trikafka.wire.requests import (
 )
 from trikafka.wire.responses import (
     Chunk,
+    ChunkSequence,
     FileRegion,
     ProduceAckedResult,
     encode_fetch_response,
@@ -45,6 +51,7 @@ from trikafka.wire.responses import (
     encode_produce_acked_response,
 )
 
+from .metrics import BrokerMetrics
 from .waiters import VisibleEndWaiters
 
 logger = logging.getLogger(__name__)
@@ -57,7 +64,7 @@ ACKS_FLUSHED = -1
 # any client can send names (fetches of arbitrary valid topics create nothing).
 MAX_CACHED_TOPICS = 100_000
 
-FetchOutcome = tuple[ErrorCode, FileRegion | None]
+FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
 
 
 class CloseConnection(Exception):
@@ -69,7 +76,9 @@ class RequestHandler:
 
     def __init__(self, *, log_manager: Any, flusher: Any, waiters: VisibleEndWaiters,
                  partitions: Callable[[str], int], max_topic_name_length: int = 255,
-                 rng: random.Random | None = None, clock_ms: Callable[[], int]):
+                 rng: random.Random | None = None, clock_ms: Callable[[], int],
+                 metrics: BrokerMetrics | None = None,
+                 run_blocking: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync):
         self._log_manager = log_manager
         self._flusher = flusher
         self._waiters = waiters
@@ -83,6 +92,9 @@ class RequestHandler:
         # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
         self.refused_types: frozenset[int] = frozenset()
         self.admin: Any = None  # admin.TopicAdmin: METADATA and CREATE_TOPIC
+        self.metrics = metrics if metrics is not None else BrokerMetrics()
+        self._run_blocking = run_blocking  # how log creation leaves the loop (a worker thread)
+        self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
 
     # ----------------------------------------------------------------- topics and logs
 
@@ -121,14 +133,30 @@ class RequestHandler:
                 self.adopt(log)
         return log
 
-    def _log_for_write(self, topic: str, partition: int) -> Any:
-        """The log to append to; topic and partition already checked (§6.1 step 4)."""
-        log = self._logs.get((topic, partition))
-        if log is None:
-            log = self._log_manager.get(topic, partition)
-            if log is None:
-                log = self._log_manager.get_or_create(topic, partition)
-            self.adopt(log)
+    async def log_for_write(self, topic: str, partition: int) -> Any:
+        """The log to append to, created if new; topic and partition already checked (§6.1 step 4).
+
+        Returns without a checkpoint when the log exists.
+        """
+        key = (topic, partition)
+        while (log := self.existing_log(topic, partition)) is None:
+            creating = self._creating.get(key)
+            if creating is not None:
+                await creating.wait()  # someone else creates it; if that failed, try again
+                continue
+            self._log_manager.check_partition(topic, partition)
+            creating = self._creating[key] = trio.Event()
+            try:
+                # Shielded: once the directory exists, the log is added, or its files
+                # would stay open and unknown until a restart.
+                with trio.CancelScope(shield=True):
+                    new_log = await self._run_blocking(functools.partial(self._log_manager.make_log, topic,
+                                                                         partition))
+                    self._log_manager.add(new_log)
+            finally:
+                del self._creating[key]
+                creating.set()
+            return self.adopt(new_log)
         return log
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
@@ -147,7 +175,7 @@ class RequestHandler:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
-        log = self._log_for_write(part.topic, partition)
+        log = await self.log_for_write(part.topic, partition)
         await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
         try:
             result = log.append(part.messages)
@@ -157,6 +185,7 @@ class RequestHandler:
             return
         except MessageError as exc:
             raise CloseConnection(f"invalid message set for {part.topic}-{partition}: {exc}") from None
+        self.metrics.count_in(part.topic, result.message_count, result.next_offset - result.base_offset)
         if result.flush_due:
             self._flusher.request_flush(log)
 
@@ -187,10 +216,14 @@ class RequestHandler:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
-        return encode_fetch_response(*self.fetch_part(request.part))
+        outcome = self.fetch_part(request.part)
+        self.metrics.count_out((request.part,), (outcome,))
+        return encode_fetch_response(*outcome)
 
     def multifetch(self, request: MultiFetchRequest) -> list[Chunk]:
-        return encode_multifetch_response([self.fetch_part(p) for p in request.parts])
+        outcomes = [self.fetch_part(p) for p in request.parts]
+        self.metrics.count_out(request.parts, outcomes)
+        return encode_multifetch_response(outcomes)
 
     # ----------------------------------------------------------------- OFFSETS
 
@@ -241,7 +274,7 @@ class RequestHandler:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
-        log = self._log_for_write(part.topic, partition)
+        log = await self.log_for_write(part.topic, partition)
         await self._flusher.roll_if_due(log)
         try:
             appended = log.append(part.messages)
@@ -249,6 +282,7 @@ class RequestHandler:
             return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
         except (InvalidMessageError, MessageError):
             return failed(ErrorCode.INVALID_MESSAGE)
+        self.metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
         if appended.flush_due:
             self._flusher.request_flush(log)
         result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR,
@@ -295,6 +329,7 @@ class RequestHandler:
                 outcomes = [self.fetch_part(p) for p in request.parts]
                 break
         await trio.lowlevel.checkpoint()
+        self.metrics.count_out(request.parts, outcomes)
         return encode_multifetch_response(outcomes)
 
 

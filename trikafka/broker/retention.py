@@ -1,15 +1,19 @@
 """The retention deleter (spec §10.6): every ``log.cleanup.interval.mins``, first run after 60 s.
 
-Each run applies the time and size rules to every log (``Log.apply_retention``).
-A log's retention waits until no flush of that log is in flight and then runs
-without a checkpoint, so a flush never captures a segment that retention is
-removing, and a roll done by retention never races a flush ticket.
+Each run applies the time and size rules to every log, one log at a time, as
+a retention ticket (``trikafka.log.retention``) whose blocking parts run off
+the loop: the segments' stats, then (after the segments left the log) their
+unlinks and directory fsyncs.  When the rules would delete every segment, the
+log is rolled first through the flush scheduler, so the roll's fsyncs are off
+the loop too and never race a flush ticket.  A flush never captures a segment
+that retention removes: retention never removes the last segment.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -20,12 +24,15 @@ class RetentionDeleter:
     """Start with ``nursery.start(deleter.run)``; ``run_once()`` is one cleanup pass."""
 
     def __init__(self, log_manager: Any, flusher: Any, *, interval_s: float, first_run_delay_s: float,
-                 clock_ms: Callable[[], int]):
+                 clock_ms: Callable[[], int], deletes: Callable[[str], bool] = lambda topic: True,
+                 run_blocking: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync):
         self._log_manager = log_manager
         self._flusher = flusher
         self._interval_s = interval_s
         self._first_run_delay_s = first_run_delay_s
         self._clock_ms = clock_ms
+        self._deletes = deletes  # False for compact-only topics (cleanup.policy without delete)
+        self._run_blocking = run_blocking
         self.runs = 0
         self.segments_deleted = 0
 
@@ -41,11 +48,28 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
-            await self._flusher.wait_idle(log)
-            count = log.apply_retention(self._clock_ms())  # no checkpoint since wait_idle
+            if not self._deletes(log.topic) or log.cleaning:
+                continue  # compact-only; or being cleaned (its segments are being swapped): next pass
+            count = await self.apply(log)
             if count:
                 logger.info("retention deleted %d segment(s) of %s-%d", count, log.topic, log.partition)
             deleted += count
         self.runs += 1
         self.segments_deleted += deleted
         return deleted
+
+    async def apply(self, log: Any) -> int:
+        """One retention pass over ``log``; its I/O runs through ``run_blocking``.
+
+        Shielded: a pass that started finishes, so the log never keeps a
+        dangling ticket, and segments that left the log are always unlinked.
+        """
+        with trio.CancelScope(shield=True):
+            ticket = log.begin_retention(self._clock_ms())
+            await self._run_blocking(ticket.stat)
+            await self._flusher.roll_while(log, functools.partial(log.retention_needs_roll, ticket))
+            count = log.drop_retained(ticket)
+            if count or ticket.touch_path is not None or ticket.error is not None:
+                await self._run_blocking(ticket.remove)
+            log.complete_retention(ticket)
+        return count

@@ -3,7 +3,9 @@
 ::
 
     serve()
-    └── services nursery          flush scheduler, retention deleter, signal watcher,
+    ├── root nursery              the metrics and health HTTP server (``metrics_port``), up
+    │                             before recovery so ``/readyz`` can answer 503 meanwhile
+    └── services nursery          flush scheduler, retention deleter, cleaner, signal watcher,
         │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py)
         └── server nursery        N processors, each with its connections
             └── front nursery     acceptor + shutdown watcher
@@ -49,9 +51,12 @@ from trikafka.wire.requests import RequestType
 
 from .acceptor import Acceptor, BoundAddress
 from .admin import TopicAdmin
+from .cleaner import CleanerService
 from .config import WILDCARD_HOSTS, BrokerConfig, published_host
 from .flusher import FlushScheduler
 from .handlers import RequestHandler
+from .http import HttpServer, Routes
+from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
 from .retention import RetentionDeleter
 from .waiters import VisibleEndWaiters
@@ -76,6 +81,10 @@ class Broker:
     _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
     clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
     zookeeper: Any = None  # a zookeeper.BrokerZooKeeper once registered (enable_zookeeper)
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics, repr=False)
+    metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
+    serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
+    cleaner: CleanerService | None = None  # compaction (docs/protocol-compaction.md)
     _next_processor: int = field(default=0, repr=False)
 
     @property
@@ -95,6 +104,11 @@ class Broker:
     @property
     def shutting_down(self) -> bool:
         return self._shutdown_requested.is_set()
+
+    @property
+    def ready(self) -> bool:
+        """What ``/readyz`` answers: serving and not shutting down."""
+        return self.serving and not self.shutting_down
 
     def connection_count(self) -> int:
         return sum(len(p.connections) for p in self.processors)
@@ -120,25 +134,44 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
     (partition -1) are injectable for tests, and so is ``run_blocking(fn)``,
-    which runs the blocking calls (log load, fsyncs, close); the default is a
-    worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
+    which runs the blocking calls (log load and creation, fsyncs, retention's
+    stats and unlinks, close); the default is a worker thread.  Tests on a mock clock with ``FakeFileSystem`` pass
     ``inline_blocking`` so the clock never jumps while an fsync "runs".
     Cancellation from outside also shuts down cleanly, without the grace period.
     ``refuse_requests`` lists request types the broker closes the connection on,
     as a plain 0.7 broker does for every extension (tests of clients' fallbacks).
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
-    log_manager = LogManager(config.log_dir, config.log_config(), fs if fs is not None else OsFileSystem(),
+    wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests))
+    wiring.metrics.registry.register(readiness_collector(wiring.ready))
+    run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
+    if config.metrics_port is None:
+        await run()
+        return
+    async with trio.open_nursery() as root:
+        http = HttpServer(config.host, config.metrics_port,
+                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready))
+        wiring.metrics_address = await root.start(http.run)
+        await run()
+        root.cancel_scope.cancel()
+
+
+async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable[[], int],
+                 rng: random.Random | None, handle_signals: bool, run_blocking: Callable[..., Awaitable[Any]],
+                 wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
+    """``serve`` without the HTTP endpoint: recover, run the tree, close the logs."""
+    broker_box = wiring.broker_box
+    fs = fs if fs is not None else OsFileSystem()
+    log_manager = LogManager(config.log_dir, config.log_config(), fs,
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
-                             partitions=config.partitions)
+                             partitions=config.partitions, roll_on_append=False)  # rolls leave the loop
     await run_blocking(log_manager.open)  # recovery may scan a large segment
     logger.info("log dir %s loaded (%d logs, recovery %s)", config.log_dir, len(log_manager.logs()),
                 "ran" if log_manager.recovered else "not needed")
-    broker_box: list[Broker] = []
     clean = False
     try:
-        await _run_tree(config, log_manager, clock_ms, rng, handle_signals, run_blocking, broker_box, task_status,
-                        frozenset(refuse_requests))
+        await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,
+                        wiring, task_status)
         clean = True
     except BaseException as exc:
         clean = _only_cancellation(exc)
@@ -160,6 +193,19 @@ async def inline_blocking(fn: Callable[[], Any]) -> Any:
     return result
 
 
+@dataclass
+class _Wiring:
+    """What ``serve`` makes before the tree: the metrics, their endpoint, and the broker once it runs."""
+
+    metrics: BrokerMetrics
+    metrics_address: tuple[str, int] | None = None
+    broker_box: list[Broker] = field(default_factory=list)
+    refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
+
+    def ready(self) -> bool:
+        return bool(self.broker_box) and self.broker_box[0].ready
+
+
 def _only_cancellation(exc: BaseException) -> bool:
     """True when ``exc`` is nothing but cancellation, i.e. a requested stop.
 
@@ -171,24 +217,30 @@ def _only_cancellation(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
-async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Callable[[], int],
+async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: Callable[..., Awaitable[Any]] | None, broker_box: list[Broker],
-                    task_status: trio.TaskStatus[Broker], refuse_requests: frozenset[RequestType]) -> None:
+                    wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     waiters = VisibleEndWaiters()
     async with trio.open_nursery() as services:
         flusher = await services.start(
-            FlushScheduler(log_manager, scheduler_interval_ms=config.log_default_flush_scheduler_interval_ms,
-                           run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking).run)
+            FlushScheduler(log_manager,
+                           run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking,
+                           observe_flush_s=wiring.metrics.flushes.observe).run)
+        cleaner = CleanerService(log_manager, config, fs, clock_ms,
+                                 run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
-            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms).run)
+            first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
+            run_blocking=run_blocking).run)
+        await services.start(cleaner.run)
         handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                  partitions=log_manager.partitions_for,
-                                 max_topic_name_length=config.max_topic_name_length, rng=rng, clock_ms=clock_ms)
-        handler.refused_types = refuse_requests
+                                 max_topic_name_length=config.max_topic_name_length,
+                                 rng=rng, clock_ms=clock_ms, metrics=wiring.metrics, run_blocking=run_blocking)
+        handler.refused_types = wiring.refuse_requests
         handler.admin = TopicAdmin(handler=handler, log_manager=log_manager,
-                                   max_message_size=config.max_message_size, run_blocking=run_blocking)
+                                   max_message_size=config.max_message_size)
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
@@ -202,9 +254,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                                     socket_receive_buffer=config.socket_receive_buffer,
                                     hold_connections=True)
                 addresses = await front.start(acceptor.run)
-                broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors)
-                handler.admin.self_broker = BrokerAddress(config.broker_id, await _published_host(config),
-                                                       broker.port)
+                broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
+                                metrics=wiring.metrics, metrics_address=wiring.metrics_address,
+                                cleaner=cleaner)
+                wiring.metrics.watch(log_manager=log_manager, processors=processors)
+                handler.admin.self_broker = BrokerAddress(config.broker_id, await published_host(config),
+                                                          broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
@@ -216,20 +271,17 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, clock_ms: Cal
                                                             broker.port)
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
-                logger.info("serving on %s:%d", broker.host, broker.port)
+                # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
+                logger.debug("serving on %s:%d", broker.host, broker.port)
+                broker.serving = True
                 task_status.started(broker)
             # Acceptor stopped.  Drain: long polls answer now, connections finish.
             waiters.close()
             for processor in processors:
                 processor.drain()
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
+        cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
-
-
-async def _published_host(config: BrokerConfig) -> str:
-    if config.published_hostname in WILDCARD_HOSTS:
-        return await trio.to_thread.run_sync(published_host, config)  # resolves a name
-    return config.published_hostname
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:

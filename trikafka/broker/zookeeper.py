@@ -18,6 +18,7 @@ disk are registered.  Failures at startup are loud and explain themselves:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -33,13 +34,8 @@ from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError
 from trikafka.zk.kazoo_bridge import KazooCoordinator, TrioBridge
 from trikafka.zk.registry import BrokerRegistration
-from trikafka.zk.server import (
-    ZooKeeperEndpoint,
-    ZooKeeperNotFoundError,
-    ZooKeeperStartError,
-    free_port,
-    run_zookeeper,
-)
+from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
+from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port
 
 from .config import WILDCARD_HOSTS, BrokerConfig, published_host  # noqa: F401 (re-exported)
 
@@ -115,7 +111,7 @@ async def start_private_zookeeper(config: BrokerConfig, nursery: trio.Nursery,
         logger.warning("port %d is taken: the private ZooKeeper uses %d instead", port, fallback)
         port = fallback
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        await trio.to_thread.run_sync(functools.partial(data_dir.mkdir, parents=True, exist_ok=True))
         try:
             endpoint = await nursery.start(_run_private_server, data_dir, port, stopper)
         except ZooKeeperStartError:
@@ -272,7 +268,7 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
 async def _serve_registration(config: BrokerConfig, log_manager: LogManager, port: int, zk: Coordinator,
                               connect_string: str, private: ZooKeeperEndpoint | None,
                               task_status: trio.TaskStatus[BrokerZooKeeper]) -> None:
-    registration = BrokerRegistration(zk, config.broker_id, published_host(config), port)
+    registration = BrokerRegistration(zk, config.broker_id, await published_host(config), port)
     state = BrokerZooKeeper(connect_string, zk, registration, private)
     # Topics created from now on queue up here; anything already on disk is in
     # the initial registration (a topic in both is registered twice: harmless).
@@ -286,7 +282,8 @@ async def _serve_registration(config: BrokerConfig, log_manager: LogManager, por
     try:
         async with trio.open_nursery() as nursery:
             await _start_registration(config, registration, log_manager, zk, private, nursery)
-            logger.info("registered broker %d as %r in ZooKeeper %s (%d topics)", config.broker_id,
+            # DEBUG: `trikafka serve` announces the registration; at INFO it was printed twice.
+            logger.debug("registered broker %d as %r in ZooKeeper %s (%d topics)", config.broker_id,
                         (registration.value or b"").decode(), connect_string, len(registration.topics))
             nursery.start_soon(_register_new_topics, state, log_manager, receive_topics)
             task_status.started(state)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, NamedTuple
 
 import trio
 
@@ -187,8 +187,12 @@ class SimpleConsumer:
         *,
         fetch_max_bytes: int | None = None,
         max_fetch_bytes_limit: int | None = None,
+        decode: Callable[..., Iterable[Any]] = iter_messages,
     ) -> AsyncIterator[ConsumedMessage]:
         """Yield messages from ``start_offset`` forever (break out to stop).
+
+        ``decode(data, base_offset)`` turns each fetched set into messages with a
+        ``next_offset``; ``wire.keyed.iter_keyed_messages`` gives keys and values apart.
 
         Raises ``OffsetOutOfRange``, ``MessageTooLargeForFetch``, ``BrokerError``
         for other error codes, and ``InvalidMessageError`` for corrupt data.
@@ -203,7 +207,7 @@ class SimpleConsumer:
             if valid_bytes == 0 and result.data and not corrupt:
                 size = self._grow(offset, size, limit, first_entry_bytes)
                 continue
-            for message in iter_messages(memoryview(result.data)[:valid_bytes], offset):
+            for message in decode(memoryview(result.data)[:valid_bytes], offset):
                 self.next_offset = message.next_offset
                 yield message
             if corrupt:

@@ -8,14 +8,9 @@
 
 from .assign import assign_group, consumer_assignment, partition_owners
 from .config import GroupConfig, group_config_from_properties
-from .consumer import (
-    ConsumerIdTakenOver,
-    ConsumerTimeout,
-    GroupBatch,
-    GroupConsumer,
-    GroupMessage,
-    RebalanceFailedError,
-)
+from .batches import GroupBatch
+from .consumer import GroupConsumer, GroupMessage
+from .errors import ConsumerIdTakenOver, ConsumerTimeout, RebalanceFailedError
 from .registry import TopicFilter, blacklist, whitelist
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The synchronous log core (spec §10): segments, logs, the log directory.
 
 I/O goes through an injected ``FileSystem`` (``OsFileSystem`` in production,
-``FakeFileSystem`` with a crash model in tests).  Nothing here imports Trio:
+``trikafka.testing.FakeFileSystem`` with a crash model in tests).  Nothing here imports Trio:
 the broker calls these methods on its event loop and runs only the blocking
 halves of flush and roll tickets in worker threads.
 """
@@ -18,7 +18,6 @@ from .errors import (
     OffsetOutOfRangeError,
     WrongPartitionError,
 )
-from .fakefs import FakeFileSystem, FakeSegmentFile
 from .fs import FileSystem, OsFileSystem, OsSegmentFile, SegmentFile
 from .log import TIME_EARLIEST, TIME_LATEST, AppendResult, Log
 from .manager import LogManager
@@ -28,7 +27,7 @@ from .segment_list import SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
 
 __all__ = [
-    "AppendResult", "CLEAN_SHUTDOWN_MARKER", "FakeFileSystem", "FakeSegmentFile", "FileSystem", "FlushTicket",
+    "AppendResult", "CLEAN_SHUTDOWN_MARKER", "FileSystem", "FlushTicket",
     "InvalidTopicError", "Log", "LogBusyError", "LogClosedError", "LogConfig", "LogError", "LogFailedError",
     "LogLoadError", "LogManager", "ManualClock", "OffsetOutOfRangeError", "OsFileSystem", "OsSegmentFile",
     "RollTicket", "Segment", "SegmentFile", "SegmentList", "SegmentView", "TIME_EARLIEST", "TIME_LATEST",

@@ -18,9 +18,11 @@ class LogConfig:
     retention_ms: int = 168 * HOUR_MS  # log.retention.hours / topic.log.retention.hours
     retention_bytes: int = -1  # log.retention.size / topic.log.retention.size; < 0 is off
     max_message_size: int = 1000000  # max.message.size: top-level payload bytes
+    recovery_chunk_bytes: int = 8 << 20  # trikafka only: the crash-recovery scan's read size (tests shrink it)
 
     def __post_init__(self) -> None:
-        for name in ("segment_bytes", "roll_ms", "flush_interval_messages", "max_message_size"):
+        for name in ("segment_bytes", "roll_ms", "flush_interval_messages", "max_message_size",
+                     "recovery_chunk_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LogConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("flush_interval_ms", "retention_ms"):

@@ -1,7 +1,7 @@
 """The file-system boundary of the log core: a small protocol and two implementations.
 
 Every byte the log stores goes through a ``FileSystem``, so tests run the same
-code over ``FakeFileSystem`` (in memory, with a crash model; see ``fakefs``)
+code over ``FakeFileSystem`` (in memory, with a crash model; see ``trikafka.testing.fakefs``)
 that production runs over ``OsFileSystem``.
 
 Durability rules the log relies on (the POSIX ones, which the fake enforces):
@@ -20,9 +20,7 @@ import errno
 import os
 from typing import Protocol, runtime_checkable
 
-from .fakefs import FakeFileSystem  # re-exported: the contract names it here
-
-__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile", "FakeFileSystem"]
+__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile"]
 
 
 @runtime_checkable
@@ -55,6 +53,9 @@ class FileSystem(Protocol):
     def is_dir(self, path: str) -> bool: ...
     def open_segment(self, path: str, create: bool) -> SegmentFile: ...  # create: must not exist yet
     def create_file(self, path: str) -> None: ...  # a new empty file, fsynced (the clean-shutdown marker)
+    def write_synced(self, path: str, data: bytes) -> None: ...  # create or truncate, write, fsync the file
+    def read_file(self, path: str) -> bytes: ...  # a small file's whole contents
+    def rename(self, src: str, dst: str) -> None: ...  # atomic replace of dst; durable after fsync_dir
     def remove(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
     def mtime_ms(self, path: str) -> int: ...
@@ -141,6 +142,23 @@ class OsFileSystem:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def write_synced(self, path: str, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
 
     def remove(self, path: str) -> None:
         os.unlink(path)

@@ -2,7 +2,10 @@
 
 The log is synchronous and single-threaded: every method runs on the caller's
 thread (the broker's event loop), except the blocking halves of tickets
-(``FlushTicket.fsync``, ``RollTicket.run``), which may run in a worker thread.
+(``FlushTicket.fsync``, ``RollTicket.run``, ``RetentionTicket.stat`` and
+``.remove``), which may run in a worker thread.  The broker opens its logs
+with ``roll_on_append=False``, so an append never rolls (never fsyncs) on the
+loop: the broker rolls with a ticket before appending.
 
 Invariants (asserted where they are established):
 
@@ -20,21 +23,22 @@ from dataclasses import dataclass
 from typing import Callable
 
 from trikafka.wire.messageset import validate_message_set
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
+from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
-from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, OffsetOutOfRangeError
+from .errors import LogBusyError, LogClosedError, LogError, LogFailedError
 from .fs import FileSystem
 from .names import segment_file_name
 from .recovery import load_segments
+from .retention import RetentionSteps, RetentionTicket
 from .segment import Segment
-from .segment_list import SegmentList, SegmentView
+from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
 
-logger = logging.getLogger("trikafka.log")
+__all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
 
-TIME_LATEST = -1  # OFFSETS time: the visible end and segment starts (spec §6.5)
-TIME_EARLIEST = -2  # OFFSETS time: the start of the log
+logger = logging.getLogger("trikafka.log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +51,11 @@ class AppendResult:
     flush_due: bool
 
 
-class Log:
+class Log(RetentionSteps):
     """The segments of one topic-partition in ``dir_path``; see the module docstring."""
 
     def __init__(self, topic: str, partition: int, dir_path: str, segments: list[Segment],
-                 config: LogConfig, fs: FileSystem, clock_ms: Callable[[], int]):
+                 config: LogConfig, fs: FileSystem, clock_ms: Callable[[], int], *, roll_on_append: bool = True):
         self.topic = topic
         self.partition = partition
         self.dir_path = dir_path
@@ -62,18 +66,24 @@ class Log:
         assert all(s.fully_flushed for s in segments[:-1]), segments
         self._appended_messages = 0  # inner messages appended by this process
         self._flushed_messages = 0  # of those, how many a completed flush or roll covered
-        self._last_flush_ms = clock_ms()
+        self._roll_on_append = roll_on_append
+        self._dirty = False  # bytes appended since the last flush or roll captured the log
         self._flush_ticket: FlushTicket | None = None
         self._roll_ticket: RollTicket | None = None
+        self._retention_ticket: RetentionTicket | None = None
         self._failure: str | None = None
         self._closed = False
+        self.cleaning = False  # set by the cleaner while it rewrites segments: retention waits
         self._listeners: list[Callable[[Log], None]] = []
+        self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
+        self._dirty_listeners: list[Callable[[Log], None]] = []
 
     @classmethod
     def open(cls, fs: FileSystem, dir_path: str, topic: str, partition: int, config: LogConfig,
-             clock_ms: Callable[[], int], needs_recovery: bool) -> "Log":
+             clock_ms: Callable[[], int], needs_recovery: bool, *, roll_on_append: bool = True) -> "Log":
         """Load an existing partition directory (recovering its newest segment if asked)."""
-        return cls(topic, partition, dir_path, load_segments(fs, dir_path, needs_recovery), config, fs, clock_ms)
+        segments = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes)
+        return cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append)
 
     # -- state ------------------------------------------------------------------------
 
@@ -98,10 +108,6 @@ class Log:
         return self._appended_messages - self._flushed_messages
 
     @property
-    def last_flush_ms(self) -> int:
-        return self._last_flush_ms
-
-    @property
     def segments(self) -> SegmentView:
         """A snapshot of the segments (it never changes after it is taken)."""
         return self._segments.view
@@ -119,16 +125,15 @@ class Log:
     def flush_in_flight(self) -> bool:
         return self._flush_ticket is not None
 
-    @property
-    def roll_in_flight(self) -> bool:
-        return self._roll_ticket is not None
-
     def add_visible_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop each time the visible end advances."""
         self._listeners.append(callback)
 
-    def remove_visible_listener(self, callback: Callable[["Log"], None]) -> None:
-        self._listeners.remove(callback)
+    def add_dirty_listener(self, callback: Callable[["Log"], None]) -> None:
+        """Call ``callback(log)`` on the loop when an append lands in a log that had
+        nothing unflushed beyond what a flush or roll in flight already captured
+        (the start of the wait that the flush interval bounds)."""
+        self._dirty_listeners.append(callback)
 
     # -- writes -----------------------------------------------------------------------
 
@@ -137,10 +142,12 @@ class Log:
 
         Nothing is written unless every entry passes (raises ``MessageError``
         and changes nothing).  A truncated trailing entry is dropped; an empty
-        valid prefix appends nothing.  Rolls first when ``should_roll`` (that
-        roll fsyncs on this thread; call ``begin_roll`` beforehand to keep it
-        off the loop).  Raises ``LogBusyError`` while a roll ticket is in
-        flight and ``LogFailedError`` once an I/O error stopped the log.
+        valid prefix appends nothing.  Rolls first when ``should_roll``, on
+        this thread, unless the log was opened with ``roll_on_append=False``
+        (the broker's logs: it rolls with a ticket before appending, and an
+        append that finds a roll due meanwhile lands in the current segment).
+        Raises ``LogBusyError`` while a roll ticket is in flight and
+        ``LogFailedError`` once an I/O error stopped the log.
         """
         self._check_writable()
         if self._roll_ticket is not None:
@@ -151,7 +158,7 @@ class Log:
             end = self.end_offset
             return AppendResult(end, end, 0, self._flush_due_by_count())
         now_ms = self._clock_ms()
-        if self.should_roll(now_ms):
+        if self._roll_on_append and self.should_roll(now_ms):
             self._roll_inline()
         segment = self._segments.last
         base_offset = segment.end
@@ -163,6 +170,10 @@ class Log:
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
         self._appended_messages += validated.message_count
+        if not self._dirty:
+            self._dirty = True
+            for callback in tuple(self._dirty_listeners):
+                callback(self)
         return AppendResult(base_offset, base_offset + valid_bytes, validated.message_count,
                             self._flush_due_by_count())
 
@@ -176,14 +187,6 @@ class Log:
         if segment.size > self.config.segment_bytes:
             return True
         return segment.first_append_ms is not None and now_ms - segment.first_append_ms > self.config.roll_ms
-
-    def flush_due_by_age(self, now_ms: int) -> bool:
-        """Whether the flush timer says flush now: unflushed bytes, no flush or roll
-        in flight, and at least ``flush_interval_ms`` since the last flush began."""
-        if self._closed or self._failure or self._flush_ticket or self._roll_ticket:
-            return False
-        last = self._segments.last
-        return last.size > last.visible_size and now_ms - self._last_flush_ms >= self.config.flush_interval_ms
 
     def _flush_due_by_count(self) -> bool:
         # Messages already captured by a flush in flight do not count again.
@@ -205,10 +208,10 @@ class Log:
         if self._flush_ticket is not None or self._roll_ticket is not None:
             raise LogBusyError(f"{self}: a flush or roll is already in flight")
         segment = self._segments.last
+        self._dirty = False
         if segment.size == segment.visible_size:
             return None
-        self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages)
-        self._last_flush_ms = self._clock_ms()
+        self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
         return self._flush_ticket
 
     def complete_flush(self, ticket: FlushTicket) -> None:
@@ -265,7 +268,6 @@ class Log:
         assert old.fully_flushed, old
         self._segments.append(Segment(ticket.new_start, ticket.new_path, ticket.new_file, 0))
         self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
-        self._last_flush_ms = self._clock_ms()
         if advanced:
             self._notify_visible()
 
@@ -291,116 +293,32 @@ class Log:
         if old.size == 0:
             return None
         path = os.path.join(self.dir_path, segment_file_name(old.end))
+        self._dirty = False
         self._roll_ticket = RollTicket(self._fs, self.dir_path, old, self._appended_messages, path)
         return self._roll_ticket
 
-    # -- reads -------------------------------------------------------------------------
+    # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
-        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2).
-
-        Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
-        Returns None at exactly ``E`` or for ``max_bytes == 0``.  The region
-        may end inside an entry; it never crosses into the next segment.
-        """
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+    def read(self, offset: int, max_bytes: int) -> FileRegion | ChunkSequence | None:
+        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2;
+        ``SegmentView.read``: ``OffsetOutOfRangeError`` outside ``[S, E]``, None at ``E``)."""
         if self._closed:
             raise LogClosedError(f"{self} is closed")
-        view = self._segments.view
-        start_offset, visible_end = view.segments[0].start, view.segments[-1].visible_end
-        if offset < start_offset or offset > visible_end:
-            raise OffsetOutOfRangeError(offset, start_offset, visible_end)
-        if offset == visible_end or max_bytes == 0:
-            return None
-        segment = view.find(offset)
-        return segment.region(offset - segment.start, max_bytes)
+        return self._segments.view.read(offset, max_bytes)
 
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int | None = None) -> list[int]:
-        """The OFFSETS answer of spec §6.5 steps 2-4, newest first.
+        """The OFFSETS answer of spec §6.5 steps 2-4, newest first (``SegmentView.offsets_before``)."""
+        return self._segments.view.offsets_before(time_ms, max_offsets, self._fs.mtime_ms,
+                                                  self._clock_ms() if now_ms is None else now_ms)
 
-        ``time_ms`` -1 means latest, -2 earliest; otherwise segment file
-        mtimes are compared with it.  ``max_offsets < 0`` raises ``ValueError``.
+    def install_cleaned(self, segment: Segment) -> bool:
+        """Swap in a cleaned copy of a segment (same start, same size); False if it is gone.
+
+        Readers holding the old segment keep reading its file, which stays open.
         """
-        if max_offsets < 0:
-            raise ValueError(f"max_offsets must be >= 0, got {max_offsets}")
-        segments = self._segments.view.segments
-        offsets = [s.start for s in segments]
-        last_visible = segments[-1].visible_size > 0
-        if last_visible:
-            offsets.append(segments[-1].visible_end)
-        if time_ms == TIME_LATEST:
-            index = len(offsets) - 1
-        elif time_ms == TIME_EARLIEST:
-            index = 0
-        else:
-            times = [self._fs.mtime_ms(s.path) for s in segments]
-            if last_visible:
-                times.append(self._clock_ms() if now_ms is None else now_ms)
-            index = max((i for i, t in enumerate(times) if t <= time_ms), default=-1)
-        count = min(max_offsets, index + 1)
-        return [offsets[i] for i in range(index, index - count, -1)]
-
-    # -- retention ---------------------------------------------------------------------
-
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Delete old segments by the time rule, then the size rule (spec §10.6).
-
-        Returns the number of segments deleted.  ``E`` is kept: when a rule
-        would delete every segment, a non-empty last segment is rolled first
-        (synchronously), an empty one is kept with a fresh mtime.  Deleted
-        files are unlinked but not closed: a reader's ``FileRegion`` may still
-        use them, and the descriptor closes when the last reference goes.
-        Returns 0 without doing anything while a roll ticket is in flight.
-        """
-        self._check_writable()
-        if self._roll_ticket is not None:
-            return 0
-        now_ms = self._clock_ms() if now_ms is None else now_ms
-        deleted = self._delete_oldest(self._count_expired(now_ms), now_ms)
-        return deleted + self._delete_oldest(self._count_over_size(), now_ms)
-
-    def _count_expired(self, now_ms: int) -> int:
-        count = 0
-        for segment in self._segments.view.segments:
-            if now_ms - self._fs.mtime_ms(segment.path) <= self.config.retention_ms:
-                break
-            count += 1
-        return count
-
-    def _count_over_size(self) -> int:
-        limit = self.config.retention_bytes
-        segments = self._segments.view.segments
-        total = sum(s.visible_size for s in segments)
-        if limit < 0 or total < limit:
-            return 0
-        diff, count = total - limit, 0
-        for segment in segments:
-            if segment.visible_size > diff:
-                break
-            diff -= segment.visible_size
-            count += 1
-        return count
-
-    def _delete_oldest(self, count: int, now_ms: int) -> int:
-        if count == 0:
-            return 0
-        segments = self._segments.view.segments
-        try:
-            if count == len(segments):
-                if segments[-1].size > 0:
-                    self._roll_inline()  # so an empty segment named E survives
-                else:
-                    self._fs.touch(segments[-1].path, now_ms)
-                    count -= 1
-            deleted = self._segments.drop_first(count)
-            for segment in deleted:  # oldest first, one directory fsync each: a crash never leaves a gap
-                self._fs.remove(segment.path)
-                self._fs.fsync_dir(self.dir_path)
-        except OSError as exc:
-            raise self._fail(f"retention in {self.dir_path} failed: {exc}") from exc
-        assert self._segments.last.end >= self.visible_end
-        return len(deleted)
+        if self._closed:
+            return False
+        return self._segments.replace(segment) is not None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -412,12 +330,12 @@ class Log:
         """
         if self._closed:
             return
-        for ticket in (self._flush_ticket, self._roll_ticket):
+        for ticket in (self._flush_ticket, self._roll_ticket, self._retention_ticket):
             if ticket is not None and ticket.running:
                 raise LogBusyError(f"{self}: close() while {ticket!r} runs")
         if self._roll_ticket is not None and self._roll_ticket.new_file is not None:
             self._roll_ticket.new_file.close()
-        self._flush_ticket = self._roll_ticket = None
+        self._flush_ticket = self._roll_ticket = self._retention_ticket = None
         self._closed = True
         for segment in self._segments.view.segments:
             segment.file.close()

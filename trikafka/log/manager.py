@@ -10,13 +10,16 @@ Startup order, each step durable before the next:
 
 Clean shutdown is the reverse: flush every log, close it, then create the
 marker, fsync it and fsync ``log_dir``.  A failed log blocks the marker.
+
+Creating a log blocks (mkdir, segment 0, two directory fsyncs), so it comes
+in two halves: ``make_log`` (any thread) and ``add`` (the loop's thread);
+``get_or_create`` runs both on the caller's thread.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Callable, Mapping
 
 from .clock import wall_clock_ms
@@ -35,7 +38,7 @@ class LogManager:
     def __init__(self, log_dir: str, config: LogConfig | None = None, fs: FileSystem | None = None,
                  clock_ms: Callable[[], int] = wall_clock_ms,
                  topic_configs: Mapping[str, LogConfig] | None = None,
-                 partitions: Callable[[str], int] | int = 1):
+                 partitions: Callable[[str], int] | int = 1, roll_on_append: bool = True):
         self.log_dir = log_dir
         self.config = config if config is not None else LogConfig()
         self.fs: FileSystem = fs if fs is not None else OsFileSystem()
@@ -43,12 +46,11 @@ class LogManager:
         self._topic_configs = dict(topic_configs or {})
         self._partitions = partitions
         self._logs: dict[tuple[str, int], Log] = {}
+        self._topic_logs: dict[str, int] = {}  # topic -> how many of its logs this broker has
         # One more than the highest partition each topic has a directory for, or was
         # created with: a topic's count never drops below it (docs/protocol.md §9.6).
         self._created_counts: dict[str, int] = {}
-        # Creation may run in a worker thread (CREATE_TOPIC) while the loop creates a
-        # log for a produce; directory creation must not race.
-        self._create_lock = threading.Lock()
+        self._roll_on_append = roll_on_append  # False: the caller rolls off the loop (Log.append)
         self._topic_listeners: list[Callable[[str], None]] = []
         self._opened = False
         self._closed = False
@@ -69,6 +71,15 @@ class LogManager:
         """``partitions(topic)``: the configured count, or more if the topic was created
         with more or has directories beyond it (docs/protocol.md §9.6)."""
         return max(self.configured_partitions(topic), self._created_counts.get(topic, 0))
+
+    def raise_partition_count(self, topic: str, partitions: int) -> None:
+        """CREATE_TOPIC: ``topic`` has at least ``partitions`` from now on (its logs are
+        created next; each directory keeps the count across restarts).  No disk access."""
+        self._check_open()
+        validate_topic(topic)
+        if partitions < 1:
+            raise WrongPartitionError(f"a topic needs at least 1 partition, not {partitions}")
+        self._created_counts[topic] = max(self._created_counts.get(topic, 0), partitions)
 
     # -- startup -------------------------------------------------------------------------
 
@@ -94,9 +105,8 @@ class LogManager:
             topic, partition = parse_partition_dir_name(name)
             if (topic, partition) in self._logs:
                 raise LogLoadError(f"{path}: partition {topic}-{partition} appears twice")
-            self._logs[(topic, partition)] = Log.open(
-                fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=not clean)
-            self._created_counts[topic] = max(self._created_counts.get(topic, 0), partition + 1)
+            self._register(Log.open(fs, path, topic, partition, self.config_for(topic), self.clock_ms,
+                                    needs_recovery=not clean, roll_on_append=self._roll_on_append))
 
     def _make_log_dir(self) -> None:
         """Create ``log_dir`` and any missing ancestors, each entry made durable."""
@@ -116,58 +126,68 @@ class LogManager:
         """The log of a topic-partition, or None if this broker has none (no validation)."""
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int) -> Log:
-        """The log of a topic-partition, created on first use (spec §6.1 steps 2-4).
-
-        Raises ``InvalidTopicError`` (spec §16.3) or ``WrongPartitionError``
-        before anything touches the disk.  A new log gets its directory and an
-        empty segment 0, both durable before this returns.
-        """
+    def check_partition(self, topic: str, partition: int) -> None:
+        """Raise ``InvalidTopicError`` (spec §16.3) or ``WrongPartitionError`` unless
+        this broker may hold a log for ``topic``-``partition``; touches no disk."""
         self._check_open()
         validate_topic(topic)
         count = self.partitions_for(topic)
         if not isinstance(partition, int) or not 0 <= partition < count:
             raise WrongPartitionError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
+
+    def get_or_create(self, topic: str, partition: int) -> Log:
+        """The log of a topic-partition, created on first use (spec §6.1 steps 2-4).
+
+        Checks first (``check_partition``), so nothing touches the disk for a
+        rejected name.  A new log gets its directory and an empty segment 0,
+        both durable before this returns.  Blocks while it creates.
+        """
+        self.check_partition(topic, partition)
         log = self._logs.get((topic, partition))
         if log is None:
-            with self._create_lock:
-                log = self._logs.get((topic, partition)) or self._create(topic, partition)
+            log = self.make_log(topic, partition)
+            self.add(log)
         return log
 
     def create_topic(self, topic: str, partitions: int) -> list[Log]:
-        """Create the logs of partitions ``0 .. partitions-1`` of ``topic`` that are missing.
+        """Create the missing logs of partitions ``0 .. partitions-1`` of ``topic`` on this
+        thread (blocking); returns them.  The count is raised first, so the topic
+        listeners already see the final count.  (The broker takes the same steps with
+        each creation in a worker thread: ``TopicAdmin``.)"""
+        self.raise_partition_count(topic, partitions)
+        return [self.get_or_create(topic, p) for p in range(partitions) if self.get(topic, p) is None]
 
-        Blocks on directory fsyncs: run it in a worker thread.  The topic's count
-        is raised to ``partitions`` before the first log exists, so the topic
-        listeners (ZooKeeper registration) already see the final count.
-        Returns the logs created.  Raises ``InvalidTopicError`` for a bad name.
+    def make_log(self, topic: str, partition: int) -> Log:
+        """Create the directory and empty segment 0 of a checked topic-partition this
+        manager has no log for, both durable, and return the new log (not yet added).
+
+        Blocking (mkdir, a file creation, two directory fsyncs) and thread-safe:
+        it changes nothing in the manager, so the broker runs it in a worker
+        thread, then ``add(log)`` on its loop.
         """
         self._check_open()
-        validate_topic(topic)
-        if partitions < 1:
-            raise WrongPartitionError(f"a topic needs at least 1 partition, not {partitions}")
-        created = []
-        with self._create_lock:
-            self._created_counts[topic] = max(self._created_counts.get(topic, 0), partitions)
-            for partition in range(partitions):
-                if (topic, partition) not in self._logs:
-                    created.append(self._create(topic, partition))
-        return created
-
-    def _create(self, topic: str, partition: int) -> Log:
-        fs = self.fs
-        new_topic = topic not in self.topics()
         path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
-        fs.makedirs(path)
-        fs.fsync_dir(self.log_dir)
+        self.fs.makedirs(path)
+        self.fs.fsync_dir(self.log_dir)
         # Loading an empty directory creates segment 0 and fsyncs the directory.
-        log = Log.open(fs, path, topic, partition, self.config_for(topic), self.clock_ms, needs_recovery=False)
-        self._logs[(topic, partition)] = log
-        self._created_counts[topic] = max(self._created_counts.get(topic, 0), partition + 1)
+        return Log.open(self.fs, path, topic, partition, self.config_for(topic), self.clock_ms,
+                        needs_recovery=False, roll_on_append=self._roll_on_append)
+
+    def add(self, log: Log) -> None:
+        """Start managing ``log`` (from ``make_log``); the first log of a topic tells the topic listeners."""
+        self._check_open()
+        if (log.topic, log.partition) in self._logs:
+            raise LogError(f"{log} is already managed")
+        new_topic = log.topic not in self._topic_logs
+        self._register(log)
         if new_topic:
             for callback in tuple(self._topic_listeners):
-                callback(topic)
-        return log
+                callback(log.topic)
+
+    def _register(self, log: Log) -> None:
+        self._logs[(log.topic, log.partition)] = log
+        self._topic_logs[log.topic] = self._topic_logs.get(log.topic, 0) + 1
+        self._created_counts[log.topic] = max(self._created_counts.get(log.topic, 0), log.partition + 1)
 
     def add_topic_listener(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(topic)`` when a topic gets its first log on this broker (ZK registration)."""
@@ -177,7 +197,7 @@ class LogManager:
         return list(self._logs.values())
 
     def topics(self) -> set[str]:
-        return {topic for topic, _ in self._logs}
+        return set(self._topic_logs)
 
     # -- shutdown ----------------------------------------------------------------------------
 

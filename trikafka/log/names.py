@@ -8,6 +8,10 @@ from .errors import InvalidTopicError, LogLoadError
 
 MAX_TOPIC_NAME_CHARS = 255
 SEGMENT_SUFFIX = ".kafka"
+# A cleaned segment's padding runs (docs/protocol-compaction.md §4.2); 0.7 ignores it.
+PADDING_SUFFIX = ".padding"
+CLEANED_SUFFIX = ".cleaned"  # being written by the cleaner; swept at load
+SWAP_SUFFIX = ".swap"  # a complete cleaned segment: load finishes its swap
 SEGMENT_NAME_DIGITS = 20
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.
@@ -61,6 +65,11 @@ def parse_segment_file_name(name: str) -> int:
     if _SEGMENT_RE.fullmatch(name) is None:
         raise LogLoadError(f"segment file {name!r} is not named <20 decimal digits>{SEGMENT_SUFFIX}")
     return int(name[:SEGMENT_NAME_DIGITS])
+
+
+def padding_file_name(start_offset: int) -> str:
+    """The padding index beside the segment starting at ``start_offset``."""
+    return segment_file_name(start_offset)[:-len(SEGMENT_SUFFIX)] + PADDING_SUFFIX
 
 
 def is_temporary_file_name(name: str) -> bool:

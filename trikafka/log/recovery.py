@@ -3,6 +3,10 @@
 Only the newest segment is scanned.  That is sound because a roll fsyncs the
 old segment before the new file exists (asserted in ``Log.complete_roll``):
 every older segment was durable in full before anything was appended after it.
+
+The scan starts at the recovery checkpoint's position when the checkpoint can
+be trusted (``checkpoint.trusted_position``), else at byte 0 as in 0.7.  A
+rejected checkpoint file is removed once the segment is recovered.
 """
 
 from __future__ import annotations
@@ -10,28 +14,37 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
+from typing import Callable
 
 from trikafka.wire.messageset import scan_valid_prefix
 
+from .checkpoint import CHECKPOINT_FILE_NAME, CheckpointRejected, trusted_position
 from .errors import LogLoadError
 from .fs import FileSystem, SegmentFile
 from .names import SEGMENT_SUFFIX, is_temporary_file_name, parse_segment_file_name, segment_file_name
 from .segment import Segment
+from .swap import load_padding, recover_swaps, remove_orphan_padding
 
 logger = logging.getLogger("trikafka.log")
 
 # Recovery reads the newest segment in chunks so a 1 GB segment never sits in memory whole.
 RECOVERY_CHUNK_BYTES = 8 << 20
+# A scan longer than this logs its progress (and again every interval).
+PROGRESS_INTERVAL_S = 1.0
 _INT32 = struct.Struct(">i")
 
 
-def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool) -> list[Segment]:
+def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
+                  chunk_bytes: int = RECOVERY_CHUNK_BYTES) -> list[Segment]:
     """Open every segment of a partition directory, oldest first, recovering the newest.
 
-    Sweeps leftover temporary files, ignores files without the ``.kafka``
+    Finishes interrupted cleaner swaps, sweeps leftover temporary files, ignores files without the ``.kafka``
     suffix, creates an empty segment 0 in a directory without segments, and
     raises ``LogLoadError`` for malformed names or non-contiguous segments.
+    The recovery scan reads ``chunk_bytes`` at a time.
     """
+    recover_swaps(fs, dir_path)  # a complete cleaned segment wins over the sweep below
     names = fs.listdir(dir_path)
     leftovers = [n for n in names if is_temporary_file_name(n)]
     for name in leftovers:
@@ -39,6 +52,8 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool) -> list[S
         fs.remove(os.path.join(dir_path, name))
     if leftovers:
         fs.fsync_dir(dir_path)
+    names = [n for n in names if n not in leftovers]
+    remove_orphan_padding(fs, dir_path, names)
     starts = sorted(parse_segment_file_name(n) for n in names if n.endswith(SEGMENT_SUFFIX))
     if not starts:
         fs.open_segment(os.path.join(dir_path, segment_file_name(0)), create=True).close()
@@ -51,10 +66,11 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool) -> list[S
             raise LogLoadError(f"{path} is a directory, not a segment file")
         file = fs.open_segment(path, create=False)
         segments.append(Segment(start, path, file, file.size))
+        segments[-1].padding = load_padding(fs, dir_path, start, file)
     try:
         _check_contiguous(segments)
         if needs_recovery:
-            _recover_newest(segments[-1])
+            _recover_newest(fs, dir_path, segments[-1], chunk_bytes)
     except BaseException:
         for segment in segments:
             segment.file.close()
@@ -72,11 +88,20 @@ def _check_contiguous(segments: list[Segment]) -> None:
             )
 
 
-def _recover_newest(segment: Segment) -> None:
+def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes: int) -> None:
     file = segment.file
     size = file.size
-    valid = scan_file_valid_prefix(file, size)
-    assert 0 <= valid <= size, (valid, size)
+    checkpoint_path = os.path.join(dir_path, CHECKPOINT_FILE_NAME)
+    rejected = False
+    try:
+        start = trusted_position(fs, dir_path, segment)
+    except CheckpointRejected as exc:
+        start, rejected = 0, True
+        # A missing checkpoint is ordinary (a log from 0.7, or never flushed); a bad one is worth a warning.
+        level = logging.WARNING if fs.exists(checkpoint_path) else logging.INFO
+        logger.log(level, "recovery scans all %d bytes of %s: checkpoint not used (%s)", size, segment.path, exc)
+    valid = scan_file_valid_prefix(file, size, start=start, chunk_bytes=chunk_bytes, label=segment.path)
+    assert start <= valid <= size, (start, valid, size)
     if valid < size:
         logger.warning("recovery truncates %s from %d to %d bytes", segment.path, size, valid)
         file.truncate(valid)
@@ -85,18 +110,34 @@ def _recover_newest(segment: Segment) -> None:
     # scanned bytes still sat unflushed in the page cache.
     file.fsync()
     segment.visible_size = valid
+    if rejected and fs.exists(checkpoint_path):
+        fs.remove(checkpoint_path)  # never consulted again; the next flush writes a good one
+        fs.fsync_dir(dir_path)
 
 
-def scan_file_valid_prefix(file: SegmentFile, size: int) -> int:
-    """Bytes of ``file`` (of ``size`` bytes) that the recovery scan accepts (spec §10.5)."""
-    pos = 0
+def scan_file_valid_prefix(file: SegmentFile, size: int, *, start: int = 0,
+                           chunk_bytes: int = RECOVERY_CHUNK_BYTES, label: str = "",
+                           clock_s: Callable[[], float] = time.monotonic) -> int:
+    """Bytes of ``file`` (of ``size`` bytes) that the recovery scan accepts (spec §10.5).
+
+    Scans entries from ``start`` (an entry boundary), reading ``chunk_bytes``
+    at a time; a scan longer than ``PROGRESS_INTERVAL_S`` logs its progress.
+    """
+    assert chunk_bytes > 0 and 0 <= start <= size, (chunk_bytes, start, size)
+    pos = start
+    started_s = clock_s()
+    report_s = started_s + PROGRESS_INTERVAL_S
     while pos < size:
-        chunk = file.pread(pos, min(RECOVERY_CHUNK_BYTES, size - pos))
+        chunk = file.pread(pos, min(chunk_bytes, size - pos))
         if not chunk:
             break
         valid = scan_valid_prefix(chunk)
         chunk_end = pos + len(chunk)
         pos += valid
+        now_s = clock_s()
+        if now_s >= report_s:
+            _log_progress(label, start, pos, size, now_s - started_s)
+            report_s = now_s + PROGRESS_INTERVAL_S
         if pos == chunk_end:
             continue
         # The scan stopped inside the chunk: a bad entry, or one cut by the chunk's end.
@@ -106,7 +147,17 @@ def scan_file_valid_prefix(file: SegmentFile, size: int) -> int:
         if scan_valid_prefix(file.pread(pos, needed)) != needed:
             break
         pos += needed
+    elapsed_s = clock_s() - started_s
+    if elapsed_s >= PROGRESS_INTERVAL_S:
+        _log_progress(label, start, pos, size, elapsed_s, done=True)
     return pos
+
+
+def _log_progress(label: str, start: int, pos: int, size: int, elapsed_s: float, done: bool = False) -> None:
+    scanned, total = pos - start, size - start
+    logger.info("recovery scan of %s %s %d of %d bytes (%.0f%%) in %.1f s, %.1f MB/s", label,
+                "done:" if done else "at", scanned, total, 100 * scanned / total if total else 100,
+                elapsed_s, scanned / elapsed_s / 1e6 if elapsed_s > 0 else 0.0)
 
 
 def _complete_entry_bytes(file: SegmentFile, pos: int, size: int) -> int | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .fs import SegmentFile
+from .padding import NO_PADDING, PaddingRuns, synthesized_region
 
 
 class Segment:
@@ -13,10 +14,11 @@ class Segment:
     ``visible_size`` is what readers may see: bytes that were fsynced (spec
     §10.4).  It only grows, and never past what a completed fsync covered.
     ``first_append_ms`` (for age-based rolling) lives in memory only, as in
-    0.7: it is ``None`` until this process appends to the segment.
+    0.7: it is ``None`` until this process appends to the segment.  ``padding``:
+    the runs the cleaner covered with padding entries (empty unless cleaned).
     """
 
-    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms")
+    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms", "padding")
 
     def __init__(self, start: int, path: str, file: SegmentFile, visible_size: int):
         assert start >= 0, start
@@ -26,6 +28,7 @@ class Segment:
         self.file = file
         self.visible_size = visible_size
         self.first_append_ms: int | None = None
+        self.padding: PaddingRuns = NO_PADDING
 
     @property
     def size(self) -> int:
@@ -57,10 +60,20 @@ class Segment:
         self.visible_size = size
         return True
 
-    def region(self, position: int, max_bytes: int) -> FileRegion:
-        """Up to ``max_bytes`` visible bytes from ``position`` (relative to ``start``)."""
+    def region(self, position: int, max_bytes: int) -> FileRegion | ChunkSequence:
+        """Up to ``max_bytes`` visible bytes from ``position`` (relative to ``start``).
+
+        At or inside a padding run, one synthesized padding entry to the run's end
+        comes first (docs/protocol-compaction.md §3.2): the answer is then a
+        ``ChunkSequence`` and may exceed ``max_bytes``.
+        """
         assert 0 <= position < self.visible_size, (position, self.visible_size)
         assert max_bytes > 0, max_bytes
+        run = self.padding.find(position) if self.padding else None
+        if run is not None:
+            region = synthesized_region(self.file, position, run[1], max_bytes, self.visible_size)
+            if region is not None:
+                return region
         return FileRegion(self.file, position, min(max_bytes, self.visible_size - position))
 
     def __repr__(self) -> str:

@@ -1,17 +1,24 @@
-"""The copy-on-write list of a log's segments (0.7's ``SegmentList``).
+"""The copy-on-write list of a log's segments (0.7's ``SegmentList``) and the reads of a snapshot.
 
 Every change builds a new immutable ``SegmentView`` and swaps it in with one
-assignment.  A reader takes ``view`` once and binary-searches it; retention
-may drop segments meanwhile, but the reader's snapshot never shifts, and the
-dropped segments' files stay readable through the objects it holds.
+assignment.  A reader takes ``view`` once and binary-searches it, making its
+``FileRegion`` in the same step (``read``); retention may drop segments
+meanwhile, but the snapshot never shifts, and a region taken before the drop
+stays readable: retention closes a dropped file only once no region holds it.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
+from trikafka.wire.responses import FileRegion
+
+from .errors import OffsetOutOfRangeError
 from .segment import Segment
+
+TIME_LATEST = -1  # OFFSETS time: the visible end and segment starts (spec §6.5)
+TIME_EARLIEST = -2  # OFFSETS time: the start of the log
 
 
 class SegmentView(NamedTuple):
@@ -25,6 +32,51 @@ class SegmentView(NamedTuple):
         index = bisect_right(self.starts, offset) - 1
         assert index >= 0, (offset, self.starts)
         return self.segments[index]
+
+    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
+        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (``Log.read``).
+
+        Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
+        Returns None at exactly ``E`` or for ``max_bytes == 0``.  The region
+        may end inside an entry; it never crosses into the next segment.
+        """
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        start_offset, visible_end = self.segments[0].start, self.segments[-1].visible_end
+        if offset < start_offset or offset > visible_end:
+            raise OffsetOutOfRangeError(offset, start_offset, visible_end)
+        if offset == visible_end or max_bytes == 0:
+            return None
+        segment = self.find(offset)
+        return segment.region(offset - segment.start, max_bytes)
+
+    def offsets_before(self, time_ms: int, max_offsets: int, mtime_ms: Callable[[str], int],
+                       now_ms: int) -> list[int]:
+        """The OFFSETS answer of spec §6.5 steps 2-4, newest first.
+
+        ``time_ms`` -1 means latest, -2 earliest; otherwise each segment's file
+        time (``mtime_ms(path)``) is compared with it, and a visible end after
+        the last segment's start counts as written at ``now_ms``.
+        ``max_offsets < 0`` raises ``ValueError``.
+        """
+        if max_offsets < 0:
+            raise ValueError(f"max_offsets must be >= 0, got {max_offsets}")
+        segments = self.segments
+        offsets = [s.start for s in segments]
+        last_visible = segments[-1].visible_size > 0
+        if last_visible:
+            offsets.append(segments[-1].visible_end)
+        if time_ms == TIME_LATEST:
+            index = len(offsets) - 1
+        elif time_ms == TIME_EARLIEST:
+            index = 0
+        else:
+            times = [mtime_ms(s.path) for s in segments]
+            if last_visible:
+                times.append(now_ms)
+            index = max((i for i, t in enumerate(times) if t <= time_ms), default=-1)
+        count = min(max_offsets, index + 1)
+        return [offsets[i] for i in range(index, index - count, -1)]
 
 
 class SegmentList:
@@ -65,3 +117,17 @@ class SegmentList:
         assert 0 <= count < len(old.segments), (count, len(old.segments))
         self._view = SegmentView(old.segments[count:], old.starts[count:])
         return old.segments[:count]
+
+    def replace(self, segment: Segment) -> Segment | None:
+        """Swap in ``segment`` for the one with the same start and size (a cleaned copy).
+
+        Returns the replaced segment, or None when no such segment is left
+        (retention dropped it, or the log rolled past it in size).
+        """
+        old = self._view
+        for i, current in enumerate(old.segments):
+            if current.start == segment.start and current.size == segment.size and i < len(old.segments) - 1:
+                segments = old.segments[:i] + (segment,) + old.segments[i + 1:]
+                self._view = SegmentView(segments, old.starts)
+                return current
+        return None

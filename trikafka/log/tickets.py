@@ -10,6 +10,7 @@ The blocking parts never raise for an I/O error: they record it, and the
 
 from __future__ import annotations
 
+from .checkpoint import RecoveryCheckpointer
 from .fs import FileSystem, SegmentFile
 from .segment import Segment
 
@@ -23,10 +24,12 @@ class FlushTicket:
     stay invisible until a later flush.
     """
 
-    __slots__ = ("segment", "size", "message_seq", "error", "synced", "_state")
+    __slots__ = ("segment", "size", "message_seq", "checkpointer", "error", "synced", "_state")
 
-    def __init__(self, segment: Segment, size: int, message_seq: int):
+    def __init__(self, segment: Segment, size: int, message_seq: int,
+                 checkpointer: RecoveryCheckpointer | None = None):
         self.segment = segment
+        self.checkpointer = checkpointer  # writes the recovery checkpoint after the fsync, when due
         self.size = size  # the visible size after completion: captured BEFORE the fsync
         self.message_seq = message_seq  # messages appended up to the capture
         self.error: BaseException | None = None
@@ -53,6 +56,8 @@ class FlushTicket:
         try:
             self.segment.file.fsync()
             self.synced = True
+            if self.checkpointer is not None:  # only after the fsync: it vouches for fsynced bytes
+                self.checkpointer.after_flush(self.segment, self.size)
         except OSError as exc:
             self.error = exc
         finally:

@@ -17,7 +17,6 @@ from .discovery import ClusterView, StaticDiscovery, ZooKeeperDiscovery
 from .errors import (
     AcksNotSupportedError,
     BrokerRejectedError,
-    DeliveryFailedError,
     MessageTooLargeError,
     NoBrokersAvailableError,
     PartitionerError,
@@ -34,7 +33,7 @@ from .partitioner import (
     producer_partitions,
 )
 from .producer import Producer
-from .results import Delivery, SendResult
+from .results import Delivery, DeliveryFailedError, SendResult
 
 __all__ = [
     "ASYNC", "SYNC", "ProducerConfig", "config_from_properties", "parse_broker_list", "parse_codec",

@@ -7,15 +7,22 @@ the events of closed windows for the producer to publish on the audit topic.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
 import time
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
-from trikafka.wire.audit import AUDIT_TOPIC, PRODUCER_TIER, AuditEvent, window_start
+import trio
+
+from trikafka.wire.audit import AUDIT_TOPIC, PRODUCER_TIER, AuditEvent, encode_event, window_start
 from trikafka.wire.envelope import encode_header
+
+from .errors import ProducerError
+
+log = logging.getLogger(__name__)
 
 # createdMs sits right after the marker, version and header CRC.
 _CREATED_MS = struct.Struct(">q")
@@ -74,4 +81,30 @@ class AuditTrail:
         return events
 
 
-__all__ = ["AuditTrail", "default_producer_id"]
+async def run_audit_loop(producer: Any) -> None:
+    """Publish the closed windows' events every window (a task in the producer's nursery)."""
+    assert producer.audit is not None
+    while True:
+        await trio.sleep(producer.audit.window_ms / 1000)
+        await publish_audit(producer)
+
+
+async def publish_audit(producer: Any, *, everything: bool = False) -> None:
+    """Send the audit events of closed windows (all with ``everything``) to the audit topic,
+    keyed by the audited topic; a failure is logged (the counts are lost, not the messages)."""
+    assert producer.audit is not None
+    events = producer.audit.take_events(everything=everything)
+    if not events:
+        return
+    try:
+        sent = await producer.send_many([(AUDIT_TOPIC, encode_event(e), e.topic) for e in events])
+        if producer.config.is_async:
+            await producer.flush()
+            sent = [delivery.peek() for delivery in sent]
+        for result in sent:
+            result.raise_for_error()
+    except ProducerError as exc:
+        log.warning("audit events for %d window(s) not published: %s", len(events), exc)
+
+
+__all__ = ["AuditTrail", "default_producer_id", "publish_audit", "run_audit_loop"]

@@ -71,6 +71,10 @@ class ProducerConfig:
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 5.0
     retry_backoff_s: float = 0.1
+    # Keyed messages for compacted topics (docs/protocol-compaction.md §2) [T]:
+    # every topic with write_keys, else the topics named here.
+    write_keys: bool = False
+    keyed_topics: frozenset[str] = frozenset()
     # Auditing (docs/protocol.md 10): envelope every payload, publish counts every window.
     audit: bool = False
     audit_window_s: float = 60.0
@@ -81,6 +85,7 @@ class ProducerConfig:
             set_("brokers", parse_broker_list(self.brokers))
         set_("compression_codec", parse_codec(self.compression_codec))
         set_("compressed_topics", frozenset(self.compressed_topics or ()))
+        set_("keyed_topics", frozenset(self.keyed_topics or ()))
         if self.producer_type not in (SYNC, ASYNC):
             raise ValueError(f"producer_type must be 'sync' or 'async', not {self.producer_type!r}")
         if self.acks not in (0, 1, -1):
@@ -109,6 +114,10 @@ class ProducerConfig:
     @property
     def is_async(self) -> bool:
         return self.producer_type == ASYNC
+
+    def writes_keys(self, topic: str) -> bool:
+        """Whether messages to ``topic`` are written as keyed messages (key and value apart)."""
+        return self.write_keys or topic in self.keyed_topics
 
     def codec_for(self, topic: str) -> Codec:
         """``compression.codec`` for ``topic``, honouring ``compressed.topics``."""

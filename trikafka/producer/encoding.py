@@ -21,12 +21,15 @@ ENTRY_OVERHEAD_BYTES = 10  # 4 (N) + 1 (magic) + 1 (attributes) + 4 (crc)
 
 
 def encode_plain(payloads: Sequence[bytes]) -> bytes:
-    """Uncompressed magic-1 entries, one per payload (the producer's hot loop)."""
+    """Uncompressed magic-1 entries, one per payload (the producer's hot loop).
+
+    A ``wire.keyed.KeyedPayload`` brings its own attributes (KEYED, TOMBSTONE).
+    """
     pack, crc32 = _MAGIC1_HEADER, zlib.crc32
     out: list[bytes] = []
     append = out.append
     for p in payloads:
-        append(pack(len(p) + 6, 1, 0, crc32(p)))
+        append(pack(len(p) + 6, 1, 0 if type(p) is bytes else p.attributes, crc32(p)))
         append(p)
     return b"".join(out)
 

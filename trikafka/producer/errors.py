@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
-
 from trikafka.client.errors import ClientError
 from trikafka.wire import ErrorCode
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .results import SendResult
 
 
 class ProducerError(ClientError):
@@ -43,21 +38,6 @@ class BrokerRejectedError(ProducerError):
             f"broker {broker_id} rejected {topic}-{partition}: {error_code.name} ({int(error_code)})"
         )
         self.error_code = error_code
-
-
-class DeliveryFailedError(ProducerError):
-    """Some messages of a batch (``send_batch``) or of the async queue were not delivered.
-
-    ``results`` holds the failed ``SendResult``s (each with ``.error``);
-    ``failed_count`` counts them all even when ``results`` keeps only a sample.
-    """
-
-    def __init__(self, msg: str, results: Sequence["SendResult"], failed_count: int | None = None):
-        self.results = list(results)
-        self.failed_count = len(self.results) if failed_count is None else failed_count
-        first = next((r.error for r in self.results if r.error is not None), None)
-        super().__init__(f"{msg}: {self.failed_count} message(s) not delivered"
-                         + (f"; first error: {first}" if first is not None else ""))
 
 
 class PartitionerError(ProducerError):

@@ -6,7 +6,7 @@ compressed wrappers keep their exact bytes.  One attempt; the caller retries.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from trikafka.client import BrokerConnectionError, BrokerError, ExtensionNotSupported, ProducePart
 from trikafka.wire import ErrorCode, LocalProtocolError
@@ -14,11 +14,8 @@ from trikafka.wire import ErrorCode, LocalProtocolError
 from .errors import AcksNotSupportedError, BrokerRejectedError, NoBrokersAvailableError, ProducerError
 from .results import SendResult
 
-if TYPE_CHECKING:
-    from .producer import Producer
 
-
-async def send_prebuilt(producer: "Producer", topic: str, position: int, message_set: bytes) -> SendResult:
+async def send_prebuilt(producer: Any, topic: str, position: int, message_set: bytes) -> SendResult:
     """Send ``message_set`` to ``topic``'s partition at ``position`` mod the partition count.
 
     With ``acks`` 1/-1 the result has the broker's offsets (``offset`` where

@@ -32,12 +32,6 @@ re-routes them.  With a static broker list and no partition count the
 producer sends partition -1 and the broker picks (0.7's ``broker.list``
 mode); a key then only picks the broker.
 
-Auditing (``audit=True``, docs/protocol.md 10): every payload gets the audit
-envelope, and the acknowledged ones are counted per topic and
-``audit_window_s`` window and published to ``trikafka-audit`` (``audit.py``).
-``send_message_set`` sends a set that is already built, byte for byte (a
-mirror's pass-through, ``passthrough.py``).
-
 Hot path: ``send`` in async mode only appends a tuple; routing, message-set
 building (``encoding.encode_plain``) and grouping happen once per batch.
 """
@@ -47,54 +41,35 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable
 
 import trio
 
-from trikafka.client import BrokerConnectionError, BrokerError, Connection, ExtensionNotSupported, ProducePart
-from trikafka.wire import ErrorCode, LocalProtocolError
+from trikafka.client import Connection
+from trikafka.wire.keyed import KeyedPayload
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import InvalidPathError
 
-from trikafka.wire.audit import AUDIT_TOPIC, encode_event
-
-from .audit import AuditTrail
+from .async_queue import AsyncQueue, _cancel_shielded_checkpoint, _checkpoint_if_cancelled
+from .audit import AuditTrail, publish_audit, run_audit_loop
 from .config import ProducerConfig
 from .discovery import StaticDiscovery, ZooKeeperDiscovery
-from .encoding import encode_part
-from .errors import (
-    AcksNotSupportedError,
-    BrokerRejectedError,
-    DeliveryFailedError,
-    MessageTooLargeError,
-    NoBrokersAvailableError,
-    PartitionerError,
-    ProducerClosedError,
-    ProducerError,
-    QueueFullError,
-)
-from .partitioner import BrokerPartition, HashPartitioner
-from .passthrough import send_prebuilt
+from .errors import MessageTooLargeError, ProducerClosedError
+from .partitioner import HashPartitioner
 from .pool import BrokerPool
-from .results import Delivery, SendResult
+from .passthrough import send_prebuilt
+from .results import Delivery, DeliveryFailedError, SendResult
+from .routing import Routing, _Message
 
 log = logging.getLogger(__name__)
 
 _NEW, _OPEN, _CLOSING, _CLOSED = "new", "open", "closing", "closed"
-_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
-_cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
 # Messages kept as examples in a DeliveryFailedError raised by close().
 MAX_REPORTED_FAILURES = 100
-_PRUNE_FAILED_AT = 10_000
-# Per-part errors that mean "the partition list moved": re-route and retry.
-_RETRIABLE_CODES = frozenset({ErrorCode.WRONG_PARTITION})
-
-# A queued message: (topic, key, payload, delivery or None).
-_Message = tuple[str, Any, bytes, "Delivery | None"]
 
 
-class Producer:
+class Producer(AsyncQueue, Routing):
     """A Kafka 0.7 producer on Trio.  See the module docstring; settings in ``ProducerConfig``.
 
     Exactly one of ``brokers`` (static list), ``zk_connect`` (a ZooKeeper
@@ -135,7 +110,8 @@ class Producer:
         self._max_message_size = config.max_message_size
         # Auditing wraps every payload, so it takes the checked path in send().
         self.audit = AuditTrail(config.audit_window_s) if config.audit else None
-        self._plain_values = config.serializer is None and self.audit is None
+        self._plain_values = (config.serializer is None and not config.write_keys and not config.keyed_topics
+                              and self.audit is None)
         self._state = _NEW
         self._valid_topics: set[str] = set()
         self._discovery: StaticDiscovery | ZooKeeperDiscovery | None = None
@@ -206,13 +182,13 @@ class Producer:
                     if self.config.is_async:
                         await nursery.start(self._sender_loop)
                     if self.audit is not None:
-                        nursery.start_soon(self._audit_loop)
+                        nursery.start_soon(run_audit_loop, self)
                     self._state = _OPEN
                     try:
                         yield self
-                        if self.audit is not None:
+                        if self.audit is not None:  # the last windows' counts, after everything else
                             await self.flush()
-                            await self._publish_audit(everything=True)
+                            await publish_audit(self, everything=True)
                     except BaseException:
                         # Unwinding (maybe a Cancelled): what was queued still gets
                         # close_timeout_s to go out, shielded.
@@ -272,13 +248,15 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
-    def _payload(self, topic: str, value: Any) -> bytes:
+    def _payload(self, topic: str, value: Any, key: Any = None) -> bytes:
         if topic not in self._valid_topics:
             try:
                 paths.validate_topic(topic)
             except InvalidPathError as exc:
                 raise ValueError(str(exc)) from None
             self._valid_topics.add(topic)
+        if self.config.writes_keys(topic):
+            return self._keyed_payload(topic, value, key)
         serializer = self.config.serializer
         if serializer is not None:
             value = serializer(value)
@@ -292,6 +270,24 @@ class Producer:
             raise MessageTooLargeError(
                 f"a {len(value)}-byte message exceeds max_message_size {self.config.max_message_size}")
         return value
+
+    def _keyed_payload(self, topic: str, value: Any, key: Any) -> bytes:
+        # A keyed topic: the key is bytes (or text, as UTF-8); a value of None deletes the key.
+        if isinstance(key, str):
+            key = key.encode()
+        if not isinstance(key, (bytes, bytearray)):
+            raise TypeError(f"messages to the keyed topic {topic!r} need a bytes or str key, not {type(key).__name__}")
+        if value is not None:
+            if self.config.serializer is not None:
+                value = self.config.serializer(value)
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise TypeError(f"message values must be bytes (or give serializer=), not {type(value).__name__}")
+            value = bytes(value)
+        payload = KeyedPayload(bytes(key), value)
+        if len(payload) > self.config.max_message_size:
+            raise MessageTooLargeError(
+                f"a {len(payload)}-byte message exceeds max_message_size {self.config.max_message_size}")
+        return payload
 
     def _check_open(self) -> None:
         if self._state != _OPEN:
@@ -317,7 +313,7 @@ class Producer:
                 and len(value) <= self._max_message_size:
             payload = value
         else:
-            payload = self._payload(topic, value)
+            payload = self._payload(topic, value, key)
         if not self._is_async:
             [result] = await self._deliver([(topic, key, payload, None)])
             return Delivery.resolved(result.raise_for_error())
@@ -359,7 +355,7 @@ class Producer:
         messages: list[_Message] = []
         for record in records:
             topic, value, key = (record[0], record[1], record[2] if len(record) > 2 else None)
-            messages.append((topic, key, self._payload(topic, value), None))
+            messages.append((topic, key, self._payload(topic, value, key), None))
         if not self.config.is_async:
             results = await self._deliver(messages)
             failed = [r for r in results if r.error is not None]
@@ -369,6 +365,12 @@ class Producer:
                 raise error
             return results
         return [await self._enqueue(topic, key, payload) for topic, key, payload, _ in messages]
+
+    async def send_message_set(self, topic: str, position: int, message_set: bytes) -> SendResult:
+        """Send a ready-made message set, byte for byte, to position ``position`` (mod the
+        count) of ``topic``'s partition list; one attempt, the error in the result."""
+        self._check_open()
+        return await send_prebuilt(self, topic, position, message_set)
 
     async def flush(self) -> None:
         """async mode: wait until every queued message is delivered or failed."""
@@ -383,293 +385,3 @@ class Producer:
         finally:
             self._flush_requests -= 1
         await trio.lowlevel.checkpoint()
-
-    async def send_message_set(self, topic: str, position: int, message_set: bytes) -> SendResult:
-        """Send a ready-made message set, byte for byte, to position ``position`` (mod the
-        count) of ``topic``'s partition list; one attempt, the error in the result."""
-        self._check_open()
-        return await send_prebuilt(self, topic, position, message_set)
-
-    async def _audit_loop(self) -> None:
-        assert self.audit is not None
-        while True:
-            await trio.sleep(self.audit.window_ms / 1000)
-            await self._publish_audit()
-
-    async def _publish_audit(self, *, everything: bool = False) -> None:
-        """Publish the audit events of closed windows (all with ``everything``) on the audit topic."""
-        assert self.audit is not None
-        events = self.audit.take_events(everything=everything)
-        if not events:
-            return
-        try:
-            sent = await self.send_many([(AUDIT_TOPIC, encode_event(e), e.topic) for e in events])
-            if self._is_async:
-                await self.flush()
-                sent = [d.peek() for d in sent]
-            for result in sent:
-                result.raise_for_error()
-        except ProducerError as exc:
-            log.warning("audit events for %d window(s) not published: %s", len(events), exc)
-
-    # ------------------------------------------------------------------ async queue
-
-    def _wake(self) -> None:
-        self._wake_sender.set()
-
-    async def _enqueue(self, topic: str, key: Any, payload: bytes) -> Delivery:
-        """Queue a checked payload (``send`` inlines the same steps: it is the hot path)."""
-        if self._occupancy >= self._queue_size:
-            await self._wait_for_room()
-        else:
-            await _checkpoint_if_cancelled()
-        delivery = Delivery(topic)
-        pending = self._pending
-        if not pending:
-            self._first_queued_at = trio.current_time()
-            self._wake_sender.set()
-        pending.append((topic, key, payload, delivery))
-        self._occupancy += 1
-        if len(pending) >= self._batch_size:
-            self._wake_sender.set()
-            await _cancel_shielded_checkpoint()
-        return delivery
-
-    async def _wait_for_room(self) -> None:
-        timeout_s = self.config.enqueue_timeout_s
-        with trio.move_on_after(float("inf") if timeout_s is None else timeout_s) as scope:
-            while self._occupancy >= self.config.queue_size:
-                self._check_open()
-                await self._progress.park()
-            return
-        if scope.cancelled_caught:
-            raise QueueFullError(f"{self._occupancy} messages queued or in flight (queue_size "
-                                 f"{self.config.queue_size}) for {timeout_s} s")
-
-    async def _sender_loop(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        try:
-            with self._sender_scope:
-                task_status.started()
-                await self._send_batches()
-        finally:
-            self._sender_done.set()
-
-    async def _send_batches(self) -> None:
-        batch_size = self.config.batch_size
-        while True:
-            pending = self._pending
-            if not pending:
-                self._wake_sender = trio.Event()
-                await self._wake_sender.wait()
-                continue
-            if len(pending) < batch_size and not self._flush_requests:
-                deadline = self._first_queued_at + self.config.queue_time_s
-                if trio.current_time() < deadline:
-                    self._wake_sender = trio.Event()
-                    with trio.move_on_at(deadline):
-                        await self._wake_sender.wait()
-                    continue
-            batch = pending[:batch_size]
-            del pending[:batch_size]
-            # What is left keeps the old deadline: each of those messages came
-            # no earlier than the first one did, so none waits past queue_time_s
-            # (0.7 restarted the clock here, letting a message wait up to twice as long).
-            self._in_flight = batch
-            results = await self._deliver(batch)
-            self._in_flight = []
-            self._finish_batch(batch, results)
-
-    def _finish_batch(self, batch: list[_Message], results: list[SendResult]) -> None:
-        for message, result in zip(batch, results):
-            delivery = message[3]
-            if delivery is not None:
-                delivery.resolve(result)
-                if result.error is not None:
-                    self._failed.append(delivery)
-        if len(self._failed) > _PRUNE_FAILED_AT:
-            # Failures somebody already looked at need no report at close.
-            self._failed = [d for d in self._failed if not d.observed]
-        self._occupancy -= len(batch)
-        self._progress.unpark_all()
-
-    def _resolve_failed(self, message: _Message, error: ProducerError) -> None:
-        delivery = message[3]
-        if delivery is not None and not delivery.done:
-            delivery.resolve(SendResult(message[0], None, None, error=error))
-            self._failed.append(delivery)
-            self.messages_failed += 1
-
-    # ------------------------------------------------------------------ delivery
-
-    async def _deliver(self, messages: Sequence[_Message]) -> list[SendResult]:
-        """Send ``messages`` (retrying as configured); one result per message, in order."""
-        results: list[SendResult | None] = [None] * len(messages)
-        last_error: dict[int, ProducerError | BrokerConnectionError] = {}
-        todo = list(range(len(messages)))
-        attempts = self.config.num_retries + 1
-        assert self._discovery is not None
-        for attempt in range(attempts):
-            if attempt:
-                backoff_s = self.config.retry_backoff_s * 2 ** (attempt - 1)
-                await trio.sleep(min(backoff_s, self.config.reconnect_backoff_max_s))
-            for topic in {messages[i][0] for i in todo}:
-                await self._discovery.ensure_topic(topic)
-            by_broker = self._route(messages, todo, results, last_error)
-            if len(by_broker) == 1:
-                [(broker_id, parts)] = by_broker.items()
-                await self._send_to_broker(broker_id, parts, messages, results, last_error)
-            elif by_broker:
-                async with trio.open_nursery() as nursery:
-                    for broker_id, parts in by_broker.items():
-                        nursery.start_soon(self._send_to_broker, broker_id, parts, messages, results,
-                                           last_error)
-            todo = [i for i in todo if results[i] is None]
-            if not todo:
-                break
-        for i in todo:
-            cause = last_error.get(i)
-            error = NoBrokersAvailableError(
-                f"no broker took the message for {messages[i][0]!r} in {attempts} attempt(s)"
-                + (f"; last error: {cause}" if cause is not None else ""))
-            error.__cause__ = cause
-            results[i] = SendResult(messages[i][0], None, None, error=error)
-        failures = sum(1 for r in results if r is not None and r.error is not None)
-        if self.audit is not None:
-            for message, result in zip(messages, results):
-                if result is not None and result.error is None:
-                    self.audit.delivered(message[0], message[2])
-        self.messages_failed += failures
-        self.messages_sent += len(messages) - failures
-        return results  # type: ignore[return-value]
-
-    def _targets(self, topic: str) -> tuple[list[BrokerPartition], list[BrokerPartition]]:
-        """(every partition, those on brokers not backing off) of ``topic``."""
-        assert self._discovery is not None and self._pool is not None
-        every = self._discovery.partitions(topic)
-        available = [bp for bp in every if self._pool.available(bp.broker_id)]
-        return every, (available or every)
-
-    def _route(self, messages: Sequence[_Message], todo: list[int], results: list[SendResult | None],
-               last_error: dict) -> dict[int, list[tuple[str, int, list[int]]]]:
-        """Group ``todo`` by broker, then by (topic, partition); routing failures are final."""
-        per_topic: dict[str, tuple[list[BrokerPartition], list[BrokerPartition],
-                                   dict[BrokerPartition, list[int]]]] = {}
-        rand = self._rng.random
-        partitioner = self._partitioner
-        for i in todo:
-            topic, key = messages[i][0], messages[i][1]
-            info = per_topic.get(topic)
-            if info is None:
-                every, available = self._targets(topic)
-                info = per_topic[topic] = (every, available, {})
-            every, available, routed = info
-            if not every:
-                last_error[i] = NoBrokersAvailableError(f"no live broker is known for {topic!r}")
-                continue
-            if key is None:
-                n = len(available)
-                target = available[int(rand() * n)] if n > 1 else available[0]
-            else:
-                try:
-                    index = partitioner(key, len(every))
-                    if type(index) is not int or not 0 <= index < len(every):
-                        raise ValueError(f"partitioner returned {index!r} for {len(every)} partitions")
-                except Exception as exc:
-                    error = PartitionerError(f"cannot partition key {key!r}: {exc}")
-                    error.__cause__ = exc
-                    results[i] = SendResult(topic, None, None, error=error)
-                    continue
-                target = every[index]
-            bucket = routed.get(target)
-            if bucket is None:
-                routed[target] = [i]
-            else:
-                bucket.append(i)
-        by_broker: dict[int, list[tuple[str, int, list[int]]]] = {}
-        for topic, (_every, _available, routed) in per_topic.items():
-            for target, indices in routed.items():
-                by_broker.setdefault(target.broker_id, []).append((topic, target.partition, indices))
-        return by_broker
-
-    async def _send_to_broker(self, broker_id: int, parts: list[tuple[str, int, list[int]]],
-                              messages: Sequence[_Message], results: list[SendResult | None],
-                              last_error: dict) -> None:
-        """One request to ``broker_id``; fills ``results`` (or ``last_error`` for a retry)."""
-        assert self._pool is not None
-        config = self.config
-        payloads = [[messages[i][2] for i in indices] for _, _, indices in parts]
-        try:
-            conn = await self._pool.get(broker_id)  # backs off by itself when it cannot connect
-        except BrokerConnectionError as exc:
-            for _, _, indices in parts:
-                for i in indices:
-                    last_error[i] = exc
-            return
-        try:
-            encoded = [encode_part(p, config.codec_for(topic), config.max_message_size, config.gzip_level)
-                       for p, (topic, _, _) in zip(payloads, parts)]
-            self.requests_sent += 1
-            if config.acks == 0:
-                if len(parts) == 1:
-                    await conn.produce(parts[0][0], parts[0][1], encoded[0].data)
-                else:
-                    await conn.multiproduce([ProducePart(t, p, e.data) for (t, p, _), e in zip(parts, encoded)])
-                acked = None
-            else:
-                acked = await conn.produce_acked(
-                    [ProducePart(t, p, e.data) for (t, p, _), e in zip(parts, encoded)],
-                    acks=config.acks, timeout_ms=int(config.ack_timeout_s * 1000))
-        except ExtensionNotSupported as exc:
-            # A plain 0.7 broker closes at once on PRODUCE_ACKED, but so does a broker
-            # that dies just then: only a second time in a row on a new connection
-            # (a dead one refuses the connect) is taken as a plain 0.7 broker.
-            strikes = self._extension_strikes[broker_id] = self._extension_strikes.get(broker_id, 0) + 1
-            if strikes < 2:
-                await self._pool.failed(broker_id, conn)
-                for _, _, indices in parts:
-                    for i in indices:
-                        last_error[i] = exc
-                return
-            error = AcksNotSupportedError(
-                f"broker {broker_id} is a plain 0.7 broker without PRODUCE_ACKED; use acks=0 ({exc})")
-            for topic, partition, indices in parts:
-                for i in indices:
-                    results[i] = SendResult(topic, broker_id, partition, error=error)
-            return
-        except (BrokerError, LocalProtocolError) as exc:
-            # A top-level error code, or a request the protocol cannot express:
-            # sending it again would not help.
-            error = ProducerError(f"broker {broker_id} could not take the request: {exc}")
-            error.__cause__ = exc
-            for topic, partition, indices in parts:
-                for i in indices:
-                    results[i] = SendResult(topic, broker_id, partition, error=error)
-            return
-        except BrokerConnectionError as exc:
-            await self._pool.failed(broker_id, conn)
-            log.info("broker %d failed (%s); %d message(s) to retry", broker_id, exc,
-                     sum(len(ix) for _, _, ix in parts))
-            for _, _, indices in parts:
-                for i in indices:
-                    last_error[i] = exc
-            return
-        self._pool.succeeded(broker_id)
-        self._extension_strikes.pop(broker_id, None)
-        if acked is None:
-            for topic, partition, indices in parts:
-                shared = SendResult(topic, broker_id, partition)  # acks 0: nothing more is known
-                for i in indices:
-                    results[i] = shared
-            return
-        for (topic, partition, indices), part_payloads, enc, answer in zip(parts, payloads, encoded, acked):
-            if answer.error == ErrorCode.NO_ERROR:
-                offsets = enc.message_offsets(part_payloads, answer.base_offset)
-                for i, (offset, next_offset) in zip(indices, offsets):
-                    results[i] = SendResult(topic, broker_id, answer.partition, offset, next_offset)
-                continue
-            error = BrokerRejectedError(answer.error, topic, broker_id, partition)
-            for i in indices:
-                if answer.error in _RETRIABLE_CODES:
-                    last_error[i] = error
-                else:
-                    results[i] = SendResult(topic, broker_id, partition, error=error)

@@ -1,9 +1,9 @@
-"""What a send reports: ``SendResult`` (per message) and ``Delivery`` (the handle ``send`` returns)."""
+"""What a send reports: ``SendResult`` (per message), ``Delivery`` (its async handle), ``DeliveryFailedError``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any, Generator, Sequence
 
 import trio
 
@@ -104,3 +104,18 @@ class Delivery:
 
     def __repr__(self) -> str:
         return f"<Delivery {self.topic} {self._result!r}>"
+
+
+class DeliveryFailedError(ProducerError):
+    """Some messages of a batch (``send_batch``) or of the async queue were not delivered.
+
+    ``results`` holds the failed ``SendResult``s (each with ``.error``);
+    ``failed_count`` counts them all even when ``results`` keeps only a sample.
+    """
+
+    def __init__(self, msg: str, results: Sequence[SendResult], failed_count: int | None = None):
+        self.results = list(results)
+        self.failed_count = len(self.results) if failed_count is None else failed_count
+        first = next((r.error for r in self.results if r.error is not None), None)
+        super().__init__(f"{msg}: {self.failed_count} message(s) not delivered"
+                         + (f"; first error: {first}" if first is not None else ""))

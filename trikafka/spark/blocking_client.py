@@ -25,6 +25,8 @@ from trikafka.client.errors import ExtensionNotSupported
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
     NEED_DATA,
+    CreateTopicRequest,
+    CreateTopicResult,
     ErrorCode,
     FetchPart,
     FetchRequest,
@@ -41,6 +43,7 @@ from trikafka.wire import (
     RequestType,
     ResponseFrame,
     ResponseReader,
+    decode_create_topic_payload,
     decode_metadata_payload,
     decode_multifetch_payload,
     decode_offsets_payload,
@@ -173,6 +176,11 @@ class BrokerConnection:
         """METADATA (docs/protocol.md §9.4); ``BlockingExtensionNotSupported`` on a 0.7 broker."""
         frame = self._call(encode_request(MetadataRequest(tuple(topics or ()))))
         return self._decode(decode_metadata_payload, frame.payload)
+
+    def create_topic(self, topic: str, partitions: int) -> CreateTopicResult:
+        """CREATE_TOPIC (docs/protocol.md §9.5); ``BlockingExtensionNotSupported`` on a 0.7 broker."""
+        frame = self._call(encode_request(CreateTopicRequest(topic, partitions)))
+        return self._decode(decode_create_topic_payload, frame.payload)
 
     def probe_partition_count(self, topic: str) -> TopicPartitions:
         """The FETCH probe of ``trikafka.client.topics`` over this connection (any 0.7 broker)."""

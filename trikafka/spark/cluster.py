@@ -14,13 +14,19 @@ log answers 0, so such a partition simply reads as empty until data arrives.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Iterable, Mapping, Protocol
 
+from trikafka.client.topics import PartitionCounts
+from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
 
+from .blocking_client import BrokerConnectionError, partition_counts
 from .offsets import PartitionKey
+
+log = logging.getLogger(__name__)
 
 
 class ClusterConfigError(ValueError):
@@ -68,30 +74,70 @@ class Cluster(Protocol):
 
 
 class StaticCluster:
-    """A fixed broker list; every broker holds ``partitions_per_broker`` partitions of each topic.
+    """A fixed broker list; each broker is asked how many partitions a topic has.
 
-    0.7 has no metadata request, so without ZooKeeper the partition count
-    must be configured, exactly as with 0.7's static ``broker.list``.
+    The counts come from ``blocking_client.partition_counts``: METADATA, or the
+    FETCH probe on a plain 0.7 broker.  ``partitions_per_broker`` overrides
+    the discovery (0.7's static ``broker.list`` mode).  A topic that no broker
+    has (METADATA says so) is an error unless ``allow_missing_topics``.
     """
 
-    def __init__(self, brokers: Mapping[int, BrokerAddress], partitions_per_broker: int = 1):
-        if partitions_per_broker < 1:
+    def __init__(self, brokers: Mapping[int, BrokerAddress], partitions_per_broker: int | None = None, *,
+                 allow_missing_topics: bool = False, timeout_s: float = 30.0):
+        if partitions_per_broker is not None and partitions_per_broker < 1:
             raise ClusterConfigError("partitions per broker must be at least 1")
         self._brokers = dict(brokers)
         self.partitions_per_broker = partitions_per_broker
+        self.allow_missing_topics = allow_missing_topics
+        # A stream keeps the partitions it already knows of a broker that is down (its
+        # offsets list them); a batch must not read part of a topic, so by default an
+        # unreachable broker is an error.
+        self.skip_unreachable = False
+        self._timeout_s = timeout_s
 
     def brokers(self) -> dict[int, BrokerAddress]:
         return dict(self._brokers)
 
     def topics(self) -> list[str]:
-        raise ClusterConfigError("a static broker list cannot list topics; use 'topics' or 'zookeeper'")
+        """Every topic of every broker (METADATA); a plain 0.7 broker cannot list them."""
+        names: set[str] = set()
+        for address in self._brokers.values():
+            counts = self._counts(address, [])
+            if counts.metadata is None:
+                raise ClusterConfigError(
+                    f"broker {address.host}:{address.port} is a plain 0.7 broker and cannot list its topics; "
+                    "use 'topics' or 'zookeeper'")
+            names.update(counts.topics)
+        return sorted(names)
 
     def partitions(self, topic: str) -> list[PartitionKey]:
-        return [
-            PartitionKey(topic, broker_id, p)
-            for broker_id in sorted(self._brokers)
-            for p in range(self.partitions_per_broker)
-        ]
+        if self.partitions_per_broker is not None:
+            return [PartitionKey(topic, broker_id, p)
+                    for broker_id in sorted(self._brokers) for p in range(self.partitions_per_broker)]
+        keys = []
+        for broker_id, address in sorted(self._brokers.items()):
+            try:
+                found = partition_counts(address.host, address.port, [topic], timeout_s=self._timeout_s).topics[topic]
+            except BrokerConnectionError as exc:
+                if not self.skip_unreachable:
+                    raise
+                log.warning("broker %s unreachable, its partitions of %s are not discovered: %s",
+                            broker_id, topic, exc)
+                continue
+            if found.error == ErrorCode.INVALID_TOPIC:
+                raise ClusterConfigError(f"broker {address.host}:{address.port} rejects the topic name {topic!r}")
+            keys += [PartitionKey(topic, broker_id, p) for p in range(found.count)]
+        if not keys and not self.allow_missing_topics and not self.skip_unreachable:
+            raise ClusterConfigError(f"topic {topic!r} does not exist on any of the brokers "
+                                     f"{format_broker_list(self._brokers.values())}")
+        return keys
+
+    def _counts(self, address: BrokerAddress, topics: list[str]) -> PartitionCounts:
+        try:
+            return partition_counts(address.host, address.port, topics, timeout_s=self._timeout_s)
+        except BrokerConnectionError as exc:
+            raise ClusterConfigError(f"cannot ask broker {address.host}:{address.port} for partitions: {exc}") \
+                from exc
 
     def close(self) -> None:
         pass

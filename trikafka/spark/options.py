@@ -11,7 +11,8 @@ brokers                ``id:host:port,...`` static broker list (or use zookeeper
 zookeeper              ZooKeeper connect string of the registry (spec §11)
 topics                 comma-separated topic names
 topicPattern           regex matched against the whole topic name (needs zookeeper)
-partitionsPerBroker    with a static broker list: partitions per broker (default 1)
+partitionsPerBroker    with a static broker list: partitions per broker, overriding what each
+                       broker reports (METADATA, or the FETCH probe on a 0.7 broker)
 startingOffsets        earliest (default) | latest | group:<name> | JSON document
 endingOffsets          batch only: latest (default) | JSON document
 groupDefaultOffset     where group:<name> starts a partition it has no offset for:
@@ -57,7 +58,7 @@ class SourceOptions:
     zookeeper: str | None
     topics: tuple[str, ...]
     topic_pattern: str | None
-    partitions_per_broker: int
+    partitions_per_broker: int | None  # None: ask the brokers
     starting: OffsetSpec
     ending: OffsetSpec
     group_default_offset: int
@@ -72,7 +73,8 @@ class SourceOptions:
         """The cluster view: ZooKeeper when configured, else the static list."""
         if self.zookeeper:
             return ZooKeeperCluster(self.zookeeper, timeout_s=self.timeout_s)
-        return StaticCluster({b.broker_id: b for b in self.brokers}, self.partitions_per_broker)
+        return StaticCluster({b.broker_id: b for b in self.brokers}, self.partitions_per_broker,
+                             timeout_s=self.timeout_s)
 
     def select_topics(self, cluster: StaticCluster | ZooKeeperCluster) -> list[str]:
         """The topics to read: the explicit list, or the registry's topics matching the pattern."""
@@ -102,7 +104,8 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         zookeeper=zookeeper,
         topics=topics,
         topic_pattern=pattern,
-        partitions_per_broker=_int_option(opts, "partitionsperbroker", 1, 1),
+        partitions_per_broker=(_int_option(opts, "partitionsperbroker", 1, 1)
+                               if "partitionsperbroker" in opts else None),
         starting=starting,
         ending=ending,
         group_default_offset=_group_default(opts),

@@ -47,8 +47,9 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--brokers", help="static broker list id:host:port,...")
     where.add_argument("--zookeeper", help="ZooKeeper connect string of the registry")
     parser.add_argument("--topic", required=True, help="topic name")
-    parser.add_argument("--partitions-per-broker", type=int, default=1,
-                        help="with --brokers: partitions of the topic on each broker (default 1)")
+    parser.add_argument("--partitions-per-broker", type=int, default=None,
+                        help="with --brokers: partitions of the topic on each broker "
+                             "(default: what each broker reports)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,7 +122,8 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
         options["zookeeper"] = args.zookeeper
     else:
         options["brokers"] = format_broker_list(parse_broker_list(args.brokers).values())
-        options["partitionsPerBroker"] = str(args.partitions_per_broker)
+        if args.partitions_per_broker is not None:
+            options["partitionsPerBroker"] = str(args.partitions_per_broker)
     if args.max_bytes_per_trigger is not None:
         options["maxBytesPerTrigger"] = str(args.max_bytes_per_trigger)
     if args.fetch_size is not None:

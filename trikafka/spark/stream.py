@@ -47,7 +47,7 @@ from .offsets import PartitionKey, offsets_from_document, offsets_to_document
 from .options import SourceOptions
 from .planning import ConnectionPool, PlanningError, discover_keys, ranges_between, resolve_offsets
 from .reading import FetchSizing, last_boundary_within, next_entry_end
-from .source import RangePartition, commit_to_group, read_partition
+from .tasks import RangePartition, commit_to_group, read_partition
 
 log = logging.getLogger("trikafka.spark")
 Offsets = dict[PartitionKey, int]
@@ -74,6 +74,8 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _connect(self) -> tuple[StaticCluster | ZooKeeperCluster, ConnectionPool]:
         if self._cluster is None:
             self._cluster = self.options.open_cluster()
+            if isinstance(self._cluster, StaticCluster):
+                self._cluster.skip_unreachable = True  # their partitions wait at their offsets
         if self._pool is None:
             self._pool = ConnectionPool(self._cluster.brokers(), self.options)
         else:

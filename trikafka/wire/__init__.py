@@ -32,19 +32,8 @@ from .message import (
     decode_message,
     encode_entry,
 )
-from .messageset import (
-    ConsumedMessage,
-    Entry,
-    MessageColumns,
-    ParsedSet,
-    ValidatedSet,
-    build_message_set,
-    decode_columns,
-    iter_messages,
-    parse_entries,
-    scan_valid_prefix,
-    validate_message_set,
-)
+from .messageset import ValidatedSet, build_message_set, scan_valid_prefix, validate_message_set
+from .reading import ConsumedMessage, Entry, MessageColumns, ParsedSet, decode_columns, iter_messages, parse_entries
 from .metadata import (
     NO_LEADER,
     BrokerAddress,

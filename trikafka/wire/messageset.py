@@ -4,10 +4,8 @@ Four readers, one per purpose, all stdlib-only and allocation-light:
 
 * ``validate_message_set``: what the broker accepts on produce (§6.1 steps 5-8).
 * ``scan_valid_prefix``: what crash recovery keeps of a segment (§10.5).
-* ``parse_entries``: shallow entries of a fetched set, stopping cleanly at a
-  truncated trailing entry and saying so (§8).
-* ``iter_messages``: deep iteration for consumers, unpacking compressed
-  wrappers with 0.7's offset rule (§5).
+* ``parse_entries`` and ``iter_messages`` (in ``trikafka.wire.reading``):
+  shallow entries of a fetched set (§8); deep iteration for consumers (§5).
 """
 
 from __future__ import annotations
@@ -15,12 +13,12 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable
 
 from .compression import Codec, compress, decompress
 from .crc import crc32
 from .errors import InvalidMessageError, LocalProtocolError, MessageSizeTooLargeError
-from .message import CODEC_MASK, HEADER_BYTES, MAGIC_0, MAGIC_1, Message, decode_message, encode_entry
+from .message import CODEC_MASK, HEADER_BYTES, MAGIC_0, MAGIC_1, encode_entry
 
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
@@ -225,201 +223,3 @@ def scan_valid_prefix(data: bytes | memoryview) -> int:
             break
         pos = stop
     return pos
-
-
-class Entry(NamedTuple):
-    """One top-level entry of a fetched set, at its absolute byte offset."""
-
-    offset: int
-    size: int  # N: the message bytes, without the 4-byte prefix
-    message: Message
-
-    @property
-    def next_offset(self) -> int:
-        return self.offset + 4 + self.size
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedSet:
-    """Complete entries of a fetched set and what was left over.
-
-    ``valid_bytes`` is what the fetch position advances by.  When the *first*
-    entry is incomplete, ``first_entry_bytes`` says how many bytes a fetch needs
-    to hold it whole (``None`` when even its length prefix is cut).
-    """
-
-    entries: tuple[Entry, ...]
-    valid_bytes: int
-    partial_tail_bytes: int
-    first_entry_bytes: int | None = None
-
-    @property
-    def truncated(self) -> bool:
-        return self.partial_tail_bytes > 0
-
-
-def parse_entries(data: bytes | memoryview, base_offset: int = 0) -> ParsedSet:
-    """Shallow entries of a fetched set (the client algorithm of spec §8).
-
-    Stops cleanly at a truncated trailing entry and reports it; a negative
-    length or a malformed message raises ``InvalidMessageError``.  CRCs are not
-    checked here (``iter_messages`` checks them).
-    """
-    view = memoryview(data)
-    pos, end = 0, len(view)
-    entries: list[Entry] = []
-    first_needed: int | None = None
-    while end - pos >= 4:
-        (n,) = _INT32.unpack_from(view, pos)
-        if n < 0:
-            raise InvalidMessageError(f"negative entry length {n} at offset {base_offset + pos}")
-        if end - pos - 4 < n:
-            if pos == 0:
-                first_needed = 4 + n
-            break
-        entries.append(Entry(base_offset + pos, n, decode_message(view[pos + 4:pos + 4 + n])))
-        pos += 4 + n
-    return ParsedSet(tuple(entries), pos, end - pos, first_needed)
-
-
-class ConsumedMessage(NamedTuple):
-    """A message as a consumer sees it, with 0.7's offset rule (spec §5).
-
-    ``offset`` is where its top-level entry starts.  ``next_offset`` is the
-    offset to commit after consuming it: the entry's end for a plain message;
-    for the inner messages of a wrapper, the wrapper's start for all but the
-    last and the wrapper's end for the last.
-    """
-
-    offset: int
-    next_offset: int
-    payload: bytes
-    magic: int
-    codec: int  # codec of the top-level entry this message came from
-
-
-def iter_messages(data: bytes | memoryview, base_offset: int = 0) -> Iterator[ConsumedMessage]:
-    """Deep, CRC-checked iteration over the complete entries of a fetched set.
-
-    A partial trailing entry is skipped silently (see ``parse_entries`` to
-    learn about it); a bad CRC or an undecodable wrapper raises
-    ``InvalidMessageError``.
-    """
-    view = memoryview(data)
-    pos, end = 0, len(view)
-    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
-    none = Codec.NONE
-    # Reading bytes directly is faster than through a view (slices copy once).
-    source = data if type(data) is bytes else view
-    make = tuple.__new__  # ConsumedMessage(...) without NamedTuple's slower __new__
-    while end - pos >= 4:
-        (n,) = unpack_length(source, pos)
-        if n < 0:
-            raise InvalidMessageError(f"negative entry length {n} at offset {base_offset + pos}")
-        stop = pos + 4 + n
-        if stop > end:
-            return
-        offset = base_offset + pos
-        next_offset = base_offset + stop
-        # Fast path, the common case: an uncompressed message, decoded in place
-        # (the same checks as decode_message + is_valid, without the objects).
-        magic = source[pos + 4] if n else -1
-        if magic == MAGIC_1 and n >= 6 and not source[pos + 5] & CODEC_MASK:
-            payload_at = pos + 10
-        elif magic == MAGIC_0 and n >= 5:
-            payload_at = pos + 9
-        else:
-            yield from _iter_entry(view[pos + 4:stop], offset, next_offset)
-            pos = stop
-            continue
-        payload = source[payload_at:stop]
-        if type(payload) is not bytes:
-            payload = bytes(payload)
-        if checksum(payload) != unpack_crc(source, payload_at - 4)[0]:
-            raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
-        yield make(ConsumedMessage, (offset, next_offset, payload, magic, none))
-        pos = stop
-
-
-class MessageColumns(NamedTuple):
-    """The messages of a fetched set as columns (what ``iter_messages`` yields, minus magic and codec)."""
-
-    offsets: list[int]
-    next_offsets: list[int]
-    payloads: list[bytes]
-
-
-def decode_columns(data: bytes | memoryview, base_offset: int = 0) -> MessageColumns:
-    """``iter_messages`` for column consumers (Arrow, Parquet): the same checks and
-    offsets, eagerly, about twice as fast for uncompressed sets.  Raises on the
-    first bad entry (nothing is returned then)."""
-    view = memoryview(data)
-    pos, end = 0, len(view)
-    source = data if type(data) is bytes else view
-    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
-    offsets: list[int] = []
-    next_offsets: list[int] = []
-    payloads: list[bytes] = []
-    add_offset, add_next, add_payload = offsets.append, next_offsets.append, payloads.append
-    while end - pos >= 4:
-        (n,) = unpack_length(source, pos)
-        stop = pos + 4 + n
-        if n < 0 or stop > end:
-            if n < 0:
-                raise InvalidMessageError(f"negative entry length {n} at offset {base_offset + pos}")
-            break
-        magic = source[pos + 4] if n else -1
-        if magic == MAGIC_1 and n >= 6 and not source[pos + 5] & CODEC_MASK:
-            payload_at = pos + 10
-        elif magic == MAGIC_0 and n >= 5:
-            payload_at = pos + 9
-        else:
-            for message in _iter_entry(view[pos + 4:stop], base_offset + pos, base_offset + stop):
-                add_offset(message.offset)
-                add_next(message.next_offset)
-                add_payload(message.payload)
-            pos = stop
-            continue
-        payload = source[payload_at:stop]
-        if type(payload) is not bytes:
-            payload = bytes(payload)
-        if checksum(payload) != unpack_crc(source, payload_at - 4)[0]:
-            raise InvalidMessageError(f"CRC mismatch in the entry at offset {base_offset + pos}")
-        add_offset(base_offset + pos)
-        add_next(base_offset + stop)
-        add_payload(payload)
-        pos = stop
-    return MessageColumns(offsets, next_offsets, payloads)
-
-
-def _iter_entry(message: memoryview, offset: int, next_offset: int) -> Iterator[ConsumedMessage]:
-    """The general case of ``iter_messages`` for one entry: any magic, wrappers unpacked."""
-    msg = decode_message(message)
-    if not msg.is_valid:
-        raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
-    codec = msg.codec
-    if codec == Codec.NONE:
-        yield ConsumedMessage(offset, next_offset, msg.payload, msg.magic, codec)
-        return
-    inner = list(_iter_inner(msg, depth=1))
-    last = len(inner) - 1
-    for i, payload in enumerate(inner):
-        yield ConsumedMessage(offset, next_offset if i == last else offset, payload, msg.magic, codec)
-
-
-def _iter_inner(wrapper: Message, depth: int) -> Iterator[bytes]:
-    if depth > MAX_WRAPPER_DEPTH:
-        raise InvalidMessageError("compressed wrappers nested too deeply")
-    if wrapper.codec not in _VALID_CODECS:
-        raise InvalidMessageError(f"unknown compression codec {wrapper.codec}")
-    inner = memoryview(decompress(wrapper.codec, wrapper.payload))
-    parsed = parse_entries(inner)
-    if parsed.truncated:
-        raise InvalidMessageError("compressed wrapper ends inside an entry")
-    for entry in parsed.entries:
-        if not entry.message.is_valid:
-            raise InvalidMessageError("CRC mismatch inside a compressed wrapper")
-        if entry.message.codec == Codec.NONE:
-            yield entry.message.payload
-        else:
-            yield from _iter_inner(entry.message, depth + 1)

@@ -55,15 +55,34 @@ class FileRegion:
 
 
 Chunk = Union[bytes, FileRegion]
-FetchData = Union[bytes, bytearray, memoryview, FileRegion, None]
 
 
-def _data_chunk(data: FetchData) -> Chunk | None:
+@dataclass(frozen=True, slots=True)
+class ChunkSequence:
+    """Message-set data made of several chunks sent back to back (a synthesized
+    padding entry, then a file region); ``len`` is their total bytes."""
+
+    chunks: tuple[Chunk, ...]
+
+    def __len__(self) -> int:
+        return sum(len(c) for c in self.chunks)
+
+    def read(self) -> bytes:
+        """All the bytes (file regions read through ``pread``)."""
+        return b"".join(c.read() if isinstance(c, FileRegion) else c for c in self.chunks)
+
+
+FetchData = Union[bytes, bytearray, memoryview, FileRegion, ChunkSequence, None]
+
+
+def _data_chunks(data: FetchData) -> list[Chunk]:
     if data is None or len(data) == 0:
-        return None
+        return []
     if isinstance(data, FileRegion):
-        return data
-    return bytes(data)
+        return [data]
+    if isinstance(data, ChunkSequence):
+        return [c for c in data.chunks if len(c)]
+    return [bytes(data)]
 
 
 def _response_header(error_code: int, payload_bytes: int) -> bytes:
@@ -74,10 +93,9 @@ def _response_header(error_code: int, payload_bytes: int) -> bytes:
 
 
 def encode_fetch_response(error_code: ErrorCode, data: FetchData) -> list[Chunk]:
-    """FETCH response (§6.2): ``size, errorCode`` header, then the data chunk if any."""
-    chunk = _data_chunk(data)
-    header = _response_header(error_code, len(chunk) if chunk is not None else 0)
-    return [header] if chunk is None else [header, chunk]
+    """FETCH response (§6.2): ``size, errorCode`` header, then the data chunks if any."""
+    chunks = _data_chunks(data)
+    return [_response_header(error_code, sum(len(c) for c in chunks)), *chunks]
 
 
 def encode_multifetch_response(parts: Sequence[tuple[ErrorCode, FetchData]]) -> list[Chunk]:
@@ -89,13 +107,13 @@ def encode_multifetch_response(parts: Sequence[tuple[ErrorCode, FetchData]]) -> 
     pending = bytearray()
     total = 0
     for error_code, data in parts:
-        chunk = _data_chunk(data)
-        length = len(chunk) if chunk is not None else 0
+        data_chunks = _data_chunks(data)
+        length = sum(len(c) for c in data_chunks)
         pending += _response_header(error_code, length)
         total += 6 + length
-        if chunk is not None:
+        if data_chunks:
             chunks.append(bytes(pending))
-            chunks.append(chunk)
+            chunks.extend(data_chunks)
             pending = bytearray()
     if pending:
         chunks.append(bytes(pending))

@@ -3,7 +3,7 @@
 Two implementations share :class:`BaseCoordinator`:
 
 * :class:`~trikafka.zk.kazoo_bridge.KazooCoordinator`, kazoo bridged into Trio;
-* :class:`~trikafka.zk.fake.FakeCoordinator`, an in-process, deterministic model.
+* :class:`~trikafka.testing.FakeCoordinator`, an in-process, deterministic model.
 
 Session model (kazoo's, which mirrors ZooKeeper's):
 
@@ -24,26 +24,19 @@ level-triggered view that survives disconnects and session expiry.
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import logging
 import math
 import weakref
-from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, Protocol, Sequence, TypeVar, Union
+from typing import Iterator, Protocol, Sequence
 
 import trio
 from trio_util import AsyncValue, wait_any
 
-from .errors import (
-    ConnectionLossError,
-    CoordinatorClosedError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    SessionExpiredError,
-)
+from .errors import CoordinatorClosedError, NodeExistsError, NoNodeError, NotEmptyError
+from .ops import Op, OpResult, SessionState, Stat, WatchCallback, _check_bytes, _validate_op
 from .paths import join, validate_path
+from .watches import ChildrenWatch, DataWatch, _Watch
 
 log = logging.getLogger(__name__)
 
@@ -53,80 +46,6 @@ RECONNECT_BACKOFF_S = 0.02
 # "Create expecting conflict" re-reads a node that vanished under it at most this often.
 EXPECT_CONFLICT_ATTEMPTS = 10
 TREE_DELETE_ATTEMPTS = 10
-
-
-class SessionState(enum.Enum):
-    """Client view of the ZooKeeper session (see module docstring)."""
-
-    CONNECTED = "connected"
-    SUSPENDED = "suspended"
-    LOST = "lost"
-
-
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """A znode's metadata (ZooKeeper's Stat), with units in the names."""
-
-    czxid: int
-    mzxid: int
-    pzxid: int
-    ctime_ms: int
-    mtime_ms: int
-    version: int
-    cversion: int
-    ephemeral_owner: int  # session id of the owner; 0 for persistent nodes
-    data_length: int
-    num_children: int
-
-    @property
-    def is_ephemeral(self) -> bool:
-        return self.ephemeral_owner != 0
-
-
-# -- multi-op transaction operations -----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CheckOp:
-    """Assert ``path`` exists with ``version`` (-1: any version)."""
-
-    path: str
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class CreateOp:
-    """Create ``path`` (its parent must exist, or be created earlier in the same multi)."""
-
-    path: str
-    value: bytes = b""
-    ephemeral: bool = False
-    sequential: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SetOp:
-    """Set ``path``'s data if its version is ``version`` (-1: any)."""
-
-    path: str
-    value: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteOp:
-    """Delete childless ``path`` if its version is ``version`` (-1: any)."""
-
-    path: str
-    version: int = -1
-
-
-Op = Union[CheckOp, CreateOp, SetOp, DeleteOp]
-# multi() results, one per op: CreateOp -> created path, SetOp -> Stat, others -> None.
-OpResult = Union[str, Stat, None]
-
-T = TypeVar("T")
-WatchCallback = Callable[[], None]
 
 
 class Coordinator(Protocol):
@@ -429,123 +348,3 @@ class BaseCoordinator:
 
     async def aclose(self) -> None:
         raise NotImplementedError
-
-
-def _check_bytes(value: object) -> None:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise TypeError(f"znode data must be bytes, got {type(value).__name__}")
-
-
-def _validate_op(op: Op) -> None:
-    if isinstance(op, CreateOp):
-        validate_path(op.path, allow_trailing_slash=op.sequential)
-        _check_bytes(op.value)
-    elif isinstance(op, SetOp):
-        validate_path(op.path)
-        _check_bytes(op.value)
-    elif isinstance(op, (CheckOp, DeleteOp)):
-        validate_path(op.path)
-    else:
-        raise TypeError(f"not a multi operation: {op!r}")
-
-
-# -- watches ------------------------------------------------------------------
-
-
-class _Watch(Generic[T]):
-    """Re-arming, de-duplicating async iterator over a znode's state.
-
-    Each round reads the node with a fresh one-shot watch, yields the value if
-    it differs from the last one yielded, then waits for that watch.  A watch
-    fired by a disconnect simply causes a re-read once reconnected, so the
-    iterator is level-triggered: it may skip intermediate values but never
-    stays on a stale one.
-    """
-
-    def __init__(self, coordinator: BaseCoordinator, path: str) -> None:
-        self._coordinator = coordinator
-        self.path = path
-        self._fired = trio.Event()
-        self._fired.set()  # the first round reads at once
-        self._last_key: object = _NOTHING
-        self._stopped = False
-
-    def __aiter__(self) -> "_Watch[T]":
-        return self
-
-    async def __anext__(self) -> T:
-        try:
-            return await self._next_change()
-        except CoordinatorClosedError:
-            if self._stopped:
-                raise StopAsyncIteration from None
-            raise
-
-    async def _next_change(self) -> T:
-        while not self._stopped:
-            await self._fired.wait()
-            if self._stopped:
-                break
-            fired = trio.Event()
-            self._fired = fired
-            try:
-                value = await self._read(fired.set)
-            except (ConnectionLossError, SessionExpiredError):
-                fired.set()
-                await self._coordinator.wait_reconnected()
-                continue
-            key = self._key(value)
-            if key != self._last_key:
-                self._last_key = key
-                return value
-        raise StopAsyncIteration
-
-    def stop(self) -> None:
-        """End the iteration (a pending ``__anext__`` ends at its next wake-up)."""
-        self._stopped = True
-        self._fired.set()
-
-    async def _read(self, watch: WatchCallback) -> T:
-        raise NotImplementedError
-
-    def _key(self, value: T) -> object:
-        raise NotImplementedError
-
-
-_NOTHING = object()
-
-
-class DataWatch(_Watch[Union[tuple[bytes, Stat], None]]):
-    """Yields ``(data, Stat)`` of a znode, or None while it does not exist."""
-
-    async def _read(self, watch: WatchCallback) -> tuple[bytes, Stat] | None:
-        coordinator = self._coordinator
-        while True:
-            try:
-                return await coordinator._get(self.path, watch)
-            except NoNodeError:
-                pass
-            # An exists-watch fires when the node is created.
-            if await coordinator._exists(self.path, watch) is None:
-                return None
-
-    def _key(self, value: tuple[bytes, Stat] | None) -> object:
-        return None if value is None else (value[1].czxid, value[1].mzxid)
-
-
-class ChildrenWatch(_Watch[Union[list[str], None]]):
-    """Yields the sorted child names of a znode, or None while it does not exist."""
-
-    async def _read(self, watch: WatchCallback) -> list[str] | None:
-        coordinator = self._coordinator
-        while True:
-            try:
-                return sorted(await coordinator._children(self.path, watch))
-            except NoNodeError:
-                pass
-            if await coordinator._exists(self.path, watch) is None:
-                return None
-
-    def _key(self, value: list[str] | None) -> object:
-        return None if value is None else tuple(value)
-

@@ -31,8 +31,8 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, ZnodeStat
 
 from .connect import ConnectString, parse_connect_string
-from .coordinator import (
-    BaseCoordinator,
+from .coordinator import BaseCoordinator
+from .ops import (
     CheckOp,
     CreateOp,
     DeleteOp,

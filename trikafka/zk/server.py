@@ -22,182 +22,31 @@ whose exit after 10 s idle would kill the server).
 from __future__ import annotations
 
 import atexit
-import glob
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
-DEFAULT_TICK_TIME_MS = 100
-DEFAULT_MAX_SESSION_TIMEOUT_MS = 60_000
-DEFAULT_READY_TIMEOUT_S = 30.0
-PROBE_TIMEOUT_S = 0.25  # ZOOKEEPER-5051: an early probe can hang forever
-PROBE_INTERVAL_S = 0.05
-PORT_ATTEMPTS = 3
-MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-JAR_DIRS = ("/usr/share/java", "/usr/share/zookeeper", "/usr/share/zookeeper/lib")
-CLASSPATH_ENV = "TRIKAFKA_ZOOKEEPER_CLASSPATH"
-FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr,cons,dump,conf,wchs"
-# Small heap and a cheap JIT/GC: the server holds a few thousand znodes at most,
-# and several servers may share a 2-core machine with other JVMs.
-JVM_FLAGS = (
-    "-Xms32m", "-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-    "-XX:-UsePerfData", "-Djava.net.preferIPv4Stack=true",
-    "-Dzookeeper.admin.enableServer=false",
-    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
-    "-Dorg.slf4j.simpleLogger.showDateTime=true",
-    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+from .server_setup import (
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_TICK_TIME_MS,
+    PORT_ATTEMPTS,
+    PROBE_INTERVAL_S,
+    ZooKeeperConfig,
+    ZooKeeperStartError,
+    _serving,
+    build_command,
+    find_classpath,
+    find_java,
+    four_letter_word,
+    four_letter_word_async,
+    free_port,
 )
-
-
-class ZooKeeperNotFoundError(RuntimeError):
-    """No ZooKeeper jars or no ``java`` on this machine."""
-
-
-class ZooKeeperStartError(RuntimeError):
-    """The server exited or did not become ready in time (see its log)."""
-
-
-# -- discovery and configuration ------------------------------------------------
-
-
-def find_classpath(jar_dirs: tuple[str, ...] = JAR_DIRS) -> str:
-    """The Java classpath for the server.
-
-    ``$TRIKAFKA_ZOOKEEPER_CLASSPATH`` wins.  Debian's ``zookeeper.jar`` names its
-    dependencies in its manifest, so it plus ``slf4j-simple.jar`` (for logs)
-    suffices; a tarball-style ``lib`` directory contributes all of its jars.
-    """
-    override = os.environ.get(CLASSPATH_ENV)
-    if override:
-        return override
-    for directory in jar_dirs:
-        server_jar = _server_jar(directory)
-        if server_jar is None:
-            continue
-        if Path(directory, "zookeeper.jar").exists():
-            extra = [p for p in (Path(directory, "slf4j-simple.jar"),) if p.exists()]
-            return os.pathsep.join(str(p) for p in [Path(server_jar), *extra])
-        return os.pathsep.join(sorted(glob.glob(os.path.join(directory, "*.jar"))))
-    raise ZooKeeperNotFoundError(
-        f"no ZooKeeper server jar under {', '.join(jar_dirs)} "
-        f"(apt-get install zookeeper, or set {CLASSPATH_ENV})")
-
-
-def _server_jar(directory: str) -> str | None:
-    plain = os.path.join(directory, "zookeeper.jar")
-    if os.path.exists(plain):
-        return plain
-    versioned = [
-        path for path in sorted(glob.glob(os.path.join(directory, "zookeeper-3*.jar")))
-        if not any(tag in os.path.basename(path) for tag in ("-it", "-contrib", "-recipes", "-jute", "-tests"))
-    ]
-    return versioned[-1] if versioned else None
-
-
-def find_java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise ZooKeeperNotFoundError("no `java` on PATH (apt-get install default-jre-headless)")
-    return java
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (racy by nature: callers retry)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class ZooKeeperConfig:
-    """What goes into ``zoo.cfg``.  Sessions are clamped to
-    [``min_session_timeout_ms`` (default 2 ticks), ``max_session_timeout_ms``]."""
-
-    data_dir: Path
-    port: int
-    host: str = "127.0.0.1"
-    tick_time_ms: int = DEFAULT_TICK_TIME_MS
-    max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
-    min_session_timeout_ms: int | None = None
-
-    def render(self) -> str:
-        lines = [
-            f"tickTime={self.tick_time_ms}",
-            f"dataDir={Path(self.data_dir, 'data')}",
-            f"clientPort={self.port}",
-            f"clientPortAddress={self.host}",
-            "admin.enableServer=false",
-            f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
-            f"maxSessionTimeout={self.max_session_timeout_ms}",
-            "forceSync=no",  # test/dev server: no fsync per transaction
-            "preAllocSize=4096",
-        ]
-        if self.min_session_timeout_ms is not None:
-            lines.append(f"minSessionTimeout={self.min_session_timeout_ms}")
-        return "\n".join(lines) + "\n"
-
-    def write(self) -> Path:
-        """Write ``<data_dir>/zoo.cfg`` (creating the directories); returns its path."""
-        Path(self.data_dir, "data").mkdir(parents=True, exist_ok=True)
-        path = Path(self.data_dir, "zoo.cfg")
-        path.write_text(self.render())
-        return path
-
-
-def build_command(config_path: Path, classpath: str, java: str) -> list[str]:
-    """The server command line, wrapped in ``setpriv --pdeathsig KILL`` when available."""
-    command = [java, *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(config_path)]
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    return [setpriv, "--pdeathsig", "KILL", *command] if setpriv else command
-
-
-# -- four-letter words ------------------------------------------------------------
-
-
-def four_letter_word(host: str, port: int, word: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """Send a 4-letter command and return the reply ("" if none arrived in time)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            sock.sendall(word.encode("ascii"))
-            chunks = []
-            while chunk := sock.recv(4096):
-                chunks.append(chunk)
-            return b"".join(chunks).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-async def four_letter_word_async(host: str, port: int, word: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
-    """Trio version of :func:`four_letter_word`."""
-    chunks: list[bytes] = []
-    with trio.move_on_after(timeout_s):
-        try:
-            stream = await trio.open_tcp_stream(host, port)
-        except OSError:
-            return ""
-        async with stream:
-            try:
-                await stream.send_all(word.encode("ascii"))
-                while chunk := await stream.receive_some(4096):
-                    chunks.append(chunk)
-            except (OSError, trio.BrokenResourceError):
-                pass
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def _serving(reply: str) -> bool:
-    return "Mode:" in reply
-
-
-# -- the process ------------------------------------------------------------------
 
 _LIVE_PIDS: set[int] = set()
 

@@ -23,7 +23,7 @@ Fault model (what a test can make happen, and why the log must survive it):
   under ``"keep_all"``.  A new segment whose directory was not fsynced may
   vanish; a deleted one may come back.
 * **Injected errors**: ``inject_error(op, ...)`` makes the next matching
-  ``write``/``fsync``/``fsync_dir``/``truncate``/``open``/``remove`` raise
+  ``write``/``fsync``/``fsync_dir``/``truncate``/``open``/``remove``/``rename`` raise
   ``OSError(EIO)``.  A failed ``write`` may have written a prefix of its data
   (volatile); a failed ``fsync`` makes nothing durable.  The log must stop
   writing (fail-stop) rather than carry on over a hole.
@@ -45,7 +45,7 @@ import random
 from typing import Callable
 
 CRASH_MODES = ("prefix", "zeros", "garbage", "flip", "keep_all")
-FAULT_OPS = ("write", "fsync", "fsync_dir", "truncate", "open", "remove")
+FAULT_OPS = ("write", "fsync", "fsync_dir", "truncate", "open", "remove", "rename")
 
 
 class _File:
@@ -121,11 +121,44 @@ class FakeFileSystem:
         node = _File(self.clock_ms())
         self._entries[path] = node
 
+    def write_synced(self, path: str, data: bytes) -> None:
+        path = _norm(path)
+        self._maybe_fail("open", path)
+        self._dir(posixpath.dirname(path))
+        node = self._entries.get(path)
+        if node is None:
+            node = self._entries[path] = _File(self.clock_ms())
+        elif not isinstance(node, _File):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        node.data = bytearray()  # O_TRUNC: the same inode, its old bytes gone (volatile until the fsync)
+        try:
+            self._maybe_fail("write", path)
+        except OSError:
+            node.data += data[: self.rng.randint(0, len(data))]
+            raise
+        node.data += data
+        node.mtime_ms = self.clock_ms()
+        self._maybe_fail("fsync", path)
+        node.durable = bytes(node.data)
+
     def remove(self, path: str) -> None:
         path = _norm(path)
         self._file(path)
         self._maybe_fail("remove", path)
         del self._entries[path]
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic replace of ``dst`` by ``src``.  Both directory entries stay volatile
+        until ``fsync_dir``: a crash may keep either, both or neither change, which
+        is at least as harsh as a real journaled rename."""
+        src, dst = _norm(src), _norm(dst)
+        node = self._file(src)
+        self._dir(posixpath.dirname(dst))
+        if isinstance(self._entries.get(dst), _Dir):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", dst)
+        self._maybe_fail("rename", src)
+        del self._entries[src]
+        self._entries[dst] = node
 
     def fsync_dir(self, path: str) -> None:
         path = self._dir(path)

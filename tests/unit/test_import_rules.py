@@ -1,0 +1,220 @@
+"""The house table's import rules, checked on the source: who may import whom, no cycles.
+
+Every module under ``trikafka/`` is parsed with ``ast`` (nothing is imported,
+so optional extras such as PySpark need not be installed).  Every import
+counts, including the ones inside functions and ``TYPE_CHECKING`` blocks: a
+lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "trikafka"
+
+EVERYTHING = None  # "may import everything"
+
+# layer -> the trikafka layers it may import (its own layer always allowed).
+MAY_IMPORT: dict[str, frozenset[str] | None] = {
+    "wire": frozenset(),
+    "log": frozenset({"wire"}),
+    "zk": frozenset({"wire"}),
+    "broker": frozenset({"wire", "log", "zk"}),
+    "client": frozenset({"wire"}),
+    "producer": frozenset({"wire", "zk", "client"}),
+    "group": frozenset({"wire", "zk", "client"}),
+    "spark": frozenset({"wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
+    "mirror": frozenset({"wire", "zk", "client", "producer", "group"}),
+    "testing": EVERYTHING,
+    "cli": EVERYTHING,
+    "__main__": frozenset({"cli"}),
+    "__init__": frozenset(),
+}
+
+# The registry API spark may reach: paths and values, their errors, connect strings.
+SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry", "trikafka.zk.errors",
+                              "trikafka.zk.connect"})
+
+# layer -> third-party top-level packages it may import.
+THIRD_PARTY: dict[str, frozenset[str] | None] = {
+    "wire": frozenset(),  # stdlib only; its codec library is allowed in wire/compression.py alone
+    "log": frozenset(),
+    "zk": frozenset({"kazoo", "trio", "trio_util"}),
+    "broker": frozenset({"trio", "trio_util"}),
+    "client": frozenset({"trio", "trio_util"}),
+    "producer": frozenset({"trio", "trio_util"}),
+    "group": frozenset({"trio", "trio_util"}),
+    "spark": frozenset({"pyspark", "pyarrow"}),
+    "mirror": frozenset({"trio"}),
+    "testing": EVERYTHING,
+    "cli": EVERYTHING,
+    "__main__": frozenset(),
+    "__init__": frozenset(),
+}
+MODULE_THIRD_PARTY = {
+    "trikafka.wire.compression": frozenset({"cramjam"}),
+    # the metrics and health endpoint: HTTP parsing and the Prometheus registry stay in these two modules
+    "trikafka.broker.http": frozenset({"h11", "prometheus_client"}),
+    "trikafka.broker.metrics": frozenset({"prometheus_client"}),
+}
+
+# Known exceptions, each named and justified.  Nothing else may be added here.
+KNOWN_EXCEPTIONS = {
+    # Issue 13 item 4: spark/cluster.py still drives raw kazoo with its own parsers;
+    # it is being rewritten to go through trikafka.zk's registry API.  Remove then.
+    ("trikafka.spark.cluster", "kazoo"),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    target: str  # what it imports, dotted (a trikafka module, or a third-party name)
+    line: int
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def collect_imports(root: Path) -> tuple[set[str], list[Import]]:
+    """Every module under ``root`` and every import it makes (resolved to a module where possible)."""
+    files = sorted(root.rglob("*.py"))
+    modules = {module_name(f, root) for f in files}
+    imports: list[Import] = []
+    for path in files:
+        name = module_name(path, root)
+        package = name if is_package(path) else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                imports.extend(Import(name, alias.name, node.lineno) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                for alias in node.names:  # `from pkg import submodule` depends on the submodule
+                    candidate = f"{source}.{alias.name}"
+                    imports.append(Import(name, candidate if candidate in modules else source, node.lineno))
+    return modules, imports
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def violations(root: Path) -> list[str]:
+    """Every broken rule, one line each (empty when the house table holds)."""
+    modules, imports = collect_imports(root)
+    found = []
+    for imp in imports:
+        layer = layer_of(imp.module)
+        top = imp.target.split(".")[0]
+        where = f"{imp.module}:{imp.line} imports {imp.target}"
+        if top == "__future__" or (top in sys.stdlib_module_names and top != "trikafka"):
+            continue
+        if (imp.module, top) in KNOWN_EXCEPTIONS:
+            continue
+        if top == root.name:
+            allowed = MAY_IMPORT[layer]
+            target_layer = layer_of(imp.target)
+            if allowed is EVERYTHING or target_layer == layer:
+                continue
+            if target_layer not in allowed:
+                found.append(f"{where}: {layer}/ may not import {target_layer}/")
+            elif layer == "spark" and target_layer == "zk" and imp.target not in SPARK_ZK_MODULES:
+                found.append(f"{where}: spark/ reaches ZooKeeper only through the registry API")
+            continue
+        allowed_third = THIRD_PARTY[layer]
+        if allowed_third is EVERYTHING or top in allowed_third or top in MODULE_THIRD_PARTY.get(imp.module, ()):
+            continue
+        found.append(f"{where}: third-party {top!r} not allowed in {layer}/")
+    found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(modules, imports))
+    return found
+
+
+def cycles(modules: set[str], imports: list[Import]) -> list[list[str]]:
+    """One cycle per strongly connected component of the module graph (explicit imports only)."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for imp in imports:
+        if imp.target in modules and imp.target != imp.module:
+            graph[imp.module].add(imp.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm; the graph is small enough to recurse
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component) + [min(component)])
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return components
+
+
+def test_the_house_table_holds():
+    assert violations(PACKAGE_ROOT) == []
+
+
+def test_every_layer_has_a_rule():
+    modules, _ = collect_imports(PACKAGE_ROOT)
+    assert {layer_of(m) for m in modules} <= MAY_IMPORT.keys() & THIRD_PARTY.keys()
+
+
+@pytest.mark.parametrize("plant, expected", [
+    (("wire/planted.py", "import trio\n"), "third-party 'trio' not allowed in wire/"),
+    (("wire/planted.py", "import cramjam\n"), "third-party 'cramjam' not allowed in wire/"),
+    (("log/planted.py", "from trikafka.zk import paths\n"), "log/ may not import zk/"),
+    (("log/planted.py", "from trikafka.testing import FakeFileSystem\n"), "log/ may not import testing/"),
+    (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooCoordinator\n"), "registry API"),
+    (("spark/planted.py", "import kazoo\n"), "third-party 'kazoo' not allowed in spark/"),
+    (("zk/planted.py", "from trikafka.zk import planted_too\n"), "import cycle"),
+])
+def test_a_planted_violation_is_found(tmp_path, plant, expected):
+    copy = tmp_path / "trikafka"
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        target = copy / path.relative_to(PACKAGE_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    path, source = plant
+    (copy / path).write_text(source)
+    if "planted_too" in source:
+        (copy / "zk" / "planted_too.py").write_text("from trikafka.zk import planted\n")
+    assert any(expected in line for line in violations(copy)), violations(copy)

@@ -1,0 +1,48 @@
+"""``trikafka groups``: the consumer groups in ZooKeeper, or one group's members, owners, offsets and lag."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trikafka.cli.common import DEFAULT_ZOOKEEPER, run_group_client
+
+
+def add_parser(commands) -> None:
+    """Register ``groups`` on the ``trikafka`` subparsers."""
+    groups = commands.add_parser("groups", help="list consumer groups, or show one: members, owners, "
+                                                "committed offsets, log ends and lag")
+    groups.add_argument("group", nargs="?")
+    groups.add_argument("--zookeeper", metavar="CONNECT", default=DEFAULT_ZOOKEEPER,
+                        help=f"host:port[,host:port][/chroot] (default {DEFAULT_ZOOKEEPER})")
+    groups.set_defaults(func=cmd_groups)
+
+async def _groups_main(args: argparse.Namespace) -> int:
+    from trikafka.group.inspect import describe_group, list_groups, measure_lag
+    from trikafka.zk import KazooCoordinator
+
+    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
+        if not args.group:
+            print("group\tmembers")
+            for group, members in sorted((await list_groups(zk)).items()):
+                print(f"{group}\t{members}")
+            return 0
+        description = await measure_lag(zk, await describe_group(zk, args.group))
+    print(f"group {description.group}: {len(description.members)} members")
+    print("member\tsubscription")
+    for member, subscription in sorted(description.members.items()):
+        shown = subscription if isinstance(subscription, str) else subscription.encode().decode()
+        print(f"{member}\t{shown}")
+    print("topic\tpartition\towner\tcommitted\tlog_end\tlag_bytes")
+    for p in description.partitions:
+        def text(value):
+            return "-" if value is None else str(value)
+        print(f"{p.topic}\t{p.partition}\t{text(p.owner)}\t{text(p.committed)}\t{text(p.log_end)}\t"
+              f"{text(p.lag_bytes)}")
+        if p.error:
+            print(f"trikafka: {p.topic}/{p.partition}: log end unknown: {p.error}", file=sys.stderr)
+    return 0
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    return run_group_client(_groups_main, args)

@@ -1,0 +1,147 @@
+"""``trikafka produce``: each stdin line as one message, to one broker or through the Producer."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import trio
+
+from trikafka.cli.common import add_broker, run_client
+
+PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
+READ_BYTES = 256 * 1024
+
+
+def add_parser(commands) -> None:
+    """Register ``produce`` on the ``trikafka`` subparsers."""
+    produce = commands.add_parser("produce", help="send stdin lines as messages")
+    produce.add_argument("topic")
+    add_broker(produce)
+    produce.add_argument("--partition", type=int, default=0, help="-1: the broker picks at random")
+    produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, help="messages per request")
+    produce.add_argument("--acks", type=int, choices=(0, 1, -1), default=1,
+                         help="0: plain 0.7 PRODUCE; 1: appended; -1: flushed (default 1)")
+    produce.add_argument("--timeout-ms", type=int, default=10_000)
+    produce.add_argument("--magic", type=int, choices=(0, 1), default=1)
+    produce.add_argument("--key-separator", metavar="SEP",
+                         help="each line is KEY<SEP>VALUE, written as a keyed message; KEY<SEP> alone deletes KEY")
+    produce.add_argument("--zookeeper", metavar="CONNECT",
+                         help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
+                              "through the batching Producer; --broker, --partition and --magic are ignored")
+    produce.add_argument("--audit", action="store_true",
+                         help="with --zookeeper: wrap messages in the audit envelope and publish audit "
+                              "events to trikafka-audit")
+    produce.set_defaults(func=cmd_produce, validate=_validate)
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.batch < 1:
+        parser.error("--batch must be >= 1")
+    if args.audit and not args.zookeeper:
+        parser.error("--audit needs --zookeeper (the batching Producer writes the envelope)")
+    if args.audit and args.key_separator is not None:
+        parser.error("--audit and --key-separator exclude each other (keyed messages carry no envelope)")
+
+async def _read_lines(stream: trio.abc.ReceiveStream):
+    """Yield lists of complete lines (without the newline) as they arrive."""
+    pending = b""
+    while True:
+        data = await stream.receive_some(READ_BYTES)
+        if not data:
+            break
+        lines = (pending + data).split(b"\n")
+        pending = lines.pop()
+        if lines:
+            yield lines
+    if pending:
+        yield [pending]
+
+
+async def _produce_main(args: argparse.Namespace) -> int:
+    from trikafka.client import connect
+    from trikafka.wire import ErrorCode, build_message_set
+    from trikafka.wire.keyed import build_keyed_set
+
+    if args.key_separator is not None and args.magic != 1:
+        print("trikafka: --key-separator writes keyed messages, which are magic 1", file=sys.stderr)
+        return 2
+    if args.zookeeper:
+        return await _produce_with_producer(args)
+    host, port = args.broker
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    sent = 0
+    async with await connect(host, port) as conn, stdin:
+        async for lines in _read_lines(stdin):
+            for i in range(0, len(lines), args.batch):
+                if args.key_separator is not None:
+                    try:
+                        items = split_keyed_lines(lines[i:i + args.batch], args.key_separator)
+                    except ValueError as exc:
+                        print(f"trikafka: {exc}", file=sys.stderr)
+                        return 2
+                    message_set = build_keyed_set(items)
+                else:
+                    message_set = build_message_set(lines[i:i + args.batch], magic=args.magic)
+                if args.acks == 0:
+                    await conn.produce(args.topic, args.partition, message_set)
+                else:
+                    [result] = await conn.produce_acked([(args.topic, args.partition, message_set)],
+                                                        acks=args.acks, timeout_ms=args.timeout_ms)
+                    if result.error != ErrorCode.NO_ERROR:
+                        print(f"trikafka: produce to {args.topic}-{result.partition} failed: "
+                              f"{result.error.name}", file=sys.stderr)
+                        return 1
+                sent += len(lines[i:i + args.batch])
+    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, bytes | None]]:
+    """``key<SEP>value`` lines as ``(key, value)``; ``key<SEP>`` alone is a tombstone (None).
+
+    A line without the separator is a ``ValueError`` naming it.
+    """
+    sep = separator.encode()
+    items: list[tuple[bytes, bytes | None]] = []
+    for line in lines:
+        key, found, value = line.partition(sep)
+        if not found:
+            raise ValueError(f"line without the key separator {separator!r}: {line[:60]!r}")
+        items.append((key, value if value else None))
+    return items
+
+
+async def _produce_with_producer(args: argparse.Namespace) -> int:
+    """``--zookeeper``: the Producer finds brokers and partitions (spec §11.6) and batches."""
+    from trikafka.producer import Producer
+    from trikafka.zk import CoordinatorError
+
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    sent = 0
+    keyed = args.key_separator is not None
+    try:
+        async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
+                            batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000,
+                            keyed_topics={args.topic} if keyed else (), audit=args.audit) as producer, stdin:
+            async for lines in _read_lines(stdin):
+                if keyed:
+                    try:
+                        items = split_keyed_lines(lines, args.key_separator)
+                    except ValueError as exc:
+                        print(f"trikafka: {exc}", file=sys.stderr)
+                        return 2
+                    await producer.send_batch(args.topic, [v for _, v in items], keys=[k for k, _ in items])
+                else:
+                    await producer.send_batch(args.topic, lines)
+                sent += len(lines)
+    except CoordinatorError as exc:
+        print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
+    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    return run_client(_produce_main, args)

@@ -1,0 +1,155 @@
+"""``trikafka topics``: what a log directory holds, the topics in ZooKeeper, or named topics of one broker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from trikafka.cli.common import add_broker, run_client_value
+
+
+
+def add_parser(commands) -> None:
+    """Register ``topics`` on the ``trikafka`` subparsers."""
+    topics = commands.add_parser("topics", help="list topics of a log dir, or offsets of named topics")
+    topics.add_argument("topic", nargs="*")
+    add_broker(topics)
+    topics.add_argument("--log-dir", help="read this broker data directory instead of asking a broker")
+    topics.add_argument("--zk", metavar="CONNECT",
+                        help="list the topics registered in this ZooKeeper and ask each broker their offsets")
+    topics.add_argument("--partitions", type=int,
+                        help="partitions to query per named topic (default: ask the broker how many)")
+    topics.set_defaults(func=cmd_topics)
+
+def _topics_from_log_dir(log_dir: str) -> list[tuple[str, int, int, int, int]]:
+    """(topic, partition, segments, start offset, end offset) for each partition directory."""
+    from trikafka.log.names import SEGMENT_SUFFIX, parse_partition_dir_name, parse_segment_file_name
+
+    rows = []
+    for name in sorted(os.listdir(log_dir)):
+        path = os.path.join(log_dir, name)
+        if not os.path.isdir(path):
+            continue
+        topic, partition = parse_partition_dir_name(name)
+        segments = sorted(f for f in os.listdir(path) if f.endswith(SEGMENT_SUFFIX))
+        if not segments:
+            rows.append((topic, partition, 0, 0, 0))
+            continue
+        start = parse_segment_file_name(segments[0])
+        last = parse_segment_file_name(segments[-1])
+        end = last + os.path.getsize(os.path.join(path, segments[-1]))
+        rows.append((topic, partition, len(segments), start, end))
+    return rows
+
+
+TopicRow = tuple[str, str, str, int, int]  # topic, partition name, broker HOST:PORT, start, visible end
+
+
+async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow], bool]:
+    """Rows for the named topics (every topic when none is named), and whether all were found.
+
+    Partition counts come from METADATA, or from the FETCH probe on a plain
+    0.7 broker, which cannot list topics or tell a missing topic from an empty one.
+    """
+    from trikafka.client import connect, earliest_offset, latest_offset, partition_counts
+    from trikafka.wire import ErrorCode
+
+    host, port = args.broker
+    rows: list[TopicRow] = []
+    all_found = True
+    counts = None if args.partitions is not None else await partition_counts(host, port, args.topic)
+    if counts is not None and not args.topic and counts.metadata is None:
+        print("trikafka: this broker is a plain 0.7 broker, which cannot list its topics; "
+              "name the topics, or give --zk CONNECT or --log-dir DIR", file=sys.stderr)
+        return rows, False
+    names = list(args.topic) or list(counts.topics)
+    async with await connect(host, port) as conn:
+        for topic in names:
+            found = counts.topics[topic] if counts is not None else None
+            if found is not None and found.error == ErrorCode.INVALID_TOPIC:
+                print(f"trikafka: the broker rejects the topic name {topic!r}", file=sys.stderr)
+                all_found = False
+                continue
+            if found is not None and found.error == ErrorCode.UNKNOWN_TOPIC:
+                print(f"trikafka: topic {topic!r} does not exist on {host}:{port}", file=sys.stderr)
+                all_found = False
+                continue
+            count = args.partitions if found is None else found.count
+            for partition in range(count):
+                rows.append((topic, str(partition), f"{host}:{port}", await earliest_offset(conn, topic, partition),
+                             await latest_offset(conn, topic, partition)))
+    return rows, all_found
+
+
+async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
+    """Every topic registered in ZooKeeper (spec §11.2-§11.3), each partition asked its offsets.
+
+    Partitions are named ``brokerId-partition`` as in 0.7's registry; a
+    broker that does not answer is reported on stderr and skipped.
+    """
+    from trikafka.client import ClientError, connect, earliest_offset, latest_offset
+    from trikafka.zk import KazooCoordinator, NoNodeError, parse_broker_registration, parse_partition_count
+    from trikafka.zk import paths
+
+    rows: list[TopicRow] = []
+    async with KazooCoordinator(args.zk, ensure_chroot=False) as zk:
+        brokers: dict[int, tuple[str, int]] = {}
+        for name in await zk.children(paths.broker_ids()):
+            try:
+                value, _stat = await zk.get(paths.broker_id(int(name)))
+                info = parse_broker_registration(value)
+            except (NoNodeError, ValueError) as exc:
+                print(f"trikafka: skipping broker {name}: {exc}", file=sys.stderr)
+                continue
+            brokers[int(name)] = (info.host, info.port)
+        wanted = set(args.topic)
+        counts: dict[int, list[tuple[str, int]]] = {}
+        try:
+            topics = sorted(await zk.children(paths.broker_topics()))
+        except NoNodeError:
+            topics = []
+        for topic in topics:
+            if wanted and topic not in wanted:
+                continue
+            for name in await zk.children(paths.broker_topic(topic)):
+                try:
+                    value, _stat = await zk.get(paths.broker_topic_id(topic, int(name)))
+                    counts.setdefault(int(name), []).append((topic, parse_partition_count(value)))
+                except (NoNodeError, ValueError) as exc:
+                    print(f"trikafka: skipping {topic} on broker {name}: {exc}", file=sys.stderr)
+    for broker_id, registered in sorted(counts.items()):
+        if broker_id not in brokers:
+            continue  # registered topics of a broker that is gone (its ephemerals are on their way out)
+        host, port = brokers[broker_id]
+        try:
+            async with await connect(host, port) as conn:
+                for topic, count in registered:
+                    for partition in range(count):
+                        rows.append((topic, f"{broker_id}-{partition}", f"{host}:{port}",
+                                     await earliest_offset(conn, topic, partition),
+                                     await latest_offset(conn, topic, partition)))
+        except (ClientError, OSError) as exc:
+            print(f"trikafka: broker {broker_id} at {host}:{port}: {exc}", file=sys.stderr)
+    return sorted(rows)
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    if args.log_dir:
+        print("topic\tpartition\tsegments\tstart\tend\tbytes")
+        for topic, partition, segments, start, end in _topics_from_log_dir(args.log_dir):
+            print(f"{topic}\t{partition}\t{segments}\t{start}\t{end}\t{end - start}")
+        return 0
+    all_found = True
+    if args.zk:
+        rows = run_client_value(_topics_from_zookeeper, args)
+    else:
+        answer = run_client_value(_topics_from_broker, args)
+        rows, all_found = answer if answer is not None else (None, False)
+    if rows is None:
+        return 1
+    if rows or all_found:
+        print("topic\tpartition\tbroker\tstart\tvisible_end\tbytes")
+    for topic, partition, broker, start, end in rows:
+        print(f"{topic}\t{partition}\t{broker}\t{start}\t{end}\t{end - start}")
+    return 0 if all_found else 1

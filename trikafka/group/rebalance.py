@@ -1,0 +1,265 @@
+"""Rebalance planning: read the group, assign, release what we lose, claim what we gain."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+
+import trio
+
+from trikafka.zk import paths
+from trikafka.zk.ops import CheckOp, CreateOp, Op
+from trikafka.zk.errors import (
+    BadVersionError,
+    ConnectionLossError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+
+from .assign import consumer_assignment
+from .errors import RebalanceFailedError, _Conflict, _Reregister
+from .fetcher import PartitionKey
+from .membership import STALE_TAKEOVERS_MAX
+from .registry import (
+    RegistryValueError,
+    TopicCount,
+    decode_offset,
+    decode_owner,
+    decode_topic_count,
+    encode_owner,
+)
+
+log = logging.getLogger("trikafka.group.consumer")  # one logger for the whole consumer
+
+
+class Rebalancing:
+    """Coalesced, incremental, all-or-nothing rebalances.
+
+    Part of ``GroupConsumer``: the state it uses is set up in ``GroupConsumer.__init__``.
+    """
+
+    async def wait_settled(self, timeout_s: float | None = None) -> bool:
+        """Wait until no rebalance is pending or running; False on timeout."""
+        with trio.move_on_after(math.inf if timeout_s is None else timeout_s):
+            while True:
+                await self._settled.wait_value(True)
+                if not self._rebalance_needed.value and not self._rebalancing.value:
+                    return True
+                await trio.sleep(0)
+        return False
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            await self._rebalance_needed.wait_value(True)
+            if self.config.rebalance_coalesce_s:
+                await trio.sleep(self.config.rebalance_coalesce_s)  # let a burst of events arrive
+            self._rebalance_needed.value = False
+            await self._rebalance_with_retries()
+            if not self._rebalance_needed.value:
+                self._settled.value = True
+
+    async def _rebalance_with_retries(self) -> None:
+        failures = 0
+        while True:
+            await self._zk.wait_connected()
+            try:
+                async with self._lock:
+                    self._check_session()
+                    if not self._registered:
+                        await self._register()
+                    self._rebalance_needed.value = False
+                    await self._rebalance_once()
+                return
+            except (ConnectionLossError, SessionExpiredError) as exc:
+                log.info("consumer %s: rebalance interrupted (%s); retrying", self.consumer_id, exc)
+                await self._zk.wait_reconnected()
+                continue
+            except _Reregister:
+                self._registered = False
+                continue
+            except (_Conflict, NoNodeError, NodeExistsError, BadVersionError, RegistryValueError, KeyError) as exc:
+                failures += 1
+                if failures >= self.config.rebalance_retries_max:
+                    raise RebalanceFailedError(
+                        f"consumer {self.consumer_id} could not rebalance after {failures} attempts: {exc}"
+                    ) from exc
+                log.info("consumer %s: rebalance attempt %d failed: %s; retrying within %.2f s",
+                         self.consumer_id, failures, exc, self.config.rebalance_backoff_s)
+                if isinstance(exc, _Conflict) and exc.path is not None:
+                    # The usual conflict: the previous owner has not released yet.  Retry
+                    # as soon as it does (its release is a delete), within the back-off.
+                    with trio.move_on_after(self.config.rebalance_backoff_s):
+                        await self._wait_gone(exc.path)
+                    continue
+            await trio.sleep(self.config.rebalance_backoff_s)
+
+    async def _wait_gone(self, path: str) -> None:
+        watch = self._zk.watch_data(path)
+        try:
+            async for value in watch:
+                if value is None:
+                    return
+        finally:
+            watch.stop()
+
+    async def _read_group(self) -> tuple[dict[str, TopicCount], dict[str, dict[int, int]]]:
+        """Members' registry values and, for our topics, each broker's partition count."""
+        ids_path = paths.consumer_ids(self.group)
+        members: dict[str, TopicCount] = {}
+        for member in await self._zk.children(ids_path):
+            try:
+                data, _stat = await self._zk.get(f"{ids_path}/{member}")
+            except NoNodeError:
+                continue  # left meanwhile; its own departure triggers another rebalance
+            members[member] = decode_topic_count(data)
+        if self.consumer_id not in members:
+            raise _Reregister()
+        try:
+            all_topics = await self._zk.children(paths.broker_topics())
+        except NoNodeError:
+            all_topics = []
+        mine = set(members[self.consumer_id].streams_per_topic(all_topics))
+        broker_topics: dict[str, dict[int, int]] = {t: {} for t in all_topics}
+        for topic in mine:
+            try:
+                brokers = await self._zk.children(paths.broker_topic(topic))
+            except NoNodeError:
+                continue
+            for broker in brokers:
+                try:
+                    data, _stat = await self._zk.get(paths.broker_topic_id(topic, int(broker)))
+                    broker_topics.setdefault(topic, {})[int(broker)] = int(data.decode("ascii"))
+                except NoNodeError:
+                    continue
+                except ValueError as exc:
+                    raise RegistryValueError(f"/brokers/topics/{topic}/{broker}: {exc}") from None
+        return members, broker_topics
+
+    async def _rebalance_once(self) -> None:
+        """One attempt: release what we lose (committed first), claim what we gain."""
+        session_seen = self._session_seen
+        members, broker_topics = await self._read_group()
+        self._check_same_session(session_seen)
+        assignment = consumer_assignment(self.consumer_id, members, broker_topics)
+        target = {(topic, part): thread for topic, per_thread in assignment.items()
+                  for thread, parts in per_thread.items() for part in parts}
+        # A partition kept under another thread id (the thread ranges shifted) is
+        # released and claimed again, so its owner node names the right thread.
+        lose = {key for key in self.owned if target.get(key) != self._threads.get(key)}
+        gain = {key: thread for key, thread in target.items()
+                if key not in self.owned or key in lose}
+        orphans = self._unrecorded - gain.keys()
+        if not lose and not gain and not orphans:
+            return
+        self._rebalancing.value = True
+        try:
+            self._stop_fetchers()
+            self.generation += 1  # everything fetched so far is stale
+            self._current = None
+            if lose or orphans:
+                # Owner nodes of an interrupted claim that we no longer want go too.
+                await self._commit_and_release(lose, release=lose | orphans)
+                self._check_same_session(session_seen)
+                if not self._registered:
+                    raise _Reregister()
+                self._forget(lose)  # released, or already taken from us: either way not ours
+                self._unrecorded -= orphans
+                for key in orphans:
+                    self._owner_versions.pop(key, None)
+            if gain:
+                await self._claim(gain, session_seen)
+            self.rebalances += 1
+            log.info("consumer %s owns %d partitions (generation %d)", self.consumer_id,
+                     len(self.owned), self.generation)
+        finally:
+            self._start_fetchers()
+            self._rebalancing.value = False
+
+    def _forget(self, keys: Iterable[PartitionKey]) -> None:
+        keys = set(keys)
+        self.owned = self.owned - keys
+        for key in keys:
+            self._threads.pop(key, None)
+            self._owner_versions.pop(key, None)
+            self._positions.pop(key, None)
+            self._committed.pop(key, None)
+            self._unacked.pop(key, None)
+            self._offset_nodes.discard(key)
+
+    async def _claim(self, gain: Mapping[PartitionKey, str], session_seen: int) -> None:
+        """Create every owner node of ``gain`` in one multi (or none), then read the offsets.
+
+        Offsets are read only once the partitions are ours: the previous owner
+        commits as it releases, so an earlier read could miss its last commit.
+        A node this session already created in an interrupted attempt is
+        adopted; one left by an earlier session of ours is replaced.
+        """
+        for topic in {key[0] for key in gain}:
+            await self._zk.ensure_path(paths.consumer_owners(self.group, topic))
+            await self._zk.ensure_path(paths.consumer_offsets(self.group, topic))
+        adopted = set(self._unrecorded & gain.keys())
+        for _ in range(STALE_TAKEOVERS_MAX + len(gain)):
+            ops: list[Op] = [CheckOp(self._ids_path, self._ids_version)]
+            created = [key for key in sorted(gain) if key not in adopted]
+            ops += [CreateOp(self._owner_path(key), encode_owner(gain[key]), ephemeral=True) for key in created]
+            try:
+                await self._zk.multi(ops)
+                self._owner_versions.update(dict.fromkeys(created, 0))
+                break
+            except (NoNodeError, BadVersionError) as exc:
+                if exc.op_index in (0, None):
+                    await self._raise_if_taken_over()
+                    raise _Reregister() from None
+                raise
+            except NodeExistsError as exc:
+                failed = ops[exc.op_index or 0]
+                assert isinstance(failed, CreateOp)
+                verdict, version = await self._inspect_owner_node(failed.path, failed.value)
+                if verdict == "ours":
+                    assert version is not None
+                    key = self._key_of(failed.path)
+                    adopted.add(key)
+                    self._owner_versions[key] = version
+                elif verdict != "gone":
+                    holder = await self._holder(failed.path)
+                    self._unrecorded |= adopted  # released by the next attempt unless wanted
+                    raise _Conflict(f"{failed.path} is held by {holder}", failed.path) from None
+        else:
+            raise _Conflict("owner nodes keep coming back")
+        self._check_same_session(session_seen)
+        self._unrecorded |= gain.keys()  # until the offsets are read
+        starts: dict[PartitionKey, int | None] = {}
+        present: set[PartitionKey] = set()
+        for key in gain:
+            try:
+                data, _stat = await self._zk.get(self._offset_path(key))
+                present.add(key)
+                starts[key] = decode_offset(data)
+            except NoNodeError:
+                starts[key] = None
+        self._check_same_session(session_seen)
+        self._unrecorded -= gain.keys()
+        self.owned = self.owned | gain.keys()
+        self._threads.update(gain)
+        for key, start in starts.items():
+            self._positions[key] = start
+            self._committed[key] = start
+            if key in present:
+                self._offset_nodes.add(key)
+
+    async def _inspect_owner_node(self, path: str, value: bytes) -> tuple[str, int | None]:
+        """Who holds the owner node at ``path``: ``("ours", version)`` (this
+        session, now or after replacing one left by another session with our
+        thread id), ``("gone", None)`` (vanished: create it again) or
+        ``("other", None)``."""
+        verdict, version = await self._take_over_stale(path, value, value)
+        return ("ours" if verdict == "replaced" else verdict), version
+
+    async def _holder(self, path: str) -> str:
+        try:
+            data, _stat = await self._zk.get(path)
+            return decode_owner(data)
+        except (NoNodeError, RegistryValueError):
+            return "nobody (released meanwhile)"
