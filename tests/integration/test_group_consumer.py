@@ -17,7 +17,7 @@ import trio
 from tests.fault.group_world import FAKE_SESSION_TIMEOUT_S, FakeBackend, GroupWorld, group_config, open_kazoo_world
 from trikafka.client import ACKS_FLUSHED, OffsetOutOfRange, connect
 from trikafka.group import ConsumerIdTakenOver, GroupConsumer, GroupMessage, blacklist, whitelist
-from trikafka.wire import Codec, ErrorCode, ProducePart, build_message_set
+from trikafka.wire import Codec, ErrorCode, ProducePart, build_message_set, iter_messages
 from trikafka.zk import SessionState
 
 WAIT_S = 20.0
@@ -402,3 +402,28 @@ async def test_compressed_wrappers_are_unpacked_with_0_7_offsets(world, codec):
     assert [m.next_offset for m in messages[1:4]] == [wrapper_start, wrapper_start, wrapper_end]
     assert all(m.offset == wrapper_start for m in messages[1:4])
     assert messages[-1].next_offset == wrapper_end + len(sets[2])
+
+
+# -- whole batches, acknowledged (what a mirror uses) ------------------------------------
+
+
+async def test_batches_commit_only_what_was_acknowledged(world):
+    await one_broker(world, partitions=1)
+    payloads = await world.produce("t", 0, 0, 3)
+    async with member(world, {"t": 1}, "c1") as consumer:
+        with trio.fail_after(WAIT_S):
+            batch = await consumer.next_batch()
+        assert (batch.topic, batch.partition, batch.offset, batch.count) == ("t", "0-0", 0, 3)
+        assert [m.payload for m in iter_messages(batch.message_set, batch.offset)] == payloads
+        assert batch.next_offset == len(batch.message_set)
+        assert await consumer.commit()
+        assert await registry(world, "offsets/t/0-0") == b"0"  # handed out, not acknowledged
+        consumer.acknowledge(batch)
+        assert await consumer.commit()
+        assert await registry(world, "offsets/t/0-0") == str(batch.next_offset).encode()
+        await world.produce("t", 0, 0, 2)
+        with trio.fail_after(WAIT_S):
+            second = await consumer.next_batch()
+        assert (second.offset, second.count) == (batch.next_offset, 2)
+    # Left with the second batch unacknowledged: the final commit stops at its start.
+    assert await registry(world, "offsets/t/0-0") == str(second.offset).encode()

@@ -86,3 +86,23 @@ async def test_acks_minus_1_means_visible_to_a_consumer_at_once(nursery, tmp_pat
             fetched = await conn.fetch("t", 0, result.offset, 1000)
     assert [m.payload for m in iter_messages(fetched.data)] == [b"durable"]
     assert result.next_offset == len(fetched.data)
+
+
+@pytest.mark.parametrize("producer_type", ["sync", "async"])
+async def test_audit_envelopes_messages_and_publishes_counts_on_close(nursery, tmp_path, producer_type):
+    from trikafka.wire.audit import AUDIT_TOPIC, decode_event, window_start
+    from trikafka.wire.envelope import decode_envelope
+
+    broker = await start_broker(nursery, tmp_path, "b0", num_partitions=1)
+    async with Producer(brokers=f"127.0.0.1:{broker.port}", partitions_per_broker=1, acks=1, audit=True,
+                        producer_type=producer_type, queue_time_s=0.01) as producer:
+        await producer.send_batch("t", [b"a", b"b", b"c"])
+        producer_id = producer.audit.producer_id
+    envelopes = [decode_envelope(m.payload) for m in iter_messages(await read_log(broker, "t", 0))]
+    assert [(e.payload, e.sequence, e.producer_id) for e in envelopes] == [
+        (b"a", 0, producer_id), (b"b", 1, producer_id), (b"c", 2, producer_id)]
+    events = [decode_event(m.payload) for m in iter_messages(await read_log(broker, AUDIT_TOPIC, 0))]
+    assert sum(e.count for e in events) == 3 and {e.topic for e in events} == {"t"}
+    assert all(e.tier == "producer" and e.producer_id == producer_id for e in events)
+    window_ms = events[0].window_ms
+    assert {window_start(env.created_ms, window_ms) for env in envelopes} == {e.window_start_ms for e in events}

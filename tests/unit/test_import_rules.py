@@ -29,6 +29,7 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "producer": frozenset({"wire", "zk", "client"}),
     "group": frozenset({"wire", "zk", "client"}),
     "spark": frozenset({"wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
+    "mirror": frozenset({"wire", "zk", "client", "producer", "group"}),
     "testing": EVERYTHING,
     "cli": EVERYTHING,
     "__main__": frozenset({"cli"}),
@@ -49,6 +50,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "producer": frozenset({"trio", "trio_util"}),
     "group": frozenset({"trio", "trio_util"}),
     "spark": frozenset({"pyspark", "pyarrow"}),
+    "mirror": frozenset({"trio"}),
     "testing": EVERYTHING,
     "cli": EVERYTHING,
     "__main__": frozenset(),

@@ -1,4 +1,5 @@
-"""The ``trikafka`` command: ``serve``, ``produce``, ``consume``, ``topics``, ``groups``, ``pipeline``.
+"""The ``trikafka`` command: ``serve``, ``produce``, ``consume``, ``topics``, ``groups``, ``mirror``, ``audit``,
+``pipeline``.
 
 ``trikafka serve`` runs a broker registered in ZooKeeper (§11.2): with no
 ``--zookeeper`` it starts a private ZooKeeper child process (data next to the

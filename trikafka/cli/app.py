@@ -7,10 +7,10 @@ import logging
 import sys
 from typing import Sequence
 
-from trikafka.cli import consume, groups, pipeline, produce, serve, topics
+from trikafka.cli import audit, consume, groups, mirror, pipeline, produce, serve, topics
 from trikafka.cli.logsetup import LOG_FORMATS, configure_logging
 
-FAMILIES = (serve, produce, consume, groups, topics, pipeline)  # the order `--help` lists them in
+FAMILIES = (serve, produce, consume, groups, topics, mirror, audit, pipeline)  # the order `--help` lists them in
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,12 +30,19 @@ def add_parser(commands) -> None:
     produce.add_argument("--zookeeper", metavar="CONNECT",
                          help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
                               "through the batching Producer; --broker, --partition and --magic are ignored")
+    produce.add_argument("--audit", action="store_true",
+                         help="with --zookeeper: wrap messages in the audit envelope and publish audit "
+                              "events to trikafka-audit")
     produce.set_defaults(func=cmd_produce, validate=_validate)
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.batch < 1:
         parser.error("--batch must be >= 1")
+    if args.audit and not args.zookeeper:
+        parser.error("--audit needs --zookeeper (the batching Producer writes the envelope)")
+    if args.audit and args.key_separator is not None:
+        parser.error("--audit and --key-separator exclude each other (keyed messages carry no envelope)")
 
 async def _read_lines(stream: trio.abc.ReceiveStream):
     """Yield lists of complete lines (without the newline) as they arrive."""
@@ -117,7 +124,7 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
     try:
         async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
                             batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000,
-                            keyed_topics={args.topic} if keyed else ()) as producer, stdin:
+                            keyed_topics={args.topic} if keyed else (), audit=args.audit) as producer, stdin:
             async for lines in _read_lines(stdin):
                 if keyed:
                     try:

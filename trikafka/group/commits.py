@@ -64,7 +64,7 @@ class FencedCommits:
             ops: list[Op] = [CheckOp(self._ids_path, self._ids_version)]
             written: list[tuple[PartitionKey, int]] = []
             for key in sorted(commit_keys - lost):
-                position = self._positions.get(key)
+                position = self._committable(key)  # never past an unacknowledged batch
                 owner = self._owner_path(key)
                 if key not in release:
                     ops.append(CheckOp(owner, self._owner_versions.get(key, -1)))

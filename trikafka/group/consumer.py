@@ -54,6 +54,7 @@ from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.ops import SessionState
 
+from .batches import BatchHandout
 from .commits import FencedCommits
 from .config import GroupConfig
 from .errors import ConsumerTimeout
@@ -101,7 +102,7 @@ def topic_count_for(subscription: Subscription, num_streams: int = 1) -> TopicCo
     return StaticTopicCount(counts)
 
 
-class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl):
+class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, BatchHandout):
     """A member of consumer group ``group`` (see the module docstring).
 
     ``topics`` is ``{topic: number of streams}`` or a whitelist/blacklist
@@ -136,6 +137,7 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl):
         self._threads: dict[PartitionKey, str] = {}
         self._positions: dict[PartitionKey, int | None] = {}
         self._committed: dict[PartitionKey, int | None] = {}
+        self._unacked: dict[PartitionKey, list[int]] = {}  # see BatchHandout
         self._offset_nodes: set[PartitionKey] = set()  # offsets nodes known to exist
         self._unrecorded: set[PartitionKey] = set()  # owner nodes created, not yet in ``owned``
         # Versions of the nodes our fenced multis check: a successor that takes

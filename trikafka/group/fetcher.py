@@ -57,6 +57,7 @@ class Chunk:
     new_position: int | None = None  # a reset: move the position here
     error: BaseException | None = None  # raise this to the application, in order
     index: int = 0  # how many messages were delivered already
+    data: bytes = b""  # the fetched entries as the broker sent them (for next_batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +178,9 @@ async def _fetch_loop(simple: SimpleConsumer, target: FetchTarget, config: Group
                 messages = list(iter_messages(memoryview(result.data)[:valid_bytes], offset))
             except InvalidMessageError as exc:
                 raise _Fatal(offset, exc) from None
+            data = result.data if len(result.data) == valid_bytes else result.data[:valid_bytes]
             await queue.send(Chunk(target.generation, target.key, target.broker_id, target.partition, offset,
-                             messages))
+                             messages, data=bytes(data)))
             offset = cursor.offset = offset + valid_bytes
             size = config.fetch_max_bytes
         if corrupt:

@@ -68,6 +68,7 @@ class Membership:
         self._threads.clear()
         self._positions.clear()
         self._committed.clear()
+        self._unacked.clear()
         self._offset_nodes.clear()
         self._unrecorded.clear()
         self._owner_versions.clear()

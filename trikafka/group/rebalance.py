@@ -185,6 +185,7 @@ class Rebalancing:
             self._owner_versions.pop(key, None)
             self._positions.pop(key, None)
             self._committed.pop(key, None)
+            self._unacked.pop(key, None)
             self._offset_nodes.discard(key)
 
     async def _claim(self, gain: Mapping[PartitionKey, str], session_seen: int) -> None:

@@ -75,6 +75,9 @@ class ProducerConfig:
     # every topic with write_keys, else the topics named here.
     write_keys: bool = False
     keyed_topics: frozenset[str] = frozenset()
+    # Auditing (docs/protocol.md 10): envelope every payload, publish counts every window.
+    audit: bool = False
+    audit_window_s: float = 60.0
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -98,6 +101,8 @@ class ProducerConfig:
                      "reconnect_backoff_s", "reconnect_backoff_max_s", "retry_backoff_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.audit_window_s <= 0:
+            raise ValueError("audit_window_s must be > 0")
         if self.enqueue_timeout_s is not None and self.enqueue_timeout_s < 0:
             raise ValueError("enqueue_timeout_s must be >= 0 or None")
         ppb = self.partitions_per_broker

@@ -52,12 +52,14 @@ from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import InvalidPathError
 
 from .async_queue import AsyncQueue, _cancel_shielded_checkpoint, _checkpoint_if_cancelled
+from .audit import AuditTrail, publish_audit, run_audit_loop
 from .config import ProducerConfig
 from .discovery import StaticDiscovery, ZooKeeperDiscovery
 from .errors import MessageTooLargeError, ProducerClosedError
 from .partitioner import HashPartitioner
 from .pool import BrokerPool
-from .results import Delivery, DeliveryFailedError
+from .passthrough import send_prebuilt
+from .results import Delivery, DeliveryFailedError, SendResult
 from .routing import Routing, _Message
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,10 @@ class Producer(AsyncQueue, Routing):
         self._batch_size = config.batch_size
         self._queue_size = config.queue_size
         self._max_message_size = config.max_message_size
-        self._plain_values = config.serializer is None and not config.write_keys and not config.keyed_topics
+        # Auditing wraps every payload, so it takes the checked path in send().
+        self.audit = AuditTrail(config.audit_window_s) if config.audit else None
+        self._plain_values = (config.serializer is None and not config.write_keys and not config.keyed_topics
+                              and self.audit is None)
         self._state = _NEW
         self._valid_topics: set[str] = set()
         self._discovery: StaticDiscovery | ZooKeeperDiscovery | None = None
@@ -176,9 +181,14 @@ class Producer(AsyncQueue, Routing):
                     await nursery.start(self._discovery.run)
                     if self.config.is_async:
                         await nursery.start(self._sender_loop)
+                    if self.audit is not None:
+                        nursery.start_soon(run_audit_loop, self)
                     self._state = _OPEN
                     try:
                         yield self
+                        if self.audit is not None:  # the last windows' counts, after everything else
+                            await self.flush()
+                            await publish_audit(self, everything=True)
                     except BaseException:
                         # Unwinding (maybe a Cancelled): what was queued still gets
                         # close_timeout_s to go out, shielded.
@@ -254,6 +264,8 @@ class Producer(AsyncQueue, Routing):
             if not isinstance(value, (bytearray, memoryview)):
                 raise TypeError(f"message values must be bytes (or give serializer=), not {type(value).__name__}")
             value = bytes(value)
+        if self.audit is not None:
+            value = self.audit.wrap(topic, value)
         if len(value) > self.config.max_message_size:
             raise MessageTooLargeError(
                 f"a {len(value)}-byte message exceeds max_message_size {self.config.max_message_size}")
@@ -353,6 +365,12 @@ class Producer(AsyncQueue, Routing):
                 raise error
             return results
         return [await self._enqueue(topic, key, payload) for topic, key, payload, _ in messages]
+
+    async def send_message_set(self, topic: str, position: int, message_set: bytes) -> SendResult:
+        """Send a ready-made message set, byte for byte, to position ``position`` (mod the
+        count) of ``topic``'s partition list; one attempt, the error in the result."""
+        self._check_open()
+        return await send_prebuilt(self, topic, position, message_set)
 
     async def flush(self) -> None:
         """async mode: wait until every queued message is delivered or failed."""

@@ -69,6 +69,10 @@ class Routing:
             error.__cause__ = cause
             results[i] = SendResult(messages[i][0], None, None, error=error)
         failures = sum(1 for r in results if r is not None and r.error is not None)
+        if self.audit is not None:  # count each message once, when it is finally delivered
+            for message, result in zip(messages, results):
+                if result is not None and result.error is None:
+                    self.audit.delivered(message[0], message[2])
         self.messages_failed += failures
         self.messages_sent += len(messages) - failures
         return results  # type: ignore[return-value]

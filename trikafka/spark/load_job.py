@@ -56,6 +56,8 @@ class LoadConfig:
     checkpoint_dir: str
     commit_to_group: str | None = None
     zookeeper: str | None = None
+    audit_tier: str | None = None  # publish loaded counts as this tier (docs/protocol.md 10.2)
+    audit_window_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ def run_load(spark, config: LoadConfig) -> LoadSummary:  # type: ignore[no-untyp
         end_offsets = committed_offsets(Path(config.checkpoint_dir))
         if config.commit_to_group and end_offsets:
             _commit_group(config, end_offsets)
+        if config.audit_tier:
+            publish_loaded_counts(events, config)
         return LoadSummary(
             batches=sum(1 for p in progress if p.get("numInputRows", 0) > 0),
             rows_loaded=sum(int(p.get("numInputRows", 0)) for p in progress),
@@ -210,3 +214,45 @@ def _commit_group(config: LoadConfig, offsets: dict[PartitionKey, int]) -> None:
         raise ValueError("commit_to_group needs the ZooKeeper connect string")
     with ZooKeeperCluster(config.zookeeper) as cluster:
         cluster.commit_group_offsets(config.commit_to_group, offsets)
+
+
+def window_counts(rows, window_ms: int):  # type: ignore[no-untyped-def]
+    """``((topic, window start), 1)`` for each enveloped payload among ``(topic, payload)`` rows."""
+    from trikafka.wire.audit import window_start
+    from trikafka.wire.envelope import decode_envelope
+
+    for topic, payload in rows:
+        envelope = decode_envelope(payload) if payload is not None else None
+        if envelope is not None:
+            yield (topic, window_start(envelope.created_ms, window_ms)), 1
+
+
+def publish_loaded_counts(events, config: LoadConfig) -> int:  # type: ignore[no-untyped-def]
+    """Publish what the loaded table holds per topic and window as audit events (snapshots:
+    totals, each superseding the tier's earlier event); returns how many were sent."""
+    import operator
+
+    from trikafka.wire import ProducePart, build_message_set
+    from trikafka.wire.audit import AUDIT_TOPIC, AuditEvent, encode_event
+
+    from .blocking_client import BrokerConnection
+    from .cluster import ZooKeeperCluster
+
+    if not config.zookeeper or not config.audit_tier:
+        raise ValueError("publishing audit counts needs the ZooKeeper connect string and a tier name")
+    window_ms = int(config.audit_window_s * 1000)
+    counts = (events.select("topic", "payload").rdd
+              .mapPartitions(lambda rows: window_counts(rows, window_ms)).reduceByKey(operator.add).collect())
+    payloads = [encode_event(AuditEvent(config.audit_tier, topic, start, window_ms, None, None, n))
+                for (topic, start), n in sorted(counts)]
+    if not payloads:
+        return 0
+    with ZooKeeperCluster(config.zookeeper) as cluster:
+        brokers = cluster.brokers()
+    # One partition (0 of the lowest broker id) for every loader event keeps them in order.
+    address = brokers[min(brokers)]
+    with BrokerConnection(address.host, address.port) as conn:
+        [result] = conn.produce_acked([ProducePart(AUDIT_TOPIC, 0, build_message_set(payloads))], acks=1)
+    if result.error:
+        raise ConnectionError(f"publishing audit counts failed: error {int(result.error)}")
+    return len(payloads)

@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="bytes per micro-batch (never splits a message)")
     load.add_argument("--fetch-size", type=int, default=None, help="bytes per fetch (default 1 MiB)")
     load.add_argument("--commit-to-group", default=None, help="publish loaded offsets to this consumer group")
+    load.add_argument("--audit-tier", default=None,
+                      help="with --zookeeper: publish the loaded counts per window to trikafka-audit "
+                           "as tier spark:<NAME>")
     load.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     load.add_argument("--shuffle-partitions", type=int, default=2)
     return parser
@@ -136,9 +139,12 @@ def run_load_command(args: argparse.Namespace) -> int:
 
     if args.commit_to_group and not args.zookeeper:
         raise ClusterConfigError("--commit-to-group needs --zookeeper")
+    if args.audit_tier and not args.zookeeper:
+        raise ClusterConfigError("--audit-tier needs --zookeeper")
     config = LoadConfig(
         source_options=source_options(args), output_dir=args.output, checkpoint_dir=args.checkpoint,
         commit_to_group=args.commit_to_group, zookeeper=args.zookeeper,
+        audit_tier=f"spark:{args.audit_tier}" if args.audit_tier else None,
     )
     spark = build_session("trikafka-load", master=args.master, shuffle_partitions=args.shuffle_partitions)
     try:

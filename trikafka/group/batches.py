@@ -1,0 +1,83 @@
+"""Whole fetched message sets for a mirror: handed out undecoded, committed only once acknowledged."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from trikafka.zk.ops import SessionState
+
+from .fetcher import PartitionKey
+
+
+class GroupBatch(NamedTuple):
+    """A whole fetched message set, as ``GroupConsumer.next_batch`` hands it out.
+
+    ``message_set`` holds the entries from ``offset`` to ``next_offset``
+    exactly as the broker stored them (compressed wrappers included);
+    ``count`` is how many messages they hold once unwrapped.
+    """
+
+    topic: str
+    partition: str
+    broker_id: int
+    part: int
+    offset: int
+    next_offset: int
+    message_set: bytes
+    count: int
+
+
+class BatchHandout:
+    """``next_batch`` / ``acknowledge``; commits write ``_committable``.
+
+    Part of ``GroupConsumer``: ``_unacked`` (partition -> starts of batches
+    handed out and not acknowledged, in order) is set up in its ``__init__``.
+    """
+
+    async def next_batch(self) -> GroupBatch:
+        """The next whole fetched message set, undecoded (for a mirror).
+
+        Its messages count as delivered, but commits keep writing the batch's
+        start until ``acknowledge(batch)``: what was handed out and not
+        acknowledged comes again after a crash or a hand-over (at least once).
+        Do not mix with message iteration.
+        """
+        while True:
+            # The same gate as message iteration: a live session, no rebalance.
+            await self._zk.state.wait_value(SessionState.CONNECTED)
+            await self._rebalancing.wait_value(False)
+            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
+                continue
+            self._check_session()
+            chunk = self._current
+            if chunk is None or chunk.generation != self.generation:
+                self._current = None
+                chunk = await self._chunk_receive.receive()
+                if self._accept(chunk):
+                    self._current = chunk
+                continue  # check the gate again before handing it out
+            if chunk.index:
+                raise RuntimeError("next_batch after message iteration left a chunk half delivered")
+            self._current = None
+            chunk.index = len(chunk.messages)
+            end = chunk.messages[-1].next_offset
+            self._positions[chunk.key] = end
+            start = chunk.expect
+            assert start is not None  # an accepted chunk continues a known position
+            self._unacked.setdefault(chunk.key, []).append(start)
+            return GroupBatch(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, start, end, chunk.data,
+                              len(chunk.messages))
+
+    def acknowledge(self, batch: GroupBatch) -> None:
+        """``batch`` is safely handled: the next commit may write past it."""
+        key = (batch.topic, batch.partition)
+        pending = self._unacked.get(key)
+        if pending is not None and batch.offset in pending:
+            pending.remove(batch.offset)
+            if not pending:
+                del self._unacked[key]
+
+    def _committable(self, key: PartitionKey) -> int | None:
+        """What a commit writes: the first unacknowledged batch's start, else the position."""
+        pending = self._unacked.get(key)
+        return pending[0] if pending else self._positions.get(key)

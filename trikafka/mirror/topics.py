@@ -1,0 +1,103 @@
+"""Creating a mirrored topic on the target cluster (docs/protocol.md 10.3)."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from trikafka.client import ClientError, ExtensionNotSupported, connect
+from trikafka.wire import ErrorCode
+from trikafka.zk import paths
+from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.errors import NoNodeError
+from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+
+log = logging.getLogger(__name__)
+
+
+async def registered_counts(zk: Coordinator, topic: str) -> dict[int, int]:
+    """``{broker id: partitions}`` that a cluster's brokers register for ``topic``."""
+    try:
+        children = await zk.children(paths.broker_topic(topic))
+    except NoNodeError:
+        return {}
+    counts: dict[int, int] = {}
+    for child in children:
+        if not child.isdigit():
+            continue
+        try:
+            data, _stat = await zk.get(paths.broker_topic_id(topic, int(child)))
+            counts[int(child)] = parse_partition_count(data)
+        except (NoNodeError, ValueError, UnicodeDecodeError):
+            continue
+    return counts
+
+
+async def live_brokers(zk: Coordinator) -> dict[int, tuple[str, int]]:
+    """``{broker id: (host, port)}`` of a cluster's registered brokers."""
+    brokers: dict[int, tuple[str, int]] = {}
+    try:
+        children = await zk.children(paths.broker_ids())
+    except NoNodeError:
+        return brokers
+    for child in children:
+        if not child.isdigit():
+            continue
+        try:
+            data, _stat = await zk.get(paths.broker_id(int(child)))
+            info = parse_broker_registration(data)
+        except (NoNodeError, ValueError, UnicodeDecodeError):
+            continue
+        brokers[int(child)] = (info.host, info.port)
+    return brokers
+
+
+class TargetTopics:
+    """Creates each mirrored topic once on every live target broker.
+
+    The count is the largest any source broker registers for the topic; a
+    target that already has the topic keeps its count (error 9), and a plain
+    0.7 target (no CREATE_TOPIC) keeps whatever its settings give.
+    """
+
+    def __init__(self, target_zk: Coordinator, *, connect_timeout_s: float = 5.0) -> None:
+        self._zk = target_zk
+        self._done: set[str] = set()
+        self._lock = trio.Lock()
+        self.connect_timeout_s = connect_timeout_s
+
+    async def ensure(self, topic: str, source_zk: Coordinator) -> None:
+        if topic in self._done:
+            return
+        async with self._lock:
+            if topic in self._done:
+                return
+            counts = await registered_counts(source_zk, topic)
+            partitions = max(counts.values(), default=1)
+            created = True
+            for broker_id, (host, port) in sorted((await live_brokers(self._zk)).items()):
+                created &= await self._create_on(broker_id, host, port, topic, partitions)
+            if created:
+                self._done.add(topic)
+
+    async def _create_on(self, broker_id: int, host: str, port: int, topic: str, partitions: int) -> bool:
+        try:
+            async with await connect(host, port, connect_timeout_s=self.connect_timeout_s,
+                                     request_timeout_s=self.connect_timeout_s) as conn:
+                result = await conn.create_topic(topic, partitions)
+        except ExtensionNotSupported:
+            log.info("target broker %d has no CREATE_TOPIC; %s keeps its configured count", broker_id, topic)
+            return True
+        except (ClientError, OSError) as exc:
+            log.warning("creating %s on target broker %d failed: %s (retried later)", topic, broker_id, exc)
+            return False
+        if result.error not in (ErrorCode.NO_ERROR, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning("target broker %d refused to create %s with %d partitions: error %d", broker_id, topic,
+                        partitions, int(result.error))
+        elif result.error != ErrorCode.NO_ERROR:
+            log.info("%s already has %d partitions on target broker %d", topic, result.partitions, broker_id)
+        return True
+
+
+__all__ = ["TargetTopics", "live_brokers", "registered_counts"]
