@@ -234,12 +234,12 @@ async def test_command_line_produce_through_zookeeper_then_consume_and_list(tmp_
         assert b"sent 400 messages to tour" in producer.stderr
         await wait_for_children(zk, "/brokers/topics/tour", {"1", "2"})  # both got some and registered it
 
-        async with child_process("topics", "--zk", zk_chroot, stdout=subprocess.PIPE) as listing:
+        async with child_process("topics", "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as listing:
             assert await listing.wait() == 0, listing.stderr.decode(errors="replace")
         rows = [row.split("\t") for row in bytes(listing.stdout).decode().splitlines()]
         assert rows[0] == ["topic", "partition", "broker", "start", "visible_end", "bytes"]
         listed = {(r[0], r[1], r[2]): int(r[5]) for r in rows[1:]}
-        assert set(listed) == {("tour", f"{b}-{p}", f"{HOST}:{brokers[b].port}")
+        assert set(listed) == {("tour", f"{p}", f"{b}:{HOST}:{brokers[b].port}")
                                for b in (1, 2) for p in range(PARTITIONS_PER_BROKER)}
         assert sum(listed.values()) == sum(ENTRY_OVERHEAD_BYTES + len(line.encode()) for line in sent)
         # Spread over both brokers.  (Which partitions beyond 0 got lines depends on when the

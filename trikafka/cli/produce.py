@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from trikafka.cli.common import add_broker, run_client
+from trikafka.cli.common import add_broker, add_zookeeper, plural, run_client
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 READ_BYTES = 256 * 1024
@@ -17,19 +17,22 @@ READ_BYTES = 256 * 1024
 def add_parser(commands) -> None:
     """Register ``produce`` on the ``trikafka`` subparsers."""
     produce = commands.add_parser("produce", help="send stdin lines as messages")
-    produce.add_argument("topic")
+    produce.add_argument("topic", metavar="TOPIC", help="the topic to send to")
     add_broker(produce)
-    produce.add_argument("--partition", type=int, default=0, help="-1: the broker picks at random")
-    produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, help="messages per request")
+    produce.add_argument("--partition", type=int, default=0, metavar="N",
+                         help="the partition (default 0; -1: the broker picks at random)")
+    produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, metavar="N",
+                         help=f"messages per request (default {PRODUCE_BATCH_MESSAGES})")
     produce.add_argument("--acks", type=int, choices=(0, 1, -1), default=1,
                          help="0: plain 0.7 PRODUCE; 1: appended; -1: flushed (default 1)")
-    produce.add_argument("--timeout-ms", type=int, default=10_000)
-    produce.add_argument("--magic", type=int, choices=(0, 1), default=1)
+    produce.add_argument("--timeout-ms", type=int, default=10_000, metavar="MS",
+                         help="with --acks 1/-1: how long the broker may take (default 10000)")
+    produce.add_argument("--magic", type=int, choices=(0, 1), default=1,
+                         help="message format: 0 (0.6) or 1 (with attributes: compression, keys; default)")
     produce.add_argument("--key-separator", metavar="SEP",
                          help="each line is KEY<SEP>VALUE, written as a keyed message; KEY<SEP> alone deletes KEY")
-    produce.add_argument("--zookeeper", metavar="CONNECT",
-                         help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
-                              "through the batching Producer; --broker, --partition and --magic are ignored")
+    add_zookeeper(produce, "find brokers and partitions in this ZooKeeper and send through the batching "
+                           "Producer; --broker, --partition and --magic are ignored", default=False)
     produce.set_defaults(func=cmd_produce, validate=_validate)
 
 
@@ -87,7 +90,7 @@ async def _produce_main(args: argparse.Namespace) -> int:
                               f"{result.error.name}", file=sys.stderr)
                         return 1
                 sent += len(lines[i:i + args.batch])
-    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0
 
 
@@ -132,7 +135,7 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
     except CoordinatorError as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
-    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0
 
 
