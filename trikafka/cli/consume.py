@@ -7,7 +7,8 @@ import sys
 
 import trio
 
-from trikafka.cli.common import add_broker, add_zookeeper, run_client, run_group_client, stop_on_sigterm
+from trikafka.cli.common import (add_broker, add_zookeeper, leaf_exceptions, run_client, run_group_client,
+                                 stop_on_sigterm)
 
 
 def add_parser(commands) -> None:
@@ -22,12 +23,14 @@ def add_parser(commands) -> None:
     consume.add_argument("--print-key", action="store_true", help="print keyed messages as KEY<SEP>VALUE")
     consume.add_argument("--key-separator", metavar="SEP", default=":", help="with --print-key (default :)")
     consume.add_argument("--no-flush", action="store_true", help="don't flush stdout after each message")
-    consume.add_argument("--group", metavar="GROUP", help="consume as a member of this consumer group (balanced through "
-                                         "ZooKeeper; --from then applies only where nothing was committed)")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="consume as a member of this consumer group (balanced through ZooKeeper; "
+                              "--from then applies only where nothing was committed)")
     add_zookeeper(consume, "with --group: the group's ZooKeeper")
     consume.add_argument("--whitelist", action="store_true", help="with --group: TOPIC is a regex of topics")
     consume.add_argument("--blacklist", action="store_true", help="with --group: TOPIC is a regex to exclude")
-    consume.add_argument("--streams", type=int, default=1, metavar="N", help="with --group: streams (threads) per topic")
+    consume.add_argument("--streams", type=int, default=1, metavar="N",
+                         help="with --group: streams (threads) per topic")
     consume.add_argument("--consumer-id", metavar="ID", help="with --group: fixed consumer id (0.7 consumerid)")
     consume.add_argument("--commit-interval-ms", type=int, default=1000, metavar="MS",
                          help="with --group: autocommit interval (default 1000)")
@@ -75,8 +78,11 @@ async def _consume_main(args: argparse.Namespace) -> int:
     try:
         status = await stop_on_sigterm(_consume_partition, args, SimpleConsumer)
         return 0 if status is None else status  # None: stopped by SIGTERM, a clean stop
-    except MessageTooLargeForFetch as exc:
-        if args.from_ in ("earliest", "latest") or exc.offset != int(args.from_):
+    except (MessageTooLargeForFetch, BaseExceptionGroup) as error:  # direct, or from stop_on_sigterm's nursery
+        leaves = leaf_exceptions(error)
+        exc = leaves[0]
+        if (len(leaves) != 1 or not isinstance(exc, MessageTooLargeForFetch) or args.from_ in ("earliest", "latest")
+                or exc.offset != int(args.from_)):
             raise
         print(f"trikafka: offset {exc.offset} is not an entry boundary of {args.topic}-{args.partition} "
               f"(the bytes there do not start a message); give an offset printed by `consume` or "

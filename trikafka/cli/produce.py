@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from trikafka.cli.common import add_broker, add_zookeeper, plural, run_client
+from trikafka.cli.common import add_broker, add_zookeeper, leaf_exceptions, plural, run_client
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 READ_BYTES = 256 * 1024
@@ -66,6 +66,7 @@ async def _produce_main(args: argparse.Namespace) -> int:
     if args.zookeeper:
         return await _produce_with_producer(args)
     host, port = args.broker
+    max_message_size = await _broker_max_message_size(host, port, args.topic)
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
     async with await connect(host, port) as conn, stdin:
@@ -80,6 +81,12 @@ async def _produce_main(args: argparse.Namespace) -> int:
                     message_set = build_keyed_set(items)
                 else:
                     message_set = build_message_set(lines[i:i + args.batch], magic=args.magic)
+                too_large = _too_large(message_set, max_message_size)
+                if too_large is not None:  # refused here: with --acks 0 the broker would drop it unsaid
+                    print(f"trikafka: not sent to {args.topic} on {host}:{port}: {too_large}; "
+                          f"{plural(sent, 'message')} sent before it",
+                          file=sys.stderr)
+                    return 1
                 if args.acks == 0:
                     await conn.produce(args.topic, args.partition, message_set)
                 else:
@@ -92,6 +99,27 @@ async def _produce_main(args: argparse.Namespace) -> int:
                 sent += len(lines[i:i + args.batch])
     print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0
+
+
+async def _broker_max_message_size(host: str, port: int, topic: str) -> int | None:
+    """The broker's ``max.message.size`` from METADATA (None from a plain 0.7 broker, which cannot say)."""
+    from trikafka.client import partition_counts
+
+    return (await partition_counts(host, port, [topic])).max_message_size
+
+
+def _too_large(message_set: bytes, max_message_size: int | None) -> str | None:
+    """Why the broker would refuse ``message_set`` for its size (the broker's own check), or None."""
+    from trikafka.wire import validate_message_set
+    from trikafka.wire.errors import MessageSizeTooLargeError
+
+    if max_message_size is None:
+        return None
+    try:
+        validate_message_set(message_set, max_message_size)
+    except MessageSizeTooLargeError as exc:
+        return str(exc)
+    return None
 
 
 def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, bytes | None]]:
@@ -111,7 +139,7 @@ def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, b
 
 async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §11.6) and batches."""
-    from trikafka.producer import Producer
+    from trikafka.producer import MessageTooLargeError, Producer, ProducerError
     from trikafka.zk import CoordinatorError
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -134,6 +162,16 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
                 sent += len(lines)
     except CoordinatorError as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+        return 1
+    except (ProducerError, BaseExceptionGroup) as exc:  # the producer's, raised directly or from its tasks
+        leaves = leaf_exceptions(exc)
+        if not all(isinstance(e, ProducerError) for e in leaves):
+            raise
+        if isinstance(leaves[0], MessageTooLargeError):
+            print(f"trikafka: not sent to {args.topic}: {leaves[0]}; {plural(sent, 'message')} sent before it",
+                  file=sys.stderr)
+        else:
+            print(f"trikafka: sending to {args.topic} failed: {leaves[0]}", file=sys.stderr)
         return 1
     print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0

@@ -22,18 +22,19 @@ READY_LINE = "trikafka: serving on {host}:{port}"
 def add_parser(commands) -> None:
     """Register ``serve`` on the ``trikafka`` subparsers."""
     serve = commands.add_parser("serve", help="run a broker")
-    serve.add_argument("--config", help="TOML file, or a 0.7 server.properties")
-    serve.add_argument("--host", help=f"address to bind (default {DEFAULT_HOST})")
-    serve.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    serve.add_argument("--log-dir", help="data directory (default ./trikafka-data)")
-    serve.add_argument("--broker-id", type=int)
-    serve.add_argument("--num-partitions", type=int)
+    serve.add_argument("--config", metavar="FILE", help="TOML file, or a 0.7 server.properties")
+    serve.add_argument("--host", metavar="HOST", help=f"address to bind (default {DEFAULT_HOST})")
+    serve.add_argument("--port", type=int, metavar="PORT", help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--log-dir", metavar="DIR", help="data directory (default ./trikafka-data)")
+    serve.add_argument("--broker-id", type=int, metavar="ID", help="this broker's id (0.7's brokerid; default 0)")
+    serve.add_argument("--num-partitions", type=int, metavar="N",
+                       help="partitions of a topic created by its first produce (default 1)")
     serve.add_argument("--standalone", action="store_true",
                        help="no ZooKeeper (0.7's enable.zookeeper=false)")
     serve.add_argument("--zookeeper", metavar="CONNECT",
                        help="join this ZooKeeper ensemble, host:port[,host:port][/chroot] "
                             "(default: start a private ZooKeeper next to the log dir)")
-    serve.add_argument("--ready-file", help="write the bound port here once serving")
+    serve.add_argument("--ready-file", metavar="FILE", help="write the bound port here once serving")
     serve.add_argument("--metrics-port", type=int, metavar="N",
                        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port "
                             "(0 picks a free one; default: off)")

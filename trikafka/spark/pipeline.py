@@ -44,8 +44,10 @@ from .cluster import ClusterConfigError, StaticCluster, ZooKeeperCluster, format
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--brokers", "--broker", metavar="[ID:]HOST:PORT[,...]", help="static broker list (an entry without ID gets its position: 0, 1, ...)")
-    where.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", help="ZooKeeper connect string of the registry")
+    where.add_argument("--brokers", "--broker", metavar="[ID:]HOST:PORT[,...]",
+                       help="static broker list (an entry without ID gets its position: 0, 1, ...)")
+    where.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                       help="ZooKeeper connect string of the registry")
     parser.add_argument("--topic", required=True, help="topic name")
     parser.add_argument("--partitions-per-broker", type=int, default=None,
                         help="with --brokers: partitions of the topic on each broker "
