@@ -182,3 +182,44 @@ async def test_produce_through_zookeeper_refuses_an_oversized_line_in_one_line(n
         _, stderr = await run("produce", "big", "--zookeeper", zk_chroot, "--acks", "0",
                               stdin=b"x" * 2_000_000 + b"\n", status=1)
     assert "exceeds max_message_size" in one_error_line(stderr)
+
+
+# ---------------------------------------------------------------- the private ZooKeeper's port
+
+async def test_a_taken_private_zookeeper_port_is_an_error_not_a_move(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        _, stderr = await run("serve", "--port", "0", "--log-dir", str(tmp_path / "data"),
+                              "--zookeeper-port", str(port), status=1)
+    line = one_error_line(stderr)
+    assert f"port {port} for the private ZooKeeper is taken" in line and "--zookeeper-port" in line
+
+
+@pytest.mark.zookeeper
+async def test_client_commands_find_the_local_private_zookeeper(tmp_path, no_kazoo_thread_leaks):
+    from .broker_testing import READY_MARKER
+
+    async with child_process("serve", "--port", "0", "--zookeeper-port", "0", "--ready-file", "port",
+                             cwd=tmp_path) as broker:
+        await broker.wait_for_stderr(READY_MARKER)
+        connect = (tmp_path / "trikafka-data-zookeeper" / "zookeeper-connect").read_text().strip()
+        assert f"private ZooKeeper {connect} " in broker.stderr.decode()  # printed at start
+        async with child_process("groups", cwd=tmp_path, stdout=subprocess.PIPE) as groups:
+            assert await groups.wait() == 0, groups.stderr.decode()
+        assert bytes(groups.stdout).splitlines()[0] == b"group\tmembers"
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+
+
+async def test_an_unreachable_zookeeper_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    _, stderr = await run("groups", "--zookeeper", f"127.0.0.1:{port}", status=1)
+    assert f"ZooKeeper at 127.0.0.1:{port}" in one_error_line(stderr)
