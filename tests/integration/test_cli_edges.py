@@ -223,3 +223,18 @@ async def test_an_unreachable_zookeeper_is_one_line(tmp_path):
         port = closed.getsockname()[1]
     _, stderr = await run("groups", "--zookeeper", f"127.0.0.1:{port}", status=1)
     assert f"ZooKeeper at 127.0.0.1:{port}" in one_error_line(stderr)
+
+
+@pytest.mark.zookeeper
+async def test_an_idle_group_member_says_it_owns_no_partition(zk_chroot):
+    async with child_process("consume", "nothing-here", "--group", "idle", "--zookeeper", zk_chroot) as member:
+        await member.wait_for_stderr(b"owns 0 partitions")
+        member.signal(signal.SIGTERM)
+        assert await member.wait() == 0
+
+
+async def test_a_new_data_dir_does_not_report_recovery(tmp_path):
+    async with serve_process(tmp_path / "data") as (broker, _port):
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+    assert b"recovery ran" not in broker.stderr and b"holds no logs yet" in broker.stderr
