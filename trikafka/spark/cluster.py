@@ -43,8 +43,10 @@ def parse_broker_list(text: str) -> dict[int, BrokerAddress]:
 
 
 def format_broker_list(brokers: Iterable[BrokerAddress]) -> str:
-    """Inverse of :func:`parse_broker_list`."""
-    return ",".join(f"{b.broker_id}:{b.host}:{b.port}" for b in sorted(brokers))
+    """Inverse of :func:`parse_broker_list`: ``ID:HOST:PORT,...`` in id order."""
+    from trikafka.client.addresses import format_broker_addresses
+
+    return format_broker_addresses(sorted(brokers))
 
 
 class Cluster(Protocol):
