@@ -244,14 +244,13 @@ async def test_command_line_produce_through_zookeeper_then_consume_and_list(tmp_
         assert sum(listed.values()) == sum(ENTRY_OVERHEAD_BYTES + len(line.encode()) for line in sent)
         # Spread over both brokers.  (Which partitions beyond 0 got lines depends on when the
         # producer saw the topic registered: before that it only knows partition 0, §11.6.)
-        assert {name.split("-")[0] for (_t, name, _b), size in listed.items() if size > 0} == {"1", "2"}
+        assert {broker.split(":")[0] for (_t, _p, broker), size in listed.items() if size > 0} == {"1", "2"}
 
         # One consumer per listed partition, each following until every line has arrived somewhere.
         async with contextlib.AsyncExitStack() as stack:
             consumers = {}
-            for _topic, name, broker in listed:
-                partition = name.split("-")[1]
-                consumers[(name, broker)] = await stack.enter_async_context(child_process(
+            for _topic, partition, broker in listed:  # broker: ID:HOST:PORT, the one address syntax
+                consumers[(partition, broker)] = await stack.enter_async_context(child_process(
                     "consume", "tour", "--broker", broker, "--partition", partition, "--from", "earliest",
                     stdout=subprocess.PIPE))
             with trio.fail_after(WAIT_S):
