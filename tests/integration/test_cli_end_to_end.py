@@ -89,7 +89,8 @@ async def test_partitions_and_start_positions(tmp_path):
         assert {r[2] for r in rows[1:]} == {f"127.0.0.1:{port}"}
         sizes = {(r[0], r[1]): (int(r[3]), int(r[4]), int(r[5])) for r in rows[1:]}
         assert sizes == {("p", "0"): (0, 45, 45), ("p", "1"): (0, 0, 0), ("p", "2"): (0, 13, 13)}
-        assert await topics(port) == rows  # no names: every topic the broker has
+        # No names: one line per topic the broker has, starting with its name.
+        assert await topics(port) == [["p", "3 partitions", "58 bytes"]]
         broker.signal(signal.SIGTERM)
         assert await broker.wait() == 0
 
@@ -136,16 +137,19 @@ async def test_topics_lists_what_zookeeper_has_registered(tmp_path, zk_chroot, z
             zk_admin.create(f"{chroot}/brokers/topics/views/1", b"1", makepath=True)
 
         await trio.to_thread.run_sync(register)
-        async with child_process("topics", "--zk", zk_chroot, stdout=subprocess.PIPE) as listing:
+        async with child_process("topics", "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as listing:
             assert await listing.wait() == 0, listing.stderr.decode()
         rows = [row.split("\t") for row in bytes(listing.stdout).decode().splitlines()]
-        assert rows == [
+        assert rows == [  # the partition column is the partition; the broker column ID:HOST:PORT
             ["topic", "partition", "broker", "start", "visible_end", "bytes"],
-            ["clicks", "0-0", f"127.0.0.1:{port_one}", "0", "0", "0"],
-            ["clicks", "0-1", f"127.0.0.1:{port_one}", "0", "22", "22"],
-            ["clicks", "1-0", f"127.0.0.1:{port_two}", "0", "11", "11"],
-            ["views", "1-0", f"127.0.0.1:{port_two}", "0", "11", "11"],
+            ["clicks", "0", f"0:127.0.0.1:{port_one}", "0", "0", "0"],
+            ["clicks", "0", f"1:127.0.0.1:{port_two}", "0", "11", "11"],
+            ["clicks", "1", f"0:127.0.0.1:{port_one}", "0", "22", "22"],
+            ["views", "0", f"1:127.0.0.1:{port_two}", "0", "11", "11"],
         ]
+        async with child_process("topics", "--zk", zk_chroot, stdout=subprocess.PIPE) as hidden_alias:
+            assert await hidden_alias.wait() == 0, hidden_alias.stderr.decode()
+        assert [row.split("\t") for row in bytes(hidden_alias.stdout).decode().splitlines()] == rows
         for broker in (first, second):
             broker.signal(signal.SIGTERM)
             assert await broker.wait() == 0

@@ -234,24 +234,23 @@ async def test_command_line_produce_through_zookeeper_then_consume_and_list(tmp_
         assert b"sent 400 messages to tour" in producer.stderr
         await wait_for_children(zk, "/brokers/topics/tour", {"1", "2"})  # both got some and registered it
 
-        async with child_process("topics", "--zk", zk_chroot, stdout=subprocess.PIPE) as listing:
+        async with child_process("topics", "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as listing:
             assert await listing.wait() == 0, listing.stderr.decode(errors="replace")
         rows = [row.split("\t") for row in bytes(listing.stdout).decode().splitlines()]
         assert rows[0] == ["topic", "partition", "broker", "start", "visible_end", "bytes"]
         listed = {(r[0], r[1], r[2]): int(r[5]) for r in rows[1:]}
-        assert set(listed) == {("tour", f"{b}-{p}", f"{HOST}:{brokers[b].port}")
+        assert set(listed) == {("tour", f"{p}", f"{b}:{HOST}:{brokers[b].port}")
                                for b in (1, 2) for p in range(PARTITIONS_PER_BROKER)}
         assert sum(listed.values()) == sum(ENTRY_OVERHEAD_BYTES + len(line.encode()) for line in sent)
         # Spread over both brokers.  (Which partitions beyond 0 got lines depends on when the
         # producer saw the topic registered: before that it only knows partition 0, §11.6.)
-        assert {name.split("-")[0] for (_t, name, _b), size in listed.items() if size > 0} == {"1", "2"}
+        assert {broker.split(":")[0] for (_t, _p, broker), size in listed.items() if size > 0} == {"1", "2"}
 
         # One consumer per listed partition, each following until every line has arrived somewhere.
         async with contextlib.AsyncExitStack() as stack:
             consumers = {}
-            for _topic, name, broker in listed:
-                partition = name.split("-")[1]
-                consumers[(name, broker)] = await stack.enter_async_context(child_process(
+            for _topic, partition, broker in listed:  # broker: ID:HOST:PORT, the one address syntax
+                consumers[(partition, broker)] = await stack.enter_async_context(child_process(
                     "consume", "tour", "--broker", broker, "--partition", partition, "--from", "earliest",
                     stdout=subprocess.PIPE))
             with trio.fail_after(WAIT_S):

@@ -79,7 +79,7 @@ async def test_two_brokers_join_one_ensemble_and_a_duplicate_id_is_refused(zk_ch
 @pytest.mark.zookeeper
 async def test_plain_serve_runs_its_own_zookeeper_and_stops_it(tmp_path, no_kazoo_thread_leaks):
     log_dir, ready_file = tmp_path / "logs", tmp_path / "port"
-    async with child_process("serve", "--port", "0", "--log-dir", str(log_dir),
+    async with child_process("serve", "--port", "0", "--log-dir", str(log_dir), "--zookeeper-port", "0",
                              "--ready-file", str(ready_file)) as broker:
         await broker.wait_for_stderr(READY_MARKER)
         port = await read_port(ready_file)
@@ -105,7 +105,7 @@ async def test_serve_without_java_says_what_to_do_instead(tmp_path):
     env["PATH"] = str(tmp_path)  # no java, no setpriv
     with trio.fail_after(PROCESS_TIMEOUT_S):
         result = await trio.run_process(
-            trikafka_command("serve", "--port", "0", "--log-dir", str(tmp_path / "logs")),
+            trikafka_command("serve", "--port", "0", "--log-dir", str(tmp_path / "logs"), "--zookeeper-port", "0"),
             capture_stderr=True, check=False, env=env)
     assert result.returncode == 1
     assert b"cannot start the private ZooKeeper" in result.stderr
@@ -128,7 +128,7 @@ async def test_a_killed_broker_restarts_on_its_private_zookeeper(tmp_path, no_ka
     next start the server reloads the dead broker's session, and the broker
     waits for it to expire instead of calling its own id a duplicate."""
     args = ("serve", "--port", "0", "--log-dir", str(tmp_path / "logs"), "--ready-file", str(tmp_path / "port"),
-            "--set", "zk.sessiontimeout.ms=1000")
+            "--set", "zk.sessiontimeout.ms=1000", "--zookeeper-port", "0")
     async with child_process(*args) as broker:
         await broker.wait_for_stderr(READY_MARKER)
         first_zk_pid = int(PRIVATE_LINE.search(bytes(broker.stderr)).group(2))

@@ -166,8 +166,11 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
                              partitions=config.partitions, roll_on_append=False)  # rolls leave the loop
     await run_blocking(log_manager.open)  # recovery may scan a large segment
-    logger.info("log dir %s loaded (%d logs, recovery %s)", config.log_dir, len(log_manager.logs()),
-                "ran" if log_manager.recovered else "not needed")
+    if log_manager.logs():
+        logger.info("log dir %s loaded (%d logs, recovery %s)", config.log_dir, len(log_manager.logs()),
+                    "ran" if log_manager.recovered else "not needed")
+    else:  # nothing to recover: "recovery ran" would alarm the reader of a new broker's log
+        logger.info("log dir %s holds no logs yet", config.log_dir)
     clean = False
     try:
         await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,

@@ -12,14 +12,18 @@ writes the port to that file, so scripts can start it on port 0.
 ``produce`` sends each stdin line as one message, ``consume`` prints each
 payload as one line; both talk to one broker (default 127.0.0.1:9092), except
 ``produce --zookeeper``, which finds brokers and partitions in ZooKeeper.
-``consume --group G`` joins consumer group ``G`` through ZooKeeper (default
-``127.0.0.1:2181``, where ``trikafka serve`` puts its private ZooKeeper), commits
-as it goes and on SIGINT/SIGTERM; ``groups`` lists the groups, ``groups G``
-shows members, owners, committed offsets, log ends and lag.
-``topics`` lists what a log directory holds (``--log-dir``), the topics
-registered in ZooKeeper (``--zk``), or named topics of one broker; each
-partition's start, visible end and size come from OFFSETS.  The 0.7 protocol
-has no metadata request, and trikafka adds none.
+Every command takes one address syntax, ``[ID:]HOST:PORT[,...]``
+(``trikafka.client.parse_broker_addresses``), as ``--broker``/``--brokers``,
+and ZooKeeper as ``--zookeeper``.  ``consume --group G`` joins consumer group
+``G`` through ZooKeeper (default: the connect string a ``serve`` in this
+directory wrote to ``./trikafka-data-zookeeper/zookeeper-connect``, else
+``127.0.0.1:2181``), commits as it goes and on SIGINT/SIGTERM; ``groups``
+lists the groups, ``groups G`` shows members, owners, committed offsets, log
+ends and lag.  ``topics`` lists a broker's topics (METADATA, one line per
+topic), the partitions of named topics, what a log directory holds
+(``--log-dir``) or the topics registered in ZooKeeper (``--zookeeper``);
+``topics create NAME --partitions N`` sends CREATE_TOPIC.  Errors are one
+line on stderr and a non-zero exit.
 
 One module per command family, each registering its own subcommand
 (``add_parser``); ``app`` builds the parser and runs ``main``; ``common`` holds

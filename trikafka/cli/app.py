@@ -7,7 +7,9 @@ import logging
 import sys
 from typing import Sequence
 
+from trikafka import __version__
 from trikafka.cli import audit, consume, groups, mirror, pipeline, produce, serve, topics
+from trikafka.cli.common import resolve_zookeeper
 from trikafka.cli.logsetup import LOG_FORMATS, configure_logging
 
 FAMILIES = (serve, produce, consume, groups, topics, mirror, audit, pipeline)  # the order `--help` lists them in
@@ -16,13 +18,28 @@ FAMILIES = (serve, produce, consume, groups, topics, mirror, audit, pipeline)  #
 def build_parser() -> argparse.ArgumentParser:
     """The ``trikafka`` argument parser, each command family adding its own subcommand."""
     parser = argparse.ArgumentParser(prog="trikafka", description="Kafka 0.7 on Trio")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
-                        help="text (default) or json: one JSON object per line (ts, level, logger, msg, ...)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_global_options(parser, defaults=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for family in FAMILIES:
         family.add_parser(commands)
+    for name, sub in commands.choices.items():
+        if name != "pipeline":  # its own parser owns every option
+            _add_global_options(sub, defaults=False)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """``--log-level`` and ``--log-format``, before or after the subcommand.
+
+    On a subcommand they default to SUPPRESS, so a value given before the
+    subcommand is not overwritten by the subcommand's default.
+    """
+    parser.add_argument("--log-level", metavar="LEVEL", default="INFO" if defaults else argparse.SUPPRESS,
+                        help="logging level: DEBUG, INFO, WARNING, ERROR (default INFO; DEBUG also "
+                             "shows ZooKeeper client retries)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text" if defaults else argparse.SUPPRESS,
+                        help="text (default) or json: one JSON object per line (ts, level, logger, msg, ...)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,9 +49,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return pipeline.cmd_pipeline(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
-    if args.command != "serve" and args.log_level.upper() == "INFO":
-        logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter, not news to a user
+    try:
+        configure_logging(args.log_level, args.log_format)
+    except ValueError as exc:
+        parser.error(f"--log-level: {exc}")
+    if args.command != "serve" and args.log_level.upper() != "DEBUG":
+        # kazoo logs each failed connection attempt; the command prints one clear line instead.
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    resolve_zookeeper(args)
     validate = getattr(args, "validate", None)
     if validate is not None:
         validate(parser, args)

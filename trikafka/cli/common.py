@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import trio
@@ -10,24 +11,93 @@ import trio
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT
 
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
-DEFAULT_ZOOKEEPER = "127.0.0.1:2181"  # where `trikafka serve` starts its private ZooKeeper
+FALLBACK_ZOOKEEPER = "127.0.0.1:2181"  # ZooKeeper's own port, when no local broker says otherwise
+DEFAULT_DATA_DIR = "trikafka-data"  # `trikafka serve`'s default --log-dir
+ZOOKEEPER_CONNECT_FILE = "zookeeper-connect"  # written by `serve` next to its private ZooKeeper's data
+
+
+def zookeeper_connect_file(log_dir: str) -> str:
+    """Where ``serve`` with a private ZooKeeper writes its connect string: ``<log_dir>-zookeeper/zookeeper-connect``."""
+    return os.path.join(os.path.abspath(log_dir) + "-zookeeper", ZOOKEEPER_CONNECT_FILE)
+
+
+def default_zookeeper() -> str:
+    """The connect string of the private ZooKeeper of ``trikafka serve`` run in this directory with
+    the default data dir (read from ``./trikafka-data-zookeeper/zookeeper-connect``), else 127.0.0.1:2181."""
+    try:
+        with open(zookeeper_connect_file(DEFAULT_DATA_DIR)) as f:
+            return f.read().strip() or FALLBACK_ZOOKEEPER
+    except OSError:
+        return FALLBACK_ZOOKEEPER
 
 
 def parse_broker(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``:PORT``, or ``HOST``) to a pair; default 127.0.0.1:9092."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, str(DEFAULT_PORT)
+    """``[ID:]HOST:PORT`` (or ``HOST``, or ``:PORT``) to a (host, port) pair; default 127.0.0.1:9092.
+
+    The one address syntax of ``trikafka.client.parse_broker_addresses``; the
+    commands that talk to one broker refuse a list of several.
+    """
+    from trikafka.client.addresses import parse_broker_addresses
+
     try:
-        return host or DEFAULT_HOST, int(port)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}") from None
+        addresses = parse_broker_addresses(text, default_port=DEFAULT_PORT)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if len(addresses) != 1:
+        raise argparse.ArgumentTypeError(f"this command talks to one broker, not {len(addresses)}: {text!r}")
+    return addresses[0].host, addresses[0].port
 
 
 def add_broker(p: argparse.ArgumentParser) -> None:
-    """The ``--broker HOST:PORT`` option of the commands that talk to one broker."""
-    p.add_argument("--broker", type=parse_broker, default=parse_broker(DEFAULT_BROKER),
-                   help=f"HOST:PORT (default {DEFAULT_BROKER})")
+    """The ``--broker``/``--brokers [ID:]HOST:PORT`` option of the commands that talk to one broker."""
+    p.add_argument("--broker", "--brokers", dest="broker", metavar="[ID:]HOST:PORT", type=parse_broker,
+                   default=parse_broker(DEFAULT_BROKER), help=f"the broker to talk to (default {DEFAULT_BROKER})")
+
+
+def add_zookeeper(p: argparse.ArgumentParser, help_text: str, *, default: bool = True) -> None:
+    """The ``--zookeeper HOST:PORT[,...][/CHROOT]`` option; ``--zk`` is a hidden alias.
+
+    With ``default``, an absent flag means :func:`default_zookeeper` (resolved when parsed).
+    """
+    where = "the local `trikafka serve`'s private ZooKeeper, else 127.0.0.1:2181"
+    p.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]", default=None,
+                   help=f"{help_text} (default: {where})" if default else help_text)
+    p.add_argument("--zk", dest="zookeeper", help=argparse.SUPPRESS)
+    if default:
+        p.set_defaults(zookeeper_default=True)
+
+
+def resolve_zookeeper(args: argparse.Namespace) -> None:
+    """Fill an absent ``--zookeeper`` whose command has a default."""
+    if getattr(args, "zookeeper", None) is None and getattr(args, "zookeeper_default", False):
+        args.zookeeper = default_zookeeper()
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+async def stop_on_sigterm(fn, *args):
+    """``await fn(*args)``, cancelled cleanly by SIGTERM (its result then None), as Ctrl-C stops it."""
+    import signal
+
+    result = None
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            async def watch() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            async def work() -> None:
+                nonlocal result
+                result = await fn(*args)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(work)
+    return result
 
 
 def leaf_exceptions(exc: BaseException) -> list[BaseException]:
@@ -64,6 +134,15 @@ def run_client(fn, args: argparse.Namespace) -> int:
     except (ClientError, OSError) as exc:
         print(f"trikafka: {exc}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as group:  # the same, raised inside a nursery
+        leaves = leaf_exceptions(group)
+        if all(isinstance(e, (KeyboardInterrupt, BrokenPipeError)) for e in leaves):
+            return 0
+        if all(isinstance(e, (ClientError, OSError, KeyboardInterrupt)) for e in leaves):
+            for message in dict.fromkeys(str(e) for e in leaves if not isinstance(e, KeyboardInterrupt)):
+                print(f"trikafka: {message}", file=sys.stderr)
+            return 1
+        raise
 
 
 def run_group_client(fn, args: argparse.Namespace) -> int:

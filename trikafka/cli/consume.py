@@ -7,29 +7,32 @@ import sys
 
 import trio
 
-from trikafka.cli.common import DEFAULT_ZOOKEEPER, add_broker, run_client, run_group_client
+from trikafka.cli.common import (add_broker, add_zookeeper, leaf_exceptions, run_client, run_group_client,
+                                 stop_on_sigterm)
 
 
 def add_parser(commands) -> None:
     """Register ``consume`` on the ``trikafka`` subparsers."""
     consume = commands.add_parser("consume", help="print messages, one per line")
-    consume.add_argument("topic")
+    consume.add_argument("topic", metavar="TOPIC", help="the topic (with --whitelist/--blacklist: a regex)")
     add_broker(consume)
-    consume.add_argument("--partition", type=int, default=0)
-    consume.add_argument("--from", dest="from_", default="earliest", help="earliest, latest or an offset")
-    consume.add_argument("--max-messages", type=int, help="stop after this many")
+    consume.add_argument("--partition", type=int, default=0, metavar="N", help="the partition (default 0)")
+    consume.add_argument("--from", dest="from_", default="earliest", metavar="WHERE",
+                         help="earliest (default), latest or a byte offset that starts an entry")
+    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after this many")
     consume.add_argument("--print-key", action="store_true", help="print keyed messages as KEY<SEP>VALUE")
     consume.add_argument("--key-separator", metavar="SEP", default=":", help="with --print-key (default :)")
     consume.add_argument("--no-flush", action="store_true", help="don't flush stdout after each message")
-    consume.add_argument("--group", help="consume as a member of this consumer group (balanced through "
-                                         "ZooKeeper; --from then applies only where nothing was committed)")
-    consume.add_argument("--zookeeper", metavar="CONNECT", default=DEFAULT_ZOOKEEPER,
-                         help=f"with --group: host:port[,host:port][/chroot] (default {DEFAULT_ZOOKEEPER})")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="consume as a member of this consumer group (balanced through ZooKeeper; "
+                              "--from then applies only where nothing was committed)")
+    add_zookeeper(consume, "with --group: the group's ZooKeeper")
     consume.add_argument("--whitelist", action="store_true", help="with --group: TOPIC is a regex of topics")
     consume.add_argument("--blacklist", action="store_true", help="with --group: TOPIC is a regex to exclude")
-    consume.add_argument("--streams", type=int, default=1, help="with --group: streams (threads) per topic")
-    consume.add_argument("--consumer-id", help="with --group: fixed consumer id (0.7 consumerid)")
-    consume.add_argument("--commit-interval-ms", type=int, default=1000,
+    consume.add_argument("--streams", type=int, default=1, metavar="N",
+                         help="with --group: streams (threads) per topic")
+    consume.add_argument("--consumer-id", metavar="ID", help="with --group: fixed consumer id (0.7 consumerid)")
+    consume.add_argument("--commit-interval-ms", type=int, default=1000, metavar="MS",
                          help="with --group: autocommit interval (default 1000)")
     consume.set_defaults(func=cmd_consume, validate=_validate)
 
@@ -48,9 +51,46 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         if args.streams < 1:
             parser.error("--streams must be >= 1")
 
-async def _consume_main(args: argparse.Namespace) -> int:
-    from trikafka.client import SimpleConsumer
+async def _check_partition(args: argparse.Namespace) -> str | None:
+    """Why ``--partition`` of ``topic`` cannot be consumed (None: it can), from METADATA or the probe."""
+    from trikafka.cli.common import plural
+    from trikafka.client import partition_counts
+    from trikafka.wire import ErrorCode
 
+    host, port = args.broker
+    found = (await partition_counts(host, port, [args.topic])).topics[args.topic]
+    if found.error == ErrorCode.INVALID_TOPIC:
+        return f"the broker at {host}:{port} rejects the topic name {args.topic!r} (INVALID_TOPIC)"
+    if found.error == ErrorCode.NO_ERROR and not 0 <= args.partition < found.count:
+        return (f"topic {args.topic!r} has no partition {args.partition}: it has "
+                f"{plural(found.count, 'partition')} (0..{found.count - 1}) on {host}:{port}")
+    return None  # an unknown topic may still appear: wait for it as 0.7's consumer does
+
+
+async def _consume_main(args: argparse.Namespace) -> int:
+    from trikafka.client import MessageTooLargeForFetch, SimpleConsumer
+
+    host, port = args.broker
+    problem = await _check_partition(args)
+    if problem is not None:
+        print(f"trikafka: {problem}", file=sys.stderr)
+        return 1
+    try:
+        status = await stop_on_sigterm(_consume_partition, args, SimpleConsumer)
+        return 0 if status is None else status  # None: stopped by SIGTERM, a clean stop
+    except (MessageTooLargeForFetch, BaseExceptionGroup) as error:  # direct, or from stop_on_sigterm's nursery
+        leaves = leaf_exceptions(error)
+        exc = leaves[0]
+        if (len(leaves) != 1 or not isinstance(exc, MessageTooLargeForFetch) or args.from_ in ("earliest", "latest")
+                or exc.offset != int(args.from_)):
+            raise
+        print(f"trikafka: offset {exc.offset} is not an entry boundary of {args.topic}-{args.partition} "
+              f"(the bytes there do not start a message); give an offset printed by `consume` or "
+              f"`topics`, or earliest/latest", file=sys.stderr)
+        return 1
+
+
+async def _consume_partition(args: argparse.Namespace, SimpleConsumer) -> int:
     host, port = args.broker
     async with SimpleConsumer((host, port), args.topic, args.partition) as consumer:
         if args.from_ == "earliest":

@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trikafka.cli.common import DEFAULT_ZOOKEEPER, run_group_client
+from trikafka.cli.common import add_zookeeper, plural, run_group_client
 
 
 def add_parser(commands) -> None:
     """Register ``groups`` on the ``trikafka`` subparsers."""
     groups = commands.add_parser("groups", help="list consumer groups, or show one: members, owners, "
                                                 "committed offsets, log ends and lag")
-    groups.add_argument("group", nargs="?")
-    groups.add_argument("--zookeeper", metavar="CONNECT", default=DEFAULT_ZOOKEEPER,
-                        help=f"host:port[,host:port][/chroot] (default {DEFAULT_ZOOKEEPER})")
+    groups.add_argument("group", nargs="?", metavar="GROUP", help="show this group (default: list the groups)")
+    add_zookeeper(groups, "the ZooKeeper holding the groups")
     groups.set_defaults(func=cmd_groups)
 
 async def _groups_main(args: argparse.Namespace) -> int:
@@ -28,7 +27,7 @@ async def _groups_main(args: argparse.Namespace) -> int:
                 print(f"{group}\t{members}")
             return 0
         description = await measure_lag(zk, await describe_group(zk, args.group))
-    print(f"group {description.group}: {len(description.members)} members")
+    print(f"group {description.group}: {plural(len(description.members), 'member')}")
     print("member\tsubscription")
     for member, subscription in sorted(description.members.items()):
         shown = subscription if isinstance(subscription, str) else subscription.encode().decode()

@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from trikafka.cli.common import add_broker, run_client
+from trikafka.cli.common import add_broker, add_zookeeper, leaf_exceptions, plural, run_client
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 READ_BYTES = 256 * 1024
@@ -17,19 +17,22 @@ READ_BYTES = 256 * 1024
 def add_parser(commands) -> None:
     """Register ``produce`` on the ``trikafka`` subparsers."""
     produce = commands.add_parser("produce", help="send stdin lines as messages")
-    produce.add_argument("topic")
+    produce.add_argument("topic", metavar="TOPIC", help="the topic to send to")
     add_broker(produce)
-    produce.add_argument("--partition", type=int, default=0, help="-1: the broker picks at random")
-    produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, help="messages per request")
+    produce.add_argument("--partition", type=int, default=0, metavar="N",
+                         help="the partition (default 0; -1: the broker picks at random)")
+    produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, metavar="N",
+                         help=f"messages per request (default {PRODUCE_BATCH_MESSAGES})")
     produce.add_argument("--acks", type=int, choices=(0, 1, -1), default=1,
                          help="0: plain 0.7 PRODUCE; 1: appended; -1: flushed (default 1)")
-    produce.add_argument("--timeout-ms", type=int, default=10_000)
-    produce.add_argument("--magic", type=int, choices=(0, 1), default=1)
+    produce.add_argument("--timeout-ms", type=int, default=10_000, metavar="MS",
+                         help="with --acks 1/-1: how long the broker may take (default 10000)")
+    produce.add_argument("--magic", type=int, choices=(0, 1), default=1,
+                         help="message format: 0 (0.6) or 1 (with attributes: compression, keys; default)")
     produce.add_argument("--key-separator", metavar="SEP",
                          help="each line is KEY<SEP>VALUE, written as a keyed message; KEY<SEP> alone deletes KEY")
-    produce.add_argument("--zookeeper", metavar="CONNECT",
-                         help="find brokers and partitions in ZooKeeper (host:port[/chroot]) and send "
-                              "through the batching Producer; --broker, --partition and --magic are ignored")
+    add_zookeeper(produce, "find brokers and partitions in this ZooKeeper and send through the batching "
+                           "Producer; --broker, --partition and --magic are ignored", default=False)
     produce.add_argument("--audit", action="store_true",
                          help="with --zookeeper: wrap messages in the audit envelope and publish audit "
                               "events to trikafka-audit")
@@ -70,6 +73,7 @@ async def _produce_main(args: argparse.Namespace) -> int:
     if args.zookeeper:
         return await _produce_with_producer(args)
     host, port = args.broker
+    max_message_size = await _broker_max_message_size(host, port, args.topic)
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
     async with await connect(host, port) as conn, stdin:
@@ -84,6 +88,12 @@ async def _produce_main(args: argparse.Namespace) -> int:
                     message_set = build_keyed_set(items)
                 else:
                     message_set = build_message_set(lines[i:i + args.batch], magic=args.magic)
+                too_large = _too_large(message_set, max_message_size)
+                if too_large is not None:  # refused here: with --acks 0 the broker would drop it unsaid
+                    print(f"trikafka: not sent to {args.topic} on {host}:{port}: {too_large}; "
+                          f"{plural(sent, 'message')} sent before it",
+                          file=sys.stderr)
+                    return 1
                 if args.acks == 0:
                     await conn.produce(args.topic, args.partition, message_set)
                 else:
@@ -94,8 +104,29 @@ async def _produce_main(args: argparse.Namespace) -> int:
                               f"{result.error.name}", file=sys.stderr)
                         return 1
                 sent += len(lines[i:i + args.batch])
-    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0
+
+
+async def _broker_max_message_size(host: str, port: int, topic: str) -> int | None:
+    """The broker's ``max.message.size`` from METADATA (None from a plain 0.7 broker, which cannot say)."""
+    from trikafka.client import partition_counts
+
+    return (await partition_counts(host, port, [topic])).max_message_size
+
+
+def _too_large(message_set: bytes, max_message_size: int | None) -> str | None:
+    """Why the broker would refuse ``message_set`` for its size (the broker's own check), or None."""
+    from trikafka.wire import validate_message_set
+    from trikafka.wire.errors import MessageSizeTooLargeError
+
+    if max_message_size is None:
+        return None
+    try:
+        validate_message_set(message_set, max_message_size)
+    except MessageSizeTooLargeError as exc:
+        return str(exc)
+    return None
 
 
 def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, bytes | None]]:
@@ -115,7 +146,7 @@ def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, b
 
 async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §11.6) and batches."""
-    from trikafka.producer import Producer
+    from trikafka.producer import MessageTooLargeError, Producer, ProducerError
     from trikafka.zk import CoordinatorError
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -139,7 +170,17 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
     except CoordinatorError as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
-    print(f"trikafka: sent {sent} messages to {args.topic}", file=sys.stderr)
+    except (ProducerError, BaseExceptionGroup) as exc:  # the producer's, raised directly or from its tasks
+        leaves = leaf_exceptions(exc)
+        if not all(isinstance(e, ProducerError) for e in leaves):
+            raise
+        if isinstance(leaves[0], MessageTooLargeError):
+            print(f"trikafka: not sent to {args.topic}: {leaves[0]}; {plural(sent, 'message')} sent before it",
+                  file=sys.stderr)
+        else:
+            print(f"trikafka: sending to {args.topic} failed: {leaves[0]}", file=sys.stderr)
+        return 1
+    print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0
 
 

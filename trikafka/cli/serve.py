@@ -22,18 +22,23 @@ READY_LINE = "trikafka: serving on {host}:{port}"
 def add_parser(commands) -> None:
     """Register ``serve`` on the ``trikafka`` subparsers."""
     serve = commands.add_parser("serve", help="run a broker")
-    serve.add_argument("--config", help="TOML file, or a 0.7 server.properties")
-    serve.add_argument("--host", help=f"address to bind (default {DEFAULT_HOST})")
-    serve.add_argument("--port", type=int, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    serve.add_argument("--log-dir", help="data directory (default ./trikafka-data)")
-    serve.add_argument("--broker-id", type=int)
-    serve.add_argument("--num-partitions", type=int)
+    serve.add_argument("--config", metavar="FILE", help="TOML file, or a 0.7 server.properties")
+    serve.add_argument("--host", metavar="HOST", help=f"address to bind (default {DEFAULT_HOST})")
+    serve.add_argument("--port", type=int, metavar="PORT", help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--log-dir", metavar="DIR", help="data directory (default ./trikafka-data)")
+    serve.add_argument("--broker-id", type=int, metavar="ID", help="this broker's id (0.7's brokerid; default 0)")
+    serve.add_argument("--num-partitions", type=int, metavar="N",
+                       help="partitions of a topic created by its first produce (default 1)")
     serve.add_argument("--standalone", action="store_true",
                        help="no ZooKeeper (0.7's enable.zookeeper=false)")
     serve.add_argument("--zookeeper", metavar="CONNECT",
                        help="join this ZooKeeper ensemble, host:port[,host:port][/chroot] "
                             "(default: start a private ZooKeeper next to the log dir)")
-    serve.add_argument("--ready-file", help="write the bound port here once serving")
+    serve.add_argument("--zookeeper-port", type=int, metavar="PORT",
+                       help="port of the private ZooKeeper (default 2181; 0 picks a free one); a taken port is "
+                            "an error. Its connect string is written to <log-dir>-zookeeper/zookeeper-connect, "
+                            "where client commands run in the same directory find it")
+    serve.add_argument("--ready-file", metavar="FILE", help="write the bound port here once serving")
     serve.add_argument("--metrics-port", type=int, metavar="N",
                        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port "
                             "(0 picks a free one; default: off)")
@@ -49,10 +54,13 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value
     flags = {"port": args.port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
-             "num_partitions": args.num_partitions, "metrics_port": args.metrics_port}
+             "num_partitions": args.num_partitions, "metrics_port": args.metrics_port,
+             "private_zookeeper_port": args.zookeeper_port}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     if args.standalone and args.zookeeper:
         raise ConfigError("--standalone and --zookeeper exclude each other")
+    if args.zookeeper_port is not None and (args.standalone or args.zookeeper):
+        raise ConfigError("--zookeeper-port is the private ZooKeeper's: not with --standalone or --zookeeper")
     if args.standalone:
         overrides["enable_zookeeper"] = False
     if args.zookeeper:
@@ -76,6 +84,29 @@ def _write_ready_file(path: str, port: int) -> None:
     os.replace(tmp, path)  # readers never see a half-written file
 
 
+def _write_connect_file(config: BrokerConfig, connect_string: str) -> None:
+    """Where client commands find this broker's private ZooKeeper (``common.default_zookeeper``)."""
+    from trikafka.broker.zookeeper import private_zookeeper_dir
+    from trikafka.cli.common import ZOOKEEPER_CONNECT_FILE
+
+    path = os.path.join(private_zookeeper_dir(config), ZOOKEEPER_CONNECT_FILE)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{connect_string}\n")
+    os.replace(tmp, path)
+
+
+def _private_port_taken(config: BrokerConfig) -> str | None:
+    """Why the private ZooKeeper cannot have its port (None: it can, or there is none)."""
+    from trikafka.broker.zookeeper import _port_is_free
+
+    port = config.private_zookeeper_port
+    if not config.enable_zookeeper or config.zk_connect or not port or _port_is_free(port):
+        return None
+    return (f"port {port} for the private ZooKeeper is taken (another ZooKeeper?): give --zookeeper-port PORT "
+            f"(0: any free port), or --zookeeper 127.0.0.1:{port} to join the one listening there")
+
+
 async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
     from trikafka.broker.server import serve
 
@@ -86,6 +117,8 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
             where = (f"private ZooKeeper {zk.connect_string} (pid {zk.private_server.pid}, "
                      f"data {zk.private_server.data_dir})" if zk.private else f"ZooKeeper {zk.connect_string}")
             announce(logger, f"trikafka: broker {config.broker_id} registered in {where}")
+            if zk.private:
+                await trio.to_thread.run_sync(_write_connect_file, config, zk.connect_string)
         if broker.metrics_address is not None:
             host, port = broker.metrics_address
             announce(logger, f"trikafka: metrics on http://{host}:{port}/metrics", metrics_port=port)
@@ -102,6 +135,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     from trikafka.broker.zookeeper import ZooKeeperSetupError
     from trikafka.zk import CoordinatorError
+
+    taken = _private_port_taken(config)
+    if taken is not None:
+        print(f"trikafka: {taken}", file=sys.stderr)
+        return 1
 
     if config.enable_zookeeper and logging.getLogger("kazoo").level == logging.NOTSET:
         logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter at INFO

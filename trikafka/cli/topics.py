@@ -6,21 +6,41 @@ import argparse
 import os
 import sys
 
-from trikafka.cli.common import add_broker, run_client_value
+from trikafka.cli.common import add_broker, add_zookeeper, run_client_value
 
+HEADER = "topic\tpartition\tbroker\tstart\tvisible_end\tbytes"
 
 
 def add_parser(commands) -> None:
     """Register ``topics`` on the ``trikafka`` subparsers."""
-    topics = commands.add_parser("topics", help="list topics of a log dir, or offsets of named topics")
-    topics.add_argument("topic", nargs="*")
+    topics = commands.add_parser(
+        "topics", help="list a broker's topics, show named topics' offsets, or `topics create NAME`",
+        description="With no TOPIC: one line per topic (NAME, partitions, bytes).  With TOPICs: one line per "
+                    "partition (topic, partition, broker, start, visible_end, bytes).  `topics create NAME "
+                    "--partitions N` creates a topic.  The partition column is the partition number; the "
+                    "broker column is HOST:PORT (ID:HOST:PORT with --zookeeper).")
+    topics.add_argument("topic", nargs="*", metavar="TOPIC",
+                        help="topics to show (default: all); `create NAME` creates NAME")
     add_broker(topics)
-    topics.add_argument("--log-dir", help="read this broker data directory instead of asking a broker")
-    topics.add_argument("--zk", metavar="CONNECT",
-                        help="list the topics registered in this ZooKeeper and ask each broker their offsets")
-    topics.add_argument("--partitions", type=int,
-                        help="partitions to query per named topic (default: ask the broker how many)")
-    topics.set_defaults(func=cmd_topics)
+    topics.add_argument("--log-dir", metavar="DIR", help="read this broker data directory instead of asking a broker")
+    add_zookeeper(topics, "list the topics registered in this ZooKeeper and ask each broker their offsets",
+                  default=False)
+    topics.add_argument("--partitions", type=int, metavar="N",
+                        help="partitions to query per named topic (default: ask the broker how many); "
+                             "with create: the new topic's partition count")
+    topics.add_argument("--json", action="store_true",
+                        help='print {"topics": [{"topic": NAME, "partitions": [...]}]} instead of a table')
+    topics.set_defaults(func=cmd_topics, validate=_validate)
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.topic[:1] == ["create"]:
+        if len(args.topic) != 2:
+            parser.error("usage: trikafka topics create NAME --partitions N [--broker HOST:PORT]")
+        if args.partitions is None or args.partitions < 1:
+            parser.error("topics create needs --partitions N (N >= 1)")
+    elif args.partitions is not None and args.partitions < 1:
+        parser.error("--partitions must be >= 1")
 
 def _topics_from_log_dir(log_dir: str) -> list[tuple[str, int, int, int, int]]:
     """(topic, partition, segments, start offset, end offset) for each partition directory."""
@@ -61,7 +81,7 @@ async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow],
     counts = None if args.partitions is not None else await partition_counts(host, port, args.topic)
     if counts is not None and not args.topic and counts.metadata is None:
         print("trikafka: this broker is a plain 0.7 broker, which cannot list its topics; "
-              "name the topics, or give --zk CONNECT or --log-dir DIR", file=sys.stderr)
+              "name the topics, or give --zookeeper CONNECT or --log-dir DIR", file=sys.stderr)
         return rows, False
     names = list(args.topic) or list(counts.topics)
     async with await connect(host, port) as conn:
@@ -85,15 +105,16 @@ async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow],
 async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     """Every topic registered in ZooKeeper (spec §11.2-§11.3), each partition asked its offsets.
 
-    Partitions are named ``brokerId-partition`` as in 0.7's registry; a
-    broker that does not answer is reported on stderr and skipped.
+    Each row names its broker ``ID:HOST:PORT`` (0.7's registry numbers
+    partitions per broker); a broker that does not answer is reported on
+    stderr and skipped.
     """
     from trikafka.client import ClientError, connect, earliest_offset, latest_offset
     from trikafka.zk import KazooCoordinator, NoNodeError, parse_broker_registration, parse_partition_count
     from trikafka.zk import paths
 
     rows: list[TopicRow] = []
-    async with KazooCoordinator(args.zk, ensure_chroot=False) as zk:
+    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
         brokers: dict[int, tuple[str, int]] = {}
         for name in await zk.children(paths.broker_ids()):
             try:
@@ -126,7 +147,7 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
             async with await connect(host, port) as conn:
                 for topic, count in registered:
                     for partition in range(count):
-                        rows.append((topic, f"{broker_id}-{partition}", f"{host}:{port}",
+                        rows.append((topic, str(partition), f"{broker_id}:{host}:{port}",
                                      await earliest_offset(conn, topic, partition),
                                      await latest_offset(conn, topic, partition)))
         except (ClientError, OSError) as exc:
@@ -134,22 +155,79 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     return sorted(rows)
 
 
+async def _create_topic(args: argparse.Namespace) -> int:
+    """``topics create NAME --partitions N``: CREATE_TOPIC, the result printed."""
+    from trikafka.client import connect
+    from trikafka.wire import ErrorCode
+
+    host, port = args.broker
+    name = args.topic[1]
+    async with await connect(host, port) as conn:
+        result = await conn.create_topic(name, args.partitions)
+    if result.error == ErrorCode.NO_ERROR:
+        print(f"trikafka: topic {name!r} has {_partitions(result.partitions)} on {host}:{port}")
+        return 0
+    if result.error == ErrorCode.INVALID_TOPIC:
+        reason = "the broker rejects the topic name"
+    elif result.partitions >= 0:
+        reason = f"it exists with {_partitions(result.partitions)}"
+    else:
+        reason = f"the broker answered {result.error.name}"
+    print(f"trikafka: cannot create topic {name!r} with {_partitions(args.partitions)} on "
+          f"{host}:{port}: {reason}", file=sys.stderr)
+    return 1
+
+
+def _partitions(count: int) -> str:
+    from trikafka.cli.common import plural
+
+    return plural(count, "partition")
+
+
+def _print_rows(rows: list[TopicRow], *, summary: bool, as_json: bool) -> None:
+    if as_json:
+        import json
+
+        by_topic: dict[str, list[dict]] = {}
+        for topic, partition, broker, start, end in rows:
+            by_topic.setdefault(topic, []).append({"partition": int(partition), "broker": broker, "start": start,
+                                                   "visible_end": end, "bytes": end - start})
+        print(json.dumps({"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]}))
+        return
+    if summary:  # one line per topic, starting with its name: what scripts read
+        totals: dict[str, list[int]] = {}
+        for topic, _partition, _broker, start, end in rows:
+            total = totals.setdefault(topic, [0, 0])
+            total[0] += 1
+            total[1] += end - start
+        for topic, (count, size) in totals.items():
+            print(f"{topic}\t{_partitions(count)}\t{size} bytes")
+        return
+    print(HEADER)
+    for topic, partition, broker, start, end in rows:
+        print(f"{topic}\t{partition}\t{broker}\t{start}\t{end}\t{end - start}")
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     if args.log_dir:
+        if not os.path.isdir(args.log_dir):
+            print(f"trikafka: no data directory {args.log_dir!r}", file=sys.stderr)
+            return 1
         print("topic\tpartition\tsegments\tstart\tend\tbytes")
         for topic, partition, segments, start, end in _topics_from_log_dir(args.log_dir):
             print(f"{topic}\t{partition}\t{segments}\t{start}\t{end}\t{end - start}")
         return 0
+    if args.topic[:1] == ["create"]:
+        status = run_client_value(_create_topic, args)
+        return 1 if status is None else status
     all_found = True
-    if args.zk:
+    if args.zookeeper:
         rows = run_client_value(_topics_from_zookeeper, args)
     else:
         answer = run_client_value(_topics_from_broker, args)
         rows, all_found = answer if answer is not None else (None, False)
     if rows is None:
         return 1
-    if rows or all_found:
-        print("topic\tpartition\tbroker\tstart\tvisible_end\tbytes")
-    for topic, partition, broker, start, end in rows:
-        print(f"{topic}\t{partition}\t{broker}\t{start}\t{end}\t{end - start}")
+    if rows or all_found or args.json:
+        _print_rows(rows, summary=not args.topic and not args.zookeeper, as_json=args.json)
     return 0 if all_found else 1

@@ -3,6 +3,7 @@
 Used by the producer, the group consumer, the CLI and the Spark source.
 """
 
+from .addresses import ADDRESS_SYNTAX, format_broker_addresses, parse_broker_addresses
 from .connection import (
     ACKS_APPENDED,
     ACKS_FLUSHED,
@@ -53,6 +54,7 @@ from trikafka.wire import (
 )
 
 __all__ = [
+    "ADDRESS_SYNTAX", "format_broker_addresses", "parse_broker_addresses",
     "ACKS_APPENDED", "ACKS_FLUSHED", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MAX_RESPONSE_BYTES",
     "OFFSETS_EARLIEST", "OFFSETS_LATEST", "Connection", "FetchResult", "connect",
     "DEFAULT_FETCH_MAX_BYTES", "DEFAULT_MAX_FETCH_BYTES_LIMIT", "FramedPrefix", "PollBackoff",

@@ -152,6 +152,8 @@ class Rebalancing:
                 if key not in self.owned or key in lose}
         orphans = self._unrecorded - gain.keys()
         if not lose and not gain and not orphans:
+            if self.generation == 0:  # never owned anything: an idle member says so (more members than partitions)
+                log.info("consumer %s owns 0 partitions (generation 0)", self.consumer_id)
             return
         self._rebalancing.value = True
         try:

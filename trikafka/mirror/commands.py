@@ -1,5 +1,5 @@
-"""Entry points of ``trikafka mirror`` and ``trikafka audit``: argparse registration
-and functions taking the parsed ``Namespace`` (the CLI only wires them up)."""
+"""Entry points of ``trikafka mirror`` and ``trikafka audit``: functions taking the parsed
+``Namespace`` (their parsers are in ``trikafka.cli.mirror`` and ``trikafka.cli.audit``)."""
 
 from __future__ import annotations
 
@@ -9,39 +9,7 @@ import sys
 
 import trio
 
-from .mirror import DEFAULT_GROUP, MirrorConfig, MirrorStats, run_mirror
-
-
-def add_mirror_parser(commands) -> argparse.ArgumentParser:
-    """Register ``mirror`` on a subparsers object."""
-    mirror = commands.add_parser("mirror", help="copy topics of source clusters into a target cluster, "
-                                                "at least once; runs until SIGINT/SIGTERM")
-    mirror.add_argument("--source-zookeeper", action="append", required=True, metavar="CONNECT",
-                        help="a source cluster's ZooKeeper, host:port[/chroot] (repeatable)")
-    mirror.add_argument("--target-zookeeper", required=True, metavar="CONNECT",
-                        help="the target cluster's ZooKeeper")
-    mirror.add_argument("--whitelist", required=True, metavar="REGEX",
-                        help="topics to mirror (Java regex matching whole names)")
-    mirror.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group on the sources "
-                                                               f"(default {DEFAULT_GROUP})")
-    mirror.add_argument("--consumer-id", help="consumer id in that group (default: the host name)")
-    mirror.add_argument("--acks", type=int, choices=(1, -1), default=1,
-                        help="target acknowledgement: 1 appended, -1 flushed (default 1)")
-    mirror.add_argument("--commit-interval-ms", type=int, default=1000,
-                        help="how often acknowledged offsets are committed (default 1000)")
-    mirror.set_defaults(func=mirror_command)
-    return mirror
-
-
-def add_audit_parser(commands) -> argparse.ArgumentParser:
-    """Register ``audit`` on a subparsers object."""
-    audit = commands.add_parser("audit", help="compare producers' audit counts with what each cluster holds")
-    audit.add_argument("--zookeeper", action="append", required=True, metavar="CONNECT",
-                       help="a cluster to count (repeatable); the first one holds the audit events")
-    audit.add_argument("--json", action="store_true", help="print the per-window table as JSON")
-    audit.add_argument("--all", action="store_true", help="print every window, not only those with problems")
-    audit.set_defaults(func=audit_command)
-    return audit
+from .mirror import MirrorConfig, MirrorStats, run_mirror
 
 
 def mirror_config(args: argparse.Namespace) -> MirrorConfig:
@@ -65,7 +33,8 @@ async def mirror_main(config: MirrorConfig) -> int:
                       flush=True)
                 nursery.cancel_scope.cancel()
                 break
-    print(f"trikafka: mirrored {stats.total_messages} messages", file=sys.stderr, flush=True)
+    count = stats.total_messages
+    print(f"trikafka: mirrored {count} message{'' if count == 1 else 's'}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -108,4 +77,4 @@ def _run(fn, arg) -> int:
         return 1
 
 
-__all__ = ["add_audit_parser", "add_mirror_parser", "audit_command", "mirror_command"]
+__all__ = ["audit_command", "mirror_command"]

@@ -15,7 +15,6 @@ log answers 0, so such a partition simply reads as empty until data arrives.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Iterable, Mapping, Protocol
 
 from trikafka.client.topics import PartitionCounts
@@ -33,32 +32,21 @@ class ClusterConfigError(ValueError):
     """A broker list, ZooKeeper registry or topic selection that cannot be used."""
 
 
-_BROKER_ENTRY_RE = re.compile(r"\s*(\d+)\s*:\s*([^:,\s]+)\s*:\s*(\d+)\s*")
-
-
 def parse_broker_list(text: str) -> dict[int, BrokerAddress]:
-    """Parse ``id:host:port,id:host:port,...`` (0.7's ``broker.list`` format)."""
-    brokers: dict[int, BrokerAddress] = {}
-    for entry in text.split(","):
-        if not entry.strip():
-            continue
-        match = _BROKER_ENTRY_RE.fullmatch(entry)
-        if match is None:
-            raise ClusterConfigError(f"broker entry {entry.strip()!r} is not id:host:port")
-        broker_id, host, port = int(match.group(1)), match.group(2), int(match.group(3))
-        if not 0 < port < 65536:
-            raise ClusterConfigError(f"broker {broker_id}: port {port} out of range")
-        if broker_id in brokers:
-            raise ClusterConfigError(f"broker id {broker_id} listed twice")
-        brokers[broker_id] = BrokerAddress(broker_id, host, port)
-    if not brokers:
-        raise ClusterConfigError("the broker list is empty")
-    return brokers
+    """Parse ``[ID:]HOST:PORT[,...]``, the one address syntax (``trikafka.client.parse_broker_addresses``)."""
+    from trikafka.client.addresses import parse_broker_addresses
+
+    try:
+        return {a.broker_id: a for a in parse_broker_addresses(text)}
+    except ValueError as exc:
+        raise ClusterConfigError(str(exc)) from None
 
 
 def format_broker_list(brokers: Iterable[BrokerAddress]) -> str:
-    """Inverse of :func:`parse_broker_list`."""
-    return ",".join(f"{b.broker_id}:{b.host}:{b.port}" for b in sorted(brokers))
+    """Inverse of :func:`parse_broker_list`: ``ID:HOST:PORT,...`` in id order."""
+    from trikafka.client.addresses import format_broker_addresses
+
+    return format_broker_addresses(sorted(brokers))
 
 
 class Cluster(Protocol):

@@ -44,8 +44,10 @@ from .cluster import ClusterConfigError, StaticCluster, ZooKeeperCluster, format
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--brokers", help="static broker list id:host:port,...")
-    where.add_argument("--zookeeper", help="ZooKeeper connect string of the registry")
+    where.add_argument("--brokers", "--broker", metavar="[ID:]HOST:PORT[,...]",
+                       help="static broker list (an entry without ID gets its position: 0, 1, ...)")
+    where.add_argument("--zookeeper", metavar="HOST:PORT[,...][/CHROOT]",
+                       help="ZooKeeper connect string of the registry")
     parser.add_argument("--topic", required=True, help="topic name")
     parser.add_argument("--partitions-per-broker", type=int, default=None,
                         help="with --brokers: partitions of the topic on each broker "
@@ -53,7 +55,7 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trikafka.spark.pipeline", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="trikafka pipeline", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     gen = commands.add_parser("generate", help="produce page-view events")
