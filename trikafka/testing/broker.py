@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import trio
 import trio.testing
@@ -30,6 +30,7 @@ import trio.testing
 from trikafka.broker import BrokerConfig
 from trikafka.broker.server import Broker, inline_blocking, serve
 from trikafka.client import Connection, connect
+from trikafka.wire import RequestType
 
 from .fake_coordinator import FakeCoordinator
 from .fake_zookeeper import FakeZooKeeper
@@ -133,19 +134,24 @@ class InProcessBroker:
 @asynccontextmanager
 async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[], int] | None = None,
                       config: BrokerConfig | None = None, network: InMemoryNetwork | None = None,
-                      coordinator: Any = None, **settings: Any) -> AsyncIterator[InProcessBroker]:
+                      coordinator: Any = None, refuse_requests: Iterable[RequestType] = (),
+                      **settings: Any) -> AsyncIterator[InProcessBroker]:
     """Run the real broker in-process until the block ends (then a graceful shutdown).
 
     ``fs`` defaults to a fresh ``FakeFileSystem(seed=0)``; ``clock_ms`` (the
     wall clock retention and OFFSETS see) to the Trio clock in ms; ``settings``
     are ``BrokerConfig`` fields (``num_partitions=2``, ...) over
-    ``in_process_config()``, or give a whole ``config``.
+    ``in_process_config()``, or give a whole ``config``.  ``refuse_requests``
+    lists request types the broker closes the connection on, as a plain 0.7
+    broker does for every extension (to test a client's fallback).
     """
     fs = fs if fs is not None else FakeFileSystem(seed=0)
     config = config if config is not None else in_process_config(**settings)
     clock_ms = clock_ms if clock_ms is not None else (lambda: int(trio.current_time() * 1000))
     network = network if network is not None else InMemoryNetwork()
-    extra = {} if coordinator is None else {"coordinator": coordinator}
+    extra: dict[str, Any] = {"refuse_requests": tuple(refuse_requests)}
+    if coordinator is not None:
+        extra["coordinator"] = coordinator
     async with trio.open_nursery() as nursery:
         broker = await start_in_memory(nursery, config, fs, clock_ms=clock_ms, **extra)
         network.add(broker)
