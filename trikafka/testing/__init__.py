@@ -17,6 +17,7 @@ production code takes a ``FileSystem`` or a ``Coordinator``.
 """
 
 from .broker import (
+    EXTENSION_REQUESTS,
     InMemoryNetwork,
     InProcessBroker,
     InProcessCluster,
@@ -30,6 +31,6 @@ from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
 
 __all__ = [
-    "FakeCoordinator", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
+    "EXTENSION_REQUESTS", "FakeCoordinator", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
     "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory",
 ]

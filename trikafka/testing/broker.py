@@ -30,13 +30,15 @@ import trio.testing
 from trikafka.broker import BrokerConfig
 from trikafka.broker.server import Broker, inline_blocking, serve
 from trikafka.client import Connection, connect
-from trikafka.wire import RequestType
+from trikafka.wire import NEED_DATA, RemoteProtocolError, Request, RequestReader, RequestType
 
 from .fake_coordinator import FakeCoordinator
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem
 
 IN_PROCESS_HOST = "127.0.0.1"
+# What a plain 0.7 broker closes the connection on: every request type trikafka added.
+EXTENSION_REQUESTS: tuple[RequestType, ...] = tuple(t for t in RequestType if t.is_extension)
 
 
 async def start_in_memory(nursery: trio.Nursery, config: BrokerConfig, fs: Any, **serve_kwargs: Any) -> Broker:
@@ -65,6 +67,7 @@ class InMemoryNetwork:
         self.down: set[tuple[str, int]] = set()
         self.connects: dict[tuple[str, int], int] = defaultdict(int)  # streams handed out, by address
         self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
+        self.requests: dict[tuple[str, int], list[Request]] = defaultdict(list)  # as clients sent them
 
     def add(self, broker: Broker) -> None:
         self.brokers[(broker.host, broker.port)] = broker
@@ -80,7 +83,12 @@ class InMemoryNetwork:
         client, server = trio.testing.memory_stream_pair()
         self._server_streams[address].append(server)
         await broker.connect_stream(server)
-        return client
+        return _RecordingStream(client, self.requests[address])
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments that make ``trikafka.client.connect`` use this network
+        (a ``SimpleConsumer``'s ``connect_kwargs=``)."""
+        return {"open_stream": self.open_stream}
 
     async def connector(self, host: str, port: int, **kwargs: Any) -> Connection:
         """``trikafka.client.connect`` over this network (a ``Producer``'s ``connector=``)."""
@@ -96,6 +104,37 @@ class InMemoryNetwork:
     def revive(self, host: str, port: int) -> None:
         """Accept connections to ``(host, port)`` again."""
         self.down.discard((host, port))
+
+
+class _RecordingStream(trio.abc.Stream):
+    """A client's end of a stream that decodes what the client sends, into ``requests``."""
+
+    def __init__(self, inner: trio.abc.Stream, requests: list[Request]) -> None:
+        self._inner = inner
+        self._requests = requests
+        self._reader: RequestReader | None = RequestReader((1 << 31) - 1)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._reader is not None:
+            try:
+                self._reader.receive_data(bytes(data))
+                while (event := self._reader.next_event()) is not NEED_DATA:
+                    self._requests.append(event)
+            except RemoteProtocolError:
+                self._reader = None  # a client sending garbage on purpose: the broker will judge it
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._inner.receive_some(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()  # type: ignore[attr-defined]
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class InProcessBroker:
@@ -122,6 +161,14 @@ class InProcessBroker:
     def connector(self) -> Callable[..., Any]:
         return self.network.connector
 
+    @property
+    def requests(self) -> list[Request]:
+        """Every request clients sent this broker over the in-memory network, decoded, in order."""
+        return self.network.requests[self.address]
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        return self.network.connect_kwargs()
+
     async def open_stream(self, host: str | None = None, port: int | None = None) -> trio.abc.Stream:
         """An in-memory stream to this broker (``host``/``port`` accepted for ``connect``'s seam)."""
         return await self.network.open_stream(self.host, self.port)
@@ -143,7 +190,8 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
     are ``BrokerConfig`` fields (``num_partitions=2``, ...) over
     ``in_process_config()``, or give a whole ``config``.  ``refuse_requests``
     lists request types the broker closes the connection on, as a plain 0.7
-    broker does for every extension (to test a client's fallback).
+    broker does for every extension (``EXTENSION_REQUESTS``: to test a
+    client's fallback).
     """
     fs = fs if fs is not None else FakeFileSystem(seed=0)
     config = config if config is not None else in_process_config(**settings)
