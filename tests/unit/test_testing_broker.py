@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-import trio
 
 from trikafka.client import BrokerConnectionError, connect
 from trikafka.producer import Producer

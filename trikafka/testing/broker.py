@@ -52,9 +52,11 @@ async def start_in_memory(nursery: trio.Nursery, config: BrokerConfig, fs: Any, 
 
 
 def in_process_config(broker_id: int = 0, **settings: Any) -> BrokerConfig:
-    """A broker config for in-process use: loopback, a free port, data under /data, one processor."""
+    """A broker config for in-process use: loopback, a free port, data under /data, one processor,
+    and every append flushed at once (``log_flush_interval=1``), so what a test produces is
+    visible to its consumers without waiting out 0.7's flush interval (override it to test that)."""
     base: dict[str, Any] = dict(broker_id=broker_id, host=IN_PROCESS_HOST, port=0, log_dir="/data",
-                                num_threads=1, graceful_shutdown_timeout_s=5.0)
+                                num_threads=1, graceful_shutdown_timeout_s=5.0, log_flush_interval=1)
     base.update(settings)
     return BrokerConfig(**base)
 
