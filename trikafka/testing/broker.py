@@ -71,8 +71,11 @@ class InMemoryNetwork:
         self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
         self.requests: dict[tuple[str, int], list[Request]] = defaultdict(list)  # as clients sent them
 
-    def add(self, broker: Broker) -> None:
-        self.brokers[(broker.host, broker.port)] = broker
+    def add(self, broker: Broker, address: tuple[str, int] | None = None) -> tuple[str, int]:
+        """Reach ``broker`` at ``address`` (default: where it listens); returns the address."""
+        address = address if address is not None else (broker.host, broker.port)
+        self.brokers[address] = broker
+        return address
 
     async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
         """A stream to the broker at ``(host, port)``; OSError (refused) if none is there or it is down."""
@@ -142,22 +145,29 @@ class _RecordingStream(trio.abc.Stream):
 class InProcessBroker:
     """One running broker (``.broker``, the real ``Broker``) and how to reach it."""
 
-    def __init__(self, broker: Broker, fs: FakeFileSystem, network: InMemoryNetwork) -> None:
+    def __init__(self, broker: Broker, fs: FakeFileSystem, network: InMemoryNetwork,
+                 address: tuple[str, int]) -> None:
         self.broker = broker
         self.fs = fs
         self.network = network
+        self.address = address  # on the in-memory network (the broker also listens on loopback)
 
     @property
     def host(self) -> str:
-        return self.broker.host
+        return self.address[0]
 
     @property
     def port(self) -> int:
-        return self.broker.port
+        return self.address[1]
 
-    @property
-    def address(self) -> tuple[str, int]:
-        return (self.broker.host, self.broker.port)
+    def stored(self, topic: str, partition: int) -> bytes:
+        """Every byte of the log of ``topic``-``partition`` on the fake disk, segments in order
+        (flushed or not); b"" if the broker never created it."""
+        directory = f"{self.broker.config.log_dir}/{topic}-{partition}"
+        if not self.fs.exists(directory):
+            return b""
+        names = sorted(n for n in self.fs.listdir(directory) if n.endswith(".kafka"))
+        return b"".join(self.fs.read_file(f"{directory}/{name}") for name in names)
 
     @property
     def connector(self) -> Callable[..., Any]:
@@ -184,7 +194,7 @@ class InProcessBroker:
 async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[], int] | None = None,
                       config: BrokerConfig | None = None, network: InMemoryNetwork | None = None,
                       coordinator: Any = None, refuse_requests: Iterable[RequestType] = (),
-                      **settings: Any) -> AsyncIterator[InProcessBroker]:
+                      address: tuple[str, int] | None = None, **settings: Any) -> AsyncIterator[InProcessBroker]:
     """Run the real broker in-process until the block ends (then a graceful shutdown).
 
     ``fs`` defaults to a fresh ``FakeFileSystem(seed=0)``; ``clock_ms`` (the
@@ -193,7 +203,8 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
     ``in_process_config()``, or give a whole ``config``.  ``refuse_requests``
     lists request types the broker closes the connection on, as a plain 0.7
     broker does for every extension (``EXTENSION_REQUESTS``: to test a
-    client's fallback).
+    client's fallback).  ``address`` names the broker on the in-memory
+    ``network`` (say ``("b0", 9092)``); by default it is where it listens.
     """
     fs = fs if fs is not None else FakeFileSystem(seed=0)
     config = config if config is not None else in_process_config(**settings)
@@ -204,9 +215,9 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
         extra["coordinator"] = coordinator
     async with trio.open_nursery() as nursery:
         broker = await start_in_memory(nursery, config, fs, clock_ms=clock_ms, **extra)
-        network.add(broker)
+        reachable_at = network.add(broker, address)
         try:
-            yield InProcessBroker(broker, fs, network)
+            yield InProcessBroker(broker, fs, network, reachable_at)
         finally:
             broker.shutdown()
 
@@ -214,10 +225,25 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
 class InProcessCluster:
     """``n`` in-process brokers registered in one ``FakeZooKeeper`` (``.zookeeper``)."""
 
-    def __init__(self, zookeeper: FakeZooKeeper, network: InMemoryNetwork) -> None:
+    def __init__(self, zookeeper: FakeZooKeeper, network: InMemoryNetwork, nursery: trio.Nursery,
+                 seed: int, clock_ms: Callable[[], int] | None, settings: dict[str, Any]) -> None:
         self.zookeeper = zookeeper
         self.network = network
         self.brokers: list[InProcessBroker] = []
+        self._nursery = nursery
+        self._seed = seed
+        self._clock_ms = clock_ms
+        self._settings = settings
+
+    async def add(self, *, address: tuple[str, int] | None = None, **settings: Any) -> InProcessBroker:
+        """Start one more broker (the next broker id), with ``settings`` over the cluster's."""
+        broker_id = len(self.brokers)
+        merged = {**self._settings, **settings}
+        member = await self._nursery.start(functools.partial(
+            _run_member, self, broker_id, FakeFileSystem(seed=self._seed + broker_id), self._clock_ms,
+            merged, address))
+        self.brokers.append(member)
+        return member
 
     @property
     def connector(self) -> Callable[..., Any]:
@@ -244,16 +270,16 @@ async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: 
                        **settings: Any) -> AsyncIterator[InProcessCluster]:
     """Run brokers 0..n-1 in-process, each on its own ``FakeFileSystem`` and registered in ZooKeeper.
 
-    ``settings`` are ``BrokerConfig`` fields shared by every broker.
+    ``settings`` are ``BrokerConfig`` fields shared by every broker;
+    ``cluster.add(...)`` starts more.
     """
-    cluster = InProcessCluster(zookeeper if zookeeper is not None else FakeZooKeeper(), InMemoryNetwork())
     settings.setdefault("enable_zookeeper", True)
     async with trio.open_nursery() as nursery:
+        cluster = InProcessCluster(zookeeper if zookeeper is not None else FakeZooKeeper(), InMemoryNetwork(),
+                                   nursery, seed, clock_ms, settings)
         try:
-            for broker_id in range(n):
-                started = await nursery.start(functools.partial(
-                    _run_member, cluster, broker_id, FakeFileSystem(seed=seed + broker_id), clock_ms, settings))
-                cluster.brokers.append(started)
+            for _ in range(n):
+                await cluster.add()
             yield cluster
         finally:
             for member in cluster.brokers:
@@ -262,10 +288,10 @@ async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: 
 
 async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSystem,
                       clock_ms: Callable[[], int] | None, settings: dict[str, Any],
-                      *, task_status: trio.TaskStatus[InProcessBroker] = trio.TASK_STATUS_IGNORED) -> None:
+                      address: tuple[str, int] | None, *, task_status: trio.TaskStatus[InProcessBroker] = trio.TASK_STATUS_IGNORED) -> None:
     async with cluster.coordinator() as zk:
         async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
-                               broker_id=broker_id, **settings) as member:
+                               address=address, broker_id=broker_id, **settings) as member:
             task_status.started(member)
             await _wait_for_shutdown(member.broker)
 
