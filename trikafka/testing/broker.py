@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 import trio
 import trio.testing
@@ -70,6 +70,8 @@ class InMemoryNetwork:
         self.connects: dict[tuple[str, int], int] = defaultdict(int)  # streams handed out, by address
         self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
         self.requests: dict[tuple[str, int], list[Request]] = defaultdict(list)  # as clients sent them
+        # address -> await hook(request) before the request goes on (to stall or slow a broker)
+        self.before_request: dict[tuple[str, int], Callable[[Request], Awaitable[None]]] = {}
 
     def add(self, broker: Broker, address: tuple[str, int] | None = None) -> tuple[str, int]:
         """Reach ``broker`` at ``address`` (default: where it listens); returns the address."""
@@ -88,7 +90,7 @@ class InMemoryNetwork:
         client, server = trio.testing.memory_stream_pair()
         self._server_streams[address].append(server)
         await broker.connect_stream(server)
-        return _RecordingStream(client, self.requests[address])
+        return _RecordingStream(client, self.requests[address], lambda: self.before_request.get(address))
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments that make ``trikafka.client.connect`` use this network
@@ -114,19 +116,27 @@ class InMemoryNetwork:
 class _RecordingStream(trio.abc.Stream):
     """A client's end of a stream that decodes what the client sends, into ``requests``."""
 
-    def __init__(self, inner: trio.abc.Stream, requests: list[Request]) -> None:
+    def __init__(self, inner: trio.abc.Stream, requests: list[Request],
+                 hook: Callable[[], Callable[[Request], Awaitable[None]] | None]) -> None:
         self._inner = inner
         self._requests = requests
+        self._hook = hook
         self._reader: RequestReader | None = RequestReader((1 << 31) - 1)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        events: list[Request] = []
         if self._reader is not None:
             try:
                 self._reader.receive_data(bytes(data))
                 while (event := self._reader.next_event()) is not NEED_DATA:
-                    self._requests.append(event)
+                    events.append(event)
             except RemoteProtocolError:
                 self._reader = None  # a client sending garbage on purpose: the broker will judge it
+        for event in events:
+            self._requests.append(event)
+            hook = self._hook()
+            if hook is not None:
+                await hook(event)
         await self._inner.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
