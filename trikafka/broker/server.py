@@ -105,6 +105,10 @@ class Broker:
     def shutting_down(self) -> bool:
         return self._shutdown_requested.is_set()
 
+    async def wait_shutdown_requested(self) -> None:
+        """Return once ``shutdown()`` was called (or a signal asked for it)."""
+        await self._shutdown_requested.wait()
+
     @property
     def ready(self) -> bool:
         """What ``/readyz`` answers: serving and not shutting down."""

@@ -303,8 +303,4 @@ async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSys
         async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
                                address=address, broker_id=broker_id, **settings) as member:
             task_status.started(member)
-            await _wait_for_shutdown(member.broker)
-
-
-async def _wait_for_shutdown(broker: Broker) -> None:
-    await broker._shutdown_requested.wait()
+            await member.broker.wait_shutdown_requested()
