@@ -7,6 +7,7 @@ import random
 import pytest
 
 from trikafka.client import BrokerConnectionError, connect
+from trikafka.group import GroupConsumer
 from trikafka.producer import Producer
 from trikafka.testing import open_broker, open_cluster
 from trikafka.wire import build_message_set, iter_messages
@@ -76,3 +77,17 @@ async def test_the_trikafka_cluster_fixture_runs_the_size_asked_for(trikafka_clu
     assert len(trikafka_cluster.brokers) == 2
     async with trikafka_cluster.coordinator() as zk:
         assert sorted(await zk.children("/brokers/ids")) == ["0", "1"]
+
+
+async def test_a_group_consumer_reads_from_the_cluster_over_in_memory_streams(autojump_clock):
+    async with open_cluster(2, num_partitions=2) as cluster, cluster.coordinator() as zk:
+        async with Producer(coordinator=zk, acks=1, connector=cluster.connector) as producer:
+            await producer.send_batch("orders", [b"order %d" % n for n in range(20)])
+        seen = set()
+        async with GroupConsumer(zk, "billing", {"orders": 1}, open_stream=cluster.open_stream) as consumer:
+            async for m in consumer:
+                seen.add(m.payload)
+                if len(seen) == 20:
+                    break
+        assert sum(cluster.network.connects.values()) >= 2 + 2  # the producer's and the fetchers'
+    assert seen == {b"order %d" % n for n in range(20)}
