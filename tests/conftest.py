@@ -30,5 +30,6 @@ STATE_MACHINE_MIN_EXAMPLES = {"ci": 1000, "explore": 20_000}.get(
     os.environ.get("HYPOTHESIS_PROFILE", "ci"), 1000
 )
 
-# The real ZooKeeper server fixture (session-scoped, loopback, stopped by PID).
-pytest_plugins = ["tests.fixtures.zookeeper_server"]
+# The real ZooKeeper server fixture (session-scoped, loopback, stopped by PID), and the
+# in-process broker fixtures trikafka offers its users (trikafka_broker, trikafka_cluster).
+pytest_plugins = ["tests.fixtures.zookeeper_server", "trikafka.testing.pytest_plugin"]

@@ -97,19 +97,6 @@ class RawClient:
         await trio.aclose_forcefully(self.stream)
 
 
-async def start_in_memory(nursery: trio.Nursery, config: BrokerConfig, fs: Any, **serve_kwargs: Any) -> Any:
-    """A broker on ``fs`` (a FakeFileSystem) whose blocking calls run inline.
-
-    With in-memory client streams (``memory_client``) nothing leaves the Trio
-    loop, so a MockClock(autojump) test sees exactly the times the broker chose.
-    """
-    from trikafka.broker.server import inline_blocking, serve
-
-    serve_kwargs.setdefault("run_blocking", inline_blocking)
-    serve_kwargs.setdefault("clock_ms", lambda: 0)
-    return await nursery.start(lambda **kw: serve(config, fs=fs, **serve_kwargs, **kw))
-
-
 async def memory_client(broker: Any) -> RawClient:
     """A client connected to ``broker`` through an in-memory stream pair."""
     import trio.testing

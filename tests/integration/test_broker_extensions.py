@@ -16,7 +16,7 @@ import trio.testing
 
 from trikafka.broker import serve
 from trikafka.broker.server import inline_blocking
-from trikafka.testing import FakeFileSystem
+from trikafka.testing import FakeFileSystem, start_in_memory
 from trikafka.log.tickets import FlushTicket
 from trikafka.wire import (
     ErrorCode,
@@ -29,7 +29,7 @@ from trikafka.wire import (
     decode_produce_acked_payload,
 )
 
-from .broker_testing import RawClient, make_config, messages
+from .broker_testing import RawClient, make_config, memory_client, messages
 
 NEVER_MS = 3_600_000  # a flush timer that does not fire during a test
 
@@ -44,14 +44,7 @@ async def start(nursery, tmp_path, fs, **changes):
                     num_partitions=2, max_message_size=100)
     settings.update(changes)
     config = make_config(tmp_path, **settings).replace(log_dir="/data")
-    return await nursery.start(lambda **kw: serve(config, fs=fs, run_blocking=inline_blocking,
-                                                  clock_ms=lambda: 0, **kw))
-
-
-async def memory_client(broker) -> RawClient:
-    client_stream, server_stream = trio.testing.memory_stream_pair()
-    await broker.connect_stream(server_stream)
-    return RawClient(client_stream)
+    return await start_in_memory(nursery, config, fs)
 
 
 def bad_crc(data: bytes) -> bytes:
@@ -117,8 +110,7 @@ async def test_acks_minus_1_times_out_when_the_flush_does_not_finish(nursery, tm
         return await inline_blocking(fn)
 
     config = make_config(tmp_path, log_flush_interval=10_000, log_default_flush_scheduler_interval_ms=NEVER_MS)
-    broker = await nursery.start(lambda **kw: serve(config.replace(log_dir="/data"), fs=fake_fs,
-                                                    run_blocking=stuck_fsync, clock_ms=lambda: 0, **kw))
+    broker = await start_in_memory(nursery, config.replace(log_dir="/data"), fake_fs, run_blocking=stuck_fsync)
     try:
         client = await memory_client(broker)
         started = trio.current_time()

@@ -177,11 +177,10 @@ async def test_a_raw_snappy_wrapper_is_accepted_and_served_byte_for_byte(nursery
     assert [m.payload for m in iter_messages(fetched.data)] == [b"from a third-party producer", b"second"]
 
 
-async def test_the_fake_broker_closes_on_metadata_and_the_probe_answers(nursery):
-    from trikafka.client.fake_broker import FakeBroker, serve_fake_broker
+async def test_a_broker_closing_on_metadata_is_probed_instead(nursery):
+    from trikafka.testing import open_broker
 
-    fake = FakeBroker(partitions=3)
-    async with serve_fake_broker(fake) as (host, port):
-        counts = await partition_counts(host, port, ["t"])
-    assert counts.metadata is None and counts.topics["t"].count == 3
-    assert fake.connections_closed_by_broker == 1  # the METADATA attempt
+    # A plain 0.7 broker closes the connection on METADATA; the probe then asks OFFSETS.
+    async with open_broker(num_partitions=3, refuse_requests=[RequestType.METADATA]) as broker:
+        counts = await partition_counts(broker.host, broker.port, ["t"])
+    assert counts.metadata is None and counts.topics["t"].count == 3  # None: METADATA was refused

@@ -1,4 +1,4 @@
-"""SimpleConsumer against the in-test FakeBroker on 127.0.0.1: spec §5 offsets, §8
+"""SimpleConsumer against the real broker in-process (trikafka.testing): spec §5 offsets, §8
 partial tails and oversized first entries, long poll and 0.7 fallback (virtual time)."""
 
 import pytest
@@ -10,12 +10,11 @@ from trikafka.client import (
     OffsetOutOfRange,
     PollBackoff,
     SimpleConsumer,
-    connect,
     earliest_offset,
     framed_prefix,
     latest_offset,
 )
-from trikafka.client.fake_broker import FakeBroker, serve_fake_broker
+from trikafka.testing import EXTENSION_REQUESTS, open_broker
 from trikafka.wire import (
     Codec,
     FetchRequest,
@@ -24,6 +23,9 @@ from trikafka.wire import (
     build_message_set,
     encode_entry,
 )
+
+
+SEGMENT_0 = "/data/t-0/00000000000000000000.kafka"
 
 
 async def take(aiter, n):
@@ -48,9 +50,8 @@ async def test_consumes_mixed_sets_with_spec_offsets():
     plain0 = build_message_set([b"m0"], magic=0)
     wrapped = build_message_set([b"a", b"b"], codec=Codec.SNAPPY)
     plain1 = build_message_set([b"m1", b""])
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             for data in (plain0, wrapped, plain1):
                 await conn.produce("t", 0, data)
             consumer = SimpleConsumer(conn, "t", 0)
@@ -71,9 +72,8 @@ async def test_consumes_mixed_sets_with_spec_offsets():
 
 async def test_truncated_tails_advance_by_valid_bytes_only():
     payloads = [bytes([i]) * (50 + 13 * i) for i in range(20)]
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             await conn.produce("t", 0, build_message_set(payloads))
             async with SimpleConsumer(conn, "t", 0, fetch_max_bytes=400) as consumer:
                 got = await take(consumer.messages(0), len(payloads))
@@ -86,9 +86,8 @@ async def test_truncated_tails_advance_by_valid_bytes_only():
 
 async def test_fetch_size_doubles_for_a_big_first_entry():
     big = b"B" * 5000
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             await conn.produce("t", 0, build_message_set([b"small", big, b"after"]))
             consumer = SimpleConsumer(conn, "t", 0, fetch_max_bytes=1000, max_fetch_bytes_limit=8000)
             got = await take(consumer.messages(0), 3)
@@ -99,9 +98,8 @@ async def test_fetch_size_doubles_for_a_big_first_entry():
 
 
 async def test_message_too_large_for_the_fetch_limit():
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             await conn.produce("t", 0, build_message_set([b"X" * 10_000]))
             consumer = SimpleConsumer(conn, "t", 0, fetch_max_bytes=1024, max_fetch_bytes_limit=4096)
             with pytest.raises(MessageTooLargeForFetch, match="needs 10010 bytes") as info:
@@ -112,18 +110,16 @@ async def test_message_too_large_for_the_fetch_limit():
 
 
 async def test_fetch_size_below_four_bytes_grows_too():
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             await conn.produce("t", 0, build_message_set([b"hi"]))
             consumer = SimpleConsumer(conn, "t", 0, fetch_max_bytes=1, max_fetch_bytes_limit=64)
             assert [m.payload for m in await take(consumer.messages(0), 1)] == [b"hi"]
 
 
 async def test_offset_out_of_range_is_a_clear_error():
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             await conn.produce("t", 0, build_message_set([b"x"]))
             consumer = SimpleConsumer(conn, "t", 0)
             with pytest.raises(OffsetOutOfRange) as info:
@@ -133,14 +129,11 @@ async def test_offset_out_of_range_is_a_clear_error():
 
 
 async def test_corrupt_data_raises_invalid_message():
-    broker = FakeBroker()
-    good = build_message_set([b"good"])
-    bad = bytearray(encode_entry(b"bad"))
-    bad[-1] ^= 0xFF
-    broker.logs[("t", 0)] = bytearray(good + bytes(bad))  # corrupted behind the broker's back
-    broker.flush()
-    async with serve_fake_broker(broker) as (host, port):
-        async with SimpleConsumer((host, port), "t", 0) as consumer:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
+            await conn.produce_acked([("t", 0, build_message_set([b"good", b"bad"]))])
+        broker.fs.flip_byte(SEGMENT_0, broker.fs.durable_size(SEGMENT_0) - 1)  # bit rot behind the broker's back
+        async with SimpleConsumer(broker.address, "t", 0, connect_kwargs=broker.connect_kwargs()) as consumer:
             got = []
             with pytest.raises(InvalidMessageError, match="CRC mismatch"):
                 async for m in consumer.messages(0):
@@ -149,11 +142,12 @@ async def test_corrupt_data_raises_invalid_message():
 
 
 async def test_negative_length_is_corruption_not_a_size_problem():
-    broker = FakeBroker()
-    broker.logs[("t", 0)] = bytearray(build_message_set([b"ok"]) + b"\xff\xff\xff\xfe" + b"\x00" * 20)
-    broker.flush()
-    async with serve_fake_broker(broker) as (host, port):
-        async with SimpleConsumer((host, port), "t", 0) as consumer:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
+            await conn.produce_acked([("t", 0, build_message_set([b"ok", b"x" * 20]))])
+        for position in range(12, 16):  # the second entry's length, 12 bytes in: now negative
+            broker.fs.flip_byte(SEGMENT_0, position)
+        async with SimpleConsumer(broker.address, "t", 0, connect_kwargs=broker.connect_kwargs()) as consumer:
             got = []
             with pytest.raises(InvalidMessageError, match="negative entry length at offset 12"):
                 async for m in consumer.messages(0):
@@ -162,12 +156,11 @@ async def test_negative_length_is_corruption_not_a_size_problem():
 
 
 async def test_long_poll_delivers_new_data_without_polling(autojump_clock):
-    broker = FakeBroker()
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as producer:
+    async with open_broker() as broker:
+        async with await broker.connect() as producer:
             await producer.produce("t", 0, build_message_set([b"first"]))
             sleep = RecordingSleep()
-            async with SimpleConsumer((host, port), "t", 0, max_wait_ms=10_000, sleep=sleep) as consumer:
+            async with SimpleConsumer(broker.address, "t", 0, connect_kwargs=broker.connect_kwargs(), max_wait_ms=10_000, sleep=sleep) as consumer:
                 received = []
 
                 async def consume():
@@ -190,13 +183,13 @@ async def test_long_poll_delivers_new_data_without_polling(autojump_clock):
 
 
 async def test_plain_0_7_broker_falls_back_to_polling_with_backoff(autojump_clock):
-    broker = FakeBroker(extensions=False)
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as shared:
+    async with open_broker(refuse_requests=EXTENSION_REQUESTS) as broker:
+        async with await broker.connect() as shared:
             await shared.produce("t", 0, build_message_set([b"first"]))
             sleep = RecordingSleep()
             backoff = PollBackoff(initial_s=0.5, max_s=4.0)
-            consumer = SimpleConsumer(shared, "t", 0, backoff=backoff, sleep=sleep)
+            consumer = SimpleConsumer(shared, "t", 0, backoff=backoff, sleep=sleep,
+                                      connect_kwargs=broker.connect_kwargs())
             async with consumer:
                 received = []
 
@@ -209,12 +202,12 @@ async def test_plain_0_7_broker_falls_back_to_polling_with_backoff(autojump_cloc
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(consume)
                     await trio.sleep(20)
-                    async with await connect(host, port) as producer:
+                    async with await broker.connect() as producer:
                         await producer.produce("t", 0, build_message_set([b"second"]))
             assert shared.closed  # the probe cost the shared connection; the consumer reopened its own
     assert received == [b"first", b"second"]
     assert consumer.use_fetch_wait is False
-    assert broker.connections_closed_by_broker == 1
+    assert broker.network.connects[broker.address] == 3  # shared (closed by the probe), the consumer's own, producer
     assert sleep.delays[:5] == [0.5, 1.0, 2.0, 4.0, 4.0]
     assert sum(sleep.delays[:-1]) < 20 <= sum(sleep.delays)
 
@@ -222,21 +215,19 @@ async def test_plain_0_7_broker_falls_back_to_polling_with_backoff(autojump_cloc
 async def test_forced_fetch_wait_does_not_degrade_silently():
     from trikafka.client import ExtensionNotSupported
 
-    broker = FakeBroker(extensions=False)
-    async with serve_fake_broker(broker) as (host, port):
-        async with SimpleConsumer((host, port), "t", 0, use_fetch_wait=True) as consumer:
+    async with open_broker(refuse_requests=EXTENSION_REQUESTS) as broker:
+        async with SimpleConsumer(broker.address, "t", 0, connect_kwargs=broker.connect_kwargs(), use_fetch_wait=True) as consumer:
             with pytest.raises(ExtensionNotSupported):
                 await take(consumer.messages(0), 1)  # empty log: the consumer long-polls
 
 
 async def test_earliest_and_latest():
-    broker = FakeBroker()
     data = build_message_set([b"one", b"two"])
-    async with serve_fake_broker(broker) as (host, port):
-        async with await connect(host, port) as conn:
+    async with open_broker() as broker:
+        async with await broker.connect() as conn:
             assert (await earliest_offset(conn, "t", 0), await latest_offset(conn, "t", 0)) == (0, 0)
             await conn.produce("t", 0, data)
-            async with SimpleConsumer((host, port), "t", 0) as consumer:
+            async with SimpleConsumer(broker.address, "t", 0, connect_kwargs=broker.connect_kwargs()) as consumer:
                 assert await consumer.earliest() == 0
                 assert await consumer.latest() == len(data)
                 # start at the end: nothing until new data arrives

@@ -11,9 +11,9 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.broker_testing import make_config, memory_client, messages, start_in_memory
+from tests.integration.broker_testing import make_config, memory_client, messages
 from trikafka.log.errors import LogFailedError
-from trikafka.testing import FakeFileSystem
+from trikafka.testing import FakeFileSystem, start_in_memory
 from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER
 from trikafka.log.tickets import FlushTicket, RollTicket
 from trikafka.wire import (

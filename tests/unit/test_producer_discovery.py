@@ -7,12 +7,10 @@ import random
 import pytest
 import trio
 
-from trikafka.client.fake_broker import FakeBroker
 from trikafka.producer import BrokerPartition, Producer, ZooKeeperDiscovery
 from trikafka.producer.discovery import StaticDiscovery
 from trikafka.producer.partitioner import hash_index, java_hash
-from trikafka.producer.testing import MemoryCluster
-from trikafka.testing import FakeCoordinator, FakeZooKeeper
+from trikafka.testing import FakeCoordinator, FakeZooKeeper, open_cluster
 from trikafka.zk import CreateOp, DeleteOp
 
 BP = BrokerPartition
@@ -146,20 +144,17 @@ def test_static_discovery_without_counts_lets_the_broker_choose():
     assert counted.partitions("t") == [BP(1, 0), BP(1, 1), BP(3, 0), BP(3, 1)]
 
 
-async def test_the_producer_routes_by_the_zookeeper_view(zk, nursery, autojump_clock):
-    cluster = MemoryCluster(nursery)
-    b1 = cluster.add("h1", 9092, FakeBroker(partitions=2))
-    b2 = cluster.add("h2", 9092, FakeBroker(partitions=2))
-    await register_broker(zk, 1, "h1", 9092)
-    await register_broker(zk, 2, "h2", 9092)
-    async with Producer(coordinator=zk, acks=1, connector=cluster.connect, rng=random.Random(2)) as producer:
-        # nobody registered "t": partition 0 of each live broker (§11.6, §9)
-        first = await producer.send_batch("t", [b"%d" % i for i in range(40)])
-        assert {(r.broker_id, r.partition) for r in first} == {(1, 0), (2, 0)}
-        await register_topic(zk, "t", 1, 2)
-        await register_topic(zk, "t", 2, 2)
-        await until(lambda: len(producer.discovery.partitions("t")) == 4)
-        keyed = await (await producer.send("t", b"k", key="member-17"))
-        index = hash_index(java_hash("member-17"), 4)
-        assert (keyed.broker_id, keyed.partition) == ([1, 1, 2, 2][index], [0, 1, 0, 1][index])
-    assert len(b1.requests) >= 1 and len(b2.requests) >= 1
+async def test_the_producer_routes_by_the_zookeeper_view(autojump_clock):
+    async with open_cluster(2, num_partitions=2) as cluster, cluster.coordinator() as zk:
+        async with Producer(coordinator=zk, acks=1, connector=cluster.connector,
+                            rng=random.Random(2)) as producer:
+            # nobody registered "t": partition 0 of each live broker (§11.6, §9)
+            first = await producer.send_batch("t", [b"%d" % i for i in range(40)])
+            assert {(r.broker_id, r.partition) for r in first} == {(0, 0), (1, 0)}
+            # each broker registered "t" with its 2 partitions on its first append (§11.3)
+            await until(lambda: len(producer.discovery.partitions("t")) == 4)
+            keyed = await (await producer.send("t", b"k", key="member-17"))
+            index = hash_index(java_hash("member-17"), 4)
+            assert (keyed.broker_id, keyed.partition) == ([0, 0, 1, 1][index], [0, 1, 0, 1][index])
+        for member in cluster.brokers:
+            assert member.broker.log_manager.get("t", 0).end_offset > 0

@@ -20,10 +20,9 @@ import trio.testing
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from trikafka.client.fake_broker import FakeBroker
 from trikafka.producer import DeliveryFailedError, Producer
 from trikafka.producer.partitioner import hash_index, java_hash
-from trikafka.producer.testing import MemoryCluster
+from trikafka.testing import open_cluster
 from trikafka.wire import iter_messages
 
 BROKERS = [(0, "b0", 9092), (1, "b1", 9092), (2, "b2", 9092)]
@@ -60,13 +59,12 @@ def test_random_schedules_keep_the_delivery_invariants(ops, acks, batch_size, qu
 
 
 async def _run_schedule(ops, acks, batch_size, queue_size, codec, seed):
-    async with trio.open_nursery() as nursery:
-        cluster = MemoryCluster(nursery)
-        brokers = {b: cluster.add(host, port, FakeBroker(partitions=PARTITIONS)) for b, host, port in BROKERS}
+    async with open_cluster(0, enable_zookeeper=False) as cluster:
+        brokers = {b: await cluster.add(address=(host, port), num_partitions=PARTITIONS) for b, host, port in BROKERS}
         producer = Producer(brokers=BROKERS, partitions_per_broker=PARTITIONS, producer_type="async", acks=acks,
                             batch_size=batch_size, queue_size=queue_size, queue_time_s=0.1, num_retries=2,
                             retry_backoff_s=0.05, reconnect_backoff_s=0.05, compression_codec=codec,
-                            connector=cluster.connect, rng=random.Random(seed), close_timeout_s=60)
+                            connector=cluster.connector, rng=random.Random(seed), close_timeout_s=60)
         sent: list[tuple[bytes, str | None, object]] = []
         unobserved_failure_raised = False
         try:
@@ -78,16 +76,15 @@ async def _run_schedule(ops, acks, batch_size, queue_size, codec, seed):
                         assert producer._occupancy <= queue_size
                         sent.append((payload, op[1], delivery))
                     elif op[0] == "kill":
-                        await cluster.kill(*BROKERS[op[1]][1:])
+                        await cluster.network.kill(*BROKERS[op[1]][1:])
                     elif op[0] == "revive":
-                        cluster.revive(*BROKERS[op[1]][1:])
+                        cluster.network.revive(*BROKERS[op[1]][1:])
                     elif op[0] == "sleep":
                         await trio.sleep(op[1])
                     else:
                         await producer.flush()
         except DeliveryFailedError:
             unobserved_failure_raised = True
-        nursery.cancel_scope.cancel()
 
     results = [delivery.peek() for _, _, delivery in sent]
     event(f"delivered: {sum(1 for r in results if r is not None and r.ok) // 10 * 10}+ of {len(results) // 10 * 10}+")
@@ -98,7 +95,7 @@ async def _run_schedule(ops, acks, batch_size, queue_size, codec, seed):
     for (payload, key, _), result in zip(sent, results):
         if not result.ok:
             continue
-        log = bytes(brokers[result.broker_id].logs[("t", result.partition)])
+        log = brokers[result.broker_id].stored("t", result.partition)
         entry = [m.payload for m in iter_messages(log[result.offset:result.next_offset], result.offset)]
         # plain: the entry is the message; compressed: the wrapper holds it (§5)
         assert entry == [payload] if codec == "none" else payload in entry

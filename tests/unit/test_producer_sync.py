@@ -1,4 +1,4 @@
-"""Producer in sync mode against FakeBrokers over in-memory streams (no sockets, mock clock)."""
+"""Producer in sync mode against real brokers in-process over in-memory streams (no sockets, mock clock)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import trio
 import trio.testing
 
-from trikafka.client.fake_broker import FakeBroker
 from trikafka.producer import (
     AcksNotSupportedError,
     BrokerRejectedError,
@@ -22,7 +21,7 @@ from trikafka.producer import (
     ProducerClosedError,
 )
 from trikafka.producer.partitioner import hash_index, java_hash
-from trikafka.producer.testing import MemoryCluster
+from trikafka.testing import EXTENSION_REQUESTS, InProcessBroker, InProcessCluster, open_cluster
 from trikafka.wire import (
     Codec,
     MultiProduceRequest,
@@ -33,34 +32,36 @@ from trikafka.wire import (
 )
 
 
-def payloads_in(broker: FakeBroker, topic: str, partition: int) -> list[bytes]:
-    return [m.payload for m in iter_messages(bytes(broker.logs.get((topic, partition), b"")))]
+def payloads_in(broker: InProcessBroker, topic: str, partition: int) -> list[bytes]:
+    return [m.payload for m in iter_messages(broker.stored(topic, partition))]
 
 
-def payload_at(broker: FakeBroker, topic: str, partition: int, offset: int) -> list[bytes]:
+def payload_at(broker: InProcessBroker, topic: str, partition: int, offset: int) -> list[bytes]:
     """Payloads of the entry at ``offset`` (several for a compressed wrapper)."""
-    log = bytes(broker.logs[(topic, partition)])
+    log = broker.stored(topic, partition)
     return [m.payload for m in iter_messages(log[offset:], offset)
             if m.offset == offset]
 
 
 @pytest.fixture
-async def cluster(nursery):
-    return MemoryCluster(nursery)
+async def cluster(autojump_clock):
+    async with open_cluster(0, enable_zookeeper=False) as running:
+        yield running
 
 
-def two_brokers(cluster: MemoryCluster, partitions: int = 2, **kwargs) -> tuple[FakeBroker, FakeBroker]:
-    return (cluster.add("b0", 9092, FakeBroker(partitions=partitions, **kwargs)),
-            cluster.add("b1", 9092, FakeBroker(partitions=partitions, **kwargs)))
+async def two_brokers(cluster: InProcessCluster, partitions: int = 2,
+                      **settings) -> tuple[InProcessBroker, InProcessBroker]:
+    return (await cluster.add(address=("b0", 9092), num_partitions=partitions, **settings),
+            await cluster.add(address=("b1", 9092), num_partitions=partitions, **settings))
 
 
 BROKERS = [(0, "b0", 9092), (1, "b1", 9092)]
 
 
 async def test_acked_sends_report_where_each_message_landed(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker())
+    b0 = await cluster.add(address=("b0", 9092))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         results = [await (await producer.send("events", payload)) for payload in (b"a", b"bb", b"ccc")]
     assert [(r.topic, r.broker_id, r.partition) for r in results] == [("events", 0, 0)] * 3
     # entry = 4-byte length + magic + attributes + crc + payload
@@ -71,9 +72,9 @@ async def test_acked_sends_report_where_each_message_landed(cluster, autojump_cl
 
 
 async def test_acks_0_uses_produce_and_one_multiproduce_per_broker(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker(partitions=3))
+    b0 = await cluster.add(address=("b0", 9092), num_partitions=3)
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=3, acks=0,
-                        connector=cluster.connect, rng=random.Random(1)) as producer:
+                        connector=cluster.connector, rng=random.Random(1)) as producer:
         single = await (await producer.send("t", b"one", key="k"))
         batch = await producer.send_batch("t", [b"x%d" % i for i in range(30)])
         await trio.testing.wait_all_tasks_blocked()
@@ -90,8 +91,8 @@ async def test_acks_0_uses_produce_and_one_multiproduce_per_broker(cluster, auto
 
 
 async def test_keyed_messages_use_the_stable_java_hash_over_the_numeric_partition_list(cluster, autojump_clock):
-    two_brokers(cluster, partitions=4)
-    async with Producer(brokers=BROKERS, partitions_per_broker=4, acks=1, connector=cluster.connect) as producer:
+    await two_brokers(cluster, partitions=4)
+    async with Producer(brokers=BROKERS, partitions_per_broker=4, acks=1, connector=cluster.connector) as producer:
         for key in ("user-42", "user-7", b"\x00\xff", 123456789, "ünïcode"):
             index = hash_index(java_hash(key), 8)  # (0,0)..(0,3),(1,0)..(1,3)
             results = [await (await producer.send("t", b"v", key=key)) for _ in range(3)]
@@ -99,8 +100,8 @@ async def test_keyed_messages_use_the_stable_java_hash_over_the_numeric_partitio
 
 
 async def test_unkeyed_messages_spread_randomly_over_every_partition(cluster, autojump_clock):
-    b0, b1 = two_brokers(cluster)
-    async with Producer(brokers=BROKERS, partitions_per_broker=2, acks=1, connector=cluster.connect,
+    b0, b1 = await two_brokers(cluster)
+    async with Producer(brokers=BROKERS, partitions_per_broker=2, acks=1, connector=cluster.connector,
                         rng=random.Random(3)) as producer:
         results = await producer.send_batch("t", [b"%d" % i for i in range(200)])
     counts = {}
@@ -113,25 +114,25 @@ async def test_unkeyed_messages_spread_randomly_over_every_partition(cluster, au
 
 
 async def test_every_acked_offset_points_at_the_message(cluster, autojump_clock):
-    b0, b1 = two_brokers(cluster)
+    b0, b1 = await two_brokers(cluster)
     brokers = {0: b0, 1: b1}
-    async with Producer(brokers=BROKERS, partitions_per_broker=2, acks=-1, connector=cluster.connect) as producer:
+    async with Producer(brokers=BROKERS, partitions_per_broker=2, acks=-1, connector=cluster.connector) as producer:
         payloads = [b"m%03d" % i * (i % 7 + 1) for i in range(100)]
         results = await producer.send_batch("t", payloads)
     for payload, r in zip(payloads, results):
         assert payload_at(brokers[r.broker_id], "t", r.partition, r.offset) == [payload]
-        entries = parse_entries(bytes(brokers[r.broker_id].logs[("t", r.partition)])[r.offset:], r.offset)
+        entries = parse_entries(brokers[r.broker_id].stored("t", r.partition)[r.offset:], r.offset)
         assert entries.entries[0].next_offset == r.next_offset
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy"])
 async def test_compressed_messages_share_their_wrapper_offset(cluster, autojump_clock, codec):
-    b0 = cluster.add("b0", 9092, FakeBroker())
+    b0 = await cluster.add(address=("b0", 9092))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1,
-                        compression_codec=codec, connector=cluster.connect) as producer:
+                        compression_codec=codec, connector=cluster.connector) as producer:
         first = await producer.send_batch("t", [b"a" * 50, b"b" * 50, b"c" * 50])
         second = await producer.send_batch("t", [b"d", b"e"])
-    entries = parse_entries(bytes(b0.logs[("t", 0)])).entries
+    entries = parse_entries(b0.stored("t", 0)).entries
     assert len(entries) == 2 and all(e.message.codec == Codec[codec.upper()] for e in entries)
     assert {(r.offset, r.next_offset) for r in first} == {(0, entries[0].next_offset)}
     assert {(r.offset, r.next_offset) for r in second} == {(entries[1].offset, entries[1].next_offset)}
@@ -139,19 +140,19 @@ async def test_compressed_messages_share_their_wrapper_offset(cluster, autojump_
 
 
 async def test_compressed_topics_limits_compression_to_those_topics(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker())
+    b0 = await cluster.add(address=("b0", 9092))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, compression_codec="gzip",
-                        compressed_topics=["zipped"], connector=cluster.connect, acks=1) as producer:
+                        compressed_topics=["zipped"], connector=cluster.connector, acks=1) as producer:
         await producer.send_batch("zipped", [b"x", b"y"])
         await producer.send_batch("plain", [b"x", b"y"])
-    assert {e.message.codec for e in parse_entries(bytes(b0.logs[("zipped", 0)])).entries} == {Codec.GZIP}
-    assert {e.message.codec for e in parse_entries(bytes(b0.logs[("plain", 0)])).entries} == {Codec.NONE}
+    assert {e.message.codec for e in parse_entries(b0.stored("zipped", 0)).entries} == {Codec.GZIP}
+    assert {e.message.codec for e in parse_entries(b0.stored("plain", 0)).entries} == {Codec.NONE}
 
 
 async def test_a_rejected_part_fails_only_its_messages(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker(partitions=2, max_message_size=100))
+    b0 = await cluster.add(address=("b0", 9092), num_partitions=2, max_message_size=100)
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=2, acks=1,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         # keys 0 and 1 hash to partitions 0 and 1 (Integer.hashCode)
         with pytest.raises(DeliveryFailedError) as caught:
             await producer.send_batch("t", [b"small", b"x" * 150, b"tiny"], keys=[0, 1, 0])
@@ -161,17 +162,17 @@ async def test_a_rejected_part_fails_only_its_messages(cluster, autojump_clock):
     assert isinstance(failed.error, BrokerRejectedError) and failed.partition == 1
     assert [r.ok for r in error.all_results] == [True, False, True]
     assert payloads_in(b0, "t", 0) == [b"small", b"tiny"]
-    assert ("t", 1) not in b0.logs or payloads_in(b0, "t", 1) == []
+    assert payloads_in(b0, "t", 1) == []
 
 
 async def test_acks_against_a_plain_0_7_broker_is_a_clear_error(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker(extensions=False))
+    b0 = await cluster.add(address=("b0", 9092), refuse_requests=EXTENSION_REQUESTS)
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         with pytest.raises(AcksNotSupportedError):
             await producer.send("t", b"x")
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=0,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         await producer.send("t", b"y")
         await trio.testing.wait_all_tasks_blocked()
     assert payloads_in(b0, "t", 0) == [b"y"]
@@ -179,7 +180,7 @@ async def test_acks_against_a_plain_0_7_broker_is_a_clear_error(cluster, autojum
 
 async def test_no_reachable_broker_raises_after_the_retries(cluster, autojump_clock):
     async with Producer(brokers="b0:9092,b1:9092", partitions_per_broker=1, acks=1, num_retries=2,
-                        retry_backoff_s=0.5, connector=cluster.connect) as producer:
+                        retry_backoff_s=0.5, connector=cluster.connector) as producer:
         start = trio.current_time()
         with pytest.raises(NoBrokersAvailableError, match="3 attempt"):
             await producer.send("t", b"x")
@@ -188,9 +189,9 @@ async def test_no_reachable_broker_raises_after_the_retries(cluster, autojump_cl
 
 
 async def test_a_dead_broker_is_skipped_for_unkeyed_messages(cluster, autojump_clock):
-    b0, b1 = two_brokers(cluster)
-    await cluster.kill("b1", 9092)
-    async with Producer(brokers=BROKERS, partitions_per_broker=2, acks=1, connector=cluster.connect,
+    b0, b1 = await two_brokers(cluster)
+    await cluster.network.kill("b1", 9092)
+    async with Producer(brokers=BROKERS, partitions_per_broker=2, acks=1, connector=cluster.connector,
                         reconnect_backoff_s=60, rng=random.Random(5)) as producer:
         results = await producer.send_batch("t", [b"%d" % i for i in range(50)])
         assert {r.broker_id for r in results} == {0}
@@ -199,28 +200,28 @@ async def test_a_dead_broker_is_skipped_for_unkeyed_messages(cluster, autojump_c
 
 
 async def test_a_broker_dying_between_sends_is_reconnected_after_backoff(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker())
+    b0 = await cluster.add(address=("b0", 9092))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1, num_retries=5,
-                        reconnect_backoff_s=0.2, retry_backoff_s=0.1, connector=cluster.connect) as producer:
+                        reconnect_backoff_s=0.2, retry_backoff_s=0.1, connector=cluster.connector) as producer:
         await producer.send("t", b"before")
-        await cluster.kill("b0", 9092)
+        await cluster.network.kill("b0", 9092)
 
         async def revive_later():
             await trio.sleep(0.5)
-            cluster.revive("b0", 9092)
+            cluster.network.revive("b0", 9092)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(revive_later)
             result = await (await producer.send("t", b"after"))
         assert result.ok and trio.current_time() >= 0.5
     assert payloads_in(b0, "t", 0) == [b"before", b"after"]
-    assert cluster.connects[("b0", 9092)] == 2
+    assert cluster.network.connects[("b0", 9092)] == 2
 
 
 async def test_messages_that_can_never_be_sent_are_refused_before_sending(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker())
+    b0 = await cluster.add(address=("b0", 9092))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, max_message_size=10,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         with pytest.raises(MessageTooLargeError):
             await producer.send("t", b"x" * 11)
         with pytest.raises(TypeError):
@@ -231,14 +232,14 @@ async def test_messages_that_can_never_be_sent_are_refused_before_sending(cluste
 
 
 async def test_serializer_and_custom_partitioner(cluster, autojump_clock):
-    b0 = cluster.add("b0", 9092, FakeBroker(partitions=3))
+    b0 = await cluster.add(address=("b0", 9092), num_partitions=3)
     calls = []
 
     def last_partition(key, n):
         calls.append((key, n))
         return n - 1
 
-    async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=3, acks=1, connector=cluster.connect,
+    async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=3, acks=1, connector=cluster.connector,
                         serializer=lambda v: json.dumps(v).encode(), partitioner=last_partition) as producer:
         result = await (await producer.send("t", {"n": 1}, key="k"))
     assert (result.partition, calls) == (2, [("k", 3)])
@@ -246,21 +247,21 @@ async def test_serializer_and_custom_partitioner(cluster, autojump_clock):
 
 
 async def test_a_partitioner_out_of_range_is_reported_per_message(cluster, autojump_clock):
-    cluster.add("b0", 9092, FakeBroker())
-    async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1, connector=cluster.connect,
+    await cluster.add(address=("b0", 9092))
+    async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1, connector=cluster.connector,
                         partitioner=lambda key, n: n) as producer:
         with pytest.raises(PartitionerError):
             await producer.send("t", b"x", key="k")
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         with pytest.raises(PartitionerError):  # a key the default hash cannot take
             await producer.send("t", b"x", key=object())
         assert (await (await producer.send("t", b"x", key="fine"))).ok
 
 
 async def test_send_outside_the_context_is_refused(cluster, autojump_clock):
-    cluster.add("b0", 9092, FakeBroker())
-    producer = Producer(brokers=[(0, "b0", 9092)], connector=cluster.connect)
+    await cluster.add(address=("b0", 9092))
+    producer = Producer(brokers=[(0, "b0", 9092)], connector=cluster.connector)
     with pytest.raises(ProducerClosedError):
         await producer.send("t", b"x")
     async with producer:
@@ -278,9 +279,9 @@ def test_exactly_one_source_of_brokers():
 
 @pytest.mark.parametrize("producer_type", ["sync", "async"])
 async def test_send_returns_a_delivery_in_both_modes(cluster, autojump_clock, producer_type):
-    cluster.add("b0", 9092, FakeBroker())
+    await cluster.add(address=("b0", 9092))
     async with Producer(brokers=[(0, "b0", 9092)], partitions_per_broker=1, acks=1, producer_type=producer_type,
-                        connector=cluster.connect) as producer:
+                        connector=cluster.connector) as producer:
         delivery = await producer.send("events", b"one")
         assert isinstance(delivery, Delivery)
         assert delivery.done is (producer_type == "sync")  # sync: resolved when send returns

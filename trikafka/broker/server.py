@@ -105,6 +105,10 @@ class Broker:
     def shutting_down(self) -> bool:
         return self._shutdown_requested.is_set()
 
+    async def wait_shutdown_requested(self) -> None:
+        """Return once ``shutdown()`` was called (or a signal asked for it)."""
+        await self._shutdown_requested.wait()
+
     @property
     def ready(self) -> bool:
         """What ``/readyz`` answers: serving and not shutting down."""
@@ -129,7 +133,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
                 run_blocking: Callable[..., Awaitable[Any]] | None = None,
-                refuse_requests: Iterable[RequestType] = ()) -> None:
+                refuse_requests: Iterable[RequestType] = (), coordinator: Any = None) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
@@ -140,9 +144,12 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     Cancellation from outside also shuts down cleanly, without the grace period.
     ``refuse_requests`` lists request types the broker closes the connection on,
     as a plain 0.7 broker does for every extension (tests of clients' fallbacks).
+    ``coordinator`` (with ``enable_zookeeper``; tests) replaces the connection
+    to ``config.zk_connect``: an open ``Coordinator`` the broker registers in
+    and does not close.
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
-    wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests))
+    wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator)
     wiring.metrics.registry.register(readiness_collector(wiring.ready))
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
@@ -204,6 +211,7 @@ class _Wiring:
     metrics_address: tuple[str, int] | None = None
     broker_box: list[Broker] = field(default_factory=list)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
+    coordinator: Any = None  # an open Coordinator to register in instead of config.zk_connect (tests)
 
     def ready(self) -> bool:
         return bool(self.broker_box) and self.broker_box[0].ready
@@ -270,8 +278,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 if config.enable_zookeeper:  # §11.2: listening first, then registered, then serving
                     from .zookeeper import run_broker_zookeeper
 
-                    broker.zookeeper = await services.start(run_broker_zookeeper, config, log_manager,
-                                                            broker.port)
+                    broker.zookeeper = await services.start(functools.partial(
+                        run_broker_zookeeper, config, log_manager, broker.port, coordinator=wiring.coordinator))
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.

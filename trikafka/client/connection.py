@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import trio
 
@@ -347,11 +347,16 @@ async def connect(
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     request_timeout_s: float | None = None,
+    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream,
 ) -> Connection:
-    """Open a TCP connection to a broker.  Use as ``async with await connect(...) as conn``."""
+    """Open a TCP connection to a broker.  Use as ``async with await connect(...) as conn``.
+
+    ``open_stream(host, port)`` replaces ``trio.open_tcp_stream``: the in-process
+    brokers of ``trikafka.testing`` hand out in-memory streams through it.
+    """
     try:
         with trio.fail_after(connect_timeout_s):
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await open_stream(host, port)
     except trio.TooSlowError:
         raise BrokerConnectionError(f"connecting to {host}:{port} timed out after {connect_timeout_s} s") from None
     except OSError as exc:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Callable, NamedTuple
+from typing import Awaitable, Callable, NamedTuple
 
 import trio
 from trio_util import AsyncBool
@@ -110,6 +110,8 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
     they appear.  ``consumer_id`` is 0.7's ``consumerid`` (the registered id is
     ``<group>_<consumer_id>``); by default one is generated from the host name,
     ``clock_ms`` and a UUID.  Use ``async with``; iterate with ``async for``.
+    ``open_stream(host, port)`` (tests) opens the connections to brokers instead
+    of ``trio.open_tcp_stream``, e.g. ``trikafka.testing``'s in-memory network.
     """
 
     def __init__(
@@ -122,8 +124,10 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
         config: GroupConfig | None = None,
         num_streams: int | None = None,
         clock_ms: Callable[[], int] | None = None,
+        open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
     ):
         self.config = config or GroupConfig()
+        self._open_stream = open_stream  # replaces trio.open_tcp_stream to brokers (trikafka.testing)
         self.group = paths.validate_component(group, "group")
         self.topic_count = topic_count_for(topics, num_streams or self.config.num_streams)
         self.consumer_id = new_consumer_id(group, consumer_id=consumer_id, clock_ms=clock_ms)

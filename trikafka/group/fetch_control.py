@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import trio
@@ -43,8 +44,9 @@ class FetcherControl:
         with scope:
             async with trio.open_nursery() as nursery:
                 for target in targets:
-                    nursery.start_soon(run_fetcher, target, self.config, self._chunk_send,
-                                       self._broker_address, self._wait_until_fetching_allowed)
+                    nursery.start_soon(functools.partial(
+                        run_fetcher, target, self.config, self._chunk_send, self._broker_address,
+                        self._wait_until_fetching_allowed, open_stream=self._open_stream))
 
     async def _wait_until_fetching_allowed(self) -> None:
         """Fetchers pause while the ZooKeeper session is SUSPENDED (0.7 race fix)."""

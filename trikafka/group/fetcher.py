@@ -81,8 +81,15 @@ async def run_fetcher(
     queue: trio.MemorySendChannel,
     broker_address: BrokerAddress,
     wait_until_fetching_allowed: Gate,
+    *,
+    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
 ) -> None:
-    """Fetch ``target`` forever (until cancelled), queueing chunks in order."""
+    """Fetch ``target`` forever (until cancelled), queueing chunks in order.
+
+    ``open_stream`` replaces ``trio.open_tcp_stream`` (see ``trikafka.client.connect``)."""
+    connect_kwargs: dict = dict(connect_timeout_s=config.connect_timeout_s, request_timeout_s=config.socket_timeout_s)
+    if open_stream is not None:
+        connect_kwargs["open_stream"] = open_stream
     cursor = _Cursor(target.start)
     topic = target.key[0]
     delay_s = RETRY_BACKOFF_MIN_S
@@ -94,8 +101,7 @@ async def run_fetcher(
                 fetch_max_bytes=config.fetch_max_bytes,
                 max_fetch_bytes_limit=config.max_fetch_bytes_limit,
                 max_wait_ms=config.fetch_wait_max_ms,
-                connect_kwargs=dict(connect_timeout_s=config.connect_timeout_s,
-                                    request_timeout_s=config.socket_timeout_s),
+                connect_kwargs=connect_kwargs,
             ) as simple:
                 if cursor.offset is None:
                     cursor.offset = await _reset(simple, target, config, queue, None)

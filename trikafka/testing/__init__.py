@@ -6,12 +6,31 @@
   (``fake_coordinator``): an in-process ZooKeeper server and its clients with
   kazoo's session behaviour, on Trio time.
 
+* :func:`open_broker` and :func:`open_cluster` (``broker``): the real broker
+  in-process on a fake file system, reached over in-memory streams; a cluster
+  registers its brokers in a ``FakeZooKeeper``.
+* ``trikafka.testing.pytest_plugin``: pytest fixtures over those, enabled with
+  ``pytest_plugins = ["trikafka.testing.pytest_plugin"]``.
+
 Production packages never import this one; tests inject these doubles where
 production code takes a ``FileSystem`` or a ``Coordinator``.
 """
 
+from .broker import (
+    EXTENSION_REQUESTS,
+    InMemoryNetwork,
+    InProcessBroker,
+    InProcessCluster,
+    in_process_config,
+    open_broker,
+    open_cluster,
+    start_in_memory,
+)
 from .fake_coordinator import FakeCoordinator
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
 
-__all__ = ["FakeCoordinator", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper"]
+__all__ = [
+    "EXTENSION_REQUESTS", "FakeCoordinator", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
+    "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory",
+]

@@ -1,0 +1,37 @@
+"""trikafka.testing's cluster with the clients that find brokers in ZooKeeper: the Producer
+over in-memory streams, the GroupConsumer over the brokers' loopback listeners."""
+
+from __future__ import annotations
+
+import trio
+
+from trikafka.group import GroupConfig, GroupConsumer
+from trikafka.producer import Producer
+from trikafka.testing import open_cluster
+
+# Bounds the whole exchange; a hang fails instead of stalling.  Never a sync tool.
+EXCHANGE_TIMEOUT_S = 60.0
+
+
+async def test_a_group_of_two_shares_what_a_producer_sent_to_a_three_broker_cluster():
+    with trio.fail_after(EXCHANGE_TIMEOUT_S):
+        async with open_cluster(3, num_partitions=2) as cluster, cluster.coordinator() as zk:
+            async with Producer(coordinator=zk, acks=1, connector=cluster.connector) as producer:
+                sent = await producer.send_batch("orders", [b"order %d" % n for n in range(60)])
+            assert {r.broker_id for r in sent} == {0, 1, 2}
+            config = GroupConfig(rebalance_backoff_s=0.1, fetch_wait_max_ms=100)
+            seen: dict[str, set[bytes]] = {"a": set(), "b": set()}
+            async with cluster.coordinator() as zk_a, cluster.coordinator() as zk_b:
+                async with GroupConsumer(zk_a, "billing", {"orders": 1}, config=config, consumer_id="a") as a, \
+                        GroupConsumer(zk_b, "billing", {"orders": 1}, config=config, consumer_id="b") as b:
+
+                    async def drain(name, consumer):
+                        async for m in consumer:
+                            seen[name].add(m.payload)
+                            if len(seen["a"] | seen["b"]) == 60:
+                                nursery.cancel_scope.cancel()
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(drain, "a", a)
+                        nursery.start_soon(drain, "b", b)
+    assert seen["a"] | seen["b"] == {b"order %d" % n for n in range(60)}

@@ -1,0 +1,306 @@
+"""The real broker in-process, reached over in-memory streams.
+
+``open_broker()`` runs ``trikafka.broker.server.serve`` on a
+``FakeFileSystem`` with its blocking calls inline, so nothing leaves the Trio
+loop: under ``trio.testing.MockClock(autojump_threshold=0)`` time moves only
+when every task waits on a timer.  ``open_cluster(n)`` runs ``n`` of them
+registered in one ``FakeZooKeeper``, the way 0.7 brokers register, so a
+``Producer`` or ``GroupConsumer`` with ZooKeeper discovery finds them::
+
+    async with open_broker(num_partitions=2) as broker:
+        async with await broker.connect() as conn:
+            await conn.produce_acked("events", 0, [b"hello"])
+
+Clients reach the brokers through ``open_stream(host, port)`` (give it to
+``trikafka.client.connect``) or ``connector`` (a ``Producer``'s
+``connector=``).  ``kill``/``revive`` cut one broker off the in-memory network
+and bring it back, as a network partition would.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+
+import trio
+import trio.testing
+
+from trikafka.broker import BrokerConfig
+from trikafka.broker.server import Broker, inline_blocking, serve
+from trikafka.client import Connection, connect
+from trikafka.wire import NEED_DATA, RemoteProtocolError, Request, RequestReader, RequestType
+
+from .fake_coordinator import FakeCoordinator
+from .fake_zookeeper import FakeZooKeeper
+from .fakefs import FakeFileSystem
+
+IN_PROCESS_HOST = "127.0.0.1"
+# What a plain 0.7 broker closes the connection on: every request type trikafka added.
+EXTENSION_REQUESTS: tuple[RequestType, ...] = tuple(t for t in RequestType if t.is_extension)
+
+
+async def start_in_memory(nursery: trio.Nursery, config: BrokerConfig, fs: Any, **serve_kwargs: Any) -> Broker:
+    """Start a broker on ``fs`` (a FakeFileSystem) in ``nursery``, its blocking calls inline.
+
+    ``serve_kwargs`` go to ``serve`` (``clock_ms`` defaults to a clock stuck at 0).
+    """
+    serve_kwargs.setdefault("run_blocking", inline_blocking)
+    serve_kwargs.setdefault("clock_ms", lambda: 0)
+    return await nursery.start(lambda **kw: serve(config, fs=fs, **serve_kwargs, **kw))
+
+
+def in_process_config(broker_id: int = 0, **settings: Any) -> BrokerConfig:
+    """A broker config for in-process use: loopback, a free port, data under /data, one processor,
+    and every append flushed at once (``log_flush_interval=1``), so what a test produces is
+    visible to its consumers without waiting out 0.7's flush interval (override it to test that)."""
+    base: dict[str, Any] = dict(broker_id=broker_id, host=IN_PROCESS_HOST, port=0, log_dir="/data",
+                                num_threads=1, graceful_shutdown_timeout_s=5.0, log_flush_interval=1)
+    base.update(settings)
+    return BrokerConfig(**base)
+
+
+class InMemoryNetwork:
+    """Brokers by ``(host, port)``, reached through in-memory stream pairs."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[tuple[str, int], Broker] = {}
+        self.down: set[tuple[str, int]] = set()
+        self.connects: dict[tuple[str, int], int] = defaultdict(int)  # streams handed out, by address
+        self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
+        self.requests: dict[tuple[str, int], list[Request]] = defaultdict(list)  # as clients sent them
+        # address -> await hook(request) before the request goes on (to stall or slow a broker)
+        self.before_request: dict[tuple[str, int], Callable[[Request], Awaitable[None]]] = {}
+
+    def add(self, broker: Broker, address: tuple[str, int] | None = None) -> tuple[str, int]:
+        """Reach ``broker`` at ``address`` (default: where it listens); returns the address."""
+        address = address if address is not None else (broker.host, broker.port)
+        self.brokers[address] = broker
+        return address
+
+    async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
+        """A stream to the broker at ``(host, port)``; OSError (refused) if none is there or it is down."""
+        await trio.lowlevel.checkpoint()
+        address = (host, port)
+        broker = self.brokers.get(address)
+        if broker is None or address in self.down or broker.shutting_down:
+            raise ConnectionRefusedError(f"no in-process broker at {host}:{port}")
+        self.connects[address] += 1
+        client, server = trio.testing.memory_stream_pair()
+        self._server_streams[address].append(server)
+        await broker.connect_stream(server)
+        return _RecordingStream(client, self.requests[address], lambda: self.before_request.get(address))
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments that make ``trikafka.client.connect`` use this network
+        (a ``SimpleConsumer``'s ``connect_kwargs=``)."""
+        return {"open_stream": self.open_stream}
+
+    async def connector(self, host: str, port: int, **kwargs: Any) -> Connection:
+        """``trikafka.client.connect`` over this network (a ``Producer``'s ``connector=``)."""
+        return await connect(host, port, open_stream=self.open_stream, **kwargs)
+
+    async def kill(self, host: str, port: int) -> None:
+        """Refuse new connections to ``(host, port)`` and break the open ones (the broker keeps its data)."""
+        address = (host, port)
+        self.down.add(address)
+        for stream in self._server_streams.pop(address, []):
+            await trio.aclose_forcefully(stream)
+
+    def revive(self, host: str, port: int) -> None:
+        """Accept connections to ``(host, port)`` again."""
+        self.down.discard((host, port))
+
+
+class _RecordingStream(trio.abc.Stream):
+    """A client's end of a stream that decodes what the client sends, into ``requests``."""
+
+    def __init__(self, inner: trio.abc.Stream, requests: list[Request],
+                 hook: Callable[[], Callable[[Request], Awaitable[None]] | None]) -> None:
+        self._inner = inner
+        self._requests = requests
+        self._hook = hook
+        self._reader: RequestReader | None = RequestReader((1 << 31) - 1)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        events: list[Request] = []
+        if self._reader is not None:
+            try:
+                self._reader.receive_data(bytes(data))
+                while (event := self._reader.next_event()) is not NEED_DATA:
+                    events.append(event)
+            except RemoteProtocolError:
+                self._reader = None  # a client sending garbage on purpose: the broker will judge it
+        for event in events:
+            self._requests.append(event)
+            hook = self._hook()
+            if hook is not None:
+                await hook(event)
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._inner.receive_some(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()  # type: ignore[attr-defined]
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class InProcessBroker:
+    """One running broker (``.broker``, the real ``Broker``) and how to reach it."""
+
+    def __init__(self, broker: Broker, fs: FakeFileSystem, network: InMemoryNetwork,
+                 address: tuple[str, int]) -> None:
+        self.broker = broker
+        self.fs = fs
+        self.network = network
+        self.address = address  # on the in-memory network (the broker also listens on loopback)
+
+    @property
+    def host(self) -> str:
+        return self.address[0]
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    def stored(self, topic: str, partition: int) -> bytes:
+        """Every byte of the log of ``topic``-``partition`` on the fake disk, segments in order
+        (flushed or not); b"" if the broker never created it."""
+        directory = f"{self.broker.config.log_dir}/{topic}-{partition}"
+        if not self.fs.exists(directory):
+            return b""
+        names = sorted(n for n in self.fs.listdir(directory) if n.endswith(".kafka"))
+        return b"".join(self.fs.read_file(f"{directory}/{name}") for name in names)
+
+    @property
+    def connector(self) -> Callable[..., Any]:
+        return self.network.connector
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every request clients sent this broker over the in-memory network, decoded, in order."""
+        return self.network.requests[self.address]
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        return self.network.connect_kwargs()
+
+    async def open_stream(self, host: str | None = None, port: int | None = None) -> trio.abc.Stream:
+        """An in-memory stream to this broker (``host``/``port`` accepted for ``connect``'s seam)."""
+        return await self.network.open_stream(self.host, self.port)
+
+    async def connect(self, **kwargs: Any) -> Connection:
+        """A client ``Connection`` to this broker; ``kwargs`` go to ``trikafka.client.connect``."""
+        return await self.network.connector(self.host, self.port, **kwargs)
+
+
+@asynccontextmanager
+async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[], int] | None = None,
+                      config: BrokerConfig | None = None, network: InMemoryNetwork | None = None,
+                      coordinator: Any = None, refuse_requests: Iterable[RequestType] = (),
+                      address: tuple[str, int] | None = None, **settings: Any) -> AsyncIterator[InProcessBroker]:
+    """Run the real broker in-process until the block ends (then a graceful shutdown).
+
+    ``fs`` defaults to a fresh ``FakeFileSystem(seed=0)``; ``clock_ms`` (the
+    wall clock retention and OFFSETS see) to the Trio clock in ms; ``settings``
+    are ``BrokerConfig`` fields (``num_partitions=2``, ...) over
+    ``in_process_config()``, or give a whole ``config``.  ``refuse_requests``
+    lists request types the broker closes the connection on, as a plain 0.7
+    broker does for every extension (``EXTENSION_REQUESTS``: to test a
+    client's fallback).  ``address`` names the broker on the in-memory
+    ``network`` (say ``("b0", 9092)``); by default it is where it listens.
+    """
+    fs = fs if fs is not None else FakeFileSystem(seed=0)
+    config = config if config is not None else in_process_config(**settings)
+    clock_ms = clock_ms if clock_ms is not None else (lambda: int(trio.current_time() * 1000))
+    network = network if network is not None else InMemoryNetwork()
+    extra: dict[str, Any] = {"refuse_requests": tuple(refuse_requests)}
+    if coordinator is not None:
+        extra["coordinator"] = coordinator
+    async with trio.open_nursery() as nursery:
+        broker = await start_in_memory(nursery, config, fs, clock_ms=clock_ms, **extra)
+        reachable_at = network.add(broker, address)
+        try:
+            yield InProcessBroker(broker, fs, network, reachable_at)
+        finally:
+            broker.shutdown()
+
+
+class InProcessCluster:
+    """``n`` in-process brokers registered in one ``FakeZooKeeper`` (``.zookeeper``)."""
+
+    def __init__(self, zookeeper: FakeZooKeeper, network: InMemoryNetwork, nursery: trio.Nursery,
+                 seed: int, clock_ms: Callable[[], int] | None, settings: dict[str, Any]) -> None:
+        self.zookeeper = zookeeper
+        self.network = network
+        self.brokers: list[InProcessBroker] = []
+        self._nursery = nursery
+        self._seed = seed
+        self._clock_ms = clock_ms
+        self._settings = settings
+
+    async def add(self, *, address: tuple[str, int] | None = None, **settings: Any) -> InProcessBroker:
+        """Start one more broker (the next broker id), with ``settings`` over the cluster's."""
+        broker_id = len(self.brokers)
+        merged = {**self._settings, **settings}
+        member = await self._nursery.start(functools.partial(
+            _run_member, self, broker_id, FakeFileSystem(seed=self._seed + broker_id), self._clock_ms,
+            merged, address))
+        self.brokers.append(member)
+        return member
+
+    @property
+    def connector(self) -> Callable[..., Any]:
+        return self.network.connector
+
+    async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
+        return await self.network.open_stream(host, port)
+
+    def coordinator(self, **kwargs: Any) -> FakeCoordinator:
+        """A ZooKeeper client of this cluster's server (``async with cluster.coordinator() as zk``)."""
+        return FakeCoordinator(self.zookeeper, **kwargs)
+
+    async def kill(self, index: int) -> None:
+        """Cut broker ``index`` off the network (see ``InMemoryNetwork.kill``)."""
+        await self.network.kill(*self.brokers[index].address)
+
+    def revive(self, index: int) -> None:
+        self.network.revive(*self.brokers[index].address)
+
+
+@asynccontextmanager
+async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: int = 0,
+                       clock_ms: Callable[[], int] | None = None,
+                       **settings: Any) -> AsyncIterator[InProcessCluster]:
+    """Run brokers 0..n-1 in-process, each on its own ``FakeFileSystem`` and registered in ZooKeeper.
+
+    ``settings`` are ``BrokerConfig`` fields shared by every broker;
+    ``cluster.add(...)`` starts more.
+    """
+    settings.setdefault("enable_zookeeper", True)
+    async with trio.open_nursery() as nursery:
+        cluster = InProcessCluster(zookeeper if zookeeper is not None else FakeZooKeeper(), InMemoryNetwork(),
+                                   nursery, seed, clock_ms, settings)
+        try:
+            for _ in range(n):
+                await cluster.add()
+            yield cluster
+        finally:
+            for member in cluster.brokers:
+                member.broker.shutdown()
+
+
+async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSystem,
+                      clock_ms: Callable[[], int] | None, settings: dict[str, Any],
+                      address: tuple[str, int] | None, *, task_status: trio.TaskStatus[InProcessBroker] = trio.TASK_STATUS_IGNORED) -> None:
+    async with cluster.coordinator() as zk:
+        async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
+                               address=address, broker_id=broker_id, **settings) as member:
+            task_status.started(member)
+            await member.broker.wait_shutdown_requested()

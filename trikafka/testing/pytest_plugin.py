@@ -1,0 +1,54 @@
+"""pytest fixtures running the real trikafka broker in-process, for your Trio app's tests.
+
+Enable it in your ``conftest.py`` (it is not loaded automatically)::
+
+    pytest_plugins = ["trikafka.testing.pytest_plugin"]
+
+and write tests with pytest-trio (``trio_mode = true``, or ``@pytest.mark.trio``)::
+
+    async def test_my_app(trikafka_broker):
+        async with await trikafka_broker.connect() as conn:
+            await conn.produce_acked("events", 0, [b"hello"])
+
+``trikafka_broker`` is an ``InProcessBroker``; ``trikafka_cluster`` is an
+``InProcessCluster`` of ``trikafka_cluster_size`` brokers (default 3; override
+the fixture to change it) registered in a ``FakeZooKeeper`` — give
+``trikafka_cluster.coordinator()`` to a ``Producer`` or ``GroupConsumer``, and
+``connector=trikafka_cluster.connector`` to a ``Producer``.  Override
+``trikafka_broker_settings`` to pass ``BrokerConfig`` fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import pytest
+
+from .broker import InProcessBroker, InProcessCluster, open_broker, open_cluster
+
+
+@pytest.fixture
+def trikafka_broker_settings() -> dict[str, Any]:
+    """``BrokerConfig`` fields for the fixtures' brokers (override in your conftest)."""
+    return {}
+
+
+@pytest.fixture
+def trikafka_cluster_size() -> int:
+    """How many brokers ``trikafka_cluster`` runs (override in your conftest)."""
+    return 3
+
+
+@pytest.fixture
+async def trikafka_broker(trikafka_broker_settings: dict[str, Any]) -> AsyncIterator[InProcessBroker]:
+    """One real broker in-process, on a fake file system, for the test's duration."""
+    async with open_broker(**trikafka_broker_settings) as broker:
+        yield broker
+
+
+@pytest.fixture
+async def trikafka_cluster(trikafka_cluster_size: int,
+                           trikafka_broker_settings: dict[str, Any]) -> AsyncIterator[InProcessCluster]:
+    """Brokers 0..n-1 in-process, registered in one FakeZooKeeper, for the test's duration."""
+    async with open_cluster(trikafka_cluster_size, **trikafka_broker_settings) as cluster:
+        yield cluster
