@@ -1,5 +1,5 @@
 """Mirroring between two clusters, each with its own ZooKeeper and ``trikafka serve``
-brokers (docs/protocol.md 10): the mirror SIGKILLed mid-stream and restarted loses
+brokers (docs/protocol.md §13): the mirror SIGKILLed mid-stream and restarted loses
 nothing and repeats only its uncommitted tail, which the audit reports; compressed
 sets arrive byte for byte."""
 

@@ -1,4 +1,4 @@
-"""Compaction as a Hypothesis state machine on the fake file system (docs/protocol-compaction.md).
+"""Compaction as a Hypothesis state machine on the fake file system (docs/protocol.md §11).
 
 Model: every entry appended (offset -> bytes, its keys, append time) and, per key, the
 latest value (None for a tombstone).  Rules append keyed, unkeyed and compressed

@@ -1,4 +1,4 @@
-"""The cleaner on the fake file system (docs/protocol-compaction.md §3-§4)."""
+"""The cleaner on the fake file system (docs/protocol.md §11.3-§11.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Audit counting: producers' events against what tiers hold (docs/protocol.md 10.2)."""
+"""Audit counting: producers' events against what tiers hold (docs/protocol.md §13.2)."""
 
 from __future__ import annotations
 

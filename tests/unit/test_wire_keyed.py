@@ -1,4 +1,4 @@
-"""Keyed messages and padding entries (docs/protocol-compaction.md §2-§3).
+"""Keyed messages and padding entries (docs/protocol.md §11.2-§11.3).
 
 Padding relies on gzip readers stopping at the end of the member and ignoring the
 zeros after it.  Python's readers are checked here.  Java 17's

@@ -99,7 +99,7 @@ class BrokerConfig:
     graceful_shutdown_timeout_s: float = 10.0  # in-flight requests get this long to finish
     retention_first_run_delay_s: float = 60.0  # 0.7 waits 60 s before the first cleanup
     metrics_port: int | None = None  # HTTP /metrics, /healthz, /readyz on ``host``; None: off; 0: a free port
-    # Compaction (docs/protocol-compaction.md §5) [T].
+    # Compaction (docs/protocol.md §11.5) [T].
     log_cleanup_policy: str = "delete"  # delete | compact | compact,delete
     topic_cleanup_policy_map: Mapping[str, str] = field(default_factory=dict)
     log_cleaner_enable: bool = True

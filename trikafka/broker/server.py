@@ -84,7 +84,7 @@ class Broker:
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics, repr=False)
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
-    cleaner: CleanerService | None = None  # compaction (docs/protocol-compaction.md)
+    cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
     _next_processor: int = field(default=0, repr=False)
 
     @property

@@ -2,7 +2,7 @@
 
 Decisions depend only on the bytes, the key map and the tombstone horizon, so
 every replica that cleans the same range the same way writes the same segment
-(docs/protocol-compaction.md §4.3).
+(docs/protocol.md §11.4.3).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyM
     An entry is removable when it is padding, or when each of its messages is keyed
     and either a later entry holds the same key or it is a tombstone past the horizon.
     The segment's last entry always stays, and so do runs too short for a padding
-    entry (docs/protocol-compaction.md §3.1) and the entries at the offsets in ``keep``.
+    entry (docs/protocol.md §11.3.1) and the entries at the offsets in ``keep``.
     """
     runs: list[tuple[int, int, bool]] = []
     current: list[ScannedEntry] = []

@@ -1,4 +1,4 @@
-"""The log cleaner: compaction that keeps every byte offset (docs/protocol-compaction.md §4).
+"""The log cleaner: compaction that keeps every byte offset (docs/protocol.md §11.4).
 
 ``LogCleaner.clean(log, policy)`` does one pass over one log and blocks (reads,
 writes, fsyncs, renames): call it from a worker thread.  It never mutates the

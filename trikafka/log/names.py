@@ -8,7 +8,7 @@ from .errors import InvalidTopicError, LogLoadError
 
 MAX_TOPIC_NAME_CHARS = 255
 SEGMENT_SUFFIX = ".kafka"
-# A cleaned segment's padding runs (docs/protocol-compaction.md §4.2); 0.7 ignores it.
+# A cleaned segment's padding runs (docs/protocol.md §11.4.2); 0.7 ignores it.
 PADDING_SUFFIX = ".padding"
 CLEANED_SUFFIX = ".cleaned"  # being written by the cleaner; swept at load
 SWAP_SUFFIX = ".swap"  # a complete cleaned segment: load finishes its swap

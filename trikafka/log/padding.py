@@ -1,7 +1,7 @@
 """Padding runs of a cleaned segment: the index, its sidecar file, and fetch synthesis.
 
 A padding run ``[a, b)`` (positions relative to the segment) is a byte range the
-cleaner covered with padding entries (docs/protocol-compaction.md §3).  A fetch
+cleaner covered with padding entries (docs/protocol.md §11.3).  A fetch
 that starts at or inside a run is answered with one synthesized padding entry up
 to ``b``, then the log's bytes from ``b``: its next offset is exactly where the
 next retained entry starts, and the answer holds at least one retained message.

@@ -64,7 +64,7 @@ class Segment:
         """Up to ``max_bytes`` visible bytes from ``position`` (relative to ``start``).
 
         At or inside a padding run, one synthesized padding entry to the run's end
-        comes first (docs/protocol-compaction.md §3.2): the answer is then a
+        comes first (docs/protocol.md §11.3.2): the answer is then a
         ``ChunkSequence`` and may exceed ``max_bytes``.
         """
         assert 0 <= position < self.visible_size, (position, self.visible_size)

@@ -1,4 +1,4 @@
-"""Crash-safe replacement of a segment by its cleaned copy (docs/protocol-compaction.md §4.2).
+"""Crash-safe replacement of a segment by its cleaned copy (docs/protocol.md §11.4.2).
 
 Files, for the segment ``S.kafka``:
 

@@ -1,4 +1,4 @@
-"""Mirroring between clusters and the audit trail (docs/protocol.md 10).
+"""Mirroring between clusters and the audit trail (docs/protocol.md §13).
 
 * :mod:`trikafka.mirror.mirror`: ``trikafka mirror``, a group consumer on each
   source cluster feeding a producer into the target, at least once.

@@ -1,4 +1,4 @@
-"""Counting an audit (docs/protocol.md 10.2), without I/O: events and held
+"""Counting an audit (docs/protocol.md §13.2), without I/O: events and held
 messages in, one row per (topic, window, tier) out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Creating a mirrored topic on the target cluster (docs/protocol.md 10.3)."""
+"""Creating a mirrored topic on the target cluster (docs/protocol.md §13.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The producer's side of auditing (docs/protocol.md 10.1-10.2).
+"""The producer's side of auditing (docs/protocol.md §13.1-§13.2).
 
 ``AuditTrail`` envelopes each payload (creation time, origin host, producer
 id, sequence), counts the delivered ones per (topic, window) and hands out

@@ -71,11 +71,11 @@ class ProducerConfig:
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 5.0
     retry_backoff_s: float = 0.1
-    # Keyed messages for compacted topics (docs/protocol-compaction.md §2) [T]:
+    # Keyed messages for compacted topics (docs/protocol.md §11.2) [T]:
     # every topic with write_keys, else the topics named here.
     write_keys: bool = False
     keyed_topics: frozenset[str] = frozenset()
-    # Auditing (docs/protocol.md 10): envelope every payload, publish counts every window.
+    # Auditing (docs/protocol.md §13): envelope every payload, publish counts every window.
     audit: bool = False
     audit_window_s: float = 60.0
 

@@ -56,7 +56,7 @@ class LoadConfig:
     checkpoint_dir: str
     commit_to_group: str | None = None
     zookeeper: str | None = None
-    audit_tier: str | None = None  # publish loaded counts as this tier (docs/protocol.md 10.2)
+    audit_tier: str | None = None  # publish loaded counts as this tier (docs/protocol.md §13.2)
     audit_window_s: float = 60.0
 
 

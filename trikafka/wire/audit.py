@@ -1,5 +1,5 @@
 """Audit events: what a producer or a loader counted per topic and time window
-(docs/protocol.md 10.2).  Sans-I/O: JSON in UTF-8, one event per message."""
+(docs/protocol.md §13.2).  Sans-I/O: JSON in UTF-8, one event per message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The opt-in audit envelope around a message payload (docs/protocol.md 10.1).
+"""The opt-in audit envelope around a message payload (docs/protocol.md §13.1).
 
 Sans-I/O: ``encode_envelope`` wraps a payload, ``decode_envelope`` unwraps one
 or returns None for a plain payload.  The envelope lives inside the payload,

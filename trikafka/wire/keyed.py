@@ -1,4 +1,4 @@
-"""Keyed messages and padding entries of compacted topics (docs/protocol-compaction.md §2-§3).
+"""Keyed messages and padding entries of compacted topics (docs/protocol.md §11.2-§11.3).
 
 A keyed message is a magic-1 message with the KEYED attribute bit; its payload is
 ``key_length:int32, key, value``.  0.7 readers look only at the codec bits, so to
@@ -120,7 +120,7 @@ def short_padding_entry(entry_bytes: int) -> bytes:
     """A padding *message* of 10 to 29 bytes: magic 1, codec none, the PADDING bit, zeros.
 
     Only synthesized for a fetch at an offset too close to a run's end for a gzip
-    padding entry (docs/protocol-compaction.md §3.2); never written to disk.  A 0.7
+    padding entry (docs/protocol.md §11.3.2); never written to disk.  A 0.7
     reader sees one empty-looking message; trikafka's keyed readers skip it.
     """
     if not 10 <= entry_bytes < MIN_PADDING_ENTRY_BYTES:

@@ -1,4 +1,4 @@
-"""The controller's decisions for one partition (docs: replication section 7).
+"""The controller's decisions for one partition (docs/protocol.md §12.7).
 
 Pure: the current state, the replica list, who is live and whose unflushed
 tail survived go in; the next state (or None: leave it alone) comes out.
