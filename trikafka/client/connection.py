@@ -20,6 +20,10 @@ from typing import AsyncIterator, Iterable, Sequence
 import trio
 
 from trikafka.wire import (
+    ACKS_APPENDED,
+    ACKS_FLUSHED,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
     NEED_DATA,
     CreateTopicRequest,
     CreateTopicResult,
@@ -60,10 +64,6 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # A 100 MiB fetch (the broker's default request bound) plus headers.  Bounds
 # what a hostile size prefix can make us buffer.
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024 + 64 * 1024
-OFFSETS_LATEST = -1    # OFFSETS time for the visible end E (§6.5)
-OFFSETS_EARLIEST = -2  # OFFSETS time for the log start S
-ACKS_APPENDED = 1      # PRODUCE_ACKED: answer once appended (§16.1)
-ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible
 _RECEIVE_BYTES = 256 * 1024
 _RESPONSE_HEADER_BYTES = 6  # size:int32 + errorCode:int16
 

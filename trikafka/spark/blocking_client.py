@@ -24,6 +24,9 @@ from typing import Iterable, Sequence
 from trikafka.client.errors import ExtensionNotSupported
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
+    ACKS_FLUSHED,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
     NEED_DATA,
     CreateTopicRequest,
     CreateTopicResult,
@@ -51,9 +54,6 @@ from trikafka.wire import (
     encode_request,
 )
 
-OFFSETS_LATEST = -1    # OFFSETS time: the visible end E (spec §6.5)
-OFFSETS_EARLIEST = -2  # OFFSETS time: the first segment's start S
-ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible (spec §16.1)
 DEFAULT_TIMEOUT_S = 30.0
 # Largest response we accept: a 100 MiB fetch plus headers.  Bounds memory if a
 # peer sends a hostile size prefix.

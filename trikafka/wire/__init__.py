@@ -47,6 +47,10 @@ from .metadata import (
     encode_metadata_response,
 )
 from .requests import (
+    ACKS_APPENDED,
+    ACKS_FLUSHED,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
     CreateTopicRequest,
     FetchPart,
     FetchRequest,

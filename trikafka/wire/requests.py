@@ -32,6 +32,11 @@ _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _HEADER = struct.Struct(">ih")  # size, requestType
 
+OFFSETS_LATEST = -1    # OFFSETS time for the visible end E (§6.5)
+OFFSETS_EARLIEST = -2  # OFFSETS time for the log start S
+ACKS_APPENDED = 1      # PRODUCE_ACKED: answer once appended (§16.1)
+ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible
+
 
 class RequestType(enum.IntEnum):
     """The int16 request type ids (0-4 from 0.7, 100+ trikafka extensions)."""
