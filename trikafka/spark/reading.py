@@ -98,11 +98,11 @@ def iter_column_chunks(
     while pos < end:
         want = min(size, end - pos)
         result = conn.fetch(key.topic, key.partition, pos, want)
-        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
             pos = _skip_deleted(conn, key, pos, end, fail_on_data_loss, log)
             continue
-        if result.error_code != ErrorCode.NO_ERROR:
-            raise ReadError(f"{key}: fetch at {pos} failed with {result.error_code.name}")
+        if result.error != ErrorCode.NO_ERROR:
+            raise ReadError(f"{key}: fetch at {pos} failed with {result.error.name}")
         if not result.data:
             raise ReadError(
                 f"{key}: the broker's visible end is {pos}, below the planned end {end} "
@@ -164,7 +164,7 @@ def last_boundary_within(
     pos = start
     while pos < limit:
         result = conn.fetch(key.topic, key.partition, pos, min(sizing.fetch_bytes, limit - pos))
-        if result.error_code != ErrorCode.NO_ERROR or not result.data:
+        if result.error != ErrorCode.NO_ERROR or not result.data:
             break  # the read itself reports real errors; here we just stop early
         parsed = parse_entries(result.data, pos)
         if parsed.valid_bytes:
@@ -180,7 +180,7 @@ def last_boundary_within(
 def next_entry_end(conn: BrokerConnection, key: PartitionKey, start: int) -> int | None:
     """Where the entry at ``start`` ends (from its 4-byte length prefix), or None if none is visible."""
     result = conn.fetch(key.topic, key.partition, start, 4)
-    if result.error_code != ErrorCode.NO_ERROR or len(result.data) < 4:
+    if result.error != ErrorCode.NO_ERROR or len(result.data) < 4:
         return None
     size = int.from_bytes(result.data[:4], "big", signed=True)
     return start + 4 + size if size >= 0 else None

@@ -69,6 +69,7 @@ from .requests import (
 )
 from .responses import (
     Chunk,
+    FetchResult,
     FileRegion,
     ProduceAckedResult,
     chunks_length,
@@ -80,6 +81,7 @@ from .responses import (
     encode_multifetch_response,
     encode_offsets_response,
     encode_produce_acked_response,
+    top_level_error,
 )
 from . import replication as _replication  # noqa: F401  (registers its request bodies)
 
