@@ -51,6 +51,7 @@ from .requests import (
     ACKS_FLUSHED,
     OFFSETS_EARLIEST,
     OFFSETS_LATEST,
+    TOPIC_NAME_MAX_CHARS,
     CreateTopicRequest,
     FetchPart,
     FetchRequest,
@@ -66,6 +67,7 @@ from .requests import (
     RequestType,
     decode_request_body,
     encode_request,
+    is_valid_topic,
 )
 from .responses import (
     Chunk,
