@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping
 
 import trio
 
+from trikafka.wire.settings import parse_bool
 from trikafka.log.config import HOUR_MS, LogConfig
 
 logger = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ def _convert(name: str, value: Any) -> Any:
         if name in _TOPIC_TEXT_MAP_FIELDS:
             return _parse_topic_map(value, str)
         if kind == "bool":
-            return _parse_bool(value)
+            return parse_bool(value)
         if kind in ("int", "int | None"):
             if value is None or (isinstance(value, str) and value.strip() == "" and kind != "int"):
                 return None
@@ -257,17 +258,6 @@ def _parse_int(value: Any) -> int:
     if isinstance(value, int):
         return value
     return int(str(value).strip())
-
-
-def _parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1", "on"):
-        return True
-    if text in ("false", "no", "0", "off"):
-        return False
-    raise ValueError("expected true or false")
 
 
 def _parse_topic_map(value: Any, parse: Callable[[Any], Any] = _parse_int) -> dict[str, Any]:
