@@ -28,6 +28,11 @@ from .offsets import PartitionKey
 
 log = logging.getLogger(__name__)
 
+# The owner value a load job holds for the instant of its fenced commit (never seen: same multi).
+LOAD_OWNER_VALUE = b"trikafka-spark-load"
+# Rounds of one fenced commit (the offsets node appearing or vanishing between rounds).
+COMMIT_ATTEMPTS_MAX = 16
+
 
 class ClusterConfigError(ValueError):
     """A broker list, ZooKeeper registry or topic selection that cannot be used."""
@@ -230,17 +235,49 @@ class ZooKeeperCluster:
                 found[key] = int(text)
         return found
 
-    def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> None:
-        """Write each offset as a decimal string to the group's persistent offsets node."""
-        from kazoo.exceptions import NodeExistsError
+    def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> list[PartitionKey]:
+        """Write each offset to the group's offsets node, fenced like a member's commit.
 
+        A group member commits only while it holds the partition's owner node
+        (spec §11.4); a load job holds no partition, so it takes the owner node
+        for the instant of the write: one multi creates the owner node, writes
+        the offset and deletes the owner node again.  While a live member owns
+        the partition the create fails, nothing is written, and one warning
+        line says so.  Returns the keys refused that way.
+        """
+        refused = []
         for key in sorted(offsets):
-            path = paths.consumer_offset(group, key.topic, key.broker, key.partition)
-            value = str(int(offsets[key])).encode("ascii")
-            if self._zk.exists(path) is None:
-                try:
-                    self._zk.create(path, value, makepath=True)
-                    continue
-                except NodeExistsError:
-                    pass  # created concurrently: overwrite below
-            self._zk.set(path, value)
+            if not self._fenced_commit(group, key, int(offsets[key])):
+                refused.append(key)
+                log.warning("commitToGroup %s: %s/%d-%d is owned by a live group member; "
+                            "its offset was not overwritten", group, key.topic, key.broker, key.partition)
+        return refused
+
+    def _fenced_commit(self, group: str, key: PartitionKey, offset: int) -> bool:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        owner = paths.consumer_owner(group, key.topic, key.broker, key.partition)
+        path = paths.consumer_offset(group, key.topic, key.broker, key.partition)
+        value = str(offset).encode("ascii")  # the decimal an offsets node holds (spec §11.4)
+        self._zk.ensure_path(paths.parent_of(owner))
+        self._zk.ensure_path(paths.parent_of(path))
+        exists = self._zk.exists(path) is not None
+        for _attempt in range(COMMIT_ATTEMPTS_MAX):
+            txn = self._zk.transaction()
+            txn.create(owner, LOAD_OWNER_VALUE, ephemeral=True)
+            if exists:
+                txn.set_data(path, value)
+            else:
+                txn.create(path, value)
+            txn.delete(owner)
+            results = txn.commit()
+            if isinstance(results[0], NodeExistsError):
+                return False  # a live member owns the partition
+            if isinstance(results[1], (NodeExistsError, NoNodeError)):
+                exists = not exists  # the offsets node appeared or vanished: flip and retry
+                continue
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                raise ClusterConfigError(f"commitToGroup {group}: {key}: {failed[0]!r}")
+            return True
+        raise ClusterConfigError(f"commitToGroup {group}: the offsets node of {key} keeps changing")
