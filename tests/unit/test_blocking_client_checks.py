@@ -54,3 +54,4 @@ def test_blocking_offsets_reads_a_clean_answer():
         with BrokerConnection("127.0.0.1", listener.getsockname()[1]) as conn:
             assert conn.offsets("t", 0, -1) == [7]
         thread.join()
+

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from trikafka.wire import ConsumedMessage, ErrorCode, iter_messages, parse_entries
+from trikafka.wire import ConsumedMessage, ErrorCode, grown_fetch_size, iter_messages, parse_entries
 from trikafka.wire.columns import SetColumns, decode_set_columns
 
 from .blocking_client import BrokerConnection
@@ -127,12 +127,13 @@ def _grown_fetch_size(
         raise ReadError(f"{key}: the planned end {end} is not an entry boundary (entry at {pos})")
     if needed <= asked:
         raise ReadError(f"{key}: the broker returned a cut entry at {pos} although the fetch could hold it")
-    if needed > sizing.max_fetch_bytes:
+    grown = grown_fetch_size(asked, sizing.max_fetch_bytes, needed)
+    if grown is None:
         raise MessageTooLargeError(
             f"{key}: the message at {pos} takes {needed} bytes, more than maxFetchSize="
             f"{sizing.max_fetch_bytes}; raise maxFetchSize"
         )
-    return min(sizing.max_fetch_bytes, max(needed, 2 * asked))
+    return grown
 
 
 def _skip_deleted(

@@ -33,7 +33,16 @@ from .message import (
     encode_entry,
 )
 from .messageset import ValidatedSet, build_message_set, scan_valid_prefix, validate_message_set
-from .reading import ConsumedMessage, Entry, MessageColumns, ParsedSet, decode_columns, iter_messages, parse_entries
+from .reading import (
+    ConsumedMessage,
+    Entry,
+    MessageColumns,
+    ParsedSet,
+    decode_columns,
+    grown_fetch_size,
+    iter_messages,
+    parse_entries,
+)
 from .metadata import (
     NO_LEADER,
     BrokerAddress,
