@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trikafka.broker.config import ConfigError, load
+from trikafka.broker.config import ConfigError
+from trikafka.broker.config_sources import load
 from trikafka.group.config import group_config_from_properties
 from trikafka.spark.options import OptionError, parse_options
 from trikafka.wire import parse_bool
