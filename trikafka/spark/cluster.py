@@ -3,7 +3,7 @@
 Both kinds answer the same questions for the planner: which brokers exist
 (``brokers()``), which topics (``topics()``), and which broker-partitions a
 topic has (``partitions(topic)``).  The ZooKeeper kind reads the 0.7 registry
-(spec §11.1-§11.3) with plain blocking kazoo calls, because Spark's planner
+(spec §11.1-§11.3) through ``trikafka.zk.blocking``, because Spark's planner
 and source runner are ordinary Python processes with no Trio loop; it also
 reads and writes consumer-group offsets (spec §11.4).
 
@@ -22,16 +22,13 @@ from trikafka.client.topics import PartitionCounts
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
+from trikafka.zk.errors import CoordinatorError
+from trikafka.zk.registry import parse_broker_registration, parse_partition_count
 
 from .blocking_client import BrokerConnectionError, partition_counts
 from .offsets import PartitionKey
 
 log = logging.getLogger(__name__)
-
-# The owner value a load job holds for the instant of its fenced commit (never seen: same multi).
-LOAD_OWNER_VALUE = b"trikafka-spark-load"
-# Rounds of one fenced commit (the offsets node appearing or vanishing between rounds).
-COMMIT_ATTEMPTS_MAX = 16
 
 
 class ClusterConfigError(ValueError):
@@ -149,26 +146,23 @@ class StaticCluster:
 
 
 class ZooKeeperCluster:
-    """The 0.7 ZooKeeper registry, read with blocking kazoo calls.
+    """The 0.7 ZooKeeper registry, read through ``trikafka.zk``'s blocking adapter.
 
     ``connect`` is a ZooKeeper connect string, optionally with a chroot
-    (``host:2181/kafka``), which kazoo applies to every path.
+    (``host:2181/kafka``), applied to every path.
     """
 
     def __init__(self, connect: str, *, timeout_s: float = 15.0):
-        from kazoo.client import KazooClient  # imported here: only planners need it
+        from trikafka.zk.blocking import BlockingRegistry  # imported here: only planners need it
 
         self.connect = connect
-        self._zk = KazooClient(hosts=connect, timeout=timeout_s)
         try:
-            self._zk.start(timeout=timeout_s)
-        except Exception as exc:  # kazoo raises its own timeout type
-            self._zk.close()
-            raise ClusterConfigError(f"cannot reach ZooKeeper at {connect!r}: {exc}") from exc
+            self._registry = BlockingRegistry(connect, timeout_s=timeout_s)
+        except CoordinatorError as exc:
+            raise ClusterConfigError(str(exc)) from exc
 
     def close(self) -> None:
-        self._zk.stop()
-        self._zk.close()
+        self._registry.close()
 
     def __enter__(self) -> "ZooKeeperCluster":
         return self
@@ -176,47 +170,36 @@ class ZooKeeperCluster:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _children(self, path: str) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return self._zk.get_children(path)
-        except NoNodeError:
-            return []
-
-    def _value(self, path: str) -> bytes | None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return self._zk.get(path)[0]
-        except NoNodeError:
-            return None
-
     def brokers(self) -> dict[int, BrokerAddress]:
         """Live brokers from ``/brokers/ids/<id>`` = ``creator:host:port`` (spec §11.2)."""
         found: dict[int, BrokerAddress] = {}
-        for child in self._children(paths.broker_ids()):
+        for child in self._registry.children(paths.broker_ids()):
             if not child.isdigit():
                 continue
-            value = self._value(f"{paths.broker_ids()}/{child}")
+            value = self._registry.value(f"{paths.broker_ids()}/{child}")
             if value is None:
                 continue  # the broker went away between the two reads
-            fields = value.decode("utf-8", "replace").split(":")
-            if len(fields) != 3 or not fields[2].isdigit():
-                raise ClusterConfigError(f"broker {child} registered {value!r}, not creator:host:port")
-            found[int(child)] = BrokerAddress(int(child), fields[1], int(fields[2]))
+            try:
+                info = parse_broker_registration(value)
+            except ValueError:  # UnicodeDecodeError included
+                raise ClusterConfigError(f"broker {child} registered {value!r}, not creator:host:port") from None
+            found[int(child)] = BrokerAddress(int(child), info.host, info.port)
         return found
 
     def topics(self) -> list[str]:
-        return sorted(self._children(paths.broker_topics()))
+        return sorted(self._registry.children(paths.broker_topics()))
 
     def partitions(self, topic: str) -> list[PartitionKey]:
         """Partitions per live broker from ``/brokers/topics/<t>/<id>`` (partition 0 if unregistered)."""
         registered: dict[int, int] = {}
-        for child in self._children(paths.broker_topic(topic)):
-            value = self._value(f"{paths.broker_topic(topic)}/{child}")
-            if child.isdigit() and value is not None and value.strip().isdigit():
-                registered[int(child)] = int(value)
+        for child in self._registry.children(paths.broker_topic(topic)):
+            value = self._registry.value(f"{paths.broker_topic(topic)}/{child}")
+            if not child.isdigit() or value is None:
+                continue
+            try:
+                registered[int(child)] = parse_partition_count(value.strip())
+            except ValueError:
+                continue  # unreadable: treated as unregistered
         keys = []
         for broker_id in sorted(self.brokers()):
             count = max(1, registered.get(broker_id, 1))
@@ -229,7 +212,7 @@ class ZooKeeperCluster:
         """Committed offsets of ``group`` for ``keys``; absent, empty or non-numeric nodes are left out."""
         found = {}
         for key in keys:
-            value = self._value(paths.consumer_offset(group, key.topic, key.broker, key.partition))
+            value = self._registry.value(paths.consumer_offset(group, key.topic, key.broker, key.partition))
             text = value.decode("ascii", "replace").strip() if value is not None else ""
             if text.isdigit():
                 found[key] = int(text)
@@ -238,46 +221,15 @@ class ZooKeeperCluster:
     def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> list[PartitionKey]:
         """Write each offset to the group's offsets node, fenced like a member's commit.
 
-        A group member commits only while it holds the partition's owner node
-        (spec §11.4); a load job holds no partition, so it takes the owner node
-        for the instant of the write: one multi creates the owner node, writes
-        the offset and deletes the owner node again.  While a live member owns
-        the partition the create fails, nothing is written, and one warning
-        line says so.  Returns the keys refused that way.
+        A partition a live member of ``group`` owns keeps its offset (see
+        ``BlockingRegistry.commit_offset_if_unowned``), and one warning line
+        names it.  Returns the keys refused that way.
         """
         refused = []
         for key in sorted(offsets):
-            if not self._fenced_commit(group, key, int(offsets[key])):
+            value = str(int(offsets[key])).encode("ascii")  # the decimal an offsets node holds (spec §11.4)
+            if not self._registry.commit_offset_if_unowned(group, key.topic, key.broker, key.partition, value):
                 refused.append(key)
                 log.warning("commitToGroup %s: %s/%d-%d is owned by a live group member; "
                             "its offset was not overwritten", group, key.topic, key.broker, key.partition)
         return refused
-
-    def _fenced_commit(self, group: str, key: PartitionKey, offset: int) -> bool:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        owner = paths.consumer_owner(group, key.topic, key.broker, key.partition)
-        path = paths.consumer_offset(group, key.topic, key.broker, key.partition)
-        value = str(offset).encode("ascii")  # the decimal an offsets node holds (spec §11.4)
-        self._zk.ensure_path(paths.parent_of(owner))
-        self._zk.ensure_path(paths.parent_of(path))
-        exists = self._zk.exists(path) is not None
-        for _attempt in range(COMMIT_ATTEMPTS_MAX):
-            txn = self._zk.transaction()
-            txn.create(owner, LOAD_OWNER_VALUE, ephemeral=True)
-            if exists:
-                txn.set_data(path, value)
-            else:
-                txn.create(path, value)
-            txn.delete(owner)
-            results = txn.commit()
-            if isinstance(results[0], NodeExistsError):
-                return False  # a live member owns the partition
-            if isinstance(results[1], (NodeExistsError, NoNodeError)):
-                exists = not exists  # the offsets node appeared or vanished: flip and retry
-                continue
-            failed = [r for r in results if isinstance(r, Exception)]
-            if failed:
-                raise ClusterConfigError(f"commitToGroup {group}: {key}: {failed[0]!r}")
-            return True
-        raise ClusterConfigError(f"commitToGroup {group}: the offsets node of {key} keeps changing")
