@@ -58,6 +58,7 @@ from types import MappingProxyType
 
 from trikafka.zk.errors import RegistryValueError
 from trikafka.zk.paths import parse_partition_name, partition_name
+from trikafka.zk.registry import decode_offset, encode_offset
 
 from .javaregex import JavaRegexError, compile_java_regex
 
@@ -317,26 +318,6 @@ def _decode_static(text: str) -> StaticTopicCount:
 
 
 # ---------------------------------------------------------------- offsets and owners
-
-_DECIMAL = re.compile(rb"[+-]?[0-9]+")
-
-
-def encode_offset(offset: int) -> bytes:
-    """The decimal int64 stored in an offsets node."""
-    if type(offset) is not int or not 0 <= offset <= INT64_MAX:
-        raise RegistryValueError(f"offset {offset!r} is not a non-negative int64")
-    return str(offset).encode("ascii")
-
-
-def decode_offset(data: bytes) -> int | None:
-    """The committed offset, or ``None`` (= node absent) for empty, non-numeric,
-    negative or out-of-int64 data (spec §11.4 [T]; samsa writes empty nodes)."""
-    raw = bytes(data)
-    if not _DECIMAL.fullmatch(raw):
-        return None
-    value = int(raw)
-    return value if 0 <= value <= INT64_MAX else None
-
 
 def encode_owner(thread_id: str) -> bytes:
     """An owner node's value: the owning thread id, UTF-8."""

@@ -23,7 +23,7 @@ from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
 from trikafka.zk.errors import CoordinatorError
-from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+from trikafka.zk.registry import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
 
 from .blocking_client import BrokerConnectionError, partition_counts
 from .offsets import PartitionKey
@@ -213,9 +213,9 @@ class ZooKeeperCluster:
         found = {}
         for key in keys:
             value = self._registry.value(paths.consumer_offset(group, key.topic, key.broker, key.partition))
-            text = value.decode("ascii", "replace").strip() if value is not None else ""
-            if text.isdigit():
-                found[key] = int(text)
+            offset = None if value is None else decode_offset(value)
+            if offset is not None:
+                found[key] = offset
         return found
 
     def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> list[PartitionKey]:
@@ -227,7 +227,7 @@ class ZooKeeperCluster:
         """
         refused = []
         for key in sorted(offsets):
-            value = str(int(offsets[key])).encode("ascii")  # the decimal an offsets node holds (spec §11.4)
+            value = encode_offset(int(offsets[key]))
             if not self._registry.commit_offset_if_unowned(group, key.topic, key.broker, key.partition, value):
                 refused.append(key)
                 log.warning("commitToGroup %s: %s/%d-%d is owned by a live group member; "
