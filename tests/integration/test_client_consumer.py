@@ -84,7 +84,7 @@ async def test_truncated_tails_advance_by_valid_bytes_only():
     assert set(fetch_offsets) <= entry_starts  # always an entry boundary, never re-reading
 
 
-async def test_fetch_size_doubles_for_a_big_first_entry():
+async def test_fetch_size_grows_to_a_big_first_entry():
     big = b"B" * 5000
     async with open_broker() as broker:
         async with await broker.connect() as conn:
@@ -93,8 +93,9 @@ async def test_fetch_size_doubles_for_a_big_first_entry():
             got = await take(consumer.messages(0), 3)
     assert [m.payload for m in got] == [b"small", big, b"after"]
     sizes = [r.part.max_bytes for r in broker.requests if isinstance(r, FetchRequest)]
-    assert sizes[:4] == [1000, 1000, 2000, 4000]  # 1st fetch: "small" + cut big; then doubling
-    assert sizes[4] == 8000 and max(sizes) == 8000
+    # 1st fetch: "small" + the cut big entry; the 2nd shows its size (5010 bytes with
+    # headers), so the 3rd asks for all of it at once (wire.grown_fetch_size).
+    assert sizes[:3] == [1000, 1000, 5010] and max(sizes) == 5010
 
 
 async def test_message_too_large_for_the_fetch_limit():

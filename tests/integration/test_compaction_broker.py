@@ -8,7 +8,8 @@ import trio
 from tests.integration.broker_testing import make_config
 from trikafka.broker import serve
 from trikafka.broker.cleaner import compaction_policy
-from trikafka.broker.config import ConfigError, from_mapping
+from trikafka.broker.config import ConfigError
+from trikafka.broker.config_sources import from_mapping
 from trikafka.client import SimpleConsumer
 from trikafka.producer import Producer
 from trikafka.wire.keyed import iter_keyed_messages

@@ -31,9 +31,9 @@ def test_requests_round_trip_through_a_real_broker(broker_cluster, unique_topic)
         assert conn.visible_end(unique_topic, 1) == 15 and conn.log_start(unique_topic, 1) == 0
         assert conn.offsets(unique_topic, 1, -1, 10) == [15, 0]
         fetched = conn.fetch(unique_topic, 1, 0, 1024)
-        assert fetched.error_code == ErrorCode.NO_ERROR and fetched.data == build_message_set([b"hello"])
+        assert fetched.error == ErrorCode.NO_ERROR and fetched.data == build_message_set([b"hello"])
         parts = conn.multifetch([FetchPart(unique_topic, 1, 0, 7), FetchPart(unique_topic, 1, 99, 10)])
-        assert [(p.error_code, p.data) for p in parts] == [
+        assert [(p.error, p.data) for p in parts] == [
             (ErrorCode.NO_ERROR, build_message_set([b"hello"])[:7]),
             (ErrorCode.OFFSET_OUT_OF_RANGE, b""),
         ]

@@ -6,14 +6,8 @@ import logging
 
 import pytest
 
-from trikafka.broker.config import (
-    BrokerConfig,
-    ConfigError,
-    field_name,
-    load,
-    load_file,
-    parse_properties,
-)
+from trikafka.broker.config import BrokerConfig, ConfigError
+from trikafka.broker.config_sources import field_name, load, load_file, parse_properties
 from trikafka.cli import build_parser, main
 from trikafka.cli.serve import _serve_config
 from trikafka.log.config import HOUR_MS

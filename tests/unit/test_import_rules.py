@@ -37,8 +37,9 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
 }
 
 # The registry API spark may reach: paths and values, their errors, connect strings.
+# zk.blocking: the blocking adapter for processes without a Trio loop (Spark has none).
 SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry", "trikafka.zk.errors",
-                              "trikafka.zk.connect"})
+                              "trikafka.zk.connect", "trikafka.zk.blocking"})
 
 # layer -> third-party top-level packages it may import.
 THIRD_PARTY: dict[str, frozenset[str] | None] = {
@@ -64,11 +65,7 @@ MODULE_THIRD_PARTY = {
 }
 
 # Known exceptions, each named and justified.  Nothing else may be added here.
-KNOWN_EXCEPTIONS = {
-    # Issue 13 item 4: spark/cluster.py still drives raw kazoo with its own parsers;
-    # it is being rewritten to go through trikafka.zk's registry API.  Remove then.
-    ("trikafka.spark.cluster", "kazoo"),
-}
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,10 @@ from trikafka.wire.responses import (
 from .metrics import BrokerMetrics
 from .waiters import VisibleEndWaiters
 
+from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
+
 logger = logging.getLogger(__name__)
 
-OFFSETS_LATEST = -1
-OFFSETS_EARLIEST = -2
-ACKS_APPENDED = 1
-ACKS_FLUSHED = -1
 # Valid topic names remembered so the hot path skips the regex; bounded because
 # any client can send names (fetches of arbitrary valid topics create nothing).
 MAX_CACHED_TOPICS = 100_000

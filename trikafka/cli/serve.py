@@ -10,7 +10,8 @@ import sys
 
 import trio
 
-from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig, ConfigError, load
+from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig, ConfigError
+from trikafka.broker.config_sources import load
 from trikafka.cli.common import leaf_exceptions
 from trikafka.cli.logsetup import announce
 

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import trio
 
 from trikafka.wire import (
+    FetchResult,
+    top_level_error,
+    ACKS_APPENDED,
+    ACKS_FLUSHED,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
     NEED_DATA,
     CreateTopicRequest,
     CreateTopicResult,
@@ -60,21 +65,8 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 # A 100 MiB fetch (the broker's default request bound) plus headers.  Bounds
 # what a hostile size prefix can make us buffer.
 DEFAULT_MAX_RESPONSE_BYTES = 100 * 1024 * 1024 + 64 * 1024
-OFFSETS_LATEST = -1    # OFFSETS time for the visible end E (§6.5)
-OFFSETS_EARLIEST = -2  # OFFSETS time for the log start S
-ACKS_APPENDED = 1      # PRODUCE_ACKED: answer once appended (§16.1)
-ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible
 _RECEIVE_BYTES = 256 * 1024
 _RESPONSE_HEADER_BYTES = 6  # size:int32 + errorCode:int16
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """One fetched part: error code, message-set bytes (the tail may be cut), fetch offset."""
-
-    error: ErrorCode
-    data: bytes
-    offset: int
 
 
 ProducePartLike = ProducePart | tuple[str, int, bytes]
@@ -335,9 +327,9 @@ class Connection:
 
     @staticmethod
     def _expect_no_error(frame: ResponseFrame, what: str) -> None:
-        # These responses always carry 0 at the top level (§6.3, §6.5, §16.1).
-        if frame.error_code != ErrorCode.NO_ERROR:
-            raise BrokerError(frame.error_code, f"{what} response carried a top-level error")
+        reason = top_level_error(frame.error_code, what)
+        if reason is not None:
+            raise BrokerError(frame.error_code, reason)
 
 
 async def connect(

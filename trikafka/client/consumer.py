@@ -6,8 +6,10 @@ after it (spec §5).  Between fetches:
 
 * the position advances by the *valid bytes* of the fetched set only, so a
   truncated trailing entry is fetched again whole next time;
-* a first entry larger than the fetch size doubles the fetch size, up to a
-  limit, then raises ``MessageTooLargeForFetch`` (0.7's consumer just stalls);
+* a first entry larger than the fetch size grows the fetch size by
+  ``trikafka.wire.grown_fetch_size`` (at least double, at once to the entry's
+  size when known), up to a limit, then raises ``MessageTooLargeForFetch``
+  (0.7's consumer just stalls);
 * at the end of the log it long-polls with FETCH_WAIT when the broker has it,
   and otherwise polls with an injectable backoff (tests pass a fake sleep or
   run under Trio's autojump clock).
@@ -21,7 +23,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, NamedTuple
 
 import trio
 
-from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, iter_messages
+from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, grown_fetch_size, iter_messages
 
 from .connection import OFFSETS_EARLIEST, OFFSETS_LATEST, Connection, FetchResult, connect
 from .errors import (
@@ -222,10 +224,11 @@ class SimpleConsumer:
                 await self._sleep(self.backoff.next_delay_s())
 
     def _grow(self, offset: int, size: int, limit: int, needed: int | None) -> int:
-        # The first entry does not fit: double the fetch size (§8; 0.7 itself stalls here).
-        if size >= limit or (needed is not None and needed > limit):
+        # The first entry does not fit: grow by wire's one rule (§8; 0.7 itself stalls here).
+        grown = grown_fetch_size(size, limit, needed)
+        if grown is None:
             raise MessageTooLargeForFetch(self.topic, self.partition, offset, needed, limit)
-        return min(size * 2, limit)
+        return grown
 
     def _raise_for_error(self, result: FetchResult) -> None:
         if result.error == ErrorCode.NO_ERROR:

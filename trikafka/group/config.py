@@ -30,6 +30,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from trikafka.wire.settings import parse_bool
+
 SMALLEST = "smallest"
 LARGEST = "largest"
 
@@ -85,13 +87,6 @@ def _ms(value: str) -> float:
     return int(value) / 1000
 
 
-def _bool(value: str) -> bool:
-    lowered = value.lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return lowered == "true"
-
-
 def _timeout_ms(value: str) -> float | None:
     return None if int(value) < 0 else int(value) / 1000
 
@@ -101,7 +96,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "fetcher.backoff.ms": ("fetcher_backoff_s", _ms),
     "backoff.increment.ms": ("fetcher_backoff_s", _ms),
     "queuedchunks.max": ("queued_chunks_max", int),
-    "autocommit.enable": ("autocommit_enable", _bool),
+    "autocommit.enable": ("autocommit_enable", parse_bool),
     "autocommit.interval.ms": ("autocommit_interval_s", _ms),
     "autooffset.reset": ("autooffset_reset", str),
     "consumer.timeout.ms": ("consumer_timeout_s", _timeout_ms),

@@ -31,7 +31,7 @@ from trikafka.client import (
     framed_prefix,
 )
 from trikafka.client.errors import MessageTooLargeForFetch, OffsetOutOfRange
-from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, iter_messages
+from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, grown_fetch_size, iter_messages
 from trikafka.zk.errors import CoordinatorError, NoNodeError
 
 from .config import LARGEST, SMALLEST, GroupConfig
@@ -172,12 +172,11 @@ async def _fetch_loop(simple: SimpleConsumer, target: FetchTarget, config: Group
         log.debug("%s/%s: fetched %d valid bytes at %d (generation %d)", target.key[0], target.key[1],
                   valid_bytes, offset, target.generation)
         if valid_bytes == 0 and result.data and not corrupt:
-            if size >= config.max_fetch_bytes_limit or (
-                first_entry_bytes is not None and first_entry_bytes > config.max_fetch_bytes_limit
-            ):
+            grown = grown_fetch_size(size, config.max_fetch_bytes_limit, first_entry_bytes)
+            if grown is None:
                 raise _Fatal(offset, MessageTooLargeForFetch(
                     target.key[0], target.partition, offset, first_entry_bytes, config.max_fetch_bytes_limit))
-            size = min(size * 2, config.max_fetch_bytes_limit)
+            size = grown
             continue
         if valid_bytes:
             try:

@@ -56,6 +56,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from trikafka.zk.errors import RegistryValueError
+from trikafka.zk.paths import parse_partition_name, partition_name
+from trikafka.zk.registry import decode_offset, encode_offset
+
 from .javaregex import JavaRegexError, compile_java_regex
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -70,10 +74,6 @@ __all__ = [
     "WildcardTopicCount", "decode_topic_count", "encode_offset", "decode_offset",
     "encode_owner", "decode_owner",
 ]
-
-
-class RegistryValueError(ValueError):
-    """A registry value or name cannot be parsed or must not be written."""
 
 
 # ---------------------------------------------------------------- ids
@@ -128,24 +128,6 @@ def new_consumer_id(
 def thread_ids(consumer_id: str, num_streams: int) -> list[str]:
     """Thread ids ``<consumer_id>-0 ... <consumer_id>-(k-1)``; none when ``k <= 0``."""
     return [f"{consumer_id}-{i}" for i in range(num_streams)]
-
-
-_PARTITION_NAME = re.compile(r"([0-9]+)-([0-9]+)", re.ASCII)
-
-
-def partition_name(broker_id: int, partition: int) -> str:
-    """The ``<brokerId>-<partition>`` node name (plain decimal, no padding)."""
-    if broker_id < 0 or partition < 0:
-        raise RegistryValueError(f"negative broker id or partition: {broker_id}, {partition}")
-    return f"{broker_id}-{partition}"
-
-
-def parse_partition_name(name: str) -> tuple[int, int]:
-    """``"3-10"`` -> ``(3, 10)``; both parts int32, like 0.7's ``Partition.parse``."""
-    match = _PARTITION_NAME.fullmatch(name)
-    if not match or max(int(match.group(1)), int(match.group(2))) > INT32_MAX:
-        raise RegistryValueError(f"partition name {name!r} is not <brokerId>-<partition>")
-    return int(match.group(1)), int(match.group(2))
 
 
 # ---------------------------------------------------------------- topic filters
@@ -336,26 +318,6 @@ def _decode_static(text: str) -> StaticTopicCount:
 
 
 # ---------------------------------------------------------------- offsets and owners
-
-_DECIMAL = re.compile(rb"[+-]?[0-9]+")
-
-
-def encode_offset(offset: int) -> bytes:
-    """The decimal int64 stored in an offsets node."""
-    if type(offset) is not int or not 0 <= offset <= INT64_MAX:
-        raise RegistryValueError(f"offset {offset!r} is not a non-negative int64")
-    return str(offset).encode("ascii")
-
-
-def decode_offset(data: bytes) -> int | None:
-    """The committed offset, or ``None`` (= node absent) for empty, non-numeric,
-    negative or out-of-int64 data (spec §11.4 [T]; samsa writes empty nodes)."""
-    raw = bytes(data)
-    if not _DECIMAL.fullmatch(raw):
-        return None
-    value = int(raw)
-    return value if 0 <= value <= INT64_MAX else None
-
 
 def encode_owner(thread_id: str) -> bytes:
     """An owner node's value: the owning thread id, UTF-8."""

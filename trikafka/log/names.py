@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
+from trikafka.wire.requests import is_valid_topic
+
 from .errors import InvalidTopicError, LogLoadError
 
-MAX_TOPIC_NAME_CHARS = 255
 SEGMENT_SUFFIX = ".kafka"
 # A cleaned segment's padding runs (docs/protocol.md §11.4.2); 0.7 ignores it.
 PADDING_SUFFIX = ".padding"
@@ -17,7 +18,6 @@ CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.
 TEMPORARY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_TOPIC_NAME_CHARS)
 _SEGMENT_RE = re.compile(r"[0-9]{%d}\.kafka" % SEGMENT_NAME_DIGITS)
 _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
 
@@ -25,10 +25,9 @@ _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
 def validate_topic(name: object) -> None:
     """Raise ``InvalidTopicError`` unless ``name`` is a topic trikafka accepts.
 
-    1-255 ASCII characters from ``[A-Za-z0-9._-]``, and not ``.`` or ``..``:
-    a topic name becomes a directory name, so nothing else is allowed.
+    The rule is ``trikafka.wire.is_valid_topic`` (§16.3).
     """
-    if not isinstance(name, str) or _TOPIC_RE.fullmatch(name) is None or name in (".", ".."):
+    if not is_valid_topic(name):
         raise InvalidTopicError(f"invalid topic name {_shorten(name)}")
 
 

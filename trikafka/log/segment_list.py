@@ -12,13 +12,14 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Callable, NamedTuple
 
+from trikafka.wire.requests import OFFSETS_EARLIEST, OFFSETS_LATEST
 from trikafka.wire.responses import FileRegion
 
 from .errors import OffsetOutOfRangeError
 from .segment import Segment
 
-TIME_LATEST = -1  # OFFSETS time: the visible end and segment starts (spec §6.5)
-TIME_EARLIEST = -2  # OFFSETS time: the start of the log
+TIME_LATEST = OFFSETS_LATEST  # the visible end and segment starts (spec §6.5)
+TIME_EARLIEST = OFFSETS_EARLIEST  # the start of the log
 
 
 class SegmentView(NamedTuple):

@@ -12,22 +12,27 @@ the next request, exactly as the 0.7 broker answers them (spec §2).  Any
 socket error, an early close, or a malformed response closes the connection
 and raises ``BrokerConnectionError``: a 0.7 broker answers bad requests by
 closing (spec §7.2), so "closed" is the only error some requests can report.
+A non-zero top-level error raises ``trikafka.client.BrokerError``, checked by
+the same ``trikafka.wire.top_level_error`` as the Trio client.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from trikafka.client.errors import ExtensionNotSupported
+from trikafka.client.errors import BrokerConnectionError, BrokerError, ExtensionNotSupported
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
+    FetchResult,
+    top_level_error,
+    ACKS_FLUSHED,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
     NEED_DATA,
     CreateTopicRequest,
     CreateTopicResult,
-    ErrorCode,
     FetchPart,
     FetchRequest,
     Metadata,
@@ -51,9 +56,6 @@ from trikafka.wire import (
     encode_request,
 )
 
-OFFSETS_LATEST = -1    # OFFSETS time: the visible end E (spec §6.5)
-OFFSETS_EARLIEST = -2  # OFFSETS time: the first segment's start S
-ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible (spec §16.1)
 DEFAULT_TIMEOUT_S = 30.0
 # Largest response we accept: a 100 MiB fetch plus headers.  Bounds memory if a
 # peer sends a hostile size prefix.
@@ -62,23 +64,11 @@ _RECV_BYTES = 1 << 20
 _REQUEST_TYPE = struct.Struct(">h")  # after a frame's int32 size
 
 
-class BrokerConnectionError(ConnectionError):
-    """The connection to a broker failed, closed early, or got a malformed response."""
-
-
-class BlockingExtensionNotSupported(BrokerConnectionError, ExtensionNotSupported):
+class BlockingExtensionNotSupported(ExtensionNotSupported):
     """The broker closed the connection on a trikafka extension: a plain 0.7 broker.
 
     Also a ``trikafka.client.ExtensionNotSupported``, so one ``except`` serves both clients.
     """
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """One fetched part: its error code and message-set bytes (maybe truncated at the end)."""
-
-    error_code: ErrorCode
-    data: bytes
 
 
 class BrokerConnection:
@@ -133,20 +123,22 @@ class BrokerConnection:
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
         """FETCH (spec §6.2): up to ``max_bytes`` of the log from ``offset``."""
         frame = self._call(encode_request(FetchRequest(FetchPart(topic, partition, offset, max_bytes))))
-        return FetchResult(frame.error_code, frame.payload)
+        return FetchResult(frame.error_code, frame.payload, offset)
 
     def multifetch(self, parts: Sequence[FetchPart]) -> list[FetchResult]:
         """MULTIFETCH (spec §6.3): one result per part, in request order."""
         frame = self._call(encode_request(MultiFetchRequest(tuple(parts))))
+        self._expect_no_error(frame, "MULTIFETCH")
         decoded = self._decode(decode_multifetch_payload, frame.payload)
         if len(decoded) != len(parts):
             self.close()
             raise BrokerConnectionError(f"multifetch asked {len(parts)} parts, got {len(decoded)}")
-        return [FetchResult(code, data) for code, data in decoded]
+        return [FetchResult(code, data, p.offset) for (code, data), p in zip(decoded, parts)]
 
     def offsets(self, topic: str, partition: int, time_ms: int, max_offsets: int = 1) -> list[int]:
         """OFFSETS (spec §6.5), descending; ``time_ms`` -1 = latest, -2 = earliest."""
         frame = self._call(encode_request(OffsetsRequest(topic, partition, time_ms, max_offsets)))
+        self._expect_no_error(frame, "OFFSETS")
         return self._decode(decode_offsets_payload, frame.payload)
 
     def visible_end(self, topic: str, partition: int) -> int:
@@ -170,23 +162,26 @@ class BrokerConnection:
     ) -> list[ProduceAckedResult]:
         """PRODUCE_ACKED (trikafka extension, spec §16.1): one result per part."""
         frame = self._call(encode_request(ProduceAckedRequest(acks, timeout_ms, tuple(parts))))
+        self._expect_no_error(frame, "PRODUCE_ACKED")
         return self._decode(decode_produce_acked_payload, frame.payload)
 
     def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
         """METADATA (docs/protocol.md §9.4); ``BlockingExtensionNotSupported`` on a 0.7 broker."""
         frame = self._call(encode_request(MetadataRequest(tuple(topics or ()))))
+        self._expect_no_error(frame, "METADATA")
         return self._decode(decode_metadata_payload, frame.payload)
 
     def create_topic(self, topic: str, partitions: int) -> CreateTopicResult:
         """CREATE_TOPIC (docs/protocol.md §9.5); ``BlockingExtensionNotSupported`` on a 0.7 broker."""
         frame = self._call(encode_request(CreateTopicRequest(topic, partitions)))
+        self._expect_no_error(frame, "CREATE_TOPIC")
         return self._decode(decode_create_topic_payload, frame.payload)
 
     def probe_partition_count(self, topic: str) -> TopicPartitions:
         """The FETCH probe of ``trikafka.client.topics`` over this connection (any 0.7 broker)."""
         probe = PartitionProbe(topic)
         while probe.result is None:
-            probe.feed([r.error_code for r in self.multifetch(probe.parts())])
+            probe.feed([r.error for r in self.multifetch(probe.parts())])
         return probe.result
 
     # -- plumbing ------------------------------------------------------------
@@ -198,6 +193,13 @@ class BrokerConnection:
                 f"OFFSETS({time_ms}, 1) for {topic}/{partition} on {self.host}:{self.port} gave {found}"
             )
         return found[0]
+
+    @staticmethod
+    def _expect_no_error(frame: ResponseFrame, what: str) -> None:
+        # The same check as the Trio client's (wire's top_level_error).
+        reason = top_level_error(frame.error_code, what)
+        if reason is not None:
+            raise BrokerError(frame.error_code, reason)
 
     def _decode(self, decoder, payload: bytes):  # type: ignore[no-untyped-def]
         try:

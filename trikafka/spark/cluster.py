@@ -3,7 +3,7 @@
 Both kinds answer the same questions for the planner: which brokers exist
 (``brokers()``), which topics (``topics()``), and which broker-partitions a
 topic has (``partitions(topic)``).  The ZooKeeper kind reads the 0.7 registry
-(spec §11.1-§11.3) with plain blocking kazoo calls, because Spark's planner
+(spec §11.1-§11.3) through ``trikafka.zk.blocking``, because Spark's planner
 and source runner are ordinary Python processes with no Trio loop; it also
 reads and writes consumer-group offsets (spec §11.4).
 
@@ -21,6 +21,8 @@ from trikafka.client.topics import PartitionCounts
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
+from trikafka.zk.errors import CoordinatorError
+from trikafka.zk.registry import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
 
 from .blocking_client import BrokerConnectionError, partition_counts
 from .offsets import PartitionKey
@@ -132,26 +134,23 @@ class StaticCluster:
 
 
 class ZooKeeperCluster:
-    """The 0.7 ZooKeeper registry, read with blocking kazoo calls.
+    """The 0.7 ZooKeeper registry, read through ``trikafka.zk``'s blocking adapter.
 
     ``connect`` is a ZooKeeper connect string, optionally with a chroot
-    (``host:2181/kafka``), which kazoo applies to every path.
+    (``host:2181/kafka``), applied to every path.
     """
 
     def __init__(self, connect: str, *, timeout_s: float = 15.0):
-        from kazoo.client import KazooClient  # imported here: only planners need it
+        from trikafka.zk.blocking import BlockingRegistry  # imported here: only planners need it
 
         self.connect = connect
-        self._zk = KazooClient(hosts=connect, timeout=timeout_s)
         try:
-            self._zk.start(timeout=timeout_s)
-        except Exception as exc:  # kazoo raises its own timeout type
-            self._zk.close()
-            raise ClusterConfigError(f"cannot reach ZooKeeper at {connect!r}: {exc}") from exc
+            self._registry = BlockingRegistry(connect, timeout_s=timeout_s)
+        except CoordinatorError as exc:
+            raise ClusterConfigError(str(exc)) from exc
 
     def close(self) -> None:
-        self._zk.stop()
-        self._zk.close()
+        self._registry.close()
 
     def __enter__(self) -> "ZooKeeperCluster":
         return self
@@ -159,47 +158,36 @@ class ZooKeeperCluster:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _children(self, path: str) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return self._zk.get_children(path)
-        except NoNodeError:
-            return []
-
-    def _value(self, path: str) -> bytes | None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return self._zk.get(path)[0]
-        except NoNodeError:
-            return None
-
     def brokers(self) -> dict[int, BrokerAddress]:
         """Live brokers from ``/brokers/ids/<id>`` = ``creator:host:port`` (spec §11.2)."""
         found: dict[int, BrokerAddress] = {}
-        for child in self._children(paths.broker_ids()):
+        for child in self._registry.children(paths.broker_ids()):
             if not child.isdigit():
                 continue
-            value = self._value(f"{paths.broker_ids()}/{child}")
+            value = self._registry.value(f"{paths.broker_ids()}/{child}")
             if value is None:
                 continue  # the broker went away between the two reads
-            fields = value.decode("utf-8", "replace").split(":")
-            if len(fields) != 3 or not fields[2].isdigit():
-                raise ClusterConfigError(f"broker {child} registered {value!r}, not creator:host:port")
-            found[int(child)] = BrokerAddress(int(child), fields[1], int(fields[2]))
+            try:
+                info = parse_broker_registration(value)
+            except ValueError:  # UnicodeDecodeError included
+                raise ClusterConfigError(f"broker {child} registered {value!r}, not creator:host:port") from None
+            found[int(child)] = BrokerAddress(int(child), info.host, info.port)
         return found
 
     def topics(self) -> list[str]:
-        return sorted(self._children(paths.broker_topics()))
+        return sorted(self._registry.children(paths.broker_topics()))
 
     def partitions(self, topic: str) -> list[PartitionKey]:
         """Partitions per live broker from ``/brokers/topics/<t>/<id>`` (partition 0 if unregistered)."""
         registered: dict[int, int] = {}
-        for child in self._children(paths.broker_topic(topic)):
-            value = self._value(f"{paths.broker_topic(topic)}/{child}")
-            if child.isdigit() and value is not None and value.strip().isdigit():
-                registered[int(child)] = int(value)
+        for child in self._registry.children(paths.broker_topic(topic)):
+            value = self._registry.value(f"{paths.broker_topic(topic)}/{child}")
+            if not child.isdigit() or value is None:
+                continue
+            try:
+                registered[int(child)] = parse_partition_count(value.strip())
+            except ValueError:
+                continue  # unreadable: treated as unregistered
         keys = []
         for broker_id in sorted(self.brokers()):
             count = max(1, registered.get(broker_id, 1))
@@ -212,23 +200,24 @@ class ZooKeeperCluster:
         """Committed offsets of ``group`` for ``keys``; absent, empty or non-numeric nodes are left out."""
         found = {}
         for key in keys:
-            value = self._value(paths.consumer_offset(group, key.topic, key.broker, key.partition))
-            text = value.decode("ascii", "replace").strip() if value is not None else ""
-            if text.isdigit():
-                found[key] = int(text)
+            value = self._registry.value(paths.consumer_offset(group, key.topic, key.broker, key.partition))
+            offset = None if value is None else decode_offset(value)
+            if offset is not None:
+                found[key] = offset
         return found
 
-    def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> None:
-        """Write each offset as a decimal string to the group's persistent offsets node."""
-        from kazoo.exceptions import NodeExistsError
+    def commit_group_offsets(self, group: str, offsets: Mapping[PartitionKey, int]) -> list[PartitionKey]:
+        """Write each offset to the group's offsets node, fenced like a member's commit.
 
+        A partition a live member of ``group`` owns keeps its offset (see
+        ``BlockingRegistry.commit_offset_if_unowned``), and one warning line
+        names it.  Returns the keys refused that way.
+        """
+        refused = []
         for key in sorted(offsets):
-            path = paths.consumer_offset(group, key.topic, key.broker, key.partition)
-            value = str(int(offsets[key])).encode("ascii")
-            if self._zk.exists(path) is None:
-                try:
-                    self._zk.create(path, value, makepath=True)
-                    continue
-                except NodeExistsError:
-                    pass  # created concurrently: overwrite below
-            self._zk.set(path, value)
+            value = encode_offset(int(offsets[key]))
+            if not self._registry.commit_offset_if_unowned(group, key.topic, key.broker, key.partition, value):
+                refused.append(key)
+                log.warning("commitToGroup %s: %s/%d-%d is owned by a live group member; "
+                            "its offset was not overwritten", group, key.topic, key.broker, key.partition)
+        return refused

@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from trikafka.wire import OFFSETS_EARLIEST as EARLIEST  # OFFSETS' special times (spec §6.5)
+from trikafka.wire import OFFSETS_LATEST as LATEST
 from trikafka.zk.errors import InvalidPathError
 from trikafka.zk.paths import parse_partition_name, validate_topic
 
-EARLIEST = -2  # the same numbers OFFSETS uses for its special times (spec §6.5)
-LATEST = -1
 _GROUP_PREFIX = "group:"
 _GROUP_NAME_RE = re.compile(r"[^/\x00-\x1f]+")
 

@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from trikafka.wire.settings import parse_bool
+
 from .cluster import BrokerAddress, ClusterConfigError, StaticCluster, ZooKeeperCluster, parse_broker_list
 from .offsets import EARLIEST, LATEST, OffsetSpec, OffsetSpecError, parse_offset_spec
 
@@ -197,7 +199,7 @@ def _bool_option(opts: dict[str, str], name: str, default: bool) -> bool:
     text = opts.get(name)
     if text is None:
         return default
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise OptionError(f"option {name} must be true or false, got {text!r}")
-    return lowered == "true"
+    try:
+        return parse_bool(text)
+    except ValueError:
+        raise OptionError(f"option {name} must be true or false, got {text!r}") from None

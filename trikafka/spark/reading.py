@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from trikafka.wire import ConsumedMessage, ErrorCode, iter_messages, parse_entries
+from trikafka.wire import ConsumedMessage, ErrorCode, grown_fetch_size, iter_messages, parse_entries
 from trikafka.wire.columns import SetColumns, decode_set_columns
 
 from .blocking_client import BrokerConnection
@@ -98,11 +98,11 @@ def iter_column_chunks(
     while pos < end:
         want = min(size, end - pos)
         result = conn.fetch(key.topic, key.partition, pos, want)
-        if result.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
             pos = _skip_deleted(conn, key, pos, end, fail_on_data_loss, log)
             continue
-        if result.error_code != ErrorCode.NO_ERROR:
-            raise ReadError(f"{key}: fetch at {pos} failed with {result.error_code.name}")
+        if result.error != ErrorCode.NO_ERROR:
+            raise ReadError(f"{key}: fetch at {pos} failed with {result.error.name}")
         if not result.data:
             raise ReadError(
                 f"{key}: the broker's visible end is {pos}, below the planned end {end} "
@@ -127,12 +127,13 @@ def _grown_fetch_size(
         raise ReadError(f"{key}: the planned end {end} is not an entry boundary (entry at {pos})")
     if needed <= asked:
         raise ReadError(f"{key}: the broker returned a cut entry at {pos} although the fetch could hold it")
-    if needed > sizing.max_fetch_bytes:
+    grown = grown_fetch_size(asked, sizing.max_fetch_bytes, needed)
+    if grown is None:
         raise MessageTooLargeError(
             f"{key}: the message at {pos} takes {needed} bytes, more than maxFetchSize="
             f"{sizing.max_fetch_bytes}; raise maxFetchSize"
         )
-    return min(sizing.max_fetch_bytes, max(needed, 2 * asked))
+    return grown
 
 
 def _skip_deleted(
@@ -164,7 +165,7 @@ def last_boundary_within(
     pos = start
     while pos < limit:
         result = conn.fetch(key.topic, key.partition, pos, min(sizing.fetch_bytes, limit - pos))
-        if result.error_code != ErrorCode.NO_ERROR or not result.data:
+        if result.error != ErrorCode.NO_ERROR or not result.data:
             break  # the read itself reports real errors; here we just stop early
         parsed = parse_entries(result.data, pos)
         if parsed.valid_bytes:
@@ -180,7 +181,7 @@ def last_boundary_within(
 def next_entry_end(conn: BrokerConnection, key: PartitionKey, start: int) -> int | None:
     """Where the entry at ``start`` ends (from its 4-byte length prefix), or None if none is visible."""
     result = conn.fetch(key.topic, key.partition, start, 4)
-    if result.error_code != ErrorCode.NO_ERROR or len(result.data) < 4:
+    if result.error != ErrorCode.NO_ERROR or len(result.data) < 4:
         return None
     size = int.from_bytes(result.data[:4], "big", signed=True)
     return start + 4 + size if size >= 0 else None

@@ -53,7 +53,11 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
 
 
 def commit_to_group(options: SourceOptions, offsets: dict[PartitionKey, int]) -> None:
-    """Publish consumed offsets to the ``commitToGroup`` registry (advisory, for lag monitoring)."""
+    """Publish consumed offsets to the ``commitToGroup`` registry (for lag monitoring).
+
+    Fenced like a group member's commit: a partition a live member of that
+    group owns keeps its offset, and a warning line names it.
+    """
     if not options.commit_to_group or not offsets:
         return
     from .cluster import ZooKeeperCluster

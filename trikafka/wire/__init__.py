@@ -33,7 +33,7 @@ from .message import (
     encode_entry,
 )
 from .messageset import ValidatedSet, build_message_set, scan_valid_prefix, validate_message_set
-from .reading import ConsumedMessage, Entry, ParsedSet, iter_messages, parse_entries
+from .reading import ConsumedMessage, Entry, ParsedSet, grown_fetch_size, iter_messages, parse_entries
 from .metadata import (
     NO_LEADER,
     BrokerAddress,
@@ -47,6 +47,11 @@ from .metadata import (
     encode_metadata_response,
 )
 from .requests import (
+    ACKS_APPENDED,
+    ACKS_FLUSHED,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
+    TOPIC_NAME_MAX_CHARS,
     CreateTopicRequest,
     FetchPart,
     FetchRequest,
@@ -62,9 +67,11 @@ from .requests import (
     RequestType,
     decode_request_body,
     encode_request,
+    is_valid_topic,
 )
 from .responses import (
     Chunk,
+    FetchResult,
     FileRegion,
     ProduceAckedResult,
     chunks_length,
@@ -76,7 +83,9 @@ from .responses import (
     encode_multifetch_response,
     encode_offsets_response,
     encode_produce_acked_response,
+    top_level_error,
 )
+from .settings import parse_bool
 from . import replication as _replication  # noqa: F401  (registers its request bodies)
 
 __all__ = sorted(

@@ -158,3 +158,20 @@ def _iter_inner(wrapper: Message, depth: int) -> Iterator[bytes]:
             yield entry.message.payload
         else:
             yield from _iter_inner(entry.message, depth + 1)
+
+
+def grown_fetch_size(asked_bytes: int, limit_bytes: int, first_entry_bytes: int | None) -> int | None:
+    """The one fetch-size growth rule, used by every consumer (§8).
+
+    Call it when a fetch of ``asked_bytes`` returned only the cut start of its
+    first entry, whose full size is ``first_entry_bytes`` (None when even its
+    length prefix was cut).  The next fetch asks for at least double, and at
+    once for the whole entry when its size is known, never above
+    ``limit_bytes``: ``min(limit, max(entry, 2 * asked))``.  Returns None when
+    no fetch up to ``limit_bytes`` can hold the entry (the fetch was already at
+    the limit, or the entry is larger than it); the caller raises its
+    "message too large for the fetch size" error.
+    """
+    if asked_bytes >= limit_bytes or (first_entry_bytes is not None and first_entry_bytes > limit_bytes):
+        return None
+    return min(limit_bytes, max(first_entry_bytes or 0, 2 * asked_bytes))

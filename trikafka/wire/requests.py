@@ -13,11 +13,26 @@ topic names are never rejected here: the broker validates them).
 from __future__ import annotations
 
 import enum
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from .errors import LocalProtocolError, RemoteProtocolError
+
+TOPIC_NAME_MAX_CHARS = 255
+_TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % TOPIC_NAME_MAX_CHARS)
+
+
+def is_valid_topic(name: object) -> bool:
+    """The one topic-name rule (§16.3), for brokers, clients and the registry alike.
+
+    1-255 ASCII characters from ``[A-Za-z0-9._-]``, and not ``.`` or ``..``: a
+    topic name becomes a directory name and a ZooKeeper node name, so nothing
+    else is allowed.  Each layer raises its own error around this check.
+    """
+    return isinstance(name, str) and _TOPIC_NAME_RE.fullmatch(name) is not None and name not in (".", "..")
+
 
 TOPIC_ENCODING = "utf-8"
 # Topic bytes that are not UTF-8 survive a decode/encode round trip unchanged.
@@ -31,6 +46,11 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _HEADER = struct.Struct(">ih")  # size, requestType
+
+OFFSETS_LATEST = -1    # OFFSETS time for the visible end E (§6.5)
+OFFSETS_EARLIEST = -2  # OFFSETS time for the log start S
+ACKS_APPENDED = 1      # PRODUCE_ACKED: answer once appended (§16.1)
+ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible
 
 
 class RequestType(enum.IntEnum):

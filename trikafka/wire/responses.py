@@ -225,3 +225,26 @@ def decode_produce_acked_payload(payload: bytes) -> list[ProduceAckedResult]:
         results.append(ProduceAckedResult(topic, partition, ErrorCode.from_wire(code), base, nxt))
         pos += 2 + n + _ACKED_PART_TAIL.size
     return results
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One fetched part, as both clients return it: error code, message-set bytes
+    (the tail may be cut mid-entry), and the offset the fetch started at."""
+
+    error: ErrorCode
+    data: bytes
+    offset: int
+
+
+def top_level_error(error_code: ErrorCode, what: str) -> str | None:
+    """The one check of a response's top-level error, shared by every client.
+
+    MULTIFETCH, OFFSETS, PRODUCE_ACKED, METADATA and CREATE_TOPIC always carry 0
+    at the top level (§6.3, §6.5, §16.1); their per-part errors sit in the
+    payload.  Returns None when ``error_code`` is 0, else the one-line reason the
+    caller raises with (FETCH is the exception: its top-level code is the part's).
+    """
+    if error_code == ErrorCode.NO_ERROR:
+        return None
+    return f"{what} response carried a top-level error"

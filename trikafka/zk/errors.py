@@ -58,7 +58,11 @@ class CoordinatorClosedError(CoordinatorError):
     """The coordinator was closed (or never opened)."""
 
 
-class InvalidPathError(CoordinatorError, ValueError):
+class RegistryValueError(ValueError):
+    """A registry value or node name cannot be parsed or must not be written."""
+
+
+class InvalidPathError(CoordinatorError, RegistryValueError):
     """A path or path component breaks ZooKeeper's or the registry's rules."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from trikafka.wire.requests import is_valid_topic
+
 from .errors import InvalidPathError
 
 BROKERS = "/brokers"
@@ -16,9 +18,8 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
 
-TOPIC_NAME_MAX_CHARS = 255
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]+")
 _PARTITION_NAME_RE = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
+_INT32_MAX = 2**31 - 1  # both parts are int32, as 0.7's Partition.parse reads them
 # Characters ZooKeeper's PathUtils.validatePath refuses in a node name.
 _FORBIDDEN_CHARS_RE = re.compile("[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]")
 
@@ -71,9 +72,7 @@ def validate_topic(topic: str) -> str:
     """Check a topic name against §16.3 (1-255 chars of ``[A-Za-z0-9._-]``)."""
     if not isinstance(topic, str):
         raise InvalidPathError(f"topic must be str, got {type(topic).__name__}")
-    if not (1 <= len(topic) <= TOPIC_NAME_MAX_CHARS) or not _TOPIC_RE.fullmatch(topic):
-        raise InvalidPathError(f"invalid topic name {topic!r}")
-    if topic in (".", ".."):
+    if not is_valid_topic(topic):  # the one rule, shared with the broker and the log
         raise InvalidPathError(f"invalid topic name {topic!r}")
     return topic
 
@@ -165,7 +164,7 @@ def partition_name(broker: int, partition: int) -> str:
 def parse_partition_name(name: str) -> tuple[int, int]:
     """Inverse of :func:`partition_name`; raises InvalidPathError on anything else."""
     match = _PARTITION_NAME_RE.fullmatch(name) if isinstance(name, str) else None
-    if match is None:
+    if match is None or max(int(match.group(1)), int(match.group(2))) > _INT32_MAX:
         raise InvalidPathError(f"not a <broker>-<partition> name: {name!r}")
     return int(match.group(1)), int(match.group(2))
 

@@ -21,6 +21,7 @@ re-registers the id and every topic, with a fresh creator id as 0.7 does.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -30,6 +31,7 @@ import trio
 from . import paths
 from .coordinator import Coordinator
 from .errors import (
+    RegistryValueError,
     BadVersionError,
     ConnectionLossError,
     CoordinatorClosedError,
@@ -77,6 +79,27 @@ def parse_partition_count(data: bytes) -> int:
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"malformed partition count {data!r}")
     return int(text)
+
+
+_DECIMAL = re.compile(rb"[+-]?[0-9]+")
+_INT64_MAX = 2**63 - 1
+
+
+def encode_offset(offset: int) -> bytes:
+    """The decimal int64 stored in an offsets node."""
+    if type(offset) is not int or not 0 <= offset <= _INT64_MAX:
+        raise RegistryValueError(f"offset {offset!r} is not a non-negative int64")
+    return str(offset).encode("ascii")
+
+
+def decode_offset(data: bytes) -> int | None:
+    """The committed offset, or ``None`` (= node absent) for empty, non-numeric,
+    negative or out-of-int64 data (spec §11.4 [T]; samsa writes empty nodes)."""
+    raw = bytes(data)
+    if not _DECIMAL.fullmatch(raw):
+        return None
+    value = int(raw)
+    return value if 0 <= value <= _INT64_MAX else None
 
 
 def _validate_host_port(host: str, port: int) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from trikafka.wire.settings import parse_bool
+
 NO_LEADER = -1
 VALUE_VERSION = 1
 
@@ -49,9 +51,10 @@ def _int_list(value: object, what: str) -> tuple[int, ...]:
 
 
 def _bool_setting(text: str, key: str) -> bool:
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    raise ReplicationValueError(f"{key}={text!r}: expected true or false")
+    try:
+        return parse_bool(text)
+    except ValueError:
+        raise ReplicationValueError(f"{key}={text!r}: expected true or false") from None
 
 
 @dataclass(frozen=True, slots=True)
