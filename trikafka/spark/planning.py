@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from .blocking_client import BrokerConnection, BrokerConnectionError
-from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster
+from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster, format_broker_list
 from .offsets import EARLIEST, LATEST, OffsetSpec, PartitionKey
 from .options import SourceOptions
 
@@ -87,13 +87,37 @@ class ConnectionPool:
         self.close()
 
 
-def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperCluster) -> list[PartitionKey]:
-    """Every broker-partition of the selected topics, plus those named in explicit offsets."""
+def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperCluster, *,
+                  require_topics: bool = False) -> list[PartitionKey]:
+    """Every broker-partition of the selected topics, plus those named in explicit offsets.
+
+    With ``require_topics`` (a batch read, a stream's first start) and ``failOnMissingTopic`` on, a
+    cluster with no brokers, a pattern matching no topic, or a named topic
+    without partitions is an error: the read would silently return nothing.
+    """
+    require = require_topics and options.fail_on_missing_topic
+    if require and not cluster.brokers():
+        raise PlanningError(f"{_where(options)} lists no brokers (set failOnMissingTopic=false to read nothing)")
     topics = options.select_topics(cluster)
-    keys = {key for topic in topics for key in cluster.partitions(topic)}
+    if require and not topics:
+        raise PlanningError(f"no topic of {_where(options)} matches topicPattern {options.topic_pattern!r} "
+                            "(set failOnMissingTopic=false to read nothing)")
+    keys: set[PartitionKey] = set()
+    for topic in topics:
+        found = cluster.partitions(topic)
+        if require and not found:
+            raise PlanningError(f"topic {topic!r} does not exist in {_where(options)} "
+                                "(set failOnMissingTopic=false to read nothing)")
+        keys.update(found)
     for spec in (options.starting, options.ending):
         keys.update(k for k in spec.explicit_offsets if k.topic in topics)
     return sorted(keys)
+
+
+def _where(options: SourceOptions) -> str:
+    if options.zookeeper:
+        return f"the ZooKeeper registry {options.zookeeper}"
+    return f"the brokers {format_broker_list(options.brokers)}"
 
 
 def resolve_offsets(
@@ -132,7 +156,7 @@ def plan_batch(options: SourceOptions) -> list[PartitionRange]:
     """The ranges of a batch read: one per broker-partition with data in ``[start, end)``."""
     cluster = options.open_cluster()
     try:
-        keys = discover_keys(options, cluster)
+        keys = discover_keys(options, cluster, require_topics=True)
         with ConnectionPool(cluster.brokers(), options) as pool:
             start = resolve_offsets(
                 options.starting, keys, pool, cluster=cluster, group_default=options.group_default_offset

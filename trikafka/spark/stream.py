@@ -84,7 +84,7 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         cluster, pool = self._connect()
-        keys = discover_keys(self.options, cluster)
+        keys = discover_keys(self.options, cluster, require_topics=True)  # a fresh query starts on real topics
         try:
             offsets = resolve_offsets(
                 self.options.starting, keys, pool, cluster=cluster,
