@@ -147,3 +147,21 @@ def test_an_editable_install_is_discovered_from_any_directory(tmp_path):
     assert done.returncode == 0, done.stderr[-5000:]
     # The source ran and rejected the options: it was found, by discovery alone.
     assert "source found:" in done.stdout and "set 'brokers'" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("payload_bytes", [20, 9000])  # a whole entry in the probe, and one bigger than it
+def test_a_starting_offset_inside_an_entry_fails_on_the_driver(broker_cluster, unique_topic, payload_bytes):
+    payloads = [bytes([i]) * payload_bytes for i in range(1, 4)]
+    base, _ = broker_cluster.produce_payloads(unique_topic, 0, 1, payloads)
+    entry = 10 + payload_bytes  # magic-1 entry: 4-byte length + 6-byte header + payload
+    options = {"brokers": broker_cluster.broker_list, "topics": unique_topic}
+
+    def plan_from(offset):
+        return plan_batch(parse_options({**options, "startingOffsets": json.dumps({unique_topic: {"0-1": offset}})}))
+
+    for inside in (base + 3, base + entry + 7, base + entry - 1):
+        with pytest.raises(PlanningError, match=f"starting offset {inside} is not an entry boundary"):
+            plan_from(inside)
+    ranges = plan_from(base + entry)
+    assert [(r.start, r.end) for r in ranges if r.key.partition == 1 and r.key.broker == 0] == \
+        [(base + entry, base + 3 * entry)]
