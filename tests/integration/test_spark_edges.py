@@ -165,3 +165,26 @@ def test_a_starting_offset_inside_an_entry_fails_on_the_driver(broker_cluster, u
     ranges = plan_from(base + entry)
     assert [(r.start, r.end) for r in ranges if r.key.partition == 1 and r.key.broker == 0] == \
         [(base + entry, base + 3 * entry)]
+
+
+@pytest.mark.zookeeper
+def test_a_registry_without_brokers_or_without_the_topic_is_an_error_unless_opted_in(zk_chroot, broker_cluster,
+                                                                                   unique_topic):
+    from kazoo.client import KazooClient
+
+    options = {"zookeeper": zk_chroot, "topics": unique_topic}
+    with pytest.raises(PlanningError, match="lists no brokers"):
+        plan_batch(parse_options(options))
+    assert plan_batch(parse_options({**options, "failOnMissingTopic": "false"})) == []
+
+    client = KazooClient(hosts=zk_chroot, timeout=10.0)
+    client.start(timeout=10.0)
+    try:
+        address = broker_cluster.addresses[0]
+        client.create("/brokers/ids/0", f"{address.host}-1:{address.host}:{address.port}".encode(), makepath=True)
+    finally:
+        client.stop()
+        client.close()
+    with pytest.raises((ClusterConfigError, PlanningError), match=f"{unique_topic}.*does not exist"):
+        plan_batch(parse_options(options))
+    assert plan_batch(parse_options({**options, "failOnMissingTopic": "false"})) == []

@@ -107,9 +107,11 @@ def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperClus
     if require and not topics:
         raise PlanningError(f"no topic of {_where(options)} matches topicPattern {options.topic_pattern!r} "
                             "(set failOnMissingTopic=false to read nothing)")
+    # The registry answers partition 0 for a topic it does not list (0.7's default), so ask it.
+    registered = set(cluster.topics()) if require and isinstance(cluster, ZooKeeperCluster) else None
     keys: set[PartitionKey] = set()
     for topic in topics:
-        found = cluster.partitions(topic)
+        found = cluster.partitions(topic) if registered is None or topic in registered else []
         if require and not found:
             raise PlanningError(f"topic {topic!r} does not exist in {_where(options)} "
                                 "(set failOnMissingTopic=false to read nothing)")
