@@ -140,6 +140,7 @@ class BrokerProcess:
     proc: subprocess.Popen | None = None
     port: int = 0
     output_path: Path | None = None
+    num_partitions: int = PARTITIONS_PER_BROKER
 
     def start(self) -> None:
         ready = self.log_dir.parent / f"broker-{self.broker_id}.port"
@@ -148,7 +149,7 @@ class BrokerProcess:
         command = [
             sys.executable, "-m", "trikafka", "serve", "--standalone", "--host", "127.0.0.1", "--port", "0",
             "--log-dir", str(self.log_dir), "--broker-id", str(self.broker_id),
-            "--num-partitions", str(PARTITIONS_PER_BROKER), "--ready-file", str(ready),
+            "--num-partitions", str(self.num_partitions), "--ready-file", str(ready),
         ]
         with open(self.output_path, "ab") as out:
             self.proc = subprocess.Popen(_command_with_pdeathsig(command), stdout=out, stderr=subprocess.STDOUT)

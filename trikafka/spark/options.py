@@ -9,8 +9,11 @@ option                 meaning
 =====================  ==========================================================
 brokers                ``id:host:port,...`` static broker list (or use zookeeper)
 zookeeper              ZooKeeper connect string of the registry (spec §11)
-topics                 comma-separated topic names
-topicPattern           regex matched against the whole topic name (needs zookeeper)
+topics                 comma-separated topic names (alias: subscribe, as in Spark's Kafka source)
+topicPattern           regex matched against the whole topic name (alias: subscribePattern)
+failOnMissingTopic     true (default): a named topic no broker has, a pattern matching no
+                       topic, or a registry with no brokers fails a batch read or a stream's
+                       first start; false reads nothing from them instead
 partitionsPerBroker    with a static broker list: partitions per broker, overriding what each
                        broker reports (METADATA, or the FETCH probe on a 0.7 broker)
 startingOffsets        earliest (default) | latest | group:<name> | JSON document
@@ -44,8 +47,10 @@ MIN_FETCH_BYTES = 10
 _KNOWN = {
     "brokers", "zookeeper", "topics", "topicpattern", "partitionsperbroker", "startingoffsets",
     "endingoffsets", "groupdefaultoffset", "fetchsize", "maxfetchsize", "maxbytespertrigger",
-    "committogroup", "failondataloss", "timeoutseconds",
+    "committogroup", "failondataloss", "failonmissingtopic", "timeoutseconds",
 }
+# Spark's Kafka source names, accepted as aliases of ours.
+_ALIASES = {"subscribe": "topics", "subscribepattern": "topicpattern"}
 
 
 class OptionError(ValueError):
@@ -70,13 +75,14 @@ class SourceOptions:
     commit_to_group: str | None
     fail_on_data_loss: bool
     timeout_s: float
+    fail_on_missing_topic: bool = True
 
     def open_cluster(self) -> StaticCluster | ZooKeeperCluster:
         """The cluster view: ZooKeeper when configured, else the static list."""
         if self.zookeeper:
             return ZooKeeperCluster(self.zookeeper, timeout_s=self.timeout_s)
         return StaticCluster({b.broker_id: b for b in self.brokers}, self.partitions_per_broker,
-                             timeout_s=self.timeout_s)
+                             allow_missing_topics=not self.fail_on_missing_topic, timeout_s=self.timeout_s)
 
     def select_topics(self, cluster: StaticCluster | ZooKeeperCluster) -> list[str]:
         """The topics to read: the explicit list, or the registry's topics matching the pattern."""
@@ -88,7 +94,7 @@ class SourceOptions:
 
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     """Check and convert Spark's option mapping (keys are case-insensitive)."""
-    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    opts = _resolve_aliases({str(k).lower(): str(v) for k, v in raw.items()})
     unknown = sorted(set(opts) - _KNOWN)
     if unknown:
         raise OptionError(f"unknown trikafka option(s): {', '.join(unknown)}")
@@ -117,7 +123,18 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         commit_to_group=commit_group,
         fail_on_data_loss=_bool_option(opts, "failondataloss", True),
         timeout_s=float(_int_option(opts, "timeoutseconds", 30, 1)),
+        fail_on_missing_topic=_bool_option(opts, "failonmissingtopic", True),
     )
+
+
+def _resolve_aliases(opts: dict[str, str]) -> dict[str, str]:
+    """Rename Spark-Kafka's option names to ours; naming one option both ways is an error."""
+    for alias, name in _ALIASES.items():
+        if alias in opts:
+            if name in opts:
+                raise OptionError(f"'{alias}' is an alias of '{name}': set only one of them")
+            opts[name] = opts.pop(alias)
+    return opts
 
 
 def _cluster_options(opts: dict[str, str]) -> tuple[tuple[BrokerAddress, ...], str | None]:
@@ -140,7 +157,7 @@ def _topic_options(opts: dict[str, str], zookeeper: str | None) -> tuple[tuple[s
 
     topic_text, pattern = opts.get("topics", "").strip(), opts.get("topicpattern")
     if bool(topic_text) == bool(pattern):
-        raise OptionError("set exactly one of 'topics' and 'topicPattern'")
+        raise OptionError("set exactly one of 'topics' (or 'subscribe') and 'topicPattern' (or 'subscribePattern')")
     if pattern:
         if not zookeeper:
             raise OptionError("'topicPattern' needs the registry: set 'zookeeper'")

@@ -148,6 +148,7 @@ def run_load_command(args: argparse.Namespace) -> int:
         commit_to_group=args.commit_to_group, zookeeper=args.zookeeper,
         audit_tier=f"spark:{args.audit_tier}" if args.audit_tier else None,
     )
+    _check_topics(config.source_options)  # one clear line before Spark starts, not a JVM traceback
     spark = build_session("trikafka-load", master=args.master, shuffle_partitions=args.shuffle_partitions)
     try:
         started = time.perf_counter()
@@ -164,6 +165,18 @@ def run_load_command(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def _check_topics(options_map: dict[str, str]) -> None:
+    from .options import parse_options
+    from .planning import discover_keys
+
+    options = parse_options(options_map)
+    cluster = options.open_cluster()
+    try:
+        discover_keys(options, cluster, require_topics=True)
+    finally:
+        cluster.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

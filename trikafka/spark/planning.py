@@ -12,13 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from trikafka.wire import ErrorCode, InvalidMessageError, decode_message, parse_entries
+
 from .blocking_client import BrokerConnection, BrokerConnectionError
-from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster
+from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster, format_broker_list
 from .offsets import EARLIEST, LATEST, OffsetSpec, PartitionKey
 from .options import SourceOptions
 
 # Room for response headers on top of the largest fetch.
 _RESPONSE_HEADROOM_BYTES = 64 * 1024
+# One small FETCH tells whether a user-given starting offset begins an entry: its
+# length must fit in the log, its header must parse, and a whole entry's CRC must match.
+_BOUNDARY_PROBE_BYTES = 4096
 
 
 class PlanningError(ValueError):
@@ -87,13 +92,39 @@ class ConnectionPool:
         self.close()
 
 
-def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperCluster) -> list[PartitionKey]:
-    """Every broker-partition of the selected topics, plus those named in explicit offsets."""
+def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperCluster, *,
+                  require_topics: bool = False) -> list[PartitionKey]:
+    """Every broker-partition of the selected topics, plus those named in explicit offsets.
+
+    With ``require_topics`` (a batch read, a stream's first start) and ``failOnMissingTopic`` on, a
+    cluster with no brokers, a pattern matching no topic, or a named topic
+    without partitions is an error: the read would silently return nothing.
+    """
+    require = require_topics and options.fail_on_missing_topic
+    if require and not cluster.brokers():
+        raise PlanningError(f"{_where(options)} lists no brokers (set failOnMissingTopic=false to read nothing)")
     topics = options.select_topics(cluster)
-    keys = {key for topic in topics for key in cluster.partitions(topic)}
+    if require and not topics:
+        raise PlanningError(f"no topic of {_where(options)} matches topicPattern {options.topic_pattern!r} "
+                            "(set failOnMissingTopic=false to read nothing)")
+    # The registry answers partition 0 for a topic it does not list (0.7's default), so ask it.
+    registered = set(cluster.topics()) if require and isinstance(cluster, ZooKeeperCluster) else None
+    keys: set[PartitionKey] = set()
+    for topic in topics:
+        found = cluster.partitions(topic) if registered is None or topic in registered else []
+        if require and not found:
+            raise PlanningError(f"topic {topic!r} does not exist in {_where(options)} "
+                                "(set failOnMissingTopic=false to read nothing)")
+        keys.update(found)
     for spec in (options.starting, options.ending):
         keys.update(k for k in spec.explicit_offsets if k.topic in topics)
     return sorted(keys)
+
+
+def _where(options: SourceOptions) -> str:
+    if options.zookeeper:
+        return f"the ZooKeeper registry {options.zookeeper}"
+    return f"the brokers {format_broker_list(options.brokers)}"
 
 
 def resolve_offsets(
@@ -132,16 +163,18 @@ def plan_batch(options: SourceOptions) -> list[PartitionRange]:
     """The ranges of a batch read: one per broker-partition with data in ``[start, end)``."""
     cluster = options.open_cluster()
     try:
-        keys = discover_keys(options, cluster)
+        keys = discover_keys(options, cluster, require_topics=True)
         with ConnectionPool(cluster.brokers(), options) as pool:
             start = resolve_offsets(
                 options.starting, keys, pool, cluster=cluster, group_default=options.group_default_offset
             )
             end = resolve_offsets(options.ending, keys, pool, cluster=cluster)
+            visible = {k: end[k] if options.ending.kind == "latest" else pool.visible_end(k) for k in keys}
+            for key in keys:
+                _check_range(key, start[key], end[key], visible[key])
+            check_start_boundaries(options.starting, start, pool, visible)
             ranges = []
             for key in keys:
-                visible = end[key] if options.ending.kind == "latest" else pool.visible_end(key)
-                _check_range(key, start[key], end[key], visible)
                 if end[key] > start[key]:
                     address = pool.brokers[key.broker]
                     ranges.append(PartitionRange(key, address.host, address.port, start[key], end[key]))
@@ -150,6 +183,46 @@ def plan_batch(options: SourceOptions) -> list[PartitionRange]:
         raise PlanningError(f"planning the trikafka read failed: {exc}") from exc
     finally:
         cluster.close()
+
+
+def check_start_boundaries(spec: OffsetSpec, start: Mapping[PartitionKey, int], pool: ConnectionPool,
+                           visible_end: Mapping[PartitionKey, int] | None = None) -> None:
+    """Fail on the driver when a given starting offset is not an entry boundary.
+
+    ``earliest`` and ``latest`` come from the broker and are boundaries; an
+    explicit or group offset is checked with one FETCH of a few bytes there.
+    """
+    if spec.kind in ("earliest", "latest"):
+        return
+    for key, offset in start.items():
+        end = pool.visible_end(key) if visible_end is None else visible_end[key]
+        if offset >= end:
+            continue  # at the end (a boundary), or beyond it (_check_range says so)
+        result = pool.get(key.broker).fetch(key.topic, key.partition, offset, min(_BOUNDARY_PROBE_BYTES, end - offset))
+        if result.error_code != ErrorCode.NO_ERROR:
+            continue  # out of range after retention: the read reports it per failOnDataLoss
+        reason = _not_an_entry(result.data, offset, end)
+        if reason:
+            raise PlanningError(f"{key}: starting offset {offset} is not an entry boundary ({reason}); "
+                                "start at 'earliest', 'latest' or an offset a reader returned as next_offset")
+
+
+def _not_an_entry(data: bytes, offset: int, visible_end: int) -> str | None:
+    """Why the bytes fetched at ``offset`` do not begin an entry, or None if they do."""
+    try:
+        parsed = parse_entries(data, offset)
+    except InvalidMessageError as exc:
+        return str(exc)
+    if parsed.entries:
+        return None if parsed.entries[0].message.is_valid else "the bytes there fail the entry's CRC"
+    needed = parsed.first_entry_bytes
+    if needed is None or offset + needed > visible_end:
+        return f"an entry there would end past the visible end {visible_end}"
+    try:
+        decode_message(data[4:])  # a big entry: check the framing of its header
+    except InvalidMessageError as exc:
+        return str(exc)
+    return None
 
 
 def _check_range(key: PartitionKey, start: int, end: int, visible_end: int) -> None:

@@ -45,7 +45,14 @@ from .blocking_client import BrokerConnectionError
 from .cluster import StaticCluster, ZooKeeperCluster
 from .offsets import PartitionKey, offsets_from_document, offsets_to_document
 from .options import SourceOptions
-from .planning import ConnectionPool, PlanningError, discover_keys, ranges_between, resolve_offsets
+from .planning import (
+    ConnectionPool,
+    PlanningError,
+    check_start_boundaries,
+    discover_keys,
+    ranges_between,
+    resolve_offsets,
+)
 from .reading import FetchSizing, last_boundary_within, next_entry_end
 from .tasks import RangePartition, commit_to_group, read_partition
 
@@ -84,12 +91,13 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         cluster, pool = self._connect()
-        keys = discover_keys(self.options, cluster)
+        keys = discover_keys(self.options, cluster, require_topics=True)  # a fresh query starts on real topics
         try:
             offsets = resolve_offsets(
                 self.options.starting, keys, pool, cluster=cluster,
                 group_default=self.options.group_default_offset,
             )
+            check_start_boundaries(self.options.starting, offsets, pool)
         except BrokerConnectionError as exc:
             raise PlanningError(f"cannot resolve startingOffsets: {exc}") from exc
         return offsets_to_document(offsets)
