@@ -41,10 +41,16 @@ def log_size_chart(data: dict, out: Path) -> None:
     rows = data["rows"]
     sizes = [r["log_gb"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label, marker in (("produce_mb_s", "produce (acks=-1 at the end)", "o"),
-                               ("consume_tail_mb_s", "consume, tail (recent data)", "s"),
-                               ("consume_start_mb_s", "consume, offset 0 (oldest data)", "^")):
-        ax.plot(sizes, [r[key] for r in rows], marker=marker, label=label)
+    for key, run, label, marker in (("produce_mb_s", "produce", "produce (acks=-1 at the end)", "o"),
+                                    ("consume_tail_mb_s", "tail", "consume, tail (recent data)", "s"),
+                                    ("consume_start_mb_s", "start", "consume, offset 0 (oldest data)", "^")):
+        medians = [r[key] for r in rows]
+        if all("runs_mb_s" in r for r in rows):  # whiskers: the slowest and fastest window
+            spread = [[m - min(r["runs_mb_s"][run]) for m, r in zip(medians, rows)],
+                      [max(r["runs_mb_s"][run]) - m for m, r in zip(medians, rows)]]
+            ax.errorbar(sizes, medians, yerr=spread, marker=marker, capsize=4, label=label)
+        else:
+            ax.plot(sizes, medians, marker=marker, label=label)
     ax.set_xlabel("log size (GB)")
     ax.set_ylabel(f"MB/s over a {rows[0]['window_bytes'] / 1e6:.0f} MB window")
     ax.set_ylim(bottom=0)

@@ -6,6 +6,8 @@ Starts ``trikafka serve --standalone`` on a temp log dir (``--dir`` picks where)
 and, for each size in turn, fills the topic ``grow`` up to that size with
 pipelined 0.7 PRODUCE requests of large batches, then measures:
 
+Each figure is the median of ``--repeats`` windows (all kept in the JSON).
+
 - produce: a ``--window-mb`` window of 200-byte magic-0 messages, batches of
   ``--batch``, timed until a PRODUCE_ACKED with acks = -1 sent after them is
   answered (every message appended and flushed);
@@ -13,10 +15,10 @@ pipelined 0.7 PRODUCE requests of large batches, then measures:
   fetches, framing and CRC of every message checked: recent data, as a
   consumer keeping up reads it;
 - consume (start): a window from offset 0, the oldest data: cold if the page
-  cache no longer holds it (the machine's RAM decides; said in the table).
+  cache no longer holds it (the machine's RAM decides).
 
 The goal of the design is that throughput does not depend on the log size:
-the last column is each figure against the first size's.  Stops early, and
+the last lines compare the largest size's figures with the first's.  Stops early, and
 says so, if the disk would fall under ``--keep-free-gb``.  The data is deleted
 at the end.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -76,6 +79,7 @@ def main() -> None:
     parser.add_argument("--sizes-gb", default="1,10,20", help="log sizes to measure at, comma-separated")
     parser.add_argument("--window-mb", type=int, default=200, help="bytes produced and consumed per figure")
     parser.add_argument("--batch", type=int, default=200, help="messages per PRODUCE request")
+    parser.add_argument("--repeats", type=int, default=1, help="windows per size; the table shows the median")
     parser.add_argument("--fetch-bytes", type=int, default=1 << 20)
     parser.add_argument("--keep-free-gb", type=float, default=5.0, help="stop before the disk has less free")
     parser.add_argument("--dir", help="where to write (default: a temp dir)")
@@ -106,16 +110,20 @@ def main() -> None:
                     fill_s += trio.run(produce, port, TOPIC, max(args.batch, chunk // MESSAGE_BYTES), args.batch)
                 if note:
                     break
-                produce_s = trio.run(produce, port, TOPIC, window_msgs, args.batch)
-                end = trio.run(end_offset, port)
-                tail_s = trio.run(consume, port, end - window_bytes, window_bytes, args.fetch_bytes)
-                start_s = trio.run(consume, port, 0, window_bytes, args.fetch_bytes)
+                runs: dict[str, list[float]] = {"produce": [], "tail": [], "start": []}
+                for _ in range(args.repeats):  # the median of a few windows damps a shared machine's noise
+                    runs["produce"].append(trio.run(produce, port, TOPIC, window_msgs, args.batch))
+                    end = trio.run(end_offset, port)
+                    runs["tail"].append(trio.run(consume, port, end - window_bytes, window_bytes, args.fetch_bytes))
+                    runs["start"].append(trio.run(consume, port, 0, window_bytes, args.fetch_bytes))
+                produce_s, tail_s, start_s = (statistics.median(runs[k]) for k in ("produce", "tail", "start"))
                 row = {"log_gb": log_bytes(log_dir) / (1 << 30), "window_messages": window_msgs,
                        "window_bytes": window_bytes, "fill_s": fill_s,
                        "produce_msgs_s": window_msgs / produce_s, "produce_mb_s": window_bytes / produce_s / 1e6,
                        "consume_tail_msgs_s": window_msgs / tail_s, "consume_tail_mb_s": window_bytes / tail_s / 1e6,
                        "consume_start_msgs_s": window_msgs / start_s,
-                       "consume_start_mb_s": window_bytes / start_s / 1e6}
+                       "consume_start_mb_s": window_bytes / start_s / 1e6,
+                       "runs_mb_s": {k: [window_bytes / v / 1e6 for v in vs] for k, vs in runs.items()}}
                 rows.append(row)
                 print(f"  {row['log_gb']:>7.1f} | {row['produce_msgs_s']:>14,.0f} {row['produce_mb_s']:>7.1f} | "
                       f"{row['consume_tail_msgs_s']:>12,.0f} {row['consume_tail_mb_s']:>7.1f} | "
