@@ -21,6 +21,7 @@ one core.  Nothing is sent: whatever it burns is periodic work.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import struct
@@ -116,7 +117,10 @@ def main() -> None:
     parser.add_argument("--flush-interval-ms", type=int, default=10)
     parser.add_argument("--idle-logs", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here (for bench/charts.py)")
     args = parser.parse_args()
+    result: dict = {"bench": "latency_bench", "rate": args.rate, "flush_interval_ms": args.flush_interval_ms,
+                    "idle_seconds": args.idle_seconds, "idle": []}
     with tempfile.TemporaryDirectory(prefix="trikafka-latency-") as tmp:
         root = Path(tmp)
         with served_broker(["--standalone", "--log-dir", str(root / "data"), *flush_settings(args.flush_interval_ms)],
@@ -126,10 +130,16 @@ def main() -> None:
               f"{len(latencies)} messages:")
         print(f"  p50 {statistics.median(latencies):.1f} ms   p99 {percentile(latencies, 0.99):.1f} ms   "
               f"max {latencies[-1]:.1f} ms")
+        result["latency_ms"] = {"p50": statistics.median(latencies), "p90": percentile(latencies, 0.90),
+                                "p99": percentile(latencies, 0.99), "p99.9": percentile(latencies, 0.999),
+                                "max": latencies[-1], "messages": len(latencies)}
         for count in args.idle_logs:
             share = idle_cpu_share(root, count, args.flush_interval_ms, args.idle_seconds)
             print(f"idle broker, {count} logs, flush interval {args.flush_interval_ms} ms: "
                   f"{share * 100:.2f}% of a core over {args.idle_seconds:.0f} s")
+            result["idle"].append({"logs": count, "core_share": share})
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

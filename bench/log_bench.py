@@ -24,6 +24,7 @@ Figures are msgs/s and MB/s of message bytes on the wire format, and seconds.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -123,8 +124,8 @@ def recovery_run(root: str, size: int) -> float:
     return elapsed
 
 
-def recovery_table(root: str, sizes_mb: list[int]) -> str:
-    """Print the recovery table; returns the log dir of the largest size (kept for the restart)."""
+def recovery_table(root: str, sizes_mb: list[int], rows: list[dict] | None = None) -> str:
+    """Print the recovery table (each row also appended to ``rows``); returns the log dir of the largest size."""
     print("recovery after a crash (LogManager.open of one log, seconds):")
     print(f"  {'segment':>8} | {'full scan':>10} {'full scan':>10} | {'checkpoint':>10} {'checkpoint':>10}")
     print(f"  {'MB':>8} | {'cached':>10} {'evicted':>10} | {'cached':>10} {'evicted':>10}")
@@ -138,6 +139,9 @@ def recovery_table(root: str, sizes_mb: list[int]) -> str:
                 crash_state(directory, saved, cold)
                 row.append(recovery_run(logs, size))
         print(f"  {size / (1 << 20):>8,.0f} | {row[0]:>10.3f} {row[1]:>10.3f} | {row[2]:>10.3f} {row[3]:>10.3f}")
+        if rows is not None:
+            rows.append({"segment_mb": size / (1 << 20), "full_scan_cached_s": row[0], "full_scan_evicted_s": row[1],
+                         "checkpoint_cached_s": row[2], "checkpoint_evicted_s": row[3]})
         if megabytes != sizes_mb[-1]:
             shutil.rmtree(logs)
     return logs
@@ -206,6 +210,7 @@ def main() -> None:
     parser.add_argument("--no-served", action="store_true", help="skip the SIGKILL restart of a real broker")
     parser.add_argument("--repeats", type=int, default=3, help="restarts per SIGKILL figure")
     parser.add_argument("--dir", help="where to write (default: a temp dir)")
+    parser.add_argument("--json", metavar="FILE", help="also write the recovery table here (for bench/charts.py)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="trikafka-log-bench-", dir=args.dir)
     try:
@@ -224,7 +229,10 @@ def main() -> None:
         print(f"read:       {messages / elapsed:>12,.0f} msgs/s {total / elapsed / 1e6:>8.1f} MB/s")
         shutil.rmtree(os.path.join(root, "logs"))
         show_recovery_progress()
-        logs = recovery_table(root, [int(m) for m in args.recovery_mb.split(",")])
+        rows: list[dict] = []
+        logs = recovery_table(root, [int(m) for m in args.recovery_mb.split(",")], rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"bench": "log_bench", "recovery": rows}, indent=1) + "\n")
         if not args.no_served:
             sigkill_restart(root, logs, args.repeats)
     finally:
