@@ -1,42 +1,22 @@
 """Requests of the 0.7 protocol and of trikafka's extensions (docs/protocol.md §2, §5, §9).
 
-Requests are frozen dataclasses (h11 style events).  ``encode_request`` turns one
-into a whole frame, size prefix included; ``decode_request_body`` is the inverse
-for the bytes *after* the size prefix and is what ``framing.RequestReader`` uses.
-
-Decoding is strict about what the peer owes us (every field present, no
-negative lengths or counts: spec §7.2 -> ``RemoteProtocolError``) and lenient
-about what it does not (bytes after the last field are ignored, spec §3.1;
-topic names are never rejected here: the broker validates them).
+Requests are frozen dataclasses (h11 style events).  ``encode_request`` turns one into a whole
+frame, size prefix included; ``decode_request_body`` is the inverse for the bytes *after* the
+size prefix and is what ``framing.RequestReader`` uses.  Decoding is strict about what the peer
+owes us (every field present, no negative lengths or counts: ``RemoteProtocolError``) and lenient
+about what it does not (bytes after the last field are ignored; topic names are never rejected
+here: the broker validates them).
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from .errors import LocalProtocolError, RemoteProtocolError
-
-TOPIC_NAME_MAX_CHARS = 255
-_TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % TOPIC_NAME_MAX_CHARS)
-
-
-def is_valid_topic(name: object) -> bool:
-    """The one topic-name rule (§16.3), for brokers, clients and the registry alike.
-
-    1-255 ASCII characters from ``[A-Za-z0-9._-]``, and not ``.`` or ``..``: a
-    topic name becomes a directory name and a ZooKeeper node name, so nothing
-    else is allowed.  Each layer raises its own error around this check.
-    """
-    return isinstance(name, str) and _TOPIC_NAME_RE.fullmatch(name) is not None and name not in (".", "..")
-
-
-TOPIC_ENCODING = "utf-8"
-# Topic bytes that are not UTF-8 survive a decode/encode round trip unchanged.
-TOPIC_ERRORS = "surrogateescape"
+from .topics import TOPIC_ENCODING, TOPIC_ERRORS, TOPIC_NAME_MAX_CHARS, is_valid_topic  # noqa: F401 (re-exported)
 
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
