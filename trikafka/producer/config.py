@@ -34,6 +34,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from trikafka.client.addresses import parse_broker_addresses
 from trikafka.wire import Codec
 
 from .partitioner import PartitionFn
@@ -193,19 +194,16 @@ def parse_codec(value: Codec | int | str) -> Codec:
 
 
 def parse_broker_list(value: str | Sequence[Any]) -> tuple[BrokerSpec, ...]:
-    """``"id:host:port,..."`` (0.7), ``"host:port,..."`` (ids 0, 1, ... in order) or a
-    sequence of ``(id, host, port)`` / ``(host, port)`` / ``"host:port"``."""
-    items: Sequence[Any] = [s for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+    """``"[ID:]HOST:PORT,..."`` (the one address syntax, ``client.parse_broker_addresses``;
+    ids 0, 1, ... in order where left out) or a sequence of ``(id, host, port)`` /
+    ``(host, port)`` / ``"[ID:]HOST:PORT"``."""
+    if isinstance(value, str):
+        return tuple((a.broker_id, a.host, a.port) for a in parse_broker_addresses(value))
     specs: list[BrokerSpec] = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(value):
         if isinstance(item, str):
-            fields = item.strip().split(":")
-            if len(fields) == 3:
-                item = (int(fields[0]), fields[1], int(fields[2]))
-            elif len(fields) == 2:
-                item = (fields[0], int(fields[1]))
-            else:
-                raise ValueError(f"broker {item!r} is not host:port or id:host:port")
+            [address] = parse_broker_addresses(item)  # an id, if given, is kept; else the position
+            item = (address.broker_id if item.count(":") == 2 else index, address.host, address.port)
         item = tuple(item)
         if len(item) == 2:
             item = (index, *item)
