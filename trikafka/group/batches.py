@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from trikafka.zk.ops import SessionState
 
 from .fetcher import PartitionKey
 
@@ -42,31 +41,18 @@ class BatchHandout:
         acknowledged comes again after a crash or a hand-over (at least once).
         Do not mix with message iteration.
         """
-        while True:
-            # The same gate as message iteration: a live session, no rebalance.
-            await self._zk.state.wait_value(SessionState.CONNECTED)
-            await self._rebalancing.wait_value(False)
-            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
-                continue
-            self._check_session()
-            chunk = self._current
-            if chunk is None or chunk.generation != self.generation:
-                self._current = None
-                chunk = await self._chunk_receive.receive()
-                if self._accept(chunk):
-                    self._current = chunk
-                continue  # check the gate again before handing it out
-            if chunk.index:
-                raise RuntimeError("next_batch after message iteration left a chunk half delivered")
-            self._current = None
-            chunk.index = len(chunk.messages)
-            end = chunk.messages[-1].next_offset
-            self._positions[chunk.key] = end
-            start = chunk.expect
-            assert start is not None  # an accepted chunk continues a known position
-            self._unacked.setdefault(chunk.key, []).append(start)
-            return GroupBatch(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, start, end, chunk.data,
-                              len(chunk.messages))
+        chunk = await self._gated_chunk()  # the same gate as message iteration
+        if chunk.index:
+            raise RuntimeError("next_batch after message iteration left a chunk half delivered")
+        self._current = None
+        chunk.index = len(chunk.messages)
+        end = chunk.messages[-1].next_offset
+        self._positions[chunk.key] = end
+        start = chunk.expect
+        assert start is not None  # an accepted chunk continues a known position
+        self._unacked.setdefault(chunk.key, []).append(start)
+        return GroupBatch(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, start, end, chunk.data,
+                          len(chunk.messages))
 
     def acknowledge(self, batch: GroupBatch) -> None:
         """``batch`` is safely handled: the next commit may write past it."""

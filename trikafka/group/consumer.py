@@ -230,19 +230,7 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
 
     async def _next_message_slow(self) -> GroupMessage:
         while True:
-            # Gate: a live, connected session and no rebalance in progress.
-            await self._zk.state.wait_value(SessionState.CONNECTED)
-            await self._rebalancing.wait_value(False)
-            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
-                continue
-            self._check_session()
-            chunk = self._current
-            if chunk is None or chunk.generation != self.generation:
-                self._current = None
-                chunk = await self._chunk_receive.receive()
-                if self._accept(chunk):
-                    self._current = chunk
-                continue  # check the gate again before delivering
+            chunk = await self._gated_chunk()
             if chunk.index < len(chunk.messages):
                 message = chunk.messages[chunk.index]
                 chunk.index += 1
@@ -250,6 +238,24 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
                 return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
                                     message.next_offset, bytes(message.payload))
             self._current = None
+
+    async def _gated_chunk(self) -> Chunk:
+        """The chunk to deliver from, once the gate is open: a live, connected session,
+        no rebalance in progress, and a chunk of the current generation."""
+        while True:
+            await self._zk.state.wait_value(SessionState.CONNECTED)
+            await self._rebalancing.wait_value(False)
+            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
+                continue
+            self._check_session()
+            chunk = self._current
+            if chunk is not None and chunk.generation == self.generation:
+                return chunk
+            self._current = None
+            chunk = await self._chunk_receive.receive()
+            if self._accept(chunk):
+                self._current = chunk
+            # and check the gate again before delivering from it
 
     def _accept(self, chunk: Chunk) -> bool:
         """Whether ``chunk`` continues the current position; applies resets and errors."""
