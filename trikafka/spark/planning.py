@@ -199,7 +199,7 @@ def check_start_boundaries(spec: OffsetSpec, start: Mapping[PartitionKey, int], 
         if offset >= end:
             continue  # at the end (a boundary), or beyond it (_check_range says so)
         result = pool.get(key.broker).fetch(key.topic, key.partition, offset, min(_BOUNDARY_PROBE_BYTES, end - offset))
-        if result.error_code != ErrorCode.NO_ERROR:
+        if result.error != ErrorCode.NO_ERROR:
             continue  # out of range after retention: the read reports it per failOnDataLoss
         reason = _not_an_entry(result.data, offset, end)
         if reason:
