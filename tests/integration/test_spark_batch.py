@@ -82,7 +82,7 @@ def test_an_end_offset_inside_a_message_is_rejected(spark, broker_cluster, uniqu
     "options, message",
     [
         ({"topics": "x", "bogus": "1"}, "unknown trikafka option"),
-        ({}, "exactly one of 'topics' \(or 'subscribe'\) and 'topicPattern'"),
+        ({}, r"exactly one of 'topics' \(or 'subscribe'\) and 'topicPattern'"),
         ({"topics": "x", "startingOffsets": "yesterday"}, "startingOffsets"),
         ({"topics": "bad/name"}, "invalid topic name"),
         ({"topics": "x", "startingOffsets": "group:g"}, "zookeeper"),

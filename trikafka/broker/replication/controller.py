@@ -55,10 +55,17 @@ class Controller:
         self.reconciled = trio.Event()  # set after each pass (replaced by a new one)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Contend for the role forever (cancel to stop)."""
-        task_status.started()
+        """Contend for the role forever (cancel to stop).
+
+        Ready once the first claim was tried: a controller started before
+        another one in the same cluster wins, which tests and operators rely on.
+        """
+        started = False
         while True:
             epoch = await claim_controller(self._zk, self.broker_id)
+            if not started:
+                task_status.started()
+                started = True
             if epoch is None:
                 async for value in self._zk.watch_data(paths.CONTROLLER):
                     if value is None:
