@@ -193,6 +193,7 @@ CONTROLLER = "/trikafka/controller"
 CONTROLLER_EPOCH = "/trikafka/controller_epoch"
 REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
+TOPIC_CONFIGS = "/trikafka/config/topics"
 
 
 def replicated_topic(topic: str) -> str:
@@ -213,3 +214,8 @@ def replication_broker(broker_id: int) -> str:
 def shutting_down(broker_id: int) -> str:
     """``/trikafka/shutting_down/<id>``: the broker asks for a controlled shutdown."""
     return f"{SHUTTING_DOWN}/{validate_broker_id(broker_id)}"
+
+
+def topic_config(topic: str) -> str:
+    """``/trikafka/config/topics/<t>``: the settings of a plain (unreplicated) topic (docs: §12.12.1)."""
+    return f"{TOPIC_CONFIGS}/{validate_topic(topic)}"
