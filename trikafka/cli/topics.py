@@ -156,31 +156,10 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     return sorted(rows)
 
 
-async def create_on_broker(host: str, port: int, name: str, partitions: int) -> bool:
-    """CREATE_TOPIC on one broker, the result printed (a one-line reason on stderr); whether it exists now."""
-    from trikafka.client import connect
-    from trikafka.wire import ErrorCode
-
-    async with await connect(host, port) as conn:
-        result = await conn.create_topic(name, partitions)
-    if result.error == ErrorCode.NO_ERROR:
-        print(f"trikafka: topic {name!r} has {_partitions(result.partitions)} on {host}:{port}")
-        return True
-    if result.error == ErrorCode.INVALID_TOPIC:
-        reason = "the broker rejects the topic name"
-    elif result.partitions >= 0:
-        reason = f"it exists with {_partitions(result.partitions)}"
-    else:
-        reason = f"the broker answered {result.error.name}"
-    print(f"trikafka: cannot create topic {name!r} with {_partitions(partitions)} on "
-          f"{host}:{port}: {reason}", file=sys.stderr)
-    return False
-
-
 async def _create_topic(args: argparse.Namespace) -> int:
     """``topics create NAME --partitions N``: CREATE_TOPIC, the result printed."""
     host, port = args.broker
-    return 0 if await create_on_broker(host, port, args.topic[1], args.partitions) else 1
+    return 0 if await topics_admin.create_on_broker(host, port, args.topic[1], args.partitions) else 1
 
 
 def _partitions(count: int) -> str:

@@ -168,7 +168,6 @@ async def _create_replicated(zk, name: str, partitions: int, factor: int, config
 
 async def _create_plain(zk, name: str, partitions: int, config: dict[str, str], args: argparse.Namespace) -> int:
     """§12.12.1: the settings znode first, then CREATE_TOPIC on every live broker."""
-    from trikafka.cli.topics import create_on_broker
     from trikafka.zk import NodeExistsError, paths
     from trikafka.zk.registry import live_brokers
     from trikafka.zk.topic_config_store import create_topic_config, read_topic_settings
@@ -188,6 +187,27 @@ async def _create_plain(zk, name: str, partitions: int, config: dict[str, str], 
                          "to create it on")
     created = [await create_on_broker(info.host, info.port, name, partitions) for info in brokers.values()]
     return 0 if all(created) else 1
+
+
+async def create_on_broker(host: str, port: int, name: str, partitions: int) -> bool:
+    """CREATE_TOPIC on one broker, the result printed (a one-line reason on stderr); whether it exists now."""
+    from trikafka.client import connect
+    from trikafka.wire import ErrorCode
+
+    async with await connect(host, port) as conn:
+        result = await conn.create_topic(name, partitions)
+    if result.error == ErrorCode.NO_ERROR:
+        print(f"trikafka: topic {name!r} has {plural(result.partitions, 'partition')} on {host}:{port}")
+        return True
+    if result.error == ErrorCode.INVALID_TOPIC:
+        reason = "the broker rejects the topic name"
+    elif result.partitions >= 0:
+        reason = f"it exists with {plural(result.partitions, 'partition')}"
+    else:
+        reason = f"the broker answered {result.error.name}"
+    print(f"trikafka: cannot create topic {name!r} with {plural(partitions, 'partition')} on "
+          f"{host}:{port}: {reason}", file=sys.stderr)
+    return False
 
 
 async def _describe(args: argparse.Namespace) -> int:
