@@ -181,12 +181,13 @@ class Controller:
                 cluster: Cluster, config: TopicConfig, epoch: int) -> tuple[PartitionState | None, bool]:
         """The state to write (None: none) and whether it finishes a reassignment (§12.12.3)."""
         replicas = assignment.replicas[partition]
-        new = elect(state, replicas, cluster, config, epoch)
+        new = prune_to_replicas(state, replicas, cluster, config, epoch) or elect(state, replicas, cluster, config,
+                                                                                 epoch)
         if new is not None:
             return new, False
         target = assignment.targets.get(partition)
         if target is None:
-            return prune_to_replicas(state, replicas, cluster, config, epoch), False
+            return None, False
         done = finish_reassignment(state, target, cluster, config, epoch)
         if done is not None:
             return done, True
