@@ -172,6 +172,8 @@ async def _create_plain(zk, name: str, partitions: int, config: dict[str, str], 
     from trikafka.zk.registry import live_brokers
     from trikafka.zk.topic_config_store import create_topic_config, read_topic_settings
 
+    if await zk.exists(paths.replicated_topic(name)) is not None:
+        raise AdminError(f"topic {name!r} is a replicated topic; change its settings with `trikafka topics alter`")
     try:
         await create_topic_config(zk, name, config)
     except NodeExistsError:
@@ -179,8 +181,6 @@ async def _create_plain(zk, name: str, partitions: int, config: dict[str, str], 
         if stored is None or stored.replicated or stored.config != config:
             raise AdminError(f"topic {name!r} already has settings in ZooKeeper "
                              f"({paths.topic_config(name)}); change them with `trikafka topics alter`") from None
-    if await zk.exists(paths.replicated_topic(name)) is not None:
-        raise AdminError(f"topic {name!r} is a replicated topic; change its settings with `trikafka topics alter`")
     brokers = await live_brokers(zk)
     if not brokers:
         raise AdminError(f"settings of {name!r} stored, but no broker is registered in {args.zookeeper} "
