@@ -70,6 +70,10 @@ async def test_create_describe_alter_and_refusals(zk_chroot, no_kazoo_thread_lea
             assert (status, err.count("\n")) == (status_wanted, 1), err
             assert message in err
         assert not await zk.exists("/trikafka/topics/fresh")
+        status, _out, err = await cli("topics", "create", "orders", "--partitions", "3", "--config",
+                                      "cleanup.policy=compact", *zk_flag)
+        assert status == 1 and "is a replicated topic" in err
+        assert not await zk.exists("/trikafka/config/topics/orders")
 
         # unclean election: allowed, loudly
         status, out, err = await cli("topics", "create", "risky", "--partitions", "1", "--replication-factor", "1",
