@@ -131,3 +131,34 @@ async def test_acks_all_is_refused_when_the_isr_is_below_the_minimum(autojump_cl
                 await trio.sleep(0.1)
         [result] = await _produce(cluster, leader, [b"together"])
         assert result.error == ErrorCode.NO_ERROR
+
+
+async def test_a_returning_leader_truncates_its_unreplicated_tail_by_epoch(autojump_clock):
+    """KIP-101: the old leader's unreplicated tail goes; it then holds exactly the new leader's bytes."""
+    async with open_cluster(2) as cluster, cluster.coordinator() as zk:
+        await _create(zk, replicas=((0, 1),), config={"min.insync.replicas": "1"})
+        old, hosted = await _wait_leading(cluster)
+        [committed] = await _produce(cluster, old, [b"committed"])
+        assert committed.error == ErrorCode.NO_ERROR
+        released, stalled = trio.Event(), trio.Event()
+
+        async def stall_followers(request):
+            if request.type == RequestType.REPLICA_FETCH:
+                stalled.set()
+                await released.wait()
+
+        cluster.network.before_request[old.address] = stall_followers
+        await stalled.wait()  # the follower's next fetch is held: its long poll in flight has ended
+        [tail] = await _produce(cluster, old, [b"only on the old leader"], acks=ACKS_APPENDED)
+        assert tail.error == ErrorCode.NO_ERROR and tail.base_offset == committed.next_offset
+        epoch = hosted.leader_epoch
+        index = cluster.brokers.index(old)
+        await cluster.stop(index)  # the follower (still in the ISR) takes over without the tail
+        new, _ = await _wait_leading(cluster, epoch_above=epoch)
+        [after] = await _produce(cluster, new, [b"the new leader's", b"own bytes"])
+        assert after.error == ErrorCode.NO_ERROR and after.base_offset == committed.next_offset
+        back = await cluster.restart(index)
+        with trio.fail_after(WAIT_S):
+            while back.stored(TOPIC, 0) != new.stored(TOPIC, 0):
+                await trio.sleep(0.05)
+        assert b"only on the old leader" not in back.stored(TOPIC, 0)
