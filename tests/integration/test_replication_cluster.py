@@ -162,3 +162,17 @@ async def test_a_returning_leader_truncates_its_unreplicated_tail_by_epoch(autoj
             while back.stored(TOPIC, 0) != new.stored(TOPIC, 0):
                 await trio.sleep(0.05)
         assert b"only on the old leader" not in back.stored(TOPIC, 0)
+
+
+async def test_replica_ack_fsync_acknowledges_only_what_every_isr_replica_fsynced(autojump_clock):
+    """§12.6: with replica.ack.fsync, "has it" means fsynced, so an acknowledged set is on every disk."""
+    async with open_cluster(3, log_flush_interval=10_000, log_default_flush_interval_ms=60_000) as cluster, \
+            cluster.coordinator() as zk:
+        await _create(zk, config={"replica.ack.fsync": "true"})
+        leader, _ = await _wait_leading(cluster)
+        [result] = await _produce(cluster, leader, [b"durable %d" % n for n in range(10)])
+        assert result.error == ErrorCode.NO_ERROR
+        # Checked at the moment of the acknowledgement: no waiting, the promise is immediate.
+        for member in cluster.brokers:
+            assert member.broker.replicas.hosted[(TOPIC, 0)].log.visible_end >= result.next_offset
+            assert member.fs.durable_size(f"/data/{TOPIC}-0/{0:020d}.kafka") >= result.next_offset
