@@ -112,6 +112,9 @@ def test_unflushed_bytes_are_readable_from_real_files(tmp_path):
     log.truncate_to(len(sets(4)[0]))
     assert log.read(0, 1 << 20, end=log.end_offset).read() == sets(4)[0]
     assert (tmp_path / "t-0" / "00000000000000000000.kafka").stat().st_size == len(sets(4)[0])
+    log.append(sets(4)[1])  # O_APPEND: the next write lands at the new end
+    log.flush()
+    assert (tmp_path / "t-0" / "00000000000000000000.kafka").read_bytes() == b"".join(sets(4)[:2])
     log.close()
 
 
