@@ -81,6 +81,9 @@ class Log(RetentionSteps, TruncationSteps):
         self._cleaning = False
         self._listeners: list[Callable[[Log], None]] = []
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
+        # A replicated partition's high watermark: the cleaner leaves every segment that
+        # reaches past it (bytes above it may still be truncated away by leader epoch).
+        self.cleanable_end: Callable[[], int] | None = None
         self._dirty_listeners: list[Callable[[Log], None]] = []
 
     @classmethod

@@ -56,6 +56,7 @@ class Controller:
         self.stats = ControllerStats()
         self._wake = trio.Event()
         self.reconciled = trio.Event()  # set after each pass (replaced by a new one)
+        self.active = False  # holds the role right now
         # The replica list each partition's latest state write announced (§12.12.3).
         self._announced: dict[tuple[str, int], tuple[int, ...]] = {}
 
@@ -78,7 +79,12 @@ class Controller:
                 continue
             self.stats.epoch = epoch
             logger.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
-            await self._control(epoch)
+            self.active = True
+            self._announced = {}  # another controller may have written meanwhile
+            try:
+                await self._control(epoch)
+            finally:
+                self.active = False
 
     async def _control(self, epoch: int) -> None:
         async with trio.open_nursery() as nursery:
