@@ -1,8 +1,6 @@
 """``trikafka topics reassign`` against three real ``trikafka serve`` processes (docs/protocol.md §12.12.3):
-the new replica copies the partition and joins the ISR, then the old replica is dropped.
-
-The leader stays here: a broker started on a fresh log directory reports ``tail_intact`` false
-(no boot id recorded yet), so it may not be elected; moving leadership is covered by the unit tests."""
+the new replica copies the partition and joins the ISR, then the old replica, the leader, is dropped
+and leadership moves to the new one."""
 
 from __future__ import annotations
 
@@ -55,26 +53,27 @@ async def test_a_partition_moves_to_a_new_replica_and_leaves_the_old_one(zk_chro
         assert (first["replicas"], first["leader"]) == ([1, 2], 1)
         await produce(ports[1], "moving", lines(*(f"message {i}" for i in range(100))), "--acks", "-1")
 
-        status, out, err = await cli("topics", "reassign", "moving", "--partition", "0", "--replicas", "1,3",
+        status, out, err = await cli("topics", "reassign", "moving", "--partition", "0", "--replicas", "3,2",
                                      "--zookeeper", zk_chroot)
         assert status == 0, err
 
         async def moved() -> bool:
             now = await describe(zk_chroot)
-            return now["replicas"] == [1, 3] and not (await zk.get("/trikafka/topics/moving"))[0].count(b"targets")
+            return now["replicas"] == [3, 2] and not (await zk.get("/trikafka/topics/moving"))[0].count(b"targets")
 
         await wait_for(zk, moved)
         final = await describe(zk_chroot)
-        assert final["leader"] == 1 and set(final["isr"]) <= {1, 3} and final["leader_epoch"] > 0
+        assert final["leader"] == 3 and set(final["isr"]) <= {2, 3} and final["leader_epoch"] > 0
         # the new replica holds the same bytes as the one that stayed
         segment = os.path.join("moving-0", "00000000000000000000.kafka")
         with trio.fail_after(WAIT_S):
             while True:
                 copies = [(tmp_path / f"data-{i}" / segment).read_bytes()
-                          if (tmp_path / f"data-{i}" / segment).exists() else b"" for i in (1, 3)]
+                          if (tmp_path / f"data-{i}" / segment).exists() else b"" for i in (2, 3)]
                 if copies[0] and copies[0] == copies[1]:
                     break
                 await trio.sleep(0.05)  # polling files another process writes (no event to wait on)
         assert copies[0].count(b"message ") == 100
         status, out, err = await cli("cluster", "--json", "--zookeeper", zk_chroot)
         assert status == 0 and json.loads(out)["under_replicated"] == []
+        await produce(ports[3], "moving", lines("after the move"), "--acks", "-1")  # the new leader takes writes
