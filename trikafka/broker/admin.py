@@ -51,11 +51,16 @@ class TopicAdmin:
         me = self.self_broker
         assert me is not None, "METADATA before the broker knows its address"
         brokers = (me, *(b for b in self.peers() if b.broker_id != me.broker_id))
-        names = request.topics or tuple(sorted(self._log_manager.topics()))
+        replicas = self._handler.replicas
+        names = request.topics or tuple(sorted(set(self._log_manager.topics()) | set(
+            replicas.topics if replicas is not None else ())))
         topics = tuple(self._topic(name, me.broker_id) for name in names)
         return encode_metadata_response(Metadata(self._max_message_size, brokers, topics))
 
     def _topic(self, name: str, broker_id: int) -> TopicMetadata:
+        replicas = self._handler.replicas
+        if replicas is not None and (replicated := replicas.topic_metadata(name)) is not None:
+            return replicated
         count = self._handler.partitions_if_valid(name)
         if count is None:
             return TopicMetadata(name, error=ErrorCode.INVALID_TOPIC)
@@ -81,6 +86,10 @@ class TopicAdmin:
         handler, manager = self._handler, self._log_manager
         if handler.partitions_if_valid(topic) is None:
             return CreateTopicResult(ErrorCode.INVALID_TOPIC, -1)
+        if handler.replicas is not None and (count := handler.replicas.partition_count(topic)) is not None:
+            # A replicated topic is created through ZooKeeper (`topics create --replication-factor`).
+            return CreateTopicResult(ErrorCode.NO_ERROR if count == partitions else ErrorCode.TOPIC_ALREADY_EXISTS,
+                                     count)
         if self._has_logs(topic):
             current = manager.partitions_for(topic)
             if current != partitions:

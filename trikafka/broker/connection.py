@@ -41,6 +41,7 @@ from trikafka.wire.requests import (
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 
 from .handlers import CloseConnection, RequestHandler
+from .replication import serving as replicated
 from .replication.unserved import not_a_replica
 from .sendfile import RegionTruncatedError, send_chunks
 
@@ -140,8 +141,12 @@ class Connection:
                 response = [handler.admin.metadata(request)]
             elif kind is CreateTopicRequest:
                 response = [await handler.admin.create_topic(request)]
-            elif kind is ReplicaFetchRequest or kind is EpochEndOffsetRequest:
-                response = not_a_replica(request)  # until the replica manager serves them
+            elif kind is ReplicaFetchRequest:
+                replicas = handler.replicas
+                response = await replicated.replica_fetch(replicas, request) if replicas else not_a_replica(request)
+            elif kind is EpochEndOffsetRequest:
+                replicas = handler.replicas
+                response = replicated.epoch_end_offset(replicas, request) if replicas else not_a_replica(request)
             else:  # the reader only yields the types above
                 raise AssertionError(f"unexpected request {request!r}")
             await send_chunks(self._stream, response)

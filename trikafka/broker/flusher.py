@@ -189,6 +189,33 @@ class FlushScheduler:
                 del self._rolls[log]
                 done.set()
 
+    async def truncate(self, log: Any, offset: int) -> None:
+        """Cut ``log`` at the message boundary ``offset``, its blocking part off the loop.
+
+        A follower's truncation by leader epoch (docs/protocol.md §12.4.3).  It
+        waits for a flush or roll in flight, and flushes and rolls wait for it
+        (it holds the same one-structural-change-per-log slot as a roll).
+        """
+        while True:
+            busy = self._rolls.get(log) or self._in_flight.get(log)
+            if busy is not None:
+                await busy.wait()
+            elif log.flush_in_flight:  # a flush outside the scheduler (shutdown, tools)
+                await trio.lowlevel.checkpoint()
+            else:
+                break
+        ticket = log.begin_truncate(offset)
+        done = self._rolls[log] = trio.Event()
+        try:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self._run_blocking(ticket.run)
+                finally:
+                    log.complete_truncate(ticket)
+        finally:
+            del self._rolls[log]
+            done.set()
+
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)
 

@@ -52,6 +52,7 @@ from trikafka.wire.responses import (
 )
 
 from .metrics import BrokerMetrics
+from .replication import serving as replicated
 from .waiters import VisibleEndWaiters
 
 from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
@@ -90,6 +91,7 @@ class RequestHandler:
         # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
         self.refused_types: frozenset[int] = frozenset()
         self.admin: Any = None  # admin.TopicAdmin: METADATA and CREATE_TOPIC
+        self.replicas: Any = None  # replication.manager.ReplicaManager (with ZooKeeper): replicated topics
         self.metrics = metrics if metrics is not None else BrokerMetrics()
         self._run_blocking = run_blocking  # how log creation leaves the loop (a worker thread)
         self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
@@ -101,6 +103,8 @@ class RequestHandler:
         count = self._topic_partitions.get(topic)
         if count is not None:
             return count
+        if self.replicas is not None and (count := self.replicas.partition_count(topic)) is not None:
+            return count  # not cached: the replica manager's map is the cache
         try:
             validate_topic(topic)
         except InvalidTopicError:
@@ -157,8 +161,13 @@ class RequestHandler:
             return self.adopt(new_log)
         return log
 
+    def _replicated(self, topic: str) -> bool:
+        return self.replicas is not None and self.replicas.is_replicated(topic)
+
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
         """(partitions(topic) or None if the name is rejected, the concrete partition)."""
+        if self._replicated(topic):
+            return replicated.resolve(self.replicas, topic, partition, self._rng)
         count = self.partitions_if_valid(topic)
         if count is not None and partition == -1:
             partition = self._rng.randrange(count)  # §6.1 step 1: once per request
@@ -173,10 +182,16 @@ class RequestHandler:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
-        log = await self.log_for_write(part.topic, partition)
-        await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
         try:
-            result = log.append(part.messages)
+            if self._replicated(part.topic):
+                result = await replicated.produce(self.replicas, part, partition)
+                log = None
+            else:
+                log = await self.log_for_write(part.topic, partition)
+                await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
+                result = log.append(part.messages)
+        except replicated.ProduceRefused as exc:
+            raise CloseConnection(str(exc)) from None
         except MessageSizeTooLargeError as exc:
             # §6.1 step 5: the whole set is dropped, the connection stays open.
             logger.warning("dropped a message set for %s-%d: %s", part.topic, partition, exc)
@@ -184,7 +199,7 @@ class RequestHandler:
         except MessageError as exc:
             raise CloseConnection(f"invalid message set for {part.topic}-{partition}: {exc}") from None
         self.metrics.count_in(part.topic, result.message_count, result.next_offset - result.base_offset)
-        if result.flush_due:
+        if result.flush_due and log is not None:
             self._flusher.request_flush(log)
 
     async def multiproduce(self, request: MultiProduceRequest) -> None:
@@ -201,6 +216,8 @@ class RequestHandler:
             return ErrorCode.UNKNOWN, None
         if not 0 <= part.partition < count:
             return ErrorCode.WRONG_PARTITION, None
+        if self._replicated(part.topic):
+            return replicated.fetch(self.replicas, part)
         log = self.existing_log(part.topic, part.partition)
         if log is None:
             return ErrorCode.NO_ERROR, None
@@ -232,6 +249,14 @@ class RequestHandler:
             raise CloseConnection(f"offsets for an invalid topic name {_short(request.topic)}")
         if not 0 <= request.partition < count:
             raise CloseConnection(f"offsets for partition {request.partition} of {request.topic!r}")
+        if self._replicated(request.topic):
+            if request.max_offsets < 0:
+                raise CloseConnection(f"offsets with maxNumOffsets {request.max_offsets}")
+            found = replicated.offsets(self.replicas, request, self._clock_ms())
+            if found is None:
+                raise CloseConnection(f"offsets for {request.topic}-{request.partition}, which this broker "
+                                      "holds no replica of")
+            return encode_offsets_response(found)
         log = self.existing_log(request.topic, request.partition)
         if log is None:
             special = request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST)
@@ -251,15 +276,23 @@ class RequestHandler:
         deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
         results: list[ProduceAckedResult] = []
         pending: list[tuple[int, Any]] = []  # (index in results, log) awaiting visibility
+        committing: list[tuple[int, Any]] = []  # (index, replicated partition) awaiting its HW
         for part in request.parts:
-            result, log = await self._produce_acked_part(part)
-            if log is not None and request.acks == ACKS_FLUSHED:
-                pending.append((len(results), log))
+            if self._replicated(part.topic):
+                count, partition = self._resolve_partition(part.topic, part.partition)
+                result, hosted = await replicated.produce_acked(self.replicas, part, partition, count, request.acks)
+                if hosted is not None:
+                    committing.append((len(results), hosted))
+            else:
+                result, log = await self._produce_acked_part(part)
+                if log is not None and request.acks == ACKS_FLUSHED:
+                    pending.append((len(results), log))
             results.append(result)
         if pending:
             await self._await_visible(results, pending, deadline)
-        else:
-            await trio.lowlevel.checkpoint()
+        for i, hosted in committing:
+            results[i] = await replicated.wait_committed(results[i], hosted, deadline)
+        await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
     async def _produce_acked_part(self, part: ProducePart) -> tuple[ProduceAckedResult, Any | None]:

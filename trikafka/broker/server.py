@@ -58,6 +58,7 @@ from .handlers import RequestHandler
 from .http import HttpServer, Routes
 from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
+from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .retention import RetentionDeleter
 from .waiters import VisibleEndWaiters
 
@@ -85,6 +86,7 @@ class Broker:
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
+    replicas: Any = None  # replication.manager.ReplicaManager, with ZooKeeper (docs/protocol.md §12)
     _next_processor: int = field(default=0, repr=False)
 
     @property
@@ -133,7 +135,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
                 run_blocking: Callable[..., Awaitable[Any]] | None = None,
-                refuse_requests: Iterable[RequestType] = (), coordinator: Any = None) -> None:
+                refuse_requests: Iterable[RequestType] = (), coordinator: Any = None,
+                open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
 
     ``fs``, ``clock_ms`` (wall clock, for retention and OFFSETS) and ``rng``
@@ -146,10 +149,12 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     as a plain 0.7 broker does for every extension (tests of clients' fallbacks).
     ``coordinator`` (with ``enable_zookeeper``; tests) replaces the connection
     to ``config.zk_connect``: an open ``Coordinator`` the broker registers in
-    and does not close.
+    and does not close.  ``open_stream(host, port)`` is how followers reach
+    their leaders (tests pass an in-memory network's).
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
-    wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator)
+    wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator,
+                     open_stream=open_stream)
     wiring.metrics.registry.register(readiness_collector(wiring.ready))
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
@@ -212,6 +217,7 @@ class _Wiring:
     broker_box: list[Broker] = field(default_factory=list)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
     coordinator: Any = None  # an open Coordinator to register in instead of config.zk_connect (tests)
+    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream  # to other brokers
 
     def ready(self) -> bool:
         return bool(self.broker_box) and self.broker_box[0].ready
@@ -280,6 +286,10 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
 
                     broker.zookeeper = await services.start(functools.partial(
                         run_broker_zookeeper, config, log_manager, broker.port, coordinator=wiring.coordinator))
+                    broker.replicas = await start_replication(
+                        nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, handler=handler,
+                        log_manager=log_manager, flusher=flusher, waiters=waiters,
+                        run_blocking=run_blocking or trio.to_thread.run_sync, open_stream=wiring.open_stream)
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
@@ -297,6 +307,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:
     await broker._shutdown_requested.wait()
+    if broker.replicas is not None:  # still serving while leadership moves away (§12.7)
+        await broker.replicas.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
     logger.info("shutting down: no longer accepting connections")
     front_scope.cancel()
 

@@ -34,6 +34,7 @@ from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError, NoNodeError
 from trikafka.zk.kazoo_bridge import KazooCoordinator, TrioBridge
 from trikafka.zk.registry import BrokerRegistration, parse_broker_registration
+from trikafka.zk.replication_store import replicated_topics
 from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
 from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port
 
@@ -66,6 +67,8 @@ class BrokerZooKeeper:
     registration: BrokerRegistration
     private_server: ZooKeeperEndpoint | None = None
     topics_registered: int = field(default=0)  # topics registered after startup
+    # Replicated topics (docs/protocol.md §12.2) get no 0.7 /brokers/topics znodes.
+    replicated: set[str] = field(default_factory=set)
 
     @property
     def private(self) -> bool:
@@ -182,9 +185,9 @@ class _Reporter:
         self._callback(value)
 
 
-def topics_on_disk(log_manager: LogManager) -> dict[str, int]:
-    """Every topic with a log directory and its advertised partition count (§11.3)."""
-    return {topic: log_manager.partitions_for(topic) for topic in sorted(log_manager.topics())}
+def topics_on_disk(log_manager: LogManager, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, int]:
+    """Every topic with a log directory and its advertised partition count (§11.3), but ``skip``."""
+    return {topic: log_manager.partitions_for(topic) for topic in sorted(log_manager.topics()) if topic not in skip}
 
 
 async def run_broker_zookeeper(
@@ -279,9 +282,10 @@ async def _serve_registration(config: BrokerConfig, log_manager: LogManager, por
         bridge.call_soon(_offer, send_topics, topic)
 
     log_manager.add_topic_listener(on_topic_created)
+    state.replicated.update(await replicated_topics(zk))
     try:
         async with trio.open_nursery() as nursery:
-            await _start_registration(config, registration, log_manager, zk, private, nursery)
+            await _start_registration(config, registration, log_manager, zk, private, nursery, state.replicated)
             # DEBUG: `trikafka serve` announces the registration; at INFO it was printed twice.
             logger.debug("registered broker %d as %r in ZooKeeper %s (%d topics)", config.broker_id,
                         (registration.value or b"").decode(), connect_string, len(registration.topics))
@@ -299,9 +303,10 @@ def _offer(send_channel: trio.MemorySendChannel[str], topic: str) -> None:
 
 
 async def _start_registration(config: BrokerConfig, registration: BrokerRegistration, log_manager: LogManager,
-                              zk: Coordinator, private: ZooKeeperEndpoint | None, nursery: trio.Nursery) -> None:
+                              zk: Coordinator, private: ZooKeeperEndpoint | None, nursery: trio.Nursery,
+                              replicated: set[str]) -> None:
     try:
-        await nursery.start(registration.run, topics_on_disk(log_manager))
+        await nursery.start(registration.run, topics_on_disk(log_manager, replicated))
         return
     except DuplicateBrokerIdError as exc:
         # On the private server the holder is most likely this broker's previous
@@ -316,7 +321,7 @@ async def _start_registration(config: BrokerConfig, registration: BrokerRegistra
         async for value in zk.watch_data(paths.broker_id(config.broker_id)):
             if value is None:
                 break
-    await nursery.start(registration.run, topics_on_disk(log_manager))
+    await nursery.start(registration.run, topics_on_disk(log_manager, replicated))
 
 
 async def _held_by_our_previous_run(zk: Coordinator, registration: BrokerRegistration) -> bool:
@@ -336,6 +341,8 @@ async def _register_new_topics(state: BrokerZooKeeper, log_manager: LogManager,
     """§11.2: a topic created later is registered asynchronously; a conflict is
     logged and ignored.  Kept going across outages (requests wait for the reconnect)."""
     async for topic in topics:
+        if topic in state.replicated:
+            continue
         try:
             await state.registration.register_topic(topic, log_manager.partitions_for(topic))
             state.topics_registered += 1

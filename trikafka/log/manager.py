@@ -27,7 +27,7 @@ from .config import LogConfig
 from .errors import LogClosedError, LogError, LogLoadError, WrongPartitionError
 from .fs import FileSystem, OsFileSystem
 from .log import Log
-from .names import CLEAN_SHUTDOWN_MARKER, parse_partition_dir_name, partition_dir_name, validate_topic
+from .names import BOOT_ID_FILE, CLEAN_SHUTDOWN_MARKER, parse_partition_dir_name, partition_dir_name, validate_topic
 
 logger = logging.getLogger("trikafka.log")
 
@@ -99,7 +99,7 @@ class LogManager:
         for name in sorted(fs.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
             if not fs.is_dir(path):
-                if name != CLEAN_SHUTDOWN_MARKER:
+                if name not in (CLEAN_SHUTDOWN_MARKER, BOOT_ID_FILE):
                     logger.warning("ignoring %s: not a partition directory", path)
                 continue
             topic, partition = parse_partition_dir_name(name)

@@ -15,6 +15,8 @@ CLEANED_SUFFIX = ".cleaned"  # being written by the cleaner; swept at load
 SWAP_SUFFIX = ".swap"  # a complete cleaned segment: load finishes its swap
 SEGMENT_NAME_DIGITS = 20
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+# The machine's boot id at the broker's last start (replication: was the page cache lost?).
+BOOT_ID_FILE = ".trikafka-boot-id"
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.
 TEMPORARY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 

@@ -220,7 +220,7 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
     config = config if config is not None else in_process_config(**settings)
     clock_ms = clock_ms if clock_ms is not None else (lambda: int(trio.current_time() * 1000))
     network = network if network is not None else InMemoryNetwork()
-    extra: dict[str, Any] = {"refuse_requests": tuple(refuse_requests)}
+    extra: dict[str, Any] = {"refuse_requests": tuple(refuse_requests), "open_stream": network.open_stream}
     if coordinator is not None:
         extra["coordinator"] = coordinator
     async with trio.open_nursery() as nursery:

@@ -14,7 +14,7 @@ in-process; ``StreamLeaderLink`` speaks the wire protocol over a Trio stream.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Callable, Protocol
 
 import trio
 
@@ -81,8 +81,12 @@ async def truncate_by_epoch(log: ReplicaLog, link: LeaderLink) -> int:
 
 
 async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
-                 max_bytes: int = FETCH_MAX_BYTES) -> None:
-    """Copy the leader until fenced; raises FollowerStopped with the reason."""
+                 max_bytes: int = FETCH_MAX_BYTES, on_high_watermark: Callable[[int], None] | None = None) -> None:
+    """Copy the leader until fenced; raises FollowerStopped with the reason.
+
+    ``on_high_watermark`` hears each new HW learnt from the leader (consumers
+    reading this replica wait on it).
+    """
     while True:
         if state.needs_truncation:
             await truncate_by_epoch(log, link)
@@ -90,15 +94,20 @@ async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
             state.needs_truncation = False
         offset = log.end_offset
         result = await link.replica_fetch(offset, log.durable_end, max_bytes)
+        hw_before = state.high_watermark
         action = state.on_response(result, offset)
         if isinstance(action, WaitForState):
             raise FollowerStopped(action.error)
         if isinstance(action, (TruncateFirst, Nothing)):
+            if on_high_watermark is not None and state.high_watermark != hw_before:
+                on_high_watermark(state.high_watermark)
             continue
         assert isinstance(action, Append)
         if action.epoch > log.history.latest_epoch:
             await log.assign_epoch(action.epoch, action.offset)
         await log.append_verbatim(action.data)
+        if on_high_watermark is not None and state.high_watermark != hw_before:
+            on_high_watermark(state.high_watermark)
 
 
 class StreamLeaderLink:

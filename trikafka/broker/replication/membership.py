@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from typing import Any
 
 import trio
 
+from ...log.names import BOOT_ID_FILE
 from ...zk import paths
 from ...zk.coordinator import Coordinator
 from ...zk.errors import NodeExistsError, NoNodeError
@@ -39,6 +42,18 @@ def tail_intact(*, clean_shutdown: bool, boot_id_now: str | None, boot_id_at_las
         return True
     # Without boot ids to compare, a reboot cannot be ruled out.
     return boot_id_now is not None and boot_id_now == boot_id_at_last_start
+
+
+def record_boot_id(fs: Any, log_dir: str, boot_id_now: str | None) -> str | None:
+    """The boot id recorded at the broker's previous start; records ``boot_id_now``. Blocking."""
+    path = os.path.join(log_dir, BOOT_ID_FILE)
+    previous = None
+    if fs.exists(path):
+        previous = fs.read_file(path).decode("ascii", "replace").strip() or None
+    if boot_id_now is not None and boot_id_now != previous:
+        fs.write_synced(path, boot_id_now.encode("ascii"))
+        fs.fsync_dir(log_dir)
+    return previous
 
 
 async def register_membership(zk: Coordinator, broker_id: int, host: str, port: int, *, intact: bool) -> None:

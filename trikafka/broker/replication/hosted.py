@@ -1,0 +1,299 @@
+"""One replicated partition this broker holds a replica of: its log, epoch file and role.
+
+A ``HostedPartition`` is owned by the replica manager, which feeds it every
+state read from ZooKeeper (``apply_state``) and runs its follower task.  The
+request handler asks it to append as leader, to wait for an acks -1 commit,
+where consumers' reads end (the high watermark), and to answer REPLICA_FETCH
+and EPOCH_END_OFFSET (docs/protocol.md §12).
+
+Roles: *leader* of the current leader epoch (a ``LeaderPartition`` holds the
+followers' ends, the HW and the ISR), *follower* (a ``FollowerPartition`` holds
+the HW learnt from the leader), or *none* (offline partition, or a state this
+broker must not act on).  Every blocking step (epoch-file fsyncs, truncation)
+runs through ``run_blocking``; role changes and truncations of one partition
+are serialised by its lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from ...log.epochs import UNDEFINED_EPOCH, EpochFile
+from ...wire.errors import ErrorCode
+from ...wire.replication import (
+    EpochEndOffsetRequest, ReplicaFetchRequest, encode_epoch_end_offset_response, encode_replica_fetch_response,
+)
+from ...wire.responses import Chunk
+from ...zk.replication_values import PartitionState, TopicConfig
+from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
+from .fetcher import FollowerStopped
+from .isr import LeaderPartition
+
+logger = logging.getLogger(__name__)
+
+
+class NotLeaderError(Exception):
+    """This broker does not lead the partition (any more)."""
+
+
+class HostedPartition:
+    """This broker's replica of one replicated partition."""
+
+    def __init__(self, topic: str, partition: int, broker_id: int, log: Any, epochs: EpochFile, *,
+                 flusher: Any, waiters: Any, run_blocking: Callable[..., Awaitable[Any]],
+                 clock_ms: Callable[[], int]):
+        self.topic, self.partition, self.broker_id = topic, partition, broker_id
+        self.key = (topic, partition)  # the waiters' key: consumers and acks -1 wake on it
+        self.end_key = (topic, partition, "log-end")  # followers' long polls wake on appends
+        self.log = log
+        self.epochs = epochs
+        self._flusher, self._waiters = flusher, waiters
+        self._run_blocking = run_blocking
+        self._clock_ms = clock_ms
+        self.state: PartitionState | None = None
+        self.version = -1  # of the state znode last applied
+        self.replicas: tuple[int, ...] = ()
+        self.config = TopicConfig()
+        self.leader: LeaderPartition | None = None
+        self.follower: FollowerPartition | None = None
+        self._known_hw = 0  # kept across roles: a new leader or follower starts from it
+        self.lock = trio.Lock()  # role changes, epoch-file writes and truncations
+        self.isr_dirty = False  # the leader has an ISR change to propose
+        log.add_visible_listener(self._on_visible)
+
+    # ----------------------------------------------------------------- what others read
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch if self.state is not None else UNDEFINED_EPOCH
+
+    @property
+    def high_watermark(self) -> int:
+        if self.leader is not None:
+            return self.leader.high_watermark
+        if self.follower is not None:
+            return self.follower.high_watermark
+        return self._known_hw
+
+    def consumer_end(self) -> int:
+        """Where consumers' reads end: flushed here and committed (below the HW)."""
+        return min(self.log.visible_end, self.high_watermark)
+
+    # ----------------------------------------------------------------- state changes
+
+    async def apply_state(self, state: PartitionState, version: int, replicas: tuple[int, ...],
+                          config: TopicConfig) -> str:
+        """Act on a state read from ZooKeeper; the resulting role (``leader``/``follower``/``none``)."""
+        async with self.lock:
+            if version <= self.version and self.state is not None and state.leader_epoch == self.leader_epoch:
+                return self.role  # an older read of what we already applied
+            if self.state is not None and state.leader_epoch < self.state.leader_epoch:
+                return self.role  # stale (a watch fired late)
+            old = self.state
+            self.state, self.version, self.replicas, self.config = state, version, tuple(replicas), config
+            if state.leader == self.broker_id:
+                if self.leader is not None and old is not None and old.leader_epoch == state.leader_epoch:
+                    if self.broker_id in state.isr:
+                        self.leader.apply_isr(state.isr)  # our own (or the controller's) ISR write
+                    self._wake()
+                    return "leader"
+                await self._become_leader(state)
+            elif state.leader >= 0 and self.broker_id in self.replicas:
+                if (self.follower is None or self.follower.leader_epoch != state.leader_epoch
+                        or self.follower.leader_id != state.leader):
+                    self._stop_leading()
+                    self.follower = FollowerPartition(state.leader, state.leader_epoch, self.high_watermark)
+            else:
+                self._stop_leading()
+                self.follower = None
+            self._wake()
+            return self.role
+
+    @property
+    def role(self) -> str:
+        return "leader" if self.leader is not None else "follower" if self.follower is not None else "none"
+
+    async def _become_leader(self, state: PartitionState) -> None:
+        hw = self.high_watermark
+        self.follower = None
+        self._stop_leading()
+        latest = self.epochs.history.latest_epoch
+        if latest >= state.leader_epoch:
+            # §12.7: never resume leading an epoch our own file already holds (we restarted
+            # or were paused); the controller will elect again with a new epoch.
+            logger.warning("%s-%d: not leading epoch %d, which this replica's epoch file already holds",
+                           self.topic, self.partition, state.leader_epoch)
+            return
+        end = self.log.end_offset
+        with trio.CancelScope(shield=True):  # the epoch is durable before any byte of it
+            await self._run_blocking(functools.partial(self.epochs.assign, state.leader_epoch, end))
+        now_ms = self._clock_ms()
+        ack_fsync = self.config.replica_ack_fsync
+        self.leader = LeaderPartition(
+            self.broker_id, self.replicas, state.isr if self.broker_id in state.isr else (self.broker_id,),
+            epoch_start=end, high_watermark=hw, lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            min_insync_replicas=self.config.min_insync_replicas, now_ms=now_ms,
+            durable_end=self.log.visible_end if ack_fsync else None)
+        self.leader.on_local_append(end, durable_end=self.log.visible_end if ack_fsync else None)
+        logger.info("%s-%d: leader in epoch %d from offset %d (isr %s)", self.topic, self.partition,
+                    state.leader_epoch, end, list(state.isr))
+
+    def _stop_leading(self) -> None:
+        if self.leader is not None:
+            self._known_hw = self.leader.high_watermark
+            self.leader = None
+
+    def _wake(self) -> None:
+        self._waiters.notify(self.key)
+        self._waiters.notify(self.end_key)
+
+    def _on_visible(self, log: Any) -> None:
+        # ack-fsync topics count the leader's fsynced end, which a flush advances.
+        if self.leader is not None and self.config.replica_ack_fsync:
+            self.leader.on_local_append(log.end_offset, durable_end=log.visible_end)
+            self._waiters.notify(self.key)
+
+    def note_follower_hw(self, high_watermark: int) -> None:
+        """The follower learnt a new HW: consumers waiting here may read further."""
+        self._known_hw = max(self._known_hw, high_watermark)
+        self._waiters.notify(self.key)
+
+    # ----------------------------------------------------------------- leader: writes
+
+    async def append_as_leader(self, messages: bytes) -> Any:
+        """Append a validated message set as leader; the log's AppendResult.
+
+        Raises NotLeaderError when this broker does not lead the partition, and
+        the log's MessageError subclasses for a bad set (nothing appended).
+        """
+        leader = self.leader
+        if leader is None:
+            raise NotLeaderError()
+        await self._flusher.roll_if_due(self.log)
+        if self.leader is not leader:
+            raise NotLeaderError()
+        result = self.log.append(messages)
+        ack_fsync = self.config.replica_ack_fsync
+        leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
+        self._waiters.notify(self.end_key)  # followers' long polls
+        if result.flush_due or ack_fsync:
+            self._flusher.request_flush(self.log)
+        return result
+
+    def check_acks_all(self) -> ErrorCode:
+        """Before an acks -1 append: NO_ERROR, NOT_LEADER_FOR_PARTITION or NOT_ENOUGH_REPLICAS."""
+        if self.leader is None:
+            return ErrorCode.NOT_LEADER_FOR_PARTITION
+        return self.leader.check_acks_all()
+
+    async def wait_committed(self, next_offset: int, deadline: float) -> ErrorCode:
+        """Wait until the bytes below ``next_offset`` are committed (§12.6); the outcome."""
+        leader = self.leader
+        while True:
+            if leader is None or self.leader is not leader:
+                return ErrorCode.NOT_LEADER_FOR_PARTITION
+            status = leader.commit_status(next_offset)
+            if status is not None:
+                return status
+            if not await self._waiters.wait_any([self.key], deadline, wake_on_close=False):
+                return ErrorCode.REQUEST_TIMED_OUT
+
+    # ----------------------------------------------------------------- leader: serving followers
+
+    async def replica_fetch(self, request: ReplicaFetchRequest) -> list[Chunk]:
+        """Answer a follower's REPLICA_FETCH, holding it up to ``max_wait_ms`` when nothing is new."""
+        deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+        while True:
+            leader = self.leader
+            before = leader.high_watermark if leader is not None else -1
+            answer = serve_replica_fetch(request, leader=leader, leader_epoch=self.leader_epoch,
+                                         history=self.epochs.history, log_end=self.log.end_offset,
+                                         now_ms=self._clock_ms(), ack_fsync=self.config.replica_ack_fsync)
+            if leader is not None and answer.error == ErrorCode.NO_ERROR:
+                if leader.high_watermark != before:
+                    self._waiters.notify(self.key)  # acks -1 and consumers
+                if leader.expand_proposal() is not None:
+                    self.isr_dirty = True
+            if (answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
+                    or trio.current_time() >= deadline or self._waiters.closing):
+                break
+            if not await self._waiters.wait_any([self.end_key], deadline):
+                continue  # one more pass records the fetch and answers empty
+        data = None
+        if answer.max_bytes > 0:
+            data = self.log.read(answer.offset, answer.max_bytes, end=self.log.end_offset)
+        await trio.lowlevel.checkpoint()
+        return encode_replica_fetch_response(answer.error, leader_epoch=answer.leader_epoch,
+                                             chunk_epoch=answer.chunk_epoch, high_watermark=answer.high_watermark,
+                                             log_end=answer.log_end, isr=answer.isr, data=data)
+
+    def epoch_end_offset(self, request: EpochEndOffsetRequest) -> bytes:
+        """Answer EPOCH_END_OFFSET from this replica's epoch history."""
+        error, epoch, end = serve_epoch_end_offset(request, leader=self.leader, leader_epoch=self.leader_epoch,
+                                                   history=self.epochs.history, log_end=self.log.end_offset)
+        return encode_epoch_end_offset_response(error, epoch, end)
+
+    # ----------------------------------------------------------------- follower: truncation
+
+    async def truncate_log(self, offset: int) -> None:
+        """Cut the log at ``offset``, then the epoch file (§12.4.3), off the loop; caller holds the lock."""
+        if offset >= self.log.end_offset:
+            return
+        with trio.CancelScope(shield=True):
+            await self._flusher.truncate(self.log, offset)
+            await self._run_blocking(functools.partial(self.epochs.truncate_from, offset))
+        self._known_hw = min(self._known_hw, offset)
+
+
+class FollowerLog:
+    """The ``ReplicaLog`` one follower task writes through (``fetcher.follow``).
+
+    Every write first checks, under the partition's lock, that the task's
+    ``FollowerPartition`` is still the partition's: once the role changed
+    (a new epoch, or this broker now leads), a late write of the old task is
+    refused instead of landing in the new epoch's log.
+    """
+
+    def __init__(self, hosted: HostedPartition, follower: FollowerPartition):
+        self._hosted, self._follower = hosted, follower
+
+    @property
+    def end_offset(self) -> int:
+        return self._hosted.log.end_offset
+
+    @property
+    def durable_end(self) -> int:
+        return self._hosted.log.visible_end
+
+    @property
+    def history(self):
+        return self._hosted.epochs.history
+
+    def _check(self) -> None:
+        if self._hosted.follower is not self._follower:
+            raise FollowerStopped(ErrorCode.FENCED_LEADER_EPOCH)
+
+    async def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        hosted = self._hosted
+        async with hosted.lock:
+            self._check()
+            with trio.CancelScope(shield=True):
+                await hosted._run_blocking(functools.partial(hosted.epochs.assign, epoch, start_offset))
+
+    async def truncate_to(self, offset: int) -> None:
+        async with self._hosted.lock:
+            self._check()
+            await self._hosted.truncate_log(offset)
+
+    async def append_verbatim(self, data: bytes) -> None:
+        hosted = self._hosted
+        await hosted._flusher.roll_if_due(hosted.log)
+        async with hosted.lock:
+            self._check()
+            result = hosted.log.append(data)
+        if result.flush_due or hosted.config.replica_ack_fsync:
+            hosted._flusher.request_flush(hosted.log)

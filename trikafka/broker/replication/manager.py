@@ -1,0 +1,315 @@
+"""The replica manager: a broker's part in replicated topics (docs/protocol.md §12).
+
+One service of the broker's nursery tree, started once the broker is
+registered in ZooKeeper::
+
+    ReplicaManager.run
+    ├── broker addresses     children of /brokers/ids -> who listens where
+    ├── topics               children of /trikafka/topics -> one task per topic
+    │   └── partition states one data watch per partition state: every broker
+    │                        knows every leader (METADATA); a replica acts on it
+    ├── follower tasks       one per partition this broker follows (fetcher.follow)
+    ├── ISR maintenance      the leader's shrink and expand proposals, written
+    │                        with versioned sets (a stale leader is fenced)
+    └── controller           contends for /trikafka/controller (controller.py)
+
+A state read from ZooKeeper is the only way a broker learns it leads or
+follows (there is no leader-and-ISR request): each watch fire re-reads the
+current value, so a missed event cannot leave a broker behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from ...log.epochs import EpochFile
+from ...wire.errors import ErrorCode, RemoteProtocolError
+from ...wire.metadata import BrokerAddress, PartitionMetadata, TopicMetadata
+from ...zk import paths
+from ...zk.coordinator import Coordinator
+from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError
+from ...zk.registry import parse_broker_registration
+from ...zk.replication_store import read_state, write_state
+from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
+from .controller import Controller
+from .fetch_rules import FollowerPartition
+from .fetcher import FollowerStopped, StreamLeaderLink, follow
+from .hosted import FollowerLog, HostedPartition
+from .membership import controlled_shutdown, register_membership
+
+logger = logging.getLogger(__name__)
+
+ISR_CHECK_INTERVAL_S = 0.25
+FOLLOW_RETRY_MIN_S = 0.05
+FOLLOW_RETRY_MAX_S = 1.0
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicaManager:
+    """Hosts this broker's replicas, tells the handler who leads, and runs the controller."""
+
+    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, handler: Any,
+                 log_manager: Any, flusher: Any, waiters: Any, run_blocking: Callable[..., Awaitable[Any]],
+                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
+                 on_replicated_topic: Callable[[str], None] = lambda topic: None,
+                 reconcile_interval_s: float | None = None):
+        self.broker_id = broker_id
+        self._zk = zk
+        self.address = address
+        self._handler, self._log_manager, self._flusher = handler, log_manager, flusher
+        self._waiters = waiters
+        self._run_blocking = run_blocking
+        self._open_stream = open_stream
+        self._tail_intact = tail_intact
+        self._on_replicated_topic = on_replicated_topic  # the 0.7 registrar must skip these
+        self.topics: dict[str, TopicAssignment] = {}
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self.hosted: dict[TopicPartition, HostedPartition] = {}
+        self.brokers: dict[int, BrokerAddress] = {}
+        self.controller = Controller(zk, broker_id, **(
+            {} if reconcile_interval_s is None else {"reconcile_interval_s": reconcile_interval_s}))
+        self._followers: dict[TopicPartition, tuple[FollowerPartition, trio.CancelScope]] = {}
+        self._watched_partitions: set[TopicPartition] = set()
+        self._nursery: trio.Nursery | None = None
+
+    # ----------------------------------------------------------------- what the handler asks
+
+    def is_replicated(self, topic: str) -> bool:
+        return topic in self.topics
+
+    def partition_count(self, topic: str) -> int | None:
+        assignment = self.topics.get(topic)
+        return None if assignment is None else len(assignment.replicas)
+
+    def topic_metadata(self, topic: str) -> TopicMetadata | None:
+        """METADATA's view of a replicated topic (None: not replicated)."""
+        assignment = self.topics.get(topic)
+        if assignment is None:
+            return None
+        parts = []
+        for p, replicas in enumerate(assignment.replicas):
+            state = self.states.get((topic, p))
+            if state is None:
+                parts.append(PartitionMetadata(p, -1, -1, replicas, (), ErrorCode.LEADER_NOT_AVAILABLE))
+                continue
+            error = ErrorCode.NO_ERROR if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+            parts.append(PartitionMetadata(p, state.leader, state.leader_epoch, replicas, state.isr, error))
+        return TopicMetadata(topic, tuple(parts))
+
+    def peers(self) -> list[BrokerAddress]:
+        return sorted(self.brokers.values())
+
+    # ----------------------------------------------------------------- the service
+
+    async def run(self, *, task_status: trio.TaskStatus["ReplicaManager"] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register, load every replicated topic, then keep up with ZooKeeper until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
+                                      intact=self._tail_intact)
+            await nursery.start(self._watch_brokers)
+            await nursery.start(self._watch_topics)
+            nursery.start_soon(self._maintain_isr)
+            await nursery.start(self.controller.run)
+            task_status.started(self)
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move leadership away; True once this broker leads nothing."""
+        if not any(h.leader is not None for h in self.hosted.values()):
+            return True
+        logger.info("controlled shutdown: moving leadership away")
+        return await controlled_shutdown(self._zk, self.broker_id, timeout_s)
+
+    async def _watch_brokers(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        async for children in self._zk.watch_children(paths.BROKER_IDS):
+            addresses = {}
+            for name in children or ():
+                if not name.isdigit():
+                    continue
+                try:
+                    data, _stat = await self._zk.get(paths.broker_id(int(name)))
+                    info = parse_broker_registration(data)
+                except (NoNodeError, ValueError):
+                    continue
+                addresses[int(name)] = BrokerAddress(int(name), info.host, info.port)
+            self.brokers = addresses
+            if not started:
+                task_status.started()
+                started = True
+
+    async def _watch_topics(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started: set[str] = set()
+        first = True
+        async for children in self._zk.watch_children(paths.REPLICATED_TOPICS):
+            for topic in children or ():
+                if topic not in started:
+                    started.add(topic)
+                    await self._nursery.start(self._watch_topic, topic)
+            if first:
+                task_status.started()
+                first = False
+
+    async def _watch_topic(self, topic: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        async for value in self._zk.watch_data(paths.replicated_topic(topic)):
+            if value is not None:
+                try:
+                    assignment = TopicAssignment.decode(value[0])
+                    assignment.settings()
+                except ReplicationValueError as exc:
+                    logger.error("replicated topic %r: %s", topic, exc)
+                else:
+                    await self._adopt_topic(topic, assignment)
+            if not started:
+                task_status.started()
+                started = True
+
+    async def _adopt_topic(self, topic: str, assignment: TopicAssignment) -> None:
+        new = topic not in self.topics
+        self.topics[topic] = assignment
+        if new:
+            self._on_replicated_topic(topic)
+            self._handler.forget_partition_count(topic)
+        for partition in range(len(assignment.replicas)):
+            key = (topic, partition)
+            if key not in self._watched_partitions:
+                self._watched_partitions.add(key)
+                await self._nursery.start(self._watch_partition, topic, partition)
+
+    async def _watch_partition(self, topic: str, partition: int, *,
+                               task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        async for value in self._zk.watch_data(paths.partition_state(topic, partition)):
+            if value is not None:
+                try:
+                    state = PartitionState.decode(value[0])
+                except ReplicationValueError as exc:
+                    logger.error("%s-%d: unreadable state: %s", topic, partition, exc)
+                else:
+                    self.states[(topic, partition)] = state
+                    await self._apply(topic, partition, state, value[1].version)
+            if not started:
+                task_status.started()
+                started = True
+
+    async def _apply(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
+        assignment = self.topics[topic]
+        replicas = assignment.replicas[partition] if partition < len(assignment.replicas) else ()
+        hosted = self.hosted.get((topic, partition))
+        if hosted is None:
+            if self.broker_id not in replicas:
+                return
+            hosted = await self._host(topic, partition, len(assignment.replicas))
+        await hosted.apply_state(state, version, replicas, assignment.settings())
+        self._start_or_stop_follower(hosted)
+
+    async def _host(self, topic: str, partition: int, count: int) -> HostedPartition:
+        """Open (or create) this broker's replica of ``topic``-``partition`` and its epoch file."""
+        self._log_manager.raise_partition_count(topic, count)
+        log = await self._handler.log_for_write(topic, partition)
+        epochs = await self._run_blocking(functools.partial(EpochFile.open, self._log_manager.fs, log.dir_path,
+                                                            log.end_offset))
+        hosted = HostedPartition(topic, partition, self.broker_id, log, epochs, flusher=self._flusher,
+                                 waiters=self._waiters, run_blocking=self._run_blocking, clock_ms=_trio_ms)
+        self.hosted[(topic, partition)] = hosted
+        return hosted
+
+    def close(self) -> None:
+        """Close the epoch files (blocking: call from a worker thread at shutdown)."""
+        for hosted in self.hosted.values():
+            hosted.epochs.close()
+
+    # ----------------------------------------------------------------- followers
+
+    def _start_or_stop_follower(self, hosted: HostedPartition) -> None:
+        key = hosted.key
+        running = self._followers.get(key)
+        if running is not None and running[0] is hosted.follower:
+            return
+        if running is not None:
+            running[1].cancel()
+            del self._followers[key]
+        if hosted.follower is not None:
+            scope = trio.CancelScope()
+            self._followers[key] = (hosted.follower, scope)
+            self._nursery.start_soon(self._follow, hosted, hosted.follower, scope)
+
+    async def _follow(self, hosted: HostedPartition, follower: FollowerPartition, scope: trio.CancelScope) -> None:
+        """Copy the leader of one epoch, reconnecting with backoff, until the role changes."""
+        retry_s = FOLLOW_RETRY_MIN_S
+        with scope:
+            while hosted.follower is follower:
+                address = self.brokers.get(follower.leader_id)
+                reason = f"leader {follower.leader_id} is not registered"
+                if address is not None:
+                    try:
+                        stream = await self._open_stream(address.host, address.port)
+                        async with stream:
+                            link = StreamLeaderLink(stream, replica_id=self.broker_id,
+                                                    leader_epoch=follower.leader_epoch,
+                                                    topic=hosted.topic, partition=hosted.partition)
+                            retry_s = FOLLOW_RETRY_MIN_S
+                            await follow(FollowerLog(hosted, follower), link, follower,
+                                         on_high_watermark=hosted.note_follower_hw)
+                    except FollowerStopped as exc:
+                        reason = exc.error.name
+                    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                            RemoteProtocolError) as exc:
+                        reason = str(exc) or type(exc).__name__
+                logger.debug("%s-%d: following %d in epoch %d paused: %s", hosted.topic, hosted.partition,
+                             follower.leader_id, follower.leader_epoch, reason)
+                follower.needs_truncation = True
+                await trio.sleep(retry_s)
+                retry_s = min(retry_s * 2, FOLLOW_RETRY_MAX_S)
+
+    # ----------------------------------------------------------------- the leader's ISR
+
+    async def _maintain_isr(self) -> None:
+        while True:
+            await trio.sleep(ISR_CHECK_INTERVAL_S)
+            for hosted in list(self.hosted.values()):
+                leader = hosted.leader
+                if leader is None:
+                    continue
+                proposal = leader.shrink_proposal(_trio_ms()) or leader.expand_proposal()
+                hosted.isr_dirty = False
+                if proposal is not None:
+                    try:
+                        await self._write_isr(hosted, leader, proposal)
+                    except CoordinatorError as exc:
+                        logger.warning("%s-%d: ISR change not written (%s); retrying", hosted.topic,
+                                       hosted.partition, exc)
+
+    async def _write_isr(self, hosted: HostedPartition, leader: Any, isr: tuple[int, ...]) -> None:
+        topic, partition = hosted.key
+        async with hosted.lock:
+            state = hosted.state
+            if hosted.leader is not leader or state is None:
+                return
+            new = PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+            try:
+                version = await write_state(self._zk, topic, partition, new, hosted.version)
+            except BadVersionError:
+                fenced = True
+            else:
+                fenced = False
+                hosted.state, hosted.version = new, version
+                self.states[hosted.key] = new
+                leader.apply_isr(isr)
+                logger.info("%s-%d: ISR %s -> %s", topic, partition, list(state.isr), list(isr))
+        if fenced:  # someone moved first: re-read and act on what is there now
+            current = await read_state(self._zk, topic, partition)
+            self.states[hosted.key] = current.state
+            await self._apply(topic, partition, current.state, current.version)
+        self._waiters.notify(hosted.key)
+
+
+def _trio_ms() -> int:
+    """Replication's clock: Trio's (a mock clock in simulations and tests)."""
+    return int(trio.current_time() * 1000)

@@ -1,0 +1,136 @@
+"""Client requests on replicated partitions (docs/protocol.md §12.6).
+
+The request handler sends every request for a replicated topic here; the
+answers follow §12.6: writes only at the leader (the 0.7 PRODUCE at a
+follower closes the connection, PRODUCE_ACKED answers NOT_LEADER), acks -1
+waits for the high watermark, and consumers on any replica read up to the
+high watermark.  Unreplicated topics never reach this module.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ...log.errors import OffsetOutOfRangeError
+from ...wire import ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
+from ...wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
+from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
+from ...wire.requests import FetchPart, OffsetsRequest, ProducePart
+from ...wire.responses import Chunk, ProduceAckedResult
+from .hosted import HostedPartition, NotLeaderError
+from .manager import ReplicaManager
+from .unserved import not_a_replica
+
+
+class ProduceRefused(Exception):
+    """A 0.7 PRODUCE this broker must not append (§12.6): the handler closes the connection."""
+
+
+def resolve(manager: ReplicaManager, topic: str, partition: int, rng: random.Random) -> tuple[int, int]:
+    """(partition count, the concrete partition: -1 picks one at random)."""
+    count = manager.partition_count(topic) or 0
+    if partition == -1 and count:
+        partition = rng.randrange(count)
+    return count, partition
+
+
+async def produce(manager: ReplicaManager, part: ProducePart, partition: int) -> Any:
+    """A 0.7 PRODUCE: an acks 0 write at the leader; the AppendResult.
+
+    Raises ProduceRefused anywhere else, and the log's MessageErrors for a bad set.
+    """
+    hosted = manager.hosted.get((part.topic, partition))
+    if hosted is None or hosted.leader is None:
+        raise ProduceRefused(f"0.7 produce to {part.topic}-{partition}, which this broker does not lead")
+    try:
+        return await hosted.append_as_leader(part.messages)
+    except NotLeaderError:
+        raise ProduceRefused(f"0.7 produce to {part.topic}-{partition}, which this broker no longer leads") from None
+
+
+async def produce_acked(manager: ReplicaManager, part: ProducePart, partition: int, count: int,
+                        acks: int) -> tuple[ProduceAckedResult, HostedPartition | None]:
+    """Append one PRODUCE_ACKED part as leader; the result and, for acks -1, the partition to wait on."""
+    def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
+        return ProduceAckedResult(part.topic, partition, code, -1, -1), None
+
+    if not 0 <= partition < count:
+        return failed(ErrorCode.WRONG_PARTITION)
+    hosted = manager.hosted.get((part.topic, partition))
+    if hosted is None:
+        return failed(_no_replica_error(manager, part.topic, partition))
+    if acks == ACKS_FLUSHED:
+        code = hosted.check_acks_all()
+        if code != ErrorCode.NO_ERROR:
+            return failed(code)
+    try:
+        appended = await hosted.append_as_leader(part.messages)
+    except NotLeaderError:
+        return failed(_no_replica_error(manager, part.topic, partition))
+    except MessageSizeTooLargeError:
+        return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
+    except (InvalidMessageError, MessageError):
+        return failed(ErrorCode.INVALID_MESSAGE)
+    result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR, appended.base_offset,
+                                appended.next_offset)
+    return result, hosted if acks == ACKS_FLUSHED else None
+
+
+async def wait_committed(result: ProduceAckedResult, hosted: HostedPartition, deadline: float) -> ProduceAckedResult:
+    """The acks -1 outcome of an appended part: unchanged once committed, else its error."""
+    code = await hosted.wait_committed(result.next_offset, deadline)
+    if code == ErrorCode.NO_ERROR:
+        return result
+    return ProduceAckedResult(result.topic, result.partition, code, -1, -1)
+
+
+def _no_replica_error(manager: ReplicaManager, topic: str, partition: int) -> ErrorCode:
+    state = manager.states.get((topic, partition))
+    return ErrorCode.LEADER_NOT_AVAILABLE if state is None or state.leader < 0 else ErrorCode.NOT_LEADER_FOR_PARTITION
+
+
+def fetch(manager: ReplicaManager, part: FetchPart) -> tuple[ErrorCode, Any]:
+    """A consumer's FETCH part: served by any replica, up to the high watermark."""
+    hosted = manager.hosted.get((part.topic, part.partition))
+    if hosted is None:
+        return ErrorCode.NOT_LEADER_FOR_PARTITION, None
+    log, end = hosted.log, hosted.consumer_end()
+    if not log.start_offset <= part.offset <= max(end, log.start_offset):
+        return ErrorCode.OFFSET_OUT_OF_RANGE, None
+    if part.max_bytes < 0:
+        return ErrorCode.INVALID_FETCH_SIZE, None
+    if part.offset >= end:
+        return ErrorCode.NO_ERROR, None
+    try:
+        return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes, end=end)
+    except OffsetOutOfRangeError:
+        return ErrorCode.OFFSET_OUT_OF_RANGE, None
+
+
+def offsets(manager: ReplicaManager, request: OffsetsRequest, now_ms: int) -> list[int] | None:
+    """OFFSETS on a replica (None: this broker holds none); offsets never pass the high watermark."""
+    hosted = manager.hosted.get((request.topic, request.partition))
+    if hosted is None:
+        return None
+    end = hosted.consumer_end()
+    if request.time_ms == OFFSETS_LATEST:
+        return [end][:max(request.max_offsets, 0)]
+    if request.time_ms == OFFSETS_EARLIEST:
+        return [min(hosted.log.start_offset, end)][:max(request.max_offsets, 0)]
+    found = hosted.log.offsets_before(request.time_ms, request.max_offsets, now_ms)
+    return sorted({min(o, end) for o in found}, reverse=True)
+
+
+async def replica_fetch(manager: ReplicaManager, request: ReplicaFetchRequest) -> list[Chunk]:
+    hosted = manager.hosted.get((request.topic, request.partition))
+    if hosted is None:
+        return not_a_replica(request)
+    return await hosted.replica_fetch(request)
+
+
+def epoch_end_offset(manager: ReplicaManager, request: EpochEndOffsetRequest) -> list[Chunk]:
+    hosted = manager.hosted.get((request.topic, request.partition))
+    if hosted is None:
+        return not_a_replica(request)
+    return [hosted.epoch_end_offset(request)]

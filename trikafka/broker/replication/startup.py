@@ -1,0 +1,38 @@
+"""Starting a broker's replica manager (docs/protocol.md §12): what it must know first.
+
+``start_replication`` works out whether this broker's unflushed tail survived
+its last stop (§12.2 ``tail_intact``: a clean stop, or a crash without a
+reboot), wires the manager into the request handler and starts it in the
+broker's services nursery.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from .manager import ReplicaManager
+from .membership import read_boot_id, record_boot_id, tail_intact
+
+# How long a broker asked to stop waits for the controller to move its leaderships away.
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
+
+
+async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper: Any, handler: Any,
+                            log_manager: Any, flusher: Any, waiters: Any,
+                            run_blocking: Callable[..., Awaitable[Any]],
+                            open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]) -> ReplicaManager:
+    """Start the replica manager once the broker is registered; it, running."""
+    boot_now = await run_blocking(read_boot_id)
+    previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
+    intact = tail_intact(clean_shutdown=not log_manager.recovered, boot_id_now=boot_now,
+                         boot_id_at_last_start=previous)
+    manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=handler.admin.self_broker,
+                             handler=handler, log_manager=log_manager, flusher=flusher, waiters=waiters,
+                             run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
+                             on_replicated_topic=zookeeper.replicated.add)
+    handler.replicas = manager
+    handler.admin.peers = manager.peers
+    return await nursery.start(manager.run)
