@@ -5,9 +5,10 @@ current leader (``view.leaders``).  A part refused because the leader moved
 (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, a fenced epoch) or whose
 leader's connection broke forgets that leader; the next round asks METADATA
 again (``client.LeaderDirectory``, with its own backoff) and sends to the new
-one.  Such failover rounds do not use up ``num_retries`` until ``leader_wait_s``
-has passed since the first of them; every round waits a doubling backoff, so a
-failover is never a busy loop.
+one.  Such failover rounds (and, on a replicated topic, acks -1 answers that
+the write is not committed yet: 23, 24, 6) do not use up ``num_retries`` until
+``leader_wait_s`` has passed since the first of them; every round waits a
+doubling backoff, so a failover is never a busy loop.
 """
 
 from __future__ import annotations
@@ -130,13 +131,19 @@ class Routing:
         self._discovery.view._bump()
 
     def _leader_trouble(self, topic: str, error: BaseException | None) -> bool:
-        """Whether a message failed only because its partition's leader moved or is not known."""
-        if isinstance(error, BrokerRejectedError):
-            return needs_leader_refresh(error.error_code)
+        """Whether a message failed only because of a failover in progress: its leader moved
+        or is not known, or (a replicated topic) its leader broke off or could not commit it
+        yet because the ISR has not shrunk past a dead follower (23, 24, 6)."""
         if isinstance(error, LeaderNotAvailableError):
             return True
+        if isinstance(error, BrokerRejectedError) and needs_leader_refresh(error.error_code):
+            return True
         assert self._discovery is not None
-        return isinstance(error, BrokerConnectionError) and bool(self._discovery.view.leaders.replicated(topic))
+        if not self._discovery.view.leaders.replicated(topic):
+            return False
+        if isinstance(error, BrokerRejectedError):
+            return is_retriable(error.error_code)
+        return isinstance(error, BrokerConnectionError)
 
     def _targets(self, topic: str) -> tuple[list[BrokerPartition], list[BrokerPartition]]:
         """(every partition, those with a known leader on brokers not backing off) of ``topic``."""
