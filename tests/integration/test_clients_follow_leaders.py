@@ -15,6 +15,7 @@ import trio
 
 from trikafka.client import LeaderDirectory, SimpleConsumer
 from trikafka.group import GroupConfig, GroupConsumer
+from trikafka.group.inspect import describe_group
 from trikafka.producer import Producer
 from trikafka.testing import open_cluster
 from trikafka.zk.replication_store import create_topic, read_state
@@ -140,6 +141,9 @@ async def test_group_consumer_reads_a_replicated_topic_from_the_leaders(autojump
                             break
                 assert await consumer.commit()
             offsets = sorted(c for c in await zk.children(f"/consumers/g/offsets/{TOPIC}"))
+            described = await describe_group(zk, "g")
+        assert [(s.topic, s.partition) for s in described.partitions] == [(TOPIC, "0"), (TOPIC, "1")]
+        assert all(s.committed is not None for s in described.partitions if s.partition in offsets)
         assert set(offsets) == {str(p) for p, _ in acked}
         for key, value in acked.items():
             assert seen[key] == value
