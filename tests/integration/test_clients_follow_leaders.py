@@ -154,3 +154,18 @@ async def test_group_consumer_reads_a_replicated_topic_from_the_leaders(autojump
 async def read_state_any(cluster) -> PartitionState:
     async with cluster.coordinator() as zk:
         return (await read_state(zk, TOPIC, 0)).state
+
+
+async def test_a_static_broker_list_producer_learns_leaders_from_a_not_leader_answer(autojump_clock):
+    async with open_cluster(3) as cluster:
+        await _create(cluster, partitions=3)
+        for p in range(3):
+            await _wait_leader(cluster, p, lambda s: s.leader >= 0 and len(s.isr) == 3)
+        brokers = [(i, *b.address) for i, b in enumerate(cluster.brokers)]
+        async with Producer(brokers=brokers, connector=cluster.connector, acks=1) as producer:
+            results = [await (await producer.send(TOPIC, f"m{i}".encode(), key=f"k{i}")).result()
+                       for i in range(12)]
+        async with cluster.coordinator() as zk:
+            leaders = {p: (await read_state(zk, TOPIC, p)).state.leader for p in range(3)}
+        assert all(r.error is None and 0 <= r.partition < 3 for r in results)
+        assert all(r.broker_id == leaders[r.partition] for r in results)  # every one acknowledged by its leader

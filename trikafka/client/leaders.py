@@ -106,6 +106,9 @@ class LeaderCache:
 
     def invalidate(self, topic: str, partition: int) -> None:
         """The cached leader refused the partition: forget it until the next METADATA says more."""
+        if partition < 0:  # "any partition" (0.7's -1) was refused: only the topic is learnt
+            self.mark_replicated(topic)
+            return
         known = self._replicated.get(topic)
         if known is None:
             self.mark_replicated(topic)

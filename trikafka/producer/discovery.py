@@ -67,6 +67,10 @@ class ClusterView:
         address = self.brokers.get(broker_id)
         return address if address is not None else self.leaders.brokers.get(broker_id)
 
+    def leaders_changed(self) -> None:
+        """``leaders`` learnt or forgot something: partition lists may differ now."""
+        self._bump()
+
     def _bump(self) -> None:
         self.version += 1
         self._partition_cache.clear()
@@ -124,7 +128,7 @@ class StaticDiscovery:
         await trio.lowlevel.checkpoint()
 
     def partitions(self, topic: str) -> list[BrokerPartition]:
-        if not any(self.view.topics.get(topic, {}).values()):
+        if not self.view.leaders.replicated(topic) and not any(self.view.topics.get(topic, {}).values()):
             return [BrokerPartition(b, UNKNOWN_PARTITION) for b in sorted(self.view.brokers)]
         return self.view.partitions(topic)
 
@@ -233,7 +237,7 @@ class ZooKeeperDiscovery:
                         log.warning("ignoring the malformed replicated topic %s: %s", topic, exc)
                     else:
                         self.view.leaders.mark_replicated(topic, len(assignment.replicas))
-                        self.view._bump()
+                        self.view.leaders_changed()
                 ready.set()
         finally:
             ready.set()

@@ -123,12 +123,12 @@ class Routing:
         stale = [t for t in topics if leaders.replicated(t) and leaders.missing_leaders([t])]
         if stale:
             await self._leaders_directory().refresh(stale)
-            self._discovery.view._bump()
+            self._discovery.view.leaders_changed()
 
     def _leader_moved(self, topic: str, partition: int) -> None:
         assert self._discovery is not None
         self._discovery.view.leaders.invalidate(topic, partition)
-        self._discovery.view._bump()
+        self._discovery.view.leaders_changed()
 
     def _leader_trouble(self, topic: str, error: BaseException | None) -> bool:
         """Whether a message failed only because of a failover in progress: its leader moved
