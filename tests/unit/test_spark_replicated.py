@@ -6,7 +6,8 @@ import pytest
 
 from trikafka.spark.blocking_client import BrokerConnectionError
 from trikafka.spark.offsets import PartitionKey, offsets_from_json, offsets_to_json
-from trikafka.spark.planning import ConnectionPool, PlanningError, ranges_between
+from trikafka.spark import planning
+from trikafka.spark.planning import ConnectionPool, PartitionRange, PlanningError, ranges_between
 from trikafka.wire import NO_LEADER, BrokerAddress, ErrorCode, Metadata, PartitionMetadata, TopicMetadata
 
 BROKERS = {1: BrokerAddress(1, "h1", 1), 2: BrokerAddress(2, "h2", 2)}
@@ -59,3 +60,34 @@ def test_a_replicated_partition_is_planned_at_its_leader_asked_of_a_live_broker(
 def test_a_partition_without_leader_is_a_clear_planning_error():
     with pytest.raises(PlanningError, match="no leader"):
         _Pool(leader=NO_LEADER).address_of(PartitionKey("r", None, 0))
+
+
+class _Cluster:
+    def brokers(self):
+        return dict(BROKERS)
+
+    def close(self):
+        pass
+
+
+class _Options:
+    def open_cluster(self):
+        return _Cluster()
+
+
+def test_a_task_whose_planned_leader_is_gone_reads_at_the_current_leader(monkeypatch):
+    opened = []
+
+    def fake_open(address, options):
+        opened.append(address.host)
+        if address.host == "gone":
+            raise BrokerConnectionError("refused")
+        return f"conn to {address.host}"
+
+    monkeypatch.setattr(planning, "open_connection", fake_open)
+    monkeypatch.setattr(planning, "ConnectionPool", lambda brokers, options: _Pool(leader=2))
+    replicated = PartitionRange(PartitionKey("r", None, 0), "gone", 9, 0, 10)
+    assert planning.open_for_range(replicated, _Options()) == "conn to h2"
+    assert opened == ["gone", "h2"]
+    with pytest.raises(BrokerConnectionError):  # a 0.7 partition lives on its broker only
+        planning.open_for_range(PartitionRange(PartitionKey("old", 1, 0), "gone", 9, 0, 10), _Options())

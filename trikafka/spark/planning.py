@@ -52,6 +52,24 @@ def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerCon
     )
 
 
+def open_for_range(planned: "PartitionRange", options: SourceOptions) -> BrokerConnection:
+    """A task's connection for ``planned``: its planned broker, or, for a replicated partition
+    whose planned leader cannot be reached (a failover since planning; Spark retries the task),
+    the partition's current leader."""
+    try:
+        return open_connection(BrokerAddress(planned.key.broker, planned.host, planned.port), options)
+    except BrokerConnectionError:
+        if planned.key.broker is not None:
+            raise
+    cluster = options.open_cluster()
+    try:
+        with ConnectionPool(cluster.brokers(), options) as pool:
+            address = pool.address_of(planned.key)
+    finally:
+        cluster.close()
+    return open_connection(address, options)
+
+
 class ConnectionPool:
     """Lazily opened connections, one per broker id; broken ones are reopened on next use."""
 
