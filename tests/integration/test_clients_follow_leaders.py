@@ -28,7 +28,7 @@ WAIT_S = 60.0
 async def _create(cluster, partitions: int = 2) -> None:
     replicas = tuple(tuple((p + i) % 3 for i in range(3)) for p in range(partitions))
     async with cluster.coordinator() as zk:
-        await create_topic(zk, TOPIC, TopicAssignment(replicas, {"min.insync.replicas": "2", "replica.ack.fsync": "true"}),
+        await create_topic(zk, TOPIC, TopicAssignment(replicas, {"min.insync.replicas": "2"}),
                            [PartitionState(r[0], 0, r, 0) for r in replicas])
 
 
@@ -89,7 +89,7 @@ async def _produce_through(cluster, stop_leader, *, count: int = 40) -> dict[tup
 @pytest.mark.parametrize("how", ["controlled", "crash"])
 async def test_producer_and_simple_consumer_keep_going_through_a_failover(autojump_clock, how):
     async with open_cluster(3) as cluster:
-        await _create(cluster, partitions=1)
+        await _create(cluster)
         first = await _wait_leader(cluster, 0, lambda s: s.leader >= 0 and len(s.isr) == 3)
         old_leader = cluster.brokers[first.leader]
 
@@ -104,7 +104,7 @@ async def test_producer_and_simple_consumer_keep_going_through_a_failover(autoju
 
         acked = await _produce_through(cluster, stop_leader)
         assert len(acked) == 40
-        for partition in (0,):
+        for partition in (0, 1):
             mine = {offset: value for (p, offset), value in acked.items() if p == partition}
             if not mine:
                 continue
@@ -169,3 +169,26 @@ async def test_a_static_broker_list_producer_learns_leaders_from_a_not_leader_an
             leaders = {p: (await read_state(zk, TOPIC, p)).state.leader for p in range(3)}
         assert all(r.error is None and 0 <= r.partition < 3 for r in results)
         assert all(r.broker_id == leaders[r.partition] for r in results)  # every one acknowledged by its leader
+
+
+async def test_clients_follow_the_leader_back_to_a_restarted_broker(autojump_clock):
+    async with open_cluster(3) as cluster:
+        await _create(cluster, partitions=1)
+        first = await _wait_leader(cluster, 0, lambda s: s.leader >= 0 and len(s.isr) == 3)
+        acked: dict[int, bytes] = {}
+        async with cluster.coordinator() as zk:
+            async with Producer(coordinator=zk, connector=cluster.connector, acks=-1, ack_timeout_s=2.0,
+                                leader_wait_s=WAIT_S) as producer:
+                for i in range(30):
+                    if i == 10:
+                        await cluster.stop(first.leader)
+                        await _wait_leader(cluster, 0, lambda s: s.leader not in (-1, first.leader))
+                    if i == 20:  # back on the same disk, a new port: the preferred leader again
+                        await cluster.restart(first.leader)
+                        await _wait_leader(cluster, 0, lambda s: s.leader == first.leader and len(s.isr) == 3)
+                    result = await (await producer.send(TOPIC, f"m{i}".encode())).result()
+                    acked[result.offset] = f"m{i}".encode()
+                    if i >= 20:
+                        assert result.broker_id == first.leader
+        found = await _read_all(cluster, 0, max(acked) + 1)
+        assert {offset: found.get(offset) for offset in acked} == acked
