@@ -192,3 +192,29 @@ async def test_clients_follow_the_leader_back_to_a_restarted_broker(autojump_clo
                         assert result.broker_id == first.leader
         found = await _read_all(cluster, 0, max(acked) + 1)
         assert {offset: found.get(offset) for offset in acked} == acked
+
+
+async def test_a_group_consumer_keeps_reading_while_the_leader_stops(autojump_clock):
+    async with open_cluster(3) as cluster:
+        await _create(cluster, partitions=1)
+        first = await _wait_leader(cluster, 0, lambda s: s.leader >= 0 and len(s.isr) == 3)
+        config = GroupConfig(autooffset_reset="smallest", fetch_wait_max_ms=100)
+        seen: dict[int, bytes] = {}
+        acked: dict[int, bytes] = {}
+        async with cluster.coordinator() as zk:
+            async with Producer(coordinator=zk, connector=cluster.connector, acks=-1, ack_timeout_s=2.0,
+                                leader_wait_s=WAIT_S) as producer, \
+                    GroupConsumer(zk, "g", {TOPIC: 1}, config=config,
+                                  open_stream=cluster.network.open_stream) as consumer:
+                messages = consumer.__aiter__()
+                for i in range(20):
+                    if i == 10:  # the consumer is fetching from the leader now
+                        await cluster.stop(first.leader)
+                        await _wait_leader(cluster, 0, lambda s: s.leader not in (-1, first.leader))
+                    result = await (await producer.send(TOPIC, f"m{i}".encode())).result()
+                    acked[result.offset] = f"m{i}".encode()
+                    with trio.fail_after(WAIT_S):
+                        while result.offset not in seen:
+                            message = await messages.__anext__()
+                            seen[message.offset] = message.payload
+        assert seen == acked  # everything acknowledged, nothing else, each at its offset
