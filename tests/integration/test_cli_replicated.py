@@ -45,3 +45,11 @@ async def test_cli_produce_and_consume_at_followers_reach_the_leader(nursery, tm
         with trio.fail_after(WAIT_S):
             assert await child.wait() == 0, child.stderr
     assert child.stdout.splitlines() == lines
+    # A group's committed offset of the replicated partition "0" (§12.9), and its lag at the leader.
+    async with KazooCoordinator(zk_chroot) as zk:
+        await zk.create("/consumers/g/offsets/rt/0", b"100", makepath=True)
+    async with child_process("groups", "g", "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as child:
+        with trio.fail_after(WAIT_S):
+            assert await child.wait() == 0, child.stderr
+    end = sum(len(line) + 10 for line in lines)  # each entry: 4-byte size, magic, attributes, crc, payload
+    assert f"rt\t0\t-\t100\t{end}\t{end - 100}".encode() in child.stdout.splitlines(), child.stdout
