@@ -236,7 +236,7 @@ class World:
         r = self.r[i]
         if not r.running or r.leading is None:
             return False
-        proposal = r.leading.shrink_proposal(self.now_ms) or r.leading.expand_proposal()
+        proposal = r.leading.shrink_proposal(self.now_ms) or r.leading.expand_proposal(self.now_ms)
         if proposal is None or r.view_version != self.zk_version:
             return False  # nothing to do, or BadVersion: it re-reads on its next watch
         self._write_state(replace(self.zk, isr=proposal))

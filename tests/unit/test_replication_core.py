@@ -156,3 +156,15 @@ def test_znode_values_round_trip_and_reject_nonsense():
         TopicConfig.from_strings({"min.insync.replicas": "0"})
     with pytest.raises(ReplicationValueError):
         TopicConfig.from_strings({"unclean.leader.election.enable": "yes"})
+
+
+def test_a_follower_that_stopped_fetching_does_not_flap_back_into_the_isr():
+    lp = LeaderPartition(1, (1, 2), (1, 2), epoch_start=0, high_watermark=0, lag_time_max_ms=100,
+                         min_insync_replicas=1, now_ms=0)
+    lp.on_local_append(50)
+    lp.on_follower_fetch(2, 50, now_ms=10)  # caught up, then silent
+    assert lp.shrink_proposal(200) == (1,)
+    lp.apply_isr((1,))
+    assert lp.expand_proposal(200) is None  # its last catch-up is older than the lag bound
+    lp.on_follower_fetch(2, 50, now_ms=210)  # fetching again
+    assert lp.expand_proposal(210) == (1, 2)

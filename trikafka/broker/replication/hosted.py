@@ -92,7 +92,9 @@ class HostedPartition:
                           config: TopicConfig) -> str:
         """Act on a state read from ZooKeeper; the resulting role (``leader``/``follower``/``none``)."""
         async with self.lock:
-            if version <= self.version and self.state is not None and state.leader_epoch == self.leader_epoch:
+            same_replicas = tuple(replicas) == self.replicas
+            if (version <= self.version and self.state is not None and state.leader_epoch == self.leader_epoch
+                    and same_replicas):
                 return self.role  # an older read of what we already applied
             if self.state is not None and state.leader_epoch < self.state.leader_epoch:
                 return self.role  # stale (a watch fired late)
@@ -100,6 +102,8 @@ class HostedPartition:
             self.state, self.version, self.replicas, self.config = state, version, tuple(replicas), config
             if state.leader == self.broker_id:
                 if self.leader is not None and old is not None and old.leader_epoch == state.leader_epoch:
+                    if not same_replicas and self.broker_id in self.replicas:
+                        self.leader.update_replicas(self.replicas, self._clock_ms())
                     if self.broker_id in state.isr:
                         self.leader.apply_isr(state.isr)  # our own (or the controller's) ISR write
                     self._wake()
@@ -219,7 +223,7 @@ class HostedPartition:
             if leader is not None and answer.error == ErrorCode.NO_ERROR:
                 if leader.high_watermark != before:
                     self._waiters.notify(self.key)  # acks -1 and consumers
-                if leader.expand_proposal() is not None:
+                if leader.expand_proposal(self._clock_ms()) is not None:
                     self.isr_dirty = True
             if (answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
                     or trio.current_time() >= deadline or self._waiters.closing):

@@ -86,6 +86,17 @@ class LeaderPartition:
         f.fetched = True
         self._advance_hw()
 
+    def update_replicas(self, replicas: tuple[int, ...], now_ms: int) -> None:
+        """The replica list changed within this epoch (a reassignment): track new followers, forget removed ones."""
+        if self.leader_id not in replicas:
+            raise ValueError(f"leader {self.leader_id} is not among the replicas {replicas}")
+        self.replicas = tuple(replicas)
+        for r in self.replicas:
+            if r != self.leader_id and r not in self._followers:
+                self._followers[r] = _Follower(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+        for r in [r for r in self._followers if r not in self.replicas and r not in self.isr]:
+            del self._followers[r]
+
     def apply_isr(self, isr: tuple[int, ...]) -> None:
         """The ISR ZooKeeper now holds (after our conditional write succeeded)."""
         if self.leader_id not in isr:
@@ -112,10 +123,16 @@ class LeaderPartition:
             return None
         return tuple(r for r in self.isr if r not in laggards)
 
-    def expand_proposal(self) -> tuple[int, ...] | None:
-        """The ISR plus followers caught up to the HW within this epoch; None if unchanged."""
+    def expand_proposal(self, now_ms: int | None = None) -> tuple[int, ...] | None:
+        """The ISR plus followers caught up to the HW within this epoch; None if unchanged.
+
+        With ``now_ms``, only followers caught up within ``lag_time_max_ms`` qualify:
+        a follower that stopped fetching while caught up must not flap back in
+        after every shrink.
+        """
         joiners = [r for r in self.replicas if r not in self.isr and r != self.leader_id
                    and self._followers[r].fetched
+                   and (now_ms is None or now_ms - self._followers[r].last_caught_up_ms <= self.lag_time_max_ms)
                    and self._followers[r].fetch_offset >= max(self.high_watermark, self.epoch_start)
                    and self._followers[r].end >= self.high_watermark]
         if not joiners:

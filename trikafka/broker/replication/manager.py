@@ -193,6 +193,7 @@ class ReplicaManager:
 
     async def _adopt_topic(self, topic: str, assignment: TopicAssignment) -> None:
         new = topic not in self.topics
+        before = self.topics.get(topic)
         self.topics[topic] = assignment
         if new:
             self._on_replicated_topic(topic)
@@ -202,6 +203,13 @@ class ReplicaManager:
             if key not in self._watched_partitions:
                 self._watched_partitions.add(key)
                 await self._nursery.start(self._watch_partition, topic, partition)
+            elif (before is not None and partition < len(before.replicas)
+                  and before.replicas[partition] != assignment.replicas[partition]
+                  and (state := self.states.get(key)) is not None):
+                # A reassignment changed the replica list: act on it even if the
+                # partition's state was read before the topic's new value.
+                hosted = self.hosted.get(key)
+                await self._apply(topic, partition, state, hosted.version if hosted else -1)
 
     async def _watch_partition(self, topic: str, partition: int, *,
                                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -298,7 +306,7 @@ class ReplicaManager:
                 leader = hosted.leader
                 if leader is None:
                     continue
-                proposal = leader.shrink_proposal(_trio_ms()) or leader.expand_proposal()
+                proposal = leader.shrink_proposal(now_ms := _trio_ms()) or leader.expand_proposal(now_ms)
                 hosted.isr_dirty = False
                 if proposal is not None:
                     try:
