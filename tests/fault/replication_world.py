@@ -102,6 +102,7 @@ class ReplicatedWorld:
         self.ledger = Ledger()
         self.history = History()
         self.not_acked = 0
+        self.consumed_to = 0  # the consumer's next offset, kept across cycles
 
     # ----------------------------------------------------------------- brokers
 
@@ -232,13 +233,13 @@ class ReplicatedWorld:
 
     async def consumer(self) -> None:
         """Fetch from a random replica; every entry seen goes into the ledger at its offset."""
-        offset = 0
         while True:
             broker_id = self.rng.choice(BROKER_IDS)
             with trio.move_on_after(CALL_TIMEOUT_S * 3):
                 try:
                     async with await connect("127.0.0.1", self.slots[broker_id].port) as conn:
                         for _ in range(50):
+                            offset = self.consumed_to
                             with trio.fail_after(CALL_TIMEOUT_S):
                                 result = await conn.fetch(TOPIC, 0, offset, FETCH_BYTES)
                             if result.error != ErrorCode.NO_ERROR:
@@ -248,7 +249,7 @@ class ReplicatedWorld:
                                 self.ledger.promise(entry_offset, entry, f"seen at broker {broker_id}")
                                 self.ledger.seen_messages += 1
                             if entries:
-                                offset = entries[-1][0] + len(entries[-1][1])
+                                self.consumed_to = entries[-1][0] + len(entries[-1][1])
                             else:
                                 await trio.sleep(0.01)
                 except (*LINK_ERRORS, trio.TooSlowError):

@@ -30,7 +30,7 @@ followers (rather than from ZooKeeper) would need brokers to advertise a
 proxy's port, which ``trikafka serve`` cannot do: that fault is not modelled.
 
 Seeds replay the fault schedule: ``TRIKAFKA_FAULT_SEED=<n>`` (printed);
-``TRIKAFKA_FAULT_THOROUGH=1`` runs 60 cycles instead of 21.
+``TRIKAFKA_FAULT_THOROUGH=1`` runs 60 cycles instead of 24.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from trikafka.wire import ErrorCode
 
 pytestmark = pytest.mark.slow
 
-CYCLES = 60 if os.environ.get("TRIKAFKA_FAULT_THOROUGH") else 21
+CYCLES = 60 if os.environ.get("TRIKAFKA_FAULT_THOROUGH") else 24
 KINDS = ("kill", "pause", "zookeeper-cut")
 
 
