@@ -294,3 +294,20 @@ async def test_a_synthesized_answer_goes_out_in_pieces_with_the_right_bytes():
     assert bytes(received[6:]) == expected
     first, second = parse_entries(expected, 0).entries[:2]
     assert first.message.attributes == 0x11 and second.offset == log.segments.segments[0].padding.ends[0]
+
+
+def test_a_replicated_log_is_cleaned_only_in_segments_wholly_below_its_high_watermark():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(1, clock)
+    log = open_log(fs, clock)
+    fill(log)
+    segments = log.segments.segments
+    assert len(segments) > 3
+    high_watermark = segments[2].start + 1  # inside the third segment
+    log.cleanable_end = lambda: high_watermark
+    start, _first_dirty, limit = LogCleaner(fs, clock).cleanable_range(log, COMPACT)
+    assert (start, limit) == (segments[0].start, segments[2].start)
+    result = clean(log, fs, clock)
+    assert all(s.end <= high_watermark for s in result.segments)
+    log.cleanable_end = None  # unreplicated: up to the active segment
+    assert LogCleaner(fs, clock).cleanable_range(log, COMPACT)[2] == log.segments.segments[-1].start

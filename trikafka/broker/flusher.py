@@ -62,7 +62,9 @@ class FlushScheduler:
         self._in_flight: dict[Any, trio.Event] = {}
         self._again: set[Any] = set()
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
-        self._rolls: dict[Any, trio.Event] = {}  # logs with a roll in flight
+        self._rolls: dict[Any, trio.Event] = {}  # logs with a roll (or truncation) in flight
+        self._idle: dict[Any, trio.Event] = {}  # truncations waiting for a log to be idle
+        self._idle_listening: set[Any] = set()  # logs whose idle listener is ours
         self._nursery: trio.Nursery | None = None
         # The deadline rule: when each log's unflushed wait began, and a heap of
         # (deadline, tie-breaker, log) with at most one entry per log (_queued).
@@ -200,11 +202,19 @@ class FlushScheduler:
             busy = self._rolls.get(log) or self._in_flight.get(log)
             if busy is not None:
                 await busy.wait()
-            elif log.flush_in_flight:  # a flush outside the scheduler (shutdown, tools)
+                continue
+            if log.flush_in_flight:  # a flush outside the scheduler (shutdown, tools)
                 await trio.lowlevel.checkpoint()
-            else:
+                continue
+            ticket = log.begin_truncate(offset)
+            if ticket is not None:
                 break
-        ticket = log.begin_truncate(offset)
+            # A retention pass or a cleaning holds the log: the log says when it is idle.
+            if log not in self._idle_listening:
+                self._idle_listening.add(log)
+                log.add_idle_listener(self._on_idle)
+            idle = self._idle.setdefault(log, trio.Event())
+            await idle.wait()
         done = self._rolls[log] = trio.Event()
         try:
             with trio.CancelScope(shield=True):
@@ -215,6 +225,11 @@ class FlushScheduler:
         finally:
             del self._rolls[log]
             done.set()
+
+    def _on_idle(self, log: Any) -> None:
+        idle = self._idle.pop(log, None)
+        if idle is not None:
+            idle.set()
 
     async def _in_thread(self, fn: Callable[[], Any]) -> Any:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)

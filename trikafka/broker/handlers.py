@@ -280,7 +280,8 @@ class RequestHandler:
         for part in request.parts:
             if self._replicated(part.topic):
                 count, partition = self._resolve_partition(part.topic, part.partition)
-                result, hosted = await replicated.produce_acked(self.replicas, part, partition, count, request.acks)
+                result, hosted = await replicated.produce_acked(self.replicas, part, partition, count, request.acks,
+                                                                 self.metrics)
                 if hosted is not None:
                     committing.append((len(results), hosted))
             else:

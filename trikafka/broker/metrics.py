@@ -127,6 +127,10 @@ class BrokerMetrics:
         self.registry.register(LogCollector(log_manager))
         self.registry.register(ConnectionCollector(list(processors)))
 
+    def watch_replication(self, replicas: Any) -> None:
+        """Add the replication collector (a broker with ZooKeeper; docs/protocol.md §12)."""
+        self.registry.register(ReplicationCollector(replicas))
+
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format (``prometheus_client.generate_latest``)."""
         return generate_latest(self.registry)
@@ -199,6 +203,40 @@ class ConnectionCollector(Collector):
                                 value=sum(len(p.connections) for p in self._processors))
         yield CounterMetricFamily("trikafka_connections_accepted", "Client connections accepted",
                                   value=sum(p.connections_served for p in self._processors))
+
+
+class ReplicationCollector(Collector):
+    """This broker's replicas by role, its under-replicated partitions, ISR changes, controller status."""
+
+    def __init__(self, replicas: Any):
+        self._replicas = replicas
+
+    def collect(self) -> Iterator[Metric]:
+        replicas = self._replicas
+        roles = GaugeMetricFamily("trikafka_replicas", "Replicas of replicated partitions this broker holds, "
+                                  "by role", labels=["role"])
+        counts = {"leader": 0, "follower": 0, "none": 0}
+        under = 0
+        for hosted in list(replicas.hosted.values()):
+            counts[hosted.role] += 1
+            leader = hosted.leader
+            if leader is not None and len(leader.isr) < len(leader.replicas):
+                under += 1
+        for role, count in counts.items():
+            roles.add_metric([role], count)
+        yield roles
+        yield GaugeMetricFamily("trikafka_under_replicated_partitions", "Partitions this broker leads whose "
+                                "ISR lacks a replica", value=under)
+        offline = sum(1 for state in list(replicas.states.values()) if state.leader < 0)
+        yield GaugeMetricFamily("trikafka_offline_partitions", "Replicated partitions without a leader, as "
+                                "this broker last read ZooKeeper", value=offline)
+        yield CounterMetricFamily("trikafka_isr_changes", "ISR shrinks and expands this broker wrote as leader",
+                                  value=replicas.isr_changes)
+        controller = replicas.controller
+        yield GaugeMetricFamily("trikafka_controller_active", "1 while this broker is the controller",
+                                value=1 if controller.active else 0)
+        yield CounterMetricFamily("trikafka_controller_elections", "Leader elections this broker wrote as "
+                                  "controller", value=controller.stats.elections)
 
 
 def readiness_collector(is_ready: Callable[[], bool]) -> Collector:

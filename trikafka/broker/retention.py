@@ -48,8 +48,8 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
-            if not self._deletes(log.topic) or log.cleaning:
-                continue  # compact-only; or being cleaned (its segments are being swapped): next pass
+            if not self._deletes(log.topic) or log.cleaning or log.truncating:
+                continue  # compact-only; or being cleaned or truncated (segments change): next pass
             count = await self.apply(log)
             if count:
                 logger.info("retention deleted %d segment(s) of %s-%d", count, log.topic, log.partition)

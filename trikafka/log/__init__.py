@@ -3,7 +3,7 @@
 I/O goes through an injected ``FileSystem`` (``OsFileSystem`` in production,
 ``trikafka.testing.FakeFileSystem`` with a crash model in tests).  Nothing here imports Trio:
 the broker calls these methods on its event loop and runs only the blocking
-halves of flush and roll tickets in worker threads.
+halves of flush, roll, retention and truncation tickets in worker threads.
 """
 
 from .clock import ManualClock, wall_clock_ms
@@ -25,11 +25,13 @@ from .names import CLEAN_SHUTDOWN_MARKER, partition_dir_name, segment_file_name,
 from .segment import Segment
 from .segment_list import SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
+from .truncation import TruncateTicket
 
 __all__ = [
     "AppendResult", "CLEAN_SHUTDOWN_MARKER", "FileSystem", "FlushTicket",
     "InvalidTopicError", "Log", "LogBusyError", "LogClosedError", "LogConfig", "LogError", "LogFailedError",
     "LogLoadError", "LogManager", "ManualClock", "OffsetOutOfRangeError", "OsFileSystem", "OsSegmentFile",
     "RollTicket", "Segment", "SegmentFile", "SegmentList", "SegmentView", "TIME_EARLIEST", "TIME_LATEST",
+    "TruncateTicket",
     "WrongPartitionError", "partition_dir_name", "segment_file_name", "validate_topic", "wall_clock_ms",
 ]

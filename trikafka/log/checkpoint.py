@@ -166,3 +166,24 @@ class RecoveryCheckpointer:
         self._last, self._last_ms = (segment.start, position), now_ms
         self.written += 1
         return True
+
+    # A truncation (``log/truncation.py``) replaces the checkpoint in two steps, in its
+    # worker thread, while no flush is in flight: ``remove`` before it cuts anything,
+    # ``after_truncate`` once the cut segment is fsynced.  Between them a crash finds no
+    # checkpoint and scans the newest segment in full, which is right whatever the crash kept.
+
+    def remove(self) -> None:
+        """Delete the checkpoint file, durably.  Blocking; an ``OSError`` propagates."""
+        path = os.path.join(self._dir_path, CHECKPOINT_FILE_NAME)
+        if self._fs.exists(path):
+            self._fs.remove(path)
+            self._fs.fsync_dir(self._dir_path)
+        self._last = None
+
+    def after_truncate(self, segment: Segment, position: int) -> None:
+        """After a truncation cut ``segment`` at ``position`` and fsynced it: checkpoint exactly
+        there, so recovery neither scans nor trusts anything past the cut.  Blocking; an
+        ``OSError`` propagates (the truncation fails the log)."""
+        write_checkpoint(self._fs, self._dir_path, checkpoint_of(segment, position))
+        self._last, self._last_ms = (segment.start, position), self._clock_ms()
+        self.written += 1

@@ -86,8 +86,9 @@ class LogCleaner:
     def cleanable_range(self, log, policy: CompactionPolicy) -> tuple[int, int, int]:
         """``(S, first_dirty, L)``: the log start, where the last pass stopped, the clean limit.
 
-        ``L`` is the start of the first segment that must stay: the active one, or one
-        modified within ``min.compaction.lag.ms``.  Blocks (stats every segment).
+        ``L`` is the start of the first segment that must stay: the active one, one
+        modified within ``min.compaction.lag.ms``, or (replicated partitions) one that
+        reaches past the high watermark.  Blocks (stats every segment).
         """
         segments = log.segments.segments
         now_ms = self.clock_ms()
@@ -96,6 +97,10 @@ class LogCleaner:
             if now_ms - self.fs.mtime_ms(segment.path) < policy.min_compaction_lag_ms:
                 limit = segment.start
                 break
+        cleanable_end = getattr(log, "cleanable_end", None)
+        if cleanable_end is not None:
+            committed = cleanable_end()
+            limit = min(limit, next((s.start for s in segments if s.end > committed), limit))
         start = segments[0].start
         first_dirty = min(max(self.read_checkpoint(log.dir_path), start), limit)
         return start, first_dirty, limit

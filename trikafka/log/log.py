@@ -3,7 +3,7 @@
 The log is synchronous and single-threaded: every method runs on the caller's
 thread (the broker's event loop), except the blocking halves of tickets
 (``FlushTicket.fsync``, ``RollTicket.run``, ``RetentionTicket.stat`` and
-``.remove``), which may run in a worker thread.  The broker opens its logs
+``.remove``, ``TruncateTicket.run``), which may run in a worker thread.  The broker opens its logs
 with ``roll_on_append=False``, so an append never rolls (never fsyncs) on the
 loop: the broker rolls with a ticket before appending.
 
@@ -12,7 +12,9 @@ Invariants (asserted where they are established):
 * segments are contiguous: ``segment[k].end == segment[k + 1].start``;
 * every segment but the last is fully flushed and fully visible;
 * a segment's visible size never exceeds what a completed fsync covered;
-* the visible end ``E`` never decreases, and retention keeps it.
+* the visible end ``E`` never decreases, and retention keeps it; only a
+  truncation (``truncation.py``) moves it, and the log end, back;
+* the visible end is an entry boundary.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .retention import RetentionSteps, RetentionTicket
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
+from .truncation import TruncateTicket, TruncationSteps
 
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
 
@@ -51,7 +54,7 @@ class AppendResult:
     flush_due: bool
 
 
-class Log(RetentionSteps):
+class Log(RetentionSteps, TruncationSteps):
     """The segments of one topic-partition in ``dir_path``; see the module docstring."""
 
     def __init__(self, topic: str, partition: int, dir_path: str, segments: list[Segment],
@@ -71,11 +74,16 @@ class Log(RetentionSteps):
         self._flush_ticket: FlushTicket | None = None
         self._roll_ticket: RollTicket | None = None
         self._retention_ticket: RetentionTicket | None = None
+        self._truncate_ticket: TruncateTicket | None = None
+        self._idle_listeners: list[Callable[[Log], None]] = []
         self._failure: str | None = None
         self._closed = False
-        self.cleaning = False  # set by the cleaner while it rewrites segments: retention waits
+        self._cleaning = False
         self._listeners: list[Callable[[Log], None]] = []
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
+        # A replicated partition's high watermark: the cleaner leaves every segment that
+        # reaches past it (bytes above it may still be truncated away by leader epoch).
+        self.cleanable_end: Callable[[], int] | None = None
         self._dirty_listeners: list[Callable[[Log], None]] = []
 
     @classmethod
@@ -125,6 +133,17 @@ class Log(RetentionSteps):
     def flush_in_flight(self) -> bool:
         return self._flush_ticket is not None
 
+    @property
+    def cleaning(self) -> bool:
+        """Set by the cleaner while it rewrites segments: retention and truncation wait."""
+        return self._cleaning
+
+    @cleaning.setter
+    def cleaning(self, value: bool) -> None:
+        self._cleaning = value
+        if not value:
+            self._notify_idle()
+
     def add_visible_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop each time the visible end advances."""
         self._listeners.append(callback)
@@ -150,8 +169,8 @@ class Log(RetentionSteps):
         ``LogFailedError`` once an I/O error stopped the log.
         """
         self._check_writable()
-        if self._roll_ticket is not None:
-            raise LogBusyError(f"{self}: a roll is in flight; append after complete_roll()")
+        if self._roll_ticket is not None or self._truncate_ticket is not None:
+            raise LogBusyError(f"{self}: a roll or truncation is in flight; append after it completes")
         validated = validate_message_set(data, self.config.max_message_size)
         valid_bytes = validated.valid_bytes
         if valid_bytes == 0:
@@ -203,13 +222,14 @@ class Log(RetentionSteps):
         Raises ``LogBusyError`` if a flush or roll ticket is already in flight
         (one per log; coalescing is the caller's job).  Run ``ticket.fsync()``
         (in a worker thread), then ``complete_flush(ticket)`` on the loop.
+        None while a truncation is in flight: it fsyncs every byte it leaves.
         """
         self._check_writable()
         if self._flush_ticket is not None or self._roll_ticket is not None:
             raise LogBusyError(f"{self}: a flush or roll is already in flight")
         segment = self._segments.last
         self._dirty = False
-        if segment.size == segment.visible_size:
+        if segment.size == segment.visible_size or self._truncate_ticket is not None:
             return None
         self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
         return self._flush_ticket
@@ -223,11 +243,14 @@ class Log(RetentionSteps):
         if not ticket.finished:
             raise LogError(f"{self}: complete_flush() before {ticket!r}.fsync() returned")
         self._flush_ticket = None
-        if not ticket.synced:
-            raise self._fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
-        self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
-        if ticket.segment.mark_flushed(ticket.size):
-            self._notify_visible()
+        try:
+            if not ticket.synced:
+                raise self._fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
+            self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
+            if ticket.segment.mark_flushed(ticket.size):
+                self._notify_visible()
+        finally:
+            self._notify_idle()
 
     def flush(self) -> None:
         """Flush synchronously on this thread (tests, shutdown, tools)."""
@@ -246,8 +269,8 @@ class Log(RetentionSteps):
         another ``begin_flush``/``begin_roll``.
         """
         self._check_writable()
-        if self._flush_ticket is not None or self._roll_ticket is not None:
-            raise LogBusyError(f"{self}: a flush or roll is already in flight")
+        if self._flush_ticket is not None or self._roll_ticket is not None or self._truncate_ticket is not None:
+            raise LogBusyError(f"{self}: a flush, roll or truncation is already in flight")
         return self._capture_roll()
 
     def complete_roll(self, ticket: RollTicket) -> None:
@@ -257,6 +280,12 @@ class Log(RetentionSteps):
         if not ticket.finished:
             raise LogError(f"{self}: complete_roll() before {ticket!r}.run() returned")
         self._roll_ticket = None
+        try:
+            self._install_roll(ticket)
+        finally:
+            self._notify_idle()
+
+    def _install_roll(self, ticket: RollTicket) -> None:
         if ticket.error is not None:
             raise self._fail(f"roll to {ticket.new_path} failed: {ticket.error}")
         assert ticket.new_file is not None and ticket.new_file.size == 0, ticket
@@ -274,8 +303,8 @@ class Log(RetentionSteps):
     def roll(self) -> bool:
         """Roll synchronously on this thread; False when the active segment is empty."""
         self._check_writable()
-        if self._roll_ticket is not None:
-            raise LogBusyError(f"{self}: a roll is already in flight")
+        if self._roll_ticket is not None or self._truncate_ticket is not None:
+            raise LogBusyError(f"{self}: a roll or truncation is already in flight")
         return self._roll_inline()
 
     def _roll_inline(self) -> bool:
@@ -299,12 +328,17 @@ class Log(RetentionSteps):
 
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion | ChunkSequence | None:
-        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (spec §6.2;
-        ``SegmentView.read``: ``OffsetOutOfRangeError`` outside ``[S, E]``, None at ``E``)."""
+    def read(self, offset: int, max_bytes: int, *, end: int | None = None) -> FileRegion | ChunkSequence | None:
+        """Bytes from ``offset`` up to ``end``, at most ``max_bytes``, within one segment (spec §6.2).
+
+        ``end`` defaults to the visible end ``E``; any value up to ``end_offset``
+        is allowed (a follower's REPLICA_FETCH reads unflushed bytes: they are in
+        the file, so the region reads them like any other), past it ``ValueError``.
+        ``SegmentView.read``: ``OffsetOutOfRangeError`` outside ``[S, end]``, None at ``end``.
+        """
         if self._closed:
             raise LogClosedError(f"{self} is closed")
-        return self._segments.view.read(offset, max_bytes)
+        return self._segments.view.read(offset, max_bytes, end)
 
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int | None = None) -> list[int]:
         """The OFFSETS answer of spec §6.5 steps 2-4, newest first (``SegmentView.offsets_before``)."""
@@ -330,14 +364,16 @@ class Log(RetentionSteps):
         """
         if self._closed:
             return
-        for ticket in (self._flush_ticket, self._roll_ticket, self._retention_ticket):
+        for ticket in (self._flush_ticket, self._roll_ticket, self._retention_ticket, self._truncate_ticket):
             if ticket is not None and ticket.running:
                 raise LogBusyError(f"{self}: close() while {ticket!r} runs")
         if self._roll_ticket is not None and self._roll_ticket.new_file is not None:
             self._roll_ticket.new_file.close()
-        self._flush_ticket = self._roll_ticket = self._retention_ticket = None
+        # An abandoned truncation's later segments left the view but not the disk (or not yet closed).
+        dropped = self._truncate_ticket.dropped if self._truncate_ticket is not None else ()
+        self._flush_ticket = self._roll_ticket = self._retention_ticket = self._truncate_ticket = None
         self._closed = True
-        for segment in self._segments.view.segments:
+        for segment in self._segments.view.segments + dropped:
             segment.file.close()
 
     def _check_writable(self) -> None:

@@ -16,7 +16,6 @@ A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
 from __future__ import annotations
 
 import os
-import sys
 from typing import Sequence
 
 from .config import LogConfig
@@ -24,6 +23,7 @@ from .errors import LogBusyError, LogError
 from .fs import FileSystem
 from .names import padding_file_name
 from .segment import Segment
+from .truncation import TruncateTicket, close_unread
 
 _CAPTURED, _RUNNING, _FINISHED = "captured", "running", "finished"
 
@@ -126,11 +126,7 @@ class RetentionTicket:
                 self._fs.fsync_dir(self.dir_path)
                 if segment.padding:  # its padding index (an orphan left by a crash is swept at load)
                     self._fs.remove(os.path.join(self.dir_path, padding_file_name(segment.start)))
-            for segment in self.deleted:
-                # No new reader can take the file (it left the log); two references
-                # are the segment's and getrefcount's own argument.
-                if segment is not self.keep_open and sys.getrefcount(segment.file) <= 2:
-                    segment.file.close()
+            close_unread(self.deleted, self.keep_open)
         except OSError as exc:
             self.error = exc
         finally:
@@ -150,6 +146,7 @@ class RetentionSteps:
     """
 
     _retention_ticket: RetentionTicket | None
+    _truncate_ticket: TruncateTicket | None
 
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete old segments by the time rule, then the size rule (spec §10.6), on this
@@ -157,7 +154,7 @@ class RetentionSteps:
         kept: when the rules would delete every segment, a non-empty last segment is
         rolled first, an empty one is kept with a fresh mtime."""
         self._check_writable()
-        if self._roll_ticket is not None or self.cleaning:
+        if self._roll_ticket is not None or self.cleaning or self._truncate_ticket is not None:
             return 0
         ticket = self.begin_retention(self._clock_ms() if now_ms is None else now_ms)
         ticket.stat()
@@ -171,8 +168,8 @@ class RetentionSteps:
     def begin_retention(self, now_ms: int) -> RetentionTicket:
         """Snapshot the segments for a retention pass judged at ``now_ms`` (one pass at a time)."""
         self._check_writable()
-        if self._retention_ticket is not None:
-            raise LogBusyError(f"{self}: a retention pass is already in flight")
+        if self._retention_ticket is not None or self._truncate_ticket is not None:
+            raise LogBusyError(f"{self}: a retention pass or truncation is already in flight")
         self._retention_ticket = RetentionTicket(self._fs, self.dir_path, self._segments.view.segments, now_ms)
         return self._retention_ticket
 
@@ -204,8 +201,11 @@ class RetentionSteps:
         if ticket is not self._retention_ticket:
             raise LogError(f"{self}: {ticket!r} is not this log's retention pass")
         self._retention_ticket = None
-        if ticket.error is not None:
-            raise self._fail(f"retention in {self.dir_path} failed: {ticket.error}")
+        try:
+            if ticket.error is not None:
+                raise self._fail(f"retention in {self.dir_path} failed: {ticket.error}")
+        finally:
+            self._notify_idle()
 
     def _retention_count(self, ticket: RetentionTicket) -> int:
         if ticket is not self._retention_ticket:

@@ -12,13 +12,16 @@ class Segment:
     """Bytes ``[start, start + size)`` of a partition's stream, in one file.
 
     ``visible_size`` is what readers may see: bytes that were fsynced (spec
-    §10.4).  It only grows, and never past what a completed fsync covered.
+    §10.4).  It never exceeds what a completed fsync covered, and only grows,
+    except when a truncation cuts the segment (``cut``).
     ``first_append_ms`` (for age-based rolling) lives in memory only, as in
     0.7: it is ``None`` until this process appends to the segment.  ``padding``:
     the runs the cleaner covered with padding entries (empty unless cleaned).
+    ``cut``: while a truncation is in flight, the segment's logical size; the
+    file may still be longer until the truncation ticket has run (None otherwise).
     """
 
-    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms", "padding")
+    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms", "padding", "cut")
 
     def __init__(self, start: int, path: str, file: SegmentFile, visible_size: int):
         assert start >= 0, start
@@ -29,16 +32,17 @@ class Segment:
         self.visible_size = visible_size
         self.first_append_ms: int | None = None
         self.padding: PaddingRuns = NO_PADDING
+        self.cut: int | None = None
 
     @property
     def size(self) -> int:
-        """Bytes in the file, flushed or not."""
-        return self.file.size
+        """Bytes in the file, flushed or not (bytes a truncation in flight cuts do not count)."""
+        return self.file.size if self.cut is None else self.cut
 
     @property
     def end(self) -> int:
         """Offset just after the last byte written (the next append offset)."""
-        return self.start + self.file.size
+        return self.start + self.size
 
     @property
     def visible_end(self) -> int:
@@ -46,7 +50,7 @@ class Segment:
 
     @property
     def fully_flushed(self) -> bool:
-        return self.visible_size == self.file.size
+        return self.visible_size == self.size
 
     def mark_flushed(self, size: int) -> bool:
         """Make the first ``size`` bytes visible, after an fsync covered them.
@@ -54,27 +58,31 @@ class Segment:
         Returns True when the visible size grew.  A stale, smaller size (from a
         flush that finished after a later one) changes nothing.
         """
-        assert size <= self.file.size, (size, self.file.size)
+        assert size <= self.size, (size, self.size)
         if size <= self.visible_size:
             return False
         self.visible_size = size
         return True
 
-    def region(self, position: int, max_bytes: int) -> FileRegion | ChunkSequence:
-        """Up to ``max_bytes`` visible bytes from ``position`` (relative to ``start``).
+    def region(self, position: int, max_bytes: int, limit: int | None = None) -> FileRegion | ChunkSequence:
+        """Up to ``max_bytes`` bytes from ``position`` (relative to ``start``), none at or past ``limit``.
 
-        At or inside a padding run, one synthesized padding entry to the run's end
+        ``limit`` defaults to the visible size; a replica fetch passes more (its
+        bytes are in the file, flushed or not).  At or inside a padding run
+        that ends by ``limit``, one synthesized padding entry to the run's end
         comes first (docs/protocol.md §11.3.2): the answer is then a
         ``ChunkSequence`` and may exceed ``max_bytes``.
         """
-        assert 0 <= position < self.visible_size, (position, self.visible_size)
+        if limit is None:
+            limit = self.visible_size
+        assert 0 <= position < limit <= self.size, (position, limit, self.size)
         assert max_bytes > 0, max_bytes
         run = self.padding.find(position) if self.padding else None
-        if run is not None:
-            region = synthesized_region(self.file, position, run[1], max_bytes, self.visible_size)
+        if run is not None and run[1] <= limit:
+            region = synthesized_region(self.file, position, run[1], max_bytes, limit)
             if region is not None:
                 return region
-        return FileRegion(self.file, position, min(max_bytes, self.visible_size - position))
+        return FileRegion(self.file, position, min(max_bytes, limit - position))
 
     def __repr__(self) -> str:
         return f"Segment(start={self.start}, size={self.size}, visible={self.visible_size})"

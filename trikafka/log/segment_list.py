@@ -13,7 +13,7 @@ from bisect import bisect_right
 from typing import Callable, NamedTuple
 
 from trikafka.wire.requests import OFFSETS_EARLIEST, OFFSETS_LATEST
-from trikafka.wire.responses import FileRegion
+from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .errors import OffsetOutOfRangeError
 from .segment import Segment
@@ -34,22 +34,29 @@ class SegmentView(NamedTuple):
         assert index >= 0, (offset, self.starts)
         return self.segments[index]
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion | None:
-        """Visible bytes from ``offset``, at most ``max_bytes``, within one segment (``Log.read``).
+    def read(self, offset: int, max_bytes: int, end: int | None = None) -> FileRegion | ChunkSequence | None:
+        """Bytes from ``offset`` up to ``end``, at most ``max_bytes``, within one segment (``Log.read``).
 
-        Raises ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > E``.
-        Returns None at exactly ``E`` or for ``max_bytes == 0``.  The region
+        ``end`` defaults to the visible end ``E``; at most the log end (the
+        next append offset), else ``ValueError``.  Raises
+        ``OffsetOutOfRangeError`` when ``offset < S`` or ``offset > end``.
+        Returns None at exactly ``end`` or for ``max_bytes == 0``.  The region
         may end inside an entry; it never crosses into the next segment.
         """
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
-        start_offset, visible_end = self.segments[0].start, self.segments[-1].visible_end
-        if offset < start_offset or offset > visible_end:
-            raise OffsetOutOfRangeError(offset, start_offset, visible_end)
-        if offset == visible_end or max_bytes == 0:
+        last = self.segments[-1]
+        if end is None:
+            end = last.visible_end
+        elif end > last.end:
+            raise ValueError(f"read end {end} is past the log end {last.end}")
+        start_offset = self.segments[0].start
+        if offset < start_offset or offset > end:
+            raise OffsetOutOfRangeError(offset, start_offset, end)
+        if offset == end or max_bytes == 0:
             return None
         segment = self.find(offset)
-        return segment.region(offset - segment.start, max_bytes)
+        return segment.region(offset - segment.start, max_bytes, min(end, segment.end) - segment.start)
 
     def offsets_before(self, time_ms: int, max_offsets: int, mtime_ms: Callable[[str], int],
                        now_ms: int) -> list[int]:
@@ -118,6 +125,18 @@ class SegmentList:
         assert 0 <= count < len(old.segments), (count, len(old.segments))
         self._view = SegmentView(old.segments[count:], old.starts[count:])
         return old.segments[:count]
+
+    def drop_after(self, segment: Segment) -> tuple[Segment, ...]:
+        """Make ``segment`` the last one (a truncation); returns the later segments, oldest first."""
+        old = self._view
+        index = old.segments.index(segment)
+        self._view = SegmentView(old.segments[:index + 1], old.starts[:index + 1])
+        return old.segments[index + 1:]
+
+    def restore(self, view: SegmentView) -> None:
+        """Put back a view taken before ``drop_after`` (a truncation that was refused)."""
+        assert view.segments[:len(self._view.segments)] == self._view.segments, (view, self._view)
+        self._view = view
 
     def replace(self, segment: Segment) -> Segment | None:
         """Swap in ``segment`` for the one with the same start and size (a cleaned copy).

@@ -244,15 +244,34 @@ class InProcessCluster:
         self._seed = seed
         self._clock_ms = clock_ms
         self._settings = settings
+        self._member_settings: list[dict[str, Any]] = []
+        self._stopped: list[trio.Event] = []  # set once broker i's serve() returned
 
     async def add(self, *, address: tuple[str, int] | None = None, **settings: Any) -> InProcessBroker:
         """Start one more broker (the next broker id), with ``settings`` over the cluster's."""
         broker_id = len(self.brokers)
         merged = {**self._settings, **settings}
+        self._member_settings.append(merged)
+        self._stopped.append(trio.Event())
         member = await self._nursery.start(functools.partial(
             _run_member, self, broker_id, FakeFileSystem(seed=self._seed + broker_id), self._clock_ms,
             merged, address))
         self.brokers.append(member)
+        return member
+
+    async def stop(self, index: int) -> None:
+        """Shut broker ``index`` down gracefully and wait until it stopped (its ZooKeeper session closed)."""
+        self.brokers[index].broker.shutdown()
+        await self._stopped[index].wait()
+
+    async def restart(self, index: int) -> InProcessBroker:
+        """Stop broker ``index`` (if running) and start it again: same id, same fake disk, a new port."""
+        if not self._stopped[index].is_set():
+            await self.stop(index)
+        self._stopped[index] = trio.Event()
+        member = await self._nursery.start(functools.partial(
+            _run_member, self, index, self.brokers[index].fs, self._clock_ms, self._member_settings[index], None))
+        self.brokers[index] = member
         return member
 
     @property
@@ -293,14 +312,17 @@ async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: 
             yield cluster
         finally:
             for member in cluster.brokers:
-                member.broker.shutdown()
+                member.broker.shutdown()  # idempotent for a stopped one
 
 
 async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSystem,
                       clock_ms: Callable[[], int] | None, settings: dict[str, Any],
                       address: tuple[str, int] | None, *, task_status: trio.TaskStatus[InProcessBroker] = trio.TASK_STATUS_IGNORED) -> None:
-    async with cluster.coordinator() as zk:
-        async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
-                               address=address, broker_id=broker_id, **settings) as member:
-            task_status.started(member)
-            await member.broker.wait_shutdown_requested()
+    try:
+        async with cluster.coordinator() as zk:
+            async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
+                                   address=address, broker_id=broker_id, **settings) as member:
+                task_status.started(member)
+                await member.broker.wait_shutdown_requested()
+    finally:
+        cluster._stopped[broker_id].set()

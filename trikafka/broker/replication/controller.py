@@ -53,6 +53,7 @@ class Controller:
         self.stats = ControllerStats()
         self._wake = trio.Event()
         self.reconciled = trio.Event()  # set after each pass (replaced by a new one)
+        self.active = False  # holds the role right now
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Contend for the role forever (cancel to stop).
@@ -73,7 +74,11 @@ class Controller:
                 continue
             self.stats.epoch = epoch
             logger.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
-            await self._control(epoch)
+            self.active = True
+            try:
+                await self._control(epoch)
+            finally:
+                self.active = False
 
     async def _control(self, epoch: int) -> None:
         async with trio.open_nursery() as nursery:

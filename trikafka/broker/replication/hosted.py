@@ -64,6 +64,9 @@ class HostedPartition:
         self.lock = trio.Lock()  # role changes, epoch-file writes and truncations
         self.isr_dirty = False  # the leader has an ISR change to propose
         log.add_visible_listener(self._on_visible)
+        # Compaction stays below the HW: bytes above it may be truncated by epoch, and
+        # every replica then cleans only committed, byte-identical segments (§12, §11).
+        log.cleanable_end = lambda: self.high_watermark
 
     # ----------------------------------------------------------------- what others read
 

@@ -31,7 +31,7 @@ from ...wire.errors import ErrorCode, RemoteProtocolError
 from ...wire.metadata import BrokerAddress, PartitionMetadata, TopicMetadata
 from ...zk import paths
 from ...zk.coordinator import Coordinator
-from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError
+from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, SessionExpiredError
 from ...zk.registry import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
@@ -76,6 +76,7 @@ class ReplicaManager:
         self._followers: dict[TopicPartition, tuple[FollowerPartition, trio.CancelScope]] = {}
         self._watched_partitions: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
+        self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
 
     # ----------------------------------------------------------------- what the handler asks
 
@@ -110,8 +111,7 @@ class ReplicaManager:
         """Register, load every replicated topic, then keep up with ZooKeeper until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
-                                      intact=self._tail_intact)
+            await nursery.start(self._keep_membership)
             await nursery.start(self._watch_brokers)
             await nursery.start(self._watch_topics)
             nursery.start_soon(self._maintain_isr)
@@ -123,7 +123,28 @@ class ReplicaManager:
         if not any(h.leader is not None for h in self.hosted.values()):
             return True
         logger.info("controlled shutdown: moving leadership away")
-        return await controlled_shutdown(self._zk, self.broker_id, timeout_s)
+        with trio.move_on_after(timeout_s):  # ZooKeeper may be unreachable: never hang the stop
+            try:
+                return await controlled_shutdown(self._zk, self.broker_id, timeout_s)
+            except CoordinatorError as exc:
+                logger.warning("controlled shutdown not possible (%s); stopping anyway", exc)
+        return False
+
+    async def _keep_membership(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """``/trikafka/brokers/<id>`` in every session (an ephemeral node goes with its session)."""
+        started = False
+        while True:
+            await self._zk.wait_connected()
+            generation = self._zk.session_generation.value
+            try:
+                await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
+                                          intact=self._tail_intact)
+            except SessionExpiredError:
+                continue
+            if not started:
+                task_status.started()
+                started = True
+            await self._zk.session_generation.wait_value(lambda g: g > generation)
 
     async def _watch_brokers(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -302,6 +323,7 @@ class ReplicaManager:
                 hosted.state, hosted.version = new, version
                 self.states[hosted.key] = new
                 leader.apply_isr(isr)
+                self.isr_changes += 1
                 logger.info("%s-%d: ISR %s -> %s", topic, partition, list(state.isr), list(isr))
         if fenced:  # someone moved first: re-read and act on what is there now
             current = await read_state(self._zk, topic, partition)

@@ -50,7 +50,7 @@ async def produce(manager: ReplicaManager, part: ProducePart, partition: int) ->
 
 
 async def produce_acked(manager: ReplicaManager, part: ProducePart, partition: int, count: int,
-                        acks: int) -> tuple[ProduceAckedResult, HostedPartition | None]:
+                        acks: int, metrics: Any) -> tuple[ProduceAckedResult, HostedPartition | None]:
     """Append one PRODUCE_ACKED part as leader; the result and, for acks -1, the partition to wait on."""
     def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
         return ProduceAckedResult(part.topic, partition, code, -1, -1), None
@@ -72,6 +72,7 @@ async def produce_acked(manager: ReplicaManager, part: ProducePart, partition: i
         return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
     except (InvalidMessageError, MessageError):
         return failed(ErrorCode.INVALID_MESSAGE)
+    metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
     result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR, appended.base_offset,
                                 appended.next_offset)
     return result, hosted if acks == ACKS_FLUSHED else None

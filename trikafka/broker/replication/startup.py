@@ -27,12 +27,14 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     """Start the replica manager once the broker is registered; it, running."""
     boot_now = await run_blocking(read_boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
-    intact = tail_intact(clean_shutdown=not log_manager.recovered, boot_id_now=boot_now,
-                         boot_id_at_last_start=previous)
+    # A log dir that held no logs had no tail to lose.
+    clean = not log_manager.recovered or not log_manager.logs()
+    intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
     manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=handler.admin.self_broker,
                              handler=handler, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add)
     handler.replicas = manager
     handler.admin.peers = manager.peers
+    handler.metrics.watch_replication(manager)
     return await nursery.start(manager.run)

@@ -1,0 +1,287 @@
+"""Truncation at a message boundary (docs/protocol.md §12.11), packaged like flushes and rolls.
+
+A follower whose log went past where it agrees with its leader cuts it::
+
+    ticket = log.begin_truncate(offset)   # loop: the log ends at offset from now on
+    ticket.run()                          # blocking: check, unlink, truncate, fsync
+    log.complete_truncate(ticket)         # loop: an I/O error fails the log here
+
+``begin_truncate`` returns None while a flush, roll, retention pass, cleaning
+or another truncation is in flight; ``Log.add_idle_listener`` says when to
+try again.  ``truncate_to`` runs the three steps on one thread.
+
+``run`` checks that ``offset`` is an entry boundary when the loop could not
+tell from what it knows (a segment start, the log end, the visible end):
+that takes reading the segment's entry headers, which must not happen on the
+loop.  A refused offset changes nothing on disk, and ``complete_truncate``
+puts the log back as it was and raises ``ValueError``.
+
+Crash safety: the blocking steps go in this order, each durable before the next:
+
+1. remove the recovery checkpoint (a crash from here on scans the newest segment in full);
+2. unlink the segments after the cut one, newest first, one directory fsync each
+   (a crash leaves a contiguous prefix of them, whose newest is whole);
+3. rewrite the cut segment's padding index for its new size (or remove it);
+4. truncate the cut segment's file and fsync it;
+5. write a checkpoint at the cut.
+
+A crash before step 4 finishes leaves the bytes past the cut or some of them:
+recovery keeps their valid prefix, as for any crash before an operation
+completed.  After ``run`` returned, the cut is durable: no crash brings the
+bytes back, and recovery trusts the checkpoint at the cut.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from typing import TYPE_CHECKING, Callable
+
+from .checkpoint import RecoveryCheckpointer
+from .errors import LogBusyError, LogError
+from .fs import FileSystem, SegmentFile
+from .names import padding_file_name
+from .padding import NO_PADDING, PaddingRuns, encode_padding_index
+from .segment import Segment
+from .swap import write_small_file
+
+if TYPE_CHECKING:
+    from .segment_list import SegmentView
+
+_CAPTURED, _RUNNING, _FINISHED = "captured", "running", "finished"
+_INT32 = struct.Struct(">i")
+_MIN_ENTRY_BYTES = 4 + 5  # length, then at least magic and CRC
+
+
+def walks_to(file: SegmentFile, position: int, target: int, chunk_bytes: int) -> bool:
+    """Whether the entries from ``position`` (an entry boundary) end exactly at ``target``.
+
+    Reads only length prefixes, ``chunk_bytes`` at a time.  Blocking.
+    """
+    assert 0 <= position <= target and chunk_bytes >= 4, (position, target, chunk_bytes)
+    pos, buf, buf_at = position, b"", position
+    while pos < target:
+        rel = pos - buf_at
+        if rel + 4 > len(buf):
+            buf, buf_at, rel = file.pread(pos, min(chunk_bytes, target - pos)), pos, 0
+            if len(buf) < 4:
+                return False  # target falls inside a length prefix
+        (n,) = _INT32.unpack_from(buf, rel)
+        if 4 + n < _MIN_ENTRY_BYTES:
+            return False
+        pos += 4 + n
+    return pos == target
+
+
+def clip_padding(runs: PaddingRuns, size: int) -> PaddingRuns:
+    """The runs of a segment cut to ``size`` bytes (a run the cut crosses ends at the cut)."""
+    kept = [(a, min(b, size)) for a, b in zip(runs.starts, runs.ends) if a < size]
+    return PaddingRuns.of(kept) if kept else NO_PADDING
+
+
+def close_unread(segments: tuple[Segment, ...], keep_open: Segment | None = None) -> None:
+    """Close the files of segments that left the log, unless a reader still holds one.
+
+    No new reader can take such a file; two references are the segment's and
+    getrefcount's own argument.  A file a ``FileRegion`` holds closes with its
+    last reference.  Blocking (the last close of an unlinked file frees its blocks).
+    """
+    for segment in segments:
+        if segment is not keep_open and sys.getrefcount(segment.file) <= 2:
+            segment.file.close()
+
+
+class TruncateTicket:
+    """One truncation of a log at ``offset``, captured on the loop; ``run()`` may go to a worker thread.
+
+    ``segment``: the segment holding ``offset`` (cut to ``offset - segment.start``
+    bytes, possibly 0); ``dropped``: the later segments, unlinked by ``run()``.
+    A ticket with nothing to cut (``offset`` is the log end) does no I/O.
+    """
+
+    __slots__ = ("_fs", "dir_path", "offset", "segment", "dropped", "cut", "scan_from", "chunk_bytes",
+                 "checkpointer", "old_view", "old_visible_size", "old_padding", "padding", "noop", "rejected",
+                 "error", "_state")
+
+    def __init__(self, fs: FileSystem, dir_path: str, offset: int, segment: Segment, dropped: tuple[Segment, ...],
+                 scan_from: int | None, chunk_bytes: int, checkpointer: RecoveryCheckpointer,
+                 old_view: "SegmentView"):
+        self._fs = fs
+        self.dir_path = dir_path
+        self.offset = offset
+        self.segment = segment
+        self.dropped = dropped
+        self.cut = offset - segment.start
+        self.scan_from = scan_from  # where run() starts checking the boundary; None: already known
+        self.chunk_bytes = chunk_bytes
+        self.checkpointer = checkpointer
+        self.old_view = old_view  # what complete_truncate restores when run() refused the offset
+        self.old_visible_size = segment.visible_size
+        self.old_padding = segment.padding
+        self.padding = clip_padding(segment.padding, self.cut)
+        self.noop = not dropped and self.cut == segment.size  # offset is the log end: nothing to cut
+        self.rejected: str | None = None
+        self.error: BaseException | None = None
+        self._state = _CAPTURED
+
+    @property
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
+    @property
+    def finished(self) -> bool:
+        return self._state == _FINISHED
+
+    def run(self) -> None:
+        """Check the boundary, then the five steps of the module docstring.  Blocking.
+
+        A refused offset is recorded in ``rejected``, an ``OSError`` in ``error``;
+        neither is raised here (``Log.complete_truncate`` does).  Call it exactly once.
+        """
+        if self._state != _CAPTURED:
+            raise RuntimeError("TruncateTicket.run() called twice")
+        self._state = _RUNNING
+        try:
+            if self.noop:
+                return
+            if self.scan_from is not None and not walks_to(self.segment.file, self.scan_from, self.cut,
+                                                           self.chunk_bytes):
+                self.rejected = f"offset {self.offset} is not a message boundary of {self.segment.path}"
+                return
+            self.checkpointer.remove()
+            for segment in reversed(self.dropped):
+                self._fs.remove(segment.path)
+                self._fs.fsync_dir(self.dir_path)
+                if segment.padding:  # an orphan left by a crash is swept at load
+                    self._fs.remove(os.path.join(self.dir_path, padding_file_name(segment.start)))
+            if self.old_padding:
+                self._rewrite_padding_index()
+            self.segment.file.truncate(self.cut)
+            self.segment.file.fsync()
+            self.checkpointer.after_truncate(self.segment, self.cut)
+            close_unread(self.dropped)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            self._state = _FINISHED
+
+    def _rewrite_padding_index(self) -> None:
+        path = os.path.join(self.dir_path, padding_file_name(self.segment.start))
+        if self.padding:
+            write_small_file(self._fs, path, encode_padding_index(self.cut, self.padding))
+        elif self._fs.exists(path):
+            self._fs.remove(path)
+        self._fs.fsync_dir(self.dir_path)
+
+    def __repr__(self) -> str:
+        return (f"TruncateTicket({self.segment.path!r} to {self.cut} bytes, dropping {len(self.dropped)}, "
+                f"state={self._state})")
+
+
+class TruncationSteps:
+    """``Log``'s truncation steps (a mixin over the log's segments and tickets)."""
+
+    _truncate_ticket: TruncateTicket | None
+
+    @property
+    def truncating(self) -> bool:
+        """A truncation is in flight: appends, rolls and retention wait for ``complete_truncate``."""
+        return self._truncate_ticket is not None
+
+    def add_idle_listener(self, callback: Callable[..., None]) -> None:
+        """Call ``callback(log)`` on the loop when a flush, roll, retention pass, cleaning or
+        truncation ends and none is left in flight: when ``begin_truncate`` may succeed again."""
+        self._idle_listeners.append(callback)
+
+    def begin_truncate(self, offset: int) -> TruncateTicket | None:
+        """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
+
+        From here on ``end_offset`` is ``offset``, ``visible_end`` at most
+        ``offset``, and appends, rolls and retention raise ``LogBusyError``
+        until ``complete_truncate(ticket)``.  Returns None (and changes
+        nothing) while a flush, roll, retention pass, cleaning or truncation is
+        in flight: wait for ``add_idle_listener``'s call and try again.
+        ``offset == end_offset`` gives a ticket that does nothing, even then.
+        Raises ``ValueError`` when ``offset`` is outside ``[start_offset,
+        end_offset]``.  Whether ``offset`` is an entry boundary is checked here
+        when the loop knows (a segment start, the visible end), else by ``run()``
+        (it reads entry headers), and then ``complete_truncate`` raises ``ValueError``.
+        """
+        self._check_writable()
+        view = self._segments.view
+        start, end = view.segments[0].start, view.segments[-1].end
+        if not start <= offset <= end:
+            raise ValueError(f"{self}: cannot truncate to {offset}, outside [{start}, {end}]")
+        segment = view.find(offset)
+        if offset == end:
+            return TruncateTicket(self._fs, self.dir_path, offset, segment, (), None, 1, self._checkpointer, view)
+        if not self._idle():
+            return None
+        cut = offset - segment.start
+        known = cut in (0, segment.visible_size)
+        scan_from = None if known else (segment.visible_size if segment.visible_size < cut else 0)
+        dropped = self._segments.drop_after(segment)
+        ticket = TruncateTicket(self._fs, self.dir_path, offset, segment, dropped, scan_from,
+                                self.config.recovery_chunk_bytes, self._checkpointer, view)
+        segment.cut = cut
+        segment.visible_size = min(segment.visible_size, cut)
+        segment.padding = ticket.padding
+        self._truncate_ticket = ticket
+        assert self.end_offset == offset and self.visible_end <= offset, (self, offset)
+        return ticket
+
+    def complete_truncate(self, ticket: TruncateTicket) -> None:
+        """After ``ticket.run()``: the cut is durable; every byte left is fsynced and visible.
+
+        Raises ``ValueError`` (the log back as it was) when ``run()`` found that
+        the offset is not an entry boundary, ``LogFailedError`` after an I/O error.
+        """
+        if not ticket.finished:
+            raise LogError(f"{self}: complete_truncate() before {ticket!r}.run() returned")
+        if ticket.noop:
+            return
+        if ticket is not self._truncate_ticket:
+            raise LogError(f"{self}: {ticket!r} is not this log's truncation in flight")
+        self._truncate_ticket = None
+        segment = ticket.segment
+        try:
+            if ticket.error is not None:
+                raise self._fail(f"truncation of {segment.path} to {ticket.cut} bytes failed: {ticket.error}")
+            if ticket.rejected is not None:
+                segment.cut = None
+                segment.visible_size = ticket.old_visible_size
+                segment.padding = ticket.old_padding
+                self._segments.restore(ticket.old_view)
+                raise ValueError(f"{self}: {ticket.rejected}")
+            assert segment.file.size == ticket.cut and self._segments.last is segment, (ticket, segment)
+            segment.cut = None
+            if ticket.cut == 0:
+                segment.first_append_ms = None  # empty again: the age rule starts at its next append
+            self._flushed_messages = self._appended_messages  # everything left is fsynced
+            self._dirty = False
+            assert all(s.fully_flushed for s in self._segments.view.segments[:-1]), self._segments.view
+            if segment.mark_flushed(ticket.cut):
+                self._notify_visible()
+        finally:
+            self._notify_idle()
+
+    def truncate_to(self, offset: int) -> None:
+        """Truncate synchronously on this thread (the log core's tests and tools).
+
+        Raises ``LogBusyError`` where ``begin_truncate`` would return None.
+        """
+        ticket = self.begin_truncate(offset)
+        if ticket is None:
+            raise LogBusyError(f"{self}: a flush, roll, retention pass, cleaning or truncation is in flight")
+        ticket.run()
+        self.complete_truncate(ticket)
+
+    def _idle(self) -> bool:
+        return (self._flush_ticket is None and self._roll_ticket is None and self._retention_ticket is None
+                and self._truncate_ticket is None and not self.cleaning)
+
+    def _notify_idle(self) -> None:
+        if self._idle():
+            for callback in tuple(self._idle_listeners):
+                callback(self)
