@@ -54,6 +54,7 @@ from trikafka.zk.replication_values import PartitionState, TopicAssignment  # no
 TOPIC = "bench"
 BROKER_IDS = (1, 2, 3)
 WARMUP_S = 1.0
+GIVE_UP_S = 60.0
 LINK_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError)
 
 
@@ -111,8 +112,15 @@ async def leader_port(ports: dict[int, int], skip: int | None = None) -> int | N
     return None
 
 
-async def first_ack_after(ports: dict[int, int], gone: int, t0: float) -> float:
-    """Seconds from ``t0`` to the first acks -1 produce acknowledged by a broker other than ``gone``."""
+async def first_ack_after(ports: dict[int, int], gone: int, t0: float) -> float | None:
+    """Seconds from ``t0`` to the first acks -1 produce acknowledged by a broker other than ``gone``
+    (None: none within ``GIVE_UP_S``)."""
+    with trio.move_on_after(GIVE_UP_S):
+        return await _first_ack(ports, gone, t0)
+    return None
+
+
+async def _first_ack(ports: dict[int, int], gone: int, t0: float) -> float:
     while True:
         port = await leader_port(ports, skip=gone)
         if port is not None and port != ports[gone]:
@@ -142,6 +150,10 @@ async def create_replicated(zk_connect: str) -> None:
     async with KazooCoordinator(zk_connect) as zk:
         await create_topic(zk, TOPIC, TopicAssignment((BROKER_IDS,), {"min.insync.replicas": "2"}),
                            [PartitionState(1, 0, BROKER_IDS, 0)])
+
+
+def seconds(value: float | None) -> str:
+    return f"none within {GIVE_UP_S:.0f} s" if value is None else f"{value:.3f} s"
 
 
 def cluster_broker(root: Path, zk_connect: str, broker_id: int, port: int, session_ms: int):
@@ -185,8 +197,7 @@ def main() -> None:
             unavailable_s = trio.run(first_ack_after, ports, leader, t0)
             procs[leader].wait(60)
             print(f"controlled shutdown (SIGTERM of the leader -> first acknowledged produce): "
-                  f"{unavailable_s * 1000:.0f} ms; the broker stopped after {time.monotonic() - t0:.2f} s",
-                  flush=True)
+                  f"{seconds(unavailable_s)}; the broker stopped after {time.monotonic() - t0:.2f} s", flush=True)
 
             procs[leader] = stack.enter_context(
                 cluster_broker(root, zk_connect, leader, ports[leader], args.zk_session_ms))[0]
@@ -196,7 +207,7 @@ def main() -> None:
             procs[leader].kill()
             failover_s = trio.run(first_ack_after, ports, leader, t0)
             print(f"failover (SIGKILL of the leader -> first acknowledged produce at the new leader): "
-                  f"{failover_s:.2f} s with a {args.zk_session_ms} ms ZooKeeper session", flush=True)
+                  f"{seconds(failover_s)} with a {args.zk_session_ms} ms ZooKeeper session", flush=True)
 
 
 if __name__ == "__main__":

@@ -272,12 +272,21 @@ class ReplicatedWorld:
             while self.ledger.acked_messages == before:
                 await trio.sleep(0.02)
 
-    async def produce_once(self, broker_id: int, payloads: list[bytes], acks: int) -> Any:
-        """One PRODUCE_ACKED at ``broker_id``: its result (acknowledged entries are promised)."""
+    async def produce_once(self, broker_id: int, payloads: list[bytes], acks: int, *,
+                           leading: bool = False) -> Any:
+        """One PRODUCE_ACKED at ``broker_id``: its result (acknowledged entries are promised).
+
+        ``leading``: ZooKeeper already names ``broker_id`` leader, so a not-leader answer only
+        means the broker has not acted on that state yet: ask again (bounded)."""
         data = build_message_set(payloads)
+        not_yet = (ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)
         with trio.fail_after(WAIT_S):
             async with await connect("127.0.0.1", self.slots[broker_id].port) as conn:
-                (result,) = await conn.produce_acked([(TOPIC, 0, data)], acks=acks, timeout_ms=2000)
+                while True:
+                    (result,) = await conn.produce_acked([(TOPIC, 0, data)], acks=acks, timeout_ms=2000)
+                    if not (leading and result.error in not_yet):
+                        break
+                    await trio.sleep(0.02)
         if result.error == ErrorCode.NO_ERROR and acks == -1:
             for offset, entry in entries_of(data, result.base_offset):
                 self.ledger.promise(offset, entry, f"acked by broker {broker_id}")
