@@ -141,7 +141,8 @@ async def wait_healthy(zk_connect: str) -> PartitionState:
         with trio.fail_after(120):
             while True:
                 state = (await read_state(zk, TOPIC, 0)).state
-                if state.leader >= 0 and sorted(state.isr) == list(BROKER_IDS):
+                # The preferred replica leads again (it takes over once back in the ISR).
+                if state.leader == BROKER_IDS[0] and sorted(state.isr) == list(BROKER_IDS):
                     return state
                 await trio.sleep(0.05)
 
