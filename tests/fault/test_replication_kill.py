@@ -9,6 +9,7 @@ replica (committed data only), while the current leader is
 * SIGKILLed and restarted (sometimes before the controller has noticed);
 * SIGSTOPped and resumed: for less than the ZooKeeper session (a stall) or
   past it, so a new leader takes over and the old one wakes up as a zombie;
+* SIGTERMed (a controlled shutdown: leadership moves away first) and restarted;
 * cut off from ZooKeeper through the fault proxy (its session expires while
   its clients and followers still reach it: a zombie that has not heard),
   then reconnected.
@@ -32,12 +33,13 @@ followers (rather than from ZooKeeper) would need brokers to advertise a
 proxy's port, which ``trikafka serve`` cannot do: that fault is not modelled.
 
 Seeds replay the fault schedule: ``TRIKAFKA_FAULT_SEED=<n>`` (printed);
-``TRIKAFKA_FAULT_THOROUGH=1`` runs 60 cycles instead of 21.
+``TRIKAFKA_FAULT_THOROUGH=1`` runs 60 cycles instead of 24.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import trio
@@ -48,8 +50,8 @@ from trikafka.wire import ErrorCode
 
 pytestmark = pytest.mark.slow
 
-CYCLES = 60 if os.environ.get("TRIKAFKA_FAULT_THOROUGH") else 21
-KINDS = ("kill", "pause", "zookeeper-cut")
+CYCLES = 60 if os.environ.get("TRIKAFKA_FAULT_THOROUGH") else 24
+KINDS = ("kill", "pause", "zookeeper-cut", "terminate")
 
 
 async def fail_leader(world: ReplicatedWorld, kind: str, rng) -> str:
@@ -72,6 +74,11 @@ async def fail_leader(world: ReplicatedWorld, kind: str, rng) -> str:
         await world.start(leader)  # waits out its previous session itself
         await world.wait_state(new_epoch, "a new epoch")
         return f"SIGKILL {leader}"
+    if kind == "terminate":
+        await world.kill(leader, signal.SIGTERM)  # controlled shutdown: leadership moves first
+        await failed_over()
+        await world.start(leader)
+        return f"SIGTERM {leader}"
     if kind == "pause":
         world.pause(leader)
         if rng.random() < 0.6:
