@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trikafka.group.javaregex import JavaRegexError, compile_java_regex, translate_java_regex
+from trikafka.zk.paths import consumer_offset
 from trikafka.group.registry import (
     RegistryValueError,
     StaticTopicCount,
@@ -100,7 +101,17 @@ def test_partition_names_round_trip():
         partition_name(-1, 0)
 
 
-@pytest.mark.parametrize("name", ["", "3", "3-", "-1-0", "1-2-3", "a-0", "1-0 ", "1-2147483648", "١-0"])
+def test_replicated_partitions_are_named_by_number_alone():
+    # docs/protocol.md §12.9: a replicated partition has no fixed broker.
+    assert partition_name(None, 7) == "7"
+    assert parse_partition_name("7") == (None, 7)
+    assert parse_partition_name("0") == (None, 0)
+    assert consumer_offset("g", "t", None, 12) == "/consumers/g/offsets/t/12"
+    with pytest.raises(RegistryValueError):
+        parse_partition_name("07")
+
+
+@pytest.mark.parametrize("name", ["", "3-", "-1-0", "1-2-3", "a-0", "1-0 ", "1-2147483648", "١-0"])
 def test_parse_partition_name_rejects(name):
     with pytest.raises(RegistryValueError):
         parse_partition_name(name)

@@ -38,8 +38,9 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
 
 # The registry API spark may reach: paths and values, their errors, connect strings.
 # zk.blocking: the blocking adapter for processes without a Trio loop (Spark has none).
+# zk.replication_values: the pure values of the replication znodes (a replicated topic's partitions).
 SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry", "trikafka.zk.errors",
-                              "trikafka.zk.connect", "trikafka.zk.blocking"})
+                              "trikafka.zk.connect", "trikafka.zk.blocking", "trikafka.zk.replication_values"})
 
 # layer -> third-party top-level packages it may import.
 THIRD_PARTY: dict[str, frozenset[str] | None] = {

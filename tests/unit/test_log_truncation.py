@@ -112,6 +112,9 @@ def test_unflushed_bytes_are_readable_from_real_files(tmp_path):
     log.truncate_to(len(sets(4)[0]))
     assert log.read(0, 1 << 20, end=log.end_offset).read() == sets(4)[0]
     assert (tmp_path / "t-0" / "00000000000000000000.kafka").stat().st_size == len(sets(4)[0])
+    log.append(sets(4)[1])  # O_APPEND: the next write lands at the new end
+    log.flush()
+    assert (tmp_path / "t-0" / "00000000000000000000.kafka").read_bytes() == b"".join(sets(4)[:2])
     log.close()
 
 
@@ -430,3 +433,32 @@ def test_clip_padding_keeps_the_runs_before_the_cut():
     assert clip_padding(runs, 100) == PaddingRuns.of([(0, 30), (50, 90)])
     assert clip_padding(runs, 70) == PaddingRuns.of([(0, 30), (50, 70)])
     assert clip_padding(runs, 0) == NO_PADDING
+
+
+def test_truncating_a_cleaned_segment_clips_its_padding_runs_and_their_index():
+    from trikafka.log.cleaner import CompactionPolicy, LogCleaner
+    from trikafka.wire.keyed import encode_keyed_entry
+
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(15, clock)
+    fs.makedirs(DIR)
+    log = Log.open(fs, DIR, "t", 0, LogConfig(segment_bytes=700), clock, False)
+    for r in range(10):
+        for k in range(5):
+            log.append(encode_keyed_entry(b"key-%d" % k, b"%d:%d:" % (k, r) + b"v" * 24))
+    log.flush()
+    log.roll()
+    for segment in LogCleaner(fs, clock).clean(log, CompactionPolicy(compact=True, delete=False)).segments:
+        assert log.install_cleaned(segment)
+    first = log.segments.segments[0]
+    runs = first.padding
+    cut = runs.ends[-1]  # where a retained entry starts: a boundary
+    assert runs and cut < first.size
+    before = {y: log.read(first.start + y, 200).read() for y in range(runs.starts[0], cut)}
+    log.truncate_to(first.start + cut)
+    assert log.segments.segments == (first,) and first.padding == clip_padding(runs, cut)
+    for y, old in before.items():  # the same synthesized padding entry, now without the cut tail after it
+        assert log.read(first.start + y, 200).read() == old[:cut - y]
+    log.close()
+    reopened = Log.open(fs, DIR, "t", 0, LogConfig(segment_bytes=700), clock, True)
+    assert reopened.segments.segments[0].padding == clip_padding(runs, cut)

@@ -24,19 +24,25 @@ from trikafka.log.fs import FileSystem
 from trikafka.log.throttle import Throttler
 
 from .config import BrokerConfig
+from .topic_settings import LogOverrides
 
 logger = logging.getLogger(__name__)
 
 
-def compaction_policy(config: BrokerConfig, topic: str) -> CompactionPolicy:
-    """The cleaning settings of ``topic`` from the broker's config (per-topic maps first)."""
+def compaction_policy(config: BrokerConfig, topic: str, overrides: LogOverrides | None = None) -> CompactionPolicy:
+    """The cleaning settings of ``topic``: the topic's ZooKeeper settings (``overrides``,
+    docs/protocol.md §12.12.1) first, then the broker's per-topic maps, then its defaults."""
     compact, delete = parse_cleanup_policy(config.topic_cleanup_policy_map.get(topic, config.log_cleanup_policy))
-    return CompactionPolicy(
-        compact=compact, delete=delete,
-        min_compaction_lag_ms=config.topic_min_compaction_lag_ms_map.get(topic, config.min_compaction_lag_ms),
-        delete_retention_ms=config.topic_delete_retention_ms_map.get(topic, config.delete_retention_ms),
-        min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
-    )
+    lag_ms = config.topic_min_compaction_lag_ms_map.get(topic, config.min_compaction_lag_ms)
+    tombstone_ms = config.topic_delete_retention_ms_map.get(topic, config.delete_retention_ms)
+    if overrides is not None:
+        compact = compact if overrides.compact is None else overrides.compact
+        delete = delete if overrides.delete is None else overrides.delete
+        lag_ms = lag_ms if overrides.min_compaction_lag_ms is None else overrides.min_compaction_lag_ms
+        tombstone_ms = tombstone_ms if overrides.delete_retention_ms is None else overrides.delete_retention_ms
+    return CompactionPolicy(compact=compact, delete=delete, min_compaction_lag_ms=lag_ms,
+                            delete_retention_ms=tombstone_ms,
+                            min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio)
 
 
 class CleanerService:
@@ -55,9 +61,10 @@ class CleanerService:
         self.passes = 0
         self.results: list[CleanResult] = []  # the latest few, for tests and tools
         self.pass_done = trio.Event()  # set (and replaced) after every pass: tests wait on it
+        self.overrides: dict[str, LogOverrides] = {}  # topic settings from ZooKeeper (topic_config.py)
 
     def policy(self, topic: str) -> CompactionPolicy:
-        return compaction_policy(self._config, topic)
+        return compaction_policy(self._config, topic, self.overrides.get(topic))
 
     def deletes(self, topic: str) -> bool:
         """Whether retention (time and size rules) applies to ``topic``."""

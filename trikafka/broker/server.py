@@ -60,6 +60,7 @@ from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .retention import RetentionDeleter
+from .topic_config import watch_topic_configs
 from .waiters import VisibleEndWaiters
 
 logger = logging.getLogger(__name__)
@@ -290,6 +291,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, handler=handler,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking or trio.to_thread.run_sync, open_stream=wiring.open_stream)
+                    await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.

@@ -91,8 +91,12 @@ async def _consume_main(args: argparse.Namespace) -> int:
 
 
 async def _consume_partition(args: argparse.Namespace, SimpleConsumer) -> int:
+    from trikafka.client import LeaderDirectory
+
     host, port = args.broker
-    async with SimpleConsumer((host, port), args.topic, args.partition) as consumer:
+    # A replicated partition is read from its current leader, through failovers (§12).
+    async with SimpleConsumer((host, port), args.topic, args.partition,
+                              leaders=LeaderDirectory([(host, port)])) as consumer:
         if args.from_ == "earliest":
             start = await consumer.earliest()
         elif args.from_ == "latest":

@@ -12,6 +12,7 @@ from trikafka.cli.common import add_broker, add_zookeeper, leaf_exceptions, plur
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 READ_BYTES = 256 * 1024
+LEADER_WAIT_S = 60.0  # a replicated partition: how long a batch may wait for a new leader
 
 
 def add_parser(commands) -> None:
@@ -63,7 +64,6 @@ async def _read_lines(stream: trio.abc.ReceiveStream):
 
 
 async def _produce_main(args: argparse.Namespace) -> int:
-    from trikafka.client import connect
     from trikafka.wire import ErrorCode, build_message_set
     from trikafka.wire.keyed import build_keyed_set
 
@@ -76,7 +76,9 @@ async def _produce_main(args: argparse.Namespace) -> int:
     max_message_size = await _broker_max_message_size(host, port, args.topic)
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
-    async with await connect(host, port) as conn, stdin:
+    sender = _PartitionSender(host, port, args.topic, args.partition)
+    await sender.start()
+    async with sender, stdin:
         async for lines in _read_lines(stdin):
             for i in range(0, len(lines), args.batch):
                 if args.key_separator is not None:
@@ -94,18 +96,85 @@ async def _produce_main(args: argparse.Namespace) -> int:
                           f"{plural(sent, 'message')} sent before it",
                           file=sys.stderr)
                     return 1
-                if args.acks == 0:
-                    await conn.produce(args.topic, args.partition, message_set)
-                else:
-                    [result] = await conn.produce_acked([(args.topic, args.partition, message_set)],
-                                                        acks=args.acks, timeout_ms=args.timeout_ms)
-                    if result.error != ErrorCode.NO_ERROR:
-                        print(f"trikafka: produce to {args.topic}-{result.partition} failed: "
-                              f"{result.error.name}", file=sys.stderr)
-                        return 1
+                error, partition = await sender.send(message_set, args.acks, args.timeout_ms)
+                if error != ErrorCode.NO_ERROR:
+                    print(f"trikafka: produce to {args.topic}-{partition} failed: {error.name}", file=sys.stderr)
+                    return 1
                 sent += len(lines[i:i + args.batch])
     print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
     return 0
+
+
+class _PartitionSender:
+    """Sends to ``--partition`` at the broker given or, for a replicated topic
+    (docs/protocol.md §12), at the partition's current leader, following it
+    through a failover (up to ``LEADER_WAIT_S``; a batch may then be written twice)."""
+
+    def __init__(self, host: str, port: int, topic: str, partition: int) -> None:
+        from trikafka.client import LeaderDirectory
+
+        self._leaders = LeaderDirectory([(host, port)])
+        self.address, self.topic, self.partition = (host, port), topic, partition
+        self.replicated = False
+        self._conn = None
+
+    async def start(self) -> None:
+        """Learn whether the topic is replicated (one METADATA; a 0.7 broker cannot say)."""
+        import random
+
+        await self._leaders.refresh([self.topic])
+        count = self._leaders.cache.partition_count(self.topic)
+        self.replicated = bool(self._leaders.cache.replicated(self.topic))
+        if self.replicated and self.partition == -1 and count:
+            self.partition = random.randrange(count)  # no leader for "any": pick one here
+
+    async def __aenter__(self) -> "_PartitionSender":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        if self._conn is not None:
+            await self._conn.aclose()
+
+    async def _connection(self):
+        from trikafka.client import connect
+
+        if self._conn is None or self._conn.closed:
+            if self.replicated:
+                self.address = await self._leaders.leader_address(self.topic, self.partition,
+                                                                  timeout_s=LEADER_WAIT_S)
+            self._conn = await connect(*self.address)
+        return self._conn
+
+    async def send(self, message_set: bytes, acks: int, timeout_ms: int):
+        """``(error, partition)`` of one message set; failovers are retried on a replicated topic."""
+        from trikafka.client import BrokerConnectionError
+        from trikafka.wire import ErrorCode, is_retriable
+
+        deadline = trio.current_time() + LEADER_WAIT_S
+        delay_s = 0.05
+        while True:
+            try:
+                conn = await self._connection()
+                if acks == 0:
+                    await conn.produce(self.topic, self.partition, message_set)
+                    return ErrorCode.NO_ERROR, self.partition
+                [result] = await conn.produce_acked([(self.topic, self.partition, message_set)],
+                                                    acks=acks, timeout_ms=timeout_ms)
+            except BrokerConnectionError:
+                if not self.replicated or trio.current_time() >= deadline:
+                    raise
+                error = None
+            else:
+                error = result.error
+                if (error == ErrorCode.NO_ERROR or not self.replicated or not is_retriable(error)
+                        or trio.current_time() >= deadline):
+                    return error, result.partition
+            self._leaders.leader_moved(self.topic, self.partition)
+            if self._conn is not None:
+                await self._conn.aclose()
+                self._conn = None
+            await trio.sleep(delay_s)
+            delay_s = min(delay_s * 2, 1.0)
 
 
 async def _broker_max_message_size(host: str, port: int, topic: str) -> int | None:

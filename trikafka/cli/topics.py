@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from trikafka.cli import topics_admin
 from trikafka.cli.common import add_broker, add_zookeeper, run_client_value
 
 HEADER = "topic\tpartition\tbroker\tstart\tvisible_end\tbytes"
@@ -17,8 +18,9 @@ def add_parser(commands) -> None:
         "topics", help="list a broker's topics, show named topics' offsets, or `topics create NAME`",
         description="With no TOPIC: one line per topic (NAME, partitions, bytes).  With TOPICs: one line per "
                     "partition (topic, partition, broker, start, visible_end, bytes).  `topics create NAME "
-                    "--partitions N` creates a topic.  The partition column is the partition number; the "
-                    "broker column is HOST:PORT (ID:HOST:PORT with --zookeeper).")
+                    "--partitions N` creates a topic (with --replication-factor R a replicated one); `topics "
+                    "describe|alter|reassign NAME` read and change its state in ZooKeeper.  The partition column "
+                    "is the partition number; the broker column is HOST:PORT (ID:HOST:PORT with --zookeeper).")
     topics.add_argument("topic", nargs="*", metavar="TOPIC",
                         help="topics to show (default: all); `create NAME` creates NAME")
     add_broker(topics)
@@ -30,11 +32,14 @@ def add_parser(commands) -> None:
                              "with create: the new topic's partition count")
     topics.add_argument("--json", action="store_true",
                         help='print {"topics": [{"topic": NAME, "partitions": [...]}]} instead of a table')
+    topics_admin.add_options(topics)
     topics.set_defaults(func=cmd_topics, validate=_validate)
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.topic[:1] == ["create"]:
+    if topics_admin.wants_admin(args):
+        topics_admin.validate(parser, args)
+    elif args.topic[:1] == ["create"]:
         if len(args.topic) != 2:
             parser.error("usage: trikafka topics create NAME --partitions N [--broker HOST:PORT]")
         if args.partitions is None or args.partitions < 1:
@@ -110,20 +115,16 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     stderr and skipped.
     """
     from trikafka.client import ClientError, connect, earliest_offset, latest_offset
-    from trikafka.zk import KazooCoordinator, NoNodeError, parse_broker_registration, parse_partition_count
+    from trikafka.zk import KazooCoordinator, NoNodeError, parse_partition_count
     from trikafka.zk import paths
+    from trikafka.zk.registry import live_brokers
+
+    def skipping(name: str, exc: Exception) -> None:
+        print(f"trikafka: skipping broker {name}: {exc}", file=sys.stderr)
 
     rows: list[TopicRow] = []
     async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
-        brokers: dict[int, tuple[str, int]] = {}
-        for name in await zk.children(paths.broker_ids()):
-            try:
-                value, _stat = await zk.get(paths.broker_id(int(name)))
-                info = parse_broker_registration(value)
-            except (NoNodeError, ValueError) as exc:
-                print(f"trikafka: skipping broker {name}: {exc}", file=sys.stderr)
-                continue
-            brokers[int(name)] = (info.host, info.port)
+        brokers = {i: (info.host, info.port) for i, info in (await live_brokers(zk, skipping)).items()}
         wanted = set(args.topic)
         counts: dict[int, list[tuple[str, int]]] = {}
         try:
@@ -157,25 +158,8 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
 
 async def _create_topic(args: argparse.Namespace) -> int:
     """``topics create NAME --partitions N``: CREATE_TOPIC, the result printed."""
-    from trikafka.client import connect
-    from trikafka.wire import ErrorCode
-
     host, port = args.broker
-    name = args.topic[1]
-    async with await connect(host, port) as conn:
-        result = await conn.create_topic(name, args.partitions)
-    if result.error == ErrorCode.NO_ERROR:
-        print(f"trikafka: topic {name!r} has {_partitions(result.partitions)} on {host}:{port}")
-        return 0
-    if result.error == ErrorCode.INVALID_TOPIC:
-        reason = "the broker rejects the topic name"
-    elif result.partitions >= 0:
-        reason = f"it exists with {_partitions(result.partitions)}"
-    else:
-        reason = f"the broker answered {result.error.name}"
-    print(f"trikafka: cannot create topic {name!r} with {_partitions(args.partitions)} on "
-          f"{host}:{port}: {reason}", file=sys.stderr)
-    return 1
+    return 0 if await topics_admin.create_on_broker(host, port, args.topic[1], args.partitions) else 1
 
 
 def _partitions(count: int) -> str:
@@ -217,6 +201,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
         for topic, partition, segments, start, end in _topics_from_log_dir(args.log_dir):
             print(f"{topic}\t{partition}\t{segments}\t{start}\t{end}\t{end - start}")
         return 0
+    if topics_admin.wants_admin(args):
+        return topics_admin.cmd_admin(args)
     if args.topic[:1] == ["create"]:
         status = run_client_value(_create_topic, args)
         return 1 if status is None else status

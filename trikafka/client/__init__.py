@@ -35,6 +35,7 @@ from .errors import (
     MessageTooLargeForFetch,
     OffsetOutOfRange,
 )
+from .leaders import LeaderCache, LeaderDirectory, LeaderNotAvailableError
 from .topics import (
     PartitionCounts,
     PartitionProbe,
@@ -63,5 +64,5 @@ __all__ = [
     "ExtensionNotSupported", "MessageTooLargeForFetch", "OffsetOutOfRange",
     "ConsumedMessage", "FetchPart", "ProduceAckedResult", "ProducePart",
     "PartitionCounts", "PartitionProbe", "TopicPartitions", "counts_from_metadata", "partition_counts",
-    "probe_partition_count", "BrokerAddress", "CreateTopicResult", "Metadata",
+    "probe_partition_count", "LeaderCache", "LeaderDirectory", "LeaderNotAvailableError", "BrokerAddress", "CreateTopicResult", "Metadata",
 ]

@@ -13,17 +13,32 @@ after it (spec §5).  Between fetches:
 * at the end of the log it long-polls with FETCH_WAIT when the broker has it,
   and otherwise polls with an injectable backoff (tests pass a fake sleep or
   run under Trio's autojump clock).
+
+Given ``leaders`` (a ``LeaderDirectory``), a consumer of a replicated
+partition (docs/protocol.md §12) reads from its current leader: a fetch
+answered NOT_LEADER_FOR_PARTITION / LEADER_NOT_AVAILABLE, or a connection that
+breaks, makes it look the leader up again (METADATA) and fetch the same offset
+there, after a doubling backoff, for up to ``leader_wait_s``.  Offsets are byte
+offsets on every replica, so the position carries over.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, NamedTuple
 
 import trio
 
-from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, grown_fetch_size, iter_messages
+from trikafka.wire import (
+    ConsumedMessage,
+    ErrorCode,
+    InvalidMessageError,
+    grown_fetch_size,
+    iter_messages,
+    needs_leader_refresh,
+)
 
 from .connection import OFFSETS_EARLIEST, OFFSETS_LATEST, Connection, FetchResult, connect
 from .errors import (
@@ -33,10 +48,14 @@ from .errors import (
     MessageTooLargeForFetch,
     OffsetOutOfRange,
 )
+from .leaders import LeaderDirectory, LeaderNotAvailableError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FETCH_MAX_BYTES = 300 * 1024            # 0.7 consumer fetch.size
 DEFAULT_MAX_FETCH_BYTES_LIMIT = 64 * 1024 * 1024
 DEFAULT_MAX_WAIT_MS = 1000
+DEFAULT_LEADER_WAIT_S = 60.0
 _INT32 = struct.Struct(">i")
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -108,7 +127,9 @@ class SimpleConsumer:
     ``source`` is an open ``Connection`` (shared; not closed by the consumer) or
     a ``(host, port)`` pair (the consumer opens and owns its connection; use
     ``async with``).  ``use_fetch_wait``: None = try FETCH_WAIT and fall back to
-    polling if the broker is plain 0.7; True/False force one way.
+    polling if the broker is plain 0.7; True/False force one way.  ``leaders``:
+    follow the leader of a replicated partition (see the module docstring);
+    ``source`` is then only where to start.
     """
 
     def __init__(
@@ -125,6 +146,8 @@ class SimpleConsumer:
         backoff: PollBackoff | None = None,
         sleep: Sleep = trio.sleep,
         connect_kwargs: dict | None = None,
+        leaders: LeaderDirectory | None = None,
+        leader_wait_s: float = DEFAULT_LEADER_WAIT_S,
     ):
         if fetch_max_bytes <= 0 or max_fetch_bytes_limit < fetch_max_bytes:
             raise ValueError("need 0 < fetch_max_bytes <= max_fetch_bytes_limit")
@@ -139,6 +162,9 @@ class SimpleConsumer:
         self._sleep = sleep
         self._connect_kwargs = connect_kwargs or {}
         self.next_offset: int | None = None  # offset to commit after the last yielded message
+        self.leaders, self.leader_wait_s = leaders, leader_wait_s
+        self._failover_backoff = PollBackoff(initial_s=0.05, max_s=1.0)
+        self._asked_if_replicated = False
 
     async def __aenter__(self) -> "SimpleConsumer":
         return self
@@ -153,12 +179,37 @@ class SimpleConsumer:
             self._conn = None
 
     async def _connection(self) -> Connection:
+        if self.leaders is not None:
+            await self._follow_leader()
         if self._conn is None or self._conn.closed:
             if self._address is None:
                 raise BrokerConnectionError("the shared connection is closed and its address is unknown")
             self._conn = await connect(*self._address, **self._connect_kwargs)
             self._owns_conn = True
         return self._conn
+
+    def _following(self) -> bool:
+        return self.leaders is not None and bool(self.leaders.cache.replicated(self.topic))
+
+    async def _follow_leader(self) -> None:
+        """Point ``_address`` at the partition's leader (a replicated topic), learning it if need be."""
+        assert self.leaders is not None
+        cache = self.leaders.cache
+        if cache.replicated(self.topic) is None and not self._asked_if_replicated:
+            self._asked_if_replicated = True  # once: a 0.7 topic stays with its broker
+            await self.leaders.refresh([self.topic], also_ask=[self._address] if self._address else ())
+        if not cache.replicated(self.topic):
+            return
+        leader = await self.leaders.leader_address(self.topic, self.partition, timeout_s=self.leader_wait_s)
+        if leader != self._address:
+            await self._drop_connection()
+            self._address = leader
+
+    async def _drop_connection(self) -> None:
+        if self._conn is not None:
+            if self._owns_conn:
+                await self._conn.aclose()
+            self._conn = None
 
     async def earliest(self) -> int:
         return await earliest_offset(await self._connection(), self.topic, self.partition)
@@ -167,7 +218,35 @@ class SimpleConsumer:
         return await latest_offset(await self._connection(), self.topic, self.partition)
 
     async def fetch(self, offset: int, max_bytes: int, *, wait: bool) -> FetchResult:
-        """One fetch at ``offset``; with ``wait`` it long-polls if the broker can."""
+        """One fetch at ``offset``; with ``wait`` it long-polls if the broker can.
+
+        Following leaders, a leader change is waited out (up to ``leader_wait_s``).
+        """
+        if self.leaders is None:
+            return await self._fetch_once(offset, max_bytes, wait=wait)
+        deadline = trio.current_time() + self.leader_wait_s
+        while True:
+            try:
+                result = await self._fetch_once(offset, max_bytes, wait=wait)
+            except BrokerConnectionError:
+                if not self._following() or trio.current_time() >= deadline:
+                    raise
+                why = "the connection to the leader broke"
+            else:
+                if not needs_leader_refresh(result.error):
+                    self._failover_backoff.reset()
+                    return result
+                if trio.current_time() >= deadline:
+                    raise LeaderNotAvailableError(self.topic, self.partition, f"{result.error.name} for "
+                                                  f"{self.leader_wait_s} s")
+                why = result.error.name
+            self.leaders.leader_moved(self.topic, self.partition)
+            await self._drop_connection()
+            delay_s = self._failover_backoff.next_delay_s()
+            log.info("%s-%d: %s; looking for the leader again in %.2f s", self.topic, self.partition, why, delay_s)
+            await self._sleep(delay_s)
+
+    async def _fetch_once(self, offset: int, max_bytes: int, *, wait: bool) -> FetchResult:
         conn = await self._connection()
         if wait and self.use_fetch_wait is not False:
             try:
@@ -177,8 +256,10 @@ class SimpleConsumer:
                 self.use_fetch_wait = True
                 return result
             except ExtensionNotSupported:
-                if self.use_fetch_wait:
-                    raise  # forced on: do not silently degrade
+                if self.use_fetch_wait or self._following():
+                    # Forced on: do not silently degrade.  A replicated partition lives on
+                    # trikafka brokers only: a close there is a lost leader, not a 0.7 broker.
+                    raise
                 self.use_fetch_wait = False  # a plain 0.7 broker: reconnect and poll
                 conn = await self._connection()
         return await conn.fetch(self.topic, self.partition, offset, max_bytes)

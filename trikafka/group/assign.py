@@ -64,9 +64,12 @@ def _sorted_unique(items: Iterable[str], what: str) -> list[str]:
     return result
 
 
-def topic_partitions(brokers: Mapping[int | str, int]) -> list[str]:
-    """Every ``"<broker>-<p>"`` for ``p < n``, sorted as strings (0.7 ``getPartitionsForTopics``)."""
-    names = [f"{broker}-{p}" for broker, n in brokers.items() for p in range(n)]
+def topic_partitions(brokers: Mapping[int | str | None, int]) -> list[str]:
+    """Every ``"<broker>-<p>"`` for ``p < n``, sorted as strings (0.7 ``getPartitionsForTopics``).
+
+    A replicated topic is ``{None: n}``: its partitions are named ``"<p>"`` (docs/protocol.md §12.9).
+    """
+    names = [f"{broker}-{p}" if broker is not None else str(p) for broker, n in brokers.items() for p in range(n)]
     return _sorted_unique(names, "partition")
 
 

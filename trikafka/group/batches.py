@@ -18,7 +18,7 @@ class GroupBatch(NamedTuple):
 
     topic: str
     partition: str
-    broker_id: int
+    broker_id: int | None  # None: a replicated partition
     part: int
     offset: int
     next_offset: int

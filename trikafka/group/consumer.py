@@ -50,6 +50,7 @@ from typing import Awaitable, Callable, NamedTuple
 import trio
 from trio_util import AsyncBool
 
+from trikafka.client.leaders import LeaderDirectory
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.ops import SessionState
@@ -83,7 +84,7 @@ class GroupMessage(NamedTuple):
 
     topic: str
     partition: str
-    broker_id: int
+    broker_id: int | None  # None: a replicated partition (read from its current leader)
     part: int
     offset: int
     next_offset: int
@@ -163,6 +164,13 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
         self._topic_watch_scopes: dict[str, trio.CancelScope] = {}
+        # Leaders of replicated partitions (docs/protocol.md §12.9), asked of the live brokers.
+        self._live_brokers: list[tuple[str, int]] = []
+        connect_kwargs: dict = dict(connect_timeout_s=self.config.connect_timeout_s,
+                                    request_timeout_s=self.config.socket_timeout_s)
+        if open_stream is not None:
+            connect_kwargs["open_stream"] = open_stream
+        self._leaders = LeaderDirectory(lambda: self._live_brokers, connect_kwargs=connect_kwargs)
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import logging
 import trio
 
 from trikafka.zk import paths
+from trikafka.zk.errors import NoNodeError
 from trikafka.zk.ops import SessionState
 from trikafka.zk.registry import parse_broker_registration
 
@@ -42,11 +43,29 @@ class FetcherControl:
 
     async def _run_fetchers(self, scope: trio.CancelScope, targets: list[FetchTarget]) -> None:
         with scope:
+            if any(t.broker_id is None for t in targets):
+                await self._read_live_brokers()
             async with trio.open_nursery() as nursery:
                 for target in targets:
                     nursery.start_soon(functools.partial(
                         run_fetcher, target, self.config, self._chunk_send, self._broker_address,
-                        self._wait_until_fetching_allowed, open_stream=self._open_stream))
+                        self._wait_until_fetching_allowed, open_stream=self._open_stream,
+                        leaders=self._leaders))
+
+    async def _read_live_brokers(self) -> None:
+        """The registered brokers' addresses: whom to ask for replicated partitions' leaders."""
+        found = []
+        try:
+            ids = await self._zk.children(paths.broker_ids())
+        except NoNodeError:
+            ids = []
+        for child in sorted(ids):
+            if child.isdigit():
+                try:
+                    found.append(await self._broker_address(int(child)))
+                except (NoNodeError, ValueError, UnicodeDecodeError):
+                    continue
+        self._live_brokers = found
 
     async def _wait_until_fetching_allowed(self) -> None:
         """Fetchers pause while the ZooKeeper session is SUSPENDED (0.7 race fix)."""

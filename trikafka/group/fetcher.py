@@ -14,6 +14,10 @@ everything queued before it has been delivered, so ordering holds.
 Broker trouble (refused, dropped or stalled connections, a broker that
 re-registered elsewhere) is retried with a capped exponential back-off,
 reading the broker's address from ``/brokers/ids/<id>`` each time.
+
+A replicated partition (``broker_id`` None, named ``<p>``, docs/protocol.md
+§12.9) is fetched from its current leader, found through the consumer's
+``LeaderDirectory``; the simple consumer follows the leader through a failover.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from trikafka.client import (
     framed_prefix,
 )
 from trikafka.client.errors import MessageTooLargeForFetch, OffsetOutOfRange
+from trikafka.client.leaders import LeaderDirectory
 from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, grown_fetch_size, iter_messages
 from trikafka.zk.errors import CoordinatorError, NoNodeError
 
@@ -50,7 +55,7 @@ class Chunk:
 
     generation: int
     key: PartitionKey
-    broker_id: int
+    broker_id: int | None  # None: a replicated partition
     part: int
     expect: int | None  # the consumer position this chunk continues
     messages: list[ConsumedMessage] = field(default_factory=list)
@@ -66,7 +71,7 @@ class FetchTarget:
 
     generation: int
     key: PartitionKey
-    broker_id: int
+    broker_id: int | None  # None: a replicated partition, read from its leader
     partition: int
     start: int | None  # None: no committed offset, reset per autooffset.reset
 
@@ -83,6 +88,7 @@ async def run_fetcher(
     wait_until_fetching_allowed: Gate,
     *,
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
+    leaders: LeaderDirectory | None = None,
 ) -> None:
     """Fetch ``target`` forever (until cancelled), queueing chunks in order.
 
@@ -95,13 +101,18 @@ async def run_fetcher(
     delay_s = RETRY_BACKOFF_MIN_S
     while True:
         try:
-            host, port = await broker_address(target.broker_id)
+            if target.broker_id is None:
+                assert leaders is not None, "a replicated partition needs the leader directory"
+                host, port = await leaders.leader_address(topic, target.partition)
+            else:
+                host, port = await broker_address(target.broker_id)
             async with SimpleConsumer(
                 (host, port), topic, target.partition,
                 fetch_max_bytes=config.fetch_max_bytes,
                 max_fetch_bytes_limit=config.max_fetch_bytes_limit,
                 max_wait_ms=config.fetch_wait_max_ms,
                 connect_kwargs=connect_kwargs,
+                leaders=leaders if target.broker_id is None else None,
             ) as simple:
                 if cursor.offset is None:
                     cursor.offset = await _reset(simple, target, config, queue, None)

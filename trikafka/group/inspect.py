@@ -1,7 +1,9 @@
 """What a consumer group looks like now: members, owners, committed offsets, log ends, lag.
 
 The registry part (``describe_group``) reads ZooKeeper only; ``measure_lag``
-asks each partition's broker for its visible end with OFFSETS (spec §6.5).
+asks each partition's broker for its visible end with OFFSETS (spec §6.5); a
+partition of a replicated topic (named ``<p>``, docs/protocol.md §12.9) asks
+its current leader.
 This is what 0.7's ``ConsumerOffsetChecker`` printed, as data.
 """
 
@@ -9,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from trikafka.client import ClientError, connect, latest_offset
+from trikafka.client import ClientError, LeaderDirectory, connect, latest_offset
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import NoNodeError
 from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+from trikafka.zk.replication_store import read_assignment
+from trikafka.zk.replication_values import ReplicationValueError
 
 from .registry import (
     RegistryValueError,
@@ -109,6 +113,12 @@ async def describe_group(zk: Coordinator, group: str) -> GroupDescription:
                 names |= {f"{broker}-{p}" for p in range(parse_partition_count(count or b""))}
             except ValueError:
                 continue
+        try:
+            assignment = await read_assignment(zk, topic)
+        except ReplicationValueError:
+            assignment = None
+        if assignment is not None:
+            names |= {paths.partition_name(None, p) for p in range(len(assignment.replicas))}
         for name in sorted(names, key=_partition_sort_key):
             owner = await _get(zk, f"{base}/owners/{topic}/{name}")
             offset = await _get(zk, f"{base}/offsets/{topic}/{name}")
@@ -118,11 +128,12 @@ async def describe_group(zk: Coordinator, group: str) -> GroupDescription:
     return GroupDescription(group, members, partitions)
 
 
-def _partition_sort_key(name: str) -> tuple[int, int] | tuple[float, str]:
+def _partition_sort_key(name: str) -> tuple[float, float | str]:
     try:
-        return parse_partition_name(name)
+        broker, part = parse_partition_name(name)
     except RegistryValueError:
         return (float("inf"), name)
+    return (-1 if broker is None else broker, part)
 
 
 async def measure_lag(zk: Coordinator, description: GroupDescription,
@@ -134,7 +145,7 @@ async def measure_lag(zk: Coordinator, description: GroupDescription,
             broker_id, _part = parse_partition_name(state.partition)
         except RegistryValueError:
             continue
-        if broker_id not in addresses:
+        if broker_id is not None and broker_id not in addresses:
             data = await _get(zk, paths.broker_id(broker_id))
             try:
                 info = parse_broker_registration(data) if data is not None else None
@@ -143,13 +154,19 @@ async def measure_lag(zk: Coordinator, description: GroupDescription,
                 continue
             addresses[broker_id] = (info.host, info.port) if info else "broker not registered"
     by_broker: dict[int, list[int]] = {}
+    replicated: list[int] = []
     for index, state in enumerate(description.partitions):
         try:
             broker_id, _part = parse_partition_name(state.partition)
         except RegistryValueError:
             continue
-        by_broker.setdefault(broker_id, []).append(index)
+        if broker_id is None:
+            replicated.append(index)
+        else:
+            by_broker.setdefault(broker_id, []).append(index)
     partitions = list(description.partitions)
+    if replicated:
+        await _replicated_lag(zk, partitions, replicated, connect_timeout_s)
     for broker_id, indexes in by_broker.items():
         address = addresses.get(broker_id)
         if not isinstance(address, tuple):
@@ -170,3 +187,26 @@ async def measure_lag(zk: Coordinator, description: GroupDescription,
             for i in indexes:
                 partitions[i] = replace(partitions[i], error=f"broker {broker_id}: {exc}")
     return replace(description, partitions=partitions)
+
+
+async def _replicated_lag(zk: Coordinator, partitions: list[PartitionState], indexes: list[int],
+                          timeout_s: float) -> None:
+    """Log ends of replicated partitions, asked of each one's current leader (METADATA first)."""
+    bootstrap = []
+    for child in await _children(zk, paths.BROKER_IDS):
+        data = await _get(zk, f"{paths.BROKER_IDS}/{child}")
+        try:
+            info = parse_broker_registration(data) if data is not None else None
+        except ValueError:
+            continue
+        if info is not None:
+            bootstrap.append((info.host, info.port))
+    leaders = LeaderDirectory(bootstrap, connect_kwargs=dict(connect_timeout_s=timeout_s, request_timeout_s=timeout_s))
+    for i in indexes:
+        topic, (_none, part) = partitions[i].topic, parse_partition_name(partitions[i].partition)
+        try:
+            address = await leaders.leader_address(topic, part, timeout_s=timeout_s)
+            async with await connect(*address, connect_timeout_s=timeout_s, request_timeout_s=timeout_s) as conn:
+                partitions[i] = replace(partitions[i], log_end=await latest_offset(conn, topic, part))
+        except (ClientError, OSError) as exc:
+            partitions[i] = replace(partitions[i], error=f"leader of {topic}-{part}: {exc}")

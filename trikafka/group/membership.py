@@ -179,6 +179,7 @@ class Membership:
             for topic in self.topic_count.counts:
                 self._start_topic_watch(topic)
             return
+        self._nursery.start_soon(self._watch_replicated_topic_list)
         async for topics in self._zk.watch_children(paths.broker_topics()):
             wanted = set(self.topic_count.streams_per_topic(topics or []))
             for topic in wanted - set(self._topic_watch_scopes):
@@ -186,6 +187,13 @@ class Membership:
             for topic in set(self._topic_watch_scopes) - wanted:
                 self._topic_watch_scopes.pop(topic).cancel()
             self._request_rebalance()
+
+    async def _watch_replicated_topic_list(self) -> None:
+        first = True
+        async for _topics in self._zk.watch_children(paths.REPLICATED_TOPICS):
+            if not first:
+                self._request_rebalance()  # a wildcard may match the new replicated topic
+            first = False
 
     def _start_topic_watch(self, topic: str) -> None:
         scope = trio.CancelScope()
@@ -195,5 +203,15 @@ class Membership:
 
     async def _watch_topic(self, topic: str, scope: trio.CancelScope) -> None:
         with scope:
-            async for _brokers in self._zk.watch_children(paths.broker_topic(topic)):
+            async with trio.open_nursery() as nursery:
+                # A replicated topic appears (or changes) under /trikafka/topics (§12.9).
+                nursery.start_soon(self._watch_replicated_topic, topic)
+                async for _brokers in self._zk.watch_children(paths.broker_topic(topic)):
+                    self._request_rebalance()
+
+    async def _watch_replicated_topic(self, topic: str) -> None:
+        first = True
+        async for _value in self._zk.watch_data(paths.replicated_topic(topic)):
+            if not first:
                 self._request_rebalance()
+            first = False

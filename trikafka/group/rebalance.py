@@ -10,6 +10,8 @@ import trio
 
 from trikafka.zk import paths
 from trikafka.zk.ops import CheckOp, CreateOp, Op
+from trikafka.zk.replication_store import read_assignment, replicated_topics
+from trikafka.zk.replication_values import ReplicationValueError
 from trikafka.zk.errors import (
     BadVersionError,
     ConnectionLossError,
@@ -104,8 +106,12 @@ class Rebalancing:
         finally:
             watch.stop()
 
-    async def _read_group(self) -> tuple[dict[str, TopicCount], dict[str, dict[int, int]]]:
-        """Members' registry values and, for our topics, each broker's partition count."""
+    async def _read_group(self) -> tuple[dict[str, TopicCount], dict[str, dict[int | None, int]]]:
+        """Members' registry values and, for our topics, each broker's partition count.
+
+        A replicated topic (``/trikafka/topics/<t>``, docs/protocol.md §12.9) counts as
+        ``{None: n}``: partitions named ``<p>``, fetched from their current leader.
+        """
         ids_path = paths.consumer_ids(self.group)
         members: dict[str, TopicCount] = {}
         for member in await self._zk.children(ids_path):
@@ -120,9 +126,20 @@ class Rebalancing:
             all_topics = await self._zk.children(paths.broker_topics())
         except NoNodeError:
             all_topics = []
+        replicated = await replicated_topics(self._zk)
+        all_topics = sorted(set(all_topics) | set(replicated))
         mine = set(members[self.consumer_id].streams_per_topic(all_topics))
-        broker_topics: dict[str, dict[int, int]] = {t: {} for t in all_topics}
+        broker_topics: dict[str, dict[int | None, int]] = {t: {} for t in all_topics}
         for topic in mine:
+            if topic in replicated:
+                try:
+                    assignment = await read_assignment(self._zk, topic)
+                except ReplicationValueError as exc:
+                    raise RegistryValueError(f"{paths.replicated_topic(topic)}: {exc}") from None
+                if assignment is not None:
+                    broker_topics[topic] = {None: len(assignment.replicas)}
+                    self._leaders.cache.mark_replicated(topic, len(assignment.replicas))
+                    continue
             try:
                 brokers = await self._zk.children(paths.broker_topic(topic))
             except NoNodeError:

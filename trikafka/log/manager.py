@@ -44,6 +44,7 @@ class LogManager:
         self.fs: FileSystem = fs if fs is not None else OsFileSystem()
         self.clock_ms = clock_ms
         self._topic_configs = dict(topic_configs or {})
+        self._built_topic_configs = dict(self._topic_configs)  # what override_topic_config(t, None) restores
         self._partitions = partitions
         self._logs: dict[tuple[str, int], Log] = {}
         self._topic_logs: dict[str, int] = {}  # topic -> how many of its logs this broker has
@@ -60,6 +61,19 @@ class LogManager:
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.config)
+
+    def override_topic_config(self, topic: str, config: LogConfig | None) -> None:
+        """Give ``topic``'s logs, present and future, ``config`` (None: the one the manager was
+        built with).  No disk access; retention and rolls read it at their next look."""
+        if config is None:
+            self._topic_configs.pop(topic, None)
+            if topic in self._built_topic_configs:
+                self._topic_configs[topic] = self._built_topic_configs[topic]
+        else:
+            self._topic_configs[topic] = config
+        for (log_topic, _partition), log in self._logs.items():
+            if log_topic == topic:
+                log.config = self.config_for(topic)
 
     def configured_partitions(self, topic: str) -> int:
         """The count the settings give ``topic`` (``topic.partition.count.map`` or the default)."""

@@ -14,17 +14,34 @@ from .checkpoint import RecoveryCheckpointer
 from .fs import FileSystem, SegmentFile
 from .segment import Segment
 
-_CAPTURED, _RUNNING, _FINISHED = "captured", "running", "finished"
+CAPTURED, RUNNING, FINISHED = "captured", "running", "finished"
 
 
-class FlushTicket:
+class Ticket:
+    """What every ticket shares: its blocking half is ``CAPTURED`` (not started), ``RUNNING`` or ``FINISHED``."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self) -> None:
+        self._state = CAPTURED
+
+    @property
+    def running(self) -> bool:
+        return self._state == RUNNING
+
+    @property
+    def finished(self) -> bool:
+        return self._state == FINISHED
+
+
+class FlushTicket(Ticket):
     """One flush of the active segment up to ``size`` bytes, captured on the loop.
 
     Appends may continue while ``fsync()`` runs; they are not covered by it and
     stay invisible until a later flush.
     """
 
-    __slots__ = ("segment", "size", "message_seq", "checkpointer", "error", "synced", "_state")
+    __slots__ = ("segment", "size", "message_seq", "checkpointer", "error", "synced")
 
     def __init__(self, segment: Segment, size: int, message_seq: int,
                  checkpointer: RecoveryCheckpointer | None = None):
@@ -34,15 +51,7 @@ class FlushTicket:
         self.message_seq = message_seq  # messages appended up to the capture
         self.error: BaseException | None = None
         self.synced = False
-        self._state = _CAPTURED
-
-    @property
-    def running(self) -> bool:
-        return self._state == _RUNNING
-
-    @property
-    def finished(self) -> bool:
-        return self._state == _FINISHED
+        super().__init__()
 
     def fsync(self) -> None:
         """Fsync the segment's file.  Blocking; safe to run in a worker thread.
@@ -50,9 +59,9 @@ class FlushTicket:
         An ``OSError`` is recorded, not raised; ``Log.complete_flush`` raises it
         as ``LogFailedError``.  Call it exactly once.
         """
-        if self._state != _CAPTURED:
+        if self._state != CAPTURED:
             raise RuntimeError("FlushTicket.fsync() called twice")
-        self._state = _RUNNING
+        self._state = RUNNING
         try:
             self.segment.file.fsync()
             self.synced = True
@@ -61,13 +70,13 @@ class FlushTicket:
         except OSError as exc:
             self.error = exc
         finally:
-            self._state = _FINISHED
+            self._state = FINISHED
 
     def __repr__(self) -> str:
         return f"FlushTicket({self.segment.path!r}, size={self.size}, state={self._state})"
 
 
-class RollTicket:
+class RollTicket(Ticket):
     """A roll: fsync the old segment, then create the new one and fsync the directory.
 
     While a roll ticket is in flight the log refuses appends (``LogBusyError``),
@@ -75,7 +84,7 @@ class RollTicket:
     """
 
     __slots__ = ("_fs", "dir_path", "old_segment", "old_size", "message_seq",
-                 "new_start", "new_path", "new_file", "error", "_state")
+                 "new_start", "new_path", "new_file", "error")
 
     def __init__(self, fs: FileSystem, dir_path: str, old_segment: Segment, message_seq: int, new_path: str):
         self._fs = fs
@@ -87,15 +96,7 @@ class RollTicket:
         self.new_path = new_path
         self.new_file: SegmentFile | None = None
         self.error: BaseException | None = None
-        self._state = _CAPTURED
-
-    @property
-    def running(self) -> bool:
-        return self._state == _RUNNING
-
-    @property
-    def finished(self) -> bool:
-        return self._state == _FINISHED
+        super().__init__()
 
     def run(self) -> None:
         """The blocking part of the roll, in this order (the order is the invariant
@@ -106,9 +107,9 @@ class RollTicket:
         3. create the new segment file;
         4. fsync the directory, so the new entry is durable.
         """
-        if self._state != _CAPTURED:
+        if self._state != CAPTURED:
             raise RuntimeError("RollTicket.run() called twice")
-        self._state = _RUNNING
+        self._state = RUNNING
         try:
             self.old_segment.file.fsync()
             if self._fs.exists(self.new_path):
@@ -118,7 +119,7 @@ class RollTicket:
         except OSError as exc:
             self.error = exc
         finally:
-            self._state = _FINISHED
+            self._state = FINISHED
 
     def __repr__(self) -> str:
         return f"RollTicket({self.old_segment.path!r} -> {self.new_path!r}, state={self._state})"

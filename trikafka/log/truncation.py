@@ -45,11 +45,11 @@ from .names import padding_file_name
 from .padding import NO_PADDING, PaddingRuns, encode_padding_index
 from .segment import Segment
 from .swap import write_small_file
+from .tickets import CAPTURED, FINISHED, RUNNING, Ticket
 
 if TYPE_CHECKING:
     from .segment_list import SegmentView
 
-_CAPTURED, _RUNNING, _FINISHED = "captured", "running", "finished"
 _INT32 = struct.Struct(">i")
 _MIN_ENTRY_BYTES = 4 + 5  # length, then at least magic and CRC
 
@@ -92,7 +92,7 @@ def close_unread(segments: tuple[Segment, ...], keep_open: Segment | None = None
             segment.file.close()
 
 
-class TruncateTicket:
+class TruncateTicket(Ticket):
     """One truncation of a log at ``offset``, captured on the loop; ``run()`` may go to a worker thread.
 
     ``segment``: the segment holding ``offset`` (cut to ``offset - segment.start``
@@ -102,7 +102,7 @@ class TruncateTicket:
 
     __slots__ = ("_fs", "dir_path", "offset", "segment", "dropped", "cut", "scan_from", "chunk_bytes",
                  "checkpointer", "old_view", "old_visible_size", "old_padding", "padding", "noop", "rejected",
-                 "error", "_state")
+                 "error")
 
     def __init__(self, fs: FileSystem, dir_path: str, offset: int, segment: Segment, dropped: tuple[Segment, ...],
                  scan_from: int | None, chunk_bytes: int, checkpointer: RecoveryCheckpointer,
@@ -123,15 +123,7 @@ class TruncateTicket:
         self.noop = not dropped and self.cut == segment.size  # offset is the log end: nothing to cut
         self.rejected: str | None = None
         self.error: BaseException | None = None
-        self._state = _CAPTURED
-
-    @property
-    def running(self) -> bool:
-        return self._state == _RUNNING
-
-    @property
-    def finished(self) -> bool:
-        return self._state == _FINISHED
+        super().__init__()
 
     def run(self) -> None:
         """Check the boundary, then the five steps of the module docstring.  Blocking.
@@ -139,9 +131,9 @@ class TruncateTicket:
         A refused offset is recorded in ``rejected``, an ``OSError`` in ``error``;
         neither is raised here (``Log.complete_truncate`` does).  Call it exactly once.
         """
-        if self._state != _CAPTURED:
+        if self._state != CAPTURED:
             raise RuntimeError("TruncateTicket.run() called twice")
-        self._state = _RUNNING
+        self._state = RUNNING
         try:
             if self.noop:
                 return
@@ -164,7 +156,7 @@ class TruncateTicket:
         except OSError as exc:
             self.error = exc
         finally:
-            self._state = _FINISHED
+            self._state = FINISHED
 
     def _rewrite_padding_index(self) -> None:
         path = os.path.join(self.dir_path, padding_file_name(self.segment.start))

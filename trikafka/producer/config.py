@@ -25,6 +25,8 @@
 (trikafka)                     ``ack_timeout_s``               PRODUCE_ACKED ``timeout_ms``
 (trikafka)                     ``partitions_per_broker``       static list: ``None`` = 0.7 (partition -1)
 (trikafka)                     ``reconnect_backoff_s``/``reconnect_backoff_max_s``
+(trikafka)                     ``leader_wait_s``               replicated topics: how long a message
+                                                               may wait for a partition's new leader
 =============================  ==============================  ==========================
 """
 
@@ -72,6 +74,9 @@ class ProducerConfig:
     reconnect_backoff_s: float = 0.1
     reconnect_backoff_max_s: float = 5.0
     retry_backoff_s: float = 0.1
+    # Replicated topics (docs/protocol.md §12): a failover (leader gone, NOT_LEADER,
+    # no leader yet) is waited out this long on top of num_retries.
+    leader_wait_s: float = 30.0
     # Keyed messages for compacted topics (docs/protocol.md §11.2) [T]:
     # every topic with write_keys, else the topics named here.
     write_keys: bool = False
@@ -99,7 +104,7 @@ class ProducerConfig:
         if self.num_retries < 0:
             raise ValueError("num_retries must be >= 0")
         for name in ("queue_time_s", "connect_timeout_s", "request_timeout_s", "ack_timeout_s",
-                     "reconnect_backoff_s", "reconnect_backoff_max_s", "retry_backoff_s"):
+                     "reconnect_backoff_s", "reconnect_backoff_max_s", "retry_backoff_s", "leader_wait_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.audit_window_s <= 0:

@@ -7,6 +7,12 @@ numeric order, restricted to live brokers (a registration left by a broker
 that is gone cannot be reached) [T], or partition 0 of every live broker when
 nobody registered the topic yet.
 
+Replicated topics (docs/protocol.md §12) have no registrations under
+``/brokers/topics``: their partitions are ``0..N-1`` and each is written at its
+current leader, which ``view.leaders`` (the client's one ``LeaderCache``)
+knows from METADATA.  Their partition list is ``(leader, p)`` for every ``p``
+in order, with ``NO_LEADER`` for a partition whose leader is not known now.
+
 Two sources fill it:
 
 * ``StaticDiscovery``: a fixed broker list (``broker.list``).  With a known
@@ -15,7 +21,8 @@ Two sources fill it:
   does with ``broker.list`` (§11.6); a key then only picks the broker.
 * ``ZooKeeperDiscovery``: watches (re-armed by the coordinator) on
   ``/brokers/ids``, each broker's node, and ``/brokers/topics/<t>`` for every
-  topic the producer has sent to.
+  topic the producer has sent to, and on ``/trikafka/topics/<t>``, which
+  says whether the topic is replicated and how many partitions it has.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Mapping
 
 import trio
 
+from trikafka.client.leaders import LeaderCache
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import (
@@ -33,6 +41,7 @@ from trikafka.zk.errors import (
     SessionExpiredError,
 )
 from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 
 from .config import BrokerSpec
 from .partitioner import BrokerPartition, producer_partitions
@@ -51,6 +60,16 @@ class ClusterView:
         self.version = 0
         self._changed = trio.Event()
         self._partition_cache: dict[str, list[BrokerPartition]] = {}
+        self.leaders = LeaderCache()
+
+    def address_of(self, broker_id: int) -> tuple[str, int] | None:
+        """Where a broker listens: the registry, else what METADATA said."""
+        address = self.brokers.get(broker_id)
+        return address if address is not None else self.leaders.brokers.get(broker_id)
+
+    def leaders_changed(self) -> None:
+        """``leaders`` learnt or forgot something: partition lists may differ now."""
+        self._bump()
 
     def _bump(self) -> None:
         self.version += 1
@@ -79,7 +98,9 @@ class ClusterView:
             self._bump()
 
     def partitions(self, topic: str) -> list[BrokerPartition]:
-        """The §11.6 list for ``topic`` (cached until the next change)."""
+        """The §11.6 list for ``topic`` (cached until the next change); leaders if replicated."""
+        if self.leaders.replicated(topic):
+            return [BrokerPartition(b, p) for b, p in self.leaders.leaders(topic)]
         cached = self._partition_cache.get(topic)
         if cached is None:
             registered = {b: n for b, n in self.topics.get(topic, {}).items() if b in self.brokers}
@@ -107,7 +128,7 @@ class StaticDiscovery:
         await trio.lowlevel.checkpoint()
 
     def partitions(self, topic: str) -> list[BrokerPartition]:
-        if not any(self.view.topics.get(topic, {}).values()):
+        if not self.view.leaders.replicated(topic) and not any(self.view.topics.get(topic, {}).values()):
             return [BrokerPartition(b, UNKNOWN_PARTITION) for b in sorted(self.view.brokers)]
         return self.view.partitions(topic)
 
@@ -126,6 +147,7 @@ class ZooKeeperDiscovery:
         self._broker_scopes: dict[int, trio.CancelScope] = {}
         self._broker_czxid: dict[int, int] = {}
         self._topic_ready: dict[str, trio.Event] = {}
+        self._replicated_ready: dict[str, trio.Event] = {}
 
     def partitions(self, topic: str) -> list[BrokerPartition]:
         return self.view.partitions(topic)
@@ -143,8 +165,11 @@ class ZooKeeperDiscovery:
         if ready is None:
             assert self._nursery is not None, "ZooKeeperDiscovery.run is not running"
             ready = self._topic_ready[topic] = trio.Event()
+            replicated = self._replicated_ready[topic] = trio.Event()
             self._nursery.start_soon(self._watch_topic, topic, ready)
+            self._nursery.start_soon(self._watch_replicated, topic, replicated)
         await ready.wait()
+        await self._replicated_ready[topic].wait()
 
     # -- brokers -------------------------------------------------------------------
 
@@ -201,6 +226,21 @@ class ZooKeeperDiscovery:
                 ready.set()
         finally:
             ready.set()  # never leave ensure_topic waiting on a watch that ended
+
+    async def _watch_replicated(self, topic: str, ready: trio.Event) -> None:
+        try:
+            async for value in self._zk.watch_data(paths.replicated_topic(topic)):
+                if value is not None:
+                    try:
+                        assignment = TopicAssignment.decode(value[0])
+                    except ReplicationValueError as exc:
+                        log.warning("ignoring the malformed replicated topic %s: %s", topic, exc)
+                    else:
+                        self.view.leaders.mark_replicated(topic, len(assignment.replicas))
+                        self.view.leaders_changed()
+                ready.set()
+        finally:
+            ready.set()
 
     async def _refresh_topic(self, topic: str) -> None:
         try:

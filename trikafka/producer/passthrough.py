@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from trikafka.client import BrokerConnectionError, BrokerError, ExtensionNotSupported, ProducePart
-from trikafka.wire import ErrorCode, LocalProtocolError
+from trikafka.client.leaders import LeaderNotAvailableError
+from trikafka.wire import NO_LEADER, ErrorCode, LocalProtocolError, needs_leader_refresh
 
 from .errors import AcksNotSupportedError, BrokerRejectedError, NoBrokersAvailableError, ProducerError
 from .results import SendResult
@@ -24,14 +25,18 @@ async def send_prebuilt(producer: Any, topic: str, position: int, message_set: b
     """
     discovery, pool, config = producer.discovery, producer.pool, producer.config
     await discovery.ensure_topic(topic)
+    await producer._refresh_leaders([topic])
     every = discovery.partitions(topic)
     if not every:
         return SendResult(topic, None, None, error=NoBrokersAvailableError(f"no live broker is known for {topic!r}"))
     target = every[position % len(every)]
     broker_id, partition = target.broker_id, target.partition
+    if broker_id == NO_LEADER:
+        return _failed(topic, broker_id, partition, LeaderNotAvailableError(topic, partition))
     try:
         conn = await pool.get(broker_id)
     except BrokerConnectionError as exc:
+        producer._forget_leaders([(topic, partition, [])])
         return _failed(topic, broker_id, partition, exc)
     try:
         producer.requests_sent += 1
@@ -47,11 +52,14 @@ async def send_prebuilt(producer: Any, topic: str, position: int, message_set: b
         return _failed(topic, broker_id, partition, error)
     except BrokerConnectionError as exc:
         await pool.failed(broker_id, conn)
+        producer._forget_leaders([(topic, partition, [])])
         return _failed(topic, broker_id, partition, exc)
     except (BrokerError, LocalProtocolError) as exc:
         return _failed(topic, broker_id, partition, exc)
     pool.succeeded(broker_id)
     if answer.error != ErrorCode.NO_ERROR:
+        if needs_leader_refresh(answer.error):
+            producer._leader_moved(topic, partition)  # the caller's retry goes to the new leader
         return SendResult(topic, broker_id, partition,
                           error=BrokerRejectedError(answer.error, topic, broker_id, partition))
     return SendResult(topic, broker_id, answer.partition, answer.base_offset, answer.next_offset)

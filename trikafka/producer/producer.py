@@ -17,7 +17,7 @@ Two modes, as in 0.7 (``producer.type``):
   ``async with`` flushes, then raises ``DeliveryFailedError`` for failures
   nobody looked at (through ``Delivery.result()``/``wait()``/``peek()``).
 
-Routing (spec §11.6): the partition list of the topic comes from the
+Routing (spec §11.6; replicated topics: docs/protocol.md §12 and ``routing``): the partition list of the topic comes from the
 discovery (ZooKeeper watches or a static list).  A message without a key goes
 to a random partition, preferring brokers not backing off after a failure; a
 keyed message goes to ``partitioner(key, n)`` (default: the stable Java-style
@@ -45,7 +45,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import trio
 
-from trikafka.client import Connection
+from trikafka.client import Connection, LeaderDirectory
 from trikafka.wire.keyed import KeyedPayload
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
@@ -116,6 +116,7 @@ class Producer(AsyncQueue, Routing):
         self._valid_topics: set[str] = set()
         self._discovery: StaticDiscovery | ZooKeeperDiscovery | None = None
         self._pool: BrokerPool | None = None
+        self._leader_directory: LeaderDirectory | None = None  # replicated topics' leaders (routing)
         # async mode
         self._pending: list[_Message] = []
         self._first_queued_at = 0.0
@@ -169,7 +170,7 @@ class Producer(AsyncQueue, Routing):
                     assert self.config.brokers is not None
                     self._discovery = StaticDiscovery(self.config.brokers, self.config.static_partitions)
                 self._pool = BrokerPool(
-                    self._discovery.view.brokers.get,
+                    self._discovery.view.address_of,
                     connect_timeout_s=self.config.connect_timeout_s,
                     request_timeout_s=self.config.request_timeout_s,
                     reconnect_backoff_s=self.config.reconnect_backoff_s,

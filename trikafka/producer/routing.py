@@ -1,4 +1,15 @@
-"""Routing and delivery: messages to partitions, one request per broker, retries on moved partitions."""
+"""Routing and delivery: messages to partitions, one request per broker, retries on moved partitions.
+
+Replicated topics (docs/protocol.md §12) are routed to each partition's
+current leader (``view.leaders``).  A part refused because the leader moved
+(NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, a fenced epoch) or whose
+leader's connection broke forgets that leader; the next round asks METADATA
+again (``client.LeaderDirectory``, with its own backoff) and sends to the new
+one.  Such failover rounds (and, on a replicated topic, acks -1 answers that
+the write is not committed yet: 23, 24, 6) do not use up ``num_retries`` until
+``leader_wait_s`` has passed since the first of them; every round waits a
+doubling backoff, so a failover is never a busy loop.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,8 @@ from typing import Any, Sequence
 import trio
 
 from trikafka.client import BrokerConnectionError, BrokerError, ExtensionNotSupported, ProducePart
-from trikafka.wire import ErrorCode, LocalProtocolError
+from trikafka.client.leaders import DEFAULT_REFRESH_BACKOFF_MAX_S, LeaderDirectory, LeaderNotAvailableError
+from trikafka.wire import NO_LEADER, ErrorCode, LocalProtocolError, is_retriable, needs_leader_refresh
 
 from .encoding import encode_part
 from .errors import (
@@ -22,9 +34,6 @@ from .partitioner import BrokerPartition
 from .results import SendResult
 
 log = logging.getLogger("trikafka.producer.producer")  # one logger for the whole producer
-
-# Per-part errors that mean "the partition list moved": re-route and retry.
-_RETRIABLE_CODES = frozenset({ErrorCode.WRONG_PARTITION})
 
 # A queued message: (topic, key, payload, delivery or None).
 _Message = tuple[str, Any, bytes, "Delivery | None"]
@@ -43,12 +52,20 @@ class Routing:
         todo = list(range(len(messages)))
         attempts = self.config.num_retries + 1
         assert self._discovery is not None
-        for attempt in range(attempts):
-            if attempt:
-                backoff_s = self.config.retry_backoff_s * 2 ** (attempt - 1)
-                await trio.sleep(min(backoff_s, self.config.reconnect_backoff_max_s))
-            for topic in {messages[i][0] for i in todo}:
+        attempt = rounds = 0
+        leader_deadline: float | None = None
+        while True:
+            if rounds:
+                backoff_s = self.config.retry_backoff_s * 2 ** (rounds - 1)
+                cap_s = self.config.reconnect_backoff_max_s
+                if leader_deadline is not None:  # a failover: look again soon
+                    cap_s = min(cap_s, DEFAULT_REFRESH_BACKOFF_MAX_S)
+                await trio.sleep(min(backoff_s, cap_s))
+            rounds += 1
+            topics = {messages[i][0] for i in todo}
+            for topic in topics:
                 await self._discovery.ensure_topic(topic)
+            await self._refresh_leaders(topics)
             by_broker = self._route(messages, todo, results, last_error)
             if len(by_broker) == 1:
                 [(broker_id, parts)] = by_broker.items()
@@ -60,6 +77,15 @@ class Routing:
                                            last_error)
             todo = [i for i in todo if results[i] is None]
             if not todo:
+                break
+            if all(self._leader_trouble(messages[i][0], last_error.get(i)) for i in todo):
+                now = trio.current_time()
+                if leader_deadline is None:
+                    leader_deadline = now + self.config.leader_wait_s
+                if now < leader_deadline:
+                    continue  # waiting out a failover does not use up num_retries
+            attempt += 1
+            if attempt >= attempts:
                 break
         for i in todo:
             cause = last_error.get(i)
@@ -77,12 +103,55 @@ class Routing:
         self.messages_sent += len(messages) - failures
         return results  # type: ignore[return-value]
 
+    def _leaders_directory(self) -> LeaderDirectory:
+        directory = self._leader_directory
+        if directory is None:
+            assert self._discovery is not None
+            view = self._discovery.view
+            config = self.config
+            kwargs = {} if self._connector is None else {"connector": self._connector}
+            directory = self._leader_directory = LeaderDirectory(
+                lambda: [view.brokers[b] for b in sorted(view.brokers)], cache=view.leaders,
+                connect_kwargs=dict(connect_timeout_s=config.connect_timeout_s,
+                                    request_timeout_s=config.request_timeout_s), **kwargs)
+        return directory
+
+    async def _refresh_leaders(self, topics) -> None:
+        """METADATA for the replicated ``topics`` with a partition whose leader is not known."""
+        assert self._discovery is not None
+        leaders = self._discovery.view.leaders
+        stale = [t for t in topics if leaders.replicated(t) and leaders.missing_leaders([t])]
+        if stale:
+            await self._leaders_directory().refresh(stale)
+            self._discovery.view.leaders_changed()
+
+    def _leader_moved(self, topic: str, partition: int) -> None:
+        assert self._discovery is not None
+        self._discovery.view.leaders.invalidate(topic, partition)
+        self._discovery.view.leaders_changed()
+
+    def _leader_trouble(self, topic: str, error: BaseException | None) -> bool:
+        """Whether a message failed only because of a failover in progress: its leader moved
+        or is not known, or (a replicated topic) its leader broke off or could not commit it
+        yet because the ISR has not shrunk past a dead follower (23, 24, 6)."""
+        if isinstance(error, LeaderNotAvailableError):
+            return True
+        if isinstance(error, BrokerRejectedError) and needs_leader_refresh(error.error_code):
+            return True
+        assert self._discovery is not None
+        if not self._discovery.view.leaders.replicated(topic):
+            return False
+        if isinstance(error, BrokerRejectedError):
+            return is_retriable(error.error_code)
+        return isinstance(error, BrokerConnectionError)
+
     def _targets(self, topic: str) -> tuple[list[BrokerPartition], list[BrokerPartition]]:
-        """(every partition, those on brokers not backing off) of ``topic``."""
+        """(every partition, those with a known leader on brokers not backing off) of ``topic``."""
         assert self._discovery is not None and self._pool is not None
         every = self._discovery.partitions(topic)
-        available = [bp for bp in every if self._pool.available(bp.broker_id)]
-        return every, (available or every)
+        led = [bp for bp in every if bp.broker_id != NO_LEADER]
+        available = [bp for bp in led if self._pool.available(bp.broker_id)]
+        return every, (available or led or every)
 
     def _route(self, messages: Sequence[_Message], todo: list[int], results: list[SendResult | None],
                last_error: dict) -> dict[int, list[tuple[str, int, list[int]]]]:
@@ -115,6 +184,9 @@ class Routing:
                     results[i] = SendResult(topic, None, None, error=error)
                     continue
                 target = every[index]
+            if target.broker_id == NO_LEADER:
+                last_error[i] = LeaderNotAvailableError(topic, target.partition)
+                continue
             bucket = routed.get(target)
             if bucket is None:
                 routed[target] = [i]
@@ -136,6 +208,7 @@ class Routing:
         try:
             conn = await self._pool.get(broker_id)  # backs off by itself when it cannot connect
         except BrokerConnectionError as exc:
+            self._forget_leaders(parts)
             for _, _, indices in parts:
                 for i in indices:
                     last_error[i] = exc
@@ -182,6 +255,7 @@ class Routing:
             return
         except BrokerConnectionError as exc:
             await self._pool.failed(broker_id, conn)
+            self._forget_leaders(parts)
             log.info("broker %d failed (%s); %d message(s) to retry", broker_id, exc,
                      sum(len(ix) for _, _, ix in parts))
             for _, _, indices in parts:
@@ -203,8 +277,17 @@ class Routing:
                     results[i] = SendResult(topic, broker_id, answer.partition, offset, next_offset)
                 continue
             error = BrokerRejectedError(answer.error, topic, broker_id, partition)
+            if needs_leader_refresh(answer.error):
+                self._leader_moved(topic, partition)
             for i in indices:
-                if answer.error in _RETRIABLE_CODES:
+                if is_retriable(answer.error):
                     last_error[i] = error
                 else:
                     results[i] = SendResult(topic, broker_id, partition, error=error)
+
+    def _forget_leaders(self, parts: list[tuple[str, int, list[int]]]) -> None:
+        """The connection to a leader broke: look its replicated partitions up again."""
+        assert self._discovery is not None
+        for topic, partition, _ in parts:
+            if self._discovery.view.leaders.replicated(topic):
+                self._leader_moved(topic, partition)

@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Mapping, Protocol
 
+from trikafka.client.leaders import LeaderCache
 from trikafka.client.topics import PartitionCounts
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
 from trikafka.zk.errors import CoordinatorError
 from trikafka.zk.registry import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
+from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 
 from .blocking_client import BrokerConnectionError, partition_counts
 from .offsets import PartitionKey
@@ -107,7 +109,8 @@ class StaticCluster:
         keys = []
         for broker_id, address in sorted(self._brokers.items()):
             try:
-                found = partition_counts(address.host, address.port, [topic], timeout_s=self._timeout_s).topics[topic]
+                counts_answer = partition_counts(address.host, address.port, [topic], timeout_s=self._timeout_s)
+                found = counts_answer.topics[topic]
             except BrokerConnectionError as exc:
                 if not self.skip_unreachable:
                     raise
@@ -116,6 +119,9 @@ class StaticCluster:
                 continue
             if found.error == ErrorCode.INVALID_TOPIC:
                 raise ClusterConfigError(f"broker {address.host}:{address.port} rejects the topic name {topic!r}")
+            replicated = _replicated_count(counts_answer, topic)
+            if replicated is not None:  # one set of partitions, whichever broker answers (§12.9)
+                return [PartitionKey(topic, None, p) for p in range(replicated)]
             keys += [PartitionKey(topic, broker_id, p) for p in range(found.count)]
         if not keys and not self.allow_missing_topics and not self.skip_unreachable:
             raise ClusterConfigError(f"topic {topic!r} does not exist on any of the brokers "
@@ -131,6 +137,15 @@ class StaticCluster:
 
     def close(self) -> None:
         pass
+
+
+def _replicated_count(answer: PartitionCounts, topic: str) -> int | None:
+    """The partition count of ``topic`` if the METADATA answer shows it replicated, else None."""
+    if answer.metadata is None:
+        return None
+    cache = LeaderCache()
+    cache.learn(answer.metadata)
+    return cache.partition_count(topic) if cache.replicated(topic) else None
 
 
 class ZooKeeperCluster:
@@ -175,10 +190,20 @@ class ZooKeeperCluster:
         return found
 
     def topics(self) -> list[str]:
-        return sorted(self._registry.children(paths.broker_topics()))
+        """0.7 topics (``/brokers/topics``) and replicated ones (``/trikafka/topics``)."""
+        return sorted(set(self._registry.children(paths.broker_topics()))
+                      | set(self._registry.children(paths.REPLICATED_TOPICS)))
 
     def partitions(self, topic: str) -> list[PartitionKey]:
-        """Partitions per live broker from ``/brokers/topics/<t>/<id>`` (partition 0 if unregistered)."""
+        """Partitions per live broker from ``/brokers/topics/<t>/<id>`` (partition 0 if unregistered);
+        for a replicated topic, ``0..N-1`` with no broker (read from the leader, §12.9)."""
+        assignment = self._registry.value(paths.replicated_topic(topic))
+        if assignment is not None:
+            try:
+                count = len(TopicAssignment.decode(assignment).replicas)
+            except ReplicationValueError as exc:
+                raise ClusterConfigError(f"{paths.replicated_topic(topic)}: {exc}") from None
+            return [PartitionKey(topic, None, p) for p in range(count)]
         registered: dict[int, int] = {}
         for child in self._registry.children(paths.broker_topic(topic)):
             value = self._registry.value(f"{paths.broker_topic(topic)}/{child}")
@@ -218,6 +243,6 @@ class ZooKeeperCluster:
             value = encode_offset(int(offsets[key]))
             if not self._registry.commit_offset_if_unowned(group, key.topic, key.broker, key.partition, value):
                 refused.append(key)
-                log.warning("commitToGroup %s: %s/%d-%d is owned by a live group member; "
-                            "its offset was not overwritten", group, key.topic, key.broker, key.partition)
+                log.warning("commitToGroup %s: %s is owned by a live group member; "
+                            "its offset was not overwritten", group, key)
         return refused

@@ -7,6 +7,9 @@ JSON objects laid out like the ZooKeeper offsets registry (spec §11.1)::
     {"pageviews": {"0-0": 1523, "0-1": 0, "1-0": 88}}
 
 i.e. topic, then ``<brokerId>-<partition>``, then the next byte offset to read.
+A partition of a replicated topic (docs/protocol.md §12.9) has no fixed broker:
+its key has ``broker`` None and its name is the plain ``<partition>``, and it is
+read from whichever replica leads it (offsets are the same on every replica).
 The same layout serves ``startingOffsets`` / ``endingOffsets`` (where -2 means
 earliest and -1 latest) and Spark's streaming checkpoints.  Spark compares
 offsets as JSON *strings*, so documents are always built in one canonical
@@ -23,7 +26,7 @@ from typing import Mapping
 from trikafka.wire import OFFSETS_EARLIEST as EARLIEST  # OFFSETS' special times (spec §6.5)
 from trikafka.wire import OFFSETS_LATEST as LATEST
 from trikafka.zk.errors import InvalidPathError
-from trikafka.zk.paths import parse_partition_name, validate_topic
+from trikafka.zk.paths import parse_partition_name, partition_name, validate_topic
 
 _GROUP_PREFIX = "group:"
 _GROUP_NAME_RE = re.compile(r"[^/\x00-\x1f]+")
@@ -38,20 +41,20 @@ class PartitionKey:
     """One broker-partition of a topic: the unit of reading and of offsets."""
 
     topic: str
-    broker: int
+    broker: int | None  # None: a partition of a replicated topic, read from its leader
     partition: int
 
     @property
     def name(self) -> str:
-        """``<brokerId>-<partition>``, as in the ZooKeeper registry."""
-        return f"{self.broker}-{self.partition}"
+        """``<brokerId>-<partition>`` (``<partition>`` if replicated), as in the ZooKeeper registry."""
+        return partition_name(self.broker, self.partition)
 
     def __str__(self) -> str:
         return f"{self.topic}/{self.name}"
 
 
 def _sort_key(key: PartitionKey) -> tuple[str, int, int]:
-    return (key.topic, key.broker, key.partition)
+    return (key.topic, -1 if key.broker is None else key.broker, key.partition)
 
 
 def offsets_to_document(offsets: Mapping[PartitionKey, int]) -> dict[str, dict[str, int]]:

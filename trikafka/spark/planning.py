@@ -4,7 +4,9 @@ Runs in Spark's planner worker (batch) and in the long-lived streaming source
 runner, never in tasks.  Offsets are resolved here with OFFSETS requests
 (spec §6.5): ``earliest`` is S = OFFSETS(-2, 1), ``latest`` the visible end
 E = OFFSETS(-1, 1).  A consumer group's offsets come from the ZooKeeper
-registry (spec §11.4).
+registry (spec §11.4).  A partition of a replicated topic (``key.broker`` None,
+docs/protocol.md §12) is asked of its current leader, learnt through METADATA
+into the client's one ``LeaderCache``; its range is planned at that leader.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from trikafka.client.leaders import LeaderCache
 from trikafka.wire import ErrorCode, InvalidMessageError, decode_message, parse_entries
 
 from .blocking_client import BrokerConnection, BrokerConnectionError
@@ -49,6 +52,24 @@ def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerCon
     )
 
 
+def open_for_range(planned: "PartitionRange", options: SourceOptions) -> BrokerConnection:
+    """A task's connection for ``planned``: its planned broker, or, for a replicated partition
+    whose planned leader cannot be reached (a failover since planning; Spark retries the task),
+    the partition's current leader."""
+    try:
+        return open_connection(BrokerAddress(planned.key.broker, planned.host, planned.port), options)
+    except BrokerConnectionError:
+        if planned.key.broker is not None:
+            raise
+    cluster = options.open_cluster()
+    try:
+        with ConnectionPool(cluster.brokers(), options) as pool:
+            address = pool.address_of(planned.key)
+    finally:
+        cluster.close()
+    return open_connection(address, options)
+
+
 class ConnectionPool:
     """Lazily opened connections, one per broker id; broken ones are reopened on next use."""
 
@@ -56,6 +77,7 @@ class ConnectionPool:
         self.brokers = dict(brokers)
         self._options = options
         self._conns: dict[int, BrokerConnection] = {}
+        self.leaders = LeaderCache()  # replicated partitions' leaders
 
     def update(self, brokers: Mapping[int, BrokerAddress]) -> None:
         """Adopt a new broker map; connections to moved or vanished brokers are closed."""
@@ -74,11 +96,41 @@ class ConnectionPool:
             conn = self._conns[broker_id] = open_connection(address, self._options)
         return conn
 
+    def address_of(self, key: PartitionKey) -> BrokerAddress:
+        """Where ``key`` is read: its broker, or the current leader of a replicated partition."""
+        if key.broker is not None:
+            address = self.brokers.get(key.broker)
+            if address is None:
+                raise PlanningError(f"{key}: broker {key.broker} is not registered")
+            return address
+        for _attempt in range(2):  # the cached leader, else one METADATA round
+            leader = self.leaders.leader(key.topic, key.partition)
+            if leader is not None and leader in self.brokers:
+                return self.brokers[leader]
+            self._learn_leaders(key.topic)
+        raise PlanningError(f"{key}: the partition has no leader right now (LEADER_NOT_AVAILABLE); "
+                            "try again once the cluster elected one")
+
+    def _learn_leaders(self, topic: str) -> None:
+        for broker_id in sorted(self.brokers):
+            try:
+                metadata = self.get(broker_id).metadata([topic])
+            except BrokerConnectionError:
+                continue  # a broker that is down: ask the next
+            self.leaders.learn(metadata)
+            for broker in metadata.brokers:
+                self.brokers.setdefault(broker.broker_id, broker)
+            return
+
+    def for_key(self, key: PartitionKey) -> BrokerConnection:
+        """The connection that reads ``key`` (see ``address_of``)."""
+        return self.get(self.address_of(key).broker_id if key.broker is None else key.broker)
+
     def visible_end(self, key: PartitionKey) -> int:
-        return self.get(key.broker).visible_end(key.topic, key.partition)
+        return self.for_key(key).visible_end(key.topic, key.partition)
 
     def log_start(self, key: PartitionKey) -> int:
-        return self.get(key.broker).log_start(key.topic, key.partition)
+        return self.for_key(key).log_start(key.topic, key.partition)
 
     def close(self) -> None:
         for conn in self._conns.values():
@@ -176,7 +228,7 @@ def plan_batch(options: SourceOptions) -> list[PartitionRange]:
             ranges = []
             for key in keys:
                 if end[key] > start[key]:
-                    address = pool.brokers[key.broker]
+                    address = pool.address_of(key)
                     ranges.append(PartitionRange(key, address.host, address.port, start[key], end[key]))
             return ranges
     except BrokerConnectionError as exc:
@@ -198,7 +250,7 @@ def check_start_boundaries(spec: OffsetSpec, start: Mapping[PartitionKey, int], 
         end = pool.visible_end(key) if visible_end is None else visible_end[key]
         if offset >= end:
             continue  # at the end (a boundary), or beyond it (_check_range says so)
-        result = pool.get(key.broker).fetch(key.topic, key.partition, offset, min(_BOUNDARY_PROBE_BYTES, end - offset))
+        result = pool.for_key(key).fetch(key.topic, key.partition, offset, min(_BOUNDARY_PROBE_BYTES, end - offset))
         if result.error != ErrorCode.NO_ERROR:
             continue  # out of range after retention: the read reports it per failOnDataLoss
         reason = _not_an_entry(result.data, offset, end)
@@ -233,20 +285,26 @@ def _check_range(key: PartitionKey, start: int, end: int, visible_end: int) -> N
 
 
 def ranges_between(
-    start: Mapping[PartitionKey, int], end: Mapping[PartitionKey, int], brokers: Mapping[int, BrokerAddress]
+    start: Mapping[PartitionKey, int], end: Mapping[PartitionKey, int],
+    brokers: Mapping[int, BrokerAddress] | ConnectionPool,
 ) -> list[PartitionRange]:
     """Streaming: the ranges of a micro-batch from its start and end offset maps.
 
     A key missing from ``start`` entered the offsets at ``end`` (see the stream
-    reader), so it has nothing to read in this batch.
+    reader), so it has nothing to read in this batch.  Given a ``ConnectionPool``,
+    a replicated partition is read at its current leader.
     """
     ranges = []
     for key in sorted(end):
         begin = start.get(key)
         if begin is None or end[key] <= begin:
             continue
-        address = brokers.get(key.broker)
-        if address is None:
-            raise PlanningError(f"{key}: broker {key.broker} is not registered; cannot read [{begin}, {end[key]})")
+        if isinstance(brokers, ConnectionPool):
+            address = brokers.address_of(key)
+        else:
+            address = brokers.get(key.broker) if key.broker is not None else None
+            if address is None:
+                raise PlanningError(f"{key}: broker {key.broker} is not registered; cannot read "
+                                    f"[{begin}, {end[key]})")
         ranges.append(PartitionRange(key, address.host, address.port, begin, end[key]))
     return ranges

@@ -121,7 +121,7 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         _, pool = self._connect()
-        ranges = ranges_between(offsets_from_document(start), offsets_from_document(end), pool.brokers)
+        ranges = ranges_between(offsets_from_document(start), offsets_from_document(end), pool)
         return [RangePartition(r) for r in ranges]
 
     def commit(self, end: dict) -> None:
@@ -142,12 +142,14 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (or, without ``new_keys_at_start``, at their visible end too); unreachable keys unmoved."""
         cluster, pool = self._connect()
         keys = set(discover_keys(self.options, cluster)) | set(start)
-        by_broker: dict[int, list[PartitionKey]] = defaultdict(list)
+        # A broker's partitions wait together; a replicated partition alone (its leader moves).
+        by_source: dict[tuple, list[PartitionKey]] = defaultdict(list)
         for key in keys:
-            by_broker[key.broker].append(key)
+            by_source[(0, key.broker, "", 0) if key.broker is not None else (1, 0, key.topic, key.partition)].append(key)
         ends: Offsets = {}
-        for broker_id in sorted(by_broker):
-            group = sorted(by_broker[broker_id])
+        for source in sorted(by_source):
+            group = sorted(by_source[source])
+            broker_id = source[1] if source[0] == 0 else f"leading {group[0]}"
             try:
                 for key in group:
                     if key in start:
@@ -186,7 +188,7 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @staticmethod
     def _boundary(pool: ConnectionPool, key: PartitionKey, start: int, limit: int, sizing: FetchSizing) -> int:
         try:
-            return last_boundary_within(pool.get(key.broker), key, start, limit, sizing)
+            return last_boundary_within(pool.for_key(key), key, start, limit, sizing)
         except (BrokerConnectionError, PlanningError) as exc:
             log.warning("%s: cannot size the next batch, it waits: %s", key, exc)
             return start
@@ -194,7 +196,7 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @staticmethod
     def _one_entry(pool: ConnectionPool, key: PartitionKey, start: int, end: int) -> int:
         try:
-            entry_end = next_entry_end(pool.get(key.broker), key, start)
+            entry_end = next_entry_end(pool.for_key(key), key, start)
         except (BrokerConnectionError, PlanningError) as exc:
             log.warning("%s: cannot size the next batch, it waits: %s", key, exc)
             return start

@@ -12,11 +12,10 @@ from typing import Iterator
 
 from pyspark.sql.datasource import InputPartition
 
-from .cluster import BrokerAddress
 from .columns import RecordBatchBuilder, arrow_schema
 from .offsets import PartitionKey
 from .options import SourceOptions
-from .planning import PartitionRange, open_connection
+from .planning import PartitionRange, open_for_range
 from .prefetch import prefetched
 from .reading import FetchSizing, iter_column_chunks
 
@@ -40,8 +39,7 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     planned = partition.planned
     builder = RecordBatchBuilder(planned.key, arrow_schema())
     sizing = FetchSizing(options.fetch_bytes, options.max_fetch_bytes)
-    address = BrokerAddress(planned.key.broker, planned.host, planned.port)
-    with open_connection(address, options) as conn:
+    with open_for_range(planned, options) as conn:
         # Fetching and decoding run one step ahead in a thread (see trikafka.spark.prefetch);
         # the connection is used by that thread only, and closed after it has stopped.
         chunks = iter_column_chunks(

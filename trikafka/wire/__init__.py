@@ -8,6 +8,8 @@ from types import ModuleType as _ModuleType
 from .compression import Codec, compress, decompress
 from .crc import crc32
 from .errors import (
+    LEADER_CHANGE_CODES,
+    RETRIABLE_CODES,
     ErrorCode,
     InvalidMessageError,
     LocalProtocolError,
@@ -15,6 +17,8 @@ from .errors import (
     MessageSizeTooLargeError,
     ProtocolError,
     RemoteProtocolError,
+    is_retriable,
+    needs_leader_refresh,
 )
 from .framing import (
     DEFAULT_MAX_REQUEST_BYTES,

@@ -50,6 +50,36 @@ class ErrorCode(enum.IntEnum):
             return cls.UNKNOWN
 
 
+# Retry classification (docs/protocol.md §12.5, §12.6): the one place every client asks.
+# The partition has moved to another broker, or has no leader right now: refresh the
+# metadata (METADATA, §9.4), then send again to the leader it names.
+LEADER_CHANGE_CODES = frozenset({
+    ErrorCode.NOT_LEADER_FOR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+})
+# Worth sending again as it is: the partition list moved (3), or an acks -1 write was
+# not committed (23, 24, 6).  An error never means "not written" (§12.6), so a retry
+# may duplicate a message: at least once, never silently lost.
+RETRIABLE_CODES = LEADER_CHANGE_CODES | frozenset({
+    ErrorCode.WRONG_PARTITION,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ErrorCode.REQUEST_TIMED_OUT,
+})
+
+
+def is_retriable(code: int) -> bool:
+    """Whether a part that failed with ``code`` may succeed if sent again (maybe elsewhere)."""
+    return ErrorCode.from_wire(int(code)) in RETRIABLE_CODES
+
+
+def needs_leader_refresh(code: int) -> bool:
+    """Whether ``code`` says the client's idea of the partition's leader is out of date."""
+    return ErrorCode.from_wire(int(code)) in LEADER_CHANGE_CODES
+
+
 class ProtocolError(Exception):
     """Abstract base: the byte stream cannot be understood."""
 

@@ -18,7 +18,10 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
 
-_PARTITION_NAME_RE = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
+_PARTITION_NAME_RE = re.compile(r"(?:(0|[1-9][0-9]*)-)?(0|[1-9][0-9]*)")
+# The broker part of a replicated partition's registry name: it has none, since its
+# leader moves; the name is the plain partition number (docs/protocol.md §12.9).
+REPLICATED_BROKER = None
 _INT32_MAX = 2**31 - 1  # both parts are int32, as 0.7's Partition.parse reads them
 # Characters ZooKeeper's PathUtils.validatePath refuses in a node name.
 _FORBIDDEN_CHARS_RE = re.compile("[\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]")
@@ -141,7 +144,7 @@ def consumer_owners(group: str, topic: str) -> str:
     return f"{consumer_group(group)}/owners/{validate_topic(topic)}"
 
 
-def consumer_owner(group: str, topic: str, broker: int, partition: int) -> str:
+def consumer_owner(group: str, topic: str, broker: int | None, partition: int) -> str:
     """``/consumers/<group>/owners/<topic>/<broker>-<partition>``: ephemeral thread id."""
     return f"{consumer_owners(group, topic)}/{partition_name(broker, partition)}"
 
@@ -151,22 +154,29 @@ def consumer_offsets(group: str, topic: str) -> str:
     return f"{consumer_group(group)}/offsets/{validate_topic(topic)}"
 
 
-def consumer_offset(group: str, topic: str, broker: int, partition: int) -> str:
+def consumer_offset(group: str, topic: str, broker: int | None, partition: int) -> str:
     """``/consumers/<group>/offsets/<topic>/<broker>-<partition>``: persistent decimal offset."""
     return f"{consumer_offsets(group, topic)}/{partition_name(broker, partition)}"
 
 
-def partition_name(broker: int, partition: int) -> str:
-    """The ``<brokerId>-<partition>`` child name used under owners and offsets."""
+def partition_name(broker: int | None, partition: int) -> str:
+    """The ``<brokerId>-<partition>`` child name used under owners and offsets.
+
+    ``broker`` ``REPLICATED_BROKER`` names a partition of a replicated topic: ``<partition>``.
+    """
+    if broker is REPLICATED_BROKER:
+        return str(_validate_partition(partition))
     return f"{validate_broker_id(broker)}-{_validate_partition(partition)}"
 
 
-def parse_partition_name(name: str) -> tuple[int, int]:
-    """Inverse of :func:`partition_name`; raises InvalidPathError on anything else."""
+def parse_partition_name(name: str) -> tuple[int | None, int]:
+    """Inverse of :func:`partition_name` (``(REPLICATED_BROKER, p)`` for a plain ``<p>``);
+    raises InvalidPathError on anything else."""
     match = _PARTITION_NAME_RE.fullmatch(name) if isinstance(name, str) else None
-    if match is None or max(int(match.group(1)), int(match.group(2))) > _INT32_MAX:
-        raise InvalidPathError(f"not a <broker>-<partition> name: {name!r}")
-    return int(match.group(1)), int(match.group(2))
+    broker = None if match is None or match.group(1) is None else int(match.group(1))
+    if match is None or max(broker or 0, int(match.group(2))) > _INT32_MAX:
+        raise InvalidPathError(f"not a <broker>-<partition> or <partition> name: {name!r}")
+    return broker, int(match.group(2))
 
 
 def join(parent: str, child: str) -> str:
@@ -193,6 +203,7 @@ CONTROLLER = "/trikafka/controller"
 CONTROLLER_EPOCH = "/trikafka/controller_epoch"
 REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
+TOPIC_CONFIGS = "/trikafka/config/topics"
 
 
 def replicated_topic(topic: str) -> str:
@@ -213,3 +224,8 @@ def replication_broker(broker_id: int) -> str:
 def shutting_down(broker_id: int) -> str:
     """``/trikafka/shutting_down/<id>``: the broker asks for a controlled shutdown."""
     return f"{SHUTTING_DOWN}/{validate_broker_id(broker_id)}"
+
+
+def topic_config(topic: str) -> str:
+    """``/trikafka/config/topics/<t>``: the settings of a plain (unreplicated) topic (docs: §12.12.1)."""
+    return f"{TOPIC_CONFIGS}/{validate_topic(topic)}"

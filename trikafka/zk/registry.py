@@ -73,6 +73,24 @@ def parse_broker_registration(data: bytes) -> BrokerInfo:
     return BrokerInfo(fields[0], fields[1], int(fields[2]))
 
 
+async def live_brokers(zk: Coordinator,
+                       on_error: Callable[[str, Exception], None] = lambda name, exc: None) -> dict[int, BrokerInfo]:
+    """Every broker registered under ``/brokers/ids``, by id; a child that vanishes or cannot be
+    parsed is skipped (``on_error(name, exc)`` is told)."""
+    try:
+        names = await zk.children(paths.broker_ids())
+    except NoNodeError:
+        return {}
+    brokers = {}
+    for name in names:
+        try:
+            value, _stat = await zk.get(paths.broker_id(int(name)))
+            brokers[int(name)] = parse_broker_registration(value)
+        except (NoNodeError, ValueError) as exc:  # InvalidPathError is a ValueError too
+            on_error(name, exc)
+    return dict(sorted(brokers.items()))
+
+
 def parse_partition_count(data: bytes) -> int:
     """The decimal partition count of a ``/brokers/topics/<t>/<id>`` node.  Raises ValueError."""
     text = data.decode("ascii")

@@ -68,6 +68,21 @@ async def read_assignment(zk: Coordinator, topic: str) -> TopicAssignment | None
     return TopicAssignment.decode(data)
 
 
+async def read_assignment_versioned(zk: Coordinator, topic: str) -> tuple[TopicAssignment, int] | None:
+    """The topic's assignment and its znode version, or None for a topic that is not replicated."""
+    try:
+        data, stat = await zk.get(paths.replicated_topic(topic))
+    except NoNodeError:
+        return None
+    return TopicAssignment.decode(data), stat.version
+
+
+async def write_assignment(zk: Coordinator, topic: str, assignment: TopicAssignment, version: int) -> int:
+    """Set the topic znode if it is still at ``version``; the new version.  BadVersionError if not."""
+    stat: Stat = await zk.set(paths.replicated_topic(topic), assignment.encode(), version)
+    return stat.version
+
+
 async def read_state(zk: Coordinator, topic: str, partition: int) -> VersionedState:
     """The partition's state and its version; NoNodeError if there is none."""
     data, stat = await zk.get(paths.partition_state(topic, partition))

@@ -87,15 +87,20 @@ class TopicAssignment:
 
     replicas: tuple[tuple[int, ...], ...]
     config: dict[str, str] = field(default_factory=dict)
+    # Pending reassignments (docs: §12.12.3): partition -> the replica list it moves to.
+    targets: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def settings(self) -> TopicConfig:
         """The parsed replication settings."""
         return TopicConfig.from_strings(self.config)
 
     def encode(self) -> bytes:
-        """The znode value."""
+        """The znode value (``targets`` only while one is pending)."""
         parts = {str(p): list(r) for p, r in enumerate(self.replicas)}
-        return _dumps({"version": VALUE_VERSION, "partitions": parts, "config": dict(self.config)})
+        value = {"version": VALUE_VERSION, "partitions": parts, "config": dict(self.config)}
+        if self.targets:
+            value["targets"] = {str(p): list(r) for p, r in sorted(self.targets.items())}
+        return _dumps(value)
 
     @classmethod
     def decode(cls, raw: bytes) -> "TopicAssignment":
@@ -108,7 +113,11 @@ class TopicAssignment:
         config = obj.get("config", {})
         if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
             raise ReplicationValueError("topic assignment: config must map strings to strings")
-        return cls(replicas, dict(config))
+        raw_targets = obj.get("targets", {})
+        if not isinstance(raw_targets, dict) or not all(k.isdigit() and int(k) < len(replicas) for k in raw_targets):
+            raise ReplicationValueError("topic assignment: targets must map partition numbers to lists")
+        targets = {int(k): _int_list(v, f"target of partition {k}") for k, v in raw_targets.items()}
+        return cls(replicas, dict(config), targets)
 
 
 @dataclass(frozen=True, slots=True)

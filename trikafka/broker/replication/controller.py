@@ -23,9 +23,12 @@ import trio
 from ...zk import paths
 from ...zk.coordinator import Coordinator
 from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError
-from ...zk.replication_store import claim_controller, read_assignment, read_state, replicated_topics, write_state
-from ...zk.replication_values import ReplicationValueError
-from .election import Cluster, elect
+from ...zk.replication_store import (
+    claim_controller, read_assignment_versioned, read_state, replicated_topics, write_assignment, write_state,
+)
+from ...zk.replication_values import NO_LEADER, PartitionState, ReplicationValueError, TopicAssignment, TopicConfig
+from .assignment import finished
+from .election import Cluster, announce, elect, finish_reassignment, prune_to_replicas
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class Controller:
         self._wake = trio.Event()
         self.reconciled = trio.Event()  # set after each pass (replaced by a new one)
         self.active = False  # holds the role right now
+        # The replica list each partition's latest state write announced (§12.12.3).
+        self._announced: dict[tuple[str, int], tuple[int, ...]] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Contend for the role forever (cancel to stop).
@@ -75,6 +80,7 @@ class Controller:
             self.stats.epoch = epoch
             logger.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
             self.active = True
+            self._announced = {}  # another controller may have written meanwhile
             try:
                 await self._control(epoch)
             finally:
@@ -143,20 +149,21 @@ class Controller:
         cluster = await self._cluster()
         for topic in await replicated_topics(self._zk):
             try:
-                assignment = await read_assignment(self._zk, topic)
+                read = await read_assignment_versioned(self._zk, topic)
+                if read is None:
+                    continue
+                assignment, version = read
+                config = assignment.settings()
             except ReplicationValueError as exc:
                 logger.error("replicated topic %r: %s", topic, exc)
                 continue
-            if assignment is None:
-                continue
-            config = assignment.settings()
             for partition, replicas in enumerate(assignment.replicas):
                 try:
                     current = await read_state(self._zk, topic, partition)
                 except (NoNodeError, ReplicationValueError) as exc:
                     logger.error("%s-%d: unreadable state (%s)", topic, partition, exc)
                     continue
-                new = elect(current.state, replicas, cluster, config, epoch)
+                new, finish = self._decide(topic, partition, assignment, current.state, cluster, config, epoch)
                 if new is None:
                     continue
                 try:
@@ -165,10 +172,43 @@ class Controller:
                     self.stats.fenced_writes += 1  # a leader changed the ISR meanwhile: next pass
                     self._wake.set()
                     continue
+                self._announced[(topic, partition)] = replicas
                 self.stats.elections += 1
                 logger.info("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader,
                             new.leader_epoch, list(new.isr))
+                if finish:
+                    assignment, version = await self._finish(topic, partition, assignment, version)
         self.stats.seen_registrations = self._pending_seen
         self.stats.passes += 1
         self.reconciled.set()
         self.reconciled = trio.Event()
+
+    def _decide(self, topic: str, partition: int, assignment: TopicAssignment, state: PartitionState,
+                cluster: Cluster, config: TopicConfig, epoch: int) -> tuple[PartitionState | None, bool]:
+        """The state to write (None: none) and whether it finishes a reassignment (§12.12.3)."""
+        replicas = assignment.replicas[partition]
+        new = prune_to_replicas(state, replicas, cluster, config, epoch) or elect(state, replicas, cluster, config,
+                                                                                 epoch)
+        if new is not None:
+            return new, False
+        target = assignment.targets.get(partition)
+        if target is None:
+            return None, False
+        done = finish_reassignment(state, target, cluster, config, epoch)
+        if done is not None:
+            return done, True
+        if state.leader != NO_LEADER and self._announced.get((topic, partition)) != replicas:
+            return announce(state, epoch), False
+        return None, False
+
+    async def _finish(self, topic: str, partition: int, assignment: TopicAssignment,
+                      version: int) -> tuple[TopicAssignment, int]:
+        """Write the target list into the topic znode; what the znode now holds and its version."""
+        done = finished(assignment, partition)
+        try:
+            version = await write_assignment(self._zk, topic, done, version)
+        except BadVersionError:  # an admin wrote meanwhile: the target is still there, finish next pass
+            self._wake.set()
+            return assignment, version
+        logger.info("%s-%d: reassigned to %s", topic, partition, list(done.replicas[partition]))
+        return done, version

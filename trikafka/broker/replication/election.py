@@ -75,3 +75,53 @@ def elect(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster, co
         return None  # already offline: no new epoch for nothing
     # Offline: the ISR is kept so that a member coming back can lead again.
     return PartitionState(NO_LEADER, state.leader_epoch + 1, state.isr, controller_epoch)
+
+
+# -- reassignment (docs/protocol.md §12.12.3) ---------------------------------------------------------
+
+
+def announce(state: PartitionState, controller_epoch: int) -> PartitionState:
+    """The same leader and ISR in a new epoch: how a changed replica list reaches the brokers
+    (a leader builds its view of its followers when an epoch starts)."""
+    return PartitionState(state.leader, state.leader_epoch + 1, state.isr, controller_epoch)
+
+
+def _leader_within(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster,
+                   config: TopicConfig) -> int:
+    """The current leader if it stays in ``replicas``, else the first of ``replicas`` in the ISR that
+    is electable; NO_LEADER if none."""
+    if state.leader in replicas and state.leader != NO_LEADER:
+        return state.leader
+    return next((r for r in replicas if r in state.isr and _electable(r, cluster, config)), NO_LEADER)
+
+
+def finish_reassignment(state: PartitionState, target: tuple[int, ...], cluster: Cluster, config: TopicConfig,
+                        controller_epoch: int) -> PartitionState | None:
+    """The state that completes a move to ``target``; None while it must wait.
+
+    Ready when the partition has a leader and every target replica is in the
+    ISR.  The leader stays if it is in the target, else leadership goes to
+    the first electable target replica; the removed replicas leave the ISR;
+    the epoch goes up (the new list is announced).
+    """
+    if state.leader == NO_LEADER or not set(target) <= set(state.isr):
+        return None
+    leader = _leader_within(state, target, cluster, config)
+    if leader == NO_LEADER:
+        return None
+    isr = tuple(r for r in state.isr if r in target)
+    return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+
+
+def prune_to_replicas(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster, config: TopicConfig,
+                      controller_epoch: int) -> PartitionState | None:
+    """A state whose leader or ISR names a broker outside ``replicas``, made right; None if it is.
+
+    The leader outside is replaced as in ``finish_reassignment`` (offline if
+    no replica can lead); the ISR keeps only replicas.
+    """
+    if (state.leader == NO_LEADER or state.leader in replicas) and set(state.isr) <= set(replicas):
+        return None
+    leader = _leader_within(state, replicas, cluster, config) if state.leader != NO_LEADER else NO_LEADER
+    isr = tuple(r for r in state.isr if r in replicas)
+    return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)

@@ -244,6 +244,11 @@ class HostedPartition:
 
     async def truncate_log(self, offset: int) -> None:
         """Cut the log at ``offset``, then the epoch file (§12.4.3), off the loop; caller holds the lock."""
+        if offset < self.log.start_offset:
+            # Retention removed the bytes below the start; the epochs say nothing about them.
+            logger.warning("%s-%d: asked to truncate to %d, below the log start %d; truncating to the start",
+                           self.topic, self.partition, offset, self.log.start_offset)
+            offset = self.log.start_offset
         if offset >= self.log.end_offset:
             return
         with trio.CancelScope(shield=True):

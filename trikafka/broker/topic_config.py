@@ -1,0 +1,149 @@
+"""The broker's view of per-topic settings stored in ZooKeeper (docs/protocol.md §12.12.1).
+
+One service of the broker's tree (with ZooKeeper)::
+
+    TopicConfigWatcher.run
+    ├── children of /trikafka/config/topics   plain topics' settings
+    │   └── one data watch per topic
+    └── children of /trikafka/topics          replicated topics' znodes (their ``config``)
+        └── one data watch per topic
+
+Each change is applied on the event loop, without blocking: the cleaner's
+per-topic overrides (``cleanup.policy``, ``min.compaction.lag.ms``,
+``delete.retention.ms``, read at its next look; retention asks the cleaner
+whether a topic deletes) and the topic's ``LogConfig`` (``retention.ms``,
+``retention.bytes``).  A removed znode or key puts the broker's own setting
+back; a value the broker cannot parse is logged and that key ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable
+
+import trio
+
+from trikafka.zk import paths
+from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.errors import InvalidPathError
+from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
+from trikafka.zk.topic_config_store import decode_topic_config
+
+from .config import BrokerConfig
+from .topic_settings import LOG_KEYS, LogOverrides, TopicConfigError, log_overrides
+
+logger = logging.getLogger(__name__)
+
+
+def _replicated_config(raw: bytes) -> dict[str, str]:
+    return TopicAssignment.decode(raw).config
+
+
+class TopicConfigWatcher:
+    """Start with ``nursery.start(watcher.run)``: ready once every stored setting is applied."""
+
+    def __init__(self, zk: Coordinator, config: BrokerConfig, log_manager: Any, cleaner: Any):
+        self._zk = zk
+        self._config = config
+        self._log_manager = log_manager
+        self._cleaner = cleaner
+        self._plain: dict[str, dict[str, str]] = {}
+        self._replicated: dict[str, dict[str, str]] = {}
+        self._retention_overridden: set[str] = set()
+        self.applied: dict[str, LogOverrides] = {}  # what is in force, per topic
+        self.changed = trio.Event()  # set (and replaced) after each applied change: tests wait on it
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus["TopicConfigWatcher"] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._watch_root, paths.TOPIC_CONFIGS, paths.topic_config, self._plain,
+                                decode_topic_config)
+            await nursery.start(self._watch_root, paths.REPLICATED_TOPICS, paths.replicated_topic,
+                                self._replicated, _replicated_config)
+            task_status.started(self)
+
+    async def _watch_root(self, root: str, path_of: Callable[[str], str], store: dict[str, dict[str, str]],
+                          decode: Callable[[bytes], dict[str, str]], *,
+                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        watching: set[str] = set()
+        started = False
+        async for children in self._zk.watch_children(root):
+            for topic in children or ():
+                if topic in watching:
+                    continue
+                watching.add(topic)  # watched for good: a znode deleted and made again fires the same watch
+                try:
+                    path = path_of(topic)
+                except InvalidPathError:
+                    logger.warning("ignoring %s/%s: not a topic name", root, topic)
+                    continue
+                await self._nursery.start(self._watch_topic, topic, path, store, decode)
+            if not started:
+                task_status.started()
+                started = True
+
+    async def _watch_topic(self, topic: str, path: str, store: dict[str, dict[str, str]],
+                           decode: Callable[[bytes], dict[str, str]], *,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        async for value in self._zk.watch_data(path):
+            if value is None:
+                store.pop(topic, None)
+            else:
+                try:
+                    store[topic] = decode(value[0])
+                except ReplicationValueError as exc:
+                    logger.error("%s: %s; the broker's own settings stay", path, exc)
+                    store.pop(topic, None)
+            self._apply(topic)
+            if not started:
+                task_status.started()
+                started = True
+
+    def _apply(self, topic: str) -> None:
+        stored = self._replicated.get(topic, self._plain.get(topic, {}))  # a replicated topic's znode wins
+        overrides = _parse_leniently(topic, stored)
+        if overrides == self.applied.get(topic, LogOverrides()):
+            return
+        if overrides == LogOverrides():
+            self.applied.pop(topic, None)
+            self._cleaner.overrides.pop(topic, None)
+        else:
+            self.applied[topic] = overrides
+            self._cleaner.overrides[topic] = overrides
+        if overrides.changes_log_config:
+            base = self._config.log_config(topic)
+            self._log_manager.override_topic_config(topic, dataclasses.replace(
+                base, retention_ms=base.retention_ms if overrides.retention_ms is None else overrides.retention_ms,
+                retention_bytes=(base.retention_bytes if overrides.retention_bytes is None
+                                 else overrides.retention_bytes)))
+            self._retention_overridden.add(topic)
+        elif topic in self._retention_overridden:
+            self._log_manager.override_topic_config(topic, None)
+            self._retention_overridden.discard(topic)
+        logger.info("topic %s: settings from ZooKeeper: %s", topic,
+                    {k: v for k, v in stored.items() if k in LOG_KEYS} or "none (the broker's own)")
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+def _parse_leniently(topic: str, stored: dict[str, str]) -> LogOverrides:
+    """The topic's log overrides, each bad key logged and left out."""
+    good = {}
+    for key in LOG_KEYS:
+        if key in stored:
+            try:
+                log_overrides({key: stored[key]})
+            except TopicConfigError as exc:
+                logger.error("topic %s: ignoring the stored setting %s", topic, exc)
+                continue
+            good[key] = stored[key]
+    return log_overrides(good)
+
+
+async def watch_topic_configs(zookeeper: Any, config: BrokerConfig, log_manager: Any, cleaner: Any, *,
+                              task_status: trio.TaskStatus[TopicConfigWatcher] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run a :class:`TopicConfigWatcher` on the registered broker's session (``zookeeper``: a BrokerZooKeeper)."""
+    await TopicConfigWatcher(zookeeper.coordinator, config, log_manager, cleaner).run(task_status=task_status)
