@@ -62,9 +62,10 @@ def elect(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster, co
     candidates = [r for r in replicas if r in state.isr and _electable(r, cluster, config)]
     if candidates:
         leader = candidates[0]
-        # The old leader leaves the ISR only when it is really gone; a member
-        # shutting down in a controlled way is still caught up and may stay.
-        isr = tuple(r for r in state.isr if r == leader or r in cluster.live)
+        # The old leader leaves the ISR, also when it is shutting down in a
+        # controlled way: it stops fetching at once, and kept in the ISR it would
+        # hold the HW (every acks -1 write) until replica.lag.time.max.ms.
+        isr = tuple(r for r in state.isr if r == leader or (r in cluster.live and r not in cluster.shutting_down))
         return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
     if config.unclean_leader_election:
         unclean = [r for r in replicas if r in cluster.live and r not in cluster.shutting_down]
