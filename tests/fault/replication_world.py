@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
-from tests.fault.test_broker_kill import Ledger, entries_of
+from tests.fault.ledger import Ledger, entries_of
 from tests.fixtures.fault_proxy import FaultMode, FaultProxy
 from tests.fixtures.zookeeper_server import open_zookeeper_proxy
 from tests.integration.broker_testing import READY_MARKER, ChildProcess, child_process

@@ -26,6 +26,7 @@ import signal
 import pytest
 import trio
 
+from tests.fault.ledger import Ledger, entries_of
 from tests.integration.broker_testing import serve_process
 from trikafka.client import ClientError, connect
 from trikafka.wire.messageset import build_message_set
@@ -42,29 +43,9 @@ BROKER_SETTINGS = ("--set", "log.flush.interval=37", "--set", "log.default.flush
                    "--set", "log.file.size=200000")
 
 
+
 def fault_seed() -> int:
     return int(os.environ.get("TRIKAFKA_FAULT_SEED") or random.SystemRandom().randrange(2**32))
-
-
-class Ledger:
-    """What the broker promised: entries acknowledged or seen, by offset."""
-
-    def __init__(self) -> None:
-        self.promised: dict[int, bytes] = {}  # offset -> whole entry bytes (with its 4-byte prefix)
-        self.acked_messages = 0
-        self.seen_messages = 0
-
-    def promise(self, offset: int, entry: bytes, why: str) -> None:
-        known = self.promised.setdefault(offset, entry)
-        assert known == entry, f"offset {offset} ({why}) served different bytes than before"
-
-
-def entries_of(data: bytes, base_offset: int) -> list[tuple[int, bytes]]:
-    """Whole entries of a fetched chunk with their offsets; CRC-checked (raises on a bad one)."""
-    parsed = parse_entries(data, base_offset)
-    for _ in iter_messages(data[:parsed.valid_bytes], base_offset):
-        pass  # every message decodes and its CRC matches
-    return [(e.offset, data[e.offset - base_offset:e.next_offset - base_offset]) for e in parsed.entries]
 
 
 async def acked_producer(port: int, ledger: Ledger, rng: random.Random, cycle: int) -> None:
