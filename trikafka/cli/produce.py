@@ -25,7 +25,8 @@ def add_parser(commands) -> None:
     produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, metavar="N",
                          help=f"messages per request (default {PRODUCE_BATCH_MESSAGES})")
     produce.add_argument("--acks", type=int, choices=(0, 1, -1), default=1,
-                         help="0: plain 0.7 PRODUCE; 1: appended; -1: flushed (default 1)")
+                         help="0: plain 0.7 PRODUCE; 1: appended (by the leader); -1: flushed, or on a replicated "
+                              "topic committed by every in-sync replica (default 1)")
     produce.add_argument("--timeout-ms", type=int, default=10_000, metavar="MS",
                          help="with --acks 1/-1: how long the broker may take (default 10000)")
     produce.add_argument("--magic", type=int, choices=(0, 1), default=1,

@@ -77,6 +77,7 @@ class ReplicaManager:
         self._watched_partitions: set[TopicPartition] = set()
         self._nursery: trio.Nursery | None = None
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
+        self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
 
     # ----------------------------------------------------------------- what the handler asks
 
@@ -113,6 +114,7 @@ class ReplicaManager:
             self._nursery = nursery
             await nursery.start(self._keep_membership)
             await nursery.start(self._watch_brokers)
+            await nursery.start(self._watch_leaving)
             await nursery.start(self._watch_topics)
             nursery.start_soon(self._maintain_isr)
             await nursery.start(self.controller.run)
@@ -160,6 +162,14 @@ class ReplicaManager:
                     continue
                 addresses[int(name)] = BrokerAddress(int(name), info.host, info.port)
             self.brokers = addresses
+            if not started:
+                task_status.started()
+                started = True
+
+    async def _watch_leaving(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        async for children in self._zk.watch_children(paths.SHUTTING_DOWN):
+            self.leaving = frozenset(int(n) for n in children or () if n.isdigit())
             if not started:
                 task_status.started()
                 started = True
@@ -307,6 +317,10 @@ class ReplicaManager:
                 if leader is None:
                     continue
                 proposal = leader.shrink_proposal(now_ms := _trio_ms()) or leader.expand_proposal(now_ms)
+                if proposal is not None and self.leaving:
+                    # A broker in a controlled shutdown is about to stop fetching: never re-admit it.
+                    proposal = tuple(r for r in proposal if r in leader.isr or r not in self.leaving)
+                    proposal = None if proposal == leader.isr else proposal
                 hosted.isr_dirty = False
                 if proposal is not None:
                     try:
