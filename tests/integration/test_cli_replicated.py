@@ -53,3 +53,8 @@ async def test_cli_produce_and_consume_at_followers_reach_the_leader(nursery, tm
             assert await child.wait() == 0, child.stderr
     end = sum(len(line) + 10 for line in lines)  # each entry: 4-byte size, magic, attributes, crc, payload
     assert f"rt\t0\t-\t100\t{end}\t{end - 100}".encode() in child.stdout.splitlines(), child.stdout
+    # The ZooKeeper listing shows the replicated partition once, at its leader.
+    async with child_process("topics", "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as child:
+        with trio.fail_after(WAIT_S):
+            assert await child.wait() == 0, child.stderr
+    assert f"rt\t0\t0:127.0.0.1:{brokers[0].port}\t0\t{end}\t{end}".encode() in child.stdout.splitlines(), child.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Iterable
 
 from trikafka.cli import topics_admin
 from trikafka.cli.common import add_broker, add_zookeeper, run_client_value
@@ -126,7 +127,7 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
         brokers = {i: (info.host, info.port) for i, info in (await live_brokers(zk, skipping)).items()}
         wanted = set(args.topic)
-        counts: dict[int, list[tuple[str, int]]] = {}
+        counts: dict[int, list[tuple[str, Iterable[int]]]] = {}  # broker -> (topic, partitions)
         try:
             topics = sorted(await zk.children(paths.broker_topics()))
         except NoNodeError:
@@ -137,23 +138,48 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
             for name in await zk.children(paths.broker_topic(topic)):
                 try:
                     value, _stat = await zk.get(paths.broker_topic_id(topic, int(name)))
-                    counts.setdefault(int(name), []).append((topic, parse_partition_count(value)))
+                    counts.setdefault(int(name), []).append((topic, range(parse_partition_count(value))))
                 except (NoNodeError, ValueError) as exc:
                     print(f"trikafka: skipping {topic} on broker {name}: {exc}", file=sys.stderr)
+        leaders = await _replicated_leaders(zk, wanted)
+    for topic, partition, leader in leaders:  # replicated topics: one row per partition, at its leader
+        if leader not in brokers:
+            print(f"trikafka: {topic}-{partition} has no live leader", file=sys.stderr)
+            continue
+        counts.setdefault(leader, []).append((topic, (partition,)))
     for broker_id, registered in sorted(counts.items()):
         if broker_id not in brokers:
             continue  # registered topics of a broker that is gone (its ephemerals are on their way out)
         host, port = brokers[broker_id]
         try:
             async with await connect(host, port) as conn:
-                for topic, count in registered:
-                    for partition in range(count):
+                for topic, partitions in registered:
+                    for partition in partitions:
                         rows.append((topic, str(partition), f"{broker_id}:{host}:{port}",
                                      await earliest_offset(conn, topic, partition),
                                      await latest_offset(conn, topic, partition)))
         except (ClientError, OSError) as exc:
             print(f"trikafka: broker {broker_id} at {host}:{port}: {exc}", file=sys.stderr)
     return sorted(rows)
+
+
+async def _replicated_leaders(zk, wanted: set[str]) -> list[tuple[str, int, int]]:
+    """(topic, partition, leader id) of every replicated partition (docs/protocol.md §12.2)."""
+    from trikafka.zk import NoNodeError
+    from trikafka.zk.replication_store import read_assignment, read_state, replicated_topics
+    from trikafka.zk.replication_values import ReplicationValueError
+
+    found = []
+    for topic in await replicated_topics(zk):
+        if wanted and topic not in wanted:
+            continue
+        try:
+            assignment = await read_assignment(zk, topic)
+            for partition in range(len(assignment.replicas) if assignment else 0):
+                found.append((topic, partition, (await read_state(zk, topic, partition)).state.leader))
+        except (NoNodeError, ReplicationValueError) as exc:
+            print(f"trikafka: skipping replicated topic {topic}: {exc}", file=sys.stderr)
+    return found
 
 
 async def _create_topic(args: argparse.Namespace) -> int:
