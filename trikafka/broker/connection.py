@@ -132,7 +132,7 @@ class Connection:
                 await handler.multiproduce(request)
                 return
             elif kind is OffsetsRequest:
-                response = [handler.offsets(request)]
+                response = [await handler.offsets(request)]
             elif kind is ProduceAckedRequest:
                 response = [await handler.produce_acked(request)]
             elif kind is FetchWaitRequest:

@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 # Valid topic names remembered so the hot path skips the regex; bounded because
 # any client can send names (fetches of arbitrary valid topics create nothing).
 MAX_CACHED_TOPICS = 100_000
+OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
 
 FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
 
@@ -242,30 +243,43 @@ class RequestHandler:
 
     # ----------------------------------------------------------------- OFFSETS
 
-    def offsets(self, request: OffsetsRequest) -> bytes:
+    async def offsets(self, request: OffsetsRequest) -> bytes:
         """OFFSETS, spec §6.5; it has no error code, so bad input closes the connection."""
         count = self.partitions_if_valid(request.topic)
         if count is None:
             raise CloseConnection(f"offsets for an invalid topic name {_short(request.topic)}")
         if not 0 <= request.partition < count:
             raise CloseConnection(f"offsets for partition {request.partition} of {request.topic!r}")
+        end = None  # a replicated partition: offsets never pass its committed end
         if self._replicated(request.topic):
-            if request.max_offsets < 0:
-                raise CloseConnection(f"offsets with maxNumOffsets {request.max_offsets}")
-            found = replicated.offsets(self.replicas, request, self._clock_ms())
-            if found is None:
+            target = replicated.offsets_target(self.replicas, request)
+            if target is None:
                 raise CloseConnection(f"offsets for {request.topic}-{request.partition}, which this broker "
                                       "holds no replica of")
-            return encode_offsets_response(found)
-        log = self.existing_log(request.topic, request.partition)
-        if log is None:
-            special = request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST)
-            return encode_offsets_response([0] if special else [])
+            log, end = target
+        else:
+            log = self.existing_log(request.topic, request.partition)
+            if log is None:
+                special = request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST)
+                return encode_offsets_response([0] if special else [])
         if request.max_offsets < 0:
             raise CloseConnection(f"offsets with maxNumOffsets {request.max_offsets}")
-        return encode_offsets_response(
-            log.offsets_before(request.time_ms, request.max_offsets, self._clock_ms())
-        )
+        found = await self._offsets_before(log, request)
+        return encode_offsets_response(found if end is None else replicated.clamp_offsets(found, end))
+
+    async def _offsets_before(self, log: Any, request: OffsetsRequest) -> list[int]:
+        now_ms = self._clock_ms()
+        if request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST):
+            return log.offsets_before(request.time_ms, request.max_offsets, now_ms)  # no file is asked
+        # A time compares every segment file's modification time: stats (maybe of a cold
+        # directory) leave the loop.  Retention may unlink a segment meanwhile: ask again.
+        for _attempt in range(OFFSETS_ATTEMPTS):
+            try:
+                return await self._run_blocking(functools.partial(
+                    log.offsets_before, request.time_ms, request.max_offsets, now_ms))
+            except FileNotFoundError:
+                continue
+        raise CloseConnection(f"offsets for {request.topic}-{request.partition}: segments kept vanishing")
 
     # ----------------------------------------------------------------- PRODUCE_ACKED (§16.1)
 

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from ...log.errors import OffsetOutOfRangeError
-from ...wire import ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
+from ...wire import ACKS_FLUSHED
 from ...wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 from ...wire.requests import FetchPart, OffsetsRequest, ProducePart
@@ -109,17 +109,16 @@ def fetch(manager: ReplicaManager, part: FetchPart) -> tuple[ErrorCode, Any]:
         return ErrorCode.OFFSET_OUT_OF_RANGE, None
 
 
-def offsets(manager: ReplicaManager, request: OffsetsRequest, now_ms: int) -> list[int] | None:
-    """OFFSETS on a replica (None: this broker holds none); offsets never pass the high watermark."""
+def offsets_target(manager: ReplicaManager, request: OffsetsRequest) -> tuple[Any, int] | None:
+    """The replica's log OFFSETS reads and the end its answers stop at (None: no replica here)."""
     hosted = manager.hosted.get((request.topic, request.partition))
     if hosted is None:
         return None
-    end = hosted.consumer_end()
-    if request.time_ms == OFFSETS_LATEST:
-        return [end][:max(request.max_offsets, 0)]
-    if request.time_ms == OFFSETS_EARLIEST:
-        return [min(hosted.log.start_offset, end)][:max(request.max_offsets, 0)]
-    found = hosted.log.offsets_before(request.time_ms, request.max_offsets, now_ms)
+    return hosted.log, hosted.consumer_end()
+
+
+def clamp_offsets(found: list[int], end: int) -> list[int]:
+    """OFFSETS answers of a replica, newest first, never past the committed ``end``."""
     return sorted({min(o, end) for o in found}, reverse=True)
 
 
