@@ -96,3 +96,32 @@ async def test_a_topic_created_compacted_by_the_cli_is_compacted_by_the_broker(z
         got = bytes(consumer.stdout).decode().splitlines()
         assert len(got) < len(sent)
         assert dict(line.split("=", 1) for line in got[:-1]) == {f"user{k}": f"round 19 {'v' * 20}" for k in range(10)}
+
+
+async def test_a_standalone_broker_keeps_create_topic_settings_and_compacts(tmp_path):
+    """The issue-17 contract without ZooKeeper: `topics create --config ... --broker` (CREATE_TOPIC
+    carries the settings, docs/protocol.md §9.5); a bad key is refused and creates nothing; the
+    settings survive a restart."""
+    ready = tmp_path / "port"
+    data = tmp_path / "data"
+    async with child_process("serve", "--standalone", "--broker-id", "1", "--port", "0", "--log-dir", str(data),
+                             "--ready-file", str(ready), *SERVE) as broker:
+        await broker.wait_for_stderr(READY_MARKER)
+        port = int(ready.read_text())
+        async with child_process("topics", "create", "bad", "--partitions", "1", "--config", "cleanup.policy=sometimes",
+                                 "--broker", f"127.0.0.1:{port}") as refused:
+            assert await refused.wait() == 2
+        assert b"cleanup.policy" in refused.stderr and not (data / "bad-0").exists()
+        async with child_process("topics", "create", "kv", "--partitions", "1", "--config", "cleanup.policy=compact",
+                                 "--broker", f"127.0.0.1:{port}", stdout=subprocess.PIPE) as create:
+            assert await create.wait() == 0, create.stderr.decode()
+        assert b"topic 'kv' has 1 partition on" in create.stdout
+        assert b'"kv":{"cleanup.policy":"compact"}' in (data / ".trikafka-topic-settings.json").read_bytes()
+    # A new process on the same log dir: the stored setting is in force again.
+    async with child_process("serve", "--standalone", "--broker-id", "1", "--port", "0", "--log-dir", str(data),
+                             "--ready-file", str(ready), *SERVE) as broker:
+        await broker.wait_for_stderr(READY_MARKER)
+        port = int(ready.read_text())
+        sent = [f"user{k}:round {r} {'v' * 20}" for r in range(20) for k in range(10)]
+        await produce(port, "kv", lines(*sent), "--acks", "-1", "--key-separator", ":", "--batch", "50")
+        await broker.wait_for_stderr(b"trikafka.broker.cleaner: cleaned kv-0")  # the broker's own policy: delete

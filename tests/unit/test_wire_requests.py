@@ -48,6 +48,8 @@ EVERY_REQUEST = [
     MetadataRequest(("a", "b.c-d_e", "a")),
     CreateTopicRequest("events", 8),
     CreateTopicRequest("x", -1),
+    CreateTopicRequest("kv", 2, (("cleanup.policy", "compact"), ("min.compaction.lag.ms", "0"))),
+    CreateTopicRequest("kv", 1, (("ключ", "значение ✓"),)),
 ]
 IDS = [f"{type(r).__name__}-{i}" for i, r in enumerate(EVERY_REQUEST)]
 
@@ -312,3 +314,21 @@ def test_encode_accepts_the_extremes():
     reader = RequestReader()
     reader.receive_data(encode_request(req))
     assert reader.next_event() == req
+
+
+def test_create_topic_without_settings_keeps_its_first_encoding():
+    frame = encode_request(CreateTopicRequest("events", 8))
+    assert frame == struct.pack(">ih", 2 + 2 + 6 + 4, 103) + struct.pack(">h", 6) + b"events" + struct.pack(">i", 8)
+
+
+@pytest.mark.parametrize("tail, message", [
+    (struct.pack(">h", 3) + struct.pack(">h", 1) + b"k", "too short"),  # a count larger than what follows
+    (struct.pack(">h", -1), "negative"),
+    (struct.pack(">h", 1) + struct.pack(">h", 2) + b"\xff\xfe" + struct.pack(">h", 0), "not UTF-8"),
+])
+def test_create_topic_settings_from_a_peer_are_checked(tail, message):
+    body = struct.pack(">h", 103) + struct.pack(">h", 1) + b"t" + struct.pack(">i", 1) + tail
+    reader = RequestReader()
+    reader.receive_data(struct.pack(">i", len(body)) + body)
+    with pytest.raises(RemoteProtocolError, match=message):
+        reader.next_event()

@@ -9,7 +9,7 @@ worker thread, one creation per log), never on the loop.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import trio
 
@@ -24,6 +24,8 @@ from trikafka.wire.metadata import (
     encode_metadata_response,
 )
 from trikafka.wire.requests import CreateTopicRequest, MetadataRequest
+
+from .topic_settings import TopicConfigError, check_topic_config
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ class TopicAdmin:
         # Other live brokers, for a broker that watches the registry (replication).
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self._create_lock = trio.Lock()  # one creation at a time: checks and creation stay atomic
+        # Where CREATE_TOPIC's settings go (docs/protocol.md §9.5): set by the broker's wiring.
+        self.store_settings: Callable[[str, dict[str, str]], Awaitable[bool]] = _settings_not_kept
 
     # ----------------------------------------------------------------- METADATA
 
@@ -77,9 +81,23 @@ class TopicAdmin:
     # ----------------------------------------------------------------- CREATE_TOPIC
 
     async def create_topic(self, request: CreateTopicRequest) -> bytes:
-        """Create every partition log of the topic (durably) and answer the resulting count."""
+        """Create every partition log of the topic (durably) and answer the resulting count.
+
+        Settings sent with it are checked first (INVALID_CONFIG: nothing created),
+        then stored by ``store_settings`` (ZooKeeper, or the standalone broker's file).
+        """
         async with self._create_lock:
+            settings = dict(request.settings)
+            if settings:
+                try:
+                    check_topic_config(settings, replicated=False)
+                except TopicConfigError as exc:
+                    logger.warning("CREATE_TOPIC %s refused: %s", request.topic, exc)
+                    return encode_create_topic_response(CreateTopicResult(ErrorCode.INVALID_CONFIG, -1))
             result = await self._create(request.topic, request.partitions)
+            if settings and result.error == ErrorCode.NO_ERROR and not await self.store_settings(request.topic,
+                                                                                                  settings):
+                result = CreateTopicResult(ErrorCode.UNKNOWN, result.partitions)  # created, settings not kept
         return encode_create_topic_response(result)
 
     async def _create(self, topic: str, partitions: int) -> CreateTopicResult:
@@ -107,3 +125,7 @@ class TopicAdmin:
         if len(had) < partitions:
             logger.info("created topic %s with %d partitions", topic, partitions)
         return CreateTopicResult(ErrorCode.NO_ERROR, manager.partitions_for(topic))
+
+
+async def _settings_not_kept(topic: str, settings: dict[str, str]) -> bool:
+    raise AssertionError(f"no place to keep the settings of {topic!r}")  # the broker always wires one

@@ -60,7 +60,8 @@ from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .retention import RetentionDeleter
-from .topic_config import watch_topic_configs
+from .topic_config import TopicOverrides, watch_topic_configs, zookeeper_settings_store
+from .topic_settings_file import LocalTopicSettings
 from .waiters import VisibleEndWaiters
 
 logger = logging.getLogger(__name__)
@@ -247,6 +248,11 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                            observe_flush_s=wiring.metrics.flushes.observe).run)
         cleaner = CleanerService(log_manager, config, fs, clock_ms,
                                  run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
+        local_settings = None
+        if not config.enable_zookeeper:  # per-topic settings from CREATE_TOPIC live in the log dir (§9.5)
+            local_settings = LocalTopicSettings(fs, config.log_dir, TopicOverrides(config, log_manager, cleaner),
+                                                run_blocking or trio.to_thread.run_sync)
+            await (run_blocking or trio.to_thread.run_sync)(local_settings.load)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
@@ -259,6 +265,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
         handler.refused_types = wiring.refuse_requests
         handler.admin = TopicAdmin(handler=handler, log_manager=log_manager,
                                    max_message_size=config.max_message_size)
+        if local_settings is not None:
+            handler.admin.store_settings = local_settings.store
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
@@ -292,6 +300,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking or trio.to_thread.run_sync, open_stream=wiring.open_stream)
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
+                    handler.admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import trio
 
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import InvalidPathError
+from trikafka.zk.errors import CoordinatorError, InvalidPathError
 from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
-from trikafka.zk.topic_config_store import decode_topic_config
+from trikafka.zk.topic_config_store import decode_topic_config, update_topic_config
 
 from .config import BrokerConfig
 from .topic_settings import LOG_KEYS, LogOverrides, TopicConfigError, log_overrides
@@ -45,13 +45,10 @@ class TopicConfigWatcher:
 
     def __init__(self, zk: Coordinator, config: BrokerConfig, log_manager: Any, cleaner: Any):
         self._zk = zk
-        self._config = config
-        self._log_manager = log_manager
-        self._cleaner = cleaner
+        self._overrides = TopicOverrides(config, log_manager, cleaner)
         self._plain: dict[str, dict[str, str]] = {}
         self._replicated: dict[str, dict[str, str]] = {}
-        self._retention_overridden: set[str] = set()
-        self.applied: dict[str, LogOverrides] = {}  # what is in force, per topic
+        self.applied = self._overrides.applied  # what is in force, per topic
         self.changed = trio.Event()  # set (and replaced) after each applied change: tests wait on it
         self._nursery: trio.Nursery | None = None
 
@@ -104,9 +101,28 @@ class TopicConfigWatcher:
 
     def _apply(self, topic: str) -> None:
         stored = self._replicated.get(topic, self._plain.get(topic, {}))  # a replicated topic's znode wins
+        if self._overrides.apply(topic, stored):
+            logger.info("topic %s: settings from ZooKeeper: %s", topic,
+                        {k: v for k, v in stored.items() if k in LOG_KEYS} or "none (the broker's own)")
+            self.changed.set()
+            self.changed = trio.Event()
+
+
+class TopicOverrides:
+    """Puts a topic's stored settings in force on this broker: the cleaner's and the log manager's."""
+
+    def __init__(self, config: BrokerConfig, log_manager: Any, cleaner: Any):
+        self._config = config
+        self._log_manager = log_manager
+        self._cleaner = cleaner
+        self._retention_overridden: set[str] = set()
+        self.applied: dict[str, LogOverrides] = {}  # what is in force, per topic
+
+    def apply(self, topic: str, stored: dict[str, str]) -> bool:
+        """Apply ``stored`` (bad keys logged and skipped); whether anything changed."""
         overrides = _parse_leniently(topic, stored)
         if overrides == self.applied.get(topic, LogOverrides()):
-            return
+            return False
         if overrides == LogOverrides():
             self.applied.pop(topic, None)
             self._cleaner.overrides.pop(topic, None)
@@ -123,10 +139,7 @@ class TopicConfigWatcher:
         elif topic in self._retention_overridden:
             self._log_manager.override_topic_config(topic, None)
             self._retention_overridden.discard(topic)
-        logger.info("topic %s: settings from ZooKeeper: %s", topic,
-                    {k: v for k, v in stored.items() if k in LOG_KEYS} or "none (the broker's own)")
-        self.changed.set()
-        self.changed = trio.Event()
+        return True
 
 
 def _parse_leniently(topic: str, stored: dict[str, str]) -> LogOverrides:
@@ -147,3 +160,16 @@ async def watch_topic_configs(zookeeper: Any, config: BrokerConfig, log_manager:
                               task_status: trio.TaskStatus[TopicConfigWatcher] = trio.TASK_STATUS_IGNORED) -> None:
     """Run a :class:`TopicConfigWatcher` on the registered broker's session (``zookeeper``: a BrokerZooKeeper)."""
     await TopicConfigWatcher(zookeeper.coordinator, config, log_manager, cleaner).run(task_status=task_status)
+
+
+def zookeeper_settings_store(zk: Coordinator) -> Callable[[str, dict[str, str]], Awaitable[bool]]:
+    """CREATE_TOPIC's settings on a broker with ZooKeeper: into the topic's settings znode (every
+    broker's watcher applies them); False when ZooKeeper could not be written."""
+    async def store(topic: str, settings: dict[str, str]) -> bool:
+        try:
+            await update_topic_config(zk, topic, lambda current, replicated: {**current, **settings})
+        except CoordinatorError as exc:
+            logger.error("topic %s: settings not stored in ZooKeeper: %s", topic, exc)
+            return False
+        return True
+    return store

@@ -3,8 +3,8 @@
 ``topics create NAME --partitions N`` without ``--replication-factor`` or
 ``--config`` stays the plain CREATE_TOPIC of ``topics.py``.  With
 ``--replication-factor R`` (1 included) the topic is replicated; with only
-``--config`` it is a plain topic whose settings go to ZooKeeper, which then
-needs ``--zookeeper``.
+``--config`` it is a plain topic whose settings go to ZooKeeper (``--zookeeper``)
+or ride its CREATE_TOPIC to the one broker named (``--broker``, docs §9.5).
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def cmd_admin(args: argparse.Namespace) -> int:
     action = args.topic[0]
     if args.zookeeper is None:
         if action == "create" and args.replication_factor is None:
-            print("trikafka: --config needs --zookeeper HOST:PORT: a plain topic's settings live in ZooKeeper "
-                  "(CREATE_TOPIC carries none)", file=sys.stderr)
-            return 2
+            # A plain topic with settings, created through one broker: CREATE_TOPIC carries them (§9.5).
+            status = run_client_value(_guarded, (_create_through_broker, args))
+            return 1 if status is None else status
         args.zookeeper = default_zookeeper()
     run = {"create": _create, "describe": _describe, "alter": _alter, "reassign": _reassign}[action]
     status = run_client_value(_guarded, (run, args))
@@ -189,18 +189,28 @@ async def _create_plain(zk, name: str, partitions: int, config: dict[str, str], 
     return 0 if all(created) else 1
 
 
-async def create_on_broker(host: str, port: int, name: str, partitions: int) -> bool:
+async def _create_through_broker(args: argparse.Namespace) -> int:
+    """``topics create NAME --partitions N --config K=V --broker H:P``: the settings ride CREATE_TOPIC."""
+    config = _settings(args, replicated=False)
+    host, port = args.broker
+    return 0 if await create_on_broker(host, port, args.topic[1], args.partitions, config) else 1
+
+
+async def create_on_broker(host: str, port: int, name: str, partitions: int,
+                           settings: dict[str, str] | None = None) -> bool:
     """CREATE_TOPIC on one broker, the result printed (a one-line reason on stderr); whether it exists now."""
     from trikafka.client import connect
     from trikafka.wire import ErrorCode
 
     async with await connect(host, port) as conn:
-        result = await conn.create_topic(name, partitions)
+        result = await conn.create_topic(name, partitions, settings)
     if result.error == ErrorCode.NO_ERROR:
         print(f"trikafka: topic {name!r} has {plural(result.partitions, 'partition')} on {host}:{port}")
         return True
     if result.error == ErrorCode.INVALID_TOPIC:
         reason = "the broker rejects the topic name"
+    elif result.error == ErrorCode.INVALID_CONFIG:
+        reason = "the broker rejects a setting (see its log)"
     elif result.partitions >= 0:
         reason = f"it exists with {plural(result.partitions, 'partition')}"
     else:

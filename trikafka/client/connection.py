@@ -299,14 +299,16 @@ class Connection:
         self._expect_no_error(frame, "METADATA")
         return await self._decode(decode_metadata_payload, frame.payload)
 
-    async def create_topic(self, topic: str, partitions: int) -> CreateTopicResult:
-        """CREATE_TOPIC (type 103): create partitions ``0 .. partitions-1`` of ``topic``.
+    async def create_topic(self, topic: str, partitions: int,
+                           settings: dict[str, str] | None = None) -> CreateTopicResult:
+        """CREATE_TOPIC (type 103): create partitions ``0 .. partitions-1`` of ``topic`` with ``settings``.
 
         The result's ``error`` is 0 (created, or already exactly so), 7 (name not
-        accepted), 9 (exists with another count, given in ``partitions``) or 10
-        (count out of range).  Raises ``ExtensionNotSupported`` against 0.7.
+        accepted), 9 (exists with another count, given in ``partitions``), 10
+        (count out of range) or 11 (a setting refused: nothing created).
+        Raises ``ExtensionNotSupported`` against 0.7.
         """
-        frame = await self._call(CreateTopicRequest(topic, partitions))
+        frame = await self._call(CreateTopicRequest(topic, partitions, tuple(sorted((settings or {}).items()))))
         self._expect_no_error(frame, "CREATE_TOPIC")
         return await self._decode(decode_create_topic_payload, frame.payload)
 

@@ -32,6 +32,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_TOPIC = 8  # METADATA: no partition log of the topic on this broker
     TOPIC_ALREADY_EXISTS = 9  # CREATE_TOPIC: exists with another partition count
     INVALID_PARTITIONS = 10  # CREATE_TOPIC: partition count out of range
+    INVALID_CONFIG = 11  # CREATE_TOPIC: a setting is unknown or has a bad value
     # Replication (docs/protocol.md §12.5); numbered from 20 to stay clear of others.
     NOT_LEADER_FOR_PARTITION = 20
     FENCED_LEADER_EPOCH = 21

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from .errors import LocalProtocolError, RemoteProtocolError
+from .cursor import FieldCursor, encode_string16
 from .topics import TOPIC_ENCODING, TOPIC_ERRORS, TOPIC_NAME_MAX_CHARS, is_valid_topic  # noqa: F401 (re-exported)
 
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
@@ -168,10 +169,11 @@ class MetadataRequest:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopicRequest:
-    """CREATE_TOPIC (type 103): create partitions ``0 .. partitions-1`` of ``topic``."""
+    """CREATE_TOPIC (type 103): create partitions ``0 .. partitions-1`` of ``topic``, with ``settings``."""
 
     topic: str
     partitions: int
+    settings: tuple[tuple[str, str], ...] = ()  # per-topic settings (key, value) (docs §9.5)
     type = RequestType.CREATE_TOPIC
 
 
@@ -266,8 +268,10 @@ def _encode_body(req: Request) -> list[bytes]:
     if isinstance(req, MetadataRequest):
         return [_encode_count(len(req.topics))] + [encode_topic(t) for t in req.topics]
     if isinstance(req, CreateTopicRequest):
-        return [encode_topic(req.topic),
-                _INT32.pack(_check_int("partitions", req.partitions, INT32_MIN, INT32_MAX))]
+        body = [encode_topic(req.topic), _INT32.pack(_check_int("partitions", req.partitions, INT32_MIN, INT32_MAX))]
+        if req.settings:  # absent when there are none: the request stays byte-identical to before
+            body += [_encode_count(len(req.settings))] + [encode_string16(x) for kv in req.settings for x in kv]
+        return body
     codec = EXTENSION_BODIES.get(getattr(req, "type", None))
     if codec is not None:
         return codec[0](req)
@@ -286,81 +290,25 @@ def encode_request(req: Request) -> bytes:
 # --------------------------------------------------------------------------- decoding
 
 
-class FieldCursor:
-    """Reads big-endian fields from a peer's bytes; running short is the peer's fault.
+def _produce_part(cur: FieldCursor) -> ProducePart:
+    topic, partition = cur.topic(), cur.int32("partition")
+    return ProducePart(topic, partition, cur.sized_bytes("messageSet"))
 
-    Used for request bodies here and for extension response payloads
-    (``metadata.py``); ``kind`` names which in error messages.
-    """
 
-    __slots__ = ("_data", "_pos", "_kind")
-
-    def __init__(self, data: bytes, pos: int = 0, kind: str = "request body"):
-        self._data = data
-        self._pos = pos
-        self._kind = kind
-
-    @property
-    def remaining(self) -> int:
-        return len(self._data) - self._pos
-
-    def _take(self, n: int, what: str) -> int:
-        start = self._pos
-        if len(self._data) - start < n:
-            raise RemoteProtocolError(f"{self._kind} too short for {what}")
-        self._pos = start + n
-        return start
-
-    def int16(self, what: str) -> int:
-        return _INT16.unpack_from(self._data, self._take(2, what))[0]
-
-    def int32(self, what: str) -> int:
-        return _INT32.unpack_from(self._data, self._take(4, what))[0]
-
-    def int64(self, what: str) -> int:
-        return _INT64.unpack_from(self._data, self._take(8, what))[0]
-
-    def count(self, what: str) -> int:
-        n = self.int16(what)
-        if n < 0:
-            raise RemoteProtocolError(f"negative {what} {n}")
-        return n
-
-    def topic(self) -> str:
-        n = self.int16("topic length")
-        if n < 0:
-            raise RemoteProtocolError(f"negative topic length {n}")
-        start = self._take(n, "topic")
-        return self._data[start:start + n].decode(TOPIC_ENCODING, TOPIC_ERRORS)
-
-    def sized_bytes(self, what: str) -> bytes:
-        n = self.int32(f"{what} size")
-        if n < 0:
-            raise RemoteProtocolError(f"negative {what} size {n}")
-        start = self._take(n, what)
-        return self._data[start:start + n]
-
-    def produce_part(self) -> ProducePart:
-        topic = self.topic()
-        partition = self.int32("partition")
-        return ProducePart(topic, partition, self.sized_bytes("messageSet"))
-
-    def fetch_part(self) -> FetchPart:
-        topic = self.topic()
-        partition = self.int32("partition")
-        offset = self.int64("offset")
-        return FetchPart(topic, partition, offset, self.int32("maxSize"))
+def _fetch_part(cur: FieldCursor) -> FetchPart:
+    topic, partition, offset = cur.topic(), cur.int32("partition"), cur.int64("offset")
+    return FetchPart(topic, partition, offset, cur.int32("maxSize"))
 
 
 def _decode_body(kind: RequestType, cur: FieldCursor) -> Request:
     if kind == RequestType.PRODUCE:
-        return ProduceRequest(cur.produce_part())
+        return ProduceRequest(_produce_part(cur))
     if kind == RequestType.FETCH:
-        return FetchRequest(cur.fetch_part())
+        return FetchRequest(_fetch_part(cur))
     if kind == RequestType.MULTIFETCH:
-        return MultiFetchRequest(tuple(cur.fetch_part() for _ in range(cur.count("part count"))))
+        return MultiFetchRequest(tuple(_fetch_part(cur) for _ in range(cur.count("part count"))))
     if kind == RequestType.MULTIPRODUCE:
-        return MultiProduceRequest(tuple(cur.produce_part() for _ in range(cur.count("part count"))))
+        return MultiProduceRequest(tuple(_produce_part(cur) for _ in range(cur.count("part count"))))
     if kind == RequestType.OFFSETS:
         topic = cur.topic()
         partition = cur.int32("partition")
@@ -369,19 +317,21 @@ def _decode_body(kind: RequestType, cur: FieldCursor) -> Request:
     if kind == RequestType.PRODUCE_ACKED:
         acks = cur.int16("acks")
         timeout_ms = cur.int32("timeout_ms")
-        parts = tuple(cur.produce_part() for _ in range(cur.count("part count")))
+        parts = tuple(_produce_part(cur) for _ in range(cur.count("part count")))
         return ProduceAckedRequest(acks, timeout_ms, parts)
     if kind == RequestType.METADATA:
         return MetadataRequest(tuple(cur.topic() for _ in range(cur.count("topic count"))))
     if kind == RequestType.CREATE_TOPIC:
-        topic = cur.topic()
-        return CreateTopicRequest(topic, cur.int32("partitions"))
+        topic, partitions = cur.topic(), cur.int32("partitions")
+        settings = tuple((cur.string16("key"), cur.string16("value")) for _ in range(cur.count("settings")))\
+            if cur.remaining else ()
+        return CreateTopicRequest(topic, partitions, settings)
     if kind in EXTENSION_BODIES:
         return EXTENSION_BODIES[kind][1](kind, cur)
     assert kind == RequestType.FETCH_WAIT
     max_wait_ms = cur.int32("max_wait_ms")
     min_bytes = cur.int32("min_bytes")
-    parts = tuple(cur.fetch_part() for _ in range(cur.count("part count")))
+    parts = tuple(_fetch_part(cur) for _ in range(cur.count("part count")))
     return FetchWaitRequest(max_wait_ms, min_bytes, parts)
 
 

@@ -1,0 +1,78 @@
+"""A standalone broker's per-topic settings, kept in its log dir (docs/protocol.md §9.5).
+
+Without ZooKeeper there is no ``/trikafka/config/topics``; settings sent with
+CREATE_TOPIC are applied on this broker (``topic_config.TopicOverrides``) and
+kept in ``<log-dir>/.trikafka-topic-settings.json`` so a restart keeps them.
+The file is replaced atomically (temporary file, fsync, rename, directory
+fsync); every read and write is blocking and runs where the caller says
+(a worker thread for the broker).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Awaitable, Callable
+
+from trikafka.log.fs import FileSystem
+from trikafka.log.names import TOPIC_SETTINGS_FILE
+
+logger = logging.getLogger(__name__)
+
+FILE_VERSION = 1
+
+
+def encode_settings_file(topics: dict[str, dict[str, str]]) -> bytes:
+    """The file's bytes (compact JSON, keys sorted)."""
+    return json.dumps({"version": FILE_VERSION, "topics": topics}, sort_keys=True,
+                      separators=(",", ":")).encode("utf-8")
+
+
+def decode_settings_file(data: bytes) -> dict[str, dict[str, str]]:
+    """Topic -> settings; ValueError for anything that is not the documented shape."""
+    obj = json.loads(data.decode("utf-8"))
+    topics = obj.get("topics") if isinstance(obj, dict) else None
+    if not isinstance(topics, dict) or not all(
+            isinstance(t, str) and isinstance(c, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in c.items()) for t, c in topics.items()):
+        raise ValueError("not a topic settings file")
+    return {t: dict(c) for t, c in topics.items()}
+
+
+class LocalTopicSettings:
+    """The settings file of one log dir, and the overrides it puts in force."""
+
+    def __init__(self, fs: FileSystem, log_dir: str, overrides: Any,
+                 run_blocking: Callable[..., Awaitable[Any]]):
+        self._fs = fs
+        self._path = os.path.join(log_dir, TOPIC_SETTINGS_FILE)
+        self._overrides = overrides
+        self._run_blocking = run_blocking
+        self.topics: dict[str, dict[str, str]] = {}
+
+    def load(self) -> None:
+        """Read the file (blocking) and apply every topic's settings; a bad file is logged and ignored."""
+        if self._fs.exists(self._path):
+            try:
+                self.topics = decode_settings_file(self._fs.read_file(self._path))
+            except (ValueError, UnicodeDecodeError) as exc:
+                logger.error("ignoring %s: %s", self._path, exc)
+        for topic, settings in self.topics.items():
+            self._overrides.apply(topic, settings)
+
+    async def store(self, topic: str, settings: dict[str, str]) -> bool:
+        """Keep ``settings`` for ``topic`` (durably, off the loop), then put them in force; True."""
+        if self.topics.get(topic) == settings:
+            return True
+        topics = {**self.topics, topic: dict(settings)}
+        await self._run_blocking(lambda: self._write(encode_settings_file(topics)))
+        self.topics = topics
+        self._overrides.apply(topic, settings)
+        return True
+
+    def _write(self, data: bytes) -> None:
+        temp = self._path + ".tmp"
+        self._fs.write_synced(temp, data)
+        self._fs.rename(temp, self._path)
+        self._fs.fsync_dir(os.path.dirname(self._path) or ".")

@@ -1,0 +1,91 @@
+"""Reading a peer's bytes field by field, and the string16 encoding of free text (sans-I/O).
+
+``FieldCursor`` reads request bodies and extension response payloads; running
+short is always the peer's fault (``RemoteProtocolError``).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .errors import LocalProtocolError, RemoteProtocolError
+from .topics import TOPIC_ENCODING, TOPIC_ERRORS
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+STRING16_MAX_BYTES = 32767
+
+
+def encode_string16(text: str) -> bytes:
+    """UTF-8 text as a string16; LocalProtocolError if longer than a string16 allows."""
+    raw = text.encode("utf-8")
+    if len(raw) > STRING16_MAX_BYTES:
+        raise LocalProtocolError(f"string of {len(raw)} bytes is longer than a string16 allows")
+    return _INT16.pack(len(raw)) + raw
+
+
+class FieldCursor:
+    """Reads big-endian fields from a peer's bytes; running short is the peer's fault.
+
+    Used for request bodies here and for extension response payloads
+    (``metadata.py``); ``kind`` names which in error messages.
+    """
+
+    __slots__ = ("_data", "_pos", "_kind")
+
+    def __init__(self, data: bytes, pos: int = 0, kind: str = "request body"):
+        self._data = data
+        self._pos = pos
+        self._kind = kind
+
+    @property
+    def remaining(self) -> int:
+        return len(self._data) - self._pos
+
+    def _take(self, n: int, what: str) -> int:
+        start = self._pos
+        if len(self._data) - start < n:
+            raise RemoteProtocolError(f"{self._kind} too short for {what}")
+        self._pos = start + n
+        return start
+
+    def int16(self, what: str) -> int:
+        return _INT16.unpack_from(self._data, self._take(2, what))[0]
+
+    def int32(self, what: str) -> int:
+        return _INT32.unpack_from(self._data, self._take(4, what))[0]
+
+    def int64(self, what: str) -> int:
+        return _INT64.unpack_from(self._data, self._take(8, what))[0]
+
+    def count(self, what: str) -> int:
+        n = self.int16(what)
+        if n < 0:
+            raise RemoteProtocolError(f"negative {what} {n}")
+        return n
+
+    def topic(self) -> str:
+        n = self.int16("topic length")
+        if n < 0:
+            raise RemoteProtocolError(f"negative topic length {n}")
+        start = self._take(n, "topic")
+        return self._data[start:start + n].decode(TOPIC_ENCODING, TOPIC_ERRORS)
+
+    def sized_bytes(self, what: str) -> bytes:
+        n = self.int32(f"{what} size")
+        if n < 0:
+            raise RemoteProtocolError(f"negative {what} size {n}")
+        start = self._take(n, what)
+        return self._data[start:start + n]
+
+    def string16(self, what: str) -> str:
+        """A UTF-8 string16 (RemoteProtocolError if it is not UTF-8)."""
+        n = self.int16(f"{what} length")
+        if n < 0:
+            raise RemoteProtocolError(f"negative {what} length {n}")
+        start = self._take(n, what)
+        try:
+            return self._data[start:start + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemoteProtocolError(f"{what} is not UTF-8") from None
