@@ -31,6 +31,7 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "spark": frozenset({"wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
     "mirror": frozenset({"wire", "zk", "client", "producer", "group"}),
     "testing": EVERYTHING,
+    "sim": EVERYTHING,  # the simulated world runs the real broker and clients (docs/simulation.md)
     "cli": EVERYTHING,
     "__main__": frozenset({"cli"}),
     "__init__": frozenset(),
@@ -54,6 +55,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "spark": frozenset({"pyspark", "pyarrow"}),
     "mirror": frozenset({"trio"}),
     "testing": EVERYTHING,
+    "sim": frozenset({"trio"}),
     "cli": EVERYTHING,
     "__main__": frozenset(),
     "__init__": frozenset(),

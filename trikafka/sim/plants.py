@@ -1,0 +1,73 @@
+"""Planted bugs: known-bad behaviours a simulation must catch (docs/simulation.md).
+
+Each plant swaps one decision of the real code for a wrong one, for the
+duration of one run, by replacing a module attribute the broker looks up at
+call time; production code carries no switch.  ``planted(name)`` is the
+context manager; ``PLANTS`` names them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from trikafka.broker.replication import controller, election, fetcher, hosted, isr
+from trikafka.wire.errors import ErrorCode
+
+
+async def _truncate_to_high_watermark(log, link) -> int:
+    # KIP-101's bug: cut to the HW this replica knew instead of asking the leader where epochs end.
+    target = min(log._hosted.high_watermark, log.end_offset)
+    await log.truncate_to(target)
+    return log.end_offset
+
+
+def _commit_at_once(self, required_end: int) -> ErrorCode | None:
+    # Acknowledge acks -1 once the leader appended, before the ISR has the bytes.
+    return ErrorCode.NO_ERROR
+
+
+def _elect_any_live_replica(state, replicas, cluster, config, controller_epoch):
+    # Unclean election with unclean.leader.election.enable=false: any live replica may lead.
+    decided = election.elect(state, replicas, cluster, config, controller_epoch)
+    if decided is not None and decided.leader == election.NO_LEADER:
+        live = [r for r in replicas if r in cluster.live and r not in cluster.shutting_down]
+        if live:
+            return election.PartitionState(live[0], decided.leader_epoch, (live[0],), controller_epoch)
+    return decided
+
+
+async def _lead_without_recording_the_epoch(self, state) -> None:
+    # A new leader that skips its epoch-file record: followers then truncate by a wrong history.
+    real_assign = self.epochs.assign
+    self.epochs.assign = lambda epoch, start_offset: True
+    try:
+        await _REAL_BECOME_LEADER(self, state)
+    finally:
+        self.epochs.assign = real_assign
+
+
+_REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
+
+# name -> (object, attribute, the wrong value)
+PLANTS = {
+    "truncate-to-hw": (fetcher, "truncate_by_epoch", _truncate_to_high_watermark),
+    "ack-before-isr": (isr.LeaderPartition, "commit_status", _commit_at_once),
+    "unclean-election": (controller, "elect", _elect_any_live_replica),
+    "unrecorded-epoch": (hosted.HostedPartition, "_become_leader", _lead_without_recording_the_epoch),
+}
+
+
+@contextlib.contextmanager
+def planted(name: str | None) -> Iterator[None]:
+    """Run the block with the planted bug ``name`` (None: the code as it is)."""
+    if name is None:
+        yield
+        return
+    target, attribute, wrong = PLANTS[name]
+    real = getattr(target, attribute)
+    setattr(target, attribute, wrong)
+    try:
+        yield
+    finally:
+        setattr(target, attribute, real)

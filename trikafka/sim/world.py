@@ -1,0 +1,308 @@
+"""One seed, one simulated cluster: the real brokers under faults on a virtual clock.
+
+``run_seed`` runs three real brokers (``trikafka.testing.open_cluster``: the
+real broker, replica manager, controller and follower tasks) on fake file
+systems, a fake ZooKeeper and an in-memory network, in one Trio run on a
+``MockClock`` whose scheduling is a function of the seed
+(``determinism.py``).  A producer writes with acks -1, a consumer reads
+committed bytes from any replica, and a nemesis injects the named faults;
+then every fault heals, the cluster settles and ``checker`` judges the end
+state.  Every random choice comes from ``random.Random(seed)``; the trace of
+events hashes to the same digest on every run of the seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+import trio
+import trio.testing
+
+from trikafka.client import ClientError, connect
+from trikafka.testing import open_cluster
+from trikafka.wire import ErrorCode, RemoteProtocolError, RequestType, build_message_set
+from trikafka.wire.reading import parse_entries
+from trikafka.zk.replication_store import create_topic, read_state
+from trikafka.zk.replication_values import PartitionState, TopicAssignment
+
+from .checker import Ledger, Violation, check_end_state
+from .determinism import Trace, deterministic_trio
+from .plants import planted
+
+TOPIC = "sim"
+REPLICAS = ((0, 1, 2), (1, 2, 0))
+FAULTS = ("restart", "stall", "isolate", "expire")
+REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
+PRODUCE_RATE_PER_S = 20.0
+FAULT_GAP_S = (0.2, 2.0)
+MAX_LATENCY_S = 0.03
+SETTLE_S = 60.0  # after healing, simulated: session expiries, elections and catch-up fit in it
+REQUEST_TIMEOUT_S = 5.0
+FETCH_BYTES = 64 * 1024
+
+
+@dataclass
+class SimResult:
+    """The outcome of one seed."""
+
+    seed: int
+    ok: bool
+    digest: str
+    simulated_s: float
+    violation: Violation | None = None
+    context: list[str] = field(default_factory=list)  # the trace just before the violation
+    acked: int = 0
+    faults: int = 0
+    trace_lines: list[str] = field(default_factory=list)
+
+
+def parse_faults(text: str) -> tuple[str, ...]:
+    """``restart,stall`` -> the fault names; ValueError naming an unknown one."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(FAULTS)})")
+    return names
+
+
+def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = FAULTS,
+             plant: str | None = None) -> SimResult:
+    """Run one seed (blocking: its own ``trio.run``) and judge it."""
+    trace = Trace()
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    previous = logging.getLogger("trikafka").level
+    logging.getLogger("trikafka").setLevel(logging.CRITICAL)  # a broker's own fault logging is noise here
+    try:
+        with deterministic_trio(seed), planted(plant):
+            world = World(seed, duration_s, faults, trace)
+            trio.run(world.run, clock=clock)
+    finally:
+        logging.getLogger("trikafka").setLevel(previous)
+    violation = world.violation
+    context = trace.around(violation.trace_index if violation.trace_index >= 0 else len(trace.lines)) \
+        if violation else []
+    return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context,
+                     len(world.ledger.acked), world.faults, trace.lines)
+
+
+class World:
+    """Everything one seed runs."""
+
+    def __init__(self, seed: int, duration_s: float, faults: tuple[str, ...], trace: Trace):
+        self.rng = random.Random(seed)
+        self.seed, self.duration_s, self.fault_names, self.trace = seed, duration_s, faults, trace
+        self.ledger = Ledger()
+        self.violation: Violation | None = None
+        self.faults = 0
+        self.down: set[int] = set()
+        self.stalls: list[trio.Event] = []  # released at the latest when everything heals
+        self.busy: set[int] = set()  # brokers under a fault right now
+        self.cluster = None
+
+    def _fail(self, violation: Violation | None) -> None:
+        if violation is not None and self.violation is None:
+            self.trace.add(f"VIOLATION {violation.promise}: {violation.detail}")
+            self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
+
+    async def run(self) -> None:
+        async with open_cluster(3, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50))) as cluster, \
+                cluster.coordinator() as zk:
+            self.cluster, self.zk = cluster, zk
+            config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "1000"}
+            await create_topic(zk, TOPIC, TopicAssignment(REPLICAS, config),
+                               [PartitionState(r[0], 0, r, 0) for r in REPLICAS])
+            self.trace.add(f"topic {TOPIC}: replicas {REPLICAS}")
+            self._add_latency()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_leaders)
+                nursery.start_soon(self._produce)
+                nursery.start_soon(self._consume)
+                nursery.start_soon(self._nemesis)
+                await trio.sleep(self.duration_s)
+                nursery.cancel_scope.cancel()
+            await self._heal()
+            if self.violation is None:
+                await self._judge()
+
+    # ----------------------------------------------------------------- observers and clients
+
+    def _hosted(self, broker: int, partition: int):
+        replicas = self.cluster.brokers[broker].broker.replicas
+        return replicas.hosted.get((TOPIC, partition)) if replicas is not None else None
+
+    async def _watch_leaders(self) -> None:
+        while True:
+            for broker in range(3):
+                if broker in self.down:
+                    continue
+                for partition in range(len(REPLICAS)):
+                    hosted = self._hosted(broker, partition)
+                    if hosted is not None and hosted.leader is not None:
+                        self._fail(self.ledger.leading(partition, hosted.leader_epoch, broker))
+            await trio.sleep(0.01)
+
+    async def _leader(self, partition: int) -> int:
+        return (await read_state(self.zk, TOPIC, partition)).state.leader
+
+    async def _produce(self) -> None:
+        for seq in range(10**9):
+            await trio.sleep(self.rng.expovariate(PRODUCE_RATE_PER_S))
+            partition = self.rng.randrange(len(REPLICAS))
+            leader = await self._leader(partition)
+            if leader < 0 or leader in self.down:
+                continue
+            data = build_message_set([b"s%d.%d.%d" % (self.seed, seq, i) for i in range(self.rng.randint(1, 3))])
+            member = self.cluster.brokers[leader]
+            outcome = "timeout"
+            with trio.move_on_after(REQUEST_TIMEOUT_S):
+                try:
+                    async with await connect(member.host, member.port, open_stream=self.cluster.open_stream) as conn:
+                        [result] = await conn.produce_acked([(TOPIC, partition, data)], acks=-1, timeout_ms=2000)
+                    if result.error == ErrorCode.NO_ERROR:
+                        self.ledger.ack(partition, result.base_offset, data)
+                        outcome = f"acked @{result.base_offset}+{len(data)}"
+                    else:
+                        outcome = result.error.name
+                except (ClientError, OSError, RemoteProtocolError, trio.BrokenResourceError) as exc:
+                    outcome = type(exc).__name__
+            self.trace.add(f"produce p{partition} to {leader}: {outcome}")
+
+    async def _consume(self) -> None:
+        offsets = [0] * len(REPLICAS)
+        while True:
+            await trio.sleep(0.05)
+            partition = self.rng.randrange(len(REPLICAS))
+            broker = self.rng.randrange(3)
+            if broker in self.down:
+                continue
+            member = self.cluster.brokers[broker]
+            with trio.move_on_after(REQUEST_TIMEOUT_S):
+                try:
+                    async with await connect(member.host, member.port, open_stream=self.cluster.open_stream) as conn:
+                        result = await conn.fetch(TOPIC, partition, offsets[partition], FETCH_BYTES)
+                except (ClientError, OSError, RemoteProtocolError, trio.BrokenResourceError):
+                    continue
+                if result.error != ErrorCode.NO_ERROR or not result.data:
+                    continue
+                data = bytes(result.data)
+                parsed = parse_entries(data, offsets[partition])
+                for entry in parsed.entries:
+                    start = entry.offset - offsets[partition]
+                    self._fail(self.ledger.see(partition, entry.offset, data[start:start + entry.next_offset - entry.offset]))
+                if parsed.entries:
+                    self.trace.add(f"consume p{partition} from {broker}: {offsets[partition]}.."
+                                   f"{parsed.entries[-1].next_offset}")
+                    offsets[partition] = parsed.entries[-1].next_offset
+
+    # ----------------------------------------------------------------- faults
+
+    async def _nemesis(self) -> None:
+        """Start faults at random moments; they overlap, so two brokers may be out at once."""
+        async with trio.open_nursery() as faults:
+            while True:
+                await trio.sleep(self.rng.uniform(*FAULT_GAP_S))
+                fault = self.rng.choice(self.fault_names)
+                broker = self.rng.randrange(3)
+                if broker in self.down or broker in self.busy:
+                    continue
+                self.faults += 1
+                self.busy.add(broker)
+                faults.start_soon(self._fault, fault, broker, self.rng.choice((0.02, 0.3, 1.0, 4.0)) * self.rng.random())
+
+    async def _fault(self, fault: str, broker: int, duration_s: float) -> None:
+        self.trace.add(f"fault {fault} broker {broker} for {duration_s:.3f} s")
+        try:
+            if fault == "restart":  # a graceful stop (controlled shutdown), then the same disk again
+                self.down.add(broker)
+                await self.cluster.stop(broker)
+                await trio.sleep(duration_s)
+                await self.cluster.restart(broker)
+                self._push_hook(self.cluster.brokers[broker].address, self.latency)
+                self.down.discard(broker)
+            elif fault == "stall":  # every request to it waits: a paused process, its session kept
+                await self._stall(duration_s, lambda address, request: address == self.cluster.brokers[broker].address)
+            elif fault == "isolate":  # cut from the other replicas and from ZooKeeper; clients still reach it
+                self.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
+                await self._stall(duration_s, lambda address, request: request.type in REPLICATION_REQUESTS and (
+                    address == self.cluster.brokers[broker].address or request.replica_id == broker))
+            elif fault == "expire":
+                self.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
+        finally:
+            self.busy.discard(broker)
+        self.trace.add(f"healed {fault} broker {broker}")
+
+    async def _stall(self, duration_s: float, matches) -> None:
+        """Hold every request ``matches(address, request)`` selects for ``duration_s``."""
+        released = trio.Event()
+        self.stalls.append(released)
+        network = self.cluster.network
+
+        def hook_for(address):
+            async def hook(request):
+                if matches(address, request) and not released.is_set():
+                    await released.wait()
+            return hook
+
+        for member in self.cluster.brokers:
+            self._push_hook(member.address, hook_for(member.address))
+        try:
+            await trio.sleep(duration_s)
+        finally:
+            released.set()
+
+    def _add_latency(self) -> None:
+        """Every request takes 0 to ``MAX_LATENCY_S`` to arrive (brokers restarted later get it too)."""
+        async def latency(_request):
+            await trio.sleep(self.rng.uniform(0, MAX_LATENCY_S))
+
+        self.latency = latency
+        for member in self.cluster.brokers:
+            self._push_hook(member.address, latency)
+
+    def _push_hook(self, address, hook) -> None:
+        previous = self.cluster.network.before_request.get(address)
+
+        async def chained(request):
+            await hook(request)
+            if previous is not None:
+                await previous(request)
+
+        self.cluster.network.before_request[address] = chained
+
+    async def _heal(self) -> None:
+        for released in self.stalls:
+            released.set()
+        for broker in sorted(self.down):
+            await self.cluster.restart(broker)
+            self._push_hook(self.cluster.brokers[broker].address, self.latency)
+        self.down.clear()
+        self.trace.add("healed everything")
+
+    # ----------------------------------------------------------------- the end state
+
+    async def _settled(self) -> tuple[dict, dict, dict] | None:
+        leaders, isrs, hws = {}, {}, {}
+        for partition in range(len(REPLICAS)):
+            state = (await read_state(self.zk, TOPIC, partition)).state
+            hosted = self._hosted(state.leader, partition) if state.leader >= 0 else None
+            if hosted is None or hosted.leader is None or len(state.isr) < 3:
+                return None
+            ends = {self._hosted(b, partition).log.end_offset for b in range(3) if self._hosted(b, partition)}
+            if ends != {hosted.log.end_offset} or hosted.high_watermark != hosted.log.end_offset:
+                return None
+            leaders[partition], isrs[partition], hws[partition] = state.leader, state.isr, hosted.high_watermark
+        return leaders, isrs, hws
+
+    async def _judge(self) -> None:
+        with trio.move_on_after(SETTLE_S):
+            while (settled := await self._settled()) is None:
+                await trio.sleep(0.1)
+        if settled is None:
+            self._fail(Violation("the cluster heals", f"not settled {SETTLE_S:.0f} s after healing"))
+            return
+        leaders, isrs, hws = settled
+        logs = {p: {b: self.cluster.brokers[b].stored(TOPIC, p) for b in range(3)} for p in range(len(REPLICAS))}
+        self.trace.add(f"settled: leaders {leaders}, high watermarks {hws}, {len(self.ledger.acked)} acked")
+        self._fail(check_end_state(self.ledger, logs, leaders, isrs, hws))
