@@ -30,13 +30,13 @@ async def _wait_state(zk, predicate) -> PartitionState:
 
 async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as b2, zk_harness.client() as b3:
-        await create_topic(admin, "orders", TopicAssignment(((1, 2, 3),), {"min.insync.replicas": "2"}),
-                           [PartitionState(1, 0, (1, 2, 3), 0)])
         await _register(b2, 2)
         await _register(b3, 3)
         async with trio.open_nursery() as nursery:
             async with zk_harness.client() as b1:
-                await _register(b1, 1)
+                await _register(b1, 1)  # brokers register before topics are created on them
+                await create_topic(admin, "orders", TopicAssignment(((1, 2, 3),), {"min.insync.replicas": "2"}),
+                                   [PartitionState(1, 0, (1, 2, 3), 0)])
                 controller = Controller(b3, 3, reconcile_interval_s=0.2)
                 await nursery.start(controller.run)
                 other = Controller(b2, 2, reconcile_interval_s=0.2)
@@ -54,11 +54,11 @@ async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harnes
 
 async def test_controller_failover_and_offline_without_an_isr_candidate(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as b2:
-        await create_topic(admin, "orders", TopicAssignment(((1, 2),), {}), [PartitionState(1, 3, (1,), 0)])
         await _register(b2, 2)
         async with trio.open_nursery() as nursery:
             async with zk_harness.client() as b1:
                 await _register(b1, 1)
+                await create_topic(admin, "orders", TopicAssignment(((1, 2),), {}), [PartitionState(1, 3, (1,), 0)])
                 first = Controller(b1, 1, reconcile_interval_s=0.2)
                 await nursery.start(first.run)
                 with trio.fail_after(WAIT_S):
@@ -70,4 +70,21 @@ async def test_controller_failover_and_offline_without_an_isr_candidate(zk_harne
             state = await _wait_state(admin, lambda s: s.leader_epoch > 3)
             assert second.stats.epoch is not None and second.stats.epoch > first.stats.epoch
             assert state == PartitionState(-1, 4, (1,), second.stats.epoch)  # 2 is not in the ISR: offline
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_that_registered_after_its_state_was_written_is_elected_again(zk_harness, zk_clock):
+    """A new controller that never saw the leader's old registration still sees it restarted: its
+    registration is newer than the state's last write (it lost its in-memory leadership)."""
+    async with zk_harness.client() as admin, zk_harness.client() as b2:
+        await _register(b2, 2)
+        async with zk_harness.client() as old_session:
+            await _register(old_session, 1)
+            await create_topic(admin, "orders", TopicAssignment(((1, 2),), {}), [PartitionState(1, 0, (1, 2), 0)])
+        async with zk_harness.client() as b1, trio.open_nursery() as nursery:
+            await _register(b1, 1)  # broker 1 came back with a new session before any controller looked
+            controller = Controller(b2, 2, reconcile_interval_s=0.2)
+            await nursery.start(controller.run)
+            state = await _wait_state(admin, lambda s: s.leader_epoch > 0)
+            assert state == PartitionState(1, 1, (1, 2), controller.stats.epoch)  # the same broker, a new epoch
             nursery.cancel_scope.cancel()

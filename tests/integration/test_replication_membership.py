@@ -20,10 +20,10 @@ async def _register(zk, broker_id: int) -> None:
 
 async def test_controlled_shutdown_moves_leadership_before_the_broker_stops(zk_harness, zk_clock):
     async with zk_harness.client() as b1, zk_harness.client() as b2:
-        await create_topic(b1, "orders", TopicAssignment(((1, 2), (2, 1)), {}),
-                           [PartitionState(1, 0, (1, 2), 0), PartitionState(2, 0, (2, 1), 0)])
         await _register(b1, 1)
         await _register(b2, 2)
+        await create_topic(b1, "orders", TopicAssignment(((1, 2), (2, 1)), {}),
+                           [PartitionState(1, 0, (1, 2), 0), PartitionState(2, 0, (2, 1), 0)])
         async with trio.open_nursery() as nursery:
             await nursery.start(Controller(b2, 2, reconcile_interval_s=0.2).run)
             assert await partitions_led_by(b1, 1) == [("orders", 0)]

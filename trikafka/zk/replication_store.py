@@ -29,6 +29,7 @@ class VersionedState:
 
     state: PartitionState
     version: int
+    mzxid: int = 0  # the zxid of its last write: a leader registered after it lost its in-memory leadership
 
 
 async def create_topic(zk: Coordinator, topic: str, assignment: TopicAssignment,
@@ -86,7 +87,7 @@ async def write_assignment(zk: Coordinator, topic: str, assignment: TopicAssignm
 async def read_state(zk: Coordinator, topic: str, partition: int) -> VersionedState:
     """The partition's state and its version; NoNodeError if there is none."""
     data, stat = await zk.get(paths.partition_state(topic, partition))
-    return VersionedState(PartitionState.decode(data), stat.version)
+    return VersionedState(PartitionState.decode(data), stat.version, stat.mzxid)
 
 
 async def write_state(zk: Coordinator, topic: str, partition: int, state: PartitionState, version: int) -> int:

@@ -14,6 +14,7 @@ re-create into nothing, so the timer is what catches a fast restart).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -163,7 +164,16 @@ class Controller:
                 except (NoNodeError, ReplicationValueError) as exc:
                     logger.error("%s-%d: unreadable state (%s)", topic, partition, exc)
                     continue
-                new, finish = self._decide(topic, partition, assignment, current.state, cluster, config, epoch)
+                leader = current.state.leader
+                if leader >= 0 and self._pending_seen.get(leader, -1) > current.mzxid:
+                    # The leader registered after this state was written: it restarted (or lost its
+                    # session) since, so it no longer leads in memory, even if this controller never
+                    # saw its old registration (it took over while the leader was away).
+                    part_cluster = dataclasses.replace(cluster, restarted=cluster.restarted | {leader})
+                else:
+                    part_cluster = cluster
+                new, finish = self._decide(topic, partition, assignment, current.state, part_cluster, config,
+                                           epoch)
                 if new is None:
                     continue
                 try:
