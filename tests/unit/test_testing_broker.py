@@ -91,3 +91,21 @@ async def test_a_group_consumer_reads_from_the_cluster_over_in_memory_streams(au
                     break
         assert sum(cluster.network.connects.values()) >= 2 + 2  # the producer's and the fetchers'
     assert seen == {b"order %d" % n for n in range(20)}
+
+
+async def test_a_group_consumer_hands_out_keys_values_and_tombstones(autojump_clock):
+    from trikafka.wire.compression import Codec
+    from trikafka.wire.keyed import build_keyed_set
+
+    async with open_cluster(1, num_partitions=1) as cluster, cluster.coordinator() as zk:
+        async with await cluster.brokers[0].connect() as conn:
+            await conn.produce_acked([("users", 0, build_keyed_set([(b"u1", b"alice"), (b"u2", None)]))])
+            await conn.produce_acked([("users", 0, build_keyed_set([(b"u3", b"carol")], codec=Codec.GZIP))])
+            await conn.produce_acked([("users", 0, build_message_set([b"plain"]))])
+        got = []
+        async with GroupConsumer(zk, "g", {"users": 1}, open_stream=cluster.open_stream) as consumer:
+            async for m in consumer:
+                got.append((m.key, m.value))
+                if len(got) == 4:
+                    break
+    assert got == [(b"u1", b"alice"), (b"u2", b""), (b"u3", b"carol"), (None, b"plain")]

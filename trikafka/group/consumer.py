@@ -51,6 +51,7 @@ import trio
 from trio_util import AsyncBool
 
 from trikafka.client.leaders import LeaderDirectory
+from trikafka.wire.keyed import split_key
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.ops import SessionState
@@ -89,6 +90,17 @@ class GroupMessage(NamedTuple):
     offset: int
     next_offset: int
     payload: bytes
+    attributes: int = 0  # the message's attributes byte: its KEYED and TOMBSTONE bits
+
+    @property
+    def key(self) -> bytes | None:
+        """The key of a keyed message (compacted topics), None for a plain one."""
+        return split_key(self.payload, self.attributes)[0]
+
+    @property
+    def value(self) -> bytes:
+        """The payload without its key (empty for a tombstone); a plain message's whole payload."""
+        return split_key(self.payload, self.attributes)[1]
 
 
 def topic_count_for(subscription: Subscription, num_streams: int = 1) -> TopicCount:
@@ -233,7 +245,7 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
             chunk.index += 1
             self._positions[chunk.key] = message.next_offset
             return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
-                                message.next_offset, bytes(message.payload))
+                                message.next_offset, bytes(message.payload), message.attributes)
         return await self._next_message_slow()
 
     async def _next_message_slow(self) -> GroupMessage:
@@ -244,7 +256,7 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
                 chunk.index += 1
                 self._positions[chunk.key] = message.next_offset
                 return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
-                                    message.next_offset, bytes(message.payload))
+                                    message.next_offset, bytes(message.payload), message.attributes)
             self._current = None
 
     async def _gated_chunk(self) -> Chunk:

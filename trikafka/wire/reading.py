@@ -82,6 +82,21 @@ class ConsumedMessage(NamedTuple):
     payload: bytes
     magic: int
     codec: int  # codec of the top-level entry this message came from
+    attributes: int = 0  # the message's own attributes byte (0 for magic 0): its KEYED/TOMBSTONE bits
+
+    @property
+    def key(self) -> bytes | None:
+        """The key of a keyed message (docs/protocol.md §11.1), None for a plain one."""
+        from .keyed import split_key  # keyed.py reads sets through this module
+
+        return split_key(self.payload, self.attributes)[0]
+
+    @property
+    def value(self) -> bytes:
+        """The payload without its key; a plain message's whole payload."""
+        from .keyed import split_key
+
+        return split_key(self.payload, self.attributes)[1]
 
 
 def iter_messages(data: bytes | memoryview, base_offset: int = 0) -> Iterator[ConsumedMessage]:
@@ -123,7 +138,8 @@ def iter_messages(data: bytes | memoryview, base_offset: int = 0) -> Iterator[Co
             payload = bytes(payload)
         if checksum(payload) != unpack_crc(source, payload_at - 4)[0]:
             raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
-        yield make(ConsumedMessage, (offset, next_offset, payload, magic, none))
+        yield make(ConsumedMessage, (offset, next_offset, payload, magic, none,
+                                     source[pos + 5] if magic == MAGIC_1 else 0))
         pos = stop
 
 
@@ -134,15 +150,19 @@ def _iter_entry(message: memoryview, offset: int, next_offset: int) -> Iterator[
         raise InvalidMessageError(f"CRC mismatch in the entry at offset {offset}")
     codec = msg.codec
     if codec == Codec.NONE:
-        yield ConsumedMessage(offset, next_offset, msg.payload, msg.magic, codec)
+        yield ConsumedMessage(offset, next_offset, msg.payload, msg.magic, codec, _attributes(msg))
         return
     inner = list(_iter_inner(msg, depth=1))
     last = len(inner) - 1
-    for i, payload in enumerate(inner):
-        yield ConsumedMessage(offset, next_offset if i == last else offset, payload, msg.magic, codec)
+    for i, (payload, attributes) in enumerate(inner):
+        yield ConsumedMessage(offset, next_offset if i == last else offset, payload, msg.magic, codec, attributes)
 
 
-def _iter_inner(wrapper: Message, depth: int) -> Iterator[bytes]:
+def _attributes(msg: Message) -> int:
+    return msg.attributes if msg.magic == MAGIC_1 else 0
+
+
+def _iter_inner(wrapper: Message, depth: int) -> Iterator[tuple[bytes, int]]:
     if depth > MAX_WRAPPER_DEPTH:
         raise InvalidMessageError("compressed wrappers nested too deeply")
     if wrapper.codec not in _VALID_CODECS:
@@ -155,7 +175,7 @@ def _iter_inner(wrapper: Message, depth: int) -> Iterator[bytes]:
         if not entry.message.is_valid:
             raise InvalidMessageError("CRC mismatch inside a compressed wrapper")
         if entry.message.codec == Codec.NONE:
-            yield entry.message.payload
+            yield entry.message.payload, _attributes(entry.message)
         else:
             yield from _iter_inner(entry.message, depth + 1)
 
