@@ -20,8 +20,7 @@ from .errors import InvalidMessageError, LocalProtocolError
 from .message import MAGIC_1
 from .reading import parse_entries
 
-KEYED = 0x04
-TOMBSTONE = 0x08
+from .keys import KEYED, TOMBSTONE, split_key  # noqa: F401 (re-exported)
 PADDING = 0x10
 # The gzip member of the empty string, fixed (mtime 0, no flags, OS 3 = Unix):
 # header (10), an empty final fixed-Huffman block (03 00), CRC32 0 and ISIZE 0.
@@ -82,18 +81,6 @@ def build_keyed_set(items: Iterable[tuple[bytes, bytes | None]], codec: int = Co
         return inner
     payload = compress(Codec(codec), inner)
     return _PADDING_HEADER.pack(6 + len(payload), MAGIC_1, codec, crc32(payload)) + payload
-
-
-def split_key(payload: bytes, attributes: int) -> tuple[bytes | None, bytes]:
-    """``(key, value)`` of a message payload; ``(None, payload)`` when it is not KEYED."""
-    if not attributes & KEYED:
-        return None, payload
-    if len(payload) < 4:
-        raise InvalidMessageError("keyed message shorter than its key length")
-    (key_length,) = _INT32.unpack_from(payload, 0)
-    if key_length < 0 or 4 + key_length > len(payload):
-        raise InvalidMessageError(f"keyed message with a bad key length {key_length}")
-    return bytes(payload[4:4 + key_length]), bytes(payload[4 + key_length:])
 
 
 # -- padding ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Iterator, NamedTuple
 
 from .compression import Codec, decompress
 from .errors import InvalidMessageError
+from .keys import split_key
 from .message import CODEC_MASK, MAGIC_0, MAGIC_1, Message, decode_message
 from .messageset import _INT32, _UINT32, _VALID_CODECS, MAX_WRAPPER_DEPTH
 
@@ -87,15 +88,11 @@ class ConsumedMessage(NamedTuple):
     @property
     def key(self) -> bytes | None:
         """The key of a keyed message (docs/protocol.md §11.1), None for a plain one."""
-        from .keyed import split_key  # keyed.py reads sets through this module
-
         return split_key(self.payload, self.attributes)[0]
 
     @property
     def value(self) -> bytes:
         """The payload without its key; a plain message's whole payload."""
-        from .keyed import split_key
-
         return split_key(self.payload, self.attributes)[1]
 
 
