@@ -167,9 +167,7 @@ class RequestHandler:
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
         """(partitions(topic) or None if the name is rejected, the concrete partition)."""
-        if self._replicated(topic):
-            return replicated.resolve(self.replicas, topic, partition, self._rng)
-        count = self.partitions_if_valid(topic)
+        count = self.partitions_if_valid(topic)  # a replicated topic's count comes from its assignment
         if count is not None and partition == -1:
             partition = self._rng.randrange(count)  # §6.1 step 1: once per request
         return count, partition
@@ -185,14 +183,15 @@ class RequestHandler:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
         try:
             if self._replicated(part.topic):
-                result = await replicated.produce(self.replicas, part, partition)
+                result, _hosted = await replicated.append(self.replicas, part.topic, partition, part.messages,
+                                                          ACKS_APPENDED)
                 log = None
             else:
                 log = await self.log_for_write(part.topic, partition)
                 await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
                 result = log.append(part.messages)
-        except replicated.ProduceRefused as exc:
-            raise CloseConnection(str(exc)) from None
+        except replicated.AppendRefused as exc:  # 0.7 produce at a follower (§12.6)
+            raise CloseConnection(f"0.7 produce to {exc}") from None
         except MessageSizeTooLargeError as exc:
             # §6.1 step 5: the whole set is dropped, the connection stays open.
             logger.warning("dropped a message set for %s-%d: %s", part.topic, partition, exc)
@@ -292,16 +291,12 @@ class RequestHandler:
         pending: list[tuple[int, Any]] = []  # (index in results, log) awaiting visibility
         committing: list[tuple[int, Any]] = []  # (index, replicated partition) awaiting its HW
         for part in request.parts:
-            if self._replicated(part.topic):
-                count, partition = self._resolve_partition(part.topic, part.partition)
-                result, hosted = await replicated.produce_acked(self.replicas, part, partition, count, request.acks,
-                                                                 self.metrics)
+            result, log, hosted = await self._produce_acked_part(part, request.acks)
+            if request.acks == ACKS_FLUSHED:
+                if log is not None:
+                    pending.append((len(results), log))
                 if hosted is not None:
                     committing.append((len(results), hosted))
-            else:
-                result, log = await self._produce_acked_part(part)
-                if log is not None and request.acks == ACKS_FLUSHED:
-                    pending.append((len(results), log))
             results.append(result)
         if pending:
             await self._await_visible(results, pending, deadline)
@@ -310,30 +305,38 @@ class RequestHandler:
         await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
-    async def _produce_acked_part(self, part: ProducePart) -> tuple[ProduceAckedResult, Any | None]:
+    async def _produce_acked_part(self, part: ProducePart,
+                                  acks: int) -> tuple[ProduceAckedResult, Any | None, Any | None]:
+        """Append one part: its result, and the log (unreplicated) or replicated partition written."""
         count, partition = self._resolve_partition(part.topic, part.partition)
 
-        def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
-            return ProduceAckedResult(part.topic, partition, code, -1, -1), None
+        def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None, None]:
+            return ProduceAckedResult(part.topic, partition, code, -1, -1), None, None
 
         if count is None:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
-        log = await self.log_for_write(part.topic, partition)
-        await self._flusher.roll_if_due(log)
+        log = hosted = None
         try:
-            appended = log.append(part.messages)
+            if self._replicated(part.topic):
+                appended, hosted = await replicated.append(self.replicas, part.topic, partition, part.messages, acks)
+            else:
+                log = await self.log_for_write(part.topic, partition)
+                await self._flusher.roll_if_due(log)
+                appended = log.append(part.messages)
+        except replicated.AppendRefused as exc:
+            return failed(exc.error)
         except MessageSizeTooLargeError:
             return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
         except (InvalidMessageError, MessageError):
             return failed(ErrorCode.INVALID_MESSAGE)
         self.metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
-        if appended.flush_due:
-            self._flusher.request_flush(log)
+        if appended.flush_due and log is not None:
+            self._flusher.request_flush(log)  # a replicated partition's leader asked already
         result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR,
                                     appended.base_offset, appended.next_offset)
-        return result, log
+        return result, log, hosted
 
     async def _await_visible(self, results: list[ProduceAckedResult],
                              pending: list[tuple[int, Any]], deadline: float) -> None:

@@ -9,73 +9,46 @@ high watermark.  Unreplicated topics never reach this module.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from ...log.errors import OffsetOutOfRangeError
 from ...wire import ACKS_FLUSHED
-from ...wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
+from ...wire.errors import ErrorCode
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
-from ...wire.requests import FetchPart, OffsetsRequest, ProducePart
+from ...wire.requests import FetchPart, OffsetsRequest
 from ...wire.responses import Chunk, ProduceAckedResult
 from .hosted import HostedPartition, NotLeaderError
 from .manager import ReplicaManager
 from .unserved import not_a_replica
 
 
-class ProduceRefused(Exception):
-    """A 0.7 PRODUCE this broker must not append (§12.6): the handler closes the connection."""
+class AppendRefused(Exception):
+    """This broker may not append the part (§12.6); ``error`` says why."""
+
+    def __init__(self, error: ErrorCode, detail: str):
+        super().__init__(detail)
+        self.error = error
 
 
-def resolve(manager: ReplicaManager, topic: str, partition: int, rng: random.Random) -> tuple[int, int]:
-    """(partition count, the concrete partition: -1 picks one at random)."""
-    count = manager.partition_count(topic) or 0
-    if partition == -1 and count:
-        partition = rng.randrange(count)
-    return count, partition
+async def append(manager: ReplicaManager, topic: str, partition: int, messages: bytes,
+                 acks: int) -> tuple[Any, HostedPartition]:
+    """Append a message set at the leader; the log's AppendResult and the partition.
 
-
-async def produce(manager: ReplicaManager, part: ProducePart, partition: int) -> Any:
-    """A 0.7 PRODUCE: an acks 0 write at the leader; the AppendResult.
-
-    Raises ProduceRefused anywhere else, and the log's MessageErrors for a bad set.
+    Raises AppendRefused when this broker does not lead the partition, or (acks -1)
+    when the ISR is below ``min.insync.replicas``; the log's MessageErrors for a bad set.
     """
-    hosted = manager.hosted.get((part.topic, partition))
-    if hosted is None or hosted.leader is None:
-        raise ProduceRefused(f"0.7 produce to {part.topic}-{partition}, which this broker does not lead")
-    try:
-        return await hosted.append_as_leader(part.messages)
-    except NotLeaderError:
-        raise ProduceRefused(f"0.7 produce to {part.topic}-{partition}, which this broker no longer leads") from None
-
-
-async def produce_acked(manager: ReplicaManager, part: ProducePart, partition: int, count: int,
-                        acks: int, metrics: Any) -> tuple[ProduceAckedResult, HostedPartition | None]:
-    """Append one PRODUCE_ACKED part as leader; the result and, for acks -1, the partition to wait on."""
-    def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
-        return ProduceAckedResult(part.topic, partition, code, -1, -1), None
-
-    if not 0 <= partition < count:
-        return failed(ErrorCode.WRONG_PARTITION)
-    hosted = manager.hosted.get((part.topic, partition))
-    if hosted is None:
-        return failed(_no_replica_error(manager, part.topic, partition))
-    if acks == ACKS_FLUSHED:
+    hosted = manager.hosted.get((topic, partition))
+    if hosted is not None and acks == ACKS_FLUSHED:
         code = hosted.check_acks_all()
         if code != ErrorCode.NO_ERROR:
-            return failed(code)
+            raise AppendRefused(code, f"{topic}-{partition}: {code.name}")
     try:
-        appended = await hosted.append_as_leader(part.messages)
+        if hosted is None:
+            raise NotLeaderError()
+        return await hosted.append_as_leader(messages), hosted
     except NotLeaderError:
-        return failed(_no_replica_error(manager, part.topic, partition))
-    except MessageSizeTooLargeError:
-        return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
-    except (InvalidMessageError, MessageError):
-        return failed(ErrorCode.INVALID_MESSAGE)
-    metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
-    result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR, appended.base_offset,
-                                appended.next_offset)
-    return result, hosted if acks == ACKS_FLUSHED else None
+        raise AppendRefused(_no_replica_error(manager, topic, partition),
+                            f"{topic}-{partition}, which this broker does not lead") from None
 
 
 async def wait_committed(result: ProduceAckedResult, hosted: HostedPartition, deadline: float) -> ProduceAckedResult:
