@@ -62,7 +62,6 @@ class HostedPartition:
         self.follower: FollowerPartition | None = None
         self._known_hw = 0  # kept across roles: a new leader or follower starts from it
         self.lock = trio.Lock()  # role changes, epoch-file writes and truncations
-        self.isr_dirty = False  # the leader has an ISR change to propose
         log.add_visible_listener(self._on_visible)
         # Compaction stays below the HW: bytes above it may be truncated by epoch, and
         # every replica then cleans only committed, byte-identical segments (§12, §11).
@@ -220,11 +219,8 @@ class HostedPartition:
             answer = serve_replica_fetch(request, leader=leader, leader_epoch=self.leader_epoch,
                                          history=self.epochs.history, log_end=self.log.end_offset,
                                          now_ms=self._clock_ms(), ack_fsync=self.config.replica_ack_fsync)
-            if leader is not None and answer.error == ErrorCode.NO_ERROR:
-                if leader.high_watermark != before:
-                    self._waiters.notify(self.key)  # acks -1 and consumers
-                if leader.expand_proposal(self._clock_ms()) is not None:
-                    self.isr_dirty = True
+            if leader is not None and answer.error == ErrorCode.NO_ERROR and leader.high_watermark != before:
+                self._waiters.notify(self.key)  # acks -1 and consumers
             if (answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
                     or trio.current_time() >= deadline or self._waiters.closing):
                 break

@@ -321,7 +321,6 @@ class ReplicaManager:
                     # A broker in a controlled shutdown is about to stop fetching: never re-admit it.
                     proposal = tuple(r for r in proposal if r in leader.isr or r not in self.leaving)
                     proposal = None if proposal == leader.isr else proposal
-                hosted.isr_dirty = False
                 if proposal is not None:
                     try:
                         await self._write_isr(hosted, leader, proposal)
