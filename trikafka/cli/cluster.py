@@ -28,8 +28,8 @@ async def cluster_view(args: argparse.Namespace) -> dict:
     """The JSON view of the cluster, read from ZooKeeper."""
     from trikafka.zk import KazooCoordinator, NoNodeError, paths
     from trikafka.zk.registry import live_brokers
-    from trikafka.zk.replication_store import read_assignment, read_state, replicated_topics
-    from trikafka.zk.replication_values import NO_LEADER, ReplicationValueError
+    from trikafka.zk.replication_store import partition_states
+    from trikafka.zk.replication_values import NO_LEADER
 
     view: dict = {"brokers": [], "controller": None, "under_replicated": [], "offline": []}
     async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
@@ -46,23 +46,16 @@ async def cluster_view(args: argparse.Namespace) -> dict:
                                   "controller_epoch": controller["controller_epoch"]}
         except (NoNodeError, ValueError, KeyError, TypeError):
             pass  # none yet, or a claim not written yet
-        for topic in await replicated_topics(zk):
-            try:
-                assignment = await read_assignment(zk, topic)
-            except ReplicationValueError as exc:
-                print(f"trikafka: skipping topic {topic}: {exc}", file=sys.stderr)
-                continue
-            for partition, replicas in enumerate(assignment.replicas if assignment else ()):
-                try:
-                    state = (await read_state(zk, topic, partition)).state
-                    leader, isr = state.leader, list(state.isr)
-                except (NoNodeError, ReplicationValueError):
-                    leader, isr = NO_LEADER, []
-                row = {"topic": topic, "partition": partition, "replicas": list(replicas), "isr": isr}
-                if leader == NO_LEADER:
-                    view["offline"].append(row)
-                elif len(isr) < len(replicas):
-                    view["under_replicated"].append(row)
+        def skipping(topic: str, exc: Exception) -> None:
+            print(f"trikafka: skipping topic {topic}: {exc}", file=sys.stderr)
+
+        async for topic, partition, replicas, state in partition_states(zk, skipping):
+            leader, isr = (state.leader, list(state.isr)) if state is not None else (NO_LEADER, [])
+            row = {"topic": topic, "partition": partition, "replicas": list(replicas), "isr": isr}
+            if leader == NO_LEADER:
+                view["offline"].append(row)
+            elif len(isr) < len(replicas):
+                view["under_replicated"].append(row)
     return view
 
 

@@ -119,6 +119,7 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     from trikafka.zk import KazooCoordinator, NoNodeError, parse_partition_count
     from trikafka.zk import paths
     from trikafka.zk.registry import live_brokers
+    from trikafka.zk.replication_store import partition_states
 
     def skipping(name: str, exc: Exception) -> None:
         print(f"trikafka: skipping broker {name}: {exc}", file=sys.stderr)
@@ -141,7 +142,11 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
                     counts.setdefault(int(name), []).append((topic, range(parse_partition_count(value))))
                 except (NoNodeError, ValueError) as exc:
                     print(f"trikafka: skipping {topic} on broker {name}: {exc}", file=sys.stderr)
-        leaders = await _replicated_leaders(zk, wanted)
+        def bad_topic(topic: str, exc: Exception) -> None:
+            print(f"trikafka: skipping replicated topic {topic}: {exc}", file=sys.stderr)
+
+        leaders = [(topic, partition, state.leader if state is not None else -1)
+                   async for topic, partition, _replicas, state in partition_states(zk, bad_topic, wanted)]
     for topic, partition, leader in leaders:  # replicated topics: one row per partition, at its leader
         if leader not in brokers:
             print(f"trikafka: {topic}-{partition} has no live leader", file=sys.stderr)
@@ -161,25 +166,6 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
         except (ClientError, OSError) as exc:
             print(f"trikafka: broker {broker_id} at {host}:{port}: {exc}", file=sys.stderr)
     return sorted(rows)
-
-
-async def _replicated_leaders(zk, wanted: set[str]) -> list[tuple[str, int, int]]:
-    """(topic, partition, leader id) of every replicated partition (docs/protocol.md §12.2)."""
-    from trikafka.zk import NoNodeError
-    from trikafka.zk.replication_store import read_assignment, read_state, replicated_topics
-    from trikafka.zk.replication_values import ReplicationValueError
-
-    found = []
-    for topic in await replicated_topics(zk):
-        if wanted and topic not in wanted:
-            continue
-        try:
-            assignment = await read_assignment(zk, topic)
-            for partition in range(len(assignment.replicas) if assignment else 0):
-                found.append((topic, partition, (await read_state(zk, topic, partition)).state.leader))
-        except (NoNodeError, ReplicationValueError) as exc:
-            print(f"trikafka: skipping replicated topic {topic}: {exc}", file=sys.stderr)
-    return found
 
 
 async def _create_topic(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import AsyncIterator, Callable, Collection
 
 from . import paths
 from .coordinator import Coordinator
@@ -58,6 +59,28 @@ async def replicated_topics(zk: Coordinator) -> list[str]:
         return sorted(await zk.children(paths.REPLICATED_TOPICS))
     except NoNodeError:
         return []
+
+
+async def partition_states(zk: Coordinator, on_bad_topic: Callable[[str, Exception], None],
+                           topics: Collection[str] = ()
+                           ) -> AsyncIterator[tuple[str, int, tuple[int, ...], PartitionState | None]]:
+    """``(topic, partition, replicas, state)`` of every replicated partition (of ``topics`` only,
+    if given); ``state`` is None when the partition has none or it does not parse.  A topic whose
+    assignment does not parse is skipped after ``on_bad_topic(topic, exc)``."""
+    for topic in await replicated_topics(zk):
+        if topics and topic not in topics:
+            continue
+        try:
+            assignment = await read_assignment(zk, topic)
+        except ReplicationValueError as exc:
+            on_bad_topic(topic, exc)
+            continue
+        for partition, replicas in enumerate(assignment.replicas if assignment else ()):
+            try:
+                state: PartitionState | None = (await read_state(zk, topic, partition)).state
+            except (NoNodeError, ReplicationValueError):
+                state = None
+            yield topic, partition, replicas, state
 
 
 async def read_assignment(zk: Coordinator, topic: str) -> TopicAssignment | None:
