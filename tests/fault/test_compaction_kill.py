@@ -2,9 +2,10 @@
 
 Each cycle starts ``trikafka serve --standalone`` on the same log dir with a compacted
 topic, small segments, a throttled cleaner that runs at once, and drives it with an
-acks = -1 producer of keyed messages.  As soon as the broker logs that the cleaner
-swapped a segment (a pass is under way and throttled, so more segments are usually
-still to come), the broker is SIGKILLed.  After every restart:
+acks = -1 producer of keyed messages, paced below the cleaner's throttle.  Once several
+segments have filled and the broker logs that the cleaner swapped a segment (a pass is
+under way and throttled, so more segments are usually still to come),
+the broker is SIGKILLed.  After every restart:
 
 * the log parses from offset 0 to its end, CRCs included, as a plain 0.7 reader reads it;
 * every entry is one the producer wrote or a padding entry, and an acknowledged entry's
@@ -36,6 +37,7 @@ CYCLES = 30 if os.environ.get("TRIKAFKA_FAULT_THOROUGH") else 6
 TOPIC = "compacted"
 KEYS = [b"key-%02d" % i for i in range(40)]
 CLEANED_MARKER = b"trikafka.log.cleaner: cleaned"
+ENTRIES_PER_CYCLE = 400  # about 35 kB: several 4 kB segments for each pass to clean
 BROKER_SETTINGS = ("--set", "log.cleanup.policy=compact", "--set", "log.file.size=4000",
                    "--set", "log.cleaner.backoff.ms=20", "--set", "min.cleanable.dirty.ratio=0.01",
                    "--set", "log.cleaner.io.max.bytes.per.second=100000", "--set", "log.flush.interval=5",
@@ -66,6 +68,10 @@ async def producer(port: int, model: Model, rng: random.Random) -> None:
                     model.acked[offset] = entry
                     model.last_acked_seq[key] = int(value[:8])
                     offset += len(entry)
+            # Paced (about 25 kB/s) below the cleaner's throttle (100 kB/s): a pass that a kill
+            # interrupts is read again in full after the restart, so an unpaced producer would grow
+            # the dirty section each cycle until the first swap of a pass took longer than the wait.
+            await trio.sleep(rng.uniform(0, 0.02))
 
 
 async def read_whole_log(port: int) -> tuple[int, bytes]:
@@ -116,10 +122,13 @@ async def test_sigkill_during_cleaning_keeps_offsets_bytes_and_latest_values(tmp
                 interrupted += child.stderr.count(b"finishing the interrupted swap")
                 interrupted += child.stderr.count(b".cleaned")
             killed = trio.Event()
-            swaps_before = child.stderr.count(CLEANED_MARKER)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(until_killed, killed, producer, port, model, random.Random(rng.random()))
+                acked_before = len(model.acked)
                 with trio.fail_after(60):
+                    while len(model.acked) < acked_before + ENTRIES_PER_CYCLE:
+                        await trio.sleep(0.05)  # let several segments fill before arming the kill
+                    swaps_before = child.stderr.count(CLEANED_MARKER)
                     while child.stderr.count(CLEANED_MARKER) <= swaps_before:
                         await child._stderr_changed.wait()
                 await trio.sleep(rng.uniform(0, 0.05))  # somewhere in the rest of the pass
