@@ -240,6 +240,7 @@ async def test_produce_audit_from_the_command_line_then_audit_table(tmp_path, zk
                                  stdin=subprocess.PIPE) as produce:
             await produce.send_stdin(b"".join(b"line %d\n" % i for i in range(25)))
             assert await produce.wait() == 0, produce.stderr.decode(errors="replace")
+        await wait_for_distinct(zk_chroot, TOPIC, 25)  # visible once the broker's flush covers it
         held = await partitions_of(zk_chroot, TOPIC)
         envelopes = [decode_envelope(m.payload) for ms in held.values() for m in ms]
         assert sorted(e.payload for e in envelopes) == sorted(b"line %d" % i for i in range(25))
