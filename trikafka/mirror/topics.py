@@ -58,14 +58,18 @@ class TargetTopics:
 
     The count is the largest any source broker registers for the topic; a
     target that already has the topic keeps its count (error 9), and a plain
-    0.7 target (no CREATE_TOPIC) keeps whatever its settings give.
+    0.7 target (no CREATE_TOPIC) keeps whatever its settings give.  ``ensure``
+    returns once every broker that created the topic registered it in ZooKeeper
+    (or after ``register_timeout_s``), so the producer sees its partitions.
     """
 
-    def __init__(self, target_zk: Coordinator, *, connect_timeout_s: float = 5.0) -> None:
+    def __init__(self, target_zk: Coordinator, *, connect_timeout_s: float = 5.0,
+                 register_timeout_s: float = 10.0) -> None:
         self._zk = target_zk
         self._done: set[str] = set()
         self._lock = trio.Lock()
         self.connect_timeout_s = connect_timeout_s
+        self.register_timeout_s = register_timeout_s
 
     async def ensure(self, topic: str, source_zk: Coordinator) -> None:
         if topic in self._done:
@@ -75,20 +79,32 @@ class TargetTopics:
                 return
             counts = await registered_counts(source_zk, topic)
             partitions = max(counts.values(), default=1)
-            created = True
-            for broker_id, (host, port) in sorted((await live_brokers(self._zk)).items()):
-                created &= await self._create_on(broker_id, host, port, topic, partitions)
-            if created:
-                self._done.add(topic)
+            outcomes = {broker_id: await self._create_on(broker_id, host, port, topic, partitions)
+                        for broker_id, (host, port) in sorted((await live_brokers(self._zk)).items())}
+            if False in outcomes.values():
+                return
+            await self._wait_registered(topic, {b for b, created in outcomes.items() if created})
+            self._done.add(topic)
 
-    async def _create_on(self, broker_id: int, host: str, port: int, topic: str, partitions: int) -> bool:
+    async def _wait_registered(self, topic: str, brokers: set[int]) -> None:
+        # A broker registers a new topic in ZooKeeper on its own time; a producer that looked
+        # before that would see no partitions for it and send the first set to the wrong one.
+        with trio.move_on_after(self.register_timeout_s):
+            async for _children in self._zk.watch_children(paths.broker_topic(topic)):
+                if brokers <= set(await registered_counts(self._zk, topic)):
+                    return
+        log.warning("%s is not registered by every target broker after %.0f s; mirroring anyway",
+                    topic, self.register_timeout_s)
+
+    async def _create_on(self, broker_id: int, host: str, port: int, topic: str, partitions: int) -> bool | None:
+        """True: the broker has the topic; None: it has no CREATE_TOPIC; False: failed (retried later)."""
         try:
             async with await connect(host, port, connect_timeout_s=self.connect_timeout_s,
                                      request_timeout_s=self.connect_timeout_s) as conn:
                 result = await conn.create_topic(topic, partitions)
         except ExtensionNotSupported:
             log.info("target broker %d has no CREATE_TOPIC; %s keeps its configured count", broker_id, topic)
-            return True
+            return None
         except (ClientError, OSError) as exc:
             log.warning("creating %s on target broker %d failed: %s (retried later)", topic, broker_id, exc)
             return False
