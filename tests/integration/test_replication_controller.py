@@ -7,15 +7,19 @@ import functools
 import trio
 
 from trikafka.broker.replication.controller import Controller
+from trikafka.broker.replication.membership import register_membership
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 WAIT_S = 20.0
 
 
-async def _register(zk, broker_id: int) -> None:
+async def register_broker(zk, broker_id: int) -> None:
+    """What a starting broker writes for the controller: its 0.7 registration, then its replication
+    membership (tail intact: until it says so, the controller does not elect it)."""
     await zk.create(f"/brokers/ids/{broker_id}", f"127.0.0.1-1:127.0.0.1:{9000 + broker_id}".encode(),
                     ephemeral=True, makepath=True)
+    await register_membership(zk, broker_id, "127.0.0.1", 9000 + broker_id, intact=True)
 
 
 async def _wait_state(zk, predicate) -> PartitionState:
@@ -30,11 +34,11 @@ async def _wait_state(zk, predicate) -> PartitionState:
 
 async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as b2, zk_harness.client() as b3:
-        await _register(b2, 2)
-        await _register(b3, 3)
+        await register_broker(b2, 2)
+        await register_broker(b3, 3)
         async with trio.open_nursery() as nursery:
             async with zk_harness.client() as b1:
-                await _register(b1, 1)  # brokers register before topics are created on them
+                await register_broker(b1, 1)  # brokers register before topics are created on them
                 await create_topic(admin, "orders", TopicAssignment(((1, 2, 3),), {"min.insync.replicas": "2"}),
                                    [PartitionState(1, 0, (1, 2, 3), 0)])
                 controller = Controller(b3, 3, reconcile_interval_s=0.2)
@@ -54,10 +58,10 @@ async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harnes
 
 async def test_controller_failover_and_offline_without_an_isr_candidate(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as b2:
-        await _register(b2, 2)
+        await register_broker(b2, 2)
         async with trio.open_nursery() as nursery:
             async with zk_harness.client() as b1:
-                await _register(b1, 1)
+                await register_broker(b1, 1)
                 await create_topic(admin, "orders", TopicAssignment(((1, 2),), {}), [PartitionState(1, 3, (1,), 0)])
                 first = Controller(b1, 1, reconcile_interval_s=0.2)
                 await nursery.start(first.run)
@@ -77,14 +81,35 @@ async def test_a_leader_that_registered_after_its_state_was_written_is_elected_a
     """A new controller that never saw the leader's old registration still sees it restarted: its
     registration is newer than the state's last write (it lost its in-memory leadership)."""
     async with zk_harness.client() as admin, zk_harness.client() as b2:
-        await _register(b2, 2)
+        await register_broker(b2, 2)
         async with zk_harness.client() as old_session:
-            await _register(old_session, 1)
+            await register_broker(old_session, 1)
             await create_topic(admin, "orders", TopicAssignment(((1, 2),), {}), [PartitionState(1, 0, (1, 2), 0)])
         async with zk_harness.client() as b1, trio.open_nursery() as nursery:
-            await _register(b1, 1)  # broker 1 came back with a new session before any controller looked
+            await register_broker(b1, 1)  # broker 1 came back with a new session before any controller looked
             controller = Controller(b2, 2, reconcile_interval_s=0.2)
             await nursery.start(controller.run)
             state = await _wait_state(admin, lambda s: s.leader_epoch > 0)
             assert state == PartitionState(1, 1, (1, 2), controller.stats.epoch)  # the same broker, a new epoch
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_is_not_elected_before_it_says_whether_its_tail_survived(zk_harness, zk_clock):
+    """``/brokers/ids/<id>`` comes a moment before ``/trikafka/brokers/<id>``: in that gap the broker
+    may be one back from a reboot that lost its tail, so it is not elected until it says (§12.7)."""
+    async with zk_harness.client() as admin, zk_harness.client() as b2:
+        await register_broker(b2, 2)
+        async with trio.open_nursery() as nursery:
+            async with zk_harness.client() as b1:
+                await register_broker(b1, 1)
+                await create_topic(admin, "orders", TopicAssignment(((1, 3),), {}), [PartitionState(1, 0, (1, 3), 0)])
+                controller = Controller(b2, 2, reconcile_interval_s=0.2)
+                await nursery.start(controller.run)
+            async with zk_harness.client() as b3:
+                await b3.create("/brokers/ids/3", b"127.0.0.1-1:127.0.0.1:9003", ephemeral=True, makepath=True)
+                offline = await _wait_state(admin, lambda s: s.leader_epoch > 0)
+                assert offline.leader == -1  # 3 is live and in the ISR, but has not said
+                await register_membership(b3, 3, "127.0.0.1", 9003, intact=True)
+                state = await _wait_state(admin, lambda s: s.leader == 3)
+                assert state.isr == (3,) and state.leader_epoch == offline.leader_epoch + 1
             nursery.cancel_scope.cancel()

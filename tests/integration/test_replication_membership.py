@@ -8,20 +8,19 @@ import trio
 
 from trikafka.broker.replication.controller import Controller
 from trikafka.broker.replication.membership import (
-    controlled_shutdown, partitions_led_by, read_boot_id, register_membership, tail_intact,
+    controlled_shutdown, partitions_led_by, register_membership, tail_intact,
 )
+from trikafka.log.fs import read_boot_id
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
-
-async def _register(zk, broker_id: int) -> None:
-    await zk.create(f"/brokers/ids/{broker_id}", f"h-1:h:{9000 + broker_id}".encode(), ephemeral=True, makepath=True)
+from tests.integration.test_replication_controller import register_broker
 
 
 async def test_controlled_shutdown_moves_leadership_before_the_broker_stops(zk_harness, zk_clock):
     async with zk_harness.client() as b1, zk_harness.client() as b2:
-        await _register(b1, 1)
-        await _register(b2, 2)
+        await register_broker(b1, 1)
+        await register_broker(b2, 2)
         await create_topic(b1, "orders", TopicAssignment(((1, 2), (2, 1)), {}),
                            [PartitionState(1, 0, (1, 2), 0), PartitionState(2, 0, (2, 1), 0)])
         async with trio.open_nursery() as nursery:
@@ -59,3 +58,15 @@ def test_tail_intact_rules(tmp_path):
     boot.write_text("abc-123\n")
     assert read_boot_id(str(boot)) == "abc-123"
     assert read_boot_id(str(tmp_path / "missing")) is None
+
+
+async def test_a_membership_left_by_the_previous_session_is_replaced_not_written_over(zk_harness, zk_clock):
+    """Written over, the old session's node would vanish when that session expires."""
+    async with zk_harness.client() as now:
+        async with zk_harness.client() as before:
+            await register_membership(before, 4, "h", 9092, intact=True)
+            await register_membership(now, 4, "h", 9092, intact=False)
+            raw, stat = await now.get("/trikafka/brokers/4")
+            assert stat.ephemeral_owner == now.session_id and json.loads(raw)["tail_intact"] is False
+        raw, _stat = await now.get("/trikafka/brokers/4")  # the previous session ended: still there
+        assert json.loads(raw)["tail_intact"] is False

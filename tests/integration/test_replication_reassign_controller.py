@@ -13,13 +13,13 @@ from trikafka.zk.replication_store import (
 )
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
-from .test_replication_controller import _register, _wait_state
+from .test_replication_controller import register_broker, _wait_state
 
 
 async def test_a_reassignment_is_announced_then_finished_once_in_sync(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as brokers:
         for broker_id in (1, 2, 3, 4):
-            await _register(brokers, broker_id)
+            await register_broker(brokers, broker_id)
         await create_topic(admin, "orders", TopicAssignment(((1, 2, 3),), {}), [PartitionState(1, 0, (1, 2, 3), 0)])
         async with trio.open_nursery() as nursery:
             controller = Controller(brokers, 4, reconcile_interval_s=0.2)
@@ -51,7 +51,7 @@ async def test_a_reassignment_is_announced_then_finished_once_in_sync(zk_harness
 async def test_a_state_naming_a_removed_replica_is_pruned(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as brokers:
         for broker_id in (1, 2, 3):
-            await _register(brokers, broker_id)
+            await register_broker(brokers, broker_id)
         # a crash between the two writes of a finish, and a leader that re-admitted removed replica 1
         await create_topic(admin, "orders", TopicAssignment(((2, 3),), {}), [PartitionState(1, 4, (1, 2, 3), 0)])
         async with trio.open_nursery() as nursery:

@@ -13,7 +13,7 @@ from trikafka.sim import run_seed
 DURATION_S = 30.0
 CLEAN_SEEDS = range(1, 21)  # 20 seeds x 30 simulated s per CI run
 # planted bug -> the first seed (from 1) that catches it, as measured; the test allows no more
-SEEDS_TO_CATCH = {"ack-before-isr": 2, "unrecorded-epoch": 7, "unclean-election": 10}
+SEEDS_TO_CATCH = {"ack-before-isr": 7, "truncate-to-hw": 8, "unclean-election": 4, "unrecorded-epoch": 3}
 
 
 def test_a_seed_replays_exactly():
@@ -26,13 +26,14 @@ def test_a_seed_replays_exactly():
 def test_every_promise_holds_on_clean_seeds(seed):
     result = run_seed(seed, duration_s=DURATION_S)
     assert result.ok, (result.violation, "\n".join(result.context))
-    assert result.acked > 100 and result.faults > 3  # the run did write under faults
+    assert result.acked > 25 and result.faults > 3  # the run did write under faults (a kill costs 6 s)
 
 
 @pytest.mark.parametrize("plant, within", sorted(SEEDS_TO_CATCH.items()))
 def test_each_planted_bug_is_caught(plant, within):
-    caught = [seed for seed in range(1, within + 1) if not run_seed(seed, duration_s=DURATION_S, plant=plant).ok]
-    assert caught, f"{plant} went unnoticed by seeds 1..{within}"
+    caught = next((seed for seed in range(1, within + 1) if not run_seed(seed, duration_s=DURATION_S, plant=plant).ok),
+                  None)
+    assert caught is not None, f"{plant} went unnoticed by seeds 1..{within}"
 
 
 def test_the_command_prints_the_seed_line_and_exits_by_the_promises():
@@ -40,8 +41,8 @@ def test_the_command_prints_the_seed_line_and_exits_by_the_promises():
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[-1].startswith("seed 3: ok trace ")
-    broken = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--seed", "2", "--plant", "ack-before-isr"],
+    broken = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--seed", "7", "--plant", "ack-before-isr"],
                             capture_output=True, text=True, timeout=120)
     assert broken.returncode == 1
     assert "acknowledged writes survive" in broken.stderr
-    assert "replay: trikafka sim --seed 2 --duration-s 30 --plant ack-before-isr" in broken.stderr
+    assert "replay: trikafka sim --seed 7 --duration-s 30 --plant ack-before-isr" in broken.stderr

@@ -98,3 +98,21 @@ async def test_a_divergent_follower_truncates_by_epoch_then_copies_the_leader_ve
     assert follower_log.history == leader_log.history  # each epoch recorded where its bytes began
     assert state.high_watermark == len(A + B + C)
     assert leader.partition.follower_end(2) == len(A + B + C)
+    assert state.caught_up  # bytes of the leader's epoch, and its HW: every committed byte is here
+
+
+async def test_a_follower_is_not_caught_up_before_it_holds_bytes_of_the_leaders_epoch():
+    # The leader of epoch 3 has appended nothing yet: what it held when elected may have been
+    # committed beyond the HW it reports, so reaching that HW does not prove the copy complete.
+    leader_log = MemoryReplica(A + B, [EpochEntry(0, 0), EpochEntry(1, len(A))])
+    leader = MemoryLeader(leader_log, epoch=3)
+    left, right = trio.testing.memory_stream_pair()
+    state = FollowerPartition(leader_id=1, leader_epoch=3)
+    follower_log = MemoryReplica()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leader.serve, right)
+        link = StreamLeaderLink(left, replica_id=2, leader_epoch=3, topic="t", partition=0)
+        with pytest.raises(FollowerStopped), trio.fail_after(5):
+            await follow(follower_log, link, state, max_bytes=1000)
+        nursery.cancel_scope.cancel()
+    assert bytes(follower_log.data) == A + B and not state.caught_up

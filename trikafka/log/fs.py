@@ -20,7 +20,18 @@ import errno
 import os
 from typing import Protocol, runtime_checkable
 
-__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile"]
+__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile", "read_boot_id"]
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """The boot id in ``path`` (Linux changes it at every boot), or None where there is none. Blocking."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 @runtime_checkable
@@ -60,6 +71,7 @@ class FileSystem(Protocol):
     def fsync_dir(self, path: str) -> None: ...
     def mtime_ms(self, path: str) -> int: ...
     def touch(self, path: str, mtime_ms: int) -> None: ...  # set the modification time
+    def boot_id(self) -> str | None: ...  # the machine's current boot; None where unknown
 
 
 class OsSegmentFile:
@@ -176,3 +188,8 @@ class OsFileSystem:
     def touch(self, path: str, mtime_ms: int) -> None:
         ns = mtime_ms * 1_000_000
         os.utime(path, ns=(ns, ns))
+
+    def boot_id(self) -> str | None:
+        """This machine's boot id: it changes at every boot, so a crash that could have
+        dropped unflushed writes (a reboot) shows as a new one.  Blocking."""
+        return read_boot_id()

@@ -81,8 +81,8 @@ class Log(RetentionSteps, TruncationSteps):
         self._cleaning = False
         self._listeners: list[Callable[[Log], None]] = []
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
-        # A replicated partition's high watermark: the cleaner leaves every segment that
-        # reaches past it (bytes above it may still be truncated away by leader epoch).
+        self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
+        # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
         self._dirty_listeners: list[Callable[[Log], None]] = []
 
@@ -90,8 +90,10 @@ class Log(RetentionSteps, TruncationSteps):
     def open(cls, fs: FileSystem, dir_path: str, topic: str, partition: int, config: LogConfig,
              clock_ms: Callable[[], int], needs_recovery: bool, *, roll_on_append: bool = True) -> "Log":
         """Load an existing partition directory (recovering its newest segment if asked)."""
-        segments = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes)
-        return cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append)
+        segments, checked_from = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes)
+        log = cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append)
+        log.crc_checked_from = checked_from
+        return log
 
     # -- state ------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ SEGMENT_NAME_DIGITS = 20
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 # The machine's boot id at the broker's last start (replication: was the page cache lost?).
 BOOT_ID_FILE = ".trikafka-boot-id"
+# Present while this broker's replicas may lack bytes a reboot took (docs/protocol.md §12.2).
+TAIL_LOST_FILE = ".trikafka-tail-lost"
 # A standalone broker's per-topic settings (docs/protocol.md §9.5), and its temporary twin.
 TOPIC_SETTINGS_FILE = ".trikafka-topic-settings.json"
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.

@@ -36,8 +36,12 @@ _INT32 = struct.Struct(">i")
 
 
 def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
-                  chunk_bytes: int = RECOVERY_CHUNK_BYTES) -> list[Segment]:
+                  chunk_bytes: int = RECOVERY_CHUNK_BYTES) -> tuple[list[Segment], int | None]:
     """Open every segment of a partition directory, oldest first, recovering the newest.
+
+    Returns the segments and, when recovery ran, the log offset from which it
+    kept bytes on their CRCs alone (before it, every byte was known fsynced:
+    older segments and the checkpointed prefix of the newest), else None.
 
     Finishes interrupted cleaner swaps, sweeps leftover temporary files, ignores files without the ``.kafka``
     suffix, creates an empty segment 0 in a directory without segments, and
@@ -67,15 +71,16 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
         file = fs.open_segment(path, create=False)
         segments.append(Segment(start, path, file, file.size))
         segments[-1].padding = load_padding(fs, dir_path, start, file)
+    checked_from = None
     try:
         _check_contiguous(segments)
         if needs_recovery:
-            _recover_newest(fs, dir_path, segments[-1], chunk_bytes)
+            checked_from = segments[-1].start + _recover_newest(fs, dir_path, segments[-1], chunk_bytes)
     except BaseException:
         for segment in segments:
             segment.file.close()
         raise
-    return segments
+    return segments, checked_from
 
 
 def _check_contiguous(segments: list[Segment]) -> None:
@@ -88,7 +93,8 @@ def _check_contiguous(segments: list[Segment]) -> None:
             )
 
 
-def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes: int) -> None:
+def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes: int) -> int:
+    """Recover the newest segment; the position in it where the CRC scan started."""
     file = segment.file
     size = file.size
     checkpoint_path = os.path.join(dir_path, CHECKPOINT_FILE_NAME)
@@ -113,6 +119,7 @@ def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes
     if rejected and fs.exists(checkpoint_path):
         fs.remove(checkpoint_path)  # never consulted again; the next flush writes a good one
         fs.fsync_dir(dir_path)
+    return start
 
 
 def scan_file_valid_prefix(file: SegmentFile, size: int, *, start: int = 0,

@@ -33,7 +33,7 @@ from .plants import planted
 
 TOPIC = "sim"
 REPLICAS = ((0, 1, 2), (1, 2, 0))
-FAULTS = ("restart", "stall", "isolate", "expire")
+FAULTS = ("restart", "kill", "crash", "stall", "isolate", "expire")
 REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
 PRODUCE_RATE_PER_S = 20.0
 FAULT_GAP_S = (0.2, 2.0)
@@ -73,7 +73,7 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     trace = Trace()
     clock = trio.testing.MockClock(autojump_threshold=0)
     previous = logging.getLogger("trikafka").level
-    logging.getLogger("trikafka").setLevel(logging.CRITICAL)  # a broker's own fault logging is noise here
+    logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)  # brokers killed mid-task log their failure: noise here
     try:
         with deterministic_trio(seed), planted(plant):
             world = World(seed, duration_s, faults, trace)
@@ -98,7 +98,7 @@ class World:
         self.faults = 0
         self.down: set[int] = set()
         self.stalls: list[trio.Event] = []  # released at the latest when everything heals
-        self.busy: set[int] = set()  # brokers under a fault right now
+        self.busy: dict[int, list[str]] = {}  # brokers under a fault right now -> the faults
         self.cluster = None
 
     def _fail(self, violation: Violation | None) -> None:
@@ -205,10 +205,14 @@ class World:
                 await trio.sleep(self.rng.uniform(*FAULT_GAP_S))
                 fault = self.rng.choice(self.fault_names)
                 broker = self.rng.randrange(3)
-                if broker in self.down or broker in self.busy:
+                current = self.busy.get(broker, [])
+                kills_a_paused_process = fault in ("kill", "crash") and current == ["stall"]
+                if broker in self.down or (current and not kills_a_paused_process):
+                    continue  # otherwise one fault per broker at a time
+                if fault == "crash" and not await self._may_crash():
                     continue
                 self.faults += 1
-                self.busy.add(broker)
+                self.busy.setdefault(broker, []).append(fault)
                 faults.start_soon(self._fault, fault, broker, self.rng.choice((0.02, 0.3, 1.0, 4.0)) * self.rng.random())
 
     async def _fault(self, fault: str, broker: int, duration_s: float) -> None:
@@ -218,8 +222,13 @@ class World:
                 self.down.add(broker)
                 await self.cluster.stop(broker)
                 await trio.sleep(duration_s)
-                await self.cluster.restart(broker)
-                self._push_hook(self.cluster.brokers[broker].address, self.latency)
+                await self._restart(broker)
+                self.down.discard(broker)
+            elif fault in ("kill", "crash"):  # SIGKILL; a crash is a power cut too (unflushed writes lost or torn)
+                self.down.add(broker)
+                await self.cluster.crash(broker, self.rng, power_cut=fault == "crash")
+                await trio.sleep(duration_s)
+                await self._restart(broker)
                 self.down.discard(broker)
             elif fault == "stall":  # every request to it waits: a paused process, its session kept
                 await self._stall(duration_s, lambda address, request: address == self.cluster.brokers[broker].address)
@@ -230,8 +239,24 @@ class World:
             elif fault == "expire":
                 self.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
         finally:
-            self.busy.discard(broker)
+            self.busy[broker].remove(fault)
         self.trace.add(f"healed {fault} broker {broker}")
+
+    async def _restart(self, broker: int) -> None:
+        # A start that began runs to its end (the end of the run does not cut it short: a start
+        # stopped half-way would shut down cleanly and vouch for a tail it never re-copied).
+        with trio.CancelScope(shield=True):
+            await self.cluster.restart(broker)
+        self._push_hook(self.cluster.brokers[broker].address, self.latency)
+
+    async def _may_crash(self) -> bool:
+        """A crash loses the unflushed tail of one replica, so acknowledged writes survive
+        only while another in-sync replica holds them in memory: crash while no broker is
+        down, no crashed broker is still catching up, and every partition's ISR is full."""
+        if self.down:
+            return False
+        states = [(await read_state(self.zk, TOPIC, p)).state for p in range(len(REPLICAS))]
+        return all(len(state.isr) == 3 for state in states)
 
     async def _stall(self, duration_s: float, matches) -> None:
         """Hold every request ``matches(address, request)`` selects for ``duration_s``."""
@@ -275,8 +300,7 @@ class World:
         for released in self.stalls:
             released.set()
         for broker in sorted(self.down):
-            await self.cluster.restart(broker)
-            self._push_hook(self.cluster.brokers[broker].address, self.latency)
+            await self._restart(broker)
         self.down.clear()
         self.trace.add("healed everything")
 

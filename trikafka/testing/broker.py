@@ -20,6 +20,7 @@ and bring it back, as a network partition would.
 from __future__ import annotations
 
 import functools
+import random
 from collections import defaultdict
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
@@ -246,6 +247,8 @@ class InProcessCluster:
         self._settings = settings
         self._member_settings: list[dict[str, Any]] = []
         self._stopped: list[trio.Event] = []  # set once broker i's serve() returned
+        self._scopes: list[trio.CancelScope] = []  # broker i's run, cancelled by crash(i)
+        self._coordinators: dict[int, FakeCoordinator] = {}  # broker i's ZooKeeper client
 
     async def add(self, *, address: tuple[str, int] | None = None, **settings: Any) -> InProcessBroker:
         """Start one more broker (the next broker id), with ``settings`` over the cluster's."""
@@ -253,6 +256,7 @@ class InProcessCluster:
         merged = {**self._settings, **settings}
         self._member_settings.append(merged)
         self._stopped.append(trio.Event())
+        self._scopes.append(trio.CancelScope())
         member = await self._nursery.start(functools.partial(
             _run_member, self, broker_id, FakeFileSystem(seed=self._seed + broker_id), self._clock_ms,
             merged, address))
@@ -264,13 +268,35 @@ class InProcessCluster:
         self.brokers[index].broker.shutdown()
         await self._stopped[index].wait()
 
+    async def crash(self, index: int, rng: random.Random | None = None, *, power_cut: bool = True) -> None:
+        """Kill broker ``index``: its tasks stop where they are (no controlled shutdown,
+        no flush, no goodbye to ZooKeeper, whose session expires later).  With
+        ``power_cut`` its machine goes down too: the fake disk crashes
+        (``FakeFileSystem.crash``: unflushed writes lost or torn, drawn from ``rng``)
+        and reboots (a new boot id); without, it is a SIGKILL and the page cache
+        keeps every write.  ``restart(index)`` brings it back."""
+        fs = self.brokers[index].fs
+        # The cancelled tasks' clean-up must not do what a killed process never would: no
+        # writes (a flush, the clean-shutdown marker), no goodbye to ZooKeeper.
+        fs.freeze()
+        self._coordinators[index].crash()
+        self._scopes[index].cancel()
+        await self._stopped[index].wait()
+        if power_cut:
+            fs.crash(rng=rng)
+        else:
+            fs.thaw()
+
     async def restart(self, index: int) -> InProcessBroker:
-        """Stop broker ``index`` (if running) and start it again: same id, same fake disk, a new port."""
+        """Stop broker ``index`` (if running) and start it again: same id, same fake disk, same port
+        (so its registration left over from a crash is recognised as its own and waited out)."""
         if not self._stopped[index].is_set():
             await self.stop(index)
         self._stopped[index] = trio.Event()
+        self._scopes[index] = trio.CancelScope()
+        settings = {**self._member_settings[index], "port": self.brokers[index].broker.port}
         member = await self._nursery.start(functools.partial(
-            _run_member, self, index, self.brokers[index].fs, self._clock_ms, self._member_settings[index], None))
+            _run_member, self, index, self.brokers[index].fs, self._clock_ms, settings, None))
         self.brokers[index] = member
         return member
 
@@ -318,11 +344,22 @@ async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: 
 async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSystem,
                       clock_ms: Callable[[], int] | None, settings: dict[str, Any],
                       address: tuple[str, int] | None, *, task_status: trio.TaskStatus[InProcessBroker] = trio.TASK_STATUS_IGNORED) -> None:
+    zk = cluster._coordinators[broker_id] = cluster.coordinator()
+    await zk.start()
+    scope = cluster._scopes[broker_id]
     try:
-        async with cluster.coordinator() as zk:
+        with scope:
             async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
                                    address=address, broker_id=broker_id, **settings) as member:
                 task_status.started(member)
                 await member.broker.wait_shutdown_requested()
+    except Exception:
+        if not scope.cancel_called:
+            raise  # a killed broker's clean-up fails on its frozen disk: that is the point
     finally:
+        if scope.cancel_called:
+            zk.crash()  # no goodbye: the session outlives the process by its timeout
+        else:
+            with trio.CancelScope(shield=True):
+                await zk.aclose()
         cluster._stopped[broker_id].set()

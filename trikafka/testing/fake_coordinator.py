@@ -11,7 +11,7 @@ client only learns it on reconnect (LOST, then CONNECTED with a new session).
 All timing is Trio time, so tests run under ``autojump_clock`` with no real sleeps.
 Fault injection: :meth:`FakeCoordinator.disconnect`, :meth:`~FakeCoordinator.reconnect`,
 :meth:`~FakeCoordinator.sever`, :meth:`~FakeCoordinator.expire`,
-:meth:`~FakeCoordinator.lose_next_response`.
+:meth:`~FakeCoordinator.lose_next_response`, :meth:`~FakeCoordinator.crash`.
 """
 
 from __future__ import annotations
@@ -101,6 +101,24 @@ class FakeCoordinator(BaseCoordinator):
         for scope in list(self._background_scopes):
             scope.cancel()
         await trio.lowlevel.checkpoint()
+
+    def crash(self) -> None:
+        """The client's process died: it sends nothing more and hears nothing more, and
+        the server expires its session ``session_timeout_s`` later (its ephemerals stay
+        until then, as a SIGKILLed broker's registration does)."""
+        if self._closed:
+            return
+        self._closing = True
+        session, server, timeout_s = self._session, self.server, self.session_timeout_s
+        self._mark_closed()
+        for scope in list(self._background_scopes):
+            scope.cancel()
+        if session is not None:
+            async def expire_later() -> None:
+                await trio.sleep(timeout_s)
+                server.expire_session(session)
+
+            trio.lowlevel.spawn_system_task(expire_later, name="FakeCoordinator.crash.expire_later")
 
     # -- fault injection ------------------------------------------------------------
 

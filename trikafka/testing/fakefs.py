@@ -27,6 +27,9 @@ Fault model (what a test can make happen, and why the log must survive it):
   ``OSError(EIO)``.  A failed ``write`` may have written a prefix of its data
   (volatile); a failed ``fsync`` makes nothing durable.  The log must stop
   writing (fail-stop) rather than carry on over a hole.
+* **A dead process**: ``freeze()`` makes every write fail until ``crash()`` or
+  ``thaw()``, so an in-process broker stopped by cancellation (whose
+  ``finally`` blocks do run) leaves the disk as a SIGKILL would.
 * **Bit rot** of fsynced data only happens when a test asks for it
   (``flip_byte``); a crash never touches durable bytes.
 
@@ -80,6 +83,7 @@ class FakeFileSystem:
         self._faults: list[_Fault] = []
         self._generation = 0
         self.crash_count = 0
+        self._frozen = False  # see freeze()
 
     # -- the FileSystem protocol ------------------------------------------------
 
@@ -179,6 +183,20 @@ class FakeFileSystem:
 
     # -- faults -----------------------------------------------------------------
 
+    def freeze(self) -> None:
+        """The process using this disk dies now: until ``crash()`` or ``thaw()``, every write,
+        fsync, truncate, open, removal and rename fails with EIO, so clean-up code that a
+        SIGKILL would never run (flushes, the clean-shutdown marker) leaves no trace."""
+        self._frozen = True
+
+    def thaw(self) -> None:
+        """Writes work again (a new process on the same machine; the page cache kept everything)."""
+        self._frozen = False
+
+    def boot_id(self) -> str:
+        """The simulated machine's boot: a new one after every ``crash()`` (a power cut reboots)."""
+        return f"fake-boot-{self.crash_count}"
+
     def inject_error(self, op: str, path_contains: str = "", count: int = 1, errno_: int = errno.EIO) -> None:
         """Make the next ``count`` ``op`` calls on a path containing ``path_contains`` fail."""
         if op not in FAULT_OPS:
@@ -196,6 +214,7 @@ class FakeFileSystem:
         rng = rng if rng is not None else self.rng
         self._generation += 1
         self.crash_count += 1
+        self._frozen = False
         self._faults.clear()
         entries = self._crash_entries(mode, rng, dir_entry_keep_probability)
         for path in sorted(entries):
@@ -257,6 +276,8 @@ class FakeFileSystem:
         return kept
 
     def _maybe_fail(self, op: str, path: str) -> None:
+        if self._frozen:
+            raise OSError(errno.EIO, f"{op} by a process that is gone", path)
         for fault in self._faults:
             if fault.op == op and fault.path_contains in path:
                 fault.count -= 1

@@ -111,6 +111,9 @@ class FollowerPartition:
         self.leader_epoch = leader_epoch
         self.high_watermark = high_watermark
         self.needs_truncation = True  # always truncate by epoch before the first fetch
+        # Holds every byte committed so far: bytes of this epoch (so all the leader had when it
+        # was elected) and the leader's HW (set by ``fetcher.follow``).
+        self.caught_up = False
 
     def on_response(self, result: ReplicaFetchResult, fetch_offset: int) -> FollowerAction:
         """What to do with the response to a fetch made at ``fetch_offset``."""

@@ -85,7 +85,7 @@ async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
     """Copy the leader until fenced; raises FollowerStopped with the reason.
 
     ``on_high_watermark`` hears each new HW learnt from the leader (consumers
-    reading this replica wait on it).
+    reading this replica wait on it), and the moment the follower caught up.
     """
     while True:
         if state.needs_truncation:
@@ -94,19 +94,20 @@ async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
             state.needs_truncation = False
         offset = log.end_offset
         result = await link.replica_fetch(offset, log.durable_end, max_bytes)
-        hw_before = state.high_watermark
+        before = (state.high_watermark, state.caught_up)
         action = state.on_response(result, offset)
         if isinstance(action, WaitForState):
             raise FollowerStopped(action.error)
-        if isinstance(action, (TruncateFirst, Nothing)):
-            if on_high_watermark is not None and state.high_watermark != hw_before:
-                on_high_watermark(state.high_watermark)
-            continue
-        assert isinstance(action, Append)
-        if action.epoch > log.history.latest_epoch:
-            await log.assign_epoch(action.epoch, action.offset)
-        await log.append_verbatim(action.data)
-        if on_high_watermark is not None and state.high_watermark != hw_before:
+        if isinstance(action, Append):
+            if action.epoch > log.history.latest_epoch:
+                await log.assign_epoch(action.epoch, action.offset)
+            await log.append_verbatim(action.data)
+        elif not isinstance(action, (TruncateFirst, Nothing)):
+            raise AssertionError(action)
+        state.caught_up = state.caught_up or (not isinstance(action, TruncateFirst)
+                                              and log.history.latest_epoch == state.leader_epoch
+                                              and log.end_offset >= result.high_watermark)
+        if on_high_watermark is not None and (state.high_watermark, state.caught_up) != before:
             on_high_watermark(state.high_watermark)
 
 

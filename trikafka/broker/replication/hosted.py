@@ -61,6 +61,9 @@ class HostedPartition:
         self.leader: LeaderPartition | None = None
         self.follower: FollowerPartition | None = None
         self._known_hw = 0  # kept across roles: a new leader or follower starts from it
+        # Set when this broker came back from a reboot without a clean stop: the first truncation
+        # as a follower cuts at least to here, and the leader's bytes replace the rest.
+        self.copy_again_from: int | None = None
         self.lock = trio.Lock()  # role changes, epoch-file writes and truncations
         log.add_visible_listener(self._on_visible)
         # Compaction stays below the HW: bytes above it may be truncated by epoch, and
@@ -88,7 +91,7 @@ class HostedPartition:
     # ----------------------------------------------------------------- state changes
 
     async def apply_state(self, state: PartitionState, version: int, replicas: tuple[int, ...],
-                          config: TopicConfig) -> str:
+                          config: TopicConfig, *, may_lead: bool = True) -> str:
         """Act on a state read from ZooKeeper; the resulting role (``leader``/``follower``/``none``)."""
         async with self.lock:
             same_replicas = tuple(replicas) == self.replicas
@@ -99,7 +102,11 @@ class HostedPartition:
                 return self.role  # stale (a watch fired late)
             old = self.state
             self.state, self.version, self.replicas, self.config = state, version, tuple(replicas), config
-            if state.leader == self.broker_id:
+            if state.leader == self.broker_id and not may_lead:
+                # §12.7: a state from before this incarnation registered; the controller re-elects.
+                self._stop_leading()
+                self.follower = None
+            elif state.leader == self.broker_id:
                 if self.leader is not None and old is not None and old.leader_epoch == state.leader_epoch:
                     if not same_replicas and self.broker_id in self.replicas:
                         self.leader.update_replicas(self.replicas, self._clock_ms())
@@ -293,9 +300,14 @@ class FollowerLog:
                 await hosted._run_blocking(functools.partial(hosted.epochs.assign, epoch, start_offset))
 
     async def truncate_to(self, offset: int) -> None:
-        async with self._hosted.lock:
+        hosted = self._hosted
+        async with hosted.lock:
             self._check()
-            await self._hosted.truncate_log(offset)
+            if hosted.copy_again_from is not None:
+                # A torn write can flip the attributes byte, which the 0.7 CRC does not cover.
+                offset = min(offset, hosted.copy_again_from)
+                hosted.copy_again_from = None
+            await hosted.truncate_log(offset)
 
     async def append_verbatim(self, data: bytes) -> None:
         hosted = self._hosted

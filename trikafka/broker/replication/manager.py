@@ -39,7 +39,8 @@ from .controller import Controller
 from .fetch_rules import FollowerPartition
 from .fetcher import FollowerStopped, StreamLeaderLink, follow
 from .hosted import FollowerLog, HostedPartition
-from .membership import controlled_shutdown, register_membership
+from .membership import controlled_shutdown, register_membership, registered_before
+from .tail import copied_again, forget_tail_lost
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class ReplicaManager:
         self._on_replicated_topic = on_replicated_topic  # the 0.7 registrar must skip these
         self.topics: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
+        self._progress = trio.Event()  # set (and replaced) on each state read and follower catch-up
         self.hosted: dict[TopicPartition, HostedPartition] = {}
         self.brokers: dict[int, BrokerAddress] = {}
         self.controller = Controller(zk, broker_id, **(
@@ -118,7 +120,29 @@ class ReplicaManager:
             await nursery.start(self._watch_topics)
             nursery.start_soon(self._maintain_isr)
             await nursery.start(self.controller.run)
+            if not self._tail_intact:
+                nursery.start_soon(self._until_tail_copied)
             task_status.started(self)
+
+    async def _until_tail_copied(self) -> None:
+        """§12.2: once every hosted replica is back in its ISR, the lost tail is copied again."""
+        while not copied_again(self.broker_id, self.hosted.values()):
+            await self._progress.wait()
+        await self._run_blocking(functools.partial(forget_tail_lost, self._log_manager.fs, self._log_manager.log_dir))
+        self._tail_intact = True  # every later registration says so
+        logger.info("every replica caught up with its leader: this broker's tail is intact again")
+        while True:
+            try:
+                await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
+                                          intact=True)
+                return
+            except CoordinatorError as exc:
+                logger.warning("could not say the tail is intact again (%s); retrying", exc)
+                await self._zk.wait_connected()
+
+    def _note_progress(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask the controller to move leadership away; True once this broker leads nothing."""
@@ -232,12 +256,14 @@ class ReplicaManager:
                     logger.error("%s-%d: unreadable state: %s", topic, partition, exc)
                 else:
                     self.states[(topic, partition)] = state
-                    await self._apply(topic, partition, state, value[1].version)
+                    await self._apply(topic, partition, state, value[1].version, value[1].mzxid)
+                    self._note_progress()
             if not started:
                 task_status.started()
                 started = True
 
-    async def _apply(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
+    async def _apply(self, topic: str, partition: int, state: PartitionState, version: int,
+                     mzxid: int | None = None) -> None:
         assignment = self.topics[topic]
         replicas = assignment.replicas[partition] if partition < len(assignment.replicas) else ()
         hosted = self.hosted.get((topic, partition))
@@ -245,7 +271,8 @@ class ReplicaManager:
             if self.broker_id not in replicas:
                 return
             hosted = await self._host(topic, partition, len(assignment.replicas))
-        await hosted.apply_state(state, version, replicas, assignment.settings())
+        may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
+        await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
         self._start_or_stop_follower(hosted)
 
     async def _host(self, topic: str, partition: int, count: int) -> HostedPartition:
@@ -256,8 +283,14 @@ class ReplicaManager:
                                                             log.end_offset))
         hosted = HostedPartition(topic, partition, self.broker_id, log, epochs, flusher=self._flusher,
                                  waiters=self._waiters, run_blocking=self._run_blocking, clock_ms=_trio_ms)
+        if not self._tail_intact:  # §12.2: after a reboot, what recovery kept on CRCs alone is copied again
+            hosted.copy_again_from = log.crc_checked_from
         self.hosted[(topic, partition)] = hosted
         return hosted
+
+    def _on_follower_hw(self, hosted: HostedPartition, high_watermark: int) -> None:
+        hosted.note_follower_hw(high_watermark)
+        self._note_progress()
 
     def close(self) -> None:
         """Close the epoch files (blocking: call from a worker thread at shutdown)."""
@@ -295,7 +328,7 @@ class ReplicaManager:
                                                     topic=hosted.topic, partition=hosted.partition)
                             retry_s = FOLLOW_RETRY_MIN_S
                             await follow(FollowerLog(hosted, follower), link, follower,
-                                         on_high_watermark=hosted.note_follower_hw)
+                                         on_high_watermark=functools.partial(self._on_follower_hw, hosted))
                     except FollowerStopped as exc:
                         reason = exc.error.name
                     except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,

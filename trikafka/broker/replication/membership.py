@@ -19,22 +19,10 @@ import trio
 from ...log.names import BOOT_ID_FILE
 from ...zk import paths
 from ...zk.coordinator import Coordinator
-from ...zk.errors import NodeExistsError, NoNodeError
+from ...zk.errors import BadVersionError, NodeExistsError, NoNodeError
 from ...zk.replication_store import read_assignment, read_state, replicated_topics
 
 logger = logging.getLogger(__name__)
-
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-
-
-def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
-    """This machine's boot id (changes at every boot), or None where there is none. Blocking."""
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
-
 
 def tail_intact(*, clean_shutdown: bool, boot_id_now: str | None, boot_id_at_last_start: str | None) -> bool:
     """Whether every byte appended before the last stop survived it."""
@@ -61,10 +49,31 @@ async def register_membership(zk: Coordinator, broker_id: int, host: str, port: 
     value = json.dumps({"version": 1, "host": host, "port": port, "tail_intact": intact},
                        sort_keys=True, separators=(",", ":")).encode()
     path = paths.replication_broker(broker_id)
-    try:
-        await zk.create(path, value, ephemeral=True, makepath=True)
-    except NodeExistsError:  # our own node from before a reconnect, or a leftover being waited out
-        await zk.set(path, value)
+    while True:
+        try:
+            await zk.create(path, value, ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            pass
+        try:
+            _data, stat = await zk.get(path)
+            if stat.ephemeral_owner == zk.session_id:  # ours: a create whose reply was lost
+                await zk.set(path, value, version=stat.version)
+                return
+            # A leftover of this broker's previous session (the id under /brokers/ids is ours now).
+            # Written over, it would still vanish when that session expires: replace it instead.
+            await zk.delete(path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            continue
+
+
+async def registered_before(zk: Coordinator, broker_id: int, mzxid: int | None) -> bool:
+    """Whether a state written at ``mzxid`` names this broker's current incarnation (§12.7):
+    this session's ``/brokers/ids/<id>`` existed when it was written (None: not known, trust it)."""
+    if mzxid is None:
+        return True
+    stat = await zk.exists(paths.broker_id(broker_id))
+    return stat is not None and stat.ephemeral_owner == zk.session_id and stat.czxid < mzxid
 
 
 async def partitions_led_by(zk: Coordinator, broker_id: int) -> list[tuple[str, int]]:

@@ -14,7 +14,8 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from .manager import ReplicaManager
-from .membership import read_boot_id, record_boot_id, tail_intact
+from .membership import record_boot_id, tail_intact
+from .tail import keep_tail_status
 
 # How long a broker asked to stop waits for the controller to move its leaderships away.
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
@@ -25,11 +26,12 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                             run_blocking: Callable[..., Awaitable[Any]],
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]) -> ReplicaManager:
     """Start the replica manager once the broker is registered; it, running."""
-    boot_now = await run_blocking(read_boot_id)
+    boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
     # A log dir that held no logs had no tail to lose.
     clean = not log_manager.recovered or not log_manager.logs()
     intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
+    intact = await run_blocking(functools.partial(keep_tail_status, log_manager.fs, log_manager.log_dir, intact))
     manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=handler.admin.self_broker,
                              handler=handler, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
