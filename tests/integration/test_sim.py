@@ -46,3 +46,20 @@ def test_the_command_prints_the_seed_line_and_exits_by_the_promises():
     assert broken.returncode == 1
     assert "acknowledged writes survive" in broken.stderr
     assert "replay: trikafka sim --seed 7 --duration-s 30 --plant ack-before-isr" in broken.stderr
+
+
+# CI's budget: 200 seeds x 300 simulated s = 1,000 simulated cluster-minutes, in two processes at
+# once (the rest of the suite is idle meanwhile, and the machine has two cores).
+BUDGET_SEEDS = (range(1001, 1101), range(1101, 1201))
+BUDGET_DURATION_S = 300
+
+
+@pytest.mark.slow
+def test_a_thousand_simulated_cluster_minutes_keep_every_promise():
+    runs = [subprocess.Popen([sys.executable, "-m", "trikafka", "sim", "--seeds", f"{seeds.start}..{seeds.stop - 1}",
+                              "--duration-s", str(BUDGET_DURATION_S)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seeds in BUDGET_SEEDS]
+    for run, seeds in zip(runs, BUDGET_SEEDS):
+        out, err = run.communicate(timeout=3600)
+        assert run.returncode == 0, f"seeds {seeds.start}..{seeds.stop - 1}:\n{out[-3000:]}\n{err[-3000:]}"
+        assert f"{len(seeds)} ok, 0 failed" in out.splitlines()[-1]

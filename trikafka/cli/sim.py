@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from trikafka.sim.names import FAULTS, PLANT_NAMES
+
 
 def add_parser(commands) -> None:
     """Register ``sim`` on the ``trikafka`` subparsers."""
@@ -21,10 +23,9 @@ def add_parser(commands) -> None:
     sim.add_argument("--duration-s", type=float, default=30.0, metavar="S",
                      help="simulated seconds of load and faults before healing (default 30)")
     sim.add_argument("--faults", default=None, metavar="LIST",
-                     help="comma-separated fault names (default: all of restart, stall, isolate, expire)")
+                     help=f"comma-separated fault names (default: all of {', '.join(FAULTS)})")
     sim.add_argument("--plant", default=None, metavar="BUG",
-                     help="run with a planted bug (truncate-to-hw, ack-before-isr, unclean-election, "
-                          "unrecorded-epoch): the simulation should fail")
+                     help=f"run with a planted bug ({', '.join(PLANT_NAMES)}): the simulation should fail")
     sim.add_argument("--trace", action="store_true", help="print the whole event trace of a single seed")
     sim.set_defaults(func=cmd_sim, validate=_validate)
 

@@ -4,11 +4,23 @@ The real brokers (replica manager, controller, followers) run on a virtual
 clock over fake disks, a fake ZooKeeper and an in-memory network, under
 seeded faults; a checker holds them to the promises in ``checker``.
 ``run_seed(seed)`` runs one world; ``trikafka sim`` is the command
-(docs/simulation.md).
+(docs/simulation.md).  Names load on first use, so the command line can read
+``trikafka.sim.names`` without importing a broker.
 """
 
-from .checker import Violation
-from .plants import PLANTS, planted
-from .world import FAULTS, SimResult, parse_faults, run_seed
+from __future__ import annotations
 
-__all__ = ["FAULTS", "PLANTS", "SimResult", "Violation", "parse_faults", "planted", "run_seed"]
+import importlib
+from typing import Any
+
+_HOMES = {"FAULTS": "names", "PLANT_NAMES": "names", "PLANTS": "plants", "planted": "plants",
+          "SimResult": "world", "parse_faults": "world", "run_seed": "world", "Violation": "checker"}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{home}", __name__), name)

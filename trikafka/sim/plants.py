@@ -14,6 +14,8 @@ from typing import Iterator
 from trikafka.broker.replication import controller, election, fetcher, hosted, isr
 from trikafka.wire.errors import ErrorCode
 
+from .names import PLANT_NAMES
+
 
 async def _truncate_to_high_watermark(log, link) -> int:
     # KIP-101's bug: cut to the HW this replica knew instead of asking the leader where epochs end.
@@ -56,6 +58,9 @@ PLANTS = {
     "unclean-election": (controller, "elect", _elect_any_live_replica),
     "unrecorded-epoch": (hosted.HostedPartition, "_become_leader", _lead_without_recording_the_epoch),
 }
+
+
+assert sorted(PLANTS) == sorted(PLANT_NAMES), "trikafka.sim.names lists every plant"
 
 
 @contextlib.contextmanager

@@ -29,11 +29,11 @@ from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 from .checker import Ledger, Violation, check_end_state
 from .determinism import Trace, deterministic_trio
+from .names import FAULTS
 from .plants import planted
 
 TOPIC = "sim"
 REPLICAS = ((0, 1, 2), (1, 2, 0))
-FAULTS = ("restart", "kill", "crash", "stall", "isolate", "expire")
 REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
 PRODUCE_RATE_PER_S = 20.0
 FAULT_GAP_S = (0.2, 2.0)
@@ -238,6 +238,10 @@ class World:
                     address == self.cluster.brokers[broker].address or request.replica_id == broker))
             elif fault == "expire":
                 self.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
+            elif fault == "zk-outage":  # ZooKeeper restarts: every broker loses it at once, for up to 8 s
+                for member in self.cluster.brokers:  # (past 6 s, every session expires)
+                    member.broker.zookeeper.coordinator.sever(reconnect_after_s=2 * duration_s)
+                await trio.sleep(2 * duration_s)
         finally:
             self.busy[broker].remove(fault)
         self.trace.add(f"healed {fault} broker {broker}")
