@@ -8,6 +8,7 @@ from trikafka.log.epochs import (
     EPOCH_FILE_MAGIC, EPOCH_FILE_NAME, RECORD_BYTES, EpochEntry, EpochFile, EpochHistory, EpochOrderError,
     decode_records, encode_record,
 )
+from trikafka.log.errors import LogFailedError
 from trikafka.testing import FakeFileSystem
 
 DIR = "/data/t-0"
@@ -109,3 +110,21 @@ def test_epochs_past_the_recovered_log_end_are_dropped():
     f.assign(2, 80)
     again = EpochFile.open(fs, DIR, log_end=40)  # the log lost its tail past 40
     assert again.history == history((0, 0), (1, 40))
+
+
+@pytest.mark.parametrize("op", ["fsync", "write", "truncate"])
+def test_an_io_error_fails_the_epoch_file_for_good(op):
+    """Fail-stop, as a log: a record whose fsync failed may or may not be on disk, so the file
+    refuses every later write and the broker halts; the next start's recovery decides."""
+    fs = FakeFileSystem(seed=2)
+    durable_dir(fs)
+    f = EpochFile.open(fs, DIR, log_end=0)
+    assert f.assign(0, 0)
+    fs.inject_error(op, EPOCH_FILE_NAME)
+    with pytest.raises(LogFailedError, match="epoch file"):
+        f.assign(2, 10) if op != "truncate" else (f.assign(2, 10), f.truncate_from(10))
+    with pytest.raises(LogFailedError):
+        f.assign(3, 20)  # the error was used up, but the file stays failed
+    fs.crash()
+    again = EpochFile.open(fs, DIR, log_end=100)
+    assert again.history in (history((0, 0)), history((0, 0), (2, 10)))

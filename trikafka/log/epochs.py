@@ -17,10 +17,13 @@ record at the end (short or bad CRC) and anything after it is cut on load.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Iterator
 
+from .errors import LogFailedError
 from .fs import FileSystem, SegmentFile
 
 EPOCH_FILE_NAME = "leader-epochs.trikafka"
@@ -183,6 +186,7 @@ class EpochFile:
         self.path = path
         self._file = file
         self.history = history
+        self._failure: str | None = None  # set by the first I/O error: the file refuses writes since
 
     @classmethod
     def open(cls, fs: FileSystem, partition_dir: str, log_end: int) -> "EpochFile":
@@ -214,21 +218,41 @@ class EpochFile:
         self._file.fsync()
 
     def assign(self, epoch: int, start_offset: int) -> bool:
-        """Durably record that ``epoch`` starts at ``start_offset`` (fsynced before it returns)."""
+        """Durably record that ``epoch`` starts at ``start_offset`` (fsynced before it returns).
+
+        An I/O error fails the file for good (``LogFailedError``, now and on every
+        later write): the broker halts, as on a failed log, and recovery decides.
+        """
+        self._check_failed()
         if not self.history.check_assign(epoch, start_offset):
             return False
-        self._file.append(encode_record(EpochEntry(epoch, start_offset)))
-        self._file.fsync()
+        with self._fail_stop("assign"):
+            self._file.append(encode_record(EpochEntry(epoch, start_offset)))
+            self._file.fsync()
         self.history.assign(epoch, start_offset)
         return True
 
     def truncate_from(self, offset: int) -> None:
-        """Durably forget the epochs starting at or after ``offset``."""
+        """Durably forget the epochs starting at or after ``offset`` (I/O errors: as ``assign``)."""
+        self._check_failed()
         before = len(self.history.entries)
         kept = self.history.truncate_from(offset)
         if kept != before:
-            self._file.truncate(len(EPOCH_FILE_MAGIC) + kept * RECORD_BYTES)
-            self._file.fsync()
+            with self._fail_stop("truncate"):
+                self._file.truncate(len(EPOCH_FILE_MAGIC) + kept * RECORD_BYTES)
+                self._file.fsync()
+
+    def _check_failed(self) -> None:
+        if self._failure is not None:
+            raise LogFailedError(self._failure)
+
+    @contextlib.contextmanager
+    def _fail_stop(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            self._failure = f"{what} in the epoch file {self.path} failed: {exc}"
+            raise LogFailedError(self._failure) from exc
 
     def close(self) -> None:
         """Close the file handle."""

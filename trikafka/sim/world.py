@@ -38,6 +38,8 @@ REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
 PRODUCE_RATE_PER_S = 20.0
 FAULT_GAP_S = (0.2, 2.0)
 MAX_LATENCY_S = 0.03
+FSYNC_ERROR_WAIT_S = 2.0  # for the next fsync after an error is armed
+FSYNC_HALT_WAIT_S = 20.0  # for a broker whose fsync failed to halt (a controlled shutdown included)
 SETTLE_S = 60.0  # after healing, simulated: session expiries, elections and catch-up fit in it
 REQUEST_TIMEOUT_S = 5.0
 FETCH_BYTES = 64 * 1024
@@ -107,7 +109,8 @@ class World:
             self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
 
     async def run(self) -> None:
-        async with open_cluster(3, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50))) as cluster, \
+        async with open_cluster(3, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50)),
+                                survive_failures=True) as cluster, \
                 cluster.coordinator() as zk:
             self.cluster, self.zk = cluster, zk
             config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "1000"}
@@ -230,6 +233,22 @@ class World:
                 await trio.sleep(duration_s)
                 await self._restart(broker)
                 self.down.discard(broker)
+            elif fault == "fsync-error":  # one fsync fails: the broker halts (0.7's rule) and starts again
+                fs = self.cluster.brokers[broker].fs
+                fs.inject_error("fsync")
+                with trio.CancelScope(shield=True):  # a halt under way is seen through to the restart
+                    with trio.move_on_after(FSYNC_ERROR_WAIT_S):
+                        await self.cluster.wait_stopped(broker)
+                    with trio.move_on_after(FSYNC_HALT_WAIT_S):  # an fsync that failed: the halt takes a moment
+                        if not fs.pending_errors:
+                            await self.cluster.wait_stopped(broker)
+                    fs.clear_errors()  # (no fsync came, or the failed one did not stop the broker)
+                    if broker in self.cluster.failures:
+                        self.trace.add(f"broker {broker} halted: {self.cluster.failures.pop(broker)!r}")
+                        self.down.add(broker)
+                        await trio.sleep(duration_s)
+                        await self._restart(broker)
+                        self.down.discard(broker)
             elif fault == "stall":  # every request to it waits: a paused process, its session kept
                 await self._stall(duration_s, lambda address, request: address == self.cluster.brokers[broker].address)
             elif fault == "isolate":  # cut from the other replicas and from ZooKeeper; clients still reach it

@@ -249,6 +249,8 @@ class InProcessCluster:
         self._stopped: list[trio.Event] = []  # set once broker i's serve() returned
         self._scopes: list[trio.CancelScope] = []  # broker i's run, cancelled by crash(i)
         self._coordinators: dict[int, FakeCoordinator] = {}  # broker i's ZooKeeper client
+        self.survive_failures = False  # see open_cluster
+        self.failures: dict[int, Exception] = {}  # broker i's last failure, when survived
 
     async def add(self, *, address: tuple[str, int] | None = None, **settings: Any) -> InProcessBroker:
         """Start one more broker (the next broker id), with ``settings`` over the cluster's."""
@@ -266,6 +268,10 @@ class InProcessCluster:
     async def stop(self, index: int) -> None:
         """Shut broker ``index`` down gracefully and wait until it stopped (its ZooKeeper session closed)."""
         self.brokers[index].broker.shutdown()
+        await self._stopped[index].wait()
+
+    async def wait_stopped(self, index: int) -> None:
+        """Until broker ``index`` stopped (its run returned: a stop, a crash or a failure)."""
         await self._stopped[index].wait()
 
     async def crash(self, index: int, rng: random.Random | None = None, *, power_cut: bool = True) -> None:
@@ -321,17 +327,20 @@ class InProcessCluster:
 
 @asynccontextmanager
 async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: int = 0,
-                       clock_ms: Callable[[], int] | None = None,
+                       clock_ms: Callable[[], int] | None = None, survive_failures: bool = False,
                        **settings: Any) -> AsyncIterator[InProcessCluster]:
     """Run brokers 0..n-1 in-process, each on its own ``FakeFileSystem`` and registered in ZooKeeper.
 
     ``settings`` are ``BrokerConfig`` fields shared by every broker;
-    ``cluster.add(...)`` starts more.
+    ``cluster.add(...)`` starts more.  A broker that fails (an fsync error halts
+    it) fails the block, unless ``survive_failures``: then it just stops, as its
+    process would exit (``cluster.failures[i]`` says why; ``restart(i)``).
     """
     settings.setdefault("enable_zookeeper", True)
     async with trio.open_nursery() as nursery:
         cluster = InProcessCluster(zookeeper if zookeeper is not None else FakeZooKeeper(), InMemoryNetwork(),
                                    nursery, seed, clock_ms, settings)
+        cluster.survive_failures = survive_failures
         try:
             for _ in range(n):
                 await cluster.add()
@@ -353,9 +362,11 @@ async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSys
                                    address=address, broker_id=broker_id, **settings) as member:
                 task_status.started(member)
                 await member.broker.wait_shutdown_requested()
-    except Exception:
-        if not scope.cancel_called:
-            raise  # a killed broker's clean-up fails on its frozen disk: that is the point
+    except Exception as exc:
+        if not scope.cancel_called:  # (a killed broker's clean-up fails on its frozen disk: that is the point)
+            if not cluster.survive_failures:
+                raise
+            cluster.failures[broker_id] = exc
     finally:
         if scope.cancel_called:
             zk.crash()  # no goodbye: the session outlives the process by its timeout

@@ -206,6 +206,11 @@ class FakeFileSystem:
     def clear_errors(self) -> None:
         self._faults.clear()
 
+    @property
+    def pending_errors(self) -> int:
+        """Injected errors not yet raised."""
+        return len(self._faults)
+
     def crash(self, mode: str = "random", rng: random.Random | None = None,
               dir_entry_keep_probability: float = 0.5) -> None:
         """Replace the state by one a machine crash could leave (module docstring)."""
