@@ -99,6 +99,15 @@ def test_leader_gone_elects_from_the_isr_in_replica_order():
     assert elect(state(1, 4, (1, 3)), (1, 2, 3), c, CFG, 2) == PartitionState(3, 5, (3,), 2)
 
 
+def test_an_election_never_shrinks_the_isr_below_the_minimum():
+    # 2 led; 2's session blipped and 1 is shutting down: 3 (perhaps crashed, its session not yet
+    # expired) is elected, and 1 and 2 stay in the ISR: they hold every committed byte.
+    c = Cluster(frozenset({1, 3}), frozenset({1, 3}), shutting_down=frozenset({1}))
+    two = TopicConfig(min_insync_replicas=2)
+    assert elect(state(2, 7, (2, 1, 3)), (1, 2, 3), c, two, 4) == PartitionState(3, 8, (2, 1, 3), 4)
+    assert elect(state(2, 7, (2, 1, 3)), (1, 2, 3), c, CFG, 4) == PartitionState(3, 8, (3,), 4)
+
+
 def test_no_isr_candidate_goes_offline_once_and_unclean_needs_the_opt_in():
     c = Cluster(frozenset({2}), frozenset({2}))
     offline = elect(state(1, 4, (1,)), (1, 2, 3), c, CFG, 2)

@@ -33,8 +33,12 @@ class Ledger:
     seen: dict[tuple[int, int], bytes] = field(default_factory=dict)
     leaders: dict[tuple[int, int], int] = field(default_factory=dict)  # (partition, epoch) -> broker
 
-    def ack(self, partition: int, offset: int, data: bytes) -> None:
-        self.acked[(partition, offset)] = data
+    def ack(self, partition: int, offset: int, data: bytes) -> Violation | None:
+        known = self.acked.setdefault((partition, offset), data)
+        if known != data:  # the earlier set's bytes were replaced: it did not survive
+            return Violation("acknowledged writes survive", f"partition {partition}: two different sets "
+                             f"acknowledged at offset {offset}")
+        return None
 
     def see(self, partition: int, offset: int, entry: bytes) -> Violation | None:
         known = self.seen.setdefault((partition, offset), entry)

@@ -164,7 +164,7 @@ class World:
                     async with await connect(member.host, member.port, open_stream=self.cluster.open_stream) as conn:
                         [result] = await conn.produce_acked([(TOPIC, partition, data)], acks=-1, timeout_ms=2000)
                     if result.error == ErrorCode.NO_ERROR:
-                        self.ledger.ack(partition, result.base_offset, data)
+                        self._fail(self.ledger.ack(partition, result.base_offset, data))
                         outcome = f"acked @{result.base_offset}+{len(data)}"
                     else:
                         outcome = result.error.name

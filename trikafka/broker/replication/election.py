@@ -66,6 +66,11 @@ def elect(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster, co
         # controlled way: it stops fetching at once, and kept in the ISR it would
         # hold the HW (every acks -1 write) until replica.lag.time.max.ms.
         isr = tuple(r for r in state.isr if r == leader or (r in cluster.live and r not in cluster.shutting_down))
+        if len(isr) < config.min_insync_replicas:
+            # Never below the minimum at an election (KIP-966): the members it would drop hold every
+            # committed byte and stay electable, in case the new leader is a zombie whose session
+            # has not expired yet; the new leader's own upkeep shrinks them if they do not fetch.
+            isr = state.isr
         return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
     if config.unclean_leader_election:
         unclean = [r for r in replicas if r in cluster.live and r not in cluster.shutting_down]

@@ -58,6 +58,7 @@ class LeaderPartition:
         self.min_insync_replicas = min_insync_replicas
         self._followers = {r: _Follower(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
                            for r in self.replicas if r != leader_id}
+        self.joining: frozenset[int] = frozenset()  # followers an ISR write in flight adds
         self._advance_hw()
 
     # -- inputs ------------------------------------------------------------------------
@@ -110,8 +111,22 @@ class LeaderPartition:
         """The end ``replica_id`` last reported."""
         return self.leader_end if replica_id == self.leader_id else self._followers[replica_id].end
 
+    def begin_expansion(self, isr: tuple[int, ...]) -> bool:
+        """An ISR that adds followers is about to be written: until ``end_expansion``, the HW
+        waits for them too (§12.8), so they hold every committed byte when the write lands.
+        False (and nothing begins) if one of them is no longer at the HW: propose again."""
+        joining = frozenset(isr) - frozenset(self.isr)
+        if any(self.follower_end(r) < self.high_watermark for r in joining):
+            return False
+        self.joining = joining
+        return True
+
+    def end_expansion(self) -> None:
+        self.joining = frozenset()
+        self._advance_hw()
+
     def _advance_hw(self) -> None:
-        low = min(self.follower_end(r) for r in self.isr)
+        low = min(self.follower_end(r) for r in (*self.isr, *self.joining))
         # The HW never moves back on a leader: a follower joins the ISR only at or above it.
         self.high_watermark = max(self.high_watermark, low)
 

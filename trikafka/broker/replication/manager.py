@@ -368,6 +368,8 @@ class ReplicaManager:
             if hosted.leader is not leader or state is None:
                 return
             new = PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+            if not leader.begin_expansion(isr):
+                return  # the HW moved past a joiner while we waited for the lock
             try:
                 version = await write_state(self._zk, topic, partition, new, hosted.version)
             except BadVersionError:
@@ -379,6 +381,8 @@ class ReplicaManager:
                 leader.apply_isr(isr)
                 self.isr_changes += 1
                 logger.info("%s-%d: ISR %s -> %s", topic, partition, list(state.isr), list(isr))
+            finally:
+                leader.end_expansion()
         if fenced:  # someone moved first: re-read and act on what is there now
             current = await read_state(self._zk, topic, partition)
             self.states[hosted.key] = current.state
