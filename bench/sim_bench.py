@@ -27,7 +27,7 @@ def main() -> None:
             simulated += result.simulated_s
             acked += result.acked
         wall = time.perf_counter() - started
-        name = ",".join(faults) if faults else "expire only (lightest)"
+        name = "all faults" if faults == FAULTS else ",".join(faults) if faults else "expire only (lightest)"
         print(f"{name:<30} {args.seeds:>5} {simulated:>12.0f} {wall:>8.1f} {simulated / wall:>8.0f}x "
               f"{acked / args.seeds:>11.0f}")
 
