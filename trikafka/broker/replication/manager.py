@@ -125,7 +125,7 @@ class ReplicaManager:
             task_status.started(self)
 
     async def _until_tail_copied(self) -> None:
-        """§12.2: once every hosted replica is back in its ISR, the lost tail is copied again."""
+        """§12.2: once every hosted replica caught up with its leader, the lost tail is copied again."""
         while not copied_again(self.broker_id, self.hosted.values()):
             await self._progress.wait()
         await self._run_blocking(functools.partial(forget_tail_lost, self._log_manager.fs, self._log_manager.log_dir))
