@@ -8,8 +8,13 @@ Three things ask for a flush of a log:
   wait of its flush interval (``topic.flush.intervals.ms``, else
   ``log.default.flush.interval.ms``, which defaults to
   ``log.default.flush.scheduler.interval.ms``); the log is flushed when it
-  ends.  So no message waits longer than its interval plus one fsync, and an
-  idle broker does nothing: the scheduler sleeps until the earliest deadline
+  ends.  The flush starts a little before the deadline, by the lead it
+  needs to *finish* by then: the fsync time plus the loop's wake-up
+  lateness, each estimated on Trio's clock as TCP estimates a round trip
+  (RFC 6298: a moving mean plus a multiple of the moving mean deviation, so
+  the slow cases are covered too), never more than half the interval.  So a
+  message is visible about its interval after it arrived, not an interval
+  plus one fsync plus a late wake-up.  An idle broker does nothing: the scheduler sleeps until the earliest deadline
   (a heap with at most one entry per log) and is woken only when an append
   brings a nearer one (``Log.add_dirty_listener``).  This is the one
   flush-age rule, on Trio's clock: intervals are durations, and tests drive
@@ -48,6 +53,11 @@ logger = logging.getLogger(__name__)
 
 # fsyncs of different logs may overlap; more threads than this only queue in the kernel.
 MAX_CONCURRENT_FSYNCS = 8
+# The estimators behind a flush's lead (RFC 6298's gains): weight of the newest
+# sample in the mean and in the mean deviation, and how many deviations to add.
+LEAD_MEAN_GAIN = 1 / 8
+LEAD_DEVIATION_GAIN = 1 / 4
+LEAD_DEVIATIONS = 4
 
 
 class FlushScheduler:
@@ -73,6 +83,11 @@ class FlushScheduler:
         self._queued: set[Any] = set()
         self._ties = itertools.count()
         self._sleep: trio.CancelScope | None = None
+        # How long an fsync takes and how late the loop wakes for a deadline
+        # (epoll rounds its timeout up to a whole millisecond), in Trio seconds:
+        # a flush starts early by the sum of their estimates (lead_s).
+        self._fsync_s = _Estimate()
+        self._wake_late_s = _Estimate()
         self.flushes_completed = 0
         self._observe_flush_s = observe_flush_s or (lambda seconds: None)  # metrics: each flush's fsync time
         self.wakeups = 0  # times the deadline loop woke up (an idle broker: none)
@@ -89,7 +104,10 @@ class FlushScheduler:
                         await trio.sleep_forever()
                     self._sleep = None
                     self.wakeups += 1
-                    self._flush_due_logs(trio.current_time())
+                    now_s = trio.current_time()
+                    if sleep.cancelled_caught:  # woken by the deadline, not by an earlier one set meanwhile
+                        self._wake_late_s.add(max(0.0, now_s - sleep.deadline))
+                    self._flush_due_logs(now_s)
             finally:
                 self._nursery = self._sleep = None
 
@@ -99,7 +117,7 @@ class FlushScheduler:
             _, _, log = heapq.heappop(deadlines)
             since_s = self._dirty_since.get(log)
             if since_s is not None:
-                deadline_s = since_s + log.config.flush_interval_ms / 1000
+                deadline_s = self._deadline_s(log, since_s)
                 if deadline_s > now_s:  # flushed and dirtied again since this entry was pushed
                     heapq.heappush(deadlines, (deadline_s, next(self._ties), log))
                     continue
@@ -117,10 +135,20 @@ class FlushScheduler:
         if log in self._queued:
             return  # its entry is due no later than this deadline; it re-queues itself
         self._queued.add(log)
-        deadline_s = now_s + log.config.flush_interval_ms / 1000
+        deadline_s = self._deadline_s(log, now_s)
         heapq.heappush(self._deadlines, (deadline_s, next(self._ties), log))
         if self._sleep is not None and deadline_s < self._sleep.deadline:
             self._sleep.deadline = deadline_s  # wake earlier; otherwise no wakeup at all
+
+    def _deadline_s(self, log: Any, dirty_since_s: float) -> float:
+        """When a flush of ``log``, dirty since ``dirty_since_s``, must start to end within its interval."""
+        interval_s = log.config.flush_interval_ms / 1000
+        return dirty_since_s + interval_s - min(self.lead_s, interval_s / 2)
+
+    @property
+    def lead_s(self) -> float:
+        """How much earlier than its interval a deadline flush starts now (before the half-interval cap)."""
+        return self._fsync_s.bound + self._wake_late_s.bound
 
     def request_flush(self, log: Any) -> None:
         """Ask for a flush of ``log`` soon; never blocks, coalesces with one in flight."""
@@ -254,8 +282,32 @@ class FlushScheduler:
         self._dirty_since.pop(log, None)  # the capture covered everything appended so far
         if ticket is None:
             return  # nothing unflushed
-        started_s = time.perf_counter()
+        started_s, started_trio_s = time.perf_counter(), trio.current_time()
         await self._run_blocking(ticket.fsync)
         self._observe_flush_s(time.perf_counter() - started_s)
+        self._fsync_s.add(trio.current_time() - started_trio_s)
         log.complete_flush(ticket)
         self.flushes_completed += 1
+
+
+class _Estimate:
+    """A duration estimated from samples the way RFC 6298 estimates a round trip."""
+
+    __slots__ = ("mean", "deviation", "samples")
+
+    def __init__(self) -> None:
+        self.mean = self.deviation = 0.0
+        self.samples = 0
+
+    def add(self, sample: float) -> None:
+        self.samples += 1
+        if self.samples == 1:  # the first sample is the mean (the deviation grows from what follows)
+            self.mean = sample
+            return
+        self.deviation += LEAD_DEVIATION_GAIN * (abs(sample - self.mean) - self.deviation)
+        self.mean += LEAD_MEAN_GAIN * (sample - self.mean)
+
+    @property
+    def bound(self) -> float:
+        """A duration that few samples exceed: the mean plus a few mean deviations."""
+        return self.mean + LEAD_DEVIATIONS * self.deviation
