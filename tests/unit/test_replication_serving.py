@@ -1,0 +1,37 @@
+"""A consumer's fetch from a replica: bytes up to the high watermark, and which offsets are out of range."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from trikafka.broker.replication import serving
+from trikafka.wire import ErrorCode, FetchPart
+
+
+class StubLog:
+    start_offset = 100
+    end_offset = 500
+
+    def read(self, offset, max_bytes, *, end):
+        return ("region", offset, min(end - offset, max_bytes))
+
+
+def manager_with(high_watermark):
+    hosted = SimpleNamespace(log=StubLog(), consumer_end=lambda: high_watermark)
+    return SimpleNamespace(hosted={("t", 0): hosted})
+
+
+def test_a_replica_serves_consumers_up_to_its_high_watermark():
+    assert serving.fetch(manager_with(300), FetchPart("t", 0, 200, 1000)) == (ErrorCode.NO_ERROR, ("region", 200, 100))
+    assert serving.fetch(manager_with(300), FetchPart("t", 0, 300, 1000)) == (ErrorCode.NO_ERROR, None)
+
+
+def test_an_offset_above_the_high_watermark_within_the_log_waits_instead_of_resetting():
+    # Committed on a previous leader, not yet here: empty, no error (docs/protocol.md §12.6).
+    for offset in (301, 450, 500):
+        assert serving.fetch(manager_with(300), FetchPart("t", 0, offset, 1000)) == (ErrorCode.NO_ERROR, None)
+
+
+def test_only_offsets_outside_the_log_are_out_of_range():
+    for offset in (99, 501):
+        assert serving.fetch(manager_with(300), FetchPart("t", 0, offset, 1000)) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)
