@@ -17,7 +17,10 @@ the registry format):
 
 * **Quiet while SUSPENDED.**  With the ZooKeeper connection lost, the session
   may be expiring and another member may be taking over; nothing is fetched or
-  delivered until the session is known to be alive (or known to be lost).
+  delivered until the session is known to be alive (or known to be lost).  And
+  after the connection is back, nothing is delivered until a read of our ids
+  node shows it is still ours: a newer process with our consumer id may have
+  taken over meanwhile (see below), and its watch may arrive late.
 * **Fenced writes.**  Every commit and release is one ``multi`` that also
   checks this consumer's own ``ids`` node (ephemeral: it exists only while the
   session that registered it lives) and the owner node of each partition
@@ -54,6 +57,7 @@ from trikafka.client.leaders import LeaderDirectory
 from trikafka.wire.keyed import split_key
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.errors import CoordinatorError
 from trikafka.zk.ops import SessionState
 
 from .batches import BatchHandout
@@ -163,6 +167,9 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
         self._owner_versions: dict[PartitionKey, int] = {}  # for owned and unrecorded keys
         self._session_seen = -1  # session_generation our registration belongs to
         self._registered = False
+        # Connection drops seen, and how many of them a registration read has
+        # followed since (delivery waits while they differ; Membership._confirm_registration).
+        self._disconnects = self._confirmed_disconnects = 0
         self.rebalances = 0  # successful rebalances that changed ownership
 
         self._lock = trio.Lock()
@@ -194,7 +201,7 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
             await self._zk.ensure_path(paths.consumer_ids(self.group))
             async with self._lock:
                 await self._register()
-            for task in (self._watch_session, self._watch_registration, self._watch_members,
+            for task in (self._watch_session, self._watch_connection, self._watch_registration, self._watch_members,
                          self._watch_topics, self._rebalance_loop, self._autocommit_loop):
                 self._nursery.start_soon(task)
         except BaseException as exc:
@@ -240,7 +247,8 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
         chunk = self._current
         if (chunk is not None and chunk.generation == self.generation and chunk.index < len(chunk.messages)
                 and self._zk.state.value is SessionState.CONNECTED and not self._rebalancing.value
-                and self._zk.session_generation.value == self._session_seen):
+                and self._zk.session_generation.value == self._session_seen
+                and self._disconnects == self._confirmed_disconnects):
             message = chunk.messages[chunk.index]
             chunk.index += 1
             self._positions[chunk.key] = message.next_offset
@@ -260,14 +268,21 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
             self._current = None
 
     async def _gated_chunk(self) -> Chunk:
-        """The chunk to deliver from, once the gate is open: a live, connected session,
-        no rebalance in progress, and a chunk of the current generation."""
+        """The chunk to deliver from, once the gate is open: a live, connected session
+        whose registration is confirmed since its last dropped connection, no
+        rebalance in progress, and a chunk of the current generation."""
         while True:
             await self._zk.state.wait_value(SessionState.CONNECTED)
             await self._rebalancing.wait_value(False)
             if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
                 continue
             self._check_session()
+            if self._disconnects != self._confirmed_disconnects:
+                try:
+                    await self._confirm_registration()
+                except CoordinatorError:
+                    await trio.sleep(self.config.fetcher_backoff_s)
+                continue
             chunk = self._current
             if chunk is not None and chunk.generation == self.generation:
                 return chunk

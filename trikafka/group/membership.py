@@ -7,7 +7,7 @@ import logging
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.ops import CreateOp, DeleteOp, Op, SetOp
+from trikafka.zk.ops import CreateOp, DeleteOp, Op, SessionState, SetOp
 from trikafka.zk.errors import (
     BadVersionError,
     CoordinatorError,
@@ -144,6 +144,37 @@ class Membership:
             raise ConsumerIdTakenOver(
                 f"{self._ids_path} now belongs to another ZooKeeper session (a newer process with "
                 f"consumer id {self.consumer_id!r}); this consumer stops")
+
+    async def _watch_connection(self) -> None:
+        """Count the connection's drops: after each, delivery waits for ``_confirm_registration``."""
+        while True:
+            await self._zk.state.wait_value(lambda state: state is not SessionState.CONNECTED)
+            self._disconnects += 1
+            await self._zk.state.wait_value(SessionState.CONNECTED)
+
+    async def _confirm_registration(self) -> None:
+        """Back from a dropped connection with the same session: is our id still ours?
+
+        While the connection was down, a newer process with our consumer id may
+        have taken over our ids node and then our partitions; the watch that
+        says so can arrive after the reconnect.  So delivery waits for this
+        read.  Raises ``ConsumerIdTakenOver`` (dropping ownership first); a
+        ``CoordinatorError`` leaves the gate closed for another try.
+        """
+        disconnects = self._disconnects
+        _data_and_stat = None
+        try:
+            _data_and_stat = await self._zk.get(self._ids_path)
+        except NoNodeError:
+            pass  # our session's node is gone: the session is lost, which _check_session handles
+        if _data_and_stat is not None and _data_and_stat[1].ephemeral_owner != self._zk.session_id \
+                and self._zk.session_generation.value == self._session_seen:
+            self._registered = False
+            self._drop_ownership()
+            raise ConsumerIdTakenOver(
+                f"{self._ids_path} was taken over by another ZooKeeper session with consumer "
+                f"id {self.consumer_id!r} while our connection was down; this consumer stops")
+        self._confirmed_disconnects = disconnects
 
     async def _watch_registration(self) -> None:
         """Stop promptly when a newer process takes over our consumer id."""
