@@ -14,9 +14,10 @@ def add_parser(commands) -> None:
     sim = commands.add_parser(
         "sim", help="simulate a replicated cluster under faults from a seed, and check its promises",
         description="Runs three real brokers on a virtual clock (fake disks, fake ZooKeeper, in-memory network) "
-                    "with an acks -1 producer, a consumer and seeded faults, then checks that acknowledged "
-                    "writes survive, replicas agree, one leader leads each epoch and no consumer saw a message "
-                    "that vanished.  The same seed replays the same run: its trace hash is printed.")
+                    "with an acks -1 producer, a consumer, a consumer group and seeded faults, then checks "
+                    "that acknowledged writes survive, replicas agree, one leader leads each epoch, no consumer "
+                    "saw a message that vanished, group members never overlap, read in offset order and only "
+                    "commit forward.  The same seed replays the same run: its trace hash is printed.")
     which = sim.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int, metavar="N", help="run one seed")
     which.add_argument("--seeds", metavar="A..B", help="run every seed from A to B (inclusive)")

@@ -9,6 +9,9 @@
    the same leader epoch at the same time.
 4. **Consumers never see a message that vanished**: every entry a consumer
    read (only committed bytes are served) is, at the end, at its offset.
+
+The consumer group's promises (5-7: ownership, order, commits) are checked by
+``groups.GroupLedger``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ import contextlib
 from typing import Iterator
 
 from trikafka.broker.replication import controller, election, fetcher, hosted, isr
+from trikafka.group import commits
+from trikafka.zk.ops import CheckOp
 from trikafka.wire.errors import ErrorCode
 
 from .names import PLANT_NAMES
@@ -49,6 +51,12 @@ async def _lead_without_recording_the_epoch(self, state) -> None:
         self.epochs.assign = real_assign
 
 
+def _check_nothing(path: str, version: int = -1) -> CheckOp:
+    # A group commit's fence (its own registration, the owner nodes it holds) checks only the root:
+    # a member that lost its session or its partitions still writes offsets.
+    return CheckOp("/", -1)
+
+
 _REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
 
 # name -> (object, attribute, the wrong value)
@@ -57,6 +65,7 @@ PLANTS = {
     "ack-before-isr": (isr.LeaderPartition, "commit_status", _commit_at_once),
     "unclean-election": (controller, "elect", _elect_any_live_replica),
     "unrecorded-epoch": (hosted.HostedPartition, "_become_leader", _lead_without_recording_the_epoch),
+    "fenced-commit": (commits, "CheckOp", _check_nothing),
 }
 
 

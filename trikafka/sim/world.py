@@ -29,7 +29,8 @@ from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 from .checker import Ledger, Violation, check_end_state
 from .determinism import Trace, deterministic_trio
-from .names import FAULTS
+from .groups import GroupMembers
+from .names import FAULTS, MEMBER_FAULTS
 from .plants import planted
 
 TOPIC = "sim"
@@ -102,8 +103,9 @@ class World:
         self.stalls: list[trio.Event] = []  # released at the latest when everything heals
         self.busy: dict[int, list[str]] = {}  # brokers under a fault right now -> the faults
         self.cluster = None
+        self.members = GroupMembers(self, TOPIC)
 
-    def _fail(self, violation: Violation | None) -> None:
+    def fail(self, violation: Violation | None) -> None:
         if violation is not None and self.violation is None:
             self.trace.add(f"VIOLATION {violation.promise}: {violation.detail}")
             self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
@@ -122,6 +124,7 @@ class World:
                 nursery.start_soon(self._watch_leaders)
                 nursery.start_soon(self._produce)
                 nursery.start_soon(self._consume)
+                nursery.start_soon(self.members.run)
                 nursery.start_soon(self._nemesis)
                 await trio.sleep(self.duration_s)
                 nursery.cancel_scope.cancel()
@@ -143,7 +146,7 @@ class World:
                 for partition in range(len(REPLICAS)):
                     hosted = self._hosted(broker, partition)
                     if hosted is not None and hosted.leader is not None:
-                        self._fail(self.ledger.leading(partition, hosted.leader_epoch, broker))
+                        self.fail(self.ledger.leading(partition, hosted.leader_epoch, broker))
             await trio.sleep(0.01)
 
     async def _leader(self, partition: int) -> int:
@@ -164,7 +167,7 @@ class World:
                     async with await connect(member.host, member.port, open_stream=self.cluster.open_stream) as conn:
                         [result] = await conn.produce_acked([(TOPIC, partition, data)], acks=-1, timeout_ms=2000)
                     if result.error == ErrorCode.NO_ERROR:
-                        self._fail(self.ledger.ack(partition, result.base_offset, data))
+                        self.fail(self.ledger.ack(partition, result.base_offset, data))
                         outcome = f"acked @{result.base_offset}+{len(data)}"
                     else:
                         outcome = result.error.name
@@ -193,7 +196,7 @@ class World:
                 parsed = parse_entries(data, offsets[partition])
                 for entry in parsed.entries:
                     start = entry.offset - offsets[partition]
-                    self._fail(self.ledger.see(partition, entry.offset, data[start:start + entry.next_offset - entry.offset]))
+                    self.fail(self.ledger.see(partition, entry.offset, data[start:start + entry.next_offset - entry.offset]))
                 if parsed.entries:
                     self.trace.add(f"consume p{partition} from {broker}: {offsets[partition]}.."
                                    f"{parsed.entries[-1].next_offset}")
@@ -208,6 +211,10 @@ class World:
                 await trio.sleep(self.rng.uniform(*FAULT_GAP_S))
                 fault = self.rng.choice(self.fault_names)
                 broker = self.rng.randrange(3)
+                if fault in MEMBER_FAULTS:  # (the index names a group member)
+                    self.faults += 1
+                    faults.start_soon(self.members.fault, fault, broker, self.rng.choice((0.3, 1.0, 4.0, 8.0)) * self.rng.random())
+                    continue
                 current = self.busy.get(broker, [])
                 kills_a_paused_process = fault in ("kill", "crash") and current == ["stall"]
                 if broker in self.down or (current and not kills_a_paused_process):
@@ -347,9 +354,10 @@ class World:
             while (settled := await self._settled()) is None:
                 await trio.sleep(0.1)
         if settled is None:
-            self._fail(Violation("the cluster heals", f"not settled {SETTLE_S:.0f} s after healing"))
+            self.fail(Violation("the cluster heals", f"not settled {SETTLE_S:.0f} s after healing"))
             return
         leaders, isrs, hws = settled
         logs = {p: {b: self.cluster.brokers[b].stored(TOPIC, p) for b in range(3)} for p in range(len(REPLICAS))}
         self.trace.add(f"settled: leaders {leaders}, high watermarks {hws}, {len(self.ledger.acked)} acked")
-        self._fail(check_end_state(self.ledger, logs, leaders, isrs, hws))
+        self.fail(check_end_state(self.ledger, logs, leaders, isrs, hws))
+        self.fail(self.members.ledger.check_end({p: logs[p][leader] for p, leader in leaders.items()}))

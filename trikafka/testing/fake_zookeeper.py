@@ -87,6 +87,9 @@ class FakeZooKeeper:
         self._data_watches: dict[str, list[tuple[int, WatchCallback]]] = {}
         self._child_watches: dict[str, list[tuple[int, WatchCallback]]] = {}
         self._to_fire: list[WatchCallback] = []
+        # Called with (path, value) for every create and set that took effect,
+        # in order (a failed multi calls nothing): a simulation's eye on every write.
+        self.write_listeners: list[Callable[[str, bytes], None]] = []
 
     # -- sessions -----------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class FakeZooKeeper:
             self._make_parents(path)
         self._begin_transaction()
         created = self._create_node(session_id, path, value, ephemeral, sequential)
+        self._written([(created, value)])
         self._fire_pending()
         return created
 
@@ -167,6 +171,7 @@ class FakeZooKeeper:
     def set(self, path: str, value: bytes, version: int) -> Stat:
         self._begin_transaction()
         stat = self._set_node(path, value, version)
+        self._written([(path, value)])
         self._fire_pending()
         return stat
 
@@ -188,10 +193,17 @@ class FakeZooKeeper:
                 self._restore(saved)
                 exc.op_index = index
                 raise
+        self._written([(result if isinstance(op, CreateOp) else op.path, bytes(op.value))
+                       for op, result in zip(ops, results) if isinstance(op, (CreateOp, SetOp))])
         self._fire_pending()
         return results
 
     # -- internals ----------------------------------------------------------------
+
+    def _written(self, writes: list[tuple[str, bytes]]) -> None:
+        for listener in self.write_listeners:
+            for path, value in writes:
+                listener(path, value)
 
     def _apply_op(self, session_id: int, op: Op) -> OpResult:
         if isinstance(op, CreateOp):
