@@ -28,6 +28,7 @@ def test_every_promise_holds_on_clean_seeds(seed):
     result = run_seed(seed, duration_s=DURATION_S)
     assert result.ok, (result.violation, "\n".join(result.context))
     assert result.acked > 25 and result.faults > 3  # the run did write under faults (a kill costs 6 s)
+    assert result.delivered > 25  # and the group read
 
 
 @pytest.mark.parametrize("plant, within", sorted(SEEDS_TO_CATCH.items()))

@@ -16,8 +16,8 @@ class StubLog:
         return ("region", offset, min(end - offset, max_bytes))
 
 
-def manager_with(high_watermark):
-    hosted = SimpleNamespace(log=StubLog(), consumer_end=lambda: high_watermark)
+def manager_with(high_watermark, *, leading=True):
+    hosted = SimpleNamespace(log=StubLog(), consumer_end=lambda: high_watermark, leader=object() if leading else None)
     return SimpleNamespace(hosted={("t", 0): hosted})
 
 
@@ -35,3 +35,12 @@ def test_an_offset_above_the_high_watermark_within_the_log_waits_instead_of_rese
 def test_only_offsets_outside_the_log_are_out_of_range():
     for offset in (99, 501):
         assert serving.fetch(manager_with(300), FetchPart("t", 0, offset, 1000)) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)
+
+
+def test_past_its_log_end_a_replica_that_does_not_lead_sends_the_consumer_to_the_leader():
+    # Its log may be behind (catching up, or a lost tail after a power cut): only the leader can tell.
+    follower = manager_with(300, leading=False)
+    assert serving.fetch(follower, FetchPart("t", 0, 501, 1000)) == (ErrorCode.NOT_LEADER_FOR_PARTITION, None)
+    assert serving.fetch(follower, FetchPart("t", 0, 99, 1000)) == (ErrorCode.OFFSET_OUT_OF_RANGE, None)
+    assert serving.fetch(follower, FetchPart("t", 0, 450, 1000)) == (ErrorCode.NO_ERROR, None)
+    assert serving.fetch(follower, FetchPart("t", 0, 200, 1000)) == (ErrorCode.NO_ERROR, ("region", 200, 100))

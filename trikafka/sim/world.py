@@ -5,7 +5,8 @@ real broker, replica manager, controller and follower tasks) on fake file
 systems, a fake ZooKeeper and an in-memory network, in one Trio run on a
 ``MockClock`` whose scheduling is a function of the seed
 (``determinism.py``).  A producer writes with acks -1, a consumer reads
-committed bytes from any replica, and a nemesis injects the named faults;
+committed bytes from any replica, a consumer group reads the topic
+(``groups.py``), and a nemesis injects the named faults;
 then every fault heals, the cluster settles and ``checker`` judges the end
 state.  Every random choice comes from ``random.Random(seed)``; the trace of
 events hashes to the same digest on every run of the seed.
@@ -58,6 +59,7 @@ class SimResult:
     context: list[str] = field(default_factory=list)  # the trace just before the violation
     acked: int = 0
     faults: int = 0
+    delivered: int = 0  # messages handed out to the consumer group
     trace_lines: list[str] = field(default_factory=list)
 
 
@@ -87,7 +89,7 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     context = trace.around(violation.trace_index if violation.trace_index >= 0 else len(trace.lines)) \
         if violation else []
     return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context,
-                     len(world.ledger.acked), world.faults, trace.lines)
+                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines)
 
 
 class World:

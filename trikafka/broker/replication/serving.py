@@ -70,7 +70,10 @@ def fetch(manager: ReplicaManager, part: FetchPart) -> tuple[ErrorCode, Any]:
     if hosted is None:
         return ErrorCode.NOT_LEADER_FOR_PARTITION, None
     log, end = hosted.log, hosted.consumer_end()
-    # Above the HW but within the log: committed elsewhere, committed here soon (docs/protocol.md §12.6).
+    # Above the HW but within the log: committed elsewhere, committed here soon; past the log
+    # end, only the acting leader knows the offset does not exist (docs/protocol.md §12.6).
+    if part.offset > max(end, log.end_offset) and hosted.leader is None:
+        return ErrorCode.NOT_LEADER_FOR_PARTITION, None
     if not log.start_offset <= part.offset <= max(end, log.end_offset, log.start_offset):
         return ErrorCode.OFFSET_OUT_OF_RANGE, None
     if part.max_bytes < 0:
