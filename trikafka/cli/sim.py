@@ -27,6 +27,10 @@ def add_parser(commands) -> None:
                      help=f"comma-separated fault names (default: all of {', '.join(FAULTS)})")
     sim.add_argument("--plant", default=None, metavar="BUG",
                      help=f"run with a planted bug ({', '.join(PLANT_NAMES)}): the simulation should fail")
+    sim.add_argument("--brokers", type=int, default=3, metavar="N",
+                     help="brokers in the simulated cluster (default 3; every partition has 3 replicas)")
+    sim.add_argument("--partitions", type=int, default=2, metavar="N",
+                     help="partitions of the simulated topic (default 2)")
     sim.add_argument("--trace", action="store_true", help="print the whole event trace of a single seed")
     sim.set_defaults(func=cmd_sim, validate=_validate)
 
@@ -49,6 +53,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error(f"unknown planted bug {args.plant!r} (known: {', '.join(PLANTS)})")
     if args.duration_s <= 0:
         parser.error("--duration-s must be > 0")
+    if not 3 <= args.brokers <= 32 or not 1 <= args.partitions <= 1024:
+        # (three replicas: acks -1 with min.insync.replicas=2 survives one power cut)
+        parser.error("--brokers takes 3 to 32 and --partitions 1 to 1024")
 
 
 def _replay(args: argparse.Namespace, seed: int) -> str:
@@ -57,6 +64,8 @@ def _replay(args: argparse.Namespace, seed: int) -> str:
         parts.append(f"--faults {args.faults}")
     if args.plant is not None:
         parts.append(f"--plant {args.plant}")
+    if (args.brokers, args.partitions) != (3, 2):
+        parts.append(f"--brokers {args.brokers} --partitions {args.partitions}")
     return " ".join(parts)
 
 
@@ -68,7 +77,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     simulated_s = 0.0
     many = len(args.seed_range) > 1
     for done, seed in enumerate(args.seed_range, 1):
-        result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS, plant=args.plant)
+        result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS, plant=args.plant,
+                          brokers=args.brokers, partitions=args.partitions)
         simulated_s += result.simulated_s
         if args.trace and not many:
             print("\n".join(result.trace_lines))

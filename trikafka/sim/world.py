@@ -30,12 +30,12 @@ from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 from .checker import Ledger, Violation, check_end_state
 from .determinism import Trace, deterministic_trio
-from .groups import GroupMembers
+from .groups import MEMBERS, GroupMembers
 from .names import FAULTS, MEMBER_FAULTS
 from .plants import planted
 
 TOPIC = "sim"
-REPLICAS = ((0, 1, 2), (1, 2, 0))
+BROKERS, PARTITIONS, REPLICATION_FACTOR = 3, 2, 3  # the default shape of the world
 REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
 PRODUCE_RATE_PER_S = 20.0
 FAULT_GAP_S = (0.2, 2.0)
@@ -72,16 +72,23 @@ def parse_faults(text: str) -> tuple[str, ...]:
     return names
 
 
+def replica_assignment(brokers: int, partitions: int) -> tuple[tuple[int, ...], ...]:
+    """Partition p's replicas: ``REPLICATION_FACTOR`` brokers from p on, round the ring."""
+    assert brokers >= REPLICATION_FACTOR, "the promises assume three replicas (one may lose power)"
+    return tuple(tuple((p + i) % brokers for i in range(REPLICATION_FACTOR)) for p in range(partitions))
+
+
 def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = FAULTS,
-             plant: str | None = None) -> SimResult:
-    """Run one seed (blocking: its own ``trio.run``) and judge it."""
+             plant: str | None = None, brokers: int = BROKERS, partitions: int = PARTITIONS) -> SimResult:
+    """Run one seed (blocking: its own ``trio.run``) and judge it; ``brokers`` and
+    ``partitions`` change the world's shape (the default is the one CI runs)."""
     trace = Trace()
     clock = trio.testing.MockClock(autojump_threshold=0)
     previous = logging.getLogger("trikafka").level
     logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)  # brokers killed mid-task log their failure: noise here
     try:
         with deterministic_trio(seed), planted(plant):
-            world = World(seed, duration_s, faults, trace)
+            world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
             trio.run(world.run, clock=clock)
     finally:
         logging.getLogger("trikafka").setLevel(previous)
@@ -95,8 +102,11 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
 class World:
     """Everything one seed runs."""
 
-    def __init__(self, seed: int, duration_s: float, faults: tuple[str, ...], trace: Trace):
+    def __init__(self, seed: int, duration_s: float, faults: tuple[str, ...], trace: Trace,
+                 replicas: tuple[tuple[int, ...], ...] = replica_assignment(BROKERS, PARTITIONS)):
         self.rng = random.Random(seed)
+        self.replicas = replicas
+        self.brokers, self.partitions = 1 + max(max(r) for r in replicas), len(replicas)
         self.seed, self.duration_s, self.fault_names, self.trace = seed, duration_s, faults, trace
         self.ledger = Ledger()
         self.violation: Violation | None = None
@@ -113,14 +123,14 @@ class World:
             self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
 
     async def run(self) -> None:
-        async with open_cluster(3, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50)),
+        async with open_cluster(self.brokers, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50)),
                                 survive_failures=True) as cluster, \
                 cluster.coordinator() as zk:
             self.cluster, self.zk = cluster, zk
             config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "1000"}
-            await create_topic(zk, TOPIC, TopicAssignment(REPLICAS, config),
-                               [PartitionState(r[0], 0, r, 0) for r in REPLICAS])
-            self.trace.add(f"topic {TOPIC}: replicas {REPLICAS}")
+            await create_topic(zk, TOPIC, TopicAssignment(self.replicas, config),
+                               [PartitionState(r[0], 0, r, 0) for r in self.replicas])
+            self.trace.add(f"topic {TOPIC}: replicas {self.replicas}")
             self._add_latency()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_leaders)
@@ -142,10 +152,10 @@ class World:
 
     async def _watch_leaders(self) -> None:
         while True:
-            for broker in range(3):
+            for broker in range(self.brokers):
                 if broker in self.down:
                     continue
-                for partition in range(len(REPLICAS)):
+                for partition in range(self.partitions):
                     hosted = self._hosted(broker, partition)
                     if hosted is not None and hosted.leader is not None:
                         self.fail(self.ledger.leading(partition, hosted.leader_epoch, broker))
@@ -157,7 +167,7 @@ class World:
     async def _produce(self) -> None:
         for seq in range(10**9):
             await trio.sleep(self.rng.expovariate(PRODUCE_RATE_PER_S))
-            partition = self.rng.randrange(len(REPLICAS))
+            partition = self.rng.randrange(self.partitions)
             leader = await self._leader(partition)
             if leader < 0 or leader in self.down:
                 continue
@@ -178,11 +188,11 @@ class World:
             self.trace.add(f"produce p{partition} to {leader}: {outcome}")
 
     async def _consume(self) -> None:
-        offsets = [0] * len(REPLICAS)
+        offsets = [0] * self.partitions
         while True:
             await trio.sleep(0.05)
-            partition = self.rng.randrange(len(REPLICAS))
-            broker = self.rng.randrange(3)
+            partition = self.rng.randrange(self.partitions)
+            broker = self.rng.randrange(self.brokers)
             if broker in self.down:
                 continue
             member = self.cluster.brokers[broker]
@@ -212,10 +222,11 @@ class World:
             while True:
                 await trio.sleep(self.rng.uniform(*FAULT_GAP_S))
                 fault = self.rng.choice(self.fault_names)
-                broker = self.rng.randrange(3)
+                broker = self.rng.randrange(self.brokers)
                 if fault in MEMBER_FAULTS:  # (the index names a group member)
                     self.faults += 1
-                    faults.start_soon(self.members.fault, fault, broker, self.rng.choice((0.3, 1.0, 4.0, 8.0)) * self.rng.random())
+                    duration_s = self.rng.choice((0.3, 1.0, 4.0, 8.0)) * self.rng.random()
+                    faults.start_soon(self.members.fault, fault, broker % MEMBERS, duration_s)
                     continue
                 current = self.busy.get(broker, [])
                 kills_a_paused_process = fault in ("kill", "crash") and current == ["stall"]
@@ -287,8 +298,8 @@ class World:
         down, no crashed broker is still catching up, and every partition's ISR is full."""
         if self.down:
             return False
-        states = [(await read_state(self.zk, TOPIC, p)).state for p in range(len(REPLICAS))]
-        return all(len(state.isr) == 3 for state in states)
+        states = [(await read_state(self.zk, TOPIC, p)).state for p in range(self.partitions)]
+        return all(len(state.isr) == len(replicas) for state, replicas in zip(states, self.replicas))
 
     async def _stall(self, duration_s: float, matches) -> None:
         """Hold every request ``matches(address, request)`` selects for ``duration_s``."""
@@ -340,12 +351,12 @@ class World:
 
     async def _settled(self) -> tuple[dict, dict, dict] | None:
         leaders, isrs, hws = {}, {}, {}
-        for partition in range(len(REPLICAS)):
+        for partition, replicas in enumerate(self.replicas):
             state = (await read_state(self.zk, TOPIC, partition)).state
             hosted = self._hosted(state.leader, partition) if state.leader >= 0 else None
-            if hosted is None or hosted.leader is None or len(state.isr) < 3:
+            if hosted is None or hosted.leader is None or len(state.isr) < len(replicas):
                 return None
-            ends = {self._hosted(b, partition).log.end_offset for b in range(3) if self._hosted(b, partition)}
+            ends = {self._hosted(b, partition).log.end_offset for b in replicas if self._hosted(b, partition)}
             if ends != {hosted.log.end_offset} or hosted.high_watermark != hosted.log.end_offset:
                 return None
             leaders[partition], isrs[partition], hws[partition] = state.leader, state.isr, hosted.high_watermark
@@ -359,7 +370,7 @@ class World:
             self.fail(Violation("the cluster heals", f"not settled {SETTLE_S:.0f} s after healing"))
             return
         leaders, isrs, hws = settled
-        logs = {p: {b: self.cluster.brokers[b].stored(TOPIC, p) for b in range(3)} for p in range(len(REPLICAS))}
+        logs = {p: {b: self.cluster.brokers[b].stored(TOPIC, p) for b in replicas} for p, replicas in enumerate(self.replicas)}
         self.trace.add(f"settled: leaders {leaders}, high watermarks {hws}, {len(self.ledger.acked)} acked")
         self.fail(check_end_state(self.ledger, logs, leaders, isrs, hws))
         self.fail(self.members.ledger.check_end({p: logs[p][leader] for p, leader in leaders.items()}))
