@@ -50,6 +50,16 @@ def test_the_command_prints_the_seed_line_and_exits_by_the_promises():
     assert "replay: trikafka sim --seed 1 --duration-s 30 --plant ack-before-isr" in broken.stderr
 
 
+def test_a_larger_world_keeps_every_promise_and_the_shape_is_checked():
+    result = run_seed(4, duration_s=10.0, brokers=5, partitions=6)
+    assert result.ok, (result.violation, "\n".join(result.context))
+    assert "topic sim: replicas ((0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 0), (4, 0, 1), (0, 1, 2))" in "\n".join(
+        result.trace_lines)
+    refused = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--seed", "1", "--brokers", "2"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--brokers takes 3 to 32" in refused.stderr
+
+
 # CI's budget: 200 seeds x 300 simulated s = 1,000 simulated cluster-minutes, in two processes at
 # once (the rest of the suite is idle meanwhile, and the machine has two cores).
 BUDGET_SEEDS = (range(1001, 1101), range(1101, 1201))
