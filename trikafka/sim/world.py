@@ -14,6 +14,7 @@ events hashes to the same digest on every run of the seed.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from trikafka.client import ClientError, connect
 from trikafka.testing import open_cluster
 from trikafka.wire import ErrorCode, RemoteProtocolError, RequestType, build_message_set
 from trikafka.wire.reading import parse_entries
+from trikafka.zk import NoNodeError
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
@@ -295,9 +297,17 @@ class World:
     async def _may_crash(self) -> bool:
         """A crash loses the unflushed tail of one replica, so acknowledged writes survive
         only while another in-sync replica holds them in memory: crash while no broker is
-        down, no crashed broker is still catching up, and every partition's ISR is full."""
+        down, no crashed broker is still catching up (each says its tail is intact again,
+        docs/protocol.md §12.2), and every partition's ISR is full."""
         if self.down:
             return False
+        for broker in range(self.brokers):
+            try:
+                data, _stat = await self.zk.get(f"/trikafka/brokers/{broker}")
+            except NoNodeError:
+                return False
+            if not json.loads(data).get("tail_intact", True):
+                return False
         states = [(await read_state(self.zk, TOPIC, p)).state for p in range(self.partitions)]
         return all(len(state.isr) == len(replicas) for state, replicas in zip(states, self.replicas))
 
