@@ -14,8 +14,9 @@ Three things ask for a flush of a log:
   (RFC 6298: a moving mean plus a multiple of the moving mean deviation, so
   the slow cases are covered too), never more than half the interval.  So a
   message is visible about its interval after it arrived, not an interval
-  plus one fsync plus a late wake-up.  An idle broker does nothing: the scheduler sleeps until the earliest deadline
-  (a heap with at most one entry per log) and is woken only when an append
+  plus one fsync plus a late wake-up.  An idle broker does nothing: the
+  scheduler sleeps until the earliest deadline (a heap with at most one
+  entry per log) and is woken only when an append
   brings a nearer one (``Log.add_dirty_listener``).  This is the one
   flush-age rule, on Trio's clock: intervals are durations, and tests drive
   them with a mock clock;

@@ -162,12 +162,11 @@ class Membership:
         ``CoordinatorError`` leaves the gate closed for another try.
         """
         disconnects = self._disconnects
-        _data_and_stat = None
         try:
-            _data_and_stat = await self._zk.get(self._ids_path)
+            _data, stat = await self._zk.get(self._ids_path)
         except NoNodeError:
-            pass  # our session's node is gone: the session is lost, which _check_session handles
-        if _data_and_stat is not None and _data_and_stat[1].ephemeral_owner != self._zk.session_id \
+            stat = None  # our session's node is gone: the session is lost, which _check_session handles
+        if stat is not None and stat.ephemeral_owner != self._zk.session_id \
                 and self._zk.session_generation.value == self._session_seen:
             self._registered = False
             self._drop_ownership()
