@@ -165,14 +165,9 @@ class Membership:
         try:
             _data, stat = await self._zk.get(self._ids_path)
         except NoNodeError:
-            stat = None  # our session's node is gone: the session is lost, which _check_session handles
-        if stat is not None and stat.ephemeral_owner != self._zk.session_id \
-                and self._zk.session_generation.value == self._session_seen:
-            self._registered = False
-            self._drop_ownership()
-            raise ConsumerIdTakenOver(
-                f"{self._ids_path} was taken over by another ZooKeeper session with consumer "
-                f"id {self.consumer_id!r} while our connection was down; this consumer stops")
+            pass  # our session's node is gone: the session is lost, which _check_session handles
+        else:
+            self._stop_if_taken_over(stat, " while our connection was down")
         self._confirmed_disconnects = disconnects
 
     async def _watch_registration(self) -> None:
@@ -181,13 +176,18 @@ class Membership:
             if current is None or not self._registered:
                 continue
             _data, stat = current
-            if (stat.ephemeral_owner != self._zk.session_id
-                    and self._zk.session_generation.value == self._session_seen):
-                self._registered = False
-                self._drop_ownership()
-                raise ConsumerIdTakenOver(
-                    f"{self._ids_path} was taken over by another ZooKeeper session with consumer "
-                    f"id {self.consumer_id!r}; this consumer stops")
+            self._stop_if_taken_over(stat)
+
+    def _stop_if_taken_over(self, stat, when: str = "") -> None:
+        """Our ids node (``stat``) belongs to another session of our current one's
+        era: drop everything and raise ``ConsumerIdTakenOver``."""
+        if (stat.ephemeral_owner != self._zk.session_id
+                and self._zk.session_generation.value == self._session_seen):
+            self._registered = False
+            self._drop_ownership()
+            raise ConsumerIdTakenOver(
+                f"{self._ids_path} was taken over by another ZooKeeper session with consumer "
+                f"id {self.consumer_id!r}{when}; this consumer stops")
 
     async def _watch_session(self) -> None:
         while True:

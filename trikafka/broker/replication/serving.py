@@ -72,9 +72,10 @@ def fetch(manager: ReplicaManager, part: FetchPart) -> tuple[ErrorCode, Any]:
     log, end = hosted.log, hosted.consumer_end()
     # Above the HW but within the log: committed elsewhere, committed here soon; past the log
     # end, only the acting leader knows the offset does not exist (docs/protocol.md §12.6).
-    if part.offset > max(end, log.end_offset) and hosted.leader is None:
+    log_end = max(end, log.end_offset)
+    if part.offset > log_end and hosted.leader is None:
         return ErrorCode.NOT_LEADER_FOR_PARTITION, None
-    if not log.start_offset <= part.offset <= max(end, log.end_offset, log.start_offset):
+    if not log.start_offset <= part.offset <= max(log_end, log.start_offset):
         return ErrorCode.OFFSET_OUT_OF_RANGE, None
     if part.max_bytes < 0:
         return ErrorCode.INVALID_FETCH_SIZE, None
