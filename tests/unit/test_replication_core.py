@@ -177,3 +177,33 @@ def test_a_follower_that_stopped_fetching_does_not_flap_back_into_the_isr():
     assert lp.expand_proposal(200) is None  # its last catch-up is older than the lag bound
     lp.on_follower_fetch(2, 50, now_ms=210)  # fetching again
     assert lp.expand_proposal(210) == (1, 2)
+
+
+def test_a_written_isr_names_only_followers_caught_up_in_this_epoch_unless_below_the_minimum():
+    lp = leader(isr=(1, 2), min_isr=1)  # 2 was kept in the ISR by the election while it was down
+    lp.on_local_append(30)
+    lp.on_follower_fetch(3, 30, now_ms=10)
+    assert lp.expand_proposal(10) == (1, 3)  # 3 joins; 2 never caught up in this epoch and leaves
+    lp.on_follower_fetch(2, 40, now_ms=20)  # back, with a stale tail beyond the leader's end
+    lp.on_follower_fetch(2, 30, now_ms=30)  # truncated by epoch, now caught up
+    assert lp.expand_proposal(30) == (1, 2, 3)
+    kept = leader(isr=(1, 2), min_isr=3)
+    kept.on_local_append(30)
+    kept.on_follower_fetch(3, 30, now_ms=10)
+    assert kept.expand_proposal(10) == (1, 2, 3)  # leaving 2 out would take the ISR below the minimum
+
+
+def test_a_first_fetch_below_the_leader_end_is_not_a_catch_up():
+    lp = leader(isr=(1, 2), min_isr=1)
+    lp.on_local_append(30)
+    lp.on_follower_fetch(2, 10, now_ms=10)
+    lp.on_follower_fetch(3, 30, now_ms=10)
+    assert lp.expand_proposal(10) == (1, 3)
+    lp.on_follower_fetch(2, 30, now_ms=20)  # reached where the leader was at its first fetch
+    assert lp.expand_proposal(20) == (1, 2, 3)
+
+
+def test_preferred_replica_registered_after_the_state_was_written_does_not_take_over():
+    back = Cluster(ALL.live, ALL.tail_intact, registered_after_state=frozenset({1}))
+    assert elect(state(2, 4, (1, 2)), (1, 2), back, CFG, 1) is None
+    assert elect(state(-1, 4, (1, 2)), (1, 2), back, CFG, 1) == state(1, 5, (1, 2))  # but may lead if needed

@@ -167,13 +167,12 @@ class Controller:
                     logger.error("%s-%d: unreadable state (%s)", topic, partition, exc)
                     continue
                 leader = current.state.leader
-                if leader >= 0 and self._pending_seen.get(leader, -1) > current.mzxid:
-                    # The leader registered after this state was written: it restarted (or lost its
-                    # session) since, so it no longer leads in memory, even if this controller never
-                    # saw its old registration (it took over while the leader was away).
-                    part_cluster = dataclasses.replace(cluster, restarted=cluster.restarted | {leader})
-                else:
-                    part_cluster = cluster
+                newer = frozenset(b for b, czxid in self._pending_seen.items() if czxid > current.mzxid)
+                # A leader registered after this state was written restarted (or lost its session)
+                # since, so it no longer leads in memory, even if this controller never saw its old
+                # registration (it took over while the leader was away).
+                part_cluster = dataclasses.replace(cluster, registered_after_state=newer,
+                                                   restarted=cluster.restarted | (newer & {leader}))
                 new, finish = self._decide(topic, partition, assignment, current.state, part_cluster, config,
                                            epoch)
                 if new is None:

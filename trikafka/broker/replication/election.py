@@ -24,6 +24,9 @@ class Cluster:
     # Registered again (a new session) since the controller last looked: a
     # leader among them lost its in-memory leadership, so its epoch is over.
     restarted: frozenset[int] = frozenset()
+    # Per partition: registered after its state znode's last write, so possibly back in an ISR it
+    # never left without having caught up; not a preferred-leader target yet (§12.7).
+    registered_after_state: frozenset[int] = frozenset()
 
 
 def initial_state(replicas: tuple[int, ...], cluster: Cluster, controller_epoch: int) -> PartitionState:
@@ -56,7 +59,8 @@ def elect(state: PartitionState, replicas: tuple[int, ...], cluster: Cluster, co
                   and state.leader not in cluster.shutting_down and state.leader not in cluster.restarted)
     preferred = replicas[0] if replicas else NO_LEADER
     if current_ok:
-        if (preferred != state.leader and preferred in state.isr and _electable(preferred, cluster, config)):
+        if (preferred != state.leader and preferred in state.isr and _electable(preferred, cluster, config)
+                and preferred not in cluster.registered_after_state):
             return PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
         return None
     candidates = [r for r in replicas if r in state.isr and _electable(r, cluster, config)]

@@ -24,6 +24,7 @@ class _Follower:
     last_fetch_ms: int = 0
     leader_end_at_last_fetch: int = 0
     fetched: bool = False  # has fetched in this epoch (its ends mean something)
+    caught_up: bool = False  # was caught up at least once in this epoch (§12.8: may be written into the ISR)
 
 
 class LeaderPartition:
@@ -78,8 +79,10 @@ class LeaderPartition:
         f = self._followers[replica_id]
         if fetch_offset >= self.log_end:
             f.last_caught_up_ms = now_ms
+            f.caught_up = True
         elif fetch_offset >= f.leader_end_at_last_fetch:
             f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+            f.caught_up = f.caught_up or f.fetched
         f.fetch_offset = fetch_offset
         f.end = fetch_offset if durable_offset is None else min(durable_offset, fetch_offset)
         f.leader_end_at_last_fetch = self.log_end
@@ -136,7 +139,7 @@ class LeaderPartition:
                     and now_ms - self._followers[r].last_caught_up_ms > self.lag_time_max_ms}
         if not laggards:
             return None
-        return tuple(r for r in self.isr if r not in laggards)
+        return self._caught_up_only(tuple(r for r in self.isr if r not in laggards))
 
     def expand_proposal(self, now_ms: int | None = None) -> tuple[int, ...] | None:
         """The ISR plus followers caught up to the HW within this epoch; None if unchanged.
@@ -152,7 +155,14 @@ class LeaderPartition:
                    and self._followers[r].end >= self.high_watermark]
         if not joiners:
             return None
-        return tuple(r for r in self.replicas if r in self.isr or r in joiners)
+        return self._caught_up_only(tuple(r for r in self.replicas if r in self.isr or r in joiners))
+
+    def _caught_up_only(self, isr: tuple[int, ...]) -> tuple[int, ...]:
+        """``isr`` without the members not caught up in this epoch, unless that leaves fewer than
+        ``min_insync_replicas`` (§12.8): a member written into the ISR by this leader is in sync,
+        which the controller's preferred-leader rule trusts (§12.7)."""
+        kept = tuple(r for r in isr if r == self.leader_id or self._followers[r].caught_up)
+        return kept if len(kept) >= self.min_insync_replicas else isr
 
     def check_acks_all(self) -> ErrorCode:
         """May an acks -1 write be appended now? NO_ERROR or NOT_ENOUGH_REPLICAS."""
