@@ -76,6 +76,28 @@ def test_a_crc_error_inside_a_run_names_that_entry():  # type: ignore[no-untyped
         decode_set_columns(bytes(data), 1000)
 
 
+@pytest.mark.parametrize("damage", ["last payload", "swapped crcs", "crc lane", "both magics"])
+def test_the_one_crc_call_per_run_catches_damage_anywhere_in_it(damage):  # type: ignore[no-untyped-def]
+    """The run's CRCs are checked at once (``_crcs_hold``): damage at its last entry, in any
+    byte lane of a stored CRC, or spread over two entries is still found and named."""
+    for magic, header in ((1, 10), (0, 9)):
+        data = bytearray(build_message_set([bytes([i]) * 16 for i in range(3 * MIN_RUN)], magic=magic))
+        stride, last = 16 + header, 3 * MIN_RUN - 1
+        if damage == "last payload":
+            data[last * stride + header + 15] ^= 0x80
+            bad = last
+        elif damage == "swapped crcs":
+            a, b = 3 * stride + header - 4, 5 * stride + header - 4
+            data[a:a + 4], data[b:b + 4] = data[b:b + 4], data[a:a + 4]
+            bad = 3
+        else:
+            data[4 * stride + header - 4 + (2 if damage == "crc lane" else 0)] ^= 1
+            data[6 * stride + header - 1] ^= 1
+            bad = 4
+        with pytest.raises(InvalidMessageError, match=f"at offset {bad * stride}$"):
+            decode_set_columns(bytes(data))
+
+
 def test_runs_longer_than_a_block_are_cut_in_blocks(monkeypatch):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(wire_columns, "_BLOCK_ENTRIES", 7)
     data = build_message_set([bytes([i % 256]) * 13 for i in range(101)])
