@@ -50,20 +50,13 @@ from trikafka.wire import ErrorCode, build_message_set  # noqa: E402
 from trikafka.zk import KazooCoordinator, ZooKeeperProcess  # noqa: E402
 from trikafka.zk.replication_store import create_topic, read_state  # noqa: E402
 from trikafka.zk.replication_values import PartitionState, TopicAssignment  # noqa: E402
+from trikafka.zk.server_setup import free_port  # noqa: E402
 
 TOPIC = "bench"
 BROKER_IDS = (1, 2, 3)
 WARMUP_S = 1.0
 GIVE_UP_S = 60.0
 LINK_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], fraction: float) -> float:

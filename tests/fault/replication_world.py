@@ -20,7 +20,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -36,6 +35,7 @@ from trikafka.log.epochs import EPOCH_FILE_NAME, decode_records
 from trikafka.wire import ErrorCode
 from trikafka.wire.messageset import build_message_set
 from trikafka.wire.reading import iter_messages
+from trikafka.zk.server_setup import free_port
 from trikafka.zk import KazooCoordinator
 from trikafka.zk import paths
 from trikafka.zk.connect import parse_connect_string
@@ -52,12 +52,6 @@ FETCH_BYTES = 64 * 1024
 BROKER_SETTINGS = ("--set", f"zk.sessiontimeout.ms={SESSION_TIMEOUT_MS}", "--set", "log.flush.interval=20",
                    "--set", "log.default.flush.scheduler.interval.ms=20", "--log-level", "WARNING")
 LINK_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import socket
 
 import trio
 
@@ -21,6 +20,7 @@ from trikafka.wire import (
     decode_multifetch_payload,
     decode_produce_acked_payload,
 )
+from trikafka.zk.server_setup import free_port
 
 from .broker_testing import RawClient, http_get, make_config, scrape
 
@@ -66,7 +66,7 @@ async def test_every_appended_message_is_counted_and_the_figures_follow_the_traf
 
 
 async def test_readyz_answers_503_until_recovery_is_done_then_200_until_shutdown(tmp_path):
-    port = _free_port()  # the endpoint must be known before serve() reports anything
+    port = free_port()  # the endpoint must be known before serve() reports anything
     config = make_config(tmp_path, metrics_port=port)
     recovery_may_finish = trio.Event()
     recovering = trio.Event()
@@ -99,7 +99,3 @@ async def test_readyz_answers_503_until_recovery_is_done_then_200_until_shutdown
         assert not broker.ready  # /readyz answers 503 for as long as the drain lasts
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

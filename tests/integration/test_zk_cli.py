@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from tests.integration.broker_testing import (
 )
 from tests.integration.test_zk_broker_registration import produce, wait_for_value
 from trikafka.zk import KazooCoordinator, parse_broker_registration
+from trikafka.zk.server_setup import free_port
 
 PRIVATE_LINE = re.compile(rb"registered in private ZooKeeper (127\.0\.0\.1:\d+) \(pid (\d+), data ([^)]+)\)")
 
@@ -152,9 +152,7 @@ async def test_a_killed_broker_restarts_on_its_private_zookeeper(tmp_path, no_ka
 async def test_a_broker_restarted_after_sigkill_comes_back_by_itself(zk_chroot, tmp_path, no_kazoo_thread_leaks):
     """Its previous session still holds /brokers/ids/1 with the same host and port:
     the new run waits for that session to expire, then registers (no person needed)."""
-    with socket.socket() as probe:  # a fixed port: the registration names it
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a fixed port: the registration names it
     args = ["serve", "--zookeeper", zk_chroot, "--broker-id", "1", "--port", str(port), "--host", "127.0.0.1",
             "--log-dir", str(tmp_path / "logs"), "--set", "zk.sessiontimeout.ms=4000"]
     async with KazooCoordinator(zk_chroot) as observer:

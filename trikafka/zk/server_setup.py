@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import shutil
 import socket
 import sys
@@ -87,11 +88,40 @@ def find_java() -> str:
     return java
 
 
+# Below the kernel's ephemeral range, from here up: ports no connection is given as its source port.
+_FIXED_PORTS_FROM = 10_000
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (racy by nature: callers retry)."""
+    """A port that was free a moment ago (racy by nature: callers retry).
+
+    Chosen below the kernel's ephemeral range where that range is known, so
+    that a process stopped and started again on the port (a broker or a
+    ZooKeeper in a fault test) does not find it taken meanwhile as the source
+    port of some outgoing connection, which a port from ``bind(0)`` may be.
+    """
+    below = _ephemeral_low()
+    pick = random.SystemRandom()  # independent of any seeded ``random`` state
+    for _attempt in range(64 if below > _FIXED_PORTS_FROM else 0):
+        port = pick.randrange(_FIXED_PORTS_FROM, below)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (0 where unknown: not Linux)."""
+    try:
+        return int(_EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 @dataclass(frozen=True)
