@@ -15,10 +15,11 @@ payload size per topic, or a producer batch of fixed records).  A run of
 entries with the same length prefix and header sits in the set at a fixed
 stride, so its length, magic and CRC bytes are read as strided slices of the
 set (``data[a:b:stride]``, C speed) instead of entry by entry, and the CRCs
-of a whole run are checked with one ``zlib.crc32`` call over a rearranged copy
-(``_crcs_hold``; a bad entry is then named by checking entry by entry).  Entries outside runs go one at a time: plain
-ones with ``iter_messages``' own inline checks, compressed wrappers and odd
-headers through ``iter_messages`` itself.
+of a whole run are checked with one ``zlib.crc32`` call over a rearranged
+copy (``_crcs_hold``; only then, to name a bad entry, entry by entry).
+Entries outside runs go one at a time: plain ones with ``iter_messages``' own
+inline checks, compressed wrappers and odd headers through ``iter_messages``
+itself.
 
 stdlib only, like the rest of ``wire``.
 """
@@ -186,7 +187,7 @@ def _take_run(
         block = data if pos == 0 else data[pos:stop]
         cut = itemgetter(*layout.slices[:count])(block) if count > 1 else (block[layout.slices[0]],)
         if not _crcs_hold(block, stride, header, count, layout):
-            _raise_first_bad_crc(block, stride, header, count, cut, base_offset + pos)
+            _raise_first_bad_crc(block, stride, header, cut, base_offset + pos)
         payloads.extend(cut)
         if pos == 0:  # the usual case (a fetch starts at an entry): cached buffers
             offsets.adopt(layout.offsets[:count])
@@ -226,8 +227,7 @@ def _crcs_hold(block: bytes, stride: int, header: int, count: int, layout: "_Lay
     return zlib.crc32(memoryview(work)[header:]) == layout.expected_crc(count)
 
 
-def _raise_first_bad_crc(block: bytes, stride: int, header: int, count: int, cut: tuple[bytes, ...],
-                         first_offset: int) -> None:
+def _raise_first_bad_crc(block: bytes, stride: int, header: int, cut: tuple[bytes, ...], first_offset: int) -> None:
     """Find the run's first entry whose CRC is wrong, entry by entry, and raise naming it."""
     for i, payload in enumerate(cut):
         if zlib.crc32(payload) != _UINT32.unpack_from(block, i * stride + header - 4)[0]:
@@ -248,7 +248,7 @@ class _Layout(NamedTuple):
     def expected_crc(self, count: int) -> int:
         crc = self.expected.get(count)
         if crc is None:
-            # Any valid entries give the same value: build it from empty-of-content ones.
+            # Any valid entries give the same value: build it from all-zero payloads.
             size = self.stride - self.header
             unit = bytes(size) + zlib.crc32(bytes(size)).to_bytes(4, "little") + bytes(self.header - 4)
             crc = zlib.crc32(unit * count)
