@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from trikafka.wire import InvalidMessageError, iter_messages, parse_entries, scan_valid_prefix
 from trikafka.wire.columns import decode_set_columns
 from trikafka.wire.compression import Codec, decompress
+from trikafka.wire.crc import crc32_zero_extend
 from trikafka.wire.keyed import (
     EMPTY_GZIP_MEMBER,
     MIN_PADDING_ENTRY_BYTES,
     build_keyed_set,
-    crc32_zero_extend,
     encode_keyed_entry,
     is_padding_head,
     iter_keyed_messages,

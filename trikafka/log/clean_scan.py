@@ -8,10 +8,10 @@ every replica that cleans the same range the same way writes the same segment
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Iterator, NamedTuple
 
 from trikafka.wire.compression import Codec
+from trikafka.wire.crc import crc32
 from trikafka.wire.errors import InvalidMessageError
 from trikafka.wire.keyed import (
     KEYED,
@@ -87,7 +87,7 @@ def _entry_keys(message: memoryview, pos: int) -> tuple[tuple[bytes, bool], ...]
     if magic != MAGIC_1 or len(message) < 6:
         raise CleanerError(f"unknown magic {magic} at position {pos}")
     attributes, (crc,) = message[1], _CRC.unpack_from(message, 2)
-    if zlib.crc32(message[6:]) != crc:
+    if crc32(message[6:]) != crc:
         raise CleanerError(f"CRC mismatch at position {pos}")
     if attributes & CODEC_MASK == Codec.NONE:
         # The common case, inline: one keyed message, its key read in place.

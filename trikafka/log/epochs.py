@@ -19,9 +19,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Iterator
+
+from trikafka.wire.crc import crc32
 
 from .errors import LogFailedError
 from .fs import FileSystem, SegmentFile
@@ -147,7 +148,7 @@ class EpochHistory:
 def encode_record(entry: EpochEntry) -> bytes:
     """One 16-byte record of the epoch file."""
     body = _BODY.pack(entry.epoch, entry.start_offset)
-    return body + _CRC.pack(zlib.crc32(body))
+    return body + _CRC.pack(crc32(body))
 
 
 def decode_records(data: bytes) -> list[EpochEntry]:
@@ -160,7 +161,7 @@ def decode_records(data: bytes) -> list[EpochEntry]:
     while pos + RECORD_BYTES <= len(data):
         body = data[pos : pos + _BODY.size]
         (crc,) = _CRC.unpack_from(data, pos + _BODY.size)
-        if zlib.crc32(body) != crc:
+        if crc32(body) != crc:
             break
         entry = EpochEntry(*_BODY.unpack(body))
         try:

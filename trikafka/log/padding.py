@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import io
 import struct
-import zlib
 from bisect import bisect_right
 from typing import NamedTuple
 
+from trikafka.wire.crc import crc32
 from trikafka.wire.keyed import MIN_PADDING_ENTRY_BYTES, is_padding_head, padding_head, short_padding_entry
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
@@ -62,7 +62,7 @@ NO_PADDING = PaddingRuns((), ())
 def encode_padding_index(segment_size: int, runs: PaddingRuns) -> bytes:
     body = _HEAD.pack(segment_size, len(runs.starts)) + b"".join(
         _RUN.pack(a, b) for a, b in zip(runs.starts, runs.ends))
-    return body + _CRC.pack(zlib.crc32(body))
+    return body + _CRC.pack(crc32(body))
 
 
 def decode_padding_index(data: bytes, segment_size: int) -> PaddingRuns | None:
@@ -70,7 +70,7 @@ def decode_padding_index(data: bytes, segment_size: int) -> PaddingRuns | None:
     if len(data) < _HEAD.size + _CRC.size:
         return None
     body, (crc,) = data[:-4], _CRC.unpack_from(data, len(data) - 4)
-    if zlib.crc32(body) != crc:
+    if crc32(body) != crc:
         return None
     size, count = _HEAD.unpack_from(body, 0)
     if size != segment_size or count < 0 or len(body) != _HEAD.size + count * _RUN.size:

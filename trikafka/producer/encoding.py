@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import gzip
 import struct
-import zlib
 from typing import Sequence
 
-from trikafka.wire import Codec, compress
+from trikafka.wire import Codec, compress, crc32
 
 _MAGIC1_HEADER = struct.Struct(">ibBI").pack  # N, magic, attributes, crc
 ENTRY_OVERHEAD_BYTES = 10  # 4 (N) + 1 (magic) + 1 (attributes) + 4 (crc)
@@ -25,7 +24,7 @@ def encode_plain(payloads: Sequence[bytes]) -> bytes:
 
     A ``wire.keyed.KeyedPayload`` brings its own attributes (KEYED, TOMBSTONE).
     """
-    pack, crc32 = _MAGIC1_HEADER, zlib.crc32
+    pack = _MAGIC1_HEADER
     out: list[bytes] = []
     append = out.append
     for p in payloads:
@@ -47,7 +46,7 @@ def _compress(codec: Codec, data: bytes, gzip_level: int) -> bytes:
 
 def _wrapper(codec: Codec, payloads: Sequence[bytes], gzip_level: int = DEFAULT_GZIP_LEVEL) -> bytes:
     compressed = _compress(codec, encode_plain(payloads), gzip_level)
-    return _MAGIC1_HEADER(len(compressed) + 6, 1, int(codec), zlib.crc32(compressed)) + compressed
+    return _MAGIC1_HEADER(len(compressed) + 6, 1, int(codec), crc32(compressed)) + compressed
 
 
 class EncodedPart:

@@ -11,11 +11,10 @@ never move.
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from .compression import Codec, compress, decompress
-from .crc import crc32
+from .crc import crc32, crc32_zero_extend
 from .errors import InvalidMessageError, LocalProtocolError
 from .message import MAGIC_1
 from .reading import parse_entries
@@ -94,7 +93,7 @@ def padding_head(entry_bytes: int) -> bytes:
     if entry_bytes < MIN_PADDING_ENTRY_BYTES:
         raise LocalProtocolError(f"a padding entry needs at least {MIN_PADDING_ENTRY_BYTES} bytes, got {entry_bytes}")
     zeros = entry_bytes - MIN_PADDING_ENTRY_BYTES
-    crc = crc32_zero_extend(zlib.crc32(EMPTY_GZIP_MEMBER), zeros)
+    crc = crc32_zero_extend(crc32(EMPTY_GZIP_MEMBER), zeros)
     return _PADDING_HEADER.pack(entry_bytes - 4, MAGIC_1, PADDING_ATTRIBUTES, crc) + EMPTY_GZIP_MEMBER
 
 
@@ -134,53 +133,6 @@ def split_run(run_bytes: int, max_entry_bytes: int) -> list[int]:
     count = -(-run_bytes // max_entry_bytes)
     base, extra = divmod(run_bytes, count)
     return [base + 1] * extra + [base] * (count - extra)
-
-
-# CRC-32 of data followed by n zero bytes, in O(log n): the zlib crc32_combine method
-# (the effect of a zero byte on the CRC register is a linear map over GF(2)).
-def _gf2_times(matrix: list[int], vector: int) -> int:
-    total, i = 0, 0
-    while vector:
-        if vector & 1:
-            total ^= matrix[i]
-        vector >>= 1
-        i += 1
-    return total
-
-
-def _gf2_square(matrix: list[int]) -> list[int]:
-    return [_gf2_times(matrix, row) for row in matrix]
-
-
-def _zero_operators() -> list[list[int]]:
-    odd = [0xEDB88320] + [1 << i for i in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    operators = []
-    for _ in range(64):  # operators[k] applies 2**k zero bytes
-        even = _gf2_square(odd)
-        operators.append(even)
-        odd = even
-    return operators
-
-
-_ZERO_BYTE_OPERATORS = None
-
-
-def crc32_zero_extend(crc: int, zeros: int) -> int:
-    """``zlib.crc32(data + bytes(zeros))`` given ``crc = zlib.crc32(data)``."""
-    global _ZERO_BYTE_OPERATORS
-    if zeros <= 4096:
-        return zlib.crc32(bytes(zeros), crc)
-    if _ZERO_BYTE_OPERATORS is None:
-        _ZERO_BYTE_OPERATORS = _zero_operators()
-    register, k = crc ^ 0xFFFFFFFF, 0  # the raw CRC register, before final inversion
-    while zeros:
-        if zeros & 1:
-            register = _gf2_times(_ZERO_BYTE_OPERATORS[k], register)
-        zeros >>= 1
-        k += 1
-    return register ^ 0xFFFFFFFF
 
 
 # -- consuming ---------------------------------------------------------------------------

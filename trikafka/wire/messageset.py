@@ -11,7 +11,6 @@ Four readers, one per purpose, all stdlib-only and allocation-light:
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -82,7 +81,7 @@ def _validate_top_level(view: memoryview, max_message_size: int | None) -> tuple
     # uncompressed messages inline (no per-message call or object), and hands
     # everything else (wrappers, odd headers) to ``_validate_message``.
     limit = -1 if max_message_size is None else max_message_size
-    unpack_n, unpack_crc, crc = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
+    unpack_n, unpack_crc, crc = _INT32.unpack_from, _UINT32.unpack_from, crc32
     pos, end, count = 0, len(view), 0
     while pos < end:
         if end - pos < 4:
@@ -206,8 +205,8 @@ def scan_valid_prefix(data: bytes | memoryview) -> int:
     view = memoryview(data)
     pos, end = 0, len(view)
     # Recovery runs this over whole segments: one unpack for length and
-    # magic, zlib's CRC without a wrapper call, no per-entry objects.
-    unpack_head, unpack_crc, crc = _LENGTH_MAGIC.unpack_from, _UINT32.unpack_from, zlib.crc32
+    # magic, the CRC function without a wrapper call, no per-entry objects.
+    unpack_head, unpack_crc, crc = _LENGTH_MAGIC.unpack_from, _UINT32.unpack_from, crc32
     while end - pos >= 5:
         n, magic = unpack_head(view, pos)
         stop = pos + 4 + n

@@ -3,11 +3,11 @@ columns for bulk readers, unpacking compressed wrappers with 0.7's offset rule (
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
 from .compression import Codec, decompress
+from .crc import crc32
 from .errors import InvalidMessageError
 from .keys import split_key
 from .message import CODEC_MASK, MAGIC_0, MAGIC_1, Message, decode_message
@@ -105,7 +105,7 @@ def iter_messages(data: bytes | memoryview, base_offset: int = 0) -> Iterator[Co
     """
     view = memoryview(data)
     pos, end = 0, len(view)
-    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
+    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, crc32
     none = Codec.NONE
     # Reading bytes directly is faster than through a view (slices copy once).
     source = data if type(data) is bytes else view
