@@ -60,10 +60,14 @@ PRODUCE_BATCH = 5000
 FETCH = FetchSizing(1 << 20, 100 << 20)
 
 
+BROKER_SETTINGS: list[str] = []  # extra broker settings from the command line (--broker-set)
+
+
 def broker_args(broker_id: int, root: Path) -> list[str]:
+    extra = [arg for setting in BROKER_SETTINGS for arg in ("--set", setting)]
     return ["--standalone", "--host", "127.0.0.1", "--log-dir", str(root / f"broker-{broker_id}"),
             "--broker-id", str(broker_id), "--num-partitions", str(PARTITIONS_PER_BROKER),
-            "--set", "log_flush_interval=100000000"]
+            "--set", "log_flush_interval=100000000", *extra]
 
 
 def produce(brokers: dict[int, BrokerAddress], keys: list[PartitionKey], messages: int, payload_bytes: int) -> float:
@@ -108,7 +112,7 @@ def time_plain(brokers, keys, workers: int) -> tuple[float, float, int, int]:
     return elapsed, tree_cpu_s() - cpu, sum(r[0] for r in results), sum(r[1] for r in results)
 
 
-FETCH_OPTIONS: dict[str, str] = {}  # extra source options from the command line (--fetch-bytes)
+FETCH_OPTIONS: dict[str, str] = {}  # extra source options from the command line (--fetch-bytes, --prefetch)
 
 
 def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # type: ignore[no-untyped-def]
@@ -284,7 +288,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the noop-sink runs")
     parser.add_argument("--fetch-bytes", type=int, help="the source's fetchSize (default: the source's)")
     parser.add_argument("--floor-batch-rows", type=int, default=5000, help="rows per synthetic RecordBatch")
+    parser.add_argument("--prefetch", action="store_true", help="the source's prefetch option (a fetch thread per task)")
+    parser.add_argument("--broker-set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a broker setting, e.g. socket_send_buffer=102400 (0.7's fixed send buffer)")
     args = parser.parse_args()
+    BROKER_SETTINGS.extend(args.broker_set)
 
     root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
     try:
@@ -309,7 +317,8 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
 
     payload_mb = messages * args.payload_bytes / 1e6
     figures: dict = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s,
-                     "master": args.master, "fetch_bytes": args.fetch_bytes, "floor_batch_rows": args.floor_batch_rows}
+                     "master": args.master, "fetch_bytes": args.fetch_bytes, "floor_batch_rows": args.floor_batch_rows,
+                     "prefetch": args.prefetch, "broker_set": args.broker_set}
     for workers in sorted({1, args.workers}):
         elapsed, cpu, count, size = time_plain(brokers, keys, workers)
         assert count == messages and size == messages * args.payload_bytes
@@ -319,6 +328,8 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     try:
         if args.fetch_bytes:
             FETCH_OPTIONS["fetchSize"] = str(args.fetch_bytes)
+        if args.prefetch:
+            FETCH_OPTIONS["prefetch"] = "true"
         runs = time_noop(spark, broker_list, "bench", messages, args.payload_bytes, len(keys), args.rounds,
                          root / "out", args.floor_batch_rows)
         figures["runs"] = runs
@@ -328,7 +339,8 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
-    print(f"master {args.master}, fetchSize {args.fetch_bytes or 'default'}, "
+    print(f"master {args.master}, fetchSize {args.fetch_bytes or 'default'}, prefetch {args.prefetch}, "
+          f"broker settings {args.broker_set or 'default'}, "
           f"{args.floor_batch_rows} rows per synthetic batch; noop sink: best of {args.rounds} interleaved rounds (wall and CPU separately)")
     print(f"{'what':<38}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")
     rows = [("produce (acks=-1)", "produce_s")] + [

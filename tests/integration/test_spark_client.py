@@ -70,6 +70,30 @@ def test_fetch_loop_reads_a_range_exactly_in_small_fetches(tk, broker_cluster, u
     assert got == rows
 
 
+@pytest.mark.parametrize("prefetch", ["false", "true"])
+def test_a_task_yields_every_row_of_its_range_with_or_without_prefetch(tk, broker_cluster, unique_topic,
+                                                                       prefetch):
+    """``read_partition`` (the task body): runs, loose messages and wrappers, in small fetches
+    so that the reused receive buffer is refilled many times; prefetch on or off."""
+    from trikafka.spark.options import parse_options
+    from trikafka.spark.planning import PartitionRange
+    from trikafka.spark.tasks import RangePartition, read_partition
+
+    expected = tk.produce_mixed(broker_cluster, unique_topic, seed=11)
+    base, end = broker_cluster.produce_payloads(unique_topic, 1, 0, [bytes([i % 256]) * 64 for i in range(300)])
+    expected.plain(1, 0, base, [bytes([i % 256]) * 64 for i in range(300)])
+    rows = expected.rows[(1, 0)]
+    address = broker_cluster.addresses[1]
+    options = parse_options({"brokers": broker_cluster.broker_list, "topics": unique_topic,
+                             "fetchSize": "3000", "prefetch": prefetch})
+    planned = PartitionRange(PartitionKey(unique_topic, 1, 0), address.host, address.port, rows[0][3], end)
+    batches = list(read_partition(options, RangePartition(planned)))
+    assert len(batches) > 5
+    got = [(r["topic"], r["broker"], r["partition"], r["offset"], r["next_offset"], r["payload"])
+           for batch in batches for r in batch.to_pylist()]
+    assert got == rows
+
+
 def test_fetch_grows_for_a_big_message_up_to_the_bound(broker_cluster, unique_topic):
     big = random.Random(1).randbytes(100_000)
     base, end = broker_cluster.produce_payloads(unique_topic, 0, 0, [b"a", big, b"z"])

@@ -1,21 +1,26 @@
-"""``decode_set_columns`` (the Spark source's decoder) equals ``iter_messages``.
+"""The Spark source's decoding (``wire.columns.decode_set`` with Arrow's gather, then
+``RecordBatchBuilder``) equals ``iter_messages``.
 
 Sets are built from segments that exercise both of its paths: runs of
-equally sized messages (the strided path, at least ``MIN_RUN`` long or just
+equally sized messages (the gathered path, at least ``MIN_RUN`` long or just
 short of it), single messages of any size, magic 0 and magic 1, and
-compressed wrappers; then cut anywhere and maybe corrupted in one byte.
+compressed wrappers; then cut anywhere and maybe corrupted in one byte, and
+decoded both as they are and from a reused receive buffer holding older
+bytes after them.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trikafka.wire.columns as wire_columns
-from trikafka.wire import Codec, InvalidMessageError, build_message_set, iter_messages
-from trikafka.wire.columns import MIN_RUN, decode_set_columns
+pytest.importorskip("pyarrow")
+
+from trikafka.spark.columns import RecordBatchBuilder, arrow_schema, decode_fetched  # noqa: E402
+from trikafka.spark.offsets import PartitionKey  # noqa: E402
+from trikafka.wire import Codec, InvalidMessageError, build_message_set, iter_messages  # noqa: E402
+from trikafka.wire.columns import MIN_RUN  # noqa: E402
 
 shapes = st.sampled_from([(0, Codec.NONE), (1, Codec.NONE), (1, Codec.GZIP), (1, Codec.SNAPPY)])
 
@@ -46,32 +51,19 @@ def _outcome(fn):
         return "invalid", type(exc)
 
 
-def _messages(data: bytes, base: int):
-    columns = decode_set_columns(data, base)
-    ends = list(columns.value_ends)
-    assert ends[0] == 0 and len(ends) == columns.count + 1
-    payloads = [columns.values[a:b] for a, b in zip(ends, ends[1:])]
-    assert len(columns.values) == ends[-1]
-    assert columns.base_offset == base
-    rows = [(base + o, base + n, p) for o, n, p in zip(columns.offsets, columns.next_offsets, payloads)]
+def _messages(data: bytes | bytearray, base: int, end: int | None = None):
+    decoded = decode_fetched(data, base, end)
+    batch = RecordBatchBuilder(PartitionKey("t", 0, 0), arrow_schema()).build(decoded)
+    batch.validate(full=True)
+    rows = [(r["offset"], r["next_offset"], r["payload"]) for r in batch.to_pylist()]
     # The next fetch starts right after the last complete entry.
-    assert columns.valid_bytes == (max(columns.next_offsets) if rows else 0)
+    assert decoded.valid_bytes == (max(r[1] for r in rows) - base if rows else 0) or not rows
     return rows
-
-
-@contextmanager
-def _small_blocks(entries: int):
-    saved = wire_columns._BLOCK_ENTRIES
-    wire_columns._BLOCK_ENTRIES = entries
-    try:
-        yield
-    finally:
-        wire_columns._BLOCK_ENTRIES = saved
 
 
 @settings(max_examples=300)
 @given(segments, st.data())
-def test_decode_set_columns_agrees_with_iter_messages(parts, data):
+def test_column_decoding_agrees_with_iter_messages(parts, data):
     """Same messages, offsets and next offsets on whole, cut and corrupted sets; an
     error where iter_messages raises one."""
     whole = b"".join(build_message_set(p, magic=m, codec=c) for p, m, c in parts)
@@ -82,6 +74,5 @@ def test_decode_set_columns_agrees_with_iter_messages(parts, data):
     base = data.draw(st.integers(0, 1 << 62))
     expected = _outcome(lambda: [(m.offset, m.next_offset, m.payload) for m in iter_messages(cut, base)])
     assert _outcome(lambda: _messages(cut, base)) == expected
-    assert _outcome(lambda: _messages(memoryview(bytearray(cut)), base)) == expected
-    with _small_blocks(3):  # runs cut into several blocks give the same answer
-        assert _outcome(lambda: _messages(cut, base)) == expected
+    reused = bytearray(cut) + whole  # a receive buffer: older bytes after this fetch's end
+    assert _outcome(lambda: _messages(reused, base, len(cut))) == expected

@@ -1,4 +1,4 @@
-"""``RecordBatchBuilder``: decoded set columns as the RecordBatches Spark expects."""
+"""``RecordBatchBuilder``: decoded sets as the RecordBatches Spark expects."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from trikafka.spark.columns import RecordBatchBuilder, arrow_schema  # noqa: E402
+from trikafka.spark.columns import RecordBatchBuilder, arrow_schema, decode_fetched  # noqa: E402
 from trikafka.spark.offsets import PartitionKey  # noqa: E402
 from trikafka.wire import Codec, build_message_set, iter_messages  # noqa: E402
-from trikafka.wire.columns import decode_set_columns  # noqa: E402
 
 KEY = PartitionKey("clicks", 3, 1)
 
@@ -24,7 +23,7 @@ def test_batches_hold_the_rows_iter_messages_gives(base):  # type: ignore[no-unt
         build_message_set([b"old"] * 3, magic=0),
     ])
     builder = RecordBatchBuilder(KEY, arrow_schema())
-    batch = builder.build(decode_set_columns(data + data[:17], base))
+    batch = builder.build(decode_fetched(data + data[:17], base))
     assert batch.schema.equals(arrow_schema())
     assert batch.to_pylist() == [
         {"topic": "clicks", "broker": 3, "partition": 1, "offset": m.offset, "next_offset": m.next_offset,
@@ -37,11 +36,29 @@ def test_batches_hold_the_rows_iter_messages_gives(base):  # type: ignore[no-unt
 def test_constant_columns_follow_the_batch_length():  # type: ignore[no-untyped-def]
     builder = RecordBatchBuilder(KEY, arrow_schema())
     for count in (5, 9, 5):
-        batch = builder.build(decode_set_columns(build_message_set([b"p"] * count), 0))
+        batch = builder.build(decode_fetched(build_message_set([b"pay!"] * count), 0))
         assert batch.num_rows == count and batch.column("topic").to_pylist() == ["clicks"] * count
 
 
 def test_an_offset_past_int64_is_an_error_not_a_wrap():  # type: ignore[no-untyped-def]
     builder = RecordBatchBuilder(KEY, arrow_schema())
     with pytest.raises(pa.ArrowInvalid, match="overflow"):
-        builder.build(decode_set_columns(build_message_set([b"p"] * 3), (1 << 63) - 20))
+        builder.build(decode_fetched(build_message_set([b"p"] * 3), (1 << 63) - 20))
+    with pytest.raises(pa.ArrowInvalid, match="overflow"):  # a run (payloads of 4 bytes or more) likewise
+        builder.build(decode_fetched(build_message_set([b"pay!"] * 20), (1 << 63) - 200))
+
+
+def test_a_batch_owns_its_memory_so_the_receive_buffer_can_be_reused():  # type: ignore[no-untyped-def]
+    data = b"".join([build_message_set([bytes([i]) * 30 for i in range(40)]), build_message_set([b"a", b"bc"])])
+    buffer = bytearray(data)
+    batch = RecordBatchBuilder(KEY, arrow_schema()).build(decode_fetched(buffer, 100))
+    buffer[:] = bytes(len(buffer))  # the next fetch overwrites the buffer
+    assert [r["payload"] for r in batch.to_pylist()] == [m.payload for m in iter_messages(data, 100)]
+
+
+def test_layout_caches_stay_bounded():  # type: ignore[no-untyped-def]
+    builder = RecordBatchBuilder(KEY, arrow_schema())
+    for size in range(4, 60):
+        batch = builder.build(decode_fetched(build_message_set([b"v" * size] * 12), 0))
+        assert batch.column("payload").to_pylist() == [b"v" * size] * 12
+    assert len(builder._positions) <= 16 and len(builder._ends) <= 16

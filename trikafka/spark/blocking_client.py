@@ -8,7 +8,13 @@ byte is encoded and decoded by ``trikafka.wire`` (``encode_request``,
 moves bytes.
 
 One connection carries one request at a time and reads its response before
-the next request, exactly as the 0.7 broker answers them (spec §2).  Any
+the next request, exactly as the 0.7 broker answers them (spec §2).
+
+The socket is in blocking mode with the timeout set in the kernel
+(``SO_RCVTIMEO``/``SO_SNDTIMEO``) rather than Python's own timeout mode, which
+polls before every receive: ``fetch_into`` then takes a whole response in
+one ``recv_into`` call (``MSG_WAITALL``) straight into the caller's buffer,
+the one copy the bytes cost on their way from the broker.  Any
 socket error, an early close, or a malformed response closes the connection
 and raises ``BrokerConnectionError``: a 0.7 broker answers bad requests by
 closing (spec §7.2), so "closed" is the only error some requests can report.
@@ -18,6 +24,7 @@ the same ``trikafka.wire.top_level_error`` as the Trio client.
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 from typing import Iterable, Sequence
@@ -55,6 +62,8 @@ from trikafka.wire import (
     decode_produce_acked_payload,
     encode_request,
 )
+from trikafka.wire.errors import ErrorCode
+from trikafka.wire.framing import RESPONSE_HEAD_BYTES
 
 DEFAULT_TIMEOUT_S = 30.0
 # Largest response we accept: a 100 MiB fetch plus headers.  Bounds memory if a
@@ -94,7 +103,10 @@ class BrokerConnection:
         except OSError as exc:
             raise BrokerConnectionError(f"cannot connect to broker {host}:{port}: {exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout_s = timeout_s
+        _use_kernel_timeouts(self._sock, timeout_s)
         self._reader = ResponseReader(max_response_bytes)
+        self._head = bytearray(RESPONSE_HEAD_BYTES)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -124,6 +136,32 @@ class BrokerConnection:
         """FETCH (spec §6.2): up to ``max_bytes`` of the log from ``offset``."""
         frame = self._call(encode_request(FetchRequest(FetchPart(topic, partition, offset, max_bytes))))
         return FetchResult(frame.error_code, frame.payload, offset)
+
+    def fetch_into(self, topic: str, partition: int, offset: int, max_bytes: int,
+                   buffer: bytearray) -> tuple[ErrorCode, int]:
+        """FETCH (spec §6.2) with the returned bytes written to ``buffer[:size]``: (error, size).
+
+        ``buffer`` must hold ``max_bytes`` (a broker never returns more); it is
+        reused by the caller from fetch to fetch, so no per-fetch allocation
+        is made.  The response is checked like any other (size bounds by
+        ``wire``'s ``ResponseReader``).
+        """
+        if len(buffer) < max_bytes:
+            raise ValueError(f"a buffer of {len(buffer)} bytes cannot hold a fetch of {max_bytes}")
+        frame = encode_request(FetchRequest(FetchPart(topic, partition, offset, max_bytes)))
+        self._send(frame)
+        self._receive_exactly(memoryview(self._head), RequestType.FETCH)
+        try:
+            code, size = self._reader.decode_head(self._head)
+        except RemoteProtocolError as exc:
+            self.close()
+            raise BrokerConnectionError(f"bad response framing from {self.host}:{self.port}: {exc}") from exc
+        if size > len(buffer):
+            self.close()
+            raise BrokerConnectionError(
+                f"{self.host}:{self.port} answered a fetch of {max_bytes} bytes with {size} bytes")
+        self._receive_exactly(memoryview(buffer)[:size], RequestType.FETCH)
+        return code, size
 
     def multifetch(self, parts: Sequence[FetchPart]) -> list[FetchResult]:
         """MULTIFETCH (spec §6.3): one result per part, in request order."""
@@ -214,7 +252,7 @@ class BrokerConnection:
             sock.sendall(frame)
         except OSError as exc:
             self.close()
-            raise BrokerConnectionError(f"send to {self.host}:{self.port} failed: {exc}") from exc
+            raise BrokerConnectionError(f"send to {self.host}:{self.port} failed: {_describe(exc, self)}") from exc
 
     def _call(self, frame: bytes) -> ResponseFrame:
         self._send(frame)
@@ -247,12 +285,48 @@ class BrokerConnection:
             self.close()
             if isinstance(exc, BrokerConnectionError):
                 raise
-            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {exc}") from exc
+            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {_describe(exc, self)}") from exc
+
+    def _receive_exactly(self, view: memoryview, request_type: RequestType) -> None:
+        sock = self._require_open()
+        got, want = 0, len(view)
+        try:
+            while got < want:
+                n = sock.recv_into(view[got:], want - got, socket.MSG_WAITALL)
+                if n == 0:
+                    raise BrokerConnectionError(
+                        f"broker {self.host}:{self.port} closed the connection before answering {request_type.name}")
+                got += n
+        except OSError as exc:
+            self.close()
+            if isinstance(exc, BrokerConnectionError):
+                raise
+            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {_describe(exc, self)}") from exc
 
     def _require_open(self) -> socket.socket:
         if self._sock is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
+
+
+def _use_kernel_timeouts(sock: socket.socket, timeout_s: float) -> None:
+    """Blocking mode, with ``timeout_s`` enforced by the kernel on every send and receive
+    call; where the platform lacks those options, Python's timeout mode instead."""
+    seconds = int(timeout_s)
+    value = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    except (AttributeError, OSError):
+        return  # the socket keeps the timeout it was created with
+    sock.settimeout(None)
+
+
+def _describe(exc: OSError, conn: BrokerConnection) -> str:
+    """An OS error of a call, naming a kernel time-out (EAGAIN on a blocking socket) as one."""
+    if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or isinstance(exc, TimeoutError):
+        return f"timed out after {conn.timeout_s:g} s"
+    return str(exc)
 
 
 def partition_counts(host: str, port: int, topics: Iterable[str] = (), *,

@@ -10,8 +10,9 @@ One row per consumed message (compressed wrappers unpacked, spec §4.4):
 
 Tasks yield ``pyarrow.RecordBatch``es, about twice as fast as tuples; their
 schema must equal Spark's Arrow conversion of ``SCHEMA`` exactly, so it is
-derived from it once per task.  The batches adopt the buffers that
-``wire.columns.decode_set_columns`` fills (no per-row Python objects).
+derived from it once per task.  A fetched set is decoded by
+``wire.columns.decode_set`` with an Arrow gather (``decode_fetched``) and
+the batches adopt what it gathered (no per-row Python objects).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from trikafka.wire.columns import SetColumns
+from trikafka.wire.columns import DecodedSet, LoosePiece, RunPiece, decode_set
 
 from .offsets import PartitionKey
 
@@ -41,33 +42,92 @@ def arrow_schema(schema: StructType = SCHEMA) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-class RecordBatchBuilder:
-    """Wraps one task's decoded chunks as RecordBatches without touching a row.
+class ArrowGather:
+    """``wire.columns``' gather over one fetched buffer, with Arrow: the payloads of a run are
+    cut out of a fixed-size-binary view of the buffer (no copy) by ``binary_slice``, one C
+    pass writing them back to back."""
 
-    The payload column adopts the decoder's buffers as they are (Arrow's
-    binary layout: int32 ends + values), the offset columns are its relative
-    int64 arrays plus the fetch's base offset (one vectorised add), and the
-    constant columns are built once per batch length.
+    __slots__ = ("_buffer",)
+
+    def __init__(self, data: bytes | bytearray):
+        self._buffer = pa.py_buffer(data)  # a view: the caller keeps ``data`` unchanged while gathering
+
+    def __call__(self, pos: int, stride: int, count: int, header: int) -> pa.Buffer:
+        rows = pa.FixedSizeBinaryArray.from_buffers(pa.binary(stride), count,
+                                                    [None, self._buffer.slice(pos, count * stride)])
+        values = pc.binary_slice(rows, header, stride).buffers()[1]
+        size = count * (stride - header)
+        return values if values.size == size else values.slice(0, size)
+
+
+def decode_fetched(data: bytes | bytearray, base_offset: int, end: int | None = None) -> DecodedSet:
+    """``wire.columns.decode_set`` of ``data[:end]`` with the Arrow gather; what it returns
+    owns its memory, so ``data`` may be reused at once."""
+    return decode_set(data, ArrowGather(data), base_offset, end)
+
+
+_MAX_CACHED = 16  # layouts (strides, payload sizes) kept per task
+_MIN_CACHED = 1 << 14  # entries a cached column covers at least
+
+
+class RecordBatchBuilder:
+    """Builds one task's RecordBatches from decoded sets without touching a row.
+
+    A run's offset columns are a cached ``i * stride`` array plus the run's
+    absolute start (one vectorised add), its payload column adopts the
+    gathered payloads with cached ``i * payload size`` ends (Arrow's binary
+    layout), and the constant columns are built once per batch length.
+    Loose messages are converted entry by entry (they are the rare case).
     """
 
     def __init__(self, key: PartitionKey, schema: pa.Schema):
         self.key = key
         self.schema = schema
         self._constants: tuple[int, list[pa.Array]] = (-1, [])
+        self._positions: dict[int, pa.Array] = {}  # stride -> int64 i * stride
+        self._ends: dict[int, pa.Buffer] = {}  # payload size -> int32 i * size
 
-    def build(self, columns: SetColumns) -> pa.RecordBatch:
-        count = columns.count
+    def build(self, decoded: DecodedSet) -> pa.RecordBatch:
+        count = decoded.count
         if self._constants[0] != count:
             self._constants = (count, [
                 pa.repeat(pa.scalar(self.key.topic, pa.string()), count),
                 pa.repeat(pa.scalar(self.key.broker, pa.int32()), count),
                 pa.repeat(pa.scalar(self.key.partition, pa.int32()), count),
             ])
-        int64, base = pa.int64(), pa.scalar(columns.base_offset, pa.int64())
-        return pa.RecordBatch.from_arrays([
-            *self._constants[1],
-            pc.add_checked(pa.Array.from_buffers(int64, count, [None, pa.py_buffer(columns.offsets)]), base),
-            pc.add_checked(pa.Array.from_buffers(int64, count, [None, pa.py_buffer(columns.next_offsets)]), base),
-            pa.Array.from_buffers(pa.binary(), count,
-                                  [None, pa.py_buffer(columns.value_ends), pa.py_buffer(columns.values)]),
-        ], schema=self.schema)
+        parts = [self._piece(piece, decoded.base_offset) for piece in decoded.pieces]
+        if len(parts) == 1:
+            offsets, next_offsets, payloads = parts[0]
+        elif parts:
+            offsets, next_offsets, payloads = (pa.concat_arrays(list(column)) for column in zip(*parts))
+        else:
+            offsets = next_offsets = pa.array([], pa.int64())
+            payloads = pa.array([], pa.binary())
+        return pa.RecordBatch.from_arrays([*self._constants[1], offsets, next_offsets, payloads], schema=self.schema)
+
+    def _piece(self, piece: RunPiece | LoosePiece, base_offset: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+        int64 = pa.int64()
+        if isinstance(piece, LoosePiece):
+            base = pa.scalar(base_offset, int64)
+            return (pc.add_checked(pa.array(piece.offsets, int64), base),
+                    pc.add_checked(pa.array(piece.next_offsets, int64), base),
+                    pa.array(piece.payloads, pa.binary()))
+        count, start = piece.count, pa.scalar(base_offset + piece.pos, int64)
+        positions = self._positions.get(piece.stride)
+        if positions is None or len(positions) <= count:
+            positions = self._positions[piece.stride] = _grown(
+                self._positions, pa.array(range(0, max(count + 1, _MIN_CACHED) * piece.stride, piece.stride), int64))
+        size = piece.payload_bytes
+        ends = self._ends.get(size)
+        if ends is None or ends.size < 4 * (count + 1):
+            ends = self._ends[size] = _grown(
+                self._ends, pa.array(range(0, max(count + 1, _MIN_CACHED) * size, size), pa.int32()).buffers()[1])
+        return (pc.add_checked(positions.slice(0, count), start), pc.add_checked(positions.slice(1, count), start),
+                pa.Array.from_buffers(pa.binary(), count, [None, ends.slice(0, 4 * (count + 1)), piece.payloads]))
+
+
+def _grown(cache: dict, made: object) -> object:
+    """``made``, to be stored in ``cache``: a cache of more than ``_MAX_CACHED`` layouts starts over."""
+    if len(cache) >= _MAX_CACHED:
+        cache.clear()
+    return made

@@ -5,7 +5,9 @@ planned range ``[start, end)`` whose bounds are entry boundaries: fetch,
 decode the complete entries with ``wire.iter_messages`` (CRC-checked,
 wrappers unpacked with the §5 offset rule), advance by the bytes decoded, and
 drop the partial tail for the next fetch to re-read.  One decoded chunk per
-fetch response keeps memory bounded by the fetch size.
+fetch response keeps memory bounded by the fetch size; every response is
+received into one buffer the loop reuses.  ``iter_column_chunks`` is the
+same loop decoding in column form (``wire.columns`` with Arrow's gather).
 
 A first entry larger than the fetch is handled by growing the fetch size up
 to ``max_fetch_bytes`` (the design doc's advice, which 0.7 never
@@ -19,9 +21,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from trikafka.wire import ConsumedMessage, ErrorCode, grown_fetch_size, iter_messages, parse_entries
-from trikafka.wire.columns import SetColumns, decode_set_columns
+from trikafka.wire.columns import DecodedSet
 
 from .blocking_client import BrokerConnection
+from .columns import decode_fetched
 from .offsets import PartitionKey
 
 
@@ -65,19 +68,12 @@ def iter_message_chunks(
     subclass) when the broker cannot serve the range as planned, and
     ``trikafka.wire.InvalidMessageError`` on corrupt data.
     """
-    yield from iter_column_chunks(conn, key, start, end, sizing, fail_on_data_loss=fail_on_data_loss, log=log,
-                                  decode=_decode_messages)
+    yield from _iter_fetched(conn, key, start, end, sizing, fail_on_data_loss, log, _decode_messages)
 
 
-def _decode_messages(data: bytes, pos: int) -> tuple[list[ConsumedMessage], int | None]:
-    messages = list(iter_messages(data, pos))
-    return messages, (messages[-1].next_offset if messages else None)
-
-
-def decode_column_chunk(data: bytes, pos: int) -> tuple[SetColumns, int | None]:
-    """One fetched set at ``pos`` as columns, and the offset after its last complete entry."""
-    columns = decode_set_columns(data, pos)
-    return columns, (pos + columns.valid_bytes if columns.count else None)
+def _decode_messages(buffer: bytearray, size: int, pos: int) -> tuple[list[ConsumedMessage], int]:
+    messages = list(iter_messages(memoryview(buffer)[:size], pos))
+    return messages, (messages[-1].next_offset - pos if messages else 0)
 
 
 def iter_column_chunks(
@@ -89,32 +85,48 @@ def iter_column_chunks(
     *,
     fail_on_data_loss: bool = True,
     log: Callable[[str], None] = lambda _msg: None,
-    decode: Callable[[bytes, int], tuple[object, int | None]] = decode_column_chunk,
+) -> Iterator[DecodedSet]:
+    """``iter_message_chunks`` yielding ``wire.columns.DecodedSet``s (the Arrow path: the
+    payloads of runs gathered by Arrow, no per-message objects)."""
+    yield from _iter_fetched(conn, key, start, end, sizing, fail_on_data_loss, log, _decode_columns)
+
+
+def _decode_columns(buffer: bytearray, size: int, pos: int) -> tuple[DecodedSet, int]:
+    decoded = decode_fetched(buffer, pos, size)
+    return decoded, decoded.valid_bytes
+
+
+def _iter_fetched(
+    conn: BrokerConnection, key: PartitionKey, start: int, end: int, sizing: FetchSizing,
+    fail_on_data_loss: bool, log: Callable[[str], None],
+    decode: Callable[[bytearray, int, int], tuple[object, int]],
 ) -> Iterator:
-    """``iter_message_chunks`` yielding ``SetColumns`` (the Arrow path: buffers,
-    no per-message objects), or whatever ``decode(data, pos)`` returns with the
-    offset after its last message."""
+    """The fetch loop: each response lands in one reused buffer (``fetch_into``) and is
+    decoded from there by ``decode(buffer, size, pos) -> (chunk, valid bytes)``, whose
+    chunk must not refer to the buffer."""
+    buffer = bytearray(min(sizing.fetch_bytes, max(end - start, 0)))
     pos, size = start, sizing.fetch_bytes
     while pos < end:
         want = min(size, end - pos)
-        result = conn.fetch(key.topic, key.partition, pos, want)
-        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+        into = buffer if want <= len(buffer) else bytearray(want)  # a grown fetch, for one big entry
+        error, got = conn.fetch_into(key.topic, key.partition, pos, want, into)
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             pos = _skip_deleted(conn, key, pos, end, fail_on_data_loss, log)
             continue
-        if result.error != ErrorCode.NO_ERROR:
-            raise ReadError(f"{key}: fetch at {pos} failed with {result.error.name}")
-        if not result.data:
+        if error != ErrorCode.NO_ERROR:
+            raise ReadError(f"{key}: fetch at {pos} failed with {error.name}")
+        if not got:
             raise ReadError(
                 f"{key}: the broker's visible end is {pos}, below the planned end {end} "
                 "(log truncated by crash recovery, or a different broker at that address?)"
             )
-        chunk, chunk_end = decode(result.data, pos)
-        if chunk_end is not None:
-            pos = chunk_end  # the end of the last complete entry
+        chunk, valid_bytes = decode(into, got, pos)
+        if valid_bytes:
+            pos += valid_bytes  # the end of the last complete entry
             size = sizing.fetch_bytes
             yield chunk
             continue
-        size = _grown_fetch_size(key, result.data, pos, end, want, sizing)
+        size = _grown_fetch_size(key, memoryview(into)[:got], pos, end, want, sizing)
     assert pos == end, (pos, end)
 
 

@@ -40,14 +40,16 @@ def read_partition(options: SourceOptions, partition: InputPartition) -> Iterato
     builder = RecordBatchBuilder(planned.key, arrow_schema())
     sizing = FetchSizing(options.fetch_bytes, options.max_fetch_bytes)
     with open_for_range(planned, options) as conn:
-        # Fetching and decoding run one step ahead in a thread (see trikafka.spark.prefetch);
-        # the connection is used by that thread only, and closed after it has stopped.
+        # With ``prefetch``, fetching and decoding run one step ahead in a thread (see
+        # trikafka.spark.prefetch); the connection is used by that thread only, and closed
+        # after it has stopped.  Off by default: on a machine Spark's own work fills, the
+        # thread's hand-overs cost more than the overlap gains (bench/spark_bench.py).
         chunks = iter_column_chunks(
             conn, planned.key, planned.start, planned.end, sizing,
             fail_on_data_loss=options.fail_on_data_loss, log=log.warning,
         )
-        for columns in prefetched(chunks, PREFETCH_CHUNKS):
-            yield builder.build(columns)
+        for decoded in prefetched(chunks, PREFETCH_CHUNKS) if options.prefetch else chunks:
+            yield builder.build(decoded)
 
 
 def commit_to_group(options: SourceOptions, offsets: dict[PartitionKey, int]) -> None:

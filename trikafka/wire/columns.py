@@ -1,96 +1,104 @@
-"""A fetched message set decoded straight into column buffers (spec §4, §5, §8).
+"""A fetched message set decoded in column form, for bulk readers (spec §4, §5, §8).
 
-``decode_set_columns`` gives what ``iter_messages`` yields (same messages,
-same offsets, same CRC checks, wrappers unpacked with the §5 offset rule) as
-four flat buffers a columnar consumer can adopt without touching a row:
+``decode_set`` gives what ``iter_messages`` yields (same messages, same
+offsets, same CRC checks, wrappers unpacked with the §5 offset rule), cut
+into pieces a columnar consumer assembles without touching a row:
 
-* ``offsets`` / ``next_offsets``: ``array('q')`` of byte offsets relative to
-  the set's ``base_offset`` (a consumer adds it in one vectorised step);
-* ``values``: every payload back to back, and ``value_ends``: an
-  ``array('i')`` of ``count + 1`` positions into it (0 first), i.e. Arrow's
-  binary layout, so ``pyarrow`` wraps them without copying.
+* a ``RunPiece`` is a run of plain entries of one length and header (a
+  producer's fixed-size records, the common case): entry ``i`` sits at
+  ``pos + i * stride``, so its offsets are arithmetic, and its payloads are
+  copied out in one strided gather;
+* a ``LoosePiece`` holds everything else entry by entry (other sizes,
+  compressed wrappers, odd headers), as ``iter_messages`` decodes it.
 
-Why it is fast: producers usually write runs of equally sized messages (one
-payload size per topic, or a producer batch of fixed records).  A run of
-entries with the same length prefix and header sits in the set at a fixed
-stride, so its length, magic and CRC bytes are read as strided slices of the
-set (``data[a:b:stride]``, C speed) instead of entry by entry, and the CRCs
-of a whole run are checked with one ``zlib.crc32`` call over a rearranged
-copy (``_crcs_hold``; only then, to name a bad entry, entry by entry).
-Entries outside runs go one at a time: plain ones with ``iter_messages``' own
-inline checks, compressed wrappers and odd headers through ``iter_messages``
-itself.
+The gather is the caller's (``gather(pos, stride, count, header)``: the
+payload bytes ``[header, stride)`` of ``count`` entries from ``pos``,
+concatenated), because the standard library has no fast strided copy and
+``wire`` uses the standard library only; the Spark source passes Arrow's.
+What the gather returns is checked here, so a wrong gather cannot pass bad
+payloads.
 
-stdlib only, like the rest of ``wire``.
+Why it is fast: a run's length, magic and attributes bytes are compared as
+strided slices of the set (one C-speed slice per header byte), and its CRCs
+are checked with two CRC calls in all (``_run_crcs_hold``).
+
+stdlib only, like the rest of ``wire`` (the CRC function is ``wire.crc``'s).
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
-from array import array
-from itertools import repeat
-from operator import itemgetter
-from typing import NamedTuple
+import threading
+from typing import Callable, NamedTuple
 
+from .crc import crc32, crc32_zero_extend
 from .errors import InvalidMessageError
 from .message import CODEC_MASK, MAGIC_0, MAGIC_1
 from .reading import iter_messages
 
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
-# Shortest run worth the strided path; shorter ones go entry by entry.
+# Shortest run worth a gather; shorter ones go entry by entry.
 MIN_RUN = 8
 # A run is measured in windows growing from MIN_RUN entries, so a set whose sizes
 # vary costs O(entries), not O(entries^2).
 _WINDOW_GROWTH = 8
-# A run is cut in blocks of at most this many entries (bounds the cached slices).
-_BLOCK_ENTRIES = 1 << 14
-_LAYOUTS: dict[tuple[int, int], "_Layout"] = {}  # (stride, header) -> cached buffers of a run block
-_MAX_LAYOUTS = 16
-_MAX_COUNTS = 64  # per layout: the run lengths whose expected aggregate CRC is kept
+# A run's payloads must be at least a CRC long (``_run_crcs_hold`` spaces the stored
+# CRCs by the payload size); shorter ones go entry by entry.
+_MIN_RUN_PAYLOAD = 4
 # Arrow's binary offsets are int32.
 _MAX_VALUE_BYTES = (1 << 31) - 1
 
+Gather = Callable[[int, int, int, int], object]  # (pos, stride, count, header) -> payload bytes (a buffer)
 
-class SetColumns(NamedTuple):
-    """The messages of a fetched set as Arrow-ready buffers (see the module docstring).
 
-    Offsets are relative to ``base_offset`` (a message's offset is
-    ``base_offset + offsets[i]``), so that runs can share cached buffers and
-    the per-fetch addition is left to a vectorised consumer.
-    """
+class RunPiece(NamedTuple):
+    """``count`` plain entries of ``stride`` bytes from ``pos`` (relative to the set), each a
+    ``stride - header``-byte payload after its header; ``payloads`` is the gather's buffer."""
 
-    base_offset: int
-    offsets: array  # 'q', relative to base_offset
-    next_offsets: array  # 'q', relative to base_offset
-    values: bytes
-    value_ends: array  # 'i', count + 1 entries, 0 first
-    valid_bytes: int  # bytes of complete entries: where the next fetch starts, relative to the set
+    pos: int
+    stride: int
+    header: int
+    count: int
+    payloads: object
 
     @property
-    def count(self) -> int:
-        return len(self.offsets)
+    def payload_bytes(self) -> int:
+        return self.stride - self.header
 
 
-def decode_set_columns(data: bytes | bytearray | memoryview, base_offset: int = 0) -> SetColumns:
-    """Decode the complete entries of a fetched set into column buffers.
+class LoosePiece(NamedTuple):
+    """Messages decoded one by one; offsets relative to the set."""
 
-    Equal to ``iter_messages(data, base_offset)`` message for message; a
+    offsets: list[int]
+    next_offsets: list[int]
+    payloads: list[bytes]
+
+
+class DecodedSet(NamedTuple):
+    """The complete entries of a fetched set as pieces, in order."""
+
+    base_offset: int
+    pieces: list[RunPiece | LoosePiece]
+    count: int  # messages (a wrapper counts its inner messages)
+    valid_bytes: int  # bytes of complete entries: where the next fetch starts, relative to the set
+
+
+def decode_set(data: bytes | bytearray, gather: Gather, base_offset: int = 0, end: int | None = None) -> DecodedSet:
+    """Decode the complete entries of the fetched set ``data[:end]`` into pieces (see the
+    module docstring); ``end`` lets a reused receive buffer be decoded in place.
+
+    Equal to ``iter_messages(data[:end], base_offset)`` message for message; a
     partial trailing entry is left out (``valid_bytes`` stops before it).
     Raises ``InvalidMessageError`` on the first bad entry (nothing is
     returned then).
     """
-    if type(data) is not bytes:
-        data = bytes(data)  # strided slicing and fast slicing need bytes
-    end = len(data)
-    unpack_length, unpack_crc, checksum = _INT32.unpack_from, _UINT32.unpack_from, zlib.crc32
-    offsets, next_offsets, value_ends = _Column("q"), _Column("q"), _Column("i")
-    payloads: list[bytes] = []
-    add_offset, add_next, add_payload, add_end = (
-        offsets.pending.append, next_offsets.pending.append, payloads.append, value_ends.pending.append)
-    add_end(0)
-    value_bytes = pos = retry_run_at = 0
+    end = len(data) if end is None else end
+    assert 0 <= end <= len(data)
+    unpack_length, unpack_crc = _INT32.unpack_from, _UINT32.unpack_from
+    pieces: list[RunPiece | LoosePiece] = []
+    loose = LoosePiece([], [], [])
+    count = value_bytes = pos = retry_run_at = 0
     while end - pos >= 4:
         (n,) = unpack_length(data, pos)
         stop = pos + 4 + n
@@ -105,22 +113,30 @@ def decode_set_columns(data: bytes | bytearray | memoryview, base_offset: int = 
             header = 9
         else:  # wrappers and odd headers: iter_messages itself, one entry
             for message in iter_messages(memoryview(data)[pos:stop], base_offset + pos):
-                add_offset(message.offset - base_offset)
-                add_next(message.next_offset - base_offset)
-                add_payload(message.payload)
+                loose.offsets.append(message.offset - base_offset)
+                loose.next_offsets.append(message.next_offset - base_offset)
+                loose.payloads.append(message.payload)
                 value_bytes += len(message.payload)
-                add_end(value_bytes)
+                count += 1
             pos = stop
             continue
-        if pos >= retry_run_at:
+        if pos >= retry_run_at and n + 4 - header >= _MIN_RUN_PAYLOAD:
             # The entry MIN_RUN - 1 strides on has this length too: maybe a run.
             stride = n + 4
+            most = (end - pos) // stride
             probe = pos + (MIN_RUN - 1) * stride
-            if probe + stride <= end and unpack_length(data, probe)[0] == n:
-                run = _run_length(data, pos, stride, (end - pos) // stride)
+            if most >= MIN_RUN and unpack_length(data, probe)[0] == n:
+                run = _run_length(data, pos, stride, header - 4, most)
                 if run >= MIN_RUN:
-                    value_bytes = _take_run(data, pos, stride, header, run, base_offset, value_bytes,
-                                            offsets, next_offsets, payloads, value_ends)
+                    if loose.offsets:
+                        pieces.append(loose)
+                        loose = LoosePiece([], [], [])
+                    payloads = gather(pos, stride, run, header)
+                    if not _run_crcs_hold(data, pos, stride, header, run, payloads):
+                        _raise_first_bad_crc(data, pos, stride, header, run, base_offset)
+                    pieces.append(RunPiece(pos, stride, header, run, payloads))
+                    value_bytes += run * (stride - header)
+                    count += run
                     pos += run * stride
                     continue
                 retry_run_at = pos + run * stride  # a short run: not measured again entry by entry
@@ -128,176 +144,104 @@ def decode_set_columns(data: bytes | bytearray | memoryview, base_offset: int = 
                 retry_run_at = probe
         # A plain entry on its own: iter_messages' fast path, inline.
         payload = data[pos + header:stop]
-        if checksum(payload) != unpack_crc(data, pos + header - 4)[0]:
+        if type(payload) is not bytes:
+            payload = bytes(payload)
+        if crc32(payload) != unpack_crc(data, pos + header - 4)[0]:
             raise InvalidMessageError(f"CRC mismatch in the entry at offset {base_offset + pos}")
-        add_offset(pos)
-        add_next(stop)
-        add_payload(payload)
+        loose.offsets.append(pos)
+        loose.next_offsets.append(stop)
+        loose.payloads.append(payload)
         value_bytes += stop - pos - header
-        add_end(value_bytes)
+        count += 1
         pos = stop
+    if loose.offsets:
+        pieces.append(loose)
     if value_bytes > _MAX_VALUE_BYTES:
         raise InvalidMessageError(
             "one fetch decodes to 2 GiB of payload or more (Arrow's binary limit); use a smaller fetch size"
         )
-    return SetColumns(base_offset, offsets.finish(), next_offsets.finish(), b"".join(payloads),
-                      value_ends.finish(), pos)
+    return DecodedSet(base_offset, pieces, count, pos)
 
 
-class _Column:
-    """An ``array`` built from Python ints appended one by one (``pending``) and from
-    whole arrays adopted by runs, concatenated once at the end."""
-
-    __slots__ = ("typecode", "parts", "pending")
-
-    def __init__(self, typecode: str):
-        self.typecode = typecode
-        self.parts: list[array] = []
-        self.pending: list[int] = []  # the decoder holds its bound append: never rebind
-
-    def adopt(self, part: array) -> None:
-        if self.pending:
-            self.parts.append(array(self.typecode, self.pending))
-            self.pending.clear()
-        self.parts.append(part)
-
-    def finish(self) -> array:
-        self.adopt(array(self.typecode))
-        if len(self.parts) <= 2:
-            return self.parts[0]
-        whole = array(self.typecode)
-        for part in self.parts:
-            whole.extend(part)
-        return whole
-
-
-def _take_run(
-    data: bytes, pos: int, stride: int, header: int, run: int, base_offset: int, value_bytes: int,
-    offsets: _Column, next_offsets: _Column, payloads: list[bytes], value_ends: _Column,
-) -> int:
-    """Decode ``run`` plain entries of ``stride`` bytes from ``pos`` whose header bytes
-    (length, magic, attributes) are all equal, in blocks of at most ``_BLOCK_ENTRIES``;
-    return ``value_bytes`` after them."""
-    size = stride - header
-    while run > 0:
-        count = min(run, _BLOCK_ENTRIES)
-        stop = pos + count * stride
-        # Cut with slices cached per layout, relative to the block's start.
-        layout = _layout(stride, header, count)
-        block = data if pos == 0 else data[pos:stop]
-        cut = itemgetter(*layout.slices[:count])(block) if count > 1 else (block[layout.slices[0]],)
-        if not _crcs_hold(block, stride, header, count, layout):
-            _raise_first_bad_crc(block, stride, header, cut, base_offset + pos)
-        payloads.extend(cut)
-        if pos == 0:  # the usual case (a fetch starts at an entry): cached buffers
-            offsets.adopt(layout.offsets[:count])
-            next_offsets.adopt(layout.offsets[1:count + 1])
-        else:
-            offsets.adopt(array("q", range(pos, stop, stride)))
-            next_offsets.adopt(array("q", range(pos + stride, stop + 1, stride)))
-        if value_bytes == 0:
-            value_ends.adopt(layout.value_ends[1:count + 1])
-        elif size:
-            value_ends.adopt(array("i", range(value_bytes + size, value_bytes + count * size + 1, size)))
-        else:
-            value_ends.adopt(array("i", repeat(value_bytes, count)))
-        value_bytes += count * size
-        pos, run = stop, run - count
-    return value_bytes
-
-
-def _crcs_hold(block: bytes, stride: int, header: int, count: int, layout: "_Layout") -> bool:
-    """Whether every entry's stored CRC matches its payload, with one ``zlib.crc32`` call.
-
-    CRC-32 has a residue: ``crc32(p + crc32(p) little-endian)`` is the same
-    constant for every ``p``, and it is affine in its input.  So the CRC of
-    ``p_0 + le(c_0) + pad + p_1 + le(c_1) + pad + ...`` (``c_i`` the stored CRCs,
-    ``pad`` zeros standing where the next header was) is one value for every
-    run of valid entries of this layout and count; a single bad entry always
-    changes it.  Only corruption of several entries that cancels exactly could
-    pass (a 2^-32 chance for random damage, like any one CRC-32). One call over
-    the run costs less than a call per entry (bench/spark_source_profile.py's
-    decode stage).
-    """
-    work = bytearray(count * stride + header)
-    memoryview(work)[:count * stride] = memoryview(block)[:count * stride]  # a plain copy (slices copy twice)
-    zeros = bytes(count)
-    for lane in range(header):  # where entry i + 1's header was: le(c_i), then zeros
-        work[stride + lane::stride] = block[header - 1 - lane:count * stride:stride] if lane < 4 else zeros
-    return zlib.crc32(memoryview(work)[header:]) == layout.expected_crc(count)
-
-
-def _raise_first_bad_crc(block: bytes, stride: int, header: int, cut: tuple[bytes, ...], first_offset: int) -> None:
-    """Find the run's first entry whose CRC is wrong, entry by entry, and raise naming it."""
-    for i, payload in enumerate(cut):
-        if zlib.crc32(payload) != _UINT32.unpack_from(block, i * stride + header - 4)[0]:
-            raise InvalidMessageError(f"CRC mismatch in the entry at offset {first_offset + i * stride}")
-    raise AssertionError("the aggregate CRC check failed but every entry is valid")  # cannot happen
-
-
-class _Layout(NamedTuple):
-    """Buffers shared by every run block of one (stride, header), relative to the block."""
-
-    slices: list[slice]  # payload i: block[slices[i]]
-    offsets: array  # 'q': i * stride, one more than slices (the next offsets are offsets[1:])
-    value_ends: array  # 'i': i * payload size
-    stride: int
-    header: int
-    expected: dict[int, int]  # count -> what _crcs_hold's CRC is for that many valid entries
-
-    def expected_crc(self, count: int) -> int:
-        crc = self.expected.get(count)
-        if crc is None:
-            # Any valid entries give the same value: build it from all-zero payloads.
-            size = self.stride - self.header
-            unit = bytes(size) + zlib.crc32(bytes(size)).to_bytes(4, "little") + bytes(self.header - 4)
-            crc = zlib.crc32(unit * count)
-            if len(self.expected) >= _MAX_COUNTS:
-                self.expected.clear()
-            self.expected[count] = crc
-        return crc
-
-
-def _layout(stride: int, header: int, count: int) -> _Layout:
-    """The cached layout of (stride, header) covering at least ``count`` entries.
-
-    Building slice objects and offsets costs more than using them, and a
-    producer's fixed-size messages give the same few layouts fetch after
-    fetch.  At most ``_MAX_LAYOUTS`` are kept.
-    """
-    layout = _LAYOUTS.get((stride, header))
-    if layout is None or len(layout.slices) < count:
-        if len(_LAYOUTS) >= _MAX_LAYOUTS:
-            _LAYOUTS.clear()
-        size = stride - header
-        # Room for more entries than asked, within int32 value ends (count * size is within a fetch).
-        have = max(count, min(_BLOCK_ENTRIES // 16, _MAX_VALUE_BYTES // max(size, 1) - 1))
-        layout = _LAYOUTS[stride, header] = _Layout(
-            list(map(slice, range(header, have * stride, stride), range(stride, have * stride + 1, stride))),
-            array("q", range(0, (have + 1) * stride, stride)),
-            array("i", range(0, (have + 1) * size, size) if size else repeat(0, have + 1)),
-            stride, header, {},
-        )
-    return layout
-
-
-def _run_length(data: bytes, pos: int, stride: int, most: int) -> int:
-    """How many entries from ``pos`` (at most ``most``) share the first one's length prefix,
-    magic and attributes byte, i.e. sit at a fixed ``stride``."""
-    checked, window = 0, MIN_RUN
-    lanes = range(6 if data[pos + 4] == MAGIC_1 else 5)  # length prefix, magic[, attributes]
+def _run_length(data: bytes | bytearray, pos: int, stride: int, prefix: int, most: int) -> int:
+    """How many entries from ``pos`` (at most ``most``) share the first one's ``prefix`` header
+    bytes (length prefix, magic[, attributes]), i.e. sit at a fixed ``stride``."""
+    checked = 0
+    # A fetch of equal-sized messages is usually one run to its end: try that window first.
+    whole = _INT32.unpack_from(data, pos + (most - 1) * stride)[0] == stride - 4
+    window = most if whole else MIN_RUN
     while checked < most:
         count = min(window, most - checked)
         at = pos + checked * stride
         stop = at + count * stride
         same = count
-        for lane in lanes:
+        for lane in range(prefix):
+            expected = data[pos + lane]
             strided = data[at + lane:stop:stride]
-            same = min(same, count - len(strided.lstrip(data[pos + lane:pos + lane + 1])))
-            if same == 0:
-                break
+            if strided.count(expected) != count:  # the rare case: find where the run ends
+                same = min(same, count - len(strided.lstrip(bytes((expected,)))))
+                if same == 0:
+                    break
         checked += same
         if same < count:
             break
         window *= _WINDOW_GROWTH
     return checked
+
+
+class _Zeros(NamedTuple):
+    """Per (payload size, run length): the spaced-CRC buffer and two CRCs of zeros."""
+
+    spaced: bytearray  # payload_bytes * count bytes; lanes 0-3 of each payload-sized slot are written
+    crc_of_slot: int  # crc32(bytes(payload_bytes))
+    crc_of_all: int  # crc32(bytes(payload_bytes * count))
+
+
+_local = threading.local()  # each thread its own spaced buffers (they are written in place)
+_MAX_ZEROS = 8
+
+
+def _zeros(payload_bytes: int, count: int) -> _Zeros:
+    cache: dict[tuple[int, int], _Zeros] = _local.__dict__.setdefault("zeros", {})
+    found = cache.get((payload_bytes, count))
+    if found is None:
+        if len(cache) >= _MAX_ZEROS:
+            cache.clear()
+        found = cache[payload_bytes, count] = _Zeros(
+            bytearray(payload_bytes * count), crc32(bytes(payload_bytes)), crc32_zero_extend(0, payload_bytes * count))
+    return found
+
+
+def _run_crcs_hold(data: bytes | bytearray, pos: int, stride: int, header: int, count: int,
+                   payloads: object) -> bool:
+    """Whether every entry of the run holds the CRC of its payload, with two CRC calls.
+
+    ``payloads`` is the gathered ``p_0 + p_1 + ...`` (``n`` bytes each), the stored CRCs are
+    ``c_i``.  CRC-32 combines: ``crc(a + b) = M_len(b)(crc(a)) ^ crc(b)``, ``M_k`` the linear map
+    "followed by k zero bytes".  So for valid entries ``crc(payloads) = XOR_i M_{n(count-1-i)}(c_i)``.
+    The right side is, up to the affine constants of CRC-32, the CRC of ``le(c_0) 0^(n-4) le(c_1)
+    0^(n-4) ...`` (a 32-bit value fed into the register then n - 4 zero bytes is ``M_n`` of it), shifted
+    by one more ``M_n``: hence the comparison below.  ``M`` is invertible, so a single bad entry
+    always changes the left side; only damage to several entries that cancels exactly could pass
+    (a 2^-32 chance for random damage, like any one CRC-32).
+    """
+    n = stride - header
+    zeros = _zeros(n, count)
+    spaced = zeros.spaced
+    crc_at, end = pos + header - 4, pos + count * stride
+    for byte in range(4):  # le(c_i) at i * n: the stored big-endian CRC bytes reversed
+        spaced[3 - byte::n] = data[crc_at + byte:end:stride]
+    extended = crc32_zero_extend(crc32(payloads), n) ^ zeros.crc_of_slot  # type: ignore[arg-type]
+    return extended == crc32(spaced) ^ zeros.crc_of_all
+
+
+def _raise_first_bad_crc(data: bytes | bytearray, pos: int, stride: int, header: int, count: int,
+                         base_offset: int) -> None:
+    """Find the run's first entry whose CRC is wrong, entry by entry in ``data``, and raise naming it."""
+    view = memoryview(data)
+    for i in range(count):
+        at = pos + i * stride
+        if crc32(view[at + header:at + stride]) != _UINT32.unpack_from(data, at + header - 4)[0]:
+            raise InvalidMessageError(f"CRC mismatch in the entry at offset {base_offset + at}")
+    # Every entry is valid, so the gathered payloads were not the entries' payloads.
+    raise AssertionError("the gather returned other bytes than the run's payloads")

@@ -26,6 +26,7 @@ from .requests import Request, decode_request_body
 
 DEFAULT_MAX_REQUEST_BYTES = 104857600  # max.socket.request.bytes (spec §3.1)
 SIZE_PREFIX_BYTES = 4
+RESPONSE_HEAD_BYTES = SIZE_PREFIX_BYTES + 2  # a response's size prefix and int16 error code
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -91,12 +92,17 @@ class _FrameBuffer:
 
     def _read_prefix(self) -> None:
         (size,) = _INT32.unpack_from(self._buf, 0)
-        if size < self._min_size or size > self._max_size:
-            self.fail(RemoteProtocolError(
-                f"{self._what} size {size} outside [{self._min_size}, {self._max_size}]"
-            ))
+        error = self.size_error(size)
+        if error is not None:
+            self.fail(error)
             return
         self._frame_size = size
+
+    def size_error(self, size: int) -> RemoteProtocolError | None:
+        """The error a frame of ``size`` bytes is, if it is out of bounds."""
+        if size < self._min_size or size > self._max_size:
+            return RemoteProtocolError(f"{self._what} size {size} outside [{self._min_size}, {self._max_size}]")
+        return None
 
     def fail(self, error: ProtocolError) -> None:
         self._error = error
@@ -193,6 +199,22 @@ class ResponseReader:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Add received bytes.  Never raises; errors surface from ``next_frame``."""
         self._frames.receive(data)
+
+    def decode_head(self, head: bytes | bytearray | memoryview) -> tuple[ErrorCode, int]:
+        """For a caller that receives a response's payload itself (straight into its own
+        buffer): the error code and payload size of the response whose first
+        ``RESPONSE_HEAD_BYTES`` bytes are ``head``, checked like any frame.
+
+        Only while nothing is buffered here (the stream is at a frame boundary);
+        raises ``RemoteProtocolError`` for a size out of bounds.
+        """
+        assert self._frames.buffered_bytes == 0 and len(head) == RESPONSE_HEAD_BYTES
+        (size,) = _INT32.unpack_from(head, 0)
+        error = self._frames.size_error(size)
+        if error is not None:
+            raise error
+        (code,) = _INT16.unpack_from(head, SIZE_PREFIX_BYTES)
+        return ErrorCode.from_wire(code), size - 2
 
     def next_frame(self) -> ResponseFrame | _NeedData:
         split = self._frames.next_frame(head_bytes=2)
