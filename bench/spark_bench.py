@@ -4,7 +4,7 @@ Starts two ``trikafka serve`` brokers (two partitions each: four partitions),
 produces ``--messages`` messages of ``--payload-bytes`` random bytes, then
 measures:
 
-* **plain read**: the blocking client + the column decoder Spark tasks use,
+* **plain read**: a Spark task's body (``read_partition``) outside Spark,
   one process reading the four partitions in turn (wall and whole-tree CPU,
   brokers included: the source's own work outside Spark), and the same split
   over ``--workers`` processes;
@@ -51,13 +51,14 @@ from served_broker import served_broker
 from trikafka.spark.blocking_client import BrokerConnection
 from trikafka.spark.cluster import BrokerAddress, format_broker_list
 from trikafka.spark.offsets import PartitionKey
-from trikafka.spark.reading import FetchSizing, iter_column_chunks
+from trikafka.spark.options import parse_options
+from trikafka.spark.planning import PartitionRange
+from trikafka.spark.tasks import RangePartition, read_partition
 from trikafka.wire import ErrorCode, ProducePart, build_message_set
 
 PARTITIONS_PER_BROKER = 2
 BROKERS = 2
 PRODUCE_BATCH = 5000
-FETCH = FetchSizing(1 << 20, 100 << 20)
 
 
 BROKER_SETTINGS: list[str] = []  # extra broker settings from the command line (--broker-set)
@@ -88,14 +89,18 @@ def produce(brokers: dict[int, BrokerAddress], keys: list[PartitionKey], message
 
 
 def plain_read(args: tuple[BrokerAddress, PartitionKey]) -> tuple[int, int]:
-    """Read one whole partition with the blocking client + the wire decoder; (messages, payload bytes)."""
+    """Read one whole partition with a Spark task's body (``read_partition``: the blocking
+    client, the column decoder, the RecordBatches), outside Spark; (messages, payload bytes)."""
     address, key = args
-    count = size = 0
     with BrokerConnection(address.host, address.port) as conn:
         end = conn.visible_end(key.topic, key.partition)
-        for chunk in iter_column_chunks(conn, key, 0, end, FETCH):  # the decoder Spark tasks use
-            count += chunk.count
-            size += len(chunk.values)
+    options = parse_options({"brokers": f"{address.broker_id}:{address.host}:{address.port}", "topics": key.topic,
+                             **FETCH_OPTIONS})
+    planned = PartitionRange(key, address.host, address.port, 0, end)
+    count = size = 0
+    for batch in read_partition(options, RangePartition(planned)):
+        count += batch.num_rows
+        size += batch.column("payload").buffers()[2].size
     return count, size
 
 
