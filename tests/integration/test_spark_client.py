@@ -58,6 +58,28 @@ def test_connecting_to_a_closed_port_raises():
             BrokerConnection("127.0.0.1", port, timeout_s=2)
 
 
+def test_a_broker_that_never_answers_times_out_with_a_clear_error():
+    """The kernel enforces the time-out (the socket is in blocking mode): a silent peer ends
+    the wait after ``timeout_s``, with a message that says so."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        conn = BrokerConnection("127.0.0.1", server.getsockname()[1], timeout_s=0.5)
+        with pytest.raises(BrokerConnectionError, match=r"failed: timed out after 0.5 s"):
+            conn.fetch_into("t", 0, 0, 100, bytearray(100))
+        assert conn.closed
+        conn = BrokerConnection("127.0.0.1", server.getsockname()[1], timeout_s=0.5)
+        with pytest.raises(BrokerConnectionError, match=r"failed: timed out after 0.5 s"):
+            conn.visible_end("t", 0)
+
+
+def test_fetch_into_refuses_a_buffer_smaller_than_the_fetch(broker_cluster, unique_topic):
+    with broker_cluster.connect(0) as conn:
+        with pytest.raises(ValueError, match="cannot hold a fetch of 100"):
+            conn.fetch_into(unique_topic, 0, 0, 100, bytearray(99))
+        assert conn.fetch_into(unique_topic, 0, 0, 100, bytearray(100)) == (ErrorCode.NO_ERROR, 0)
+
+
 def test_fetch_loop_reads_a_range_exactly_in_small_fetches(tk, broker_cluster, unique_topic):
     expected = tk.produce_mixed(broker_cluster, unique_topic, seed=5)
     key = PartitionKey(unique_topic, 1, 0)

@@ -194,6 +194,20 @@ def test_response_reader_bounds(size):
         reader.next_frame()
 
 
+@pytest.mark.parametrize("size", [-1, 0, 1, 101])
+def test_a_head_read_apart_is_checked_by_the_same_bounds(size):
+    """``decode_head``: a caller receiving the payload into its own buffer gets the same checks."""
+    reader = ResponseReader(max_response_bytes=100)
+    with pytest.raises(RemoteProtocolError, match="response size"):
+        reader.decode_head(struct.pack(">ih", size, 0))
+
+
+def test_a_head_read_apart_gives_the_error_and_the_payload_size():
+    reader = ResponseReader(max_response_bytes=100)
+    assert reader.decode_head(struct.pack(">ih", 100, 1)) == (ErrorCode.OFFSET_OUT_OF_RANGE, 98)
+    assert reader.decode_head(bytearray(struct.pack(">ih", 2, 0))) == (ErrorCode.NO_ERROR, 0)
+
+
 def test_response_reader_accepts_exact_bound():
     reader = ResponseReader(max_response_bytes=2 + len(SET))
     reader.receive_data(chunks_to_bytes(encode_fetch_response(ErrorCode.NO_ERROR, SET)))
