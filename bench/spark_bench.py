@@ -64,8 +64,17 @@ PRODUCE_BATCH = 5000
 BROKER_SETTINGS: list[str] = []  # extra broker settings from the command line (--broker-set)
 
 
+UNIX_SOCKETS = False  # --unix-sockets: brokers also listen on a Unix socket, the source uses it
+
+
+def socket_path(broker_id: int, root: Path) -> Path:
+    return root / f"broker-{broker_id}.sock"
+
+
 def broker_args(broker_id: int, root: Path) -> list[str]:
     extra = [arg for setting in BROKER_SETTINGS for arg in ("--set", setting)]
+    if UNIX_SOCKETS:
+        extra += ["--set", f"unix.socket.path={socket_path(broker_id, root)}"]
     return ["--standalone", "--host", "127.0.0.1", "--log-dir", str(root / f"broker-{broker_id}"),
             "--broker-id", str(broker_id), "--num-partitions", str(PARTITIONS_PER_BROKER),
             "--set", "log_flush_interval=100000000", *extra]
@@ -296,8 +305,13 @@ def main() -> int:
     parser.add_argument("--prefetch", action="store_true", help="the source's prefetch option (a fetch thread per task)")
     parser.add_argument("--broker-set", action="append", default=[], metavar="NAME=VALUE",
                         help="a broker setting, e.g. socket_send_buffer=102400 (0.7's fixed send buffer)")
+    parser.add_argument("--unix-sockets", action="store_true",
+                        help="brokers also listen on Unix sockets (unix.socket.path) and the source reads through "
+                             "them (brokerSockets): the transport of a Spark on the brokers' machine")
     args = parser.parse_args()
     BROKER_SETTINGS.extend(args.broker_set)
+    global UNIX_SOCKETS
+    UNIX_SOCKETS = args.unix_sockets
 
     root = Path(tempfile.mkdtemp(prefix="trikafka-spark-bench-"))
     try:
@@ -308,6 +322,8 @@ def main() -> int:
                     served_broker(broker_args(broker_id, root), root / f"broker-{broker_id}.port"))
                 brokers[broker_id] = BrokerAddress(broker_id, "127.0.0.1", port)
             keys = [PartitionKey("bench", b, p) for b in range(BROKERS) for p in range(PARTITIONS_PER_BROKER)]
+            if UNIX_SOCKETS:
+                FETCH_OPTIONS["brokerSockets"] = ",".join(f"{b}={socket_path(b, root)}" for b in range(BROKERS))
             messages = args.messages // len(keys) * len(keys)
             produce_s = produce(brokers, keys, messages, args.payload_bytes)
             figures = report(args, brokers, keys, messages, produce_s, root)
@@ -323,7 +339,7 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     payload_mb = messages * args.payload_bytes / 1e6
     figures: dict = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s,
                      "master": args.master, "fetch_bytes": args.fetch_bytes, "floor_batch_rows": args.floor_batch_rows,
-                     "prefetch": args.prefetch, "broker_set": args.broker_set}
+                     "prefetch": args.prefetch, "broker_set": args.broker_set, "unix_sockets": args.unix_sockets}
     for workers in sorted({1, args.workers}):
         elapsed, cpu, count, size = time_plain(brokers, keys, workers)
         assert count == messages and size == messages * args.payload_bytes
@@ -344,7 +360,8 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
-    print(f"master {args.master}, fetchSize {args.fetch_bytes or 'default'}, prefetch {args.prefetch}, "
+    print(f"master {args.master}, transport {'Unix sockets' if args.unix_sockets else 'TCP'}, "
+          f"fetchSize {args.fetch_bytes or 'default'}, prefetch {args.prefetch}, "
           f"broker settings {args.broker_set or 'default'}, "
           f"{args.floor_batch_rows} rows per synthetic batch; noop sink: best of {args.rounds} interleaved rounds (wall and CPU separately)")
     print(f"{'what':<38}{'seconds':>9}{'msgs/s':>12}{'MB/s':>9}")

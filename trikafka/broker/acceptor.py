@@ -1,5 +1,8 @@
 """The acceptor: listens, accepts, and hands connections to processors round-robin.
 
+It listens on the TCP port and, when configured, on a Unix-domain socket too
+(docs/protocol.md §2: the same protocol, for clients on this machine).
+
 Like ``trio.serve_listeners``, errors are classified: running out of file
 descriptors or memory (``ACCEPT_CAPACITY_ERRNOS``) is an overload, logged and
 retried after a short pause; any other ``OSError`` propagates and brings the
@@ -11,7 +14,9 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+import os
 import socket
+import stat
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,6 +30,11 @@ ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, er
 # How long to back off after a capacity error: long enough for connections to
 # close and free descriptors, short enough not to be noticed (trio uses the same).
 ACCEPT_RETRY_S = 0.100
+# A Unix-domain socket has no send-buffer autotuning and a small default (about 200 KiB),
+# so a large fetch would go out in many partial sendfile calls, each a trip through the
+# event loop: its connections get a send buffer that holds a 4 MiB fetch whole (the kernel
+# caps it at net.core.wmem_max).
+UNIX_SEND_BUFFER_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ class Acceptor:
     """
 
     def __init__(self, host: str, port: int, processors: Sequence[Processor], *,
-                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0, hold_connections: bool = False):
+                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0, hold_connections: bool = False,
+                 unix_socket_path: str | None = None):
         assert processors, "at least one processor"
         self._accepting = trio.Event()
         if not hold_connections:
@@ -55,22 +66,32 @@ class Acceptor:
         self._processors = list(processors)
         self._send_buffer = socket_send_buffer
         self._receive_buffer = socket_receive_buffer
+        self._unix_path = unix_socket_path
         self.connections_accepted = 0
 
     async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self._port, host=self._host)
+        unix_listener = None
         try:
             for listener in listeners:
                 self._tune(listener.socket)
             bound = [BoundAddress(*listener.socket.getsockname()[:2]) for listener in listeners]
+            if self._unix_path is not None:
+                unix_listener = await _open_unix_listener(self._unix_path)
+                self._tune(unix_listener.socket)
+                listeners.append(unix_listener)
             next_processor = itertools.cycle(self._processors)
             async with trio.open_nursery() as nursery:
                 for listener in listeners:
                     nursery.start_soon(self._accept_loop, listener, next_processor)
                 task_status.started(bound)
         finally:
-            for listener in listeners:
-                await trio.aclose_forcefully(listener)
+            # Usually reached by cancellation: shielded, so that the socket file is removed too.
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+                if unix_listener is not None:
+                    await trio.to_thread.run_sync(_remove_socket_file, self._unix_path)
 
     def start_accepting(self) -> None:
         """Begin accepting (idempotent); only needed with ``hold_connections``."""
@@ -97,10 +118,38 @@ class Acceptor:
                 await trio.sleep(ACCEPT_RETRY_S)
                 continue
             self.connections_accepted += 1
+            if stream.socket.family == socket.AF_UNIX and self._send_buffer <= 0:
+                stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER_BYTES)
             await next(next_processor).hand_off(stream, _peer_name(stream))
 
 
+async def _open_unix_listener(path: str) -> trio.SocketListener:
+    """Listen on a Unix-domain socket at ``path``, replacing a stale socket file there."""
+    await trio.to_thread.run_sync(_remove_socket_file, path)  # file system calls: off the loop
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await sock.bind(path)
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
+
+
+def _remove_socket_file(path: str) -> None:
+    """Remove the socket file at ``path`` if there is one; anything else there is an error."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(errno.EEXIST, f"unix.socket.path {path} exists and is not a socket")
+    os.unlink(path)
+
+
 def _peer_name(stream: trio.SocketStream) -> str:
+    if stream.socket.family == socket.AF_UNIX:
+        return "unix-socket"
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:

@@ -58,6 +58,9 @@ class BrokerConfig:
     # (about 40% more broker CPU per fetched byte; bench/spark_bench.py --broker-set).
     socket_send_buffer: int = 0
     socket_receive_buffer: int = 102400  # SO_RCVBUF; 0 leaves the kernel's autotuning [T]
+    # unix.socket.path: also listen on this Unix-domain socket, for clients on this machine
+    # (docs/protocol.md §2) [T]
+    unix_socket_path: str | None = None
     max_socket_request_bytes: int = 104857600
     max_message_size: int = 1000000
     max_topic_name_length: int = 255

@@ -278,7 +278,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 acceptor = Acceptor(config.host, config.port, processors,
                                     socket_send_buffer=config.socket_send_buffer,
                                     socket_receive_buffer=config.socket_receive_buffer,
-                                    hold_connections=True)
+                                    hold_connections=True, unix_socket_path=config.unix_socket_path)
                 addresses = await front.start(acceptor.run)
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,

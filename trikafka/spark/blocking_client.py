@@ -83,6 +83,10 @@ class BlockingExtensionNotSupported(ExtensionNotSupported):
 class BrokerConnection:
     """One blocking connection to one broker; use as a context manager.
 
+    With ``unix_path`` it connects to the broker's local Unix-domain listener
+    at that path instead of ``host:port`` (docs/protocol.md §2), which
+    ``host``/``port`` still name in messages.
+
     Not thread-safe.  After any ``BrokerConnectionError`` the connection is
     closed and every later call raises again.
     """
@@ -94,15 +98,21 @@ class BrokerConnection:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        unix_path: str | None = None,
     ):
         self.host = host
         self.port = port
         self.max_response_bytes = max_response_bytes
+        self.unix_path = unix_path
         try:
-            self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout_s)
+            if unix_path is not None:
+                self._sock: socket.socket | None = _connect_unix(unix_path, timeout_s)
+            else:
+                self._sock = socket.create_connection((host, port), timeout=timeout_s)
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as exc:
-            raise BrokerConnectionError(f"cannot connect to broker {host}:{port}: {exc}") from exc
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            where = f"{host}:{port}" if unix_path is None else f"{host}:{port} at {unix_path}"
+            raise BrokerConnectionError(f"cannot connect to broker {where}: {exc}") from exc
         self.timeout_s = timeout_s
         _use_kernel_timeouts(self._sock, timeout_s)
         self._reader = ResponseReader(max_response_bytes)
@@ -307,6 +317,17 @@ class BrokerConnection:
         if self._sock is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
+
+
+def _connect_unix(path: str, timeout_s: float) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _use_kernel_timeouts(sock: socket.socket, timeout_s: float) -> None:

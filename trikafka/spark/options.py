@@ -26,6 +26,9 @@ maxBytesPerTrigger     streaming: bytes per micro-batch, never splitting a messa
 commitToGroup          write consumed offsets to this group's ZooKeeper registry
 failOnDataLoss         true (default): error when retention deleted unread data
 timeoutSeconds         socket and ZooKeeper timeout (default 30)
+brokerSockets          ``id=path,...``: the Unix-domain socket of each broker's local listener
+                       (its unix.socket.path); a task or planner on that broker's machine
+                       connects there instead of over TCP, elsewhere (no such path) over TCP
 prefetch               false (default) | true: each task fetches and decodes its next response in
                        a thread while Spark takes the current batch; faster where cores are free,
                        slower where Spark already fills them (bench/spark_bench.py --prefetch)
@@ -52,7 +55,7 @@ MIN_FETCH_BYTES = 10
 _KNOWN = {
     "brokers", "zookeeper", "topics", "topicpattern", "partitionsperbroker", "startingoffsets",
     "endingoffsets", "groupdefaultoffset", "fetchsize", "maxfetchsize", "maxbytespertrigger",
-    "committogroup", "failondataloss", "failonmissingtopic", "timeoutseconds", "prefetch",
+    "committogroup", "failondataloss", "failonmissingtopic", "timeoutseconds", "prefetch", "brokersockets",
 }
 # Spark's Kafka source names, accepted as aliases of ours.
 _ALIASES = {"subscribe": "topics", "subscribepattern": "topicpattern"}
@@ -82,6 +85,7 @@ class SourceOptions:
     timeout_s: float
     fail_on_missing_topic: bool = True
     prefetch: bool = False
+    broker_sockets: tuple[tuple[int, str], ...] = ()  # (broker id, Unix socket path)
 
     def open_cluster(self) -> StaticCluster | ZooKeeperCluster:
         """The cluster view: ZooKeeper when configured, else the static list."""
@@ -131,6 +135,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         timeout_s=float(_int_option(opts, "timeoutseconds", 30, 1)),
         fail_on_missing_topic=_bool_option(opts, "failonmissingtopic", True),
         prefetch=_bool_option(opts, "prefetch", False),
+        broker_sockets=_broker_sockets(opts.get("brokersockets", "")),
     )
 
 
@@ -217,6 +222,19 @@ def _int_option(opts: dict[str, str], name: str, default: int, minimum: int) -> 
     if value < minimum:
         raise OptionError(f"option {name} must be >= {minimum}, got {value}")
     return value
+
+
+def _broker_sockets(text: str) -> tuple[tuple[int, str], ...]:
+    """``brokerSockets``: ``id=path`` items, comma-separated."""
+    sockets: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        broker_id, sep, path = item.partition("=")
+        if not sep or not broker_id.strip().isdigit() or not path.strip():
+            raise OptionError(f"brokerSockets: {item!r} is not ID=PATH (a broker id, '=', a socket path)")
+        if int(broker_id) in sockets:
+            raise OptionError(f"brokerSockets names broker {int(broker_id)} twice")
+        sockets[int(broker_id)] = path.strip()
+    return tuple(sorted(sockets.items()))
 
 
 def _bool_option(opts: dict[str, str], name: str, default: bool) -> bool:

@@ -11,6 +11,7 @@ into the client's one ``LeaderCache``; its range is planned at that leader.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -45,11 +46,18 @@ class PartitionRange:
 
 
 def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerConnection:
-    """A blocking connection sized for the options' largest fetch."""
-    return BrokerConnection(
-        address.host, address.port, timeout_s=options.timeout_s,
-        max_response_bytes=options.max_fetch_bytes + _RESPONSE_HEADROOM_BYTES,
-    )
+    """A blocking connection sized for the options' largest fetch: to the broker's local
+    listener when ``brokerSockets`` names one that exists on this machine, else over TCP."""
+    max_response_bytes = options.max_fetch_bytes + _RESPONSE_HEADROOM_BYTES
+    path = dict(options.broker_sockets).get(address.broker_id) if address.broker_id is not None else None
+    if path is not None and os.path.exists(path):
+        try:
+            return BrokerConnection(address.host, address.port, timeout_s=options.timeout_s,
+                                    max_response_bytes=max_response_bytes, unix_path=path)
+        except BrokerConnectionError:
+            pass  # a stale socket file (the broker is gone or elsewhere): TCP says what is wrong
+    return BrokerConnection(address.host, address.port, timeout_s=options.timeout_s,
+                            max_response_bytes=max_response_bytes)
 
 
 def open_for_range(planned: "PartitionRange", options: SourceOptions) -> BrokerConnection:
