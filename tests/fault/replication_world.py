@@ -168,11 +168,13 @@ class ReplicatedWorld:
 
     async def wait_state(self, accept: Callable[[PartitionState], bool], what: str) -> PartitionState:
         """The first partition state (current or later) that ``accept`` takes."""
-        with trio.fail_after(WAIT_S):
+        last: PartitionState | None = None
+        with trio.move_on_after(WAIT_S):
             async for value in self.zk.watch_data(paths.partition_state(TOPIC, 0)):
                 if value is not None and accept(state := PartitionState.decode(value[0])):
                     return state
-        raise AssertionError(f"the partition state never became {what}")  # pragma: no cover
+                last = state if value is not None else last
+        raise AssertionError(f"the partition state never became {what} in {WAIT_S} s; the last one: {last}")
 
     async def wait_healthy(self) -> PartitionState:
         """A leader that ZooKeeper still knows is registered, with every replica in sync."""
