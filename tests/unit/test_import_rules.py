@@ -37,10 +37,11 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "__init__": frozenset(),
 }
 
-# The registry API spark may reach: paths and values, their errors, connect strings.
+# The registry API spark may reach: paths and values, their errors, connect strings
+# (zk.registry_values: the registry's values, parsed without Trio; zk.registry is the Trio registration).
 # zk.blocking: the blocking adapter for processes without a Trio loop (Spark has none).
 # zk.replication_values: the pure values of the replication znodes (a replicated topic's partitions).
-SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry", "trikafka.zk.errors",
+SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry_values", "trikafka.zk.errors",
                               "trikafka.zk.connect", "trikafka.zk.blocking", "trikafka.zk.replication_values"})
 
 # layer -> third-party top-level packages it may import.
@@ -219,3 +220,27 @@ def test_a_planted_violation_is_found(tmp_path, plant, expected):
     if "planted_too" in source:
         (copy / "zk" / "planted_too.py").write_text("from trikafka.zk import planted\n")
     assert any(expected in line for line in violations(copy)), violations(copy)
+
+
+def test_spark_readers_load_without_trio_or_kazoo():
+    """Spark starts a Python process per streaming query (and per planning step) that imports
+    the source: the client and zk packages load their names lazily, and what the source needs
+    from them is Trio- and kazoo-free, so no query start pays for an event loop it never runs."""
+    import subprocess
+
+    code = ("import sys, trikafka.spark.source, trikafka.spark.stream, trikafka.spark.tasks; "
+            "print(sorted(m for m in ('trio', 'trio_util', 'kazoo', 'pyarrow.compute') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_lazy_package_names_resolve():
+    """Every name the client and zk packages list in ``__all__`` is found where they say."""
+    import trikafka.client
+    import trikafka.zk
+
+    for package in (trikafka.client, trikafka.zk):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, (package.__name__, name)
+        with pytest.raises(AttributeError):
+            getattr(package, "no_such_name")

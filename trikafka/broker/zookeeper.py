@@ -33,7 +33,8 @@ from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError, NoNodeError
 from trikafka.zk.kazoo_bridge import KazooCoordinator, TrioBridge
-from trikafka.zk.registry import BrokerRegistration, parse_broker_registration
+from trikafka.zk.registry import BrokerRegistration
+from trikafka.zk.registry_values import parse_broker_registration
 from trikafka.zk.replication_store import replicated_topics
 from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
 from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port

@@ -15,12 +15,14 @@ helpers; ``partition_counts`` (Trio) and the blocking Spark client
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from trikafka.wire import ErrorCode, FetchPart, Metadata
 
-from .connection import Connection, connect
 from .errors import ExtensionNotSupported
+
+if TYPE_CHECKING:
+    from .connection import Connection
 
 PROBE_BATCH = 64  # partitions asked about per MULTIFETCH
 MAX_PROBED_PARTITIONS = 4096  # the probe stops here: no 0.7 setup has more
@@ -119,6 +121,8 @@ async def partition_counts(host: str, port: int, topics: Iterable[str] = (), **c
     probe.  With no ``topics``, METADATA lists every topic; a 0.7 broker cannot
     list topics, so then the answer is empty and ``metadata`` is None.
     """
+    from .connection import connect  # here: the probe's values above serve blocking readers without Trio
+
     topics = list(topics)
     try:
         async with await connect(host, port, **connect_kwargs) as conn:

@@ -10,7 +10,7 @@ import trio
 from trikafka.zk import paths
 from trikafka.zk.errors import NoNodeError
 from trikafka.zk.ops import SessionState
-from trikafka.zk.registry import parse_broker_registration
+from trikafka.zk.registry_values import parse_broker_registration
 
 from .fetcher import FetchTarget, run_fetcher
 from .registry import parse_partition_name

@@ -15,7 +15,7 @@ from trikafka.client import ClientError, LeaderDirectory, connect, latest_offset
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import NoNodeError
-from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+from trikafka.zk.registry_values import parse_broker_registration, parse_partition_count
 from trikafka.zk.replication_store import read_assignment
 from trikafka.zk.replication_values import ReplicationValueError
 

@@ -58,7 +58,7 @@ from types import MappingProxyType
 
 from trikafka.zk.errors import RegistryValueError
 from trikafka.zk.paths import parse_partition_name, partition_name
-from trikafka.zk.registry import decode_offset, encode_offset
+from trikafka.zk.registry_values import decode_offset, encode_offset
 
 from .javaregex import JavaRegexError, compile_java_regex
 

@@ -11,7 +11,7 @@ from trikafka.wire import ErrorCode
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import NoNodeError
-from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+from trikafka.zk.registry_values import parse_broker_registration, parse_partition_count
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import Mapping
 
 import trio
 
-from trikafka.client.leaders import LeaderCache
+from trikafka.client.leader_cache import LeaderCache
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import (
@@ -40,7 +40,7 @@ from trikafka.zk.errors import (
     NoNodeError,
     SessionExpiredError,
 )
-from trikafka.zk.registry import parse_broker_registration, parse_partition_count
+from trikafka.zk.registry_values import parse_broker_registration, parse_partition_count
 from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 
 from .config import BrokerSpec

@@ -43,7 +43,7 @@ from trikafka.group import GroupConfig, GroupConsumer
 from trikafka.group.errors import ConsumerIdTakenOver
 from trikafka.wire import iter_messages
 from trikafka.zk import paths
-from trikafka.zk.registry import decode_offset
+from trikafka.zk.registry_values import decode_offset
 
 from .checker import Violation
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Mapping, Protocol
 
-from trikafka.client.leaders import LeaderCache
+from trikafka.client.leader_cache import LeaderCache
 from trikafka.client.topics import PartitionCounts
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
 from trikafka.zk.errors import CoordinatorError
-from trikafka.zk.registry import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
+from trikafka.zk.registry_values import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
 from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 
 from .blocking_client import BrokerConnectionError, partition_counts

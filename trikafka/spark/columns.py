@@ -18,7 +18,6 @@ the batches adopt what it gathered (no per-row Python objects).
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from trikafka.wire.columns import DecodedSet, LoosePiece, RunPiece, decode_set
@@ -53,6 +52,7 @@ class ArrowGather:
         self._buffer = pa.py_buffer(data)  # a view: the caller keeps ``data`` unchanged while gathering
 
     def __call__(self, pos: int, stride: int, count: int, header: int) -> pa.Buffer:
+        import pyarrow.compute as pc  # here and below: planners never need its 25 ms import
         rows = pa.FixedSizeBinaryArray.from_buffers(pa.binary(stride), count,
                                                     [None, self._buffer.slice(pos, count * stride)])
         values = pc.binary_slice(rows, header, stride).buffers()[1]
@@ -106,6 +106,8 @@ class RecordBatchBuilder:
         return pa.RecordBatch.from_arrays([*self._constants[1], offsets, next_offsets, payloads], schema=self.schema)
 
     def _piece(self, piece: RunPiece | LoosePiece, base_offset: int) -> tuple[pa.Array, pa.Array, pa.Array]:
+        import pyarrow.compute as pc
+
         int64 = pa.int64()
         if isinstance(piece, LoosePiece):
             base = pa.scalar(base_offset, int64)

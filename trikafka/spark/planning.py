@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from trikafka.client.leaders import LeaderCache
+from trikafka.client.leader_cache import LeaderCache
 from trikafka.wire import ErrorCode, InvalidMessageError, decode_message, parse_entries
 
 from .blocking_client import BrokerConnection, BrokerConnectionError

@@ -5,36 +5,36 @@
 * :mod:`trikafka.zk.paths`: the Kafka 0.7 registry layout (§11.1).
 * :class:`BrokerRegistration`: §11.2-11.3, kept alive across session expiry.
 * :mod:`trikafka.zk.server`: a private ZooKeeper server for tests and development.
+
+Each name below is imported from its module on first use, so that importing
+one module of this package (``trikafka.zk.paths`` from a Spark planner, say)
+does not import kazoo and Trio as well.
 """
 
-from .connect import ConnectString, parse_connect_string
-from .coordinator import BaseCoordinator, Coordinator
-from .errors import (
-    BadVersionError,
-    ConnectionLossError,
-    CoordinatorClosedError,
-    CoordinatorError,
-    DuplicateBrokerIdError,
-    InvalidPathError,
-    NoChildrenForEphemeralsError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    SessionExpiredError,
-)
-from .kazoo_bridge import KazooCoordinator
-from .ops import CheckOp, CreateOp, DeleteOp, Op, OpResult, SessionState, SetOp, Stat
-from .registry import BrokerInfo, BrokerRegistration, parse_broker_registration, parse_partition_count
-from .server import ZooKeeperEndpoint, ZooKeeperProcess, run_zookeeper
-from .watches import ChildrenWatch, DataWatch
+from __future__ import annotations
 
-__all__ = [
-    "BadVersionError", "BaseCoordinator", "BrokerInfo", "BrokerRegistration", "CheckOp",
-    "ChildrenWatch", "ConnectString", "ConnectionLossError", "Coordinator",
-    "CoordinatorClosedError", "CoordinatorError", "CreateOp", "DataWatch", "DeleteOp",
-    "DuplicateBrokerIdError", "InvalidPathError",
-    "KazooCoordinator", "NoChildrenForEphemeralsError", "NoNodeError", "NodeExistsError",
-    "NotEmptyError", "Op", "OpResult", "SessionExpiredError", "SessionState", "SetOp", "Stat",
-    "ZooKeeperEndpoint", "ZooKeeperProcess", "parse_broker_registration",
-    "parse_connect_string", "parse_partition_count", "run_zookeeper",
-]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {  # module -> the names this package re-exports from it
+    ".connect": ("ConnectString", "parse_connect_string"),
+    ".coordinator": ("BaseCoordinator", "Coordinator"),
+    ".errors": ("BadVersionError", "ConnectionLossError", "CoordinatorClosedError", "CoordinatorError",
+               "DuplicateBrokerIdError", "InvalidPathError", "NoChildrenForEphemeralsError", "NodeExistsError",
+               "NoNodeError", "NotEmptyError", "SessionExpiredError"),
+    ".kazoo_bridge": ("KazooCoordinator",),
+    ".ops": ("CheckOp", "CreateOp", "DeleteOp", "Op", "OpResult", "SessionState", "SetOp", "Stat"),
+    ".registry": ("BrokerRegistration",),
+    ".registry_values": ("BrokerInfo", "parse_broker_registration", "parse_partition_count"),
+    ".server": ("ZooKeeperEndpoint", "ZooKeeperProcess", "run_zookeeper"),
+    ".watches": ("ChildrenWatch", "DataWatch"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(import_module(_MODULE_OF[name], __name__), name)
+    return value

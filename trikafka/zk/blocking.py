@@ -1,7 +1,7 @@
 """The registry for processes without a Trio loop (Spark planners and tasks): blocking kazoo.
 
 Only the calls those processes need, behind one small class; every path and
-value goes through ``trikafka.zk.paths`` and ``trikafka.zk.registry`` as in
+value goes through ``trikafka.zk.paths`` and ``trikafka.zk.registry_values`` as in
 the Trio ``Coordinator``.  The commit of an offset by a process that is not a
 group member is fenced like a member's: see ``commit_offset_if_unowned``.
 """

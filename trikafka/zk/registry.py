@@ -21,17 +21,15 @@ re-registers the id and every topic, with a fresh creator id as 0.7 does.
 from __future__ import annotations
 
 import logging
-import re
 import time
-from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import trio
 
 from . import paths
 from .coordinator import Coordinator
+from .registry_values import BrokerInfo, parse_broker_registration
 from .errors import (
-    RegistryValueError,
     BadVersionError,
     ConnectionLossError,
     CoordinatorClosedError,
@@ -53,26 +51,6 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A parsed ``/brokers/ids/<id>`` value."""
-
-    creator_id: str
-    host: str
-    port: int
-
-    def encode(self) -> bytes:
-        return f"{self.creator_id}:{self.host}:{self.port}".encode("utf-8")
-
-
-def parse_broker_registration(data: bytes) -> BrokerInfo:
-    """Split ``creator:host:port`` (exactly three fields, §11.2).  Raises ValueError."""
-    fields = data.decode("utf-8").split(":")
-    if len(fields) != 3 or not fields[1] or not fields[2].isdigit():
-        raise ValueError(f"malformed broker registration {data!r}")
-    return BrokerInfo(fields[0], fields[1], int(fields[2]))
-
-
 async def live_brokers(zk: Coordinator,
                        on_error: Callable[[str, Exception], None] = lambda name, exc: None) -> dict[int, BrokerInfo]:
     """Every broker registered under ``/brokers/ids``, by id; a child that vanishes or cannot be
@@ -89,35 +67,6 @@ async def live_brokers(zk: Coordinator,
         except (NoNodeError, ValueError) as exc:  # InvalidPathError is a ValueError too
             on_error(name, exc)
     return dict(sorted(brokers.items()))
-
-
-def parse_partition_count(data: bytes) -> int:
-    """The decimal partition count of a ``/brokers/topics/<t>/<id>`` node.  Raises ValueError."""
-    text = data.decode("ascii")
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"malformed partition count {data!r}")
-    return int(text)
-
-
-_DECIMAL = re.compile(rb"[+-]?[0-9]+")
-_INT64_MAX = 2**63 - 1
-
-
-def encode_offset(offset: int) -> bytes:
-    """The decimal int64 stored in an offsets node."""
-    if type(offset) is not int or not 0 <= offset <= _INT64_MAX:
-        raise RegistryValueError(f"offset {offset!r} is not a non-negative int64")
-    return str(offset).encode("ascii")
-
-
-def decode_offset(data: bytes) -> int | None:
-    """The committed offset, or ``None`` (= node absent) for empty, non-numeric,
-    negative or out-of-int64 data (spec §11.4 [T]; samsa writes empty nodes)."""
-    raw = bytes(data)
-    if not _DECIMAL.fullmatch(raw):
-        return None
-    value = int(raw)
-    return value if 0 <= value <= _INT64_MAX else None
 
 
 def _validate_host_port(host: str, port: int) -> None:
@@ -348,10 +297,4 @@ class BrokerRegistration:
             pass
 
 
-__all__ = [
-    "BrokerInfo",
-    "BrokerRegistration",
-    "DuplicateBrokerIdError",
-    "parse_broker_registration",
-    "parse_partition_count",
-]
+__all__ = ["BrokerRegistration", "DuplicateBrokerIdError", "live_brokers"]

@@ -32,7 +32,7 @@ from ...wire.metadata import BrokerAddress, PartitionMetadata, TopicMetadata
 from ...zk import paths
 from ...zk.coordinator import Coordinator
 from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, SessionExpiredError
-from ...zk.registry import parse_broker_registration
+from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
 from .controller import Controller
