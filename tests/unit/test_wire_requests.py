@@ -18,6 +18,7 @@ from trikafka.wire import (
     ProducePart,
     ProduceRequest,
     CreateTopicRequest,
+    FetchLocalRequest,
     MetadataRequest,
     RemoteProtocolError,
     RequestReader,
@@ -33,6 +34,7 @@ EVERY_REQUEST = [
     ProduceRequest(ProducePart("empty", -1, b"")),
     FetchRequest(FetchPart("test", 3, 1 << 40, 1048576)),
     FetchRequest(FetchPart("t", 0, 0, -1)),
+    FetchLocalRequest(FetchPart("test", 3, 1 << 40, 4 << 20)),
     MultiFetchRequest(()),
     MultiFetchRequest((FetchPart("a", 0, 0, 10), FetchPart("a", 0, 0, 10), FetchPart("b.c-d_e", 7, 99, 0))),
     MultiProduceRequest(()),
@@ -133,10 +135,10 @@ def test_non_utf8_and_non_ascii_topics_survive():
 
 def test_request_type_properties():
     assert not RequestType.PRODUCE.expects_response and not RequestType.MULTIPRODUCE.expects_response
-    assert all(t.expects_response for t in (1, 2, 4, 100, 101) for t in [RequestType(t)])
+    assert all(t.expects_response for t in (1, 2, 4, 100, 101, 104) for t in [RequestType(t)])
     assert [t for t in RequestType if t.is_extension] == [
         RequestType.PRODUCE_ACKED, RequestType.FETCH_WAIT, RequestType.METADATA, RequestType.CREATE_TOPIC,
-        RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
+        RequestType.FETCH_LOCAL, RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
 
 
 # ---------------------------------------------------------------- spec §7.2 close conditions

@@ -6,6 +6,7 @@ import struct
 import pytest
 
 from trikafka.wire import (
+    FETCH_LOCAL_INLINE,
     NEED_DATA,
     ErrorCode,
     FileRegion,
@@ -17,9 +18,12 @@ from trikafka.wire import (
     build_message_set,
     chunks_length,
     chunks_to_bytes,
+    decode_fetch_local_tail,
     decode_multifetch_payload,
     decode_offsets_payload,
     decode_produce_acked_payload,
+    encode_fetch_local_descriptor,
+    encode_fetch_local_response,
     encode_fetch_response,
     encode_multifetch_response,
     encode_offsets_response,
@@ -221,3 +225,36 @@ def test_file_region_checks():
         FileRegion(FakeSegment(b""), 0, -1)
     with pytest.raises(OSError, match="short read"):
         FileRegion(FakeSegment(b"abc"), 1, 5).read()
+
+
+# ---------------------------------------------------------------- FETCH_LOCAL (docs §9.8)
+
+
+def test_fetch_local_inline_answer_is_a_fetch_answer_behind_position_and_length():
+    region = FileRegion(FakeSegment(b"0123456789"), 2, 5)
+    chunks = encode_fetch_local_response(ErrorCode.NO_ERROR, region)
+    assert chunks[1] is region  # the bytes still go out with sendfile
+    raw = chunks_to_bytes(chunks)
+    size, code = struct.unpack_from(">ih", raw)
+    assert (size, code, len(raw)) == (2 + 12 + 5, 0, 4 + size) and raw[18:] == b"23456"
+    assert decode_fetch_local_tail(size - 2, raw[6:18]) == (FETCH_LOCAL_INLINE, 5)
+    error = chunks_to_bytes(encode_fetch_local_response(ErrorCode.OFFSET_OUT_OF_RANGE, None))
+    assert struct.unpack(">ihqi", error) == (14, 1, -1, 0)
+
+
+def test_fetch_local_descriptor_answer_names_the_region():
+    raw = encode_fetch_local_descriptor(FileRegion(None, 1 << 33, 4096))
+    assert struct.unpack(">ihqi", raw) == (14, 0, 1 << 33, 4096)
+    assert decode_fetch_local_tail(12, raw[6:]) == (1 << 33, 4096)
+
+
+@pytest.mark.parametrize("payload_bytes, position, length", [
+    (11, -1, 0),  # shorter than position and length
+    (12 + 4, -1, 5),  # inline bytes fewer than the length
+    (12 + 1, 0, 1),  # bytes after a descriptor answer
+    (12, -1, -1),  # a negative length
+    (12, -2, 0),  # a position below -1
+])
+def test_fetch_local_tails_that_disagree_are_refused(payload_bytes, position, length):
+    with pytest.raises(RemoteProtocolError, match="FETCH_LOCAL"):
+        decode_fetch_local_tail(payload_bytes, struct.pack(">qi", position, length))

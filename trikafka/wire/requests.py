@@ -46,6 +46,7 @@ class RequestType(enum.IntEnum):
     FETCH_WAIT = 101
     METADATA = 102
     CREATE_TOPIC = 103
+    FETCH_LOCAL = 104
     REPLICA_FETCH = 110  # replication (wire/replication.py)
     EPOCH_END_OFFSET = 111
 
@@ -93,6 +94,15 @@ class FetchRequest:
 
     part: FetchPart
     type = RequestType.FETCH
+
+
+@dataclass(frozen=True, slots=True)
+class FetchLocalRequest:
+    """FETCH_LOCAL (type 104): FETCH's body and answer; on the broker's Unix-domain listener
+    the answer may be a segment file's descriptor instead of its bytes (docs §9.8)."""
+
+    part: FetchPart
+    type = RequestType.FETCH_LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +197,7 @@ Request = Union[
     FetchWaitRequest,
     MetadataRequest,
     CreateTopicRequest,
+    FetchLocalRequest,
 ]
 
 
@@ -242,7 +253,7 @@ EXTENSION_BODIES: dict[RequestType, tuple[Callable[[Any], list[bytes]], Callable
 def _encode_body(req: Request) -> list[bytes]:
     if isinstance(req, ProduceRequest):
         return _encode_produce_part(req.part)
-    if isinstance(req, FetchRequest):
+    if isinstance(req, (FetchRequest, FetchLocalRequest)):
         return [_encode_fetch_part(req.part)]
     if isinstance(req, MultiFetchRequest):
         return [_encode_count(len(req.parts))] + [_encode_fetch_part(p) for p in req.parts]
@@ -305,6 +316,8 @@ def _decode_body(kind: RequestType, cur: FieldCursor) -> Request:
         return ProduceRequest(_produce_part(cur))
     if kind == RequestType.FETCH:
         return FetchRequest(_fetch_part(cur))
+    if kind == RequestType.FETCH_LOCAL:
+        return FetchLocalRequest(_fetch_part(cur))
     if kind == RequestType.MULTIFETCH:
         return MultiFetchRequest(tuple(_fetch_part(cur) for _ in range(cur.count("part count"))))
     if kind == RequestType.MULTIPRODUCE:

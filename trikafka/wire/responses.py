@@ -125,6 +125,41 @@ def encode_multifetch_response(parts: Sequence[tuple[ErrorCode, FetchData]]) -> 
     return chunks
 
 
+# FETCH_LOCAL (docs §9.8): after size and errorCode come position:int64 and length:int32; the
+# bytes follow inline only when position is FETCH_LOCAL_INLINE, else a descriptor carries them.
+_LOCAL_TAIL = struct.Struct(">qi")
+FETCH_LOCAL_TAIL_BYTES = _LOCAL_TAIL.size
+FETCH_LOCAL_INLINE = -1
+
+
+def encode_fetch_local_response(error_code: ErrorCode, data: FetchData) -> list[Chunk]:
+    """FETCH_LOCAL answered inline (docs §9.8): FETCH's answer behind position -1 and its length."""
+    chunks = _data_chunks(data)
+    length = sum(len(c) for c in chunks)
+    head = _response_header(error_code, _LOCAL_TAIL.size + length) + _LOCAL_TAIL.pack(FETCH_LOCAL_INLINE, length)
+    return [head, *chunks]
+
+
+def encode_fetch_local_descriptor(region: FileRegion) -> bytes:
+    """FETCH_LOCAL answered with a descriptor (docs §9.8): the whole frame, which the segment
+    file's descriptor travels with; the answer is the ``region`` of that file."""
+    return _response_header(ErrorCode.NO_ERROR, _LOCAL_TAIL.size) + _LOCAL_TAIL.pack(region.position, region.length)
+
+
+def decode_fetch_local_tail(payload_bytes: int, tail: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """``(position, length)`` of a FETCH_LOCAL answer whose payload (after errorCode) is
+    ``payload_bytes`` long and starts with the 12 bytes ``tail``; position -1 means the
+    ``length`` bytes follow inline.  Raises ``RemoteProtocolError`` when these disagree."""
+    if payload_bytes < _LOCAL_TAIL.size:
+        raise RemoteProtocolError(f"FETCH_LOCAL response payload of {payload_bytes} bytes is too short")
+    position, length = _LOCAL_TAIL.unpack_from(tail, 0)
+    follow = payload_bytes - _LOCAL_TAIL.size
+    if length < 0 or position < FETCH_LOCAL_INLINE or follow != (length if position == FETCH_LOCAL_INLINE else 0):
+        raise RemoteProtocolError(
+            f"FETCH_LOCAL response with position {position}, length {length} and {follow} bytes after them")
+    return position, length
+
+
 def encode_offsets_response(offsets: Sequence[int]) -> bytes:
     """OFFSETS response (§6.5): errorCode 0, ``n``, then ``n`` int64 offsets."""
     try:
