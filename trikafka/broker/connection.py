@@ -28,6 +28,7 @@ from trikafka.wire.errors import RemoteProtocolError
 from trikafka.wire.framing import NEED_DATA, RequestReader
 from trikafka.wire.requests import (
     CreateTopicRequest,
+    FetchLocalRequest,
     FetchRequest,
     FetchWaitRequest,
     MetadataRequest,
@@ -44,6 +45,7 @@ from .handlers import CloseConnection, RequestHandler
 from .replication import serving as replicated
 from .replication.unserved import not_a_replica
 from .sendfile import RegionTruncatedError, send_chunks
+from .short_circuit import answer_fetch_local, passes_descriptors
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ RECEIVE_BYTES = 128 * 1024
 _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
 _REQUEST_CLASSES = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest, OffsetsRequest,
                     ProduceAckedRequest, FetchWaitRequest, MetadataRequest, CreateTopicRequest,
-                    ReplicaFetchRequest, EpochEndOffsetRequest)
+                    ReplicaFetchRequest, EpochEndOffsetRequest, FetchLocalRequest)
 
 
 class Connection:
@@ -70,6 +72,7 @@ class Connection:
         self.peer = peer
         self.requests_handled = 0
         self.close_reason: str | None = None
+        self._descriptors = passes_descriptors(stream)  # FETCH_LOCAL may answer with a descriptor
         # Each request class's latency histogram, found once per connection rather than per request.
         self._latency = {cls: handler.metrics.request_histogram(cls.__name__) for cls in _REQUEST_CLASSES}
 
@@ -126,6 +129,9 @@ class Connection:
                 return
             if kind is FetchRequest:
                 response: Any = handler.fetch(request)
+            elif kind is FetchLocalRequest:
+                await answer_fetch_local(self._stream, *handler.fetch_local(request), descriptors=self._descriptors)
+                return
             elif kind is MultiFetchRequest:
                 response = handler.multifetch(request)
             elif kind is MultiProduceRequest:

@@ -38,6 +38,7 @@ FLUSH_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 REQUEST_LABELS = {
     "ProduceRequest": "produce",
     "FetchRequest": "fetch",
+    "FetchLocalRequest": "fetch_local",
     "MultiFetchRequest": "multifetch",
     "MultiProduceRequest": "multiproduce",
     "OffsetsRequest": "offsets",

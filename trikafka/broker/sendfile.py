@@ -72,7 +72,7 @@ async def send_chunks(stream: trio.abc.SendStream, chunks: Iterable[Chunk],
         await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
 
 
-def _region_fd(region: FileRegion) -> int | None:
+def region_fd(region: FileRegion) -> int | None:
     try:
         fd = region.source.fileno()
     except (AttributeError, io.UnsupportedOperation, OSError):
@@ -86,7 +86,7 @@ async def send_region(stream: trio.abc.SendStream, region: FileRegion,
     bytes not in the page cache are first waited for in a worker thread."""
     if region.length == 0:
         return
-    fd = _region_fd(region)
+    fd = region_fd(region)
     if fd is None:
         await _send_read(stream, region)  # an in-memory file: nothing to wait for
         return

@@ -1,0 +1,76 @@
+"""FETCH_LOCAL (docs/protocol.md §9.8): a segment file's descriptor instead of its bytes.
+
+A client on the broker's machine, connected to the Unix-domain listener,
+asks for FETCH's answer and gets the segment file's descriptor with the
+range to read; it then reads the bytes with one ``pread`` from the page
+cache.  The broker does no ``sendfile``, and no socket buffer holds the
+bytes: HDFS's short-circuit local reads, for a 0.7 log.
+
+What this module guarantees:
+
+* The answer is FETCH's (``RequestHandler.fetch_part``): same error, same range.
+* The descriptor passed is a new, read-only one for the same file, opened
+  here; the broker's own descriptor (open for appending) never leaves it.
+* Anything that is not one plain range of one real file (TCP, an error, an
+  empty answer, a compacted log's synthesized padding, the fake file system)
+  goes inline, framed as in §9.8, so FETCH_LOCAL works on every connection.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+
+import trio
+
+from trikafka.wire.errors import ErrorCode
+from trikafka.wire.responses import FetchData, FileRegion, encode_fetch_local_descriptor, encode_fetch_local_response
+
+from .sendfile import region_fd, send_chunks
+
+
+def passes_descriptors(stream: trio.abc.Stream) -> bool:
+    """Whether answers on ``stream`` may carry descriptors: a Unix-domain socket's only."""
+    sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+    return sock is not None and sock.family == socket.AF_UNIX and hasattr(sock, "sendmsg")
+
+
+async def answer_fetch_local(stream: trio.abc.Stream, code: ErrorCode, data: FetchData, *,
+                             descriptors: bool) -> None:
+    """Send FETCH_LOCAL's answer to the outcome ``(code, data)`` of a FETCH: a descriptor
+    where ``descriptors`` allows and the data is one range of a real file, else inline."""
+    if descriptors and code == ErrorCode.NO_ERROR and isinstance(data, FileRegion) and data.length:
+        readonly = _reopen_read_only(data)
+        if readonly is not None:
+            try:
+                await _send_with_descriptor(stream, encode_fetch_local_descriptor(data), readonly)
+            finally:
+                os.close(readonly)  # the message in flight holds its own reference
+            return
+    await send_chunks(stream, encode_fetch_local_response(code, data))
+
+
+def _reopen_read_only(region: FileRegion) -> int | None:
+    """A new read-only descriptor for the region's file, or None where there is none to give.
+
+    Opened through ``/proc/self/fd`` on the event loop, on purpose: the file is
+    open already, so this reads no disk, and doing it in the same step as the
+    fetch means retention cannot close the segment (freeing its descriptor
+    number for another file) in between.
+    """
+    fd = region_fd(region)
+    if fd is None:
+        return None
+    try:
+        return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # no /proc (not Linux): the bytes go inline
+
+
+async def _send_with_descriptor(stream: trio.abc.Stream, frame: bytes, fd: int) -> None:
+    assert isinstance(stream, trio.SocketStream)
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+    sent = await stream.socket.sendmsg([frame], rights)  # the descriptor rides on these bytes
+    if sent < len(frame):
+        await stream.send_all(frame[sent:])
