@@ -24,7 +24,7 @@ the same ``trikafka.wire.top_level_error`` as the Trio client.
 
 from __future__ import annotations
 
-import errno
+import os
 import socket
 import struct
 from typing import Iterable, Sequence
@@ -32,6 +32,8 @@ from typing import Iterable, Sequence
 from trikafka.client.errors import BrokerConnectionError, BrokerError, ExtensionNotSupported
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
+    FETCH_LOCAL_INLINE,
+    FETCH_LOCAL_TAIL_BYTES,
     FetchResult,
     top_level_error,
     ACKS_FLUSHED,
@@ -40,6 +42,7 @@ from trikafka.wire import (
     NEED_DATA,
     CreateTopicRequest,
     CreateTopicResult,
+    FetchLocalRequest,
     FetchPart,
     FetchRequest,
     Metadata,
@@ -56,6 +59,7 @@ from trikafka.wire import (
     ResponseFrame,
     ResponseReader,
     decode_create_topic_payload,
+    decode_fetch_local_tail,
     decode_metadata_payload,
     decode_multifetch_payload,
     decode_offsets_payload,
@@ -64,6 +68,8 @@ from trikafka.wire import (
 )
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.framing import RESPONSE_HEAD_BYTES
+
+from .sockets import connect_unix, describe_error, read_range, receive_with_descriptors, use_kernel_timeouts
 
 DEFAULT_TIMEOUT_S = 30.0
 # Largest response we accept: a 100 MiB fetch plus headers.  Bounds memory if a
@@ -85,7 +91,8 @@ class BrokerConnection:
 
     With ``unix_path`` it connects to the broker's local Unix-domain listener
     at that path instead of ``host:port`` (docs/protocol.md §2), which
-    ``host``/``port`` still name in messages.
+    ``host``/``port`` still name in messages; there ``short_circuit`` makes
+    ``fetch_into`` ask for segment files' descriptors (FETCH_LOCAL, §9.8).
 
     Not thread-safe.  After any ``BrokerConnectionError`` the connection is
     closed and every later call raises again.
@@ -99,24 +106,30 @@ class BrokerConnection:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         unix_path: str | None = None,
+        short_circuit: bool = False,
     ):
         self.host = host
         self.port = port
         self.max_response_bytes = max_response_bytes
         self.unix_path = unix_path
-        try:
-            if unix_path is not None:
-                self._sock: socket.socket | None = _connect_unix(unix_path, timeout_s)
-            else:
-                self._sock = socket.create_connection((host, port), timeout=timeout_s)
-                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError as exc:
-            where = f"{host}:{port}" if unix_path is None else f"{host}:{port} at {unix_path}"
-            raise BrokerConnectionError(f"cannot connect to broker {where}: {exc}") from exc
         self.timeout_s = timeout_s
-        _use_kernel_timeouts(self._sock, timeout_s)
+        self.short_circuit = short_circuit and unix_path is not None
+        self._sock: socket.socket | None = self._open()
         self._reader = ResponseReader(max_response_bytes)
-        self._head = bytearray(RESPONSE_HEAD_BYTES)
+        self._head = bytearray(RESPONSE_HEAD_BYTES + FETCH_LOCAL_TAIL_BYTES)
+
+    def _open(self) -> socket.socket:
+        try:
+            if self.unix_path is not None:
+                sock = connect_unix(self.unix_path, self.timeout_s)
+            else:
+                sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            where = f"{self.host}:{self.port}" + (f" at {self.unix_path}" if self.unix_path else "")
+            raise BrokerConnectionError(f"cannot connect to broker {where}: {exc}") from exc
+        use_kernel_timeouts(sock, self.timeout_s)
+        return sock
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -154,24 +167,75 @@ class BrokerConnection:
         ``buffer`` must hold ``max_bytes`` (a broker never returns more); it is
         reused by the caller from fetch to fetch, so no per-fetch allocation
         is made.  The response is checked like any other (size bounds by
-        ``wire``'s ``ResponseReader``).
+        ``wire``'s ``ResponseReader``).  With ``short_circuit``, the same answer
+        through FETCH_LOCAL; a broker without it gets FETCH from then on.
         """
         if len(buffer) < max_bytes:
             raise ValueError(f"a buffer of {len(buffer)} bytes cannot hold a fetch of {max_bytes}")
-        frame = encode_request(FetchRequest(FetchPart(topic, partition, offset, max_bytes)))
-        self._send(frame)
-        self._receive_exactly(memoryview(self._head), RequestType.FETCH)
+        part = FetchPart(topic, partition, offset, max_bytes)
+        if self.short_circuit:
+            try:
+                return self._fetch_local_into(part, memoryview(buffer))
+            except BlockingExtensionNotSupported:
+                self.short_circuit = False  # an older broker (docs §9.1): FETCH on a new connection
+                self._sock = self._open()
+        self._send(encode_request(FetchRequest(part)))
+        self._receive_exactly(memoryview(self._head)[:RESPONSE_HEAD_BYTES], RequestType.FETCH)
+        code, size = self._checked(lambda: self._reader.decode_head(memoryview(self._head)[:RESPONSE_HEAD_BYTES]))
+        self._check_fits(size, max_bytes)
+        self._receive_exactly(memoryview(buffer)[:size], RequestType.FETCH)
+        return code, size
+
+    def _fetch_local_into(self, part: FetchPart, buffer: memoryview) -> tuple[ErrorCode, int]:
+        """FETCH_LOCAL (docs §9.8): the answer inline, or read from the descriptor it carries."""
+        self._send(encode_request(FetchLocalRequest(part)))
+        fds: list[int] = []
         try:
-            code, size = self._reader.decode_head(self._head)
+            try:
+                got = receive_with_descriptors(self._require_open(), memoryview(self._head), fds)
+            except OSError as exc:
+                self.close()
+                raise BrokerConnectionError(
+                    f"receive from {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
+            if got < len(self._head):
+                self.close()
+                if got == 0:
+                    raise BlockingExtensionNotSupported(
+                        f"broker {self.host}:{self.port} closed the connection on FETCH_LOCAL")
+                raise BrokerConnectionError(f"broker {self.host}:{self.port} closed the connection mid-answer")
+            head = memoryview(self._head)
+            code, payload = self._checked(lambda: self._reader.decode_head(head[:RESPONSE_HEAD_BYTES]))
+            position, length = self._checked(lambda: decode_fetch_local_tail(payload, head[RESPONSE_HEAD_BYTES:]))
+            self._check_fits(length, part.max_bytes)
+            if len(fds) != (position != FETCH_LOCAL_INLINE):
+                self.close()
+                raise BrokerConnectionError(
+                    f"{self.host}:{self.port} sent {len(fds)} descriptors with a FETCH_LOCAL answer at {position}")
+            if position == FETCH_LOCAL_INLINE:
+                self._receive_exactly(buffer[:length], RequestType.FETCH_LOCAL)
+                return code, length
+            try:
+                return code, read_range(fds[0], buffer[:length], position)
+            except OSError as exc:
+                self.close()
+                raise BrokerConnectionError(f"reading the segment file of {part.topic}-{part.partition} "
+                                            f"that {self.host}:{self.port} passed failed: {exc}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _checked(self, decode):  # type: ignore[no-untyped-def]
+        """``decode()``, its RemoteProtocolError closing the connection as a BrokerConnectionError."""
+        try:
+            return decode()
         except RemoteProtocolError as exc:
             self.close()
             raise BrokerConnectionError(f"bad response framing from {self.host}:{self.port}: {exc}") from exc
-        if size > len(buffer):
+
+    def _check_fits(self, size: int, max_bytes: int) -> None:
+        if size > max_bytes:
             self.close()
-            raise BrokerConnectionError(
-                f"{self.host}:{self.port} answered a fetch of {max_bytes} bytes with {size} bytes")
-        self._receive_exactly(memoryview(buffer)[:size], RequestType.FETCH)
-        return code, size
+            raise BrokerConnectionError(f"{self.host}:{self.port} answered a fetch of {max_bytes} bytes with {size} bytes")
 
     def multifetch(self, parts: Sequence[FetchPart]) -> list[FetchResult]:
         """MULTIFETCH (spec §6.3): one result per part, in request order."""
@@ -262,7 +326,7 @@ class BrokerConnection:
             sock.sendall(frame)
         except OSError as exc:
             self.close()
-            raise BrokerConnectionError(f"send to {self.host}:{self.port} failed: {_describe(exc, self)}") from exc
+            raise BrokerConnectionError(f"send to {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
 
     def _call(self, frame: bytes) -> ResponseFrame:
         self._send(frame)
@@ -295,7 +359,7 @@ class BrokerConnection:
             self.close()
             if isinstance(exc, BrokerConnectionError):
                 raise
-            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {_describe(exc, self)}") from exc
+            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
 
     def _receive_exactly(self, view: memoryview, request_type: RequestType) -> None:
         sock = self._require_open()
@@ -311,43 +375,12 @@ class BrokerConnection:
             self.close()
             if isinstance(exc, BrokerConnectionError):
                 raise
-            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {_describe(exc, self)}") from exc
+            raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
 
     def _require_open(self) -> socket.socket:
         if self._sock is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
-
-
-def _connect_unix(path: str, timeout_s: float) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout_s)
-        sock.connect(path)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _use_kernel_timeouts(sock: socket.socket, timeout_s: float) -> None:
-    """Blocking mode, with ``timeout_s`` enforced by the kernel on every send and receive
-    call; where the platform lacks those options, Python's timeout mode instead."""
-    seconds = int(timeout_s)
-    value = struct.pack("ll", seconds, int((timeout_s - seconds) * 1e6))
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
-    except (AttributeError, OSError):
-        return  # the socket keeps the timeout it was created with
-    sock.settimeout(None)
-
-
-def _describe(exc: OSError, conn: BrokerConnection) -> str:
-    """An OS error of a call, naming a kernel time-out (EAGAIN on a blocking socket) as one."""
-    if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK) or isinstance(exc, TimeoutError):
-        return f"timed out after {conn.timeout_s:g} s"
-    return str(exc)
 
 
 def partition_counts(host: str, port: int, topics: Iterable[str] = (), *,

@@ -29,6 +29,9 @@ timeoutSeconds         socket and ZooKeeper timeout (default 30)
 brokerSockets          ``id=path,...``: the Unix-domain socket of each broker's local listener
                        (its unix.socket.path); a task or planner on that broker's machine
                        connects there instead of over TCP, elsewhere (no such path) over TCP
+shortCircuit           true (default) | false: over brokerSockets, fetches take the segment
+                       file's descriptor and read the bytes from it (FETCH_LOCAL,
+                       docs/protocol.md §9.8): no broker sendfile, no socket copy
 prefetch               false (default) | true: each task fetches and decodes its next response in
                        a thread while Spark takes the current batch; faster where cores are free,
                        slower where Spark already fills them (bench/spark_bench.py --prefetch)
@@ -56,6 +59,7 @@ _KNOWN = {
     "brokers", "zookeeper", "topics", "topicpattern", "partitionsperbroker", "startingoffsets",
     "endingoffsets", "groupdefaultoffset", "fetchsize", "maxfetchsize", "maxbytespertrigger",
     "committogroup", "failondataloss", "failonmissingtopic", "timeoutseconds", "prefetch", "brokersockets",
+    "shortcircuit",
 }
 # Spark's Kafka source names, accepted as aliases of ours.
 _ALIASES = {"subscribe": "topics", "subscribepattern": "topicpattern"}
@@ -86,6 +90,7 @@ class SourceOptions:
     fail_on_missing_topic: bool = True
     prefetch: bool = False
     broker_sockets: tuple[tuple[int, str], ...] = ()  # (broker id, Unix socket path)
+    short_circuit: bool = True  # over broker_sockets, FETCH_LOCAL (docs/protocol.md §9.8)
 
     def open_cluster(self) -> StaticCluster | ZooKeeperCluster:
         """The cluster view: ZooKeeper when configured, else the static list."""
@@ -136,6 +141,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         fail_on_missing_topic=_bool_option(opts, "failonmissingtopic", True),
         prefetch=_bool_option(opts, "prefetch", False),
         broker_sockets=_broker_sockets(opts.get("brokersockets", "")),
+        short_circuit=_bool_option(opts, "shortcircuit", True),
     )
 
 

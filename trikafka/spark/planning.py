@@ -53,7 +53,8 @@ def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerCon
     if path is not None and os.path.exists(path):
         try:
             return BrokerConnection(address.host, address.port, timeout_s=options.timeout_s,
-                                    max_response_bytes=max_response_bytes, unix_path=path)
+                                    max_response_bytes=max_response_bytes, unix_path=path,
+                                    short_circuit=options.short_circuit)
         except BrokerConnectionError:
             pass  # a stale socket file (the broker is gone or elsewhere): TCP says what is wrong
     return BrokerConnection(address.host, address.port, timeout_s=options.timeout_s,
