@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from served_broker import served_broker
+from spark_floor import register_synthetic_source
 from trikafka.spark.blocking_client import BrokerConnection
 from trikafka.spark.cluster import BrokerAddress, format_broker_list
 from trikafka.spark.offsets import PartitionKey
@@ -133,74 +134,6 @@ def spark_reader(spark, broker_list: str, topic: str, stream: bool = False):  # 
     reader = spark.readStream if stream else spark.read
     return (reader.format("trikafka").option("brokers", broker_list).option("topics", topic)
             .option("partitionsPerBroker", str(PARTITIONS_PER_BROKER)).options(**FETCH_OPTIONS))
-
-
-def register_synthetic_source(spark, rows: int, payload_bytes: int, partitions: int,  # type: ignore[no-untyped-def]
-                              batch_rows: int = 5000) -> str:
-    """Register the floor-measuring source under the name it returns: ``rows`` rows of random
-    ``payload_bytes`` payloads over ``partitions`` tasks, yielded as prebuilt RecordBatches
-    (batch reads, and streaming reads with one micro-batch of all rows)."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-
-    from trikafka.spark.columns import SCHEMA
-
-    class SyntheticReader(DataSourceReader):
-        BATCH_ROWS = batch_rows  # 5000: about what one 1 MiB fetch of 200-byte messages holds
-
-        def partitions(self):  # type: ignore[no-untyped-def]
-            return [InputPartition(i) for i in range(partitions)]
-
-        def read(self, partition):  # type: ignore[no-untyped-def]
-            import pyarrow as pa
-
-            from trikafka.spark.columns import arrow_schema
-
-            rng = random.Random(partition.value)
-            n = self.BATCH_ROWS
-            batch = pa.RecordBatch.from_arrays([
-                pa.repeat(pa.scalar("bench", pa.string()), n), pa.repeat(pa.scalar(0, pa.int32()), n),
-                pa.repeat(pa.scalar(partition.value, pa.int32()), n), pa.array(range(n), pa.int64()),
-                pa.array(range(1, n + 1), pa.int64()),
-                pa.array([rng.randbytes(payload_bytes) for _ in range(n)], pa.binary()),
-            ], schema=arrow_schema())
-            left = rows // partitions
-            while left > 0:
-                yield batch if left >= n else batch.slice(0, left)
-                left -= n
-
-    class SyntheticStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-        def initialOffset(self):  # type: ignore[no-untyped-def]
-            return {"read": 0}
-
-        def latestOffset(self, start=None, limit=None):  # type: ignore[no-untyped-def]
-            return {"read": 1}
-
-        def prepareForTriggerAvailableNow(self):  # type: ignore[no-untyped-def]
-            pass
-
-        def partitions(self, start, end):  # type: ignore[no-untyped-def]
-            return SyntheticReader().partitions() if start != end else []
-
-        def read(self, partition):  # type: ignore[no-untyped-def]
-            return SyntheticReader().read(partition)
-
-    class SyntheticSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "trikafka_bench_synthetic"
-
-        def schema(self):  # type: ignore[no-untyped-def]
-            return SCHEMA
-
-        def reader(self, schema):  # type: ignore[no-untyped-def]
-            return SyntheticReader()
-
-        def streamReader(self, schema):  # type: ignore[no-untyped-def]
-            return SyntheticStreamReader()
-
-    spark.dataSource.register(SyntheticSource)
-    return SyntheticSource.name()
 
 
 def tree_cpu_s(pid: int | None = None) -> float:
@@ -307,7 +240,10 @@ def main() -> int:
                         help="a broker setting, e.g. socket_send_buffer=102400 (0.7's fixed send buffer)")
     parser.add_argument("--unix-sockets", action="store_true",
                         help="brokers also listen on Unix sockets (unix.socket.path) and the source reads through "
-                             "them (brokerSockets): the transport of a Spark on the brokers' machine")
+                             "them (brokerSockets): the transport of a Spark on the brokers' machine; fetches are "
+                             "short-circuit reads of the segment files (FETCH_LOCAL) unless --no-short-circuit")
+    parser.add_argument("--no-short-circuit", action="store_true",
+                        help="with --unix-sockets: the bytes come over the socket (the source's shortCircuit=false)")
     args = parser.parse_args()
     BROKER_SETTINGS.extend(args.broker_set)
     global UNIX_SOCKETS
@@ -324,6 +260,7 @@ def main() -> int:
             keys = [PartitionKey("bench", b, p) for b in range(BROKERS) for p in range(PARTITIONS_PER_BROKER)]
             if UNIX_SOCKETS:
                 FETCH_OPTIONS["brokerSockets"] = ",".join(f"{b}={socket_path(b, root)}" for b in range(BROKERS))
+                FETCH_OPTIONS["shortCircuit"] = str(not args.no_short_circuit).lower()
             messages = args.messages // len(keys) * len(keys)
             produce_s = produce(brokers, keys, messages, args.payload_bytes)
             figures = report(args, brokers, keys, messages, produce_s, root)
@@ -339,7 +276,8 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     payload_mb = messages * args.payload_bytes / 1e6
     figures: dict = {"messages": messages, "payload_mb": payload_mb, "produce_s": produce_s,
                      "master": args.master, "fetch_bytes": args.fetch_bytes, "floor_batch_rows": args.floor_batch_rows,
-                     "prefetch": args.prefetch, "broker_set": args.broker_set, "unix_sockets": args.unix_sockets}
+                     "prefetch": args.prefetch, "broker_set": args.broker_set, "unix_sockets": args.unix_sockets,
+                     "short_circuit": args.unix_sockets and not args.no_short_circuit}
     for workers in sorted({1, args.workers}):
         elapsed, cpu, count, size = time_plain(brokers, keys, workers)
         assert count == messages and size == messages * args.payload_bytes
@@ -360,7 +298,8 @@ def report(args, brokers, keys, messages: int, produce_s: float, root: Path) -> 
     finally:
         spark.stop()
     assert figures["stream_rows"] == messages
-    print(f"master {args.master}, transport {'Unix sockets' if args.unix_sockets else 'TCP'}, "
+    transport = ("Unix sockets" + ("" if args.no_short_circuit else ", short-circuit reads")) if args.unix_sockets else "TCP"
+    print(f"master {args.master}, transport {transport}, "
           f"fetchSize {args.fetch_bytes or 'default'}, prefetch {args.prefetch}, "
           f"broker settings {args.broker_set or 'default'}, "
           f"{args.floor_batch_rows} rows per synthetic batch; noop sink: best of {args.rounds} interleaved rounds (wall and CPU separately)")
