@@ -10,8 +10,7 @@ without importing Trio.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from trikafka.wire.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".addresses": ("ADDRESS_SYNTAX", "format_broker_addresses", "parse_broker_addresses"),
@@ -28,12 +27,4 @@ _EXPORTS = {  # module -> the names this package re-exports from it
     "trikafka.wire": ("BrokerAddress", "ConsumedMessage", "CreateTopicResult", "FetchPart", "Metadata",
                       "ProduceAckedResult", "ProducePart"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(import_module(_MODULE_OF[name], __name__), name)
-    return value
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

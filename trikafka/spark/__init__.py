@@ -14,14 +14,6 @@ not import pyspark.
 
 from __future__ import annotations
 
-from typing import Any
+from trikafka.wire.lazy import lazy_exports
 
-__all__ = ["TrikafkaDataSource"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "TrikafkaDataSource":
-        from .source import TrikafkaDataSource
-
-        return TrikafkaDataSource
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, {".source": ("TrikafkaDataSource",)})
