@@ -55,7 +55,7 @@ async def test_a_file_that_is_not_a_socket_is_never_replaced(tmp_path: Path) -> 
 async def test_the_spark_source_uses_a_brokers_socket_where_it_exists_and_tcp_elsewhere(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     from trikafka.spark.options import OptionError, parse_options
-    from trikafka.spark.planning import PartitionRange, open_connection
+    from trikafka.spark.planning import PartitionRange, open_connection, open_for_range
     from trikafka.spark.cluster import BrokerAddress
     from trikafka.spark.offsets import PartitionKey
     from trikafka.spark.tasks import RangePartition, read_partition
@@ -76,6 +76,16 @@ async def test_the_spark_source_uses_a_brokers_socket_where_it_exists_and_tcp_el
 
         used, rows = await trio.to_thread.run_sync(read, f"0={path}")
         assert used == str(path) and rows == payloads
+
+        def replicated_task_connection() -> str | None:
+            # A replicated partition's key names no broker; its range names the leader it was planned on.
+            options = parse_options({"brokers": f"0:{broker.host}:{broker.port}", "topics": "local",
+                                     "brokerSockets": f"0={path}"})
+            planned = PartitionRange(PartitionKey("local", None, 0), broker.host, broker.port, 0, 1, broker_id=0)
+            with open_for_range(planned, options) as conn:
+                return conn.unix_path
+
+        assert await trio.to_thread.run_sync(replicated_task_connection) == str(path)
         used, rows = await trio.to_thread.run_sync(read, f"0={tmp_path / 'elsewhere.sock'}")
         assert used is None and rows == payloads * 2  # no such socket here: TCP
     for bad in ("x=/a", "0=", "0", "0=/a,0=/b"):

@@ -36,13 +36,15 @@ class PlanningError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PartitionRange:
-    """One task's work: bytes ``[start, end)`` of ``key`` on the broker at ``host:port``."""
+    """One task's work: bytes ``[start, end)`` of ``key`` on the broker at ``host:port``
+    (``broker_id``: that broker, for a replicated partition its leader when planned)."""
 
     key: PartitionKey
     host: str
     port: int
     start: int
     end: int
+    broker_id: int | None = None
 
 
 def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerConnection:
@@ -66,7 +68,8 @@ def open_for_range(planned: "PartitionRange", options: SourceOptions) -> BrokerC
     whose planned leader cannot be reached (a failover since planning; Spark retries the task),
     the partition's current leader."""
     try:
-        return open_connection(BrokerAddress(planned.key.broker, planned.host, planned.port), options)
+        broker_id = planned.key.broker if planned.key.broker is not None else planned.broker_id
+        return open_connection(BrokerAddress(broker_id, planned.host, planned.port), options)
     except BrokerConnectionError:
         if planned.key.broker is not None:
             raise
@@ -238,7 +241,7 @@ def plan_batch(options: SourceOptions) -> list[PartitionRange]:
             for key in keys:
                 if end[key] > start[key]:
                     address = pool.address_of(key)
-                    ranges.append(PartitionRange(key, address.host, address.port, start[key], end[key]))
+                    ranges.append(PartitionRange(key, address.host, address.port, start[key], end[key], address.broker_id))
             return ranges
     except BrokerConnectionError as exc:
         raise PlanningError(f"planning the trikafka read failed: {exc}") from exc
@@ -315,5 +318,5 @@ def ranges_between(
             if address is None:
                 raise PlanningError(f"{key}: broker {key.broker} is not registered; cannot read "
                                     f"[{begin}, {end[key]})")
-        ranges.append(PartitionRange(key, address.host, address.port, begin, end[key]))
+        ranges.append(PartitionRange(key, address.host, address.port, begin, end[key], address.broker_id))
     return ranges
