@@ -110,7 +110,7 @@ async def test_a_body_too_short_for_its_fields_closes(broker, unharmed, body):
     await client.assert_closed()
 
 
-@pytest.mark.parametrize("request_type", [5, 6, 99, 104, 255, 1000, 32767, -1, -32768])
+@pytest.mark.parametrize("request_type", [5, 6, 99, 105, 255, 1000, 32767, -1, -32768])
 async def test_an_unknown_request_type_closes(broker, unharmed, request_type):
     client = await RawClient.connect(broker.port)
     body = struct.pack(">h", request_type) + b"\x00" * 30

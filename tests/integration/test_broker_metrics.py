@@ -54,7 +54,7 @@ async def test_every_appended_message_is_counted_and_the_figures_follow_the_traf
         requests = {labels[0][1]: value for (name, labels), value in got.items()
                     if name == "trikafka_request_duration_seconds_count"}
         assert requests == {"produce": 1, "multiproduce": 1, "produce_acked": 1, "multifetch": 1,
-                            "fetch": 0, "offsets": 0, "fetch_wait": 0, "metadata": 0, "create_topic": 0,
+                            "fetch": 0, "fetch_local": 0, "offsets": 0, "fetch_wait": 0, "metadata": 0, "create_topic": 0,
                             "replica_fetch": 0, "epoch_end_offset": 0}
         assert got[("trikafka_flush_duration_seconds_count", ())] >= 4  # one per dirty log, at least
         assert got[("trikafka_log_size_bytes", (("partition", "1"), ("topic", "b")))] == len(compressed)

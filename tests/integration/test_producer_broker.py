@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import trio
 
 from tests.integration.broker_testing import make_config
 from trikafka.broker import serve
@@ -16,7 +17,15 @@ FETCH_BYTES = 4 * 1024 * 1024
 
 
 async def read_log(broker, topic: str, partition: int) -> bytes:
-    """The whole visible log of ``topic``-``partition``, after flushing everything."""
+    """The whole visible log of ``topic``-``partition``, after flushing everything.
+
+    First the producers' connections must be gone from the broker: a connection ends only after
+    the broker has handled every request it received, and PRODUCE (acks 0) has no answer that
+    could tell the producer its data was appended before it closed.
+    """
+    with trio.fail_after(10):
+        while broker.connection_count():
+            await trio.sleep(0.01)  # no event marks a connection's end; the bound makes a hang an error
     await broker.flush_all()
     data = b""
     async with await connect("127.0.0.1", broker.port) as conn:
