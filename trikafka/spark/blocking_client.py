@@ -233,7 +233,7 @@ class BrokerConnection:
             raise BrokerConnectionError(f"bad response framing from {self.host}:{self.port}: {exc}") from exc
 
     def _check_fits(self, size: int, max_bytes: int, room: int) -> None:
-        if size > room:  # a compacted log's padding entry may pass max_bytes a little (docs §11.3)
+        if size > room:  # a compacted log's synthesized padding entry may pass max_bytes (docs §11.3)
             self.close()
             raise BrokerConnectionError(f"{self.host}:{self.port} answered a fetch of {max_bytes} bytes with {size} bytes")
 
