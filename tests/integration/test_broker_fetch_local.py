@@ -10,7 +10,6 @@ in-process broker, the blocking client in a worker thread (as a Spark task).
 
 from __future__ import annotations
 
-import array
 import os
 import random
 import socket
@@ -22,6 +21,7 @@ import trio
 
 from trikafka.log.fs import OsFileSystem
 from trikafka.spark.blocking_client import BrokerConnection
+from trikafka.spark.sockets import receive_with_descriptors
 from trikafka.testing.broker import open_broker
 from trikafka.wire import (
     ErrorCode,
@@ -89,19 +89,13 @@ async def test_a_short_circuit_read_is_exactly_a_fetch(tmp_path: Path, monkeypat
 def _raw_fetch_local(sock: socket.socket, part: FetchPart) -> tuple[ErrorCode, int, int, list[int], bytes]:
     """FETCH_LOCAL by hand: (error, position, length, descriptors received, inline bytes)."""
     sock.sendall(encode_request(FetchLocalRequest(part)))
-    head, fds = b"", []
-    while len(head) < 18:
-        data, ancillary, _flags, _ = sock.recvmsg(18 - len(head), socket.CMSG_SPACE(8))
-        assert data, "the broker closed the connection"
-        for _level, _kind, raw in ancillary:
-            fds.extend(array.array("i", raw[:len(raw) - len(raw) % 4]))
-        head += data
+    head, fds = bytearray(18), []
+    assert receive_with_descriptors(sock, memoryview(head), fds) == 18, "the broker closed the connection"
     size, code = struct.unpack_from(">ih", head)
     position, length = decode_fetch_local_tail(size - 2, head[6:])
-    inline = b""
-    while len(inline) < (length if position == -1 else 0):
-        inline += sock.recv(length - len(inline))
-    return ErrorCode(code), position, length, fds, inline
+    inline = bytearray(length if position == -1 else 0)
+    assert receive_with_descriptors(sock, memoryview(inline), fds) == len(inline)
+    return ErrorCode(code), position, length, fds, bytes(inline)
 
 
 async def test_the_descriptor_reads_the_segment_and_cannot_write_it(tmp_path: Path) -> None:

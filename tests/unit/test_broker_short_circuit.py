@@ -3,7 +3,6 @@ one real file on a Unix socket; everything else inline, byte for byte what FETCH
 
 from __future__ import annotations
 
-import array
 import fcntl
 import os
 import socket
@@ -15,6 +14,7 @@ import trio.testing
 
 from trikafka.broker.short_circuit import answer_fetch_local, passes_descriptors
 from trikafka.log.fs import OsSegmentFile
+from trikafka.spark.sockets import receive_with_descriptors
 from trikafka.wire import ErrorCode, FileRegion, chunks_to_bytes, encode_fetch_local_response
 from trikafka.wire.responses import ChunkSequence
 
@@ -30,20 +30,15 @@ class InMemorySegment:
 
 async def _answer(code: ErrorCode, data: object) -> tuple[bytes, list[int]]:
     """Answer over a real Unix socket pair; (the bytes the client got, descriptors it got)."""
-    left, right = trio.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    stream = trio.SocketStream(left)
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(left))
     assert passes_descriptors(stream)
     async with stream:
         await answer_fetch_local(stream, code, data, descriptors=True)
-    received, fds = b"", []
+    received, fds = bytearray(1 << 16), []  # more than any answer here: read to the close
     with right:
-        while True:
-            chunk, ancillary, _flags, _ = await right.recvmsg(1 << 16, socket.CMSG_SPACE(8))
-            for _level, _kind, raw in ancillary:
-                fds.extend(array.array("i", raw[:len(raw) - len(raw) % 4]))
-            if not chunk:
-                return received, fds
-            received += chunk
+        got = receive_with_descriptors(right, memoryview(received), fds)  # the client's own receiver
+    return bytes(received[:got]), fds
 
 
 async def test_one_range_of_a_real_file_goes_as_a_read_only_descriptor(tmp_path: Path) -> None:

@@ -180,8 +180,9 @@ class BrokerConnection:
                 self.short_circuit = False  # an older broker (docs §9.1): FETCH on a new connection
                 self._sock = self._open()
         self._send(encode_request(FetchRequest(part)))
-        self._receive_exactly(memoryview(self._head)[:RESPONSE_HEAD_BYTES], RequestType.FETCH)
-        code, size = self._checked(lambda: self._reader.decode_head(memoryview(self._head)[:RESPONSE_HEAD_BYTES]))
+        head = memoryview(self._head)[:RESPONSE_HEAD_BYTES]
+        self._receive_exactly(head, RequestType.FETCH)
+        code, size = self._checked(lambda: self._reader.decode_head(head))
         self._check_fits(size, max_bytes, len(buffer))
         self._receive_exactly(memoryview(buffer)[:size], RequestType.FETCH)
         return code, size
@@ -191,19 +192,8 @@ class BrokerConnection:
         self._send(encode_request(FetchLocalRequest(part)))
         fds: list[int] = []
         try:
-            try:
-                got = receive_with_descriptors(self._require_open(), memoryview(self._head), fds)
-            except OSError as exc:
-                self.close()
-                raise BrokerConnectionError(
-                    f"receive from {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
-            if got < len(self._head):
-                self.close()
-                if got == 0:
-                    raise BlockingExtensionNotSupported(
-                        f"broker {self.host}:{self.port} closed the connection on FETCH_LOCAL")
-                raise BrokerConnectionError(f"broker {self.host}:{self.port} closed the connection mid-answer")
             head = memoryview(self._head)
+            self._receive_exactly(head, RequestType.FETCH_LOCAL, fds=fds, answer_start=True)
             code, payload = self._checked(lambda: self._reader.decode_head(head[:RESPONSE_HEAD_BYTES]))
             position, length = self._checked(lambda: decode_fetch_local_tail(payload, head[RESPONSE_HEAD_BYTES:]))
             self._check_fits(length, part.max_bytes, len(buffer))
@@ -342,15 +332,7 @@ class BrokerConnection:
                     return event  # type: ignore[return-value]
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
-                    if request_type.is_extension and reader.buffered_bytes == 0:
-                        # What a plain 0.7 broker does with an unknown request type.
-                        raise BlockingExtensionNotSupported(
-                            f"broker {self.host}:{self.port} closed the connection on request type "
-                            f"{int(request_type)}: it does not support trikafka extensions")
-                    raise BrokerConnectionError(
-                        f"broker {self.host}:{self.port} closed the connection before answering "
-                        f"{request_type.name}"
-                    )
+                    raise self._closed_on(request_type, answer_started=reader.buffered_bytes > 0)
                 reader.receive_data(chunk)
         except RemoteProtocolError as exc:
             self.close()
@@ -361,21 +343,37 @@ class BrokerConnection:
                 raise
             raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
 
-    def _receive_exactly(self, view: memoryview, request_type: RequestType) -> None:
+    def _receive_exactly(self, view: memoryview, request_type: RequestType, *, fds: list[int] | None = None,
+                         answer_start: bool = False) -> None:
+        """Fill ``view`` from the socket; with ``fds``, descriptors passed with the bytes are
+        collected there (the caller closes them).  ``answer_start``: ``view`` begins the answer,
+        so a close before its first byte is how a plain 0.7 broker refuses an extension."""
         sock = self._require_open()
         got, want = 0, len(view)
         try:
             while got < want:
-                n = sock.recv_into(view[got:], want - got, socket.MSG_WAITALL)
+                if fds is None:
+                    n = sock.recv_into(view[got:], want - got, socket.MSG_WAITALL)
+                else:
+                    n = receive_with_descriptors(sock, view[got:], fds)
                 if n == 0:
-                    raise BrokerConnectionError(
-                        f"broker {self.host}:{self.port} closed the connection before answering {request_type.name}")
+                    raise self._closed_on(request_type, answer_started=got > 0 or not answer_start)
                 got += n
         except OSError as exc:
             self.close()
             if isinstance(exc, BrokerConnectionError):
                 raise
             raise BrokerConnectionError(f"receive from {self.host}:{self.port} failed: {describe_error(exc, self.timeout_s)}") from exc
+
+    def _closed_on(self, request_type: RequestType, *, answer_started: bool) -> BrokerConnectionError:
+        """The error for a broker that closed the connection instead of (finishing) its answer."""
+        if request_type.is_extension and not answer_started:
+            # What a plain 0.7 broker does with an unknown request type.
+            return BlockingExtensionNotSupported(
+                f"broker {self.host}:{self.port} closed the connection on request type "
+                f"{int(request_type)}: it does not support trikafka extensions")
+        return BrokerConnectionError(
+            f"broker {self.host}:{self.port} closed the connection before answering {request_type.name}")
 
     def _require_open(self) -> socket.socket:
         if self._sock is None:

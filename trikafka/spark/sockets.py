@@ -47,6 +47,7 @@ def describe_error(exc: OSError, timeout_s: float) -> str:
         return f"timed out after {timeout_s:g} s"
     return str(exc)
 
+
 _INT = array.array("i").itemsize
 # Room for two descriptors: one is the protocol, a second one is detected (and closed)
 # rather than cut off by the kernel.
