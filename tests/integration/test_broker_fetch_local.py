@@ -59,11 +59,11 @@ def _fetch_both(broker, path: Path, cases: list[tuple[int, int]]) -> list[tuple]
 
 
 async def test_a_short_circuit_read_is_exactly_a_fetch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trikafka.spark.blocking_client as blocking_client
+    import trikafka.spark.granted as granted
 
     preads: list[int] = []  # every answer with bytes is read through a passed descriptor
-    read_range = blocking_client.read_range
-    monkeypatch.setattr(blocking_client, "read_range", lambda fd, view, at: preads.append(at) or read_range(fd, view, at))
+    read_range = granted.read_range
+    monkeypatch.setattr(granted, "read_range", lambda fd, view, at: preads.append(at) or read_range(fd, view, at))
     path = tmp_path / "broker.sock"
     async with real_broker(tmp_path, log_file_size=50_000) as broker:
         def produce_and_read() -> list[tuple]:

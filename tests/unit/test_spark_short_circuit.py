@@ -22,14 +22,15 @@ import pytest
 from trikafka.client import BrokerConnectionError
 from trikafka.spark.blocking_client import BrokerConnection
 from trikafka.spark.sockets import DescriptorError, read_range, receive_with_descriptors
-from trikafka.wire import ErrorCode, FileRegion, encode_fetch_local_descriptor, encode_fetch_local_response
-from trikafka.wire import chunks_to_bytes
+from trikafka.wire import ErrorCode, FetchLocalRequest, FetchPart, FileRegion, encode_fetch_local_descriptor
+from trikafka.wire import chunks_to_bytes, decode_request_body, encode_fetch_local_response
 
 DATA = bytes(range(256)) * 16
 
 
-def _fake_broker(path: Path, answer: Callable[[socket.socket], None]) -> threading.Thread:
-    """Listen at ``path``; read one request and ``answer(conn)`` it, then wait for the client to go."""
+def _fake_broker(path: Path, *answers: Callable[[socket.socket], None], requests: list | None = None) -> threading.Thread:
+    """Listen at ``path``; read a request and answer it with the next of ``answers`` (the
+    requests, decoded, go to ``requests``), then wait for the client to go."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(1)
@@ -38,9 +39,12 @@ def _fake_broker(path: Path, answer: Callable[[socket.socket], None]) -> threadi
         with listener:
             conn, _ = listener.accept()
             with conn:
-                (size,) = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))
-                conn.recv(size, socket.MSG_WAITALL)
-                answer(conn)
+                for answer in answers:
+                    (size,) = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))
+                    body = conn.recv(size, socket.MSG_WAITALL)
+                    if requests is not None:
+                        requests.append(decode_request_body(body))
+                    answer(conn)
                 with contextlib.suppress(OSError):  # a client that gave up resets the connection
                     conn.recv(1)
 
@@ -82,6 +86,37 @@ def test_a_descriptor_answer_is_read_from_the_file(tmp_path: Path, segment: int)
     assert _fetch(tmp_path / "s", lambda c: _send_with(c, frame, [segment])) == (ErrorCode.NO_ERROR, DATA[100:600])
 
 
+def test_a_granted_range_serves_the_fetches_inside_it(tmp_path: Path, segment: int) -> None:
+    """One FETCH_LOCAL per range (docs §9.8): the client asks for the rest of the segment with its
+    buffer as the inline bound, reads later fetches inside the range itself, and asks again for
+    a fetch that runs past the range's end (1800 + 500 > 2000) or is of another partition."""
+    requests: list = []
+    granted = [encode_fetch_local_descriptor(FileRegion(None, 100, 2000)),  # log [0, 2000) at file 100
+               encode_fetch_local_descriptor(FileRegion(None, 1900, 300)),  # log [1800, 2100)
+               encode_fetch_local_descriptor(FileRegion(None, 0, 50))]  # another partition
+    thread = _fake_broker(tmp_path / "s", *[lambda c, frame=frame: _send_with(c, frame, [segment]) for frame in granted],
+                          requests=requests)
+    buffer = bytearray(500)
+    got = []
+    try:
+        with BrokerConnection("fake", 1, unix_path=str(tmp_path / "s"), short_circuit=True, timeout_s=5) as conn:
+            for partition, offset, max_bytes in [(0, 0, 500), (0, 500, 500), (0, 1500, 500), (0, 1800, 500),
+                                                 (0, 1900, 200), (1, 0, 500)]:
+                code, size = conn.fetch_into("t", partition, offset, max_bytes, buffer)
+                got.append((code, bytes(buffer[:size])))
+                if offset == 1500:
+                    assert len(requests) == 1  # three fetches, one request
+    finally:
+        thread.join(5)
+    assert got == [(ErrorCode.NO_ERROR, DATA[100:600]), (ErrorCode.NO_ERROR, DATA[600:1100]),
+                   (ErrorCode.NO_ERROR, DATA[1600:2100]), (ErrorCode.NO_ERROR, DATA[1900:2200]),
+                   (ErrorCode.NO_ERROR, DATA[2000:2200]), (ErrorCode.NO_ERROR, DATA[0:50])]
+    wide = (1 << 31) - 1
+    assert requests == [FetchLocalRequest(FetchPart("t", 0, 0, wide), 500),
+                        FetchLocalRequest(FetchPart("t", 0, 1800, wide), 500),
+                        FetchLocalRequest(FetchPart("t", 1, 0, wide), 500)]
+
+
 def test_an_inline_answer_is_read_from_the_socket(tmp_path: Path) -> None:
     frame = chunks_to_bytes(encode_fetch_local_response(ErrorCode.NO_ERROR, DATA[:300]))
     assert _fetch(tmp_path / "s", lambda c: c.sendall(frame)) == (ErrorCode.NO_ERROR, DATA[:300])
@@ -96,7 +131,7 @@ def test_a_file_shorter_than_the_range_gives_what_it_has(tmp_path: Path, segment
     ("descriptor answer without a descriptor", "0 descriptors"),
     ("inline answer with a descriptor", "1 descriptors"),
     ("two descriptors", "2 descriptors"),
-    ("more than the fetch asked", "answered a fetch of 1000 bytes with 5000"),
+    ("inline, more than the fetch asked", "answered a fetch of 1000 bytes with 4096"),
     ("inline length disagreeing with the size", "bad response framing"),
 ])
 def test_answers_outside_the_protocol_fail_clearly_and_leak_nothing(tmp_path: Path, segment: int,
@@ -107,8 +142,8 @@ def test_answers_outside_the_protocol_fail_clearly_and_leak_nothing(tmp_path: Pa
         "descriptor answer without a descriptor": lambda c: c.sendall(descriptor),
         "inline answer with a descriptor": lambda c: _send_with(c, inline, [segment]),
         "two descriptors": lambda c: _send_with(c, descriptor, [segment, segment]),
-        "more than the fetch asked": lambda c: _send_with(c, encode_fetch_local_descriptor(FileRegion(None, 0, 5000)),
-                                                          [segment]),
+        "inline, more than the fetch asked": lambda c: c.sendall(
+            chunks_to_bytes(encode_fetch_local_response(ErrorCode.NO_ERROR, DATA[:5000]))),
         "inline length disagreeing with the size": lambda c: c.sendall(inline[:4] + inline[4:14] + struct.pack(">i", 11)
                                                                        + inline[18:]),
     }[case]

@@ -35,6 +35,7 @@ EVERY_REQUEST = [
     FetchRequest(FetchPart("test", 3, 1 << 40, 1048576)),
     FetchRequest(FetchPart("t", 0, 0, -1)),
     FetchLocalRequest(FetchPart("test", 3, 1 << 40, 4 << 20)),
+    FetchLocalRequest(FetchPart("test", 3, 1 << 40, (1 << 31) - 1), 4 << 20),
     MultiFetchRequest(()),
     MultiFetchRequest((FetchPart("a", 0, 0, 10), FetchPart("a", 0, 0, 10), FetchPart("b.c-d_e", 7, 99, 0))),
     MultiProduceRequest(()),
@@ -131,6 +132,16 @@ def test_non_utf8_and_non_ascii_topics_survive():
     req = decode_request_body(body)
     assert req.part.topic == "café-\udcff\udcfe"
     assert encode_request(req)[4:] == body  # the raw bytes come back unchanged
+
+
+def test_fetch_local_without_inline_max_size_bounds_both_answers_by_max_size():
+    """docs §9.8: inlineMaxSize is optional; a request that ends after maxSize means maxSize."""
+    part = FetchPart("t", 0, 7, 100)
+    short = encode_request(FetchLocalRequest(part))
+    assert len(encode_request(FetchLocalRequest(part, 50))) == len(short) + 4
+    plain = decode_request_body(short[4:])
+    assert plain == FetchLocalRequest(part) and plain.inline_part == part
+    assert decode_request_body(encode_request(FetchLocalRequest(part, 50))[4:]).inline_part == FetchPart("t", 0, 7, 50)
 
 
 def test_request_type_properties():

@@ -130,7 +130,7 @@ class Connection:
             if kind is FetchRequest:
                 response: Any = handler.fetch(request)
             elif kind is FetchLocalRequest:
-                await answer_fetch_local(self._stream, *handler.fetch_local(request), descriptors=self._descriptors)
+                await answer_fetch_local(self._stream, request, handler, descriptors=self._descriptors)
                 return
             elif kind is MultiFetchRequest:
                 response = handler.multifetch(request)

@@ -30,7 +30,6 @@ from trikafka.log.errors import InvalidTopicError, OffsetOutOfRangeError
 from trikafka.log.names import validate_topic
 from trikafka.wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
 from trikafka.wire.requests import (
-    FetchLocalRequest,
     FetchPart,
     FetchRequest,
     FetchWaitRequest,
@@ -236,11 +235,9 @@ class RequestHandler:
         self.metrics.count_out((request.part,), (outcome,))
         return encode_fetch_response(*outcome)
 
-    def fetch_local(self, request: FetchLocalRequest) -> FetchOutcome:
-        """FETCH_LOCAL (docs §9.8): FETCH's outcome; the connection decides how it travels."""
-        outcome = self.fetch_part(request.part)
-        self.metrics.count_out((request.part,), (outcome,))
-        return outcome
+    def count_fetched(self, part: FetchPart, outcome: FetchOutcome) -> None:
+        """Count one answer sent (FETCH_LOCAL, ``broker.short_circuit``, decides which)."""
+        self.metrics.count_out((part,), (outcome,))
 
     def multifetch(self, request: MultiFetchRequest) -> list[Chunk]:
         outcomes = [self.fetch_part(p) for p in request.parts]

@@ -8,7 +8,8 @@ bytes: HDFS's short-circuit local reads, for a 0.7 log.
 
 What this module guarantees:
 
-* The answer is FETCH's (``RequestHandler.fetch_part``): same error, same range.
+* The answer is FETCH's (``RequestHandler.fetch_part``): same error, same range;
+  an answer that goes inline is bounded by the request's ``inlineMaxSize``.
 * The descriptor passed is a new, read-only one for the same file, opened
   here; the broker's own descriptor (open for appending) never leaves it.
 * Anything that is not one plain range of one real file (TCP, an error, an
@@ -21,10 +22,12 @@ from __future__ import annotations
 import array
 import os
 import socket
+from typing import Protocol
 
 import trio
 
 from trikafka.wire.errors import ErrorCode
+from trikafka.wire.requests import FetchLocalRequest, FetchPart
 from trikafka.wire.responses import FetchData, FileRegion, encode_fetch_local_descriptor, encode_fetch_local_response
 
 from .sendfile import region_fd, send_chunks
@@ -36,18 +39,33 @@ def passes_descriptors(stream: trio.abc.Stream) -> bool:
     return sock is not None and sock.family == socket.AF_UNIX and hasattr(sock, "sendmsg")
 
 
-async def answer_fetch_local(stream: trio.abc.Stream, code: ErrorCode, data: FetchData, *,
+class FetchAnswers(Protocol):
+    """What FETCH_LOCAL asks of the request handler."""
+
+    def fetch_part(self, part: FetchPart) -> tuple[ErrorCode, FetchData]: ...
+
+    def count_fetched(self, part: FetchPart, outcome: tuple[ErrorCode, FetchData]) -> None: ...
+
+
+async def answer_fetch_local(stream: trio.abc.Stream, request: FetchLocalRequest, handler: FetchAnswers, *,
                              descriptors: bool) -> None:
-    """Send FETCH_LOCAL's answer to the outcome ``(code, data)`` of a FETCH: a descriptor
-    where ``descriptors`` allows and the data is one range of a real file, else inline."""
+    """Answer FETCH_LOCAL: FETCH's answer for ``request.part`` as a descriptor where
+    ``descriptors`` allows and that answer is one range of a real file; else inline, FETCH's
+    answer for ``request.inline_part`` (the same one, unless the client asked for a larger
+    range than its buffer holds: docs §9.8)."""
+    code, data = outcome = handler.fetch_part(request.part)
     if descriptors and code == ErrorCode.NO_ERROR and isinstance(data, FileRegion) and data.length:
         readonly = _reopen_read_only(data)
         if readonly is not None:
+            handler.count_fetched(request.part, outcome)
             try:
                 await _send_with_descriptor(stream, encode_fetch_local_descriptor(data), readonly)
             finally:
                 os.close(readonly)  # the message in flight holds its own reference
             return
+    if code == ErrorCode.NO_ERROR and request.inline_part != request.part:
+        code, data = outcome = handler.fetch_part(request.inline_part)
+    handler.count_fetched(request.inline_part, outcome)
     await send_chunks(stream, encode_fetch_local_response(code, data))
 
 

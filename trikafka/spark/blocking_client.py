@@ -11,13 +11,12 @@ One connection carries one request at a time and reads its response before
 the next request, exactly as the 0.7 broker answers them (spec §2).
 
 The socket is in blocking mode with the timeout set in the kernel
-(``SO_RCVTIMEO``/``SO_SNDTIMEO``) rather than Python's own timeout mode, which
-polls before every receive: ``fetch_into`` then takes a whole response in
-one ``recv_into`` call (``MSG_WAITALL``) straight into the caller's buffer,
-the one copy the bytes cost on their way from the broker.  Any
-socket error, an early close, or a malformed response closes the connection
-and raises ``BrokerConnectionError``: a 0.7 broker answers bad requests by
-closing (spec §7.2), so "closed" is the only error some requests can report.
+(``SO_RCVTIMEO``/``SO_SNDTIMEO``), not Python's timeout mode, which polls
+before every receive: ``fetch_into`` takes a whole response in one
+``recv_into`` (``MSG_WAITALL``) straight into the caller's buffer, the one
+copy the bytes cost.  Any socket error, an early close, or a malformed
+response closes the connection and raises ``BrokerConnectionError``: a 0.7
+broker answers bad requests by closing (spec §7.2).
 A non-zero top-level error raises ``trikafka.client.BrokerError``, checked by
 the same ``trikafka.wire.top_level_error`` as the Trio client.
 """
@@ -30,7 +29,6 @@ import struct
 from typing import Iterable, Sequence
 
 from trikafka.client.errors import BrokerConnectionError, BrokerError, ExtensionNotSupported
-from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
     FETCH_LOCAL_INLINE,
     FETCH_LOCAL_TAIL_BYTES,
@@ -68,8 +66,10 @@ from trikafka.wire import (
 )
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.framing import RESPONSE_HEAD_BYTES
+from trikafka.wire.requests import INT32_MAX
 
-from .sockets import connect_unix, describe_error, read_range, receive_with_descriptors, use_kernel_timeouts
+from .granted import GrantedRegion
+from .sockets import connect_unix, describe_error, receive_with_descriptors, use_kernel_timeouts
 
 DEFAULT_TIMEOUT_S = 30.0
 # Largest response we accept: a 100 MiB fetch plus headers.  Bounds memory if a
@@ -92,7 +92,7 @@ class BrokerConnection:
     With ``unix_path`` it connects to the broker's local Unix-domain listener
     at that path instead of ``host:port`` (docs/protocol.md §2), which
     ``host``/``port`` still name in messages; there ``short_circuit`` makes
-    ``fetch_into`` ask for segment files' descriptors (FETCH_LOCAL, §9.8).
+    ``fetch_into`` read granted ranges of segment files (FETCH_LOCAL, §9.8).
 
     Not thread-safe.  After any ``BrokerConnectionError`` the connection is
     closed and every later call raises again.
@@ -117,6 +117,7 @@ class BrokerConnection:
         self._sock: socket.socket | None = self._open()
         self._reader = ResponseReader(max_response_bytes)
         self._head = bytearray(RESPONSE_HEAD_BYTES + FETCH_LOCAL_TAIL_BYTES)
+        self._region: GrantedRegion | None = None  # the last range FETCH_LOCAL granted (docs §9.8)
 
     def _open(self) -> socket.socket:
         try:
@@ -134,7 +135,8 @@ class BrokerConnection:
     # -- lifecycle -----------------------------------------------------------
 
     def close(self) -> None:
-        """Close the socket; idempotent."""
+        """Close the socket (and a granted range's descriptor); idempotent."""
+        self._drop_region()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -167,13 +169,17 @@ class BrokerConnection:
         ``buffer`` must hold ``max_bytes`` (a broker never returns more); it is
         reused by the caller from fetch to fetch, so no per-fetch allocation
         is made.  The response is checked like any other (size bounds by
-        ``wire``'s ``ResponseReader``).  With ``short_circuit``, the same answer
-        through FETCH_LOCAL; a broker without it gets FETCH from then on.
+        ``wire``'s ``ResponseReader``).  With ``short_circuit``, the same bytes
+        read from the range the last FETCH_LOCAL granted (asked for again past
+        its end); a broker without FETCH_LOCAL gets FETCH from then on.
         """
         if len(buffer) < max_bytes:
             raise ValueError(f"a buffer of {len(buffer)} bytes cannot hold a fetch of {max_bytes}")
         part = FetchPart(topic, partition, offset, max_bytes)
         if self.short_circuit:
+            region = self._region
+            if region is not None and region.covers(topic, partition, offset, max_bytes):
+                return ErrorCode.NO_ERROR, self._read_granted(region, memoryview(buffer)[:max_bytes], offset)
             try:
                 return self._fetch_local_into(part, memoryview(buffer))
             except BlockingExtensionNotSupported:
@@ -188,31 +194,43 @@ class BrokerConnection:
         return code, size
 
     def _fetch_local_into(self, part: FetchPart, buffer: memoryview) -> tuple[ErrorCode, int]:
-        """FETCH_LOCAL (docs §9.8): the answer inline, or read from the descriptor it carries."""
-        self._send(encode_request(FetchLocalRequest(part)))
+        """FETCH_LOCAL (docs §9.8) for the rest of the segment: the answer inline (at most
+        ``part.max_bytes``), or a granted range that this fetch and the next ones read from."""
+        wide = FetchPart(part.topic, part.partition, part.offset, INT32_MAX)
+        self._send(encode_request(FetchLocalRequest(wide, part.max_bytes)))
         fds: list[int] = []
         try:
             head = memoryview(self._head)
             self._receive_exactly(head, RequestType.FETCH_LOCAL, fds=fds, answer_start=True)
             code, payload = self._checked(lambda: self._reader.decode_head(head[:RESPONSE_HEAD_BYTES]))
             position, length = self._checked(lambda: decode_fetch_local_tail(payload, head[RESPONSE_HEAD_BYTES:]))
-            self._check_fits(length, part.max_bytes, len(buffer))
             if len(fds) != (position != FETCH_LOCAL_INLINE):
                 self.close()
                 raise BrokerConnectionError(
                     f"{self.host}:{self.port} sent {len(fds)} descriptors with a FETCH_LOCAL answer at {position}")
             if position == FETCH_LOCAL_INLINE:
+                self._check_fits(length, part.max_bytes, len(buffer))
                 self._receive_exactly(buffer[:length], RequestType.FETCH_LOCAL)
                 return code, length
-            try:
-                return code, read_range(fds[0], buffer[:length], position)
-            except OSError as exc:
-                self.close()
-                raise BrokerConnectionError(f"reading the segment file of {part.topic}-{part.partition} "
-                                            f"that {self.host}:{self.port} passed failed: {exc}") from exc
+            self._drop_region()
+            self._region = GrantedRegion(part.topic, part.partition, part.offset, fds.pop(), position, length)
+            return code, self._read_granted(self._region, buffer[:part.max_bytes], part.offset)
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _read_granted(self, region: GrantedRegion, view: memoryview, offset: int) -> int:
+        try:
+            return region.read_into(view, offset)
+        except OSError as exc:
+            self.close()
+            raise BrokerConnectionError(f"reading the segment file of {region.topic}-{region.partition} "
+                                        f"that {self.host}:{self.port} passed failed: {exc}") from exc
+
+    def _drop_region(self) -> None:
+        if self._region is not None:
+            self._region.close()
+            self._region = None
 
     def _checked(self, decode):  # type: ignore[no-untyped-def]
         """``decode()``, its RemoteProtocolError closing the connection as a BrokerConnectionError."""
@@ -278,13 +296,6 @@ class BrokerConnection:
         frame = self._call(encode_request(CreateTopicRequest(topic, partitions)))
         self._expect_no_error(frame, "CREATE_TOPIC")
         return self._decode(decode_create_topic_payload, frame.payload)
-
-    def probe_partition_count(self, topic: str) -> TopicPartitions:
-        """The FETCH probe of ``trikafka.client.topics`` over this connection (any 0.7 broker)."""
-        probe = PartitionProbe(topic)
-        while probe.result is None:
-            probe.feed([r.error for r in self.multifetch(probe.parts())])
-        return probe.result
 
     # -- plumbing ------------------------------------------------------------
 
@@ -380,15 +391,3 @@ class BrokerConnection:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
 
-
-def partition_counts(host: str, port: int, topics: Iterable[str] = (), *,
-                     timeout_s: float = DEFAULT_TIMEOUT_S) -> PartitionCounts:
-    """The blocking twin of ``trikafka.client.partition_counts``: METADATA, else the probe."""
-    topics = list(topics)
-    try:
-        with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
-            return counts_from_metadata(conn.metadata(topics), topics)
-    except BlockingExtensionNotSupported:
-        pass
-    with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
-        return PartitionCounts({t: conn.probe_partition_count(t) for t in topics}, None)

@@ -99,10 +99,21 @@ class FetchRequest:
 @dataclass(frozen=True, slots=True)
 class FetchLocalRequest:
     """FETCH_LOCAL (type 104): FETCH's body and answer; on the broker's Unix-domain listener
-    the answer may be a segment file's descriptor instead of its bytes (docs §9.8)."""
+    the answer may be a segment file's descriptor instead of its bytes (docs §9.8).
+
+    ``part.max_bytes`` bounds an answer passed as a descriptor, ``inline_max_bytes`` one
+    sent inline (None: the field is left out, and ``part.max_bytes`` bounds both)."""
 
     part: FetchPart
+    inline_max_bytes: int | None = None
     type = RequestType.FETCH_LOCAL
+
+    @property
+    def inline_part(self) -> FetchPart:
+        """The FETCH whose answer goes inline when no descriptor can carry the answer."""
+        if self.inline_max_bytes is None:
+            return self.part
+        return FetchPart(self.part.topic, self.part.partition, self.part.offset, self.inline_max_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +264,12 @@ EXTENSION_BODIES: dict[RequestType, tuple[Callable[[Any], list[bytes]], Callable
 def _encode_body(req: Request) -> list[bytes]:
     if isinstance(req, ProduceRequest):
         return _encode_produce_part(req.part)
-    if isinstance(req, (FetchRequest, FetchLocalRequest)):
+    if isinstance(req, FetchRequest):
         return [_encode_fetch_part(req.part)]
+    if isinstance(req, FetchLocalRequest):
+        inline = req.inline_max_bytes
+        tail = [] if inline is None else [_INT32.pack(_check_int("inline_max_bytes", inline, INT32_MIN, INT32_MAX))]
+        return [_encode_fetch_part(req.part), *tail]
     if isinstance(req, MultiFetchRequest):
         return [_encode_count(len(req.parts))] + [_encode_fetch_part(p) for p in req.parts]
     if isinstance(req, MultiProduceRequest):
@@ -317,7 +332,8 @@ def _decode_body(kind: RequestType, cur: FieldCursor) -> Request:
     if kind == RequestType.FETCH:
         return FetchRequest(_fetch_part(cur))
     if kind == RequestType.FETCH_LOCAL:
-        return FetchLocalRequest(_fetch_part(cur))
+        part = _fetch_part(cur)  # inlineMaxSize is optional (docs §9.8)
+        return FetchLocalRequest(part, cur.int32("inlineMaxSize") if cur.remaining >= 4 else None)
     if kind == RequestType.MULTIFETCH:
         return MultiFetchRequest(tuple(_fetch_part(cur) for _ in range(cur.count("part count"))))
     if kind == RequestType.MULTIPRODUCE:
