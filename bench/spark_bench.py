@@ -27,7 +27,7 @@ Noop runs report wall seconds and the CPU seconds of the whole process tree
 (this process, the JVM, Spark's Python workers, the brokers), which load from
 other processes disturbs much less.
 
-Run: ``python bench/spark_bench.py`` (2M x 200 B, a few minutes),
+Run: ``python bench/spark_bench.py`` (2M x 200 B, about 3 minutes),
 ``--master local-cluster[2,1,1024]`` for separate executor JVMs, or
 ``--messages 200000`` for a quick look.
 Figures are msgs/s and MB/s of payload (1 MB = 10^6 bytes).
@@ -232,7 +232,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="processes for the parallel plain read")
     parser.add_argument("--master", default="local[2]",
                         help="e.g. local-cluster[2,1,1024] (2 executor JVMs of 1 core and 1 GiB each)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the noop-sink runs")
+    # Ten: on a shared 2-core machine one round's ratio ranges from about 70% to 170%, and the
+    # best of three rounds still moved by 10 points from run to run (a round takes ~10 s).
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds of the noop-sink runs")
     parser.add_argument("--fetch-bytes", type=int, help="the source's fetchSize (default: the source's)")
     parser.add_argument("--floor-batch-rows", type=int, default=5000, help="rows per synthetic RecordBatch")
     parser.add_argument("--prefetch", action="store_true", help="the source's prefetch option (a fetch thread per task)")
