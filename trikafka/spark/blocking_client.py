@@ -166,9 +166,11 @@ class BrokerConnection:
                    buffer: bytearray) -> tuple[ErrorCode, int]:
         """FETCH (spec §6.2) with the returned bytes written to ``buffer[:size]``: (error, size).
 
-        ``buffer`` must hold ``max_bytes`` (a broker never returns more); it is
-        reused by the caller from fetch to fetch, so no per-fetch allocation
-        is made.  The response is checked like any other (size bounds by
+        ``buffer`` must hold ``max_bytes``; it is reused by the caller from fetch
+        to fetch, so no per-fetch allocation is made.  It grows, in place, for an
+        answer longer than ``max_bytes``: a compacted log's synthesized padding
+        entry makes one (docs §11.3.2), so the caller holds no view of it across
+        calls.  The response is checked like any other (size bounds by
         ``wire``'s ``ResponseReader``).  With ``short_circuit``, the same bytes
         read from the range the last FETCH_LOCAL granted (asked for again past
         its end); a broker without FETCH_LOCAL gets FETCH from then on.
@@ -181,7 +183,7 @@ class BrokerConnection:
             if region is not None and region.covers(topic, partition, offset, max_bytes):
                 return ErrorCode.NO_ERROR, self._read_granted(region, memoryview(buffer)[:max_bytes], offset)
             try:
-                return self._fetch_local_into(part, memoryview(buffer))
+                return self._fetch_local_into(part, buffer)
             except BlockingExtensionNotSupported:
                 self.short_circuit = False  # an older broker (docs §9.1): FETCH on a new connection
                 self._sock = self._open()
@@ -189,11 +191,11 @@ class BrokerConnection:
         head = memoryview(self._head)[:RESPONSE_HEAD_BYTES]
         self._receive_exactly(head, RequestType.FETCH)
         code, size = self._checked(lambda: self._reader.decode_head(head))
-        self._check_fits(size, max_bytes, len(buffer))
+        _make_room(buffer, size)
         self._receive_exactly(memoryview(buffer)[:size], RequestType.FETCH)
         return code, size
 
-    def _fetch_local_into(self, part: FetchPart, buffer: memoryview) -> tuple[ErrorCode, int]:
+    def _fetch_local_into(self, part: FetchPart, buffer: bytearray) -> tuple[ErrorCode, int]:
         """FETCH_LOCAL (docs §9.8) for the rest of the segment: the answer inline (at most
         ``part.max_bytes``), or a granted range that this fetch and the next ones read from."""
         wide = FetchPart(part.topic, part.partition, part.offset, INT32_MAX)
@@ -209,12 +211,12 @@ class BrokerConnection:
                 raise BrokerConnectionError(
                     f"{self.host}:{self.port} sent {len(fds)} descriptors with a FETCH_LOCAL answer at {position}")
             if position == FETCH_LOCAL_INLINE:
-                self._check_fits(length, part.max_bytes, len(buffer))
-                self._receive_exactly(buffer[:length], RequestType.FETCH_LOCAL)
+                _make_room(buffer, length)
+                self._receive_exactly(memoryview(buffer)[:length], RequestType.FETCH_LOCAL)
                 return code, length
             self._drop_region()
             self._region = GrantedRegion(part.topic, part.partition, part.offset, fds.pop(), position, length)
-            return code, self._read_granted(self._region, buffer[:part.max_bytes], part.offset)
+            return code, self._read_granted(self._region, memoryview(buffer)[:part.max_bytes], part.offset)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -239,11 +241,6 @@ class BrokerConnection:
         except RemoteProtocolError as exc:
             self.close()
             raise BrokerConnectionError(f"bad response framing from {self.host}:{self.port}: {exc}") from exc
-
-    def _check_fits(self, size: int, max_bytes: int, room: int) -> None:
-        if size > room:  # a compacted log's synthesized padding entry may pass max_bytes (docs §11.3)
-            self.close()
-            raise BrokerConnectionError(f"{self.host}:{self.port} answered a fetch of {max_bytes} bytes with {size} bytes")
 
     def multifetch(self, parts: Sequence[FetchPart]) -> list[FetchResult]:
         """MULTIFETCH (spec §6.3): one result per part, in request order."""
@@ -391,3 +388,9 @@ class BrokerConnection:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
 
+
+def _make_room(buffer: bytearray, size: int) -> None:
+    """Grow ``buffer`` to ``size`` bytes if it is shorter (the answer's size is already bounded
+    by ``max_response_bytes``)."""
+    if size > len(buffer):
+        buffer.extend(bytes(size - len(buffer)))
