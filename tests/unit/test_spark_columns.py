@@ -56,9 +56,11 @@ def test_a_batch_owns_its_memory_so_the_receive_buffer_can_be_reused():  # type:
     assert [r["payload"] for r in batch.to_pylist()] == [m.payload for m in iter_messages(data, 100)]
 
 
-def test_layout_caches_stay_bounded():  # type: ignore[no-untyped-def]
-    builder = RecordBatchBuilder(KEY, arrow_schema())
-    for size in range(4, 60):
-        batch = builder.build(decode_fetched(build_message_set([b"v" * size] * 12), 0))
+def test_layout_caches_stay_bounded_and_serve_every_task():  # type: ignore[no-untyped-def]
+    from trikafka.spark import columns
+
+    for size in range(4, 60):  # a new builder (task) for each batch: the caches are the worker's
+        batch = RecordBatchBuilder(KEY, arrow_schema()).build(decode_fetched(build_message_set([b"v" * size] * 12), 0))
         assert batch.column("payload").to_pylist() == [b"v" * size] * 12
-    assert len(builder._positions) <= 16 and len(builder._ends) <= 16
+        assert batch.column("offset").to_pylist() == [i * (size + 10) for i in range(12)]
+    assert len(columns._POSITIONS) <= 16 and len(columns._ENDS) <= 16
