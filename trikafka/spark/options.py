@@ -50,9 +50,10 @@ from .cluster import BrokerAddress, ClusterConfigError, StaticCluster, ZooKeeper
 from .offsets import EARLIEST, LATEST, OffsetSpec, OffsetSpecError, parse_offset_spec
 
 # 1 MiB (one fetch is one RecordBatch, ~5,000 rows of 200 B): with short-circuit reads a fetch
-# inside a granted range costs no request, and a 1 MiB fetch's decoding stays in the core's cache
-# and its batch in the JVM's Arrow pool; bench/spark_bench.py --unix-sockets gave 86-91% of the
-# floor in batch (4 runs) against 82-88% with 4 MiB (5 runs), and over TCP 78-79% against 77%.
+# inside a granted range costs no request, so only the decoding and Spark's side see the size;
+# bench/spark_bench.py --unix-sockets gave 86-91% of the floor in batch (4 runs) against 82-88%
+# with 4 MiB (5 runs), and over TCP 78-79% against 77%.  Likely why (not measured apart): a
+# 1 MiB fetch is decoded within the core's 2 MiB cache, and the JVM's batches stay small.
 DEFAULT_FETCH_BYTES = 1024 * 1024
 DEFAULT_MAX_FETCH_BYTES = 100 * 1024 * 1024
 # Smallest useful fetch: one entry prefix plus a magic-1 header.
