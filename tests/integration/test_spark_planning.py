@@ -58,7 +58,7 @@ def test_options_defaults_and_case_insensitivity():
     opts = parse_options({"BROKERS": "0:127.0.0.1:1", "Topics": "a, b,a", "MAXBYTESPERTRIGGER": "100"})
     assert opts.topics == ("a", "b")
     assert opts.starting.kind == "earliest" and opts.ending.kind == "latest"
-    assert (opts.fetch_bytes, opts.max_bytes_per_trigger, opts.fail_on_data_loss) == (4 << 20, 100, True)
+    assert (opts.fetch_bytes, opts.max_bytes_per_trigger, opts.fail_on_data_loss) == (1 << 20, 100, True)
     explicit = parse_options({"brokers": "0:h:1", "topics": "a", "startingOffsets": '{"a": {"0-0": 42}}'})
     assert explicit.starting.explicit_offsets == {PartitionKey("a", 0, 0): 42}
 
