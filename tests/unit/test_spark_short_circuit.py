@@ -117,6 +117,14 @@ def test_a_granted_range_serves_the_fetches_inside_it(tmp_path: Path, segment: i
                         FetchLocalRequest(FetchPart("t", 1, 0, wide), 500)]
 
 
+def test_an_empty_or_failed_descriptor_answer_grants_nothing(tmp_path: Path, segment: int) -> None:
+    empty = encode_fetch_local_descriptor(FileRegion(None, 100, 0))
+    assert _fetch(tmp_path / "s", lambda c: _send_with(c, empty, [segment])) == (ErrorCode.NO_ERROR, b"")
+    failed = bytearray(encode_fetch_local_descriptor(FileRegion(None, 100, 500)))
+    failed[4:6] = int(ErrorCode.OFFSET_OUT_OF_RANGE).to_bytes(2, "big")
+    assert _fetch(tmp_path / "t", lambda c: _send_with(c, bytes(failed), [segment])) == (ErrorCode.OFFSET_OUT_OF_RANGE, b"")
+
+
 def test_an_inline_answer_is_read_from_the_socket(tmp_path: Path) -> None:
     frame = chunks_to_bytes(encode_fetch_local_response(ErrorCode.NO_ERROR, DATA[:300]))
     assert _fetch(tmp_path / "s", lambda c: c.sendall(frame)) == (ErrorCode.NO_ERROR, DATA[:300])

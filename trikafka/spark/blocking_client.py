@@ -214,6 +214,8 @@ class BrokerConnection:
                 _make_room(buffer, length)
                 self._receive_exactly(memoryview(buffer)[:length], RequestType.FETCH_LOCAL)
                 return code, length
+            if code != ErrorCode.NO_ERROR or not length:
+                return code, 0  # never sent so (§9.8): nothing to read, nothing to keep
             self._drop_region()
             self._region = GrantedRegion(part.topic, part.partition, part.offset, fds.pop(), position, length)
             return code, self._read_granted(self._region, memoryview(buffer)[:part.max_bytes], part.offset)
