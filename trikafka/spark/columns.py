@@ -71,7 +71,7 @@ _MIN_CACHED = 1 << 14  # entries a cached column covers at least
 # stride -> int64 i * stride, payload size -> int32 i * size: they depend on the layout only, so
 # every task of a (reused) Spark worker shares them instead of building ~2 ms of them per task.
 _POSITIONS: dict[int, pa.Array] = {}
-_ENDS: dict[int, pa.Buffer] = {}
+_ENDS: dict[int, pa.Array] = {}
 
 
 class RecordBatchBuilder:
@@ -123,21 +123,18 @@ class RecordBatchBuilder:
                     pc.add_checked(pa.array(piece.next_offsets, int64), base),
                     pa.array(piece.payloads, pa.binary()))
         count, start = piece.count, pa.scalar(base_offset + piece.pos, int64)
-        positions = _POSITIONS.get(piece.stride)
-        if positions is None or len(positions) <= count:
-            positions = _POSITIONS[piece.stride] = _grown(
-                _POSITIONS, pa.array(range(0, max(count + 1, _MIN_CACHED) * piece.stride, piece.stride), int64))
-        size = piece.payload_bytes
-        ends = _ENDS.get(size)
-        if ends is None or ends.size < 4 * (count + 1):
-            ends = _ENDS[size] = _grown(
-                _ENDS, pa.array(range(0, max(count + 1, _MIN_CACHED) * size, size), pa.int32()).buffers()[1])
+        positions = _multiples(_POSITIONS, piece.stride, count, int64)
+        ends = _multiples(_ENDS, piece.payload_bytes, count, pa.int32()).buffers()[1].slice(0, 4 * (count + 1))
         return (pc.add_checked(positions.slice(0, count), start), pc.add_checked(positions.slice(1, count), start),
-                pa.Array.from_buffers(pa.binary(), count, [None, ends.slice(0, 4 * (count + 1)), piece.payloads]))
+                pa.Array.from_buffers(pa.binary(), count, [None, ends, piece.payloads]))
 
 
-def _grown(cache: dict, made: object) -> object:
-    """``made``, to be stored in ``cache``: a cache of more than ``_MAX_CACHED`` layouts starts over."""
-    if len(cache) >= _MAX_CACHED:
-        cache.clear()
-    return made
+def _multiples(cache: dict[int, pa.Array], step: int, count: int, kind: pa.DataType) -> pa.Array:
+    """``i * step`` for ``i`` in ``0..count`` at least, from ``cache`` (built when missing or
+    short; a cache of more than ``_MAX_CACHED`` layouts starts over)."""
+    found = cache.get(step)
+    if found is None or len(found) <= count:
+        if len(cache) >= _MAX_CACHED:
+            cache.clear()
+        found = cache[step] = pa.array(range(0, max(count + 1, _MIN_CACHED) * step, step), kind)
+    return found
