@@ -1,4 +1,4 @@
-"""trikafka's extensions (spec §16): PRODUCE_ACKED and FETCH_WAIT.
+"""trikafka's extensions (spec §9): PRODUCE_ACKED and FETCH_WAIT.
 
 Timing is checked exactly: these brokers run on ``FakeFileSystem`` with
 ``inline_blocking`` (no worker threads) and talk over in-memory streams, so

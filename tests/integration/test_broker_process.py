@@ -2,7 +2,7 @@
 
 The broker runs as a child on a free loopback port; the test talks to it over
 TCP, signals it by PID, and checks the exit code, the clean-shutdown marker
-and that a restarted broker serves the data (spec §10.4-§10.5).
+and that a restarted broker serves the data (spec §7.2-§7.3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 0.7 protocol against the in-process broker on loopback (spec §2-§7, §9).
+"""The 0.7 protocol against the in-process broker on loopback (spec §2-§7, §9.6).
 
 Every test starts a real broker with ``nursery.start(serve, config)`` on port
 0.  Produces have no response, so a test that must know a produce was handled
@@ -92,7 +92,7 @@ async def test_data_is_invisible_until_flushed(broker):
     assert await client.offsets("t", 0, -1) == [len(data), 0]
 
 
-async def test_fetch_error_table_of_section_6_2(broker):
+async def test_fetch_error_table_of_section_5_2(broker):
     client = await RawClient.connect(broker.port)
     data = messages(b"0123456789")
     await produce_and_flush(client, broker, ProducePart("t", 0, data))
@@ -141,7 +141,7 @@ async def test_multifetch_negative_count_closes(broker):
     await client.assert_closed()
 
 
-async def test_offsets_rules_of_section_6_5(broker):
+async def test_offsets_rules_of_section_5_5(broker):
     client = await RawClient.connect(broker.port)
     assert await client.offsets("fresh", 0, -1, 0) == [0]  # no log: [0] whatever maxNumOffsets
     assert await client.offsets("fresh", 1, -2, -7) == [0]
@@ -192,7 +192,7 @@ async def test_invalid_message_closes_but_the_log_is_created_first(broker):
     client = await RawClient.connect(broker.port)
     await client.send(ProduceRequest(ProducePart("t", 1, bytes(bad))))
     await client.assert_closed()
-    # §6.1 step 4: the log exists (empty) even though the set was rejected.
+    # §5.1 step 3: the log exists (empty) even though the set was rejected.
     assert snapshot(broker.config.log_dir) == {os.path.join("t-1", "0" * 20 + ".kafka"): b""}
 
 

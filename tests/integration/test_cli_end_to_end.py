@@ -121,7 +121,7 @@ async def test_client_errors_are_one_line_and_a_nonzero_exit(tmp_path):
 
 @pytest.mark.zookeeper
 async def test_topics_lists_what_zookeeper_has_registered(tmp_path, zk_chroot, zk_admin):
-    """``topics --zk`` lists every registered topic (§11.3) and asks each broker (§11.2) for offsets."""
+    """``topics --zk`` lists every registered topic and asks each broker for offsets (§8.2)."""
     async with serve_process(tmp_path / "one", "--num-partitions", "2") as (first, port_one), \
             serve_process(tmp_path / "two") as (second, port_two):
         await produce(port_one, "clicks", lines("a", "b"), "--acks", "-1", "--partition", "1")

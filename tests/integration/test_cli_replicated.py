@@ -2,7 +2,7 @@
 
 Three real brokers on a real ZooKeeper serve a replicated topic (docs/protocol.md
 §12); the CLI is given a broker that does not lead the partition and must find
-the leader through METADATA (§12.12).
+the leader through METADATA (§12.13).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ async def test_multiproduce_multifetch_and_offsets():
         async with Connection.open(broker.host, broker.port) as conn:  # over loopback TCP
             await conn.multiproduce([("x", 0, SET_A), ("y", 2, SET_B), ("x", 0, SET_B)])
             # Requests on one connection are handled in order: the sets are appended once this
-            # answers.  They become visible when flushed (spec §10.4), which the test does now.
+            # answers.  They become visible when flushed (spec §7.2), which the test does now.
             await conn.offsets("x", 0, -2, 1)
             await broker.broker.flush_all()
             results = await conn.multifetch([("x", 0, 0, 1 << 20), ("y", 2, 0, 5), ("y", 9, 0, 5), ("none", 0, 0, 5)])

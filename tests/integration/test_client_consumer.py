@@ -1,4 +1,4 @@
-"""SimpleConsumer against the real broker in-process (trikafka.testing): spec §5 offsets, §8
+"""SimpleConsumer against the real broker in-process (trikafka.testing): spec §4 offsets, §5.2
 partial tails and oversized first entries, long poll and 0.7 fallback (virtual time)."""
 
 import pytest

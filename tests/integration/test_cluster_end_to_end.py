@@ -1,5 +1,5 @@
 """A two-broker cluster end to end: real ``trikafka serve`` processes registered in
-the real ZooKeeper (spec §11.2-11.3), a producer that finds them there (§11.6),
+the real ZooKeeper (spec §8.2), a producer that finds them there (§8.5),
 and the command-line tools on top.
 
 Each test gets its own chroot on the shared ZooKeeper server, so the brokers
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.zookeeper
 
 HOST = "127.0.0.1"
 PARTITIONS_PER_BROKER = 2
-# Every (broker, partition) of a topic both brokers registered, in §11.6 order.
+# Every (broker, partition) of a topic both brokers registered, in §8.5 order.
 ALL_PARTITIONS = [BrokerPartition(b, p) for b in (1, 2) for p in range(PARTITIONS_PER_BROKER)]
 # A short flush timer, so what acks=0 sends becomes visible to fetches quickly.
 BROKER_FLAGS = ("--num-partitions", str(PARTITIONS_PER_BROKER),
@@ -152,7 +152,7 @@ def assert_logs_hold_exactly(logs, sent) -> None:
 
 
 def assert_keyed_routing(keys, results, partitions) -> None:
-    """A keyed message goes to ``partitions[abs(java_hash(key)) % n]`` (§11.6)."""
+    """A keyed message goes to ``partitions[abs(java_hash(key)) % n]`` (§8.5)."""
     hash_partitioner = HashPartitioner()
     for key, result in zip(keys, results):
         expected = partitions[hash_partitioner(key, len(partitions))]
@@ -170,13 +170,13 @@ async def test_producer_finds_both_brokers_through_zookeeper_with_acks_minus_1_a
         acked: list = []  # (topic, payload, SendResult)
         async with Producer(zk_connect=zk_chroot, acks=-1, rng=random.Random(7)) as producer:
             assert producer.discovery.view.brokers == {1: (HOST, ports[1]), 2: (HOST, ports[2])}
-            # Nobody has registered these topics yet: partition 0 of every live broker (§11.6).
+            # Nobody has registered these topics yet: partition 0 of every live broker (§8.5).
             for topic in topics:
                 payloads = [f"{topic} first {i}".encode() for i in range(20)]
                 results = await producer.send_batch(topic, payloads)
                 assert {(r.broker_id, r.partition) for r in results} == {(1, 0), (2, 0)}
                 acked += [(topic, p, r) for p, r in zip(payloads, results)]
-            # Creating the logs made each broker register the topic (§11.3): 2 x 2 partitions now.
+            # Creating the logs made each broker register the topic (§8.2): 2 x 2 partitions now.
             for topic in topics:
                 await wait_for_view(producer, lambda: producer.discovery.partitions(topic) == ALL_PARTITIONS)
             for topic in topics:
@@ -243,7 +243,7 @@ async def test_command_line_produce_through_zookeeper_then_consume_and_list(tmp_
                                for b in (1, 2) for p in range(PARTITIONS_PER_BROKER)}
         assert sum(listed.values()) == sum(ENTRY_OVERHEAD_BYTES + len(line.encode()) for line in sent)
         # Spread over both brokers.  (Which partitions beyond 0 got lines depends on when the
-        # producer saw the topic registered: before that it only knows partition 0, §11.6.)
+        # producer saw the topic registered: before that it only knows partition 0, §8.5.)
         assert {broker.split(":")[0] for (_t, _p, broker), size in listed.items() if size > 0} == {"1", "2"}
 
         # One consumer per listed partition, each following until every line has arrived somewhere.
@@ -319,7 +319,7 @@ async def test_a_stopped_broker_deregisters_and_gets_traffic_again_after_a_resta
 
 
 async def test_a_broker_answers_no_request_before_it_is_registered(tmp_path, zk_chroot, no_kazoo_thread_leaks):
-    """§11.2: listening first, then registered, and only then serving.  ZooKeeper is
+    """§8.2: listening first, then registered, and only then serving.  ZooKeeper is
     held back by a proxy while a client is already connected and waiting."""
     chroot = zk_chroot[zk_chroot.index("/"):]
     port = free_port()  # known in advance: the client must connect before serve() reports

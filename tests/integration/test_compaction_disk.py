@@ -22,7 +22,7 @@ FETCH_BYTES = 300 * 1024  # a 0.7 consumer's fetch.size
 
 
 def read_like_a_07_consumer(log: Log) -> tuple[list, int]:
-    """Fetch from 0 with a fixed fetch size, advance by the valid bytes (spec §8)."""
+    """Fetch from 0 with a fixed fetch size, advance by the valid bytes (spec §5.2)."""
     offset, messages, fetches = 0, [], 0
     while offset < log.visible_end:
         data = log.read(offset, FETCH_BYTES).read()

@@ -398,7 +398,7 @@ async def test_compressed_wrappers_are_unpacked_with_0_7_offsets(world, codec):
     async with member(world, {"t": 1}, "c1") as consumer:
         messages = await take(consumer, 5)
     assert [m.payload for m in messages] == [b"plain", *inner, b"tail"]
-    # Spec §5: inner messages report the wrapper's start, the last one its end.
+    # Spec §4: inner messages report the wrapper's start, the last one its end.
     assert [m.next_offset for m in messages[1:4]] == [wrapper_start, wrapper_start, wrapper_end]
     assert all(m.offset == wrapper_start for m in messages[1:4])
     assert messages[-1].next_offset == wrapper_end + len(sets[2])

@@ -48,7 +48,7 @@ async def test_without_partition_counts_the_broker_picks_the_partition(nursery, 
         for _ in range(20):
             results.append(await (await producer.send("t", b"single")))
     assert {r.broker_id for r in results} == {0}
-    # partition -1 (§6.1 step 1): the broker chose one per request and said which
+    # partition -1 (§5.1 step 1): the broker chose one per request and said which
     assert all(0 <= r.partition < 4 for r in results)
     assert len({r.partition for r in results}) > 1
     for r in results[:40]:

@@ -1,7 +1,7 @@
 """The producer with real ZooKeeper discovery and real brokers joining and leaving.
 
 The brokers here run standalone; each test registers them itself, one
-ZooKeeper session per broker, with the bytes of spec §11.2-11.3, so closing a
+ZooKeeper session per broker, with the bytes of spec §8.2, so closing a
 broker's session removes its ephemerals exactly as a broker dying would.
 """
 
@@ -47,7 +47,7 @@ async def start_broker(nursery, tmp_path, zk_connect: str, broker_id: int, parti
     broker = await nursery.start(run)
     session = KazooCoordinator(zk_connect)
     await session.start()
-    value = f"127.0.0.1-1349990000123:127.0.0.1:{broker.port}".encode()  # §11.2
+    value = f"127.0.0.1-1349990000123:127.0.0.1:{broker.port}".encode()  # §8.2
     await session.create(f"/brokers/ids/{broker_id}", value, ephemeral=True, makepath=True)
     return RunningBroker(broker_id, config, broker, session, scope)
 

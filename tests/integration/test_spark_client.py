@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.spark]
 
 def test_requests_round_trip_through_a_real_broker(broker_cluster, unique_topic):
     with broker_cluster.connect(0) as conn:
-        assert conn.visible_end(unique_topic, 1) == 0  # no log yet (spec §6.5 step 1)
+        assert conn.visible_end(unique_topic, 1) == 0  # no log yet (spec §5.5)
         (result,) = conn.produce_acked([ProducePart(unique_topic, 1, build_message_set([b"hello"]))])
         assert (result.error, result.base_offset, result.next_offset) == (ErrorCode.NO_ERROR, 0, 15)
         assert conn.visible_end(unique_topic, 1) == 15 and conn.log_start(unique_topic, 1) == 0
@@ -44,7 +44,7 @@ def test_requests_round_trip_through_a_real_broker(broker_cluster, unique_topic)
 def test_a_request_the_broker_rejects_by_closing_raises(broker_cluster, unique_topic):
     with broker_cluster.connect(1) as conn:
         with pytest.raises(BrokerConnectionError, match="closed the connection"):
-            conn.offsets(unique_topic, 99, -1, 1)  # invalid partition: 0.7 closes (spec §6.5)
+            conn.offsets(unique_topic, 99, -1, 1)  # invalid partition: 0.7 closes (spec §5.5)
         assert conn.closed
         with pytest.raises(BrokerConnectionError, match="closed"):
             conn.visible_end(unique_topic, 0)

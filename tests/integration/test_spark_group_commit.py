@@ -1,7 +1,7 @@
 """commitToGroup's fenced commit against a real ZooKeeper: a load never overwrites a live member's offset.
 
 A group member owns a partition through the ephemeral node
-``/consumers/<g>/owners/<topic>/<broker>-<partition>`` (spec §11.4), created
+``/consumers/<g>/owners/<topic>/<broker>-<partition>`` (spec §8.3), created
 here by a second session exactly as a member's rebalance creates it.
 """
 

@@ -1,7 +1,7 @@
 """The trikafka source with the ZooKeeper registry: discovery, topic patterns, group offsets.
 
 The brokers run standalone, so each test writes their registration znodes
-itself, exactly as spec §11.2/§11.3 lays them out (``/brokers/ids/<id>`` =
+itself, exactly as spec §8.2 lays them out (``/brokers/ids/<id>`` =
 ``creator:host:port``, ``/brokers/topics/<t>/<id>`` = partition count).
 """
 
@@ -43,7 +43,7 @@ def _group_offset(client: KazooClient, group: str, topic: str, name: str) -> int
 def test_pattern_discovery_group_start_and_commit(tk, spark, broker_cluster, registry, zk_chroot, unique_topic):
     topic_a, topic_b, other = f"{unique_topic}-a", f"{unique_topic}-b", f"{unique_topic}-other"
     register_topic(registry, topic_a, {0: 2, 1: 2})
-    register_topic(registry, topic_b, {1: 1})  # broker 0 holds only "virtual" partition 0 (spec §9)
+    register_topic(registry, topic_b, {1: 1})  # broker 0 holds only "virtual" partition 0 (spec §8.5)
     register_topic(registry, other, {0: 1})
     expected_a, expected_b = tk.Expected(topic_a), tk.Expected(topic_b)
     for broker, partition in [(0, 0), (0, 1), (1, 0), (1, 1)]:

@@ -1,4 +1,4 @@
-"""The broker's ZooKeeper side (spec §11.2, §11.3): registration values byte for
+"""The broker's ZooKeeper side (spec §8.2): registration values byte for
 byte, topics at startup and on creation, re-registration after session expiry
 and after a ZooKeeper restart, refusal of a duplicate id, deregistration.
 
@@ -86,7 +86,7 @@ async def test_startup_registers_the_id_and_every_topic_on_disk(zk_harness, zk_c
         assert (await observer.get("/brokers/topics/big/3"))[0] == b"8"  # topic.partition.count.map
         for parent in ("/brokers", "/brokers/ids", "/brokers/topics", "/brokers/topics/old"):
             parent_data, parent_stat = await observer.get(parent)
-            assert (parent_data, parent_stat.ephemeral_owner) == (b"", 0)  # §11.1: persistent, empty
+            assert (parent_data, parent_stat.ephemeral_owner) == (b"", 0)  # §8.1: persistent, empty
         assert state.registration.value == data
         nursery.cancel_scope.cancel()
     logs.close()

@@ -79,7 +79,7 @@ async def test_invalid_paths_are_refused_before_any_request(zk_harness, zk_clock
 async def test_makepath_children_and_recursive_delete(zk_harness, zk_clock):
     async with zk_harness.client() as zk:
         await zk.create("/x/y/z", b"leaf", makepath=True)
-        assert (await zk.get("/x/y"))[0] == b""  # parents: persistent, empty (§11.1)
+        assert (await zk.get("/x/y"))[0] == b""  # parents: persistent, empty (§8.1)
         for name in ("b", "a", "c"):
             await zk.create(f"/x/{name}", b"")
         assert await zk.children("/x") == ["a", "b", "c", "y"]

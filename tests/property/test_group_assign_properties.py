@@ -1,4 +1,4 @@
-"""Hypothesis properties of the 0.7 rebalance assignment (spec §11.5).
+"""Hypothesis properties of the 0.7 rebalance assignment (spec §8.3).
 
 The oracle below re-implements 0.7's ``ZookeeperConsumerConnector.rebalance``
 loop in a deliberately different shape: a ``compareTo``-style comparator over

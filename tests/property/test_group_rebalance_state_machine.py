@@ -1,4 +1,4 @@
-"""The consumer-group rebalancing state machine (spec §11.4-11.5), on both
+"""The consumer-group rebalancing state machine (spec §8.3), on both
 ZooKeeper backends.
 
 The Hypothesis machine is a *program generator*: its rules keep a small model

@@ -1,4 +1,4 @@
-"""A Hypothesis state machine for the log against an independent model of spec §6 and §10.
+"""A Hypothesis state machine for the log against an independent model of spec §5 and §7.
 
 The model is the byte stream appended so far, the flushed (visible) end, and
 the segments' starts, mtimes and first-append times, which it derives from the
@@ -196,7 +196,7 @@ class LogMachine(RuleBasedStateMachine):
         validated = validate_message_set(data)
         if data and torn_tail:
             first_entry = 4 + int.from_bytes(data[:4], "big")
-            data = data + data[:min(torn_tail, first_entry - 1)]  # a torn extra entry: dropped (spec §6.1)
+            data = data + data[:min(torn_tail, first_entry - 1)]  # a torn extra entry: dropped (spec §5.1)
         result = self.log.append(data)
         now = self.clock()
         valid = data[:validated.valid_bytes]
@@ -321,7 +321,7 @@ class LogMachine(RuleBasedStateMachine):
         self.model.visible_end = self.model.end  # close flushed everything
         self.model.flushed_messages = self.model.appended_messages
         for seg in self.model.segments:
-            seg.first_append_ms = None  # in memory only (spec §10.3)
+            seg.first_append_ms = None  # in memory only (spec §7.2)
 
     # -- reads ---------------------------------------------------------------------------------
 

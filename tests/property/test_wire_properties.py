@@ -55,7 +55,7 @@ def test_message_set_round_trip(payloads, shape, base_offset):
     assert scan_valid_prefix(data) == len(data)
     consumed = list(iter_messages(data, base_offset))
     assert [m.payload for m in consumed] == payloads
-    # §5: offsets never decrease; the last message's next offset is the end of the set
+    # §4: offsets never decrease; the last message's next offset is the end of the set
     next_offsets = [m.next_offset for m in consumed]
     assert next_offsets == sorted(next_offsets)
     if consumed:

@@ -1,4 +1,4 @@
-"""Broker configuration: defaults, 0.7 server.properties, TOML, command-line flags (spec §12.1)."""
+"""Broker configuration: defaults, 0.7 server.properties, TOML, command-line flags (spec §14.1)."""
 
 from __future__ import annotations
 

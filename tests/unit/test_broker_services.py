@@ -178,7 +178,7 @@ async def test_flush_requests_during_an_fsync_coalesce_into_one_more_flush(nurse
 
 async def test_a_roll_fsyncs_in_the_worker_while_other_logs_take_appends(nursery, tmp_path, fake_fs,
                                                                          autojump_clock, monkeypatch):
-    """The decision "fsync never runs on the event loop" holds for rolls (§10.3) too."""
+    """The decision "fsync never runs on the event loop" holds for rolls (§7.2) too."""
     release = trio.Event()
     rolls = []
     in_worker = False

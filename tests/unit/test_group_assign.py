@@ -1,4 +1,4 @@
-"""Unit tests for the pure 0.7 rebalance assignment (spec §11.5)."""
+"""Unit tests for the pure 0.7 rebalance assignment (spec §8.3)."""
 
 import pytest
 

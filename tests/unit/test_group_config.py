@@ -1,4 +1,4 @@
-"""GroupConfig: validation and the mapping from 0.7 ``consumer.properties`` names (spec §12.3)."""
+"""GroupConfig: validation and the mapping from 0.7 ``consumer.properties`` names (spec §14.3)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Unit tests for the consumer-registry codecs (spec §11.1, §11.4) and the Java regex subset.
+"""Unit tests for the consumer-registry codecs (spec §8.1, §8.3) and the Java regex subset.
 
 Expected Java results (regex matches, ``Long.toHexString``) were produced once
 with OpenJDK 17 and are written here as literals.

@@ -1,4 +1,4 @@
-"""Log: append, read, flush and roll tickets, offsets, retention, fail-stop (spec §6, §10).
+"""Log: append, read, flush and roll tickets, offsets, retention, fail-stop (spec §5, §7).
 
 The first tests port 0.7's ``LogTest`` scenarios (anchors B3).
 """
@@ -87,7 +87,7 @@ def test_read_out_of_range():
         with pytest.raises(OffsetOutOfRangeError) as info:
             log.read(bad, 1024)
         assert info.value.error_code == 1
-    assert log.read(7, 1024).read() == data[7:]  # misaligned reads are served as is (spec §5)
+    assert log.read(7, 1024).read() == data[7:]  # misaligned reads are served as is (spec §4)
     assert log.read(0, 0) is None
     with pytest.raises(ValueError):
         log.read(0, -1)
@@ -361,7 +361,7 @@ def test_roll_removes_a_stale_file_with_the_new_name():
     assert log.segments.starts == (0, 13)
 
 
-# -- offsets_before (spec §6.5, §13) ----------------------------------------------------------
+# -- offsets_before (spec §5.5, §15) ----------------------------------------------------------
 
 
 def test_offsets_worked_example():
@@ -398,7 +398,7 @@ def test_offsets_with_an_empty_last_segment_and_timestamps():
     assert log.offsets_before(now, 10, now) == [27, 13, 0]
 
 
-# -- retention (spec §10.6) -----------------------------------------------------------------
+# -- retention (spec §7.4) -----------------------------------------------------------------
 
 
 def make_segments(log, clock, sizes_payloads):

@@ -1,4 +1,4 @@
-"""LogManager: startup, clean-shutdown marker, topic creation and validation (spec §6.1, §10, §16.3)."""
+"""LogManager: startup, clean-shutdown marker, topic creation and validation (spec §5.1, §7, §9.7)."""
 
 import pytest
 
@@ -88,7 +88,7 @@ def test_clean_shutdown_writes_the_marker_and_the_next_start_skips_recovery():
     mgr2 = manager(fs)
     assert mgr2.recovered is False
     assert not fs.exists(MARKER) and fs.is_durable_entry(MARKER)  # removal made durable at once
-    assert mgr2.get("t", 0).end_offset == 18  # no scan after a clean shutdown (spec §10.5)
+    assert mgr2.get("t", 0).end_offset == 18  # no scan after a clean shutdown (spec §7.3)
 
 
 def test_missing_marker_forces_recovery():

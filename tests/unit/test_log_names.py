@@ -1,4 +1,4 @@
-"""Names on disk: topic validation (spec §16.3), partition directories and segment files (§10.1)."""
+"""Names on disk: topic validation (spec §9.7), partition directories and segment files (§7.1)."""
 
 import pytest
 

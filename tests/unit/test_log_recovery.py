@@ -1,4 +1,4 @@
-"""Loading and crash recovery of a partition directory (spec §10.2, §10.5; anchors B3, B4)."""
+"""Loading and crash recovery of a partition directory (spec §7.1, §7.3; anchors B3, B4)."""
 
 import pytest
 
@@ -82,7 +82,7 @@ def test_without_recovery_the_tail_is_not_scanned():
 
 def test_only_the_newest_segment_is_scanned():
     fs = FakeFileSystem()
-    older = entries(2) + bytes(5)  # corrupt, but older segments are trusted in full (spec §10.5 step 2)
+    older = entries(2) + bytes(5)  # corrupt, but older segments are trusted in full (spec §7.3)
     fs.write_file(SEG0, older)
     fs.write_file(DIR + "/%020d.kafka" % len(older), entries(1) + bytes(2))
     log = open_log(fs)

@@ -1,4 +1,4 @@
-"""Producer settings: 0.7 property names, broker lists, codecs, validation (spec §12.2)."""
+"""Producer settings: 0.7 property names, broker lists, codecs, validation (spec §14.2)."""
 
 from __future__ import annotations
 

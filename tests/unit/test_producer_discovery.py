@@ -1,4 +1,4 @@
-"""ZooKeeper discovery (spec §11.2, §11.3, §11.6) on FakeCoordinator, and routing through it."""
+"""ZooKeeper discovery (spec §8.2, §8.5) on FakeCoordinator, and routing through it."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ BP = BrokerPartition
 
 
 async def register_broker(zk, broker_id: int, host: str, port: int) -> None:
-    # §11.2: ephemeral, "<creatorId>:<host>:<port>" with creatorId = "<host>-<millis>"
+    # §8.2: ephemeral, "<creatorId>:<host>:<port>" with creatorId = "<host>-<millis>"
     await zk.create(f"/brokers/ids/{broker_id}", f"{host}-1349990000123:{host}:{port}".encode(),
                     ephemeral=True, makepath=True)
 
 
 async def register_topic(zk, topic: str, broker_id: int, partitions: int) -> None:
-    # §11.3: ephemeral, the partition count in decimal
+    # §8.2: ephemeral, the partition count in decimal
     await zk.create(f"/brokers/topics/{topic}/{broker_id}", str(partitions).encode(),
                     ephemeral=True, makepath=True)
 
@@ -148,10 +148,10 @@ async def test_the_producer_routes_by_the_zookeeper_view(autojump_clock):
     async with open_cluster(2, num_partitions=2) as cluster, cluster.coordinator() as zk:
         async with Producer(coordinator=zk, acks=1, connector=cluster.connector,
                             rng=random.Random(2)) as producer:
-            # nobody registered "t": partition 0 of each live broker (§11.6, §9)
+            # nobody registered "t": partition 0 of each live broker (§8.5)
             first = await producer.send_batch("t", [b"%d" % i for i in range(40)])
             assert {(r.broker_id, r.partition) for r in first} == {(0, 0), (1, 0)}
-            # each broker registered "t" with its 2 partitions on its first append (§11.3)
+            # each broker registered "t" with its 2 partitions on its first append (§8.2)
             await until(lambda: len(producer.discovery.partitions("t")) == 4)
             keyed = await (await producer.send("t", b"k", key="member-17"))
             index = hash_index(java_hash("member-17"), 4)

@@ -1,4 +1,4 @@
-"""The producer's message-set builder against the wire reader (spec §4, §5)."""
+"""The producer's message-set builder against the wire reader (spec §3, §4)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_offsets_match_what_a_consumer_reads(payloads, codec, max_message_size, 
     consumed = list(iter_messages(part.data, base_offset))
     assert [m.payload for m in consumed] == payloads
     offsets = part.message_offsets(payloads, base_offset)
-    # a consumer sees a wrapper's inner messages at the wrapper's start (§5)
+    # a consumer sees a wrapper's inner messages at the wrapper's start (§4)
     assert [o for o, _ in offsets] == [m.offset for m in consumed]
     entries = {e.offset: e.next_offset for e in parse_entries(part.data, base_offset).entries}
     assert all(entries[o] == n for o, n in offsets)

@@ -1,4 +1,4 @@
-"""Unit tests for the pure producer partitioners (spec §11.6).
+"""Unit tests for the pure producer partitioners (spec §8.5, §14.2).
 
 The Java values below were produced once with OpenJDK 17 (``String.hashCode``,
 ``Arrays.hashCode(byte[])``, ``Long.hashCode``, ``Math.abs(h) % n``).

@@ -97,7 +97,7 @@ async def _run_schedule(ops, acks, batch_size, queue_size, codec, seed):
             continue
         log = brokers[result.broker_id].stored("t", result.partition)
         entry = [m.payload for m in iter_messages(log[result.offset:result.next_offset], result.offset)]
-        # plain: the entry is the message; compressed: the wrapper holds it (§5)
+        # plain: the entry is the message; compressed: the wrapper holds it (§4)
         assert entry == [payload] if codec == "none" else payload in entry
         if key is not None:
             assert (result.broker_id, result.partition) == targets[hash_index(java_hash(key), len(targets))]

@@ -53,7 +53,7 @@ async def test_a_cluster_registers_its_brokers_and_a_producer_discovers_them(aut
                                 rng=random.Random(2)) as producer:
                 results = await producer.send_batch("t", [b"%d" % i for i in range(40)])
                 assert {r.broker_id for r in results} == {0, 1}
-            # each broker registered the topic it now holds, as 0.7 brokers do (§11.3)
+            # each broker registered the topic it now holds, as 0.7 brokers do (§8.2)
             assert sorted(await zk.children("/brokers/topics/t")) == ["0", "1"]
         for member in cluster.brokers:
             assert member.broker.log_manager.get("t", 0) is not None

@@ -1,4 +1,4 @@
-"""The audit envelope and audit events (docs/protocol.md §13.1-10.2)."""
+"""The audit envelope and audit events (docs/protocol.md §13.1-§13.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worked hex examples of spec §13, byte for byte, in both directions."""
+"""The worked hex examples of docs/protocol.md §15, byte for byte, in both directions."""
 
 import gzip
 

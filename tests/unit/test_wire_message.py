@@ -1,4 +1,4 @@
-"""Single messages (spec §4.2-§4.3): magic 0 and 1, empty and large payloads."""
+"""Single messages (spec §3.2): magic 0 and 1, empty and large payloads."""
 
 import struct
 

@@ -1,4 +1,4 @@
-"""Message sets (spec §4.1, §4.4, §5, §6.1 steps 5-8, §8, §10.5)."""
+"""Message sets (spec §3.1, §3.3, §4, §5.1 steps 4-6, §5.2, §7.3)."""
 
 import struct
 
@@ -213,7 +213,7 @@ def test_scan_does_not_decompress():
     assert scan_valid_prefix(bogus) == len(bogus)
 
 
-# ------------------------------------------------------------------ parse_entries (§8)
+# ------------------------------------------------------------------ parse_entries (§5.2)
 
 
 def test_parse_entries_offsets_and_partial_tail():
@@ -250,7 +250,7 @@ def test_parse_entries_does_not_check_crc_but_checks_framing():
         parse_entries(bytes.fromhex("00000006") + b"\x09" + b"\x00" * 5)
 
 
-# ------------------------------------------------------------------ iter_messages (§5)
+# ------------------------------------------------------------------ iter_messages (§4)
 
 
 def test_iter_messages_offsets_plain_and_wrapped():

@@ -1,5 +1,5 @@
 """Requests: encode/decode round trips, the reader fed three ways (h11's ``tr()``),
-and every connection-closing condition of spec §7.2 the codec can see."""
+and every connection-closing condition of spec §2 the codec can see."""
 
 import struct
 
@@ -112,7 +112,7 @@ def test_pipelined_requests_in_one_read_and_split_anywhere():
 
 
 def test_bytes_after_the_last_field_are_ignored():
-    # §3.1: the size may cover more than the fields; the extra bytes are skipped.
+    # §2: the size may cover more than the fields; the extra bytes are skipped.
     body = encode_request(OffsetsRequest("t", 0, -1, 1))[4:] + b"extra junk"
     frame = struct.pack(">i", len(body)) + body
     follow = encode_request(FetchRequest(FetchPart("t", 0, 0, 1)))
@@ -152,7 +152,7 @@ def test_request_type_properties():
         RequestType.FETCH_LOCAL, RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
 
 
-# ---------------------------------------------------------------- spec §7.2 close conditions
+# ---------------------------------------------------------------- spec §2 close conditions
 
 
 def frame_of(body: bytes) -> bytes:

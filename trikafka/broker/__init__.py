@@ -1,4 +1,4 @@
-"""The trikafka broker: a Trio server speaking the Kafka 0.7 protocol (spec §2-§10, §16).
+"""The trikafka broker: a Trio server speaking the Kafka 0.7 protocol (docs/protocol.md §2-§9).
 
 ``serve(config)`` runs one broker as a nursery tree (see ``server``);
 ``BrokerConfig`` holds its settings (``config``).

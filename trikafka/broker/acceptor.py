@@ -50,7 +50,7 @@ class Acceptor:
 
     With ``hold_connections`` it listens but takes no connection off the backlog
     until :meth:`start_accepting`: clients that connect early wait in the kernel
-    (the broker must be registered before it serves, spec §11.2, and the
+    (the broker must be registered before it serves, spec §8.2, and the
     registration needs the bound port).
     """
 

@@ -1,4 +1,4 @@
-"""Broker configuration: the 0.7.2 settings of spec §12.1 under snake_case names.
+"""Broker configuration: the 0.7.2 settings of spec §14.1 under snake_case names.
 
 ``BrokerConfig`` holds the settings with their defaults (0.7.2's, except where
 trikafka decides otherwise [T]) and checks their ranges.  Reading them from a
@@ -17,12 +17,12 @@ import trio
 
 from trikafka.log.config import HOUR_MS, LogConfig
 
-DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §12.1) [T]
+DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §14.1) [T]
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
 DEFAULT_LOG_DIR = "./trikafka-data"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # bind addresses that mean every interface
 
-# Settings whose value is a per-topic map ``t1:8,t2:16`` (spec §12.1).
+# Settings whose value is a per-topic map ``t1:8,t2:16`` (spec §14.1).
 _TOPIC_MAP_FIELDS = (
     "topic_partition_count_map",
     "topic_log_file_size",
@@ -43,7 +43,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """Everything a broker needs to run; 0.7 names in the comments (spec §12.1)."""
+    """Everything a broker needs to run; 0.7 names in the comments (spec §14.1)."""
 
     broker_id: int = 0  # brokerid (required in 0.7; 0 for a standalone trikafka)
     host: str = DEFAULT_HOST  # bind address (0.7 bound every interface) [T]
@@ -78,7 +78,7 @@ class BrokerConfig:
     log_default_flush_scheduler_interval_ms: int = 3000  # only the default of the above: flushes follow deadlines
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
     monitoring_period_secs: int = 600  # accepted for compatibility; metrics are scraped (metrics_port)
-    # ZooKeeper (§11.2).  Off for an in-process BrokerConfig() (library use and
+    # ZooKeeper (§8.2).  Off for an in-process BrokerConfig() (library use and
     # tests); `trikafka serve` turns it on unless --standalone [T].
     enable_zookeeper: bool = False
     zk_connect: str | None = None  # None: the broker runs a private ZooKeeper [T]
@@ -113,7 +113,7 @@ class BrokerConfig:
     # ----------------------------------------------------------------- derived values
 
     def partitions(self, topic: str) -> int:
-        """``partitions(topic)`` of spec §6: the per-topic override or ``num.partitions``."""
+        """``partitions(topic)`` of spec §9.6: the per-topic override or ``num.partitions``."""
         return self.topic_partition_count_map.get(topic, self.num_partitions)
 
     @property

@@ -1,4 +1,4 @@
-"""The retention deleter (spec §10.6): every ``log.cleanup.interval.mins``, first run after 60 s.
+"""The retention deleter (spec §7.4): every ``log.cleanup.interval.mins``, first run after 60 s.
 
 Each run applies the time and size rules to every log, one log at a time, as
 a retention ticket (``trikafka.log.retention``) whose blocking parts run off

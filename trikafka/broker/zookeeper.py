@@ -1,4 +1,4 @@
-"""The broker's ZooKeeper side (spec §9, §11.2, §11.3).
+"""The broker's ZooKeeper side (spec §8.2, §9.6).
 
 :func:`run_broker_zookeeper` is one service of the broker's nursery tree::
 
@@ -187,7 +187,7 @@ class _Reporter:
 
 
 def topics_on_disk(log_manager: LogManager, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, int]:
-    """Every topic with a log directory and its advertised partition count (§11.3), but ``skip``."""
+    """Every topic with a log directory and its advertised partition count (§8.2), but ``skip``."""
     return {topic: log_manager.partitions_for(topic) for topic in sorted(log_manager.topics()) if topic not in skip}
 
 
@@ -339,7 +339,7 @@ async def _held_by_our_previous_run(zk: Coordinator, registration: BrokerRegistr
 
 async def _register_new_topics(state: BrokerZooKeeper, log_manager: LogManager,
                                topics: trio.MemoryReceiveChannel[str]) -> None:
-    """§11.2: a topic created later is registered asynchronously; a conflict is
+    """§8.2: a topic created later is registered asynchronously; a conflict is
     logged and ignored.  Kept going across outages (requests wait for the reconnect)."""
     async for topic in topics:
         if topic in state.replicated:

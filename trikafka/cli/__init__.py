@@ -1,7 +1,7 @@
 """The ``trikafka`` command: ``serve``, ``produce``, ``consume``, ``topics``, ``groups``, ``mirror``, ``audit``,
 ``pipeline``.
 
-``trikafka serve`` runs a broker registered in ZooKeeper (§11.2): with no
+``trikafka serve`` runs a broker registered in ZooKeeper (§8.2): with no
 ``--zookeeper`` it starts a private ZooKeeper child process (data next to the
 log dir, stopped with the broker), so one command gives a one-broker cluster;
 ``--zookeeper host:port[,host:port][/chroot]`` joins an ensemble (more brokers

@@ -215,7 +215,7 @@ def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, b
 
 
 async def _produce_with_producer(args: argparse.Namespace) -> int:
-    """``--zookeeper``: the Producer finds brokers and partitions (spec §11.6) and batches."""
+    """``--zookeeper``: the Producer finds brokers and partitions (spec §8.5) and batches."""
     from trikafka.producer import MessageTooLargeError, Producer, ProducerError
     from trikafka.zk import CoordinatorError
 

@@ -109,7 +109,7 @@ async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow],
 
 
 async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
-    """Every topic registered in ZooKeeper (spec §11.2-§11.3), each partition asked its offsets.
+    """Every topic registered in ZooKeeper (spec §8.2), each partition asked its offsets.
 
     Each row names its broker ``ID:HOST:PORT`` (0.7's registry numbers
     partitions per broker); a broker that does not answer is reported on

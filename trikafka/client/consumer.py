@@ -1,8 +1,8 @@
-"""The simple (single-partition) consumer, following the client algorithm of spec §8.
+"""The simple (single-partition) consumer, following the client algorithm of spec §5.2.
 
 ``SimpleConsumer.messages(start_offset)`` fetches from one broker-partition and
 yields every message deep (wrappers unpacked), each with the offset to commit
-after it (spec §5).  Between fetches:
+after it (spec §4).  Between fetches:
 
 * the position advances by the *valid bytes* of the fetched set only, so a
   truncated trailing entry is fetched again whole next time;
@@ -88,7 +88,7 @@ class FramedPrefix(NamedTuple):
 
 
 def framed_prefix(data: bytes) -> FramedPrefix:
-    """Scan only the length fields of a fetched set (spec §8), without copying.
+    """Scan only the length fields of a fetched set (spec §5.2), without copying.
 
     ``first_entry_bytes`` is None when the first entry is whole or even its
     length prefix is cut.  A negative length ends the scan with ``corrupt``.
@@ -105,12 +105,12 @@ def framed_prefix(data: bytes) -> FramedPrefix:
 
 
 async def earliest_offset(conn: Connection, topic: str, partition: int) -> int:
-    """The log start ``S`` via OFFSETS time -2 (spec §6.5)."""
+    """The log start ``S`` via OFFSETS time -2 (spec §5.5)."""
     return await _single_offset(conn, topic, partition, OFFSETS_EARLIEST)
 
 
 async def latest_offset(conn: Connection, topic: str, partition: int) -> int:
-    """The visible end ``E`` via OFFSETS time -1 (spec §6.5)."""
+    """The visible end ``E`` via OFFSETS time -1 (spec §5.5)."""
     return await _single_offset(conn, topic, partition, OFFSETS_LATEST)
 
 
@@ -305,7 +305,7 @@ class SimpleConsumer:
                 await self._sleep(self.backoff.next_delay_s())
 
     def _grow(self, offset: int, size: int, limit: int, needed: int | None) -> int:
-        # The first entry does not fit: grow by wire's one rule (§8; 0.7 itself stalls here).
+        # The first entry does not fit: grow by wire's one rule (§5.2; 0.7 itself stalls here).
         grown = grown_fetch_size(size, limit, needed)
         if grown is None:
             raise MessageTooLargeForFetch(self.topic, self.partition, offset, needed, limit)

@@ -27,7 +27,7 @@ class BrokerTimeoutError(BrokerConnectionError):
 
 
 class ExtensionNotSupported(BrokerConnectionError):
-    """The broker closed the connection on a trikafka extension request (spec §16).
+    """The broker closed the connection on a trikafka extension request (spec §9.1).
 
     That is what a plain 0.7 broker does with an unknown request type, so the
     caller should reconnect and fall back to the 0.7 requests (types 0-4).

@@ -16,7 +16,7 @@ before every receive: ``fetch_into`` takes a whole response in one
 ``recv_into`` (``MSG_WAITALL``) straight into the caller's buffer, the one
 copy the bytes cost.  Any socket error, an early close, or a malformed
 response closes the connection and raises ``BrokerConnectionError``: a 0.7
-broker answers bad requests by closing (spec §7.2).
+broker answers bad requests by closing (spec §2).
 A non-zero top-level error raises ``trikafka.client.BrokerError``, checked by
 the same ``trikafka.wire.top_level_error`` as the Trio client.
 """
@@ -158,13 +158,13 @@ class BrokerConnection:
     # -- requests ------------------------------------------------------------
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchResult:
-        """FETCH (spec §6.2): up to ``max_bytes`` of the log from ``offset``."""
+        """FETCH (spec §5.2): up to ``max_bytes`` of the log from ``offset``."""
         frame = self._call(encode_request(FetchRequest(FetchPart(topic, partition, offset, max_bytes))))
         return FetchResult(frame.error_code, frame.payload, offset)
 
     def fetch_into(self, topic: str, partition: int, offset: int, max_bytes: int,
                    buffer: bytearray) -> tuple[ErrorCode, int]:
-        """FETCH (spec §6.2) with the returned bytes written to ``buffer[:size]``: (error, size).
+        """FETCH (spec §5.2) with the returned bytes written to ``buffer[:size]``: (error, size).
 
         ``buffer`` must hold ``max_bytes``; it is reused by the caller from fetch
         to fetch, so no per-fetch allocation is made.  It grows, in place, for an
@@ -245,7 +245,7 @@ class BrokerConnection:
             raise BrokerConnectionError(f"bad response framing from {self.host}:{self.port}: {exc}") from exc
 
     def multifetch(self, parts: Sequence[FetchPart]) -> list[FetchResult]:
-        """MULTIFETCH (spec §6.3): one result per part, in request order."""
+        """MULTIFETCH (spec §5.3): one result per part, in request order."""
         frame = self._call(encode_request(MultiFetchRequest(tuple(parts))))
         self._expect_no_error(frame, "MULTIFETCH")
         decoded = self._decode(decode_multifetch_payload, frame.payload)
@@ -255,7 +255,7 @@ class BrokerConnection:
         return [FetchResult(code, data, p.offset) for (code, data), p in zip(decoded, parts)]
 
     def offsets(self, topic: str, partition: int, time_ms: int, max_offsets: int = 1) -> list[int]:
-        """OFFSETS (spec §6.5), descending; ``time_ms`` -1 = latest, -2 = earliest."""
+        """OFFSETS (spec §5.5), descending; ``time_ms`` -1 = latest, -2 = earliest."""
         frame = self._call(encode_request(OffsetsRequest(topic, partition, time_ms, max_offsets)))
         self._expect_no_error(frame, "OFFSETS")
         return self._decode(decode_offsets_payload, frame.payload)
@@ -269,17 +269,17 @@ class BrokerConnection:
         return self._single_offset(topic, partition, OFFSETS_EARLIEST)
 
     def produce(self, topic: str, partition: int, messages: bytes) -> None:
-        """PRODUCE (spec §6.1); the broker never answers, so nothing confirms it."""
+        """PRODUCE (spec §5.1); the broker never answers, so nothing confirms it."""
         self._send(encode_request(ProduceRequest(ProducePart(topic, partition, messages))))
 
     def multiproduce(self, parts: Sequence[ProducePart]) -> None:
-        """MULTIPRODUCE (spec §6.4); unanswered like PRODUCE."""
+        """MULTIPRODUCE (spec §5.4); unanswered like PRODUCE."""
         self._send(encode_request(MultiProduceRequest(tuple(parts))))
 
     def produce_acked(
         self, parts: Sequence[ProducePart], *, acks: int = ACKS_FLUSHED, timeout_ms: int = 30_000
     ) -> list[ProduceAckedResult]:
-        """PRODUCE_ACKED (trikafka extension, spec §16.1): one result per part."""
+        """PRODUCE_ACKED (trikafka extension, spec §9.2): one result per part."""
         frame = self._call(encode_request(ProduceAckedRequest(acks, timeout_ms, tuple(parts))))
         self._expect_no_error(frame, "PRODUCE_ACKED")
         return self._decode(decode_produce_acked_payload, frame.payload)

@@ -3,11 +3,11 @@
 Both kinds answer the same questions for the planner: which brokers exist
 (``brokers()``), which topics (``topics()``), and which broker-partitions a
 topic has (``partitions(topic)``).  The ZooKeeper kind reads the 0.7 registry
-(spec §11.1-§11.3) through ``trikafka.zk.blocking``, because Spark's planner
+(spec §8.1-§8.2) through ``trikafka.zk.blocking``, because Spark's planner
 and source runner are ordinary Python processes with no Trio loop; it also
-reads and writes consumer-group offsets (spec §11.4).
+reads and writes consumer-group offsets (spec §8.3).
 
-Like 0.7 clients (spec §9, §14), a live broker that has not registered a
+Like 0.7 clients (spec §8.5), a live broker that has not registered a
 topic is assumed to hold partition 0 of it: OFFSETS on a partition without a
 log answers 0, so such a partition simply reads as empty until data arrives.
 """
@@ -200,7 +200,7 @@ class ZooKeeperCluster:
         self.close()
 
     def brokers(self) -> dict[int, BrokerAddress]:
-        """Live brokers from ``/brokers/ids/<id>`` = ``creator:host:port`` (spec §11.2)."""
+        """Live brokers from ``/brokers/ids/<id>`` = ``creator:host:port`` (spec §8.2)."""
         found: dict[int, BrokerAddress] = {}
         for child in self._registry.children(paths.broker_ids()):
             if not child.isdigit():
@@ -245,7 +245,7 @@ class ZooKeeperCluster:
             keys.extend(PartitionKey(topic, broker_id, p) for p in range(count))
         return keys
 
-    # -- consumer-group offsets (spec §11.4) ----------------------------------
+    # -- consumer-group offsets (spec §8.3) ----------------------------------
 
     def read_group_offsets(self, group: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
         """Committed offsets of ``group`` for ``keys``; absent, empty or non-numeric nodes are left out."""

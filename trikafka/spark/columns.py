@@ -1,9 +1,9 @@
 """The row layout of the trikafka source and its Arrow form.
 
-One row per consumed message (compressed wrappers unpacked, spec §4.4):
+One row per consumed message (compressed wrappers unpacked, spec §3.3):
 
 * ``topic``, ``broker``, ``partition``: where it was read;
-* ``offset``: byte offset of its top-level entry (spec §5);
+* ``offset``: byte offset of its top-level entry (spec §4);
 * ``next_offset``: the offset a consumer commits after it (for the inner
   messages of a wrapper: the wrapper's start, except the last one's end);
 * ``payload``: the message bytes.

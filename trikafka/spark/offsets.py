@@ -1,8 +1,8 @@
 """Partition keys and the offset documents the Spark source reads and writes.
 
-A 0.7 offset is a byte position scoped to one broker-partition (spec §5), so
+A 0.7 offset is a byte position scoped to one broker-partition (spec §4), so
 every offset is keyed by ``(topic, broker, partition)``.  Offset documents are
-JSON objects laid out like the ZooKeeper offsets registry (spec §11.1)::
+JSON objects laid out like the ZooKeeper offsets registry (spec §8.1)::
 
     {"pageviews": {"0-0": 1523, "0-1": 0, "1-0": 88}}
 
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from trikafka.wire import OFFSETS_EARLIEST as EARLIEST  # OFFSETS' special times (spec §6.5)
+from trikafka.wire import OFFSETS_EARLIEST as EARLIEST  # OFFSETS' special times (spec §5.5)
 from trikafka.wire import OFFSETS_LATEST as LATEST
 from trikafka.zk.errors import InvalidPathError
 from trikafka.zk.paths import parse_partition_name, partition_name, validate_topic

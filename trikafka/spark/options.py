@@ -8,7 +8,7 @@ anything it does not understand with a message naming the option.
 option                 meaning
 =====================  ==========================================================
 brokers                ``id:host:port,...`` static broker list (or use zookeeper)
-zookeeper              ZooKeeper connect string of the registry (spec §11)
+zookeeper              ZooKeeper connect string of the registry (spec §8)
 topics                 comma-separated topic names (alias: subscribe, as in Spark's Kafka source)
 topicPattern           regex matched against the whole topic name (alias: subscribePattern)
 failOnMissingTopic     true (default): a named topic no broker has, a pattern matching no

@@ -6,7 +6,7 @@ Events are partitioned semantically by user (the design doc's
 partition.  Everything random comes from an injected ``random.Random`` and
 timestamps from an injected clock, so a seeded run is reproducible.
 
-Batches are sent with PRODUCE_ACKED and ``acks=-1`` (spec §16.1): when
+Batches are sent with PRODUCE_ACKED and ``acks=-1`` (spec §9.2): when
 ``generate_pageviews`` returns, every event is flushed and visible to readers.
 """
 

@@ -2,9 +2,9 @@
 
 Runs in Spark's planner worker (batch) and in the long-lived streaming source
 runner, never in tasks.  Offsets are resolved here with OFFSETS requests
-(spec §6.5): ``earliest`` is S = OFFSETS(-2, 1), ``latest`` the visible end
+(spec §5.5): ``earliest`` is S = OFFSETS(-2, 1), ``latest`` the visible end
 E = OFFSETS(-1, 1).  A consumer group's offsets come from the ZooKeeper
-registry (spec §11.4).  A partition of a replicated topic (``key.broker`` None,
+registry (spec §8.3).  A partition of a replicated topic (``key.broker`` None,
 docs/protocol.md §12) is asked of its current leader, learnt through METADATA
 into the client's one ``LeaderCache``; its range is planned at that leader.
 """

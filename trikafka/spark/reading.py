@@ -1,9 +1,9 @@
 """Reading one broker-partition byte range: the fetch loop run inside Spark tasks.
 
-``iter_message_chunks`` implements the client algorithm of spec §8 over a
+``iter_message_chunks`` implements the client algorithm of spec §5.2 over a
 planned range ``[start, end)`` whose bounds are entry boundaries: fetch,
 decode the complete entries with ``wire.iter_messages`` (CRC-checked,
-wrappers unpacked with the §5 offset rule), advance by the bytes decoded, and
+wrappers unpacked with the §4 offset rule), advance by the bytes decoded, and
 drop the partial tail for the next fetch to re-read.  One decoded chunk per
 fetch response keeps memory bounded by the fetch size; every response is
 received into one buffer the loop reuses.  ``iter_column_chunks`` is the
@@ -11,7 +11,7 @@ same loop decoding in column form (``wire.columns`` with Arrow's gather).
 
 A first entry larger than the fetch is handled by growing the fetch size up
 to ``max_fetch_bytes`` (the design doc's advice, which 0.7 never
-implemented; spec §8, §15), then shrinking back.  Past that bound the read
+implemented; spec §5.2), then shrinking back.  Past that bound the read
 fails with ``MessageTooLargeError`` instead of stalling as 0.7 did.
 """
 

@@ -6,7 +6,7 @@ micro-batch runs and replays unchanged after a restart, so a batch's input
 is a pure function of its (start, end) documents.  Three rules keep it so:
 
 * **Every end offset is an entry boundary.**  Ends come from OFFSETS (the
-  visible end E, always a boundary, spec §6.5/§10.4) or, under a byte limit,
+  visible end E, always a boundary, spec §5.5/§7.2) or, under a byte limit,
   from walking the entries with ``wire.parse_entries`` (``valid_bytes``).
 * **Keys never disappear.**  A partition whose broker is down keeps its start
   offset, so it cannot later re-enter as "new".

@@ -1,7 +1,7 @@
-"""A fetched message set decoded in column form, for bulk readers (spec §4, §5, §8).
+"""A fetched message set decoded in column form, for bulk readers (spec §3, §4, §5.2).
 
 ``decode_set`` gives what ``iter_messages`` yields (same messages, same
-offsets, same CRC checks, wrappers unpacked with the §5 offset rule), cut
+offsets, same CRC checks, wrappers unpacked with the §4 offset rule), cut
 into pieces a columnar consumer assembles without touching a row:
 
 * a ``RunPiece`` is a run of plain entries of one length and header (a

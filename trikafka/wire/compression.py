@@ -1,4 +1,4 @@
-"""Compression codecs of 0.7 wrappers (spec §4.4).
+"""Compression codecs of 0.7 wrappers (spec §3.3).
 
 gzip is a standard RFC 1952 stream.  snappy is the *snappy-java 1.0.4.1 stream
 format*: a 16-byte header (magic, version, min-compatible version) followed by

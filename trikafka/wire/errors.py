@@ -3,7 +3,7 @@
 Two families, modelled on h11:
 
 * ``ProtocolError`` says *who* broke the framing: ``RemoteProtocolError`` is the
-  peer's fault (the broker closes the connection, spec §7.2);
+  peer's fault (the broker closes the connection, spec §2);
   ``LocalProtocolError`` is a misuse of this API by our own code.
 * ``MessageError`` says a message set itself is unacceptable (bad CRC, magic,
   codec, framing, or size).  Where it is raised from a peer's request the
@@ -25,7 +25,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_MESSAGE = 2
     WRONG_PARTITION = 3
     INVALID_FETCH_SIZE = 4
-    # trikafka extensions (spec §16); sent only in extension responses.
+    # trikafka extensions (spec §9); sent only in extension responses.
     MESSAGE_SIZE_TOO_LARGE = 5
     REQUEST_TIMED_OUT = 6
     INVALID_TOPIC = 7
@@ -44,14 +44,14 @@ class ErrorCode(enum.IntEnum):
 
     @classmethod
     def from_wire(cls, value: int) -> "ErrorCode":
-        """Map a received int16 to a code; unknown values read as UNKNOWN (§7.1)."""
+        """Map a received int16 to a code; unknown values read as UNKNOWN (§6)."""
         try:
             return cls(value)
         except ValueError:
             return cls.UNKNOWN
 
 
-# Retry classification (docs/protocol.md §12.5, §12.6): the one place every client asks.
+# Retry classification (docs/protocol.md §12.5, §12.13): the one place every client asks.
 # The partition has moved to another broker, or has no leader right now: refresh the
 # metadata (METADATA, §9.4), then send again to the leader it names.
 LEADER_CHANGE_CODES = frozenset({

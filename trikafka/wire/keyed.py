@@ -139,7 +139,7 @@ def split_run(run_bytes: int, max_entry_bytes: int) -> list[int]:
 
 
 def iter_keyed_messages(data: bytes | memoryview, base_offset: int = 0) -> Iterator[KeyedMessage]:
-    """Deep, CRC-checked iteration with keys apart, with 0.7's offset rule (spec §5).
+    """Deep, CRC-checked iteration with keys apart, with 0.7's offset rule (spec §4).
 
     The complete entries of ``data`` only, like ``iter_messages``; padding and other
     empty wrappers yield nothing.

@@ -1,4 +1,4 @@
-"""The key of a keyed message (docs/protocol.md §11.1): attribute bits and the payload split.
+"""The key of a keyed message (docs/protocol.md §11.2): attribute bits and the payload split.
 
 Apart from ``keyed.py`` so that the set reader (``reading.py``), which
 ``keyed.py`` builds on, can split keys too.

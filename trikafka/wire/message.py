@@ -1,7 +1,7 @@
-"""One 0.7 message: magic 0 (0.6 format) and magic 1 (attributes byte), spec §4.2-4.3.
+"""One 0.7 message: magic 0 (0.6 format) and magic 1 (attributes byte), spec §3.2.
 
 A message on the wire is always preceded by its int32 length ``N`` (the *entry*
-prefix, spec §4.1); functions here that say ``entry`` include that prefix.
+prefix, spec §3.1); functions here that say ``entry`` include that prefix.
 The CRC covers the payload only, exactly as 0.7 computes it.
 """
 

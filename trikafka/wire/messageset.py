@@ -1,11 +1,11 @@
-"""Message sets: plain concatenations of entries (spec §4.1, §5, §6.1, §8, §10.5).
+"""Message sets: plain concatenations of entries (spec §3.1, §4, §5.1, §5.2, §7.3).
 
 Four readers, one per purpose, all stdlib-only and allocation-light:
 
-* ``validate_message_set``: what the broker accepts on produce (§6.1 steps 5-8).
-* ``scan_valid_prefix``: what crash recovery keeps of a segment (§10.5).
+* ``validate_message_set``: what the broker accepts on produce (§5.1 steps 4-6).
+* ``scan_valid_prefix``: what crash recovery keeps of a segment (§7.3).
 * ``parse_entries`` and ``iter_messages`` (in ``trikafka.wire.reading``):
-  shallow entries of a fetched set (§8); deep iteration for consumers (§5).
+  shallow entries of a fetched set (§5.2); deep iteration for consumers (§4).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def build_message_set(
     """Encode payloads as a message set, as a 0.7 producer would.
 
     With a codec, the whole batch becomes **one** magic-1 wrapper whose inner
-    messages are magic 1, codec 0 (spec §4.4).  No payloads give an empty set,
+    messages are magic 1, codec 0 (spec §3.3).  No payloads give an empty set,
     never an empty wrapper.
     """
     if codec == Codec.NONE:
@@ -196,7 +196,7 @@ def _validate_message(msg: memoryview, depth: int) -> int:
 
 
 def scan_valid_prefix(data: bytes | memoryview) -> int:
-    """Bytes of ``data`` that crash recovery keeps (spec §10.5).
+    """Bytes of ``data`` that crash recovery keeps (spec §7.3).
 
     Entries are accepted while a whole prefix remains, ``N`` is at least the
     header size of its magic, the entry ends within the data, the magic is

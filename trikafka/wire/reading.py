@@ -1,5 +1,5 @@
-"""Reading message sets: shallow entries of a fetched set (§8), deep iteration for consumers and
-columns for bulk readers, unpacking compressed wrappers with 0.7's offset rule (§5)."""
+"""Reading message sets: shallow entries of a fetched set (§5.2), deep iteration for consumers and
+columns for bulk readers, unpacking compressed wrappers with 0.7's offset rule (§4)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class ParsedSet:
 
 
 def parse_entries(data: bytes | memoryview, base_offset: int = 0) -> ParsedSet:
-    """Shallow entries of a fetched set (the client algorithm of spec §8).
+    """Shallow entries of a fetched set (the client algorithm of spec §5.2).
 
     Stops cleanly at a truncated trailing entry and reports it; a negative
     length or a malformed message raises ``InvalidMessageError``.  CRCs are not
@@ -70,7 +70,7 @@ def parse_entries(data: bytes | memoryview, base_offset: int = 0) -> ParsedSet:
 
 
 class ConsumedMessage(NamedTuple):
-    """A message as a consumer sees it, with 0.7's offset rule (spec §5).
+    """A message as a consumer sees it, with 0.7's offset rule (spec §4).
 
     ``offset`` is where its top-level entry starts.  ``next_offset`` is the
     offset to commit after consuming it: the entry's end for a plain message;
@@ -87,7 +87,7 @@ class ConsumedMessage(NamedTuple):
 
     @property
     def key(self) -> bytes | None:
-        """The key of a keyed message (docs/protocol.md §11.1), None for a plain one."""
+        """The key of a keyed message (docs/protocol.md §11.2), None for a plain one."""
         return split_key(self.payload, self.attributes)[0]
 
     @property
@@ -178,7 +178,7 @@ def _iter_inner(wrapper: Message, depth: int) -> Iterator[tuple[bytes, int]]:
 
 
 def grown_fetch_size(asked_bytes: int, limit_bytes: int, first_entry_bytes: int | None) -> int | None:
-    """The one fetch-size growth rule, used by every consumer (§8).
+    """The one fetch-size growth rule, used by every consumer (§5.2).
 
     Call it when a fetch of ``asked_bytes`` returned only the cut start of its
     first entry, whose full size is ``first_entry_bytes`` (None when even its

@@ -1,4 +1,4 @@
-"""Topic names: the one rule every layer checks, and how names travel as bytes (docs/protocol.md §5)."""
+"""Topic names: the one rule every layer checks, and how names travel as bytes (docs/protocol.md §9.7, §1)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ _TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % TOPIC_NAME_MAX_CHARS)
 
 
 def is_valid_topic(name: object) -> bool:
-    """The one topic-name rule (§16.3), for brokers, clients and the registry alike.
+    """The one topic-name rule (§9.7), for brokers, clients and the registry alike.
 
     1-255 ASCII characters from ``[A-Za-z0-9._-]``, and not ``.`` or ``..``: a
     topic name becomes a directory name and a ZooKeeper node name, so nothing

@@ -2,8 +2,8 @@
 
 * :class:`KazooCoordinator`: the real one, kazoo bridged into Trio.
 * ``trikafka.testing.FakeCoordinator`` on a ``FakeZooKeeper``: in-process and deterministic.
-* :mod:`trikafka.zk.paths`: the Kafka 0.7 registry layout (§11.1).
-* :class:`BrokerRegistration`: §11.2-11.3, kept alive across session expiry.
+* :mod:`trikafka.zk.paths`: the Kafka 0.7 registry layout (§8.1).
+* :class:`BrokerRegistration`: §8.2, kept alive across session expiry.
 * :mod:`trikafka.zk.server`: a private ZooKeeper server for tests and development.
 
 Each name below is imported from its module on first use, so that importing

@@ -64,7 +64,7 @@ class BlockingRegistry:
         """Write ``value`` to the partition's offsets node unless a live group member owns it.
 
         A member commits only while it holds the partition's owner node (spec
-        §11.4).  A non-member takes that node for the instant of the write:
+        §8.3).  A non-member takes that node for the instant of the write:
         one multi creates it (ephemeral), writes the offset and deletes it.
         While a member owns the partition the create fails and nothing is
         written: returns False.

@@ -1,4 +1,4 @@
-"""ZooKeeper connect strings: ``host:port[,host:port...][/chroot]`` (spec §11.1)."""
+"""ZooKeeper connect strings: ``host:port[,host:port...][/chroot]`` (spec §8.1)."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ class BaseCoordinator:
     ) -> str:
         """Create a znode; returns its path (with the sequence suffix if sequential).
 
-        ``makepath`` creates missing parents as persistent, empty znodes (§11.1).
+        ``makepath`` creates missing parents as persistent, empty znodes (§8.1).
 
         Raises:
             NodeExistsError, NoNodeError (parent missing), NoChildrenForEphemeralsError,
@@ -262,7 +262,7 @@ class BaseCoordinator:
         return await self._multi(ops)
 
     async def create_ephemeral_expect_conflict(self, path: str, value: bytes) -> None:
-        """§11.2 "create expecting conflict": create an ephemeral (parents made as
+        """§8.2 "create expecting conflict": create an ephemeral (parents made as
         needed); an existing node holding exactly ``value`` counts as success.
 
         Raises:

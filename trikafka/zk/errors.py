@@ -67,7 +67,7 @@ class InvalidPathError(CoordinatorError, RegistryValueError):
 
 
 class DuplicateBrokerIdError(CoordinatorError):
-    """``/brokers/ids/<id>`` is held by someone else (§11.2): fatal at startup.
+    """``/brokers/ids/<id>`` is held by someone else (§8.2): fatal at startup.
 
     Either another live broker uses the id, or this broker's previous process
     registered it and that session has not expired yet.

@@ -1,4 +1,4 @@
-"""The Kafka 0.7 ZooKeeper registry layout (spec §11.1) and path validation.
+"""The Kafka 0.7 ZooKeeper registry layout (spec §8.1) and path validation.
 
 Every registry path is built here, from validated components, so a topic or
 group name can never smuggle a ``/`` into the tree.  Paths are relative to the
@@ -72,7 +72,7 @@ def validate_component(name: str, what: str = "name") -> str:
 
 
 def validate_topic(topic: str) -> str:
-    """Check a topic name against §16.3 (1-255 chars of ``[A-Za-z0-9._-]``)."""
+    """Check a topic name against §9.7 (1-255 chars of ``[A-Za-z0-9._-]``)."""
     if not isinstance(topic, str):
         raise InvalidPathError(f"topic must be str, got {type(topic).__name__}")
     if not is_valid_topic(topic):  # the one rule, shared with the broker and the log
@@ -93,7 +93,7 @@ def _validate_partition(partition: int) -> int:
     return partition
 
 
-# -- brokers (§11.2, §11.3) ---------------------------------------------------
+# -- brokers (§8.2) ---------------------------------------------------
 
 
 def broker_ids() -> str:
@@ -121,7 +121,7 @@ def broker_topic_id(topic: str, broker_id: int) -> str:
     return f"{broker_topic(topic)}/{validate_broker_id(broker_id)}"
 
 
-# -- consumers (§11.4) --------------------------------------------------------
+# -- consumers (§8.3) --------------------------------------------------------
 
 
 def consumer_group(group: str) -> str:

@@ -1,4 +1,4 @@
-"""Broker registration in ZooKeeper (spec §11.2, §11.3).
+"""Broker registration in ZooKeeper (spec §8.2).
 
 ``/brokers/ids/<id>`` is an ephemeral holding ``<creatorId>:<host>:<port>``
 with ``creatorId = <host>-<millis>``; ``/brokers/topics/<topic>/<id>`` is an
@@ -71,7 +71,7 @@ async def live_brokers(zk: Coordinator,
 
 def _validate_host_port(host: str, port: int) -> None:
     if not isinstance(host, str) or not host or any(c in host for c in ":/ \t\r\n"):
-        raise ValueError(f"broker host must be a non-empty name or IPv4 address without ':' (§11.2): {host!r}")
+        raise ValueError(f"broker host must be a non-empty name or IPv4 address without ':' (§8.2): {host!r}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"broker port must be 1..65535, got {port!r}")
 
@@ -88,7 +88,7 @@ class BrokerRegistration:
     Typical use in the broker::
 
         registration = BrokerRegistration(zk, broker_id, host, port)
-        await nursery.start(registration.run, topics_with_logs)   # §11.2 steps 2-3
+        await nursery.start(registration.run, topics_with_logs)   # §8.2: the id, then every topic
         ...
         await registration.register_topic("new-topic", 4)         # later topics
     """
@@ -138,7 +138,7 @@ class BrokerRegistration:
     # -- operations -----------------------------------------------------------------
 
     async def register(self, topics: Mapping[str, int] | None = None) -> None:
-        """Register the broker id, then every known topic (§11.2 steps 2-3).
+        """Register the broker id, then every known topic (§8.2).
 
         Raises:
             DuplicateBrokerIdError: the id node is held by someone else.
@@ -150,7 +150,7 @@ class BrokerRegistration:
             await self._register_until_stable()
 
     async def register_topic(self, topic: str, partitions: int) -> bool:
-        """Advertise a topic (§11.2 "registered asynchronously").  Before
+        """Advertise a topic (§8.2: "registered when its first partition log is created").  Before
         :meth:`register` it is only remembered.  Returns False when another
         session holds the node (logged and ignored, as in 0.7)."""
         _validate_partitions(topic, partitions)
@@ -236,7 +236,7 @@ class BrokerRegistration:
         path = paths.broker_topic_id(topic, self.broker_id)
         if await self._claim(path, str(partitions).encode("ascii"), is_id_node=False):
             return True
-        log.warning("topic registration %s is held by another session; ignored (§11.2)", path)
+        log.warning("topic registration %s is held by another session; ignored (§8.2)", path)
         return False
 
     async def _claim(self, path: str, value: bytes, *, is_id_node: bool) -> bool:

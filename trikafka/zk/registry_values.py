@@ -1,4 +1,4 @@
-"""The values of the 0.7 broker registry znodes (spec §11.2-11.4), pure and I/O-free.
+"""The values of the 0.7 broker registry znodes (spec §8.1-§8.3), pure and I/O-free.
 
 ``/brokers/ids/<id>`` holds ``<creatorId>:<host>:<port>``,
 ``/brokers/topics/<topic>/<id>`` a decimal partition count, and an offsets
@@ -28,7 +28,7 @@ class BrokerInfo:
 
 
 def parse_broker_registration(data: bytes) -> BrokerInfo:
-    """Split ``creator:host:port`` (exactly three fields, §11.2).  Raises ValueError."""
+    """Split ``creator:host:port`` (exactly three fields, §8.2).  Raises ValueError."""
     fields = data.decode("utf-8").split(":")
     if len(fields) != 3 or not fields[1] or not fields[2].isdigit():
         raise ValueError(f"malformed broker registration {data!r}")
@@ -56,7 +56,7 @@ def encode_offset(offset: int) -> bytes:
 
 def decode_offset(data: bytes) -> int | None:
     """The committed offset, or ``None`` (= node absent) for empty, non-numeric,
-    negative or out-of-int64 data (spec §11.4 [T]; samsa writes empty nodes)."""
+    negative or out-of-int64 data (spec §8.3 [T]; samsa writes empty nodes)."""
     raw = bytes(data)
     if not _DECIMAL.fullmatch(raw):
         return None

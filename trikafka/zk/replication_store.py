@@ -2,8 +2,8 @@
 
 Every write that decides something is versioned: a controller sets a state
 with the version it read, a leader changes the ISR with the version it read,
-and ``BadVersionError`` tells the loser to re-read and re-decide (docs:
-replication §2).  The controller's own epoch comes from a versioned bump of
+and ``BadVersionError`` tells the loser to re-read and re-decide (docs/protocol.md
+§12.2).  The controller's own epoch comes from a versioned bump of
 ``/trikafka/controller_epoch`` made after winning ``/trikafka/controller``.
 """
 

@@ -1,4 +1,4 @@
-"""Values of the replication znodes under /trikafka (docs: replication §2) and topic settings.
+"""Values of the replication znodes under /trikafka (docs/protocol.md §12.2) and topic settings.
 
 Pure: JSON bytes in, frozen dataclasses out, and back.  Readers ignore keys
 they do not know, so a later version may add some.

@@ -1,4 +1,4 @@
-"""Both ends of REPLICA_FETCH as decisions without I/O (docs: replication §4.1).
+"""Both ends of REPLICA_FETCH as decisions without I/O (docs/protocol.md §12.4.1).
 
 ``serve_replica_fetch`` is the leader's: check fencing, record the follower's
 ends, and say which bytes to send (cut at the next epoch boundary, so one

@@ -1,7 +1,7 @@
 """A broker's replication membership: its ``/trikafka/brokers/<id>`` value and controlled shutdown.
 
-``tail_intact`` decides what the controller may trust (docs: replication §2,
-§7): after a clean stop, or a crash that did not reboot the machine (the page
+``tail_intact`` decides what the controller may trust (docs/protocol.md §12.2,
+§12.7): after a clean stop, or a crash that did not reboot the machine (the page
 cache outlived the process), every byte the broker appended is still there;
 after a reboot without a clean stop, its unflushed tail may be gone and it
 must not lead a partition whose committed bytes might have been only there.
