@@ -37,9 +37,9 @@ SLOW_FSYNC_S = 0.6
 # few hundred bytes to a page-cache file or encodes a response: well under a
 # millisecond.  On a shared two-core machine at load 6 to 9 we measured steps
 # of up to 88 ms without any blocking call on the loop (the kernel preempting
-# the loop's thread, or a worker thread that holds the GIL).  Before the
-# broker moved creation and retention off the loop, the longest step of this
-# test was at least one slow fsync (see the commit that added this test).
+# the loop's thread, or a worker thread that holds the GIL).  A broker that
+# fsyncs on the loop has a longest step of at least one slow fsync, so the
+# bound tells the two apart.
 LONGEST_STEP_BOUND_S = 0.3
 
 

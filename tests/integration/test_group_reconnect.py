@@ -3,9 +3,9 @@
 A process whose connection dropped (a long pause, a network cut) can come back
 with its session alive while a newer process with the same consumer id took
 over its registration and partitions meanwhile.  The watch that tells it may
-arrive after the reconnect, so delivery waits for a read of the ids node
-(found by the simulation's ``member-twin`` fault: the old process handed out
-a message of a partition its successor was already reading).
+arrive after the reconnect, so delivery waits for a read of the ids node:
+otherwise the old process could hand out a message of a partition its
+successor is already reading (the simulation's ``member-twin`` fault).
 """
 
 from __future__ import annotations

@@ -70,7 +70,8 @@ def test_ack_fsync_counts_durable_ends():
 
 
 def test_ack_fsync_leader_does_not_count_its_unflushed_tail_from_the_start():
-    # Found by the swarm walks: a new leader with an unflushed tail counted it as committed.
+    # With replica.ack.fsync the HW counts fsynced ends only, from the first moment of an epoch:
+    # a new leader's unflushed tail is not committed.
     lp = LeaderPartition(1, (1, 2), (1,), epoch_start=34, high_watermark=0, lag_time_max_ms=1000,
                          min_insync_replicas=1, now_ms=0, durable_end=17)
     assert lp.high_watermark == 17

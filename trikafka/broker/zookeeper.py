@@ -287,7 +287,7 @@ async def _serve_registration(config: BrokerConfig, log_manager: LogManager, por
     try:
         async with trio.open_nursery() as nursery:
             await _start_registration(config, registration, log_manager, zk, private, nursery, state.replicated)
-            # DEBUG: `trikafka serve` announces the registration; at INFO it was printed twice.
+            # DEBUG: `trikafka serve` announces the registration itself at INFO; one line is enough.
             logger.debug("registered broker %d as %r in ZooKeeper %s (%d topics)", config.broker_id,
                         (registration.value or b"").decode(), connect_string, len(registration.topics))
             nursery.start_soon(_register_new_topics, state, log_manager, receive_topics)
