@@ -39,7 +39,8 @@ DEFAULT_DOC = "protocol.md"
 HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*[a-z]?)\.?\s")
 
 NUMBER = r"\d+(?:\.\d+)*[a-z]?"
-# One sign and a number, then any further "-N", or (two signs only) ", N" parts.
+# One or two signs and a number, then further parts joined by a dash, a comma or "and";
+# which of those parts are section numbers is decided in ``references_in``.
 REFERENCE = re.compile(
     rf"(?P<signs>{SIGN}{{1,2}})\s*(?P<first>{NUMBER})"
     rf"(?P<rest>(?:\s*(?:-|\u2013|,|and)\s*{SIGN}?\s*{NUMBER})*)"
@@ -93,8 +94,6 @@ def references_in(text: str, path: str, documents: frozenset[str]) -> list[Refer
                 # after a single sign is prose, not a second section.
                 if len(match.group("signs")) == 2 or separator in ("-", "\u2013") or SIGN in part.group(0):
                     numbers.append(number)
-                else:
-                    continue
             for number in numbers:
                 found.append(Reference(path, line_number, document, number))
     return found
@@ -112,7 +111,8 @@ def unresolved(references: list[Reference], sections: dict[str, frozenset[str]])
 def _scanned_files() -> list[Path]:
     files: list[Path] = []
     for directory in SCANNED_DIRS:
-        files.extend(p for p in sorted((REPO_ROOT / directory).rglob("*")) if p.is_file())
+        files.extend(p for p in sorted((REPO_ROOT / directory).rglob("*"))
+                     if p.is_file() and "__pycache__" not in p.parts)
     files.extend(REPO_ROOT / name for name in SCANNED_FILES)
     files.extend(sorted(REPO_ROOT.glob(SCANNED_DOCS_GLOB)))
     return files
