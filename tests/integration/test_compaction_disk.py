@@ -1,6 +1,6 @@
 """Compaction on the real file system: the space comes back, offsets and bytes stay.
 
-The done-when check of docs/protocol.md §11: 1,000 keys updated 100 times
+The guarantees of docs/protocol.md §11.1 and §11.3 on disk: 1,000 keys updated 100 times
 each shrink on disk (``st_blocks``, the zeros are holes) to within 2x of the live
 data; every retained message is at its original offset with its original bytes;
 and a plain 0.7 reader fetching from offset 0 parses the whole log.
