@@ -136,7 +136,7 @@ class ProducerConfig:
     def static_partitions(self, topic: str) -> int | None:
         """Partitions per broker of ``topic`` in static mode (``None``: unknown, send -1)."""
         ppb = self.partitions_per_broker
-        if isinstance(ppb, dict):
+        if isinstance(ppb, Mapping):
             return ppb.get(topic, ppb.get("*"))
         return ppb
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import gzip
 import struct
-from typing import Sequence
+from typing import Sequence, cast
 
 from trikafka.wire import Codec, compress, crc32
+from trikafka.wire.keyed import KeyedPayload
 
 _MAGIC1_HEADER = struct.Struct(">ibBI").pack  # N, magic, attributes, crc
 ENTRY_OVERHEAD_BYTES = 10  # 4 (N) + 1 (magic) + 1 (attributes) + 4 (crc)
@@ -28,7 +29,7 @@ def encode_plain(payloads: Sequence[bytes]) -> bytes:
     out: list[bytes] = []
     append = out.append
     for p in payloads:
-        append(pack(len(p) + 6, 1, 0 if type(p) is bytes else p.attributes, crc32(p)))
+        append(pack(len(p) + 6, 1, 0 if type(p) is bytes else cast(KeyedPayload, p).attributes, crc32(p)))
         append(p)
     return b"".join(out)
 
