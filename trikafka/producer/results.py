@@ -1,4 +1,5 @@
-"""What a send reports: ``SendResult`` (per message), ``Delivery`` (its async handle), ``DeliveryFailedError``."""
+"""What a send reports: ``SendResult`` (per message), ``Delivery`` (its async handle),
+``DeliveryFailedError``, and the producer's running counts, ``SendStats``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ class SendResult:
         if self.error is not None:
             raise self.error
         return self
+
+
+@dataclass(slots=True)
+class SendStats:
+    """Counts of one producer: messages delivered and failed for good, requests sent (retries too)."""
+
+    messages_sent: int = 0
+    messages_failed: int = 0
+    requests_sent: int = 0
 
 
 class Delivery:
@@ -111,10 +121,13 @@ class DeliveryFailedError(ProducerError):
 
     ``results`` holds the failed ``SendResult``s (each with ``.error``);
     ``failed_count`` counts them all even when ``results`` keeps only a sample.
+    ``all_results`` (``send_batch`` in sync mode) holds every message's result, in order.
     """
 
-    def __init__(self, msg: str, results: Sequence[SendResult], failed_count: int | None = None):
+    def __init__(self, msg: str, results: Sequence[SendResult], failed_count: int | None = None, *,
+                 all_results: Sequence[SendResult] | None = None):
         self.results = list(results)
+        self.all_results = None if all_results is None else list(all_results)
         self.failed_count = len(self.results) if failed_count is None else failed_count
         first = next((r.error for r in self.results if r.error is not None), None)
         super().__init__(f"{msg}: {self.failed_count} message(s) not delivered"
