@@ -10,12 +10,13 @@ partition stay in order unless a retry re-routes them.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 import trio
 
 from .config import ProducerConfig
 from .errors import ProducerClosedError, QueueFullError
+from .partitioner import Key
 from .results import Delivery, SendResult, SendStats
 from .routing import Message
 
@@ -55,12 +56,12 @@ class SendQueue:
         self._sender_done = trio.Event()
         self._failed: list[Delivery] = []
 
-    async def put(self, topic: str, key: Any, payload: bytes) -> Delivery:
+    async def put(self, topic: str, key: Key, payload: bytes) -> Delivery:
         """Queue a checked payload; returns its ``Delivery`` (the producer's hot path).
 
         It always checks for cancellation but yields to the scheduler only when
         a batch is full or the queue is: a loop of puts lets the sender run once
-        per batch.  ``key`` is the caller's, for the partitioner: any value.
+        per batch.
         """
         if self.occupancy >= self._queue_size:
             await self._wait_for_room()

@@ -20,8 +20,9 @@ import trio
 from trikafka.wire.audit import AUDIT_TOPIC, PRODUCER_TIER, AuditEvent, encode_event, window_start
 from trikafka.wire.envelope import encode_header
 
-from .config import ProducerConfig
+from .config import ProducerConfig, Value
 from .errors import ProducerError
+from .partitioner import Key
 from .results import SendResult
 
 log = logging.getLogger(__name__)
@@ -89,10 +90,8 @@ class AuditedProducer(Protocol):
     audit: AuditTrail | None
     config: ProducerConfig
 
-    # Records and results are the producer's own: values of any type its
-    # serializer takes, keys any its partitioner takes; Deliveries or SendResults
-    # back, by mode.
-    async def send_many(self, records: Iterable[tuple[str, Any] | tuple[str, Any, Any]]) -> list[Any]: ...
+    # Deliveries (async) or SendResults (sync) back: by mode, not by type.
+    async def send_many(self, records: Iterable[tuple[str, Value] | tuple[str, Value, Key]]) -> list[Any]: ...
 
     async def flush(self) -> None: ...
 

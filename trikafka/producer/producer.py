@@ -57,11 +57,11 @@ from trikafka.zk.errors import InvalidPathError
 
 from .async_queue import SendQueue
 from .audit import AuditTrail, publish_audit, run_audit_loop
-from .config import ProducerConfig
+from .config import ProducerConfig, Value
 from .delivery import Dispatcher
 from .discovery import StaticDiscovery, ZooKeeperDiscovery
 from .errors import MessageTooLargeError, ProducerClosedError
-from .partitioner import HashPartitioner
+from .partitioner import HashPartitioner, Key
 from .pool import BrokerPool
 from .results import Delivery, DeliveryFailedError, SendResult, SendStats
 from .routing import Message, Router
@@ -243,7 +243,7 @@ class Producer:
 
     # ------------------------------------------------------------------ sending
 
-    def _payload(self, topic: str, value: Any, key: Any = None) -> bytes:
+    def _payload(self, topic: str, value: Value, key: Key = None) -> bytes:
         if topic not in self._valid_topics:
             try:
                 paths.validate_topic(topic)
@@ -266,7 +266,7 @@ class Producer:
                 f"a {len(value)}-byte message exceeds max_message_size {self.config.max_message_size}")
         return value
 
-    def _keyed_payload(self, topic: str, value: Any, key: Any) -> KeyedPayload:
+    def _keyed_payload(self, topic: str, value: Value, key: Key) -> KeyedPayload:
         # A keyed topic: the key is bytes (or text, as UTF-8); a value of None deletes the key.
         if isinstance(key, str):
             key = key.encode()
@@ -294,7 +294,7 @@ class Producer:
         assert self._dispatcher is not None  # built before the state turns open
         return self._dispatcher
 
-    async def send(self, topic: str, value: Any, key: Any = None) -> Delivery:
+    async def send(self, topic: str, value: Value, key: Key = None) -> Delivery:
         """Send one message; returns its ``Delivery`` in both modes (``await d.result()``).
 
         sync mode: returns once the message was sent (acks 0) or acknowledged,
@@ -321,7 +321,8 @@ class Producer:
         [result] = await self._delivering().deliver([(topic, key, payload, None)])
         return Delivery.resolved(result.raise_for_error())
 
-    async def send_batch(self, topic: str, values: Iterable[Any], keys: Iterable[Any] | None = None) -> list[Any]:
+    async def send_batch(self, topic: str, values: Iterable[Value], keys: Iterable[Key] | None = None
+                         ) -> list[Any]:  # Deliveries (async) or SendResults (sync): by mode, not by type
         """Send many messages to one topic; ``keys`` (if given) pairs up with ``values``.
 
         sync mode: one request per broker involved; returns the ``SendResult``s
@@ -335,7 +336,8 @@ class Producer:
             raise ValueError(f"{len(key_list)} keys for {len(values)} values")
         return await self.send_many([(topic, v, k) for v, k in zip(values, key_list)])
 
-    async def send_many(self, records: Iterable[tuple[str, Any] | tuple[str, Any, Any]]) -> list[Any]:
+    async def send_many(self, records: Iterable[tuple[str, Value] | tuple[str, Value, Key]]
+                        ) -> list[Any]:  # Deliveries (async) or SendResults (sync): by mode, not by type
         """Like ``send_batch`` for ``(topic, value)`` or ``(topic, value, key)`` records of any topics."""
         dispatcher = self._delivering()
         messages: list[Message] = []

@@ -108,7 +108,7 @@ class Delivery:
         """Wait for the outcome; return it, or raise its error."""
         return (await self.wait()).raise_for_error()
 
-    def __await__(self) -> Generator[Any, None, SendResult]:
+    def __await__(self) -> Generator[Any, None, SendResult]:  # yields whatever Trio's scheduler takes
         """``await delivery`` is ``await delivery.result()``."""
         return self.result().__await__()
 

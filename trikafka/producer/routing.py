@@ -16,7 +16,7 @@ the new one.
 from __future__ import annotations
 
 import random
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from trikafka.client.connection import connect
 from trikafka.client.errors import BrokerConnectionError, ClientError
@@ -26,13 +26,12 @@ from trikafka.wire import NO_LEADER, is_retriable, needs_leader_refresh
 from .config import ProducerConfig
 from .discovery import ClusterView, StaticDiscovery, ZooKeeperDiscovery
 from .errors import BrokerRejectedError, NoBrokersAvailableError, PartitionerError
-from .partitioner import BrokerPartition, PartitionFn
+from .partitioner import BrokerPartition, Key, PartitionFn
 from .pool import BrokerPool
 from .results import Delivery, SendResult
 
-# A queued message: (topic, key, payload, delivery or None).  The key is whatever the
-# caller gave: any value the partitioner accepts, hence Any.
-Message = tuple[str, Any, bytes, Delivery | None]
+# A queued message: (topic, key, payload, delivery or None).
+Message = tuple[str, Key, bytes, Delivery | None]
 # One broker's share of a request: (topic, partition, indices of its messages).
 Part = tuple[str, int, list[int]]
 # Why a message still waits for another round, by message index.
