@@ -1,4 +1,4 @@
-"""trikafka's producer (spec §11.6, §12.2, §16.1): Trio-native, sync or async batching.
+"""trikafka's producer (docs/protocol.md §5.1, §9.2, §12.13): Trio-native, sync or async batching.
 
 ::
 

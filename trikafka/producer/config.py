@@ -1,4 +1,4 @@
-"""Producer settings: Pythonic names with units, mapped from 0.7's ``ProducerConfig`` (§12.2).
+"""Producer settings: Pythonic names with units, mapped from 0.7's ``ProducerConfig``.
 
 =============================  ==============================  ==========================
 0.7 property                   keyword                         note
@@ -21,7 +21,7 @@
 ``socket.timeout.ms``          ``request_timeout_s``
 ``max.message.size``           ``max_message_size``
 ``num.retries``                ``num_retries``                 default 3 [T] (0.7: 0)
-(trikafka)                     ``acks``                        0: PRODUCE; 1, -1: PRODUCE_ACKED (§16.1)
+(trikafka)                     ``acks``                        0: PRODUCE; 1, -1: PRODUCE_ACKED (§9.2)
 (trikafka)                     ``ack_timeout_s``               PRODUCE_ACKED ``timeout_ms``
 (trikafka)                     ``partitions_per_broker``       static list: ``None`` = 0.7 (partition -1)
 (trikafka)                     ``reconnect_backoff_s``/``reconnect_backoff_max_s``

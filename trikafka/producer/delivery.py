@@ -6,7 +6,7 @@ message is reported delivered only when the broker said it was appended (1)
 or flushed (-1); a retry after a lost answer can therefore duplicate a
 message, never lose one silently.
 
-Failover rounds on replicated topics (docs/protocol.md §12: a leader moved or
+Failover rounds on replicated topics (docs/protocol.md §12.13: a leader moved or
 is not known, and, on a replicated topic, acks -1 answers that the write is
 not committed yet: 23, 24, 6) do not use up ``num_retries`` until
 ``leader_wait_s`` has passed since the first of them; every round waits a

@@ -4,7 +4,7 @@
 of the producer, where a batch of payloads becomes one part.  Magic 1 only
 (what 0.7 producers write).  A compressed part is one wrapper, or several when
 one would exceed ``max.message.size`` (a wrapper's payload is a message as
-far as the broker's size check goes, §6.1).
+far as the broker's size check goes, docs/protocol.md §5.1 step 4).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class EncodedPart:
     def message_offsets(self, payloads: Sequence[bytes], base_offset: int) -> list[tuple[int, int]]:
         """``(offset, next_offset)`` of every message once the set landed at ``base_offset``.
 
-        Inner messages of a wrapper all report the wrapper's entry (§5).
+        Inner messages of a wrapper all report the wrapper's entry (docs/protocol.md §4).
         """
         result: list[tuple[int, int]] = []
         pos = base_offset

@@ -1,4 +1,4 @@
-"""Pure producer-side partitioning (spec §11.6, §12.2 ``partitioner.class``).
+"""Pure producer-side partitioning (0.7's producer and its ``partitioner.class``).
 
 API::
 

@@ -19,8 +19,8 @@ Two modes, as in 0.7 (``producer.type``):
 
 The producer is the front of four collaborators it builds when it opens:
 the discovery (``discovery``: ZooKeeper watches or a static list), the
-``Router`` (``routing``: which partition each message goes to, spec §11.6,
-and replicated topics' leaders, docs/protocol.md §12), the ``Dispatcher``
+``Router`` (``routing``: which partition each message goes to, and
+replicated topics' leaders, docs/protocol.md §12.13), the ``Dispatcher``
 (``delivery``: one request per broker, retries, acks) and, in async mode, the
 ``SendQueue`` (``async_queue``: batching, backpressure, flushing).
 

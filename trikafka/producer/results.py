@@ -19,7 +19,7 @@ class SendResult:
     broker chose when the producer sent -1, if the broker said so; with
     ``acks=0`` and -1 it stays -1).  With ``acks`` 1 or -1, ``offset`` is the
     byte offset of the message's entry (of the wrapper for compressed
-    messages, which share it, spec §5) and ``next_offset`` the offset after
+    messages, which share it, docs/protocol.md §4) and ``next_offset`` the offset after
     that entry.  With ``acks=0`` both are ``None``: nobody answered.
     ``error`` is set, and the other fields are best known values, when the
     message was not delivered.

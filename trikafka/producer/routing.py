@@ -1,10 +1,10 @@
 """Routing: which broker and partition each message goes to, following leaders as they move.
 
-Unreplicated topics use the discovery's partition list (spec §11.6).  A
+Unreplicated topics use the discovery's partition list (0.7's).  A
 message without a key goes to a random partition, preferring brokers not
 backing off after a failure; a keyed message goes to ``partitioner(key, n)``.
 
-Replicated topics (docs/protocol.md §12) are routed to each partition's
+Replicated topics (docs/protocol.md §12.13) are routed to each partition's
 current leader (``view.leaders``).  A part refused because the leader moved
 (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, a fenced epoch) or whose
 leader's connection broke forgets that leader (``leader_moved``,
