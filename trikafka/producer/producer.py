@@ -17,12 +17,13 @@ Two modes, as in 0.7 (``producer.type``):
   ``async with`` flushes, then raises ``DeliveryFailedError`` for failures
   nobody looked at (through ``Delivery.result()``/``wait()``/``peek()``).
 
-The producer is the front of four collaborators it builds when it opens:
-the discovery (``discovery``: ZooKeeper watches or a static list), the
-``Router`` (``routing``: which partition each message goes to, and
-replicated topics' leaders, docs/protocol.md §12.13), the ``Dispatcher``
-(``delivery``: one request per broker, retries, acks) and, in async mode, the
-``SendQueue`` (``async_queue``: batching, backpressure, flushing).
+The producer is the front of the collaborators it builds when it opens: the
+connection pool (``pool``), the discovery (``discovery``: ZooKeeper watches
+or a static list), the ``Router`` (``routing``: which partition each message
+goes to, and replicated topics' leaders, docs/protocol.md §12.13), the
+``Dispatcher`` (``delivery``: one request per broker, retries, acks) and, in
+async mode, the ``SendQueue`` (``async_queue``: batching, backpressure,
+flushing).
 
 A message without a key goes to a random partition, preferring brokers not
 backing off after a failure; a keyed message goes to ``partitioner(key, n)``
