@@ -133,6 +133,8 @@ async def test_topics_create_lists_one_line_per_topic_and_json(tmp_path):
         assert [(t["topic"], len(t["partitions"])) for t in listing["topics"]] == [("clicks", 1), ("orders", 3)]
         _, stderr = await run("topics", "nosuch", *where, status=1)
         assert one_error_line(stderr) == f"trikafka: topic 'nosuch' does not exist on 127.0.0.1:{port}"
+        stdout, _ = await run("topics", *where, "--partitions", "2", status=0)  # counts for the named topics: none
+        assert stdout == ""
         broker.signal(signal.SIGTERM)
         assert await broker.wait() == 0
 

@@ -123,12 +123,12 @@ async def test_a_full_queue_blocks_senders_until_deliveries_complete(cluster, au
             async def sender():
                 for i in range(12):
                     await producer.send("t", b"%d" % i)
-                    assert producer._occupancy <= 5
+                    assert producer._queue.occupancy <= 5
                 blocked_at.append(trio.current_time())
 
             nursery.start_soon(sender)
             await trio.sleep(10)
-            assert blocked_at == [] and producer._occupancy == 5  # stuck behind the broker
+            assert blocked_at == [] and producer._queue.occupancy == 5  # stuck behind the broker
             stall.release.set()
     assert blocked_at and blocked_at[0] >= 10
     assert payloads_in(broker, "t") == [b"%d" % i for i in range(12)]

@@ -73,7 +73,7 @@ async def _run_schedule(ops, acks, batch_size, queue_size, codec, seed):
                     if op[0] == "send":
                         payload = b"%d:" % n + b"x" * op[2]
                         delivery = await producer.send("t", payload, key=op[1])
-                        assert producer._occupancy <= queue_size
+                        assert producer._queue.occupancy <= queue_size
                         sent.append((payload, op[1], delivery))
                     elif op[0] == "kill":
                         await cluster.network.kill(*BROKERS[op[1]][1:])

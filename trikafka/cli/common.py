@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Awaitable, Callable, TypeVar
 
 import trio
 
@@ -14,6 +15,9 @@ DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 FALLBACK_ZOOKEEPER = "127.0.0.1:2181"  # ZooKeeper's own port, when no local broker says otherwise
 DEFAULT_DATA_DIR = "trikafka-data"  # `trikafka serve`'s default --log-dir
 ZOOKEEPER_CONNECT_FILE = "zookeeper-connect"  # written by `serve` next to its private ZooKeeper's data
+
+ArgsT = TypeVar("ArgsT")
+ResultT = TypeVar("ResultT")
 
 
 def zookeeper_connect_file(log_dir: str) -> str:
@@ -107,7 +111,7 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def run_client_value(fn, args: argparse.Namespace):
+def run_client_value(fn: Callable[[ArgsT], Awaitable[ResultT]], args: ArgsT) -> ResultT | None:
     """``trio.run(fn, args)``; None (after a one-line error) if a broker or ZooKeeper failed."""
     from trikafka.client import ClientError
     from trikafka.zk import CoordinatorError
@@ -159,7 +163,7 @@ def run_group_client(fn, args: argparse.Namespace) -> int:
     except BaseExceptionGroup as group:
         leaves = leaf_exceptions(group)
         if all(isinstance(e, expected) for e in leaves):
-            for exc in leaves:
-                print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
+            for leaf in leaves:
+                print(f"trikafka: ZooKeeper at {args.zookeeper}: {leaf}", file=sys.stderr)
             return 1
         raise

@@ -138,9 +138,10 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
     """``consume --group``: a GroupConsumer member; commits as it goes and when stopped."""
     import signal
 
-    from trikafka.group import GroupConfig, GroupConsumer, blacklist, whitelist
+    from trikafka.group import GroupConfig, GroupConsumer, TopicFilter, blacklist, whitelist
     from trikafka.zk import KazooCoordinator
 
+    subscription: TopicFilter | dict[str, int]
     if args.whitelist or args.blacklist:
         subscription = (whitelist if args.whitelist else blacklist)(args.topic)
     else:

@@ -155,8 +155,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except* KeyboardInterrupt:  # before the signal handler was installed: no clean marker
         interrupted = True
     # Anything else (a failed log, a bug) propagates with its traceback: exit status 1.
-    for exc in os_errors:
-        print(f"trikafka: {exc}", file=sys.stderr)
+    for error in os_errors:
+        print(f"trikafka: {error}", file=sys.stderr)
     if interrupted:
         print("trikafka: interrupted", file=sys.stderr)
         return 130

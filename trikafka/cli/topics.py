@@ -89,7 +89,7 @@ async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow],
         print("trikafka: this broker is a plain 0.7 broker, which cannot list its topics; "
               "name the topics, or give --zookeeper CONNECT or --log-dir DIR", file=sys.stderr)
         return rows, False
-    names = list(args.topic) or list(counts.topics)
+    names = list(args.topic) if args.topic or counts is None else list(counts.topics)
     async with await connect(host, port) as conn:
         for topic in names:
             found = counts.topics[topic] if counts is not None else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Awaitable, Callable, TypedDict
 
 from trikafka.cli.common import default_zookeeper, plural, run_client_value
 
@@ -83,7 +84,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
     return 1 if status is None else status
 
 
-async def _guarded(call) -> int:
+async def _guarded(call: tuple[Callable[[argparse.Namespace], Awaitable[int]], argparse.Namespace]) -> int:
     from trikafka.broker.replication.assignment import AssignmentError
     from trikafka.broker.topic_settings import TopicConfigError
     from trikafka.zk.errors import InvalidPathError
@@ -220,6 +221,16 @@ async def create_on_broker(host: str, port: int, name: str, partitions: int,
     return False
 
 
+class _PartitionRow(TypedDict):
+    """One partition of a replicated topic as ``describe`` prints it (and ``--json`` dumps it)."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
 async def _describe(args: argparse.Namespace) -> int:
     from trikafka.zk import NoNodeError, paths
     from trikafka.zk.replication_store import read_assignment, read_state
@@ -231,15 +242,15 @@ async def _describe(args: argparse.Namespace) -> int:
         assignment = await read_assignment(zk, name)
         if assignment is None:
             return await _describe_plain(zk, name, args)
-        rows = []
+        rows: list[_PartitionRow] = []
         for p, replicas in enumerate(assignment.replicas):
             try:
                 state = (await read_state(zk, name, p)).state
                 leader, epoch, isr = state.leader, state.leader_epoch, list(state.isr)
             except NoNodeError:
                 leader, epoch, isr = NO_LEADER, -1, []
-            rows.append({"partition": p, "leader": leader, "leader_epoch": epoch, "replicas": list(replicas),
-                         "isr": isr})
+            rows.append(_PartitionRow(partition=p, leader=leader, leader_epoch=epoch, replicas=list(replicas),
+                                      isr=isr))
         settings = await read_topic_settings(zk, name)
     if args.json:
         print(json.dumps({"topic": name, "partitions": rows}))

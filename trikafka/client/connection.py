@@ -25,7 +25,6 @@ from trikafka.wire import (
     ACKS_FLUSHED,
     OFFSETS_EARLIEST,
     OFFSETS_LATEST,
-    NEED_DATA,
     CreateTopicRequest,
     CreateTopicResult,
     ErrorCode,
@@ -160,8 +159,9 @@ class Connection:
             except RemoteProtocolError as exc:
                 await self._break(f"malformed response: {exc}")
                 raise BrokerProtocolError(f"{self._peer()}: malformed response: {exc}") from exc
-            if frame is not NEED_DATA:
+            if isinstance(frame, ResponseFrame):
                 return frame
+            cause: BaseException | None
             try:
                 data = await self._stream.receive_some(_RECEIVE_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:

@@ -153,7 +153,12 @@ class SimpleConsumer:
             raise ValueError("need 0 < fetch_max_bytes <= max_fetch_bytes_limit")
         self._conn: Connection | None = source if isinstance(source, Connection) else None
         self._owns_conn = self._conn is None
-        self._address = source.address if isinstance(source, Connection) else tuple(source)
+        self._address: tuple[str, int] | None
+        if isinstance(source, Connection):
+            self._address = source.address
+        else:
+            host, port = source
+            self._address = (host, port)
         self.topic, self.partition = topic, partition
         self.fetch_max_bytes, self.max_fetch_bytes_limit = fetch_max_bytes, max_fetch_bytes_limit
         self.use_fetch_wait = use_fetch_wait

@@ -72,8 +72,8 @@ def _run(fn, arg) -> int:
         matched, rest = group.split(expected)
         if matched is None or rest is not None:
             raise
-        for exc in matched.exceptions:
-            print(f"trikafka: {exc}", file=sys.stderr)
+        for error in matched.exceptions:
+            print(f"trikafka: {error}", file=sys.stderr)
         return 1
 
 

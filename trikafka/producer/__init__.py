@@ -1,4 +1,4 @@
-"""trikafka's producer (spec §11.6, §12.2, §16.1): Trio-native, sync or async batching.
+"""trikafka's producer (docs/protocol.md §5.1, §9.2, §12.13): Trio-native, sync or async batching.
 
 ::
 
@@ -7,9 +7,10 @@
         result = await delivery.result()      # SendResult(topic, broker_id, partition, offset, ...)
 
 Modules: ``producer`` (the Producer), ``config`` (settings and 0.7 names),
-``discovery`` (static list / ZooKeeper watches), ``pool`` (connections),
-``encoding`` (message sets), ``partitioner`` (partitioners), ``results``,
-``errors``.
+``discovery`` (static list / ZooKeeper watches), ``routing`` (partition choice,
+leaders), ``delivery`` (requests, retries), ``async_queue`` (batching),
+``pool`` (connections), ``encoding`` (message sets), ``partitioner``
+(partitioners), ``audit``, ``results``, ``errors``.
 """
 
 from .config import ASYNC, SYNC, ProducerConfig, config_from_properties, parse_broker_list, parse_codec

@@ -13,14 +13,17 @@ import socket
 import struct
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Protocol
 
 import trio
 
 from trikafka.wire.audit import AUDIT_TOPIC, PRODUCER_TIER, AuditEvent, encode_event, window_start
 from trikafka.wire.envelope import encode_header
 
+from .config import ProducerConfig, Value
 from .errors import ProducerError
+from .partitioner import Key
+from .results import SendResult
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +84,19 @@ class AuditTrail:
         return events
 
 
-async def run_audit_loop(producer: Any) -> None:
+class AuditedProducer(Protocol):
+    """What publishing needs of the producer (``Producer``)."""
+
+    audit: AuditTrail | None
+    config: ProducerConfig
+
+    # Deliveries (async) or SendResults (sync) back: by mode, not by type.
+    async def send_many(self, records: Iterable[tuple[str, Value] | tuple[str, Value, Key]]) -> list[Any]: ...
+
+    async def flush(self) -> None: ...
+
+
+async def run_audit_loop(producer: AuditedProducer) -> None:
     """Publish the closed windows' events every window (a task in the producer's nursery)."""
     assert producer.audit is not None
     while True:
@@ -89,7 +104,7 @@ async def run_audit_loop(producer: Any) -> None:
         await publish_audit(producer)
 
 
-async def publish_audit(producer: Any, *, everything: bool = False) -> None:
+async def publish_audit(producer: AuditedProducer, *, everything: bool = False) -> None:
     """Send the audit events of closed windows (all with ``everything``) to the audit topic,
     keyed by the audited topic; a failure is logged (the counts are lost, not the messages)."""
     assert producer.audit is not None
@@ -100,11 +115,13 @@ async def publish_audit(producer: Any, *, everything: bool = False) -> None:
         sent = await producer.send_many([(AUDIT_TOPIC, encode_event(e), e.topic) for e in events])
         if producer.config.is_async:
             await producer.flush()
-            sent = [delivery.peek() for delivery in sent]
-        for result in sent:
+            results: list[SendResult] = [await delivery.wait() for delivery in sent]
+        else:
+            results = sent
+        for result in results:
             result.raise_for_error()
     except ProducerError as exc:
         log.warning("audit events for %d window(s) not published: %s", len(events), exc)
 
 
-__all__ = ["AuditTrail", "default_producer_id", "publish_audit", "run_audit_loop"]
+__all__ = ["AuditTrail", "AuditedProducer", "default_producer_id", "publish_audit", "run_audit_loop"]

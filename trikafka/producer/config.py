@@ -1,4 +1,4 @@
-"""Producer settings: Pythonic names with units, mapped from 0.7's ``ProducerConfig`` (§12.2).
+"""Producer settings: Pythonic names with units, mapped from 0.7's ``ProducerConfig``.
 
 =============================  ==============================  ==========================
 0.7 property                   keyword                         note
@@ -21,7 +21,7 @@
 ``socket.timeout.ms``          ``request_timeout_s``
 ``max.message.size``           ``max_message_size``
 ``num.retries``                ``num_retries``                 default 3 [T] (0.7: 0)
-(trikafka)                     ``acks``                        0: PRODUCE; 1, -1: PRODUCE_ACKED (§16.1)
+(trikafka)                     ``acks``                        0: PRODUCE; 1, -1: PRODUCE_ACKED (§9.2)
 (trikafka)                     ``ack_timeout_s``               PRODUCE_ACKED ``timeout_ms``
 (trikafka)                     ``partitions_per_broker``       static list: ``None`` = 0.7 (partition -1)
 (trikafka)                     ``reconnect_backoff_s``/``reconnect_backoff_max_s``
@@ -45,6 +45,8 @@ SYNC = "sync"
 ASYNC = "async"
 
 BrokerSpec = tuple[int, str, int]  # (broker id, host, port)
+# A message value before serialization: bytes, or whatever the configured serializer takes.
+Value = Any
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class ProducerConfig:
     zk_session_timeout_s: float = 6.0
     producer_type: str = SYNC
     partitioner: PartitionFn | None = None
-    serializer: Callable[[Any], bytes] | None = None
+    serializer: Callable[[Value], bytes] | None = None
     compression_codec: Codec = Codec.NONE
     compressed_topics: frozenset[str] = frozenset()
     gzip_level: int = 6
@@ -136,15 +138,16 @@ class ProducerConfig:
     def static_partitions(self, topic: str) -> int | None:
         """Partitions per broker of ``topic`` in static mode (``None``: unknown, send -1)."""
         ppb = self.partitions_per_broker
-        if isinstance(ppb, dict):
+        if isinstance(ppb, Mapping):
             return ppb.get(topic, ppb.get("*"))
         return ppb
 
-    def replace(self, **changes: Any) -> "ProducerConfig":
+    def replace(self, **changes: Any) -> "ProducerConfig":  # fields of different types
+        """A copy with ``changes`` (field names as keywords), validated again."""
         return dataclasses.replace(self, **changes)
 
 
-# 0.7 property -> (keyword, converter)
+# 0.7 property -> (keyword, converter); each converter returns its field's type, hence Any.
 _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "broker.list": ("brokers", str),
     "zk.connect": ("zk_connect", str),
@@ -167,14 +170,14 @@ _IGNORED_PROPERTIES = {"buffer.size", "reconnect.interval", "reconnect.time.inte
                        "partitioner.class", "event.handler", "callback.handler"}
 
 
-def config_from_properties(properties: Mapping[str, str], **overrides: Any) -> ProducerConfig:
+def config_from_properties(properties: Mapping[str, str], **overrides: Any) -> ProducerConfig:  # fields' types
     """A ``ProducerConfig`` from 0.7 ``producer.properties`` keys (plus keyword overrides).
 
     ``serializer.class``/``partitioner.class`` name Java classes and are
     ignored: pass ``serializer=``/``partitioner=`` callables instead.
     Unknown keys raise ``ValueError``.
     """
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}  # keyword -> a value of that field's type
     for key, value in properties.items():
         if key in _PROPERTIES:
             name, convert = _PROPERTIES[key]
@@ -198,7 +201,7 @@ def parse_codec(value: Codec | int | str) -> Codec:
     return Codec(value)
 
 
-def parse_broker_list(value: str | Sequence[Any]) -> tuple[BrokerSpec, ...]:
+def parse_broker_list(value: str | Sequence[Any]) -> tuple[BrokerSpec, ...]:  # items checked below
     """``"[ID:]HOST:PORT,..."`` (the one address syntax, ``client.parse_broker_addresses``;
     ids 0, 1, ... in order where left out) or a sequence of ``(id, host, port)`` /
     ``(host, port)`` / ``"[ID:]HOST:PORT"``."""
@@ -226,4 +229,4 @@ def parse_broker_list(value: str | Sequence[Any]) -> tuple[BrokerSpec, ...]:
 
 
 __all__ = ["ProducerConfig", "config_from_properties", "parse_broker_list", "parse_codec",
-           "SYNC", "ASYNC", "BrokerSpec"]
+           "SYNC", "ASYNC", "BrokerSpec", "Value"]

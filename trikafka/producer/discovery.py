@@ -2,7 +2,7 @@
 
 ``ClusterView`` holds live brokers (``/brokers/ids``) and, per topic, each
 broker's partition count (``/brokers/topics/<t>/<id>``).  Its partition list
-for a topic is spec §11.6's: every ``(broker, p)`` with ``p < count`` in
+for a topic is the 0.7 ZooKeeper producer's: every ``(broker, p)`` with ``p < count`` in
 numeric order, restricted to live brokers (a registration left by a broker
 that is gone cannot be reached) [T], or partition 0 of every live broker when
 nobody registered the topic yet.
@@ -18,7 +18,7 @@ Two sources fill it:
 * ``StaticDiscovery``: a fixed broker list (``broker.list``).  With a known
   partition count per broker the list is as above; without one it is
   ``(broker, -1)`` per broker, and the broker picks the partition, as 0.7
-  does with ``broker.list`` (§11.6); a key then only picks the broker.
+  does with ``broker.list`` (docs/protocol.md §5.1 step 1); a key then only picks the broker.
 * ``ZooKeeperDiscovery``: watches (re-armed by the coordinator) on
   ``/brokers/ids``, each broker's node, and ``/brokers/topics/<t>`` for every
   topic the producer has sent to, and on ``/trikafka/topics/<t>``, which
@@ -48,7 +48,7 @@ from .partitioner import BrokerPartition, producer_partitions
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_PARTITION = -1  # "broker, choose one" (§6.1 step 1)
+UNKNOWN_PARTITION = -1  # "broker, choose one" (docs/protocol.md §5.1 step 1)
 
 
 class ClusterView:
@@ -98,7 +98,7 @@ class ClusterView:
             self._bump()
 
     def partitions(self, topic: str) -> list[BrokerPartition]:
-        """The §11.6 list for ``topic`` (cached until the next change); leaders if replicated."""
+        """The 0.7 producer's list for ``topic`` (cached until the next change); leaders if replicated."""
         if self.leaders.replicated(topic):
             return [BrokerPartition(b, p) for b, p in self.leaders.leaders(topic)]
         cached = self._partition_cache.get(topic)
@@ -134,7 +134,7 @@ class StaticDiscovery:
 
 
 class ZooKeeperDiscovery:
-    """Keeps a ``ClusterView`` in step with ZooKeeper through watches (§11.2-11.3, §11.6).
+    """Keeps a ``ClusterView`` in step with ZooKeeper through watches (docs/protocol.md §8.1-§8.2, §12.13).
 
     ``await nursery.start(discovery.run)`` returns once the live brokers are
     known; ``await discovery.ensure_topic(t)`` once ``t``'s registrations are.

@@ -4,16 +4,17 @@
 of the producer, where a batch of payloads becomes one part.  Magic 1 only
 (what 0.7 producers write).  A compressed part is one wrapper, or several when
 one would exceed ``max.message.size`` (a wrapper's payload is a message as
-far as the broker's size check goes, §6.1).
+far as the broker's size check goes, docs/protocol.md §5.1 step 4).
 """
 
 from __future__ import annotations
 
 import gzip
 import struct
-from typing import Sequence
+from typing import Sequence, cast
 
 from trikafka.wire import Codec, compress, crc32
+from trikafka.wire.keyed import KeyedPayload
 
 _MAGIC1_HEADER = struct.Struct(">ibBI").pack  # N, magic, attributes, crc
 ENTRY_OVERHEAD_BYTES = 10  # 4 (N) + 1 (magic) + 1 (attributes) + 4 (crc)
@@ -28,7 +29,7 @@ def encode_plain(payloads: Sequence[bytes]) -> bytes:
     out: list[bytes] = []
     append = out.append
     for p in payloads:
-        append(pack(len(p) + 6, 1, 0 if type(p) is bytes else p.attributes, crc32(p)))
+        append(pack(len(p) + 6, 1, 0 if type(p) is bytes else cast(KeyedPayload, p).attributes, crc32(p)))
         append(p)
     return b"".join(out)
 
@@ -65,7 +66,7 @@ class EncodedPart:
     def message_offsets(self, payloads: Sequence[bytes], base_offset: int) -> list[tuple[int, int]]:
         """``(offset, next_offset)`` of every message once the set landed at ``base_offset``.
 
-        Inner messages of a wrapper all report the wrapper's entry (§5).
+        Inner messages of a wrapper all report the wrapper's entry (docs/protocol.md §4).
         """
         result: list[tuple[int, int]] = []
         pos = base_offset

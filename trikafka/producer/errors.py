@@ -19,7 +19,7 @@ class NoBrokersAvailableError(ProducerError):
 
 
 class MessageTooLargeError(ProducerError, ValueError):
-    """A payload is larger than ``max_message_size`` (0.7's producer refuses it, §12.2)."""
+    """A payload is larger than ``max_message_size`` (0.7's producer refuses it)."""
 
 
 class QueueFullError(ProducerError):
@@ -27,11 +27,11 @@ class QueueFullError(ProducerError):
 
 
 class AcksNotSupportedError(ProducerError):
-    """``acks`` 1 or -1 against a plain 0.7 broker, which has no PRODUCE_ACKED (§16)."""
+    """``acks`` 1 or -1 against a plain 0.7 broker, which has no PRODUCE_ACKED (docs/protocol.md §9.1)."""
 
 
 class BrokerRejectedError(ProducerError):
-    """The broker answered a PRODUCE_ACKED part with an error code (§16.1)."""
+    """The broker answered a PRODUCE_ACKED part with an error code (docs/protocol.md §9.2)."""
 
     def __init__(self, error_code: ErrorCode, topic: str, broker_id: int, partition: int):
         super().__init__(

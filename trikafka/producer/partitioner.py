@@ -1,4 +1,4 @@
-"""Pure producer-side partitioning (spec §11.6, §12.2 ``partitioner.class``).
+"""Pure producer-side partitioning (0.7's producer and its ``partitioner.class``).
 
 API::
 
@@ -44,10 +44,13 @@ from typing import Any, NamedTuple
 __all__ = [
     "BrokerPartition", "producer_partitions", "java_string_hash", "java_bytes_hash",
     "java_hash", "hash_index", "HashPartitioner", "RandomPartitioner",
-    "DefaultPartitioner", "choose_partition", "InvalidPartitionError", "PartitionFn",
+    "DefaultPartitioner", "choose_partition", "InvalidPartitionError", "Key", "PartitionFn",
 ]
 
-PartitionFn = Callable[[Any, int], int]
+# A message key: whatever the configured partitioner takes (the default hashes str,
+# bytes-like and int keys; a custom one may take anything), so it cannot be narrower.
+Key = Any
+PartitionFn = Callable[[Key, int], int]
 _MASK32 = 0xFFFFFFFF
 
 
@@ -133,7 +136,7 @@ def hash_index(hash32: int, num_partitions: int) -> int:
 class HashPartitioner:
     """``abs(java_hash(key)) mod n``; a ``None`` key is a ``TypeError``."""
 
-    def __call__(self, key: Any, num_partitions: int) -> int:
+    def __call__(self, key: Key, num_partitions: int) -> int:
         if key is None:
             raise TypeError("HashPartitioner needs a key")
         return hash_index(java_hash(key), num_partitions)
@@ -145,7 +148,7 @@ class RandomPartitioner:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng if rng is not None else random.Random()
 
-    def __call__(self, key: Any, num_partitions: int) -> int:
+    def __call__(self, key: Key, num_partitions: int) -> int:
         if num_partitions <= 0:
             raise InvalidPartitionError(f"invalid number of partitions {num_partitions}; must be > 0")
         return self._rng.randrange(num_partitions)
@@ -158,13 +161,13 @@ class DefaultPartitioner:
         self._random = RandomPartitioner(rng)
         self._hash = HashPartitioner()
 
-    def __call__(self, key: Any, num_partitions: int) -> int:
+    def __call__(self, key: Key, num_partitions: int) -> int:
         return self._random(key, num_partitions) if key is None else self._hash(key, num_partitions)
 
 
 def choose_partition(
     partitions: Sequence[BrokerPartition],
-    key: Any,
+    key: Key,
     partitioner: PartitionFn,
     random_partitioner: PartitionFn,
 ) -> BrokerPartition:

@@ -19,7 +19,8 @@ from typing import Awaitable, Callable
 
 import trio
 
-from trikafka.client import BrokerConnectionError, Connection, connect
+from trikafka.client.connection import Connection, connect
+from trikafka.client.errors import BrokerConnectionError
 
 
 @dataclass

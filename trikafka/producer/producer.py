@@ -17,20 +17,25 @@ Two modes, as in 0.7 (``producer.type``):
   ``async with`` flushes, then raises ``DeliveryFailedError`` for failures
   nobody looked at (through ``Delivery.result()``/``wait()``/``peek()``).
 
-Routing (spec §11.6; replicated topics: docs/protocol.md §12 and ``routing``): the partition list of the topic comes from the
-discovery (ZooKeeper watches or a static list).  A message without a key goes
-to a random partition, preferring brokers not backing off after a failure; a
-keyed message goes to ``partitioner(key, n)`` (default: the stable Java-style
-hash modulo n, never Python's ``hash()``).  A failed request is retried
-``num_retries`` times, re-routed each time (keyed messages move only if the
-partition list changed).  With ``acks`` 1/-1 a message is reported delivered
-only when the broker said it was appended (1) or flushed (-1); a retry after
-a lost answer can therefore duplicate a message, never lose one silently.
-The async sender has one batch in flight at a time (its brokers are sent to
-concurrently), so messages of one partition stay in order unless a retry
-re-routes them.  With a static broker list and no partition count the
-producer sends partition -1 and the broker picks (0.7's ``broker.list``
-mode); a key then only picks the broker.
+The producer is the front of the collaborators it builds when it opens: the
+connection pool (``pool``), the discovery (``discovery``: ZooKeeper watches
+or a static list), the ``Router`` (``routing``: which partition each message
+goes to, and replicated topics' leaders, docs/protocol.md §12.13), the
+``Dispatcher`` (``delivery``: one request per broker, retries, acks) and, in
+async mode, the ``SendQueue`` (``async_queue``: batching, backpressure,
+flushing).
+
+A message without a key goes to a random partition, preferring brokers not
+backing off after a failure; a keyed message goes to ``partitioner(key, n)``
+(default: the stable Java-style hash modulo n, never Python's ``hash()``).
+With ``acks`` 1/-1 a message is reported delivered only when the broker said
+it was appended (1) or flushed (-1); a retry after a lost answer can
+therefore duplicate a message, never lose one silently.  The async sender
+has one batch in flight at a time (its brokers are sent to concurrently), so
+messages of one partition stay in order unless a retry re-routes them.  With
+a static broker list and no partition count the producer sends partition -1
+and the broker picks (0.7's ``broker.list`` mode); a key then only picks the
+broker.
 
 Hot path: ``send`` in async mode only appends a tuple; routing, message-set
 building (``encoding.encode_plain``) and grouping happen once per batch.
@@ -39,37 +44,35 @@ building (``encoding.encode_plain``) and grouping happen once per batch.
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
-from typing import Any, Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, AsyncIterator, Iterable
 
 import trio
 
-from trikafka.client import Connection, LeaderDirectory
+from trikafka.client.leaders import Connector
 from trikafka.wire.keyed import KeyedPayload
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import InvalidPathError
 
-from .async_queue import AsyncQueue, _cancel_shielded_checkpoint, _checkpoint_if_cancelled
+from .async_queue import SendQueue
 from .audit import AuditTrail, publish_audit, run_audit_loop
-from .config import ProducerConfig
+from .config import ProducerConfig, Value
+from .delivery import Dispatcher
 from .discovery import StaticDiscovery, ZooKeeperDiscovery
 from .errors import MessageTooLargeError, ProducerClosedError
-from .partitioner import HashPartitioner
+from .partitioner import HashPartitioner, Key
 from .pool import BrokerPool
-from .passthrough import send_prebuilt
-from .results import Delivery, DeliveryFailedError, SendResult
-from .routing import Routing, _Message
-
-log = logging.getLogger(__name__)
+from .results import Delivery, DeliveryFailedError, SendResult, SendStats
+from .routing import Message, Router
 
 _NEW, _OPEN, _CLOSING, _CLOSED = "new", "open", "closing", "closed"
 # Messages kept as examples in a DeliveryFailedError raised by close().
 MAX_REPORTED_FAILURES = 100
 
 
-class Producer(AsyncQueue, Routing):
+class Producer:
     """A Kafka 0.7 producer on Trio.  See the module docstring; settings in ``ProducerConfig``.
 
     Exactly one of ``brokers`` (static list), ``zk_connect`` (a ZooKeeper
@@ -87,8 +90,8 @@ class Producer(AsyncQueue, Routing):
         coordinator: Coordinator | None = None,
         rng: random.Random | None = None,
         close_timeout_s: float = 30.0,
-        connector: Callable[..., Awaitable[Connection]] | None = None,
-        **settings: Any,
+        connector: Connector | None = None,
+        **settings: Any,  # ProducerConfig's keywords, each of its own type
     ) -> None:
         if config is None:
             config = ProducerConfig(**settings)
@@ -103,10 +106,7 @@ class Producer(AsyncQueue, Routing):
         self._partitioner = config.partitioner if config.partitioner is not None else HashPartitioner()
         self.close_timeout_s = close_timeout_s
         self._connector = connector
-        # Copies of hot settings (one attribute lookup instead of two per send).
-        self._is_async = config.is_async
-        self._batch_size = config.batch_size
-        self._queue_size = config.queue_size
+        # A copy of a hot setting (one attribute lookup instead of two per send).
         self._max_message_size = config.max_message_size
         # Auditing wraps every payload, so it takes the checked path in send().
         self.audit = AuditTrail(config.audit_window_s) if config.audit else None
@@ -114,25 +114,28 @@ class Producer(AsyncQueue, Routing):
                               and self.audit is None)
         self._state = _NEW
         self._valid_topics: set[str] = set()
+        self._stats = SendStats()
+        # Built when the producer opens (they need the discovery and the pool), kept after
+        # it closes so that the failures and the views can still be read.
         self._discovery: StaticDiscovery | ZooKeeperDiscovery | None = None
         self._pool: BrokerPool | None = None
-        self._leader_directory: LeaderDirectory | None = None  # replicated topics' leaders (routing)
-        # async mode
-        self._pending: list[_Message] = []
-        self._first_queued_at = 0.0
-        self._occupancy = 0  # queued + in flight
-        self._wake_sender = trio.Event()
-        self._progress = trio.lowlevel.ParkingLot()  # occupancy went down
-        self._flush_requests = 0
-        self._in_flight: list[_Message] = []
-        self._sender_scope = trio.CancelScope()
-        self._sender_done = trio.Event()
-        self._failed: list[Delivery] = []
-        self._extension_strikes: dict[int, int] = {}  # broker id -> PRODUCE_ACKED refusals in a row
-        # stats
-        self.messages_sent = 0
-        self.messages_failed = 0
-        self.requests_sent = 0
+        self._dispatcher: Dispatcher | None = None
+        self._queue: SendQueue | None = None  # async mode only
+
+    @property
+    def messages_sent(self) -> int:
+        """Messages delivered so far."""
+        return self._stats.messages_sent
+
+    @property
+    def messages_failed(self) -> int:
+        """Messages that failed for good so far (after their retries)."""
+        return self._stats.messages_failed
+
+    @property
+    def requests_sent(self) -> int:
+        """Produce requests sent so far, retries included."""
+        return self._stats.requests_sent
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,18 +146,19 @@ class Producer(AsyncQueue, Routing):
         self._lifecycle_cm = self._lifecycle()
         return await self._lifecycle_cm.__aenter__()
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool | None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
         if self._state == _CLOSED:
             return None
         suppress = await self._lifecycle_cm.__aexit__(exc_type, exc, tb)
-        unobserved = [d for d in self._failed if not d.observed]
+        unobserved = [] if self._queue is None else self._queue.unobserved_failures()
         if exc_type is None and unobserved:
-            sample = [d.peek() for d in unobserved[:MAX_REPORTED_FAILURES]]
-            raise DeliveryFailedError("closing the producer", sample, len(unobserved))  # type: ignore[arg-type]
+            sample = [r for d in unobserved[:MAX_REPORTED_FAILURES] if (r := d.peek()) is not None]
+            raise DeliveryFailedError("closing the producer", sample, len(unobserved))
         return suppress
 
     @contextlib.asynccontextmanager
-    async def _lifecycle(self):
+    async def _lifecycle(self) -> AsyncIterator["Producer"]:
         """Coordinator (if ours) > connection pool > nursery (discovery, sender), nested."""
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -164,24 +168,31 @@ class Producer(AsyncQueue, Routing):
 
                     coordinator = await stack.enter_async_context(KazooCoordinator(
                         self.config.zk_connect, session_timeout_s=self.config.zk_session_timeout_s))
+                discovery: StaticDiscovery | ZooKeeperDiscovery
                 if coordinator is not None:
-                    self._discovery = ZooKeeperDiscovery(coordinator)
+                    discovery = ZooKeeperDiscovery(coordinator)
                 else:
                     assert self.config.brokers is not None
-                    self._discovery = StaticDiscovery(self.config.brokers, self.config.static_partitions)
-                self._pool = BrokerPool(
-                    self._discovery.view.address_of,
+                    discovery = StaticDiscovery(self.config.brokers, self.config.static_partitions)
+                pool = BrokerPool(
+                    discovery.view.address_of,
                     connect_timeout_s=self.config.connect_timeout_s,
                     request_timeout_s=self.config.request_timeout_s,
                     reconnect_backoff_s=self.config.reconnect_backoff_s,
                     reconnect_backoff_max_s=self.config.reconnect_backoff_max_s,
                     **({} if self._connector is None else {"connector": self._connector}),
                 )
-                stack.push_async_callback(self._pool.aclose)
+                stack.push_async_callback(pool.aclose)
+                router = Router(self.config, discovery, pool, rng=self._rng, partitioner=self._partitioner,
+                                connector=self._connector)
+                dispatcher = Dispatcher(self.config, router, pool, self._stats, self.audit)
+                self._discovery, self._pool, self._dispatcher = discovery, pool, dispatcher
                 async with trio.open_nursery() as nursery:
-                    await nursery.start(self._discovery.run)
+                    await nursery.start(discovery.run)
                     if self.config.is_async:
-                        await nursery.start(self._sender_loop)
+                        self._queue = SendQueue(self.config, dispatcher.deliver, check_open=self._check_open,
+                                                stats=self._stats)
+                        await nursery.start(self._queue.run)
                     if self.audit is not None:
                         nursery.start_soon(run_audit_loop, self)
                     self._state = _OPEN
@@ -201,38 +212,21 @@ class Producer(AsyncQueue, Routing):
                         nursery.cancel_scope.cancel()
         finally:
             self._state = _CLOSED
-            # Whatever the sender had not finished when it was cancelled.
-            closed = ProducerClosedError("the producer closed before this message was delivered")
-            for message in self._in_flight + self._pending:
-                self._resolve_failed(message, closed)
-            self._in_flight, self._pending = [], []
-            self._occupancy = 0
-            self._progress.unpark_all()
+            if self._queue is not None:
+                self._queue.close()
 
     async def _drain(self, *, shielded: bool) -> None:
         """Closing: deliver what is queued, within ``close_timeout_s``.
 
-        Graceful: the sender flushes as usual, then stops.  Unwinding an
-        exception (maybe a Cancelled that also hit the sender mid-batch): stop
-        the sender and deliver its interrupted batch and the queue from here,
-        shielded.  An interrupted batch may have partly reached a broker
-        before, so it can be duplicated, never silently dropped.
+        Graceful: the queue flushes as usual, then its sender stops.  Unwinding
+        an exception: shielded, see ``SendQueue.drain``.
         """
         self._state = _CLOSING
-        if not self._is_async:
+        if self._queue is None:
             return
         with trio.CancelScope(shield=shielded):
             with trio.move_on_after(self.close_timeout_s):
-                if not shielded:
-                    await self.flush()
-                self._sender_scope.cancel()
-                await self._sender_done.wait()
-                leftovers = [m for m in self._in_flight if m[3] is not None and not m[3].done] + self._pending
-                self._in_flight, self._pending = leftovers, []
-                for start in range(0, len(leftovers), self._batch_size):
-                    batch = leftovers[start:start + self._batch_size]
-                    self._finish_batch(batch, await self._deliver(batch))
-                self._in_flight = []
+                await self._queue.drain(graceful=not shielded)
 
     @property
     def discovery(self) -> StaticDiscovery | ZooKeeperDiscovery:
@@ -243,13 +237,14 @@ class Producer(AsyncQueue, Routing):
 
     @property
     def pool(self) -> BrokerPool:
+        """The broker connections; for tools and tests."""
         if self._pool is None:
             raise ProducerClosedError("the producer is not open")
         return self._pool
 
     # ------------------------------------------------------------------ sending
 
-    def _payload(self, topic: str, value: Any, key: Any = None) -> bytes:
+    def _payload(self, topic: str, value: Value, key: Key = None) -> bytes:
         if topic not in self._valid_topics:
             try:
                 paths.validate_topic(topic)
@@ -272,7 +267,7 @@ class Producer(AsyncQueue, Routing):
                 f"a {len(value)}-byte message exceeds max_message_size {self.config.max_message_size}")
         return value
 
-    def _keyed_payload(self, topic: str, value: Any, key: Any) -> bytes:
+    def _keyed_payload(self, topic: str, value: Value, key: Key) -> KeyedPayload:
         # A keyed topic: the key is bytes (or text, as UTF-8); a value of None deletes the key.
         if isinstance(key, str):
             key = key.encode()
@@ -294,7 +289,13 @@ class Producer(AsyncQueue, Routing):
         if self._state != _OPEN:
             raise ProducerClosedError(f"the producer is {self._state}; use 'async with Producer(...)'")
 
-    async def send(self, topic: str, value: Any, key: Any = None) -> Delivery:
+    def _delivering(self) -> Dispatcher:
+        """The dispatcher of an open producer."""
+        self._check_open()
+        assert self._dispatcher is not None  # built before the state turns open
+        return self._dispatcher
+
+    async def send(self, topic: str, value: Value, key: Key = None) -> Delivery:
         """Send one message; returns its ``Delivery`` in both modes (``await d.result()``).
 
         sync mode: returns once the message was sent (acks 0) or acknowledged,
@@ -315,28 +316,14 @@ class Producer(AsyncQueue, Routing):
             payload = value
         else:
             payload = self._payload(topic, value, key)
-        if not self._is_async:
-            [result] = await self._deliver([(topic, key, payload, None)])
-            return Delivery.resolved(result.raise_for_error())
-        if self._occupancy >= self._queue_size:
-            await self._wait_for_room()
-        else:
-            await _checkpoint_if_cancelled()
-        delivery = Delivery(topic)
-        pending = self._pending
-        if not pending:
-            self._first_queued_at = trio.current_time()
-            self._wake_sender.set()  # start the queue_time clock
-        pending.append((topic, key, payload, delivery))
-        self._occupancy += 1
-        if len(pending) >= self._batch_size:
-            self._wake_sender.set()
-            # Let the sender run now: it has a full batch (cancellation was already
-            # checked above, so this needs no second cancellation point).
-            await _cancel_shielded_checkpoint()
-        return delivery
+        queue = self._queue
+        if queue is not None:
+            return await queue.put(topic, key, payload)
+        [result] = await self._delivering().deliver([(topic, key, payload, None)])
+        return Delivery.resolved(result.raise_for_error())
 
-    async def send_batch(self, topic: str, values: Iterable[Any], keys: Iterable[Any] | None = None) -> list[Any]:
+    async def send_batch(self, topic: str, values: Iterable[Value], keys: Iterable[Key] | None = None
+                         ) -> list[Any]:  # Deliveries (async) or SendResults (sync): by mode, not by type
         """Send many messages to one topic; ``keys`` (if given) pairs up with ``values``.
 
         sync mode: one request per broker involved; returns the ``SendResult``s
@@ -350,39 +337,30 @@ class Producer(AsyncQueue, Routing):
             raise ValueError(f"{len(key_list)} keys for {len(values)} values")
         return await self.send_many([(topic, v, k) for v, k in zip(values, key_list)])
 
-    async def send_many(self, records: Iterable[tuple[str, Any] | tuple[str, Any, Any]]) -> list[Any]:
+    async def send_many(self, records: Iterable[tuple[str, Value] | tuple[str, Value, Key]]
+                        ) -> list[Any]:  # Deliveries (async) or SendResults (sync): by mode, not by type
         """Like ``send_batch`` for ``(topic, value)`` or ``(topic, value, key)`` records of any topics."""
-        self._check_open()
-        messages: list[_Message] = []
+        dispatcher = self._delivering()
+        messages: list[Message] = []
         for record in records:
             topic, value, key = (record[0], record[1], record[2] if len(record) > 2 else None)
             messages.append((topic, key, self._payload(topic, value, key), None))
-        if not self.config.is_async:
-            results = await self._deliver(messages)
-            failed = [r for r in results if r.error is not None]
-            if failed:
-                error = DeliveryFailedError("send_batch", failed)
-                error.all_results = results  # type: ignore[attr-defined]
-                raise error
-            return results
-        return [await self._enqueue(topic, key, payload) for topic, key, payload, _ in messages]
+        queue = self._queue
+        if queue is not None:
+            return [await queue.put(topic, key, payload) for topic, key, payload, _ in messages]
+        results = await dispatcher.deliver(messages)
+        failed = [r for r in results if r.error is not None]
+        if failed:
+            raise DeliveryFailedError("send_batch", failed, all_results=results)
+        return results
 
     async def send_message_set(self, topic: str, position: int, message_set: bytes) -> SendResult:
         """Send a ready-made message set, byte for byte, to position ``position`` (mod the
         count) of ``topic``'s partition list; one attempt, the error in the result."""
-        self._check_open()
-        return await send_prebuilt(self, topic, position, message_set)
+        return await self._delivering().send_prebuilt(topic, position, message_set)
 
     async def flush(self) -> None:
         """async mode: wait until every queued message is delivered or failed."""
-        if not self.config.is_async:
-            await trio.lowlevel.checkpoint()
-            return
-        self._flush_requests += 1
-        self._wake()
-        try:
-            while self._occupancy > 0 and self._state not in (_CLOSED,):
-                await self._progress.park()
-        finally:
-            self._flush_requests -= 1
+        if self._queue is not None:
+            await self._queue.flush()
         await trio.lowlevel.checkpoint()

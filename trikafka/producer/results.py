@@ -1,4 +1,5 @@
-"""What a send reports: ``SendResult`` (per message), ``Delivery`` (its async handle), ``DeliveryFailedError``."""
+"""What a send reports: ``SendResult`` (per message), ``Delivery`` (its async handle),
+``DeliveryFailedError``, and the producer's running counts, ``SendStats``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class SendResult:
     broker chose when the producer sent -1, if the broker said so; with
     ``acks=0`` and -1 it stays -1).  With ``acks`` 1 or -1, ``offset`` is the
     byte offset of the message's entry (of the wrapper for compressed
-    messages, which share it, spec §5) and ``next_offset`` the offset after
+    messages, which share it, docs/protocol.md §4) and ``next_offset`` the offset after
     that entry.  With ``acks=0`` both are ``None``: nobody answered.
     ``error`` is set, and the other fields are best known values, when the
     message was not delivered.
@@ -40,6 +41,15 @@ class SendResult:
         if self.error is not None:
             raise self.error
         return self
+
+
+@dataclass(slots=True)
+class SendStats:
+    """Counts of one producer: messages delivered and failed for good, requests sent (retries too)."""
+
+    messages_sent: int = 0
+    messages_failed: int = 0
+    requests_sent: int = 0
 
 
 class Delivery:
@@ -98,7 +108,7 @@ class Delivery:
         """Wait for the outcome; return it, or raise its error."""
         return (await self.wait()).raise_for_error()
 
-    def __await__(self) -> Generator[Any, None, SendResult]:
+    def __await__(self) -> Generator[Any, None, SendResult]:  # yields whatever Trio's scheduler takes
         """``await delivery`` is ``await delivery.result()``."""
         return self.result().__await__()
 
@@ -111,10 +121,13 @@ class DeliveryFailedError(ProducerError):
 
     ``results`` holds the failed ``SendResult``s (each with ``.error``);
     ``failed_count`` counts them all even when ``results`` keeps only a sample.
+    ``all_results`` (``send_batch`` in sync mode) holds every message's result, in order.
     """
 
-    def __init__(self, msg: str, results: Sequence[SendResult], failed_count: int | None = None):
+    def __init__(self, msg: str, results: Sequence[SendResult], failed_count: int | None = None, *,
+                 all_results: Sequence[SendResult] | None = None):
         self.results = list(results)
+        self.all_results = None if all_results is None else list(all_results)
         self.failed_count = len(self.results) if failed_count is None else failed_count
         first = next((r.error for r in self.results if r.error is not None), None)
         super().__init__(f"{msg}: {self.failed_count} message(s) not delivered"

@@ -1,136 +1,100 @@
-"""Routing and delivery: messages to partitions, one request per broker, retries on moved partitions.
+"""Routing: which broker and partition each message goes to, following leaders as they move.
 
-Replicated topics (docs/protocol.md §12) are routed to each partition's
+Unreplicated topics use the discovery's partition list (0.7's).  A
+message without a key goes to a random partition, preferring brokers not
+backing off after a failure; a keyed message goes to ``partitioner(key, n)``.
+
+Replicated topics (docs/protocol.md §12.13) are routed to each partition's
 current leader (``view.leaders``).  A part refused because the leader moved
 (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, a fenced epoch) or whose
-leader's connection broke forgets that leader; the next round asks METADATA
-again (``client.LeaderDirectory``, with its own backoff) and sends to the new
-one.  Such failover rounds (and, on a replicated topic, acks -1 answers that
-the write is not committed yet: 23, 24, 6) do not use up ``num_retries`` until
-``leader_wait_s`` has passed since the first of them; every round waits a
-doubling backoff, so a failover is never a busy loop.
+leader's connection broke forgets that leader (``leader_moved``,
+``forget_leaders``); the next ``prepare`` asks METADATA again
+(``client.LeaderDirectory``, with its own backoff), so the next round goes to
+the new one.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Sequence
+import random
+from typing import Iterable, Sequence
 
-import trio
+from trikafka.client.connection import connect
+from trikafka.client.errors import BrokerConnectionError, ClientError
+from trikafka.client.leaders import Connector, LeaderDirectory, LeaderNotAvailableError
+from trikafka.wire import NO_LEADER, is_retriable, needs_leader_refresh
 
-from trikafka.client import BrokerConnectionError, BrokerError, ExtensionNotSupported, ProducePart
-from trikafka.client.leaders import DEFAULT_REFRESH_BACKOFF_MAX_S, LeaderDirectory, LeaderNotAvailableError
-from trikafka.wire import NO_LEADER, ErrorCode, LocalProtocolError, is_retriable, needs_leader_refresh
-
-from .encoding import encode_part
-from .errors import (
-    AcksNotSupportedError,
-    BrokerRejectedError,
-    NoBrokersAvailableError,
-    PartitionerError,
-    ProducerError,
-)
-from .partitioner import BrokerPartition
-from .results import SendResult
-
-log = logging.getLogger("trikafka.producer.producer")  # one logger for the whole producer
+from .config import ProducerConfig
+from .discovery import ClusterView, StaticDiscovery, ZooKeeperDiscovery
+from .errors import BrokerRejectedError, NoBrokersAvailableError, PartitionerError
+from .partitioner import BrokerPartition, Key, PartitionFn
+from .pool import BrokerPool
+from .results import Delivery, SendResult
 
 # A queued message: (topic, key, payload, delivery or None).
-_Message = tuple[str, Any, bytes, "Delivery | None"]
+Message = tuple[str, Key, bytes, Delivery | None]
+# One broker's share of a request: (topic, partition, indices of its messages).
+Part = tuple[str, int, list[int]]
+# Why a message still waits for another round, by message index.
+RetryErrors = dict[int, ClientError]
 
 
-class Routing:
-    """The path both modes share: route messages, send each broker its parts, collect results.
+class Router:
+    """Chooses the target of each message and keeps replicated topics' leaders known.
 
-    Part of ``Producer``: the state it uses is set up in ``Producer.__init__``.
+    ``discovery`` gives the partition lists, ``pool`` says which brokers are
+    backing off; ``rng`` picks partitions for messages without a key.
     """
 
-    async def _deliver(self, messages: Sequence[_Message]) -> list[SendResult]:
-        """Send ``messages`` (retrying as configured); one result per message, in order."""
-        results: list[SendResult | None] = [None] * len(messages)
-        last_error: dict[int, ProducerError | BrokerConnectionError] = {}
-        todo = list(range(len(messages)))
-        attempts = self.config.num_retries + 1
-        assert self._discovery is not None
-        attempt = rounds = 0
-        leader_deadline: float | None = None
-        while True:
-            if rounds:
-                backoff_s = self.config.retry_backoff_s * 2 ** (rounds - 1)
-                cap_s = self.config.reconnect_backoff_max_s
-                if leader_deadline is not None:  # a failover: look again soon
-                    cap_s = min(cap_s, DEFAULT_REFRESH_BACKOFF_MAX_S)
-                await trio.sleep(min(backoff_s, cap_s))
-            rounds += 1
-            topics = {messages[i][0] for i in todo}
-            for topic in topics:
-                await self._discovery.ensure_topic(topic)
-            await self._refresh_leaders(topics)
-            by_broker = self._route(messages, todo, results, last_error)
-            if len(by_broker) == 1:
-                [(broker_id, parts)] = by_broker.items()
-                await self._send_to_broker(broker_id, parts, messages, results, last_error)
-            elif by_broker:
-                async with trio.open_nursery() as nursery:
-                    for broker_id, parts in by_broker.items():
-                        nursery.start_soon(self._send_to_broker, broker_id, parts, messages, results,
-                                           last_error)
-            todo = [i for i in todo if results[i] is None]
-            if not todo:
-                break
-            if all(self._leader_trouble(messages[i][0], last_error.get(i)) for i in todo):
-                now = trio.current_time()
-                if leader_deadline is None:
-                    leader_deadline = now + self.config.leader_wait_s
-                if now < leader_deadline:
-                    continue  # waiting out a failover does not use up num_retries
-            attempt += 1
-            if attempt >= attempts:
-                break
-        for i in todo:
-            cause = last_error.get(i)
-            error = NoBrokersAvailableError(
-                f"no broker took the message for {messages[i][0]!r} in {attempts} attempt(s)"
-                + (f"; last error: {cause}" if cause is not None else ""))
-            error.__cause__ = cause
-            results[i] = SendResult(messages[i][0], None, None, error=error)
-        failures = sum(1 for r in results if r is not None and r.error is not None)
-        if self.audit is not None:  # count each message once, when it is finally delivered
-            for message, result in zip(messages, results):
-                if result is not None and result.error is None:
-                    self.audit.delivered(message[0], message[2])
-        self.messages_failed += failures
-        self.messages_sent += len(messages) - failures
-        return results  # type: ignore[return-value]
+    def __init__(self, config: ProducerConfig, discovery: StaticDiscovery | ZooKeeperDiscovery, pool: BrokerPool,
+                 *, rng: random.Random, partitioner: PartitionFn, connector: Connector | None = None) -> None:
+        self.discovery = discovery
+        self._pool = pool
+        self._rng = rng
+        self._partitioner = partitioner
+        self._directory = self._make_directory(config, discovery.view, connector)
 
-    def _leaders_directory(self) -> LeaderDirectory:
-        directory = self._leader_directory
-        if directory is None:
-            assert self._discovery is not None
-            view = self._discovery.view
-            config = self.config
-            kwargs = {} if self._connector is None else {"connector": self._connector}
-            directory = self._leader_directory = LeaderDirectory(
-                lambda: [view.brokers[b] for b in sorted(view.brokers)], cache=view.leaders,
-                connect_kwargs=dict(connect_timeout_s=config.connect_timeout_s,
-                                    request_timeout_s=config.request_timeout_s), **kwargs)
-        return directory
+    @staticmethod
+    def _make_directory(config: ProducerConfig, view: ClusterView, connector: Connector | None) -> LeaderDirectory:
+        return LeaderDirectory(
+            lambda: [view.brokers[b] for b in sorted(view.brokers)], cache=view.leaders,
+            connector=connect if connector is None else connector,
+            connect_kwargs=dict(connect_timeout_s=config.connect_timeout_s,
+                                request_timeout_s=config.request_timeout_s))
 
-    async def _refresh_leaders(self, topics) -> None:
+    def partitions(self, topic: str) -> list[BrokerPartition]:
+        """``topic``'s partition list (``NO_LEADER`` where a replicated partition has no known leader)."""
+        return self.discovery.partitions(topic)
+
+    async def prepare(self, topics: Iterable[str]) -> None:
+        """Make sure ``topics`` are known to the discovery and their leaders, if replicated, are known."""
+        topics = list(topics)
+        for topic in topics:
+            await self.discovery.ensure_topic(topic)
+        await self.refresh_leaders(topics)
+
+    async def refresh_leaders(self, topics: Iterable[str]) -> None:
         """METADATA for the replicated ``topics`` with a partition whose leader is not known."""
-        assert self._discovery is not None
-        leaders = self._discovery.view.leaders
+        view = self.discovery.view
+        leaders = view.leaders
         stale = [t for t in topics if leaders.replicated(t) and leaders.missing_leaders([t])]
         if stale:
-            await self._leaders_directory().refresh(stale)
-            self._discovery.view.leaders_changed()
+            await self._directory.refresh(stale)
+            view.leaders_changed()
 
-    def _leader_moved(self, topic: str, partition: int) -> None:
-        assert self._discovery is not None
-        self._discovery.view.leaders.invalidate(topic, partition)
-        self._discovery.view.leaders_changed()
+    def leader_moved(self, topic: str, partition: int) -> None:
+        """The broker refused ``topic``-``partition`` as its leader: look the leader up again."""
+        view = self.discovery.view
+        view.leaders.invalidate(topic, partition)
+        view.leaders_changed()
 
-    def _leader_trouble(self, topic: str, error: BaseException | None) -> bool:
+    def forget_leaders(self, parts: Iterable[Part]) -> None:
+        """The connection to a leader broke: look its replicated partitions up again."""
+        leaders = self.discovery.view.leaders
+        for topic, partition, _ in parts:
+            if leaders.replicated(topic):
+                self.leader_moved(topic, partition)
+
+    def leader_trouble(self, topic: str, error: BaseException | None) -> bool:
         """Whether a message failed only because of a failover in progress: its leader moved
         or is not known, or (a replicated topic) its leader broke off or could not commit it
         yet because the ISR has not shrunk past a dead follower (23, 24, 6)."""
@@ -138,8 +102,7 @@ class Routing:
             return True
         if isinstance(error, BrokerRejectedError) and needs_leader_refresh(error.error_code):
             return True
-        assert self._discovery is not None
-        if not self._discovery.view.leaders.replicated(topic):
+        if not self.discovery.view.leaders.replicated(topic):
             return False
         if isinstance(error, BrokerRejectedError):
             return is_retriable(error.error_code)
@@ -147,15 +110,19 @@ class Routing:
 
     def _targets(self, topic: str) -> tuple[list[BrokerPartition], list[BrokerPartition]]:
         """(every partition, those with a known leader on brokers not backing off) of ``topic``."""
-        assert self._discovery is not None and self._pool is not None
-        every = self._discovery.partitions(topic)
+        every = self.discovery.partitions(topic)
         led = [bp for bp in every if bp.broker_id != NO_LEADER]
         available = [bp for bp in led if self._pool.available(bp.broker_id)]
         return every, (available or led or every)
 
-    def _route(self, messages: Sequence[_Message], todo: list[int], results: list[SendResult | None],
-               last_error: dict) -> dict[int, list[tuple[str, int, list[int]]]]:
-        """Group ``todo`` by broker, then by (topic, partition); routing failures are final."""
+    def route(self, messages: Sequence[Message], todo: list[int], results: list[SendResult | None],
+              last_error: RetryErrors) -> dict[int, list[Part]]:
+        """Group ``todo`` by broker, then by (topic, partition).
+
+        A message that cannot be routed now gets its reason in ``last_error``
+        (no broker known, no leader yet: a later round may route it); one that
+        never can (its key fails the partitioner) gets its final result.
+        """
         per_topic: dict[str, tuple[list[BrokerPartition], list[BrokerPartition],
                                    dict[BrokerPartition, list[int]]]] = {}
         rand = self._rng.random
@@ -192,102 +159,11 @@ class Routing:
                 routed[target] = [i]
             else:
                 bucket.append(i)
-        by_broker: dict[int, list[tuple[str, int, list[int]]]] = {}
+        by_broker: dict[int, list[Part]] = {}
         for topic, (_every, _available, routed) in per_topic.items():
             for target, indices in routed.items():
                 by_broker.setdefault(target.broker_id, []).append((topic, target.partition, indices))
         return by_broker
 
-    async def _send_to_broker(self, broker_id: int, parts: list[tuple[str, int, list[int]]],
-                              messages: Sequence[_Message], results: list[SendResult | None],
-                              last_error: dict) -> None:
-        """One request to ``broker_id``; fills ``results`` (or ``last_error`` for a retry)."""
-        assert self._pool is not None
-        config = self.config
-        payloads = [[messages[i][2] for i in indices] for _, _, indices in parts]
-        try:
-            conn = await self._pool.get(broker_id)  # backs off by itself when it cannot connect
-        except BrokerConnectionError as exc:
-            self._forget_leaders(parts)
-            for _, _, indices in parts:
-                for i in indices:
-                    last_error[i] = exc
-            return
-        try:
-            encoded = [encode_part(p, config.codec_for(topic), config.max_message_size, config.gzip_level)
-                       for p, (topic, _, _) in zip(payloads, parts)]
-            self.requests_sent += 1
-            if config.acks == 0:
-                if len(parts) == 1:
-                    await conn.produce(parts[0][0], parts[0][1], encoded[0].data)
-                else:
-                    await conn.multiproduce([ProducePart(t, p, e.data) for (t, p, _), e in zip(parts, encoded)])
-                acked = None
-            else:
-                acked = await conn.produce_acked(
-                    [ProducePart(t, p, e.data) for (t, p, _), e in zip(parts, encoded)],
-                    acks=config.acks, timeout_ms=int(config.ack_timeout_s * 1000))
-        except ExtensionNotSupported as exc:
-            # A plain 0.7 broker closes at once on PRODUCE_ACKED, but so does a broker
-            # that dies just then: only a second time in a row on a new connection
-            # (a dead one refuses the connect) is taken as a plain 0.7 broker.
-            strikes = self._extension_strikes[broker_id] = self._extension_strikes.get(broker_id, 0) + 1
-            if strikes < 2:
-                await self._pool.failed(broker_id, conn)
-                for _, _, indices in parts:
-                    for i in indices:
-                        last_error[i] = exc
-                return
-            error = AcksNotSupportedError(
-                f"broker {broker_id} is a plain 0.7 broker without PRODUCE_ACKED; use acks=0 ({exc})")
-            for topic, partition, indices in parts:
-                for i in indices:
-                    results[i] = SendResult(topic, broker_id, partition, error=error)
-            return
-        except (BrokerError, LocalProtocolError) as exc:
-            # A top-level error code, or a request the protocol cannot express:
-            # sending it again would not help.
-            error = ProducerError(f"broker {broker_id} could not take the request: {exc}")
-            error.__cause__ = exc
-            for topic, partition, indices in parts:
-                for i in indices:
-                    results[i] = SendResult(topic, broker_id, partition, error=error)
-            return
-        except BrokerConnectionError as exc:
-            await self._pool.failed(broker_id, conn)
-            self._forget_leaders(parts)
-            log.info("broker %d failed (%s); %d message(s) to retry", broker_id, exc,
-                     sum(len(ix) for _, _, ix in parts))
-            for _, _, indices in parts:
-                for i in indices:
-                    last_error[i] = exc
-            return
-        self._pool.succeeded(broker_id)
-        self._extension_strikes.pop(broker_id, None)
-        if acked is None:
-            for topic, partition, indices in parts:
-                shared = SendResult(topic, broker_id, partition)  # acks 0: nothing more is known
-                for i in indices:
-                    results[i] = shared
-            return
-        for (topic, partition, indices), part_payloads, enc, answer in zip(parts, payloads, encoded, acked):
-            if answer.error == ErrorCode.NO_ERROR:
-                offsets = enc.message_offsets(part_payloads, answer.base_offset)
-                for i, (offset, next_offset) in zip(indices, offsets):
-                    results[i] = SendResult(topic, broker_id, answer.partition, offset, next_offset)
-                continue
-            error = BrokerRejectedError(answer.error, topic, broker_id, partition)
-            if needs_leader_refresh(answer.error):
-                self._leader_moved(topic, partition)
-            for i in indices:
-                if is_retriable(answer.error):
-                    last_error[i] = error
-                else:
-                    results[i] = SendResult(topic, broker_id, partition, error=error)
 
-    def _forget_leaders(self, parts: list[tuple[str, int, list[int]]]) -> None:
-        """The connection to a leader broke: look its replicated partitions up again."""
-        assert self._discovery is not None
-        for topic, partition, _ in parts:
-            if self._discovery.view.leaders.replicated(topic):
-                self._leader_moved(topic, partition)
+__all__ = ["Message", "Part", "RetryErrors", "Router"]
