@@ -97,16 +97,12 @@ class FencedCommits:
                 key = key_of(failed.path)
                 if isinstance(failed, (SetOp, CreateOp)) and failed.path == offset_path(self._group, key):
                     # The offsets node appeared or vanished under us: flip the op and retry.
-                    ownership.offset_nodes.symmetric_difference_update({key})
+                    ownership.flip_offset_node(key)
                     continue
                 log.warning("consumer %s no longer owns %s/%s; not committing it", membership.consumer_id, *key)
                 lost.add(key)
                 continue
-            for key, position in written:
-                ownership.committed[key] = position
-                ownership.offset_nodes.add(key)
-            for key in release - lost:
-                ownership.owner_versions.pop(key, None)
+            ownership.committed_to(written, release - lost)
             if deregister:
                 membership.registered = False
             return not lost

@@ -88,6 +88,27 @@ class Ownership:
         for key in keys:
             self.owner_versions.pop(key, None)
 
+    def created(self, keys: Iterable[PartitionKey], version: int) -> None:
+        """The owner nodes of ``keys`` are this session's, at ``version``."""
+        self.owner_versions.update(dict.fromkeys(keys, version))
+
+    def unrecord(self, keys: Iterable[PartitionKey]) -> None:
+        """Owner nodes of ``keys`` exist but are not in ``owned`` (yet): ``add`` records
+        them, or the next rebalance releases them."""
+        self.unrecorded.update(keys)
+
+    def committed_to(self, written: Iterable[tuple[PartitionKey, int]], released: Iterable[PartitionKey]) -> None:
+        """A commit multi went through: offsets ``written``, owner nodes ``released`` deleted."""
+        for key, position in written:
+            self.committed[key] = position
+            self.offset_nodes.add(key)
+        for key in released:
+            self.owner_versions.pop(key, None)
+
+    def flip_offset_node(self, key: PartitionKey) -> None:
+        """The offsets node of ``key`` appeared or vanished under a commit."""
+        self.offset_nodes.symmetric_difference_update({key})
+
     def add(self, gain: Mapping[PartitionKey, str], starts: Mapping[PartitionKey, int | None],
             present: set[PartitionKey]) -> None:
         """Claimed partitions ``gain`` (key -> thread id) become owned, starting at

@@ -252,7 +252,7 @@ class Rebalancer:
                     for key in created]
             try:
                 await self._zk.multi(ops)
-                ownership.owner_versions.update(dict.fromkeys(created, 0))
+                ownership.created(created, 0)
                 break
             except (NoNodeError, BadVersionError) as exc:
                 if exc.op_index in (0, None):
@@ -267,15 +267,15 @@ class Rebalancer:
                     assert version is not None
                     key = key_of(failed.path)
                     adopted.add(key)
-                    ownership.owner_versions[key] = version
+                    ownership.created([key], version)
                 elif verdict != "gone":
                     holder = await self._holder(failed.path)
-                    ownership.unrecorded |= adopted  # released by the next attempt unless wanted
+                    ownership.unrecord(adopted)  # released by the next attempt unless wanted
                     raise _Conflict(f"{failed.path} is held by {holder}", failed.path) from None
         else:
             raise _Conflict("owner nodes keep coming back")
         membership.check_same_session(session_seen)
-        ownership.unrecorded |= gain.keys()  # until the offsets are read
+        ownership.unrecord(gain.keys())  # until the offsets are read
         starts: dict[PartitionKey, int | None] = {}
         present: set[PartitionKey] = set()
         for key in gain:
