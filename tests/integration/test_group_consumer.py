@@ -141,7 +141,7 @@ async def test_a_zombie_with_our_id_cannot_commit_over_its_successor(world):
         async def no_watch() -> None:  # only the fence may stop it in this test
             await trio.sleep_forever()
 
-        zombie._watch_registration = no_watch
+        zombie._membership.watch_registration = no_watch
         async with zombie:
             assert await zombie.wait_settled(WAIT_S)
             first = await take(zombie, 2)

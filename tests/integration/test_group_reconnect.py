@@ -29,7 +29,7 @@ async def test_a_reconnected_consumer_whose_id_was_taken_over_hands_out_nothing(
             async def no_watch() -> None:  # only the reconnect gate may stop it in this test
                 await trio.sleep_forever()
 
-            old._watch_registration = no_watch
+            old._membership.watch_registration = no_watch
             async with old:
                 assert await old.wait_settled(WAIT_S)
                 await take(old, 2)  # three more are fetched and waiting

@@ -1,7 +1,7 @@
 """Consumer groups: the ZooKeeper-balanced group consumer and its pure parts.
 
 * :class:`GroupConsumer` / :class:`GroupConfig` / :class:`GroupMessage`: the consumer.
-* :mod:`trikafka.group.assign`: the §11.5 assignment as pure functions.
+* :mod:`trikafka.group.assign`: the §8.3 assignment as pure functions.
 * :mod:`trikafka.group.registry`: codecs for the ``/consumers`` znodes, topic filters.
 * :mod:`trikafka.group.inspect`: a group's members, owners, offsets and lag.
 """

@@ -1,17 +1,17 @@
-"""The 0.7.1/0.7.2 rebalance assignment as pure functions (spec §11.5 step 3-4).
+"""The 0.7.1/0.7.2 rebalance assignment as pure functions (docs/protocol.md §8.3).
 
 API::
 
     java_string_key(s: str) -> bytes
         Sort key giving Java ``String.compareTo`` order (UTF-16 code units).
-    topic_partitions(brokers: Mapping[int | str, int]) -> list[str]
+    topic_partitions(brokers: Mapping[int | str | None, int]) -> list[str]
         ``{broker_id: n_partitions}`` (the children of ``/brokers/topics/T`` and
         their values) -> every ``"b-p"``, sorted as strings.
     assign_topic(partitions: Iterable[str], consumer_threads: Iterable[str])
         -> dict[str, list[str]]
         One topic: every thread id (in sorted order) -> its partitions.
     assign_group(topic_counts: Mapping[str, TopicCount],
-                 broker_topics: Mapping[str, Mapping[int | str, int]])
+                 broker_topics: Mapping[str, Mapping[int | str | None, int]])
         -> dict[str, dict[str, list[str]]]
         The whole group: topic -> thread id -> partitions, for every topic any
         member subscribes to.
@@ -36,6 +36,7 @@ threads each thread gets ``P div C`` consecutive partitions and the **first**
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from .registry import TopicCount
 
@@ -45,6 +46,9 @@ __all__ = [
 ]
 
 Assignment = dict[str, dict[str, list[str]]]
+# A broker id as ``/brokers/topics/<t>`` children give it (int or its decimal str),
+# or None for a replicated topic; one mapping holds one kind.
+BrokerKey = TypeVar("BrokerKey", bound=int | str | None)
 
 
 def java_string_key(s: str) -> bytes:
@@ -64,7 +68,7 @@ def _sorted_unique(items: Iterable[str], what: str) -> list[str]:
     return result
 
 
-def topic_partitions(brokers: Mapping[int | str | None, int]) -> list[str]:
+def topic_partitions(brokers: Mapping[BrokerKey, int]) -> list[str]:
     """Every ``"<broker>-<p>"`` for ``p < n``, sorted as strings (0.7 ``getPartitionsForTopics``).
 
     A replicated topic is ``{None: n}``: its partitions are named ``"<p>"`` (docs/protocol.md §12.9).
@@ -94,7 +98,7 @@ def assign_topic(partitions: Iterable[str], consumer_threads: Iterable[str]) -> 
 
 
 def _threads_per_topic(
-    topic_counts: Mapping[str, TopicCount], broker_topics: Mapping[str, Mapping[int | str, int]]
+    topic_counts: Mapping[str, TopicCount], broker_topics: Mapping[str, Mapping[BrokerKey, int]]
 ) -> dict[str, list[str]]:
     """0.7 ``getConsumersPerTopic``: topic -> thread ids of every member (unsorted)."""
     per_topic: dict[str, list[str]] = {}
@@ -105,7 +109,7 @@ def _threads_per_topic(
 
 
 def assign_group(
-    topic_counts: Mapping[str, TopicCount], broker_topics: Mapping[str, Mapping[int | str, int]]
+    topic_counts: Mapping[str, TopicCount], broker_topics: Mapping[str, Mapping[BrokerKey, int]]
 ) -> Assignment:
     """The whole group's assignment: topic -> thread id -> partition names.
 
@@ -121,7 +125,7 @@ def assign_group(
 def consumer_assignment(
     consumer_id: str,
     topic_counts: Mapping[str, TopicCount],
-    broker_topics: Mapping[str, Mapping[int | str, int]],
+    broker_topics: Mapping[str, Mapping[BrokerKey, int]],
 ) -> Assignment:
     """What ``consumer_id`` claims in this rebalance: its own threads only.
 

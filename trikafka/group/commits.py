@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import trio
 
-from trikafka.zk import paths
+from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.ops import CheckOp, CreateOp, DeleteOp, Op, SetOp
 from trikafka.zk.errors import (
     BadVersionError,
@@ -18,8 +18,11 @@ from trikafka.zk.errors import (
     SessionExpiredError,
 )
 
+from .config import GroupConfig
 from .fetcher import PartitionKey
-from .registry import encode_offset, parse_partition_name
+from .membership import Membership
+from .ownership import Ownership, key_of, offset_path, owner_path
+from .registry import encode_offset
 
 log = logging.getLogger("trikafka.group.consumer")  # one logger for the whole consumer
 
@@ -30,24 +33,26 @@ COMMIT_ATTEMPTS_MAX = 16
 class FencedCommits:
     """Commits and releases that a lost session or partition can never push through.
 
-    Part of ``GroupConsumer``: the state it uses is set up in ``GroupConsumer.__init__``.
+    ``lock`` is the consumer's: commits, registrations and rebalances take turns.
     """
 
+    def __init__(self, zk: Coordinator, group: str, config: GroupConfig, *, lock: trio.Lock,
+                 membership: Membership, ownership: Ownership):
+        self._zk = zk
+        self._group = group
+        self._config = config
+        self._lock = lock
+        self._membership = membership
+        self._ownership = ownership
+
     async def commit(self) -> bool:
-        """Write the position of every owned partition to its offsets node.
-
-        Fenced: nothing is written unless this consumer's session still holds
-        its registration and the partitions.  Returns False when something
-        could not be written (a lost session or partition; the new owner then
-        starts from the previous commit, so messages may come again).  Raises
-        ``ConsumerIdTakenOver`` when a newer process registered our id.
-        """
+        """Write the position of every owned partition to its offsets node (see ``GroupConsumer.commit``)."""
         async with self._lock:
-            self._check_session()
-            return await self._commit_and_release(self.owned)
+            self._membership.check_session()
+            return await self.commit_and_release(self._ownership.owned)
 
-    async def _commit_and_release(self, commit_keys: Iterable[PartitionKey], *,
-                                  release: Iterable[PartitionKey] = (), deregister: bool = False) -> bool:
+    async def commit_and_release(self, commit_keys: Iterable[PartitionKey], *,
+                                 release: Iterable[PartitionKey] = (), deregister: bool = False) -> bool:
         """One multi: check our ids node, write changed offsets, delete released owner nodes.
 
         A partition whose owner node is gone or replaced is left out and the
@@ -56,27 +61,28 @@ class FencedCommits:
         Every check and delete names the version we created, so a node
         re-created by a successor with our consumer id never passes for ours.
         """
+        membership, ownership = self._membership, self._ownership
         commit_keys, release = set(commit_keys), set(release)
         if deregister:
             release |= commit_keys
         lost: set[PartitionKey] = set()
         for _attempt in range(COMMIT_ATTEMPTS_MAX):
-            ops: list[Op] = [CheckOp(self._ids_path, self._ids_version)]
+            ops: list[Op] = [CheckOp(membership.ids_path, membership.ids_version)]
             written: list[tuple[PartitionKey, int]] = []
             for key in sorted(commit_keys - lost):
-                position = self._committable(key)  # never past an unacknowledged batch
-                owner = self._owner_path(key)
+                position = ownership.committable(key)  # never past an unacknowledged batch
+                owner = owner_path(self._group, key)
                 if key not in release:
-                    ops.append(CheckOp(owner, self._owner_versions.get(key, -1)))
-                if position is not None and position != self._committed.get(key):
-                    path = self._offset_path(key)
+                    ops.append(CheckOp(owner, ownership.owner_versions.get(key, -1)))
+                if position is not None and position != ownership.committed.get(key):
+                    path = offset_path(self._group, key)
                     value = encode_offset(position)
-                    ops.append(SetOp(path, value) if key in self._offset_nodes else CreateOp(path, value))
+                    ops.append(SetOp(path, value) if key in ownership.offset_nodes else CreateOp(path, value))
                     written.append((key, position))
             for key in sorted(release - lost):
-                ops.append(DeleteOp(self._owner_path(key), self._owner_versions.get(key, -1)))
+                ops.append(DeleteOp(owner_path(self._group, key), ownership.owner_versions.get(key, -1)))
             if deregister:
-                ops.append(DeleteOp(self._ids_path, self._ids_version))
+                ops.append(DeleteOp(membership.ids_path, membership.ids_version))
             if len(ops) == 1:
                 return not lost
             try:
@@ -84,46 +90,31 @@ class FencedCommits:
             except (NoNodeError, NodeExistsError, BadVersionError) as exc:
                 failed = ops[exc.op_index] if exc.op_index is not None else ops[0]
                 if failed is ops[0] or (deregister and failed is ops[-1]):
-                    log.warning("consumer %s: registration gone, commit fenced off", self.consumer_id)
-                    self._registered = False
-                    await self._raise_if_taken_over()
+                    log.warning("consumer %s: registration gone, commit fenced off", membership.consumer_id)
+                    membership.registered = False
+                    await membership.raise_if_taken_over()
                     return False
-                key = self._key_of(failed.path)
-                if isinstance(failed, (SetOp, CreateOp)) and failed.path == self._offset_path(key):
+                key = key_of(failed.path)
+                if isinstance(failed, (SetOp, CreateOp)) and failed.path == offset_path(self._group, key):
                     # The offsets node appeared or vanished under us: flip the op and retry.
-                    self._offset_nodes.symmetric_difference_update({key})
+                    ownership.flip_offset_node(key)
                     continue
-                log.warning("consumer %s no longer owns %s/%s; not committing it", self.consumer_id, *key)
+                log.warning("consumer %s no longer owns %s/%s; not committing it", membership.consumer_id, *key)
                 lost.add(key)
                 continue
-            for key, position in written:
-                self._committed[key] = position
-                self._offset_nodes.add(key)
-            for key in release - lost:
-                self._owner_versions.pop(key, None)
+            ownership.committed_to(written, release - lost)
             if deregister:
-                self._registered = False
+                membership.registered = False
             return not lost
-        raise CoordinatorError(f"consumer {self.consumer_id}: offsets nodes keep changing under the commit")
+        raise CoordinatorError(f"consumer {membership.consumer_id}: offsets nodes keep changing under the commit")
 
-    def _key_of(self, path: str) -> PartitionKey:
-        parts = path.rsplit("/", 2)
-        return parts[-2], parts[-1]
-
-    def _owner_path(self, key: PartitionKey) -> str:
-        broker_id, part = parse_partition_name(key[1])
-        return paths.consumer_owner(self.group, key[0], broker_id, part)
-
-    def _offset_path(self, key: PartitionKey) -> str:
-        broker_id, part = parse_partition_name(key[1])
-        return paths.consumer_offset(self.group, key[0], broker_id, part)
-
-    async def _autocommit_loop(self) -> None:
-        if not self.config.autocommit_enable:
+    async def autocommit_loop(self) -> None:
+        """Commit every ``autocommit_interval_s`` (when ``autocommit_enable``)."""
+        if not self._config.autocommit_enable:
             return
         while True:
-            await trio.sleep(self.config.autocommit_interval_s)
+            await trio.sleep(self._config.autocommit_interval_s)
             try:
                 await self.commit()
             except (ConnectionLossError, SessionExpiredError) as exc:
-                log.info("consumer %s: autocommit skipped: %s", self.consumer_id, exc)
+                log.info("consumer %s: autocommit skipped: %s", self._membership.consumer_id, exc)

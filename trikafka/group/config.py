@@ -1,4 +1,4 @@
-"""Group consumer settings: Pythonic names with units, mapped from 0.7's ``ConsumerConfig`` (§12.3).
+"""Group consumer settings: Pythonic names with units, mapped from 0.7's ``ConsumerConfig``.
 
 =============================  ==============================  ==========================
 0.7 property                   keyword                         note
@@ -7,7 +7,7 @@
 (trikafka)                     ``max_fetch_bytes_limit``       bound of that growth
 ``fetcher.backoff.ms``         ``fetcher_backoff_s``           polling a plain 0.7 broker
 ``backoff.increment.ms``       ``fetcher_backoff_s``           0.7.0 name
-(trikafka)                     ``fetch_wait_max_ms``           FETCH_WAIT long-poll bound (§16.2)
+(trikafka)                     ``fetch_wait_max_ms``           FETCH_WAIT long-poll bound (§9.3)
 ``queuedchunks.max``           ``queued_chunks_max``           fetched sets waiting for the app
 ``autocommit.enable``          ``autocommit_enable``
 ``autocommit.interval.ms``     ``autocommit_interval_s``
@@ -80,6 +80,8 @@ class GroupConfig:
         return self.autooffset_reset in (SMALLEST, LARGEST)
 
     def replace(self, **changes: Any) -> "GroupConfig":
+        """A copy with ``changes`` (field name -> value) applied."""
+        # Any: the fields have different types; dataclasses.replace rejects unknown names.
         return dataclasses.replace(self, **changes)
 
 
@@ -91,6 +93,8 @@ def _timeout_ms(value: str) -> float | None:
     return None if int(value) < 0 else int(value) / 1000
 
 
+# 0.7 property -> (GroupConfig field, converter from the property's text).
+# Any: each converter returns its own field's type (int, float, bool, str, None).
 _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "fetch.size": ("fetch_max_bytes", int),
     "fetcher.backoff.ms": ("fetcher_backoff_s", _ms),
@@ -112,13 +116,14 @@ _IGNORED_PROPERTIES = {"groupid", "consumerid", "zk.connect", "zk.connectiontime
                        "mirror.topics.blacklist", "mirror.consumer.numthreads"}
 
 
-def group_config_from_properties(properties: Mapping[str, str], **overrides: Any) -> GroupConfig:
+def group_config_from_properties(properties: Mapping[str, str],
+                                 **overrides: Any) -> GroupConfig:  # Any: GroupConfig field types vary
     """A ``GroupConfig`` from 0.7 ``consumer.properties`` keys (plus keyword overrides).
 
     ``zk.synctime.ms`` sets the rebalance back-off unless ``rebalance.backoff.ms``
     is given (0.7.2's default rule).  Unknown keys raise ``ValueError``.
     """
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}  # Any: GroupConfig fields of different types
     for key, value in properties.items():
         text = str(value).strip()
         if key in _PROPERTIES:

@@ -1,4 +1,4 @@
-"""The ZooKeeper-balanced group consumer (spec §11.4-11.5), with 0.7's races fixed.
+"""The ZooKeeper-balanced group consumer (docs/protocol.md §8.3), with 0.7's races fixed.
 
 Usage::
 
@@ -48,63 +48,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Awaitable, Callable, NamedTuple
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Awaitable, Callable
 
 import trio
-from trio_util import AsyncBool
 
-from trikafka.client.leaders import LeaderDirectory
-from trikafka.wire.keyed import split_key
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import CoordinatorError
-from trikafka.zk.ops import SessionState
 
-from .batches import BatchHandout
+from .batches import GroupBatch
 from .commits import FencedCommits
 from .config import GroupConfig
-from .errors import ConsumerTimeout
-from .fetch_control import FetcherControl
-from .fetcher import Chunk, PartitionKey
+from .delivery import Delivery, GroupMessage
+from .errors import ConsumerIdTakenOver, ConsumerTimeout
+from .fetch_control import Fetchers
+from .fetcher import PartitionKey
 from .membership import Membership
-from .rebalance import Rebalancing
+from .ownership import Ownership
+from .rebalance import Rebalancer
 from .registry import StaticTopicCount, TopicCount, TopicFilter, WildcardTopicCount, new_consumer_id
+from .watches import RebalanceTriggers
+
+__all__ = ["GroupConsumer", "GroupMessage", "Subscription", "topic_count_for"]
 
 log = logging.getLogger(__name__)
 
-# The iterator hands out up to this many messages of a fetched chunk between
-# real checkpoints (it always checks for cancellation); other tasks run in between.
-MESSAGES_PER_CHECKPOINT = 64
-
 Subscription = Mapping[str, int] | TopicFilter | TopicCount
-
-
-class GroupMessage(NamedTuple):
-    """A message as the group consumer delivers it.
-
-    ``partition`` is the registry name ``"<broker>-<partition>"``; ``offset`` is
-    where its entry starts and ``next_offset`` what a commit after it stores
-    (spec §5: inner messages of a compressed wrapper share the wrapper's start).
-    """
-
-    topic: str
-    partition: str
-    broker_id: int | None  # None: a replicated partition (read from its current leader)
-    part: int
-    offset: int
-    next_offset: int
-    payload: bytes
-    attributes: int = 0  # the message's attributes byte: its KEYED and TOMBSTONE bits
-
-    @property
-    def key(self) -> bytes | None:
-        """The key of a keyed message (compacted topics), None for a plain one."""
-        return split_key(self.payload, self.attributes)[0]
-
-    @property
-    def value(self) -> bytes:
-        """The payload without its key (empty for a tombstone); a plain message's whole payload."""
-        return split_key(self.payload, self.attributes)[1]
 
 
 def topic_count_for(subscription: Subscription, num_streams: int = 1) -> TopicCount:
@@ -119,7 +90,7 @@ def topic_count_for(subscription: Subscription, num_streams: int = 1) -> TopicCo
     return StaticTopicCount(counts)
 
 
-class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, BatchHandout):
+class GroupConsumer:
     """A member of consumer group ``group`` (see the module docstring).
 
     ``topics`` is ``{topic: number of streams}`` or a whitelist/blacklist
@@ -129,6 +100,10 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
     ``clock_ms`` and a UUID.  Use ``async with``; iterate with ``async for``.
     ``open_stream(host, port)`` (tests) opens the connections to brokers instead
     of ``trio.open_tcp_stream``, e.g. ``trikafka.testing``'s in-memory network.
+
+    The work is done by collaborators it owns: ``Membership`` (the ids node and
+    the session), ``FencedCommits``, ``Rebalancer`` (with ``RebalanceTriggers``,
+    the watches), ``Fetchers`` and ``Delivery``, sharing one ``Ownership``.
     """
 
     def __init__(
@@ -144,77 +119,72 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
         open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
     ):
         self.config = config or GroupConfig()
-        self._open_stream = open_stream  # replaces trio.open_tcp_stream to brokers (trikafka.testing)
         self.group = paths.validate_component(group, "group")
         self.topic_count = topic_count_for(topics, num_streams or self.config.num_streams)
         self.consumer_id = new_consumer_id(group, consumer_id=consumer_id, clock_ms=clock_ms)
         self._zk = coordinator
-        self._ids_path = paths.consumer_id(group, self.consumer_id)
-
-        # Ownership and positions: touched only by the rebalancer (under the
-        # lock) and, for positions, by the delivering iterator.
-        self.owned: frozenset[PartitionKey] = frozenset()
-        self.generation = 0
-        self._threads: dict[PartitionKey, str] = {}
-        self._positions: dict[PartitionKey, int | None] = {}
-        self._committed: dict[PartitionKey, int | None] = {}
-        self._unacked: dict[PartitionKey, list[int]] = {}  # see BatchHandout
-        self._offset_nodes: set[PartitionKey] = set()  # offsets nodes known to exist
-        self._unrecorded: set[PartitionKey] = set()  # owner nodes created, not yet in ``owned``
-        # Versions of the nodes our fenced multis check: a successor that takes
-        # over our consumer id replaces them with strictly larger versions.
-        self._ids_version = -1
-        self._owner_versions: dict[PartitionKey, int] = {}  # for owned and unrecorded keys
-        self._session_seen = -1  # session_generation our registration belongs to
-        self._registered = False
-        # Connection drops seen, and how many of them a registration read has
-        # followed since (delivery waits while they differ; Membership._confirm_registration).
-        self._disconnects = self._confirmed_disconnects = 0
-        self.rebalances = 0  # successful rebalances that changed ownership
-
+        # Registrations, commits and rebalances take turns under this lock.
         self._lock = trio.Lock()
-        self._rebalance_needed = AsyncBool(True)
-        self._rebalancing = AsyncBool(False)
-        self._settled = AsyncBool(False)
-        self._chunk_send, self._chunk_receive = trio.open_memory_channel(self.config.queued_chunks_max)
-        self._current: Chunk | None = None
-        self._since_checkpoint = 0
-        self._fetch_scope: trio.CancelScope | None = None
+        self._ownership = Ownership()
+        self._fetchers = Fetchers(coordinator, self.config, open_stream)
+        self._membership = Membership(coordinator, self.group, self.consumer_id, self.topic_count,
+                                      on_session_lost=self._session_lost, on_taken_over=self._drop_ownership)
+        self._commits = FencedCommits(coordinator, self.group, self.config, lock=self._lock,
+                                      membership=self._membership, ownership=self._ownership)
+        self._rebalancer = Rebalancer(coordinator, self.group, self.config, lock=self._lock,
+                                      membership=self._membership, ownership=self._ownership,
+                                      commits=self._commits, fetchers=self._fetchers,
+                                      leaders=self._fetchers.leaders)
+        self._triggers = RebalanceTriggers(coordinator, self.group, self.topic_count, self._rebalancer.request)
+        self._delivery = Delivery(coordinator, self.config, membership=self._membership, ownership=self._ownership,
+                                  fetchers=self._fetchers, rebalancing=self._rebalancer.rebalancing)
         self._nursery: trio.Nursery | None = None
-        self._nursery_manager = None
-        self._topic_watch_scopes: dict[str, trio.CancelScope] = {}
-        # Leaders of replicated partitions (docs/protocol.md §12.9), asked of the live brokers.
-        self._live_brokers: list[tuple[str, int]] = []
-        connect_kwargs: dict = dict(connect_timeout_s=self.config.connect_timeout_s,
-                                    request_timeout_s=self.config.socket_timeout_s)
-        if open_stream is not None:
-            connect_kwargs["open_stream"] = open_stream
-        self._leaders = LeaderDirectory(lambda: self._live_brokers, connect_kwargs=connect_kwargs)
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+
+    @property
+    def owned(self) -> frozenset[PartitionKey]:
+        """The partitions this consumer owns, as ``(topic, "<broker>-<partition>")``."""
+        return self._ownership.owned
+
+    @property
+    def generation(self) -> int:
+        """Counts the ownership changes; fetched data of an earlier generation is never delivered."""
+        return self._ownership.generation
+
+    @property
+    def rebalances(self) -> int:
+        """How many rebalances changed this consumer's ownership."""
+        return self._rebalancer.rebalances
 
     # -- lifecycle -----------------------------------------------------------------
 
     async def __aenter__(self) -> "GroupConsumer":
         self._nursery_manager = trio.open_nursery()
-        self._nursery = await self._nursery_manager.__aenter__()
+        self._nursery = nursery = await self._nursery_manager.__aenter__()
         try:
             await self._zk.wait_connected()
             await self._zk.ensure_path(paths.consumer_ids(self.group))
             async with self._lock:
-                await self._register()
-            for task in (self._watch_session, self._watch_connection, self._watch_registration, self._watch_members,
-                         self._watch_topics, self._rebalance_loop, self._autocommit_loop):
-                self._nursery.start_soon(task)
+                await self._membership.register()
+            self._fetchers.attach(nursery)
+            membership = self._membership
+            for task in (membership.watch_session, membership.watch_connection, membership.watch_registration):
+                nursery.start_soon(task)
+            self._triggers.start(nursery)
+            nursery.start_soon(self._rebalancer.run)
+            nursery.start_soon(self._commits.autocommit_loop)
         except BaseException as exc:
-            self._nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
             if not await self._nursery_manager.__aexit__(type(exc), exc, exc.__traceback__):
                 raise
         return self
 
-    async def __aexit__(self, *exc_info) -> bool | None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        traceback: TracebackType | None) -> bool | None:
         assert self._nursery is not None and self._nursery_manager is not None
         self._nursery.cancel_scope.cancel()
         try:
-            return await self._nursery_manager.__aexit__(*exc_info)
+            return await self._nursery_manager.__aexit__(exc_type, exc, traceback)
         except BaseExceptionGroup as group:
             # One failure (the body's own exception, or a background task's
             # such as RebalanceFailedError) comes out as itself, not wrapped.
@@ -224,85 +194,70 @@ class GroupConsumer(Membership, FencedCommits, Rebalancing, FetcherControl, Batc
         finally:
             await self._leave()
 
-    # -- iteration -------------------------------------------------------------------
+    async def _leave(self) -> None:
+        """Commit, release and deregister in one fenced multi (best effort, bounded)."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + self.config.close_timeout_s
+            try:
+                self._membership.check_session()
+                if self._membership.registered:
+                    await self._commits.commit_and_release(self._ownership.owned,
+                                                           release=self._ownership.unrecorded, deregister=True)
+            except (CoordinatorError, ConsumerIdTakenOver) as exc:
+                log.warning("consumer %s left without a clean release: %s", self.consumer_id, exc)
+            finally:
+                self._drop_ownership()
+        if scope.cancelled_caught:
+            log.warning("consumer %s: the final commit timed out", self.consumer_id)
+
+    def _drop_ownership(self) -> None:
+        """Own nothing (the session or our consumer id is lost): stop fetching, unsettle."""
+        self._ownership.drop()
+        self._fetchers.stop()
+        self._rebalancer.unsettle()
+
+    def _session_lost(self) -> None:
+        """Our ephemerals died with the old session: drop everything, rejoin."""
+        self._drop_ownership()
+        self._rebalancer.request()
+
+    # -- the application's side ------------------------------------------------------
+
+    async def commit(self) -> bool:
+        """Write the position of every owned partition to its offsets node.
+
+        Fenced: nothing is written unless this consumer's session still holds
+        its registration and the partitions.  Returns False when something
+        could not be written (a lost session or partition; the new owner then
+        starts from the previous commit, so messages may come again).  Raises
+        ``ConsumerIdTakenOver`` when a newer process registered our id.
+        """
+        return await self._commits.commit()
+
+    async def wait_settled(self, timeout_s: float | None = None) -> bool:
+        """Wait until no rebalance is pending or running; False on timeout."""
+        return await self._rebalancer.wait_settled(timeout_s)
 
     def __aiter__(self) -> "GroupConsumer":
         return self
 
     async def __anext__(self) -> GroupMessage:
         if self.config.consumer_timeout_s is None:
-            return await self._next_message()
+            return await self._delivery.next_message()
         with trio.move_on_after(self.config.consumer_timeout_s):
-            return await self._next_message()
+            return await self._delivery.next_message()
         raise ConsumerTimeout(f"no message within {self.config.consumer_timeout_s} s")
 
-    async def _next_message(self) -> GroupMessage:
-        # Fast path: the next message of the current chunk, when nothing changed.
-        self._since_checkpoint += 1
-        if self._since_checkpoint >= MESSAGES_PER_CHECKPOINT:
-            self._since_checkpoint = 0
-            await trio.lowlevel.checkpoint()
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        chunk = self._current
-        if (chunk is not None and chunk.generation == self.generation and chunk.index < len(chunk.messages)
-                and self._zk.state.value is SessionState.CONNECTED and not self._rebalancing.value
-                and self._zk.session_generation.value == self._session_seen
-                and self._disconnects == self._confirmed_disconnects):
-            message = chunk.messages[chunk.index]
-            chunk.index += 1
-            self._positions[chunk.key] = message.next_offset
-            return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
-                                message.next_offset, bytes(message.payload), message.attributes)
-        return await self._next_message_slow()
+    async def next_batch(self) -> GroupBatch:
+        """The next whole fetched message set, undecoded (for a mirror).
 
-    async def _next_message_slow(self) -> GroupMessage:
-        while True:
-            chunk = await self._gated_chunk()
-            if chunk.index < len(chunk.messages):
-                message = chunk.messages[chunk.index]
-                chunk.index += 1
-                self._positions[chunk.key] = message.next_offset
-                return GroupMessage(chunk.key[0], chunk.key[1], chunk.broker_id, chunk.part, message.offset,
-                                    message.next_offset, bytes(message.payload), message.attributes)
-            self._current = None
+        Its messages count as delivered, but commits keep writing the batch's
+        start until ``acknowledge(batch)``: what was handed out and not
+        acknowledged comes again after a crash or a hand-over (at least once).
+        Do not mix with message iteration.
+        """
+        return await self._delivery.next_batch()
 
-    async def _gated_chunk(self) -> Chunk:
-        """The chunk to deliver from, once the gate is open: a live, connected session
-        whose registration is confirmed since its last dropped connection, no
-        rebalance in progress, and a chunk of the current generation."""
-        while True:
-            await self._zk.state.wait_value(SessionState.CONNECTED)
-            await self._rebalancing.wait_value(False)
-            if self._zk.state.value is not SessionState.CONNECTED or self._rebalancing.value:
-                continue
-            self._check_session()
-            if self._disconnects != self._confirmed_disconnects:
-                try:
-                    await self._confirm_registration()
-                except CoordinatorError:
-                    await trio.sleep(self.config.fetcher_backoff_s)
-                continue
-            chunk = self._current
-            if chunk is not None and chunk.generation == self.generation:
-                return chunk
-            self._current = None
-            chunk = await self._chunk_receive.receive()
-            if self._accept(chunk):
-                self._current = chunk
-            # and check the gate again before delivering from it
-
-    def _accept(self, chunk: Chunk) -> bool:
-        """Whether ``chunk`` continues the current position; applies resets and errors."""
-        if chunk.generation != self.generation or chunk.key not in self.owned:
-            return False
-        if self._positions.get(chunk.key) != chunk.expect:
-            log.debug("consumer %s: dropped a chunk of %s/%s at %s (position %s)", self.consumer_id,
-                      *chunk.key, chunk.expect, self._positions.get(chunk.key))
-            return False
-        if chunk.error is not None:
-            raise chunk.error
-        if chunk.new_position is not None:
-            self._positions[chunk.key] = chunk.new_position
-            return False
-        return bool(chunk.messages)
+    def acknowledge(self, batch: GroupBatch) -> None:
+        """``batch`` is safely handled: the next commit may write past it."""
+        self._ownership.acknowledge((batch.topic, batch.partition), batch.offset)

@@ -80,22 +80,31 @@ BrokerAddress = Callable[[int], Awaitable[tuple[str, int]]]
 Gate = Callable[[], Awaitable[None]]
 
 
+def connect_kwargs_for(config: GroupConfig,
+                       open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None) -> dict[str, object]:
+    """The keyword arguments of ``trikafka.client.connect`` for a group consumer's broker connections.
+
+    ``open_stream`` replaces ``trio.open_tcp_stream`` (see ``trikafka.client.connect``)."""
+    kwargs: dict[str, object] = dict(connect_timeout_s=config.connect_timeout_s,
+                                     request_timeout_s=config.socket_timeout_s)
+    if open_stream is not None:
+        kwargs["open_stream"] = open_stream
+    return kwargs
+
+
 async def run_fetcher(
     target: FetchTarget,
     config: GroupConfig,
-    queue: trio.MemorySendChannel,
+    queue: trio.MemorySendChannel[Chunk],
     broker_address: BrokerAddress,
     wait_until_fetching_allowed: Gate,
     *,
-    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
+    connect_kwargs: dict[str, object],
     leaders: LeaderDirectory | None = None,
 ) -> None:
     """Fetch ``target`` forever (until cancelled), queueing chunks in order.
 
-    ``open_stream`` replaces ``trio.open_tcp_stream`` (see ``trikafka.client.connect``)."""
-    connect_kwargs: dict = dict(connect_timeout_s=config.connect_timeout_s, request_timeout_s=config.socket_timeout_s)
-    if open_stream is not None:
-        connect_kwargs["open_stream"] = open_stream
+    ``connect_kwargs`` go to ``trikafka.client.connect`` (see ``connect_kwargs_for``)."""
     cursor = _Cursor(target.start)
     topic = target.key[0]
     delay_s = RETRY_BACKOFF_MIN_S
@@ -148,7 +157,7 @@ class _Fatal(Exception):
 
 
 async def _reset(simple: SimpleConsumer, target: FetchTarget, config: GroupConfig,
-                 queue: trio.MemorySendChannel, at: int | None) -> int:
+                 queue: trio.MemorySendChannel[Chunk], at: int | None) -> int:
     """Apply ``autooffset.reset`` at position ``at`` (None: no committed offset)."""
     if config.autooffset_reset == SMALLEST:
         new = await simple.earliest()
@@ -164,7 +173,7 @@ async def _reset(simple: SimpleConsumer, target: FetchTarget, config: GroupConfi
 
 
 async def _fetch_loop(simple: SimpleConsumer, target: FetchTarget, config: GroupConfig,
-                      queue: trio.MemorySendChannel, cursor: _Cursor, wait_until_fetching_allowed: Gate) -> None:
+                      queue: trio.MemorySendChannel[Chunk], cursor: _Cursor, wait_until_fetching_allowed: Gate) -> None:
     size = config.fetch_max_bytes
     offset = cursor.offset
     assert offset is not None

@@ -1,7 +1,7 @@
 """What a consumer group looks like now: members, owners, committed offsets, log ends, lag.
 
 The registry part (``describe_group``) reads ZooKeeper only; ``measure_lag``
-asks each partition's broker for its visible end with OFFSETS (spec §6.5); a
+asks each partition's broker for its visible end with OFFSETS (docs/protocol.md §5.5); a
 partition of a replicated topic (named ``<p>``, docs/protocol.md §12.9) asks
 its current leader.
 This is what 0.7's ``ConsumerOffsetChecker`` printed, as data.

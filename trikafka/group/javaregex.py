@@ -1,4 +1,4 @@
-"""Translate the common subset of Java regex syntax to Python ``re`` (spec §11.4).
+"""Translate the common subset of Java regex syntax to Python ``re`` (docs/protocol.md §8.3: topic filters).
 
 0.7 wildcard subscriptions (``*<k>*<regex>``, ``!<k>!<regex>``) store a
 ``java.util.regex`` pattern that must match the **whole** topic name
@@ -29,7 +29,7 @@ Rejected (``JavaRegexError``): character-class union and intersection
 ``\\G \\R \\X \\h \\H \\v \\V``, flags other than ``i m s``, and unknown
 letter escapes.  Known remaining difference: Java's ``.`` also excludes
 ``\\r``, U+0085, U+2028 and U+2029, Python's only ``\\n``; topic names never
-contain them (spec §16.3).
+contain them (docs/protocol.md §9.7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pure codecs for the 0.7 consumer registry in ZooKeeper (spec §11.1, §11.4).
+"""Pure codecs for the 0.7 consumer registry in ZooKeeper (docs/protocol.md §8.1, §8.3).
 
 Nothing here does I/O; the group consumer reads and writes the znodes and uses
 these functions for the values and names.
@@ -281,7 +281,7 @@ def _decode_text(data: bytes, what: str) -> str:
 
 
 def decode_topic_count(data: bytes) -> TopicCount:
-    """Parse a ``/consumers/<g>/ids/<id>`` value (any of the three forms of §11.4)."""
+    """Parse a ``/consumers/<g>/ids/<id>`` value (any of the three forms of §8.3)."""
     text = _decode_text(data, "consumer registry value")
     if text.startswith((WHITELIST_MARKER, BLACKLIST_MARKER)):
         return _decode_wildcard(text)
