@@ -1,4 +1,4 @@
-"""Wake-ups when a log's visible end advances (for FETCH_WAIT and acks=-1, spec §16).
+"""Wake-ups when a log's visible end advances (for FETCH_WAIT and acks=-1, docs/protocol.md §9.2, §9.3).
 
 Waiters are keyed by ``(topic, partition)`` rather than by ``Log`` so that a
 long poll on a partition that has no log yet is woken when a produce creates
@@ -13,6 +13,8 @@ from collections import defaultdict
 from typing import Iterable
 
 import trio
+
+from .seams import BrokerLog
 
 TopicPartition = tuple[str, int]
 
@@ -32,9 +34,9 @@ class VisibleEndWaiters:
             for event in events:
                 event.set()
 
-    def on_visible(self, log: object) -> None:
+    def on_visible(self, log: BrokerLog) -> None:
         """A ``Log.add_visible_listener`` callback."""
-        self.notify((log.topic, log.partition))  # type: ignore[attr-defined]
+        self.notify((log.topic, log.partition))
 
     def close(self) -> None:
         """Shutdown: wake the long polls now; later long polls return at once.

@@ -29,6 +29,7 @@ from ...wire.replication import (
 )
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
+from ..partition import LocalPartition
 from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
 from .fetcher import FollowerStopped
 from .isr import LeaderPartition
@@ -50,6 +51,7 @@ class HostedPartition:
         self.key = (topic, partition)  # the waiters' key: consumers and acks -1 wake on it
         self.end_key = (topic, partition, "log-end")  # followers' long polls wake on appends
         self.log = log
+        self.local = LocalPartition(log, flusher)  # every append to the log goes through it
         self.epochs = epochs
         self._flusher, self._waiters = flusher, waiters
         self._run_blocking = run_blocking
@@ -186,15 +188,15 @@ class HostedPartition:
         leader = self.leader
         if leader is None:
             raise NotLeaderError()
-        await self._flusher.roll_if_due(self.log)
-        if self.leader is not leader:
-            raise NotLeaderError()
-        result = self.log.append(messages)
+
+        def still_leading() -> None:  # a roll may have waited: the role may have changed meanwhile
+            if self.leader is not leader:
+                raise NotLeaderError()
+
         ack_fsync = self.config.replica_ack_fsync
+        result = await self.local.write(messages, check=still_leading, flush=ack_fsync)
         leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
         self._waiters.notify(self.end_key)  # followers' long polls
-        if result.flush_due or ack_fsync:
-            self._flusher.request_flush(self.log)
         return result
 
     def check_acks_all(self) -> ErrorCode:
@@ -202,18 +204,6 @@ class HostedPartition:
         if self.leader is None:
             return ErrorCode.NOT_LEADER_FOR_PARTITION
         return self.leader.check_acks_all()
-
-    async def wait_committed(self, next_offset: int, deadline: float) -> ErrorCode:
-        """Wait until the bytes below ``next_offset`` are committed (§12.6); the outcome."""
-        leader = self.leader
-        while True:
-            if leader is None or self.leader is not leader:
-                return ErrorCode.NOT_LEADER_FOR_PARTITION
-            status = leader.commit_status(next_offset)
-            if status is not None:
-                return status
-            if not await self._waiters.wait_any([self.key], deadline, wake_on_close=False):
-                return ErrorCode.REQUEST_TIMED_OUT
 
     # ----------------------------------------------------------------- leader: serving followers
 
@@ -260,6 +250,7 @@ class HostedPartition:
             return
         with trio.CancelScope(shield=True):
             await self._flusher.truncate(self.log, offset)
+            self.local.forget_roll_bounds()
             await self._run_blocking(functools.partial(self.epochs.truncate_from, offset))
         self._known_hw = min(self._known_hw, offset)
 
@@ -311,9 +302,6 @@ class FollowerLog:
 
     async def append_verbatim(self, data: bytes) -> None:
         hosted = self._hosted
-        await hosted._flusher.roll_if_due(hosted.log)
-        async with hosted.lock:
+        async with hosted.lock:  # held across a roll too: no truncation or role change in between
             self._check()
-            result = hosted.log.append(data)
-        if result.flush_due or hosted.config.replica_ack_fsync:
-            hosted._flusher.request_flush(hosted.log)
+            await hosted.local.write(data, flush=hosted.config.replica_ack_fsync)
