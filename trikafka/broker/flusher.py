@@ -45,10 +45,10 @@ import itertools
 import logging
 import math
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Callable, TypeVar
 
 import trio
-from .seams import BrokerLog, LogDirectory
+from .seams import BrokerLog, LogDirectory, RunBlocking
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +66,9 @@ LEAD_DEVIATIONS = 4
 class FlushScheduler:
     """Schedules and runs log flushes; start with ``nursery.start(scheduler.run)``."""
 
-    def __init__(self, log_manager: LogDirectory, *, run_blocking: Callable[..., Awaitable[Any]] | None = None,
+    def __init__(self, log_manager: LogDirectory, *, run_blocking: RunBlocking | None = None,
                  observe_flush_s: Callable[[float], None] | None = None):
         self._log_manager = log_manager
-        # run_blocking's Any: it returns what the ticket step it runs returns (nothing, here).
         # How a blocking call leaves the loop: a worker thread, or (tests with
         # a mock clock and an in-memory fs) an inline call the clock can see.
         self._run_blocking = run_blocking or self._in_thread

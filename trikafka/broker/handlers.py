@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 import trio
 
@@ -57,7 +57,7 @@ from trikafka.wire.responses import (
 from .metrics import BrokerMetrics
 from .partition import AckWait, FetchOutcome, LocalPartition, NoLog, Partition, Refused
 from .replication import serving as replicated
-from .seams import Admin, BrokerLog, Flusher, LogDirectory, Replicas
+from .seams import Admin, BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
 from .waiters import VisibleEndWaiters
 
 logger = logging.getLogger(__name__)
@@ -83,8 +83,7 @@ class RequestHandler:
                  partitions: Callable[[str], int], max_topic_name_length: int = 255,
                  rng: random.Random | None = None, clock_ms: Callable[[], int],
                  metrics: BrokerMetrics | None = None,
-                 run_blocking: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync):
-        # run_blocking's Any: it returns whatever the function it runs returns (a log, offsets).
+                 run_blocking: RunBlocking = trio.to_thread.run_sync):
         self._log_manager = log_manager
         self._flusher = flusher
         self._waiters = waiters

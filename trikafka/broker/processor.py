@@ -68,7 +68,7 @@ class Processor:
                     nursery.start_soon(self._run_connection, connection)
         logger.debug("processor %d drained", self.index)
 
-    async def _run_connection(self, connection: Connection) -> Any:
+    async def _run_connection(self, connection: Connection) -> None:
         self.connections_served += 1
         try:
             await connection.run()

@@ -9,7 +9,7 @@ test can hand any of them a small fake and mypy checks both.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
 from trikafka.log.config import LogConfig
 from trikafka.log.log import AppendResult, Log
@@ -28,7 +28,12 @@ if TYPE_CHECKING:
     from trikafka.log.fs import FileSystem
     from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
-__all__ = ["AppendResult", "BrokerLog", "LogDirectory", "Flusher", "Replica", "Replicas", "Admin"]
+# How a blocking call leaves the event loop: ``await run_blocking(fn)`` runs ``fn()`` in a
+# worker thread (tests: inline) and returns what it returns.  The broker hands it many kinds
+# of ``fn`` (log loads, fsyncs, stats, unlinks), so the result stays ``Any``.
+RunBlocking = Callable[..., Awaitable[Any]]
+
+__all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher", "Replica", "Replicas", "Admin"]
 
 
 class BrokerLog(Protocol):

@@ -38,7 +38,7 @@ import logging
 import random
 import signal
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, TypeVar
 
 import trio
 
@@ -61,6 +61,7 @@ from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .retention import RetentionDeleter
+from .seams import RunBlocking
 from .topic_config import TopicOverrides, watch_topic_configs, zookeeper_settings_store
 from .topic_settings_file import LocalTopicSettings
 from .waiters import VisibleEndWaiters
@@ -72,8 +73,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# A run_blocking(fn) returns what fn returns, and the broker runs many kinds of fn
-# (log loads, fsyncs, stats): its Callable[..., Awaitable[Any]] stays untyped for that.
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -145,7 +144,7 @@ class Broker:
 async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
-                run_blocking: Callable[..., Awaitable[Any]] | None = None,
+                run_blocking: RunBlocking | None = None,
                 refuse_requests: Iterable[RequestType] = (), coordinator: Coordinator | None = None,
                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
@@ -180,7 +179,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
 
 
 async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable[[], int],
-                 rng: random.Random | None, handle_signals: bool, run_blocking: Callable[..., Awaitable[Any]],
+                 rng: random.Random | None, handle_signals: bool, run_blocking: RunBlocking,
                  wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     """``serve`` without the HTTP endpoint: recover, run the tree, close the logs."""
     broker_box = wiring.broker_box
@@ -247,7 +246,7 @@ def _only_cancellation(exc: BaseException) -> bool:
 
 async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
-                    run_blocking: Callable[..., Awaitable[Any]], broker_box: list[Broker],
+                    run_blocking: RunBlocking, broker_box: list[Broker],
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     waiters = VisibleEndWaiters()
     async with trio.open_nursery() as services:

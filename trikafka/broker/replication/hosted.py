@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 import trio
 
@@ -29,7 +29,10 @@ from ...wire.replication import (
 )
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
+from ...log.epochs import EpochHistory
 from ..partition import LocalPartition
+from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
+from ..waiters import VisibleEndWaiters
 from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
 from .fetcher import FollowerStopped
 from .isr import LeaderPartition
@@ -44,8 +47,8 @@ class NotLeaderError(Exception):
 class HostedPartition:
     """This broker's replica of one replicated partition."""
 
-    def __init__(self, topic: str, partition: int, broker_id: int, log: Any, epochs: EpochFile, *,
-                 flusher: Any, waiters: Any, run_blocking: Callable[..., Awaitable[Any]],
+    def __init__(self, topic: str, partition: int, broker_id: int, log: BrokerLog, epochs: EpochFile, *,
+                 flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  clock_ms: Callable[[], int]):
         self.topic, self.partition, self.broker_id = topic, partition, broker_id
         self.key = (topic, partition)  # the waiters' key: consumers and acks -1 wake on it
@@ -166,7 +169,7 @@ class HostedPartition:
         self._waiters.notify(self.key)
         self._waiters.notify(self.end_key)
 
-    def _on_visible(self, log: Any) -> None:
+    def _on_visible(self, log: BrokerLog) -> None:
         # ack-fsync topics count the leader's fsynced end, which a flush advances.
         if self.leader is not None and self.config.replica_ack_fsync:
             self.leader.on_local_append(log.end_offset, durable_end=log.visible_end)
@@ -179,7 +182,7 @@ class HostedPartition:
 
     # ----------------------------------------------------------------- leader: writes
 
-    async def append_as_leader(self, messages: bytes) -> Any:
+    async def append_as_leader(self, messages: bytes) -> AppendResult:
         """Append a validated message set as leader; the log's AppendResult.
 
         Raises NotLeaderError when this broker does not lead the partition, and
@@ -276,7 +279,7 @@ class FollowerLog:
         return self._hosted.log.visible_end
 
     @property
-    def history(self):
+    def history(self) -> EpochHistory:
         return self._hosted.epochs.history
 
     def _check(self) -> None:
