@@ -110,21 +110,28 @@ class LocalPartition:
         without a checkpoint when no roll was due.
         """
         log = self.log
-        if (self._end > self._roll_end or log.config is not self._config
-                or self._flusher.restructuring(log) or self._clock_ms() > self._roll_at_ms):
+        asked = self._roll_maybe_due()
+        if asked:
             await self._flusher.roll_if_due(log)
-            rolled_or_checked = True
-        else:
-            rolled_or_checked = False
         if check is not None:
             check()
         result = log.append(data)
         self._end = result.next_offset
-        if rolled_or_checked:
+        if asked:
             self._learn_roll_bounds()
         if result.flush_due or flush:
             self._flusher.request_flush(log)
         return result
+
+    async def roll_if_due(self) -> None:
+        """Roll now if the next append must roll (``write`` checks again: it may be due by then)."""
+        if self._roll_maybe_due():
+            await self._flusher.roll_if_due(self.log)
+
+    def _roll_maybe_due(self) -> bool:
+        """False when the bounds show no roll is due: the exact rule need not be asked."""
+        return (self._end > self._roll_end or self.log.config is not self._config
+                or self._flusher.restructuring(self.log) or self._clock_ms() > self._roll_at_ms)
 
     def _learn_roll_bounds(self) -> None:
         log = self.log

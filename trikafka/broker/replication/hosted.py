@@ -305,6 +305,10 @@ class FollowerLog:
 
     async def append_verbatim(self, data: bytes) -> None:
         hosted = self._hosted
-        async with hosted.lock:  # held across a roll too: no truncation or role change in between
+        # The roll's fsync runs before the lock: a role change need not wait for it.  The
+        # write under the lock rolls only if one came due meanwhile, and then appends with
+        # no checkpoint between the check and the append.
+        await hosted.local.roll_if_due()
+        async with hosted.lock:
             self._check()
             await hosted.local.write(data, flush=hosted.config.replica_ack_fsync)
