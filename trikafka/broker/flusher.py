@@ -25,7 +25,9 @@ Three things ask for a flush of a log:
 Rolls (§7.2) go through here too: before an append, ``roll_if_due``
 rolls the log when it must, with the old segment's fsync in a worker thread
 (``Log.begin_roll`` / ``RollTicket.run`` / ``Log.complete_roll``); appends to
-that log wait for it, appends to other logs go on.
+that log wait for it, appends to other logs go on.  The partition that
+appends (``partition.LocalPartition``) asks only when its bounds say a roll
+may be due, or one is in flight (``restructuring``).
 
 A flush captures the unflushed size (``Log.begin_flush``), runs ``fsync`` in a
 worker thread while the event loop keeps appending, then advances the visible

@@ -67,9 +67,6 @@ logger = logging.getLogger(__name__)
 MAX_CACHED_TOPICS = 100_000
 OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
 
-__all__ = ["CloseConnection", "FetchOutcome", "RequestHandler"]
-
-
 class CloseConnection(Exception):
     """A §2 condition: close the connection without writing anything."""
 

@@ -11,7 +11,6 @@ already concurrent.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 
