@@ -167,21 +167,19 @@ class RequestHandler:
         """The ``Partition`` that serves ``topic``-``partition`` here (checked already); creates nothing."""
         if self.replicas is not None and self.replicas.is_replicated(topic):
             return replicated.partition(self.replicas, topic, partition)
-        local = self._local.get((topic, partition))
-        if local is not None:
-            return local
-        log = self.existing_log(topic, partition)
-        return NoLog((topic, partition)) if log is None else self._local[(topic, partition)]
+        key = (topic, partition)
+        local = self._local.get(key)
+        if local is None and self.existing_log(topic, partition) is not None:
+            local = self._local[key]  # adopted just now
+        return local if local is not None else NoLog(key)
 
     async def partition_for_write(self, topic: str, partition: int) -> Partition:
         """Like ``partition``, but an unreplicated partition's log is created if new (§5.1 step 3)."""
-        if self.replicas is not None and self.replicas.is_replicated(topic):
-            return replicated.partition(self.replicas, topic, partition)
-        local = self._local.get((topic, partition))
-        if local is None:
+        found = self.partition(topic, partition)
+        if isinstance(found, NoLog):
             await self.log_for_write(topic, partition)
-            local = self._local[(topic, partition)]
-        return local
+            return self._local[found.key]
+        return found
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
         """(partitions(topic) or None if the name is rejected, the concrete partition)."""
