@@ -1,4 +1,4 @@
-"""Wake-ups when a log's visible end advances (for FETCH_WAIT and acks=-1, docs/protocol.md §9.2, §9.3).
+"""Wake-ups when a log's visible end advances (for FETCH_WAIT and acks=-1, spec §9.2-§9.3).
 
 Waiters are keyed by ``(topic, partition)`` rather than by ``Log`` so that a
 long poll on a partition that has no log yet is woken when a produce creates
