@@ -9,7 +9,7 @@ worker thread, one creation per log), never on the loop.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
 import trio
 
@@ -25,7 +25,11 @@ from trikafka.wire.metadata import (
 )
 from trikafka.wire.requests import CreateTopicRequest, MetadataRequest
 
+from .seams import LogDirectory
 from .topic_settings import TopicConfigError, check_topic_config
+
+if TYPE_CHECKING:
+    from .handlers import RequestHandler
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ UNREPLICATED_EPOCH = 0  # partitions are not replicated yet: one leader, never c
 class TopicAdmin:
     """Answers METADATA and CREATE_TOPIC for one broker (shared by its connections)."""
 
-    def __init__(self, *, handler: Any, log_manager: Any, max_message_size: int):
+    def __init__(self, *, handler: RequestHandler, log_manager: LogDirectory, max_message_size: int):
         self._handler = handler
         self._log_manager = log_manager
         self._max_message_size = max_message_size

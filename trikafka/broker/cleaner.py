@@ -14,17 +14,24 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import trio
 
 from trikafka.log.cleaner import CleanerStopped, CleanResult, CompactionPolicy, LogCleaner, parse_cleanup_policy
 from trikafka.log.clean_scan import CleanerError
 from trikafka.log.fs import FileSystem
+from trikafka.log.segment import Segment
 from trikafka.log.throttle import Throttler
 
 from .config import BrokerConfig
+from .seams import RunBlocking
 from .topic_settings import LogOverrides
+
+if TYPE_CHECKING:
+    from trikafka.log.manager import LogManager
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +55,8 @@ def compaction_policy(config: BrokerConfig, topic: str, overrides: LogOverrides 
 class CleanerService:
     """Start with ``nursery.start(service.run)``; ``clean_once()`` is one pick-and-clean."""
 
-    def __init__(self, log_manager: Any, config: BrokerConfig, fs: FileSystem, clock_ms: Callable[[], int],
-                 run_blocking: Callable[..., Awaitable[Any]] | None = None):
+    def __init__(self, log_manager: LogManager, config: BrokerConfig, fs: FileSystem, clock_ms: Callable[[], int],
+                 run_blocking: RunBlocking | None = None):
         self._log_manager = log_manager
         self._config = config
         self._stop = threading.Event()
@@ -104,7 +111,9 @@ class CleanerService:
         log.cleaning = True
         try:
             if self._run_blocking is None:
-                install = functools.partial(trio.from_thread.run_sync, log.install_cleaned)
+                def install(segment: Segment) -> bool:  # the cleaning thread swaps on the loop
+                    return trio.from_thread.run_sync(log.install_cleaned, segment)
+
                 clean = functools.partial(self.cleaner.clean, log, self.policy(log.topic), install)
                 result = await trio.to_thread.run_sync(clean)
             else:
@@ -125,5 +134,5 @@ class CleanerService:
         self.results = (self.results + [result])[-16:]
         return result
 
-    async def _blocking(self, fn: Callable[[], Any]) -> Any:
+    async def _blocking(self, fn: Callable[[], T]) -> T:
         return await (self._run_blocking or trio.to_thread.run_sync)(fn)

@@ -150,7 +150,7 @@ class BrokerConfig:
     def published_hostname(self) -> str:
         return self.hostname if self.hostname is not None else self.host
 
-    def replace(self, **changes: Any) -> "BrokerConfig":
+    def replace(self, **changes: Any) -> "BrokerConfig":  # Any: each field has its own type
         """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
 

@@ -34,6 +34,11 @@ from .config import (
     ConfigError,
 )
 
+# A setting as read: a properties-file string, or whatever TOML holds (str, int, bool, float, a table).
+RawValue = Any
+# A BrokerConfig field's value once converted: its type is the field's, which the name picks at run time.
+FieldValue = Any
+
 logger = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- loading
@@ -48,7 +53,7 @@ def field_name(key: str) -> str | None:
     return name if name in _FIELDS else None
 
 
-def _convert(name: str, value: Any) -> Any:
+def _convert(name: str, value: RawValue) -> FieldValue:
     """Turn a raw value (a string from a properties file, or TOML) into the field's type."""
     default = _FIELDS[name].default
     kind = _FIELDS[name].type
@@ -72,7 +77,7 @@ def _convert(name: str, value: Any) -> Any:
     raise AssertionError(f"unhandled field type {kind} for {name} (default {default!r})")
 
 
-def _parse_int(value: Any) -> int:
+def _parse_int(value: RawValue) -> int:
     if isinstance(value, bool):
         raise ValueError("expected an integer, not a boolean")
     if isinstance(value, int):
@@ -80,11 +85,11 @@ def _parse_int(value: Any) -> int:
     return int(str(value).strip())
 
 
-def _parse_topic_map(value: Any, parse: Callable[[Any], Any] = _parse_int) -> dict[str, Any]:
+def _parse_topic_map(value: RawValue, parse: Callable[[RawValue], FieldValue] = _parse_int) -> dict[str, FieldValue]:
     """``t1:8,t2:16`` (0.7's format) or a TOML table ``{t1 = 8}``."""
     if isinstance(value, Mapping):
         return {str(k): parse(v) for k, v in value.items()}
-    result: dict[str, Any] = {}
+    result: dict[str, FieldValue] = {}
     for item in str(value).split(","):
         if not item.strip():
             continue
@@ -95,13 +100,13 @@ def _parse_topic_map(value: Any, parse: Callable[[Any], Any] = _parse_int) -> di
     return result
 
 
-def from_mapping(values: Mapping[str, Any], *, base: BrokerConfig | None = None,
+def from_mapping(values: Mapping[str, RawValue], *, base: BrokerConfig | None = None,
                  strict: bool = True, source: str = "settings") -> BrokerConfig:
     """Apply ``values`` (0.7 or snake_case keys) on top of ``base`` (default: defaults).
 
     ``strict`` makes an unknown key a ``ConfigError``; otherwise it is logged.
     """
-    changes: dict[str, Any] = {}
+    changes: dict[str, FieldValue] = {}
     for key, value in values.items():
         name = field_name(key)
         if name is None:
@@ -117,8 +122,8 @@ def from_mapping(values: Mapping[str, Any], *, base: BrokerConfig | None = None,
         raise ConfigError(f"{source}: {exc}") from None
 
 
-def _flatten_toml(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
+def _flatten_toml(table: Mapping[str, RawValue], prefix: str = "") -> dict[str, RawValue]:
+    flat: dict[str, RawValue] = {}
     for key, value in table.items():
         name = f"{prefix}_{key}" if prefix else key
         if isinstance(value, Mapping) and field_name(name) is None:
@@ -210,7 +215,7 @@ def load_file(path: str, *, base: BrokerConfig | None = None) -> BrokerConfig:
     return load_properties(path, base=base)
 
 
-def load(path: str | None = None, overrides: Mapping[str, Any] | None = None, *,
+def load(path: str | None = None, overrides: Mapping[str, RawValue] | None = None, *,
          base: BrokerConfig | None = None) -> BrokerConfig:
     """Defaults < ``path`` < ``overrides`` (keys as for ``from_mapping``; None values skipped)."""
     base = base if base is not None else BrokerConfig()

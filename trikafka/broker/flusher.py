@@ -1,4 +1,4 @@
-"""The flush scheduler (spec §10.4): fsync off the event loop, visibility after it.
+"""The flush scheduler (docs/protocol.md §7.2): fsync off the event loop, visibility after it.
 
 Three things ask for a flush of a log:
 
@@ -22,10 +22,12 @@ Three things ask for a flush of a log:
   them with a mock clock;
 * acknowledged produces with acks=-1, which need their bytes visible.
 
-Rolls (spec §10.3) go through here too: before an append, ``roll_if_due``
+Rolls (§7.2) go through here too: before an append, ``roll_if_due``
 rolls the log when it must, with the old segment's fsync in a worker thread
 (``Log.begin_roll`` / ``RollTicket.run`` / ``Log.complete_roll``); appends to
-that log wait for it, appends to other logs go on.
+that log wait for it, appends to other logs go on.  The partition that
+appends (``partition.LocalPartition``) asks only when its bounds say a roll
+may be due, or one is in flight (``restructuring``).
 
 A flush captures the unflushed size (``Log.begin_flush``), runs ``fsync`` in a
 worker thread while the event loop keeps appending, then advances the visible
@@ -35,7 +37,7 @@ is in flight; requests that arrive meanwhile coalesce into one more flush
 after it (group commit).  The fsync+complete step is shielded from
 cancellation, so a flush that started always finishes and the log never keeps
 a dangling ticket.  An fsync error propagates and brings the broker down
-(0.7 halts on I/O errors; spec §10.4, anchors A3).
+(0.7 halts on I/O errors).
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ import itertools
 import logging
 import math
 import time
-from typing import Any, Awaitable, Callable
+from typing import Callable, TypeVar
 
 import trio
-import trio_util
+from .seams import BrokerLog, LogDirectory, RunBlocking
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # fsyncs of different logs may overlap; more threads than this only queue in the kernel.
 MAX_CONCURRENT_FSYNCS = 8
@@ -64,24 +68,24 @@ LEAD_DEVIATIONS = 4
 class FlushScheduler:
     """Schedules and runs log flushes; start with ``nursery.start(scheduler.run)``."""
 
-    def __init__(self, log_manager: Any, *, run_blocking: Callable[..., Awaitable[Any]] | None = None,
+    def __init__(self, log_manager: LogDirectory, *, run_blocking: RunBlocking | None = None,
                  observe_flush_s: Callable[[float], None] | None = None):
         self._log_manager = log_manager
         # How a blocking call leaves the loop: a worker thread, or (tests with
         # a mock clock and an in-memory fs) an inline call the clock can see.
         self._run_blocking = run_blocking or self._in_thread
-        self._in_flight: dict[Any, trio.Event] = {}
-        self._again: set[Any] = set()
+        self._in_flight: dict[BrokerLog, trio.Event] = {}
+        self._again: set[BrokerLog] = set()
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
-        self._rolls: dict[Any, trio.Event] = {}  # logs with a roll (or truncation) in flight
-        self._idle: dict[Any, trio.Event] = {}  # truncations waiting for a log to be idle
-        self._idle_listening: set[Any] = set()  # logs whose idle listener is ours
+        self._rolls: dict[BrokerLog, trio.Event] = {}  # logs with a roll (or truncation) in flight
+        self._idle: dict[BrokerLog, trio.Event] = {}  # truncations waiting for a log to be idle
+        self._idle_listening: set[BrokerLog] = set()  # logs whose idle listener is ours
         self._nursery: trio.Nursery | None = None
         # The deadline rule: when each log's unflushed wait began, and a heap of
         # (deadline, tie-breaker, log) with at most one entry per log (_queued).
-        self._dirty_since: dict[Any, float] = {}
-        self._deadlines: list[tuple[float, int, Any]] = []
-        self._queued: set[Any] = set()
+        self._dirty_since: dict[BrokerLog, float] = {}
+        self._deadlines: list[tuple[float, int, BrokerLog]] = []
+        self._queued: set[BrokerLog] = set()
         self._ties = itertools.count()
         self._sleep: trio.CancelScope | None = None
         # How long an fsync takes and how late the loop wakes for a deadline
@@ -125,11 +129,11 @@ class FlushScheduler:
                 self.request_flush(log)
             self._queued.discard(log)
 
-    def track(self, log: Any) -> None:
+    def track(self, log: BrokerLog) -> None:
         """Apply the deadline rule to ``log`` (once per log: loaded or created)."""
         log.add_dirty_listener(self._on_dirty)
 
-    def _on_dirty(self, log: Any) -> None:
+    def _on_dirty(self, log: BrokerLog) -> None:
         """The first append no flush has captured: ``log``'s interval starts now."""
         now_s = trio.current_time()
         self._dirty_since[log] = now_s
@@ -141,7 +145,7 @@ class FlushScheduler:
         if self._sleep is not None and deadline_s < self._sleep.deadline:
             self._sleep.deadline = deadline_s  # wake earlier; otherwise no wakeup at all
 
-    def _deadline_s(self, log: Any, dirty_since_s: float) -> float:
+    def _deadline_s(self, log: BrokerLog, dirty_since_s: float) -> float:
         """When a flush of ``log``, dirty since ``dirty_since_s``, must start to end within its interval."""
         interval_s = log.config.flush_interval_ms / 1000
         return dirty_since_s + interval_s - min(self.lead_s, interval_s / 2)
@@ -151,7 +155,7 @@ class FlushScheduler:
         """How much earlier than its interval a deadline flush starts now (before the half-interval cap)."""
         return self._fsync_s.bound + self._wake_late_s.bound
 
-    def request_flush(self, log: Any) -> None:
+    def request_flush(self, log: BrokerLog) -> None:
         """Ask for a flush of ``log`` soon; never blocks, coalesces with one in flight."""
         if log in self._in_flight:
             self._again.add(log)
@@ -162,22 +166,31 @@ class FlushScheduler:
         self._in_flight[log] = trio.Event()
         nursery.start_soon(self._flush_log, log)
 
-    async def flush(self, log: Any) -> None:
+    async def flush(self, log: BrokerLog) -> None:
         """Request a flush of ``log`` and wait until it (and any coalesced one) is done."""
         self.request_flush(log)
         await self.wait_idle(log)
 
-    async def wait_idle(self, log: Any) -> None:
+    async def wait_idle(self, log: BrokerLog) -> None:
         """Return once no flush of ``log`` is in flight (callers then act without a checkpoint)."""
         await trio.lowlevel.checkpoint()
         while (done := self._in_flight.get(log)) is not None:
             await done.wait()
 
-    def in_flight(self, log: Any) -> bool:
+    def in_flight(self, log: BrokerLog) -> bool:
         return log in self._in_flight
 
-    async def roll_if_due(self, log: Any) -> None:
-        """Roll ``log`` off the event loop if its next append must roll (§10.3).
+    @property
+    def log_clock_ms(self) -> Callable[[], int]:
+        """The clock the logs' age rule reads (the log manager's): ``LocalPartition``'s roll bounds."""
+        return self._log_manager.clock_ms
+
+    def restructuring(self, log: BrokerLog) -> bool:
+        """Whether a roll or truncation of ``log`` is in flight (appends must wait: ``roll_if_due``)."""
+        return log in self._rolls
+
+    async def roll_if_due(self, log: BrokerLog) -> None:
+        """Roll ``log`` off the event loop if its next append must roll (§7.2).
 
         Returns without a checkpoint once no roll is due or in flight, so the
         caller's append that follows cannot race another roll.  (Should the
@@ -186,7 +199,7 @@ class FlushScheduler:
         """
         await self.roll_while(log, log.roll_due)
 
-    async def roll_while(self, log: Any, due: Callable[[], bool]) -> None:
+    async def roll_while(self, log: BrokerLog, due: Callable[[], bool]) -> None:
         """Roll ``log`` off the event loop while ``due()`` says so (retention asks too).
 
         Returns without a checkpoint after ``due()`` said no.  A roll waits
@@ -220,7 +233,7 @@ class FlushScheduler:
                 del self._rolls[log]
                 done.set()
 
-    async def truncate(self, log: Any, offset: int) -> None:
+    async def truncate(self, log: BrokerLog, offset: int) -> None:
         """Cut ``log`` at the message boundary ``offset``, its blocking part off the loop.
 
         A follower's truncation by leader epoch (docs/protocol.md §12.4.3).  It
@@ -255,15 +268,15 @@ class FlushScheduler:
             del self._rolls[log]
             done.set()
 
-    def _on_idle(self, log: Any) -> None:
+    def _on_idle(self, log: BrokerLog) -> None:
         idle = self._idle.pop(log, None)
         if idle is not None:
             idle.set()
 
-    async def _in_thread(self, fn: Callable[[], Any]) -> Any:
+    async def _in_thread(self, fn: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)
 
-    async def _flush_log(self, log: Any) -> None:
+    async def _flush_log(self, log: BrokerLog) -> None:
         done = self._in_flight[log]
         try:
             with trio.CancelScope(shield=True):
@@ -276,7 +289,7 @@ class FlushScheduler:
             del self._in_flight[log]
             done.set()
 
-    async def _flush_once(self, log: Any) -> None:
+    async def _flush_once(self, log: BrokerLog) -> None:
         while (rolling := self._rolls.get(log)) is not None:
             await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
         ticket = log.begin_flush()

@@ -1,14 +1,18 @@
-"""Request handling (spec §6 for 0.7 requests, §16 for trikafka's extensions).
+"""Request handling (docs/protocol.md §5 for 0.7 requests, §9 for trikafka's extensions).
 
 The handler is I/O-free apart from the log: it takes decoded requests and
 returns what to send (``None``, ``bytes`` or a list of chunks), or raises
-``CloseConnection`` for the conditions of spec §7.2.  Only the extension
+``CloseConnection`` for the conditions of §2.  Only the extension
 requests wait (for a flush, or for data), so only they are coroutines.
+
+The handler checks a request's topic and partition, then asks for the
+``Partition`` (``partition.py``) and calls it: an unreplicated log, or a
+replicated topic's replica (§12.6); it does not branch on which.
 
 The three topic rules meet here:
 
-* 0.7 requests with a name that fails §16.3 close the connection (PRODUCE,
-  OFFSETS) or answer -1 (FETCH parts, the §6.2 table);
+* 0.7 requests with a name that fails §9.7 close the connection (PRODUCE,
+  OFFSETS) or answer -1 (FETCH parts, the §5.2 table);
 * extension requests answer error 7;
 * nothing is created on disk for a rejected name.
 
@@ -22,12 +26,13 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 import trio
 
-from trikafka.log.errors import InvalidTopicError, OffsetOutOfRangeError
+from trikafka.log.errors import InvalidTopicError
 from trikafka.log.names import validate_topic
+from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
 from trikafka.wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
 from trikafka.wire.requests import (
     FetchPart,
@@ -38,12 +43,10 @@ from trikafka.wire.requests import (
     OffsetsRequest,
     ProduceAckedRequest,
     ProducePart,
-    ProduceRequest,
 )
 from trikafka.wire.responses import (
     Chunk,
-    ChunkSequence,
-    FileRegion,
+    FetchData,
     ProduceAckedResult,
     encode_fetch_response,
     encode_multifetch_response,
@@ -52,10 +55,10 @@ from trikafka.wire.responses import (
 )
 
 from .metrics import BrokerMetrics
+from .partition import AckWait, FetchOutcome, LocalPartition, NoLog, Partition, Refused
 from .replication import serving as replicated
+from .seams import Admin, BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
 from .waiters import VisibleEndWaiters
-
-from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
 
 logger = logging.getLogger(__name__)
 
@@ -64,21 +67,20 @@ logger = logging.getLogger(__name__)
 MAX_CACHED_TOPICS = 100_000
 OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
 
-FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
-
-
 class CloseConnection(Exception):
-    """A spec §7.2 condition: close the connection without writing anything."""
+    """A §2 condition: close the connection without writing anything."""
 
 
 class RequestHandler:
-    """Applies requests to the logs of one broker; shared by every connection."""
+    """Applies requests to the partitions of one broker; shared by every connection."""
 
-    def __init__(self, *, log_manager: Any, flusher: Any, waiters: VisibleEndWaiters,
+    admin: Admin  # METADATA and CREATE_TOPIC: the broker's wiring sets it before serving
+
+    def __init__(self, *, log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters,
                  partitions: Callable[[str], int], max_topic_name_length: int = 255,
                  rng: random.Random | None = None, clock_ms: Callable[[], int],
                  metrics: BrokerMetrics | None = None,
-                 run_blocking: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync):
+                 run_blocking: RunBlocking = trio.to_thread.run_sync):
         self._log_manager = log_manager
         self._flusher = flusher
         self._waiters = waiters
@@ -87,12 +89,11 @@ class RequestHandler:
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
         self._topic_partitions: dict[str, int] = {}
-        self._logs: dict[tuple[str, int], Any] = {}
+        self._local: dict[tuple[str, int], LocalPartition] = {}  # every log adopted, as its partition
         # Request types this broker closes the connection on, as a 0.7 broker does for
         # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
         self.refused_types: frozenset[int] = frozenset()
-        self.admin: Any = None  # admin.TopicAdmin: METADATA and CREATE_TOPIC
-        self.replicas: Any = None  # replication.manager.ReplicaManager (with ZooKeeper): replicated topics
+        self.replicas: Replicas | None = None  # with ZooKeeper: replicated topics (§12)
         self.metrics = metrics if metrics is not None else BrokerMetrics()
         self._run_blocking = run_blocking  # how log creation leaves the loop (a worker thread)
         self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
@@ -121,23 +122,23 @@ class RequestHandler:
         """Drop the cached count of ``topic`` (CREATE_TOPIC may have raised it)."""
         self._topic_partitions.pop(topic, None)
 
-    def adopt(self, log: Any) -> Any:
+    def adopt(self, log: BrokerLog) -> BrokerLog:
         """Start watching ``log`` (called once per log: loaded or created)."""
-        self._logs[(log.topic, log.partition)] = log
+        self._local[(log.topic, log.partition)] = LocalPartition(log, self._flusher)
         log.add_visible_listener(self._waiters.on_visible)
         self._flusher.track(log)
         return log
 
-    def existing_log(self, topic: str, partition: int) -> Any | None:
-        log = self._logs.get((topic, partition))
-        if log is None:
-            log = self._log_manager.get(topic, partition)
-            if log is not None:
-                self.adopt(log)
-        return log
+    def existing_log(self, topic: str, partition: int) -> BrokerLog | None:
+        """The log of ``topic``-``partition`` on this broker, None if it has none yet."""
+        local = self._local.get((topic, partition))
+        if local is not None:
+            return local.log
+        log = self._log_manager.get(topic, partition)
+        return None if log is None else self.adopt(log)
 
-    async def log_for_write(self, topic: str, partition: int) -> Any:
-        """The log to append to, created if new; topic and partition already checked (§6.1 step 4).
+    async def log_for_write(self, topic: str, partition: int) -> BrokerLog:
+        """The log to append to, created if new; topic and partition already checked (§5.1 step 3).
 
         Returns without a checkpoint when the log exists.
         """
@@ -162,80 +163,75 @@ class RequestHandler:
             return self.adopt(new_log)
         return log
 
-    def _replicated(self, topic: str) -> bool:
-        return self.replicas is not None and self.replicas.is_replicated(topic)
+    def partition(self, topic: str, partition: int) -> Partition:
+        """The ``Partition`` that serves ``topic``-``partition`` here (checked already); creates nothing."""
+        if self.replicas is not None and self.replicas.is_replicated(topic):
+            return replicated.partition(self.replicas, topic, partition)
+        key = (topic, partition)
+        local = self._local.get(key)
+        if local is None and self.existing_log(topic, partition) is not None:
+            local = self._local[key]  # adopted just now
+        return local if local is not None else NoLog(key)
+
+    async def partition_for_write(self, topic: str, partition: int) -> Partition:
+        """Like ``partition``, but an unreplicated partition's log is created if new (§5.1 step 3)."""
+        found = self.partition(topic, partition)
+        if isinstance(found, NoLog):
+            await self.log_for_write(topic, partition)
+            return self._local[found.key]
+        return found
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
         """(partitions(topic) or None if the name is rejected, the concrete partition)."""
         count = self.partitions_if_valid(topic)  # a replicated topic's count comes from its assignment
         if count is not None and partition == -1:
-            partition = self._rng.randrange(count)  # §6.1 step 1: once per request
+            partition = self._rng.randrange(count)  # §5.1 step 1: once per request
         return count, partition
 
     # ----------------------------------------------------------------- PRODUCE / MULTIPRODUCE
 
     async def produce(self, part: ProducePart) -> None:
-        """One PRODUCE (or MULTIPRODUCE part), spec §6.1; never answered."""
+        """One PRODUCE (or MULTIPRODUCE part), §5.1; never answered."""
         count, partition = self._resolve_partition(part.topic, part.partition)
         if count is None:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
         try:
-            if self._replicated(part.topic):
-                result, _hosted = await replicated.append(self.replicas, part.topic, partition, part.messages,
-                                                          ACKS_APPENDED)
-                log = None
-            else:
-                log = await self.log_for_write(part.topic, partition)
-                await self._flusher.roll_if_due(log)  # the roll's fsync runs in a worker thread
-                result = log.append(part.messages)
-        except replicated.AppendRefused as exc:  # 0.7 produce at a follower (§12.6)
+            target = await self.partition_for_write(part.topic, partition)
+            result = await target.append(part.messages, ACKS_APPENDED)
+        except Refused as exc:  # 0.7 produce at a follower (§12.6)
             raise CloseConnection(f"0.7 produce to {exc}") from None
         except MessageSizeTooLargeError as exc:
-            # §6.1 step 5: the whole set is dropped, the connection stays open.
+            # §5.1 step 4: the whole set is dropped, the connection stays open.
             logger.warning("dropped a message set for %s-%d: %s", part.topic, partition, exc)
             return
         except MessageError as exc:
             raise CloseConnection(f"invalid message set for {part.topic}-{partition}: {exc}") from None
         self.metrics.count_in(part.topic, result.message_count, result.next_offset - result.base_offset)
-        if result.flush_due and log is not None:
-            self._flusher.request_flush(log)
 
     async def multiproduce(self, request: MultiProduceRequest) -> None:
-        """MULTIPRODUCE, spec §6.4: parts in order; a closing part aborts the rest."""
+        """MULTIPRODUCE, §5.4: parts in order; a closing part aborts the rest."""
         for part in request.parts:
             await self.produce(part)
 
     # ----------------------------------------------------------------- FETCH / MULTIFETCH
 
     def fetch_part(self, part: FetchPart) -> FetchOutcome:
-        """One FETCH or MULTIFETCH part, checked in the order of the §6.2 table."""
+        """One FETCH or MULTIFETCH part, checked in the order of the §5.2 table."""
         count = self.partitions_if_valid(part.topic)
         if count is None:
             return ErrorCode.UNKNOWN, None
         if not 0 <= part.partition < count:
             return ErrorCode.WRONG_PARTITION, None
-        if self._replicated(part.topic):
-            return replicated.fetch(self.replicas, part)
-        log = self.existing_log(part.topic, part.partition)
-        if log is None:
-            return ErrorCode.NO_ERROR, None
-        if not log.start_offset <= part.offset <= log.visible_end:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
-        if part.max_bytes < 0:
-            return ErrorCode.INVALID_FETCH_SIZE, None  # [T] §6.2
-        try:
-            return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes)
-        except OffsetOutOfRangeError:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        return self.partition(part.topic, part.partition).fetch(part)
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
         outcome = self.fetch_part(request.part)
         self.metrics.count_out((request.part,), (outcome,))
         return encode_fetch_response(*outcome)
 
-    def count_fetched(self, part: FetchPart, outcome: FetchOutcome) -> None:
+    def count_fetched(self, part: FetchPart, outcome: tuple[ErrorCode, FetchData]) -> None:
         """Count one answer sent (FETCH_LOCAL, ``broker.short_circuit``, decides which)."""
         self.metrics.count_out((part,), (outcome,))
 
@@ -247,30 +243,21 @@ class RequestHandler:
     # ----------------------------------------------------------------- OFFSETS
 
     async def offsets(self, request: OffsetsRequest) -> bytes:
-        """OFFSETS, spec §6.5; it has no error code, so bad input closes the connection."""
+        """OFFSETS, §5.5; it has no error code, so bad input closes the connection."""
         count = self.partitions_if_valid(request.topic)
         if count is None:
             raise CloseConnection(f"offsets for an invalid topic name {_short(request.topic)}")
         if not 0 <= request.partition < count:
             raise CloseConnection(f"offsets for partition {request.partition} of {request.topic!r}")
-        end = None  # a replicated partition: offsets never pass its committed end
-        if self._replicated(request.topic):
-            target = replicated.offsets_target(self.replicas, request)
-            if target is None:
-                raise CloseConnection(f"offsets for {request.topic}-{request.partition}, which this broker "
-                                      "holds no replica of")
-            log, end = target
-        else:
-            log = self.existing_log(request.topic, request.partition)
-            if log is None:
-                special = request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST)
-                return encode_offsets_response([0] if special else [])
+        try:
+            found = await self.partition(request.topic, request.partition).offsets(request, self._offsets_before)
+        except Refused as exc:  # a replicated partition this broker holds no replica of (§12.6)
+            raise CloseConnection(f"offsets for {exc}") from None
+        return encode_offsets_response(found)
+
+    async def _offsets_before(self, log: BrokerLog, request: OffsetsRequest) -> list[int]:
         if request.max_offsets < 0:
             raise CloseConnection(f"offsets with maxNumOffsets {request.max_offsets}")
-        found = await self._offsets_before(log, request)
-        return encode_offsets_response(found if end is None else replicated.clamp_offsets(found, end))
-
-    async def _offsets_before(self, log: Any, request: OffsetsRequest) -> list[int]:
         now_ms = self._clock_ms()
         if request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST):
             return log.offsets_before(request.time_ms, request.max_offsets, now_ms)  # no file is asked
@@ -278,13 +265,14 @@ class RequestHandler:
         # directory) leave the loop.  Retention may unlink a segment meanwhile: ask again.
         for _attempt in range(OFFSETS_ATTEMPTS):
             try:
-                return await self._run_blocking(functools.partial(
+                found: list[int] = await self._run_blocking(functools.partial(
                     log.offsets_before, request.time_ms, request.max_offsets, now_ms))
+                return found
             except FileNotFoundError:
                 continue
         raise CloseConnection(f"offsets for {request.topic}-{request.partition}: segments kept vanishing")
 
-    # ----------------------------------------------------------------- PRODUCE_ACKED (§16.1)
+    # ----------------------------------------------------------------- PRODUCE_ACKED (§9.2)
 
     async def produce_acked(self, request: ProduceAckedRequest) -> bytes:
         """Append every part independently, then wait for the requested acknowledgement."""
@@ -292,75 +280,66 @@ class RequestHandler:
             raise CloseConnection(f"PRODUCE_ACKED with unsupported acks {request.acks}")
         deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
         results: list[ProduceAckedResult] = []
-        pending: list[tuple[int, Any]] = []  # (index in results, log) awaiting visibility
-        committing: list[tuple[int, Any]] = []  # (index, replicated partition) awaiting its HW
+        appended: list[tuple[int, Partition]] = []  # (index in results, partition written)
         for part in request.parts:
-            result, log, hosted = await self._produce_acked_part(part, request.acks)
-            if request.acks == ACKS_FLUSHED:
-                if log is not None:
-                    pending.append((len(results), log))
-                if hosted is not None:
-                    committing.append((len(results), hosted))
+            result, target = await self._produce_acked_part(part, request.acks)
+            if target is not None and request.acks == ACKS_FLUSHED:
+                appended.append((len(results), target))
             results.append(result)
-        if pending:
-            await self._await_visible(results, pending, deadline)
-        for i, hosted in committing:
-            results[i] = await replicated.wait_committed(results[i], hosted, deadline)
+        if appended:  # every part appended first: one flush of a log covers all its parts
+            waits = [(i, target.ack_wait(results[i].next_offset)) for i, target in appended]
+            await self._await_acks(results, waits, deadline)
         await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
-    async def _produce_acked_part(self, part: ProducePart,
-                                  acks: int) -> tuple[ProduceAckedResult, Any | None, Any | None]:
-        """Append one part: its result, and the log (unreplicated) or replicated partition written."""
+    async def _produce_acked_part(self, part: ProducePart, acks: int) -> tuple[ProduceAckedResult, Partition | None]:
+        """Append one part: its result, and the partition written (None: nothing appended)."""
         count, partition = self._resolve_partition(part.topic, part.partition)
 
-        def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None, None]:
-            return ProduceAckedResult(part.topic, partition, code, -1, -1), None, None
+        def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
+            return ProduceAckedResult(part.topic, partition, code, -1, -1), None
 
         if count is None:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
-        log = hosted = None
         try:
-            if self._replicated(part.topic):
-                appended, hosted = await replicated.append(self.replicas, part.topic, partition, part.messages, acks)
-            else:
-                log = await self.log_for_write(part.topic, partition)
-                await self._flusher.roll_if_due(log)
-                appended = log.append(part.messages)
-        except replicated.AppendRefused as exc:
+            target = await self.partition_for_write(part.topic, partition)
+            appended = await target.append(part.messages, acks)
+        except Refused as exc:
             return failed(exc.error)
         except MessageSizeTooLargeError:
             return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
         except (InvalidMessageError, MessageError):
             return failed(ErrorCode.INVALID_MESSAGE)
         self.metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
-        if appended.flush_due and log is not None:
-            self._flusher.request_flush(log)  # a replicated partition's leader asked already
         result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR,
                                     appended.base_offset, appended.next_offset)
-        return result, log, hosted
+        return result, target
 
-    async def _await_visible(self, results: list[ProduceAckedResult],
-                             pending: list[tuple[int, Any]], deadline: float) -> None:
-        for _, log in pending:
-            self._flusher.request_flush(log)  # don't wait for the timer: group commit now
+    async def _await_acks(self, results: list[ProduceAckedResult], waits: list[tuple[int, AckWait]],
+                          deadline: float) -> None:
+        """Wait for every part's acknowledgement; a part that fails or times out answers its error."""
         while True:
-            waiting = [(i, log) for i, log in pending if log.visible_end < results[i].next_offset]
-            if not waiting:
-                await trio.lowlevel.checkpoint()
+            pending = []
+            for i, wait in waits:
+                status = wait.status()
+                if status is None:
+                    pending.append((i, wait))
+                elif status != ErrorCode.NO_ERROR:
+                    results[i] = _failed(results[i], status)
+            waits = pending
+            if not waits:
                 return
-            keys = [(log.topic, log.partition) for _, log in waiting]
             # Not woken by shutdown: the flusher keeps running while the broker drains.
-            if not await self._waiters.wait_any(keys, deadline, wake_on_close=False):
+            if not await self._waiters.wait_any([wait.key for _, wait in waits], deadline, wake_on_close=False):
                 break
-        for i, log in pending:
-            if log.visible_end < results[i].next_offset:
-                r = results[i]
-                results[i] = ProduceAckedResult(r.topic, r.partition, ErrorCode.REQUEST_TIMED_OUT, -1, -1)
+        for i, wait in waits:
+            status = wait.status()
+            if status != ErrorCode.NO_ERROR:
+                results[i] = _failed(results[i], ErrorCode.REQUEST_TIMED_OUT if status is None else status)
 
-    # ----------------------------------------------------------------- FETCH_WAIT (§16.2)
+    # ----------------------------------------------------------------- FETCH_WAIT (§9.3)
 
     async def fetch_wait(self, request: FetchWaitRequest) -> list[Chunk]:
         """A MULTIFETCH that waits for ``min_bytes`` visible bytes or ``max_wait_ms``.
@@ -384,6 +363,10 @@ class RequestHandler:
         await trio.lowlevel.checkpoint()
         self.metrics.count_out(request.parts, outcomes)
         return encode_multifetch_response(outcomes)
+
+
+def _failed(result: ProduceAckedResult, code: ErrorCode) -> ProduceAckedResult:
+    return ProduceAckedResult(result.topic, result.partition, code, -1, -1)
 
 
 def _short(topic: str, limit: int = 40) -> str:

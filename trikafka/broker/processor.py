@@ -11,7 +11,6 @@ already concurrent.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 
@@ -68,7 +67,7 @@ class Processor:
                     nursery.start_soon(self._run_connection, connection)
         logger.debug("processor %d drained", self.index)
 
-    async def _run_connection(self, connection: Connection) -> Any:
+    async def _run_connection(self, connection: Connection) -> None:
         self.connections_served += 1
         try:
             await connection.run()

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Callable
 
 import trio
+
+from trikafka.log.log import Log
+
+from .seams import RunBlocking
+
+if TYPE_CHECKING:
+    from trikafka.log.manager import LogManager
+
+    from .flusher import FlushScheduler
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +32,9 @@ logger = logging.getLogger(__name__)
 class RetentionDeleter:
     """Start with ``nursery.start(deleter.run)``; ``run_once()`` is one cleanup pass."""
 
-    def __init__(self, log_manager: Any, flusher: Any, *, interval_s: float, first_run_delay_s: float,
+    def __init__(self, log_manager: LogManager, flusher: FlushScheduler, *, interval_s: float, first_run_delay_s: float,
                  clock_ms: Callable[[], int], deletes: Callable[[str], bool] = lambda topic: True,
-                 run_blocking: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync):
+                 run_blocking: RunBlocking = trio.to_thread.run_sync):
         self._log_manager = log_manager
         self._flusher = flusher
         self._interval_s = interval_s
@@ -58,7 +67,7 @@ class RetentionDeleter:
         self.segments_deleted += deleted
         return deleted
 
-    async def apply(self, log: Any) -> int:
+    async def apply(self, log: Log) -> int:
         """One retention pass over ``log``; its I/O runs through ``run_blocking``.
 
         Shielded: a pass that started finishes, so the log never keeps a

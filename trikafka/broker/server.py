@@ -38,7 +38,7 @@ import logging
 import random
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, TypeVar
 
 import trio
 
@@ -48,6 +48,7 @@ from trikafka.log.manager import LogManager
 
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.requests import RequestType
+from trikafka.zk.coordinator import Coordinator
 
 from .acceptor import Acceptor, BoundAddress
 from .admin import TopicAdmin
@@ -60,11 +61,18 @@ from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .retention import RetentionDeleter
+from .seams import RunBlocking
 from .topic_config import TopicOverrides, watch_topic_configs, zookeeper_settings_store
 from .topic_settings_file import LocalTopicSettings
 from .waiters import VisibleEndWaiters
 
+if TYPE_CHECKING:
+    from .replication.manager import ReplicaManager
+    from .zookeeper import BrokerZooKeeper
+
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -83,12 +91,12 @@ class Broker:
     _shutdown_requested: trio.Event = field(default_factory=trio.Event, repr=False)
     _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
     clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
-    zookeeper: Any = None  # a zookeeper.BrokerZooKeeper once registered (enable_zookeeper)
+    zookeeper: BrokerZooKeeper | None = None  # once registered (enable_zookeeper)
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics, repr=False)
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
-    replicas: Any = None  # replication.manager.ReplicaManager, with ZooKeeper (docs/protocol.md §12)
+    replicas: ReplicaManager | None = None  # with ZooKeeper (docs/protocol.md §12)
     _next_processor: int = field(default=0, repr=False)
 
     @property
@@ -136,8 +144,8 @@ class Broker:
 async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED,
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
-                run_blocking: Callable[..., Awaitable[Any]] | None = None,
-                refuse_requests: Iterable[RequestType] = (), coordinator: Any = None,
+                run_blocking: RunBlocking | None = None,
+                refuse_requests: Iterable[RequestType] = (), coordinator: Coordinator | None = None,
                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
 
@@ -171,7 +179,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
 
 
 async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable[[], int],
-                 rng: random.Random | None, handle_signals: bool, run_blocking: Callable[..., Awaitable[Any]],
+                 rng: random.Random | None, handle_signals: bool, run_blocking: RunBlocking,
                  wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     """``serve`` without the HTTP endpoint: recover, run the tree, close the logs."""
     broker_box = wiring.broker_box
@@ -203,7 +211,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
         logger.info("broker stopped (%s)", "clean shutdown marker written" if marker else "no clean marker")
 
 
-async def inline_blocking(fn: Callable[[], Any]) -> Any:
+async def inline_blocking(fn: Callable[[], T]) -> T:
     """A ``run_blocking`` for tests: call ``fn`` on the loop (no thread), then checkpoint."""
     result = fn()
     await trio.lowlevel.checkpoint()
@@ -218,7 +226,7 @@ class _Wiring:
     metrics_address: tuple[str, int] | None = None
     broker_box: list[Broker] = field(default_factory=list)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
-    coordinator: Any = None  # an open Coordinator to register in instead of config.zk_connect (tests)
+    coordinator: Coordinator | None = None  # an open Coordinator to register in instead of config.zk_connect (tests)
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream  # to other brokers
 
     def ready(self) -> bool:
@@ -238,7 +246,7 @@ def _only_cancellation(exc: BaseException) -> bool:
 
 async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
-                    run_blocking: Callable[..., Awaitable[Any]] | None, broker_box: list[Broker],
+                    run_blocking: RunBlocking, broker_box: list[Broker],
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     waiters = VisibleEndWaiters()
     async with trio.open_nursery() as services:
@@ -251,8 +259,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
         local_settings = None
         if not config.enable_zookeeper:  # per-topic settings from CREATE_TOPIC live in the log dir (§9.5)
             local_settings = LocalTopicSettings(fs, config.log_dir, TopicOverrides(config, log_manager, cleaner),
-                                                run_blocking or trio.to_thread.run_sync)
-            await (run_blocking or trio.to_thread.run_sync)(local_settings.load)
+                                                run_blocking)
+            await run_blocking(local_settings.load)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
@@ -290,7 +298,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
                     await services.start(_watch_signals, broker)
-                if config.enable_zookeeper:  # §11.2: listening first, then registered, then serving
+                if config.enable_zookeeper:  # §8.2: listening first, then registered, then serving
                     from .zookeeper import run_broker_zookeeper
 
                     broker.zookeeper = await services.start(functools.partial(
@@ -298,7 +306,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     broker.replicas = await start_replication(
                         nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, handler=handler,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
-                        run_blocking=run_blocking or trio.to_thread.run_sync, open_stream=wiring.open_stream)
+                        run_blocking=run_blocking, open_stream=wiring.open_stream)
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
                     handler.admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 acceptor.start_accepting()  # early connections waited in the backlog until now
@@ -324,7 +332,7 @@ async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope)
     front_scope.cancel()
 
 
-async def _watch_signals(broker: Broker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> Any:
+async def _watch_signals(broker: Broker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
         task_status.started()
         async for signum in signals:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import trio
 
@@ -33,6 +33,12 @@ from trikafka.zk.topic_config_store import decode_topic_config, update_topic_con
 from .config import BrokerConfig
 from .topic_settings import LOG_KEYS, LogOverrides, TopicConfigError, log_overrides
 
+if TYPE_CHECKING:
+    from trikafka.log.manager import LogManager
+
+    from .cleaner import CleanerService
+    from .zookeeper import BrokerZooKeeper
+
 logger = logging.getLogger(__name__)
 
 
@@ -43,14 +49,15 @@ def _replicated_config(raw: bytes) -> dict[str, str]:
 class TopicConfigWatcher:
     """Start with ``nursery.start(watcher.run)``: ready once every stored setting is applied."""
 
-    def __init__(self, zk: Coordinator, config: BrokerConfig, log_manager: Any, cleaner: Any):
+    _nursery: trio.Nursery  # run()'s: one watch task per topic starts in it
+
+    def __init__(self, zk: Coordinator, config: BrokerConfig, log_manager: LogManager, cleaner: CleanerService):
         self._zk = zk
         self._overrides = TopicOverrides(config, log_manager, cleaner)
         self._plain: dict[str, dict[str, str]] = {}
         self._replicated: dict[str, dict[str, str]] = {}
         self.applied = self._overrides.applied  # what is in force, per topic
         self.changed = trio.Event()  # set (and replaced) after each applied change: tests wait on it
-        self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus["TopicConfigWatcher"] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -111,7 +118,7 @@ class TopicConfigWatcher:
 class TopicOverrides:
     """Puts a topic's stored settings in force on this broker: the cleaner's and the log manager's."""
 
-    def __init__(self, config: BrokerConfig, log_manager: Any, cleaner: Any):
+    def __init__(self, config: BrokerConfig, log_manager: LogManager, cleaner: CleanerService):
         self._config = config
         self._log_manager = log_manager
         self._cleaner = cleaner
@@ -156,7 +163,8 @@ def _parse_leniently(topic: str, stored: dict[str, str]) -> LogOverrides:
     return log_overrides(good)
 
 
-async def watch_topic_configs(zookeeper: Any, config: BrokerConfig, log_manager: Any, cleaner: Any, *,
+async def watch_topic_configs(zookeeper: BrokerZooKeeper, config: BrokerConfig, log_manager: LogManager,
+                              cleaner: CleanerService, *,
                               task_status: trio.TaskStatus[TopicConfigWatcher] = trio.TASK_STATUS_IGNORED) -> None:
     """Run a :class:`TopicConfigWatcher` on the registered broker's session (``zookeeper``: a BrokerZooKeeper)."""
     await TopicConfigWatcher(zookeeper.coordinator, config, log_manager, cleaner).run(task_status=task_status)

@@ -13,10 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from trikafka.log.fs import FileSystem
 from trikafka.log.names import TOPIC_SETTINGS_FILE
+
+from .seams import RunBlocking
+
+if TYPE_CHECKING:
+    from .topic_config import TopicOverrides
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +48,8 @@ def decode_settings_file(data: bytes) -> dict[str, dict[str, str]]:
 class LocalTopicSettings:
     """The settings file of one log dir, and the overrides it puts in force."""
 
-    def __init__(self, fs: FileSystem, log_dir: str, overrides: Any,
-                 run_blocking: Callable[..., Awaitable[Any]]):
+    def __init__(self, fs: FileSystem, log_dir: str, overrides: TopicOverrides,
+                 run_blocking: RunBlocking):
         self._fs = fs
         self._path = os.path.join(log_dir, TOPIC_SETTINGS_FILE)
         self._overrides = overrides

@@ -14,27 +14,32 @@ from typing import Iterable
 
 import trio
 
+from .seams import BrokerLog
+
 TopicPartition = tuple[str, int]
+# What a wait is keyed by: (topic, partition) for visible-end (and high-watermark) advances, and
+# (topic, partition, "log-end") for appends at a replicated partition's leader (its followers' long polls).
+WaitKey = TopicPartition | tuple[str, int, str]
 
 
 class VisibleEndWaiters:
     """Per-partition sets of ``trio.Event``s, set (and dropped) on each advance."""
 
     def __init__(self) -> None:
-        self._events: defaultdict[TopicPartition, set[trio.Event]] = defaultdict(set)
+        self._events: defaultdict[WaitKey, set[trio.Event]] = defaultdict(set)
         self._wake_on_close: set[trio.Event] = set()
         self._closing = False
 
-    def notify(self, key: TopicPartition) -> None:
+    def notify(self, key: WaitKey) -> None:
         """The visible end of ``key`` advanced: wake everyone waiting on it."""
         events = self._events.pop(key, None)
         if events:
             for event in events:
                 event.set()
 
-    def on_visible(self, log: object) -> None:
+    def on_visible(self, log: BrokerLog) -> None:
         """A ``Log.add_visible_listener`` callback."""
-        self.notify((log.topic, log.partition))  # type: ignore[attr-defined]
+        self.notify((log.topic, log.partition))
 
     def close(self) -> None:
         """Shutdown: wake the long polls now; later long polls return at once.
@@ -50,7 +55,7 @@ class VisibleEndWaiters:
     def closing(self) -> bool:
         return self._closing
 
-    async def wait_any(self, keys: Iterable[TopicPartition], deadline: float, *,
+    async def wait_any(self, keys: Iterable[WaitKey], deadline: float, *,
                        wake_on_close: bool = True) -> bool:
         """Wait until one of ``keys`` advances, the deadline passes, or (optionally) shutdown.
 

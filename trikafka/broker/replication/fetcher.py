@@ -19,7 +19,7 @@ from typing import Callable, Protocol
 import trio
 
 from ...wire.errors import ErrorCode, RemoteProtocolError
-from ...wire.framing import NEED_DATA, ResponseReader
+from ...wire.framing import NEED_DATA, ResponseFrame, ResponseReader
 from ...wire.replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, ReplicaFetchResult, decode_epoch_end_offset_response,
     decode_replica_fetch_response,
@@ -128,6 +128,7 @@ class StreamLeaderLink:
             if not data:
                 raise RemoteProtocolError("the leader closed the connection")
             self._reader.receive_data(data)
+        assert isinstance(frame, ResponseFrame)  # the loop ends on a frame
         return int(frame.error_code), frame.payload
 
     async def epoch_end_offset(self, epoch: int) -> tuple[ErrorCode, int, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Callable
 
 import trio
 
@@ -29,6 +29,10 @@ from ...wire.replication import (
 )
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
+from ...log.epochs import EpochHistory
+from ..partition import LocalPartition
+from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
+from ..waiters import VisibleEndWaiters
 from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
 from .fetcher import FollowerStopped
 from .isr import LeaderPartition
@@ -43,13 +47,14 @@ class NotLeaderError(Exception):
 class HostedPartition:
     """This broker's replica of one replicated partition."""
 
-    def __init__(self, topic: str, partition: int, broker_id: int, log: Any, epochs: EpochFile, *,
-                 flusher: Any, waiters: Any, run_blocking: Callable[..., Awaitable[Any]],
+    def __init__(self, topic: str, partition: int, broker_id: int, log: BrokerLog, epochs: EpochFile, *,
+                 flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  clock_ms: Callable[[], int]):
         self.topic, self.partition, self.broker_id = topic, partition, broker_id
         self.key = (topic, partition)  # the waiters' key: consumers and acks -1 wake on it
         self.end_key = (topic, partition, "log-end")  # followers' long polls wake on appends
         self.log = log
+        self.local = LocalPartition(log, flusher)  # every append to the log goes through it
         self.epochs = epochs
         self._flusher, self._waiters = flusher, waiters
         self._run_blocking = run_blocking
@@ -164,7 +169,7 @@ class HostedPartition:
         self._waiters.notify(self.key)
         self._waiters.notify(self.end_key)
 
-    def _on_visible(self, log: Any) -> None:
+    def _on_visible(self, log: BrokerLog) -> None:
         # ack-fsync topics count the leader's fsynced end, which a flush advances.
         if self.leader is not None and self.config.replica_ack_fsync:
             self.leader.on_local_append(log.end_offset, durable_end=log.visible_end)
@@ -177,7 +182,7 @@ class HostedPartition:
 
     # ----------------------------------------------------------------- leader: writes
 
-    async def append_as_leader(self, messages: bytes) -> Any:
+    async def append_as_leader(self, messages: bytes) -> AppendResult:
         """Append a validated message set as leader; the log's AppendResult.
 
         Raises NotLeaderError when this broker does not lead the partition, and
@@ -186,15 +191,15 @@ class HostedPartition:
         leader = self.leader
         if leader is None:
             raise NotLeaderError()
-        await self._flusher.roll_if_due(self.log)
-        if self.leader is not leader:
-            raise NotLeaderError()
-        result = self.log.append(messages)
+
+        def still_leading() -> None:  # a roll may have waited: the role may have changed meanwhile
+            if self.leader is not leader:
+                raise NotLeaderError()
+
         ack_fsync = self.config.replica_ack_fsync
+        result = await self.local.write(messages, check=still_leading, flush=ack_fsync)
         leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
         self._waiters.notify(self.end_key)  # followers' long polls
-        if result.flush_due or ack_fsync:
-            self._flusher.request_flush(self.log)
         return result
 
     def check_acks_all(self) -> ErrorCode:
@@ -202,18 +207,6 @@ class HostedPartition:
         if self.leader is None:
             return ErrorCode.NOT_LEADER_FOR_PARTITION
         return self.leader.check_acks_all()
-
-    async def wait_committed(self, next_offset: int, deadline: float) -> ErrorCode:
-        """Wait until the bytes below ``next_offset`` are committed (§12.6); the outcome."""
-        leader = self.leader
-        while True:
-            if leader is None or self.leader is not leader:
-                return ErrorCode.NOT_LEADER_FOR_PARTITION
-            status = leader.commit_status(next_offset)
-            if status is not None:
-                return status
-            if not await self._waiters.wait_any([self.key], deadline, wake_on_close=False):
-                return ErrorCode.REQUEST_TIMED_OUT
 
     # ----------------------------------------------------------------- leader: serving followers
 
@@ -260,6 +253,7 @@ class HostedPartition:
             return
         with trio.CancelScope(shield=True):
             await self._flusher.truncate(self.log, offset)
+            self.local.forget_roll_bounds()
             await self._run_blocking(functools.partial(self.epochs.truncate_from, offset))
         self._known_hw = min(self._known_hw, offset)
 
@@ -285,7 +279,7 @@ class FollowerLog:
         return self._hosted.log.visible_end
 
     @property
-    def history(self):
+    def history(self) -> EpochHistory:
         return self._hosted.epochs.history
 
     def _check(self) -> None:
@@ -311,9 +305,10 @@ class FollowerLog:
 
     async def append_verbatim(self, data: bytes) -> None:
         hosted = self._hosted
-        await hosted._flusher.roll_if_due(hosted.log)
+        # The roll's fsync runs before the lock: a role change need not wait for it.  The
+        # write under the lock rolls only if one came due meanwhile, and then appends with
+        # no checkpoint between the check and the append.
+        await hosted.local.roll_if_due()
         async with hosted.lock:
             self._check()
-            result = hosted.log.append(data)
-        if result.flush_due or hosted.config.replica_ack_fsync:
-            hosted._flusher.request_flush(hosted.log)
+            await hosted.local.write(data, flush=hosted.config.replica_ack_fsync)

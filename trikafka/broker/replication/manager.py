@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import trio
 
@@ -35,12 +35,18 @@ from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, Session
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
+from ..seams import Flusher, LogDirectory, RunBlocking
+from ..waiters import VisibleEndWaiters
 from .controller import Controller
 from .fetch_rules import FollowerPartition
 from .fetcher import FollowerStopped, StreamLeaderLink, follow
 from .hosted import FollowerLog, HostedPartition
+from .isr import LeaderPartition
 from .membership import controlled_shutdown, register_membership, registered_before
 from .tail import copied_again, forget_tail_lost
+
+if TYPE_CHECKING:
+    from ..handlers import RequestHandler
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +60,10 @@ TopicPartition = tuple[str, int]
 class ReplicaManager:
     """Hosts this broker's replicas, tells the handler who leads, and runs the controller."""
 
-    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, handler: Any,
-                 log_manager: Any, flusher: Any, waiters: Any, run_blocking: Callable[..., Awaitable[Any]],
+    _nursery: trio.Nursery  # run()'s: the watches and follower tasks start in it
+
+    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, handler: RequestHandler,
+                 log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
                  reconcile_interval_s: float | None = None):
@@ -77,7 +85,6 @@ class ReplicaManager:
             {} if reconcile_interval_s is None else {"reconcile_interval_s": reconcile_interval_s}))
         self._followers: dict[TopicPartition, tuple[FollowerPartition, trio.CancelScope]] = {}
         self._watched_partitions: set[TopicPartition] = set()
-        self._nursery: trio.Nursery | None = None
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
 
@@ -361,7 +368,7 @@ class ReplicaManager:
                         logger.warning("%s-%d: ISR change not written (%s); retrying", hosted.topic,
                                        hosted.partition, exc)
 
-    async def _write_isr(self, hosted: HostedPartition, leader: Any, isr: tuple[int, ...]) -> None:
+    async def _write_isr(self, hosted: HostedPartition, leader: LeaderPartition, isr: tuple[int, ...]) -> None:
         topic, partition = hosted.key
         async with hosted.lock:
             state = hosted.state

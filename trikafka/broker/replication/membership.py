@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
 
 import trio
 
+from ...log.fs import FileSystem
 from ...log.names import BOOT_ID_FILE
 from ...zk import paths
 from ...zk.coordinator import Coordinator
@@ -32,7 +32,7 @@ def tail_intact(*, clean_shutdown: bool, boot_id_now: str | None, boot_id_at_las
     return boot_id_now is not None and boot_id_now == boot_id_at_last_start
 
 
-def record_boot_id(fs: Any, log_dir: str, boot_id_now: str | None) -> str | None:
+def record_boot_id(fs: FileSystem, log_dir: str, boot_id_now: str | None) -> str | None:
     """The boot id recorded at the broker's previous start; records ``boot_id_now``. Blocking."""
     path = os.path.join(log_dir, BOOT_ID_FILE)
     previous = None

@@ -9,21 +9,28 @@ broker's services nursery.
 from __future__ import annotations
 
 import functools
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import trio
 
+from ..seams import Flusher, LogDirectory, RunBlocking
+from ..waiters import VisibleEndWaiters
 from .manager import ReplicaManager
 from .membership import record_boot_id, tail_intact
 from .tail import keep_tail_status
+
+if TYPE_CHECKING:
+    from ..handlers import RequestHandler
+    from ..zookeeper import BrokerZooKeeper
 
 # How long a broker asked to stop waits for the controller to move its leaderships away.
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
-async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper: Any, handler: Any,
-                            log_manager: Any, flusher: Any, waiters: Any,
-                            run_blocking: Callable[..., Awaitable[Any]],
+async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper: BrokerZooKeeper,
+                            handler: RequestHandler, log_manager: LogDirectory, flusher: Flusher,
+                            waiters: VisibleEndWaiters,
+                            run_blocking: RunBlocking,
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]) -> ReplicaManager:
     """Start the replica manager once the broker is registered; it, running."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
@@ -32,7 +39,9 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     clean = not log_manager.recovered or not log_manager.logs()
     intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
     intact = await run_blocking(functools.partial(keep_tail_status, log_manager.fs, log_manager.log_dir, intact))
-    manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=handler.admin.self_broker,
+    address = handler.admin.self_broker
+    assert address is not None, "replication starts once the broker knows its address"
+    manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=address,
                              handler=handler, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add)

@@ -1,0 +1,203 @@
+"""The ``Partition`` seam: one topic-partition as the request handler uses it.
+
+The handler checks a request's topic and partition (docs/protocol.md §5.1,
+§5.2, §9.2), asks for the partition (``RequestHandler.partition`` to read,
+``partition_for_write`` to append) and calls it; which kind it is decides
+the rest:
+
+* ``LocalPartition``: an unreplicated 0.7 log (§5, §7.2).  Appends roll,
+  append and request a flush here; reads and OFFSETS stop at the visible end.
+* ``NoLog``: a valid partition this broker has no log of yet: a fetch is
+  empty without error, OFFSETS answers ``[0]`` or ``[]`` (§5.2, §5.5).
+* ``replication.serving.ReplicatedPartition`` and ``NotHosted``: a
+  replicated topic's partition (§12.6).
+
+``LocalPartition.write`` is the one place where bytes reach a broker's log:
+the replicated leader and the follower's copy write through it too.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Awaitable, Callable, Protocol
+
+from trikafka.log.errors import OffsetOutOfRangeError
+from trikafka.wire import OFFSETS_EARLIEST, OFFSETS_LATEST
+from trikafka.wire.errors import ErrorCode
+from trikafka.wire.requests import FetchPart, OffsetsRequest
+from trikafka.wire.responses import ChunkSequence, FileRegion
+
+from .seams import AppendResult, BrokerLog, Flusher
+
+TopicPartition = tuple[str, int]
+FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
+# How OFFSETS reads a log's answer (the handler's: off the loop, retried while retention
+# deletes segments); the partition chooses the log and clamps what it returns.
+OffsetsReader = Callable[[BrokerLog, OffsetsRequest], Awaitable[list[int]]]
+
+
+class Refused(Exception):
+    """This broker may not serve the request on this partition (§12.6); ``error`` says why."""
+
+    def __init__(self, error: ErrorCode, detail: str):
+        super().__init__(detail)
+        self.error = error
+
+
+class AckWait(Protocol):
+    """An acks -1 acknowledgement in progress (§9.2, §12.6); ``key`` is the waiters' key that wakes it."""
+
+    key: TopicPartition
+
+    def status(self) -> ErrorCode | None:
+        """None while pending; then NO_ERROR or the error the part answers (it never changes again)."""
+
+
+class Partition(Protocol):
+    """One topic-partition of a broker, whatever serves it."""
+
+    key: TopicPartition
+
+    async def append(self, messages: bytes, acks: int) -> AppendResult:
+        """Append a message set (acks as in §9.2; 0.7 PRODUCE appends with acks 0).
+
+        Raises ``Refused`` when this broker may not append here, and the log's
+        ``MessageError`` subclasses for a bad set (nothing appended).
+        """
+
+    def ack_wait(self, next_offset: int) -> AckWait:
+        """Start the acks -1 wait for the bytes below ``next_offset``, after ``append``."""
+
+    def fetch(self, part: FetchPart) -> FetchOutcome:
+        """A consumer's FETCH part (already checked for topic and partition count)."""
+
+    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
+        """The OFFSETS answer (§5.5); raises ``Refused`` where this broker cannot answer."""
+
+
+class LocalPartition:
+    """A broker's log with its roll and flush policy (§7.2): the unreplicated partition.
+
+    The roll check runs before every append, so it is kept to integer compares:
+    ``_roll_end`` and ``_roll_at_ms`` bound when a roll can next be due (the
+    active segment's start plus ``segment_bytes``; its first append plus
+    ``roll_ms``), and ``_end`` is the log end after this partition's last
+    append.  Only the flusher's ``roll_if_due`` (the exact rule,
+    ``Log.roll_due``) decides a roll, and it runs whenever a bound is passed,
+    the log's config was replaced, or a roll or truncation is in flight.
+    The bounds may only be early, never late: a roll by someone else (retention)
+    starts a segment that rolls later; a truncation moves the end back, so
+    ``forget_roll_bounds`` must follow it; every append to the log goes through
+    ``write``.
+    """
+
+    def __init__(self, log: BrokerLog, flusher: Flusher):
+        self.log = log
+        self.key: TopicPartition = (log.topic, log.partition)
+        self._flusher = flusher
+        self._clock_ms = flusher.log_clock_ms
+        self._config: object = None  # the log config the bounds were computed with
+        self._end = 0
+        self._roll_end = -1  # below any end: the first write asks the flusher
+        self._roll_at_ms = -math.inf
+
+    async def write(self, data: bytes | memoryview, *, check: Callable[[], None] | None = None,
+                    flush: bool = False) -> AppendResult:
+        """Roll if due (off the loop), run ``check``, append, request a flush if due or ``flush``.
+
+        ``check`` runs right before the append and may raise to refuse it (the
+        leader checks it still leads after waiting for a roll).  Returns
+        without a checkpoint when no roll was due.
+        """
+        log = self.log
+        asked = self._roll_maybe_due()
+        if asked:
+            await self._flusher.roll_if_due(log)
+        if check is not None:
+            check()
+        result = log.append(data)
+        self._end = result.next_offset
+        if asked:
+            self._learn_roll_bounds()
+        if result.flush_due or flush:
+            self._flusher.request_flush(log)
+        return result
+
+    async def roll_if_due(self) -> None:
+        """Roll now if the next append must roll (``write`` checks again: it may be due by then)."""
+        if self._roll_maybe_due():
+            await self._flusher.roll_if_due(self.log)
+
+    def _roll_maybe_due(self) -> bool:
+        """False when the bounds show no roll is due: the exact rule need not be asked."""
+        return (self._end > self._roll_end or self.log.config is not self._config
+                or self._flusher.restructuring(self.log) or self._clock_ms() > self._roll_at_ms)
+
+    def _learn_roll_bounds(self) -> None:
+        log = self.log
+        config = log.config
+        active = log.segments.segments[-1]
+        first_ms = active.first_append_ms
+        self._config = config
+        self._end = log.end_offset
+        self._roll_end = active.start + config.segment_bytes
+        # Before the segment's first append its age rule has no start: ask again next time.
+        self._roll_at_ms = -math.inf if first_ms is None else first_ms + config.roll_ms
+
+    def forget_roll_bounds(self) -> None:
+        """The log end moved back (a truncation): the next write asks the flusher."""
+        self._roll_end = -1
+
+    # ----------------------------------------------------------------- Partition
+
+    async def append(self, messages: bytes, acks: int) -> AppendResult:
+        return await self.write(messages)
+
+    def ack_wait(self, next_offset: int) -> AckWait:
+        self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now
+        return _Visible(self.key, self.log, next_offset)
+
+    def fetch(self, part: FetchPart) -> FetchOutcome:
+        log = self.log
+        if not log.start_offset <= part.offset <= log.visible_end:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        if part.max_bytes < 0:
+            return ErrorCode.INVALID_FETCH_SIZE, None  # (trikafka) §5.2
+        try:
+            return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes)
+        except OffsetOutOfRangeError:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+
+    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
+        return await read(self.log, request)
+
+
+class _Visible:
+    """An unreplicated part is acknowledged once a flush made it visible (§9.2)."""
+
+    __slots__ = ("key", "_log", "_next_offset")
+
+    def __init__(self, key: TopicPartition, log: BrokerLog, next_offset: int):
+        self.key, self._log, self._next_offset = key, log, next_offset
+
+    def status(self) -> ErrorCode | None:
+        return ErrorCode.NO_ERROR if self._log.visible_end >= self._next_offset else None
+
+
+class NoLog:
+    """A valid unreplicated partition without a log here (§5.2, §5.5); writes create the log first."""
+
+    def __init__(self, key: TopicPartition):
+        self.key = key
+
+    async def append(self, messages: bytes, acks: int) -> AppendResult:
+        raise AssertionError(f"{self.key}: append before the log exists (partition_for_write creates it)")
+
+    def ack_wait(self, next_offset: int) -> AckWait:
+        raise AssertionError(f"{self.key}: nothing was appended")
+
+    def fetch(self, part: FetchPart) -> FetchOutcome:
+        return ErrorCode.NO_ERROR, None
+
+    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
+        return [0] if request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST) else []

@@ -1,0 +1,191 @@
+"""What the broker's request path depends on, as ``typing.Protocol``s.
+
+The request handler, the partitions (``partition.py``), the replicated
+partitions (``replication/``), the flusher and the admin are written against
+these, not against the classes that implement them (``trikafka.log.Log``,
+``LogManager``, ``FlushScheduler``, ``ReplicaManager``, ``TopicAdmin``), so a
+test can hand any of them a small fake and mypy checks both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
+
+from trikafka.log.config import LogConfig
+from trikafka.log.log import AppendResult, Log
+from trikafka.log.segment_list import SegmentView
+from trikafka.log.tickets import FlushTicket, RollTicket
+from trikafka.log.truncation import TruncateTicket
+from trikafka.wire.errors import ErrorCode
+from trikafka.wire.metadata import BrokerAddress, TopicMetadata
+from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
+from trikafka.wire.requests import CreateTopicRequest, MetadataRequest
+from trikafka.wire.responses import Chunk, ChunkSequence, FileRegion
+
+from .replication.isr import LeaderPartition
+
+if TYPE_CHECKING:
+    from trikafka.log.fs import FileSystem
+    from trikafka.zk.replication_values import PartitionState, TopicAssignment
+
+# How a blocking call leaves the event loop: ``await run_blocking(fn)`` runs ``fn()`` in a
+# worker thread (tests: inline) and returns what it returns.  The broker hands it many kinds
+# of ``fn`` (log loads, fsyncs, stats, unlinks), so the result stays ``Any``.
+RunBlocking = Callable[..., Awaitable[Any]]
+
+__all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher", "Replica", "Replicas", "Admin"]
+
+
+class BrokerLog(Protocol):
+    """One partition's log as the broker appends to, reads, flushes, rolls and truncates it (``Log``)."""
+
+    topic: str
+    partition: int
+    dir_path: str
+    config: LogConfig
+    crc_checked_from: int | None
+    cleanable_end: Callable[[], int] | None
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def visible_end(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
+
+    @property
+    def segments(self) -> SegmentView: ...
+
+    @property
+    def flush_in_flight(self) -> bool: ...
+
+    def append(self, data: bytes | bytearray | memoryview) -> AppendResult: ...
+
+    def roll_due(self) -> bool: ...
+
+    def read(self, offset: int, max_bytes: int, *, end: int | None = None) -> FileRegion | ChunkSequence | None: ...
+
+    def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int | None = None) -> list[int]: ...
+
+    def add_visible_listener(self, callback: Callable[[BrokerLog], None]) -> None: ...
+
+    def add_dirty_listener(self, callback: Callable[[BrokerLog], None]) -> None: ...
+
+    def add_idle_listener(self, callback: Callable[[BrokerLog], None]) -> None: ...
+
+    def begin_flush(self) -> FlushTicket | None: ...
+
+    def complete_flush(self, ticket: FlushTicket) -> None: ...
+
+    def begin_roll(self) -> RollTicket | None: ...
+
+    def complete_roll(self, ticket: RollTicket) -> None: ...
+
+    def begin_truncate(self, offset: int) -> TruncateTicket | None: ...
+
+    def complete_truncate(self, ticket: TruncateTicket) -> None: ...
+
+
+class LogDirectory(Protocol):
+    """The broker's logs and topic counts (``LogManager``)."""
+
+    log_dir: str
+    fs: FileSystem
+    clock_ms: Callable[[], int]
+    recovered: bool | None
+
+    def get(self, topic: str, partition: int) -> BrokerLog | None: ...
+
+    def logs(self) -> Sequence[BrokerLog]: ...
+
+    def topics(self) -> Iterable[str]: ...
+
+    def check_partition(self, topic: str, partition: int) -> None: ...
+
+    # A log is made (in a worker thread) and then added: the same concrete ``Log`` both ways.
+    def make_log(self, topic: str, partition: int) -> Log: ...
+
+    def add(self, log: Log) -> None: ...
+
+    def partitions_for(self, topic: str) -> int: ...
+
+    def configured_partitions(self, topic: str) -> int: ...
+
+    def raise_partition_count(self, topic: str, partitions: int) -> None: ...
+
+
+class Flusher(Protocol):
+    """Flushes, rolls and truncations off the loop (``FlushScheduler``, docs/protocol.md §7.2)."""
+
+    @property
+    def log_clock_ms(self) -> Callable[[], int]: ...
+
+    def track(self, log: BrokerLog) -> None: ...
+
+    def request_flush(self, log: BrokerLog) -> None: ...
+
+    async def flush(self, log: BrokerLog) -> None: ...
+
+    def restructuring(self, log: BrokerLog) -> bool: ...
+
+    async def roll_if_due(self, log: BrokerLog) -> None: ...
+
+    async def truncate(self, log: BrokerLog, offset: int) -> None: ...
+
+
+class Replica(Protocol):
+    """This broker's replica of one replicated partition, as clients' requests use it (``HostedPartition``)."""
+
+    @property
+    def key(self) -> tuple[str, int]: ...
+
+    @property
+    def log(self) -> BrokerLog: ...
+
+    @property
+    def leader(self) -> LeaderPartition | None: ...
+
+    def consumer_end(self) -> int: ...
+
+    def check_acks_all(self) -> ErrorCode: ...
+
+    async def append_as_leader(self, messages: bytes) -> AppendResult: ...
+
+    async def replica_fetch(self, request: ReplicaFetchRequest) -> list[Chunk]: ...
+
+    def epoch_end_offset(self, request: EpochEndOffsetRequest) -> bytes: ...
+
+
+class Replicas(Protocol):
+    """This broker's replicated topics and the replicas it holds (``ReplicaManager``, §12)."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicAssignment]: ...
+
+    @property
+    def states(self) -> Mapping[tuple[str, int], PartitionState]: ...
+
+    @property
+    def hosted(self) -> Mapping[tuple[str, int], Replica]: ...
+
+    def is_replicated(self, topic: str) -> bool: ...
+
+    def partition_count(self, topic: str) -> int | None: ...
+
+    def topic_metadata(self, topic: str) -> TopicMetadata | None: ...
+
+    def peers(self) -> list[BrokerAddress]: ...
+
+
+class Admin(Protocol):
+    """METADATA and CREATE_TOPIC (``TopicAdmin``, §9.4, §9.5)."""
+
+    self_broker: BrokerAddress | None
+    peers: Callable[[], Sequence[BrokerAddress]]
+    store_settings: Callable[[str, dict[str, str]], Awaitable[bool]]
+
+    def metadata(self, request: MetadataRequest) -> bytes: ...
+
+    async def create_topic(self, request: CreateTopicRequest) -> bytes: ...
