@@ -152,6 +152,20 @@ def test_request_type_properties():
         RequestType.FETCH_LOCAL, RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
 
 
+def test_the_request_table_gives_each_type_its_own_class_label_and_id():
+    kinds = list(RequestType)
+    assert len({k.api.request_class for k in kinds}) == len({k.label for k in kinds}) == len(kinds)
+    for kind in kinds:
+        assert kind.api.request_class.type is kind and int(kind) == kind.api.key
+        assert kind.api.supports(0) and not kind.api.supports(1) and not kind.api.flexible(0)
+
+
+@pytest.mark.parametrize("request_", EVERY_REQUEST, ids=lambda r: type(r).__name__)
+def test_a_frame_carries_its_request_class_type_id(request_):
+    (type_id,) = struct.unpack_from(">h", encode_request(request_), 4)
+    assert RequestType(type_id).api.request_class is type(request_)
+
+
 # ---------------------------------------------------------------- spec §7.2 close conditions
 
 

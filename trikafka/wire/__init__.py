@@ -96,7 +96,6 @@ from .responses import (
     top_level_error,
 )
 from .settings import parse_bool
-from . import replication as _replication  # noqa: F401  (registers its request bodies)
 
 __all__ = sorted(
     name for name, value in globals().items()

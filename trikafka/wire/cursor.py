@@ -1,4 +1,5 @@
-"""Reading a peer's bytes field by field, and the string16 encoding of free text (sans-I/O).
+"""Fields of the wire (sans-I/O): reading a peer's bytes field by field, checking and
+encoding the ints, topics and free-text string16s we send.
 
 ``FieldCursor`` reads request bodies and extension response payloads; running
 short is always the peer's fault (``RemoteProtocolError``).
@@ -15,6 +16,27 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 STRING16_MAX_BYTES = 32767
+
+INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def check_int(name: str, value: int, low: int, high: int) -> int:
+    """``value`` if it is an int in ``[low, high]``; else LocalProtocolError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise LocalProtocolError(f"{name}={value!r} does not fit in [{low}, {high}]")
+    return value
+
+
+def encode_topic(topic: str) -> bytes:
+    """A topic as a string16; raises LocalProtocolError if it cannot be one."""
+    if not isinstance(topic, str):
+        raise LocalProtocolError(f"topic must be str, not {type(topic).__name__}")
+    raw = topic.encode(TOPIC_ENCODING, TOPIC_ERRORS)
+    if len(raw) > INT16_MAX:
+        raise LocalProtocolError(f"topic of {len(raw)} bytes is longer than a string16 allows")
+    return _INT16.pack(len(raw)) + raw
 
 
 def encode_string16(text: str) -> bytes:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, Union
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
-from .requests import INT32_MAX, TOPIC_ENCODING, TOPIC_ERRORS, encode_topic
+from .cursor import INT32_MAX, encode_topic
+from .topics import TOPIC_ENCODING, TOPIC_ERRORS
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
