@@ -72,11 +72,21 @@ class FieldCursor:
         self._pos = start + n
         return start
 
+    # int16/int32/topic/sized_bytes inline ``_take``: they run several times per request.
+
     def int16(self, what: str) -> int:
-        return _INT16.unpack_from(self._data, self._take(2, what))[0]
+        start = self._pos
+        if len(self._data) - start < 2:
+            raise RemoteProtocolError(f"{self._kind} too short for {what}")
+        self._pos = start + 2
+        return _INT16.unpack_from(self._data, start)[0]
 
     def int32(self, what: str) -> int:
-        return _INT32.unpack_from(self._data, self._take(4, what))[0]
+        start = self._pos
+        if len(self._data) - start < 4:
+            raise RemoteProtocolError(f"{self._kind} too short for {what}")
+        self._pos = start + 4
+        return _INT32.unpack_from(self._data, start)[0]
 
     def int64(self, what: str) -> int:
         return _INT64.unpack_from(self._data, self._take(8, what))[0]
@@ -88,18 +98,34 @@ class FieldCursor:
         return n
 
     def topic(self) -> str:
-        n = self.int16("topic length")
+        data, start = self._data, self._pos
+        if len(data) - start < 2:
+            raise RemoteProtocolError(f"{self._kind} too short for topic length")
+        (n,) = _INT16.unpack_from(data, start)
         if n < 0:
             raise RemoteProtocolError(f"negative topic length {n}")
-        start = self._take(n, "topic")
-        return self._data[start:start + n].decode(TOPIC_ENCODING, TOPIC_ERRORS)
+        start += 2
+        end = start + n
+        if len(data) < end:
+            self._pos = start
+            raise RemoteProtocolError(f"{self._kind} too short for topic")
+        self._pos = end
+        return data[start:end].decode(TOPIC_ENCODING, TOPIC_ERRORS)
 
     def sized_bytes(self, what: str) -> bytes:
-        n = self.int32(f"{what} size")
+        data, start = self._data, self._pos
+        if len(data) - start < 4:
+            raise RemoteProtocolError(f"{self._kind} too short for {what} size")
+        (n,) = _INT32.unpack_from(data, start)
         if n < 0:
             raise RemoteProtocolError(f"negative {what} size {n}")
-        start = self._take(n, what)
-        return self._data[start:start + n]
+        start += 4
+        end = start + n
+        if len(data) < end:
+            self._pos = start
+            raise RemoteProtocolError(f"{self._kind} too short for {what}")
+        self._pos = end
+        return data[start:end]
 
     def string16(self, what: str) -> str:
         """A UTF-8 string16 (RemoteProtocolError if it is not UTF-8)."""

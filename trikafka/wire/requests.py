@@ -107,5 +107,5 @@ def decode_request_body(frame: bytes) -> Request:
     decode = _DECODERS.get(type_id)
     if decode is None:
         raise RemoteProtocolError(f"unknown request type {type_id}")
-    result: Request = decode(FieldCursor(bytes(frame), 2), 0)
+    result: Request = decode(FieldCursor(frame if type(frame) is bytes else bytes(frame), 2), 0)
     return result
