@@ -1,4 +1,4 @@
-"""One client connection (spec §2): read a request, handle it, answer it, repeat.
+"""One client connection (docs/protocol.md §2): read a request, handle it, answer it, repeat.
 
 Responses leave in request order because a connection handles one request at
 a time, exactly like 0.7.  Everything already received is parsed in one go
@@ -6,9 +6,13 @@ a time, exactly like 0.7.  Everything already received is parsed in one go
 PRODUCE requests without waiting costs one ``receive_some`` per socket read,
 not per request.
 
-The connection closes, without writing anything, on every condition of spec
-§7.2: a framing error from the reader (``RemoteProtocolError``) or a request
-the handler refuses (``CloseConnection``).  A vanished peer just ends it.
+Each request goes to its type's entry in ``HANDLERS``, the broker's side of
+the wire's request table (``RequestType``); its latency is observed under the
+table's label.
+
+The connection closes, without writing anything, on every condition of §2: a
+framing error from the reader (``RemoteProtocolError``) or a request the
+handler refuses (``CloseConnection``).  A vanished peer just ends it.
 Other exceptions (a failed log, a bug) propagate and bring the broker down.
 
 Shutdown: ``stop()`` makes the connection finish the requests it has already

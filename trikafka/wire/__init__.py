@@ -1,4 +1,4 @@
-"""trikafka's sans-I/O codec for the Kafka 0.7 protocol (spec §1-§8, §16).
+"""trikafka's sans-I/O codec for the Kafka 0.7 protocol (docs/protocol.md §2-§5, §9, §12.4).
 
 No I/O happens here: callers feed bytes in and get events or bytes out.
 """

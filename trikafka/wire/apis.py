@@ -69,7 +69,7 @@ class ProtocolTable(enum.IntEnum):
 
     @property
     def expects_response(self) -> bool:
-        """False for a request the broker never answers (0.7's PRODUCE and MULTIPRODUCE, §2)."""
+        """False for a request the broker never answers (0.7's PRODUCE and MULTIPRODUCE, §5.1, §5.4)."""
         return self.api.answered
 
     @property

@@ -1,4 +1,4 @@
-"""Bounded, h11-style framing of the length-prefixed 0.7 stream (spec §3).
+"""Bounded, h11-style framing of the length-prefixed 0.7 stream (docs/protocol.md §2).
 
 Both directions use ``size:int32`` + ``size`` bytes.  The readers here do no
 I/O: feed received bytes with ``receive_data`` and pull events with
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .errors import ErrorCode, ProtocolError, RemoteProtocolError
 from .requests import Request, decode_request_body
 
-DEFAULT_MAX_REQUEST_BYTES = 104857600  # max.socket.request.bytes (spec §3.1)
+DEFAULT_MAX_REQUEST_BYTES = 104857600  # max.socket.request.bytes (§2)
 SIZE_PREFIX_BYTES = 4
 RESPONSE_HEAD_BYTES = SIZE_PREFIX_BYTES + 2  # a response's size prefix and int16 error code
 
@@ -177,15 +177,15 @@ class RequestReader:
     """Server side: turns received bytes into ``Request`` events.
 
     ``next_event()`` returns a request or ``NEED_DATA``, and raises
-    ``RemoteProtocolError`` for every connection-closing condition of spec
-    §7.2 it can see (the broker then closes without answering).
+    ``RemoteProtocolError`` for every connection-closing condition of §2
+    it can see (the broker then closes without answering).
     """
 
     def __init__(self, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
         if max_request_bytes < 2:
             raise ValueError("max_request_bytes must leave room for the request type")
         self.max_request_bytes = max_request_bytes
-        # size <= 0 closes the connection (§3.1); a size of 1 cannot hold the
+        # size <= 0 closes the connection (§2); a size of 1 cannot hold the
         # int16 type and is caught as a short body by the decoder.
         self._frames = _FrameBuffer(1, max_request_bytes, "request")
 
@@ -214,7 +214,7 @@ class RequestReader:
 
 
 class ResponseReader:
-    """Client side: turns received bytes into ``ResponseFrame``s (spec §3.2)."""
+    """Client side: turns received bytes into ``ResponseFrame``s (§2)."""
 
     def __init__(self, max_response_bytes: int):
         if max_response_bytes < 2:

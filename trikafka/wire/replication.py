@@ -1,4 +1,4 @@
-"""REPLICA_FETCH (110) and EPOCH_END_OFFSET (111): the replication requests (docs: replication §4).
+"""REPLICA_FETCH (110) and EPOCH_END_OFFSET (111): the replication requests (docs/protocol.md §12.4).
 
 Sans-I/O like the rest of ``wire``: frozen request dataclasses, their body
 encoders and decoders (listed in the request table, ``requests.py``), and the

@@ -27,9 +27,9 @@ _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _PRODUCE_TAIL = struct.Struct(">ii")  # partition, messageSet size
 
-OFFSETS_LATEST = -1    # OFFSETS time for the visible end E (§6.5)
+OFFSETS_LATEST = -1    # OFFSETS time for the visible end E (§5.5)
 OFFSETS_EARLIEST = -2  # OFFSETS time for the log start S
-ACKS_APPENDED = 1      # PRODUCE_ACKED: answer once appended (§16.1)
+ACKS_APPENDED = 1      # PRODUCE_ACKED: answer once appended (§9.2)
 ACKS_FLUSHED = -1      # PRODUCE_ACKED: answer once flushed, i.e. visible
 
 
@@ -112,7 +112,7 @@ class MultiProduceRequest:
 
 @dataclass(frozen=True, slots=True)
 class OffsetsRequest:
-    """OFFSETS (type 4); ``time_ms`` -1 = latest, -2 = earliest (§6.5)."""
+    """OFFSETS (type 4); ``time_ms`` -1 = latest, -2 = earliest (§5.5)."""
 
     topic: str
     partition: int
@@ -123,7 +123,7 @@ class OffsetsRequest:
 
 @dataclass(frozen=True, slots=True)
 class ProduceAckedRequest:
-    """PRODUCE_ACKED (type 100): acks 1 = appended, -1 = flushed (§16.1)."""
+    """PRODUCE_ACKED (type 100): acks 1 = appended, -1 = flushed (§9.2)."""
 
     acks: int
     timeout_ms: int
@@ -136,7 +136,7 @@ class ProduceAckedRequest:
 
 @dataclass(frozen=True, slots=True)
 class FetchWaitRequest:
-    """FETCH_WAIT (type 101): a MULTIFETCH that may wait for data (§16.2)."""
+    """FETCH_WAIT (type 101): a MULTIFETCH that may wait for data (§9.3)."""
 
     max_wait_ms: int
     min_bytes: int

@@ -1,4 +1,4 @@
-"""The request table of the 0.7 protocol and trikafka's extensions (docs/protocol.md §2, §3.1, §9).
+"""The request table of the 0.7 protocol and trikafka's extensions (docs/protocol.md §2, §5, §9, §12.4).
 
 Each request type is one ``Api`` entry in ``RequestType``: its id, its name, its request
 class, its body encoder and decoder, whether it is answered, whether it is a trikafka
@@ -55,7 +55,7 @@ Request = Union[
 
 @enum.unique
 class RequestType(ProtocolTable):
-    """The int16 request types: 0-4 from 0.7, 100+ trikafka's extensions (§2, §9), 110+ replication."""
+    """The int16 request types: 0-4 from 0.7, 100+ trikafka's extensions (§9), 110+ replication (§12.4)."""
 
     PRODUCE = Api(0, "produce", ProduceRequest, encode_produce, decode_produce, answered=False, extension=False)
     FETCH = Api(1, "fetch", FetchRequest, encode_fetch, decode_fetch, extension=False)
@@ -84,7 +84,7 @@ def request_type_of(request_class: type) -> RequestType | None:
 
 
 def encode_request(req: Request) -> bytes:
-    """The whole frame for ``req``: int32 size, int16 type, body (spec §3.1)."""
+    """The whole frame for ``req``: int32 size, int16 type, body (docs/protocol.md §2)."""
     kind = _BY_CLASS.get(type(req))
     if kind is None:
         raise LocalProtocolError(f"not a request: {req!r}")
@@ -98,8 +98,8 @@ def encode_request(req: Request) -> bytes:
 def decode_request_body(frame: bytes) -> Request:
     """Decode the bytes after the size prefix: ``requestType:int16`` + body.
 
-    Raises ``RemoteProtocolError`` for every condition of spec §7.2 the codec
-    can see.  Bytes after the last field are ignored (spec §3.1).
+    Raises ``RemoteProtocolError`` for every closing condition of §2 the codec
+    can see.  Bytes after the last field are ignored (§2).
     """
     if len(frame) < 2:
         raise RemoteProtocolError("request body too short for request type")
