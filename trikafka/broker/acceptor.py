@@ -90,7 +90,7 @@ class Acceptor:
             with trio.CancelScope(shield=True):
                 for listener in listeners:
                     await trio.aclose_forcefully(listener)
-                if unix_listener is not None:
+                if unix_listener is not None and self._unix_path is not None:
                     await trio.to_thread.run_sync(_remove_socket_file, self._unix_path)
 
     def start_accepting(self) -> None:

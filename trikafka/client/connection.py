@@ -162,6 +162,7 @@ class Connection:
                 raise BrokerProtocolError(f"{self._peer()}: malformed response: {exc}") from exc
             if frame is not NEED_DATA:
                 return frame
+            cause: BaseException | None
             try:
                 data = await self._stream.receive_some(_RECEIVE_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:

@@ -18,8 +18,10 @@ Why it is written this way:
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 from .errors import ErrorCode, ProtocolError, RemoteProtocolError
 from .requests import Request, decode_request_body
@@ -35,24 +37,20 @@ _INT16 = struct.Struct(">h")
 _SLICE_COPY_MAX_BYTES = 64 * 1024
 
 
-class _NeedData:
-    """Sentinel type: the reader needs more bytes before it can say more."""
+class _NeedData(enum.Enum):
+    """Sentinel type: the reader needs more bytes before it can say more.
 
-    _instance: "_NeedData | None" = None
+    A one-member enum, so that type checkers narrow ``x is NEED_DATA`` / ``is not``."""
 
-    def __new__(cls) -> "_NeedData":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    NEED_DATA = "NEED_DATA"
 
     def __repr__(self) -> str:
         return "NEED_DATA"
 
-    def __reduce__(self) -> str:
-        return "NEED_DATA"
+    __str__ = __repr__
 
 
-NEED_DATA = _NeedData()
+NEED_DATA: Final = _NeedData.NEED_DATA
 
 
 @dataclass(frozen=True, slots=True)
