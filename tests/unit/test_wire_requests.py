@@ -242,6 +242,21 @@ def test_close_condition_after_a_good_request_still_delivers_the_good_one():
         reader.next_event()
 
 
+def test_frames_read_together_come_out_in_order_and_count_as_buffered_until_returned():
+    frames = [encode_request(r) for r in EVERY_REQUEST]
+    reader = RequestReader()
+    reader.receive_data(b"".join(frames) + frames[0][:5])  # and the start of one more
+    for i, req in enumerate(EVERY_REQUEST):
+        assert reader.buffered_bytes == sum(map(len, frames[i:])) + 5
+        assert reader.next_event() == req
+    assert reader.next_event() is NEED_DATA and reader.buffered_bytes == 5
+    reader.receive_data(frames[0][5:] + struct.pack(">i", 0))  # then a size the broker closes on
+    assert reader.next_event() == EVERY_REQUEST[0]
+    with pytest.raises(RemoteProtocolError, match="size 0 outside"):
+        reader.next_event()
+    assert reader.failed and reader.buffered_bytes == 0
+
+
 def test_oversized_prefix_refused_after_four_bytes_without_buffering():
     reader = RequestReader(max_request_bytes=1000)
     reader.receive_data(struct.pack(">i", 1001))  # nothing but the prefix was sent

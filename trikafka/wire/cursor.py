@@ -54,20 +54,22 @@ class FieldCursor:
     (``metadata.py``); ``kind`` names which in error messages.
     """
 
-    __slots__ = ("_data", "_pos", "_kind")
+    __slots__ = ("_data", "_pos", "_end", "_kind")
 
-    def __init__(self, data: bytes, pos: int = 0, kind: str = "request body"):
+    def __init__(self, data: bytes, pos: int = 0, kind: str = "request body", end: int | None = None):
+        """Read ``data[pos:end]`` (``end`` None: to the end of ``data``)."""
         self._data = data
         self._pos = pos
+        self._end = len(data) if end is None else end
         self._kind = kind
 
     @property
     def remaining(self) -> int:
-        return len(self._data) - self._pos
+        return self._end - self._pos
 
     def _take(self, n: int, what: str) -> int:
         start = self._pos
-        if len(self._data) - start < n:
+        if self._end - start < n:
             raise RemoteProtocolError(f"{self._kind} too short for {what}")
         self._pos = start + n
         return start
@@ -76,14 +78,14 @@ class FieldCursor:
 
     def int16(self, what: str) -> int:
         start = self._pos
-        if len(self._data) - start < 2:
+        if self._end - start < 2:
             raise RemoteProtocolError(f"{self._kind} too short for {what}")
         self._pos = start + 2
         return _INT16.unpack_from(self._data, start)[0]
 
     def int32(self, what: str) -> int:
         start = self._pos
-        if len(self._data) - start < 4:
+        if self._end - start < 4:
             raise RemoteProtocolError(f"{self._kind} too short for {what}")
         self._pos = start + 4
         return _INT32.unpack_from(self._data, start)[0]
@@ -99,14 +101,14 @@ class FieldCursor:
 
     def topic(self) -> str:
         data, start = self._data, self._pos
-        if len(data) - start < 2:
+        if self._end - start < 2:
             raise RemoteProtocolError(f"{self._kind} too short for topic length")
         (n,) = _INT16.unpack_from(data, start)
         if n < 0:
             raise RemoteProtocolError(f"negative topic length {n}")
         start += 2
         end = start + n
-        if len(data) < end:
+        if self._end < end:
             self._pos = start
             raise RemoteProtocolError(f"{self._kind} too short for topic")
         self._pos = end
@@ -114,14 +116,14 @@ class FieldCursor:
 
     def sized_bytes(self, what: str) -> bytes:
         data, start = self._data, self._pos
-        if len(data) - start < 4:
+        if self._end - start < 4:
             raise RemoteProtocolError(f"{self._kind} too short for {what} size")
         (n,) = _INT32.unpack_from(data, start)
         if n < 0:
             raise RemoteProtocolError(f"negative {what} size {n}")
         start += 4
         end = start + n
-        if len(data) < end:
+        if self._end < end:
             self._pos = start
             raise RemoteProtocolError(f"{self._kind} too short for {what}")
         self._pos = end

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .errors import ErrorCode, ProtocolError, RemoteProtocolError
-from .requests import Request, decode_request_body
+from .requests import Request, decode_request
 
 DEFAULT_MAX_REQUEST_BYTES = 104857600  # max.socket.request.bytes (§2)
 SIZE_PREFIX_BYTES = 4
@@ -32,7 +32,7 @@ RESPONSE_HEAD_BYTES = SIZE_PREFIX_BYTES + 2  # a response's size prefix and int1
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
-# Up to this size a frame is copied out by slicing (two small copies cost less than a
+# Up to this size frames are copied out by slicing (two small copies cost less than a
 # memoryview's setup); above it through a memoryview (one copy).
 _SLICE_COPY_MAX_BYTES = 64 * 1024
 
@@ -110,10 +110,12 @@ class _FrameBuffer:
         self._buf = bytearray()  # release whatever was held
         self._frame_size = None
 
-    def next_body(self) -> bytes | None:
-        """The next frame's bytes after its size prefix, or None while it is incomplete.
+    def take_frames(self) -> bytes | None:
+        """Every whole frame buffered, size prefixes included, as one ``bytes``; None if none.
 
-        ``next_frame`` without the split: the request reader's per-request path.
+        One copy for all of them, which the request reader then decodes in place.  The run
+        stops before a frame whose size prefix is out of bounds: that prefix fails the
+        buffer when its turn comes, after the frames before it.
         """
         size = self._frame_size
         if size is None:  # also after a failure, which clears the size
@@ -127,19 +129,26 @@ class _FrameBuffer:
             size = self._frame_size
             assert size is not None
         buf = self._buf
-        end = SIZE_PREFIX_BYTES + size
-        if len(buf) < end:
+        have, end = len(buf), 0
+        while end + SIZE_PREFIX_BYTES + size <= have:
+            end += SIZE_PREFIX_BYTES + size
+            if have - end < SIZE_PREFIX_BYTES:
+                break
+            (size,) = _INT32.unpack_from(buf, end)
+            if not self._min_size <= size <= self._max_size:
+                break
+        if end == 0:
             return None
-        if size <= _SLICE_COPY_MAX_BYTES:
-            body = bytes(buf[SIZE_PREFIX_BYTES:end])
-        else:  # one copy, not two, of a large frame
+        if end <= _SLICE_COPY_MAX_BYTES:
+            frames = bytes(buf[:end])
+        else:  # one copy, not two, of large frames
             with memoryview(buf) as view:
-                body = bytes(view[SIZE_PREFIX_BYTES:end])
+                frames = bytes(view[:end])
         del buf[:end]
         self._frame_size = None
         if len(buf) >= SIZE_PREFIX_BYTES:
             self._read_prefix()  # check a pipelined frame's prefix right away
-        return body
+        return frames
 
     def next_frame(self, head_bytes: int = 0) -> tuple[bytes, bytes] | None:
         """The next frame after its size prefix, split after ``head_bytes``.
@@ -186,11 +195,14 @@ class RequestReader:
         # size <= 0 closes the connection (§2); a size of 1 cannot hold the
         # int16 type and is caught as a short body by the decoder.
         self._frames = _FrameBuffer(1, max_request_bytes, "request")
+        # Whole frames taken from the buffer and not yet decoded: ``_taken[_next:]``.
+        self._taken = b""
+        self._next = 0
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet returned as requests (0 after an error)."""
-        return self._frames.buffered_bytes
+        return self._frames.buffered_bytes + len(self._taken) - self._next
 
     @property
     def failed(self) -> bool:
@@ -201,12 +213,20 @@ class RequestReader:
         self._frames.receive(data)
 
     def next_event(self) -> Request | _NeedData:
-        body = self._frames.next_body()
-        if body is None:
-            return NEED_DATA
+        taken, start = self._taken, self._next
+        if start >= len(taken):
+            cut = self._frames.take_frames()
+            if cut is None:
+                return NEED_DATA
+            self._taken = taken = cut
+            start = 0
+        # Every prefix in ``taken`` was checked when it was taken.
+        end = start + SIZE_PREFIX_BYTES + _INT32.unpack_from(taken, start)[0]
+        self._next = end
         try:
-            return decode_request_body(body)
+            return decode_request(taken, start + SIZE_PREFIX_BYTES, end)
         except RemoteProtocolError as exc:
+            self._taken, self._next = b"", 0
             self._frames.fail(exc)
             raise
 

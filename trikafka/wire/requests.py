@@ -101,11 +101,16 @@ def decode_request_body(frame: bytes) -> Request:
     Raises ``RemoteProtocolError`` for every closing condition of §2 the codec
     can see.  Bytes after the last field are ignored (§2).
     """
-    if len(frame) < 2:
+    return decode_request(frame if type(frame) is bytes else bytes(frame), 0, len(frame))
+
+
+def decode_request(data: bytes, start: int, end: int) -> Request:
+    """``decode_request_body(data[start:end])`` without copying the frame out of ``data``."""
+    if end - start < 2:
         raise RemoteProtocolError("request body too short for request type")
-    (type_id,) = _TYPE.unpack_from(frame, 0)
+    (type_id,) = _TYPE.unpack_from(data, start)
     decode = _DECODERS.get(type_id)
     if decode is None:
         raise RemoteProtocolError(f"unknown request type {type_id}")
-    result: Request = decode(FieldCursor(frame if type(frame) is bytes else bytes(frame), 2), 0)
+    result: Request = decode(FieldCursor(data, start + 2, "request body", end), 0)
     return result
