@@ -74,7 +74,7 @@ class FieldCursor:
         self._pos = start + n
         return start
 
-    # int16/int32/topic/sized_bytes inline ``_take``: they run several times per request.
+    # int16/int32 inline ``_take``: they run several times per request.
 
     def int16(self, what: str) -> int:
         start = self._pos
@@ -99,43 +99,36 @@ class FieldCursor:
             raise RemoteProtocolError(f"negative {what} {n}")
         return n
 
-    def topic(self) -> str:
-        data, start = self._data, self._pos
-        if self._end - start < 2:
-            raise RemoteProtocolError(f"{self._kind} too short for topic length")
-        (n,) = _INT16.unpack_from(data, start)
-        if n < 0:
-            raise RemoteProtocolError(f"negative topic length {n}")
-        start += 2
-        end = start + n
-        if self._end < end:
-            self._pos = start
-            raise RemoteProtocolError(f"{self._kind} too short for topic")
-        self._pos = end
-        return data[start:end].decode(TOPIC_ENCODING, TOPIC_ERRORS)
+    def _span(self, length: struct.Struct, what: str, length_suffix: str) -> tuple[int, int]:
+        """The bounds of a field prefixed by its length (read with ``length``); moves past it.
 
-    def sized_bytes(self, what: str) -> bytes:
+        Messages name the length as ``what + length_suffix``, built only on an error."""
         data, start = self._data, self._pos
-        if self._end - start < 4:
-            raise RemoteProtocolError(f"{self._kind} too short for {what} size")
-        (n,) = _INT32.unpack_from(data, start)
+        if self._end - start < length.size:
+            raise RemoteProtocolError(f"{self._kind} too short for {what}{length_suffix}")
+        (n,) = length.unpack_from(data, start)
         if n < 0:
-            raise RemoteProtocolError(f"negative {what} size {n}")
-        start += 4
+            raise RemoteProtocolError(f"negative {what}{length_suffix} {n}")
+        start += length.size
         end = start + n
         if self._end < end:
             self._pos = start
             raise RemoteProtocolError(f"{self._kind} too short for {what}")
         self._pos = end
-        return data[start:end]
+        return start, end
+
+    def topic(self) -> str:
+        start, end = self._span(_INT16, "topic", " length")
+        return self._data[start:end].decode(TOPIC_ENCODING, TOPIC_ERRORS)
+
+    def sized_bytes(self, what: str) -> bytes:
+        start, end = self._span(_INT32, what, " size")
+        return self._data[start:end]
 
     def string16(self, what: str) -> str:
         """A UTF-8 string16 (RemoteProtocolError if it is not UTF-8)."""
-        n = self.int16(f"{what} length")
-        if n < 0:
-            raise RemoteProtocolError(f"negative {what} length {n}")
-        start = self._take(n, what)
+        start, end = self._span(_INT16, what, " length")
         try:
-            return self._data[start:start + n].decode("utf-8")
+            return self._data[start:end].decode("utf-8")
         except UnicodeDecodeError:
             raise RemoteProtocolError(f"{what} is not UTF-8") from None

@@ -110,6 +110,18 @@ class _FrameBuffer:
         self._buf = bytearray()  # release whatever was held
         self._frame_size = None
 
+    def _front_size(self) -> int | None:
+        """The size of the frame at the front, None until its prefix is here; raises once failed."""
+        if self._error is not None:
+            raise self._error
+        if self._frame_size is None:
+            if len(self._buf) < SIZE_PREFIX_BYTES:
+                return None
+            self._read_prefix()
+            if self._error is not None:
+                raise self._error
+        return self._frame_size
+
     def take_frames(self) -> bytes | None:
         """Every whole frame buffered, size prefixes included, as one ``bytes``; None if none.
 
@@ -117,17 +129,9 @@ class _FrameBuffer:
         stops before a frame whose size prefix is out of bounds: that prefix fails the
         buffer when its turn comes, after the frames before it.
         """
-        size = self._frame_size
-        if size is None:  # also after a failure, which clears the size
-            if self._error is not None:
-                raise self._error
-            if len(self._buf) < SIZE_PREFIX_BYTES:
-                return None
-            self._read_prefix()
-            if self._error is not None:
-                raise self._error
-            size = self._frame_size
-            assert size is not None
+        size = self._front_size()
+        if size is None:
+            return None
         buf = self._buf
         have, end = len(buf), 0
         while end + SIZE_PREFIX_BYTES + size <= have:
@@ -157,16 +161,9 @@ class _FrameBuffer:
         split avoids copying a large payload twice.
         """
         assert 0 <= head_bytes <= self._min_size
-        if self._error is not None:
-            raise self._error
-        if self._frame_size is None:
-            if len(self._buf) < SIZE_PREFIX_BYTES:
-                return None
-            self._read_prefix()
-            if self._error is not None:
-                raise self._error
-        size = self._frame_size
-        assert size is not None
+        size = self._front_size()
+        if size is None:
+            return None
         end = SIZE_PREFIX_BYTES + size
         if len(self._buf) < end:
             return None
