@@ -78,11 +78,6 @@ _DECODERS: dict[int, BodyDecoder] = {t.api.key: t.api.decode for t in RequestTyp
 _BY_CLASS: dict[type, RequestType] = {t.api.request_class: t for t in RequestType}
 
 
-def request_type_of(request_class: type) -> RequestType | None:
-    """The table's member for a request class (None for a class that is not a request)."""
-    return _BY_CLASS.get(request_class)
-
-
 def encode_request(req: Request) -> bytes:
     """The whole frame for ``req``: int32 size, int16 type, body (docs/protocol.md §2)."""
     kind = _BY_CLASS.get(type(req))
