@@ -13,8 +13,9 @@ log dir, then:
 2. consumes the batch-50 topic from offset 0 with ~200 KB fetches, checking
    every message's framing and CRC, as a 0.7 simple consumer does.
 
-Prints msgs/s and MB/s (200-byte payloads), the broker's CPU seconds and peak
-RSS, bytes on disk per message, and whether each floor of the issue is met.
+Prints msgs/s and MB/s (200-byte payloads), the broker's CPU seconds per run and
+per message, its total CPU seconds and peak RSS, bytes on disk per message, and
+whether each floor of the issue is met.
 """
 
 from __future__ import annotations
@@ -98,12 +99,12 @@ async def consume(port: int, topic: str, expected: int, fetch_bytes: int) -> tup
     return elapsed, offset
 
 
-def line(label: str, messages: int, seconds: float) -> float:
+def line(label: str, messages: int, seconds: float, broker_cpu_s: float) -> float:
     rate = messages / seconds
     floor = FLOORS.get(label)
     verdict = "" if floor is None else f"  floor {floor:,}: {'met' if rate >= floor else 'NOT met'}"
     print(f"{label:18} {rate:>12,.0f} msgs/s {messages * PAYLOAD_BYTES / seconds / 1e6:>8.1f} MB/s "
-          f"({seconds:.2f} s){verdict}")
+          f"({seconds:.2f} s; broker CPU {broker_cpu_s:.2f} s, {broker_cpu_s / messages * 1e6:.2f} us/msg){verdict}")
     return rate
 
 
@@ -121,10 +122,13 @@ def main() -> None:
             cpu_before = cpu_seconds(proc.pid)
             print(f"broker pid {proc.pid} on 127.0.0.1:{port}; {args.messages:,} messages of {PAYLOAD_BYTES} B")
             for batch in (50, 1):
+                run_cpu_s = cpu_seconds(proc.pid)
                 elapsed = trio.run(produce, port, f"batch{batch}", args.messages, batch)
-                line(f"produce batch {batch}", args.messages // batch * batch, elapsed)
+                line(f"produce batch {batch}", args.messages // batch * batch, elapsed,
+                     cpu_seconds(proc.pid) - run_cpu_s)
+            run_cpu_s = cpu_seconds(proc.pid)
             elapsed, consumed_bytes = trio.run(consume, port, "batch50", args.messages, args.fetch_bytes)
-            line("consume", args.messages, elapsed)
+            line("consume", args.messages, elapsed, cpu_seconds(proc.pid) - run_cpu_s)
             cpu = cpu_seconds(proc.pid) - cpu_before
             rss = peak_rss_mb(proc.pid)
         on_disk = sum(f.stat().st_size for f in (log_dir / "batch50-0").iterdir())

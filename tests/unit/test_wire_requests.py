@@ -152,6 +152,20 @@ def test_request_type_properties():
         RequestType.FETCH_LOCAL, RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET]
 
 
+def test_the_request_table_gives_each_type_its_own_class_label_and_id():
+    kinds = list(RequestType)
+    assert len({k.api.request_class for k in kinds}) == len({k.label for k in kinds}) == len(kinds)
+    for kind in kinds:
+        assert kind.api.request_class.type is kind and int(kind) == kind.api.key
+        assert kind.api.supports(0) and not kind.api.supports(1) and not kind.api.flexible(0)
+
+
+@pytest.mark.parametrize("request_", EVERY_REQUEST, ids=lambda r: type(r).__name__)
+def test_a_frame_carries_its_request_class_type_id(request_):
+    (type_id,) = struct.unpack_from(">h", encode_request(request_), 4)
+    assert RequestType(type_id).api.request_class is type(request_)
+
+
 # ---------------------------------------------------------------- spec §2 close conditions
 
 
@@ -226,6 +240,21 @@ def test_close_condition_after_a_good_request_still_delivers_the_good_one():
     assert reader.next_event() == FetchRequest(FetchPart("t", 0, 0, 1))
     with pytest.raises(RemoteProtocolError):
         reader.next_event()
+
+
+def test_frames_read_together_come_out_in_order_and_count_as_buffered_until_returned():
+    frames = [encode_request(r) for r in EVERY_REQUEST]
+    reader = RequestReader()
+    reader.receive_data(b"".join(frames) + frames[0][:5])  # and the start of one more
+    for i, req in enumerate(EVERY_REQUEST):
+        assert reader.buffered_bytes == sum(map(len, frames[i:])) + 5
+        assert reader.next_event() == req
+    assert reader.next_event() is NEED_DATA and reader.buffered_bytes == 5
+    reader.receive_data(frames[0][5:] + struct.pack(">i", 0))  # then a size the broker closes on
+    assert reader.next_event() == EVERY_REQUEST[0]
+    with pytest.raises(RemoteProtocolError, match="size 0 outside"):
+        reader.next_event()
+    assert reader.failed and reader.buffered_bytes == 0
 
 
 def test_oversized_prefix_refused_after_four_bytes_without_buffering():

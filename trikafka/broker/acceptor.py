@@ -50,8 +50,8 @@ class Acceptor:
 
     With ``hold_connections`` it listens but takes no connection off the backlog
     until :meth:`start_accepting`: clients that connect early wait in the kernel
-    (the broker must be registered before it serves, spec §8.2, and the
-    registration needs the bound port).
+    (the broker must be registered before it serves, and its registration,
+    docs/protocol.md §8.2, holds the bound port).
     """
 
     def __init__(self, host: str, port: int, processors: Sequence[Processor], *,

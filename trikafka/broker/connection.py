@@ -1,4 +1,4 @@
-"""One client connection (spec §2): read a request, handle it, answer it, repeat.
+"""One client connection (docs/protocol.md §2): read a request, handle it, answer it, repeat.
 
 Responses leave in request order because a connection handles one request at
 a time, exactly like 0.7.  Everything already received is parsed in one go
@@ -6,9 +6,13 @@ a time, exactly like 0.7.  Everything already received is parsed in one go
 PRODUCE requests without waiting costs one ``receive_some`` per socket read,
 not per request.
 
-The connection closes, without writing anything, on every condition of spec
-§7.2: a framing error from the reader (``RemoteProtocolError``) or a request
-the handler refuses (``CloseConnection``).  A vanished peer just ends it.
+Each request goes to its type's entry in ``HANDLERS``, the broker's side of
+the wire's request table (``RequestType``); its latency is observed under the
+table's label.
+
+The connection closes, without writing anything, on every condition of §2: a
+framing error from the reader (``RemoteProtocolError``) or a request the
+handler refuses (``CloseConnection``).  A vanished peer just ends it.
 Other exceptions (a failed log, a bug) propagate and bring the broker down.
 
 Shutdown: ``stop()`` makes the connection finish the requests it has already
@@ -20,28 +24,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 
 from trikafka.wire.errors import RemoteProtocolError
 from trikafka.wire.framing import NEED_DATA, RequestReader
-from trikafka.wire.requests import (
-    CreateTopicRequest,
-    FetchLocalRequest,
-    FetchRequest,
-    FetchWaitRequest,
-    MetadataRequest,
-    MultiFetchRequest,
-    MultiProduceRequest,
-    OffsetsRequest,
-    ProduceAckedRequest,
-    ProduceRequest,
-)
-
-from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
+from trikafka.wire.requests import RequestType
 
 from .handlers import CloseConnection, RequestHandler
+from .metrics import LatencyHistogram
 from .replication import serving as replicated
 from .replication.unserved import not_a_replica
 from .sendfile import RegionTruncatedError, send_chunks
@@ -54,9 +46,62 @@ logger = logging.getLogger(__name__)
 RECEIVE_BYTES = 128 * 1024
 
 _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
-_REQUEST_CLASSES = (ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest, OffsetsRequest,
-                    ProduceAckedRequest, FetchWaitRequest, MetadataRequest, CreateTopicRequest,
-                    ReplicaFetchRequest, EpochEndOffsetRequest, FetchLocalRequest)
+
+# How the broker serves one request type: given the connection and the decoded request, an
+# awaitable that handles it and writes its answer, if it has one.  ``Any``: each handler takes
+# its own request class, which a table of many types cannot name.
+Handle = Callable[["Connection", Any], Awaitable[None]]
+
+
+async def _answer(conn: Connection, response: Any) -> None:
+    await send_chunks(conn.stream, response)
+
+
+async def _offsets(conn: Connection, request: Any) -> None:
+    await send_chunks(conn.stream, [await conn.handler.offsets(request)])
+
+
+async def _produce_acked(conn: Connection, request: Any) -> None:
+    await send_chunks(conn.stream, [await conn.handler.produce_acked(request)])
+
+
+async def _fetch_wait(conn: Connection, request: Any) -> None:
+    await send_chunks(conn.stream, await conn.handler.fetch_wait(request))
+
+
+async def _create_topic(conn: Connection, request: Any) -> None:
+    await send_chunks(conn.stream, [await conn.handler.admin.create_topic(request)])
+
+
+async def _replica_fetch(conn: Connection, request: Any) -> None:
+    replicas = conn.handler.replicas
+    await send_chunks(conn.stream, await replicated.replica_fetch(replicas, request) if replicas
+                      else not_a_replica(request))
+
+
+def _epoch_end_offset(conn: Connection, request: Any) -> Awaitable[None]:
+    replicas = conn.handler.replicas
+    return _answer(conn, replicated.epoch_end_offset(replicas, request) if replicas else not_a_replica(request))
+
+
+# The broker's request table: one handler per request type of the wire table (``RequestType``).
+# Plain functions that return the awaitable where the handler's own coroutine is all there is
+# to it, so the most frequent requests (PRODUCE) cost no extra coroutine.
+HANDLERS: dict[RequestType, Handle] = {
+    RequestType.PRODUCE: lambda conn, request: conn.handler.produce(request.part),
+    RequestType.FETCH: lambda conn, request: _answer(conn, conn.handler.fetch(request)),
+    RequestType.MULTIFETCH: lambda conn, request: _answer(conn, conn.handler.multifetch(request)),
+    RequestType.MULTIPRODUCE: lambda conn, request: conn.handler.multiproduce(request),
+    RequestType.OFFSETS: _offsets,
+    RequestType.PRODUCE_ACKED: _produce_acked,
+    RequestType.FETCH_WAIT: _fetch_wait,
+    RequestType.METADATA: lambda conn, request: _answer(conn, [conn.handler.admin.metadata(request)]),
+    RequestType.CREATE_TOPIC: _create_topic,
+    RequestType.FETCH_LOCAL: lambda conn, request: answer_fetch_local(conn.stream, request, conn.handler,
+                                                                      descriptors=conn.descriptors),
+    RequestType.REPLICA_FETCH: _replica_fetch,
+    RequestType.EPOCH_END_OFFSET: _epoch_end_offset,
+}
 
 
 class Connection:
@@ -64,17 +109,20 @@ class Connection:
 
     def __init__(self, stream: trio.abc.Stream, handler: RequestHandler, *,
                  max_request_bytes: int, peer: str = "?"):
-        self._stream = stream
-        self._handler = handler
+        self.stream: trio.abc.Stream = stream
+        self.handler: RequestHandler = handler
         self._reader = RequestReader(max_request_bytes)
         self._stopping = False
         self._receive_scope: trio.CancelScope | None = None
         self.peer = peer
         self.requests_handled = 0
         self.close_reason: str | None = None
-        self._descriptors = passes_descriptors(stream)  # FETCH_LOCAL may answer with a descriptor
-        # Each request class's latency histogram, found once per connection rather than per request.
-        self._latency = {cls: handler.metrics.request_histogram(cls.__name__) for cls in _REQUEST_CLASSES}
+        self.descriptors: bool = passes_descriptors(stream)  # FETCH_LOCAL may answer with a descriptor
+        # Each request class's type, handler and latency histogram, found once per connection.
+        self._dispatch: dict[type, tuple[RequestType, Handle, LatencyHistogram]] = {
+            kind.api.request_class: (kind, HANDLERS[kind], handler.metrics.requests[kind.label])
+            for kind in RequestType
+        }
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
@@ -94,67 +142,36 @@ class Connection:
             self.close_reason = f"fetch response cut short: {exc}"
             logger.warning("closing connection from %s: %s", self.peer, exc)
         finally:
-            await trio.aclose_forcefully(self._stream)
+            await trio.aclose_forcefully(self.stream)
 
     async def _serve(self) -> None:
-        reader = self._reader
         while not self._stopping:
             with trio.CancelScope() as scope:
                 self._receive_scope = scope
-                data = await self._stream.receive_some(RECEIVE_BYTES)
+                data = await self.stream.receive_some(RECEIVE_BYTES)
             self._receive_scope = None
             if scope.cancelled_caught:
                 break  # stop() while idle
             if not data:
                 self.close_reason = "peer closed"
                 return
-            reader.receive_data(data)
-            while (request := reader.next_event()) is not NEED_DATA:
-                await self._handle(request)
+            self._reader.receive_data(data)
+            await self._handle_received()
         # Stopping: answer what was received whole, accept nothing more.
-        while (request := reader.next_event()) is not NEED_DATA:
-            await self._handle(request)
+        await self._handle_received()
         self.close_reason = self.close_reason or "broker shutting down"
 
-    async def _handle(self, request: Any) -> None:
-        handler = self._handler
-        self.requests_handled += 1
-        kind = type(request)
-        if handler.refused_types and request.type in handler.refused_types:
-            raise CloseConnection(f"request type {int(request.type)} is refused")
-        started_s = time.perf_counter()
-        try:
-            if kind is ProduceRequest:
-                await handler.produce(request.part)
-                return
-            if kind is FetchRequest:
-                response: Any = handler.fetch(request)
-            elif kind is FetchLocalRequest:
-                await answer_fetch_local(self._stream, request, handler, descriptors=self._descriptors)
-                return
-            elif kind is MultiFetchRequest:
-                response = handler.multifetch(request)
-            elif kind is MultiProduceRequest:
-                await handler.multiproduce(request)
-                return
-            elif kind is OffsetsRequest:
-                response = [await handler.offsets(request)]
-            elif kind is ProduceAckedRequest:
-                response = [await handler.produce_acked(request)]
-            elif kind is FetchWaitRequest:
-                response = await handler.fetch_wait(request)
-            elif kind is MetadataRequest:
-                response = [handler.admin.metadata(request)]
-            elif kind is CreateTopicRequest:
-                response = [await handler.admin.create_topic(request)]
-            elif kind is ReplicaFetchRequest:
-                replicas = handler.replicas
-                response = await replicated.replica_fetch(replicas, request) if replicas else not_a_replica(request)
-            elif kind is EpochEndOffsetRequest:
-                replicas = handler.replicas
-                response = replicated.epoch_end_offset(replicas, request) if replicas else not_a_replica(request)
-            else:  # the reader only yields the types above
-                raise AssertionError(f"unexpected request {request!r}")
-            await send_chunks(self._stream, response)
-        finally:  # a request that closes the connection counts too
-            self._latency[kind].observe(time.perf_counter() - started_s)
+    async def _handle_received(self) -> None:
+        """Handle, in order, every request received whole."""
+        reader, dispatch, refused = self._reader, self._dispatch, self.handler.refused_types
+        perf_counter = time.perf_counter
+        while (request := reader.next_event()) is not NEED_DATA:
+            self.requests_handled += 1
+            kind, handle, latency = dispatch[type(request)]  # the reader yields only the table's classes
+            if refused and kind in refused:
+                raise CloseConnection(f"request type {int(kind)} is refused")
+            started_s = perf_counter()
+            try:
+                await handle(self, request)
+            finally:  # a request that closes the connection counts too
+                latency.observe(perf_counter() - started_s)

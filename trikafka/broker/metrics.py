@@ -26,6 +26,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from trikafka.wire.requests import RequestType
+
 # Upper bounds of the latency buckets, in seconds: a request served from memory
 # takes tens of microseconds, a long poll or an acks=-1 produce up to seconds.
 REQUEST_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -34,21 +36,8 @@ REQUEST_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 FLUSH_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                    1.0, 2.5, 5.0, 10.0)
 
-# The request types, as the ``request`` label spells them (the wire request classes' names).
-REQUEST_LABELS = {
-    "ProduceRequest": "produce",
-    "FetchRequest": "fetch",
-    "FetchLocalRequest": "fetch_local",
-    "MultiFetchRequest": "multifetch",
-    "MultiProduceRequest": "multiproduce",
-    "OffsetsRequest": "offsets",
-    "ProduceAckedRequest": "produce_acked",
-    "FetchWaitRequest": "fetch_wait",
-    "MetadataRequest": "metadata",
-    "CreateTopicRequest": "create_topic",
-    "ReplicaFetchRequest": "replica_fetch",
-    "EpochEndOffsetRequest": "epoch_end_offset",
-}
+# The ``request`` label of each request class (by class name), from the wire's request table.
+REQUEST_LABELS = {kind.api.request_class.__name__: kind.label for kind in RequestType}
 
 
 class LatencyHistogram:
@@ -121,6 +110,7 @@ class BrokerMetrics:
                 self.topic(part.topic).bytes_out += len(data)
 
     def request_histogram(self, request_class_name: str) -> LatencyHistogram:
+        """The latency histogram of the requests of the class named ``request_class_name``."""
         return self.requests[REQUEST_LABELS[request_class_name]]
 
     def watch(self, *, log_manager: Any, processors: Iterable[Any]) -> None:

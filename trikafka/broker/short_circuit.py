@@ -22,7 +22,7 @@ from __future__ import annotations
 import array
 import os
 import socket
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -39,15 +39,19 @@ def passes_descriptors(stream: trio.abc.Stream) -> bool:
     return sock is not None and sock.family == socket.AF_UNIX and hasattr(sock, "sendmsg")
 
 
-class FetchAnswers(Protocol):
+# A handler's fetch outcome: what its ``fetch_part`` gives is what its ``count_fetched`` takes.
+Outcome = TypeVar("Outcome", bound=tuple[ErrorCode, FetchData])
+
+
+class FetchAnswers(Protocol[Outcome]):
     """What FETCH_LOCAL asks of the request handler."""
 
-    def fetch_part(self, part: FetchPart) -> tuple[ErrorCode, FetchData]: ...
+    def fetch_part(self, part: FetchPart) -> Outcome: ...
 
-    def count_fetched(self, part: FetchPart, outcome: tuple[ErrorCode, FetchData]) -> None: ...
+    def count_fetched(self, part: FetchPart, outcome: Outcome) -> None: ...
 
 
-async def answer_fetch_local(stream: trio.abc.Stream, request: FetchLocalRequest, handler: FetchAnswers, *,
+async def answer_fetch_local(stream: trio.abc.Stream, request: FetchLocalRequest, handler: FetchAnswers[Outcome], *,
                              descriptors: bool) -> None:
     """Answer FETCH_LOCAL: FETCH's answer for ``request.part`` as a descriptor where
     ``descriptors`` allows and that answer is one range of a real file; else inline, FETCH's

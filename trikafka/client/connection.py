@@ -1,4 +1,4 @@
-"""One Trio connection to one broker, speaking every request type (spec §2, §5, §9).
+"""One Trio connection to one broker, speaking every request type (docs/protocol.md §2, §5, §9).
 
 Nothing in 0.7 matches a response to its request except order, so requests
 on a connection are serialized with a lock: a request holds it from the first
@@ -176,7 +176,7 @@ class Connection:
         got_nothing = self._reader.buffered_bytes == 0
         await self._break("the broker closed the connection")
         if request.type.is_extension and got_nothing:
-            # A plain 0.7 broker closes on unknown request types (spec §2, §9.1).
+            # A plain 0.7 broker closes on unknown request types (§2, §9.1).
             err: BrokerConnectionError = ExtensionNotSupported(
                 f"{self._peer()} closed the connection on request type {int(request.type)}: "
                 "it does not support trikafka extensions"

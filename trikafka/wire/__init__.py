@@ -1,4 +1,4 @@
-"""trikafka's sans-I/O codec for the Kafka 0.7 protocol (docs/protocol.md §1-§6, §9).
+"""trikafka's sans-I/O codec for the Kafka 0.7 protocol (docs/protocol.md §2-§5, §9, §12.4).
 
 No I/O happens here: callers feed bytes in and get events or bytes out.
 """
@@ -96,7 +96,6 @@ from .responses import (
     top_level_error,
 )
 from .settings import parse_bool
-from . import replication as _replication  # noqa: F401  (registers its request bodies)
 
 __all__ = sorted(
     name for name, value in globals().items()

@@ -1,7 +1,7 @@
-"""REPLICA_FETCH (110) and EPOCH_END_OFFSET (111): the replication requests (docs: replication §4).
+"""REPLICA_FETCH (110) and EPOCH_END_OFFSET (111): the replication requests (docs/protocol.md §12.4).
 
-Sans-I/O like the rest of ``wire``: frozen request dataclasses, encoders that
-return whole frames, decoders for the body after the request type, and the
+Sans-I/O like the rest of ``wire``: frozen request dataclasses, their body
+encoders and decoders (listed in the request table, ``requests.py``), and the
 two responses (REPLICA_FETCH's carries a message-set chunk that the broker
 sends with sendfile, as FETCH does).
 """
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import ClassVar
 
+from .apis import ProtocolTable
+from .cursor import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, FieldCursor, check_int, encode_topic
 from .errors import ErrorCode, RemoteProtocolError
-from .requests import (
-    INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, RequestType, EXTENSION_BODIES, FieldCursor, _check_int, encode_topic,
-)
 from .responses import Chunk, FetchData, _data_chunks, _response_header
 
 _INT32 = struct.Struct(">i")
-_HEADER = struct.Struct(">ih")  # size, requestType
 _FETCH_HEAD = struct.Struct(">iii")  # replica_id, leader_epoch, max_wait_ms
 _FETCH_TAIL = struct.Struct(">iqqi")  # partition, fetch_offset, durable_offset, max_bytes
 _EPOCH_HEAD = struct.Struct(">ii")  # replica_id, leader_epoch
@@ -39,7 +38,7 @@ class ReplicaFetchRequest:
     fetch_offset: int
     durable_offset: int
     max_bytes: int
-    type = RequestType.REPLICA_FETCH
+    type: ClassVar[ProtocolTable]  # set by the request table (requests.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,27 +50,43 @@ class EpochEndOffsetRequest:
     topic: str
     partition: int
     requested_epoch: int
-    type = RequestType.EPOCH_END_OFFSET
+    type: ClassVar[ProtocolTable]  # set by the request table (requests.py)
 
 
 def _int32(name: str, value: int) -> int:
-    return _check_int(name, value, INT32_MIN, INT32_MAX)
+    return check_int(name, value, INT32_MIN, INT32_MAX)
 
 
 def _int64(name: str, value: int) -> int:
-    return _check_int(name, value, INT64_MIN, INT64_MAX)
+    return check_int(name, value, INT64_MIN, INT64_MAX)
 
 
-def encode_body(req: ReplicaFetchRequest | EpochEndOffsetRequest) -> list[bytes]:
-    """The body after the request type (``requests.encode_request`` frames it)."""
-    if isinstance(req, ReplicaFetchRequest):
-        return [
-            _FETCH_HEAD.pack(_int32("replica_id", req.replica_id), _int32("leader_epoch", req.leader_epoch),
-                             _int32("max_wait_ms", req.max_wait_ms)),
-            encode_topic(req.topic),
-            _FETCH_TAIL.pack(_int32("partition", req.partition), _int64("fetch_offset", req.fetch_offset),
-                             _int64("durable_offset", req.durable_offset), _int32("max_bytes", req.max_bytes)),
-        ]
+def encode_replica_fetch(req: ReplicaFetchRequest, version: int = 0) -> list[bytes]:
+    """REPLICA_FETCH's body after the request type (``requests.encode_request`` frames it)."""
+    return [
+        _FETCH_HEAD.pack(_int32("replica_id", req.replica_id), _int32("leader_epoch", req.leader_epoch),
+                         _int32("max_wait_ms", req.max_wait_ms)),
+        encode_topic(req.topic),
+        _FETCH_TAIL.pack(_int32("partition", req.partition), _int64("fetch_offset", req.fetch_offset),
+                         _int64("durable_offset", req.durable_offset), _int32("max_bytes", req.max_bytes)),
+    ]
+
+
+def decode_replica_fetch(cur: FieldCursor, version: int = 0) -> ReplicaFetchRequest:
+    """Decode a REPLICA_FETCH body; RemoteProtocolError if short."""
+    replica_id = cur.int32("replica_id")
+    leader_epoch = cur.int32("leader_epoch")
+    max_wait_ms = cur.int32("max_wait_ms")
+    topic = cur.topic()
+    partition = cur.int32("partition")
+    fetch_offset = cur.int64("fetch_offset")
+    durable_offset = cur.int64("durable_offset")
+    return ReplicaFetchRequest(replica_id, leader_epoch, max_wait_ms, topic, partition, fetch_offset,
+                               durable_offset, cur.int32("max_bytes"))
+
+
+def encode_epoch_end_offset(req: EpochEndOffsetRequest, version: int = 0) -> list[bytes]:
+    """EPOCH_END_OFFSET's body after the request type."""
     return [
         _EPOCH_HEAD.pack(_int32("replica_id", req.replica_id), _int32("leader_epoch", req.leader_epoch)),
         encode_topic(req.topic),
@@ -79,18 +94,10 @@ def encode_body(req: ReplicaFetchRequest | EpochEndOffsetRequest) -> list[bytes]
     ]
 
 
-def decode_body(kind: RequestType, cur: FieldCursor) -> ReplicaFetchRequest | EpochEndOffsetRequest:
-    """Decode a REPLICA_FETCH or EPOCH_END_OFFSET body; RemoteProtocolError if short."""
+def decode_epoch_end_offset(cur: FieldCursor, version: int = 0) -> EpochEndOffsetRequest:
+    """Decode an EPOCH_END_OFFSET body; RemoteProtocolError if short."""
     replica_id = cur.int32("replica_id")
     leader_epoch = cur.int32("leader_epoch")
-    if kind == RequestType.REPLICA_FETCH:
-        max_wait_ms = cur.int32("max_wait_ms")
-        topic = cur.topic()
-        partition = cur.int32("partition")
-        fetch_offset = cur.int64("fetch_offset")
-        durable_offset = cur.int64("durable_offset")
-        return ReplicaFetchRequest(replica_id, leader_epoch, max_wait_ms, topic, partition, fetch_offset,
-                                   durable_offset, cur.int32("max_bytes"))
     topic = cur.topic()
     partition = cur.int32("partition")
     return EpochEndOffsetRequest(replica_id, leader_epoch, topic, partition, cur.int32("requested_epoch"))
@@ -146,6 +153,3 @@ def decode_epoch_end_offset_response(error: int, payload: bytes) -> tuple[ErrorC
         raise RemoteProtocolError("epoch end offset response too short")
     epoch, end = _EPOCH_RESPONSE.unpack_from(payload)
     return ErrorCode.from_wire(error), epoch, end
-
-
-EXTENSION_BODIES[RequestType.REPLICA_FETCH] = EXTENSION_BODIES[RequestType.EPOCH_END_OFFSET] = (encode_body, decode_body)

@@ -1,4 +1,4 @@
-"""Responses (spec §3.2, §6.2, §6.3, §6.5, §16): broker-side encoders, client-side decoders.
+"""Responses (docs/protocol.md §2, §5.2, §5.3, §5.5, §9): broker-side encoders, client-side decoders.
 
 Fetch responses are returned as a list of *chunks*: header bytes, then the
 message-set data as either ``bytes`` or a ``FileRegion``.  A ``FileRegion``
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence, Union
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
-from .requests import INT32_MAX, TOPIC_ENCODING, TOPIC_ERRORS, encode_topic
+from .cursor import INT32_MAX, encode_topic
+from .topics import TOPIC_ENCODING, TOPIC_ERRORS
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -93,13 +94,13 @@ def _response_header(error_code: int, payload_bytes: int) -> bytes:
 
 
 def encode_fetch_response(error_code: ErrorCode, data: FetchData) -> list[Chunk]:
-    """FETCH response (§6.2): ``size, errorCode`` header, then the data chunks if any."""
+    """FETCH response (§5.2): ``size, errorCode`` header, then the data chunks if any."""
     chunks = _data_chunks(data)
     return [_response_header(error_code, sum(len(c) for c in chunks)), *chunks]
 
 
 def encode_multifetch_response(parts: Sequence[tuple[ErrorCode, FetchData]]) -> list[Chunk]:
-    """MULTIFETCH / FETCH_WAIT response (§6.3, §16.2): parts in request order.
+    """MULTIFETCH / FETCH_WAIT response (§5.3, §9.3): parts in request order.
 
     Adjacent header bytes are merged so a part with no data costs no extra chunk.
     """
@@ -161,7 +162,7 @@ def decode_fetch_local_tail(payload_bytes: int, tail: bytes | bytearray | memory
 
 
 def encode_offsets_response(offsets: Sequence[int]) -> bytes:
-    """OFFSETS response (§6.5): errorCode 0, ``n``, then ``n`` int64 offsets."""
+    """OFFSETS response (§5.5): errorCode 0, ``n``, then ``n`` int64 offsets."""
     try:
         body = _INT32.pack(len(offsets)) + b"".join(_INT64.pack(o) for o in offsets)
     except struct.error as exc:
@@ -171,7 +172,7 @@ def encode_offsets_response(offsets: Sequence[int]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class ProduceAckedResult:
-    """Outcome of one PRODUCE_ACKED part (§16.1); offsets are -1 on error."""
+    """Outcome of one PRODUCE_ACKED part (§9.2); offsets are -1 on error."""
 
     topic: str
     partition: int
@@ -181,7 +182,7 @@ class ProduceAckedResult:
 
 
 def encode_produce_acked_response(results: Sequence[ProduceAckedResult]) -> bytes:
-    """PRODUCE_ACKED response (§16.1): errorCode 0, ``count``, one record per part."""
+    """PRODUCE_ACKED response (§9.2): errorCode 0, ``count``, one record per part."""
     if len(results) > 0x7FFF:
         raise LocalProtocolError("more results than an int16 count allows")
     body = [_INT16.pack(len(results))]
@@ -276,7 +277,7 @@ def top_level_error(error_code: ErrorCode, what: str) -> str | None:
     """The one check of a response's top-level error, shared by every client.
 
     MULTIFETCH, OFFSETS, PRODUCE_ACKED, METADATA and CREATE_TOPIC always carry 0
-    at the top level (§6.3, §6.5, §16.1); their per-part errors sit in the
+    at the top level (§5.3, §5.5, §9.2); their per-part errors sit in the
     payload.  Returns None when ``error_code`` is 0, else the one-line reason the
     caller raises with (FETCH is the exception: its top-level code is the part's).
     """
