@@ -126,7 +126,7 @@ class World:
 
     async def run(self) -> None:
         async with open_cluster(self.brokers, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50)),
-                                survive_failures=True) as cluster, \
+                                survive_failures=True, loopback=False) as cluster, \
                 cluster.coordinator() as zk:
             self.cluster, self.zk = cluster, zk
             config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "1000"}

@@ -19,6 +19,7 @@ and bring it back, as a network partition would.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 from collections import defaultdict
@@ -30,10 +31,13 @@ import trio.testing
 
 from trikafka.broker import BrokerConfig
 from trikafka.broker.server import Broker, inline_blocking, serve
+from trikafka.cli.common import leaf_exceptions
 from trikafka.client import Connection, connect
-from trikafka.wire import NEED_DATA, RemoteProtocolError, Request, RequestReader, RequestType
+from trikafka.wire import RemoteProtocolError, Request, RequestReader, RequestType
+from trikafka.wire.framing import _NeedData  # what a reader returns between requests (isinstance narrows it)
 
 from .fake_coordinator import FakeCoordinator
+from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem
 
@@ -129,7 +133,7 @@ class _RecordingStream(trio.abc.Stream):
         if self._reader is not None:
             try:
                 self._reader.receive_data(bytes(data))
-                while (event := self._reader.next_event()) is not NEED_DATA:
+                while not isinstance(event := self._reader.next_event(), _NeedData):
                     events.append(event)
             except RemoteProtocolError:
                 self._reader = None  # a client sending garbage on purpose: the broker will judge it
@@ -161,7 +165,7 @@ class InProcessBroker:
         self.broker = broker
         self.fs = fs
         self.network = network
-        self.address = address  # on the in-memory network (the broker also listens on loopback)
+        self.address = address  # on the in-memory network (its listener is real unless loopback=False)
 
     @property
     def host(self) -> str:
@@ -233,6 +237,10 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
             broker.shutdown()
 
 
+class BrokerStartError(RuntimeError):
+    """An in-process broker failed before it served (its cause is the broker's own exception)."""
+
+
 class InProcessCluster:
     """``n`` in-process brokers registered in one ``FakeZooKeeper`` (``.zookeeper``)."""
 
@@ -301,8 +309,12 @@ class InProcessCluster:
         self._stopped[index] = trio.Event()
         self._scopes[index] = trio.CancelScope()
         settings = {**self._member_settings[index], "port": self.brokers[index].broker.port}
-        member = await self._nursery.start(functools.partial(
-            _run_member, self, index, self.brokers[index].fs, self._clock_ms, settings, None))
+        try:
+            member = await self._nursery.start(functools.partial(
+                _run_member, self, index, self.brokers[index].fs, self._clock_ms, settings, None))
+        except Exception as exc:
+            causes = ", ".join(map(repr, leaf_exceptions(exc)))
+            raise BrokerStartError(f"broker {index} did not start again on port {settings['port']}: {causes}") from exc
         self.brokers[index] = member
         return member
 
@@ -328,15 +340,30 @@ class InProcessCluster:
 @asynccontextmanager
 async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: int = 0,
                        clock_ms: Callable[[], int] | None = None, survive_failures: bool = False,
-                       **settings: Any) -> AsyncIterator[InProcessCluster]:
+                       loopback: bool = True, **settings: Any) -> AsyncIterator[InProcessCluster]:
     """Run brokers 0..n-1 in-process, each on its own ``FakeFileSystem`` and registered in ZooKeeper.
 
     ``settings`` are ``BrokerConfig`` fields shared by every broker;
     ``cluster.add(...)`` starts more.  A broker that fails (an fsync error halts
     it) fails the block, unless ``survive_failures``: then it just stops, as its
     process would exit (``cluster.failures[i]`` says why; ``restart(i)``).
+    A broker that fails before it serves raises from ``add``/``restart``
+    either way (``BrokerStartError`` from ``restart``, naming the cause).
+    With ``loopback=False`` the brokers bind no real port: the block's Trio
+    run gets a ``FakeListeners`` socket factory (every socket it creates is a
+    fake), and the in-memory network is the only way to reach them.
     """
     settings.setdefault("enable_zookeeper", True)
+    with contextlib.ExitStack() as sockets:
+        if not loopback:
+            sockets.enter_context(FakeListeners().installed())
+        async with _open_cluster(n, zookeeper, seed, clock_ms, survive_failures, settings) as cluster:
+            yield cluster
+
+
+@asynccontextmanager
+async def _open_cluster(n: int, zookeeper: FakeZooKeeper | None, seed: int, clock_ms: Callable[[], int] | None,
+                        survive_failures: bool, settings: dict[str, Any]) -> AsyncIterator[InProcessCluster]:
     async with trio.open_nursery() as nursery:
         cluster = InProcessCluster(zookeeper if zookeeper is not None else FakeZooKeeper(), InMemoryNetwork(),
                                    nursery, seed, clock_ms, settings)
@@ -356,17 +383,21 @@ async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSys
     zk = cluster._coordinators[broker_id] = cluster.coordinator()
     await zk.start()
     scope = cluster._scopes[broker_id]
+    serving = False
     try:
         with scope:
             async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
                                    address=address, broker_id=broker_id, **settings) as member:
                 task_status.started(member)
+                serving = True
                 await member.broker.wait_shutdown_requested()
     except Exception as exc:
         if not scope.cancel_called:  # (a killed broker's clean-up fails on its frozen disk: that is the point)
-            if not cluster.survive_failures:
-                raise
             cluster.failures[broker_id] = exc
+            # A failure to start is raised either way: it reaches the caller of add or restart
+            # (nursery.start re-raises it), which otherwise would learn only that no broker came up.
+            if not cluster.survive_failures or not serving:
+                raise
     finally:
         if scope.cancel_called:
             zk.crash()  # no goodbye: the session outlives the process by its timeout
