@@ -3,12 +3,15 @@ and each planted bug is caught within the number of seeds stated here."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from trikafka.sim import run_seed
+from trikafka.sim.faults import FAULT_TABLE, Fault
 
 DURATION_S = 30.0
 CLEAN_SEEDS = range(1, 21)  # 20 seeds x 30 simulated s per CI run
@@ -26,7 +29,7 @@ def test_a_seed_replays_exactly():
 @pytest.mark.parametrize("seed", CLEAN_SEEDS)
 def test_every_promise_holds_on_clean_seeds(seed):
     result = run_seed(seed, duration_s=DURATION_S)
-    assert result.ok, (result.violation, "\n".join(result.context))
+    assert result.ok, result.report()
     assert result.acked > 25 and result.faults > 3  # the run did write under faults (a kill costs 6 s)
     assert result.delivered > 25  # and the group read
 
@@ -43,11 +46,35 @@ def test_the_command_prints_the_seed_line_and_exits_by_the_promises():
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[-1].startswith("seed 3: ok trace ")
-    broken = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--seed", "1", "--plant", "ack-before-isr"],
-                            capture_output=True, text=True, timeout=120)
-    assert broken.returncode == 1
-    assert "acknowledged writes survive" in broken.stderr
-    assert "replay: trikafka sim --seed 1 --duration-s 30 --plant ack-before-isr" in broken.stderr
+
+
+def test_a_seed_that_fails_in_the_harness_prints_the_command_that_replays_it_exactly():
+    failed = run_seed(1, duration_s=DURATION_S, plant="ack-before-isr")
+    report = failed.report()
+    assert not failed.ok and failed.violation.promise == "acknowledged writes survive"
+    command = re.search(r"^  replay: (trikafka sim .*)$", report, re.MULTILINE).group(1)
+    assert command == "trikafka sim --seed 1 --duration-s 30 --plant ack-before-isr"
+    replayed = subprocess.run([sys.executable, "-m", *shlex.split(command)], capture_output=True, text=True,
+                              timeout=300)
+    assert replayed.returncode == 1
+    assert replayed.stdout.splitlines()[-1] == f"seed 1: FAILED (acknowledged writes survive) trace {failed.digest}"
+    assert report in replayed.stderr  # the same violation after the same events
+
+
+def test_a_fault_kind_added_leaves_the_other_draws_as_they_were(monkeypatch):
+    async def nothing(world, broker, duration_s):
+        pass
+
+    def starts(result):  # (simulated ms, broker, duration) of every fault started
+        return [m.group(1, 3, 4) for line in result.trace_lines
+                if (m := re.match(r" *(\d+) fault (\S+) broker (\d+) for (\S+) s", line))]
+
+    expire_only = run_seed(2, duration_s=10.0, faults=("expire",))
+    monkeypatch.setitem(FAULT_TABLE, "nothing", Fault("nothing", nothing))
+    with_a_new_kind = run_seed(2, duration_s=10.0, faults=("expire", "nothing"))
+    assert expire_only.ok and with_a_new_kind.ok
+    assert len(starts(expire_only)) > 5 and starts(with_a_new_kind) == starts(expire_only)
+    assert "fault nothing broker" in "\n".join(with_a_new_kind.trace_lines)
 
 
 def test_a_larger_world_keeps_every_promise_and_the_shape_is_checked():
@@ -73,5 +100,6 @@ def test_a_thousand_simulated_cluster_minutes_keep_every_promise():
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seeds in BUDGET_SEEDS]
     for run, seeds in zip(runs, BUDGET_SEEDS):
         out, err = run.communicate(timeout=3600)
-        assert run.returncode == 0, f"seeds {seeds.start}..{seeds.stop - 1}:\n{out[-3000:]}\n{err[-3000:]}"
+        replays = "\n".join(line for line in err.splitlines() if line.startswith("  replay: "))
+        assert run.returncode == 0, f"seeds {seeds.start}..{seeds.stop - 1}:\n{replays}\n{out[-3000:]}\n{err[-3000:]}"
         assert f"{len(seeds)} ok, 0 failed" in out.splitlines()[-1]
