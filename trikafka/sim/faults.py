@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 import trio
 
@@ -21,8 +21,12 @@ from trikafka.wire import RequestType
 from trikafka.zk import NoNodeError, paths
 from trikafka.zk.replication_store import read_state
 
-if TYPE_CHECKING:
-    from .world import World
+if TYPE_CHECKING:  # (types only: the command line reads this table before any broker code loads)
+    from trikafka.testing import InProcessCluster
+    from trikafka.zk.coordinator import Coordinator
+
+    from .determinism import Streams, Trace
+    from .groups import GroupMembers
 
 REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
 BROKER_DURATIONS_S = (0.02, 0.3, 1.0, 4.0)  # a fault lasts one of these times a uniform [0, 1)
@@ -30,7 +34,29 @@ MEMBER_DURATIONS_S = (0.3, 1.0, 4.0, 8.0)
 FSYNC_ERROR_WAIT_S = 2.0  # for the next fsync after an error is armed
 FSYNC_HALT_WAIT_S = 20.0  # for a broker whose fsync failed to halt (a controlled shutdown included)
 
-Inject = Callable[["World", int, float], Awaitable[None]]  # (world, broker or member, duration_s)
+
+
+class World(Protocol):
+    """What a fault sees of the simulated world (``world.World``, which imports this table)."""
+
+    cluster: InProcessCluster
+    zk: Coordinator
+    streams: Streams
+    trace: Trace
+    members: GroupMembers
+    topic: str
+    brokers: int
+    partitions: int
+    replicas: tuple[tuple[int, ...], ...]
+    down: set[int]  # brokers stopped right now (restart() takes one out)
+
+    async def restart(self, broker: int) -> None: ...
+
+    async def stall(self, duration_s: float, matches: Callable[[tuple[str, int], Any], bool]) -> None:
+        """Hold the requests ``matches(address, request)`` selects (Any: every decoded request type)."""
+
+
+Inject = Callable[[World, int, float], Awaitable[None]]  # (world, broker or member, duration_s)
 
 
 @dataclass(frozen=True)
@@ -42,7 +68,7 @@ class Fault:
     on_member: bool = False  # the victim is a group member (else a broker)
     durations_s: tuple[float, ...] = BROKER_DURATIONS_S
     hits_a_stalled_broker: bool = False  # may start while the broker's only fault is a stall
-    may_start: Callable[["World"], Awaitable[bool]] | None = None  # checked just before it starts
+    may_start: Callable[[World], Awaitable[bool]] | None = None  # checked just before it starts
 
 
 async def _restart(world: World, broker: int, duration_s: float) -> None:

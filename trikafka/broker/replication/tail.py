@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from ...log.names import TAIL_LOST_FILE
 from ...zk.errors import CoordinatorError
 
+if TYPE_CHECKING:
+    from .hosted import HostedPartition
+
 logger = logging.getLogger(__name__)
+Hosted = Mapping[tuple[str, int], "HostedPartition"]  # (topic, partition) -> this broker's replica
 
 
 def keep_tail_status(fs: Any, log_dir: str, intact_now: bool) -> bool:
@@ -39,19 +43,19 @@ def forget_tail_lost(fs: Any, log_dir: str) -> None:
         fs.fsync_dir(log_dir)
 
 
-def _caught_up(hosted: Any) -> bool:
+def _caught_up(hosted: HostedPartition) -> bool:
     # Since this start, the follower held bytes of its leader's epoch and reached a response's HW.
     return hosted.follower is not None and hosted.follower.caught_up
 
 
-def copied_again(broker_id: int, hosted: Mapping[tuple[str, int], Any], copied: set[tuple[str, int]]) -> bool:
+def copied_again(broker_id: int, hosted: Hosted, copied: set[tuple[str, int]]) -> bool:
     """Whether every hosted replica (``(topic, partition) -> HostedPartition``) is in ``copied`` (those
     ``copied_partitions`` found since this start): the broker then holds every byte committed before,
     lost tail included.  (A replica may lead once copied, so it is not required to follow now.)"""
     return all(tp in copied for tp, h in hosted.items() if broker_id in h.replicas)
 
 
-def copied_partitions(broker_id: int, hosted: Mapping[tuple[str, int], Any]) -> set[tuple[str, int]]:
+def copied_partitions(broker_id: int, hosted: Hosted) -> set[tuple[str, int]]:
     """The hosted replicas (``(topic, partition) -> HostedPartition``) that follow a leader and have
     caught up with it since this start: each holds every byte of its partition committed before."""
     return {tp for tp, h in hosted.items() if broker_id in h.replicas and _caught_up(h)}
@@ -66,7 +70,7 @@ class TailStatus:
         self.intact = intact
         self.copied: set[tuple[str, int]] = set()
 
-    async def until_copied(self, hosted: Mapping[tuple[str, int], Any], progress: Callable[[], Awaitable[None]],
+    async def until_copied(self, hosted: Hosted, progress: Callable[[], Awaitable[None]],
                            register: Callable[[], Awaitable[None]], connected: Callable[[], Awaitable[None]],
                            forget: Callable[[], Awaitable[None]]) -> None:
         """Follow the hosted replicas (``hosted`` is live; ``progress()`` returns after a change)
