@@ -7,7 +7,8 @@
   kazoo's session behaviour, on Trio time.
 
 * :func:`open_broker` and :func:`open_cluster` (``broker``): the real broker
-  in-process on a fake file system, reached over in-memory streams; a cluster
+  in-process on a fake file system, reached over in-memory streams
+  (``InMemoryNetwork``, in ``network``); a cluster
   registers its brokers in a ``FakeZooKeeper``; ``FakeListeners``
   (``fake_listeners``) lets them listen without binding a real port.
 * ``trikafka.testing.pytest_plugin``: pytest fixtures over those, enabled with
