@@ -86,7 +86,7 @@ def test_a_fault_kind_added_leaves_the_other_draws_as_they_were(monkeypatch):
 
 def test_a_larger_world_keeps_every_promise_and_the_shape_is_checked():
     result = run_seed(4, duration_s=10.0, brokers=5, partitions=6)
-    assert result.ok, (result.violation, "\n".join(result.context))
+    assert result.ok, result.report()
     assert "topic sim: replicas ((0, 1, 2), (1, 2, 3), (2, 3, 4), (3, 4, 0), (4, 0, 1), (0, 1, 2))" in "\n".join(
         result.trace_lines)
     refused = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--seed", "1", "--brokers", "2"],
