@@ -3,11 +3,12 @@ over in-memory streams, the GroupConsumer over the brokers' loopback listeners."
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from trikafka.group import GroupConfig, GroupConsumer
 from trikafka.producer import Producer
-from trikafka.testing import open_cluster
+from trikafka.testing import BrokerStartError, open_cluster
 
 # Bounds the whole exchange; a hang fails instead of stalling.  Never a sync tool.
 EXCHANGE_TIMEOUT_S = 60.0
@@ -35,3 +36,19 @@ async def test_a_group_of_two_shares_what_a_producer_sent_to_a_three_broker_clus
                         nursery.start_soon(drain, "a", a)
                         nursery.start_soon(drain, "b", b)
     assert seen["a"] | seen["b"] == {b"order %d" % n for n in range(60)}
+
+
+async def test_without_loopback_a_restart_gets_its_port_back_and_a_failed_one_says_why():
+    with trio.fail_after(EXCHANGE_TIMEOUT_S):
+        async with open_cluster(2, loopback=False, survive_failures=True) as cluster:
+            first = cluster.brokers[0].broker.port
+            assert cluster.brokers[1].broker.port != first
+            await cluster.stop(0)
+            assert (await cluster.restart(0)).broker.port == first
+            await cluster.stop(0)
+            squatter = trio.socket.socket()  # the run's sockets are FakeListeners' too
+            await squatter.bind(("127.0.0.1", first))
+            with pytest.raises(BrokerStartError, match=r"broker 0 did not start again on port \d+: "
+                                                       r"OSError\(\d+, 'Address already in use'\)$"):
+                await cluster.restart(0)
+            squatter.close()

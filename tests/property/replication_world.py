@@ -54,6 +54,7 @@ class Replica:
     paused: bool = False
     registered: bool = True
     tail_intact: bool = True
+    tail_copied: bool = False  # tail lost, but caught up with a leader since the restart (§12.2)
     view: PartitionState | None = None
     view_version: int = -1
     leading: LeaderPartition | None = None
@@ -92,7 +93,7 @@ class World:
 
     def _cluster(self) -> Cluster:
         live = frozenset(r.id for r in getattr(self, "r", []) if r.registered)
-        intact = frozenset(r.id for r in getattr(self, "r", []) if r.registered and r.tail_intact)
+        intact = frozenset(r.id for r in getattr(self, "r", []) if r.registered and (r.tail_intact or r.tail_copied))
         seen = getattr(self, "seen_sessions", {})
         restarted = frozenset(r.id for r in getattr(self, "r", []) if r.registered and seen.get(r.id) != r.session)
         leaving = frozenset(getattr(self, "shutting_down", ()))
@@ -212,6 +213,9 @@ class World:
             if self.config.replica_ack_fsync:
                 f.durable = len(f.log)  # followers fsync every append in this mode
         f.hw = follower.high_watermark
+        # fetcher.follow's caught-up test: bytes of the leader's epoch, and the response's HW reached
+        if not f.tail_intact and f.history.latest_epoch == f.view.leader_epoch and len(f.log) >= answer.high_watermark:
+            f.tail_copied = True
         self._settle(leader)
         return True
 
@@ -265,6 +269,7 @@ class World:
             return
         r.alive = r.paused = r.registered = False
         self._drop_pending(i)
+        r.tail_copied = False  # a new process copies again what it lost
         if power_loss:
             del r.log[r.durable:]
             r.tail_intact = False
@@ -312,7 +317,7 @@ class World:
         for msg, offset in self.acked.items():
             assert bytes(self.committed[offset:offset + MSG_BYTES]) == message(msg), f"acked {msg} not committed"
             for rid in self.zk.isr:
-                if not (self.r[rid].tail_intact or self.config.replica_ack_fsync):
+                if not (self.r[rid].tail_intact or self.r[rid].tail_copied or self.config.replica_ack_fsync):
                     continue  # a power loss took its page cache: the documented exception
                 got = bytes(self.r[rid].log[offset:offset + MSG_BYTES])
                 assert got == message(msg), f"acked {msg} at {offset} missing on ISR member {rid}: {got!r}"

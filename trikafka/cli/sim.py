@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from trikafka.sim.names import FAULTS, PLANT_NAMES
+from trikafka.sim.faults import FAULTS
+from trikafka.sim.names import PLANT_NAMES
 
 
 def add_parser(commands) -> None:
@@ -58,17 +59,6 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("--brokers takes 3 to 32 and --partitions 1 to 1024")
 
 
-def _replay(args: argparse.Namespace, seed: int) -> str:
-    parts = [f"trikafka sim --seed {seed} --duration-s {args.duration_s:g}"]
-    if args.faults is not None:
-        parts.append(f"--faults {args.faults}")
-    if args.plant is not None:
-        parts.append(f"--plant {args.plant}")
-    if (args.brokers, args.partitions) != (3, 2):
-        parts.append(f"--brokers {args.brokers} --partitions {args.partitions}")
-    return " ".join(parts)
-
-
 def cmd_sim(args: argparse.Namespace) -> int:
     from trikafka.sim import FAULTS, run_seed
 
@@ -82,15 +72,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
         simulated_s += result.simulated_s
         if args.trace and not many:
             print("\n".join(result.trace_lines))
-        if result.ok:
+        if result.violation is None:
             line = f"seed {seed}: ok trace {result.digest}"
         else:
             failed.append(seed)
-            v = result.violation
-            print(f"seed {seed}: BROKEN {v.promise}: {v.detail}", file=sys.stderr)
-            print("\n".join(f"  {line}" for line in result.context), file=sys.stderr)
-            print(f"  replay: {_replay(args, seed)}", file=sys.stderr)
-            line = f"seed {seed}: FAILED ({v.promise}) trace {result.digest}"
+            print(result.report(), file=sys.stderr, flush=True)
+            line = f"seed {seed}: FAILED ({result.violation.promise}) trace {result.digest}"
         if many:
             print(f"[{done}/{len(args.seed_range)}] {line}", flush=True)
         else:

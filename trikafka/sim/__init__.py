@@ -5,7 +5,7 @@ clock over fake disks, a fake ZooKeeper and an in-memory network, under
 seeded faults; a checker holds them to the promises in ``checker``.
 ``run_seed(seed)`` runs one world; ``trikafka sim`` is the command
 (docs/simulation.md).  Names load on first use, so the command line can read
-``trikafka.sim.names`` without importing a broker.
+``trikafka.sim.names`` and ``trikafka.sim.faults`` without importing a broker.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_HOMES = {"FAULTS": "names", "PLANT_NAMES": "names", "PLANTS": "plants", "planted": "plants",
-          "SimResult": "world", "parse_faults": "world", "run_seed": "world", "Violation": "checker"}
+_HOMES = {"FAULTS": "faults", "FAULT_TABLE": "faults", "PLANT_NAMES": "names", "PLANTS": "plants",
+          "planted": "plants", "SimResult": "world", "parse_faults": "faults", "run_seed": "world",
+          "Violation": "checker"}
 
 __all__ = sorted(_HOMES)
 

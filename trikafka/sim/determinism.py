@@ -16,12 +16,18 @@ duration of one ``trio.run``, then restores both.  Time is a
 blocked the clock jumps to the next deadline, so simulated seconds cost only
 the CPU they use.  The simulated world does no real I/O and starts no thread
 (the fake file system is synchronous), so nothing else can reorder it.
+
+Every other choice the world makes comes from ``Streams``: one
+``random.Random`` per kind of choice, each seeded by hashing the seed with
+the stream's name, so a change to how one kind is drawn (a fault kind added,
+say) leaves every other stream's draws as they were.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import random
 from typing import Iterator
 
 import trio
@@ -40,6 +46,33 @@ def deterministic_trio(seed: int) -> Iterator[None]:
     finally:
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]
         trio_run._r.setstate(saved_state)
+
+
+def derived_random(seed: int, name: str) -> random.Random:
+    """A ``random.Random`` seeded by the sha256 of ``seed`` and ``name``: independent for each name."""
+    return random.Random(hashlib.sha256(f"{seed}/{name}".encode()).digest())
+
+
+class Streams:
+    """The world's random choices, one stream per kind (each a ``random.Random``).
+
+    ``config``: the cluster's settings; ``fault``: which kind of fault;
+    ``victim``: which broker or member it hits; ``timing``: the gap before
+    the next fault; ``duration``: how long it lasts; ``disk``: what a power
+    cut loses or tears; ``latency``: how long each request takes to arrive;
+    ``produce`` and ``consume``: the clients' actions.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.config = derived_random(seed, "config")
+        self.fault = derived_random(seed, "fault")
+        self.victim = derived_random(seed, "victim")
+        self.timing = derived_random(seed, "timing")
+        self.duration = derived_random(seed, "duration")
+        self.disk = derived_random(seed, "disk")
+        self.latency = derived_random(seed, "latency")
+        self.produce = derived_random(seed, "produce")
+        self.consume = derived_random(seed, "consume")
 
 
 class Trace:

@@ -75,7 +75,8 @@ class GroupLedger:
         if current != stint:
             if stint in self.ended.setdefault(partition, set()):
                 return Violation("group ownership never overlaps", f"partition {partition}: {stint[0]} "
-                                 f"(generation {stint[1]}) handed out offset {offset} after {current[0]} had")
+                                 f"(generation {stint[1]}) handed out offset {offset} after "
+                                 f"{current[0] if current else 'a later stint'} had")
             if current is not None:
                 self.ended[partition].add(current)
             self.current[partition] = stint
@@ -152,6 +153,7 @@ class GroupMembers:
         name = f"m{member}.{self.counts[member]}"
         incarnation = Incarnation(name, self.world.cluster.coordinator(session_timeout_s=SESSION_TIMEOUT_S))
         self.live[member] = incarnation
+        assert self._nursery is not None, "members start inside run()"
         self._nursery.start_soon(self._run_incarnation, member, incarnation)
         return incarnation
 

@@ -1,5 +1,4 @@
-"""The simulation's fault and planted-bug names, light enough for the command line to import."""
+"""The simulation's planted-bug names, light enough for the command line to import (the faults are
+``faults.FAULT_TABLE``, which imports no broker either)."""
 
-MEMBER_FAULTS = ("member-crash", "member-pause", "member-twin")  # faults of group members, not brokers
-FAULTS = ("restart", "kill", "crash", "fsync-error", "stall", "isolate", "expire", "zk-outage", *MEMBER_FAULTS)
 PLANT_NAMES = ("ack-before-isr", "truncate-to-hw", "unclean-election", "unrecorded-epoch", "fenced-commit")

@@ -6,46 +6,46 @@ systems, a fake ZooKeeper and an in-memory network, in one Trio run on a
 ``MockClock`` whose scheduling is a function of the seed
 (``determinism.py``).  A producer writes with acks -1, a consumer reads
 committed bytes from any replica, a consumer group reads the topic
-(``groups.py``), and a nemesis injects the named faults;
+(``groups.py``), and a nemesis injects the named faults (``faults.py``);
 then every fault heals, the cluster settles and ``checker`` judges the end
-state.  Every random choice comes from ``random.Random(seed)``; the trace of
-events hashes to the same digest on every run of the seed.
+state.  Every random choice comes from the seed's ``Streams`` (one stream per
+kind of choice); the trace of events hashes to the same digest on every run
+of the seed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import random
+import traceback
 from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
 
 import trio
 import trio.testing
 
 from trikafka.client import ClientError, connect
-from trikafka.testing import open_cluster
-from trikafka.wire import ErrorCode, RemoteProtocolError, RequestType, build_message_set
+from trikafka.testing import InProcessCluster, open_cluster
+from trikafka.zk.coordinator import Coordinator
+from trikafka.wire import ErrorCode, RemoteProtocolError, build_message_set
 from trikafka.wire.reading import parse_entries
-from trikafka.zk import NoNodeError
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 from .checker import Ledger, Violation, check_end_state
-from .determinism import Trace, deterministic_trio
+from .determinism import Streams, Trace, deterministic_trio
+from .faults import FAULT_TABLE, FAULTS, Fault
 from .groups import MEMBERS, GroupMembers
-from .names import FAULTS, MEMBER_FAULTS
 from .plants import planted
 
 TOPIC = "sim"
 BROKERS, PARTITIONS, REPLICATION_FACTOR = 3, 2, 3  # the default shape of the world
-REPLICATION_REQUESTS = (RequestType.REPLICA_FETCH, RequestType.EPOCH_END_OFFSET)
 PRODUCE_RATE_PER_S = 20.0
 FAULT_GAP_S = (0.2, 2.0)
 MAX_LATENCY_S = 0.03
-FSYNC_ERROR_WAIT_S = 2.0  # for the next fsync after an error is armed
-FSYNC_HALT_WAIT_S = 20.0  # for a broker whose fsync failed to halt (a controlled shutdown included)
 SETTLE_S = 60.0  # after healing, simulated: session expiries, elections and catch-up fit in it
 REQUEST_TIMEOUT_S = 5.0
+Address = tuple[str, int]
+Hook = Callable[[Any], Awaitable[None]]  # awaited before a request goes on (Any: every decoded request type)
 FETCH_BYTES = 64 * 1024
 
 
@@ -63,15 +63,28 @@ class SimResult:
     faults: int = 0
     delivered: int = 0  # messages handed out to the consumer group
     trace_lines: list[str] = field(default_factory=list)
+    replay: str = ""  # the command that runs this seed again, exactly
+
+    def report(self) -> str:
+        """What a failed seed prints: the promise, the events before it, its replay command and trace digest."""
+        if self.violation is None:
+            return f"seed {self.seed}: ok trace {self.digest}"
+        return "\n".join([f"seed {self.seed}: BROKEN {self.violation.promise}: {self.violation.detail}",
+                          *(f"  {line}" for line in self.context),
+                          f"  replay: {self.replay}", f"  trace {self.digest}"])
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``restart,stall`` -> the fault names; ValueError naming an unknown one."""
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in FAULTS]
-    if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(FAULTS)})")
-    return names
+def replay_command(seed: int, *, duration_s: float, faults: tuple[str, ...], plant: str | None, brokers: int,
+                   partitions: int) -> str:
+    """The ``trikafka sim`` command line that runs this seed with these settings."""
+    parts = [f"trikafka sim --seed {seed} --duration-s {duration_s:g}"]
+    if faults != FAULTS:
+        parts.append(f"--faults {','.join(faults)}")
+    if plant is not None:
+        parts.append(f"--plant {plant}")
+    if (brokers, partitions) != (BROKERS, PARTITIONS):
+        parts.append(f"--brokers {brokers} --partitions {partitions}")
+    return " ".join(parts)
 
 
 def replica_assignment(brokers: int, partitions: int) -> tuple[tuple[int, ...], ...]:
@@ -88,17 +101,23 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     clock = trio.testing.MockClock(autojump_threshold=0)
     previous = logging.getLogger("trikafka").level
     logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)  # brokers killed mid-task log their failure: noise here
+    world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
+    crash: list[str] = []
     try:
         with deterministic_trio(seed), planted(plant):
-            world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
             trio.run(world.run, clock=clock)
+    except Exception as exc:  # the simulation itself failed: a failed seed too, replayable like the rest
+        world.violation = world.violation or Violation("the simulation runs to its end", repr(exc), len(trace.lines))
+        crash = [line for chunk in traceback.format_exception(exc) for line in chunk.rstrip().splitlines()]
     finally:
         logging.getLogger("trikafka").setLevel(previous)
     violation = world.violation
     context = trace.around(violation.trace_index if violation.trace_index >= 0 else len(trace.lines)) \
         if violation else []
-    return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context,
-                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines)
+    return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context + crash,
+                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines,
+                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, brokers=brokers,
+                                    partitions=partitions))
 
 
 class World:
@@ -106,7 +125,7 @@ class World:
 
     def __init__(self, seed: int, duration_s: float, faults: tuple[str, ...], trace: Trace,
                  replicas: tuple[tuple[int, ...], ...] = replica_assignment(BROKERS, PARTITIONS)):
-        self.rng = random.Random(seed)
+        self.streams = Streams(seed)
         self.replicas = replicas
         self.brokers, self.partitions = 1 + max(max(r) for r in replicas), len(replicas)
         self.seed, self.duration_s, self.fault_names, self.trace = seed, duration_s, faults, trace
@@ -116,7 +135,10 @@ class World:
         self.down: set[int] = set()
         self.stalls: list[trio.Event] = []  # released at the latest when everything heals
         self.busy: dict[int, list[str]] = {}  # brokers under a fault right now -> the faults
-        self.cluster = None
+        self.topic = TOPIC
+        self.cluster: InProcessCluster  # set once run() opened it
+        self.zk: Coordinator
+        self.latency: Hook
         self.members = GroupMembers(self, TOPIC)
 
     def fail(self, violation: Violation | None) -> None:
@@ -125,8 +147,8 @@ class World:
             self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
 
     async def run(self) -> None:
-        async with open_cluster(self.brokers, seed=self.seed, log_flush_interval=self.rng.choice((1, 4, 50)),
-                                survive_failures=True) as cluster, \
+        async with open_cluster(self.brokers, seed=self.seed, log_flush_interval=self.streams.config.choice((1, 4, 50)),
+                                survive_failures=True, loopback=False) as cluster, \
                 cluster.coordinator() as zk:
             self.cluster, self.zk = cluster, zk
             config = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "1000"}
@@ -168,12 +190,12 @@ class World:
 
     async def _produce(self) -> None:
         for seq in range(10**9):
-            await trio.sleep(self.rng.expovariate(PRODUCE_RATE_PER_S))
-            partition = self.rng.randrange(self.partitions)
+            await trio.sleep(self.streams.produce.expovariate(PRODUCE_RATE_PER_S))
+            partition = self.streams.produce.randrange(self.partitions)
             leader = await self._leader(partition)
             if leader < 0 or leader in self.down:
                 continue
-            data = build_message_set([b"s%d.%d.%d" % (self.seed, seq, i) for i in range(self.rng.randint(1, 3))])
+            data = build_message_set([b"s%d.%d.%d" % (self.seed, seq, i) for i in range(self.streams.produce.randint(1, 3))])
             member = self.cluster.brokers[leader]
             outcome = "timeout"
             with trio.move_on_after(REQUEST_TIMEOUT_S):
@@ -193,8 +215,8 @@ class World:
         offsets = [0] * self.partitions
         while True:
             await trio.sleep(0.05)
-            partition = self.rng.randrange(self.partitions)
-            broker = self.rng.randrange(self.brokers)
+            partition = self.streams.consume.randrange(self.partitions)
+            broker = self.streams.consume.randrange(self.brokers)
             if broker in self.down:
                 continue
             member = self.cluster.brokers[broker]
@@ -219,106 +241,55 @@ class World:
     # ----------------------------------------------------------------- faults
 
     async def _nemesis(self) -> None:
-        """Start faults at random moments; they overlap, so two brokers may be out at once."""
+        """Start faults at random moments; they overlap, so two brokers may be out at once.
+
+        Each round draws once from each of its streams (timing, fault, victim, and two from
+        duration), whatever the kind and whether the fault starts, so the streams stay in step."""
         async with trio.open_nursery() as faults:
             while True:
-                await trio.sleep(self.rng.uniform(*FAULT_GAP_S))
-                fault = self.rng.choice(self.fault_names)
-                broker = self.rng.randrange(self.brokers)
-                if fault in MEMBER_FAULTS:  # (the index names a group member)
+                await trio.sleep(self.streams.timing.uniform(*FAULT_GAP_S))
+                fault = FAULT_TABLE[self.streams.fault.choice(self.fault_names)]
+                victim = self.streams.victim.randrange(self.brokers)
+                step, scale = self.streams.duration.random(), self.streams.duration.random()
+                duration_s = fault.durations_s[int(step * len(fault.durations_s))] * scale
+                if fault.on_member:
                     self.faults += 1
-                    duration_s = self.rng.choice((0.3, 1.0, 4.0, 8.0)) * self.rng.random()
-                    faults.start_soon(self.members.fault, fault, broker % MEMBERS, duration_s)
+                    faults.start_soon(fault.inject, self, victim % MEMBERS, duration_s)
                     continue
-                current = self.busy.get(broker, [])
-                kills_a_paused_process = fault in ("kill", "crash") and current == ["stall"]
-                if broker in self.down or (current and not kills_a_paused_process):
+                current = self.busy.get(victim, [])
+                kills_a_paused_process = fault.hits_a_stalled_broker and current == ["stall"]
+                if victim in self.down or (current and not kills_a_paused_process):
                     continue  # otherwise one fault per broker at a time
-                if fault == "crash" and not await self._may_crash():
+                if fault.may_start is not None and not await fault.may_start(self):
                     continue
                 self.faults += 1
-                self.busy.setdefault(broker, []).append(fault)
-                faults.start_soon(self._fault, fault, broker, self.rng.choice((0.02, 0.3, 1.0, 4.0)) * self.rng.random())
+                self.busy.setdefault(victim, []).append(fault.name)
+                faults.start_soon(self._fault, fault, victim, duration_s)
 
-    async def _fault(self, fault: str, broker: int, duration_s: float) -> None:
-        self.trace.add(f"fault {fault} broker {broker} for {duration_s:.3f} s")
+    async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None:
+        self.trace.add(f"fault {fault.name} broker {broker} for {duration_s:.3f} s")
         try:
-            if fault == "restart":  # a graceful stop (controlled shutdown), then the same disk again
-                self.down.add(broker)
-                await self.cluster.stop(broker)
-                await trio.sleep(duration_s)
-                await self._restart(broker)
-                self.down.discard(broker)
-            elif fault in ("kill", "crash"):  # SIGKILL; a crash is a power cut too (unflushed writes lost or torn)
-                self.down.add(broker)
-                await self.cluster.crash(broker, self.rng, power_cut=fault == "crash")
-                await trio.sleep(duration_s)
-                await self._restart(broker)
-                self.down.discard(broker)
-            elif fault == "fsync-error":  # one fsync fails: the broker halts (0.7's rule) and starts again
-                fs = self.cluster.brokers[broker].fs
-                fs.inject_error("fsync")
-                with trio.CancelScope(shield=True):  # a halt under way is seen through to the restart
-                    with trio.move_on_after(FSYNC_ERROR_WAIT_S):
-                        await self.cluster.wait_stopped(broker)
-                    with trio.move_on_after(FSYNC_HALT_WAIT_S):  # an fsync that failed: the halt takes a moment
-                        if not fs.pending_errors:
-                            await self.cluster.wait_stopped(broker)
-                    fs.clear_errors()  # (no fsync came, or the failed one did not stop the broker)
-                    if broker in self.cluster.failures:
-                        self.trace.add(f"broker {broker} halted: {self.cluster.failures.pop(broker)!r}")
-                        self.down.add(broker)
-                        await trio.sleep(duration_s)
-                        await self._restart(broker)
-                        self.down.discard(broker)
-            elif fault == "stall":  # every request to it waits: a paused process, its session kept
-                await self._stall(duration_s, lambda address, request: address == self.cluster.brokers[broker].address)
-            elif fault == "isolate":  # cut from the other replicas and from ZooKeeper; clients still reach it
-                self.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
-                await self._stall(duration_s, lambda address, request: request.type in REPLICATION_REQUESTS and (
-                    address == self.cluster.brokers[broker].address or request.replica_id == broker))
-            elif fault == "expire":
-                self.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
-            elif fault == "zk-outage":  # ZooKeeper restarts: every broker loses it at once, for up to 8 s
-                for member in self.cluster.brokers:  # (past 6 s, every session expires)
-                    member.broker.zookeeper.coordinator.sever(reconnect_after_s=2 * duration_s)
-                await trio.sleep(2 * duration_s)
+            await fault.inject(self, broker, duration_s)
         finally:
-            self.busy[broker].remove(fault)
-        self.trace.add(f"healed {fault} broker {broker}")
+            self.busy[broker].remove(fault.name)
+        self.trace.add(f"healed {fault.name} broker {broker}")
 
-    async def _restart(self, broker: int) -> None:
+    async def restart(self, broker: int) -> None:
+        """Start ``broker`` again (it is stopped), on the network with the world's latency."""
         # A start that began runs to its end (the end of the run does not cut it short: a start
         # stopped half-way would shut down cleanly and vouch for a tail it never re-copied).
         with trio.CancelScope(shield=True):
             await self.cluster.restart(broker)
         self._push_hook(self.cluster.brokers[broker].address, self.latency)
+        self.down.discard(broker)
 
-    async def _may_crash(self) -> bool:
-        """A crash loses the unflushed tail of one replica, so acknowledged writes survive
-        only while another in-sync replica holds them in memory: crash while no broker is
-        down, no crashed broker is still catching up (each says its tail is intact again,
-        docs/protocol.md §12.2), and every partition's ISR is full."""
-        if self.down:
-            return False
-        for broker in range(self.brokers):
-            try:
-                data, _stat = await self.zk.get(f"/trikafka/brokers/{broker}")
-            except NoNodeError:
-                return False
-            if not json.loads(data).get("tail_intact", True):
-                return False
-        states = [(await read_state(self.zk, TOPIC, p)).state for p in range(self.partitions)]
-        return all(len(state.isr) == len(replicas) for state, replicas in zip(states, self.replicas))
-
-    async def _stall(self, duration_s: float, matches) -> None:
+    async def stall(self, duration_s: float, matches: Callable[[Address, Any], bool]) -> None:
         """Hold every request ``matches(address, request)`` selects for ``duration_s``."""
         released = trio.Event()
         self.stalls.append(released)
-        network = self.cluster.network
 
-        def hook_for(address):
-            async def hook(request):
+        def hook_for(address: Address) -> Hook:
+            async def hook(request: Any) -> None:
                 if matches(address, request) and not released.is_set():
                     await released.wait()
             return hook
@@ -332,17 +303,17 @@ class World:
 
     def _add_latency(self) -> None:
         """Every request takes 0 to ``MAX_LATENCY_S`` to arrive (brokers restarted later get it too)."""
-        async def latency(_request):
-            await trio.sleep(self.rng.uniform(0, MAX_LATENCY_S))
+        async def latency(_request: Any) -> None:
+            await trio.sleep(self.streams.latency.uniform(0, MAX_LATENCY_S))
 
         self.latency = latency
         for member in self.cluster.brokers:
             self._push_hook(member.address, latency)
 
-    def _push_hook(self, address, hook) -> None:
+    def _push_hook(self, address: Address, hook: Hook) -> None:
         previous = self.cluster.network.before_request.get(address)
 
-        async def chained(request):
+        async def chained(request: Any) -> None:
             await hook(request)
             if previous is not None:
                 await previous(request)
@@ -353,8 +324,7 @@ class World:
         for released in self.stalls:
             released.set()
         for broker in sorted(self.down):
-            await self._restart(broker)
-        self.down.clear()
+            await self.restart(broker)
         self.trace.add("healed everything")
 
     # ----------------------------------------------------------------- the end state

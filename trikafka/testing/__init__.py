@@ -7,8 +7,10 @@
   kazoo's session behaviour, on Trio time.
 
 * :func:`open_broker` and :func:`open_cluster` (``broker``): the real broker
-  in-process on a fake file system, reached over in-memory streams; a cluster
-  registers its brokers in a ``FakeZooKeeper``.
+  in-process on a fake file system, reached over in-memory streams
+  (``InMemoryNetwork``, in ``network``); a cluster
+  registers its brokers in a ``FakeZooKeeper``; ``FakeListeners``
+  (``fake_listeners``) lets them listen without binding a real port.
 * ``trikafka.testing.pytest_plugin``: pytest fixtures over those, enabled with
   ``pytest_plugins = ["trikafka.testing.pytest_plugin"]``.
 
@@ -18,6 +20,7 @@ production code takes a ``FileSystem`` or a ``Coordinator``.
 
 from .broker import (
     EXTENSION_REQUESTS,
+    BrokerStartError,
     InMemoryNetwork,
     InProcessBroker,
     InProcessCluster,
@@ -27,10 +30,11 @@ from .broker import (
     start_in_memory,
 )
 from .fake_coordinator import FakeCoordinator
+from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
 
 __all__ = [
-    "EXTENSION_REQUESTS", "FakeCoordinator", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
+    "EXTENSION_REQUESTS", "BrokerStartError", "FakeCoordinator", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
     "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory",
 ]

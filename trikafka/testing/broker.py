@@ -19,23 +19,29 @@ and bring it back, as a network partition would.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
-from collections import defaultdict
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import trio
 import trio.testing
 
 from trikafka.broker import BrokerConfig
 from trikafka.broker.server import Broker, inline_blocking, serve
-from trikafka.client import Connection, connect
-from trikafka.wire import NEED_DATA, RemoteProtocolError, Request, RequestReader, RequestType
+from trikafka.cli.common import leaf_exceptions
+from trikafka.client import Connection
+from trikafka.wire import Request, RequestType
 
 from .fake_coordinator import FakeCoordinator
+from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem
+from .network import InMemoryNetwork
+
+__all__ = ["EXTENSION_REQUESTS", "BrokerStartError", "IN_PROCESS_HOST", "InMemoryNetwork", "InProcessBroker",
+           "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory"]
 
 IN_PROCESS_HOST = "127.0.0.1"
 # What a plain 0.7 broker closes the connection on: every request type trikafka added.
@@ -62,97 +68,6 @@ def in_process_config(broker_id: int = 0, **settings: Any) -> BrokerConfig:
     return BrokerConfig(**base)
 
 
-class InMemoryNetwork:
-    """Brokers by ``(host, port)``, reached through in-memory stream pairs."""
-
-    def __init__(self) -> None:
-        self.brokers: dict[tuple[str, int], Broker] = {}
-        self.down: set[tuple[str, int]] = set()
-        self.connects: dict[tuple[str, int], int] = defaultdict(int)  # streams handed out, by address
-        self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
-        self.requests: dict[tuple[str, int], list[Request]] = defaultdict(list)  # as clients sent them
-        # address -> await hook(request) before the request goes on (to stall or slow a broker)
-        self.before_request: dict[tuple[str, int], Callable[[Request], Awaitable[None]]] = {}
-
-    def add(self, broker: Broker, address: tuple[str, int] | None = None) -> tuple[str, int]:
-        """Reach ``broker`` at ``address`` (default: where it listens); returns the address."""
-        address = address if address is not None else (broker.host, broker.port)
-        self.brokers[address] = broker
-        return address
-
-    async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
-        """A stream to the broker at ``(host, port)``; OSError (refused) if none is there or it is down."""
-        await trio.lowlevel.checkpoint()
-        address = (host, port)
-        broker = self.brokers.get(address)
-        if broker is None or address in self.down or broker.shutting_down:
-            raise ConnectionRefusedError(f"no in-process broker at {host}:{port}")
-        self.connects[address] += 1
-        client, server = trio.testing.memory_stream_pair()
-        self._server_streams[address].append(server)
-        await broker.connect_stream(server)
-        return _RecordingStream(client, self.requests[address], lambda: self.before_request.get(address))
-
-    def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments that make ``trikafka.client.connect`` use this network
-        (a ``SimpleConsumer``'s ``connect_kwargs=``)."""
-        return {"open_stream": self.open_stream}
-
-    async def connector(self, host: str, port: int, **kwargs: Any) -> Connection:
-        """``trikafka.client.connect`` over this network (a ``Producer``'s ``connector=``)."""
-        return await connect(host, port, open_stream=self.open_stream, **kwargs)
-
-    async def kill(self, host: str, port: int) -> None:
-        """Refuse new connections to ``(host, port)`` and break the open ones (the broker keeps its data)."""
-        address = (host, port)
-        self.down.add(address)
-        for stream in self._server_streams.pop(address, []):
-            await trio.aclose_forcefully(stream)
-
-    def revive(self, host: str, port: int) -> None:
-        """Accept connections to ``(host, port)`` again."""
-        self.down.discard((host, port))
-
-
-class _RecordingStream(trio.abc.Stream):
-    """A client's end of a stream that decodes what the client sends, into ``requests``."""
-
-    def __init__(self, inner: trio.abc.Stream, requests: list[Request],
-                 hook: Callable[[], Callable[[Request], Awaitable[None]] | None]) -> None:
-        self._inner = inner
-        self._requests = requests
-        self._hook = hook
-        self._reader: RequestReader | None = RequestReader((1 << 31) - 1)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        events: list[Request] = []
-        if self._reader is not None:
-            try:
-                self._reader.receive_data(bytes(data))
-                while (event := self._reader.next_event()) is not NEED_DATA:
-                    events.append(event)
-            except RemoteProtocolError:
-                self._reader = None  # a client sending garbage on purpose: the broker will judge it
-        for event in events:
-            self._requests.append(event)
-            hook = self._hook()
-            if hook is not None:
-                await hook(event)
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self._inner.receive_some(max_bytes)
-
-    async def send_eof(self) -> None:
-        await self._inner.send_eof()  # type: ignore[attr-defined]
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
 class InProcessBroker:
     """One running broker (``.broker``, the real ``Broker``) and how to reach it."""
 
@@ -161,7 +76,7 @@ class InProcessBroker:
         self.broker = broker
         self.fs = fs
         self.network = network
-        self.address = address  # on the in-memory network (the broker also listens on loopback)
+        self.address = address  # on the in-memory network (its listener is real unless loopback=False)
 
     @property
     def host(self) -> str:
@@ -233,6 +148,10 @@ async def open_broker(*, fs: FakeFileSystem | None = None, clock_ms: Callable[[]
             broker.shutdown()
 
 
+class BrokerStartError(RuntimeError):
+    """An in-process broker failed before it served (its cause is the broker's own exception)."""
+
+
 class InProcessCluster:
     """``n`` in-process brokers registered in one ``FakeZooKeeper`` (``.zookeeper``)."""
 
@@ -301,8 +220,12 @@ class InProcessCluster:
         self._stopped[index] = trio.Event()
         self._scopes[index] = trio.CancelScope()
         settings = {**self._member_settings[index], "port": self.brokers[index].broker.port}
-        member = await self._nursery.start(functools.partial(
-            _run_member, self, index, self.brokers[index].fs, self._clock_ms, settings, None))
+        try:
+            member = await self._nursery.start(functools.partial(
+                _run_member, self, index, self.brokers[index].fs, self._clock_ms, settings, None))
+        except Exception as exc:
+            causes = ", ".join(map(repr, leaf_exceptions(exc)))
+            raise BrokerStartError(f"broker {index} did not start again on port {settings['port']}: {causes}") from exc
         self.brokers[index] = member
         return member
 
@@ -328,15 +251,30 @@ class InProcessCluster:
 @asynccontextmanager
 async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: int = 0,
                        clock_ms: Callable[[], int] | None = None, survive_failures: bool = False,
-                       **settings: Any) -> AsyncIterator[InProcessCluster]:
+                       loopback: bool = True, **settings: Any) -> AsyncIterator[InProcessCluster]:
     """Run brokers 0..n-1 in-process, each on its own ``FakeFileSystem`` and registered in ZooKeeper.
 
     ``settings`` are ``BrokerConfig`` fields shared by every broker;
     ``cluster.add(...)`` starts more.  A broker that fails (an fsync error halts
     it) fails the block, unless ``survive_failures``: then it just stops, as its
     process would exit (``cluster.failures[i]`` says why; ``restart(i)``).
+    A broker that fails before it serves raises from ``add``/``restart``
+    either way (``BrokerStartError`` from ``restart``, naming the cause).
+    With ``loopback=False`` the brokers bind no real port: the block's Trio
+    run gets a ``FakeListeners`` socket factory (every socket it creates is a
+    fake), and the in-memory network is the only way to reach them.
     """
     settings.setdefault("enable_zookeeper", True)
+    with contextlib.ExitStack() as sockets:
+        if not loopback:
+            sockets.enter_context(FakeListeners().installed())
+        async with _open_cluster(n, zookeeper, seed, clock_ms, survive_failures, settings) as cluster:
+            yield cluster
+
+
+@asynccontextmanager
+async def _open_cluster(n: int, zookeeper: FakeZooKeeper | None, seed: int, clock_ms: Callable[[], int] | None,
+                        survive_failures: bool, settings: dict[str, Any]) -> AsyncIterator[InProcessCluster]:
     async with trio.open_nursery() as nursery:
         cluster = InProcessCluster(zookeeper if zookeeper is not None else FakeZooKeeper(), InMemoryNetwork(),
                                    nursery, seed, clock_ms, settings)
@@ -356,17 +294,21 @@ async def _run_member(cluster: InProcessCluster, broker_id: int, fs: FakeFileSys
     zk = cluster._coordinators[broker_id] = cluster.coordinator()
     await zk.start()
     scope = cluster._scopes[broker_id]
+    serving = False
     try:
         with scope:
             async with open_broker(fs=fs, clock_ms=clock_ms, network=cluster.network, coordinator=zk,
                                    address=address, broker_id=broker_id, **settings) as member:
                 task_status.started(member)
+                serving = True
                 await member.broker.wait_shutdown_requested()
     except Exception as exc:
         if not scope.cancel_called:  # (a killed broker's clean-up fails on its frozen disk: that is the point)
-            if not cluster.survive_failures:
-                raise
             cluster.failures[broker_id] = exc
+            # A failure to start is raised either way: it reaches the caller of add or restart
+            # (nursery.start re-raises it), which otherwise would learn only that no broker came up.
+            if not cluster.survive_failures or not serving:
+                raise
     finally:
         if scope.cancel_called:
             zk.crash()  # no goodbye: the session outlives the process by its timeout

@@ -4,7 +4,8 @@ Every broker runs ``Controller.run`` as a child of its root nursery.  It tries
 to create the ephemeral ``/trikafka/controller``; the loser waits for that node
 to go and tries again.  The winner reconciles: it reads the live brokers (with
 the czxid of each registration, so a broker that came back with a new session
-counts as restarted), whose unflushed tail survived, who asks for a controlled
+counts as restarted), whose unflushed tail survived (or, partition by
+partition, was copied again), who asks for a controlled
 shutdown, and every partition state, and writes what ``election.elect``
 decides with versioned sets.  It reconciles on every change of
 ``/brokers/ids``, ``/trikafka/brokers``, ``/trikafka/topics`` and
@@ -31,6 +32,7 @@ from ...zk.replication_store import (
 from ...zk.replication_values import NO_LEADER, PartitionState, ReplicationValueError, TopicAssignment, TopicConfig
 from .assignment import finished
 from .election import Cluster, announce, elect, finish_reassignment, prune_to_replicas
+from .membership import decode_tail_copied
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ class Controller:
         self.active = False  # holds the role right now
         # The replica list each partition's latest state write announced (§12.12.3).
         self._announced: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._pending_seen: dict[int, int] = {}  # broker -> czxid of its registration, this pass
+        self._tail_copied: dict[int, frozenset[tuple[str, int]]] = {}  # tail-lost broker -> copied again
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Contend for the role forever (cancel to stop).
@@ -119,6 +123,7 @@ class Controller:
         except NoNodeError:
             ids = []
         live, intact, restarted, seen = set(), set(), set(), {}
+        copied: dict[int, frozenset[tuple[str, int]]] = {}
         for broker in ids:
             stat = await self._zk.exists(paths.broker_id(broker))
             if stat is None:
@@ -127,25 +132,32 @@ class Controller:
             seen[broker] = stat.czxid
             if self.stats.seen_registrations.get(broker, stat.czxid) != stat.czxid:
                 restarted.add(broker)
-            if await self._tail_intact(broker):
+            broker_intact, tail_copied = await self._tail_status(broker)
+            if broker_intact:
                 intact.add(broker)
+            elif tail_copied:
+                copied[broker] = tail_copied
         try:
             leaving = {int(n) for n in await self._zk.children(paths.SHUTTING_DOWN) if n.isdigit()}
         except NoNodeError:
             leaving = set()
         self._pending_seen = seen
+        self._tail_copied = copied
         return Cluster(frozenset(live), frozenset(intact), frozenset(leaving), frozenset(restarted))
 
-    async def _tail_intact(self, broker: int) -> bool:
+    async def _tail_status(self, broker: int) -> tuple[bool, frozenset[tuple[str, int]]]:
+        """Whether ``broker``'s tail is intact and, if not, the replicas it copied again (§12.2)."""
         try:
             data, _stat = await self._zk.get(paths.replication_broker(broker))
-            return bool(json.loads(data).get("tail_intact", True))
+            value = json.loads(data)
+            intact = bool(value.get("tail_intact", True))
+            return intact, frozenset() if intact else decode_tail_copied(value.get("tail_copied"))
         except NoNodeError:
             # Not said yet: /brokers/ids/<id> comes first, and a broker back from a reboot that
-            # lost its unflushed tail would be elected in that gap (found by the simulation).
-            return False
+            # lost its unflushed tail must not be elected in that gap.
+            return False, frozenset()
         except (ValueError, AttributeError):
-            return False
+            return False, frozenset()
 
     async def reconcile(self, epoch: int) -> None:
         """One pass over every replicated partition."""
@@ -171,8 +183,11 @@ class Controller:
                 # A leader registered after this state was written restarted (or lost its session)
                 # since, so it no longer leads in memory, even if this controller never saw its old
                 # registration (it took over while the leader was away).
+                # A broker whose tail is lost counts as intact for the partitions it copied again (§12.7).
+                copied_here = frozenset(b for b, tps in self._tail_copied.items() if (topic, partition) in tps)
                 part_cluster = dataclasses.replace(cluster, registered_after_state=newer,
-                                                   restarted=cluster.restarted | (newer & {leader}))
+                                                   restarted=cluster.restarted | (newer & {leader}),
+                                                   tail_intact=cluster.tail_intact | copied_here)
                 new, finish = self._decide(topic, partition, assignment, current.state, part_cluster, config,
                                            epoch)
                 if new is None:

@@ -43,7 +43,7 @@ from .fetcher import FollowerStopped, StreamLeaderLink, follow
 from .hosted import FollowerLog, HostedPartition
 from .isr import LeaderPartition
 from .membership import controlled_shutdown, register_membership, registered_before
-from .tail import copied_again, forget_tail_lost
+from .tail import TailStatus, forget_tail_lost
 
 if TYPE_CHECKING:
     from ..handlers import RequestHandler
@@ -74,7 +74,7 @@ class ReplicaManager:
         self._waiters = waiters
         self._run_blocking = run_blocking
         self._open_stream = open_stream
-        self._tail_intact = tail_intact
+        self.tail = TailStatus(broker_id, tail_intact)
         self._on_replicated_topic = on_replicated_topic  # the 0.7 registrar must skip these
         self.topics: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
@@ -127,25 +127,26 @@ class ReplicaManager:
             await nursery.start(self._watch_topics)
             nursery.start_soon(self._maintain_isr)
             await nursery.start(self.controller.run)
-            if not self._tail_intact:
-                nursery.start_soon(self._until_tail_copied)
+            if not self.tail.intact:
+                forget = functools.partial(self._run_blocking, functools.partial(
+                    forget_tail_lost, self._log_manager.fs, self._log_manager.log_dir))
+                nursery.start_soon(self.tail.until_copied, self.hosted, self._progress_made, self._register,
+                                   self._zk.wait_connected, forget)
             task_status.started(self)
 
-    async def _until_tail_copied(self) -> None:
-        """§12.2: once every hosted replica caught up with its leader, the lost tail is copied again."""
-        while not copied_again(self.broker_id, self.hosted.values()):
-            await self._progress.wait()
-        await self._run_blocking(functools.partial(forget_tail_lost, self._log_manager.fs, self._log_manager.log_dir))
-        self._tail_intact = True  # every later registration says so
-        logger.info("every replica caught up with its leader: this broker's tail is intact again")
-        while True:
-            try:
-                await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
-                                          intact=True)
-                return
-            except CoordinatorError as exc:
-                logger.warning("could not say the tail is intact again (%s); retrying", exc)
-                await self._zk.wait_connected()
+    @property
+    def _tasks(self) -> trio.Nursery:
+        """The nursery of ``run``, where the watch and follower tasks live."""
+        assert self._nursery is not None, "started by run()"
+        return self._nursery
+
+    async def _progress_made(self) -> None:
+        await self._progress.wait()
+
+    async def _register(self) -> None:
+        """Write this session's ``/trikafka/brokers/<id>`` with the tail status now."""
+        await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
+                                  intact=self.tail.intact, copied=self.tail.copied)
 
     def _note_progress(self) -> None:
         self._progress.set()
@@ -170,8 +171,7 @@ class ReplicaManager:
             await self._zk.wait_connected()
             generation = self._zk.session_generation.value
             try:
-                await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
-                                          intact=self._tail_intact)
+                await self._register()
             except SessionExpiredError:
                 continue
             if not started:
@@ -212,7 +212,7 @@ class ReplicaManager:
             for topic in children or ():
                 if topic not in started:
                     started.add(topic)
-                    await self._nursery.start(self._watch_topic, topic)
+                    await self._tasks.start(self._watch_topic, topic)
             if first:
                 task_status.started()
                 first = False
@@ -243,7 +243,7 @@ class ReplicaManager:
             key = (topic, partition)
             if key not in self._watched_partitions:
                 self._watched_partitions.add(key)
-                await self._nursery.start(self._watch_partition, topic, partition)
+                await self._tasks.start(self._watch_partition, topic, partition)
             elif (before is not None and partition < len(before.replicas)
                   and before.replicas[partition] != assignment.replicas[partition]
                   and (state := self.states.get(key)) is not None):
@@ -290,7 +290,7 @@ class ReplicaManager:
                                                             log.end_offset))
         hosted = HostedPartition(topic, partition, self.broker_id, log, epochs, flusher=self._flusher,
                                  waiters=self._waiters, run_blocking=self._run_blocking, clock_ms=_trio_ms)
-        if not self._tail_intact:  # §12.2: after a reboot, what recovery kept on CRCs alone is copied again
+        if not self.tail.intact:  # §12.2: after a reboot, what recovery kept on CRCs alone is copied again
             hosted.copy_again_from = log.crc_checked_from
         self.hosted[(topic, partition)] = hosted
         return hosted
@@ -317,7 +317,7 @@ class ReplicaManager:
         if hosted.follower is not None:
             scope = trio.CancelScope()
             self._followers[key] = (hosted.follower, scope)
-            self._nursery.start_soon(self._follow, hosted, hosted.follower, scope)
+            self._tasks.start_soon(self._follow, hosted, hosted.follower, scope)
 
     async def _follow(self, hosted: HostedPartition, follower: FollowerPartition, scope: trio.CancelScope) -> None:
         """Copy the leader of one epoch, reconnecting with backoff, until the role changes."""

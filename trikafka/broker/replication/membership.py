@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from typing import Any, Iterable
 
 import trio
 
@@ -44,10 +45,14 @@ def record_boot_id(fs: FileSystem, log_dir: str, boot_id_now: str | None) -> str
     return previous
 
 
-async def register_membership(zk: Coordinator, broker_id: int, host: str, port: int, *, intact: bool) -> None:
-    """Write ``/trikafka/brokers/<id>`` (ephemeral, this session)."""
-    value = json.dumps({"version": 1, "host": host, "port": port, "tail_intact": intact},
-                       sort_keys=True, separators=(",", ":")).encode()
+async def register_membership(zk: Coordinator, broker_id: int, host: str, port: int, *, intact: bool,
+                              copied: Iterable[tuple[str, int]] = ()) -> None:
+    """Write ``/trikafka/brokers/<id>`` (ephemeral, this session); while the tail is lost, ``copied``
+    names the replicas copied again since this start (§12.2 ``tail_copied``)."""
+    fields: dict[str, Any] = {"version": 1, "host": host, "port": port, "tail_intact": intact}
+    if not intact:
+        fields["tail_copied"] = encode_tail_copied(copied)
+    value = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     path = paths.replication_broker(broker_id)
     while True:
         try:
@@ -65,6 +70,22 @@ async def register_membership(zk: Coordinator, broker_id: int, host: str, port: 
             await zk.delete(path, version=stat.version)
         except (NoNodeError, BadVersionError):
             continue
+
+
+def encode_tail_copied(copied: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """``{(t, 2), (t, 0)}`` -> ``{"t": [0, 2]}``, the ``tail_copied`` value (§12.2)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(set(copied)):
+        by_topic.setdefault(topic, []).append(partition)
+    return by_topic
+
+
+def decode_tail_copied(value: Any) -> frozenset[tuple[str, int]]:
+    """A ``tail_copied`` value read from ZooKeeper -> its (topic, partition) pairs; nothing if malformed."""
+    if not isinstance(value, dict):
+        return frozenset()
+    return frozenset((topic, p) for topic, parts in value.items() if isinstance(topic, str) and isinstance(parts, list)
+                     for p in parts if isinstance(p, int) and not isinstance(p, bool))
 
 
 async def registered_before(zk: Coordinator, broker_id: int, mzxid: int | None) -> bool:

@@ -1,0 +1,112 @@
+"""The in-memory network in-process brokers are reached over (``trikafka.testing.broker``).
+
+Brokers are named by ``(host, port)``; a client's ``open_stream(host, port)``
+gets one end of a ``trio.testing.memory_stream_pair`` and the broker the
+other.  Every request a client sends is decoded on the way (``requests``), and
+a hook per address may hold it first (``before_request``: to stall or slow a
+broker).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Awaitable, Callable
+
+import trio
+import trio.testing
+
+from trikafka.broker.server import Broker
+from trikafka.client import Connection, connect
+from trikafka.wire import RemoteProtocolError, Request, RequestReader
+from trikafka.wire.framing import _NeedData  # what a reader returns between requests (isinstance narrows it)
+
+
+class InMemoryNetwork:
+    """Brokers by ``(host, port)``, reached through in-memory stream pairs."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[tuple[str, int], Broker] = {}
+        self.down: set[tuple[str, int]] = set()
+        self.connects: dict[tuple[str, int], int] = defaultdict(int)  # streams handed out, by address
+        self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
+        self.requests: dict[tuple[str, int], list[Request]] = defaultdict(list)  # as clients sent them
+        # address -> await hook(request) before the request goes on (to stall or slow a broker)
+        self.before_request: dict[tuple[str, int], Callable[[Request], Awaitable[None]]] = {}
+
+    def add(self, broker: Broker, address: tuple[str, int] | None = None) -> tuple[str, int]:
+        """Reach ``broker`` at ``address`` (default: where it listens); returns the address."""
+        address = address if address is not None else (broker.host, broker.port)
+        self.brokers[address] = broker
+        return address
+
+    async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
+        """A stream to the broker at ``(host, port)``; OSError (refused) if none is there or it is down."""
+        await trio.lowlevel.checkpoint()
+        address = (host, port)
+        broker = self.brokers.get(address)
+        if broker is None or address in self.down or broker.shutting_down:
+            raise ConnectionRefusedError(f"no in-process broker at {host}:{port}")
+        self.connects[address] += 1
+        client, server = trio.testing.memory_stream_pair()
+        self._server_streams[address].append(server)
+        await broker.connect_stream(server)
+        return _RecordingStream(client, self.requests[address], lambda: self.before_request.get(address))
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments that make ``trikafka.client.connect`` use this network
+        (a ``SimpleConsumer``'s ``connect_kwargs=``)."""
+        return {"open_stream": self.open_stream}
+
+    async def connector(self, host: str, port: int, **kwargs: Any) -> Connection:
+        """``trikafka.client.connect`` over this network (a ``Producer``'s ``connector=``)."""
+        return await connect(host, port, open_stream=self.open_stream, **kwargs)
+
+    async def kill(self, host: str, port: int) -> None:
+        """Refuse new connections to ``(host, port)`` and break the open ones (the broker keeps its data)."""
+        address = (host, port)
+        self.down.add(address)
+        for stream in self._server_streams.pop(address, []):
+            await trio.aclose_forcefully(stream)
+
+    def revive(self, host: str, port: int) -> None:
+        """Accept connections to ``(host, port)`` again."""
+        self.down.discard((host, port))
+
+
+class _RecordingStream(trio.abc.Stream):
+    """A client's end of a stream that decodes what the client sends, into ``requests``."""
+
+    def __init__(self, inner: trio.abc.Stream, requests: list[Request],
+                 hook: Callable[[], Callable[[Request], Awaitable[None]] | None]) -> None:
+        self._inner = inner
+        self._requests = requests
+        self._hook = hook
+        self._reader: RequestReader | None = RequestReader((1 << 31) - 1)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        events: list[Request] = []
+        if self._reader is not None:
+            try:
+                self._reader.receive_data(bytes(data))
+                while not isinstance(event := self._reader.next_event(), _NeedData):
+                    events.append(event)
+            except RemoteProtocolError:
+                self._reader = None  # a client sending garbage on purpose: the broker will judge it
+        for event in events:
+            self._requests.append(event)
+            hook = self._hook()
+            if hook is not None:
+                await hook(event)
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._inner.receive_some(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()  # type: ignore[attr-defined]
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
