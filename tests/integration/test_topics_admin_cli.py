@@ -71,6 +71,12 @@ async def test_create_describe_alter_and_refusals(zk_chroot, no_kazoo_thread_lea
             assert (status, err.count("\n")) == (status_wanted, 1), err
             assert message in err
         assert not await zk.exists("/trikafka/topics/fresh")
+        # ZooKeeper's actions name their ZooKeeper: a broker address is refused at once, not ignored.
+        for action in (("alter", "orders", "--config", "retention.ms=1"), ("describe", "orders"),
+                       ("reassign", "orders", "--partition", "0", "--replicas", "1,2")):
+            status, out, err = await cli("topics", *action, "--broker", "127.0.0.1:1")
+            assert (status, err.count("\n")) == (2, 1), err
+            assert "give --zookeeper HOST:PORT" in err
         status, _out, err = await cli("topics", "create", "orders", "--partitions", "3", "--config",
                                       "cleanup.policy=compact", *zk_flag)
         assert status == 1 and "is a replicated topic" in err
