@@ -127,6 +127,7 @@ async def test_reassign_and_the_cluster_view(zk_chroot, no_kazoo_thread_leaks):
         assert status == 2 and "9 not registered" in err
         _status, out, _err = await cli("topics", "describe", "t", *zk_flag)
         assert "reassigning to 2,3,4" in out
+        assert "2 partitions, replication factor 3\n" in out  # the move's target counts, not old and new together
 
         # one partition loses an in-sync replica, the other its leader
         state = await read_state(zk, "t", 0)
@@ -147,3 +148,7 @@ async def test_reassign_and_the_cluster_view(zk_chroot, no_kazoo_thread_leaks):
         assert view["offline"] == [{"topic": "t", "partition": 1, "replicas": [2, 3, 4], "isr": [2]}]
         status, out, _err = await cli("cluster", *zk_flag)
         assert status == 0 and "controller: broker 3, epoch 5" in out and "t-1\treplicas 2,3,4\tisr 2" in out
+        assert (await cli("topics", "create", "u", "--partitions", "2", "--replication-factor", "3", *zk_flag))[0] == 0
+        assert (await cli("topics", "reassign", "u", "--partition", "1", "--replicas", "1,2", *zk_flag))[0] == 0
+        _status, out, _err = await cli("topics", "describe", "u", *zk_flag)
+        assert "2 partitions, replication factors 2 to 3\n" in out

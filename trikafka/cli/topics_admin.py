@@ -252,8 +252,7 @@ async def _describe(args: argparse.Namespace) -> int:
         print(json.dumps({"topic": name, "partitions": rows}))
         return 0
     config = " ".join(f"{k}={v}" for k, v in sorted((settings.config if settings else {}).items()))
-    factor = max((len(r) for r in assignment.replicas), default=0)
-    print(f"topic {name}: replicated, {plural(len(rows), 'partition')}, replication factor {factor}"
+    print(f"topic {name}: replicated, {plural(len(rows), 'partition')}, {replication_factor_text(assignment)}"
           f"{', config ' + config if config else ''}")
     print("partition\tleader\tleader_epoch\treplicas\tisr\tstatus")
     for row in rows:
@@ -280,6 +279,15 @@ async def _describe_plain(zk, name: str, args: argparse.Namespace) -> int:
         print(f"topic {name}: plain (unreplicated); settings {shown}; "
               f"`trikafka topics {name} --zookeeper {args.zookeeper}` shows its partitions")
     return 0
+
+
+def replication_factor_text(assignment) -> str:
+    """``replication factor N`` over every partition's intended replicas: a pending move's target,
+    else its replicas (during a move the replicas are the union of old and new, §12.12.3)."""
+    factors = sorted({len(assignment.targets.get(p, replicas)) for p, replicas in enumerate(assignment.replicas)})
+    if len(factors) <= 1:
+        return f"replication factor {factors[0] if factors else 0}"
+    return f"replication factors {factors[0]} to {factors[-1]}"
 
 
 def partition_status(leader: int, replicas: list[int], isr: list[int], target=None) -> str:
