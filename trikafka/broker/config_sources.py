@@ -48,8 +48,10 @@ def field_name(key: str) -> str | None:
     return name if name in _FIELDS else None
 
 
-def _convert(name: str, value: Any) -> Any:
-    """Turn a raw value (a string from a properties file, or TOML) into the field's type."""
+def _convert(name: str, value: Any, *, key: str, source: str) -> Any:
+    """Turn a raw value (a string from a properties file, or TOML) into the field's type.
+
+    A bad value's error names the setting as the user wrote it (``key``) and where (``source``)."""
     default = _FIELDS[name].default
     kind = _FIELDS[name].type
     try:
@@ -64,11 +66,11 @@ def _convert(name: str, value: Any) -> Any:
                 return None
             return _parse_int(value)
         if kind == "float":
-            return float(value)
+            return _parse_float(value)
         if kind in ("str", "str | None"):
             return None if value is None else str(value).strip()
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"bad value {value!r} for {name}: {exc}") from None
+        raise ConfigError(f"bad value {value!r} for {key.strip()} in {source}: {exc}") from None
     raise AssertionError(f"unhandled field type {kind} for {name} (default {default!r})")
 
 
@@ -77,7 +79,19 @@ def _parse_int(value: Any) -> int:
         raise ValueError("expected an integer, not a boolean")
     if isinstance(value, int):
         return value
-    return int(str(value).strip())
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError("expected a number") from None
 
 
 def _parse_topic_map(value: Any, parse: Callable[[Any], Any] = _parse_int) -> dict[str, Any]:
@@ -109,7 +123,7 @@ def from_mapping(values: Mapping[str, Any], *, base: BrokerConfig | None = None,
                 raise ConfigError(f"unknown setting {key!r} in {source}")
             logger.warning("ignoring unknown setting %r in %s", key, source)
             continue
-        changes[name] = _convert(name, value)
+        changes[name] = _convert(name, value, key=key, source=source)
     base = base if base is not None else BrokerConfig()
     try:
         return dataclasses.replace(base, **changes)
