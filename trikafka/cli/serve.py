@@ -12,7 +12,7 @@ import trio
 
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig, ConfigError
 from trikafka.broker.config_sources import load
-from trikafka.cli.common import leaf_exceptions
+from trikafka.util.errors import leaf_exceptions
 from trikafka.cli.logsetup import announce
 
 logger = logging.getLogger("trikafka.cli")
@@ -126,6 +126,9 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
         if ready_file:  # before the ready line, so a reader of the line finds the file
             _write_ready_file(ready_file, broker.port)
         announce(logger, READY_LINE.format(host=broker.host, port=broker.port), host=broker.host, port=broker.port)
+        if logging.getLogger("kazoo").level == logging.ERROR:
+            # Serving: a lost or re-established session is news again (cmd_serve quietened the start).
+            logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -142,8 +145,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"trikafka: {taken}", file=sys.stderr)
         return 1
 
-    if config.enable_zookeeper and logging.getLogger("kazoo").level == logging.NOTSET:
-        logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter at INFO
+    if (config.enable_zookeeper and logging.getLogger("kazoo").level == logging.NOTSET
+            and logging.getLogger().getEffectiveLevel() > logging.DEBUG):
+        # Until the broker serves, each failed connection attempt would be a warning of its own;
+        # an unreachable ensemble is reported once, in one line, instead (--log-level DEBUG shows them).
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
     os_errors: list[BaseException] = []
     interrupted = False
     try:
