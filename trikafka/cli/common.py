@@ -9,6 +9,7 @@ import sys
 import trio
 
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT
+from trikafka.util.errors import leaf_exceptions
 
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 FALLBACK_ZOOKEEPER = "127.0.0.1:2181"  # ZooKeeper's own port, when no local broker says otherwise
@@ -78,15 +79,17 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-async def stop_on_sigterm(fn, *args):
-    """``await fn(*args)``, cancelled cleanly by SIGTERM (its result then None), as Ctrl-C stops it."""
-    import signal
-
-    result = None
-    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+async def run_until_signal(fn, *args, signals: tuple[int, ...]) -> tuple[object, int | None]:
+    """``(await fn(*args), None)``, or ``(None, signum)`` when one of ``signals`` arrived first
+    and cancelled ``fn`` cleanly."""
+    result: object = None
+    stopped_by: int | None = None
+    with trio.open_signal_receiver(*signals) as received:
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
-                async for _ in signals:
+                nonlocal stopped_by
+                async for signum in received:
+                    stopped_by = signum
                     nursery.cancel_scope.cancel()
                     return
 
@@ -97,14 +100,15 @@ async def stop_on_sigterm(fn, *args):
 
             nursery.start_soon(watch)
             nursery.start_soon(work)
+    return result, stopped_by
+
+
+async def stop_on_sigterm(fn, *args):
+    """``await fn(*args)``, cancelled cleanly by SIGTERM (its result then None), as Ctrl-C stops it."""
+    import signal
+
+    result, _stopped_by = await run_until_signal(fn, *args, signals=(signal.SIGTERM,))
     return result
-
-
-def leaf_exceptions(exc: BaseException) -> list[BaseException]:
-    """Every exception inside (nested) exception groups, or ``[exc]``."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
-    return [exc]
 
 
 def run_client_value(fn, args: argparse.Namespace):
