@@ -214,6 +214,23 @@ async def test_produce_spreads_lines_and_consume_reads_every_partition(tmp_path)
         assert await broker.wait() == 0
 
 
+async def test_commands_find_the_local_broker_on_any_port(tmp_path):
+    """`serve` writes where it listens into its data dir (docs §7.1); commands run beside the
+    default data dir use it without --broker, and a clean stop removes it."""
+    listener = tmp_path / "trikafka-data" / ".trikafka-listener"
+    async with serve_process(tmp_path / "trikafka-data", cwd=tmp_path) as (broker, port):
+        assert listener.read_text() == f"127.0.0.1:{port}\n"
+        async with child_process("produce", "t", "--acks", "-1", stdin=subprocess.PIPE, cwd=tmp_path) as producer:
+            await producer.send_stdin(b"found\n")
+            assert await producer.wait() == 0, producer.stderr.decode()
+        async with child_process("consume", "t", "-e", stdout=subprocess.PIPE, cwd=tmp_path) as consumer:
+            assert await consumer.wait() == 0, consumer.stderr.decode()
+        assert bytes(consumer.stdout) == b"found\n"
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+    assert not listener.exists()
+
+
 async def test_consume_of_a_missing_topic_says_it_waits(tmp_path):
     async with serve_process(tmp_path / "data") as (broker, port):
         async with child_process("consume", "later", "--broker", f"127.0.0.1:{port}") as consumer:

@@ -32,6 +32,18 @@ def default_zookeeper() -> str:
         return FALLBACK_ZOOKEEPER
 
 
+def default_broker() -> tuple[str, int]:
+    """The address of the ``trikafka serve`` run in this directory with the default data dir
+    (``./trikafka-data/.trikafka-listener``, docs/protocol.md §7.1), else 127.0.0.1:9092."""
+    from trikafka.log.names import LISTENER_FILE
+
+    try:
+        with open(os.path.join(DEFAULT_DATA_DIR, LISTENER_FILE)) as f:
+            return parse_broker(f.read().strip() or DEFAULT_BROKER)
+    except (OSError, argparse.ArgumentTypeError):
+        return parse_broker(DEFAULT_BROKER)
+
+
 def parse_broker(text: str) -> tuple[str, int]:
     """``[ID:]HOST:PORT`` (or ``HOST``, or ``:PORT``) to a (host, port) pair; default 127.0.0.1:9092.
 
@@ -52,7 +64,16 @@ def parse_broker(text: str) -> tuple[str, int]:
 def add_broker(p: argparse.ArgumentParser) -> None:
     """The ``--broker``/``--brokers [ID:]HOST:PORT`` option of the commands that talk to one broker."""
     p.add_argument("--broker", "--brokers", dest="broker", metavar="[ID:]HOST:PORT", type=parse_broker,
-                   default=parse_broker(DEFAULT_BROKER), help=f"the broker to talk to (default {DEFAULT_BROKER})")
+                   default=None, help=f"the broker to talk to (default: the local `trikafka serve` of "
+                                      f"./{DEFAULT_DATA_DIR}, else {DEFAULT_BROKER})")
+
+
+def resolve_broker(args: argparse.Namespace) -> None:
+    """Fill an absent ``--broker`` (``args.broker_given`` says whether it was given)."""
+    if hasattr(args, "broker"):
+        args.broker_given = args.broker is not None
+        if args.broker is None:
+            args.broker = default_broker()
 
 
 def add_zookeeper(p: argparse.ArgumentParser, help_text: str, *, default: bool = True) -> None:

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from trikafka.cli.common import DEFAULT_BROKER, default_zookeeper, parse_broker, plural, run_client_value
+from trikafka.cli.common import default_zookeeper, plural, run_client_value
 
 ACTIONS = ("describe", "alter", "reassign")
 USAGE = {
@@ -78,7 +78,7 @@ def cmd_admin(args: argparse.Namespace) -> int:
             # A plain topic with settings, created through one broker: CREATE_TOPIC carries them (§9.5).
             status = run_client_value(_guarded, (_create_through_broker, args))
             return 1 if status is None else status
-        if args.broker != parse_broker(DEFAULT_BROKER):
+        if args.broker_given:
             # These actions read and write ZooKeeper's state, which a broker address does not locate.
             print(f"trikafka: topics {action} works on the topics' state in ZooKeeper: give --zookeeper HOST:PORT "
                   "(--broker is not used)", file=sys.stderr)
