@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import random
 import sys
 import time
@@ -211,8 +213,17 @@ def _check_topics(options_map: dict[str, str]) -> None:
         cluster.close()
 
 
+def _not_from_py4j(record: "logging.LogRecord") -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from .session import error_line
+
     args = build_parser().parse_args(argv)
+    # py4j logs each call that an interrupt or a stopping JVM breaks, with its traceback, on
+    # the root logger; the error that matters reaches us as an exception, printed in one line below.
+    logging.getLogger().addFilter(_not_from_py4j)
     try:
         if args.command == "generate":
             return run_generate(args)
@@ -220,6 +231,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ClusterConfigError, ValueError, ConnectionError) as exc:
         print(f"trikafka: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("trikafka: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("pyspark.", "py4j.")):
+            raise
+        print(f"trikafka: {error_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
