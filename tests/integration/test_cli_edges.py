@@ -160,14 +160,103 @@ async def test_produce_refuses_a_message_over_max_message_size_for_every_acks(tm
 async def test_consume_errors_name_the_reason(tmp_path):
     async with serve_process(tmp_path / "data", "--num-partitions", "2") as (broker, port):
         where = ("--broker", f"127.0.0.1:{port}")
-        await run("produce", "t", *where, "--acks", "-1", stdin=b"zero-a\nzero-b\n", status=0)
-        _, stderr = await run("consume", "t", *where, "--from", "3", "--max-messages", "1", status=1)
+        await run("produce", "t", *where, "--partition", "0", "--acks", "-1", stdin=b"zero-a\nzero-b\n", status=0)
+        _, stderr = await run("consume", "t", *where, "--partition", "0", "--from", "3", "--max-messages", "1",
+                              status=1)
         assert "offset 3 is not an entry boundary of t-0" in one_error_line(stderr)
+        _, stderr = await run("consume", "t", *where, "--from", "3", status=1)
+        assert one_error_line(stderr) == ("trikafka: --from 3 is a byte offset of one partition, and 't' has "
+                                          "2 partitions: give --partition N")
+        _, stderr = await run("consume", "nosuch", *where, "--exit-at-end", status=1)
+        assert one_error_line(stderr) == f"trikafka: topic 'nosuch' does not exist on 127.0.0.1:{port}"
         _, stderr = await run("consume", "t", *where, "--partition", "9", status=1)
         assert one_error_line(stderr) == (f"trikafka: topic 't' has no partition 9: it has 2 partitions "
                                           f"(0..1) on 127.0.0.1:{port}")
         _, stderr = await run("consume", "a/b", *where, status=1)
         assert "rejects the topic name 'a/b'" in one_error_line(stderr)
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+
+
+# ---------------------------------------------------------------- what a kcat user expects
+
+async def test_produce_spreads_lines_and_consume_reads_every_partition(tmp_path):
+    """Keyless lines go to any partition, keyed lines to their key's; `consume` reads every
+    partition, `-e` stops at the end, `-f` formats each message."""
+    async with serve_process(tmp_path / "data", "--num-partitions", "3") as (broker, port):
+        where = ("--broker", f"127.0.0.1:{port}")
+        lines = b"".join(b"line-%d\n" % i for i in range(300))
+        _, stderr = await run("produce", "plain", *where, "--acks", "-1", "--batch", "10", stdin=lines, status=0)
+        assert "sent 300 messages to plain" in stderr
+        stdout, stderr = await run("consume", "plain", *where, "-e", "-f", "%p %s\\n", status=0)
+        printed = [line.split(" ") for line in stdout.splitlines()]
+        assert sorted(value for _, value in printed) == sorted(f"line-{i}" for i in range(300))
+        assert {partition for partition, _ in printed} == {"0", "1", "2"}  # 30 batches: all 3 is near-certain
+        assert stderr.splitlines()[-1] == "trikafka: reached the end of plain (3 partitions) after 300 messages"
+
+        keyed = b"".join(b"k%d=v%d\n" % (i % 7, i) for i in range(70))
+        await run("produce", "keyed", *where, "--key-separator", "=", "--acks", "-1", stdin=keyed, status=0)
+        stdout, _ = await run("consume", "keyed", *where, "-e", "--format", "%k %p %o %s\\n", status=0)
+        rows = [line.split(" ") for line in stdout.splitlines()]
+        assert len(rows) == 70
+        partitions_of = {}
+        for key, partition, _offset, _value in rows:
+            partitions_of.setdefault(key, set()).add(partition)
+        assert all(len(found) == 1 for found in partitions_of.values())  # a key stays in one partition
+        for key in partitions_of:  # and in order within it
+            values = [int(v[1:]) for k, _p, _o, v in rows if k == key]
+            assert values == sorted(values)
+
+        stdout, _ = await run("consume", "keyed", *where, "-p", "0", "-c", "1", "-f", "%t:%p:%o:%n:%S:%K", status=0)
+        topic, partition, offset, next_offset, size, key_size = stdout.split(":")
+        assert (topic, partition, offset, key_size) == ("keyed", "0", "0", "2") and int(next_offset) > 0
+        _, stderr = await run("consume", "keyed", *where, "-f", "%q", status=2)
+        assert "unknown field %q" in stderr
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+
+
+async def test_commands_find_the_local_broker_on_any_port(tmp_path):
+    """`serve` writes where it listens into its data dir (docs §7.1); commands run beside the
+    default data dir use it without --broker, and a clean stop removes it."""
+    listener = tmp_path / "trikafka-data" / ".trikafka-listener"
+    async with serve_process(tmp_path / "trikafka-data", cwd=tmp_path) as (broker, port):
+        assert listener.read_text() == f"127.0.0.1:{port}\n"
+        async with child_process("produce", "t", "--acks", "-1", stdin=subprocess.PIPE, cwd=tmp_path) as producer:
+            await producer.send_stdin(b"found\n")
+            assert await producer.wait() == 0, producer.stderr.decode()
+        async with child_process("consume", "t", "-e", stdout=subprocess.PIPE, cwd=tmp_path) as consumer:
+            assert await consumer.wait() == 0, consumer.stderr.decode()
+        assert bytes(consumer.stdout) == b"found\n"
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+    assert not listener.exists()
+
+
+async def test_consume_of_a_missing_topic_says_it_waits(tmp_path):
+    async with serve_process(tmp_path / "data") as (broker, port):
+        async with child_process("consume", "later", "--broker", f"127.0.0.1:{port}") as consumer:
+            await consumer.wait_for_stderr(b"trikafka: topic 'later' does not exist on "
+                                           b"127.0.0.1:%d yet; waiting for its partition 0" % port)
+            await run("produce", "later", "--broker", f"127.0.0.1:{port}", "--acks", "-1", stdin=b"x\n", status=0)
+            consumer.signal(signal.SIGTERM)
+            assert await consumer.wait() == 0
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
+
+
+async def test_an_interrupted_produce_says_what_it_sent(tmp_path):
+    async with serve_process(tmp_path / "data") as (broker, port):
+        where = ("--broker", f"127.0.0.1:{port}")
+        async with child_process("produce", "t", *where, "--acks", "1", stdin=subprocess.PIPE) as producer:
+            await producer.send_stdin(b"one\ntwo\n", close=False)
+            async with child_process("consume", "t", *where, stdout=subprocess.PIPE) as consumer:
+                assert await consumer.wait_for_lines(2) == [b"one", b"two"]
+                consumer.signal(signal.SIGTERM)
+                assert await consumer.wait() == 0
+            producer.signal(signal.SIGINT)
+            assert await producer.wait() == 128 + signal.SIGINT
+        assert one_error_line(producer.stderr.decode()).startswith("trikafka: SIGINT: sent 2 messages to t before it")
         broker.signal(signal.SIGTERM)
         assert await broker.wait() == 0
 
@@ -225,6 +314,22 @@ async def test_an_unreachable_zookeeper_is_one_line(tmp_path):
         port = closed.getsockname()[1]
     _, stderr = await run("groups", "--zookeeper", f"127.0.0.1:{port}", status=1)
     assert f"ZooKeeper at 127.0.0.1:{port}" in one_error_line(stderr)
+    # serve: no kazoo retry warnings, no exception groups; the reason once, in the log and as the last line
+    _, stderr = await run("serve", "--zookeeper", f"127.0.0.1:{port}", "--port", "0", "--log-dir",
+                          str(tmp_path / "data"), status=1)
+    assert "kazoo" not in stderr and "ExceptionGroup" not in stderr and "Traceback" not in stderr, stderr
+    assert stderr.splitlines()[-1] == (f"trikafka: no ZooKeeper session with 127.0.0.1:{port} within 6.0 s "
+                                       "(is the ensemble running? --standalone runs without ZooKeeper)")
+
+
+async def test_a_taken_broker_port_is_one_line_naming_it(tmp_path):
+    async with serve_process(tmp_path / "first") as (broker, port):
+        _, stderr = await run("serve", "--standalone", "--port", str(port), "--log-dir", str(tmp_path / "second"),
+                              status=1)
+        assert "ExceptionGroup" not in stderr and "Traceback" not in stderr, stderr
+        assert stderr.splitlines()[-1] == f"trikafka: [Errno 98] broker port 127.0.0.1:{port}: Address already in use"
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
 
 
 @pytest.mark.zookeeper

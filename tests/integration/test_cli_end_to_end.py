@@ -69,16 +69,16 @@ async def test_consume_follows_new_messages_until_interrupted(tmp_path):
 
 async def test_partitions_and_start_positions(tmp_path):
     async with serve_process(tmp_path / "data", "--num-partitions", "3") as (broker, port):
-        await produce(port, "p", lines("zero-a", "zero-b"), "--acks", "-1")
+        await produce(port, "p", lines("zero-a", "zero-b"), "--acks", "-1", "--partition", "0")
         await produce(port, "p", lines("two"), "--acks", "-1", "--partition", "2")
         assert await consume(port, "p", "--partition", "2", "--max-messages", "1") == [b"two"]
         # A magic-1 entry is 4 + 6 header bytes + the payload: "zero-a" takes 16, so 16 starts at "zero-b".
-        assert await consume(port, "p", "--from", "16", "--max-messages", "1") == [b"zero-b"]
+        assert await consume(port, "p", "-p", "0", "--from", "16", "--max-messages", "1") == [b"zero-b"]
         async with child_process("consume", "p", "--broker", f"127.0.0.1:{port}", "--from", "latest",
                                  stdout=subprocess.PIPE) as consumer:
             await consumer.wait_for_stderr(b"from offset 32")  # it has asked where the end is
-            await produce(port, "p", lines("new"), "--acks", "-1")
-            assert await consumer.wait_for_lines(1) == [b"new"]  # not zero-a or zero-b
+            await produce(port, "p", lines("new"), "--acks", "-1", "--partition", "0")
+            assert await consumer.wait_for_lines(1) == [b"new"]  # not zero-a, zero-b or two
             consumer.signal(signal.SIGINT)
             assert await consumer.wait() == 0
 

@@ -57,6 +57,19 @@ def test_a_batch_read_of_a_missing_topic_is_an_error_unless_opted_in(broker_clus
     assert plan_batch(parse_options({**options, "failOnMissingTopic": "false"})) == []
 
 
+def test_a_source_error_names_its_cause_in_the_first_line(spark):
+    """Spark wraps what the source raises; the cause stands in the error's first line, without the
+    Python traceback (build_session hides it), and error_line gives the cause alone."""
+    from trikafka.spark.session import error_line
+
+    with pytest.raises(Exception) as caught:
+        spark.read.format("trikafka").option("brokers", "127.0.0.1:1").option("topics", "t").load().count()
+    first = str(caught.value).strip().splitlines()[0]
+    assert "Traceback" not in str(caught.value)
+    assert "PlanningError: planning the trikafka read failed: cannot connect to broker 127.0.0.1:1" in first
+    assert error_line(caught.value).startswith("planning the trikafka read failed: cannot connect to broker")
+
+
 @pytest.fixture(scope="module")
 def pv4(tk, tmp_path_factory):
     """One broker whose topics have four partitions, holding page views in topic ``pv4``."""

@@ -95,6 +95,21 @@ def test_batch_plan_has_one_range_per_partition_with_data(broker_cluster, unique
         plan_batch(_options(broker_cluster, unique_topic, endingOffsets=json.dumps({unique_topic: {"0-1": end_a + 9}})))
 
 
+def test_starting_offsets_in_the_shape_of_sparks_kafka_source(broker_cluster, unique_topic):
+    """``{"t": {"1": N}}`` names partition 1 where one broker has it; where two do, the error says how."""
+    with broker_cluster.connect(0) as conn:
+        assert conn.create_topic(unique_topic, 3).partitions == 3
+    _, end_a = broker_cluster.produce_payloads(unique_topic, 0, 2, [b"x"] * 3)
+    first, _ = broker_cluster.produce_payloads(unique_topic, 0, 2, [b"z"])
+    raw = {"brokers": broker_cluster.broker_list, "topics": unique_topic}
+    ranges = plan_batch(parse_options({**raw, "startingOffsets": json.dumps({unique_topic: {"2": first}})}))
+    assert [(r.key.broker, r.key.partition, r.start) for r in ranges] == [(0, 2, first)]
+    with broker_cluster.connect(1) as conn:
+        assert conn.create_topic(unique_topic, 2).partitions == 2
+    with pytest.raises(OffsetSpecError, match=r"partition 0 of topic .* is on brokers 0, 1: name it"):
+        plan_batch(parse_options({**raw, "startingOffsets": json.dumps({unique_topic: {"0": 0}})}))
+
+
 def test_without_partitions_per_broker_every_partition_each_broker_reports_is_read(broker_cluster, unique_topic):
     # One broker gets the topic with more partitions than its num.partitions (2): a
     # fixed default would silently read only part of the topic.

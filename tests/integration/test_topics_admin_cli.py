@@ -71,6 +71,12 @@ async def test_create_describe_alter_and_refusals(zk_chroot, no_kazoo_thread_lea
             assert (status, err.count("\n")) == (status_wanted, 1), err
             assert message in err
         assert not await zk.exists("/trikafka/topics/fresh")
+        # ZooKeeper's actions name their ZooKeeper: a broker address is refused at once, not ignored.
+        for action in (("alter", "orders", "--config", "retention.ms=1"), ("describe", "orders"),
+                       ("reassign", "orders", "--partition", "0", "--replicas", "1,2")):
+            status, out, err = await cli("topics", *action, "--broker", "127.0.0.1:1")
+            assert (status, err.count("\n")) == (2, 1), err
+            assert "give --zookeeper HOST:PORT" in err
         status, _out, err = await cli("topics", "create", "orders", "--partitions", "3", "--config",
                                       "cleanup.policy=compact", *zk_flag)
         assert status == 1 and "is a replicated topic" in err
@@ -121,6 +127,7 @@ async def test_reassign_and_the_cluster_view(zk_chroot, no_kazoo_thread_leaks):
         assert status == 2 and "9 not registered" in err
         _status, out, _err = await cli("topics", "describe", "t", *zk_flag)
         assert "reassigning to 2,3,4" in out
+        assert "2 partitions, replication factor 3\n" in out  # the move's target counts, not old and new together
 
         # one partition loses an in-sync replica, the other its leader
         state = await read_state(zk, "t", 0)
@@ -141,3 +148,7 @@ async def test_reassign_and_the_cluster_view(zk_chroot, no_kazoo_thread_leaks):
         assert view["offline"] == [{"topic": "t", "partition": 1, "replicas": [2, 3, 4], "isr": [2]}]
         status, out, _err = await cli("cluster", *zk_flag)
         assert status == 0 and "controller: broker 3, epoch 5" in out and "t-1\treplicas 2,3,4\tisr 2" in out
+        assert (await cli("topics", "create", "u", "--partitions", "2", "--replication-factor", "3", *zk_flag))[0] == 0
+        assert (await cli("topics", "reassign", "u", "--partition", "1", "--replicas", "1,2", *zk_flag))[0] == 0
+        _status, out, _err = await cli("topics", "describe", "u", *zk_flag)
+        assert "2 partitions, replication factors 2 to 3\n" in out

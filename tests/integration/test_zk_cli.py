@@ -64,6 +64,16 @@ async def test_two_brokers_join_one_ensemble_and_a_duplicate_id_is_refused(zk_ch
             assert b"Traceback" not in duplicate.stderr
             assert await observer.children("/brokers/ids") == ["1", "2"]  # the live broker 1 kept its id
 
+            # `topics create` with --zookeeper alone creates the topic on every registered broker.
+            with trio.fail_after(PROCESS_TIMEOUT_S):
+                created = await trio.run_process(
+                    trikafka_command("topics", "create", "views", "--partitions", "2", "--zookeeper", zk_chroot),
+                    capture_stdout=True, capture_stderr=True, check=False, env=child_env())
+            assert created.returncode == 0, created.stderr
+            for broker_id in (1, 2):
+                assert (await wait_for_value(observer, f"/brokers/topics/views/{broker_id}"))[0] == b"2"
+            assert not await observer.exists("/trikafka/config/topics/views")  # no settings, no settings znode
+
             ids = observer.watch_children("/brokers/ids")
             assert await ids.__anext__() == ["1", "2"]
             first.signal(signal.SIGTERM)

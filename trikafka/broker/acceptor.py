@@ -70,7 +70,10 @@ class Acceptor:
         self.connections_accepted = 0
 
     async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self._port, host=self._host)
+        try:
+            listeners = await trio.open_tcp_listeners(self._port, host=self._host)
+        except OSError as exc:  # name the endpoint: "address in use" alone does not say which
+            raise OSError(exc.errno, f"broker port {self._host}:{self._port}: {exc.strerror or exc}") from exc
         unix_listener = None
         try:
             for listener in listeners:

@@ -53,8 +53,10 @@ def field_name(key: str) -> str | None:
     return name if name in _FIELDS else None
 
 
-def _convert(name: str, value: RawValue) -> FieldValue:
-    """Turn a raw value (a string from a properties file, or TOML) into the field's type."""
+def _convert(name: str, value: RawValue, *, key: str, source: str) -> FieldValue:
+    """Turn a raw value (a string from a properties file, or TOML) into the field's type.
+
+    A bad value's error names the setting as the user wrote it (``key``) and where (``source``)."""
     default = _FIELDS[name].default
     kind = _FIELDS[name].type
     try:
@@ -69,11 +71,11 @@ def _convert(name: str, value: RawValue) -> FieldValue:
                 return None
             return _parse_int(value)
         if kind == "float":
-            return float(value)
+            return _parse_float(value)
         if kind in ("str", "str | None"):
             return None if value is None else str(value).strip()
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"bad value {value!r} for {name}: {exc}") from None
+        raise ConfigError(f"bad value {value!r} for {key.strip()} in {source}: {exc}") from None
     raise AssertionError(f"unhandled field type {kind} for {name} (default {default!r})")
 
 
@@ -82,7 +84,19 @@ def _parse_int(value: RawValue) -> int:
         raise ValueError("expected an integer, not a boolean")
     if isinstance(value, int):
         return value
-    return int(str(value).strip())
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _parse_float(value: RawValue) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError("expected a number") from None
 
 
 def _parse_topic_map(value: RawValue, parse: Callable[[RawValue], FieldValue] = _parse_int) -> dict[str, FieldValue]:
@@ -114,7 +128,7 @@ def from_mapping(values: Mapping[str, RawValue], *, base: BrokerConfig | None = 
                 raise ConfigError(f"unknown setting {key!r} in {source}")
             logger.warning("ignoring unknown setting %r in %s", key, source)
             continue
-        changes[name] = _convert(name, value)
+        changes[name] = _convert(name, value, key=key, source=source)
     base = base if base is not None else BrokerConfig()
     try:
         return dataclasses.replace(base, **changes)

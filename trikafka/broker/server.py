@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, TypeVar
 
 import trio
 
+from trikafka.util.errors import leaf_exceptions
 from trikafka.log.clock import wall_clock_ms
 from trikafka.log.fs import FileSystem, OsFileSystem
 from trikafka.log.manager import LogManager
@@ -201,7 +202,8 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
     except BaseException as exc:
         clean = _only_cancellation(exc)
         if not clean:
-            logger.critical("broker failed: %r", exc)
+            reasons = dict.fromkeys(f"{type(e).__name__}: {e}" for e in leaf_exceptions(exc))
+            logger.critical("broker failed: %s", "; ".join(reasons))
         raise
     finally:
         with trio.CancelScope(shield=True):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import trio
 
+from trikafka.util.errors import leaf_exceptions
 from trikafka.log.manager import LogManager
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
@@ -214,16 +215,10 @@ async def run_broker_zookeeper(
         await _run(config, log_manager, port, coordinator, task_status)
     except BaseExceptionGroup as group:
         # Nurseries wrap; a startup failure is one error and reads better unwrapped.
-        leaves = _leaves(group)
+        leaves = leaf_exceptions(group)
         if len(leaves) == 1 and isinstance(leaves[0], (CoordinatorError, ZooKeeperSetupError)):
             raise leaves[0] from None
         raise
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
 
 
 async def _run(config: BrokerConfig, log_manager: LogManager, port: int, coordinator: Coordinator | None,
@@ -260,7 +255,7 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
         await zk.start()
     except CoordinatorError as exc:
         raise ZooKeeperSetupError(
-            f"no ZooKeeper session with {connect_string}: {exc} (is the ensemble running? "
+            f"{exc} (is the ensemble running? "
             "--standalone runs without ZooKeeper)") from exc
     try:
         await _serve_registration(config, log_manager, port, zk, connect_string, private, task_status)

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from trikafka import __version__
 from trikafka.cli import audit, cluster, consume, groups, mirror, pipeline, produce, serve, sim, topics
-from trikafka.cli.common import resolve_zookeeper
+from trikafka.cli.common import resolve_broker, resolve_zookeeper
 from trikafka.cli.logsetup import LOG_FORMATS, configure_logging
 
 FAMILIES = (serve, produce, consume, groups, topics, cluster, mirror, audit, pipeline, sim)  # the order `--help` lists them in
@@ -57,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # kazoo logs each failed connection attempt; the command prints one clear line instead.
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     resolve_zookeeper(args)
+    resolve_broker(args)
     validate = getattr(args, "validate", None)
     if validate is not None:
         validate(parser, args)

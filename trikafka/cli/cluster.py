@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from trikafka.cli import cluster_local
 from trikafka.cli.common import add_zookeeper, run_client_value
 
 
@@ -17,10 +18,14 @@ def add_parser(commands) -> None:
                     "unflushed tail survived its last stop), the controller and its epoch, and the partitions of "
                     "replicated topics that are under-replicated (fewer in-sync replicas than replicas) or "
                     "offline (no leader).")
+    cluster.add_argument("action", nargs="?", choices=("up", "down"),
+                         help="up: start a ZooKeeper and --brokers brokers on this machine, detached; down: stop "
+                              "them (without ACTION: show the cluster)")
     add_zookeeper(cluster, "the cluster's ZooKeeper")
     cluster.add_argument("--json", action="store_true",
                          help='print {"brokers": [...], "controller": {...}, "under_replicated": [...], '
                               '"offline": [...]} instead of text')
+    cluster_local.add_arguments(cluster)
     cluster.set_defaults(func=cmd_cluster)
 
 
@@ -76,6 +81,8 @@ def _print_text(view: dict) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
+    if args.action is not None:
+        return cluster_local.cmd_up_down(args)
     view = run_client_value(cluster_view, args)
     if view is None:
         return 1

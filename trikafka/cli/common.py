@@ -10,6 +10,7 @@ from typing import Awaitable, Callable, TypeVar
 import trio
 
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT
+from trikafka.util.errors import leaf_exceptions
 
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 FALLBACK_ZOOKEEPER = "127.0.0.1:2181"  # ZooKeeper's own port, when no local broker says otherwise
@@ -35,6 +36,18 @@ def default_zookeeper() -> str:
         return FALLBACK_ZOOKEEPER
 
 
+def default_broker() -> tuple[str, int]:
+    """The address of the ``trikafka serve`` run in this directory with the default data dir
+    (``./trikafka-data/.trikafka-listener``, docs/protocol.md §7.1), else 127.0.0.1:9092."""
+    from trikafka.log.names import LISTENER_FILE
+
+    try:
+        with open(os.path.join(DEFAULT_DATA_DIR, LISTENER_FILE)) as f:
+            return parse_broker(f.read().strip() or DEFAULT_BROKER)
+    except (OSError, argparse.ArgumentTypeError):
+        return parse_broker(DEFAULT_BROKER)
+
+
 def parse_broker(text: str) -> tuple[str, int]:
     """``[ID:]HOST:PORT`` (or ``HOST``, or ``:PORT``) to a (host, port) pair; default 127.0.0.1:9092.
 
@@ -55,7 +68,16 @@ def parse_broker(text: str) -> tuple[str, int]:
 def add_broker(p: argparse.ArgumentParser) -> None:
     """The ``--broker``/``--brokers [ID:]HOST:PORT`` option of the commands that talk to one broker."""
     p.add_argument("--broker", "--brokers", dest="broker", metavar="[ID:]HOST:PORT", type=parse_broker,
-                   default=parse_broker(DEFAULT_BROKER), help=f"the broker to talk to (default {DEFAULT_BROKER})")
+                   default=None, help=f"the broker to talk to (default: the local `trikafka serve` of "
+                                      f"./{DEFAULT_DATA_DIR}, else {DEFAULT_BROKER})")
+
+
+def resolve_broker(args: argparse.Namespace) -> None:
+    """Fill an absent ``--broker`` (``args.broker_given`` says whether it was given)."""
+    if hasattr(args, "broker"):
+        args.broker_given = args.broker is not None
+        if args.broker is None:
+            args.broker = default_broker()
 
 
 def add_zookeeper(p: argparse.ArgumentParser, help_text: str, *, default: bool = True) -> None:
@@ -82,15 +104,17 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-async def stop_on_sigterm(fn, *args):
-    """``await fn(*args)``, cancelled cleanly by SIGTERM (its result then None), as Ctrl-C stops it."""
-    import signal
-
-    result = None
-    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+async def run_until_signal(fn, *args, signals: tuple[int, ...]) -> tuple[object, int | None]:
+    """``(await fn(*args), None)``, or ``(None, signum)`` when one of ``signals`` arrived first
+    and cancelled ``fn`` cleanly."""
+    result: object = None
+    stopped_by: int | None = None
+    with trio.open_signal_receiver(*signals) as received:
         async with trio.open_nursery() as nursery:
             async def watch() -> None:
-                async for _ in signals:
+                nonlocal stopped_by
+                async for signum in received:
+                    stopped_by = signum
                     nursery.cancel_scope.cancel()
                     return
 
@@ -101,14 +125,15 @@ async def stop_on_sigterm(fn, *args):
 
             nursery.start_soon(watch)
             nursery.start_soon(work)
+    return result, stopped_by
+
+
+async def stop_on_sigterm(fn, *args):
+    """``await fn(*args)``, cancelled cleanly by SIGTERM (its result then None), as Ctrl-C stops it."""
+    import signal
+
+    result, _stopped_by = await run_until_signal(fn, *args, signals=(signal.SIGTERM,))
     return result
-
-
-def leaf_exceptions(exc: BaseException) -> list[BaseException]:
-    """Every exception inside (nested) exception groups, or ``[exc]``."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
-    return [exc]
 
 
 def run_client_value(fn: Callable[[ArgsT], Awaitable[ResultT]], args: ArgsT) -> ResultT | None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 import trio
 
-from trikafka.cli.common import (add_broker, add_zookeeper, leaf_exceptions, run_client, run_group_client,
-                                 stop_on_sigterm)
+from trikafka.cli.common import add_broker, add_zookeeper, run_client, run_group_client, stop_on_sigterm
+from trikafka.util.errors import leaf_exceptions
+from trikafka.cli.message_format import DEFAULT_FORMAT, FORMAT_HELP, MessageFormat, Printed
 
 
 def add_parser(commands) -> None:
@@ -16,11 +18,17 @@ def add_parser(commands) -> None:
     consume = commands.add_parser("consume", help="print messages, one per line")
     consume.add_argument("topic", metavar="TOPIC", help="the topic (with --whitelist/--blacklist: a regex)")
     add_broker(consume)
-    consume.add_argument("--partition", type=int, default=0, metavar="N", help="the partition (default 0)")
+    consume.add_argument("--partition", "-p", type=int, default=None, metavar="N",
+                         help="read only this partition (default: every partition the broker has)")
     consume.add_argument("--from", dest="from_", default="earliest", metavar="WHERE",
                          help="earliest (default), latest or a byte offset that starts an entry")
-    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after this many")
-    consume.add_argument("--print-key", action="store_true", help="print keyed messages as KEY<SEP>VALUE")
+    consume.add_argument("--max-messages", "-c", type=int, metavar="N", help="stop after this many")
+    consume.add_argument("--exit-at-end", "-e", action="store_true",
+                         help="stop once every partition is read up to its end as it was at the start")
+    consume.add_argument("--format", "-f", metavar="FMT",
+                         help=f"print each message as FMT: {FORMAT_HELP} (default '%%s\\n')")
+    consume.add_argument("--print-key", action="store_true",
+                         help="print messages as KEY<SEP>VALUE (the format '%%k<SEP>%%s\\n')")
     consume.add_argument("--key-separator", metavar="SEP", default=":", help="with --print-key (default :)")
     consume.add_argument("--no-flush", action="store_true", help="don't flush stdout after each message")
     consume.add_argument("--group", metavar="GROUP",
@@ -38,6 +46,15 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.format is not None:
+        if args.print_key:
+            parser.error("--format and --print-key exclude each other (use %k in the format)")
+        try:
+            MessageFormat.parse(args.format)
+        except ValueError as exc:
+            parser.error(str(exc))
+    if args.group and (args.exit_at_end or args.partition is not None):
+        parser.error("--exit-at-end and --partition read partitions directly, not as a group member")
     if args.from_ not in ("earliest", "latest"):
         try:
             int(args.from_)
@@ -51,8 +68,12 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         if args.streams < 1:
             parser.error("--streams must be >= 1")
 
-async def _check_partition(args: argparse.Namespace) -> str | None:
-    """Why ``--partition`` of ``topic`` cannot be consumed (None: it can), from METADATA or the probe."""
+async def _partitions_to_read(args: argparse.Namespace) -> tuple[list[int], str | None]:
+    """(the partitions to read, why they cannot be read or None), from METADATA or the probe.
+
+    Without ``--partition`` every partition the broker reports; a topic it does not have
+    yet is waited for at partition 0, as 0.7's consumer does, unless ``--exit-at-end``.
+    """
     from trikafka.cli.common import plural
     from trikafka.client import partition_counts
     from trikafka.wire import ErrorCode
@@ -60,42 +81,72 @@ async def _check_partition(args: argparse.Namespace) -> str | None:
     host, port = args.broker
     found = (await partition_counts(host, port, [args.topic])).topics[args.topic]
     if found.error == ErrorCode.INVALID_TOPIC:
-        return f"the broker at {host}:{port} rejects the topic name {args.topic!r} (INVALID_TOPIC)"
-    if found.error == ErrorCode.NO_ERROR and not 0 <= args.partition < found.count:
-        return (f"topic {args.topic!r} has no partition {args.partition}: it has "
-                f"{plural(found.count, 'partition')} (0..{found.count - 1}) on {host}:{port}")
-    return None  # an unknown topic may still appear: wait for it as 0.7's consumer does
+        return [], f"the broker at {host}:{port} rejects the topic name {args.topic!r} (INVALID_TOPIC)"
+    if found.error != ErrorCode.NO_ERROR or found.count == 0:
+        if args.exit_at_end:
+            return [], f"topic {args.topic!r} does not exist on {host}:{port}"
+        partition = 0 if args.partition is None else args.partition
+        print(f"trikafka: topic {args.topic!r} does not exist on {host}:{port} yet; waiting for its partition "
+              f"{partition} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        return [partition], None
+    if args.partition is None:
+        partitions = list(range(found.count))
+    elif 0 <= args.partition < found.count:
+        partitions = [args.partition]
+    else:
+        return [], (f"topic {args.topic!r} has no partition {args.partition}: it has "
+                    f"{plural(found.count, 'partition')} (0..{found.count - 1}) on {host}:{port}")
+    if args.from_ not in ("earliest", "latest") and len(partitions) > 1:
+        return [], (f"--from {args.from_} is a byte offset of one partition, and {args.topic!r} has "
+                    f"{plural(found.count, 'partition')}: give --partition N")
+    return partitions, None
 
 
 async def _consume_main(args: argparse.Namespace) -> int:
-    from trikafka.client import MessageTooLargeForFetch, SimpleConsumer
+    from trikafka.client import MessageTooLargeForFetch
 
-    host, port = args.broker
-    problem = await _check_partition(args)
+    partitions, problem = await _partitions_to_read(args)
     if problem is not None:
         print(f"trikafka: {problem}", file=sys.stderr)
         return 1
     try:
-        status = await stop_on_sigterm(_consume_partition, args, SimpleConsumer)
+        status = await stop_on_sigterm(_consume_partitions, args, partitions)
         return 0 if status is None else status  # None: stopped by SIGTERM, a clean stop
-    except (MessageTooLargeForFetch, BaseExceptionGroup) as error:  # direct, or from stop_on_sigterm's nursery
+    except (MessageTooLargeForFetch, BaseExceptionGroup) as error:  # direct, or from a nursery
         leaves = leaf_exceptions(error)
         exc = leaves[0]
         if (len(leaves) != 1 or not isinstance(exc, MessageTooLargeForFetch) or args.from_ in ("earliest", "latest")
                 or exc.offset != int(args.from_)):
             raise
-        print(f"trikafka: offset {exc.offset} is not an entry boundary of {args.topic}-{args.partition} "
+        print(f"trikafka: offset {exc.offset} is not an entry boundary of {args.topic}-{partitions[0]} "
               f"(the bytes there do not start a message); give an offset printed by `consume` or "
               f"`topics`, or earliest/latest", file=sys.stderr)
         return 1
 
 
-async def _consume_partition(args: argparse.Namespace, SimpleConsumer) -> int:
-    from trikafka.client import LeaderDirectory
+async def _consume_partitions(args: argparse.Namespace, partitions: list[int]) -> int:
+    """Read ``partitions`` side by side into one printer; done at ``--max-messages``, or when
+    every partition reached its end with ``--exit-at-end``."""
+    printer = _Printer(args)
+    async with trio.open_nursery() as nursery:
+        printer.stop = nursery.cancel_scope.cancel
+        for partition in partitions:
+            nursery.start_soon(_consume_partition, args, partition, printer)
+    if args.exit_at_end:
+        from trikafka.cli.common import plural
+
+        print(f"trikafka: reached the end of {args.topic} ({plural(len(partitions), 'partition')}) after "
+              f"{plural(printer.count, 'message')}", file=sys.stderr)
+    return 0
+
+
+async def _consume_partition(args: argparse.Namespace, partition: int, printer: "_Printer") -> None:
+    from trikafka.client import LeaderDirectory, SimpleConsumer
+    from trikafka.wire.keyed import iter_keyed_messages
 
     host, port = args.broker
-    # A replicated partition is read from its current leader, through failovers (§12).
-    async with SimpleConsumer((host, port), args.topic, args.partition,
+    # A replicated partition is read from its current leader, through failovers (§12.13).
+    async with SimpleConsumer((host, port), args.topic, partition,
                               leaders=LeaderDirectory([(host, port)])) as consumer:
         if args.from_ == "earliest":
             start = await consumer.earliest()
@@ -103,35 +154,51 @@ async def _consume_partition(args: argparse.Namespace, SimpleConsumer) -> int:
             start = await consumer.latest()
         else:
             start = int(args.from_)
-        # On stderr, so stdout stays payloads only; scripts may wait for this line.
-        print(f"trikafka: consuming {args.topic}-{args.partition} from offset {start}", file=sys.stderr, flush=True)
-        if args.print_key:
-            from trikafka.wire.keyed import iter_keyed_messages
+        end = await consumer.latest() if args.exit_at_end else None
+        # On stderr, so stdout stays messages only; scripts may wait for this line.
+        print(f"trikafka: consuming {args.topic}-{partition} from offset {start}", file=sys.stderr, flush=True)
+        if end is not None and start >= end:
+            return
+        async for message in consumer.messages(start, decode=iter_keyed_messages):
+            printer.write(Printed(args.topic, str(partition), message.offset, message.next_offset, message.key,
+                                  message.value))
+            if end is not None and message.next_offset >= end:
+                return
 
-            await _print_payloads(consumer.messages(start, decode=iter_keyed_messages), args)
-        else:
-            await _print_payloads(consumer.messages(start), args)
-    return 0
+
+class _Printer:
+    """Every consumed message as ``--format`` renders it on stdout; counts them, and calls
+    ``stop`` (and sets ``done``) at ``--max-messages``.  Flushed per message unless ``--no-flush``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._format = _message_format(args)
+        self._max_messages = args.max_messages
+        self._flush = not args.no_flush
+        self._out = sys.stdout.buffer
+        self.count = 0
+        self.stop: Callable[[], None] = lambda: None
+
+    @property
+    def done(self) -> bool:
+        return self._max_messages is not None and self.count >= self._max_messages
+
+    def write(self, message: Printed) -> None:
+        if self.done:
+            return
+        self._out.write(self._format.render(message))
+        self.count += 1
+        if self._flush or self.count == self._max_messages:
+            self._out.flush()
+        if self.count == self._max_messages:
+            self.stop()
 
 
-async def _print_payloads(messages, args: argparse.Namespace) -> None:
-    """Each payload as one stdout line, up to ``--max-messages``, flushed unless ``--no-flush``."""
-    out = sys.stdout.buffer
-    count = 0
-    try:
-        separator = (getattr(args, "key_separator", None) or ":").encode()
-        async for message in messages:
-            if getattr(args, "print_key", False):  # keyed: key<SEP>value, a tombstone as key<SEP>
-                out.write((message.key or b"") + separator + message.value + b"\n")
-            else:
-                out.write(message.payload + b"\n")
-            count += 1
-            if args.max_messages is not None and count >= args.max_messages:
-                break
-            if not args.no_flush:
-                out.flush()
-    finally:
-        out.flush()
+def _message_format(args: argparse.Namespace) -> MessageFormat:
+    if args.format is not None:
+        return MessageFormat.parse(args.format)
+    if args.print_key:
+        return MessageFormat.parse("%k" + args.key_separator.replace("\\", "\\\\").replace("%", "%%") + "%s\\n")
+    return MessageFormat.parse(DEFAULT_FORMAT)
 
 
 async def _consume_group_main(args: argparse.Namespace) -> int:
@@ -163,7 +230,11 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
                                          config=config) as consumer:
                     print(f"trikafka: consuming {args.topic} as {consumer.consumer_id} of group {args.group}",
                           file=sys.stderr, flush=True)
-                    await _print_payloads(consumer, args)
+                    printer = _Printer(args)
+                    async for m in consumer:
+                        printer.write(Printed(m.topic, m.partition, m.offset, m.next_offset, m.key, m.value))
+                        if printer.done:
+                            break  # leaving the loop, not cancelling: the consumer commits as it leaves
             nursery.cancel_scope.cancel()
     return 0
 

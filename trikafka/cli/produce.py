@@ -8,7 +8,8 @@ import sys
 
 import trio
 
-from trikafka.cli.common import add_broker, add_zookeeper, leaf_exceptions, plural, run_client
+from trikafka.cli.common import add_broker, add_zookeeper, plural, run_client, run_until_signal
+from trikafka.util.errors import leaf_exceptions
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
 READ_BYTES = 256 * 1024
@@ -20,8 +21,9 @@ def add_parser(commands) -> None:
     produce = commands.add_parser("produce", help="send stdin lines as messages")
     produce.add_argument("topic", metavar="TOPIC", help="the topic to send to")
     add_broker(produce)
-    produce.add_argument("--partition", type=int, default=0, metavar="N",
-                         help="the partition (default 0; -1: the broker picks at random)")
+    produce.add_argument("--partition", "-p", type=int, default=None, metavar="N",
+                         help="the partition (-1: the broker picks one per request; default: keyed lines by "
+                              "the hash of their key, other lines any partition)")
     produce.add_argument("--batch", type=int, default=PRODUCE_BATCH_MESSAGES, metavar="N",
                          help=f"messages per request (default {PRODUCE_BATCH_MESSAGES})")
     produce.add_argument("--acks", type=int, choices=(0, 1, -1), default=1,
@@ -65,45 +67,141 @@ async def _read_lines(stream: trio.abc.ReceiveStream):
 
 
 async def _produce_main(args: argparse.Namespace) -> int:
-    from trikafka.wire import ErrorCode, build_message_set
-    from trikafka.wire.keyed import build_keyed_set
+    import signal
 
     if args.key_separator is not None and args.magic != 1:
         print("trikafka: --key-separator writes keyed messages, which are magic 1", file=sys.stderr)
         return 2
     if args.zookeeper:
         return await _produce_with_producer(args)
+    from trikafka.client import partition_counts
+
     host, port = args.broker
-    max_message_size = await _broker_max_message_size(host, port, args.topic)
+    counts = await partition_counts(host, port, [args.topic])  # max.message.size and the partition count
+    router = _Router(args, counts.topics[args.topic].count)
+    if router.note:
+        print(f"trikafka: {router.note}", file=sys.stderr)
+    progress = _Progress()
+    status, stopped_by = await run_until_signal(_send_lines, args, router, counts.max_message_size, progress,
+                                                signals=(signal.SIGINT, signal.SIGTERM))
+    if stopped_by is not None:
+        print(f"trikafka: {signal.Signals(stopped_by).name}: sent {plural(progress.sent, 'message')} to "
+              f"{args.topic} before it (a batch in flight then may or may not have been written)", file=sys.stderr)
+        return 128 + stopped_by
+    assert isinstance(status, int)
+    if status == 0:
+        print(f"trikafka: sent {plural(progress.sent, 'message')} to {args.topic}", file=sys.stderr)
+    return status
+
+
+class _Progress:
+    """What a produce run has sent so far (acknowledged, with --acks 1 or -1)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+
+class _Router:
+    """Which partition each batch of lines goes to.
+
+    ``--partition N``: N.  Otherwise keyed lines go to ``hash(key) mod partitions`` (the
+    Producer's hash partitioner, so one key stays in one partition) and a batch of keyless
+    lines to any partition: the broker picks (-1, docs §5.1) or, on a replicated topic,
+    which has no broker-side choice, a random one per batch.
+    """
+
+    def __init__(self, args: argparse.Namespace, partition_count: int) -> None:
+        import random
+
+        self._fixed = args.partition
+        self._keyed = args.key_separator is not None
+        self._count = partition_count
+        self._rng = random.Random()
+        self.note: str | None = None
+        if self._fixed is None and self._keyed and partition_count == 0:
+            self.note = (f"topic {args.topic!r} does not exist yet: keyed lines go to partition 0 "
+                         "(create it with `trikafka topics create` first to spread keys over partitions)")
+
+    def keyless(self, replicated: bool) -> int:
+        if self._fixed is not None:
+            return self._fixed
+        return self._rng.randrange(self._count) if replicated and self._count else -1
+
+    def keyed(self, items: list[tuple[bytes, bytes | None]]) -> dict[int, list[tuple[bytes, bytes | None]]]:
+        """``items`` grouped by partition, each group in the lines' order."""
+        from trikafka.producer.partitioner import HashPartitioner
+
+        if self._fixed is not None or self._count == 0:
+            return {0 if self._fixed is None else self._fixed: items}
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        partitioner = HashPartitioner()
+        for item in items:
+            by_partition.setdefault(partitioner(item[0], self._count), []).append(item)
+        return by_partition
+
+
+async def _send_lines(args: argparse.Namespace, router: _Router, max_message_size: int | None,
+                      progress: _Progress) -> int:
+    """Every stdin line as a message, ``--batch`` lines a request; 0, or 1/2 after a one-line error."""
+    from trikafka.wire import ErrorCode, build_message_set
+    from trikafka.wire.keyed import build_keyed_set
+
+    host, port = args.broker
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
-    sent = 0
-    sender = _PartitionSender(host, port, args.topic, args.partition)
-    await sender.start()
-    async with sender, stdin:
+    senders = _Senders(host, port, args.topic)
+    async with senders, stdin:
+        replicated = await senders.replicated()
         async for lines in _read_lines(stdin):
             for i in range(0, len(lines), args.batch):
+                batch = lines[i:i + args.batch]
                 if args.key_separator is not None:
                     try:
-                        items = split_keyed_lines(lines[i:i + args.batch], args.key_separator)
+                        items = split_keyed_lines(batch, args.key_separator)
                     except ValueError as exc:
                         print(f"trikafka: {exc}", file=sys.stderr)
                         return 2
-                    message_set = build_keyed_set(items)
+                    sets = [(p, build_keyed_set(group), len(group)) for p, group in router.keyed(items).items()]
                 else:
-                    message_set = build_message_set(lines[i:i + args.batch], magic=args.magic)
-                too_large = _too_large(message_set, max_message_size)
-                if too_large is not None:  # refused here: with --acks 0 the broker would drop it unsaid
-                    print(f"trikafka: not sent to {args.topic} on {host}:{port}: {too_large}; "
-                          f"{plural(sent, 'message')} sent before it",
-                          file=sys.stderr)
-                    return 1
-                error, partition = await sender.send(message_set, args.acks, args.timeout_ms)
-                if error != ErrorCode.NO_ERROR:
-                    print(f"trikafka: produce to {args.topic}-{partition} failed: {error.name}", file=sys.stderr)
-                    return 1
-                sent += len(lines[i:i + args.batch])
-    print(f"trikafka: sent {plural(sent, 'message')} to {args.topic}", file=sys.stderr)
+                    sets = [(router.keyless(replicated), build_message_set(batch, magic=args.magic), len(batch))]
+                for partition, message_set, count in sets:
+                    too_large = _too_large(message_set, max_message_size)
+                    if too_large is not None:  # refused here: with --acks 0 the broker would drop it unsaid
+                        print(f"trikafka: not sent to {args.topic} on {host}:{port}: {too_large}; "
+                              f"{plural(progress.sent, 'message')} sent before it", file=sys.stderr)
+                        return 1
+                    sender = await senders.get(partition)
+                    error, answered = await sender.send(message_set, args.acks, args.timeout_ms)
+                    if error != ErrorCode.NO_ERROR:
+                        print(f"trikafka: produce to {args.topic}-{answered} failed: {error.name}", file=sys.stderr)
+                        return 1
+                    progress.sent += count
     return 0
+
+
+class _Senders:
+    """One ``_PartitionSender`` per partition written to, each started once."""
+
+    def __init__(self, host: str, port: int, topic: str) -> None:
+        self._host, self._port, self._topic = host, port, topic
+        self._senders: dict[int, _PartitionSender] = {}
+
+    async def replicated(self) -> bool:
+        """Whether the topic is replicated (asked through the sender of 'any partition')."""
+        return (await self.get(-1)).replicated
+
+    async def get(self, partition: int) -> "_PartitionSender":
+        sender = self._senders.get(partition)
+        if sender is None:
+            sender = self._senders[partition] = _PartitionSender(self._host, self._port, self._topic, partition)
+            await sender.start()
+        return sender
+
+    async def __aenter__(self) -> "_Senders":
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        for sender in self._senders.values():
+            await sender.__aexit__(*exc_info)
 
 
 class _PartitionSender:
@@ -176,13 +274,6 @@ class _PartitionSender:
                 self._conn = None
             await trio.sleep(delay_s)
             delay_s = min(delay_s * 2, 1.0)
-
-
-async def _broker_max_message_size(host: str, port: int, topic: str) -> int | None:
-    """The broker's ``max.message.size`` from METADATA (None from a plain 0.7 broker, which cannot say)."""
-    from trikafka.client import partition_counts
-
-    return (await partition_counts(host, port, [topic])).max_message_size
 
 
 def _too_large(message_set: bytes, max_message_size: int | None) -> str | None:

@@ -12,7 +12,7 @@ import trio
 
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig, ConfigError
 from trikafka.broker.config_sources import load
-from trikafka.cli.common import leaf_exceptions
+from trikafka.util.errors import leaf_exceptions
 from trikafka.cli.logsetup import announce
 
 logger = logging.getLogger("trikafka.cli")
@@ -123,9 +123,35 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
         if broker.metrics_address is not None:
             host, port = broker.metrics_address
             announce(logger, f"trikafka: metrics on http://{host}:{port}/metrics", metrics_port=port)
-        if ready_file:  # before the ready line, so a reader of the line finds the file
+        # Files before the ready line, so a reader of the line finds them.
+        listener_file = await trio.to_thread.run_sync(_write_listener_file, config, broker.host, broker.port)
+        if ready_file:
             _write_ready_file(ready_file, broker.port)
         announce(logger, READY_LINE.format(host=broker.host, port=broker.port), host=broker.host, port=broker.port)
+        if logging.getLogger("kazoo").level == logging.ERROR:
+            # Serving: a lost or re-established session is news again (cmd_serve quietened the start).
+            logging.getLogger("kazoo").setLevel(logging.WARNING)
+    # A clean stop: the address goes with the broker (a killed broker leaves it, naming a dead port).
+    await trio.to_thread.run_sync(_remove_quietly, listener_file)
+
+
+def _write_listener_file(config: BrokerConfig, host: str, port: int) -> str:
+    """``<log_dir>/.trikafka-listener``: where client commands find this broker (docs/protocol.md §7.1)."""
+    from trikafka.log.names import LISTENER_FILE
+
+    path = os.path.join(config.log_dir, LISTENER_FILE)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{host}:{port}\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -142,8 +168,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"trikafka: {taken}", file=sys.stderr)
         return 1
 
-    if config.enable_zookeeper and logging.getLogger("kazoo").level == logging.NOTSET:
-        logging.getLogger("kazoo").setLevel(logging.WARNING)  # connection chatter at INFO
+    if (config.enable_zookeeper and logging.getLogger("kazoo").level == logging.NOTSET
+            and logging.getLogger().getEffectiveLevel() > logging.DEBUG):
+        # Until the broker serves, each failed connection attempt would be a warning of its own;
+        # an unreachable ensemble is reported once, in one line, instead (--log-level DEBUG shows them).
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
     os_errors: list[BaseException] = []
     interrupted = False
     try:

@@ -1,7 +1,8 @@
 """``trikafka topics create|describe|alter|reassign`` on the topics' ZooKeeper state (docs/protocol.md §12.12).
 
-``topics create NAME --partitions N`` without ``--replication-factor`` or
-``--config`` stays the plain CREATE_TOPIC of ``topics.py``.  With
+``topics create NAME --partitions N`` without ``--replication-factor``,
+``--config`` or ``--zookeeper`` stays the plain CREATE_TOPIC of ``topics.py``;
+with ``--zookeeper`` alone it is CREATE_TOPIC on every broker registered there.  With
 ``--replication-factor R`` (1 included) the topic is replicated; with only
 ``--config`` it is a plain topic whose settings go to ZooKeeper (``--zookeeper``)
 or ride its CREATE_TOPIC to the one broker named (``--broker``, docs §9.5).
@@ -51,7 +52,7 @@ def wants_admin(args: argparse.Namespace) -> bool:
     """Whether the command line is one of this module's actions."""
     action = args.topic[:1]
     if action == ["create"]:
-        return args.replication_factor is not None or bool(args.config)
+        return args.replication_factor is not None or bool(args.config) or args.zookeeper is not None
     return bool(action) and action[0] in ACTIONS
 
 
@@ -78,6 +79,11 @@ def cmd_admin(args: argparse.Namespace) -> int:
             # A plain topic with settings, created through one broker: CREATE_TOPIC carries them (§9.5).
             status = run_client_value(_guarded, (_create_through_broker, args))
             return 1 if status is None else status
+        if args.broker_given:
+            # These actions read and write ZooKeeper's state, which a broker address does not locate.
+            print(f"trikafka: topics {action} works on the topics' state in ZooKeeper: give --zookeeper HOST:PORT "
+                  "(--broker is not used)", file=sys.stderr)
+            return 2
         args.zookeeper = default_zookeeper()
     run = {"create": _create, "describe": _describe, "alter": _alter, "reassign": _reassign}[action]
     status = run_client_value(_guarded, (run, args))
@@ -168,20 +174,21 @@ async def _create_replicated(zk, name: str, partitions: int, factor: int, config
 
 
 async def _create_plain(zk, name: str, partitions: int, config: dict[str, str], args: argparse.Namespace) -> int:
-    """§12.12.1: the settings znode first, then CREATE_TOPIC on every live broker."""
+    """§12.12.1: the settings znode first (when there are settings), then CREATE_TOPIC on every live broker."""
     from trikafka.zk import NodeExistsError, paths
     from trikafka.zk.registry import live_brokers
     from trikafka.zk.topic_config_store import create_topic_config, read_topic_settings
 
     if await zk.exists(paths.replicated_topic(name)) is not None:
         raise AdminError(f"topic {name!r} is a replicated topic; change its settings with `trikafka topics alter`")
-    try:
-        await create_topic_config(zk, name, config)
-    except NodeExistsError:
-        stored = await read_topic_settings(zk, name)
-        if stored is None or stored.replicated or stored.config != config:
-            raise AdminError(f"topic {name!r} already has settings in ZooKeeper "
-                             f"({paths.topic_config(name)}); change them with `trikafka topics alter`") from None
+    if config:
+        try:
+            await create_topic_config(zk, name, config)
+        except NodeExistsError:
+            stored = await read_topic_settings(zk, name)
+            if stored is None or stored.replicated or stored.config != config:
+                raise AdminError(f"topic {name!r} already has settings in ZooKeeper "
+                                 f"({paths.topic_config(name)}); change them with `trikafka topics alter`") from None
     brokers = await live_brokers(zk)
     if not brokers:
         raise AdminError(f"settings of {name!r} stored, but no broker is registered in {args.zookeeper} "
@@ -256,8 +263,7 @@ async def _describe(args: argparse.Namespace) -> int:
         print(json.dumps({"topic": name, "partitions": rows}))
         return 0
     config = " ".join(f"{k}={v}" for k, v in sorted((settings.config if settings else {}).items()))
-    factor = max((len(r) for r in assignment.replicas), default=0)
-    print(f"topic {name}: replicated, {plural(len(rows), 'partition')}, replication factor {factor}"
+    print(f"topic {name}: replicated, {plural(len(rows), 'partition')}, {replication_factor_text(assignment)}"
           f"{', config ' + config if config else ''}")
     print("partition\tleader\tleader_epoch\treplicas\tisr\tstatus")
     for row in rows:
@@ -284,6 +290,15 @@ async def _describe_plain(zk, name: str, args: argparse.Namespace) -> int:
         print(f"topic {name}: plain (unreplicated); settings {shown}; "
               f"`trikafka topics {name} --zookeeper {args.zookeeper}` shows its partitions")
     return 0
+
+
+def replication_factor_text(assignment) -> str:
+    """``replication factor N`` over every partition's intended replicas: a pending move's target,
+    else its replicas (during a move the replicas are the union of old and new, §12.12.3)."""
+    factors = sorted({len(assignment.targets.get(p, replicas)) for p, replicas in enumerate(assignment.replicas)})
+    if len(factors) <= 1:
+        return f"replication factor {factors[0] if factors else 0}"
+    return f"replication factors {factors[0]} to {factors[-1]}"
 
 
 def partition_status(leader: int, replicas: list[int], isr: list[int], target=None) -> str:

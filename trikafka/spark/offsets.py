@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from trikafka.wire import OFFSETS_EARLIEST as EARLIEST  # OFFSETS' special times (spec §5.5)
 from trikafka.wire import OFFSETS_LATEST as LATEST
@@ -108,6 +108,42 @@ def offsets_from_json(text: str, *, allow_special: bool = False) -> dict[Partiti
     except json.JSONDecodeError as exc:
         raise OffsetSpecError(f"offsets are not valid JSON: {exc}") from None
     return offsets_from_document(doc, allow_special=allow_special)
+
+
+def align_offsets(offsets: Mapping[PartitionKey, int], known: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
+    """``offsets`` with each key written as the ``known`` partition it names.
+
+    A key without a broker (``{"t": {"0": 14}}``, the shape Spark's Kafka source uses) names
+    partition 0 of a 0.7 topic when exactly one broker has that partition; a 0.7 topic's
+    partition held by several brokers, or a broker-qualified key of a replicated topic, is
+    an OffsetSpecError that says how to name it.  Topics with no known partition keep
+    their keys as written.
+    """
+    by_topic: dict[str, list[PartitionKey]] = {}
+    for key in known:
+        by_topic.setdefault(key.topic, []).append(key)
+    aligned: dict[PartitionKey, int] = {}
+    for key, offset in offsets.items():
+        found = by_topic.get(key.topic)
+        if not found or key in found:
+            aligned[key] = offset
+            continue
+        replicated = all(k.broker is None for k in found)
+        if key.broker is not None and replicated:
+            raise OffsetSpecError(f"topic {key.topic!r} is replicated: name its partitions by number "
+                                  f"({key.partition!r}, not {key.name!r})")
+        candidates = [k for k in found if k.partition == key.partition] if key.broker is None else []
+        if len(candidates) == 1:
+            aligned[candidates[0]] = offset
+        elif len(candidates) > 1:
+            brokers = ", ".join(str(k.broker) for k in sorted(candidates))
+            raise OffsetSpecError(f"partition {key.partition} of topic {key.topic!r} is on brokers {brokers}: "
+                                  f"name it '<broker>-<partition>' (e.g. {candidates[0].name!r})")
+        elif key.broker is None and not replicated:
+            raise OffsetSpecError(f"topic {key.topic!r} has no partition {key.partition} on any broker")
+        else:
+            aligned[key] = offset  # a broker's partition not discovered (e.g. its broker is down)
+    return aligned
 
 
 # -- the startingOffsets / endingOffsets options ------------------------------

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import random
 import sys
 import time
@@ -39,7 +41,8 @@ from typing import Sequence
 
 from trikafka.wire import Codec
 
-from .cluster import ClusterConfigError, StaticCluster, ZooKeeperCluster, format_broker_list, parse_broker_list
+from .cluster import (BrokerAddress, ClusterConfigError, StaticCluster, ZooKeeperCluster, format_broker_list,
+                      parse_broker_list)
 
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,9 +95,40 @@ def _open_cluster(args: argparse.Namespace) -> StaticCluster | ZooKeeperCluster:
     return StaticCluster(parse_broker_list(args.brokers), args.partitions_per_broker)
 
 
+def create_static_topic(brokers: dict[int, BrokerAddress], topic: str, partitions_per_broker: int) -> None:
+    """Give ``topic`` ``partitions_per_broker`` partitions on every broker before anything is produced.
+
+    CREATE_TOPIC on each broker (§9.5: a no-op where the topic already has that count); a
+    plain 0.7 broker cannot create topics, so there the declared count stands, as in 0.7's
+    static ``broker.list`` mode.  ClusterConfigError, before any write, when a broker has
+    the topic with another count or refuses it.
+    """
+    from trikafka.wire import ErrorCode
+
+    from .blocking_client import BlockingExtensionNotSupported, BrokerConnection
+
+    for broker_id, address in sorted(brokers.items()):
+        where = f"broker {broker_id} ({address.host}:{address.port})"
+        try:
+            with BrokerConnection(address.host, address.port) as conn:
+                result = conn.create_topic(topic, partitions_per_broker)
+        except BlockingExtensionNotSupported:
+            continue
+        except ConnectionError as exc:
+            raise ClusterConfigError(f"cannot create {topic!r} on {where}: {exc}") from None
+        if result.error == ErrorCode.NO_ERROR:
+            continue
+        if result.partitions >= 0:
+            raise ClusterConfigError(f"topic {topic!r} has a partition count of {result.partitions} on {where}, "
+                                     f"not the {partitions_per_broker} that --partitions-per-broker names")
+        raise ClusterConfigError(f"{where} refuses to create topic {topic!r}: {result.error.name}")
+
+
 def run_generate(args: argparse.Namespace) -> int:
     from .pageviews import generate_pageviews, wall_clock_ms
 
+    if args.partitions_per_broker is not None and not args.zookeeper:
+        create_static_topic(parse_broker_list(args.brokers), args.topic, args.partitions_per_broker)
     cluster = _open_cluster(args)
     try:
         brokers, targets = cluster.brokers(), cluster.partitions(args.topic)
@@ -179,15 +213,32 @@ def _check_topics(options_map: dict[str, str]) -> None:
         cluster.close()
 
 
+def _not_from_py4j(record: "logging.LogRecord") -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from .session import error_line
+
     args = build_parser().parse_args(argv)
+    # py4j logs each call that an interrupt or a stopping JVM breaks, with its traceback, on
+    # the root logger; the error that matters reaches us as an exception, printed in one line below.
+    logging.getLogger().addFilter(_not_from_py4j)
     try:
         if args.command == "generate":
             return run_generate(args)
         return run_load_command(args)
     except (ClusterConfigError, ValueError, ConnectionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"trikafka: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("trikafka: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("pyspark.", "py4j.")):
+            raise
+        print(f"trikafka: {error_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from trikafka.wire import ErrorCode, InvalidMessageError, decode_message, parse_
 
 from .blocking_client import BrokerConnection, BrokerConnectionError
 from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster, format_broker_list
-from .offsets import EARLIEST, LATEST, OffsetSpec, PartitionKey
+from .offsets import EARLIEST, LATEST, OffsetSpec, PartitionKey, align_offsets
 from .options import SourceOptions
 
 # Room for response headers on top of the largest fetch.
@@ -180,8 +180,9 @@ def discover_keys(options: SourceOptions, cluster: StaticCluster | ZooKeeperClus
             raise PlanningError(f"topic {topic!r} does not exist in {_where(options)} "
                                 "(set failOnMissingTopic=false to read nothing)")
         keys.update(found)
+    discovered = frozenset(keys)
     for spec in (options.starting, options.ending):
-        keys.update(k for k in spec.explicit_offsets if k.topic in topics)
+        keys.update(k for k in align_offsets(spec.explicit_offsets, discovered) if k.topic in topics)
     return sorted(keys)
 
 
@@ -211,7 +212,7 @@ def resolve_offsets(
         committed = cluster.read_group_offsets(spec.group, keys)
         wanted = {k: committed.get(k, group_default) for k in keys}
     else:
-        explicit = spec.explicit_offsets
+        explicit = align_offsets(spec.explicit_offsets, keys)
         wanted = {k: explicit.get(k, spec.default) for k in keys}
     resolved = {}
     for key, value in wanted.items():

@@ -14,6 +14,7 @@ Three PySpark pitfalls are handled here once:
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Mapping
@@ -49,6 +50,17 @@ def prepare_worker_environment() -> None:
     _prepend_pythonpath(str(Path(__file__).resolve().parents[2]))
 
 
+_CAUSE_RE = re.compile(r"(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.+)")
+
+
+def error_line(exc: BaseException) -> str:
+    """The cause of a Spark error in one line: the message of the Python exception a
+    source or UDF raised (Spark prefixes it with its error condition), else the first line."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    found = _CAUSE_RE.search(first)
+    return found.group(2).strip() if found else first
+
+
 def build_session(
     app_name: str,
     *,
@@ -76,6 +88,9 @@ def build_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
+        # A failing source or UDF reports its exception's own line, not its Python traceback:
+        # the cause then stands in the first line of Spark's error.
+        .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
     )
     if local:
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

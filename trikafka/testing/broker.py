@@ -30,7 +30,7 @@ import trio.testing
 
 from trikafka.broker import BrokerConfig
 from trikafka.broker.server import Broker, inline_blocking, serve
-from trikafka.cli.common import leaf_exceptions
+from trikafka.util.errors import leaf_exceptions
 from trikafka.client import Connection
 from trikafka.wire import Request, RequestType
 

@@ -160,10 +160,11 @@ class ZooKeeperConfig:
         return path
 
 
-def build_command(config_path: Path, classpath: str, java: str) -> list[str]:
-    """The server command line, wrapped in ``setpriv --pdeathsig KILL`` when available."""
+def build_command(config_path: Path, classpath: str, java: str, *, die_with_parent: bool = True) -> list[str]:
+    """The server command line; ``die_with_parent`` wraps it in ``setpriv --pdeathsig KILL`` when
+    available (a detached server, such as ``trikafka cluster up``'s, outlives its launcher)."""
     command = [java, *JVM_FLAGS, "-cp", classpath, MAIN_CLASS, str(config_path)]
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") and die_with_parent else None
     return [setpriv, "--pdeathsig", "KILL", *command] if setpriv else command
 
 

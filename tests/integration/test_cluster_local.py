@@ -1,0 +1,73 @@
+"""``trikafka cluster up|down``: a real ZooKeeper and three real brokers on this machine, detached,
+that serve a replicated topic, outlive the command that started them, and stop by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from .broker_testing import child_process
+
+pytestmark = pytest.mark.zookeeper
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie has stopped (its new parent, PID 1, reaps it when it may)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def trikafka(*args: str, stdin: bytes | None = None, status: int = 0) -> str:
+    async with child_process(*args, stdin=subprocess.PIPE if stdin is not None else None,
+                             stdout=subprocess.PIPE) as child:
+        if stdin is not None:
+            await child.send_stdin(stdin)
+        assert await child.wait() == status, child.stderr.decode(errors="replace")
+    return bytes(child.stdout).decode() + child.stderr.decode(errors="replace")
+
+
+async def test_up_serves_a_replicated_topic_and_down_stops_every_process(tmp_path):
+    where = ("--dir", str(tmp_path / "cluster"))
+    try:
+        out = await trikafka("cluster", "up", *where, "--first-port", "0", "--zookeeper-port", "0")
+        saved = (tmp_path / "cluster" / "cluster.json").read_text()
+        state = json.loads(saved)
+        pids = [state["zookeeper"]["pid"], *(b["pid"] for b in state["brokers"])]
+        assert all(running(pid) for pid in pids)  # they outlive `cluster up`
+        zookeeper = f"127.0.0.1:{state['zookeeper']['port']}"
+        broker = f"127.0.0.1:{state['brokers'][2]['port']}"
+        assert f"ZooKeeper {zookeeper}, brokers 0:127.0.0.1:{state['brokers'][0]['port']}," in out
+
+        again = await trikafka("cluster", "up", *where, "--first-port", "0", "--zookeeper-port", "0", status=1)
+        assert "still runs" in again
+
+        await trikafka("topics", "create", "orders", "--partitions", "2", "--replication-factor", "3",
+                       "--zookeeper", zookeeper)
+        await trikafka("produce", "orders", "--acks", "-1", "--broker", broker, stdin=b"a\nb\nc\n")
+        consumed = await trikafka("consume", "orders", "-c", "3", "-f", "%s\\n", "--broker", broker)
+        assert sorted(consumed.split("\n")[:3]) == ["a", "b", "c"]
+        view = json.loads((await trikafka("cluster", "--json", "--zookeeper", zookeeper)).split("\n")[0])
+        assert [b["id"] for b in view["brokers"]] == [0, 1, 2] and view["under_replicated"] == []
+
+        os.kill(pids[2], signal.SIGKILL)  # broker 1: `up` again brings it back on its port and data
+        await trikafka("cluster", "up", *where)
+        state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
+        assert [b["port"] for b in state["brokers"]] == [b["port"] for b in json.loads(saved)["brokers"]]
+        assert state["brokers"][1]["pid"] != pids[2] and state["brokers"][0]["pid"] == pids[1]
+        pids = [state["zookeeper"]["pid"], *(b["pid"] for b in state["brokers"])]
+        consumed = await trikafka("consume", "orders", "-c", "3", "-f", "%s\\n", "--broker",
+                                  f"127.0.0.1:{state['brokers'][1]['port']}")
+        assert sorted(consumed.split("\n")[:3]) == ["a", "b", "c"]
+    finally:
+        down = await trikafka("cluster", "down", *where)
+    assert "stopped 3 brokers and ZooKeeper" in down
+    assert not any(running(pid) for pid in pids)
+    assert not (tmp_path / "cluster" / "cluster.json").exists()
+    assert "no cluster was started" in await trikafka("cluster", "down", *where, status=1)

@@ -1,0 +1,239 @@
+"""``trikafka cluster up|down``: a ZooKeeper and N brokers on this machine, as detached processes.
+
+``up`` starts them under one directory (``cluster.json`` there records what runs: the
+ZooKeeper's and each broker's PID and address) and returns once every broker serves;
+``down`` stops exactly those processes, by PID, brokers first (SIGTERM: a clean stop),
+then ZooKeeper.  Unlike a broker's private ZooKeeper, this one outlives any broker, so
+brokers can be killed and restarted against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STATE_FILE = "cluster.json"
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+POLL_INTERVAL_S = 0.1
+
+
+class LocalClusterError(Exception):
+    """Why ``cluster up`` or ``down`` could not do its work (one line)."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process of the cluster: what it is, its PID and where it listens."""
+
+    name: str  # "zookeeper" or "broker-<id>"
+    pid: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """A ZooKeeper and brokers started by ``cluster up`` in ``directory``."""
+
+    directory: Path
+    zookeeper: Member
+    brokers: tuple[Member, ...]
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return f"{self.zookeeper.host}:{self.zookeeper.port}"
+
+    @property
+    def broker_list(self) -> str:
+        return ",".join(f"{m.name.removeprefix('broker-')}:{m.host}:{m.port}" for m in self.brokers)
+
+    def save(self) -> None:
+        state = {"version": 1, "zookeeper": asdict(self.zookeeper), "brokers": [asdict(m) for m in self.brokers]}
+        tmp = self.directory / f"{STATE_FILE}.tmp"
+        tmp.write_text(json.dumps(state, indent=1) + "\n")
+        os.replace(tmp, self.directory / STATE_FILE)
+
+    @classmethod
+    def load(cls, directory: Path) -> "LocalCluster | None":
+        try:
+            state = json.loads((directory / STATE_FILE).read_text())
+            return cls(directory, Member(**state["zookeeper"]), tuple(Member(**m) for m in state["brokers"]))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LocalClusterError(f"{directory / STATE_FILE} is not a cluster state file: {exc}") from None
+
+
+def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int, extra: list[str]) -> LocalCluster:
+    """Start ZooKeeper, then brokers 0..brokers-1 (ports ``first_port + id``, or free ports for 0).
+
+    Over a cluster recorded in ``directory``, start again only its members that stopped, on
+    their ports and data (a killed broker comes back); LocalClusterError if all of them run.
+    """
+    existing = LocalCluster.load(directory)
+    if existing is not None:
+        if all(_alive(m) for m in (existing.zookeeper, *existing.brokers)):
+            raise LocalClusterError(f"the cluster in {directory} still runs: `trikafka cluster down --dir "
+                                    f"{directory}` first")
+        zookeeper = existing.zookeeper if _alive(existing.zookeeper) else \
+            _start_zookeeper(directory, existing.zookeeper.port)
+        ports = [m.port for m in existing.brokers]
+        running = {i: m for i, m in enumerate(existing.brokers) if _alive(m)}
+    else:
+        directory.mkdir(parents=True, exist_ok=True)
+        zookeeper = _start_zookeeper(directory, zookeeper_port)
+        ports = [first_port + i if first_port else 0 for i in range(brokers)]
+        running = {}
+    members = [running.get(i, Member(f"broker-{i}", 0, "127.0.0.1", port)) for i, port in enumerate(ports)]
+    LocalCluster(directory, zookeeper, tuple(members)).save()  # from here on `down` can stop what started
+    for broker_id, member in enumerate(members):
+        if broker_id not in running:
+            members[broker_id] = _start_broker(directory, LocalCluster(directory, zookeeper, tuple(members)),
+                                               broker_id, member.port, extra)
+    cluster = LocalCluster(directory, zookeeper, tuple(members))
+    cluster.save()
+    return cluster
+
+
+def _start_zookeeper(directory: Path, port: int) -> Member:
+    from trikafka.zk.server_setup import ZooKeeperConfig, build_command, find_classpath, find_java, free_port
+
+    zk_dir = directory / "zookeeper"
+    port = port or free_port()
+    command = build_command(ZooKeeperConfig(zk_dir, port).write(), find_classpath(), find_java(),
+                            die_with_parent=False)
+    member = Member("zookeeper", _spawn(command, zk_dir / "zookeeper.log", zk_dir), "127.0.0.1", port)
+    _wait_zookeeper(member, zk_dir / "zookeeper.log")
+    return member
+
+
+def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, port: int, extra: list[str]) -> Member:
+    """Broker ``broker_id`` on ``port`` (0: a free one), recorded in the state file while it starts."""
+    name = f"broker-{broker_id}"
+    ready_file = directory / f"{name}.port"
+    ready_file.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "trikafka", "serve", "--zookeeper", cluster.zookeeper_connect,
+               "--broker-id", str(broker_id), "--port", str(port), "--log-dir", str(directory / name),
+               "--ready-file", str(ready_file), *extra]
+    starting = Member(name, _spawn(command, directory / f"{name}.log", directory), "127.0.0.1", port)
+    members = list(cluster.brokers)
+    members[broker_id] = starting
+    LocalCluster(directory, cluster.zookeeper, tuple(members)).save()
+    return Member(name, starting.pid, "127.0.0.1", _wait_ready_file(ready_file, starting, directory / f"{name}.log"))
+
+
+def stop(directory: Path) -> LocalCluster:
+    """Stop what ``start`` recorded in ``directory``: brokers (SIGTERM, then SIGKILL after
+    ``STOP_TIMEOUT_S``), then ZooKeeper; removes the state file."""
+    cluster = LocalCluster.load(directory)
+    if cluster is None:
+        raise LocalClusterError(f"no cluster was started in {directory} (no {STATE_FILE})")
+    for group in (cluster.brokers, (cluster.zookeeper,)):
+        for member in group:
+            if _alive(member):
+                os.kill(member.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for member in group:
+            while _alive(member) and time.monotonic() < deadline:
+                time.sleep(POLL_INTERVAL_S)
+            if _alive(member):
+                os.kill(member.pid, signal.SIGKILL)
+    (directory / STATE_FILE).unlink()
+    return cluster
+
+
+def _spawn(command: list[str], log_path: Path, cwd: Path) -> int:
+    """A detached process (its own session: Ctrl-C in the shell does not reach it), output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   cwd=cwd, start_new_session=True)
+    return process.pid
+
+
+def _alive(member: Member) -> bool:
+    """Whether ``member``'s PID still runs the process started (not a reused PID, not a zombie)."""
+    try:
+        with open(f"/proc/{member.pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+        with open(f"/proc/{member.pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    marker = b"ZooKeeperServerMain" if member.name == "zookeeper" else b"trikafka"
+    return state != "Z" and marker in cmdline
+
+
+def _wait_zookeeper(member: Member, log_path: Path) -> None:
+    from trikafka.zk.server_setup import _serving, four_letter_word
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not _alive(member):
+            raise LocalClusterError(f"ZooKeeper exited at start; see {log_path}")
+        try:
+            if _serving(four_letter_word(member.host, member.port, "srvr")):
+                return
+        except OSError:
+            pass
+        time.sleep(POLL_INTERVAL_S)
+    raise LocalClusterError(f"ZooKeeper did not serve on {member.host}:{member.port} within {READY_TIMEOUT_S:.0f} s; "
+                            f"see {log_path}")
+
+
+def _wait_ready_file(path: Path, member: Member, log_path: Path) -> int:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            return int(path.read_text())
+        except (FileNotFoundError, ValueError):
+            pass
+        if not _alive(member):
+            last = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
+            raise LocalClusterError(f"{member.name} exited at start: {last[0] if last else '(no output)'} "
+                                    f"(see {log_path})")
+        time.sleep(POLL_INTERVAL_S)
+    raise LocalClusterError(f"{member.name} did not serve within {READY_TIMEOUT_S:.0f} s; see {log_path}")
+
+
+def add_arguments(cluster: argparse.ArgumentParser) -> None:
+    """The options of ``cluster up|down`` on the ``cluster`` parser."""
+    cluster.add_argument("--dir", default="trikafka-cluster", metavar="DIR",
+                         help="with up/down: the cluster's directory (data, logs, cluster.json; default "
+                              "./trikafka-cluster)")
+    cluster.add_argument("--brokers", type=int, default=3, metavar="N", help="with up: how many brokers (default 3)")
+    cluster.add_argument("--first-port", type=int, default=9092, metavar="PORT",
+                         help="with up: broker I listens on PORT+I (default 9092; 0: free ports)")
+    cluster.add_argument("--zookeeper-port", type=int, default=2181, metavar="PORT",
+                         help="with up: ZooKeeper's port (default 2181; 0: a free port)")
+    cluster.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="with up: a broker setting for every broker (as `serve --set`)")
+
+
+def cmd_up_down(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).absolute()
+    try:
+        if args.action == "up":
+            if args.brokers < 1:
+                raise LocalClusterError("--brokers must be >= 1")
+            extra = [item for setting in args.set for item in ("--set", setting)]
+            cluster = start(directory, brokers=args.brokers, zookeeper_port=args.zookeeper_port,
+                            first_port=args.first_port, extra=extra)
+            print(f"trikafka: cluster up in {directory}: ZooKeeper {cluster.zookeeper_connect}, brokers "
+                  f"{cluster.broker_list}; stop it with `trikafka cluster down --dir {args.dir}`")
+            return 0
+        cluster = stop(directory)
+        print(f"trikafka: cluster down: stopped {len(cluster.brokers)} brokers and ZooKeeper "
+              f"{cluster.zookeeper_connect}")
+        return 0
+    except LocalClusterError as exc:
+        print(f"trikafka: {exc}", file=sys.stderr)
+        return 1
