@@ -216,3 +216,19 @@ async def test_a_power_cut_loses_the_unflushed_tail_and_a_kill_keeps_it(autojump
         with trio.fail_after(WAIT_S):  # whatever the cut left, the replica copies the leader again
             while back.stored(TOPIC, 0) != other.stored(TOPIC, 0):
                 await trio.sleep(0.05)
+
+
+async def test_an_acks_all_write_is_visible_at_the_leader_when_acknowledged(autojump_clock):
+    """§12.6: acks -1 answers once committed and made visible by the leader's flush, which the
+    append requests at once: no wait for the flush timer (an hour here) before consumers see it."""
+    async with open_cluster(3, log_flush_interval=1_000_000, log_default_flush_interval_ms=3_600_000) as cluster, \
+            cluster.coordinator() as zk:
+        await _create(zk)
+        leader, hosted = await _wait_leading(cluster)
+        started = trio.current_time()
+        [result] = await _produce(cluster, leader, [b"seen", b"at once"])
+        assert result.error == ErrorCode.NO_ERROR and trio.current_time() - started < 60
+        assert hosted.consumer_end() >= result.next_offset
+        async with await connect(leader.host, leader.port, open_stream=cluster.open_stream) as conn:
+            fetched = await conn.fetch(TOPIC, 0, 0, 1 << 16)
+        assert len(fetched.data) == result.next_offset

@@ -90,8 +90,8 @@ class HostedPartition:
         return self._known_hw
 
     def consumer_end(self) -> int:
-        """Where consumers' reads end: flushed here and committed (below the HW)."""
-        return min(self.log.visible_end, self.high_watermark)
+        """Where consumers' reads end: committed (the HW), flushed or not, as far as this replica has it (§12.6)."""
+        return min(self.log.end_offset, self.high_watermark)
 
     # ----------------------------------------------------------------- state changes
 
