@@ -245,6 +245,15 @@ async def test_consume_of_a_missing_topic_says_it_waits(tmp_path):
         assert await broker.wait() == 0
 
 
+async def test_an_interrupted_simulation_prints_a_summary_line():
+    async with child_process("sim", "--seeds", "1..50", "--duration-s", "5", stdout=subprocess.PIPE) as sim:
+        await sim.wait_for_lines(1)  # seed 1 is done
+        sim.signal(signal.SIGINT)
+        assert await sim.wait() == 130
+    line = one_error_line(sim.stderr.decode())
+    assert re.fullmatch(r"trikafka: interrupted after \d+ seeds: \d+ ok, 0 failed", line), line
+
+
 async def test_an_interrupted_produce_says_what_it_sent(tmp_path):
     async with serve_process(tmp_path / "data") as (broker, port):
         where = ("--broker", f"127.0.0.1:{port}")

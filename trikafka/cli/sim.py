@@ -59,23 +59,49 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("--brokers takes 3 to 32 and --partitions 1 to 1024")
 
 
+class _Tally:
+    """What a run of seeds has shown so far."""
+
+    def __init__(self) -> None:
+        self.ok: list[int] = []
+        self.failed: list[int] = []
+        self.simulated_s = 0.0
+
+    def counts(self) -> str:
+        return (f"{len(self.ok)} ok, {len(self.failed)} failed"
+                f"{' (' + ', '.join(map(str, self.failed)) + ')' if self.failed else ''}")
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
+    tally = _Tally()
+    interrupted = False
+    try:
+        _run_seeds(args, tally)
+    except* KeyboardInterrupt:  # also from inside a run's nurseries: a summary, not their traceback
+        interrupted = True
+    if interrupted:
+        print(f"trikafka: interrupted after {len(tally.ok) + len(tally.failed)} seeds: {tally.counts()}",
+              file=sys.stderr)
+        return 130
+    return 1 if tally.failed else 0
+
+
+def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
     from trikafka.sim import FAULTS, run_seed
 
-    failed = []
     started = time.perf_counter()
-    simulated_s = 0.0
     many = len(args.seed_range) > 1
     for done, seed in enumerate(args.seed_range, 1):
         result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS, plant=args.plant,
                           brokers=args.brokers, partitions=args.partitions)
-        simulated_s += result.simulated_s
+        tally.simulated_s += result.simulated_s
         if args.trace and not many:
             print("\n".join(result.trace_lines))
         if result.violation is None:
+            tally.ok.append(seed)
             line = f"seed {seed}: ok trace {result.digest}"
         else:
-            failed.append(seed)
+            tally.failed.append(seed)
             print(result.report(), file=sys.stderr, flush=True)
             line = f"seed {seed}: FAILED ({result.violation.promise}) trace {result.digest}"
         if many:
@@ -84,7 +110,6 @@ def cmd_sim(args: argparse.Namespace) -> int:
             print(line)
     if many:
         wall_s = time.perf_counter() - started
-        print(f"seeds {args.seed_range.start}..{args.seed_range.stop - 1}: {len(args.seed_range) - len(failed)} ok, "
-              f"{len(failed)} failed{' (' + ', '.join(map(str, failed)) + ')' if failed else ''}; "
-              f"{simulated_s:.0f} simulated s in {wall_s:.1f} wall s ({simulated_s / max(wall_s, 1e-9):.0f}x)")
-    return 1 if failed else 0
+        print(f"seeds {args.seed_range.start}..{args.seed_range.stop - 1}: {tally.counts()}; "
+              f"{tally.simulated_s:.0f} simulated s in {wall_s:.1f} wall s "
+              f"({tally.simulated_s / max(wall_s, 1e-9):.0f}x)")
