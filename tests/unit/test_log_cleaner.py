@@ -311,3 +311,28 @@ def test_a_replicated_log_is_cleaned_only_in_segments_wholly_below_its_high_wate
     assert all(s.end <= high_watermark for s in result.segments)
     log.cleanable_end = None  # unreplicated: up to the active segment
     assert LogCleaner(fs, clock).cleanable_range(log, COMPACT)[2] == log.segments.segments[-1].start
+
+
+ONE_DAY_MS = 24 * 3600 * 1000  # the documented default of delete.retention.ms
+
+
+@pytest.mark.parametrize("age_ms, tombstones_kept", [(ONE_DAY_MS, True), (ONE_DAY_MS + 1, False)])
+def test_tombstones_stay_for_one_day_by_default(age_ms, tombstones_kept):
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(6, clock)
+    log = open_log(fs, clock)
+    original = fill(log, rounds=2)
+    for k in range(5):
+        data = encode_keyed_entry(b"key-%d" % k, None)
+        original[log.append(data).base_offset] = data
+    data = encode_keyed_entry(b"other", b"x" * 30)
+    original[log.append(data).base_offset] = data  # the segment's last entry stays anyway
+    log.flush()
+    log.roll()
+    for segment in log.segments.segments:
+        fs.touch(segment.path, T0)
+    clock.advance(age_ms)
+    clean(log, fs, clock, CompactionPolicy(compact=True, delete=False))
+    state = latest(check_valid_and_original(log, original))
+    tombstones = [k for k in range(4) if b"key-%d" % k in state]  # key-4: pinned (its value ends a segment)
+    assert tombstones == ([0, 1, 2, 3] if tombstones_kept else [])

@@ -552,3 +552,35 @@ class _Wrapped:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+def test_retention_asks_for_a_roll_only_while_the_last_segment_holds_data():
+    log, fs, clock = open_log(retention_ms=1000)
+    log.append(entry(b"abcdef"))
+    log.roll()  # the last segment is empty, and expires with the first
+    clock.advance(5000)
+    ticket = log.begin_retention(clock())
+    ticket.stat()
+    assert not log.retention_needs_roll(ticket)
+    assert log.drop_retained(ticket) == 1
+    ticket.remove()
+    log.complete_retention(ticket)
+    assert fs.mtime_ms(log.segments.segments[0].path) == clock()
+
+
+def test_retention_rolls_a_last_segment_of_a_single_byte():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    fs.open_segment(DIR + "/00000000000000000000.kafka", create=True).append(b"\x00")
+    log, _, _ = open_log(fs, clock, retention_ms=1000)  # a clean shutdown: no recovery cuts the byte
+    assert log.end_offset == 1
+    clock.advance(5000)
+    ticket = log.begin_retention(clock())
+    ticket.stat()
+    assert log.retention_needs_roll(ticket)
+    log.roll()
+    assert log.drop_retained(ticket) == 1
+    ticket.remove()
+    log.complete_retention(ticket)
+    assert (log.start_offset, log.end_offset) == (1, 1)
