@@ -213,7 +213,7 @@ def test_a_long_scan_logs_its_progress(caplog):
     fs = FakeFileSystem()
     data = entries(40)
     fs.write_file(SEG0, data)
-    ticks = iter(range(100))
+    ticks = iter(range(100, 200))
     file = fs.open_segment(SEG0, create=False)
     with caplog.at_level(logging.INFO, "trikafka.log"):
         # One fake second per clock call: every chunk reports.
@@ -224,6 +224,7 @@ def test_a_long_scan_logs_its_progress(caplog):
     assert len(lines) == 5, lines  # 4 chunks, then the summary
     assert "at %d of %d bytes (25%%)" % (10 * ENTRY, len(data)) in lines[0] and "MB/s" in lines[0]
     assert "done: %d of %d bytes (100%%)" % (len(data), len(data)) in lines[-1]
+    assert " in 1.0 s," in lines[0] and " in 5.0 s," in lines[-1]  # seconds since the scan started
 
 
 def test_a_short_scan_is_quiet(caplog):
