@@ -584,3 +584,12 @@ def test_retention_rolls_a_last_segment_of_a_single_byte():
     ticket.remove()
     log.complete_retention(ticket)
     assert (log.start_offset, log.end_offset) == (1, 1)
+
+
+def test_an_append_result_is_a_value():
+    import dataclasses
+
+    log, _, _ = open_log()
+    result = log.append(entry(b"abc"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.base_offset = 5

@@ -1,4 +1,4 @@
-"""One topic-partition's log: append, read, flush, roll, retention (spec §6, §10).
+"""One topic-partition's log: append, read, flush, roll, retention (docs/protocol.md §7).
 
 The log is synchronous and single-threaded: every method runs on the caller's
 thread (the broker's event loop), except the blocking halves of tickets
@@ -46,7 +46,7 @@ logger = logging.getLogger("trikafka.log")
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where an append landed.  ``flush_due``: the caller should flush now (spec §10.4)."""
+    """Where an append landed.  ``flush_due``: the caller should flush now (docs/protocol.md §7.2)."""
 
     base_offset: int
     next_offset: int
@@ -104,7 +104,7 @@ class Log:
 
     @property
     def visible_end(self) -> int:
-        """``E``: start of the last segment plus its flushed size (spec §6)."""
+        """``E``: start of the last segment plus its flushed size (docs/protocol.md §7.2)."""
         return self._segments.last.visible_end
 
     @property
@@ -159,7 +159,7 @@ class Log:
     # -- writes -----------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview) -> AppendResult:
-        """Validate ``data`` as a message set, then append its valid prefix (spec §6.1).
+        """Validate ``data`` as a message set, then append its valid prefix (docs/protocol.md §5.1).
 
         Nothing is written unless every entry passes (raises ``MessageError``
         and changes nothing).  A truncated trailing entry is dropped; an empty
@@ -205,7 +205,7 @@ class Log:
         return self.should_roll(self._clock_ms())
 
     def should_roll(self, now_ms: int) -> bool:
-        """Whether the next append must roll first (spec §10.3, 0.7.2 rules)."""
+        """Whether the next append must roll first (docs/protocol.md §7.2)."""
         segment = self._segments.last
         if segment.size > self.config.segment_bytes:
             return True
@@ -333,7 +333,7 @@ class Log:
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
     def read(self, offset: int, max_bytes: int, *, end: int | None = None) -> FileRegion | ChunkSequence | None:
-        """Bytes from ``offset`` up to ``end``, at most ``max_bytes``, within one segment (spec §6.2).
+        """Bytes from ``offset`` up to ``end``, at most ``max_bytes``, within one segment (docs/protocol.md §5.2).
 
         ``end`` defaults to the visible end ``E``; any value up to ``end_offset``
         is allowed (a follower's REPLICA_FETCH reads unflushed bytes: they are in
@@ -345,7 +345,7 @@ class Log:
         return self._segments.view.read(offset, max_bytes, end)
 
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int | None = None) -> list[int]:
-        """The OFFSETS answer of spec §6.5 steps 2-4, newest first (``SegmentView.offsets_before``)."""
+        """The OFFSETS answer of docs/protocol.md §5.5, newest first (``SegmentView.offsets_before``)."""
         return self._segments.view.offsets_before(time_ms, max_offsets, self._fs.mtime_ms,
                                                   self._clock_ms() if now_ms is None else now_ms)
 
@@ -361,7 +361,7 @@ class Log:
     # -- retention (retention.py's ``Retention`` owns the pass in flight) ---------------
 
     def apply_retention(self, now_ms: int | None = None) -> int:
-        """Delete old segments by the time rule, then the size rule (spec §10.6), on this
+        """Delete old segments by the time rule, then the size rule (docs/protocol.md §7.4), on this
         thread; returns how many.  0 while a roll or a cleaning is in flight.  ``E`` is
         kept: when the rules would delete every segment, a non-empty last segment is
         rolled first, an empty one is kept with a fresh mtime."""

@@ -1,4 +1,4 @@
-"""Retention (spec §10.6): the two rules, and a pass packaged as a ticket so its I/O leaves the loop.
+"""Retention (docs/protocol.md §7.4): the two rules, and a pass packaged as a ticket so its I/O leaves the loop.
 
 A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
 
@@ -134,7 +134,7 @@ class RetentionTicket(Ticket):
 
 
 class Retention:
-    """A log's retention passes over its ``SegmentList``, one at a time (spec §10.6).
+    """A log's retention passes over its ``SegmentList``, one at a time (docs/protocol.md §7.4).
 
     It owns the pass in flight and judges and drops the oldest segments; the
     ``Log`` checks that it may write, rolls when ``needs_roll`` says so, and
