@@ -234,3 +234,11 @@ def test_a_short_scan_is_quiet(caplog):
         open_log(fs)
     assert "checkpoint not used (no checkpoint)" in caplog.text  # a full scan, but a quick one
     assert "recovery scan of" not in caplog.text
+
+
+def test_the_progress_line_gives_the_scan_rate(caplog):
+    from trikafka.log.recovery import _log_progress
+
+    with caplog.at_level(logging.INFO, "trikafka.log"):
+        _log_progress("seg", 1_000_000, 4_000_000, 7_000_000, 2.0)
+    assert "at 3000000 of 6000000 bytes (50%) in 2.0 s, 1.5 MB/s" in caplog.text

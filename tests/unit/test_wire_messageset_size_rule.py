@@ -1,0 +1,22 @@
+"""The size rule of docs/protocol.md §5.1 step 4 comes before the checks of step 5, wherever the entry is."""
+
+import pytest
+
+from tests.unit.test_wire_messageset import corrupt_crc
+from trikafka.wire import (
+    InvalidMessageError, MessageSizeTooLargeError, build_message_set, encode_entry, validate_message_set,
+)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_an_oversized_last_entry_wins_over_an_earlier_bad_crc(magic):
+    data = corrupt_crc(encode_entry(b"small")) + build_message_set([b"x" * 51], magic=magic)
+    with pytest.raises(MessageSizeTooLargeError):
+        validate_message_set(data, max_message_size=50)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_a_last_entry_at_the_limit_leaves_the_bad_crc_to_report(magic):
+    data = corrupt_crc(encode_entry(b"small")) + build_message_set([b"x" * 50], magic=magic)
+    with pytest.raises(InvalidMessageError, match="CRC"):
+        validate_message_set(data, max_message_size=50)
