@@ -98,11 +98,9 @@ def test_reopened_log_keeps_padding_index():
     assert [s.padding for s in reopened.segments.segments] == paddings
 
 
-def test_tombstones_stay_for_delete_retention_then_go():
-    clock = ManualClock(T0)
-    fs = FakeFileSystem(4, clock)
-    log = open_log(fs, clock)
-    original = fill(log, rounds=4)
+def fill_with_tombstones(log, rounds):
+    """``fill``, then a tombstone for each key and a last entry of another key, in a segment of their own."""
+    original = fill(log, rounds=rounds)
     for k in range(5):
         data = encode_keyed_entry(b"key-%d" % k, None)
         original[log.append(data).base_offset] = data
@@ -110,6 +108,14 @@ def test_tombstones_stay_for_delete_retention_then_go():
     original[log.append(data).base_offset] = data  # the segment's last entry stays anyway
     log.flush()
     log.roll()
+    return original
+
+
+def test_tombstones_stay_for_delete_retention_then_go():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(4, clock)
+    log = open_log(fs, clock)
+    original = fill_with_tombstones(log, rounds=4)
     policy = CompactionPolicy(compact=True, delete=False, delete_retention_ms=1000)
     clean(log, fs, clock, policy)
     state = latest(check_valid_and_original(log, original))
@@ -321,14 +327,7 @@ def test_tombstones_stay_for_one_day_by_default(age_ms, tombstones_kept):
     clock = ManualClock(T0)
     fs = FakeFileSystem(6, clock)
     log = open_log(fs, clock)
-    original = fill(log, rounds=2)
-    for k in range(5):
-        data = encode_keyed_entry(b"key-%d" % k, None)
-        original[log.append(data).base_offset] = data
-    data = encode_keyed_entry(b"other", b"x" * 30)
-    original[log.append(data).base_offset] = data  # the segment's last entry stays anyway
-    log.flush()
-    log.roll()
+    original = fill_with_tombstones(log, rounds=2)
     for segment in log.segments.segments:
         fs.touch(segment.path, T0)
     clock.advance(age_ms)
