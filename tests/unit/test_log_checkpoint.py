@@ -203,6 +203,8 @@ def test_checkpoints_are_rate_limited_by_bytes_and_time():
     clock.advance(1)
     assert checkpointer.after_flush(segment, 5 * ENTRY)  # 5 s since the last one
     assert position() == 5 * ENTRY and checkpointer.written == 3
+    checkpointer.after_truncate(segment, 2 * ENTRY)  # a cut writes at once, whatever the rate
+    assert position() == 2 * ENTRY and checkpointer.written == 4
 
 
 # -- progress ---------------------------------------------------------------------------------------

@@ -20,3 +20,10 @@ def test_a_last_entry_at_the_limit_leaves_the_bad_crc_to_report(magic):
     data = corrupt_crc(encode_entry(b"small")) + build_message_set([b"x" * 50], magic=magic)
     with pytest.raises(InvalidMessageError, match="CRC"):
         validate_message_set(data, max_message_size=50)
+
+
+def test_a_cut_last_entry_is_not_judged_by_the_length_it_claims():
+    cut = build_message_set([b"x" * 200])[:60]  # claims 200 payload bytes, holds fewer
+    data = corrupt_crc(encode_entry(b"small")) + cut
+    with pytest.raises(InvalidMessageError, match="CRC"):
+        validate_message_set(data, max_message_size=50)
