@@ -72,6 +72,13 @@ def test_torn_and_garbage_checkpoints_are_rejected():
         decode_checkpoint(data + b"\x00")
 
 
+@pytest.mark.parametrize("header", [b"TKRX\x00\x01", b"TKRC\x00\x02"])
+def test_a_checksummed_checkpoint_of_another_magic_or_version_is_rejected(header):
+    body = header + encode_checkpoint(Checkpoint(0, 5000, 1))[6:30]
+    with pytest.raises(CheckpointRejected, match="magic"):
+        decode_checkpoint(body + crc32(body).to_bytes(4, "big"))
+
+
 # -- recovery with and without it ---------------------------------------------------------------
 
 def rot_early_byte(fs):
@@ -203,6 +210,8 @@ def test_checkpoints_are_rate_limited_by_bytes_and_time():
     clock.advance(1)
     assert checkpointer.after_flush(segment, 5 * ENTRY)  # 5 s since the last one
     assert position() == 5 * ENTRY and checkpointer.written == 3
+    clock.advance(10_000)
+    assert not checkpointer.after_flush(segment, 5 * ENTRY)  # nothing new, however late
     checkpointer.after_truncate(segment, 2 * ENTRY)  # a cut writes at once, whatever the rate
     assert position() == 2 * ENTRY and checkpointer.written == 4
 
