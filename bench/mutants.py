@@ -78,7 +78,7 @@ class Mutant:
     replacement: str
 
     def label(self) -> str:
-        return f"{self.path}:{self.line}  [{self.kind}]  {self.original!r} -> {self.replacement!r}"
+        return f"{self.path}:{self.line}:{self.col + 1}  [{self.kind}]  {self.original!r} -> {self.replacement!r}"
 
 
 # -- finding the sites ---------------------------------------------------------------------
