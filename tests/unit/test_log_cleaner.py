@@ -335,3 +335,8 @@ def test_tombstones_stay_for_one_day_by_default(age_ms, tombstones_kept):
     state = latest(check_valid_and_original(log, original))
     tombstones = [k for k in range(4) if b"key-%d" % k in state]  # key-4: pinned (its value ends a segment)
     assert tombstones == ([0, 1, 2, 3] if tombstones_kept else [])
+
+
+def test_the_default_policy_is_cleanup_policy_delete():
+    policy = CompactionPolicy()
+    assert (policy.compact, policy.delete) == parse_cleanup_policy("delete")

@@ -27,3 +27,13 @@ def test_a_cut_last_entry_is_not_judged_by_the_length_it_claims():
     data = corrupt_crc(encode_entry(b"small")) + cut
     with pytest.raises(InvalidMessageError, match="CRC"):
         validate_message_set(data, max_message_size=50)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("first_bad", [False, True])
+def test_the_size_error_names_the_payload_bytes(magic, first_bad):
+    data = build_message_set([b"x" * 51], magic=magic)
+    if first_bad:  # the separate pass of the size rule reports it too
+        data = corrupt_crc(encode_entry(b"small")) + data
+    with pytest.raises(MessageSizeTooLargeError, match="payload of 51 bytes exceeds max.message.size 50"):
+        validate_message_set(data, max_message_size=50)
