@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a mutant's run may take this many times the clean run (else it counts as killed)")
     parser.add_argument("--pick", type=lambda s: [int(i) for i in s.split(",")], default=None,
                         help="run only these numbers of the sample (1-based, comma-separated): a rerun of survivors")
+    parser.add_argument("--at", nargs="+", default=None, metavar="PATH:LINE",
+                        help="instead of a sample, every mutation on these lines (a check of named holes)")
     parser.add_argument("--list", action="store_true", help="print every site and exit")
     args = parser.parse_args(argv)
 
@@ -247,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
             print(mutant.label())
         print(f"{len(candidates)} sites")
         return 0
-    sample = random.Random(args.seed).sample(candidates, min(args.n, len(candidates)))
+    if args.at is not None:
+        sample = [m for m in candidates if f"{m.path}:{m.line}" in args.at]
+    else:
+        sample = random.Random(args.seed).sample(candidates, min(args.n, len(candidates)))
     print(f"{len(candidates)} mutation sites in {len(module_paths(args.modules))} modules; sampling {len(sample)} "
           f"(seed {args.seed}, kinds {' '.join(args.kinds)})", flush=True)
     numbered = [(i, m) for i, m in enumerate(sample, 1) if args.pick is None or i in args.pick]
