@@ -253,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         sample = [m for m in candidates if f"{m.path}:{m.line}" in args.at]
     else:
         sample = random.Random(args.seed).sample(candidates, min(args.n, len(candidates)))
-    print(f"{len(candidates)} mutation sites in {len(module_paths(args.modules))} modules; sampling {len(sample)} "
-          f"(seed {args.seed}, kinds {' '.join(args.kinds)})", flush=True)
+    chosen = f"every one on {len(args.at)} lines" if args.at is not None else f"sampling (seed {args.seed})"
+    print(f"{len(candidates)} mutation sites in {len(module_paths(args.modules))} modules; {len(sample)} mutants, "
+          f"{chosen}, kinds {' '.join(args.kinds)}", flush=True)
     numbered = [(i, m) for i, m in enumerate(sample, 1) if args.pick is None or i in args.pick]
 
     killed: list[Mutant] = []
