@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, log_bytes
@@ -340,3 +342,19 @@ def test_tombstones_stay_for_one_day_by_default(age_ms, tombstones_kept):
 def test_the_default_policy_is_cleanup_policy_delete():
     policy = CompactionPolicy()
     assert (policy.compact, policy.delete) == parse_cleanup_policy("delete")
+
+
+def test_the_scan_reads_keys_of_entries_that_cross_its_read_chunks():
+    from trikafka.log.clean_scan import SCAN_CHUNK_BYTES, scan_segment
+    from trikafka.log.keymap import key_digest
+
+    entries = [encode_keyed_entry(b"key-%d" % i, b"v" * 100_000) for i in range(SCAN_CHUNK_BYTES // 100_000 + 3)]
+    data = b"".join(entries)
+    fs = FakeFileSystem(7)
+    fs.makedirs(DIR)
+    fs.write_file(DIR + "/00000000000000000000.kafka", data)
+    file = fs.open_segment(DIR + "/00000000000000000000.kafka", create=False)
+    scanned = list(scan_segment(file, len(data), Throttler(0)))
+    starts = [0, *itertools.accumulate(len(e) for e in entries)][:-1]
+    assert [(e.position, e.size) for e in scanned] == [(start, len(e)) for start, e in zip(starts, entries)]
+    assert [e.keys for e in scanned] == [((key_digest(b"key-%d" % i), False),) for i in range(len(entries))]

@@ -593,3 +593,5 @@ def test_an_append_result_is_a_value():
     result = log.append(entry(b"abc"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.base_offset = 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        log.config.segment_bytes = 5  # a config is replaced whole (LogManager does on a topic change)
