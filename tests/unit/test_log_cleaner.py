@@ -358,3 +358,10 @@ def test_the_scan_reads_keys_of_entries_that_cross_its_read_chunks():
     starts = [0, *itertools.accumulate(len(e) for e in entries)][:-1]
     assert [(e.position, e.size) for e in scanned] == [(start, len(e)) for start, e in zip(starts, entries)]
     assert [e.keys for e in scanned] == [((key_digest(b"key-%d" % i), False),) for i in range(len(entries))]
+
+
+def test_the_key_map_holds_16_byte_digests():
+    from trikafka.log.keymap import key_digest
+
+    assert len(key_digest(b"k")) == len(key_digest(b"k" * 1000)) == 16  # the size ENTRY_BYTES budgets for
+    assert key_digest(b"a") != key_digest(b"b")
