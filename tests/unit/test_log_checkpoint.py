@@ -253,3 +253,19 @@ def test_the_progress_line_gives_the_scan_rate(caplog):
     with caplog.at_level(logging.INFO, "trikafka.log"):
         _log_progress("seg", 1_000_000, 4_000_000, 7_000_000, 2.0)
     assert "at 3000000 of 6000000 bytes (50%) in 2.0 s, 1.5 MB/s" in caplog.text
+
+
+def test_progress_is_logged_once_an_interval(caplog):
+    from trikafka.log.recovery import scan_file_valid_prefix
+
+    fs = FakeFileSystem()
+    data = entries(40)
+    fs.write_file(SEG0, data)
+    ticks = iter(range(200, 300))
+    file = fs.open_segment(SEG0, create=False)
+    with caplog.at_level(logging.INFO, "trikafka.log"):
+        # Half a fake second per clock call: every other chunk reports.
+        scan_file_valid_prefix(file, len(data), chunk_bytes=10 * ENTRY, label=SEG0,
+                               clock_s=lambda: next(ticks) / 2)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines  # at 1 s, at 2 s, then the summary

@@ -579,6 +579,8 @@ def test_retention_rolls_a_last_segment_of_a_single_byte():
     ticket = log.begin_retention(clock())
     ticket.stat()
     assert log.retention_needs_roll(ticket)
+    with pytest.raises(LogError, match="roll first"):
+        log.drop_retained(ticket)  # a step out of order takes nothing
     log.roll()
     assert log.drop_retained(ticket) == 1
     ticket.remove()
@@ -595,3 +597,30 @@ def test_an_append_result_is_a_value():
         result.base_offset = 5
     with pytest.raises(dataclasses.FrozenInstanceError):
         log.config.segment_bytes = 5  # a config is replaced whole (LogManager does on a topic change)
+
+
+def test_a_roll_of_a_flushed_segment_does_not_call_the_visible_listeners():
+    log, _, _ = open_log()
+    calls = []
+    log.add_visible_listener(calls.append)
+    log.append(entry(b"abc"))
+    log.flush()
+    log.roll()
+    assert calls == [log]
+
+
+def test_the_default_config_takes_payloads_up_to_a_million_bytes():
+    log, _, _ = open_log()
+    log.append(entry(b"x" * 1_000_000))
+    with pytest.raises(MessageSizeTooLargeError):
+        log.append(entry(b"x" * 1_000_001))
+
+
+def test_the_wall_clock_counts_milliseconds_since_the_epoch():
+    import time
+
+    from trikafka.log import wall_clock_ms
+
+    before_ms = time.time_ns() // 1_000_000
+    now_ms = wall_clock_ms()
+    assert before_ms <= now_ms <= time.time_ns() // 1_000_000

@@ -109,3 +109,10 @@ def test_segment_file_flags(tmp_path):
     opened.append(b"de")  # O_APPEND: at the end wherever the descriptor points
     assert opened.pread(0, 10) == b"abcde" and opened.size == 5
     opened.close()
+
+
+def test_makedirs_accepts_a_directory_that_exists(tmp_path):
+    fs = OsFileSystem()
+    fs.makedirs(str(tmp_path / "a" / "b"))
+    fs.makedirs(str(tmp_path / "a" / "b"))
+    assert fs.is_dir(str(tmp_path / "a" / "b"))
