@@ -37,3 +37,9 @@ def test_the_size_error_names_the_payload_bytes(magic, first_bad):
         data = corrupt_crc(encode_entry(b"small")) + data
     with pytest.raises(MessageSizeTooLargeError, match="payload of 51 bytes exceeds max.message.size 50"):
         validate_message_set(data, max_message_size=50)
+
+
+def test_a_limit_of_zero_takes_empty_payloads_only():
+    assert validate_message_set(build_message_set([b""]), max_message_size=0).message_count == 1
+    with pytest.raises(MessageSizeTooLargeError):
+        validate_message_set(build_message_set([b"x"]), max_message_size=0)
