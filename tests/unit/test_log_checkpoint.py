@@ -1,5 +1,6 @@
 """The recovery checkpoint: its bytes, when it is written, and when recovery trusts it."""
 
+import itertools
 import logging
 
 import pytest
@@ -70,6 +71,13 @@ def test_torn_and_garbage_checkpoints_are_rejected():
             decode_checkpoint(bytes(flipped))
     with pytest.raises(CheckpointRejected):
         decode_checkpoint(data + b"\x00")
+
+
+@pytest.mark.parametrize("header", [b"TKRX\x00\x01", b"TKRC\x00\x02"])
+def test_a_checksummed_checkpoint_of_another_magic_or_version_is_rejected(header):
+    body = header + encode_checkpoint(Checkpoint(0, 5000, 1))[6:30]
+    with pytest.raises(CheckpointRejected, match="magic"):
+        decode_checkpoint(body + crc32(body).to_bytes(4, "big"))
 
 
 # -- recovery with and without it ---------------------------------------------------------------
@@ -203,27 +211,41 @@ def test_checkpoints_are_rate_limited_by_bytes_and_time():
     clock.advance(1)
     assert checkpointer.after_flush(segment, 5 * ENTRY)  # 5 s since the last one
     assert position() == 5 * ENTRY and checkpointer.written == 3
+    clock.advance(10_000)
+    assert not checkpointer.after_flush(segment, 5 * ENTRY)  # nothing new, however late
+    checkpointer.after_truncate(segment, 2 * ENTRY)  # a cut writes at once, whatever the rate
+    assert position() == 2 * ENTRY and checkpointer.written == 4
 
 
 # -- progress ---------------------------------------------------------------------------------------
 
-def test_a_long_scan_logs_its_progress(caplog):
+def scan_40_entries_in_4_chunks(caplog, tick_s: float) -> list[str]:
+    """Scan 40 entries 10 at a time with a fake clock that moves ``tick_s`` a call; the lines logged."""
     from trikafka.log.recovery import scan_file_valid_prefix
 
     fs = FakeFileSystem()
     data = entries(40)
     fs.write_file(SEG0, data)
-    ticks = iter(range(100))
+    ticks = itertools.count(100)  # not 0: elapsed time must be a difference, not a sum
     file = fs.open_segment(SEG0, create=False)
     with caplog.at_level(logging.INFO, "trikafka.log"):
-        # One fake second per clock call: every chunk reports.
         valid = scan_file_valid_prefix(file, len(data), chunk_bytes=10 * ENTRY, label=SEG0,
-                                       clock_s=lambda: float(next(ticks)))
+                                       clock_s=lambda: next(ticks) * tick_s)
     assert valid == len(data)
-    lines = [r.getMessage() for r in caplog.records]
+    return [r.getMessage() for r in caplog.records]
+
+
+def test_a_long_scan_logs_its_progress(caplog):
+    lines = scan_40_entries_in_4_chunks(caplog, 1.0)  # one fake second per clock call: every chunk reports
     assert len(lines) == 5, lines  # 4 chunks, then the summary
-    assert "at %d of %d bytes (25%%)" % (10 * ENTRY, len(data)) in lines[0] and "MB/s" in lines[0]
-    assert "done: %d of %d bytes (100%%)" % (len(data), len(data)) in lines[-1]
+    assert "at %d of %d bytes (25%%)" % (10 * ENTRY, 40 * ENTRY) in lines[0] and "MB/s" in lines[0]
+    assert "done: %d of %d bytes (100%%)" % (40 * ENTRY, 40 * ENTRY) in lines[-1]
+    assert " in 1.0 s," in lines[0] and " in 5.0 s," in lines[-1]  # seconds since the scan started
+
+
+def test_progress_is_logged_once_an_interval(caplog):
+    lines = scan_40_entries_in_4_chunks(caplog, 0.5)  # half a fake second per call: every other chunk reports
+    assert len(lines) == 3, lines  # at 1 s, at 2 s, then the summary
 
 
 def test_a_short_scan_is_quiet(caplog):
@@ -233,3 +255,11 @@ def test_a_short_scan_is_quiet(caplog):
         open_log(fs)
     assert "checkpoint not used (no checkpoint)" in caplog.text  # a full scan, but a quick one
     assert "recovery scan of" not in caplog.text
+
+
+def test_the_progress_line_gives_the_scan_rate(caplog):
+    from trikafka.log.recovery import _log_progress
+
+    with caplog.at_level(logging.INFO, "trikafka.log"):
+        _log_progress("seg", 1_000_000, 4_000_000, 7_000_000, 2.0)
+    assert "at 3000000 of 6000000 bytes (50%) in 2.0 s, 1.5 MB/s" in caplog.text

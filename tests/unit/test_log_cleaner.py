@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, log_bytes
@@ -98,11 +100,9 @@ def test_reopened_log_keeps_padding_index():
     assert [s.padding for s in reopened.segments.segments] == paddings
 
 
-def test_tombstones_stay_for_delete_retention_then_go():
-    clock = ManualClock(T0)
-    fs = FakeFileSystem(4, clock)
-    log = open_log(fs, clock)
-    original = fill(log, rounds=4)
+def fill_with_tombstones(log, rounds):
+    """``fill``, then a tombstone for each key and a last entry of another key, in a segment of their own."""
+    original = fill(log, rounds=rounds)
     for k in range(5):
         data = encode_keyed_entry(b"key-%d" % k, None)
         original[log.append(data).base_offset] = data
@@ -110,6 +110,14 @@ def test_tombstones_stay_for_delete_retention_then_go():
     original[log.append(data).base_offset] = data  # the segment's last entry stays anyway
     log.flush()
     log.roll()
+    return original
+
+
+def test_tombstones_stay_for_delete_retention_then_go():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(4, clock)
+    log = open_log(fs, clock)
+    original = fill_with_tombstones(log, rounds=4)
     policy = CompactionPolicy(compact=True, delete=False, delete_retention_ms=1000)
     clean(log, fs, clock, policy)
     state = latest(check_valid_and_original(log, original))
@@ -311,3 +319,49 @@ def test_a_replicated_log_is_cleaned_only_in_segments_wholly_below_its_high_wate
     assert all(s.end <= high_watermark for s in result.segments)
     log.cleanable_end = None  # unreplicated: up to the active segment
     assert LogCleaner(fs, clock).cleanable_range(log, COMPACT)[2] == log.segments.segments[-1].start
+
+
+ONE_DAY_MS = 24 * 3600 * 1000  # the documented default of delete.retention.ms
+
+
+@pytest.mark.parametrize("age_ms, tombstones_kept", [(ONE_DAY_MS, True), (ONE_DAY_MS + 1, False)])
+def test_tombstones_stay_for_one_day_by_default(age_ms, tombstones_kept):
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(6, clock)
+    log = open_log(fs, clock)
+    original = fill_with_tombstones(log, rounds=2)
+    for segment in log.segments.segments:
+        fs.touch(segment.path, T0)
+    clock.advance(age_ms)
+    clean(log, fs, clock, CompactionPolicy(compact=True, delete=False))
+    state = latest(check_valid_and_original(log, original))
+    tombstones = [k for k in range(4) if b"key-%d" % k in state]  # key-4: pinned (its value ends a segment)
+    assert tombstones == ([0, 1, 2, 3] if tombstones_kept else [])
+
+
+def test_the_default_policy_is_cleanup_policy_delete():
+    policy = CompactionPolicy()
+    assert (policy.compact, policy.delete) == parse_cleanup_policy("delete")
+
+
+def test_the_scan_reads_keys_of_entries_that_cross_its_read_chunks():
+    from trikafka.log.clean_scan import SCAN_CHUNK_BYTES, scan_segment
+    from trikafka.log.keymap import key_digest
+
+    entries = [encode_keyed_entry(b"key-%d" % i, b"v" * 100_000) for i in range(SCAN_CHUNK_BYTES // 100_000 + 3)]
+    data = b"".join(entries)
+    fs = FakeFileSystem(7)
+    fs.makedirs(DIR)
+    fs.write_file(DIR + "/00000000000000000000.kafka", data)
+    file = fs.open_segment(DIR + "/00000000000000000000.kafka", create=False)
+    scanned = list(scan_segment(file, len(data), Throttler(0)))
+    starts = [0, *itertools.accumulate(len(e) for e in entries)][:-1]
+    assert [(e.position, e.size) for e in scanned] == [(start, len(e)) for start, e in zip(starts, entries)]
+    assert [e.keys for e in scanned] == [((key_digest(b"key-%d" % i), False),) for i in range(len(entries))]
+
+
+def test_the_key_map_holds_16_byte_digests():
+    from trikafka.log.keymap import key_digest
+
+    assert len(key_digest(b"k")) == len(key_digest(b"k" * 1000)) == 16  # the size ENTRY_BYTES budgets for
+    assert key_digest(b"a") != key_digest(b"b")

@@ -128,3 +128,11 @@ def test_an_io_error_fails_the_epoch_file_for_good(op):
     fs.crash()
     again = EpochFile.open(fs, DIR, log_end=100)
     assert again.history in (history((0, 0)), history((0, 0), (2, 10)))
+
+
+def test_an_epoch_entry_is_a_value():
+    import dataclasses
+
+    entry = EpochEntry(3, 100)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        entry.start_offset = 50

@@ -552,3 +552,75 @@ class _Wrapped:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+def test_retention_asks_for_a_roll_only_while_the_last_segment_holds_data():
+    log, fs, clock = open_log(retention_ms=1000)
+    log.append(entry(b"abcdef"))
+    log.roll()  # the last segment is empty, and expires with the first
+    clock.advance(5000)
+    ticket = log.begin_retention(clock())
+    ticket.stat()
+    assert not log.retention_needs_roll(ticket)
+    assert log.drop_retained(ticket) == 1
+    ticket.remove()
+    log.complete_retention(ticket)
+    assert fs.mtime_ms(log.segments.segments[0].path) == clock()
+
+
+def test_retention_rolls_a_last_segment_of_a_single_byte():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    fs.open_segment(DIR + "/00000000000000000000.kafka", create=True).append(b"\x00")
+    log, _, _ = open_log(fs, clock, retention_ms=1000)  # a clean shutdown: no recovery cuts the byte
+    assert log.end_offset == 1
+    clock.advance(5000)
+    ticket = log.begin_retention(clock())
+    ticket.stat()
+    assert log.retention_needs_roll(ticket)
+    with pytest.raises(LogError, match="roll first"):
+        log.drop_retained(ticket)  # a step out of order takes nothing
+    log.roll()
+    assert log.drop_retained(ticket) == 1
+    ticket.remove()
+    log.complete_retention(ticket)
+    assert (log.start_offset, log.end_offset) == (1, 1)
+
+
+def test_an_append_result_is_a_value():
+    import dataclasses
+
+    log, _, _ = open_log()
+    result = log.append(entry(b"abc"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.base_offset = 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        log.config.segment_bytes = 5  # a config is replaced whole (LogManager does on a topic change)
+
+
+def test_a_roll_of_a_flushed_segment_does_not_call_the_visible_listeners():
+    log, _, _ = open_log()
+    calls = []
+    log.add_visible_listener(calls.append)
+    log.append(entry(b"abc"))
+    log.flush()
+    log.roll()
+    assert calls == [log]
+
+
+def test_the_default_config_takes_payloads_up_to_a_million_bytes():
+    log, _, _ = open_log()
+    log.append(entry(b"x" * 1_000_000))
+    with pytest.raises(MessageSizeTooLargeError):
+        log.append(entry(b"x" * 1_000_001))
+
+
+def test_the_wall_clock_counts_milliseconds_since_the_epoch():
+    import time
+
+    from trikafka.log import wall_clock_ms
+
+    before_ms = time.time_ns() // 1_000_000
+    now_ms = wall_clock_ms()
+    assert before_ms <= now_ms <= time.time_ns() // 1_000_000

@@ -190,3 +190,12 @@ def test_partition_count_never_drops_below_the_directories_on_disk():
     again = manager(fs, partitions=2)
     assert again.partitions_for("t") == 6 and again.partitions_for("other") == 2
     assert again.get_or_create("t", 5).partition == 5
+
+
+def test_a_new_partition_is_not_recovered(caplog):
+    import logging
+
+    mgr = manager(FakeFileSystem())
+    with caplog.at_level(logging.INFO, "trikafka.log"):
+        mgr.get_or_create("orders", 0)
+    assert "recovery" not in caplog.text  # an empty directory has nothing to scan

@@ -83,3 +83,36 @@ def test_hostile_topic_creates_nothing(tmp_path):
             mgr.get_or_create(name, 0)
     assert os.listdir(root) == [] and sorted(os.listdir(tmp_path)) == ["logs"]
     mgr.close()
+
+
+def test_segment_file_flags(tmp_path):
+    import fcntl
+    import stat
+
+    from trikafka.log.fs import OsSegmentFile
+
+    path = str(tmp_path / "00000000000000000000.kafka")
+    with pytest.raises(FileNotFoundError):
+        OsSegmentFile(path, create=False)  # opening never creates
+    created = OsSegmentFile(path, create=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644 & ~umask
+    assert fcntl.fcntl(created.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    with pytest.raises(FileExistsError):
+        OsSegmentFile(path, create=True)  # creating never reuses a file
+    created.append(b"abc")
+    created.close()
+    opened = OsSegmentFile(path, create=False)
+    assert opened.size == 3 and opened.pread(0, 3) == b"abc"
+    os.lseek(opened.fileno(), 0, os.SEEK_SET)
+    opened.append(b"de")  # O_APPEND: at the end wherever the descriptor points
+    assert opened.pread(0, 10) == b"abcde" and opened.size == 5
+    opened.close()
+
+
+def test_makedirs_accepts_a_directory_that_exists(tmp_path):
+    fs = OsFileSystem()
+    fs.makedirs(str(tmp_path / "a" / "b"))
+    fs.makedirs(str(tmp_path / "a" / "b"))
+    assert fs.is_dir(str(tmp_path / "a" / "b"))

@@ -462,3 +462,40 @@ def test_truncating_a_cleaned_segment_clips_its_padding_runs_and_their_index():
     log.close()
     reopened = Log.open(fs, DIR, "t", 0, LogConfig(segment_bytes=700), clock, True)
     assert reopened.segments.segments[0].padding == clip_padding(runs, cut)
+
+
+def open_clocked_log(**config) -> tuple[Log, ManualClock]:
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    return Log.open(fs, DIR, "t", 0, LogConfig(**config), clock, False), clock
+
+
+def test_a_cut_to_an_empty_segment_restarts_the_roll_age_at_the_next_append():
+    log, clock = open_clocked_log(roll_ms=1000)
+    data = sets(3)
+    log.append(data[0])
+    log.roll()
+    start = log.end_offset
+    log.append(data[1])
+    log.flush()
+    clock.advance(5000)
+    assert log.roll_due()
+    log.truncate_to(start)
+    assert not log.roll_due()
+    log.append(data[2])
+    clock.advance(1000)
+    assert not log.roll_due()  # the age counts from this append, and is not past roll_ms yet
+    clock.advance(1)
+    assert log.roll_due()
+
+
+def test_a_cut_that_keeps_bytes_keeps_the_roll_age():
+    log, clock = open_clocked_log(roll_ms=1000)
+    data = sets(2)
+    cut = log.append(data[0]).next_offset
+    log.append(data[1])
+    log.flush()
+    clock.advance(5000)
+    log.truncate_to(cut)
+    assert log.roll_due()

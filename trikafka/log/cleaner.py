@@ -18,7 +18,9 @@ from typing import Callable
 
 from trikafka.wire.keyed import padding_head, split_run
 
-from .clean_scan import CleanerError, add_to_map, new_keys, pinned_tombstones, removable_runs, scan_segment
+from .clean_scan import (
+    CleanerError, ScannedEntry, add_to_map, new_keys, pinned_tombstones, removable_runs, scan_segment,
+)
 from .fs import FileSystem, SegmentFile
 from .keymap import KeyMap
 from .padding import PaddingRuns
@@ -127,7 +129,7 @@ class LogCleaner:
         charged_before = self.throttler.charged_bytes
         segments = [s for s in log.segments.segments if s.end <= limit]
         keymap = KeyMap(self.dedupe_buffer_bytes)
-        dirty_entries = {}  # the dirty segments' entries, read once for both steps
+        dirty_entries: dict[int, list[ScannedEntry]] = {}  # the dirty segments' entries, read once for both steps
         for segment in segments:
             if segment.start < first_dirty:
                 continue
@@ -147,9 +149,9 @@ class LogCleaner:
                 break
             self._check_stop()
             mtime_ms = self.fs.mtime_ms(segment.path)
-            entries = dirty_entries.pop(segment.start, None)
-            if entries is None:
-                entries = list(scan_segment(segment.file, segment.size, self.throttler))
+            cached = dirty_entries.pop(segment.start, None)
+            entries = cached if cached is not None else list(scan_segment(segment.file, segment.size,
+                                                                               self.throttler))
             scanned.append((segment, mtime_ms, entries))
         keep: set[int] = set()
         while True:  # until no dropped tombstone would let an older value come back

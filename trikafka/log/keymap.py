@@ -15,7 +15,7 @@ import hashlib
 ENTRY_BYTES = 128
 
 
-def key_digest(key: bytes) -> bytes:
+def key_digest(key: bytes | memoryview) -> bytes:
     """The 16-byte digest the map stores for ``key``."""
     return hashlib.blake2b(key, digest_size=16).digest()
 

@@ -1,4 +1,4 @@
-"""One topic-partition's log: append, read, flush, roll, retention (spec §6, §10).
+"""One topic-partition's log: append, read, flush, roll, retention (docs/protocol.md §7).
 
 The log is synchronous and single-threaded: every method runs on the caller's
 thread (the broker's event loop), except the blocking halves of tickets
@@ -33,11 +33,11 @@ from .errors import LogBusyError, LogClosedError, LogError, LogFailedError
 from .fs import FileSystem
 from .names import segment_file_name
 from .recovery import load_segments
-from .retention import RetentionSteps, RetentionTicket
+from .retention import Retention, RetentionTicket
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
-from .truncation import TruncateTicket, TruncationSteps
+from .truncation import TruncateTicket, Truncation
 
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
 
@@ -46,7 +46,7 @@ logger = logging.getLogger("trikafka.log")
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where an append landed.  ``flush_due``: the caller should flush now (spec §10.4)."""
+    """Where an append landed.  ``flush_due``: the caller should flush now (docs/protocol.md §7.2)."""
 
     base_offset: int
     next_offset: int
@@ -54,7 +54,7 @@ class AppendResult:
     flush_due: bool
 
 
-class Log(RetentionSteps, TruncationSteps):
+class Log:
     """The segments of one topic-partition in ``dir_path``; see the module docstring."""
 
     def __init__(self, topic: str, partition: int, dir_path: str, segments: list[Segment],
@@ -73,14 +73,14 @@ class Log(RetentionSteps, TruncationSteps):
         self._dirty = False  # bytes appended since the last flush or roll captured the log
         self._flush_ticket: FlushTicket | None = None
         self._roll_ticket: RollTicket | None = None
-        self._retention_ticket: RetentionTicket | None = None
-        self._truncate_ticket: TruncateTicket | None = None
         self._idle_listeners: list[Callable[[Log], None]] = []
         self._failure: str | None = None
         self._closed = False
         self._cleaning = False
         self._listeners: list[Callable[[Log], None]] = []
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
+        self._retention = Retention(fs, dir_path, self._segments, repr(self))
+        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, repr(self))
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
         # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
@@ -104,7 +104,7 @@ class Log(RetentionSteps, TruncationSteps):
 
     @property
     def visible_end(self) -> int:
-        """``E``: start of the last segment plus its flushed size (spec §6)."""
+        """``E``: start of the last segment plus its flushed size (docs/protocol.md §7.2)."""
         return self._segments.last.visible_end
 
     @property
@@ -159,7 +159,7 @@ class Log(RetentionSteps, TruncationSteps):
     # -- writes -----------------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview) -> AppendResult:
-        """Validate ``data`` as a message set, then append its valid prefix (spec §6.1).
+        """Validate ``data`` as a message set, then append its valid prefix (docs/protocol.md §5.1).
 
         Nothing is written unless every entry passes (raises ``MessageError``
         and changes nothing).  A truncated trailing entry is dropped; an empty
@@ -171,8 +171,10 @@ class Log(RetentionSteps, TruncationSteps):
         ``LogFailedError`` once an I/O error stopped the log.
         """
         self._check_writable()
-        if self._roll_ticket is not None or self._truncate_ticket is not None:
+        if self._roll_ticket is not None or self._truncation.busy:
             raise LogBusyError(f"{self}: a roll or truncation is in flight; append after it completes")
+        if isinstance(data, bytearray):
+            data = memoryview(data)  # the codec and the segment file read any buffer, as bytes or a view
         validated = validate_message_set(data, self.config.max_message_size)
         valid_bytes = validated.valid_bytes
         if valid_bytes == 0:
@@ -203,7 +205,7 @@ class Log(RetentionSteps, TruncationSteps):
         return self.should_roll(self._clock_ms())
 
     def should_roll(self, now_ms: int) -> bool:
-        """Whether the next append must roll first (spec §10.3, 0.7.2 rules)."""
+        """Whether the next append must roll first (docs/protocol.md §7.2)."""
         segment = self._segments.last
         if segment.size > self.config.segment_bytes:
             return True
@@ -231,7 +233,7 @@ class Log(RetentionSteps, TruncationSteps):
             raise LogBusyError(f"{self}: a flush or roll is already in flight")
         segment = self._segments.last
         self._dirty = False
-        if segment.size == segment.visible_size or self._truncate_ticket is not None:
+        if segment.size == segment.visible_size or self._truncation.busy:
             return None
         self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
         return self._flush_ticket
@@ -271,7 +273,7 @@ class Log(RetentionSteps, TruncationSteps):
         another ``begin_flush``/``begin_roll``.
         """
         self._check_writable()
-        if self._flush_ticket is not None or self._roll_ticket is not None or self._truncate_ticket is not None:
+        if self._flush_ticket is not None or self._roll_ticket is not None or self._truncation.busy:
             raise LogBusyError(f"{self}: a flush, roll or truncation is already in flight")
         return self._capture_roll()
 
@@ -305,7 +307,7 @@ class Log(RetentionSteps, TruncationSteps):
     def roll(self) -> bool:
         """Roll synchronously on this thread; False when the active segment is empty."""
         self._check_writable()
-        if self._roll_ticket is not None or self._truncate_ticket is not None:
+        if self._roll_ticket is not None or self._truncation.busy:
             raise LogBusyError(f"{self}: a roll or truncation is already in flight")
         return self._roll_inline()
 
@@ -331,7 +333,7 @@ class Log(RetentionSteps, TruncationSteps):
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
     def read(self, offset: int, max_bytes: int, *, end: int | None = None) -> FileRegion | ChunkSequence | None:
-        """Bytes from ``offset`` up to ``end``, at most ``max_bytes``, within one segment (spec §6.2).
+        """Bytes from ``offset`` up to ``end``, at most ``max_bytes``, within one segment (docs/protocol.md §5.2).
 
         ``end`` defaults to the visible end ``E``; any value up to ``end_offset``
         is allowed (a follower's REPLICA_FETCH reads unflushed bytes: they are in
@@ -343,7 +345,7 @@ class Log(RetentionSteps, TruncationSteps):
         return self._segments.view.read(offset, max_bytes, end)
 
     def offsets_before(self, time_ms: int, max_offsets: int, now_ms: int | None = None) -> list[int]:
-        """The OFFSETS answer of spec §6.5 steps 2-4, newest first (``SegmentView.offsets_before``)."""
+        """The OFFSETS answer of docs/protocol.md §5.5, newest first (``SegmentView.offsets_before``)."""
         return self._segments.view.offsets_before(time_ms, max_offsets, self._fs.mtime_ms,
                                                   self._clock_ms() if now_ms is None else now_ms)
 
@@ -356,6 +358,128 @@ class Log(RetentionSteps, TruncationSteps):
             return False
         return self._segments.replace(segment) is not None
 
+    # -- retention (retention.py's ``Retention`` owns the pass in flight) ---------------
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete old segments by the time rule, then the size rule (docs/protocol.md §7.4), on this
+        thread; returns how many.  0 while a roll or a cleaning is in flight.  ``E`` is
+        kept: when the rules would delete every segment, a non-empty last segment is
+        rolled first, an empty one is kept with a fresh mtime."""
+        self._check_writable()
+        if self._roll_ticket is not None or self.cleaning or self._truncation.busy:
+            return 0
+        ticket = self.begin_retention(self._clock_ms() if now_ms is None else now_ms)
+        ticket.stat()
+        if self.retention_needs_roll(ticket):
+            self.roll()  # so an empty segment named E survives
+        deleted = self.drop_retained(ticket)
+        ticket.remove()
+        self.complete_retention(ticket)
+        return deleted
+
+    def begin_retention(self, now_ms: int) -> RetentionTicket:
+        """Snapshot the segments for a retention pass judged at ``now_ms`` (one pass at a time)."""
+        self._check_writable()
+        if self._retention.busy or self._truncation.busy:
+            raise LogBusyError(f"{self}: a retention pass or truncation is already in flight")
+        return self._retention.begin(now_ms)
+
+    @property
+    def retention_busy(self) -> bool:
+        """A retention pass is in flight: the cleaner leaves this log alone meanwhile."""
+        return self._retention.busy
+
+    def retention_needs_roll(self, ticket: RetentionTicket) -> bool:
+        """Whether the rules delete every segment while the last one holds data: roll first, then ask again."""
+        count = self._retention.count(ticket, self.config)
+        self._check_writable()
+        return self._retention.needs_roll(count)
+
+    def drop_retained(self, ticket: RetentionTicket) -> int:
+        """Take the segments the rules delete out of the log (readers stop seeing them
+        now); ``ticket.remove()`` then unlinks them.  Returns how many."""
+        count = self._retention.count(ticket, self.config)
+        self._check_writable()
+        keep_open = self._flush_ticket.segment if self._flush_ticket is not None else None
+        return self._retention.drop(ticket, count, keep_open)
+
+    def complete_retention(self, ticket: RetentionTicket) -> None:
+        """After ``ticket.remove()``: end the pass; an unlink or fsync error fails the log."""
+        error = self._retention.end(ticket)
+        try:
+            if error is not None:
+                raise self._fail(f"retention in {self.dir_path} failed: {error}")
+        finally:
+            self._notify_idle()
+
+    # -- truncation (truncation.py's ``Truncation`` owns the cut in flight) -------------
+
+    @property
+    def truncating(self) -> bool:
+        """A truncation is in flight: appends, rolls and retention wait for ``complete_truncate``."""
+        return self._truncation.busy
+
+    def add_idle_listener(self, callback: Callable[["Log"], None]) -> None:
+        """Call ``callback(log)`` on the loop when a flush, roll, retention pass, cleaning or
+        truncation ends and none is left in flight: when ``begin_truncate`` may succeed again."""
+        self._idle_listeners.append(callback)
+
+    def begin_truncate(self, offset: int) -> TruncateTicket | None:
+        """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
+
+        From here on ``end_offset`` is ``offset``, ``visible_end`` at most
+        ``offset``, and appends, rolls and retention raise ``LogBusyError``
+        until ``complete_truncate(ticket)``.  Returns None (and changes
+        nothing) while a flush, roll, retention pass, cleaning or truncation is
+        in flight: wait for ``add_idle_listener``'s call and try again.
+        ``offset == end_offset`` gives a ticket that does nothing, even then.
+        Raises ``ValueError`` when ``offset`` is outside ``[start_offset,
+        end_offset]``.  Whether ``offset`` is an entry boundary is checked here
+        when the loop knows (a segment start, the visible end), else by ``run()``
+        (it reads entry headers), and then ``complete_truncate`` raises ``ValueError``.
+        """
+        self._check_writable()
+        return self._truncation.begin(offset, self._idle(), self.config.recovery_chunk_bytes)
+
+    def complete_truncate(self, ticket: TruncateTicket) -> None:
+        """After ``ticket.run()``: the cut is durable; every byte left is fsynced and visible.
+
+        Raises ``ValueError`` (the log back as it was) when ``run()`` found that
+        the offset is not an entry boundary, ``LogFailedError`` after an I/O error.
+        """
+        if not self._truncation.end(ticket):
+            return
+        try:
+            if ticket.error is not None:
+                raise self._fail(f"truncation of {ticket.segment.path} to {ticket.cut} bytes failed: {ticket.error}")
+            advanced = self._truncation.settle(ticket)
+            self._flushed_messages = self._appended_messages  # everything left is fsynced
+            self._dirty = False
+            if advanced:
+                self._notify_visible()
+        finally:
+            self._notify_idle()
+
+    def truncate_to(self, offset: int) -> None:
+        """Truncate synchronously on this thread (the log core's tests and tools).
+
+        Raises ``LogBusyError`` where ``begin_truncate`` would return None.
+        """
+        ticket = self.begin_truncate(offset)
+        if ticket is None:
+            raise LogBusyError(f"{self}: a flush, roll, retention pass, cleaning or truncation is in flight")
+        ticket.run()
+        self.complete_truncate(ticket)
+
+    def _idle(self) -> bool:
+        return (self._flush_ticket is None and self._roll_ticket is None and not self._retention.busy
+                and not self._truncation.busy and not self.cleaning)
+
+    def _notify_idle(self) -> None:
+        if self._idle():
+            for callback in tuple(self._idle_listeners):
+                callback(self)
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -366,14 +490,14 @@ class Log(RetentionSteps, TruncationSteps):
         """
         if self._closed:
             return
-        for ticket in (self._flush_ticket, self._roll_ticket, self._retention_ticket, self._truncate_ticket):
+        for ticket in (self._flush_ticket, self._roll_ticket, self._retention.ticket, self._truncation.ticket):
             if ticket is not None and ticket.running:
                 raise LogBusyError(f"{self}: close() while {ticket!r} runs")
         if self._roll_ticket is not None and self._roll_ticket.new_file is not None:
             self._roll_ticket.new_file.close()
         # An abandoned truncation's later segments left the view but not the disk (or not yet closed).
-        dropped = self._truncate_ticket.dropped if self._truncate_ticket is not None else ()
-        self._flush_ticket = self._roll_ticket = self._retention_ticket = self._truncate_ticket = None
+        dropped = self._truncation.dropped
+        self._flush_ticket = self._roll_ticket = self._retention.ticket = self._truncation.ticket = None
         self._closed = True
         for segment in self._segments.view.segments + dropped:
             segment.file.close()

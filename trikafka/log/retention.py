@@ -1,4 +1,4 @@
-"""Retention (spec §10.6): the two rules, and a pass packaged as a ticket so its I/O leaves the loop.
+"""Retention (docs/protocol.md §7.4): the two rules, and a pass packaged as a ticket so its I/O leaves the loop.
 
 A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
 
@@ -10,7 +10,8 @@ A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
     ticket.remove()                        # blocking: unlink them, fsync the directory
     log.complete_retention(ticket)         # loop: an I/O error fails the log here
 
-``apply_retention`` runs the same steps on one thread (tools and tests).
+``Log.apply_retention`` runs the same steps on one thread (tools and tests).
+``Retention`` is the log's collaborator that owns the pass in flight.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import os
 from typing import Sequence
 
 from .config import LogConfig
-from .errors import LogBusyError, LogError
+from .errors import LogError
 from .fs import FileSystem
 from .names import padding_file_name
 from .segment import Segment
-from .truncation import TruncateTicket, close_unread
-
-_CAPTURED, _RUNNING, _FINISHED = "captured", "running", "finished"
+from .segment_list import SegmentList
+from .tickets import CAPTURED, FINISHED, RUNNING, Ticket
+from .truncation import close_unread
 
 
 def count_expired(mtimes_ms: Sequence[int], now_ms: int, retention_ms: int) -> int:
@@ -52,7 +53,7 @@ def count_over_size(visible_sizes: Sequence[int], retention_bytes: int) -> int:
     return count
 
 
-class RetentionTicket:
+class RetentionTicket(Ticket):
     """One retention pass of a log; ``stat()`` and ``remove()`` block and may run in a worker thread.
 
     Like the other tickets, the blocking parts never raise an ``OSError``:
@@ -60,7 +61,7 @@ class RetentionTicket:
     """
 
     __slots__ = ("_fs", "dir_path", "segments", "now_ms", "mtimes_ms", "touch_path", "deleted", "keep_open",
-                 "error", "_state")
+                 "error")
 
     def __init__(self, fs: FileSystem, dir_path: str, segments: tuple[Segment, ...], now_ms: int):
         self._fs = fs
@@ -72,11 +73,7 @@ class RetentionTicket:
         self.deleted: tuple[Segment, ...] = ()
         self.keep_open: Segment | None = None  # a dropped segment a flush in flight still fsyncs
         self.error: BaseException | None = None
-        self._state = _CAPTURED
-
-    @property
-    def running(self) -> bool:
-        return self._state == _RUNNING
+        super().__init__()
 
     def count(self, segments: tuple[Segment, ...], config: LogConfig) -> int:
         """How many of the oldest of ``segments`` (the log's now) the time rule, then the size rule delete.
@@ -95,13 +92,13 @@ class RetentionTicket:
 
     def stat(self) -> None:
         """Read the mtime of every segment of the snapshot (one ``stat`` each)."""
-        self._state = _RUNNING
+        self._state = RUNNING
         try:
             self.mtimes_ms = [self._fs.mtime_ms(s.path) for s in self.segments]
         except OSError as exc:
             self.error = exc
         finally:
-            self._state = _CAPTURED
+            self._state = CAPTURED
 
     def remove(self) -> None:
         """Unlink the dropped segments, oldest first, with one directory fsync each
@@ -115,9 +112,9 @@ class RetentionTicket:
         its last reference).
         """
         if self.error is not None:
-            self._state = _FINISHED
+            self._state = FINISHED
             return  # stat() failed: nothing was dropped
-        self._state = _RUNNING
+        self._state = RUNNING
         try:
             if self.touch_path is not None:
                 self._fs.touch(self.touch_path, self.now_ms)
@@ -130,86 +127,78 @@ class RetentionTicket:
         except OSError as exc:
             self.error = exc
         finally:
-            self._state = _FINISHED
+            self._state = FINISHED
 
     def __repr__(self) -> str:
         return f"RetentionTicket({self.dir_path!r}, deleting={len(self.deleted)}, state={self._state})"
 
 
-class RetentionSteps:
-    """``Log``'s retention steps (a mixin: they use the log's segments and tickets).
+class Retention:
+    """A log's retention passes over its ``SegmentList``, one at a time (docs/protocol.md §7.4).
 
-    A pass is ``begin_retention`` (on the loop), ``ticket.stat()`` (a worker
-    thread), ``retention_needs_roll`` (roll first through the flusher),
-    ``drop_retained`` (on the loop), ``ticket.remove()`` (a worker thread),
-    ``complete_retention``; ``apply_retention`` runs them all on one thread.
+    It owns the pass in flight and judges and drops the oldest segments; the
+    ``Log`` checks that it may write, rolls when ``needs_roll`` says so, and
+    turns a ticket's I/O error into its own failure.  Retention never moves
+    the visible end ``E``: the last segment always stays.
     """
 
-    _retention_ticket: RetentionTicket | None
-    _truncate_ticket: TruncateTicket | None
+    __slots__ = ("_fs", "_dir_path", "_segments", "_name", "ticket")
 
-    def apply_retention(self, now_ms: int | None = None) -> int:
-        """Delete old segments by the time rule, then the size rule (spec §10.6), on this
-        thread; returns how many.  0 while a roll or a cleaning is in flight.  ``E`` is
-        kept: when the rules would delete every segment, a non-empty last segment is
-        rolled first, an empty one is kept with a fresh mtime."""
-        self._check_writable()
-        if self._roll_ticket is not None or self.cleaning or self._truncate_ticket is not None:
-            return 0
-        ticket = self.begin_retention(self._clock_ms() if now_ms is None else now_ms)
-        ticket.stat()
-        if self.retention_needs_roll(ticket):
-            self.roll()  # so an empty segment named E survives
-        deleted = self.drop_retained(ticket)
-        ticket.remove()
-        self.complete_retention(ticket)
-        return deleted
-
-    def begin_retention(self, now_ms: int) -> RetentionTicket:
-        """Snapshot the segments for a retention pass judged at ``now_ms`` (one pass at a time)."""
-        self._check_writable()
-        if self._retention_ticket is not None or self._truncate_ticket is not None:
-            raise LogBusyError(f"{self}: a retention pass or truncation is already in flight")
-        self._retention_ticket = RetentionTicket(self._fs, self.dir_path, self._segments.view.segments, now_ms)
-        return self._retention_ticket
+    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList, name: str):
+        self._fs = fs
+        self._dir_path = dir_path
+        self._segments = segments
+        self._name = name  # the log's name, for error messages
+        self.ticket: RetentionTicket | None = None  # the pass in flight
 
     @property
-    def retention_busy(self) -> bool:
-        """A retention pass is in flight: the cleaner leaves this log alone meanwhile."""
-        return self._retention_ticket is not None
+    def busy(self) -> bool:
+        """A pass is in flight (from ``begin`` to ``end``)."""
+        return self.ticket is not None
 
-    def retention_needs_roll(self, ticket: RetentionTicket) -> bool:
-        """Whether the rules delete every segment while the last one holds data: roll first, then ask again."""
-        return self._retention_count(ticket) == len(self._segments) and self._segments.last.size > 0
+    def begin(self, now_ms: int) -> RetentionTicket:
+        """Snapshot the segments for a pass judged at ``now_ms``; the caller checked ``busy``."""
+        assert self.ticket is None, self.ticket
+        self.ticket = RetentionTicket(self._fs, self._dir_path, self._segments.view.segments, now_ms)
+        return self.ticket
 
-    def drop_retained(self, ticket: RetentionTicket) -> int:
-        """Take the segments the rules delete out of the log (readers stop seeing them
-        now); ``ticket.remove()`` then unlinks them.  Returns how many."""
-        count = self._retention_count(ticket)
+    def count(self, ticket: RetentionTicket, config: LogConfig) -> int:
+        """How many of the oldest segments the rules of ``config`` delete now (0 after a ``stat()`` error).
+
+        Raises ``LogError`` for a ticket that is not the pass in flight.
+        """
+        self._check_own(ticket)
+        return ticket.count(self._segments.view.segments, config)
+
+    def needs_roll(self, count: int) -> bool:
+        """Whether deleting ``count`` segments takes every one while the last holds data (roll first)."""
+        return count == len(self._segments) and self._segments.last.size > 0
+
+    def drop(self, ticket: RetentionTicket, count: int, keep_open: Segment | None) -> int:
+        """Take the ``count`` oldest segments out of the list for ``ticket.remove()``; returns how many left.
+
+        When ``count`` is every segment, the last one is empty (else ``LogError``)
+        and stays, named ``E``, with a fresh mtime.  ``keep_open``: a segment a
+        flush in flight still fsyncs (its file is not closed by the pass).
+        """
+        last = self._segments.last
+        visible_end = last.visible_end
         if count == len(self._segments):
-            if self._segments.last.size > 0:
-                raise LogError(f"{self}: retention would delete every segment; roll first")
-            ticket.touch_path = self._segments.last.path  # kept (it is named E), young again
+            if last.size > 0:
+                raise LogError(f"{self._name}: retention would delete every segment; roll first")
+            ticket.touch_path = last.path
             count -= 1
         ticket.deleted = self._segments.drop_first(count)
-        ticket.keep_open = self._flush_ticket.segment if self._flush_ticket is not None else None
-        assert self._segments.last.end >= self.visible_end
+        ticket.keep_open = keep_open
+        assert self._segments.last is last and last.visible_end == visible_end, (last, visible_end)
         return count
 
-    def complete_retention(self, ticket: RetentionTicket) -> None:
-        """After ``ticket.remove()``: end the pass; an unlink or fsync error fails the log."""
-        if ticket is not self._retention_ticket:
-            raise LogError(f"{self}: {ticket!r} is not this log's retention pass")
-        self._retention_ticket = None
-        try:
-            if ticket.error is not None:
-                raise self._fail(f"retention in {self.dir_path} failed: {ticket.error}")
-        finally:
-            self._notify_idle()
+    def end(self, ticket: RetentionTicket) -> BaseException | None:
+        """End the pass after ``ticket.remove()``; returns the I/O error it recorded, if any."""
+        self._check_own(ticket)
+        self.ticket = None
+        return ticket.error
 
-    def _retention_count(self, ticket: RetentionTicket) -> int:
-        if ticket is not self._retention_ticket:
-            raise LogError(f"{self}: {ticket!r} is not this log's retention pass")
-        self._check_writable()
-        return ticket.count(self._segments.view.segments, self.config)  # 0 after a stat() error
-
+    def _check_own(self, ticket: RetentionTicket) -> None:
+        if ticket is not self.ticket:
+            raise LogError(f"{self._name}: {ticket!r} is not this log's retention pass")

@@ -8,7 +8,8 @@ A follower whose log went past where it agrees with its leader cuts it::
 
 ``begin_truncate`` returns None while a flush, roll, retention pass, cleaning
 or another truncation is in flight; ``Log.add_idle_listener`` says when to
-try again.  ``truncate_to`` runs the three steps on one thread.
+try again.  ``Log.truncate_to`` runs the three steps on one thread.
+``Truncation`` is the log's collaborator that owns the truncation in flight.
 
 ``run`` checks that ``offset`` is an entry boundary when the loop could not
 tell from what it knows (a segment start, the log end, the visible end):
@@ -36,19 +37,16 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import TYPE_CHECKING, Callable
 
 from .checkpoint import RecoveryCheckpointer
-from .errors import LogBusyError, LogError
+from .errors import LogError
 from .fs import FileSystem, SegmentFile
 from .names import padding_file_name
 from .padding import NO_PADDING, PaddingRuns, encode_padding_index
 from .segment import Segment
+from .segment_list import SegmentList, SegmentView
 from .swap import write_small_file
 from .tickets import CAPTURED, FINISHED, RUNNING, Ticket
-
-if TYPE_CHECKING:
-    from .segment_list import SegmentView
 
 _INT32 = struct.Struct(">i")
 _MIN_ENTRY_BYTES = 4 + 5  # length, then at least magic and CRC
@@ -106,7 +104,7 @@ class TruncateTicket(Ticket):
 
     def __init__(self, fs: FileSystem, dir_path: str, offset: int, segment: Segment, dropped: tuple[Segment, ...],
                  scan_from: int | None, chunk_bytes: int, checkpointer: RecoveryCheckpointer,
-                 old_view: "SegmentView"):
+                 old_view: SegmentView):
         self._fs = fs
         self.dir_path = dir_path
         self.offset = offset
@@ -171,109 +169,93 @@ class TruncateTicket(Ticket):
                 f"state={self._state})")
 
 
-class TruncationSteps:
-    """``Log``'s truncation steps (a mixin over the log's segments and tickets)."""
+class Truncation:
+    """A log's truncations (docs/protocol.md §12.11): the one in flight, and how a cut changes the segments.
 
-    _truncate_ticket: TruncateTicket | None
+    It cuts the log's ``SegmentList`` on the loop and settles or undoes the cut
+    after the ticket ran; the ``Log`` checks that it may write, that nothing
+    else is in flight, and turns a ticket's I/O error into its own failure.
+    """
+
+    __slots__ = ("_fs", "_dir_path", "_segments", "_checkpointer", "_name", "ticket")
+
+    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList,
+                 checkpointer: RecoveryCheckpointer, name: str):
+        self._fs = fs
+        self._dir_path = dir_path
+        self._segments = segments
+        self._checkpointer = checkpointer
+        self._name = name  # the log's name, for error messages
+        self.ticket: TruncateTicket | None = None  # the truncation in flight (never a no-op one)
 
     @property
-    def truncating(self) -> bool:
-        """A truncation is in flight: appends, rolls and retention wait for ``complete_truncate``."""
-        return self._truncate_ticket is not None
+    def busy(self) -> bool:
+        """A truncation is in flight (from ``begin`` to ``end``)."""
+        return self.ticket is not None
 
-    def add_idle_listener(self, callback: Callable[..., None]) -> None:
-        """Call ``callback(log)`` on the loop when a flush, roll, retention pass, cleaning or
-        truncation ends and none is left in flight: when ``begin_truncate`` may succeed again."""
-        self._idle_listeners.append(callback)
+    @property
+    def dropped(self) -> tuple[Segment, ...]:
+        """The segments the truncation in flight took out of the list (their files are still open)."""
+        return self.ticket.dropped if self.ticket is not None else ()
 
-    def begin_truncate(self, offset: int) -> TruncateTicket | None:
-        """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
+    def begin(self, offset: int, idle: bool, chunk_bytes: int) -> TruncateTicket | None:
+        """Cut the list at ``offset`` (``Log.begin_truncate``); None when not ``idle`` and there is a cut to make.
 
-        From here on ``end_offset`` is ``offset``, ``visible_end`` at most
-        ``offset``, and appends, rolls and retention raise ``LogBusyError``
-        until ``complete_truncate(ticket)``.  Returns None (and changes
-        nothing) while a flush, roll, retention pass, cleaning or truncation is
-        in flight: wait for ``add_idle_listener``'s call and try again.
-        ``offset == end_offset`` gives a ticket that does nothing, even then.
-        Raises ``ValueError`` when ``offset`` is outside ``[start_offset,
-        end_offset]``.  Whether ``offset`` is an entry boundary is checked here
-        when the loop knows (a segment start, the visible end), else by ``run()``
-        (it reads entry headers), and then ``complete_truncate`` raises ``ValueError``.
+        ``chunk_bytes``: how much ``run()`` reads at a time when it checks the boundary.
         """
-        self._check_writable()
         view = self._segments.view
         start, end = view.segments[0].start, view.segments[-1].end
         if not start <= offset <= end:
-            raise ValueError(f"{self}: cannot truncate to {offset}, outside [{start}, {end}]")
+            raise ValueError(f"{self._name}: cannot truncate to {offset}, outside [{start}, {end}]")
         segment = view.find(offset)
         if offset == end:
-            return TruncateTicket(self._fs, self.dir_path, offset, segment, (), None, 1, self._checkpointer, view)
-        if not self._idle():
+            return TruncateTicket(self._fs, self._dir_path, offset, segment, (), None, 1, self._checkpointer, view)
+        if not idle:
             return None
+        assert self.ticket is None, self.ticket
         cut = offset - segment.start
         known = cut in (0, segment.visible_size)
         scan_from = None if known else (segment.visible_size if segment.visible_size < cut else 0)
         dropped = self._segments.drop_after(segment)
-        ticket = TruncateTicket(self._fs, self.dir_path, offset, segment, dropped, scan_from,
-                                self.config.recovery_chunk_bytes, self._checkpointer, view)
+        ticket = TruncateTicket(self._fs, self._dir_path, offset, segment, dropped, scan_from,
+                                chunk_bytes, self._checkpointer, view)
         segment.cut = cut
         segment.visible_size = min(segment.visible_size, cut)
         segment.padding = ticket.padding
-        self._truncate_ticket = ticket
-        assert self.end_offset == offset and self.visible_end <= offset, (self, offset)
+        self.ticket = ticket
+        assert self._segments.last.end == offset and self._segments.last.visible_end <= offset, (segment, offset)
         return ticket
 
-    def complete_truncate(self, ticket: TruncateTicket) -> None:
-        """After ``ticket.run()``: the cut is durable; every byte left is fsynced and visible.
+    def end(self, ticket: TruncateTicket) -> bool:
+        """Take back a ticket whose ``run()`` returned; False for a no-op ticket (nothing to settle).
 
-        Raises ``ValueError`` (the log back as it was) when ``run()`` found that
-        the offset is not an entry boundary, ``LogFailedError`` after an I/O error.
+        Raises ``LogError`` before ``run()`` returned or for another log's ticket.
         """
         if not ticket.finished:
-            raise LogError(f"{self}: complete_truncate() before {ticket!r}.run() returned")
+            raise LogError(f"{self._name}: complete_truncate() before {ticket!r}.run() returned")
         if ticket.noop:
-            return
-        if ticket is not self._truncate_ticket:
-            raise LogError(f"{self}: {ticket!r} is not this log's truncation in flight")
-        self._truncate_ticket = None
-        segment = ticket.segment
-        try:
-            if ticket.error is not None:
-                raise self._fail(f"truncation of {segment.path} to {ticket.cut} bytes failed: {ticket.error}")
-            if ticket.rejected is not None:
-                segment.cut = None
-                segment.visible_size = ticket.old_visible_size
-                segment.padding = ticket.old_padding
-                self._segments.restore(ticket.old_view)
-                raise ValueError(f"{self}: {ticket.rejected}")
-            assert segment.file.size == ticket.cut and self._segments.last is segment, (ticket, segment)
-            segment.cut = None
-            if ticket.cut == 0:
-                segment.first_append_ms = None  # empty again: the age rule starts at its next append
-            self._flushed_messages = self._appended_messages  # everything left is fsynced
-            self._dirty = False
-            assert all(s.fully_flushed for s in self._segments.view.segments[:-1]), self._segments.view
-            if segment.mark_flushed(ticket.cut):
-                self._notify_visible()
-        finally:
-            self._notify_idle()
+            return False
+        if ticket is not self.ticket:
+            raise LogError(f"{self._name}: {ticket!r} is not this log's truncation in flight")
+        self.ticket = None
+        return True
 
-    def truncate_to(self, offset: int) -> None:
-        """Truncate synchronously on this thread (the log core's tests and tools).
+    def settle(self, ticket: TruncateTicket) -> bool:
+        """Make the cut of a ticket that ``run()`` without an I/O error final: every byte left is
+        fsynced and visible; returns True when that advanced the visible end.
 
-        Raises ``LogBusyError`` where ``begin_truncate`` would return None.
+        Raises ``ValueError``, with the list and the segment as before ``begin``,
+        when ``run()`` found that the offset is not an entry boundary.
         """
-        ticket = self.begin_truncate(offset)
-        if ticket is None:
-            raise LogBusyError(f"{self}: a flush, roll, retention pass, cleaning or truncation is in flight")
-        ticket.run()
-        self.complete_truncate(ticket)
-
-    def _idle(self) -> bool:
-        return (self._flush_ticket is None and self._roll_ticket is None and self._retention_ticket is None
-                and self._truncate_ticket is None and not self.cleaning)
-
-    def _notify_idle(self) -> None:
-        if self._idle():
-            for callback in tuple(self._idle_listeners):
-                callback(self)
+        segment = ticket.segment
+        segment.cut = None
+        if ticket.rejected is not None:
+            segment.visible_size = ticket.old_visible_size
+            segment.padding = ticket.old_padding
+            self._segments.restore(ticket.old_view)
+            raise ValueError(f"{self._name}: {ticket.rejected}")
+        assert segment.file.size == ticket.cut and self._segments.last is segment, (ticket, segment)
+        if ticket.cut == 0:
+            segment.first_append_ms = None  # empty again: the age rule starts at its next append
+        assert all(s.fully_flushed for s in self._segments.view.segments[:-1]), self._segments.view
+        return segment.mark_flushed(ticket.cut)
