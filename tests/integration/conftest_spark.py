@@ -37,7 +37,7 @@ BROKER_START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 10.0
 
 
-ENTRY_OVERHEAD = {0: 9, 1: 10}  # length prefix + header, per magic (spec §4.2-4.3)
+ENTRY_OVERHEAD = {0: 9, 1: 10}  # length prefix + header, per magic (spec §3.2)
 
 
 class Expected:
@@ -56,7 +56,7 @@ class Expected:
             offset = nxt
 
     def wrapper(self, broker: int, partition: int, base: int, end: int, payloads) -> None:
-        # spec §5: every inner message reports the wrapper's start, the last one its end.
+        # spec §4: every inner message reports the wrapper's start, the last one its end.
         rows = self.rows.setdefault((broker, partition), [])
         for i, payload in enumerate(payloads):
             rows.append((self.topic, broker, partition, base, end if i == len(payloads) - 1 else base, payload))

@@ -1,4 +1,4 @@
-"""The synchronous log core (spec §10): segments, logs, the log directory.
+"""The synchronous log core (spec §7): segments, logs, the log directory.
 
 I/O goes through an injected ``FileSystem`` (``OsFileSystem`` in production,
 ``trikafka.testing.FakeFileSystem`` with a crash model in tests).  Nothing here imports Trio:

@@ -1,6 +1,6 @@
 """Clocks in milliseconds: the real wall clock and a manual one for tests.
 
-Retention and segment mtimes are wall-clock facts (spec §10.6), so the log
+Retention and segment mtimes are wall-clock facts (spec §7.4), so the log
 core takes a ``clock_ms`` callable instead of reading the time itself.
 """
 

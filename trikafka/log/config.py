@@ -1,4 +1,4 @@
-"""Per-log settings (spec §12.1 names in comments; units in the field names)."""
+"""Per-log settings (spec §14.1 names in comments; units in the field names)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Errors of the log core.
 
 Each error that a broker turns into a response carries the wire ``error_code``
-it maps to (spec §7.1, §16); the broker decides whether to answer with it or to
+it maps to (spec §6, §9); the broker decides whether to answer with it or to
 close the connection.  ``MessageError`` from ``trikafka.wire`` is raised as is
 by ``Log.append`` for a set that fails validation.
 """
@@ -18,7 +18,7 @@ class LogError(Exception):
 
 
 class OffsetOutOfRangeError(LogError):
-    """A read asked for ``offset < S`` or ``offset > E`` (spec §6.2)."""
+    """A read asked for ``offset < S`` or ``offset > E`` (spec §5.2)."""
 
     error_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
@@ -30,13 +30,13 @@ class OffsetOutOfRangeError(LogError):
 
 
 class InvalidTopicError(LogError):
-    """A topic name that trikafka refuses (spec §16.3); nothing was created."""
+    """A topic name that trikafka refuses (spec §9.7); nothing was created."""
 
     error_code = ErrorCode.INVALID_TOPIC
 
 
 class WrongPartitionError(LogError):
-    """A partition id outside ``[0, partitions(topic))`` (spec §6.1 step 3)."""
+    """A partition id outside ``[0, partitions(topic))`` (spec §5.1 step 2)."""
 
     error_code = ErrorCode.WRONG_PARTITION
 
@@ -65,6 +65,6 @@ class LogClosedError(LogError):
 class LogLoadError(LogError):
     """The on-disk state cannot be loaded: a bad name or non-contiguous segments.
 
-    Raised at startup; 0.7 refuses to start in the same situations (spec §10.1,
-    §10.2) and so does trikafka, with a message naming the offending path.
+    Raised at startup; 0.7 refuses to start in the same situations (spec §7.1)
+    and so does trikafka, with a message naming the offending path.
     """

@@ -1,4 +1,4 @@
-"""The directory of logs: startup recovery, topic creation, clean shutdown (spec §10.1, §10.5).
+"""The directory of logs: startup recovery, topic creation, clean shutdown (spec §7.1, §7.3).
 
 Startup order, each step durable before the next:
 
@@ -99,7 +99,7 @@ class LogManager:
     # -- startup -------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Delete a clean-shutdown marker or recover, then load every log (spec §10.5)."""
+        """Delete a clean-shutdown marker or recover, then load every log (spec §7.3)."""
         if self._opened:
             raise LogError("LogManager.open() called twice")
         fs = self.fs
@@ -143,7 +143,7 @@ class LogManager:
         return self._logs.get((topic, partition))
 
     def check_partition(self, topic: str, partition: int) -> None:
-        """Raise ``InvalidTopicError`` (spec §16.3) or ``WrongPartitionError`` unless
+        """Raise ``InvalidTopicError`` (spec §9.7) or ``WrongPartitionError`` unless
         this broker may hold a log for ``topic``-``partition``; touches no disk."""
         self._check_open()
         validate_topic(topic)
@@ -152,7 +152,7 @@ class LogManager:
             raise WrongPartitionError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
 
     def get_or_create(self, topic: str, partition: int) -> Log:
-        """The log of a topic-partition, created on first use (spec §6.1 steps 2-4).
+        """The log of a topic-partition, created on first use (spec §5.1 step 3).
 
         Checks first (``check_partition``), so nothing touches the disk for a
         rejected name.  A new log gets its directory and an empty segment 0,

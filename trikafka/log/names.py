@@ -1,4 +1,4 @@
-"""Names on disk: topics (spec §16.3), partition directories and segment files (§10.1)."""
+"""Names on disk: topics (spec §9.7), partition directories and segment files (§7.1)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ _PARTITION_RE = re.compile(r"0|[1-9][0-9]{0,9}")
 def validate_topic(name: object) -> None:
     """Raise ``InvalidTopicError`` unless ``name`` is a topic trikafka accepts.
 
-    The rule is ``trikafka.wire.is_valid_topic`` (§16.3).
+    The rule is ``trikafka.wire.is_valid_topic`` (§9.7).
     """
     if not is_valid_topic(name):
         raise InvalidTopicError(f"invalid topic name {_shorten(name)}")
@@ -46,7 +46,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
-    """Split a partition directory name at its last ``-`` (spec §10.1).
+    """Split a partition directory name at its last ``-`` (spec §7.1).
 
     Raises ``LogLoadError`` for a name that is not ``<valid topic>-<partition>``
     with the partition in canonical decimal form (``t-01`` would alias ``t-1``).

@@ -1,4 +1,4 @@
-"""Loading a partition directory and crash recovery of its newest segment (spec §10.2, §10.5).
+"""Loading a partition directory and crash recovery of its newest segment (spec §7.1, §7.3).
 
 Only the newest segment is scanned.  That is sound because a roll fsyncs the
 old segment before the new file exists (asserted in ``Log.complete_roll``):
@@ -125,7 +125,7 @@ def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes
 def scan_file_valid_prefix(file: SegmentFile, size: int, *, start: int = 0,
                            chunk_bytes: int = RECOVERY_CHUNK_BYTES, label: str = "",
                            clock_s: Callable[[], float] = time.monotonic) -> int:
-    """Bytes of ``file`` (of ``size`` bytes) that the recovery scan accepts (spec §10.5).
+    """Bytes of ``file`` (of ``size`` bytes) that the recovery scan accepts (spec §7.3).
 
     Scans entries from ``start`` (an entry boundary), reading ``chunk_bytes``
     at a time; a scan longer than ``PROGRESS_INTERVAL_S`` logs its progress.

@@ -1,4 +1,4 @@
-"""One segment file of a log (spec §10.2): a start offset, a file, a visible size."""
+"""One segment file of a log (spec §7.1): a start offset, a file, a visible size."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ class Segment:
     """Bytes ``[start, start + size)`` of a partition's stream, in one file.
 
     ``visible_size`` is what readers may see: bytes that were fsynced (spec
-    §10.4).  It never exceeds what a completed fsync covered, and only grows,
+    §7.2).  It never exceeds what a completed fsync covered, and only grows,
     except when a truncation cuts the segment (``cut``).
     ``first_append_ms`` (for age-based rolling) lives in memory only, as in
     0.7: it is ``None`` until this process appends to the segment.  ``padding``:

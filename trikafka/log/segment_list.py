@@ -18,7 +18,7 @@ from trikafka.wire.responses import ChunkSequence, FileRegion
 from .errors import OffsetOutOfRangeError
 from .segment import Segment
 
-TIME_LATEST = OFFSETS_LATEST  # the visible end and segment starts (spec §6.5)
+TIME_LATEST = OFFSETS_LATEST  # the visible end and segment starts (spec §5.5)
 TIME_EARLIEST = OFFSETS_EARLIEST  # the start of the log
 
 
@@ -60,7 +60,7 @@ class SegmentView(NamedTuple):
 
     def offsets_before(self, time_ms: int, max_offsets: int, mtime_ms: Callable[[str], int],
                        now_ms: int) -> list[int]:
-        """The OFFSETS answer of spec §6.5 steps 2-4, newest first.
+        """The OFFSETS answer of spec §5.5, newest first.
 
         ``time_ms`` -1 means latest, -2 earliest; otherwise each segment's file
         time (``mtime_ms(path)``) is compared with it, and a visible end after

@@ -103,7 +103,7 @@ class RollTicket(Ticket):
         that lets recovery scan only the newest segment):
 
         1. fsync the old segment in full;
-        2. remove a stale file with the new name, if any (spec §10.3);
+        2. remove a stale file with the new name, if any (spec §7.2);
         3. create the new segment file;
         4. fsync the directory, so the new entry is durable.
         """
