@@ -60,7 +60,9 @@ class BlockingRegistry:
         except NoNodeError:
             return None
 
-    def commit_offset_if_unowned(self, group: str, topic: str, broker: int | None, partition: int, value: bytes) -> bool:
+    def commit_offset_if_unowned(
+        self, group: str, topic: str, broker: int | None, partition: int, value: bytes
+    ) -> bool:
         """Write ``value`` to the partition's offsets node unless a live group member owns it.
 
         A member commits only while it holds the partition's owner node (spec
