@@ -1,4 +1,4 @@
-"""Ten consumers joining at once (anchors B5: the herd effect, rebalance storms).
+"""Ten consumers joining at once: the herd effect, rebalance storms.
 
 Every member watches the group's ids, so each join makes all of them
 rebalance at the same time and race for the same owner znodes.  Ten join

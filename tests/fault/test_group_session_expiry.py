@@ -1,5 +1,6 @@
-"""Session expiry in the middle of a rebalance (anchors B5: "session expiry
-mid-rebalance", "ephemeral from the previous session", "zombie commit").
+"""Session expiry in the middle of a rebalance: the expiry lands before each of
+its operations, so a claim may meet an owner ephemeral of the previous session
+and a commit may come from a consumer whose session expired (a zombie commit).
 
 Consumers ``x`` and ``y`` share a topic; ``z`` joins, which makes ``x``
 rebalance.  ``x``'s session is expired right before its k-th coordinator

@@ -1,6 +1,6 @@
-"""A group consumer process SIGKILLed mid-stream (anchors B5: dead consumers'
-znodes linger until the session times out; duplicates bounded by the
-uncommitted range).
+"""A group consumer process SIGKILLed mid-stream: a dead consumer's znodes
+linger until its session times out, and the duplicates are bounded by its
+uncommitted range.
 
 Consumer ``A`` runs in a subprocess (``tests/fault/group_consumer_child.py``)
 with autocommit every 0.3 s; consumer ``B`` runs in the test.  After ``A`` has

@@ -1,4 +1,4 @@
-"""The replication protocol as a Hypothesis state machine (docs: replication; anchors B6).
+"""The replication protocol (docs/protocol.md §12) as a Hypothesis state machine.
 
 Three replicas of one partition under ``replication_world.World``: produces
 with acks -1, follower fetches, watches delivered late or early, leader ISR

@@ -1,4 +1,4 @@
-"""The anchors' replication failures as named scenarios on the model cluster.
+"""Known replication failures of earlier systems as named scenarios on the model cluster.
 
 Each replays, step by step, a history that lost acknowledged writes or forked
 replicas in an earlier system, and shows trikafka's rule closing it.

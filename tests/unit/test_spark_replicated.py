@@ -78,13 +78,13 @@ class _Options:
 def test_a_task_whose_planned_leader_is_gone_reads_at_the_current_leader(monkeypatch):
     opened = []
 
-    def fake_open(address, options):
-        opened.append(address.host)
-        if address.host == "gone":
+    def fake_connect(host, port, broker_id, options):
+        opened.append(host)
+        if host == "gone":
             raise BrokerConnectionError("refused")
-        return f"conn to {address.host}"
+        return f"conn to {host}"
 
-    monkeypatch.setattr(planning, "open_connection", fake_open)
+    monkeypatch.setattr(planning, "_connect", fake_connect)
     monkeypatch.setattr(planning, "ConnectionPool", lambda brokers, options: _Pool(leader=2))
     replicated = PartitionRange(PartitionKey("r", None, 0), "gone", 9, 0, 10)
     assert planning.open_for_range(replicated, _Options()) == "conn to h2"

@@ -1,4 +1,4 @@
-"""The broker: one nursery tree (anchors A1, A2).
+"""The broker: one nursery tree, which owns every task it runs.
 
 ::
 

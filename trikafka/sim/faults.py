@@ -22,7 +22,7 @@ from trikafka.zk import NoNodeError, paths
 from trikafka.zk.replication_store import read_state
 
 if TYPE_CHECKING:  # (types only: the command line reads this table before any broker code loads)
-    from trikafka.testing import InProcessCluster
+    from trikafka.testing import FakeCoordinator, InProcessCluster
     from trikafka.zk.coordinator import Coordinator
 
     from .determinism import Streams, Trace
@@ -131,6 +131,17 @@ async def _fsync_error(world: World, broker: int, duration_s: float) -> None:
             await world.restart(broker)
 
 
+def _session_of(world: World, broker: int) -> FakeCoordinator:
+    """The ZooKeeper client a running broker registered with: the in-process cluster gives
+    every broker its own ``FakeCoordinator``, whose session a fault can expire or sever."""
+    from trikafka.testing import FakeCoordinator  # (broker code: loaded by the time a fault runs)
+
+    zookeeper = world.cluster.brokers[broker].broker.zookeeper
+    assert zookeeper is not None, f"broker {broker} is not registered in ZooKeeper"
+    assert isinstance(zookeeper.coordinator, FakeCoordinator), zookeeper.coordinator
+    return zookeeper.coordinator
+
+
 async def _stall(world: World, broker: int, duration_s: float) -> None:
     """Every request to it waits: a paused process whose ZooKeeper session lives."""
     address = world.cluster.brokers[broker].address
@@ -140,20 +151,20 @@ async def _stall(world: World, broker: int, duration_s: float) -> None:
 async def _isolate(world: World, broker: int, duration_s: float) -> None:
     """Cut from the other replicas and from ZooKeeper; clients still reach it."""
     address = world.cluster.brokers[broker].address
-    world.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
+    _session_of(world, broker).expire()
     await world.stall(duration_s, lambda to, request: request.type in REPLICATION_REQUESTS and (
         to == address or request.replica_id == broker))
 
 
 async def _expire(world: World, broker: int, duration_s: float) -> None:
     """Its ZooKeeper session expires (it registers again with a new session)."""
-    world.cluster.brokers[broker].broker.zookeeper.coordinator.expire()
+    _session_of(world, broker).expire()
 
 
 async def _zk_outage(world: World, broker: int, duration_s: float) -> None:
     """ZooKeeper restarts: every broker loses it at once, for up to 8 s (past 6 s, every session expires)."""
-    for member in world.cluster.brokers:
-        member.broker.zookeeper.coordinator.sever(reconnect_after_s=2 * duration_s)
+    for index in range(len(world.cluster.brokers)):
+        _session_of(world, index).sever(reconnect_after_s=2 * duration_s)
     await trio.sleep(2 * duration_s)
 
 

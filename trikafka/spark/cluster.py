@@ -239,7 +239,7 @@ class ZooKeeperCluster:
                 registered[int(child)] = parse_partition_count(value.strip())
             except ValueError:
                 continue  # unreadable: treated as unregistered
-        keys = []
+        keys: list[PartitionKey] = []
         for broker_id in sorted(self.brokers()):
             count = max(1, registered.get(broker_id, 1))
             keys.extend(PartitionKey(topic, broker_id, p) for p in range(count))

@@ -128,7 +128,7 @@ def run_load(spark, config: LoadConfig) -> LoadSummary:  # type: ignore[no-untyp
         aggregate_rows = rebuild_aggregate(spark, events, output)
         end_offsets = committed_offsets(Path(config.checkpoint_dir))
         if config.commit_to_group and end_offsets:
-            _commit_group(config, end_offsets)
+            _commit_group(config, config.commit_to_group, end_offsets)
         if config.audit_tier:
             publish_loaded_counts(events, config)
         return LoadSummary(
@@ -207,13 +207,13 @@ def committed_offsets(checkpoint_dir: Path) -> dict[PartitionKey, int]:
     return offsets_from_json(lines[2])
 
 
-def _commit_group(config: LoadConfig, offsets: dict[PartitionKey, int]) -> None:
+def _commit_group(config: LoadConfig, group: str, offsets: dict[PartitionKey, int]) -> None:
     from .cluster import ZooKeeperCluster
 
     if not config.zookeeper:
         raise ValueError("commit_to_group needs the ZooKeeper connect string")
     with ZooKeeperCluster(config.zookeeper) as cluster:
-        cluster.commit_group_offsets(config.commit_to_group, offsets)
+        cluster.commit_group_offsets(group, offsets)
 
 
 def window_counts(rows, window_ms: int):  # type: ignore[no-untyped-def]

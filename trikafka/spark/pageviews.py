@@ -101,10 +101,12 @@ class _Sender:
         payloads = self._pending.pop(key, [])
         if not payloads:
             return
-        conn = self._conns.get(key.broker)
+        broker = key.broker
+        assert broker is not None  # generate_pageviews refuses partitions of replicated topics
+        conn = self._conns.get(broker)
         if conn is None or conn.closed:
-            address = self._brokers[key.broker]
-            conn = self._conns[key.broker] = BrokerConnection(address.host, address.port, timeout_s=self._timeout_s)
+            address = self._brokers[broker]
+            conn = self._conns[broker] = BrokerConnection(address.host, address.port, timeout_s=self._timeout_s)
         part = ProducePart(key.topic, key.partition, build_message_set(payloads, codec=self._codec))
         (result,) = conn.produce_acked([part], timeout_ms=int(self._timeout_s * 1000))
         if result.error != ErrorCode.NO_ERROR:
@@ -124,9 +126,16 @@ def generate_pageviews(
     codec: Codec = Codec.NONE,
     timeout_s: float = 30.0,
 ) -> GenerateSummary:
-    """Produce ``count`` page views spread over ``targets``; returns what was sent."""
+    """Produce ``count`` page views spread over ``targets``; returns what was sent.
+
+    Every target names its broker: a partition of a replicated topic (broker
+    ``None``) has no fixed broker to send to and is refused with ``ValueError``.
+    """
     if not targets:
         raise ValueError("no partitions to produce to")
+    replicated = [str(key) for key in targets if key.broker is None]
+    if replicated:
+        raise ValueError(f"partitions of a replicated topic have no fixed broker: {', '.join(replicated)}")
     targets = sorted(targets)
     summary = GenerateSummary()
     sender = _Sender(brokers, batch_size, codec, timeout_s)

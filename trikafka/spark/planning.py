@@ -50,17 +50,22 @@ class PartitionRange:
 def open_connection(address: BrokerAddress, options: SourceOptions) -> BrokerConnection:
     """A blocking connection sized for the options' largest fetch: to the broker's local
     listener when ``brokerSockets`` names one that exists on this machine, else over TCP."""
+    return _connect(address.host, address.port, address.broker_id, options)
+
+
+def _connect(host: str, port: int, broker_id: int | None, options: SourceOptions) -> BrokerConnection:
+    """``open_connection`` for a broker whose id may be unknown (``None``: no local listener
+    can be looked up, so the connection is over TCP)."""
     max_response_bytes = options.max_fetch_bytes + _RESPONSE_HEADROOM_BYTES
-    path = dict(options.broker_sockets).get(address.broker_id) if address.broker_id is not None else None
+    path = dict(options.broker_sockets).get(broker_id) if broker_id is not None else None
     if path is not None and os.path.exists(path):
         try:
-            return BrokerConnection(address.host, address.port, timeout_s=options.timeout_s,
+            return BrokerConnection(host, port, timeout_s=options.timeout_s,
                                     max_response_bytes=max_response_bytes, unix_path=path,
                                     short_circuit=options.short_circuit)
         except BrokerConnectionError:
             pass  # a stale socket file (the broker is gone or elsewhere): TCP says what is wrong
-    return BrokerConnection(address.host, address.port, timeout_s=options.timeout_s,
-                            max_response_bytes=max_response_bytes)
+    return BrokerConnection(host, port, timeout_s=options.timeout_s, max_response_bytes=max_response_bytes)
 
 
 def open_for_range(planned: "PartitionRange", options: SourceOptions) -> BrokerConnection:
@@ -69,7 +74,7 @@ def open_for_range(planned: "PartitionRange", options: SourceOptions) -> BrokerC
     the partition's current leader."""
     try:
         broker_id = planned.key.broker if planned.key.broker is not None else planned.broker_id
-        return open_connection(BrokerAddress(broker_id, planned.host, planned.port), options)
+        return _connect(planned.host, planned.port, broker_id, options)
     except BrokerConnectionError:
         if planned.key.broker is not None:
             raise
@@ -315,9 +320,10 @@ def ranges_between(
         if isinstance(brokers, ConnectionPool):
             address = brokers.address_of(key)
         else:
-            address = brokers.get(key.broker) if key.broker is not None else None
-            if address is None:
+            registered = brokers.get(key.broker) if key.broker is not None else None
+            if registered is None:
                 raise PlanningError(f"{key}: broker {key.broker} is not registered; cannot read "
                                     f"[{begin}, {end[key]})")
+            address = registered
         ranges.append(PartitionRange(key, address.host, address.port, begin, end[key], address.broker_id))
     return ranges

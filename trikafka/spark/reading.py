@@ -131,7 +131,7 @@ def _iter_fetched(
 
 
 def _grown_fetch_size(
-    key: PartitionKey, data: bytes, pos: int, end: int, asked: int, sizing: FetchSizing
+    key: PartitionKey, data: bytes | memoryview, pos: int, end: int, asked: int, sizing: FetchSizing
 ) -> int:
     """The fetch size that holds the (incomplete) first entry at ``pos`` whole."""
     needed = parse_entries(data, pos).first_entry_bytes

@@ -74,7 +74,7 @@ class TrikafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"options": self.options}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["options"])
+        TrikafkaStreamReader.__init__(self, state["options"])
 
     # -- driver side (the streaming source runner) ---------------------------
 

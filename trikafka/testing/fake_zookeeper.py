@@ -193,8 +193,14 @@ class FakeZooKeeper:
                 self._restore(saved)
                 exc.op_index = index
                 raise
-        self._written([(result if isinstance(op, CreateOp) else op.path, bytes(op.value))
-                       for op, result in zip(ops, results) if isinstance(op, (CreateOp, SetOp))])
+        writes: list[tuple[str, bytes]] = []
+        for op, result in zip(ops, results):
+            if isinstance(op, CreateOp):
+                assert isinstance(result, str)  # a create's result is the created path
+                writes.append((result, bytes(op.value)))
+            elif isinstance(op, SetOp):
+                writes.append((op.path, bytes(op.value)))
+        self._written(writes)
         self._fire_pending()
         return results
 

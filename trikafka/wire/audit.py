@@ -21,7 +21,7 @@ class AuditEvent(NamedTuple):
     window_ms: int
     origin: str | None
     producer_id: str | None
-    count: int
+    count: int  # type: ignore[assignment]  # the public field name shadows tuple.count
 
 
 def window_start(created_ms: int, window_ms: int) -> int:

@@ -59,7 +59,7 @@ class RunPiece(NamedTuple):
     pos: int
     stride: int
     header: int
-    count: int
+    count: int  # type: ignore[assignment]  # the public field name shadows tuple.count
     payloads: object
 
     @property
@@ -80,7 +80,8 @@ class DecodedSet(NamedTuple):
 
     base_offset: int
     pieces: list[RunPiece | LoosePiece]
-    count: int  # messages (a wrapper counts its inner messages)
+    # messages (a wrapper counts its inner messages); the public field name shadows tuple.count
+    count: int  # type: ignore[assignment]
     valid_bytes: int  # bytes of complete entries: where the next fetch starts, relative to the set
 
 

@@ -3,8 +3,9 @@
 Fetch responses are returned as a list of *chunks*: header bytes, then the
 message-set data as either ``bytes`` or a ``FileRegion``.  A ``FileRegion``
 names bytes of a segment file so the broker's I/O layer can ``sendfile`` them
-instead of copying them through Python (the one place where h11's "return
-bytes" model is bent, see anchors A5).
+instead of copying them through Python (the one place where this sans-I/O
+codec does not return plain bytes; docs/protocol.md §2 says the message sets
+are sent with ``sendfile`` from the segment files).
 
 The client-side decoders take the *payload* of a ``ResponseFrame`` (the bytes
 after ``size`` and ``errorCode``) and raise ``RemoteProtocolError`` when the

@@ -60,14 +60,17 @@ class BlockingRegistry:
         except NoNodeError:
             return None
 
-    def commit_offset_if_unowned(self, group: str, topic: str, broker: int, partition: int, value: bytes) -> bool:
+    def commit_offset_if_unowned(
+        self, group: str, topic: str, broker: int | None, partition: int, value: bytes
+    ) -> bool:
         """Write ``value`` to the partition's offsets node unless a live group member owns it.
 
         A member commits only while it holds the partition's owner node (spec
         §8.3).  A non-member takes that node for the instant of the write:
         one multi creates it (ephemeral), writes the offset and deletes it.
         While a member owns the partition the create fails and nothing is
-        written: returns False.
+        written: returns False.  ``broker`` ``None`` names a partition of a
+        replicated topic (``paths.REPLICATED_BROKER``).
         """
         owner = paths.consumer_owner(group, topic, broker, partition)
         path = paths.consumer_offset(group, topic, broker, partition)
