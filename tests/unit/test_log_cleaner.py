@@ -78,14 +78,25 @@ def test_every_former_boundary_can_be_fetched():
     clean(log, fs, clock)
     retained = [m.offset for m in check_valid_and_original(log, original)]
     for y in sorted(original):
-        region = log.read(y, 200)
-        data = region.read()
-        parsed = parse_entries(data, y)
-        assert parsed.entries, y
-        # The first complete non-padding entry is the first retained entry at or after y.
-        first_real = next(e for e in parsed.entries if e.message.attributes != 0x11)
-        assert first_real.offset == min(o for o in retained if o >= y)
-        assert data[first_real.offset - y:first_real.next_offset - y] == original[first_real.offset]
+        position, data, first = walk_to_retained(log, y, 200)
+        assert first.offset == min(o for o in retained if o >= y)
+        assert data[first.offset - position:first.next_offset - position] == original[first.offset]
+
+
+def walk_to_retained(log, y, fetch_bytes):
+    """A 0.7 consumer's walk from ``y`` (§11.3.2): fetches of ``fetch_bytes`` get padding entries no
+    longer than that (unless the run ends in them) until one holds a retained entry; the last
+    fetch's position, its bytes and that first retained entry."""
+    position = y
+    while True:
+        data = log.read(position, fetch_bytes).read()
+        entries = parse_entries(data, position).entries
+        assert entries, position
+        real = [e for e in entries if e.message.attributes & 0x10 == 0]
+        if real:
+            return position, data, real[0]
+        assert len(entries) == 1 and entries[0].next_offset - position <= max(fetch_bytes, 60), (y, position)
+        position = entries[0].next_offset
 
 
 def test_reopened_log_keeps_padding_index():
@@ -169,11 +180,10 @@ def test_short_entries_go_in_runs_and_short_runs_stay():
     retained = [m.offset for m in check_valid_and_original(log, original)]
     assert len(retained) == 3
     for y in sorted(original):  # within 30 bytes of a run's end: a short padding message
-        data = log.read(y, 100).read()
-        first = parse_entries(data, y).entries[0]
+        position, data, first = walk_to_retained(log, y, 100)
         following = min(o for o in retained if o >= y)
-        assert (first.offset if y in retained else first.next_offset) == following, y
-        assert next(iter_keyed_messages(data, y)).offset == following
+        assert first.offset == following, y
+        assert next(iter_keyed_messages(data, position)).offset == following
     # One obsolete 25-byte entry between two retained ones is too short to pad: it stays.
     log2 = open_log(FakeFileSystem(8, clock), clock, segment_bytes=100_000)
     fs2 = log2._fs
@@ -286,7 +296,7 @@ async def test_a_synthesized_answer_goes_out_in_pieces_with_the_right_bytes():
     log = open_log(fs, clock, segment_bytes=4 << 20)
     fill(log, rounds=30, keys=10, value_bytes=10_000)  # a run of about 3 MB
     clean(log, fs, clock)
-    answer = log.read(0, 100_000)
+    answer = log.read(0, 8 << 20)  # a fetch larger than the run: one synthesized entry over all of it
     assert isinstance(answer, ChunkSequence) and len(answer) > 2 * FALLBACK_PIECE_BYTES
     expected = answer.read()
     sender, receiver = trio.testing.memory_stream_pair()
@@ -365,3 +375,29 @@ def test_the_key_map_holds_16_byte_digests():
 
     assert len(key_digest(b"k")) == len(key_digest(b"k" * 1000)) == 16  # the size ENTRY_BYTES budgets for
     assert key_digest(b"a") != key_digest(b"b")
+
+
+def test_a_long_run_is_crossed_in_entries_no_longer_than_the_fetch():
+    """§11.3.2: a 0.7 consumer with a 1 MiB fetch.size never gets a padding entry longer than that
+    (a run of about 3 MB here), and its walk ends at the first retained entry."""
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(12, clock)
+    log = open_log(fs, clock, segment_bytes=4 << 20)
+    original = fill(log, rounds=30, keys=10, value_bytes=10_000)
+    clean(log, fs, clock)
+    retained = [m.offset for m in check_valid_and_original(log, original)]
+    position, data, first = walk_to_retained(log, 0, 1 << 20)
+    assert position >= 2 << 20  # it took three fetches or more
+    assert first.offset == min(retained)
+
+
+@pytest.mark.parametrize("rest, max_bytes, entry", [
+    (500, 500, 500), (500, 1000, 500),  # the rest fits: all of it
+    (1000, 500, 500),  # in steps of the fetch size
+    (510, 500, 480),  # leaving 30, the least a padding entry covers
+    (100, 10, 60), (61, 10, 31),  # fetches under 60 bytes step by 60
+])
+def test_the_synthesized_entry_length(rest, max_bytes, entry):
+    from trikafka.log.padding import synthesized_entry_bytes
+
+    assert synthesized_entry_bytes(rest, max_bytes) == entry

@@ -3,8 +3,9 @@
 A padding run ``[a, b)`` (positions relative to the segment) is a byte range the
 cleaner covered with padding entries (docs/protocol.md §11.3).  A fetch
 that starts at or inside a run is answered with one synthesized padding entry up
-to ``b``, then the log's bytes from ``b``: its next offset is exactly where the
-next retained entry starts, and the answer holds at least one retained message.
+to ``b``, then the log's bytes from ``b`` (its next offset is exactly where the
+next retained entry starts); or, when the rest of the run is longer than the
+fetch's size, with one entry of that size, so the next fetch lands inside the run.
 
 The sidecar ``<start>.padding`` stores the runs: ``segment_size:int64,
 count:int32, count x (start:int64, end:int64), crc32:uint32``.
@@ -105,21 +106,35 @@ def runs_match_file(runs: PaddingRuns, file: SegmentFile) -> bool:
 def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes: int,
                        visible_size: int) -> ChunkSequence | None:
     """The answer to a fetch at ``position`` inside the run ending at ``run_end``: one
-    padding entry to ``run_end`` (its zeros never held in memory whole), then up to
-    ``max_bytes`` of the segment from ``run_end`` (sent with sendfile).
+    padding entry (its zeros never held in memory whole) to ``run_end``, then up to
+    ``max_bytes`` of the segment from ``run_end`` (sent with sendfile); or, where the rest
+    of the run is longer than ``max_bytes``, that entry alone, ``max_bytes`` long.
 
     Within 30 bytes of the run's end a short padding message stands in for the
     gzip entry.  None under 10 bytes: no removed entry started there (entries are
     at least 14 bytes), so the fetch is served raw, as 0.7 serves misaligned offsets.
     """
-    entry_bytes = run_end - position
-    if entry_bytes < 10:
+    rest = run_end - position
+    if rest < 10:
         return None
+    entry_bytes = synthesized_entry_bytes(rest, max_bytes)
     if entry_bytes < MIN_PADDING_ENTRY_BYTES:
         chunks: list = [short_padding_entry(entry_bytes)]
     else:
         chunks = [padding_head(entry_bytes), FileRegion(ZEROS, 0, entry_bytes - MIN_PADDING_ENTRY_BYTES)]
-    tail = max(0, min(max_bytes, visible_size - run_end))
+    tail = max(0, min(max_bytes, visible_size - run_end)) if entry_bytes == rest else 0
     if tail:
         chunks.append(FileRegion(file, run_end, tail))
     return ChunkSequence(tuple(chunks))
+
+
+def synthesized_entry_bytes(rest: int, max_bytes: int) -> int:
+    """How much of a run's ``rest`` bytes one synthesized entry covers, for a fetch of ``max_bytes``
+    (docs/protocol.md §11.3.2): all of it when it fits, else ``max_bytes`` (at least two padding
+    entries' worth), leaving no remainder a padding entry could not cover."""
+    step = max(max_bytes, 2 * MIN_PADDING_ENTRY_BYTES)
+    if rest <= step:
+        return rest
+    entry = min(step, rest - MIN_PADDING_ENTRY_BYTES)
+    assert MIN_PADDING_ENTRY_BYTES <= entry <= step and rest - entry >= MIN_PADDING_ENTRY_BYTES, (rest, step, entry)
+    return entry
