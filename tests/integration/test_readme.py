@@ -26,6 +26,10 @@ README_BROKER = "127.0.0.1:9092"
 BLOCK_TIMEOUT_S = 120.0
 
 
+TOUR_RE = re.compile(r"\*\*Terminal 2: produce, then consume\.\*\*.*?^```console\n(.*?)^```$",
+                     re.DOTALL | re.MULTILINE)
+
+
 def python_blocks() -> list[str]:
     return BLOCK_RE.findall((REPO_ROOT / "README.md").read_text())
 
@@ -58,3 +62,28 @@ async def test_every_python_block_of_the_readme_runs(tmp_path, zk_chroot):
     assert "SendResult(topic='greetings'" in outputs[0] and "error=None" in outputs[0]
     assert any("b'the last one'" in out for out in outputs)  # the group consumer's block
     assert any("b'order 9'" in out for out in outputs)
+
+
+async def test_the_tour_s_console_block_prints_what_it_shows(tmp_path):
+    """The five-minute tour's commands, run as written beside a `trikafka serve` of the default data
+    dir (on a free port, which the commands find, docs §7.1), print exactly the lines it shows."""
+    (tour,) = TOUR_RE.findall((REPO_ROOT / "README.md").read_text())
+    steps: list[tuple[str, list[str]]] = []
+    for line in tour.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    ready_file = tmp_path / "port"
+    async with child_process("serve", "--standalone", "--port", "0", "--log-dir", "trikafka-data",
+                             "--ready-file", str(ready_file), cwd=tmp_path) as broker:
+        await broker.wait_for_stderr(READY_MARKER)
+        for command, shown in steps:
+            program = command.replace("trikafka ", f"{sys.executable} -m trikafka ")
+            with trio.fail_after(BLOCK_TIMEOUT_S):
+                done = await trio.run_process(["bash", "-c", f"{{ {program}; }} 2>&1"], cwd=tmp_path,
+                                              env=child_env(), capture_stdout=True, check=False)
+            assert done.returncode == 0, f"$ {command}\n{done.stdout.decode()}"
+            assert done.stdout.decode().splitlines() == shown, f"$ {command}"
+        broker.signal(signal.SIGINT)
+        assert await broker.wait() == 0
