@@ -20,16 +20,18 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "trikafka"
 EVERYTHING = None  # "may import everything"
 
 # layer -> the trikafka layers it may import (its own layer always allowed).
+# util/ (generic helpers, stdlib only) is below every layer: any layer may import it.
 MAY_IMPORT: dict[str, frozenset[str] | None] = {
-    "wire": frozenset(),
-    "log": frozenset({"wire"}),
-    "zk": frozenset({"wire"}),
-    "broker": frozenset({"wire", "log", "zk"}),
-    "client": frozenset({"wire"}),
-    "producer": frozenset({"wire", "zk", "client"}),
-    "group": frozenset({"wire", "zk", "client"}),
-    "spark": frozenset({"wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
-    "mirror": frozenset({"wire", "zk", "client", "producer", "group"}),
+    "util": frozenset(),
+    "wire": frozenset({"util"}),
+    "log": frozenset({"util", "wire"}),
+    "zk": frozenset({"util", "wire"}),
+    "broker": frozenset({"util", "wire", "log", "zk"}),
+    "client": frozenset({"util", "wire"}),
+    "producer": frozenset({"util", "wire", "zk", "client"}),
+    "group": frozenset({"util", "wire", "zk", "client"}),
+    "spark": frozenset({"util", "wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
+    "mirror": frozenset({"util", "wire", "zk", "client", "producer", "group"}),
     "testing": EVERYTHING,
     "sim": EVERYTHING,  # the simulated world runs the real broker and clients (docs/simulation.md)
     "cli": EVERYTHING,
@@ -46,6 +48,7 @@ SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry_values"
 
 # layer -> third-party top-level packages it may import.
 THIRD_PARTY: dict[str, frozenset[str] | None] = {
+    "util": frozenset(),  # stdlib only, so that importing it never loads more than the helper asked for
     "wire": frozenset(),  # stdlib only; its codec library in wire/compression.py, its CRC library in wire/crc.py
     "log": frozenset(),
     "zk": frozenset({"kazoo", "trio", "trio_util"}),
@@ -71,6 +74,13 @@ MODULE_THIRD_PARTY = {
 
 # Known exceptions, each named and justified.  Nothing else may be added here.
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
+
+# Generic helpers -> the one util module that defines them.  wire/ holds only the
+# codec; a helper every layer needs lives in util/, and nowhere else defines it again.
+GENERIC_HELPERS = {
+    "lazy_exports": "trikafka.util.lazy",
+    "parse_bool": "trikafka.util.settings",
+}
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,19 @@ def violations(root: Path) -> list[str]:
             continue
         found.append(f"{where}: third-party {top!r} not allowed in {layer}/")
     found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(modules, imports))
+    found.extend(misplaced_helpers(root))
+    return found
+
+
+def misplaced_helpers(root: Path) -> list[str]:
+    """A generic helper (``GENERIC_HELPERS``) defined anywhere but its util module, one line each."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        for node in ast.parse(path.read_text(), str(path)).body:
+            home = GENERIC_HELPERS.get(getattr(node, "name", ""))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and home and name != home:
+                found.append(f"{name}:{node.lineno} defines {node.name}: generic helpers live in {home}")
     return found
 
 
@@ -208,6 +231,9 @@ def test_every_layer_has_a_rule():
     (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooCoordinator\n"), "registry API"),
     (("spark/planted.py", "import kazoo\n"), "third-party 'kazoo' not allowed in spark/"),
     (("zk/planted.py", "from trikafka.zk import planted_too\n"), "import cycle"),
+    (("util/planted.py", "import trio\n"), "third-party 'trio' not allowed in util/"),
+    (("util/planted.py", "from trikafka.wire import crc32\n"), "util/ may not import wire/"),
+    (("wire/planted.py", "def parse_bool(value):\n    return value\n"), "generic helpers live in trikafka.util"),
 ])
 def test_a_planted_violation_is_found(tmp_path, plant, expected):
     copy = tmp_path / "trikafka"

@@ -95,7 +95,6 @@ from .responses import (
     encode_produce_acked_response,
     top_level_error,
 )
-from .settings import parse_bool
 from . import replication as _replication  # noqa: F401  (registers its request bodies)
 
 __all__ = sorted(
