@@ -18,8 +18,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
-from tests.property.replication_world import World
+from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
+from tests.helpers.replication_model import World
 
 BROKERS = st.sampled_from([0, 1, 2])
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "trikafka"
+TESTS_ROOT = Path(__file__).resolve().parents[1]
 
 EVERYTHING = None  # "may import everything"
 
@@ -246,6 +247,48 @@ def test_a_planted_violation_is_found(tmp_path, plant, expected):
     if "planted_too" in source:
         (copy / "zk" / "planted_too.py").write_text("from trikafka.zk import planted\n")
     assert any(expected in line for line in violations(copy)), violations(copy)
+
+
+def cross_test_imports(root: Path) -> list[str]:
+    """Every import under ``root`` (the tests package) of a module of it outside ``helpers/``, one
+    line each: test modules share code only through ``tests/helpers/``, never by importing one
+    another.  ``pytest_plugins`` entries count as imports."""
+    modules, imports = collect_imports(root)
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytest_plugins" for t in node.targets)
+                    and isinstance(node.value, (ast.List, ast.Tuple))):
+                imports.extend(Import(module_name(path, root), element.value, node.lineno)
+                               for element in node.value.elts if isinstance(element, ast.Constant))
+    helpers = f"{root.name}.helpers"
+    return [f"{imp.module}:{imp.line} imports {imp.target}: test modules share code only through {helpers}"
+            for imp in imports
+            if imp.target.split(".")[0] == root.name and imp.target != root.name
+            and imp.target != helpers and not imp.target.startswith(helpers + ".")]
+
+
+def test_test_modules_import_only_helpers():
+    assert cross_test_imports(TESTS_ROOT) == []
+
+
+@pytest.mark.parametrize("source", [
+    "from tests.integration.test_other import shared\n",
+    "from .test_other import shared\n",
+    "from tests.conftest import SETTING\n",
+    'pytest_plugins = ["tests.integration.test_other"]\n',
+])
+def test_a_test_module_importing_another_is_found(tmp_path, source):
+    tests = tmp_path / "tests"
+    for package in ("", "helpers", "integration"):
+        (tests / package).mkdir(exist_ok=True)
+        (tests / package / "__init__.py").write_text("")
+    (tests / "conftest.py").write_text("SETTING = 1\n")
+    (tests / "helpers" / "shared.py").write_text("from tests.helpers import other_helper\n")
+    (tests / "helpers" / "other_helper.py").write_text("")
+    (tests / "integration" / "test_other.py").write_text("from tests.helpers.shared import other_helper\n")
+    assert cross_test_imports(tests) == []
+    (tests / "integration" / "test_planted.py").write_text(source)
+    assert [line.split(":")[0] for line in cross_test_imports(tests)] == ["tests.integration.test_planted"]
 
 
 def test_spark_readers_load_without_trio_or_kazoo():
