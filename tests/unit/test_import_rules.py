@@ -9,6 +9,7 @@ lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,18 @@ class Import:
     line: int
 
 
+def parse(path: Path) -> ast.Module:
+    """The syntax tree of the file at ``path`` (read-only: callers walk it, never change it)."""
+    return _parse_source(path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_source(source: str) -> ast.Module:
+    # Keyed by the text alone: the planted-violation tests parse copies of the
+    # whole package, and every file but the planted one is already known.
+    return ast.parse(source)
+
+
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -110,7 +123,7 @@ def collect_imports(root: Path) -> tuple[set[str], list[Import]]:
     for path in files:
         name = module_name(path, root)
         package = name if is_package(path) else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Import):
                 imports.extend(Import(name, alias.name, node.lineno) for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -169,7 +182,7 @@ def misplaced_helpers(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
         name = module_name(path, root)
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in parse(path).body:
             home = GENERIC_HELPERS.get(getattr(node, "name", ""))
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and home and name != home:
                 found.append(f"{name}:{node.lineno} defines {node.name}: generic helpers live in {home}")
@@ -255,7 +268,7 @@ def cross_test_imports(root: Path) -> list[str]:
     another.  ``pytest_plugins`` entries count as imports."""
     modules, imports = collect_imports(root)
     for path in sorted(root.rglob("*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in parse(path).body:
             if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytest_plugins" for t in node.targets)
                     and isinstance(node.value, (ast.List, ast.Tuple))):
                 imports.extend(Import(module_name(path, root), element.value, node.lineno)
