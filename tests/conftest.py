@@ -1,8 +1,9 @@
-"""Suite-wide settings: the Hypothesis profile (``tests/helpers/hypothesis_profiles.py``)
-and the fixtures every test may request."""
+"""Suite-wide settings: the Hypothesis profile (``tests/helpers/hypothesis_profiles.py``),
+the test tiers (``tests/helpers/tiers.py``) and the fixtures every test may request."""
 
 import tests.helpers.hypothesis_profiles  # noqa: F401  (registers and loads the profile)
 
-# The real ZooKeeper server fixture (session-scoped, loopback, stopped by PID), and the
-# in-process broker fixtures trikafka offers its users (trikafka_broker, trikafka_cluster).
-pytest_plugins = ["tests.helpers.zookeeper_server", "trikafka.testing.pytest_plugin"]
+# The tier markers; the real ZooKeeper server fixture (session-scoped, loopback, stopped
+# by PID); the in-process broker fixtures trikafka offers its users (trikafka_broker,
+# trikafka_cluster).
+pytest_plugins = ["tests.helpers.tiers", "tests.helpers.zookeeper_server", "trikafka.testing.pytest_plugin"]

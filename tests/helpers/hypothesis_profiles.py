@@ -1,7 +1,9 @@
-"""The suite's Hypothesis profiles, loaded by ``tests/conftest.py``.
+"""The suite's Hypothesis profiles, loaded by ``tests/conftest.py``; ``HYPOTHESIS_PROFILE`` picks one.
 
-``ci`` (the default, used by ./scripts/test-all) runs at least 1,000 examples per
-state machine with no deadline; ``explore`` is the longer opt-in run:
+``dev`` (the default: plain ``pytest``, the fast tier) runs few examples, so a
+change gets a first answer in minutes; ``ci`` (``./scripts/test-all`` sets it)
+runs 200 examples per property and at least 1,000 per state machine, with no
+deadline; ``explore`` is the longer opt-in run:
 ``HYPOTHESIS_PROFILE=explore ./scripts/test-all tests/property``.
 """
 
@@ -11,23 +13,28 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci",
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
-settings.register_profile(
-    "explore",
-    max_examples=20_000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+PROFILE_VARIABLE = "HYPOTHESIS_PROFILE"
+DEFAULT_PROFILE = "dev"
 
-# State machines override max_examples up to this floor under the ci profile.
-STATE_MACHINE_MIN_EXAMPLES = {"ci": 1000, "explore": 20_000}.get(
-    os.environ.get("HYPOTHESIS_PROFILE", "ci"), 1000
-)
+# profile -> examples per property test (Hypothesis' max_examples), examples per state machine
+EXAMPLES = {
+    "dev": (20, 20),
+    "ci": (200, 1000),
+    "explore": (20_000, 20_000),
+}
+
+for _name, (_examples, _) in EXAMPLES.items():
+    settings.register_profile(
+        _name,
+        max_examples=_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        print_blob=True,
+    )
+
+PROFILE = os.environ.get(PROFILE_VARIABLE, DEFAULT_PROFILE)
+settings.load_profile(PROFILE)  # an unknown name fails here, before any test runs
+
+# Examples per run of every state machine under the active profile: each machine's
+# settings(max_examples=...) takes this count rather than the profile's property count.
+STATE_MACHINE_MIN_EXAMPLES = EXAMPLES[PROFILE][1]

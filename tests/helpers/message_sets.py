@@ -17,7 +17,7 @@ payload_sizes = st.integers(0, 199).map(lambda i: BIG_PAYLOAD_BYTES if i == 199 
 
 
 @st.composite
-def message_sets(draw) -> bytes:
+def message_sets(draw: st.DrawFn) -> bytes:
     """A valid message set as some 0.7-era producer would send it."""
     sizes = draw(st.lists(payload_sizes, min_size=0, max_size=6))
     seed = draw(st.integers(0, 255))

@@ -158,8 +158,8 @@ class AckFsyncReplicationMachine(ReplicationMachine):
 
 
 TestReplication = ReplicationMachine.TestCase
-TestReplication.settings = settings(max_examples=max(STATE_MACHINE_MIN_EXAMPLES, 200), stateful_step_count=60,
+TestReplication.settings = settings(max_examples=STATE_MACHINE_MIN_EXAMPLES, stateful_step_count=60,
                                     deadline=None)
 TestAckFsyncReplication = AckFsyncReplicationMachine.TestCase
-TestAckFsyncReplication.settings = settings(max_examples=max(STATE_MACHINE_MIN_EXAMPLES, 200),
+TestAckFsyncReplication.settings = settings(max_examples=STATE_MACHINE_MIN_EXAMPLES,
                                             stateful_step_count=60, deadline=None)
