@@ -1,35 +1,9 @@
-"""Suite-wide settings: Hypothesis profiles.
+"""Suite-wide settings: the Hypothesis profile (``tests/helpers/hypothesis_profiles.py``),
+the test tiers (``tests/helpers/tiers.py``) and the fixtures every test may request."""
 
-``ci`` (the default, used by ./scripts/test-all) runs at least 1,000 examples per
-state machine with no deadline; ``explore`` is the longer opt-in run:
-``HYPOTHESIS_PROFILE=explore ./scripts/test-all tests/property``.
-"""
+import tests.helpers.hypothesis_profiles  # noqa: F401  (registers and loads the profile)
 
-import os
-
-from hypothesis import HealthCheck, settings
-
-settings.register_profile(
-    "ci",
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
-settings.register_profile(
-    "explore",
-    max_examples=20_000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-# State machines override max_examples up to this floor under the ci profile.
-STATE_MACHINE_MIN_EXAMPLES = {"ci": 1000, "explore": 20_000}.get(
-    os.environ.get("HYPOTHESIS_PROFILE", "ci"), 1000
-)
-
-# The real ZooKeeper server fixture (session-scoped, loopback, stopped by PID), and the
-# in-process broker fixtures trikafka offers its users (trikafka_broker, trikafka_cluster).
-pytest_plugins = ["tests.fixtures.zookeeper_server", "trikafka.testing.pytest_plugin"]
+# The tier markers; the real ZooKeeper server fixture (session-scoped, loopback, stopped
+# by PID); the in-process broker fixtures trikafka offers its users (trikafka_broker,
+# trikafka_cluster).
+pytest_plugins = ["tests.helpers.tiers", "tests.helpers.zookeeper_server", "trikafka.testing.pytest_plugin"]

@@ -26,9 +26,10 @@ import signal
 import pytest
 import trio
 
-from tests.fault.ledger import Ledger, entries_of
-from tests.integration.broker_testing import serve_process
-from trikafka.client import ClientError, connect
+from tests.helpers.broker_testing import serve_process, until_killed
+from tests.helpers.fault_seeds import fault_seed
+from tests.helpers.ledger import Ledger, entries_of
+from trikafka.client import connect
 from trikafka.wire.messageset import build_message_set
 from trikafka.wire.reading import iter_messages, parse_entries
 
@@ -41,11 +42,6 @@ FETCH_BYTES = 64 * 1024
 # count, some by the scheduler, and some data is unflushed when the kill lands.
 BROKER_SETTINGS = ("--set", "log.flush.interval=37", "--set", "log.default.flush.scheduler.interval.ms=20",
                    "--set", "log.file.size=200000")
-
-
-
-def fault_seed() -> int:
-    return int(os.environ.get("TRIKAFKA_FAULT_SEED") or random.SystemRandom().randrange(2**32))
 
 
 async def acked_producer(port: int, ledger: Ledger, rng: random.Random, cycle: int) -> None:
@@ -82,15 +78,6 @@ async def consumer(port: int, ledger: Ledger, start_offset: int) -> None:
                 offset = entries[-1][0] + len(entries[-1][1])
             else:
                 await trio.sleep(0.005)
-
-
-async def until_killed(killed: trio.Event, task, *args) -> None:
-    """Run a load task; connection failures are expected only once the kill was sent."""
-    try:
-        await task(*args)
-    except (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-        if not killed.is_set():
-            raise
 
 
 async def read_whole_log(port: int) -> bytes:

@@ -25,8 +25,8 @@ import signal
 import pytest
 import trio
 
-from tests.fault.test_broker_kill import fault_seed, until_killed
-from tests.integration.broker_testing import serve_process
+from tests.helpers.broker_testing import serve_process, until_killed
+from tests.helpers.fault_seeds import fault_seed
 from trikafka.client import connect
 from trikafka.wire import parse_entries
 from trikafka.wire.keyed import build_keyed_set, iter_keyed_messages

@@ -1,4 +1,4 @@
-"""The consumer-broker link dropped and stalled, through :class:`~tests.fixtures.fault_proxy.FaultProxy`.
+"""The consumer-broker link dropped and stalled, through :class:`~tests.helpers.fault_proxy.FaultProxy`.
 
 Brokers advertise a fault proxy in ZooKeeper, so every fetch of the group
 consumers crosses it.  While a producer keeps appending, a seeded schedule of
@@ -19,9 +19,9 @@ import math
 import pytest
 import trio
 
-from tests.fault.group_world import group_config, open_kazoo_world
-from tests.fixtures.fault_proxy import FaultMode
-from tests.fault.seeds import fault_rng
+from tests.helpers.group_world import group_config, open_kazoo_world
+from tests.helpers.fault_proxy import FaultMode
+from tests.helpers.fault_seeds import fault_rng
 
 FAULTS = ("drop", "stall", "outage")
 FAULT_COUNT = 6

@@ -16,8 +16,8 @@ import pytest
 import trio
 import trio.testing
 
-from tests.fault.group_world import FakeBackend, GroupWorld, group_config, open_kazoo_world, produce_everywhere
-from tests.fault.seeds import fault_rng
+from tests.helpers.group_world import FakeBackend, GroupWorld, group_config, open_kazoo_world, produce_everywhere
+from tests.helpers.fault_seeds import fault_rng
 
 HERD = 10
 

@@ -7,7 +7,7 @@ import functools
 
 import trio
 
-from tests.fixtures.fault_proxy import FaultMode, open_fault_proxy
+from tests.helpers.fault_proxy import FaultMode, open_fault_proxy
 
 WAIT_S = 5.0
 QUIET_S = 0.2  # how long "nothing arrives" is watched for

@@ -19,8 +19,8 @@ import pytest
 import trio
 import trio.testing
 
-from tests.fault.group_world import FakeBackend, GroupWorld, group_config, open_kazoo_world, produce_everywhere
-from tests.fault.seeds import fault_rng
+from tests.helpers.group_world import FakeBackend, GroupWorld, group_config, open_kazoo_world, produce_everywhere
+from tests.helpers.fault_seeds import fault_rng
 
 # Beyond this many operations a rebalance attempt of x is surely over.
 MAX_OPERATION_INDEX = 80

@@ -2,7 +2,7 @@
 linger until its session times out, and the duplicates are bounded by its
 uncommitted range.
 
-Consumer ``A`` runs in a subprocess (``tests/fault/group_consumer_child.py``)
+Consumer ``A`` runs in a subprocess (``tests/helpers/group_consumer_child.py``)
 with autocommit every 0.3 s; consumer ``B`` runs in the test.  After ``A`` has
 printed a seeded number of messages (some before ``B`` joins, some after), it
 is SIGKILLed.  Its session lingers for the session timeout, then ``B`` takes
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.fault.group_world import GroupWorld, SessionLoss, group_config, open_kazoo_world, produce_everywhere
-from tests.fault.seeds import fault_rng
+from tests.helpers.group_world import GroupWorld, SessionLoss, group_config, open_kazoo_world, produce_everywhere
+from tests.helpers.fault_seeds import fault_rng
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LINE_TIMEOUT_S = 30.0
@@ -82,7 +82,7 @@ async def test_consumer_process_sigkilled_mid_stream(zk_chroot, zookeeper_server
         await world.start_broker(0, 3)
         await world.start_broker(1, 2)
         await produce_everywhere(world, "t", rng.randint(20, 40))
-        command = [sys.executable, "-m", "tests.fault.group_consumer_child", "--zookeeper", zk_chroot,
+        command = [sys.executable, "-m", "tests.helpers.group_consumer_child", "--zookeeper", zk_chroot,
                    "--group", world.group, "--topic", "t", "--consumer-id", "A"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p))

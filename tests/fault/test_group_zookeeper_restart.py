@@ -18,10 +18,10 @@ import math
 import pytest
 import trio
 
-from tests.fault.group_world import SessionLoss, group_config, open_kazoo_world, produce_everywhere
-from tests.fault.seeds import fault_rng
-from tests.fixtures.fault_proxy import FaultMode
-from tests.fixtures.zookeeper_server import open_zookeeper_proxy
+from tests.helpers.group_world import SessionLoss, group_config, open_kazoo_world, produce_everywhere
+from tests.helpers.fault_seeds import fault_rng
+from tests.helpers.fault_proxy import FaultMode
+from tests.helpers.zookeeper_server import open_zookeeper_proxy
 
 RESTART_TIMEOUT_S = 30.0
 

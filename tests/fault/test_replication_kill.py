@@ -44,8 +44,8 @@ import signal
 import pytest
 import trio
 
-from tests.fault.replication_world import BROKER_IDS, ReplicatedWorld, open_world
-from tests.fault.seeds import fault_rng
+from tests.helpers.replication_processes import BROKER_IDS, ReplicatedWorld, open_world
+from tests.helpers.fault_seeds import fault_rng
 from trikafka.wire.errors import LEADER_CHANGE_CODES
 from trikafka.wire import ErrorCode
 

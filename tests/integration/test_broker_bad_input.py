@@ -30,7 +30,7 @@ from trikafka.wire import (
     encode_request,
 )
 
-from .broker_testing import RawClient, assert_serves, frame, make_config, messages, snapshot
+from tests.helpers.broker_testing import RawClient, assert_serves, frame, make_config, messages, snapshot
 
 MAX_REQUEST_BYTES = 64 * 1024
 CONTROL_TOPIC = "control"

@@ -29,7 +29,7 @@ from trikafka.wire import (
     decode_produce_acked_payload,
 )
 
-from .broker_testing import RawClient, make_config, memory_client, messages
+from tests.helpers.broker_testing import RawClient, make_config, memory_client, messages
 
 NEVER_MS = 3_600_000  # a flush timer that does not fire during a test
 

@@ -43,7 +43,7 @@ from trikafka.wire import (
     encode_request,
 )
 
-from .broker_testing import RawClient, make_config, messages, snapshot
+from tests.helpers.broker_testing import RawClient, make_config, messages, snapshot
 
 CONTROL_TOPIC = "control-data"
 CONTROL_DATA = messages(b"kept", b"safe", magic=1)

@@ -14,7 +14,7 @@ import time
 
 import trio
 
-from tests.integration.broker_testing import make_config, memory_client, messages
+from tests.helpers.broker_testing import make_config, memory_client, messages
 from trikafka.broker.server import serve
 from trikafka.log.fs import OsFileSystem
 from trikafka.wire import ErrorCode, ProduceAckedRequest, ProducePart

@@ -30,7 +30,7 @@ from trikafka.wire import (
     decode_metadata_payload,
 )
 
-from .broker_testing import RawClient, make_config, messages
+from tests.helpers.broker_testing import RawClient, make_config, messages
 
 EXTENSIONS_OF_07_ONLY = (RequestType.METADATA, RequestType.CREATE_TOPIC)
 

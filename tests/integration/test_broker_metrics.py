@@ -22,7 +22,7 @@ from trikafka.wire import (
 )
 from trikafka.zk.server_setup import free_port
 
-from .broker_testing import RawClient, http_get, make_config, scrape
+from tests.helpers.broker_testing import RawClient, http_get, make_config, scrape
 
 
 def in_topic(name: str, topic: str) -> tuple[str, tuple[tuple[str, str], ...]]:

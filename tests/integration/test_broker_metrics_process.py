@@ -9,7 +9,7 @@ import signal
 
 from trikafka.wire import ProducePart, ProduceRequest
 
-from .broker_testing import (
+from tests.helpers.broker_testing import (
     READY_MARKER,
     RawClient,
     child_process,

@@ -24,7 +24,7 @@ from trikafka.wire import (
     decode_produce_acked_payload,
 )
 
-from .broker_testing import RawClient, messages, serve_process
+from tests.helpers.broker_testing import RawClient, messages, serve_process
 
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 NO_TIMER_FLUSH = ("--set", "log.default.flush.scheduler.interval.ms=3600000", "--set", "log.flush.interval=100000")
@@ -85,7 +85,7 @@ async def test_a_killed_broker_leaves_no_marker_and_the_restart_recovers(tmp_pat
 
 async def test_a_taken_port_is_a_loud_failure(tmp_path):
     async with serve_process(tmp_path / "a") as (first, port):
-        from .broker_testing import child_process
+        from tests.helpers.broker_testing import child_process
 
         async with child_process("serve", "--standalone", "--port", str(port), "--log-dir",
                                  str(tmp_path / "b")) as second:

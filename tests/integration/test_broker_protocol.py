@@ -30,7 +30,7 @@ from trikafka.wire import (
     encode_request,
 )
 
-from .broker_testing import RawClient, frame, make_config, messages, snapshot
+from tests.helpers.broker_testing import RawClient, frame, make_config, messages, snapshot
 
 
 @pytest.fixture

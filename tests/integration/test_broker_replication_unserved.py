@@ -8,7 +8,7 @@ from trikafka.wire.replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, decode_epoch_end_offset_response, decode_replica_fetch_response,
 )
 
-from .broker_testing import RawClient, make_config
+from tests.helpers.broker_testing import RawClient, make_config
 
 
 async def test_replication_requests_get_not_replica_and_the_connection_stays(nursery, tmp_path):

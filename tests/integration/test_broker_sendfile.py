@@ -32,7 +32,7 @@ from trikafka.wire import (
     decode_produce_acked_payload,
 )
 
-from .broker_testing import RawClient, make_config, messages
+from tests.helpers.broker_testing import RawClient, make_config, messages
 
 PAYLOAD_BYTES = 2 * 1024 * 1024  # far more than the socket buffers hold: sendfile must park
 

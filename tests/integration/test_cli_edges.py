@@ -15,7 +15,7 @@ from trikafka import __version__
 from trikafka.cli import build_parser
 from trikafka.client import BrokerAddress, format_broker_addresses, parse_broker_addresses
 
-from .broker_testing import child_process, make_config, serve_process
+from tests.helpers.broker_testing import child_process, make_config, serve_process
 
 SMALL_LIMIT = ("--set", "max.message.size=100")
 
@@ -301,7 +301,7 @@ async def test_a_taken_private_zookeeper_port_is_an_error_not_a_move(tmp_path):
 
 @pytest.mark.zookeeper
 async def test_client_commands_find_the_local_private_zookeeper(tmp_path, no_kazoo_thread_leaks):
-    from .broker_testing import READY_MARKER
+    from tests.helpers.broker_testing import READY_MARKER
 
     async with child_process("serve", "--port", "0", "--zookeeper-port", "0", "--ready-file", "port",
                              cwd=tmp_path) as broker:

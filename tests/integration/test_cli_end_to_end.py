@@ -9,22 +9,10 @@ import subprocess
 import pytest
 import trio
 
-from .broker_testing import child_process, serve_process
+from tests.helpers.broker_testing import child_process, serve_process
+from tests.helpers.cli import lines, produce
 
 FAST_TIMER_FLUSH = ("--set", "log.default.flush.scheduler.interval.ms=100")
-
-
-def lines(*items: str) -> bytes:
-    return "".join(item + "\n" for item in items).encode()
-
-
-async def produce(port: int, topic: str, data: bytes, *flags: str) -> bytes:
-    """Run ``trikafka produce`` with ``data`` on stdin; return its stderr."""
-    async with child_process("produce", topic, "--broker", f"127.0.0.1:{port}", *flags,
-                             stdin=subprocess.PIPE) as producer:
-        await producer.send_stdin(data)
-        assert await producer.wait() == 0, producer.stderr.decode()
-    return bytes(producer.stderr)
 
 
 async def consume(port: int, topic: str, *flags: str) -> list[bytes]:

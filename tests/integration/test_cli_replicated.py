@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import trio
 
-from tests.integration.broker_testing import child_process, make_config
+from tests.helpers.broker_testing import child_process, make_config
 from trikafka.broker import serve
 from trikafka.zk import KazooCoordinator
 from trikafka.zk.replication_store import create_topic

@@ -10,7 +10,6 @@ PID when its ``async with`` ends, whatever happened.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import signal
 import subprocess
@@ -20,8 +19,9 @@ from typing import AsyncIterator, Callable
 import pytest
 import trio
 
-from tests.fixtures.fault_proxy import FaultMode
-from tests.fixtures.zookeeper_server import open_zookeeper_proxy
+from tests.helpers.fault_proxy import FaultMode
+from tests.helpers.zk_brokers import PARTITIONS_PER_BROKER, BrokerProcess, broker_process
+from tests.helpers.zookeeper_server import open_zookeeper_proxy
 from trikafka.broker import BrokerConfig, serve
 from trikafka.client import connect
 from trikafka.producer import BrokerPartition, HashPartitioner, Producer
@@ -29,54 +29,16 @@ from trikafka.wire import ErrorCode, OffsetsRequest, iter_messages
 from trikafka.zk import KazooCoordinator, parse_broker_registration
 from trikafka.zk.server_setup import free_port
 
-from .broker_testing import READY_MARKER, ChildProcess, RawClient, child_process
+from tests.helpers.broker_testing import RawClient, child_process
 
 pytestmark = pytest.mark.zookeeper
 
 HOST = "127.0.0.1"
-PARTITIONS_PER_BROKER = 2
 # Every (broker, partition) of a topic both brokers registered, in §8.5 order.
 ALL_PARTITIONS = [BrokerPartition(b, p) for b in (1, 2) for p in range(PARTITIONS_PER_BROKER)]
-# A short flush timer, so what acks=0 sends becomes visible to fetches quickly.
-BROKER_FLAGS = ("--num-partitions", str(PARTITIONS_PER_BROKER),
-                "--set", "log.default.flush.scheduler.interval.ms=50")
 WAIT_S = 20.0  # bound on waiting for ZooKeeper watches and flushes; a hang fails instead of stalling
 FETCH_MAX_BYTES = 4 * 1024 * 1024
 ENTRY_OVERHEAD_BYTES = 10  # a plain magic-1 entry: 4 (size) + 1 (magic) + 1 (attributes) + 4 (crc)
-
-
-class BrokerProcess:
-    """One ``trikafka serve --zookeeper`` child; ``port`` is known once it is ready."""
-
-    def __init__(self, broker_id: int, child: ChildProcess, ready_file: str):
-        self.broker_id = broker_id
-        self.child = child
-        self.ready_file = ready_file
-        self.port = 0
-
-    async def wait_ready(self) -> int:
-        await self.child.wait_for_stderr(READY_MARKER)
-        with open(self.ready_file) as f:
-            self.port = int(f.read())
-        return self.port
-
-    async def stop(self) -> None:
-        """SIGTERM: the graceful shutdown, which deregisters; it must exit with 0."""
-        self.child.signal(signal.SIGTERM)
-        assert await self.child.wait() == 0, self.child.stderr.decode(errors="replace")
-
-
-@contextlib.asynccontextmanager
-async def broker_process(tmp_path, zk_connect: str, broker_id: int) -> AsyncIterator[BrokerProcess]:
-    """Start broker ``broker_id`` on a free port (its log dir survives restarts); don't wait for it."""
-    log_dir = tmp_path / f"broker{broker_id}"
-    ready_file = str(tmp_path / f"broker{broker_id}.port")
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(ready_file)  # a restart must not read the previous run's port
-    async with child_process("serve", "--zookeeper", zk_connect, "--broker-id", str(broker_id),
-                             "--port", "0", "--ready-file", ready_file, "--log-dir", str(log_dir),
-                             *BROKER_FLAGS) as child:
-        yield BrokerProcess(broker_id, child, ready_file)
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from .broker_testing import child_process
+from tests.helpers.broker_testing import child_process
 
 pytestmark = pytest.mark.zookeeper
 

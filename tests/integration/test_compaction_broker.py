@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.integration.broker_testing import make_config
+from tests.helpers.broker_testing import make_config
 from trikafka.broker import serve
 from trikafka.broker.cleaner import compaction_policy
 from trikafka.broker.config import ConfigError

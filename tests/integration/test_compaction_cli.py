@@ -9,8 +9,8 @@ import subprocess
 
 import trio
 
-from .broker_testing import PROCESS_TIMEOUT_S, child_process, serve_process
-from .test_cli_end_to_end import lines, produce
+from tests.helpers.broker_testing import PROCESS_TIMEOUT_S, child_process, serve_process
+from tests.helpers.cli import lines, produce
 
 SERVE = ("--set", "log.cleanup.policy=compact", "--set", "log.file.size=3000", "--set", "log.cleaner.backoff.ms=20",
          "--set", "min.cleanable.dirty.ratio=0.01", "--set", "log.default.flush.scheduler.interval.ms=20")

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import trio
 
-from tests.integration.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_env, child_process, trikafka_command
+from tests.helpers.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_env, child_process, trikafka_command
 from trikafka.client import connect, latest_offset
 from trikafka.wire import ErrorCode, build_message_set
 from trikafka.zk import KazooCoordinator

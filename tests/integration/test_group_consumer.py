@@ -8,19 +8,17 @@ stale ephemerals, coalesced rebalances, topic filters that follow new topics,
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import pytest
 import trio
 
-from tests.fault.group_world import FAKE_SESSION_TIMEOUT_S, FakeBackend, GroupWorld, group_config, open_kazoo_world
+from tests.helpers.group_members import WAIT_S, member, one_broker, take
+from tests.helpers.group_world import FAKE_SESSION_TIMEOUT_S, FakeBackend, GroupWorld, group_config, open_kazoo_world
 from trikafka.client import ACKS_FLUSHED, OffsetOutOfRange, connect
 from trikafka.group import ConsumerIdTakenOver, GroupConsumer, GroupMessage, blacklist, whitelist
 from trikafka.wire import Codec, ErrorCode, ProducePart, build_message_set, iter_messages
 from trikafka.zk import SessionState
-
-WAIT_S = 20.0
 
 
 @pytest.fixture
@@ -32,31 +30,6 @@ async def world(zk_backend: str | None, zk_clock, tmp_path, request) -> AsyncIte
         server = request.getfixturevalue("zookeeper_server")
         async with open_kazoo_world(zk_backend, server.connect_string, str(tmp_path)) as opened:
             yield opened
-
-
-@contextlib.asynccontextmanager
-async def member(world: GroupWorld, topics: Any, name: str, *, coordinator: Any = None,
-                 **config: Any) -> AsyncIterator[GroupConsumer]:
-    """A group consumer on a session of its own (or on ``coordinator``)."""
-    zk = coordinator or await world.backend.open_coordinator()
-    try:
-        async with GroupConsumer(zk, world.group, topics, consumer_id=name,
-                                 config=group_config(**config)) as consumer:
-            assert await consumer.wait_settled(WAIT_S)
-            yield consumer
-    finally:
-        if coordinator is None:
-            await zk.aclose()
-
-
-async def take(consumer: GroupConsumer, count: int, timeout_s: float = WAIT_S) -> list[GroupMessage]:
-    messages = []
-    with trio.fail_after(timeout_s):
-        async for message in consumer:
-            messages.append(message)
-            if len(messages) == count:
-                break
-    return messages
 
 
 async def nothing_within(consumer: GroupConsumer, timeout_s: float) -> bool:
@@ -77,11 +50,6 @@ async def children(world: GroupWorld, path: str) -> list[str]:
 def positions(messages: list[GroupMessage]) -> dict[str, int]:
     """Partition -> next offset after the last message of it."""
     return {m.partition: m.next_offset for m in messages}
-
-
-async def one_broker(world: GroupWorld, topic: str = "t", partitions: int = 2) -> None:
-    await world.add_topic(topic)
-    await world.start_broker(0, partitions)
 
 
 # -- the registry as 0.7 leaves it -------------------------------------------------------

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.fault.group_world import FakeBackend, GroupWorld, group_config
-from tests.integration.test_group_consumer import WAIT_S, member, one_broker, take
+from tests.helpers.group_members import WAIT_S, member, one_broker, take
+from tests.helpers.group_world import FakeBackend, GroupWorld, group_config
 from trikafka.group import ConsumerIdTakenOver, GroupConsumer
 
 

@@ -25,8 +25,8 @@ from trikafka.wire.envelope import decode_envelope
 from trikafka.zk import KazooCoordinator, paths
 from trikafka.zk.errors import NoNodeError
 
-from .broker_testing import child_process
-from .test_cluster_end_to_end import broker_process
+from tests.helpers.broker_testing import child_process
+from tests.helpers.zk_brokers import broker_process
 
 pytestmark = pytest.mark.zookeeper
 

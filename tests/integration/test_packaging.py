@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from .broker_testing import READY_MARKER, REPO_ROOT, child_process
+from tests.helpers.broker_testing import READY_MARKER, REPO_ROOT, child_process
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.broker_testing import child_process, make_config
+from tests.helpers.broker_testing import child_process, make_config
 from trikafka.broker import serve
 from trikafka.client import connect
 from trikafka.wire import iter_messages

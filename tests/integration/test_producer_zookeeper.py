@@ -13,7 +13,7 @@ import random
 import pytest
 import trio
 
-from tests.integration.broker_testing import make_config
+from tests.helpers.broker_testing import make_config
 from trikafka.broker import serve
 from trikafka.client import connect
 from trikafka.producer import Producer

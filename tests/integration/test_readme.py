@@ -16,7 +16,7 @@ import sys
 import pytest
 import trio
 
-from .broker_testing import READY_MARKER, REPO_ROOT, child_env, child_process
+from tests.helpers.broker_testing import READY_MARKER, REPO_ROOT, child_env, child_process
 
 pytestmark = pytest.mark.zookeeper
 

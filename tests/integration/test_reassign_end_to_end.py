@@ -10,9 +10,8 @@ import os
 import pytest
 import trio
 
-from tests.integration.broker_testing import READY_MARKER, child_process
-from tests.integration.test_cli_end_to_end import lines, produce
-from tests.integration.test_topics_admin_cli import cli
+from tests.helpers.broker_testing import READY_MARKER, child_process
+from tests.helpers.cli import cli, lines, produce
 from trikafka.zk import KazooCoordinator
 
 pytestmark = pytest.mark.zookeeper

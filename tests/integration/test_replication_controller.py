@@ -6,30 +6,11 @@ import functools
 
 import trio
 
+from tests.helpers.registry import WAIT_S, register_broker, wait_for_state
 from trikafka.broker.replication.controller import Controller
 from trikafka.broker.replication.membership import register_membership
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
-
-WAIT_S = 20.0
-
-
-async def register_broker(zk, broker_id: int) -> None:
-    """What a starting broker writes for the controller: its 0.7 registration, then its replication
-    membership (tail intact: until it says so, the controller does not elect it)."""
-    await zk.create(f"/brokers/ids/{broker_id}", f"127.0.0.1-1:127.0.0.1:{9000 + broker_id}".encode(),
-                    ephemeral=True, makepath=True)
-    await register_membership(zk, broker_id, "127.0.0.1", 9000 + broker_id, intact=True)
-
-
-async def _wait_state(zk, predicate) -> PartitionState:
-    with trio.fail_after(WAIT_S):
-        async for value in zk.watch_data("/trikafka/topics/orders/partitions/0/state"):
-            if value is not None:
-                state = PartitionState.decode(value[0])
-                if predicate(state):
-                    return state
-    raise AssertionError("watch ended")
 
 
 async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harness, zk_clock):
@@ -51,7 +32,7 @@ async def test_leader_failover_elects_from_the_isr_and_bumps_the_epoch(zk_harnes
                 assert other.stats.epoch is None  # one controller
                 assert (await read_state(admin, "orders", 0)).state.leader == 1  # stable: nothing to do
             # broker 1's session is gone
-            state = await _wait_state(admin, lambda s: s.leader != 1)
+            state = await wait_for_state(admin, lambda s: s.leader != 1)
             assert state == PartitionState(2, 1, (2, 3), controller.stats.epoch)
             nursery.cancel_scope.cancel()
 
@@ -71,7 +52,7 @@ async def test_controller_failover_and_offline_without_an_isr_candidate(zk_harne
                 second = Controller(b2, 2, reconcile_interval_s=0.2)
                 await nursery.start(second.run)
             # broker 1 (leader, sole ISR member, controller) is gone: 2 takes over as controller
-            state = await _wait_state(admin, lambda s: s.leader_epoch > 3)
+            state = await wait_for_state(admin, lambda s: s.leader_epoch > 3)
             assert second.stats.epoch is not None and second.stats.epoch > first.stats.epoch
             assert state == PartitionState(-1, 4, (1,), second.stats.epoch)  # 2 is not in the ISR: offline
             nursery.cancel_scope.cancel()
@@ -89,7 +70,7 @@ async def test_a_leader_that_registered_after_its_state_was_written_is_elected_a
             await register_broker(b1, 1)  # broker 1 came back with a new session before any controller looked
             controller = Controller(b2, 2, reconcile_interval_s=0.2)
             await nursery.start(controller.run)
-            state = await _wait_state(admin, lambda s: s.leader_epoch > 0)
+            state = await wait_for_state(admin, lambda s: s.leader_epoch > 0)
             assert state == PartitionState(1, 1, (1, 2), controller.stats.epoch)  # the same broker, a new epoch
             nursery.cancel_scope.cancel()
 
@@ -107,9 +88,9 @@ async def test_a_broker_is_not_elected_before_it_says_whether_its_tail_survived(
                 await nursery.start(controller.run)
             async with zk_harness.client() as b3:
                 await b3.create("/brokers/ids/3", b"127.0.0.1-1:127.0.0.1:9003", ephemeral=True, makepath=True)
-                offline = await _wait_state(admin, lambda s: s.leader_epoch > 0)
+                offline = await wait_for_state(admin, lambda s: s.leader_epoch > 0)
                 assert offline.leader == -1  # 3 is live and in the ISR, but has not said
                 await register_membership(b3, 3, "127.0.0.1", 9003, intact=True)
-                state = await _wait_state(admin, lambda s: s.leader == 3)
+                state = await wait_for_state(admin, lambda s: s.leader == 3)
                 assert state.isr == (3,) and state.leader_epoch == offline.leader_epoch + 1
             nursery.cancel_scope.cancel()

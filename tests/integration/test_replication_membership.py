@@ -14,7 +14,7 @@ from trikafka.log.fs import read_boot_id
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
-from tests.integration.test_replication_controller import register_broker
+from tests.helpers.registry import register_broker
 
 
 async def test_controlled_shutdown_moves_leadership_before_the_broker_stops(zk_harness, zk_clock):

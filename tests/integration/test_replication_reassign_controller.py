@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import trio
 
+from tests.helpers.registry import register_broker, wait_for_state
 from trikafka.broker.replication.assignment import plan_reassignment
 from trikafka.broker.replication.controller import Controller
 from trikafka.zk.replication_store import (
     create_topic, read_assignment, read_assignment_versioned, read_state, write_assignment, write_state,
 )
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
-
-from .test_replication_controller import register_broker, _wait_state
 
 
 async def test_a_reassignment_is_announced_then_finished_once_in_sync(zk_harness, zk_clock):
@@ -27,7 +26,7 @@ async def test_a_reassignment_is_announced_then_finished_once_in_sync(zk_harness
             assignment, version = await read_assignment_versioned(admin, "orders")
             await write_assignment(admin, "orders", plan_reassignment(assignment, 0, (4, 2, 3), {1, 2, 3, 4}), version)
 
-            announced = await _wait_state(admin, lambda s: s.leader_epoch == 1)
+            announced = await wait_for_state(admin, lambda s: s.leader_epoch == 1)
             assert announced == PartitionState(1, 1, (1, 2, 3), controller.stats.epoch)  # same leader and ISR
             with trio.fail_after(20):  # a few passes later nothing more happened: 4 is not in sync yet
                 start = controller.stats.passes
@@ -39,7 +38,7 @@ async def test_a_reassignment_is_announced_then_finished_once_in_sync(zk_harness
             current = await read_state(admin, "orders", 0)
             await write_state(admin, "orders", 0, PartitionState(1, 1, (1, 2, 3, 4), announced.controller_epoch),
                               current.version)
-            final = await _wait_state(admin, lambda s: s.leader_epoch >= 2)
+            final = await wait_for_state(admin, lambda s: s.leader_epoch >= 2)
             assert final == PartitionState(4, 2, (2, 3, 4), controller.stats.epoch)  # 1 left: the first target leads
             with trio.fail_after(20):
                 while (await read_assignment(admin, "orders")).targets:
@@ -57,6 +56,6 @@ async def test_a_state_naming_a_removed_replica_is_pruned(zk_harness, zk_clock):
         async with trio.open_nursery() as nursery:
             controller = Controller(brokers, 3, reconcile_interval_s=0.2)
             await nursery.start(controller.run)
-            state = await _wait_state(admin, lambda s: s.leader_epoch > 4)
+            state = await wait_for_state(admin, lambda s: s.leader_epoch > 4)
             assert state == PartitionState(2, 5, (2, 3), controller.stats.epoch)
             nursery.cancel_scope.cancel()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 import trio
 
+from tests.helpers.zk_brokers import broker_process
 from trikafka.mirror.audit import tally_clusters
 from trikafka.spark.load_job import LoadConfig, publish_loaded_counts
 from trikafka.wire.envelope import encode_envelope
 
-from .test_cluster_end_to_end import broker_process
-
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.zookeeper]
 
 W = 60_000

@@ -8,7 +8,7 @@ import random
 import pytest
 
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark]
 
 

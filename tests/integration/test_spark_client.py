@@ -19,7 +19,7 @@ from trikafka.spark.reading import (
 )
 from trikafka.wire import Codec, ErrorCode, FetchPart, ProducePart, build_message_set
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark]
 
 

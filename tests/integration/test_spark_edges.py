@@ -20,7 +20,7 @@ from trikafka.spark.options import OptionError, parse_options
 from trikafka.spark.pageviews import generate_pageviews, iter_pageviews
 from trikafka.spark.planning import PlanningError, plan_batch
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from trikafka.spark.offsets import PartitionKey
 from trikafka.spark.pageviews import generate_pageviews, iter_pageviews
 from trikafka.wire import Codec
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 KILL_SEED = int(os.environ.get("TRIKAFKA_KILL_SEED", "7001"))

@@ -18,7 +18,7 @@ from trikafka.spark.options import OptionError, parse_options
 from trikafka.spark.planning import PlanningError, plan_batch
 from trikafka.spark.stream import TrikafkaStreamReader
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark]
 
 

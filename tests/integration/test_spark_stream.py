@@ -7,7 +7,7 @@ import json
 import pytest
 
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark]
 
 

@@ -12,7 +12,7 @@ import re
 import pytest
 from kazoo.client import KazooClient
 
-pytest_plugins = ["tests.integration.conftest_spark"]
+pytest_plugins = ["tests.helpers.spark_cluster"]
 pytestmark = [pytest.mark.spark, pytest.mark.zookeeper]
 
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from tests.integration.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_process
-from tests.integration.test_cli_end_to_end import lines, produce
+from tests.helpers.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_process
+from tests.helpers.cli import lines, produce
 from trikafka.broker.config import BrokerConfig
 from trikafka.broker.topic_config import TopicConfigWatcher
 from trikafka.broker.topic_settings import LogOverrides

@@ -6,23 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import trio
 
-from tests.integration.broker_testing import PROCESS_TIMEOUT_S, child_env, trikafka_command
+from tests.helpers.cli import cli
 from trikafka.zk import KazooCoordinator
 from trikafka.zk.replication_store import read_assignment, read_state, write_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 from trikafka.zk.topic_config_store import read_topic_settings
 
 pytestmark = pytest.mark.zookeeper
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    """Run ``trikafka ARGS``; (exit status, stdout, stderr)."""
-    with trio.fail_after(PROCESS_TIMEOUT_S):
-        done = await trio.run_process(trikafka_command(*args), capture_stdout=True, capture_stderr=True,
-                                      check=False, env=child_env())
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 async def register(zk, *broker_ids: int) -> None:

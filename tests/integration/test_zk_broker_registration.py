@@ -17,12 +17,12 @@ import time
 import pytest
 import trio
 
-from tests.fixtures.zookeeper_server import expire_session
+from tests.helpers.broker_testing import produce_acked
+from tests.helpers.registry import wait_for_value
+from tests.helpers.zookeeper_server import expire_session
 from trikafka.broker import BrokerConfig, serve
 from trikafka.broker.zookeeper import private_zookeeper_dir, published_host, run_broker_zookeeper
-from trikafka.client import connect
 from trikafka.log.manager import LogManager
-from trikafka.wire import ErrorCode, build_message_set
 from trikafka.zk import DuplicateBrokerIdError, KazooCoordinator, SessionState, parse_broker_registration
 
 WAIT_S = 15.0
@@ -47,15 +47,6 @@ def open_logs(config: BrokerConfig, *topics: str) -> LogManager:
     for topic in topics:
         logs.get_or_create(topic, 0)
     return logs
-
-
-async def wait_for_value(zk, path: str, predicate=lambda value: value is not None):
-    """The first (data, stat) or None at ``path`` satisfying ``predicate``."""
-    with trio.fail_after(WAIT_S):
-        async for value in zk.watch_data(path):
-            if predicate(value):
-                return value
-    raise AssertionError(f"watch on {path} ended")
 
 
 def assert_id_value(data: bytes, port: int, after_ms: int, before_ms: int) -> None:
@@ -227,13 +218,6 @@ async def test_published_host_and_private_dir_follow_the_config(tmp_path, monkey
 # -- whole brokers on the real server ----------------------------------------------------
 
 
-async def produce(port: int, topic: str, partition: int, *payloads: bytes) -> None:
-    async with await connect(HOST, port) as conn:
-        [result] = await conn.produce_acked([(topic, partition, build_message_set(list(payloads), magic=1))],
-                                            acks=1, timeout_ms=5000)
-        assert result.error == ErrorCode.NO_ERROR, result
-
-
 @pytest.mark.zookeeper
 async def test_a_broker_registers_on_startup_watches_see_it_and_shutdown_removes_it(
         zk_chroot, tmp_path, no_kazoo_thread_leaks):
@@ -253,9 +237,9 @@ async def test_a_broker_registers_on_startup_watches_see_it_and_shutdown_removes
             assert_id_value(data, broker.port, before, after)
             assert stat.ephemeral_owner == broker.zookeeper.coordinator.session_id
             assert (await observer.get("/brokers/topics/on-disk/3"))[0] == b"2"
-            await produce(broker.port, "produced", 1, b"hello")
+            await produce_acked(broker.port, "produced", 1, b"hello")
             assert (await wait_for_value(observer, "/brokers/topics/produced/3"))[0] == b"2"
-            await produce(broker.port, "big", 7, b"hello")
+            await produce_acked(broker.port, "big", 7, b"hello")
             assert (await wait_for_value(observer, "/brokers/topics/big/3"))[0] == b"8"
             broker.shutdown()
         with trio.fail_after(WAIT_S):
@@ -269,7 +253,7 @@ async def test_a_broker_whose_session_expires_re_registers(zk_chroot, zookeeper_
     config = broker_config(tmp_path, enable_zookeeper=True, zk_connect=zk_chroot, zk_sessiontimeout_ms=4000)
     async with KazooCoordinator(zk_chroot) as observer, trio.open_nursery() as nursery:
         broker = await nursery.start(serve, config)
-        await produce(broker.port, "t", 0, b"x")
+        await produce_acked(broker.port, "t", 0, b"x")
         await wait_for_value(observer, "/brokers/topics/t/3")
         broker_zk = broker.zookeeper.coordinator
         old_value = (await observer.get("/brokers/ids/3"))[0]
@@ -281,7 +265,7 @@ async def test_a_broker_whose_session_expires_re_registers(zk_chroot, zookeeper_
         assert data != old_value and parse_broker_registration(data).port == broker.port
         await wait_for_value(observer, "/brokers/topics/t/3",
                              lambda v: v is not None and v[1].ephemeral_owner == new_session)
-        await produce(broker.port, "after-expiry", 0, b"y")
+        await produce_acked(broker.port, "after-expiry", 0, b"y")
         await wait_for_value(observer, "/brokers/topics/after-expiry/3")
         broker.shutdown()
 
@@ -301,7 +285,7 @@ async def test_zookeeper_restarted_under_load(dedicated_zookeeper_server, tmp_pa
         async def keep_producing():
             nonlocal sent
             while not load_done.is_set():
-                await produce(broker.port, "load", sent % 2, b"m%d" % sent)
+                await produce_acked(broker.port, "load", sent % 2, b"m%d" % sent)
                 sent += 1
             load_stopped.set()
 
@@ -310,7 +294,7 @@ async def test_zookeeper_restarted_under_load(dedicated_zookeeper_server, tmp_pa
         server.stop()  # SIGKILL
         with trio.fail_after(WAIT_S):
             await broker.zookeeper.coordinator.state.wait_value(lambda s: s is not SessionState.CONNECTED)
-        await produce(broker.port, "during-outage", 0, b"z")
+        await produce_acked(broker.port, "during-outage", 0, b"z")
         sent_during_outage = sent
         server.spawn()  # same port and data; on this (main) thread for PDEATHSIG
         await server.wait_ready()

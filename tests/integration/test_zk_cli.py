@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.integration.broker_testing import (
+from tests.helpers.broker_testing import (
     PROCESS_TIMEOUT_S,
     READY_MARKER,
     child_env,
     child_process,
+    produce_acked,
     trikafka_command,
 )
-from tests.integration.test_zk_broker_registration import produce, wait_for_value
+from tests.helpers.registry import wait_for_value
 from trikafka.zk import KazooCoordinator, parse_broker_registration
 from trikafka.zk.server_setup import free_port
 
@@ -52,7 +53,7 @@ async def test_two_brokers_join_one_ensemble_and_a_duplicate_id_is_refused(zk_ch
                 info = parse_broker_registration((await observer.get(f"/brokers/ids/{broker_id}"))[0])
                 assert (info.host, info.port) == ("127.0.0.1", port)
                 assert info.creator_id.startswith("127.0.0.1-")
-            await produce(ports[2], "shared", 0, b"to broker 2")
+            await produce_acked(ports[2], "shared", 0, b"to broker 2")
             assert (await wait_for_value(observer, "/brokers/topics/shared/2"))[0] == b"1"
 
             with trio.fail_after(PROCESS_TIMEOUT_S):
@@ -101,7 +102,7 @@ async def test_plain_serve_runs_its_own_zookeeper_and_stops_it(tmp_path, no_kazo
         async with KazooCoordinator(zk_connect) as observer:
             info = parse_broker_registration((await observer.get("/brokers/ids/0"))[0])
             assert (info.host, info.port) == ("127.0.0.1", port)
-            await produce(port, "clicks", 0, b"one")
+            await produce_acked(port, "clicks", 0, b"one")
             assert (await wait_for_value(observer, "/brokers/topics/clicks/0"))[0] == b"1"
         broker.signal(signal.SIGTERM)
         assert await broker.wait() == 0

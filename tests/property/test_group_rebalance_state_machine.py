@@ -4,7 +4,7 @@ ZooKeeper backends.
 The Hypothesis machine is a *program generator*: its rules keep a small model
 (which brokers run, which topics exist, which consumers are live) for their
 preconditions and append one step per rule.  ``teardown`` runs the whole
-program in a single ``trio.run`` against a :class:`~tests.fault.group_world.GroupWorld`
+program in a single ``trio.run`` against a :class:`~tests.helpers.group_world.GroupWorld`
 (in-process brokers with their znodes, group consumers on their own
 sessions).  One Trio run per example keeps Trio and Hypothesis apart, makes
 each example deterministic under the mock clock, and still lets Hypothesis
@@ -40,8 +40,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
-from tests.fault.group_world import FakeBackend, GroupWorld, KazooBackend, group_config
+from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
+from tests.helpers.group_world import FakeBackend, GroupWorld, KazooBackend, group_config
 
 BROKER_PARTITIONS = {0: 2, 1: 1, 2: 3}
 TOPICS = ("a", "b", "c")

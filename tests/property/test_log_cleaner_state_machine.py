@@ -26,8 +26,8 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
-from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original
+from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
+from tests.helpers.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original
 from trikafka.log import Log, LogConfig, ManualClock
 from trikafka.testing import FakeFileSystem
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner

@@ -42,8 +42,8 @@ from hypothesis import event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
-from tests.property.test_log_state_machine import corrupt, message_sets
+from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
+from tests.helpers.message_sets import MAX_MESSAGE_BYTES, corrupt, message_sets
 from trikafka.log import LogConfig, LogFailedError, LogManager, ManualClock
 from trikafka.log.checkpoint import (
     CHECKPOINT_BYTES,
@@ -61,7 +61,6 @@ from trikafka.wire.messageset import scan_valid_prefix, validate_message_set
 
 ROOT = "/data"
 CHECKPOINT = ROOT + "/t-0/" + CHECKPOINT_FILE_NAME
-MAX_MESSAGE_BYTES = 150_000
 
 
 def entry_ends(data: bytes) -> list[int]:

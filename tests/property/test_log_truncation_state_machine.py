@@ -27,7 +27,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
+from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
 from trikafka.log import Log, LogBusyError, LogConfig, ManualClock, OffsetOutOfRangeError
 from trikafka.log.names import segment_file_name
 from trikafka.testing import FakeFileSystem

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from tests.property.replication_world import World
+from tests.helpers.replication_model import World
 
 WALKS = 1000
 STEPS = 150

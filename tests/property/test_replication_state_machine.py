@@ -18,8 +18,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from tests.conftest import STATE_MACHINE_MIN_EXAMPLES
-from tests.property.replication_world import World
+from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
+from tests.helpers.replication_model import World
 
 BROKERS = st.sampled_from([0, 1, 2])
 
@@ -158,8 +158,8 @@ class AckFsyncReplicationMachine(ReplicationMachine):
 
 
 TestReplication = ReplicationMachine.TestCase
-TestReplication.settings = settings(max_examples=max(STATE_MACHINE_MIN_EXAMPLES, 200), stateful_step_count=60,
+TestReplication.settings = settings(max_examples=STATE_MACHINE_MIN_EXAMPLES, stateful_step_count=60,
                                     deadline=None)
 TestAckFsyncReplication = AckFsyncReplicationMachine.TestCase
-TestAckFsyncReplication.settings = settings(max_examples=max(STATE_MACHINE_MIN_EXAMPLES, 200),
+TestAckFsyncReplication.settings = settings(max_examples=STATE_MACHINE_MIN_EXAMPLES,
                                             stateful_step_count=60, deadline=None)

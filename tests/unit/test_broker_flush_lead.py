@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from tests.integration.broker_testing import make_config, memory_client, messages
+from tests.helpers.broker_testing import make_config, memory_client, messages
 from trikafka.log.tickets import FlushTicket
 from trikafka.testing import FakeFileSystem, start_in_memory
 from trikafka.wire import ProducePart, ProduceRequest

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from tests.integration.broker_testing import make_config, memory_client, messages
+from tests.helpers.broker_testing import make_config, memory_client, messages
 from trikafka.log.errors import LogFailedError
 from trikafka.testing import FakeFileSystem, start_in_memory
 from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER

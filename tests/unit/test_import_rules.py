@@ -9,6 +9,7 @@ lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,20 +17,23 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "trikafka"
+TESTS_ROOT = Path(__file__).resolve().parents[1]
 
 EVERYTHING = None  # "may import everything"
 
 # layer -> the trikafka layers it may import (its own layer always allowed).
+# util/ (generic helpers, stdlib only) is below every layer: any layer may import it.
 MAY_IMPORT: dict[str, frozenset[str] | None] = {
-    "wire": frozenset(),
-    "log": frozenset({"wire"}),
-    "zk": frozenset({"wire"}),
-    "broker": frozenset({"wire", "log", "zk"}),
-    "client": frozenset({"wire"}),
-    "producer": frozenset({"wire", "zk", "client"}),
-    "group": frozenset({"wire", "zk", "client"}),
-    "spark": frozenset({"wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
-    "mirror": frozenset({"wire", "zk", "client", "producer", "group"}),
+    "util": frozenset(),
+    "wire": frozenset({"util"}),
+    "log": frozenset({"util", "wire"}),
+    "zk": frozenset({"util", "wire"}),
+    "broker": frozenset({"util", "wire", "log", "zk"}),
+    "client": frozenset({"util", "wire"}),
+    "producer": frozenset({"util", "wire", "zk", "client"}),
+    "group": frozenset({"util", "wire", "zk", "client"}),
+    "spark": frozenset({"util", "wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
+    "mirror": frozenset({"util", "wire", "zk", "client", "producer", "group"}),
     "testing": EVERYTHING,
     "sim": EVERYTHING,  # the simulated world runs the real broker and clients (docs/simulation.md)
     "cli": EVERYTHING,
@@ -46,6 +50,7 @@ SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry_values"
 
 # layer -> third-party top-level packages it may import.
 THIRD_PARTY: dict[str, frozenset[str] | None] = {
+    "util": frozenset(),  # stdlib only, so that importing it never loads more than the helper asked for
     "wire": frozenset(),  # stdlib only; its codec library in wire/compression.py, its CRC library in wire/crc.py
     "log": frozenset(),
     "zk": frozenset({"kazoo", "trio", "trio_util"}),
@@ -72,12 +77,31 @@ MODULE_THIRD_PARTY = {
 # Known exceptions, each named and justified.  Nothing else may be added here.
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
+# Generic helpers -> the one util module that defines them.  wire/ holds only the
+# codec; a helper every layer needs lives in util/, and nowhere else defines it again.
+GENERIC_HELPERS = {
+    "lazy_exports": "trikafka.util.lazy",
+    "parse_bool": "trikafka.util.settings",
+}
+
 
 @dataclass(frozen=True)
 class Import:
     module: str  # the importing module, dotted
     target: str  # what it imports, dotted (a trikafka module, or a third-party name)
     line: int
+
+
+def parse(path: Path) -> ast.Module:
+    """The syntax tree of the file at ``path`` (read-only: callers walk it, never change it)."""
+    return _parse_source(path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_source(source: str) -> ast.Module:
+    # Keyed by the text alone: the planted-violation tests parse copies of the
+    # whole package, and every file but the planted one is already known.
+    return ast.parse(source)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -99,7 +123,7 @@ def collect_imports(root: Path) -> tuple[set[str], list[Import]]:
     for path in files:
         name = module_name(path, root)
         package = name if is_package(path) else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.Import):
                 imports.extend(Import(name, alias.name, node.lineno) for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -149,6 +173,19 @@ def violations(root: Path) -> list[str]:
             continue
         found.append(f"{where}: third-party {top!r} not allowed in {layer}/")
     found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(modules, imports))
+    found.extend(misplaced_helpers(root))
+    return found
+
+
+def misplaced_helpers(root: Path) -> list[str]:
+    """A generic helper (``GENERIC_HELPERS``) defined anywhere but its util module, one line each."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        for node in parse(path).body:
+            home = GENERIC_HELPERS.get(getattr(node, "name", ""))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and home and name != home:
+                found.append(f"{name}:{node.lineno} defines {node.name}: generic helpers live in {home}")
     return found
 
 
@@ -208,6 +245,9 @@ def test_every_layer_has_a_rule():
     (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooCoordinator\n"), "registry API"),
     (("spark/planted.py", "import kazoo\n"), "third-party 'kazoo' not allowed in spark/"),
     (("zk/planted.py", "from trikafka.zk import planted_too\n"), "import cycle"),
+    (("util/planted.py", "import trio\n"), "third-party 'trio' not allowed in util/"),
+    (("util/planted.py", "from trikafka.wire import crc32\n"), "util/ may not import wire/"),
+    (("wire/planted.py", "def parse_bool(value):\n    return value\n"), "generic helpers live in trikafka.util"),
 ])
 def test_a_planted_violation_is_found(tmp_path, plant, expected):
     copy = tmp_path / "trikafka"
@@ -220,6 +260,48 @@ def test_a_planted_violation_is_found(tmp_path, plant, expected):
     if "planted_too" in source:
         (copy / "zk" / "planted_too.py").write_text("from trikafka.zk import planted\n")
     assert any(expected in line for line in violations(copy)), violations(copy)
+
+
+def cross_test_imports(root: Path) -> list[str]:
+    """Every import under ``root`` (the tests package) of a module of it outside ``helpers/``, one
+    line each: test modules share code only through ``tests/helpers/``, never by importing one
+    another.  ``pytest_plugins`` entries count as imports."""
+    modules, imports = collect_imports(root)
+    for path in sorted(root.rglob("*.py")):
+        for node in parse(path).body:
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytest_plugins" for t in node.targets)
+                    and isinstance(node.value, (ast.List, ast.Tuple))):
+                imports.extend(Import(module_name(path, root), element.value, node.lineno)
+                               for element in node.value.elts if isinstance(element, ast.Constant))
+    helpers = f"{root.name}.helpers"
+    return [f"{imp.module}:{imp.line} imports {imp.target}: test modules share code only through {helpers}"
+            for imp in imports
+            if imp.target.split(".")[0] == root.name and imp.target != root.name
+            and imp.target != helpers and not imp.target.startswith(helpers + ".")]
+
+
+def test_test_modules_import_only_helpers():
+    assert cross_test_imports(TESTS_ROOT) == []
+
+
+@pytest.mark.parametrize("source", [
+    "from tests.integration.test_other import shared\n",
+    "from .test_other import shared\n",
+    "from tests.conftest import SETTING\n",
+    'pytest_plugins = ["tests.integration.test_other"]\n',
+])
+def test_a_test_module_importing_another_is_found(tmp_path, source):
+    tests = tmp_path / "tests"
+    for package in ("", "helpers", "integration"):
+        (tests / package).mkdir(exist_ok=True)
+        (tests / package / "__init__.py").write_text("")
+    (tests / "conftest.py").write_text("SETTING = 1\n")
+    (tests / "helpers" / "shared.py").write_text("from tests.helpers import other_helper\n")
+    (tests / "helpers" / "other_helper.py").write_text("")
+    (tests / "integration" / "test_other.py").write_text("from tests.helpers.shared import other_helper\n")
+    assert cross_test_imports(tests) == []
+    (tests / "integration" / "test_planted.py").write_text(source)
+    assert [line.split(":")[0] for line in cross_test_imports(tests)] == ["tests.integration.test_planted"]
 
 
 def test_spark_readers_load_without_trio_or_kazoo():

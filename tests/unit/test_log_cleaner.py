@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, log_bytes
+from tests.helpers.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, log_bytes
 from trikafka.log import Log, LogConfig, ManualClock
 from trikafka.testing import FakeFileSystem
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner, parse_cleanup_policy

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tests.fixtures.compaction import CrashingFileSystem, SimulatedCrash
+from tests.helpers.compaction import CrashingFileSystem, SimulatedCrash
 from trikafka.log import (
     CLEAN_SHUTDOWN_MARKER,
     Log,

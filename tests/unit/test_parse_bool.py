@@ -8,7 +8,7 @@ from trikafka.broker.config import ConfigError
 from trikafka.broker.config_sources import load
 from trikafka.group.config import group_config_from_properties
 from trikafka.spark.options import OptionError, parse_options
-from trikafka.wire import parse_bool
+from trikafka.util.settings import parse_bool
 from trikafka.zk.replication_values import ReplicationValueError, TopicConfig
 
 

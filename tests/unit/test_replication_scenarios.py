@@ -6,7 +6,7 @@ replicas in an earlier system, and shows trikafka's rule closing it.
 
 from __future__ import annotations
 
-from tests.property.replication_world import MSG_BYTES, World, message
+from tests.helpers.replication_model import MSG_BYTES, World, message
 from trikafka.wire.errors import ErrorCode
 
 

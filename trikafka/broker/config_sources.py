@@ -23,7 +23,7 @@ import logging
 import tomllib
 from typing import Any, Callable, Mapping
 
-from trikafka.wire.settings import parse_bool
+from trikafka.util.settings import parse_bool
 
 from .config import (
     _CLEANER_MAP_FIELDS,

@@ -14,7 +14,7 @@ from trikafka.log.cleaner import parse_cleanup_policy
 from trikafka.zk.replication_values import (
     TOPIC_CONFIG_DEFAULTS, UNCLEAN_ELECTION, ReplicationValueError, TopicConfig,
 )
-from trikafka.wire.settings import parse_bool
+from trikafka.util.settings import parse_bool
 
 CLEANUP_POLICY = "cleanup.policy"
 MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"

@@ -10,7 +10,7 @@ without importing Trio.
 
 from __future__ import annotations
 
-from trikafka.wire.lazy import lazy_exports
+from trikafka.util.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".addresses": ("ADDRESS_SYNTAX", "format_broker_addresses", "parse_broker_addresses"),

@@ -30,7 +30,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from trikafka.wire.settings import parse_bool
+from trikafka.util.settings import parse_bool
 
 SMALLEST = "smallest"
 LARGEST = "largest"

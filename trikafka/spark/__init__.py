@@ -14,6 +14,6 @@ not import pyspark.
 
 from __future__ import annotations
 
-from trikafka.wire.lazy import lazy_exports
+from trikafka.util.lazy import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {".source": ("TrikafkaDataSource",)})

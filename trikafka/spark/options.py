@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from trikafka.wire.settings import parse_bool
+from trikafka.util.settings import parse_bool
 
 from .cluster import BrokerAddress, ClusterConfigError, StaticCluster, ZooKeeperCluster, parse_broker_list
 from .offsets import EARLIEST, LATEST, OffsetSpec, OffsetSpecError, parse_offset_spec

@@ -95,7 +95,6 @@ from .responses import (
     encode_produce_acked_response,
     top_level_error,
 )
-from .settings import parse_bool
 
 __all__ = sorted(
     name for name, value in globals().items()

@@ -13,7 +13,7 @@ does not import kazoo and Trio as well.
 
 from __future__ import annotations
 
-from trikafka.wire.lazy import lazy_exports
+from trikafka.util.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".connect": ("ConnectString", "parse_connect_string"),

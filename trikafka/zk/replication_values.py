@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from trikafka.wire.settings import parse_bool
+from trikafka.util.settings import parse_bool
 
 NO_LEADER = -1
 VALUE_VERSION = 1

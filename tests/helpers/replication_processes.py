@@ -2,12 +2,12 @@
 
 :class:`ReplicatedWorld` owns the broker processes (fixed ports, so a broker
 restarted after a SIGKILL is recognised as its own previous run and waits out
-its old ZooKeeper session), one :class:`~tests.fixtures.fault_proxy.FaultProxy`
+its old ZooKeeper session), one :class:`~tests.helpers.fault_proxy.FaultProxy`
 per broker in front of ZooKeeper (to cut a broker off from ZooKeeper while
 clients and followers still reach it), a record of every partition state seen
 in ZooKeeper or in a METADATA answer, and the load: an acks -1 producer and a
 consumer that both find the leader through METADATA and record, in a
-:class:`~tests.fault.test_broker_kill.Ledger`, every entry acknowledged or seen
+:class:`~tests.helpers.ledger.Ledger`, every entry acknowledged or seen
 at its byte offset.
 
 :meth:`ReplicatedWorld.check` is the per-cycle verdict (see its docstring).
@@ -26,10 +26,10 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
-from tests.fault.ledger import Ledger, entries_of
-from tests.fixtures.fault_proxy import FaultMode, FaultProxy
-from tests.fixtures.zookeeper_server import open_zookeeper_proxy
-from tests.integration.broker_testing import READY_MARKER, ChildProcess, child_process
+from tests.helpers.ledger import Ledger, entries_of
+from tests.helpers.fault_proxy import FaultMode, FaultProxy
+from tests.helpers.zookeeper_server import open_zookeeper_proxy
+from tests.helpers.broker_testing import READY_MARKER, ChildProcess, child_process
 from trikafka.client import ClientError, connect
 from trikafka.log.epochs import EPOCH_FILE_NAME, decode_records
 from trikafka.wire import ErrorCode

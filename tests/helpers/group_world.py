@@ -46,7 +46,7 @@ from trikafka.wire import ErrorCode, ProducePart, build_message_set
 from trikafka.zk import CoordinatorClosedError, KazooCoordinator, NoNodeError
 from trikafka.zk.registry import BrokerRegistration
 
-from tests.fixtures.fault_proxy import FaultProxy
+from tests.helpers.fault_proxy import FaultProxy
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class KazooBackend:
         return {}
 
     async def expire(self, zk: KazooCoordinator) -> None:
-        from tests.fixtures.zookeeper_server import expire_session
+        from tests.helpers.zookeeper_server import expire_session
 
         await expire_session(zk, self.server_hosts, timeout_s=self.settle_timeout_s)
 

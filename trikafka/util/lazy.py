@@ -3,8 +3,8 @@
 trikafka's packages re-export their public names.  ``lazy_exports`` keeps
 importing a package cheap, so that a process that needs one light module of
 it (a Spark planner reading ``trikafka.zk.paths``) does not pay for the heavy
-ones (Trio, kazoo).  It lives in ``wire`` because every layer may import
-``wire``; it does no I/O and imports only the standard library.
+ones (Trio, kazoo).  It lives in ``util`` because every layer may import
+``util``; it does no I/O and imports only the standard library.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A group consumer in a process of its own, for the SIGKILL fault test.
 
-``python -m tests.fault.group_consumer_child --zookeeper HOST:PORT/CHROOT --group G --topic T``
+``python -m tests.helpers.group_consumer_child --zookeeper HOST:PORT/CHROOT --group G --topic T``
 
 Prints ``ready <consumer id>`` once registered, then one line per message,
 flushed at once so that what the parent reads is exactly what the

@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator
 import trio
 
 from trikafka.broker import BrokerConfig
+from trikafka.client import ClientError, connect
 from trikafka.wire import (
     NEED_DATA,
     ErrorCode,
@@ -46,6 +47,14 @@ def make_config(tmp_path: Any, **changes: Any) -> BrokerConfig:
 
 def messages(*payloads: bytes, magic: int = 0) -> bytes:
     return build_message_set(list(payloads), magic=magic)
+
+
+async def produce_acked(port: int, topic: str, partition: int, *payloads: bytes) -> None:
+    """PRODUCE_ACKED ``payloads`` (one magic-1 set) with acks=1; fails unless the broker appended them."""
+    async with await connect("127.0.0.1", port) as conn:
+        [result] = await conn.produce_acked([(topic, partition, build_message_set(list(payloads), magic=1))],
+                                            acks=1, timeout_ms=5000)
+        assert result.error == ErrorCode.NO_ERROR, result
 
 
 class RawClient:
@@ -258,6 +267,15 @@ async def serve_process(log_dir: Any, *flags: str, cwd: Any = None) -> AsyncIter
         with open(ready_file) as f:
             port = int(f.read())
         yield child, port
+
+
+async def until_killed(killed: trio.Event, task: Any, *args: Any) -> None:
+    """Run a load task; connection failures are expected only once the kill was sent."""
+    try:
+        await task(*args)
+    except (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+        if not killed.is_set():
+            raise
 
 
 async def http_exchange(port: int, request: bytes) -> tuple[int, bytes]:
