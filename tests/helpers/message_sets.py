@@ -6,7 +6,8 @@ import random
 
 from hypothesis import strategies as st
 
-from trikafka.wire.compression import Codec
+from trikafka.wire.compression import Codec, compress
+from trikafka.wire.message import encode_entry
 from trikafka.wire.messageset import build_message_set
 
 BIG_PAYLOAD_BYTES = 100_000
@@ -47,3 +48,15 @@ def corrupt(data: bytes, how: str, cut: int) -> bytes:
         return data + b"\xff\xff\xff\xf0" + b"x" * 20
     assert how == "too_large"
     return data + build_message_set([b"\x00" * (MAX_MESSAGE_BYTES + 1)])
+
+
+def wrapper(inner: bytes, codec: int = Codec.GZIP) -> bytes:
+    """A wrapper entry around arbitrary inner bytes (valid outer CRC)."""
+    return encode_entry(compress(Codec(codec), inner), magic=1, codec=codec)
+
+
+def corrupt_crc(entry: bytes) -> bytes:
+    """``entry`` with one bit of its payload (or CRC, for a tiny entry) flipped."""
+    b = bytearray(entry)
+    b[-1 if len(entry) > 10 else 8] ^= 0x01
+    return bytes(b)

@@ -4,6 +4,7 @@ import struct
 
 import pytest
 
+from tests.helpers.message_sets import corrupt_crc, wrapper
 from trikafka.wire import (
     Codec,
     ConsumedMessage,
@@ -24,17 +25,6 @@ from trikafka.wire import (
 )
 
 PAYLOADS = [b"alpha", b"", b"gamma" * 100]
-
-
-def wrapper(inner: bytes, codec: int = Codec.GZIP) -> bytes:
-    """A wrapper entry around arbitrary inner bytes (valid outer CRC)."""
-    return encode_entry(compress(Codec(codec), inner), magic=1, codec=codec)
-
-
-def corrupt_crc(entry: bytes) -> bytes:
-    b = bytearray(entry)
-    b[-1 if len(entry) > 10 else 8] ^= 0x01
-    return bytes(b)
 
 
 # ------------------------------------------------------------------ build_message_set

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.unit.test_wire_messageset import wrapper
+from tests.helpers.message_sets import wrapper
 from trikafka.wire import InvalidMessageError, encode_entry, validate_message_set
 from trikafka.wire.messageset import MAX_WRAPPER_DEPTH
 

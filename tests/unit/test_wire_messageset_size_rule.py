@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.unit.test_wire_messageset import corrupt_crc
+from tests.helpers.message_sets import corrupt_crc
 from trikafka.wire import (
     InvalidMessageError, MessageSizeTooLargeError, build_message_set, encode_entry, validate_message_set,
 )

@@ -13,7 +13,7 @@ A 0.7 property name maps to a field by replacing ``.`` with ``_``
 Unknown keys in a TOML file are an error, because the file is ours and a typo
 there should be loud; unknown keys in a properties file only log a warning,
 because real 0.7 files carry settings trikafka has no use for.  Booleans are
-spelled as everywhere else (``trikafka.wire.parse_bool``).
+spelled as everywhere else (``trikafka.util.settings.parse_bool``).
 """
 
 from __future__ import annotations
