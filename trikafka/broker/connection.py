@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import trio
 
 from trikafka.wire.errors import RemoteProtocolError
 from trikafka.wire.framing import NEED_DATA, RequestReader
-from trikafka.wire.requests import RequestType
+from trikafka.wire.responses import Chunk
+from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
+from trikafka.wire.requests import (CreateTopicRequest, FetchWaitRequest, OffsetsRequest, ProduceAckedRequest,
+                                     RequestType)
 
 from .handlers import CloseConnection, RequestHandler
 from .metrics import LatencyHistogram
@@ -53,33 +56,33 @@ _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionErro
 Handle = Callable[["Connection", Any], Awaitable[None]]
 
 
-async def _answer(conn: Connection, response: Any) -> None:
+async def _answer(conn: Connection, response: Iterable[Chunk]) -> None:
     await send_chunks(conn.stream, response)
 
 
-async def _offsets(conn: Connection, request: Any) -> None:
+async def _offsets(conn: Connection, request: OffsetsRequest) -> None:
     await send_chunks(conn.stream, [await conn.handler.offsets(request)])
 
 
-async def _produce_acked(conn: Connection, request: Any) -> None:
+async def _produce_acked(conn: Connection, request: ProduceAckedRequest) -> None:
     await send_chunks(conn.stream, [await conn.handler.produce_acked(request)])
 
 
-async def _fetch_wait(conn: Connection, request: Any) -> None:
+async def _fetch_wait(conn: Connection, request: FetchWaitRequest) -> None:
     await send_chunks(conn.stream, await conn.handler.fetch_wait(request))
 
 
-async def _create_topic(conn: Connection, request: Any) -> None:
+async def _create_topic(conn: Connection, request: CreateTopicRequest) -> None:
     await send_chunks(conn.stream, [await conn.handler.admin.create_topic(request)])
 
 
-async def _replica_fetch(conn: Connection, request: Any) -> None:
+async def _replica_fetch(conn: Connection, request: ReplicaFetchRequest) -> None:
     replicas = conn.handler.replicas
     await send_chunks(conn.stream, await replicated.replica_fetch(replicas, request) if replicas
                       else not_a_replica(request))
 
 
-def _epoch_end_offset(conn: Connection, request: Any) -> Awaitable[None]:
+def _epoch_end_offset(conn: Connection, request: EpochEndOffsetRequest) -> Awaitable[None]:
     replicas = conn.handler.replicas
     return _answer(conn, replicated.epoch_end_offset(replicas, request) if replicas else not_a_replica(request))
 

@@ -20,13 +20,22 @@ Counting is per request or per message set, where the count is already known
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from trikafka.wire.requests import RequestType
+
+if TYPE_CHECKING:  # the broker's parts, for their types only: they import this module
+    from trikafka.wire.errors import ErrorCode
+    from trikafka.wire.requests import FetchPart
+
+    from .handlers import FetchData
+    from .processor import Processor
+    from .replication.manager import ReplicaManager
+    from .seams import LogDirectory
 
 # Upper bounds of the latency buckets, in seconds: a request served from memory
 # takes tens of microseconds, a long poll or an acks=-1 produce up to seconds.
@@ -102,7 +111,7 @@ class BrokerMetrics:
         traffic.messages_in += message_count
         traffic.bytes_in += byte_count
 
-    def count_out(self, parts: Iterable[Any], outcomes: Iterable[tuple[Any, Any]]) -> None:
+    def count_out(self, parts: Iterable[FetchPart], outcomes: Iterable[tuple[ErrorCode, FetchData]]) -> None:
         """Fetch answers: the bytes of each answer's data (a file region, or a
         synthesized padding entry and a region), under its part's topic."""
         for part, (_, data) in zip(parts, outcomes):
@@ -113,12 +122,12 @@ class BrokerMetrics:
         """The latency histogram of the requests of the class named ``request_class_name``."""
         return self.requests[REQUEST_LABELS[request_class_name]]
 
-    def watch(self, *, log_manager: Any, processors: Iterable[Any]) -> None:
+    def watch(self, *, log_manager: LogDirectory, processors: Iterable[Processor]) -> None:
         """Add the scrape-time collectors of the logs and connections (once the broker runs)."""
         self.registry.register(LogCollector(log_manager))
         self.registry.register(ConnectionCollector(list(processors)))
 
-    def watch_replication(self, replicas: Any) -> None:
+    def watch_replication(self, replicas: ReplicaManager) -> None:
         """Add the replication collector (a broker with ZooKeeper; docs/protocol.md §12)."""
         self.registry.register(ReplicationCollector(replicas))
 
@@ -163,7 +172,7 @@ class TrafficCollector(Collector):
 class LogCollector(Collector):
     """Per-log sizes, from the logs' in-memory state (no file is touched at scrape time)."""
 
-    def __init__(self, log_manager: Any):
+    def __init__(self, log_manager: LogDirectory):
         self._log_manager = log_manager
 
     def collect(self) -> Iterator[Metric]:
@@ -186,7 +195,7 @@ class LogCollector(Collector):
 class ConnectionCollector(Collector):
     """Open and accepted client connections, from the processors."""
 
-    def __init__(self, processors: list[Any]):
+    def __init__(self, processors: list[Processor]):
         self._processors = processors
 
     def collect(self) -> Iterator[Metric]:
@@ -199,7 +208,7 @@ class ConnectionCollector(Collector):
 class ReplicationCollector(Collector):
     """This broker's replicas by role, its under-replicated partitions, ISR changes, controller status."""
 
-    def __init__(self, replicas: Any):
+    def __init__(self, replicas: ReplicaManager):
         self._replicas = replicas
 
     def collect(self) -> Iterator[Metric]:
