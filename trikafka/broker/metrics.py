@@ -28,14 +28,13 @@ from prometheus_client.registry import Collector
 
 from trikafka.wire.requests import RequestType
 
-if TYPE_CHECKING:  # the broker's parts, for their types only: they import this module
+if TYPE_CHECKING:  # for types only: the seams the collectors read
     from trikafka.wire.errors import ErrorCode
     from trikafka.wire.requests import FetchPart
 
-    from .handlers import FetchData
-    from .processor import Processor
-    from .replication.manager import ReplicaManager
-    from .seams import LogDirectory
+    from trikafka.wire.responses import FetchData
+
+    from .seams import ConnectionCounts, LogDirectory, ReplicationStatus
 
 # Upper bounds of the latency buckets, in seconds: a request served from memory
 # takes tens of microseconds, a long poll or an acks=-1 produce up to seconds.
@@ -122,12 +121,12 @@ class BrokerMetrics:
         """The latency histogram of the requests of the class named ``request_class_name``."""
         return self.requests[REQUEST_LABELS[request_class_name]]
 
-    def watch(self, *, log_manager: LogDirectory, processors: Iterable[Processor]) -> None:
+    def watch(self, *, log_manager: LogDirectory, processors: Iterable[ConnectionCounts]) -> None:
         """Add the scrape-time collectors of the logs and connections (once the broker runs)."""
         self.registry.register(LogCollector(log_manager))
         self.registry.register(ConnectionCollector(list(processors)))
 
-    def watch_replication(self, replicas: ReplicaManager) -> None:
+    def watch_replication(self, replicas: ReplicationStatus) -> None:
         """Add the replication collector (a broker with ZooKeeper; docs/protocol.md §12)."""
         self.registry.register(ReplicationCollector(replicas))
 
@@ -195,7 +194,7 @@ class LogCollector(Collector):
 class ConnectionCollector(Collector):
     """Open and accepted client connections, from the processors."""
 
-    def __init__(self, processors: list[Processor]):
+    def __init__(self, processors: list[ConnectionCounts]):
         self._processors = processors
 
     def collect(self) -> Iterator[Metric]:
@@ -208,7 +207,7 @@ class ConnectionCollector(Collector):
 class ReplicationCollector(Collector):
     """This broker's replicas by role, its under-replicated partitions, ISR changes, controller status."""
 
-    def __init__(self, replicas: ReplicaManager):
+    def __init__(self, replicas: ReplicationStatus):
         self._replicas = replicas
 
     def collect(self) -> Iterator[Metric]:

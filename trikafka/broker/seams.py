@@ -9,7 +9,7 @@ test can hand any of them a small fake and mypy checks both.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence, Sized
 
 from trikafka.log.config import LogConfig
 from trikafka.log.log import AppendResult, Log
@@ -139,6 +139,9 @@ class Replica(Protocol):
     """This broker's replica of one replicated partition, as clients' requests use it (``HostedPartition``)."""
 
     @property
+    def role(self) -> str: ...
+
+    @property
     def key(self) -> tuple[str, int]: ...
 
     @property
@@ -189,3 +192,46 @@ class Admin(Protocol):
     def metadata(self, request: MetadataRequest) -> bytes: ...
 
     async def create_topic(self, request: CreateTopicRequest) -> bytes: ...
+
+
+class ConnectionCounts(Protocol):
+    """A processor, as the metrics count its connections (``processor.Processor``)."""
+
+    @property
+    def connections(self) -> Sized: ...
+
+    @property
+    def connections_served(self) -> int: ...
+
+
+class ElectionCount(Protocol):
+    """The controller's counters, as the metrics read them."""
+
+    @property
+    def elections(self) -> int: ...
+
+
+class ControllerStatus(Protocol):
+    """The controller, as the metrics read it (``replication.controller.Controller``)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def stats(self) -> ElectionCount: ...
+
+
+class ReplicationStatus(Protocol):
+    """The replica manager, as the metrics read it (``replication.manager.ReplicaManager``)."""
+
+    @property
+    def hosted(self) -> Mapping[tuple[str, int], Replica]: ...
+
+    @property
+    def states(self) -> Mapping[tuple[str, int], PartitionState]: ...
+
+    @property
+    def isr_changes(self) -> int: ...
+
+    @property
+    def controller(self) -> ControllerStatus: ...
