@@ -127,10 +127,7 @@ class Flushing:
 
         Raises ``LogError`` before that or for a ticket that is not the flush in flight.
         """
-        if ticket is not self.flush_ticket:
-            raise LogError(f"{self._name}: {ticket!r} is not this log's flush in flight")
-        if not ticket.finished:
-            raise LogError(f"{self._name}: complete_flush() before {ticket!r}.fsync() returned")
+        self._check_returned(ticket, self.flush_ticket, "flush", "fsync")
         self.flush_ticket = None
 
     def settle_flush(self, ticket: FlushTicket) -> None:
@@ -162,10 +159,7 @@ class Flushing:
 
         Raises ``LogError`` before that or for a ticket that is not the roll in flight.
         """
-        if ticket is not self.roll_ticket:
-            raise LogError(f"{self._name}: {ticket!r} is not this log's roll in flight")
-        if not ticket.finished:
-            raise LogError(f"{self._name}: complete_roll() before {ticket!r}.run() returned")
+        self._check_returned(ticket, self.roll_ticket, "roll", "run")
         self.roll_ticket = None
 
     def settle_roll(self, ticket: RollTicket) -> None:
@@ -199,6 +193,12 @@ class Flushing:
         if self.roll_ticket is not None and self.roll_ticket.new_file is not None:
             self.roll_ticket.new_file.close()
         self.flush_ticket = self.roll_ticket = None
+
+    def _check_returned(self, ticket: Ticket, in_flight: Ticket | None, kind: str, blocking_half: str) -> None:
+        if ticket is not in_flight:
+            raise LogError(f"{self._name}: {ticket!r} is not this log's {kind} in flight")
+        if not ticket.finished:
+            raise LogError(f"{self._name}: complete_{kind}() before {ticket!r}.{blocking_half}() returned")
 
     def _covered(self, message_seq: int) -> None:
         self._flushed_messages = max(self._flushed_messages, message_seq)
