@@ -5,7 +5,9 @@ thread (the broker's event loop), except the blocking halves of tickets
 (``FlushTicket.fsync``, ``RollTicket.run``, ``RetentionTicket.stat`` and
 ``.remove``, ``TruncateTicket.run``), which may run in a worker thread.  The broker opens its logs
 with ``roll_on_append=False``, so an append never rolls (never fsyncs) on the
-loop: the broker rolls with a ticket before appending.
+loop: the broker rolls with a ticket before appending.  Each kind of ticket
+has a collaborator that owns the one in flight: ``Flushing`` (flushes, rolls
+and the visible end's listeners), ``Retention`` and ``Truncation``.
 
 Invariants (asserted where they are established):
 
@@ -20,8 +22,8 @@ Invariants (asserted where they are established):
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from trikafka.wire.messageset import validate_message_set
@@ -30,8 +32,8 @@ from trikafka.wire.responses import ChunkSequence, FileRegion
 from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
 from .errors import LogBusyError, LogClosedError, LogError, LogFailedError
+from .flushing import Flushing
 from .fs import FileSystem
-from .names import segment_file_name
 from .recovery import load_segments
 from .retention import Retention, RetentionTicket
 from .segment import Segment
@@ -67,24 +69,18 @@ class Log:
         self._clock_ms = clock_ms
         self._segments = SegmentList(segments)
         assert all(s.fully_flushed for s in segments[:-1]), segments
-        self._appended_messages = 0  # inner messages appended by this process
-        self._flushed_messages = 0  # of those, how many a completed flush or roll covered
         self._roll_on_append = roll_on_append
-        self._dirty = False  # bytes appended since the last flush or roll captured the log
-        self._flush_ticket: FlushTicket | None = None
-        self._roll_ticket: RollTicket | None = None
         self._idle_listeners: list[Callable[[Log], None]] = []
         self._failure: str | None = None
         self._closed = False
         self._cleaning = False
-        self._listeners: list[Callable[[Log], None]] = []
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
+        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, repr(self))
         self._retention = Retention(fs, dir_path, self._segments, repr(self))
         self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, repr(self))
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
         # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
-        self._dirty_listeners: list[Callable[[Log], None]] = []
 
     @classmethod
     def open(cls, fs: FileSystem, dir_path: str, topic: str, partition: int, config: LogConfig,
@@ -115,7 +111,7 @@ class Log:
     @property
     def unflushed_messages(self) -> int:
         """Messages appended but not yet covered by a completed flush."""
-        return self._appended_messages - self._flushed_messages
+        return self._flushing.unflushed_messages
 
     @property
     def segments(self) -> SegmentView:
@@ -133,7 +129,7 @@ class Log:
 
     @property
     def flush_in_flight(self) -> bool:
-        return self._flush_ticket is not None
+        return self._flushing.flush_ticket is not None
 
     @property
     def cleaning(self) -> bool:
@@ -148,13 +144,13 @@ class Log:
 
     def add_visible_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop each time the visible end advances."""
-        self._listeners.append(callback)
+        self._flushing.add_visible_listener(partial(callback, self))
 
     def add_dirty_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop when an append lands in a log that had
         nothing unflushed beyond what a flush or roll in flight already captured
         (the start of the wait that the flush interval bounds)."""
-        self._dirty_listeners.append(callback)
+        self._flushing.add_dirty_listener(partial(callback, self))
 
     # -- writes -----------------------------------------------------------------------
 
@@ -171,7 +167,7 @@ class Log:
         ``LogFailedError`` once an I/O error stopped the log.
         """
         self._check_writable()
-        if self._roll_ticket is not None or self._truncation.busy:
+        if self._flushing.roll_ticket is not None or self._truncation.busy:
             raise LogBusyError(f"{self}: a roll or truncation is in flight; append after it completes")
         if isinstance(data, bytearray):
             data = memoryview(data)  # the codec and the segment file read any buffer, as bytes or a view
@@ -179,7 +175,7 @@ class Log:
         valid_bytes = validated.valid_bytes
         if valid_bytes == 0:
             end = self.end_offset
-            return AppendResult(end, end, 0, self._flush_due_by_count())
+            return AppendResult(end, end, 0, self._flushing.flush_due(self.config))
         now_ms = self._clock_ms()
         if self._roll_on_append and self.should_roll(now_ms):
             self._roll_inline()
@@ -192,13 +188,9 @@ class Log:
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
-        self._appended_messages += validated.message_count
-        if not self._dirty:
-            self._dirty = True
-            for callback in tuple(self._dirty_listeners):
-                callback(self)
+        self._flushing.appended(validated.message_count)
         return AppendResult(base_offset, base_offset + valid_bytes, validated.message_count,
-                            self._flush_due_by_count())
+                            self._flushing.flush_due(self.config))
 
     def roll_due(self) -> bool:
         """Whether an append now would roll first (``should_roll`` at this log's clock)."""
@@ -211,14 +203,7 @@ class Log:
             return True
         return segment.first_append_ms is not None and now_ms - segment.first_append_ms > self.config.roll_ms
 
-    def _flush_due_by_count(self) -> bool:
-        # Messages already captured by a flush in flight do not count again.
-        covered = self._flushed_messages
-        if self._flush_ticket is not None:
-            covered = max(covered, self._flush_ticket.message_seq)
-        return self._appended_messages - covered >= self.config.flush_interval_messages
-
-    # -- flush --------------------------------------------------------------------------
+    # -- flush (flushing.py's ``Flushing`` owns the flush or roll in flight) -------------
 
     def begin_flush(self) -> FlushTicket | None:
         """Capture the active segment's current size for a flush; None if nothing is unflushed.
@@ -229,30 +214,19 @@ class Log:
         None while a truncation is in flight: it fsyncs every byte it leaves.
         """
         self._check_writable()
-        if self._flush_ticket is not None or self._roll_ticket is not None:
+        if self._flushing.busy:
             raise LogBusyError(f"{self}: a flush or roll is already in flight")
-        segment = self._segments.last
-        self._dirty = False
-        if segment.size == segment.visible_size or self._truncation.busy:
-            return None
-        self._flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
-        return self._flush_ticket
+        return self._flushing.begin_flush(capture=not self._truncation.busy)
 
     def complete_flush(self, ticket: FlushTicket) -> None:
         """After ``ticket.fsync()`` returned: advance the visible size to the size
         captured before the fsync and notify listeners.  Raises ``LogFailedError``
         if the fsync failed (the log is then failed for good)."""
-        if ticket is not self._flush_ticket:
-            raise LogError(f"{self}: {ticket!r} is not this log's flush in flight")
-        if not ticket.finished:
-            raise LogError(f"{self}: complete_flush() before {ticket!r}.fsync() returned")
-        self._flush_ticket = None
+        self._flushing.end_flush(ticket)
         try:
             if not ticket.synced:
                 raise self._fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
-            self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
-            if ticket.segment.mark_flushed(ticket.size):
-                self._notify_visible()
+            self._flushing.settle_flush(ticket)
         finally:
             self._notify_idle()
 
@@ -273,62 +247,36 @@ class Log:
         another ``begin_flush``/``begin_roll``.
         """
         self._check_writable()
-        if self._flush_ticket is not None or self._roll_ticket is not None or self._truncation.busy:
+        if self._flushing.busy or self._truncation.busy:
             raise LogBusyError(f"{self}: a flush, roll or truncation is already in flight")
-        return self._capture_roll()
+        return self._flushing.begin_roll()
 
     def complete_roll(self, ticket: RollTicket) -> None:
         """Install the new segment after ``ticket.run()``; the old one becomes fully visible."""
-        if ticket is not self._roll_ticket:
-            raise LogError(f"{self}: {ticket!r} is not this log's roll in flight")
-        if not ticket.finished:
-            raise LogError(f"{self}: complete_roll() before {ticket!r}.run() returned")
-        self._roll_ticket = None
+        self._flushing.end_roll(ticket)
         try:
-            self._install_roll(ticket)
+            if ticket.error is not None:
+                raise self._fail(f"roll to {ticket.new_path} failed: {ticket.error}")
+            self._flushing.settle_roll(ticket)
         finally:
             self._notify_idle()
-
-    def _install_roll(self, ticket: RollTicket) -> None:
-        if ticket.error is not None:
-            raise self._fail(f"roll to {ticket.new_path} failed: {ticket.error}")
-        assert ticket.new_file is not None and ticket.new_file.size == 0, ticket
-        old = ticket.old_segment
-        assert old is self._segments.last and old.size == ticket.old_size, (old, ticket)
-        advanced = old.mark_flushed(ticket.old_size)
-        # The invariant behind newest-segment-only recovery: the old segment was
-        # fsynced in full before the new segment's file was created.
-        assert old.fully_flushed, old
-        self._segments.append(Segment(ticket.new_start, ticket.new_path, ticket.new_file, 0))
-        self._flushed_messages = max(self._flushed_messages, ticket.message_seq)
-        if advanced:
-            self._notify_visible()
 
     def roll(self) -> bool:
         """Roll synchronously on this thread; False when the active segment is empty."""
         self._check_writable()
-        if self._roll_ticket is not None or self._truncation.busy:
+        if self._flushing.roll_ticket is not None or self._truncation.busy:
             raise LogBusyError(f"{self}: a roll or truncation is already in flight")
         return self._roll_inline()
 
     def _roll_inline(self) -> bool:
         # A flush ticket in flight does not matter here: the roll fsyncs the
         # whole segment, and that ticket's completion later changes nothing.
-        ticket = self._capture_roll()
+        ticket = self._flushing.begin_roll()
         if ticket is None:
             return False
         ticket.run()
         self.complete_roll(ticket)
         return True
-
-    def _capture_roll(self) -> RollTicket | None:
-        old = self._segments.last
-        if old.size == 0:
-            return None
-        path = os.path.join(self.dir_path, segment_file_name(old.end))
-        self._dirty = False
-        self._roll_ticket = RollTicket(self._fs, self.dir_path, old, self._appended_messages, path)
-        return self._roll_ticket
 
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
@@ -366,7 +314,7 @@ class Log:
         kept: when the rules would delete every segment, a non-empty last segment is
         rolled first, an empty one is kept with a fresh mtime."""
         self._check_writable()
-        if self._roll_ticket is not None or self.cleaning or self._truncation.busy:
+        if self._flushing.roll_ticket is not None or self.cleaning or self._truncation.busy:
             return 0
         ticket = self.begin_retention(self._clock_ms() if now_ms is None else now_ms)
         ticket.stat()
@@ -400,7 +348,8 @@ class Log:
         now); ``ticket.remove()`` then unlinks them.  Returns how many."""
         count = self._retention.count(ticket, self.config)
         self._check_writable()
-        keep_open = self._flush_ticket.segment if self._flush_ticket is not None else None
+        flush_ticket = self._flushing.flush_ticket
+        keep_open = flush_ticket.segment if flush_ticket is not None else None
         return self._retention.drop(ticket, count, keep_open)
 
     def complete_retention(self, ticket: RetentionTicket) -> None:
@@ -452,11 +401,7 @@ class Log:
         try:
             if ticket.error is not None:
                 raise self._fail(f"truncation of {ticket.segment.path} to {ticket.cut} bytes failed: {ticket.error}")
-            advanced = self._truncation.settle(ticket)
-            self._flushed_messages = self._appended_messages  # everything left is fsynced
-            self._dirty = False
-            if advanced:
-                self._notify_visible()
+            self._flushing.settle_truncate(self._truncation.settle(ticket))
         finally:
             self._notify_idle()
 
@@ -472,7 +417,7 @@ class Log:
         self.complete_truncate(ticket)
 
     def _idle(self) -> bool:
-        return (self._flush_ticket is None and self._roll_ticket is None and not self._retention.busy
+        return (not self._flushing.busy and not self._retention.busy
                 and not self._truncation.busy and not self.cleaning)
 
     def _notify_idle(self) -> None:
@@ -490,14 +435,13 @@ class Log:
         """
         if self._closed:
             return
-        for ticket in (self._flush_ticket, self._roll_ticket, self._retention.ticket, self._truncation.ticket):
+        for ticket in (*self._flushing.tickets, self._retention.ticket, self._truncation.ticket):
             if ticket is not None and ticket.running:
                 raise LogBusyError(f"{self}: close() while {ticket!r} runs")
-        if self._roll_ticket is not None and self._roll_ticket.new_file is not None:
-            self._roll_ticket.new_file.close()
+        self._flushing.abandon()
         # An abandoned truncation's later segments left the view but not the disk (or not yet closed).
         dropped = self._truncation.dropped
-        self._flush_ticket = self._roll_ticket = self._retention.ticket = self._truncation.ticket = None
+        self._retention.ticket = self._truncation.ticket = None
         self._closed = True
         for segment in self._segments.view.segments + dropped:
             segment.file.close()
@@ -514,10 +458,6 @@ class Log:
             self._failure = f"{self.topic}-{self.partition}: {reason}"
             logger.error("log failed, refusing further writes: %s", self._failure)
         return LogFailedError(self._failure)
-
-    def _notify_visible(self) -> None:
-        for callback in tuple(self._listeners):
-            callback(self)
 
     def __repr__(self) -> str:
         return f"Log({self.topic!r}, {self.partition})"

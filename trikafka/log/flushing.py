@@ -1,0 +1,209 @@
+"""Flushing and rolling (docs/protocol.md §7.2): how appended bytes become durable, then visible.
+
+The ``Log`` takes a flush or roll ticket on the loop, its blocking half runs in
+a worker thread (``tickets.py``), and the ``Log`` hands it back on the loop.
+``Flushing`` is the log's collaborator that owns what lies between: the flush
+or roll in flight, how many appended messages a completed one covered, whether
+anything was appended since the last capture (the dirty flag), and the
+listeners that hear the visible end ``E`` advance.
+
+Invariants (asserted where they are established):
+
+* at most one flush or roll is captured through ``begin_flush``/``begin_roll``
+  at a time; an inline roll (``Log.roll``) may overtake a flush in flight, and
+  that flush's completion then changes nothing;
+* a segment's visible size grows only by what a completed fsync covered;
+* a roll fsyncs the old segment in full before the new segment is installed;
+* the flushed message count never exceeds the appended one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from .checkpoint import RecoveryCheckpointer
+from .config import LogConfig
+from .errors import LogError
+from .fs import FileSystem
+from .names import segment_file_name
+from .segment import Segment
+from .segment_list import SegmentList
+from .tickets import FlushTicket, RollTicket, Ticket
+
+
+class Flushing:
+    """A log's flushes and rolls of its active segment, and who hears about them.
+
+    It captures and settles tickets over the log's ``SegmentList``; the ``Log``
+    checks that it may write, that no truncation or other ticket is in flight,
+    and turns a ticket's I/O error into its own failure.  Listeners take no
+    argument: the ``Log`` binds itself to the callbacks its callers register.
+    """
+
+    __slots__ = ("_fs", "_dir_path", "_segments", "_checkpointer", "_name", "flush_ticket", "roll_ticket",
+                 "_appended_messages", "_flushed_messages", "_dirty", "_visible_listeners", "_dirty_listeners")
+
+    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList,
+                 checkpointer: RecoveryCheckpointer, name: str):
+        self._fs = fs
+        self._dir_path = dir_path
+        self._segments = segments
+        self._checkpointer = checkpointer  # written by flush tickets
+        self._name = name  # the log's name, for error messages
+        self.flush_ticket: FlushTicket | None = None  # the flush in flight
+        self.roll_ticket: RollTicket | None = None  # the roll in flight
+        self._appended_messages = 0  # inner messages appended by this process
+        self._flushed_messages = 0  # of those, how many a completed flush or roll covered
+        self._dirty = False  # bytes appended since the last flush or roll captured the log
+        self._visible_listeners: list[Callable[[], None]] = []
+        self._dirty_listeners: list[Callable[[], None]] = []
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """A flush or a roll is in flight."""
+        return self.flush_ticket is not None or self.roll_ticket is not None
+
+    @property
+    def tickets(self) -> tuple[Ticket | None, Ticket | None]:
+        """The flush and the roll in flight (None where there is none)."""
+        return self.flush_ticket, self.roll_ticket
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Messages appended but not yet covered by a completed flush or roll."""
+        return self._appended_messages - self._flushed_messages
+
+    def flush_due(self, config: LogConfig) -> bool:
+        """Whether ``config.flush_interval_messages`` appended messages wait for a flush.
+
+        Messages already captured by a flush in flight do not count again.
+        """
+        covered = self._flushed_messages
+        if self.flush_ticket is not None:
+            covered = max(covered, self.flush_ticket.message_seq)
+        return self._appended_messages - covered >= config.flush_interval_messages
+
+    def add_visible_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` each time the visible end advances."""
+        self._visible_listeners.append(callback)
+
+    def add_dirty_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` when an append lands while nothing was unflushed beyond
+        what a flush or roll in flight already captured."""
+        self._dirty_listeners.append(callback)
+
+    # -- appends ------------------------------------------------------------------------
+
+    def appended(self, message_count: int) -> None:
+        """Count an append of ``message_count`` messages; the first since a capture calls the dirty listeners."""
+        assert message_count >= 0, message_count
+        self._appended_messages += message_count
+        if not self._dirty:
+            self._dirty = True
+            for callback in tuple(self._dirty_listeners):
+                callback()
+
+    # -- flush --------------------------------------------------------------------------
+
+    def begin_flush(self, capture: bool) -> FlushTicket | None:
+        """Capture the active segment's current size for a flush; the caller checked ``busy``.
+
+        Clears the dirty flag.  None when nothing is unflushed or not ``capture``
+        (a truncation in flight fsyncs every byte it leaves).
+        """
+        assert not self.busy, self.tickets
+        segment = self._segments.last
+        self._dirty = False
+        if segment.size == segment.visible_size or not capture:
+            return None
+        self.flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
+        return self.flush_ticket
+
+    def end_flush(self, ticket: FlushTicket) -> None:
+        """Take back the flush in flight after ``ticket.fsync()`` returned.
+
+        Raises ``LogError`` before that or for a ticket that is not the flush in flight.
+        """
+        self._check_returned(ticket, self.flush_ticket, "flush", "fsync")
+        self.flush_ticket = None
+
+    def settle_flush(self, ticket: FlushTicket) -> None:
+        """Make what a synced ``ticket`` covered visible; the listeners hear an advance."""
+        assert ticket.synced, ticket
+        self._covered(ticket.message_seq)
+        if ticket.segment.mark_flushed(ticket.size):
+            self._notify_visible()
+
+    # -- roll -----------------------------------------------------------------------------
+
+    def begin_roll(self) -> RollTicket | None:
+        """Capture a roll of the active segment; None when it is empty (nothing to roll).
+
+        Clears the dirty flag.  The caller checked that no roll is in flight; a
+        flush in flight may stay (the roll fsyncs the whole segment).
+        """
+        assert self.roll_ticket is None, self.roll_ticket
+        old = self._segments.last
+        if old.size == 0:
+            return None
+        path = os.path.join(self._dir_path, segment_file_name(old.end))
+        self._dirty = False
+        self.roll_ticket = RollTicket(self._fs, self._dir_path, old, self._appended_messages, path)
+        return self.roll_ticket
+
+    def end_roll(self, ticket: RollTicket) -> None:
+        """Take back the roll in flight after ``ticket.run()`` returned.
+
+        Raises ``LogError`` before that or for a ticket that is not the roll in flight.
+        """
+        self._check_returned(ticket, self.roll_ticket, "roll", "run")
+        self.roll_ticket = None
+
+    def settle_roll(self, ticket: RollTicket) -> None:
+        """Install the new segment of a ``ticket`` that ran without an I/O error; the old one becomes fully visible."""
+        assert ticket.error is None, ticket
+        assert ticket.new_file is not None and ticket.new_file.size == 0, ticket
+        old = ticket.old_segment
+        assert old is self._segments.last and old.size == ticket.old_size, (old, ticket)
+        advanced = old.mark_flushed(ticket.old_size)
+        # The invariant behind newest-segment-only recovery: the old segment was
+        # fsynced in full before the new segment's file was created.
+        assert old.fully_flushed, old
+        self._segments.append(Segment(ticket.new_start, ticket.new_path, ticket.new_file, 0))
+        self._covered(ticket.message_seq)
+        if advanced:
+            self._notify_visible()
+
+    # -- truncation and close -------------------------------------------------------------
+
+    def settle_truncate(self, advanced: bool) -> None:
+        """After a truncation settled: every byte left is fsynced; ``advanced``: it moved the visible end up."""
+        assert self._segments.last.fully_flushed, self._segments.last
+        self._flushed_messages = self._appended_messages
+        self._dirty = False
+        if advanced:
+            self._notify_visible()
+
+    def abandon(self) -> None:
+        """Discard the tickets in flight (the log closes; neither is running)."""
+        assert not any(t is not None and t.running for t in self.tickets), self.tickets
+        if self.roll_ticket is not None and self.roll_ticket.new_file is not None:
+            self.roll_ticket.new_file.close()
+        self.flush_ticket = self.roll_ticket = None
+
+    def _check_returned(self, ticket: Ticket, in_flight: Ticket | None, kind: str, blocking_half: str) -> None:
+        if ticket is not in_flight:
+            raise LogError(f"{self._name}: {ticket!r} is not this log's {kind} in flight")
+        if not ticket.finished:
+            raise LogError(f"{self._name}: complete_{kind}() before {ticket!r}.{blocking_half}() returned")
+
+    def _covered(self, message_seq: int) -> None:
+        self._flushed_messages = max(self._flushed_messages, message_seq)
+        assert self._flushed_messages <= self._appended_messages, (self._flushed_messages, self._appended_messages)
+
+    def _notify_visible(self) -> None:
+        for callback in tuple(self._visible_listeners):
+            callback()
