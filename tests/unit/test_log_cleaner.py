@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
@@ -250,6 +251,72 @@ def test_a_crash_at_any_change_recovers_old_or_new_segments():
             assert not [n for n in fs.listdir(DIR) if n.endswith((".cleaned", ".swap"))]
             check_valid_and_original(log, original)
             log.close()
+
+
+class _DirEntryOutcomes:
+    """A ``FakeFileSystem.crash`` rng whose ``random()`` draws (one per directory change not yet
+    fsynced) come from ``mask``: bit i set keeps the i-th change, clear undoes it.  Every other
+    draw (file contents) comes from a seeded ``random.Random``."""
+
+    def __init__(self, mask: int, seed: int):
+        self._mask, self._rest, self.draws = mask, random.Random(seed), 0
+
+    def random(self) -> float:
+        keep = self._mask >> self.draws & 1
+        self.draws += 1
+        return 0.0 if keep else 0.99
+
+    def __getattr__(self, name):
+        return getattr(self._rest, name)
+
+
+def _recleaning_run(budget: int, mask: int, cleaned_before: bool):
+    """A log cleaned (or not) once, then given newer values of every key so that a second pass
+    widens the first pass's runs; that pass crashes at change ``budget`` and the crash keeps the
+    unsynced directory changes chosen by ``mask``.  Returns the file system, the clock, the
+    originals, each segment's bytes and padding runs before the pass, the crashing file system
+    and the crash's rng."""
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(11, clock)
+    log = open_log(fs, clock)
+    original = fill(log, rounds=4)
+    if cleaned_before:
+        clean(log, fs, clock)
+    fill(log, rounds=4, original=original)
+    old = {s.start: (fs.read_file(s.path), s.padding) for s in log.segments.segments}
+    crashing = CrashingFileSystem(fs, budget)
+    try:
+        LogCleaner(crashing, clock).clean(log, COMPACT)
+    except SimulatedCrash:
+        pass
+    rng = _DirEntryOutcomes(mask, budget)
+    fs.crash("random", rng=rng)
+    return fs, clock, original, old, crashing, rng
+
+
+@pytest.mark.parametrize("cleaned_before", [False, True])
+def test_any_unsynced_directory_changes_a_crash_keeps_leave_each_segment_with_its_own_padding(cleaned_before):
+    # docs/protocol.md §11.4.2: each segment is old or new, and its padding index is that one's.
+    fs, clock, original, old, crashing, _ = _recleaning_run(10**9, 0, cleaned_before)
+    log = open_log(fs, clock)
+    new = {s.start: (fs.read_file(s.path), s.padding) for s in log.segments.segments}
+    log.close()
+    assert any(new[start][0] != old[start][0] for start in old)
+    for budget in range(1, crashing.changes + 1):
+        mask, masks = 0, 1
+        while mask < masks:
+            fs, clock, original, old, _, rng = _recleaning_run(budget, mask, cleaned_before)
+            masks = 1 << rng.draws
+            log = open_log(fs, clock)
+            for segment in log.segments.segments:
+                now = fs.read_file(segment.path)
+                assert now in (old[segment.start][0], new[segment.start][0]), (budget, mask, segment)
+                expected = old[segment.start][1] if now == old[segment.start][0] else new[segment.start][1]
+                assert segment.padding == expected, (budget, mask, segment)
+            assert not [n for n in fs.listdir(DIR) if n.endswith((".cleaned", ".swap"))]
+            check_valid_and_original(log, original)
+            log.close()
+            mask += 1
 
 
 def test_retention_waits_for_cleaning_and_removes_padding_indexes():

@@ -27,6 +27,7 @@ from .fs import SegmentFile
 _HEAD = struct.Struct(">qi")
 _RUN = struct.Struct(">qq")
 _CRC = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
 
 
 class PaddingRuns(NamedTuple):
@@ -99,8 +100,19 @@ ZEROS = ZeroSource()
 
 
 def runs_match_file(runs: PaddingRuns, file: SegmentFile) -> bool:
-    """Whether every run starts with a padding entry in ``file`` (a sidecar sanity check)."""
-    return all(is_padding_head(file.pread(a, MIN_PADDING_ENTRY_BYTES)) for a in runs.starts)
+    """Whether every run ``[a, b)`` is padding entries in ``file``, one after the other from
+    ``a`` to exactly ``b`` (a sidecar check that tells a segment's index from its old or new
+    copy's: a cleaning that rewrites a segment turns at least one entry of a run into padding)."""
+    for a, b in zip(runs.starts, runs.ends):
+        position = a
+        while position < b:
+            head = file.pread(position, MIN_PADDING_ENTRY_BYTES)
+            if not is_padding_head(head):
+                return False
+            position += 4 + _INT32.unpack_from(head, 0)[0]
+        if position != b:
+            return False
+    return True
 
 
 def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes: int,
