@@ -12,7 +12,7 @@ high watermark.  Unreplicated topics never reach this module.
 from __future__ import annotations
 
 from ...log.errors import OffsetOutOfRangeError
-from ...wire import ACKS_FLUSHED
+from ...wire import ACKS_FLUSHED, OFFSETS_LATEST
 from ...wire.errors import ErrorCode
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 from ...wire.requests import FetchPart, OffsetsRequest
@@ -78,9 +78,14 @@ class ReplicatedPartition:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
 
     async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        """The replica's OFFSETS answer, never past the committed end (taken before the read)."""
+        """The replica's OFFSETS answer, never past the committed end (taken before the read);
+        ``latest`` is that end, which consumers read to whether or not it was flushed (§12.6)."""
         end = self._hosted.consumer_end()
-        return clamp_offsets(await read(self._hosted.log, request), end)
+        found = await read(self._hosted.log, request)
+        if request.time_ms == OFFSETS_LATEST and request.max_offsets > 0:
+            # The log's own answer starts at its flushed end; the replica's at the committed one.
+            return clamp_offsets([end, *(o for o in found if o < end)], end)[:request.max_offsets]
+        return clamp_offsets(found, end)
 
 
 class _Committed:
