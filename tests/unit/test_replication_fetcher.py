@@ -101,9 +101,10 @@ async def test_a_divergent_follower_truncates_by_epoch_then_copies_the_leader_ve
     assert state.caught_up  # bytes of the leader's epoch, and its HW: every committed byte is here
 
 
-async def test_a_follower_is_not_caught_up_before_it_holds_bytes_of_the_leaders_epoch():
+async def test_a_follower_without_bytes_of_the_leaders_epoch_is_caught_up_once_it_holds_the_leaders_log():
     # The leader of epoch 3 has appended nothing yet: what it held when elected may have been
-    # committed beyond the HW it reports, so reaching that HW does not prove the copy complete.
+    # committed beyond the HW it reports, so reaching that HW does not prove the copy complete;
+    # holding the leader's whole log (its log_end) does (§12.2).
     leader_log = MemoryReplica(A + B, [EpochEntry(0, 0), EpochEntry(1, len(A))])
     leader = MemoryLeader(leader_log, epoch=3)
     left, right = trio.testing.memory_stream_pair()
@@ -115,4 +116,5 @@ async def test_a_follower_is_not_caught_up_before_it_holds_bytes_of_the_leaders_
         with pytest.raises(FollowerStopped), trio.fail_after(5):
             await follow(follower_log, link, state, max_bytes=1000)
         nursery.cancel_scope.cancel()
-    assert bytes(follower_log.data) == A + B and not state.caught_up
+    assert bytes(follower_log.data) == A + B and state.caught_up
+

@@ -104,8 +104,10 @@ async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
             await log.append_verbatim(action.data)
         elif not isinstance(action, (TruncateFirst, Nothing)):
             raise AssertionError(action)
-        state.caught_up = state.caught_up or (not isinstance(action, TruncateFirst)
-                                              and log.history.latest_epoch == state.leader_epoch
+        # Caught up (§12.2): it holds all the leader held when elected (bytes of the leader's
+        # epoch, or the leader's whole log: the answer's log_end) and the HW.
+        holds_all = log.history.latest_epoch == state.leader_epoch or log.end_offset >= result.log_end
+        state.caught_up = state.caught_up or (not isinstance(action, TruncateFirst) and holds_all
                                               and log.end_offset >= result.high_watermark)
         if on_high_watermark is not None and (state.high_watermark, state.caught_up) != before:
             on_high_watermark(state.high_watermark)
