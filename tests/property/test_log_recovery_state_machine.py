@@ -1,4 +1,4 @@
-"""Crash-truncation recovery as a Hypothesis state machine (spec §7.3; anchors B3, B4).
+"""Crash-truncation recovery as a Hypothesis state machine (spec §7.3).
 
 Fault model, named after ``FakeFileSystem.crash`` modes: a machine crash keeps
 any prefix of each file's unflushed bytes (``prefix``), or a prefix followed by

@@ -1,6 +1,6 @@
 """Log: append, read, flush and roll tickets, offsets, retention, fail-stop (spec §5, §7).
 
-The first tests port 0.7's ``LogTest`` scenarios (anchors B3).
+The first tests port 0.7's ``LogTest`` scenarios.
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""Loading and crash recovery of a partition directory (spec §7.1, §7.3; anchors B3, B4)."""
+"""Loading and crash recovery of a partition directory (spec §7.1, §7.3)."""
 
 import pytest
 
@@ -213,7 +213,7 @@ def test_bad_segment_names_fail_clearly():
 
 def test_a_lost_new_segment_after_a_roll_still_loads():
     # The roll fsynced the old segment, created the new one, then crashed
-    # before the directory fsync: the new entry may be gone (anchors B4 #3).
+    # before the directory fsync: the new entry may be gone.
     for seed in range(20):
         fs = FakeFileSystem(seed)
         fs.write_file(SEG0, b"")  # the directory entries are durable
