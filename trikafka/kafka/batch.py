@@ -1,0 +1,222 @@
+"""v2 record batches as the log sees them (docs/protocol.md §16.6).
+
+The log stores batches byte for byte; it reads only their 61-byte headers:
+
+* ``validate_batches``: what a leader or follower accepts on append;
+* ``assign_offsets``: the leader's rewrite of ``baseOffset``,
+  ``partitionLeaderEpoch`` and, under LogAppendTime, ``maxTimestamp``;
+* ``scan_valid_prefix``: what crash recovery keeps of a segment;
+* ``read_header`` and ``walk_headers``: the offset and time indexes' walk.
+
+The records inside a batch (keys, values, headers, compression) are not read
+here.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, NamedTuple
+
+from crc32c import crc32c
+
+MAGIC = 2
+# baseOffset:int64 batchLength:int32: the part of a batch before the bytes batchLength counts.
+LOG_OVERHEAD = 12
+HEADER_BYTES = 61  # LOG_OVERHEAD + the fixed fields up to and including recordCount
+CRC_FROM = 21  # the CRC covers attributes .. the end of the batch
+_LEADER_EPOCH_AT = 12
+_MAGIC_AT = 16
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_MAX_TIMESTAMP_AT = 35
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_LOG_APPEND = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+NO_PRODUCER_ID = -1
+
+_HEADER = struct.Struct(">qiiBIhiqqqhii")
+_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
+assert _HEADER.size == HEADER_BYTES
+
+
+class BatchHeader(NamedTuple):
+    """The fixed fields of one batch, and ``position``: where it starts in the bytes read."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole batch."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def end(self) -> int:
+        """Where the next batch starts, in the bytes read."""
+        return self.position + LOG_OVERHEAD + self.batch_length
+
+    @property
+    def next_offset(self) -> int:
+        """The logical offset after this batch's last record."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_LOG_APPEND)
+
+
+class BatchError(ValueError):
+    """A produced part that breaks a rule of §16.6; ``kind`` names the Kafka error to answer."""
+
+    CORRUPT = "corrupt"  # CORRUPT_MESSAGE: framing or CRC
+    INVALID = "invalid"  # INVALID_RECORD: a field breaks a rule
+    TOO_LARGE = "too_large"  # MESSAGE_TOO_LARGE
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind
+
+
+def read_header(data: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """The header of the batch at ``position``; ``data`` must hold its 61 bytes."""
+    return BatchHeader(position, *_HEADER.unpack_from(data, position))
+
+
+def batch_crc(data: bytes | bytearray | memoryview, position: int, size: int) -> int:
+    """CRC-32C of the batch at ``position`` of ``size`` bytes, as its ``crc`` field holds it."""
+    view = memoryview(data)
+    return crc32c(view[position + CRC_FROM:position + size])
+
+
+def next_batch_bytes(prefix: bytes | bytearray | memoryview) -> int | None:
+    """Size of the batch whose first 12 bytes are ``prefix``, or None if they cannot start one."""
+    if len(prefix) < LOG_OVERHEAD:
+        return None
+    _, length = _PREFIX.unpack_from(prefix, 0)
+    if length < HEADER_BYTES - LOG_OVERHEAD:
+        return None
+    return LOG_OVERHEAD + length
+
+
+def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: int) -> list[BatchHeader]:
+    """Check a produced part: whole batches, each passing §16.6's rules; their headers.
+
+    Raises ``BatchError`` on the first batch that breaks a rule (nothing of
+    the part may be appended then).  An empty part has no batches.
+    """
+    view = memoryview(data)
+    end = len(view)
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < end:
+        if end - pos < HEADER_BYTES:
+            raise BatchError(BatchError.CORRUPT, f"{end - pos} bytes at {pos} cannot hold a batch header")
+        header = read_header(view, pos)
+        if header.batch_length < HEADER_BYTES - LOG_OVERHEAD or header.end > end:
+            raise BatchError(BatchError.CORRUPT, f"batch at {pos}: length {header.batch_length} does not fit")
+        if header.magic != MAGIC:
+            raise BatchError(BatchError.CORRUPT, f"batch at {pos}: magic {header.magic}, only 2 is served")
+        if batch_crc(view, pos, header.size) != header.crc:
+            raise BatchError(BatchError.CORRUPT, f"batch at {pos}: CRC-32C does not match")
+        if header.size > max_batch_bytes:
+            raise BatchError(BatchError.TOO_LARGE, f"batch at {pos}: {header.size} bytes, the limit is "
+                                                   f"{max_batch_bytes}")
+        _check_fields(header)
+        headers.append(header)
+        pos = header.end
+    return headers
+
+
+def _check_fields(header: BatchHeader) -> None:
+    where = f"batch at {header.position}"
+    if header.record_count < 1:
+        raise BatchError(BatchError.INVALID, f"{where}: {header.record_count} records")
+    if header.last_offset_delta < 0 or (header.compression == 0
+                                        and header.last_offset_delta != header.record_count - 1):
+        raise BatchError(BatchError.INVALID, f"{where}: lastOffsetDelta {header.last_offset_delta} "
+                                             f"for {header.record_count} records")
+    if header.attributes & (TRANSACTIONAL | CONTROL):
+        raise BatchError(BatchError.INVALID, f"{where}: transactional and control batches are not served")
+    if header.producer_id != NO_PRODUCER_ID:
+        raise BatchError(BatchError.INVALID, f"{where}: idempotent producers are not served (producer id "
+                                             f"{header.producer_id})")
+    if header.compression > 4:
+        raise BatchError(BatchError.INVALID, f"{where}: unknown compression {header.compression}")
+
+
+def check_follows(headers: list[BatchHeader], next_offset: int) -> int:
+    """A follower's check that verbatim batches continue the log at ``next_offset``; the offset after them."""
+    for header in headers:
+        if header.base_offset != next_offset:
+            raise BatchError(BatchError.INVALID, f"batch at {header.position} starts at offset "
+                                                 f"{header.base_offset}, the log is at {next_offset}")
+        next_offset = header.next_offset
+    return next_offset
+
+
+def assign_offsets(data: bytearray, headers: list[BatchHeader], next_offset: int, leader_epoch: int,
+                   append_time_ms: int | None) -> int:
+    """Rewrite validated batches in place as the leader appends them; the offset after them.
+
+    Each batch gets ``baseOffset`` = the next logical offset and the leader's
+    epoch; with ``append_time_ms`` (LogAppendTime) also the timestamp-type bit
+    and ``maxTimestamp``, and a new CRC.
+    """
+    for header in headers:
+        pos = header.position
+        _INT64.pack_into(data, pos, next_offset)
+        _INT32.pack_into(data, pos + _LEADER_EPOCH_AT, leader_epoch)
+        if append_time_ms is not None:
+            _INT16.pack_into(data, pos + _ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_LOG_APPEND)
+            _INT64.pack_into(data, pos + _MAX_TIMESTAMP_AT, append_time_ms)
+            _UINT32.pack_into(data, pos + _CRC_AT, batch_crc(data, pos, header.size))
+        next_offset += header.last_offset_delta + 1
+    return next_offset
+
+
+def scan_valid_prefix(data: bytes | bytearray | memoryview) -> int:
+    """Bytes of ``data`` that crash recovery keeps: whole batches of magic 2 whose CRC matches."""
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while end - pos >= HEADER_BYTES:
+        size = next_batch_bytes(view[pos:pos + LOG_OVERHEAD])
+        if size is None or pos + size > end or view[pos + _MAGIC_AT] != MAGIC:
+            break
+        if batch_crc(view, pos, size) != _UINT32.unpack_from(view, pos + _CRC_AT)[0]:
+            break
+        pos += size
+    return pos
+
+
+def walk_headers(data: bytes | bytearray | memoryview, start: int = 0) -> Iterator[BatchHeader]:
+    """Headers of the whole batches in ``data`` from ``start`` (no CRC check: for indexing stored bytes)."""
+    view = memoryview(data)
+    pos, end = start, len(view)
+    while end - pos >= HEADER_BYTES:
+        header = read_header(view, pos)
+        if header.batch_length < HEADER_BYTES - LOG_OVERHEAD or header.end > end:
+            return
+        yield header
+        pos = header.end
