@@ -26,12 +26,13 @@ EVERYTHING = None  # "may import everything"
 MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "util": frozenset(),
     "wire": frozenset({"util"}),
-    "log": frozenset({"util", "wire"}),
-    "zk": frozenset({"util", "wire"}),
-    "broker": frozenset({"util", "wire", "log", "zk"}),
-    "client": frozenset({"util", "wire"}),
-    "producer": frozenset({"util", "wire", "zk", "client"}),
-    "group": frozenset({"util", "wire", "zk", "client"}),
+    "kafka": frozenset({"util"}),  # the Kafka-protocol codec (§16), a codec beside wire/, independent of it
+    "log": frozenset({"util", "wire", "kafka"}),
+    "zk": frozenset({"util", "wire", "kafka"}),
+    "broker": frozenset({"util", "wire", "kafka", "log", "zk"}),
+    "client": frozenset({"util", "wire", "kafka"}),
+    "producer": frozenset({"util", "wire", "kafka", "zk", "client"}),
+    "group": frozenset({"util", "wire", "kafka", "zk", "client"}),
     "spark": frozenset({"util", "wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
     "mirror": frozenset({"util", "wire", "zk", "client", "producer", "group"}),
     "testing": EVERYTHING,
@@ -52,6 +53,7 @@ SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry_values"
 THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "util": frozenset(),  # stdlib only, so that importing it never loads more than the helper asked for
     "wire": frozenset(),  # stdlib only; its codec library in wire/compression.py, its CRC library in wire/crc.py
+    "kafka": frozenset({"kio", "crc32c", "cramjam"}),  # Kafka's message schemas, CRC-32C, the batch codecs
     "log": frozenset(),
     "zk": frozenset({"kazoo", "trio", "trio_util"}),
     "broker": frozenset({"trio", "trio_util"}),
@@ -245,6 +247,9 @@ def test_every_layer_has_a_rule():
     (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooCoordinator\n"), "registry API"),
     (("spark/planted.py", "import kazoo\n"), "third-party 'kazoo' not allowed in spark/"),
     (("zk/planted.py", "from trikafka.zk import planted_too\n"), "import cycle"),
+    (("kafka/planted.py", "import trio\n"), "third-party 'trio' not allowed in kafka/"),
+    (("kafka/planted.py", "from trikafka.wire import crc\n"), "kafka/ may not import wire/"),
+    (("wire/planted.py", "from trikafka.kafka import batch\n"), "wire/ may not import kafka/"),
     (("util/planted.py", "import trio\n"), "third-party 'trio' not allowed in util/"),
     (("util/planted.py", "from trikafka.wire import crc32\n"), "util/ may not import wire/"),
     (("wire/planted.py", "def parse_bool(value):\n    return value\n"), "generic helpers live in trikafka.util"),

@@ -1,6 +1,9 @@
 """The Apache Kafka protocol, sans I/O (docs/protocol.md §16).
 
+``apis``: the api table of §16.3 and the ``kio`` classes of each version.
+``framing``: frames, request and response headers (§16.2), both sides.
+``fetch``: the Fetch response written by hand, records as sendfile chunks.
 ``batch``: v2 record batch headers: validation, offset assignment, the
-recovery scan.  The codec of the records inside a batch, compression, the
-api table over ``kio`` and request framing live beside it.
+recovery scan.  ``varint``: Kafka's variable-length integers.  ``errors``:
+the codec's one exception family, ``KafkaCodecError``.
 """

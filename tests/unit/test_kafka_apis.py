@@ -1,0 +1,75 @@
+"""The api table of §16.3: what the contract lists, what Kafka 3.0 serves, what kio models, what clients infer."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS, infer_broker_version_from_api_versions
+
+from trikafka.kafka.apis import KafkaApi, api_versions_entries, lookup
+
+PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+# Metadata v12 (topic ids in the request) is Kafka 3.1's; §16.3's table lists it, and no
+# client's version inference turns on it (kafka-python tells 3.1 by Fetch v13).
+BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12}
+
+
+def _contract_rows() -> dict[int, tuple[str, int, int, int]]:
+    text = PROTOCOL_MD.read_text()
+    table = text[text.index("### 16.3"):text.index("### 16.4")]
+    rows = {}
+    for key, name, versions, flexible in re.findall(r"^\| (\d+) \| (\w+) \| ([\d–]+) \| (\d+) \|$", table, re.M):
+        low, _, high = versions.partition("–")
+        rows[int(key)] = (name, int(low), int(high or low), int(flexible))
+    return rows
+
+
+def test_the_table_is_the_contracts():
+    rows = _contract_rows()
+    assert len(rows) == 11
+    assert {int(api): (api.label, api.min_version, api.max_version, api.flexible_from) for api in KafkaApi} == rows
+
+
+@pytest.mark.parametrize("api", list(KafkaApi), ids=lambda api: api.label)
+def test_ranges_are_kafka_3_0s(api):
+    kafka_min, kafka_max = BROKER_API_VERSIONS[(3, 0)][int(api)]
+    assert kafka_min <= api.min_version <= api.max_version
+    assert api.max_version == BEYOND_KAFKA_3_0.get(api, kafka_max)
+
+
+@pytest.mark.parametrize("api", list(KafkaApi), ids=lambda api: api.label)
+def test_every_served_version_has_kio_classes_of_the_right_flexibility(api):
+    for version in range(api.min_version, api.max_version + 1):
+        for cls in (api.request_class(version), api.response_class(version)):
+            assert (cls.__api_key__, cls.__version__) == (int(api), version)
+            assert cls.__flexible__ == api.flexible(version), (cls, version)
+    assert api.request_class(api.max_version) is api.request_class(api.max_version)  # loaded once
+
+
+def test_a_version_outside_the_range_has_no_class():
+    with pytest.raises(ValueError, match="Produce v2 is not served"):
+        KafkaApi.PRODUCE.request_class(2)
+    with pytest.raises(ValueError):
+        KafkaApi.FETCH.response_class(13)
+
+
+def test_lookup():
+    assert lookup(0) is KafkaApi.PRODUCE
+    assert lookup(60) is KafkaApi.DESCRIBE_CLUSTER
+    assert lookup(8) is None  # OffsetCommit: not served on this listener
+    assert lookup(-1) is None
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_api_versions_entries(version):
+    entries = api_versions_entries(version)
+    assert [(e.api_key, e.min_version, e.max_version) for e in entries] == [
+        (int(api), api.min_version, api.max_version) for api in KafkaApi]
+    assert all(type(e).__version__ == version for e in entries)
+
+
+def test_kafka_python_infers_a_3_0_broker_from_our_api_versions():
+    answered = {e.api_key: (e.min_version, e.max_version) for e in api_versions_entries(3)}
+    assert infer_broker_version_from_api_versions(answered) == (3, 0)

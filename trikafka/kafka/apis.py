@@ -1,0 +1,121 @@
+"""The api table of the Kafka-protocol listener (docs/protocol.md §16.3), sans I/O.
+
+One ``KafkaApi`` member per api this listener serves: its key, the versions a
+client may send and the first flexible version.  The request and response
+bodies are Apache Kafka's own message schemas, as ``kio`` models them; the
+classes of one version are loaded once and cached.
+
+``trikafka.wire.apis.ProtocolTable`` is not reused: its ``Api`` entries carry
+one request class and body codecs over 0.7's field cursor, and registering a
+member writes a ``type`` attribute on that class, whereas a Kafka api has one
+``kio`` class per version and ``kio`` is its codec.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
+from kio.schema.api_versions.v1.response import ApiVersion as ApiVersionV1
+from kio.schema.api_versions.v2.response import ApiVersion as ApiVersionV2
+from kio.schema.api_versions.v3.response import ApiVersion as ApiVersionV3
+from kio.static.primitive import i16
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+ApiVersionEntry = ApiVersionV0 | ApiVersionV1 | ApiVersionV2 | ApiVersionV3
+_API_VERSION_CLASSES: dict[int, type[ApiVersionEntry]] = {
+    0: ApiVersionV0, 1: ApiVersionV1, 2: ApiVersionV2, 3: ApiVersionV3,
+}
+
+
+class KafkaApi(enum.IntEnum):
+    """The apis of §16.3; a member's int is its ``api_key``.
+
+    ``min_version .. max_version`` are the versions a client may send,
+    ``flexible_from`` the first that uses flexible encoding (compact fields,
+    tagged fields, request header v2, §16.2).
+    """
+
+    min_version: int
+    max_version: int
+    flexible_from: int
+
+    def __new__(cls, key: int, min_version: int, max_version: int, flexible_from: int) -> KafkaApi:
+        member = int.__new__(cls, key)
+        member._value_ = key
+        member.min_version = min_version
+        member.max_version = max_version
+        member.flexible_from = flexible_from
+        return member
+
+    # name = (key, min_version, max_version, flexible_from)
+    PRODUCE = (0, 3, 9, 9)
+    FETCH = (1, 4, 12, 12)
+    LIST_OFFSETS = (2, 1, 7, 6)
+    METADATA = (3, 0, 12, 9)
+    API_VERSIONS = (18, 0, 3, 3)
+    CREATE_TOPICS = (19, 2, 7, 5)
+    DELETE_TOPICS = (20, 1, 6, 4)
+    OFFSET_FOR_LEADER_EPOCH = (23, 2, 4, 4)
+    DESCRIBE_CONFIGS = (32, 1, 4, 4)
+    CREATE_PARTITIONS = (37, 0, 3, 2)
+    DESCRIBE_CLUSTER = (60, 0, 0, 0)
+
+    @property
+    def label(self) -> str:
+        """The api's name as Kafka spells it (``ListOffsets``), for logs and metrics."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+    def supports(self, version: int) -> bool:
+        """Whether a client may send ``version`` of this api."""
+        return self.min_version <= version <= self.max_version
+
+    def flexible(self, version: int) -> bool:
+        """Whether ``version`` of this api uses flexible encoding."""
+        return version >= self.flexible_from
+
+    def request_class(self, version: int) -> type[RequestPayload]:
+        """The ``kio`` class of this api's request body at a served ``version``."""
+        self._check(version)
+        return _request_class(int(self), version)
+
+    def response_class(self, version: int) -> type[ResponsePayload]:
+        """The ``kio`` class of this api's response body at a served ``version``."""
+        self._check(version)
+        return _response_class(int(self), version)
+
+    def _check(self, version: int) -> None:
+        if not self.supports(version):
+            raise ValueError(f"{self.label} v{version} is not served (v{self.min_version}-v{self.max_version})")
+
+
+def lookup(api_key: int) -> KafkaApi | None:
+    """The table's entry for ``api_key``, None for an api this listener does not serve."""
+    return _BY_KEY.get(api_key)
+
+
+_BY_KEY: dict[int, KafkaApi] = {int(api): api for api in KafkaApi}
+
+
+def api_versions_entries(version: int) -> tuple[ApiVersionEntry, ...]:
+    """The table as the ``api_keys`` of an ApiVersions response of ``version`` (0-3), by key."""
+    return _api_versions_entries(version)
+
+
+@functools.cache
+def _api_versions_entries(version: int) -> tuple[ApiVersionEntry, ...]:
+    entry = _API_VERSION_CLASSES[version]
+    return tuple(entry(api_key=i16(int(api)), min_version=i16(api.min_version), max_version=i16(api.max_version))
+                 for api in KafkaApi)
+
+
+@functools.cache
+def _request_class(api_key: int, version: int) -> type[RequestPayload]:
+    return load_request_schema(api_key, version)
+
+
+@functools.cache
+def _response_class(api_key: int, version: int) -> type[ResponsePayload]:
+    return load_response_schema(api_key, version)
