@@ -26,7 +26,8 @@ EVERYTHING = None  # "may import everything"
 MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "util": frozenset(),
     "wire": frozenset({"util"}),
-    "log": frozenset({"util", "wire"}),
+    "kafka": frozenset({"util"}),  # the Apache Kafka protocol's codec, beside wire/ (docs/protocol.md §16)
+    "log": frozenset({"util", "wire", "kafka"}),
     "zk": frozenset({"util", "wire"}),
     "broker": frozenset({"util", "wire", "log", "zk"}),
     "client": frozenset({"util", "wire"}),
@@ -52,6 +53,7 @@ SPARK_ZK_MODULES = frozenset({"trikafka.zk.paths", "trikafka.zk.registry_values"
 THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "util": frozenset(),  # stdlib only, so that importing it never loads more than the helper asked for
     "wire": frozenset(),  # stdlib only; its codec library in wire/compression.py, its CRC library in wire/crc.py
+    "kafka": frozenset({"crc32c"}),  # CRC-32C of v2 record batches (kafka/batch.py)
     "log": frozenset(),
     "zk": frozenset({"kazoo", "trio", "trio_util"}),
     "broker": frozenset({"trio", "trio_util"}),
