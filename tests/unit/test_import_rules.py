@@ -56,7 +56,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "kafka": frozenset({"kio", "crc32c", "cramjam"}),  # Kafka's message schemas, CRC-32C, the batch codecs
     "log": frozenset(),
     "zk": frozenset({"kazoo", "trio", "trio_util"}),
-    "broker": frozenset({"trio", "trio_util"}),
+    "broker": frozenset({"trio", "trio_util", "kio"}),  # kio: the Kafka listener builds its answers (§16)
     "client": frozenset({"trio", "trio_util"}),
     "producer": frozenset({"trio", "trio_util"}),
     "group": frozenset({"trio", "trio_util"}),

@@ -2,7 +2,8 @@
 
 The log stores batches byte for byte; it reads only their 61-byte headers:
 
-* ``validate_batches``: what a leader or follower accepts on append;
+* ``validate_batches``: what a leader or follower accepts on append
+  (``whole_batches_bytes``: a follower's byte range without its cut tail);
 * ``assign_offsets``: the leader's rewrite of ``baseOffset``,
   ``partitionLeaderEpoch`` and, under LogAppendTime, ``maxTimestamp``;
 * ``scan_valid_prefix``: what crash recovery keeps of a segment;
@@ -118,6 +119,25 @@ def next_batch_bytes(prefix: bytes | bytearray | memoryview) -> int | None:
     if length < HEADER_BYTES - LOG_OVERHEAD:
         return None
     return LOG_OVERHEAD + length
+
+
+def whole_batches_bytes(data: bytes | bytearray | memoryview) -> int:
+    """Bytes of ``data`` before a trailing batch that ``data`` ends inside (a byte-range read's cut tail).
+
+    Reads only length prefixes.  A prefix that cannot start a batch ends the
+    walk at ``len(data)``: that is damage for ``validate_batches`` to report,
+    not a cut tail.
+    """
+    view = memoryview(data)
+    pos, end = 0, len(view)
+    while end - pos >= LOG_OVERHEAD:
+        size = next_batch_bytes(view[pos:pos + LOG_OVERHEAD])
+        if size is None:
+            return end
+        if pos + size > end:
+            return pos
+        pos += size
+    return pos
 
 
 def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: int) -> list[BatchHeader]:

@@ -16,22 +16,25 @@ from .errors import (
     LogFailedError,
     LogLoadError,
     OffsetOutOfRangeError,
+    WrongFormatError,
     WrongPartitionError,
 )
 from .fs import FileSystem, OsFileSystem, OsSegmentFile, SegmentFile
+from .kafka_offsets import KafkaOffsets
 from .log import TIME_EARLIEST, TIME_LATEST, AppendResult, Log
 from .manager import LogManager
-from .names import CLEAN_SHUTDOWN_MARKER, partition_dir_name, segment_file_name, validate_topic
+from .names import CLEAN_SHUTDOWN_MARKER, FORMAT_FILE, partition_dir_name, segment_file_name, validate_topic
+from .record_format import OffsetAssignment
 from .segment import Segment
 from .segment_list import SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
 from .truncation import TruncateTicket
 
 __all__ = [
-    "AppendResult", "CLEAN_SHUTDOWN_MARKER", "FileSystem", "FlushTicket",
-    "InvalidTopicError", "Log", "LogBusyError", "LogClosedError", "LogConfig", "LogError", "LogFailedError",
-    "LogLoadError", "LogManager", "ManualClock", "OffsetOutOfRangeError", "OsFileSystem", "OsSegmentFile",
-    "RollTicket", "Segment", "SegmentFile", "SegmentList", "SegmentView", "TIME_EARLIEST", "TIME_LATEST",
-    "TruncateTicket",
-    "WrongPartitionError", "partition_dir_name", "segment_file_name", "validate_topic", "wall_clock_ms",
+    "AppendResult", "CLEAN_SHUTDOWN_MARKER", "FORMAT_FILE", "FileSystem", "FlushTicket",
+    "InvalidTopicError", "KafkaOffsets", "Log", "LogBusyError", "LogClosedError", "LogConfig", "LogError",
+    "LogFailedError", "LogLoadError", "LogManager", "ManualClock", "OffsetAssignment", "OffsetOutOfRangeError",
+    "OsFileSystem", "OsSegmentFile", "RollTicket", "Segment", "SegmentFile", "SegmentList", "SegmentView",
+    "TIME_EARLIEST", "TIME_LATEST", "TruncateTicket", "WrongFormatError", "WrongPartitionError",
+    "partition_dir_name", "segment_file_name", "validate_topic", "wall_clock_ms",
 ]

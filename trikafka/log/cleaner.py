@@ -18,6 +18,7 @@ from typing import Callable
 
 from trikafka.wire.keyed import padding_head, split_run
 
+from .batch_index import build_batch_index
 from .clean_scan import (
     CleanerError, ScannedEntry, add_to_map, new_keys, pinned_tombstones, removable_runs, scan_segment,
 )
@@ -64,6 +65,11 @@ class CleanerStopped(Exception):
     """A pass ended early because ``should_stop()`` became true (shutdown)."""
 
 
+def compactable(log: object) -> bool:
+    """Whether the cleaner serves ``log``: 0.7 logs only (docs/protocol.md §16.6)."""
+    return getattr(log, "record_format", "0.7") == "0.7"
+
+
 def parse_cleanup_policy(text: str) -> tuple[bool, bool]:
     """``(compact, delete)`` from ``delete``, ``compact``, ``compact,delete`` (``+`` works too)."""
     parts = {p.strip() for p in text.replace("+", ",").split(",") if p.strip()}
@@ -108,7 +114,10 @@ class LogCleaner:
         return start, first_dirty, limit
 
     def dirty_ratio(self, log, policy: CompactionPolicy) -> float:
-        """Share of the cleanable bytes not yet cleaned (0 when nothing is cleanable)."""
+        """Share of the cleanable bytes not yet cleaned (0 when nothing is cleanable, or the log is of
+        Kafka format: its compaction is not served, docs/protocol.md §16.6)."""
+        if not compactable(log):
+            return 0.0
         start, first_dirty, limit = self.cleanable_range(log, policy)
         return 0.0 if limit <= start else (limit - first_dirty) / (limit - start)
 
@@ -124,6 +133,10 @@ class LogCleaner:
         not parse and ``CleanerStopped`` when ``should_stop()`` turned true: segments
         swapped before that stay swapped (and installed), the others are untouched.
         """
+        if not compactable(log):
+            logger.warning("not cleaning %s-%d: compaction of Kafka-format logs is not served",
+                           log.topic, log.partition)
+            return CleanResult(log.topic, log.partition)
         start, first_dirty, limit = self.cleanable_range(log, policy)
         result = CleanResult(log.topic, log.partition, first_dirty=first_dirty, map_end=first_dirty)
         charged_before = self.throttler.charged_bytes
@@ -198,6 +211,8 @@ class LogCleaner:
         file = swap_in(self.fs, log.dir_path, segment.start, new, padding, mtime_ms)
         cleaned = Segment(segment.start, segment.path, file, file.size)
         cleaned.padding = padding
+        if segment.batches is not None:  # the swapped bytes' own index (Log.install_cleaned requires one)
+            cleaned.batches = build_batch_index(file, file.size, segment.batches.start_offset, label=segment.path)
         logger.info("cleaned %s: %d of %d bytes are padding now", segment.path, padding.padded_bytes, segment.size)
         return cleaned
 

@@ -68,3 +68,7 @@ class LogLoadError(LogError):
     Raised at startup; 0.7 refuses to start in the same situations (spec §7.1)
     and so does trikafka, with a message naming the offending path.
     """
+
+
+class WrongFormatError(LogError):
+    """An operation of one record format on a log of the other (docs/protocol.md §16.6); nothing changed."""

@@ -172,7 +172,9 @@ class Flushing:
         # The invariant behind newest-segment-only recovery: the old segment was
         # fsynced in full before the new segment's file was created.
         assert old.fully_flushed, old
-        self._segments.append(Segment(ticket.new_start, ticket.new_path, ticket.new_file, 0))
+        new = Segment(ticket.new_start, ticket.new_path, ticket.new_file, 0)
+        new.batches = old.successor_batches()
+        self._segments.append(new)
         self._covered(ticket.message_seq)
         if advanced:
             self._notify_visible()

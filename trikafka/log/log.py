@@ -26,14 +26,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from trikafka.wire.messageset import validate_message_set
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
-from .errors import LogBusyError, LogClosedError, LogError, LogFailedError
+from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, WrongFormatError
 from .flushing import Flushing
 from .fs import FileSystem
+from .kafka_offsets import KafkaOffsets, index_segments
+from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
 from .retention import Retention, RetentionTicket
 from .segment import Segment
@@ -48,19 +49,27 @@ logger = logging.getLogger("trikafka.log")
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where an append landed.  ``flush_due``: the caller should flush now (docs/protocol.md §7.2)."""
+    """Where an append landed.  ``flush_due``: the caller should flush now (docs/protocol.md §7.2).
+
+    ``base_offset`` and ``next_offset`` are byte offsets; ``logical_offset``, in a
+    Kafka-format log, is the first appended batch's base offset (the log's next
+    logical offset when nothing was appended), -1 in a 0.7 log (§16.6).
+    ``message_count`` counts 0.7 messages or v2 records.
+    """
 
     base_offset: int
     next_offset: int
     message_count: int
     flush_due: bool
+    logical_offset: int = -1
 
 
 class Log:
     """The segments of one topic-partition in ``dir_path``; see the module docstring."""
 
     def __init__(self, topic: str, partition: int, dir_path: str, segments: list[Segment],
-                 config: LogConfig, fs: FileSystem, clock_ms: Callable[[], int], *, roll_on_append: bool = True):
+                 config: LogConfig, fs: FileSystem, clock_ms: Callable[[], int], *, roll_on_append: bool = True,
+                 record_format: RecordFormat = FORMAT_07):
         self.topic = topic
         self.partition = partition
         self.dir_path = dir_path
@@ -69,6 +78,9 @@ class Log:
         self._clock_ms = clock_ms
         self._segments = SegmentList(segments)
         assert all(s.fully_flushed for s in segments[:-1]), segments
+        self._format = record_format
+        assert all((s.batches is not None) == record_format.logical_offsets for s in segments), segments
+        self._kafka_offsets = KafkaOffsets(self._segments) if record_format.logical_offsets else None
         self._roll_on_append = roll_on_append
         self._idle_listeners: list[Callable[[Log], None]] = []
         self._failure: str | None = None
@@ -85,13 +97,42 @@ class Log:
     @classmethod
     def open(cls, fs: FileSystem, dir_path: str, topic: str, partition: int, config: LogConfig,
              clock_ms: Callable[[], int], needs_recovery: bool, *, roll_on_append: bool = True) -> "Log":
-        """Load an existing partition directory (recovering its newest segment if asked)."""
-        segments, checked_from = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes)
-        log = cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append)
+        """Load an existing partition directory (recovering its newest segment if asked).
+
+        Its record format is the one its ``FORMAT_FILE`` names (0.7 without one).  A
+        Kafka-format log's batch indexes are built here, after recovery, from every
+        segment's batch headers (docs/protocol.md §16.6).  Blocking.
+        """
+        fmt = read_record_format(fs, dir_path)
+        segments, checked_from = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes, fmt)
+        if fmt.logical_offsets:
+            try:
+                index_segments(segments, config.recovery_chunk_bytes)
+            except BaseException:
+                for segment in segments:
+                    segment.file.close()
+                raise
+        log = cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append,
+                  record_format=fmt)
         log.crc_checked_from = checked_from
         return log
 
     # -- state ------------------------------------------------------------------------
+
+    @property
+    def record_format(self) -> str:
+        """``"0.7"`` or ``"v2"``: what the log's directory stores (docs/protocol.md §16.6)."""
+        return self._format.name
+
+    @property
+    def kafka_offsets(self) -> KafkaOffsets:
+        """A Kafka-format log's logical offsets and times (in memory; any thread that owns the log).
+
+        Raises ``WrongFormatError`` for a 0.7 log.
+        """
+        if self._kafka_offsets is None:
+            raise WrongFormatError(f"{self} is a 0.7 log: it has no logical offsets")
+        return self._kafka_offsets
 
     @property
     def start_offset(self) -> int:
@@ -154,11 +195,19 @@ class Log:
 
     # -- writes -----------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview) -> AppendResult:
-        """Validate ``data`` as a message set, then append its valid prefix (docs/protocol.md §5.1).
+    def append(self, data: bytes | bytearray | memoryview, *,
+               assign: OffsetAssignment | None = None) -> AppendResult:
+        """Validate ``data`` in the log's record format, then append its valid prefix
+        (docs/protocol.md §5.1, §16.6).
 
-        Nothing is written unless every entry passes (raises ``MessageError``
-        and changes nothing).  A truncated trailing entry is dropped; an empty
+        Nothing is written unless every entry passes (raises the format's error,
+        ``MessageError`` or ``BatchError``, and changes nothing).  0.7: a
+        truncated trailing entry is dropped.  Kafka format: with ``assign`` (the
+        leader; ``data`` a bytearray, rewritten in place) the batches get the
+        log's next logical offsets; without it (a follower copying its leader's
+        bytes) each batch must start at the log's next logical offset, and a
+        batch that the data ends inside is dropped, as 0.7 drops a truncated
+        entry.  ``assign`` on a 0.7 log raises ``WrongFormatError``.  An empty
         valid prefix appends nothing.  Rolls first when ``should_roll``, on
         this thread, unless the log was opened with ``roll_on_append=False``
         (the broker's logs: it rolls with a ticket before appending, and an
@@ -169,28 +218,31 @@ class Log:
         self._check_writable()
         if self._flushing.roll_ticket is not None or self._truncation.busy:
             raise LogBusyError(f"{self}: a roll or truncation is in flight; append after it completes")
-        if isinstance(data, bytearray):
-            data = memoryview(data)  # the codec and the segment file read any buffer, as bytes or a view
-        validated = validate_message_set(data, self.config.max_message_size)
-        valid_bytes = validated.valid_bytes
+        kafka = self._kafka_offsets
+        next_logical = kafka.next_offset if kafka is not None else -1
+        prepared = self._format.prepare(data, self.config.max_message_size, next_logical, assign)
+        valid_bytes = prepared.valid_bytes
         if valid_bytes == 0:
             end = self.end_offset
-            return AppendResult(end, end, 0, self._flushing.flush_due(self.config))
+            return AppendResult(end, end, 0, self._flushing.flush_due(self.config), next_logical)
         now_ms = self._clock_ms()
         if self._roll_on_append and self.should_roll(now_ms):
             self._roll_inline()
         segment = self._segments.last
         base_offset = segment.end
+        payload = data if isinstance(data, bytes) else memoryview(data)  # the file writes bytes or a view
         try:
-            segment.file.append(data if valid_bytes == len(data) else memoryview(data)[:valid_bytes])
+            segment.file.append(payload if valid_bytes == len(payload) else memoryview(payload)[:valid_bytes])
         except OSError as exc:
             raise self._fail(f"append to {segment.path} failed: {exc}") from exc
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
+        if segment.batches is not None:
+            segment.batches.add_headers(prepared.batches, base_offset - segment.start)
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
-        self._flushing.appended(validated.message_count)
-        return AppendResult(base_offset, base_offset + valid_bytes, validated.message_count,
-                            self._flushing.flush_due(self.config))
+        self._flushing.appended(prepared.message_count)
+        return AppendResult(base_offset, base_offset + valid_bytes, prepared.message_count,
+                            self._flushing.flush_due(self.config), next_logical)
 
     def roll_due(self) -> bool:
         """Whether an append now would roll first (``should_roll`` at this log's clock)."""
@@ -304,7 +356,9 @@ class Log:
         """
         if self._closed:
             return False
-        return self._segments.replace(segment) is not None
+        replaced = self._segments.replace(segment)
+        assert replaced is None or (replaced.batches is None) == (segment.batches is None), (replaced, segment)
+        return replaced is not None
 
     # -- retention (retention.py's ``Retention`` owns the pass in flight) ---------------
 
@@ -384,8 +438,9 @@ class Log:
         ``offset == end_offset`` gives a ticket that does nothing, even then.
         Raises ``ValueError`` when ``offset`` is outside ``[start_offset,
         end_offset]``.  Whether ``offset`` is an entry boundary is checked here
-        when the loop knows (a segment start, the visible end), else by ``run()``
-        (it reads entry headers), and then ``complete_truncate`` raises ``ValueError``.
+        when the loop knows (a segment start, the visible end, any batch boundary
+        of a Kafka-format log: ``ValueError`` here), else by ``run()`` (it reads
+        entry headers), and then ``complete_truncate`` raises ``ValueError``.
         """
         self._check_writable()
         return self._truncation.begin(offset, self._idle(), self.config.recovery_chunk_bytes)

@@ -11,7 +11,7 @@ Startup order, each step durable before the next:
 Clean shutdown is the reverse: flush every log, close it, then create the
 marker, fsync it and fsync ``log_dir``.  A failed log blocks the marker.
 
-Creating a log blocks (mkdir, segment 0, two directory fsyncs), so it comes
+Creating a log blocks (mkdir, its format file, segment 0, directory fsyncs), so it comes
 in two halves: ``make_log`` (any thread) and ``add`` (the loop's thread);
 ``get_or_create`` runs both on the caller's thread.
 """
@@ -29,6 +29,7 @@ from .fs import FileSystem, OsFileSystem
 from .log import Log
 from .names import (BOOT_ID_FILE, CLEAN_SHUTDOWN_MARKER, LISTENER_FILE, TAIL_LOST_FILE, TOPIC_SETTINGS_FILE,
                     parse_partition_dir_name, partition_dir_name, validate_topic)
+from .record_format import record_format, write_record_format
 
 logger = logging.getLogger("trikafka.log")
 
@@ -176,6 +177,7 @@ class LogManager:
     def make_log(self, topic: str, partition: int) -> Log:
         """Create the directory and empty segment 0 of a checked topic-partition this
         manager has no log for, both durable, and return the new log (not yet added).
+        The log stores the record format of the topic's ``LogConfig.record_format``.
 
         Blocking (mkdir, a file creation, two directory fsyncs) and thread-safe:
         it changes nothing in the manager, so the broker runs it in a worker
@@ -184,6 +186,9 @@ class LogManager:
         self._check_open()
         path = os.path.join(self.log_dir, partition_dir_name(topic, partition))
         self.fs.makedirs(path)
+        # The format file is durable in the directory before the directory is in the log dir:
+        # no crash leaves a Kafka-format partition that loads as 0.7 (docs/protocol.md §16.6).
+        write_record_format(self.fs, path, record_format(self.config_for(topic).record_format))
         self.fs.fsync_dir(self.log_dir)
         # Loading an empty directory creates segment 0 and fsyncs the directory.
         return Log.open(self.fs, path, topic, partition, self.config_for(topic), self.clock_ms,

@@ -21,6 +21,8 @@ BOOT_ID_FILE = ".trikafka-boot-id"
 TAIL_LOST_FILE = ".trikafka-tail-lost"
 # A standalone broker's per-topic settings (docs/protocol.md §9.5), and its temporary twin.
 TOPIC_SETTINGS_FILE = ".trikafka-topic-settings.json"
+# A partition directory's record format (docs/protocol.md §16.6): absent for 0.7, ``v2\n`` for Kafka's batches.
+FORMAT_FILE = ".trikafka-format"
 # Where the broker serving the directory listens (docs/protocol.md §7.1), for the client commands.
 LISTENER_FILE = ".trikafka-listener"
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from typing import Callable
-
-from trikafka.wire.messageset import scan_valid_prefix
 
 from .checkpoint import CHECKPOINT_FILE_NAME, CheckpointRejected, trusted_position
 from .errors import LogLoadError
 from .fs import FileSystem, SegmentFile
 from .names import SEGMENT_SUFFIX, is_temporary_file_name, parse_segment_file_name, segment_file_name
+from .record_format import FORMAT_07, RecordFormat
 from .segment import Segment
 from .swap import load_padding, recover_swaps, remove_orphan_padding
 
@@ -32,11 +30,11 @@ logger = logging.getLogger("trikafka.log")
 RECOVERY_CHUNK_BYTES = 8 << 20
 # A scan longer than this logs its progress (and again every interval).
 PROGRESS_INTERVAL_S = 1.0
-_INT32 = struct.Struct(">i")
 
 
 def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
-                  chunk_bytes: int = RECOVERY_CHUNK_BYTES) -> tuple[list[Segment], int | None]:
+                  chunk_bytes: int = RECOVERY_CHUNK_BYTES,
+                  fmt: RecordFormat = FORMAT_07) -> tuple[list[Segment], int | None]:
     """Open every segment of a partition directory, oldest first, recovering the newest.
 
     Returns the segments and, when recovery ran, the log offset from which it
@@ -46,7 +44,8 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
     Finishes interrupted cleaner swaps, sweeps leftover temporary files, ignores files without the ``.kafka``
     suffix, creates an empty segment 0 in a directory without segments, and
     raises ``LogLoadError`` for malformed names or non-contiguous segments.
-    The recovery scan reads ``chunk_bytes`` at a time.
+    The recovery scan reads ``chunk_bytes`` at a time and keeps the entries of
+    the directory's record format ``fmt`` (0.7 messages, or v2 batches, §16.6).
     """
     recover_swaps(fs, dir_path)  # a complete cleaned segment wins over the sweep below
     names = fs.listdir(dir_path)
@@ -75,7 +74,7 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
     try:
         _check_contiguous(segments)
         if needs_recovery:
-            checked_from = segments[-1].start + _recover_newest(fs, dir_path, segments[-1], chunk_bytes)
+            checked_from = segments[-1].start + _recover_newest(fs, dir_path, segments[-1], chunk_bytes, fmt)
     except BaseException:
         for segment in segments:
             segment.file.close()
@@ -93,7 +92,7 @@ def _check_contiguous(segments: list[Segment]) -> None:
             )
 
 
-def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes: int) -> int:
+def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes: int, fmt: RecordFormat) -> int:
     """Recover the newest segment; the position in it where the CRC scan started."""
     file = segment.file
     size = file.size
@@ -106,7 +105,7 @@ def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes
         # A missing checkpoint is ordinary (a log from 0.7, or never flushed); a bad one is worth a warning.
         level = logging.WARNING if fs.exists(checkpoint_path) else logging.INFO
         logger.log(level, "recovery scans all %d bytes of %s: checkpoint not used (%s)", size, segment.path, exc)
-    valid = scan_file_valid_prefix(file, size, start=start, chunk_bytes=chunk_bytes, label=segment.path)
+    valid = scan_file_valid_prefix(file, size, start=start, chunk_bytes=chunk_bytes, label=segment.path, fmt=fmt)
     assert start <= valid <= size, (start, valid, size)
     if valid < size:
         logger.warning("recovery truncates %s from %d to %d bytes", segment.path, size, valid)
@@ -124,8 +123,8 @@ def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes
 
 def scan_file_valid_prefix(file: SegmentFile, size: int, *, start: int = 0,
                            chunk_bytes: int = RECOVERY_CHUNK_BYTES, label: str = "",
-                           clock_s: Callable[[], float] = time.monotonic) -> int:
-    """Bytes of ``file`` (of ``size`` bytes) that the recovery scan accepts (spec §7.3).
+                           clock_s: Callable[[], float] = time.monotonic, fmt: RecordFormat = FORMAT_07) -> int:
+    """Bytes of ``file`` (of ``size`` bytes) that the recovery scan of ``fmt`` accepts (spec §7.3, §16.6).
 
     Scans entries from ``start`` (an entry boundary), reading ``chunk_bytes``
     at a time; a scan longer than ``PROGRESS_INTERVAL_S`` logs its progress.
@@ -138,7 +137,7 @@ def scan_file_valid_prefix(file: SegmentFile, size: int, *, start: int = 0,
         chunk = file.pread(pos, min(chunk_bytes, size - pos))
         if not chunk:
             break
-        valid = scan_valid_prefix(chunk)
+        valid = fmt.scan_valid_prefix(chunk)
         chunk_end = pos + len(chunk)
         pos += valid
         now_s = clock_s()
@@ -148,10 +147,10 @@ def scan_file_valid_prefix(file: SegmentFile, size: int, *, start: int = 0,
         if pos == chunk_end:
             continue
         # The scan stopped inside the chunk: a bad entry, or one cut by the chunk's end.
-        needed = _complete_entry_bytes(file, pos, size)
+        needed = _complete_entry_bytes(file, pos, size, fmt)
         if needed is None or pos + needed <= chunk_end:
             break
-        if scan_valid_prefix(file.pread(pos, needed)) != needed:
+        if fmt.scan_valid_prefix(file.pread(pos, needed)) != needed:
             break
         pos += needed
     elapsed_s = clock_s() - started_s
@@ -167,11 +166,11 @@ def _log_progress(label: str, start: int, pos: int, size: int, elapsed_s: float,
                 elapsed_s, scanned / elapsed_s / 1e6 if elapsed_s > 0 else 0.0)
 
 
-def _complete_entry_bytes(file: SegmentFile, pos: int, size: int) -> int | None:
-    """``4 + N`` of the entry at ``pos`` if it plausibly ends within the file."""
-    if size - pos < 4:
+def _complete_entry_bytes(file: SegmentFile, pos: int, size: int, fmt: RecordFormat) -> int | None:
+    """The size of the entry at ``pos`` if it plausibly ends within the file."""
+    if size - pos < fmt.prefix_bytes:
         return None
-    (n,) = _INT32.unpack(file.pread(pos, 4))
-    if n < 5 or pos + 4 + n > size:
+    needed = fmt.entry_bytes(file.pread(pos, fmt.prefix_bytes))
+    if needed is None or pos + needed > size:
         return None
-    return 4 + n
+    return needed

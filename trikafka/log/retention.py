@@ -53,6 +53,29 @@ def count_over_size(visible_sizes: Sequence[int], retention_bytes: int) -> int:
     return count
 
 
+def retention_times_ms(segments: Sequence[Segment], mtimes_ms: Sequence[int]) -> list[int]:
+    """What the time rule judges each segment by: in a Kafka-format log its largest ``maxTimestamp``
+    where it holds a batch (docs/protocol.md §16.6), else its file's time."""
+    return [s.batches.largest_timestamp_ms if s.batches is not None and len(s.batches) else mtime_ms
+            for s, mtime_ms in zip(segments, mtimes_ms)]
+
+
+def deletable(segments: Sequence[Segment]) -> int:
+    """How many of the oldest segments retention may delete at most.
+
+    A Kafka-format log keeps its newest segment that holds a batch: nothing
+    of its logical offsets is on disk but its batches, so a log emptied by
+    retention would number its records from 0 again after a restart.
+    """
+    for k in range(len(segments) - 1, -1, -1):
+        batches = segments[k].batches
+        if batches is None:
+            return len(segments)
+        if len(batches):
+            return k
+    return len(segments)
+
+
 class RetentionTicket(Ticket):
     """One retention pass of a log; ``stat()`` and ``remove()`` block and may run in a worker thread.
 
@@ -87,8 +110,9 @@ class RetentionTicket(Ticket):
             assert self.error is not None, f"{self!r}: count() before stat()"
             return 0
         assert segments[:len(self.segments)] == self.segments, (self, segments)
-        expired = count_expired(self.mtimes_ms, self.now_ms, config.retention_ms)
-        return expired + count_over_size([s.visible_size for s in segments[expired:]], config.retention_bytes)
+        expired = count_expired(retention_times_ms(self.segments, self.mtimes_ms), self.now_ms, config.retention_ms)
+        count = expired + count_over_size([s.visible_size for s in segments[expired:]], config.retention_bytes)
+        return min(count, deletable(segments))
 
     def stat(self) -> None:
         """Read the mtime of every segment of the snapshot (one ``stat`` each)."""

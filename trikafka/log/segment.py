@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
+from .batch_index import BatchIndex
 from .fs import SegmentFile
 from .padding import NO_PADDING, PaddingRuns, synthesized_region
 
@@ -19,9 +20,11 @@ class Segment:
     the runs the cleaner covered with padding entries (empty unless cleaned).
     ``cut``: while a truncation is in flight, the segment's logical size; the
     file may still be longer until the truncation ticket has run (None otherwise).
+    ``batches``: in a Kafka-format log, the index of every batch in the file
+    (docs/protocol.md §16.6), unflushed ones too; None in a 0.7 log.
     """
 
-    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms", "padding", "cut")
+    __slots__ = ("start", "path", "file", "visible_size", "first_append_ms", "padding", "cut", "batches")
 
     def __init__(self, start: int, path: str, file: SegmentFile, visible_size: int):
         assert start >= 0, start
@@ -33,6 +36,7 @@ class Segment:
         self.first_append_ms: int | None = None
         self.padding: PaddingRuns = NO_PADDING
         self.cut: int | None = None
+        self.batches: BatchIndex | None = None
 
     @property
     def size(self) -> int:
@@ -63,6 +67,10 @@ class Segment:
             return False
         self.visible_size = size
         return True
+
+    def successor_batches(self) -> BatchIndex | None:
+        """The empty batch index of the segment that follows this one (None in a 0.7 log)."""
+        return BatchIndex(self.batches.next_offset) if self.batches is not None else None
 
     def region(self, position: int, max_bytes: int, limit: int | None = None) -> FileRegion | ChunkSequence:
         """Up to ``max_bytes`` bytes from ``position`` (relative to ``start``), none at or past ``limit``.

@@ -15,7 +15,9 @@ try again.  ``Log.truncate_to`` runs the three steps on one thread.
 tell from what it knows (a segment start, the log end, the visible end):
 that takes reading the segment's entry headers, which must not happen on the
 loop.  A refused offset changes nothing on disk, and ``complete_truncate``
-puts the log back as it was and raises ``ValueError``.
+puts the log back as it was and raises ``ValueError``.  A Kafka-format log's
+batch indexes know every boundary (docs/protocol.md §16.6): ``begin`` refuses
+any other offset at once, and cuts the index with the segment.
 
 Crash safety: the blocking steps go in this order, each durable before the next:
 
@@ -214,7 +216,10 @@ class Truncation:
             return None
         assert self.ticket is None, self.ticket
         cut = offset - segment.start
-        known = cut in (0, segment.visible_size)
+        batches = segment.batches
+        if batches is not None and not batches.is_boundary(cut):
+            raise ValueError(f"{self._name}: offset {offset} is not a batch boundary of {segment.path}")
+        known = cut in (0, segment.visible_size) or batches is not None  # a batch index knows every boundary
         scan_from = None if known else (segment.visible_size if segment.visible_size < cut else 0)
         dropped = self._segments.drop_after(segment)
         ticket = TruncateTicket(self._fs, self._dir_path, offset, segment, dropped, scan_from,
@@ -222,6 +227,8 @@ class Truncation:
         segment.cut = cut
         segment.visible_size = min(segment.visible_size, cut)
         segment.padding = ticket.padding
+        if batches is not None:
+            batches.truncate(cut)
         self.ticket = ticket
         assert self._segments.last.end == offset and self._segments.last.visible_end <= offset, (segment, offset)
         return ticket

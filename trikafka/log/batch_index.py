@@ -1,0 +1,179 @@
+"""One segment's in-memory offset and time index of v2 batches (docs/protocol.md §16.6).
+
+Per batch, in three ``array('q')`` (24 bytes a batch): its base offset, its
+byte position in the segment, and the running maximum of the batches'
+``maxTimestamp`` up to and including it.  The running maximum answers the
+time lookup by binary search: the first batch whose own ``maxTimestamp`` is
+``>= t`` is the first one whose running maximum is, and its running maximum
+is then its own ``maxTimestamp``.
+
+Invariants (asserted where they are established):
+
+* batches are contiguous and in order: ``positions[0] == 0``, each batch
+  ends where the next starts, the last ends at ``size_bytes``;
+* base offsets increase, and ``next_offset`` is the logical offset after the
+  last batch (after an empty segment: the previous segment's ``next_offset``);
+* lookups never read the segment: building the index is the only reader.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from typing import Iterable
+
+from trikafka.kafka.batch import HEADER_BYTES, LOG_OVERHEAD, BatchHeader, read_header, walk_headers
+
+from .errors import LogLoadError
+from .fs import SegmentFile
+
+# Opening a log reads every segment in chunks of this size (config.recovery_chunk_bytes, by default).
+BUILD_CHUNK_BYTES = 8 << 20
+
+
+class BatchIndex:
+    """The batches of one segment (see the module docstring); positions are relative to the segment."""
+
+    __slots__ = ("offsets", "positions", "max_timestamps_ms", "size_bytes", "next_offset",
+                 "largest_timestamp_offset")
+
+    def __init__(self, next_offset: int):
+        self.offsets = array("q")  # base offset of each batch
+        self.positions = array("q")  # byte position of each batch in the segment
+        self.max_timestamps_ms = array("q")  # running maximum of maxTimestamp (non-decreasing)
+        self.size_bytes = 0  # where the last batch ends: the segment's size
+        self.next_offset = next_offset
+        self.largest_timestamp_offset = -1  # the last record of the first batch reaching the largest timestamp
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def start_offset(self) -> int:
+        """The first batch's base offset, or ``next_offset`` while the segment holds none."""
+        return self.offsets[0] if self.offsets else self.next_offset
+
+    @property
+    def largest_timestamp_ms(self) -> int:
+        """The largest ``maxTimestamp`` of the segment's batches; -1 while it holds none."""
+        return self.max_timestamps_ms[-1] if self.max_timestamps_ms else -1
+
+    # -- keeping in step -----------------------------------------------------------------
+
+    def add(self, base_offset: int, position: int, size_bytes: int, max_timestamp_ms: int,
+            next_offset: int) -> None:
+        """Index the batch written at ``position`` (the segment's end) of ``size_bytes`` bytes."""
+        assert position == self.size_bytes and size_bytes > 0, (position, self.size_bytes, size_bytes)
+        assert self.next_offset <= base_offset < next_offset, (self.next_offset, base_offset, next_offset)
+        if not self.offsets or max_timestamp_ms > self.max_timestamps_ms[-1]:
+            self.largest_timestamp_offset = next_offset - 1
+            running = max_timestamp_ms
+        else:
+            running = self.max_timestamps_ms[-1]
+        self.offsets.append(base_offset)
+        self.positions.append(position)
+        self.max_timestamps_ms.append(running)
+        self.size_bytes = position + size_bytes
+        self.next_offset = next_offset
+
+    def add_headers(self, headers: Iterable[BatchHeader], base_position: int) -> None:
+        """Index batches written at ``base_position`` (their ``position`` is relative to it)."""
+        for header in headers:
+            self.add(header.base_offset, base_position + header.position, header.size, header.max_timestamp_ms,
+                     header.next_offset)
+
+    def is_boundary(self, position: int) -> bool:
+        """Whether a batch starts at ``position``, or ``position`` is the end of the last one."""
+        if position == self.size_bytes:
+            return True
+        k = bisect_left(self.positions, position)
+        return k < len(self.positions) and self.positions[k] == position
+
+    def truncate(self, position: int) -> None:
+        """Forget the batches at and after ``position``, a batch boundary (a truncation's cut)."""
+        assert self.is_boundary(position), (position, self.size_bytes)
+        k = bisect_left(self.positions, position)
+        if k < len(self.offsets):
+            self.next_offset = self.offsets[k]
+            del self.offsets[k:], self.positions[k:], self.max_timestamps_ms[k:]
+        self.size_bytes = position
+        if not self.offsets:
+            self.largest_timestamp_offset = -1
+        else:  # the first batch whose running maximum reached the largest timestamp that remains
+            first = bisect_left(self.max_timestamps_ms, self.max_timestamps_ms[-1])
+            self.largest_timestamp_offset = self._next_offset_of(first) - 1
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def batch_at_offset(self, offset: int) -> int | None:
+        """The batch holding ``offset`` (the last one based at or below it while ``offset < next_offset``),
+        else the first batch after it; None when no batch of the segment is at or after ``offset``."""
+        if offset >= self.next_offset:
+            return None
+        return max(bisect_right(self.offsets, offset) - 1, 0) if self.offsets else None
+
+    def offset_at(self, position: int) -> int:
+        """The base offset of the first batch starting at or after ``position``; ``next_offset`` past the last."""
+        k = bisect_left(self.positions, position)
+        return self.offsets[k] if k < len(self.offsets) else self.next_offset
+
+    def end_within(self, start: int, max_bytes: int, limit: int) -> int:
+        """The end of the whole batches from ``start`` (a batch boundary) within ``max_bytes`` and
+        ``limit``; at least the first batch's end when it ends by ``limit``; ``start`` when none fits."""
+        positions = self.positions
+        cap = min(start + max_bytes, limit)
+        if self.size_bytes <= cap:
+            best = self.size_bytes
+        else:
+            m = bisect_right(positions, cap) - 1  # the batch that crosses cap starts at positions[m]
+            best = positions[m] if m >= 0 else start
+        if best > start:
+            return best
+        k = bisect_left(positions, start)
+        if k >= len(positions):
+            return start
+        first_end = positions[k + 1] if k + 1 < len(positions) else self.size_bytes
+        return first_end if first_end <= limit else start
+
+    def batch_at_time(self, time_ms: int) -> int | None:
+        """The first batch whose ``maxTimestamp`` is ``>= time_ms``; None when there is none."""
+        k = bisect_left(self.max_timestamps_ms, time_ms)
+        return k if k < len(self.max_timestamps_ms) else None
+
+    def _next_offset_of(self, k: int) -> int:
+        return self.offsets[k + 1] if k + 1 < len(self.offsets) else self.next_offset
+
+    def __repr__(self) -> str:
+        return (f"BatchIndex({len(self)} batches, offsets [{self.start_offset}, {self.next_offset}), "
+                f"{self.size_bytes} bytes)")
+
+
+def build_batch_index(file: SegmentFile, size: int, next_offset: int, *,
+                      chunk_bytes: int = BUILD_CHUNK_BYTES, label: str = "") -> BatchIndex:
+    """Index the first ``size`` bytes of a segment file from its batch headers.  Blocking.
+
+    Reads ``chunk_bytes`` at a time; a batch cut by a chunk's end is read
+    again from its start with the next chunk, one larger than a chunk by its
+    header alone.  ``next_offset``: the previous segment's (for an empty one).
+    Raises ``LogLoadError`` when the bytes are not whole batches (recovery
+    cut the newest segment to whole batches; older ones were whole when rolled).
+    """
+    assert chunk_bytes > 0, chunk_bytes
+    index = BatchIndex(next_offset)
+    pos = 0
+    while pos < size:
+        chunk = file.pread(pos, min(chunk_bytes, size - pos))
+        headers = list(walk_headers(chunk))
+        if not headers:  # a batch longer than the chunk, or damage
+            header = read_header(file.pread(pos, HEADER_BYTES), 0) if size - pos >= HEADER_BYTES else None
+            if header is None or header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size:
+                raise LogLoadError(f"{label or file!r}: no whole v2 batch at byte {pos} of {size}")
+            headers = [header]
+        for header in headers:
+            if not index.next_offset <= header.base_offset <= header.next_offset - 1:
+                raise LogLoadError(f"{label or file!r}: the batch at byte {pos + header.position} has offsets "
+                                   f"[{header.base_offset}, {header.next_offset}), the log is at {index.next_offset}")
+            index.add(header.base_offset, pos + header.position, header.size, header.max_timestamp_ms,
+                      header.next_offset)
+        pos = index.size_bytes
+    return index
