@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator
 import trio
 
 from trikafka.broker import BrokerConfig
+from trikafka.cli.serve import read_ready_file
 from trikafka.client import ClientError, connect
 from trikafka.wire import (
     NEED_DATA,
@@ -264,8 +265,7 @@ async def serve_process(log_dir: Any, *flags: str, cwd: Any = None) -> AsyncIter
     async with child_process("serve", "--standalone", "--port", "0", "--log-dir", str(log_dir),
                              "--ready-file", ready_file, *flags, cwd=cwd) as child:
         await child.wait_for_stderr(READY_MARKER)
-        with open(ready_file) as f:
-            port = int(f.read())
+        port, _ = read_ready_file(ready_file)
         yield child, port
 
 

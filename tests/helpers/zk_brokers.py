@@ -12,6 +12,7 @@ import signal
 from typing import Any, AsyncIterator
 
 from tests.helpers.broker_testing import READY_MARKER, ChildProcess, child_process
+from trikafka.cli.serve import read_ready_file
 
 PARTITIONS_PER_BROKER = 2
 # A short flush timer, so what acks=0 sends becomes visible to fetches quickly.
@@ -27,11 +28,11 @@ class BrokerProcess:
         self.child = child
         self.ready_file = ready_file
         self.port = 0
+        self.kafka_port: int | None = None
 
     async def wait_ready(self) -> int:
         await self.child.wait_for_stderr(READY_MARKER)
-        with open(self.ready_file) as f:
-            self.port = int(f.read())
+        self.port, self.kafka_port = read_ready_file(self.ready_file)
         return self.port
 
     async def stop(self) -> None:

@@ -62,10 +62,11 @@ class TopicAdmin:
         replicas = self._handler.replicas
         names = request.topics or tuple(sorted(set(self._log_manager.topics()) | set(
             replicas.topics if replicas is not None else ())))
-        topics = tuple(self._topic(name, me.broker_id) for name in names)
+        topics = tuple(self.topic_metadata(name, me.broker_id) for name in names)
         return encode_metadata_response(Metadata(self._max_message_size, brokers, topics))
 
-    def _topic(self, name: str, broker_id: int) -> TopicMetadata:
+    def topic_metadata(self, name: str, broker_id: int) -> TopicMetadata:
+        """One topic as METADATA describes it (both listeners: §9.4, §16.4)."""
         replicas = self._handler.replicas
         if replicas is not None and (replicated := replicas.topic_metadata(name)) is not None:
             return replicated

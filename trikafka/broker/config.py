@@ -19,6 +19,8 @@ from trikafka.log.config import HOUR_MS, LogConfig
 
 DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §14.1) [T]
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
+DEFAULT_KAFKA_PORT = 9093  # the Kafka listener beside the default 0.7 port (docs/protocol.md §16.1) [T]
+KAFKA_PORT_OFF = -1  # --kafka-port -1: no Kafka listener
 DEFAULT_LOG_DIR = "./trikafka-data"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # bind addresses that mean every interface
 
@@ -48,6 +50,11 @@ class BrokerConfig:
     broker_id: int = 0  # brokerid (required in 0.7; 0 for a standalone trikafka)
     host: str = DEFAULT_HOST  # bind address (0.7 bound every interface) [T]
     port: int = DEFAULT_PORT  # port; 0 picks a free port (tests)
+    # kafka.port: the Apache Kafka protocol listener (docs/protocol.md §16.1); 0 picks a free
+    # port; None or -1: off (None is the library's default; `trikafka serve` picks one with
+    # default_kafka_port unless given -1) [T]
+    kafka_port: int | None = None
+    auto_create_topics_enable: bool = True  # auto.create.topics.enable: Metadata creates unknown topics (§16.5)
     hostname: str | None = None  # hostname: published in ZooKeeper; default = host
     log_dir: str = DEFAULT_LOG_DIR  # log.dir
     num_partitions: int = 1  # num.partitions
@@ -147,12 +154,23 @@ class BrokerConfig:
         return {topic: self.log_config(topic) for topic in sorted(topics)}
 
     @property
+    def serves_kafka(self) -> bool:
+        """Whether the broker opens the Kafka-protocol listener (§16.1)."""
+        return self.kafka_port is not None and self.kafka_port != KAFKA_PORT_OFF
+
+    @property
     def published_hostname(self) -> str:
         return self.hostname if self.hostname is not None else self.host
 
     def replace(self, **changes: Any) -> "BrokerConfig":  # Any: each field has its own type
         """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
+
+
+def default_kafka_port(port: int) -> int:
+    """The Kafka listener's port when none is given (§16.1): 9093 beside the default 0.7 port,
+    else a free one, so brokers started on one machine with their own ports never collide."""
+    return DEFAULT_KAFKA_PORT if port == DEFAULT_PORT else 0
 
 
 async def published_host(config: BrokerConfig) -> str:
@@ -187,6 +205,8 @@ def _check_range(cfg: BrokerConfig) -> None:
             raise ConfigError(f"{name} must be >= {low}, got {getattr(cfg, name)}")
     if not 0 <= cfg.port <= 65535:
         raise ConfigError(f"port must be in [0, 65535], got {cfg.port}")
+    if cfg.kafka_port is not None and not KAFKA_PORT_OFF <= cfg.kafka_port <= 65535:
+        raise ConfigError(f"kafka_port must be in [0, 65535] (or -1: off), got {cfg.kafka_port}")
     if cfg.metrics_port is not None and not 0 <= cfg.metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be in [0, 65535], got {cfg.metrics_port}")
     if cfg.log_default_flush_interval_ms is not None and cfg.log_default_flush_interval_ms < 0:

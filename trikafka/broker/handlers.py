@@ -98,6 +98,11 @@ class RequestHandler:
         self._run_blocking = run_blocking  # how log creation leaves the loop (a worker thread)
         self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
 
+    @property
+    def log_manager(self) -> LogDirectory:
+        """The broker's logs (the Kafka listener reads topics and formats through it)."""
+        return self._log_manager
+
     # ----------------------------------------------------------------- topics and logs
 
     def partitions_if_valid(self, topic: str) -> int | None:
@@ -287,8 +292,11 @@ class RequestHandler:
                 appended.append((len(results), target))
             results.append(result)
         if appended:  # every part appended first: one flush of a log covers all its parts
-            waits = [(i, target.ack_wait(results[i].next_offset)) for i, target in appended]
-            await self._await_acks(results, waits, deadline)
+            statuses = await self.wait_acks([target.ack_wait(results[i].next_offset) for i, target in appended],
+                                            deadline)
+            for (i, _), status in zip(appended, statuses):
+                if status != ErrorCode.NO_ERROR:
+                    results[i] = _failed(results[i], status)
         await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
@@ -317,27 +325,31 @@ class RequestHandler:
                                     appended.base_offset, appended.next_offset)
         return result, target
 
-    async def _await_acks(self, results: list[ProduceAckedResult], waits: list[tuple[int, AckWait]],
-                          deadline: float) -> None:
-        """Wait for every part's acknowledgement; a part that fails or times out answers its error."""
+    async def wait_acks(self, waits: list[AckWait], deadline: float) -> list[ErrorCode]:
+        """Wait for every acknowledgement (both listeners): each one's final status, in order.
+
+        NO_ERROR, the error a wait ended with, or REQUEST_TIMED_OUT for one still
+        pending at ``deadline``.
+        """
+        statuses: list[ErrorCode | None] = [None] * len(waits)
+        pending = list(enumerate(waits))
         while True:
-            pending = []
-            for i, wait in waits:
+            still = []
+            for i, wait in pending:
                 status = wait.status()
                 if status is None:
-                    pending.append((i, wait))
-                elif status != ErrorCode.NO_ERROR:
-                    results[i] = _failed(results[i], status)
-            waits = pending
-            if not waits:
-                return
-            # Not woken by shutdown: the flusher keeps running while the broker drains.
-            if not await self._waiters.wait_any([wait.key for _, wait in waits], deadline, wake_on_close=False):
+                    still.append((i, wait))
+                else:
+                    statuses[i] = status
+            pending = still
+            if not pending:
                 break
-        for i, wait in waits:
-            status = wait.status()
-            if status != ErrorCode.NO_ERROR:
-                results[i] = _failed(results[i], ErrorCode.REQUEST_TIMED_OUT if status is None else status)
+            # Not woken by shutdown: the flusher keeps running while the broker drains.
+            if not await self._waiters.wait_any([wait.key for _, wait in pending], deadline, wake_on_close=False):
+                for i, wait in pending:
+                    statuses[i] = wait.status()
+                break
+        return [ErrorCode.REQUEST_TIMED_OUT if s is None else s for s in statuses]
 
     # ----------------------------------------------------------------- FETCH_WAIT (§9.3)
 

@@ -19,9 +19,11 @@ the replicated leader and the follower's copy write through it too.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
 from trikafka.log.errors import OffsetOutOfRangeError
+from trikafka.log.record_format import OffsetAssignment
 from trikafka.wire import OFFSETS_EARLIEST, OFFSETS_LATEST
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.requests import FetchPart, OffsetsRequest
@@ -44,6 +46,27 @@ class Refused(Exception):
         self.error = error
 
 
+UNREPLICATED_EPOCH = 0  # an unreplicated partition's leader epoch, for ever (§16.4)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaAppend:
+    """A Kafka-protocol produce (§16.6): the leader numbers the batches; ``append_time_ms``
+    is set under ``message.timestamp.type=LogAppendTime``."""
+
+    append_time_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadView:
+    """What a Kafka-protocol reader may see of a partition (§16.6): its log, the byte end
+    of what consumers may read (the high watermark) and the current leader epoch."""
+
+    log: BrokerLog
+    end: int
+    leader_epoch: int
+
+
 class AckWait(Protocol):
     """An acks -1 acknowledgement in progress (§9.2, §12.6); ``key`` is the waiters' key that wakes it."""
 
@@ -58,12 +81,17 @@ class Partition(Protocol):
 
     key: TopicPartition
 
-    async def append(self, messages: bytes, acks: int) -> AppendResult:
-        """Append a message set (acks as in §9.2; 0.7 PRODUCE appends with acks 0).
+    async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
+        """Append a message set (acks as in §9.2; 0.7 PRODUCE appends with acks 0), or with
+        ``kafka`` v2 record batches that this leader numbers (§16.6).
 
         Raises ``Refused`` when this broker may not append here, and the log's
-        ``MessageError`` subclasses for a bad set (nothing appended).
+        ``MessageError`` subclasses (``BatchError`` for batches) for a bad set (nothing appended).
         """
+
+    def read_view(self) -> ReadView:
+        """The log and high watermark a Kafka-protocol reader sees; ``Refused`` where this broker
+        does not serve reads of the partition (§16.4: only the leader does)."""
 
     def ack_wait(self, next_offset: int) -> AckWait:
         """Start the acks -1 wait for the bytes below ``next_offset``, after ``append``."""
@@ -101,13 +129,14 @@ class LocalPartition:
         self._roll_end = -1  # below any end: the first write asks the flusher
         self._roll_at_ms = -math.inf
 
-    async def write(self, data: bytes | memoryview, *, check: Callable[[], None] | None = None,
-                    flush: bool = False) -> AppendResult:
+    async def write(self, data: bytes | bytearray | memoryview, *, check: Callable[[], None] | None = None,
+                    flush: bool = False, assign: OffsetAssignment | None = None) -> AppendResult:
         """Roll if due (off the loop), run ``check``, append, request a flush if due or ``flush``.
 
         ``check`` runs right before the append and may raise to refuse it (the
-        leader checks it still leads after waiting for a roll).  Returns
-        without a checkpoint when no roll was due.
+        leader checks it still leads after waiting for a roll).  ``assign``: the
+        leader numbers v2 batches in place, right before they are written (§16.6).
+        Returns without a checkpoint when no roll was due.
         """
         log = self.log
         asked = self._roll_maybe_due()
@@ -115,7 +144,7 @@ class LocalPartition:
             await self._flusher.roll_if_due(log)
         if check is not None:
             check()
-        result = log.append(data)
+        result = log.append(data) if assign is None else log.append(data, assign=assign)
         self._end = result.next_offset
         if asked:
             self._learn_roll_bounds()
@@ -150,8 +179,15 @@ class LocalPartition:
 
     # ----------------------------------------------------------------- Partition
 
-    async def append(self, messages: bytes, acks: int) -> AppendResult:
-        return await self.write(messages)
+    async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
+        if kafka is None:
+            return await self.write(messages)
+        return await self.write(messages, assign=OffsetAssignment(UNREPLICATED_EPOCH, kafka.append_time_ms))
+
+    def read_view(self) -> ReadView:
+        log = self.log
+        # A Kafka-format partition with one replica is readable to its log end, as in Kafka (§16.6).
+        return ReadView(log, log.end_offset if log.record_format == "v2" else log.visible_end, UNREPLICATED_EPOCH)
 
     def ack_wait(self, next_offset: int) -> AckWait:
         self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now
@@ -190,8 +226,11 @@ class NoLog:
     def __init__(self, key: TopicPartition):
         self.key = key
 
-    async def append(self, messages: bytes, acks: int) -> AppendResult:
+    async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
         raise AssertionError(f"{self.key}: append before the log exists (partition_for_write creates it)")
+
+    def read_view(self) -> ReadView:
+        raise Refused(ErrorCode.WRONG_PARTITION, f"{self.key[0]}-{self.key[1]} has no log on this broker")
 
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{self.key}: nothing was appended")

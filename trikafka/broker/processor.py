@@ -11,11 +11,9 @@ already concurrent.
 from __future__ import annotations
 
 import logging
+from typing import Callable, Protocol
 
 import trio
-
-from .connection import Connection
-from .handlers import RequestHandler
 
 logger = logging.getLogger(__name__)
 
@@ -23,20 +21,35 @@ logger = logging.getLogger(__name__)
 HANDOFF_QUEUE = 64
 
 
+class ServedConnection(Protocol):
+    """One connection of either listener (0.7's ``Connection``, the Kafka protocol's ``KafkaConnection``)."""
+
+    requests_handled: int
+
+    async def run(self) -> None:
+        """Serve until the peer leaves, breaks the protocol, or ``stop``."""
+
+    def stop(self) -> None:
+        """Finish the requests already received, then close."""
+
+
+# How a processor serves a stream it was handed: (stream, peer name) -> its connection.
+ConnectionFactory = Callable[[trio.abc.Stream, str], ServedConnection]
+
+
 class Processor:
     """Runs the connections handed to it; start with ``nursery.start(processor.run)``."""
 
-    def __init__(self, index: int, handler: RequestHandler, *, max_request_bytes: int):
+    def __init__(self, index: int, make_connection: ConnectionFactory):
         self.index = index
-        self._handler = handler
-        self._max_request_bytes = max_request_bytes
+        self._make_connection = make_connection
         self._send, self._receive = trio.open_memory_channel[tuple[trio.abc.Stream, str]](HANDOFF_QUEUE)
-        self._connections: set[Connection] = set()
+        self._connections: set[ServedConnection] = set()
         self._draining = False
         self.connections_served = 0
 
     @property
-    def connections(self) -> frozenset[Connection]:
+    def connections(self) -> frozenset[ServedConnection]:
         return frozenset(self._connections)
 
     async def hand_off(self, stream: trio.abc.Stream, peer: str) -> None:
@@ -61,13 +74,12 @@ class Processor:
                     if self._draining:  # queued before the drain: refuse it
                         await trio.aclose_forcefully(stream)
                         continue
-                    connection = Connection(stream, self._handler,
-                                            max_request_bytes=self._max_request_bytes, peer=peer)
+                    connection = self._make_connection(stream, peer)
                     self._connections.add(connection)
                     nursery.start_soon(self._run_connection, connection)
         logger.debug("processor %d drained", self.index)
 
-    async def _run_connection(self, connection: Connection) -> None:
+    async def _run_connection(self, connection: ServedConnection) -> None:
         self.connections_served += 1
         try:
             await connection.run()

@@ -56,7 +56,9 @@ from .admin import TopicAdmin
 from .cleaner import CleanerService
 from .config import WILDCARD_HOSTS, BrokerConfig, published_host
 from .flusher import FlushScheduler
+from .connection import Connection
 from .handlers import RequestHandler
+from .kafka.service import KafkaService
 from .http import HttpServer, Routes
 from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor
@@ -99,6 +101,13 @@ class Broker:
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
     replicas: ReplicaManager | None = None  # with ZooKeeper (docs/protocol.md §12)
     _next_processor: int = field(default=0, repr=False)
+    kafka_addresses: list[BoundAddress] = field(default_factory=list)  # the Kafka listener's (§16.1)
+    kafka: KafkaService | None = None
+
+    @property
+    def kafka_port(self) -> int | None:
+        """The Kafka-protocol listener's bound port (None: not serving it)."""
+        return self.kafka_addresses[0].port if self.kafka_addresses else None
 
     @property
     def host(self) -> str:
@@ -280,19 +289,31 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
-            processors = [
-                await server.start(Processor(i, handler, max_request_bytes=config.max_socket_request_bytes).run)
-                for i in range(config.num_threads)
-            ]
+            serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
+            processors = [await server.start(Processor(i, serve_07).run) for i in range(config.num_threads)]
+            kafka = None
+            if config.serves_kafka:  # §16.1: the second listener, with its own processors
+                kafka = KafkaService(handler=handler, config=config, waiters=waiters, clock_ms=clock_ms,
+                                     run_blocking=run_blocking)
+                kafka_processors = [await server.start(Processor(config.num_threads + i, kafka.connection).run)
+                                    for i in range(config.num_threads)]
             async with trio.open_nursery() as front:
                 acceptor = Acceptor(config.host, config.port, processors,
                                     socket_send_buffer=config.socket_send_buffer,
                                     socket_receive_buffer=config.socket_receive_buffer,
                                     hold_connections=True, unix_socket_path=config.unix_socket_path)
                 addresses = await front.start(acceptor.run)
+                kafka_addresses: list[BoundAddress] = []
+                if kafka is not None:
+                    kafka_acceptor = Acceptor(config.host, config.kafka_port or 0, kafka_processors,
+                                              socket_send_buffer=config.socket_send_buffer,
+                                              socket_receive_buffer=config.socket_receive_buffer,
+                                              hold_connections=True)
+                    kafka_addresses = await front.start(kafka_acceptor.run)
+                    processors += kafka_processors
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,
-                                cleaner=cleaner)
+                                cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
                 handler.admin.self_broker = BrokerAddress(config.broker_id, await published_host(config),
                                                           broker.port)
@@ -308,9 +329,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     broker.replicas = await start_replication(
                         nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, handler=handler,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
-                        run_blocking=run_blocking, open_stream=wiring.open_stream)
+                        run_blocking=run_blocking, open_stream=wiring.open_stream,
+                        kafka_port=kafka_addresses[0].port if kafka_addresses else None)
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
                     handler.admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
+                if kafka is not None:
+                    await kafka.start(services, broker.zookeeper, kafka_addresses[0].port)
+                    kafka_acceptor.start_accepting()
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
@@ -324,6 +349,10 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
+
+
+def _connection_07(handler: RequestHandler, max_request_bytes: int, stream: trio.abc.Stream, peer: str) -> Connection:
+    return Connection(stream, handler, max_request_bytes=max_request_bytes, peer=peer)
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:

@@ -141,7 +141,9 @@ class TopicOverrides:
             self._log_manager.override_topic_config(topic, dataclasses.replace(
                 base, retention_ms=base.retention_ms if overrides.retention_ms is None else overrides.retention_ms,
                 retention_bytes=(base.retention_bytes if overrides.retention_bytes is None
-                                 else overrides.retention_bytes)))
+                                 else overrides.retention_bytes),
+                segment_bytes=base.segment_bytes if overrides.segment_bytes is None else overrides.segment_bytes,
+                record_format=base.record_format if overrides.record_format is None else overrides.record_format))
             self._retention_overridden.add(topic)
         elif topic in self._retention_overridden:
             self._log_manager.override_topic_config(topic, None)

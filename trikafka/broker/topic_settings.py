@@ -21,7 +21,14 @@ MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
 DELETE_RETENTION_MS = "delete.retention.ms"
 RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
-LOG_KEYS = (CLEANUP_POLICY, MIN_COMPACTION_LAG_MS, DELETE_RETENTION_MS, RETENTION_MS, RETENTION_BYTES)
+SEGMENT_BYTES = "segment.bytes"
+# A Kafka-format topic's settings (docs/protocol.md §16.4, §16.6).
+RECORD_FORMAT = "record.format"
+RECORD_FORMATS = ("0.7", "v2")
+MESSAGE_TIMESTAMP_TYPE = "message.timestamp.type"
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+LOG_KEYS = (CLEANUP_POLICY, MIN_COMPACTION_LAG_MS, DELETE_RETENTION_MS, RETENTION_MS, RETENTION_BYTES, SEGMENT_BYTES,
+            RECORD_FORMAT, MESSAGE_TIMESTAMP_TYPE)
 REPLICATION_KEYS = tuple(TOPIC_CONFIG_DEFAULTS)
 
 UNCLEAN_WARNING = ("WARNING: unclean.leader.election.enable=true lets a replica outside the ISR become leader "
@@ -42,11 +49,15 @@ class LogOverrides:
     delete_retention_ms: int | None = None
     retention_ms: int | None = None
     retention_bytes: int | None = None
+    segment_bytes: int | None = None
+    record_format: str | None = None
+    timestamp_type: str | None = None
 
     @property
     def changes_log_config(self) -> bool:
-        """Whether the topic's ``LogConfig`` (retention) differs from the broker's."""
-        return self.retention_ms is not None or self.retention_bytes is not None
+        """Whether the topic's ``LogConfig`` (retention, segment size, format) differs from the broker's."""
+        return (self.retention_ms is not None or self.retention_bytes is not None or self.segment_bytes is not None
+                or self.record_format is not None)
 
 
 def parse_config_items(items: list[str] | None) -> dict[str, str]:
@@ -82,7 +93,17 @@ def log_overrides(config: dict[str, str]) -> LogOverrides:
             raise TopicConfigError(str(exc)) from None
     return LogOverrides(compact, delete, _int(config, MIN_COMPACTION_LAG_MS, 0),
                         _int(config, DELETE_RETENTION_MS, 0), _int(config, RETENTION_MS, 0),
-                        _int(config, RETENTION_BYTES, None))
+                        _int(config, RETENTION_BYTES, None), _int(config, SEGMENT_BYTES, 1),
+                        _choice(config, RECORD_FORMAT, RECORD_FORMATS),
+                        _choice(config, MESSAGE_TIMESTAMP_TYPE, TIMESTAMP_TYPES))
+
+
+def _choice(config: dict[str, str], key: str, allowed: tuple[str, ...]) -> str | None:
+    if key not in config:
+        return None
+    if config[key] not in allowed:
+        raise TopicConfigError(f"{key}={config[key]!r}: expected one of {', '.join(allowed)}")
+    return config[key]
 
 
 def check_topic_config(config: dict[str, str], *, replicated: bool) -> list[str]:

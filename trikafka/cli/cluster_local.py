@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .serve import read_ready_file
+
 STATE_FILE = "cluster.json"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -193,7 +195,7 @@ def _wait_ready_file(path: Path, member: Member, log_path: Path) -> int:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
-            return int(path.read_text())
+            return read_ready_file(str(path))[0]
         except (FileNotFoundError, ValueError):
             pass
         if not _alive(member):

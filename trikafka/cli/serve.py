@@ -10,7 +10,8 @@ import sys
 
 import trio
 
-from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT, BrokerConfig, ConfigError
+from trikafka.broker.config import (DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT, KAFKA_PORT_OFF, BrokerConfig,
+                                    ConfigError, default_kafka_port)
 from trikafka.broker.config_sources import load
 from trikafka.util.errors import leaf_exceptions
 from trikafka.cli.logsetup import announce
@@ -18,6 +19,7 @@ from trikafka.cli.logsetup import announce
 logger = logging.getLogger("trikafka.cli")
 
 READY_LINE = "trikafka: serving on {host}:{port}"
+KAFKA_READY_SUFFIX = " (Kafka protocol on {host}:{port})"
 
 
 def add_parser(commands) -> None:
@@ -26,6 +28,9 @@ def add_parser(commands) -> None:
     serve.add_argument("--config", metavar="FILE", help="TOML file, or a 0.7 server.properties")
     serve.add_argument("--host", metavar="HOST", help=f"address to bind (default {DEFAULT_HOST})")
     serve.add_argument("--port", type=int, metavar="PORT", help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument("--kafka-port", type=int, metavar="PORT",
+                       help=f"port of the Apache Kafka protocol listener (default {DEFAULT_KAFKA_PORT} beside the "
+                            f"default port, else a free one; 0 picks a free one; -1 turns it off)")
     serve.add_argument("--log-dir", metavar="DIR", help="data directory (default ./trikafka-data)")
     serve.add_argument("--broker-id", type=int, metavar="ID", help="this broker's id (0.7's brokerid; default 0)")
     serve.add_argument("--num-partitions", type=int, metavar="N",
@@ -54,7 +59,7 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value
-    flags = {"port": args.port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
+    flags = {"port": args.port, "kafka_port": args.kafka_port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
              "num_partitions": args.num_partitions, "metrics_port": args.metrics_port,
              "private_zookeeper_port": args.zookeeper_port}
     overrides.update({k: v for k, v in flags.items() if v is not None})
@@ -68,6 +73,10 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
         overrides.update(enable_zookeeper=True, zk_connect=args.zookeeper)
     # 0.7's enable.zookeeper defaults to true: so does the command (not the library).
     config = load(args.config, overrides, base=BrokerConfig(enable_zookeeper=True))
+    if config.kafka_port is None:  # §16.1: the command serves the Kafka protocol unless told -1
+        config = config.replace(kafka_port=default_kafka_port(config.port))
+    elif config.kafka_port == KAFKA_PORT_OFF:
+        config = config.replace(kafka_port=None)
     if config.enable_zookeeper and config.zk_connect:
         from trikafka.zk import parse_connect_string
 
@@ -78,11 +87,24 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
     return config
 
 
-def _write_ready_file(path: str, port: int) -> None:
+def _write_ready_file(path: str, port: int, kafka_port: int | None) -> None:
+    """``--ready-file``: the 0.7 port on the first line, then ``kafka PORT`` when that listener serves (§16.1)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        f.write(f"{port}\n")
+        f.write(f"{port}\n" + (f"kafka {kafka_port}\n" if kafka_port is not None else ""))
     os.replace(tmp, path)  # readers never see a half-written file
+
+
+def read_ready_file(path: str) -> tuple[int, int | None]:
+    """(port, Kafka port or None) from a ``--ready-file``; ValueError if it is not one."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    kafka_port = None
+    for line in lines[1:]:
+        key, _, value = line.partition(" ")
+        if key == "kafka":
+            kafka_port = int(value)
+    return int(lines[0]), kafka_port
 
 
 def _write_connect_file(config: BrokerConfig, connect_string: str) -> None:
@@ -126,8 +148,11 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
         # Files before the ready line, so a reader of the line finds them.
         listener_file = await trio.to_thread.run_sync(_write_listener_file, config, broker.host, broker.port)
         if ready_file:
-            _write_ready_file(ready_file, broker.port)
-        announce(logger, READY_LINE.format(host=broker.host, port=broker.port), host=broker.host, port=broker.port)
+            _write_ready_file(ready_file, broker.port, broker.kafka_port)
+        line = READY_LINE.format(host=broker.host, port=broker.port)
+        if broker.kafka_port is not None:
+            line += KAFKA_READY_SUFFIX.format(host=broker.host, port=broker.kafka_port)
+        announce(logger, line, host=broker.host, port=broker.port, kafka_port=broker.kafka_port)
         if logging.getLogger("kazoo").level == logging.ERROR:
             # Serving: a lost or re-established session is news again (cmd_serve quietened the start).
             logging.getLogger("kazoo").setLevel(logging.WARNING)

@@ -141,23 +141,17 @@ async def _create(args: argparse.Namespace) -> int:
 async def _create_replicated(zk, name: str, partitions: int, factor: int, config: dict[str, str]) -> int:
     """§12.12.2: place the replicas, write the topic and its first states in one transaction."""
     from trikafka.broker.replication.assignment import assign_replicas
-    from trikafka.zk import NoNodeError, paths
+    from trikafka.zk import paths
     from trikafka.zk.registry import live_brokers
-    from trikafka.zk.replication_store import TopicExistsError, create_topic, read_assignment
-    from trikafka.zk.replication_values import PartitionState, TopicAssignment
+    from trikafka.zk.replication_store import TopicExistsError, create_assigned_topic, read_assignment
+    from trikafka.zk.replication_values import TopicAssignment
 
     for plain in (paths.broker_topic(name), paths.topic_config(name)):
         if await zk.exists(plain) is not None:
             raise AdminError(f"cannot create replicated topic {name!r}: a plain topic of that name exists ({plain})")
     replicas = assign_replicas(set(await live_brokers(zk)), partitions, factor)
     try:
-        controller_epoch = int((await zk.get(paths.CONTROLLER_EPOCH))[0])
-    except NoNodeError:
-        controller_epoch = 0
-    assignment = TopicAssignment(replicas, config)
-    states = [PartitionState(r[0], 0, r, controller_epoch) for r in replicas]
-    try:
-        await create_topic(zk, name, assignment, states)
+        await create_assigned_topic(zk, name, TopicAssignment(replicas, config))
     except TopicExistsError:
         existing = await read_assignment(zk, name)
         if existing is None or [len(r) for r in existing.replicas] != [factor] * partitions \

@@ -125,8 +125,8 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     """Decode one request frame (the bytes after its size prefix), §16.2.
 
     Raises ``UnsupportedRequest`` for an api or version outside the table of
-    §16.3 and ``MalformedRequest`` for a header or body that does not decode
-    or leaves bytes over.
+    §16.3 and ``MalformedRequest`` for a header or body that does not decode;
+    bytes after a whole body are ignored.
     """
     frame = _read_only(frame)
     if len(frame) < _REQUEST_HEAD.size:
@@ -144,9 +144,9 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
         header, offset = _read(RequestHeaderV2, frame, 0)
     else:
         header, offset = _read(RequestHeaderV1, frame, 0)
-    body, end = _read(api.request_class(api_version), frame, offset)
-    if end != len(frame):
-        raise MalformedRequest(f"{api.label} v{api_version}: {len(frame) - end} bytes after the body")
+    # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.x sends three
+    # (an extra tagged-field section) after some flexible Metadata bodies.
+    body, _end = _read(api.request_class(api_version), frame, offset)
     return Request(api, api_version, correlation_id, header.client_id, body)
 
 

@@ -11,6 +11,9 @@
   (``InMemoryNetwork``, in ``network``); a cluster
   registers its brokers in a ``FakeZooKeeper``; ``FakeListeners``
   (``fake_listeners``) lets them listen without binding a real port.
+* :func:`kafka_broker` (``kafka_broker``): a real broker on loopback, in a
+  thread, serving the Apache Kafka protocol for apps written with
+  confluent-kafka, aiokafka or kafka-python; it yields the bootstrap address.
 * ``trikafka.testing.pytest_plugin``: pytest fixtures over those, enabled with
   ``pytest_plugins = ["trikafka.testing.pytest_plugin"]``.
 
@@ -30,11 +33,13 @@ from .broker import (
     start_in_memory,
 )
 from .fake_coordinator import FakeCoordinator
+from .kafka_broker import kafka_broker, running_kafka_broker
 from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
 
 __all__ = [
     "EXTENSION_REQUESTS", "BrokerStartError", "FakeCoordinator", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
-    "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory",
+    "InProcessCluster", "in_process_config", "kafka_broker", "open_broker", "open_cluster", "running_kafka_broker",
+    "start_in_memory",
 ]

@@ -10,7 +10,9 @@ and write tests with pytest-trio (``trio_mode = true``, or ``@pytest.mark.trio``
         async with await trikafka_broker.connect() as conn:
             await conn.produce_acked("events", 0, [b"hello"])
 
-``trikafka_broker`` is an ``InProcessBroker``; ``trikafka_cluster`` is an
+``trikafka_kafka_bootstrap`` is the ``"127.0.0.1:PORT"`` of a real broker serving the
+Apache Kafka protocol (``kafka_broker``), for apps written with confluent-kafka,
+aiokafka or kafka-python; it needs no Trio.  ``trikafka_broker`` is an ``InProcessBroker``; ``trikafka_cluster`` is an
 ``InProcessCluster`` of ``trikafka_cluster_size`` brokers (default 3; override
 the fixture to change it) registered in a ``FakeZooKeeper`` — give
 ``trikafka_cluster.coordinator()`` to a ``Producer`` or ``GroupConsumer``, and
@@ -20,11 +22,12 @@ the fixture to change it) registered in a ``FakeZooKeeper`` — give
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
 from .broker import InProcessBroker, InProcessCluster, open_broker, open_cluster
+from .kafka_broker import kafka_broker
 
 
 @pytest.fixture
@@ -52,3 +55,10 @@ async def trikafka_cluster(trikafka_cluster_size: int,
     """Brokers 0..n-1 in-process, registered in one FakeZooKeeper, for the test's duration."""
     async with open_cluster(trikafka_cluster_size, **trikafka_broker_settings) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def trikafka_kafka_bootstrap(trikafka_broker_settings: dict[str, Any]) -> Iterator[str]:
+    """The bootstrap address of a real broker serving the Kafka protocol for this test (§16)."""
+    with kafka_broker(**trikafka_broker_settings) as bootstrap:
+        yield bootstrap

@@ -41,6 +41,7 @@ class ErrorCode(enum.IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 24
     LEADER_NOT_AVAILABLE = 25
     NOT_REPLICA = 26
+    WRONG_FORMAT = 27  # any 0.7 request naming a Kafka-format partition (§16.6)
 
     @classmethod
     def from_wire(cls, value: int) -> "ErrorCode":

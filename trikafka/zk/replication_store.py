@@ -53,6 +53,17 @@ async def create_topic(zk: Coordinator, topic: str, assignment: TopicAssignment,
         raise TopicExistsError(f"topic {topic!r} already exists") from None
 
 
+async def create_assigned_topic(zk: Coordinator, topic: str, assignment: TopicAssignment) -> None:
+    """§12.12.2: create a replicated topic whose partitions start led by their first replica,
+    at epoch 0, in the current controller epoch.  Raises TopicExistsError."""
+    try:
+        controller_epoch = int((await zk.get(paths.CONTROLLER_EPOCH))[0])
+    except NoNodeError:
+        controller_epoch = 0
+    states = [PartitionState(r[0], 0, r, controller_epoch) for r in assignment.replicas]
+    await create_topic(zk, topic, assignment, states)
+
+
 async def replicated_topics(zk: Coordinator) -> list[str]:
     """Names of the replicated topics (sorted)."""
     try:

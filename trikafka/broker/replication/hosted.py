@@ -23,6 +23,7 @@ from typing import Callable
 import trio
 
 from ...log.epochs import UNDEFINED_EPOCH, EpochFile
+from ...log.record_format import OffsetAssignment
 from ...wire.errors import ErrorCode
 from ...wire.replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, encode_epoch_end_offset_response, encode_replica_fetch_response,
@@ -30,7 +31,7 @@ from ...wire.replication import (
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
 from ...log.epochs import EpochHistory
-from ..partition import LocalPartition
+from ..partition import KafkaAppend, LocalPartition
 from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
 from ..waiters import VisibleEndWaiters
 from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
@@ -182,7 +183,7 @@ class HostedPartition:
 
     # ----------------------------------------------------------------- leader: writes
 
-    async def append_as_leader(self, messages: bytes) -> AppendResult:
+    async def append_as_leader(self, messages: bytes | bytearray, *, kafka: KafkaAppend | None = None) -> AppendResult:
         """Append a validated message set as leader; the log's AppendResult.
 
         Raises NotLeaderError when this broker does not lead the partition, and
@@ -197,7 +198,9 @@ class HostedPartition:
                 raise NotLeaderError()
 
         ack_fsync = self.config.replica_ack_fsync
-        result = await self.local.write(messages, check=still_leading, flush=ack_fsync)
+        # v2 batches carry the epoch of the leader that numbered them (§16.6).
+        assign = None if kafka is None else OffsetAssignment(self.leader_epoch, kafka.append_time_ms)
+        result = await self.local.write(messages, check=still_leading, flush=ack_fsync, assign=assign)
         leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
         self._waiters.notify(self.end_key)  # followers' long polls
         return result

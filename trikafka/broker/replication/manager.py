@@ -20,6 +20,7 @@ current value, so a missed event cannot leave a broker behind.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
@@ -42,6 +43,7 @@ from .fetch_rules import FollowerPartition
 from .fetcher import FollowerStopped, StreamLeaderLink, follow
 from .hosted import FollowerLog, HostedPartition
 from .isr import LeaderPartition
+from ..topic_settings import RECORD_FORMAT
 from .membership import controlled_shutdown, register_membership, registered_before
 from .tail import TailStatus, forget_tail_lost
 
@@ -66,8 +68,9 @@ class ReplicaManager:
                  log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
-                 reconcile_interval_s: float | None = None):
+                 reconcile_interval_s: float | None = None, kafka_port: int | None = None):
         self.broker_id = broker_id
+        self.kafka_port = kafka_port  # published in /trikafka/brokers/<id> (§16.1)
         self._zk = zk
         self.address = address
         self._handler, self._log_manager, self._flusher = handler, log_manager, flusher
@@ -146,7 +149,7 @@ class ReplicaManager:
     async def _register(self) -> None:
         """Write this session's ``/trikafka/brokers/<id>`` with the tail status now."""
         await register_membership(self._zk, self.broker_id, self.address.host, self.address.port,
-                                  intact=self.tail.intact, copied=self.tail.copied)
+                                  intact=self.tail.intact, copied=self.tail.copied, kafka_port=self.kafka_port)
 
     def _note_progress(self) -> None:
         self._progress.set()
@@ -277,14 +280,19 @@ class ReplicaManager:
         if hosted is None:
             if self.broker_id not in replicas:
                 return
-            hosted = await self._host(topic, partition, len(assignment.replicas))
+            hosted = await self._host(topic, partition, len(assignment.replicas),
+                                      assignment.config.get(RECORD_FORMAT))
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
         await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
         self._start_or_stop_follower(hosted)
 
-    async def _host(self, topic: str, partition: int, count: int) -> HostedPartition:
-        """Open (or create) this broker's replica of ``topic``-``partition`` and its epoch file."""
+    async def _host(self, topic: str, partition: int, count: int, record_format: str | None) -> HostedPartition:
+        """Open (or create) this broker's replica of ``topic``-``partition`` and its epoch file;
+        a new log gets the topic's ``record.format`` (§16.6)."""
         self._log_manager.raise_partition_count(topic, count)
+        config = self._log_manager.config_for(topic)
+        if record_format is not None and config.record_format != record_format:
+            self._log_manager.override_topic_config(topic, dataclasses.replace(config, record_format=record_format))
         log = await self._handler.log_for_write(topic, partition)
         epochs = await self._run_blocking(functools.partial(EpochFile.open, self._log_manager.fs, log.dir_path,
                                                             log.end_offset))

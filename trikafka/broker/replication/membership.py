@@ -46,10 +46,13 @@ def record_boot_id(fs: FileSystem, log_dir: str, boot_id_now: str | None) -> str
 
 
 async def register_membership(zk: Coordinator, broker_id: int, host: str, port: int, *, intact: bool,
-                              copied: Iterable[tuple[str, int]] = ()) -> None:
+                              copied: Iterable[tuple[str, int]] = (), kafka_port: int | None = None) -> None:
     """Write ``/trikafka/brokers/<id>`` (ephemeral, this session); while the tail is lost, ``copied``
-    names the replicas copied again since this start (§12.2 ``tail_copied``)."""
+    names the replicas copied again since this start (§12.2 ``tail_copied``); ``kafka_port``: the
+    broker's Kafka-protocol listener (§16.1)."""
     fields: dict[str, Any] = {"version": 1, "host": host, "port": port, "tail_intact": intact}
+    if kafka_port is not None:
+        fields["kafka_port"] = kafka_port
     if not intact:
         fields["tail_copied"] = encode_tail_copied(copied)
     value = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()

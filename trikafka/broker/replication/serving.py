@@ -17,7 +17,8 @@ from ...wire.errors import ErrorCode
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 from ...wire.requests import FetchPart, OffsetsRequest
 from ...wire.responses import Chunk
-from ..partition import AckWait, FetchOutcome, OffsetsReader, Partition, Refused, TopicPartition
+from ..partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
+                         TopicPartition)
 from ..seams import AppendResult, Replica, Replicas
 from .hosted import NotLeaderError
 from .isr import LeaderPartition
@@ -41,7 +42,7 @@ class ReplicatedPartition:
         self.key: TopicPartition = hosted.key
         self._manager, self._hosted = manager, hosted
 
-    async def append(self, messages: bytes, acks: int) -> AppendResult:
+    async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
         """Append at the leader; ``Refused`` when this broker does not lead the partition,
         or (acks -1) when the ISR is below ``min.insync.replicas``."""
         hosted = self._hosted
@@ -50,9 +51,16 @@ class ReplicatedPartition:
             if code != ErrorCode.NO_ERROR:
                 raise Refused(code, f"{_name(self.key)}: {code.name}")
         try:
-            return await hosted.append_as_leader(messages)
+            return await hosted.append_as_leader(messages, kafka=kafka)
         except NotLeaderError:
             raise _not_led(self._manager, self.key) from None
+
+    def read_view(self) -> ReadView:
+        """Kafka-protocol reads are served by the leader only (§16.4), up to the high watermark."""
+        hosted = self._hosted
+        if hosted.leader is None:
+            raise _not_led(self._manager, self.key)
+        return ReadView(hosted.log, hosted.consumer_end(), hosted.leader_epoch)
 
     def ack_wait(self, next_offset: int) -> AckWait:
         return _Committed(self.key, self._hosted, next_offset)
@@ -112,7 +120,10 @@ class NotHosted:
     def __init__(self, manager: Replicas, key: TopicPartition):
         self.key, self._manager = key, manager
 
-    async def append(self, messages: bytes, acks: int) -> AppendResult:
+    async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
+        raise _not_led(self._manager, self.key)
+
+    def read_view(self) -> ReadView:
         raise _not_led(self._manager, self.key)
 
     def ack_wait(self, next_offset: int) -> AckWait:

@@ -31,7 +31,8 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                             handler: RequestHandler, log_manager: LogDirectory, flusher: Flusher,
                             waiters: VisibleEndWaiters,
                             run_blocking: RunBlocking,
-                            open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]) -> ReplicaManager:
+                            open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
+                            kafka_port: int | None = None) -> ReplicaManager:
     """Start the replica manager once the broker is registered; it, running."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
@@ -44,7 +45,7 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=address,
                              handler=handler, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
-                             on_replicated_topic=zookeeper.replicated.add)
+                             on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port)
     handler.replicas = manager
     handler.admin.peers = manager.peers
     handler.metrics.watch_replication(manager)

@@ -1,0 +1,140 @@
+"""Other people's Kafka clients produce to and consume from trikafka's Kafka listener (docs/protocol.md §16).
+
+One broker (``trikafka.testing.running_kafka_broker``, the fixture users get)
+serves the module; each test uses its own topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterator
+
+import pytest
+from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaProducer
+
+from tests.helpers.kafka_clients import create_topic, dense, read_with_confluent, read_with_kafka_python
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1) as running:
+        yield running
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_round_trips_keys_values_headers_and_timestamps(kafka: RunningKafkaBroker, codec: str) -> None:
+    topic = f"kp-{codec}"
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, compression_type=None if codec == "none" else codec,
+                             linger_ms=5, acks=1)
+    sent = []
+    for i in range(200):
+        key = f"k{i % 7}".encode()
+        value = f"value-{i}".encode() * (1 + i % 3)
+        headers = [("n", str(i).encode())]
+        producer.send(topic, key=key, value=value, headers=headers, timestamp_ms=1_700_000_000_000 + i)
+        sent.append((key, value, (("n", str(i).encode()),), 1_700_000_000_000 + i))
+    producer.flush()
+    producer.close()
+    seen = read_with_kafka_python(kafka.bootstrap, topic, 2, len(sent))
+    assert sorted((s.key, s.value, s.headers, s.timestamp_ms) for s in seen) == sorted(sent)
+    assert dense(seen, 0) and dense(seen, 1)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_confluent_kafka_round_trips_with_acks_all(kafka: RunningKafkaBroker, codec: str) -> None:
+    topic = f"ck-{codec}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    from confluent_kafka.admin import NewTopic
+
+    for future in admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)]).values():
+        future.result(timeout=30)
+    producer = ConfluentProducer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 5,
+                                  "compression.type": codec})
+    delivered: list[tuple[int, int]] = []
+
+    def on_delivery(err: object, message: object) -> None:
+        assert err is None, err
+        delivered.append((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    for i in range(300):
+        producer.produce(topic, key=f"key-{i % 11}".encode(), value=f"v{i}".encode(),
+                         headers=[("h", b"x")], on_delivery=on_delivery)
+    assert producer.flush(30) == 0
+    assert len(delivered) == 300
+    for partition in range(3):  # the offsets acknowledged are the dense logical offsets
+        assert sorted(o for p, o in delivered if p == partition) == list(range(sum(p == partition for p, _ in delivered)))
+    seen = read_with_confluent(kafka.bootstrap, topic, 3, 300)
+    assert sorted(s.value for s in seen) == sorted(f"v{i}".encode() for i in range(300))
+    assert all(dense(seen, p) for p in range(3))
+    assert {(s.partition, s.offset) for s in seen} == set(delivered)
+
+
+def test_aiokafka_round_trip(kafka: RunningKafkaBroker) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = "aio"
+    create_topic(kafka.bootstrap, topic, partitions=1)
+
+    async def run() -> list[tuple[int, bytes]]:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, compression_type="gzip", linger_ms=5)
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send(topic, f"m{i}".encode(), key=b"k")
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[tuple[int, bytes]] = []
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            await consumer.seek_to_beginning()
+            while len(got) < 100:
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 30)
+                for records in batches.values():
+                    got += [(r.offset, r.value) for r in records]
+        finally:
+            await consumer.stop()
+        return got
+
+    got = asyncio.run(run())
+    assert got == [(i, f"m{i}".encode()) for i in range(100)]
+
+
+def test_offsets_by_time_and_ends(kafka: RunningKafkaBroker) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = "times"
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    producer = ConfluentProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic, value=f"t{i}".encode(), timestamp=1_000_000 + 1000 * i)
+        producer.flush(10)  # one batch per record: each has its own time
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 10)
+        found = consumer.offsets_for_times([TopicPartition(topic, 0, 1_000_000 + 4500)], timeout=10)
+        assert found[0].offset == 5
+        after = consumer.offsets_for_times([TopicPartition(topic, 0, 1_000_000 + 99_000)], timeout=10)
+        assert after[0].offset == -1  # none so late: Kafka answers the end (-1 offset in librdkafka terms)
+    finally:
+        consumer.close()
+
+
+def test_metadata_names_the_kafka_listener_and_topics(kafka: RunningKafkaBroker) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    create_topic(kafka.bootstrap, "meta", partitions=4)
+    metadata = admin.list_topics(timeout=10)
+    assert [(b.host, b.port) for b in metadata.brokers.values()] == [("127.0.0.1", kafka.kafka_port)]
+    assert sorted(metadata.topics["meta"].partitions) == [0, 1, 2, 3]
+    assert metadata.cluster_id and len(metadata.cluster_id) == 22

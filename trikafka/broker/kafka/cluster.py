@@ -1,0 +1,89 @@
+"""ApiVersions, Metadata and DescribeCluster (docs/protocol.md §16.3, §16.4, §16.5).
+
+All three are answered from memory: the api table, the brokers that serve the
+Kafka protocol, and the topics this broker knows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.framing import Request
+from trikafka.wire.errors import ErrorCode as WireError
+
+from .entities import NO_THROTTLE, Reply
+from .context import KafkaContext
+
+
+NO_TOPIC_ID = uuid.UUID(int=0)
+# Kafka's "authorized operations not asked for" value.
+OPERATIONS_NOT_ASKED = -2147483648
+# What a 0.7 METADATA error means for a Kafka client (§16.4).
+_ERRORS = {
+    WireError.NO_ERROR: ErrorCode.none,
+    WireError.INVALID_TOPIC: ErrorCode.invalid_topic_exception,
+    WireError.UNKNOWN_TOPIC: ErrorCode.unknown_topic_or_partition,
+    WireError.LEADER_NOT_AVAILABLE: ErrorCode.leader_not_available,
+    WireError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_leader_or_follower,
+}
+
+
+def api_versions(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    keys = tuple(reply.nested("ApiVersion", api_key=int(api), min_version=api.min_version,
+                              max_version=api.max_version) for api in KafkaApi)
+    return reply.response(error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+async def metadata(service: KafkaContext, request: Request) -> Any:
+    body = request.body
+    reply = Reply(request.api_key, request.api_version)
+    asked = body.topics
+    if asked is None or (request.api_version == 0 and not asked):
+        names = service.topic_names()
+        auto_create = False
+    else:
+        names = [t.name for t in asked if t.name is not None]
+        auto_create = getattr(body, "allow_auto_topic_creation", True)
+    created = await service.topics.auto_create([n for n in names if service.topic_format(n) is None]) \
+        if auto_create else set()
+    topics = tuple(_topic(service, reply, name, name in created) for name in names)
+    brokers = tuple(reply.nested("MetadataResponseBroker", node_id=b.broker_id, host=b.host, port=b.port, rack=None)
+                    for b in service.kafka_brokers())
+    return reply.response(throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
+                          controller_id=service.controller_id(), topics=topics,
+                          cluster_authorized_operations=OPERATIONS_NOT_ASKED)
+
+
+def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool) -> Any:
+    def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
+        return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=NO_TOPIC_ID,
+                            is_internal=False, partitions=partitions,
+                            topic_authorized_operations=OPERATIONS_NOT_ASKED)
+
+    if just_created:
+        return topic(ErrorCode.leader_not_available)  # §16.5: the client asks again
+    if service.topic_format(name) is None:
+        return topic(ErrorCode.unknown_topic_or_partition)
+    described = service.admin.topic_metadata(name, service.broker_id)
+    if described.error != WireError.NO_ERROR:
+        return topic(_ERRORS.get(described.error, ErrorCode.unknown_server_error))
+    partitions = tuple(
+        reply.nested("MetadataResponsePartition", error_code=_ERRORS.get(p.error, ErrorCode.unknown_server_error),
+                     partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                     replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=())
+        for p in described.partitions)
+    return topic(ErrorCode.none, partitions)
+
+
+def describe_cluster(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    brokers = tuple(reply.nested("DescribeClusterBroker", broker_id=b.broker_id, host=b.host, port=b.port, rack=None)
+                    for b in service.kafka_brokers())
+    return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                          cluster_id=service.cluster_id, controller_id=service.controller_id(), brokers=brokers,
+                          cluster_authorized_operations=OPERATIONS_NOT_ASKED)

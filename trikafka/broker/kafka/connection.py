@@ -1,0 +1,118 @@
+"""One Kafka-protocol connection (docs/protocol.md §16.2).
+
+Requests are handled one at a time in arrival order, as a Kafka broker does,
+so responses leave in request order; frames already received are parsed in
+one go, so a pipelining producer costs one socket read per batch of requests.
+A frame over ``max_request_bytes``, a header or body that does not decode, or
+an api or version outside the table closes the connection (logged in one
+line; ApiVersions at an unknown version is answered, §16.2).  A request that
+fails inside the broker closes its connection with the traceback logged; the
+broker goes on serving the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol
+
+import trio
+
+from trikafka.kafka.errors import KafkaCodecError, UnsupportedRequest
+from trikafka.kafka.framing import FrameReader, Request, parse_request, unsupported_version_response
+from trikafka.wire.responses import Chunk
+
+from ..sendfile import RegionTruncatedError, send_chunks
+
+
+logger = logging.getLogger(__name__)
+
+RECEIVE_BYTES = 128 * 1024
+_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
+
+
+class Dispatcher(Protocol):
+    """Where a connection's requests go (``KafkaService``)."""
+
+    max_request_bytes: int
+
+    async def handle(self, request: Request) -> list[Chunk] | None:
+        """The answer's chunks, or None for a request that has none."""
+
+    def observe(self, api_key: int, seconds: float) -> None:
+        """One request's latency."""
+
+
+class KafkaConnection:
+    """Serves one stream of the Kafka listener until the peer leaves, breaks the protocol, or shutdown."""
+
+    def __init__(self, service: Dispatcher, stream: trio.abc.Stream, peer: str = "?"):
+        self.stream = stream
+        self.peer = peer
+        self._service = service
+        self._reader = FrameReader(service.max_request_bytes)
+        self._stopping = False
+        self._receive_scope: trio.CancelScope | None = None
+        self.requests_handled = 0
+        self.close_reason: str | None = None
+
+    def stop(self) -> None:
+        """Finish the requests already received, then close (graceful shutdown)."""
+        self._stopping = True
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            await self._serve()
+        except KafkaCodecError as exc:
+            self.close_reason = f"{type(exc).__name__}: {exc}"
+            logger.info("closing Kafka connection from %s: %s", self.peer, exc)
+        except _PEER_GONE as exc:
+            self.close_reason = f"peer gone: {exc!r}"
+        except RegionTruncatedError as exc:
+            self.close_reason = f"fetch response cut short: {exc}"
+            logger.warning("closing Kafka connection from %s: %s", self.peer, exc)
+        except Exception as exc:  # a request this listener failed to answer: that connection pays, not the broker
+            self.close_reason = f"{type(exc).__name__}: {exc}"
+            logger.exception("closing Kafka connection from %s after a failed request", self.peer)
+        finally:
+            await trio.aclose_forcefully(self.stream)
+
+    async def _serve(self) -> None:
+        while not self._stopping:
+            with trio.CancelScope() as scope:
+                self._receive_scope = scope
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+            self._receive_scope = None
+            if scope.cancelled_caught:
+                break
+            if not data:
+                self.close_reason = "peer closed"
+                return
+            self._reader.feed(data)
+            await self._handle_received()
+        await self._handle_received()
+        self.close_reason = self.close_reason or "broker shutting down"
+
+    async def _handle_received(self) -> None:
+        service = self._service
+        perf_counter = time.perf_counter
+        while (frame := self._reader.next_frame()) is not None:
+            try:
+                request = parse_request(frame)  # any other KafkaCodecError closes the connection
+            except UnsupportedRequest as exc:
+                answer = unsupported_version_response(exc)
+                if answer is None:
+                    raise
+                self.requests_handled += 1
+                await send_chunks(self.stream, [answer])
+                continue
+            self.requests_handled += 1
+            started_s = perf_counter()
+            try:
+                chunks = await service.handle(request)
+                if chunks is not None:
+                    await send_chunks(self.stream, chunks)
+            finally:
+                service.observe(request.api_key, perf_counter() - started_s)

@@ -1,0 +1,85 @@
+"""What the Kafka listener's handlers need from their broker (docs/protocol.md §16).
+
+``KafkaService`` (``service.py``) is the one implementation; the handler
+modules see only this Protocol, so they never import the service that
+dispatches to them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.wire.metadata import BrokerAddress
+
+from ..config import BrokerConfig
+from ..partition import Partition
+from ..waiters import VisibleEndWaiters
+
+if TYPE_CHECKING:
+    from ..handlers import RequestHandler
+
+
+class TopicCreation(Protocol):
+    """CreateTopics' and CreatePartitions' work (``topics.TopicService``)."""
+
+    async def create(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
+                     validate_only: bool = False) -> tuple[int, int]: ...
+
+    async def auto_create(self, topics: list[str]) -> set[str]: ...
+
+    async def add_partitions(self, topic: str, count: int, *, validate_only: bool) -> None: ...
+
+    def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[tuple[str, str, bool, bool]]: ...
+
+
+class TopicRegistry(Protocol):
+    """The ZooKeeper side of topic administration (``registry.KafkaRegistry``)."""
+
+    async def create_topic(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
+                           validate_only: bool) -> tuple[int, int]: ...
+
+    async def delete_topic(self, topic: str) -> None: ...
+
+    async def add_partitions(self, topic: str, count: int) -> None: ...
+
+
+class KafkaContext(Protocol):
+    """One broker as its Kafka handlers see it."""
+
+    handler: RequestHandler
+    config: BrokerConfig
+    waiters: VisibleEndWaiters
+    clock_ms: Callable[[], int]
+    broker_id: int
+    cluster_id: str
+    topics: TopicCreation
+    registry: TopicRegistry | None
+
+    @property
+    def admin(self) -> Any: ...  # Any: the broker's TopicAdmin (its METADATA view and settings store)
+
+    def kafka_brokers(self) -> list[BrokerAddress]: ...
+
+    def controller_id(self) -> int: ...
+
+    def topic_names(self) -> list[str]: ...
+
+    def topic_format(self, topic: str) -> str | None: ...
+
+    async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode: ...
+
+    def appended(self, topic: str, index: int) -> None: ...
+
+    def log_start_offset(self, partition: Partition) -> int: ...
+
+    def epoch_history(self, partition: Partition) -> Any: ...
+
+    def stored_settings(self, topic: str) -> dict[str, str]: ...
+
+    def timestamp_type(self, topic: str) -> str: ...
+
+    async def delete_topic(self, topic: str) -> None: ...
+
+    async def wait_topic_known(self, topic: str) -> None: ...

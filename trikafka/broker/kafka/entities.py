@@ -1,0 +1,55 @@
+"""Building one version's response entities from keyword fields (docs/protocol.md §16.3).
+
+kio generates one dataclass per api, version and nesting level; a field that
+a version lacks is absent from its class.  Handlers build answers with every
+field they know, and ``Reply`` keeps those the request's version has, so one
+handler serves every version of its api.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from functools import lru_cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@lru_cache(maxsize=None)
+def _module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+@lru_cache(maxsize=None)
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+class Reply:
+    """The response classes of one (api key, version)."""
+
+    __slots__ = ("_module", "_response")
+
+    def __init__(self, api_key: int, version: int):
+        self._module = _module(api_key, version)
+        self._response = next(c for c in vars(self._module).values()
+                              if getattr(c, "__type__", None) is EntityType.response)
+
+    # Any: the entity's class depends on the version, which only the request knows at run time.
+    def response(self, **fields: Any) -> Any:
+        """The top-level response, with the fields this version has."""
+        return _build(self._response, fields)
+
+    def nested(self, class_name: str, /, **fields: Any) -> Any:
+        """A nested entity of this version's schema, by class name."""
+        return _build(getattr(self._module, class_name), fields)
+
+
+def _build(cls: type, fields: dict[str, Any]) -> Any:
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in fields.items() if k in names})

@@ -1,0 +1,109 @@
+"""Fetch (docs/protocol.md §16.4): whole batches from the one holding the fetch offset, by sendfile.
+
+A partition's answer starts at the batch that holds the fetch offset (or the
+first after it) and ends at a batch boundary within the partition's and the
+request's byte budgets, at least one batch when there is one below the high
+watermark.  The request waits, woken by appends and high-watermark advances
+(no polling), until ``min_bytes`` are available or ``max_wait_ms`` passes;
+an error in any partition answers at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.fetch import FetchPartition, encode_fetch_response
+from trikafka.kafka.framing import Request
+from trikafka.log.errors import OffsetOutOfRangeError
+from trikafka.wire.responses import Chunk
+
+from ..partition import Refused
+from .errors import kafka_error
+from .context import KafkaContext
+
+
+
+@dataclass(slots=True)
+class _Asked:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int
+
+
+async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
+    body = request.body
+    asked = [_Asked(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1))
+             for t in body.topics for p in t.partitions]
+    deadline = trio.current_time() + max(body.max_wait.total_seconds(), 0.0)
+    keys = [(a.topic, a.partition) for a in asked]
+    waiters = service.waiters
+    while True:
+        answers = [await _answer(service, a) for a in asked]
+        _apply_request_budget(answers, body.max_bytes)
+        available = sum(len(a.records) for a in answers if a.records is not None)
+        if (available >= body.min_bytes or waiters.closing or trio.current_time() >= deadline
+                or any(a.error_code != ErrorCode.none for a in answers)):
+            break
+        del answers
+        if not await waiters.wait_any(keys, deadline):
+            answers = [await _answer(service, a) for a in asked]
+            _apply_request_budget(answers, body.max_bytes)
+            break
+    for a, answer in zip(asked, answers):
+        if answer.records is not None:
+            service.handler.metrics.topic(a.topic).bytes_out += len(answer.records)
+    return encode_fetch_response(request.api_version, request.correlation_id, 0, ErrorCode.none, 0, answers)
+
+
+async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
+    def failed(code: ErrorCode, hw: int = -1, start: int = -1) -> FetchPartition:
+        return FetchPartition(asked.topic, asked.partition, code, hw, hw, start, None)
+
+    target = await service.partition_for(asked.topic, asked.partition, write=False)
+    if isinstance(target, ErrorCode):
+        return failed(target)
+    try:
+        view = target.read_view()
+    except Refused as exc:
+        return failed(kafka_error(exc.error))
+    if asked.current_leader_epoch >= 0 and asked.current_leader_epoch != view.leader_epoch:
+        return failed(ErrorCode.fenced_leader_epoch if asked.current_leader_epoch < view.leader_epoch
+                      else ErrorCode.unknown_leader_epoch)
+    index = view.log.kafka_offsets
+    hw = index.offset_at(view.end)
+    start = index.start_offset
+    if not start <= asked.offset <= hw:
+        return failed(ErrorCode.offset_out_of_range, hw, start)
+    if asked.offset == hw or asked.max_bytes <= 0:
+        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, None)
+    position = index.position_of(asked.offset)
+    if position is None or position >= view.end:
+        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, None)
+    end = index.batch_end_within(position, asked.max_bytes, view.end)
+    try:
+        region = view.log.read(position, end - position, end=view.end)
+    except OffsetOutOfRangeError:  # retention removed the segment meanwhile
+        return failed(ErrorCode.offset_out_of_range, hw, start)
+    return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, region)
+
+
+def _apply_request_budget(answers: list[FetchPartition], max_bytes: int) -> None:
+    """The request's ``max_bytes`` across partitions: the first with data always keeps its batches."""
+    used = 0
+    for i, answer in enumerate(answers):
+        if answer.records is None:
+            continue
+        size = len(answer.records)
+        if used and used + size > max_bytes:
+            answers[i] = answer._replace(records=None)
+            continue
+        used += size
+
+
+

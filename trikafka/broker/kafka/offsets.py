@@ -1,0 +1,109 @@
+"""ListOffsets and OffsetForLeaderEpoch (docs/protocol.md §16.4): logical offsets from the index.
+
+Both are answered from memory: the log's batch index (§16.6) and, for leader
+epochs, the partition's epoch history (§12.3), whose byte offsets the index
+turns into logical ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.framing import Request
+
+from ..partition import Refused
+from .entities import NO_THROTTLE, Reply
+from .errors import kafka_error
+from .context import KafkaContext
+
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3  # v7 (KIP-734)
+
+
+async def list_offsets(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            error, offset, timestamp, epoch = await _list_one(service, topic.name, part.partition_index,
+                                                              part.timestamp,
+                                                              getattr(part, "current_leader_epoch", -1))
+            partitions.append(reply.nested("ListOffsetsPartitionResponse", partition_index=part.partition_index,
+                                           error_code=error, old_style_offsets=(offset,) if offset >= 0 else (),
+                                           timestamp=timestamp, offset=offset, leader_epoch=epoch))
+        topics.append(reply.nested("ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions)))
+    return reply.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: int,
+                    current_epoch: int) -> tuple[ErrorCode, int, int, int]:
+    target = await service.partition_for(topic, index, write=False)
+    if isinstance(target, ErrorCode):
+        return target, -1, -1, -1
+    try:
+        view = target.read_view()
+    except Refused as exc:
+        return kafka_error(exc.error), -1, -1, -1
+    if current_epoch >= 0 and current_epoch != view.leader_epoch:
+        code = ErrorCode.fenced_leader_epoch if current_epoch < view.leader_epoch else ErrorCode.unknown_leader_epoch
+        return code, -1, -1, -1
+    index_ = view.log.kafka_offsets
+    hw = index_.offset_at(view.end)
+    epoch = view.leader_epoch
+    if timestamp == EARLIEST:
+        return ErrorCode.none, index_.start_offset, -1, epoch
+    if timestamp == LATEST:
+        return ErrorCode.none, hw, -1, epoch
+    if timestamp == MAX_TIMESTAMP:
+        offset, found_ms = index_.max_timestamp()
+        if offset >= hw:
+            return ErrorCode.none, -1, -1, epoch
+        return ErrorCode.none, offset, found_ms, epoch
+    found = index_.offset_for_time(timestamp)
+    if found is None or found[0] >= hw:
+        return ErrorCode.none, -1, -1, epoch
+    return ErrorCode.none, found[0], found[1], epoch
+
+
+async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            error, epoch, end = await _epoch_end(service, topic.topic, part.partition, part.leader_epoch,
+                                                 getattr(part, "current_leader_epoch", -1))
+            partitions.append(reply.nested("EpochEndOffset", error_code=error, partition=part.partition,
+                                           leader_epoch=epoch, end_offset=end))
+        topics.append(reply.nested("OffsetForLeaderTopicResult", topic=topic.topic, partitions=tuple(partitions)))
+    return reply.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def _epoch_end(service: KafkaContext, topic: str, index: int, epoch: int,
+                     current_epoch: int) -> tuple[ErrorCode, int, int]:
+    """(error, the largest epoch <= ``epoch``, its end offset) as KIP-101 and KIP-320 define them."""
+    target = await service.partition_for(topic, index, write=False)
+    if isinstance(target, ErrorCode):
+        return target, -1, -1
+    try:
+        view = target.read_view()
+    except Refused as exc:
+        return kafka_error(exc.error), -1, -1
+    if current_epoch >= 0 and current_epoch != view.leader_epoch:
+        code = ErrorCode.fenced_leader_epoch if current_epoch < view.leader_epoch else ErrorCode.unknown_leader_epoch
+        return code, -1, -1
+    index_ = view.log.kafka_offsets
+    history = service.epoch_history(target)
+    if history is None:  # unreplicated: epoch 0 from offset 0 (§16.4)
+        if epoch < 0:
+            return ErrorCode.none, -1, -1
+        return ErrorCode.none, 0, index_.next_offset
+    found_epoch, byte_end = history.end_offset_for(epoch, view.log.end_offset)
+    if found_epoch < 0:
+        return ErrorCode.none, -1, -1
+    return ErrorCode.none, found_epoch, index_.offset_at(byte_end)

@@ -1,0 +1,114 @@
+"""Produce (docs/protocol.md §16.4, §16.6): v2 batches numbered by the leader, acks 0, 1, -1.
+
+Every partition of a request is appended first, in order; then, for acks -1,
+one wait covers them all (the ISR's acknowledgement, §12.6), bounded by the
+request's timeout.  Acks 0 is never answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.batch import BatchError
+from trikafka.kafka.framing import Request, encode_response
+from trikafka.wire.errors import ErrorCode as EngineError
+from trikafka.wire.responses import Chunk
+
+from ..partition import AckWait, KafkaAppend, Refused
+from .entities import NO_THROTTLE, Reply
+from .errors import BATCH_TO_KAFKA, kafka_error
+from .context import KafkaContext
+
+
+logger = logging.getLogger(__name__)
+
+ACKS = (0, 1, -1)
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None:
+    body = request.body
+    reply = Reply(request.api_key, request.api_version)
+    acks = body.acks
+    deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)
+    # (topic, partition index, error, base offset, log start, append time ms)
+    results: list[list[Any]] = []
+    waits: list[tuple[int, AckWait]] = []
+    for topic_data in body.topic_data:
+        topic = topic_data.name
+        for part in topic_data.partition_data:
+            row: list[Any] = [topic, part.index, ErrorCode.none, -1, -1, -1]
+            results.append(row)
+            if acks not in ACKS:
+                row[2] = ErrorCode.invalid_required_acks
+                continue
+            if body.transactional_id is not None:
+                row[2] = ErrorCode.transactional_id_authorization_failed
+                continue
+            wait = await _append(service, topic, part.index, part.records, acks, row)
+            if wait is not None:
+                waits.append((len(results) - 1, wait))
+    if waits:
+        statuses = await service.handler.wait_acks([w for _, w in waits], deadline)
+        for (i, _), status in zip(waits, statuses):
+            if status != EngineError.NO_ERROR:
+                results[i][2] = kafka_error(status)
+                results[i][3] = -1
+    if acks == 0:
+        return None
+    responses = []
+    for topic, rows in _by_topic(results):
+        partitions = tuple(reply.nested("PartitionProduceResponse", index=index, error_code=error, base_offset=base,
+                                        log_append_time_ms=append_ms, log_append_time=_time(append_ms),
+                                        log_start_offset=start, record_errors=(), error_message=None)
+                           for _, index, error, base, start, append_ms in rows)
+        responses.append(reply.nested("TopicProduceResponse", name=topic, partition_responses=partitions))
+    return [encode_response(request, reply.response(responses=tuple(responses), throttle_time=NO_THROTTLE))]
+
+
+async def _append(service: KafkaContext, topic: str, index: int, records: bytes | None, acks: int,
+                  row: list[Any]) -> AckWait | None:
+    """Append one partition's batches, filling ``row``; the acks -1 wait, if there is one."""
+    target = await service.partition_for(topic, index, write=True)
+    if isinstance(target, ErrorCode):
+        row[2] = target
+        return None
+    if not records:
+        row[2] = ErrorCode.corrupt_message
+        return None
+    append_time_ms = service.clock_ms() if service.timestamp_type(topic) == LOG_APPEND_TIME else None
+    try:
+        result = await target.append(bytearray(records), acks, kafka=KafkaAppend(append_time_ms))
+    except Refused as exc:
+        row[2] = kafka_error(exc.error)
+        return None
+    except BatchError as exc:
+        logger.info("produce to %s-%d refused: %s", topic, index, exc)
+        row[2] = BATCH_TO_KAFKA[exc.kind]
+        return None
+    service.handler.metrics.count_in(topic, result.message_count, result.next_offset - result.base_offset)
+    service.appended(topic, index)
+    row[3] = result.logical_offset
+    row[4] = service.log_start_offset(target)
+    row[5] = -1 if append_time_ms is None else append_time_ms
+    return target.ack_wait(result.next_offset) if acks == -1 else None
+
+
+def _by_topic(results: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:
+    grouped: dict[str, list[list[Any]]] = {}
+    for row in results:
+        grouped.setdefault(row[0], []).append(row)
+    return list(grouped.items())
+
+
+def _time(ms: int) -> Any:
+    """kio's LogAppendTime field: a timezone-aware time, or None for -1 (CreateTime)."""
+    if ms < 0:
+        return None
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

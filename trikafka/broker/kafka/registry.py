@@ -1,0 +1,115 @@
+"""The Kafka listener in ZooKeeper mode (docs/protocol.md §16.1, §16.4, §16.7).
+
+* peers: every broker's Kafka port, from the ``kafka_port`` field of its
+  ``/trikafka/brokers/<id>`` (written by the replica manager's membership);
+* the cluster id in ``/trikafka/cluster-id``, created by the first broker
+  that needs it;
+* CreateTopics: a replicated topic (§12.12.2) with ``record.format=v2``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import uuid
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from trikafka.wire.metadata import BrokerAddress
+from trikafka.zk import paths
+from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.errors import CoordinatorError, NodeExistsError, NoNodeError
+from trikafka.zk.registry import live_brokers
+from trikafka.zk.replication_store import TopicExistsError, create_assigned_topic
+from trikafka.zk.replication_values import TopicAssignment
+
+from ..replication.assignment import AssignmentError, assign_replicas
+from .topics import TopicError
+from .context import KafkaContext
+
+
+logger = logging.getLogger(__name__)
+
+CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
+DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
+
+
+def new_cluster_id() -> str:
+    """22 characters of URL-safe base64: 16 random bytes, as Kafka's cluster ids (§16.7)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaRegistry:
+    """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
+
+    def __init__(self, service: KafkaContext, zk: Coordinator):
+        self._service = service
+        self._zk = zk
+        self._peers: dict[int, BrokerAddress] = {}
+
+    def peers(self) -> list[BrokerAddress]:
+        return sorted(self._peers.values())
+
+    async def cluster_id(self) -> str:
+        try:
+            await self._zk.create(CLUSTER_ID_PATH, new_cluster_id().encode(), makepath=True)
+        except NodeExistsError:
+            pass
+        return (await self._zk.get(CLUSTER_ID_PATH))[0].decode()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the peers' Kafka addresses current until cancelled."""
+        started = False
+        await self._zk.ensure_path(paths.REPLICATION_BROKERS)
+        async for children in self._zk.watch_children(paths.REPLICATION_BROKERS):
+            found: dict[int, BrokerAddress] = {}
+            for child in children or ():
+                address = await self._read(child)
+                if address is not None:
+                    found[address.broker_id] = address
+            self._peers = found
+            if not started:
+                task_status.started()
+                started = True
+
+    async def _read(self, child: str) -> BrokerAddress | None:
+        try:
+            broker_id = int(child)
+            data, _ = await self._zk.get(paths.replication_broker(broker_id))
+            fields = json.loads(data)
+            kafka_port = fields.get("kafka_port")
+            if not isinstance(kafka_port, int):
+                return None
+            return BrokerAddress(broker_id, str(fields["host"]), kafka_port)
+        except (ValueError, KeyError, TypeError, NoNodeError):
+            return None
+
+    async def create_topic(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
+                           validate_only: bool) -> tuple[int, int]:
+        live = await live_brokers(self._zk)
+        factor = min(DEFAULT_REPLICATION_FACTOR, len(live)) if replication_factor == -1 else replication_factor
+        try:
+            replicas = assign_replicas(set(live), partitions, factor)
+        except AssignmentError as exc:
+            raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
+        if validate_only:
+            return partitions, factor
+        try:
+            await create_assigned_topic(self._zk, topic, TopicAssignment(replicas, settings))
+        except TopicExistsError:
+            raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists") from None
+        except CoordinatorError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+        logger.info("created Kafka-format topic %s: %d partitions, replication factor %d", topic, partitions, factor)
+        await self._service.wait_topic_known(topic)
+        return partitions, factor
+
+    async def delete_topic(self, topic: str) -> None:
+        raise TopicError(ErrorCode.invalid_request, "DeleteTopics is not served on a ZooKeeper cluster yet "
+                                                    "(docs/protocol.md §16.4)")
+
+    async def add_partitions(self, topic: str, count: int) -> None:
+        raise TopicError(ErrorCode.invalid_request, "CreatePartitions is not served on a ZooKeeper cluster yet "
+                                                    "(docs/protocol.md §16.4)")

@@ -1,0 +1,243 @@
+"""The Kafka listener's shared state and its table of handlers (docs/protocol.md §16).
+
+One ``KafkaService`` per broker: every Kafka connection hands its decoded
+requests to ``handle``, which looks the api up in ``KAFKA_HANDLERS`` (one
+entry per api of the codec's table, ``trikafka.kafka.apis``) and encodes the
+answer.  The service reaches the engine through the 0.7 request handler's
+``Partition`` seam, so both listeners share logs, replication, the flusher
+and the waiters.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import inspect
+import logging
+import os
+import uuid
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
+
+import trio
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.framing import Request, encode_response
+from trikafka.wire.metadata import BrokerAddress
+from trikafka.wire.responses import Chunk
+
+from ..config import BrokerConfig, published_host
+from ..metrics import REQUEST_BUCKETS_S, LatencyHistogram
+from ..partition import Partition, Refused
+from ..topic_settings import MESSAGE_TIMESTAMP_TYPE
+from ..seams import RunBlocking
+from ..waiters import VisibleEndWaiters
+from . import cluster, fetch, offsets, produce, topics
+from .connection import KafkaConnection
+from .context import TopicRegistry
+
+if TYPE_CHECKING:
+    from ..handlers import RequestHandler
+    from ..zookeeper import BrokerZooKeeper
+
+logger = logging.getLogger(__name__)
+
+TOPIC_KNOWN_TIMEOUT_S = 5.0
+TOPIC_KNOWN_POLL_S = 0.02
+CLUSTER_ID_FILE = ".trikafka-cluster-id"  # a standalone broker's cluster id (§16.7)
+FORMAT_V2 = "v2"
+FORMAT_07 = "0.7"
+
+# Any: each handler takes its own api's request entity and answers with its response entity
+# (or, for Fetch, chunks; for Produce with acks 0, None), which a table of many apis cannot name.
+Handle = Callable[["KafkaService", Request], Awaitable[Any] | Any]
+
+# The broker's side of the api table: one handler per api the codec serves (§16.3).
+KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
+    KafkaApi.PRODUCE: produce.produce,
+    KafkaApi.FETCH: fetch.fetch,
+    KafkaApi.LIST_OFFSETS: offsets.list_offsets,
+    KafkaApi.METADATA: cluster.metadata,
+    KafkaApi.API_VERSIONS: cluster.api_versions,
+    KafkaApi.CREATE_TOPICS: topics.create_topics,
+    KafkaApi.DELETE_TOPICS: topics.delete_topics,
+    KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
+    KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
+    KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
+    KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
+}
+# Handlers that write their own answer (chunks, or nothing): the rest return an entity.
+_RAW_ANSWERS = frozenset({KafkaApi.PRODUCE, KafkaApi.FETCH})
+
+
+class KafkaService:
+    """What the Kafka listener's connections share; see the module docstring."""
+
+    def __init__(self, *, handler: RequestHandler, config: BrokerConfig, waiters: VisibleEndWaiters,
+                 clock_ms: Callable[[], int], run_blocking: RunBlocking):
+        self.handler = handler
+        self.config = config
+        self.waiters = waiters
+        self.clock_ms = clock_ms
+        self.run_blocking = run_blocking
+        self.max_request_bytes = config.max_socket_request_bytes
+        self.broker_id = config.broker_id
+        self.host = config.host
+        self.port = 0  # set by start(), once bound
+        self.cluster_id = ""
+        self.topics = topics.TopicService(self)
+        # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
+        self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
+        self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
+        self.latency = {int(api): LatencyHistogram(REQUEST_BUCKETS_S) for api in KafkaApi}
+
+    @property
+    def admin(self) -> Any:  # Any: the broker's TopicAdmin (set once the broker is wired)
+        return self.handler.admin
+
+    def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
+        """A processor's connection factory for this listener."""
+        return KafkaConnection(self, stream, peer)
+
+    async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, port: int) -> None:
+        """Learn the bound port, the published host and the cluster id (§16.7), before accepting."""
+        self.port = port
+        self.host = await published_host(self.config)
+        if zookeeper is not None:
+            from .registry import KafkaRegistry
+
+            registry = KafkaRegistry(self, zookeeper.coordinator)
+            self.registry = registry
+            self.cluster_id = await registry.cluster_id()
+            self.peers = registry.peers
+            await nursery.start(registry.run)
+        else:
+            self.cluster_id = await self.run_blocking(functools.partial(_standalone_cluster_id, self.config.log_dir))
+
+    # ----------------------------------------------------------------- dispatch
+
+    async def handle(self, request: Request) -> list[Chunk] | None:
+        """Answer one request: its chunks, or None when it has no answer."""
+        handle = KAFKA_HANDLERS[request.api]
+        answer = handle(self, request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if request.api in _RAW_ANSWERS:
+            return answer  # type: ignore[no-any-return]
+        return [encode_response(request, answer)]
+
+    def observe(self, api_key: int, seconds: float) -> None:
+        histogram = self.latency.get(api_key)
+        if histogram is not None:
+            histogram.observe(seconds)
+
+    # ----------------------------------------------------------------- cluster view
+
+    def kafka_brokers(self) -> list[BrokerAddress]:
+        """Every broker serving the Kafka protocol, this one first (§16.4)."""
+        me = BrokerAddress(self.broker_id, self.host, self.port)
+        return [me, *sorted(b for b in self.peers() if b.broker_id != self.broker_id)]
+
+    def controller_id(self) -> int:
+        replicas = self.handler.replicas
+        controller = getattr(replicas, "controller_id", None) if replicas is not None else None
+        return controller if isinstance(controller, int) and controller >= 0 else self.broker_id
+
+    def topic_names(self) -> list[str]:
+        """Every topic this broker knows, sorted."""
+        replicas = self.handler.replicas
+        names = set(self.handler.log_manager.topics())
+        if replicas is not None:
+            names |= set(replicas.topics)
+        return sorted(names)
+
+    def topic_format(self, topic: str) -> str | None:
+        """``"v2"``, ``"0.7"``, or None for a topic this broker does not know (§16.6)."""
+        replicas = self.handler.replicas
+        if replicas is not None and (assignment := replicas.topics.get(topic)) is not None:
+            return assignment.config.get(topics.RECORD_FORMAT, FORMAT_07)
+        log = self.handler.existing_log(topic, 0) if topic in self.handler.log_manager.topics() else None
+        if log is None:
+            return None
+        return getattr(log, "record_format", FORMAT_07)
+
+
+    # ----------------------------------------------------------------- partitions
+
+    async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode:
+        """The partition a Kafka request names, or the Kafka error that answers it (§16.4, §16.6)."""
+        fmt = self.topic_format(topic)
+        if fmt is None:
+            return ErrorCode.unknown_topic_or_partition
+        if fmt != FORMAT_V2:
+            return ErrorCode.unsupported_for_message_format
+        count = self.handler.partitions_if_valid(topic)
+        if count is None or not 0 <= index < count:
+            return ErrorCode.unknown_topic_or_partition
+        if write:
+            return await self.handler.partition_for_write(topic, index)
+        return self.handler.partition(topic, index)
+
+    def appended(self, topic: str, index: int) -> None:
+        """Wake the long polls of a partition whose log end is its high watermark (unreplicated, §16.6)."""
+        self.waiters.notify((topic, index))
+
+    def log_start_offset(self, partition: Partition) -> int:
+        try:
+            return partition.read_view().log.kafka_offsets.start_offset
+        except Refused:
+            return -1
+
+    def epoch_history(self, partition: Partition) -> Any:
+        """The leader-epoch history of a replicated partition (§12.3), None for an unreplicated one."""
+        hosted = getattr(partition, "_hosted", None)
+        return None if hosted is None else hosted.epochs.history
+
+    def stored_settings(self, topic: str) -> dict[str, str]:
+        """The settings stored for ``topic`` (§12.12.1)."""
+        replicas = self.handler.replicas
+        if replicas is not None and (assignment := replicas.topics.get(topic)) is not None:
+            return dict(assignment.config)
+        read: Callable[[str], dict[str, str]] = getattr(self.handler.admin, "read_settings", lambda t: {})
+        return read(topic)
+
+    def timestamp_type(self, topic: str) -> str:
+        return self.stored_settings(topic).get(MESSAGE_TIMESTAMP_TYPE, "CreateTime")
+
+    async def wait_topic_known(self, topic: str, timeout_s: float = TOPIC_KNOWN_TIMEOUT_S) -> None:
+        """Return once this broker knows ``topic`` (its ZooKeeper watch saw it), or after ``timeout_s``:
+        a client that asks right after CreateTopics then finds it (clients retry anyway)."""
+        with trio.move_on_after(timeout_s):
+            while self.topic_format(topic) is None:
+                await trio.sleep(TOPIC_KNOWN_POLL_S)
+
+    async def delete_topic(self, topic: str) -> None:
+        """DeleteTopics of one topic (§16.4); raises ``TopicError``."""
+        fmt = self.topic_format(topic)
+        if fmt is None:
+            raise topics.TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+        if self.registry is not None:
+            await self.registry.delete_topic(topic)
+            return
+        await self.handler.admin.delete_local_topic(topic)
+
+
+def _standalone_cluster_id(log_dir: str) -> str:
+    """The id in ``<log-dir>/.trikafka-cluster-id``, made on first use (§16.7)."""
+    path = os.path.join(log_dir, CLUSTER_ID_FILE)
+    try:
+        with open(path) as f:
+            found = f.read().strip()
+        if found:
+            return found
+    except FileNotFoundError:
+        pass
+    made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(made + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return made

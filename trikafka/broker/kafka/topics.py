@@ -1,0 +1,275 @@
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs (docs/protocol.md §16.4, §16.5).
+
+Topics created here are Kafka-format (``record.format=v2``, §16.6).  A
+standalone broker keeps their settings in its settings file (§9.5) and creates
+every partition's log before it answers; with ZooKeeper a topic is a
+replicated topic (§12.12.2) of the requested replication factor, whose
+replicas create their logs when they see it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.framing import Request
+
+from ..admin import MAX_CREATED_PARTITIONS
+from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, MESSAGE_TIMESTAMP_TYPE, MIN_COMPACTION_LAG_MS,
+                              RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES, TopicConfigError,
+                              check_topic_config, log_overrides)
+from .cluster import NO_TOPIC_ID
+from .entities import NO_THROTTLE, Reply
+from .context import KafkaContext
+
+
+logger = logging.getLogger(__name__)
+
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+UNCLEAN_ELECTION = "unclean.leader.election.enable"
+MAX_MESSAGE_BYTES = "max.message.bytes"
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+CONFIG_SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+CONFIG_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+
+
+def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
+    """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
+    config = service.config
+    log = config.log_config(topic)
+    return {
+        CLEANUP_POLICY: config.topic_cleanup_policy_map.get(topic, config.log_cleanup_policy),
+        RETENTION_MS: str(log.retention_ms),
+        RETENTION_BYTES: str(log.retention_bytes),
+        SEGMENT_BYTES: str(log.segment_bytes),
+        MIN_INSYNC_REPLICAS: "1",
+        DELETE_RETENTION_MS: str(config.topic_delete_retention_ms_map.get(topic, config.delete_retention_ms)),
+        MIN_COMPACTION_LAG_MS: str(config.topic_min_compaction_lag_ms_map.get(topic, config.min_compaction_lag_ms)),
+        UNCLEAN_ELECTION: "false",
+        MESSAGE_TIMESTAMP_TYPE: "CreateTime",
+    }
+
+
+# Read-only facts DescribeConfigs lists beside the settings.
+_READ_ONLY: dict[str, Callable[[KafkaContext], str]] = {
+    MAX_MESSAGE_BYTES: lambda service: str(service.config.max_message_size),
+    RECORD_FORMAT: lambda service: "v2",
+}
+
+
+class TopicError(Exception):
+    """A topic that cannot be created or changed; ``code`` answers it."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class TopicService:
+    """Creates and changes Kafka-format topics for one broker."""
+
+    def __init__(self, service: KafkaContext):
+        self._service = service
+
+    def check_settings(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
+        """The settings a new topic stores, ``record.format=v2`` added; TopicError(INVALID_CONFIG) on a bad one."""
+        allowed = set(_defaults(self._service, topic))
+        for key in settings:
+            if key not in allowed:
+                raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
+                                                            f"(accepted: {', '.join(sorted(allowed))})")
+        stored = {k: v for k, v in settings.items() if v is not None}
+        try:
+            overrides = log_overrides(stored)
+            # Replication keys belong to replicated topics; a standalone topic accepts their defaults.
+            plain = {k: v for k, v in stored.items()
+                     if replicated or k not in (MIN_INSYNC_REPLICAS, UNCLEAN_ELECTION)}
+            check_topic_config(plain, replicated=replicated)
+        except TopicConfigError as exc:
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        if overrides.compact:
+            raise TopicError(ErrorCode.invalid_config, f"{CLEANUP_POLICY}=compact is not served on Kafka-format "
+                                                        "topics yet (docs/protocol.md §16.6)")
+        if not replicated and stored.get(MIN_INSYNC_REPLICAS, "1") != "1":
+            raise TopicError(ErrorCode.invalid_config, f"{MIN_INSYNC_REPLICAS} above 1 needs replicas: this broker "
+                                                        "is standalone")
+        if not replicated:
+            stored = {k: v for k, v in stored.items() if k not in (MIN_INSYNC_REPLICAS, UNCLEAN_ELECTION)}
+        return {**stored, RECORD_FORMAT: "v2"}
+
+    async def create(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
+                     validate_only: bool = False) -> tuple[int, int]:
+        """Create a Kafka-format topic; (partitions, replication factor).  Raises TopicError."""
+        service = self._service
+        handler = service.handler
+        if handler.partitions_if_valid(topic) is None:
+            raise TopicError(ErrorCode.invalid_topic_exception, f"{topic!r} is not a valid topic name")
+        if service.topic_format(topic) is not None:
+            raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists")
+        if partitions == -1:
+            partitions = service.config.partitions(topic)
+        if not 1 <= partitions <= MAX_CREATED_PARTITIONS:
+            raise TopicError(ErrorCode.invalid_partitions, f"{partitions} partitions: the range is 1 to "
+                                                            f"{MAX_CREATED_PARTITIONS}")
+        replicated = service.config.enable_zookeeper
+        stored = self.check_settings(topic, settings, replicated)
+        if not replicated:
+            if replication_factor not in (-1, 1):
+                raise TopicError(ErrorCode.invalid_replication_factor,
+                                 f"replication factor {replication_factor}: a standalone broker holds one replica")
+            if validate_only:
+                return partitions, 1
+            await self._create_local(topic, partitions, stored)
+            return partitions, 1
+        registry = service.registry
+        assert registry is not None, "a broker with ZooKeeper registers its Kafka listener before serving"
+        return await registry.create_topic(topic, partitions, replication_factor, stored,
+                                           validate_only=validate_only)
+
+    async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
+        service = self._service
+        handler = service.handler
+        manager = handler.log_manager
+        if not await handler.admin.store_settings(topic, stored):
+            raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
+        manager.raise_partition_count(topic, partitions)
+        handler.forget_partition_count(topic)
+        for partition in range(partitions):
+            await handler.log_for_write(topic, partition)
+        logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
+
+    async def auto_create(self, topics: list[str]) -> set[str]:
+        """§16.5: create the unknown ``topics`` with the defaults; the names created."""
+        if not self._service.config.auto_create_topics_enable:
+            return set()
+        created = set()
+        for topic in topics:
+            try:
+                await self.create(topic, -1, -1, {})
+            except TopicError as exc:
+                logger.info("auto-creation of %r refused: %s", topic, exc)
+                continue
+            created.add(topic)
+        return created
+
+    async def add_partitions(self, topic: str, count: int, *, validate_only: bool) -> None:
+        """CreatePartitions: raise ``topic``'s count to ``count``.  Raises TopicError."""
+        service = self._service
+        handler = service.handler
+        fmt = service.topic_format(topic)
+        if fmt is None:
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+        if fmt != "v2":
+            raise TopicError(ErrorCode.unsupported_for_message_format, f"{topic!r} is a 0.7 topic")
+        current = handler.partitions_if_valid(topic) or 0
+        if count <= current:
+            raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {current} partitions; the count can "
+                                                            f"only grow")
+        if count > MAX_CREATED_PARTITIONS:
+            raise TopicError(ErrorCode.invalid_partitions, f"{count} partitions: at most {MAX_CREATED_PARTITIONS}")
+        if validate_only:
+            return
+        if service.config.enable_zookeeper:
+            assert service.registry is not None
+            await service.registry.add_partitions(topic, count)
+            return
+        manager = handler.log_manager
+        manager.raise_partition_count(topic, count)
+        handler.forget_partition_count(topic)
+        for partition in range(current, count):
+            await handler.log_for_write(topic, partition)
+
+    def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[tuple[str, str, bool, bool]]:
+        """(name, value, read only, is default) of ``topic``'s settings."""
+        service = self._service
+        stored = service.stored_settings(topic)
+        rows = [(k, stored.get(k, default), False, k not in stored) for k, default in _defaults(service, topic).items()]
+        rows += [(k, value(service), True, True) for k, value in _READ_ONLY.items()]
+        return [row for row in rows if keys is None or row[0] in keys]
+
+
+def _error(exc: TopicError) -> tuple[ErrorCode, str]:
+    return exc.code, str(exc)
+
+
+async def create_topics(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    results = []
+    validate_only = getattr(request.body, "validate_only", False)
+    for topic in request.body.topics:
+        code, message, partitions, factor = ErrorCode.none, None, -1, -1
+        try:
+            if topic.assignments:
+                raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
+            partitions, factor = await service.topics.create(
+                topic.name, topic.num_partitions, topic.replication_factor,
+                {c.name: c.value for c in topic.configs}, validate_only=validate_only)
+        except TopicError as exc:
+            code, message = _error(exc)
+        results.append(reply.nested("CreatableTopicResult", name=topic.name, topic_id=NO_TOPIC_ID, error_code=code,
+                                    error_message=message, topic_config_error_code=0, num_partitions=partitions,
+                                    replication_factor=factor, configs=None))
+    return reply.response(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def delete_topics(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body = request.body
+    names = list(getattr(body, "topic_names", ()) or ()) + [t.name for t in getattr(body, "topics", ()) or ()]
+    results = []
+    for name in names:
+        code, message = ErrorCode.none, None
+        try:
+            await service.delete_topic(name)
+        except TopicError as exc:
+            code, message = _error(exc)
+        results.append(reply.nested("DeletableTopicResult", name=name, topic_id=NO_TOPIC_ID, error_code=code,
+                                    error_message=message))
+    return reply.response(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def create_partitions(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    results = []
+    for topic in request.body.topics:
+        code, message = ErrorCode.none, None
+        try:
+            if topic.assignments:
+                raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
+            await service.topics.add_partitions(topic.name, topic.count, validate_only=request.body.validate_only)
+        except TopicError as exc:
+            code, message = _error(exc)
+        results.append(reply.nested("CreatePartitionsTopicResult", name=topic.name, error_code=code,
+                                    error_message=message))
+    return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def describe_configs(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    results = []
+    for resource in request.body.resources:
+        keys = resource.configuration_keys
+        code, message, configs = ErrorCode.none, None, []
+        if resource.resource_type == RESOURCE_TOPIC:
+            fmt = service.topic_format(resource.resource_name)
+            if fmt is None:
+                code, message = ErrorCode.unknown_topic_or_partition, f"no topic {resource.resource_name!r}"
+            else:
+                configs = service.topics.describe(resource.resource_name, keys)
+        elif resource.resource_type == RESOURCE_BROKER:
+            configs = [(k, v, True, True) for k, v in _defaults(service, "").items()
+                       if keys is None or k in keys]
+        else:
+            code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
+        results.append(reply.nested(
+            "DescribeConfigsResult", error_code=code, error_message=message, resource_type=resource.resource_type,
+            resource_name=resource.resource_name,
+            configs=tuple(reply.nested("DescribeConfigsResourceResult", name=name, value=value, read_only=read_only,
+                                       is_default=is_default,
+                                       config_source=CONFIG_SOURCE_DEFAULT if is_default else CONFIG_SOURCE_TOPIC,
+                                       is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+                          for name, value, read_only, is_default in configs)))
+    return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
