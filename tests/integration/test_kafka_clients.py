@@ -138,3 +138,34 @@ def test_metadata_names_the_kafka_listener_and_topics(kafka: RunningKafkaBroker)
     assert [(b.host, b.port) for b in metadata.brokers.values()] == [("127.0.0.1", kafka.kafka_port)]
     assert sorted(metadata.topics["meta"].partitions) == [0, 1, 2, 3]
     assert metadata.cluster_id and len(metadata.cluster_id) == 22
+
+
+def test_create_describe_partitions_and_delete_through_the_admin_api(kafka: RunningKafkaBroker) -> None:
+    from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    created = admin.create_topics([NewTopic("admin-t", num_partitions=2, replication_factor=1,
+                                            config={"retention.ms": "3600000", "segment.bytes": "1048576"})])
+    created["admin-t"].result(timeout=30)
+    refused = admin.create_topics([NewTopic("admin-bad", num_partitions=1, replication_factor=1,
+                                            config={"no.such.key": "1"})])
+    with pytest.raises(Exception, match="no.such.key"):
+        refused["admin-bad"].result(timeout=30)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "admin-t")])
+    entries = list(described.values())[0].result(timeout=30)
+    assert entries["retention.ms"].value == "3600000" and not entries["retention.ms"].is_default
+    assert entries["segment.bytes"].value == "1048576"
+    assert entries["cleanup.policy"].is_default
+    admin.create_partitions([NewPartitions("admin-t", 4)])["admin-t"].result(timeout=30)
+    assert sorted(admin.list_topics(timeout=10).topics["admin-t"].partitions) == [0, 1, 2, 3]
+    lower = admin.create_partitions([NewPartitions("admin-t", 3)])
+    with pytest.raises(Exception, match="only grow"):
+        lower["admin-t"].result(timeout=30)
+    producer = ConfluentProducer({"bootstrap.servers": kafka.bootstrap})
+    producer.produce("admin-t", value=b"before the delete", partition=3)
+    assert producer.flush(10) == 0
+    admin.delete_topics(["admin-t"])["admin-t"].result(timeout=30)
+    assert "admin-t" not in admin.list_topics(timeout=10).topics
+    import os
+
+    assert not [d for d in os.listdir(kafka.log_dir) if d.startswith("admin-t-")]

@@ -51,6 +51,9 @@ class TopicAdmin:
         self._create_lock = trio.Lock()  # one creation at a time: checks and creation stay atomic
         # Where CREATE_TOPIC's settings go (docs/protocol.md §9.5): set by the broker's wiring.
         self.store_settings: Callable[[str, dict[str, str]], Awaitable[bool]] = _settings_not_kept
+        # A standalone broker's stored settings of a topic, and their removal (§16.4).
+        self.read_settings: Callable[[str], dict[str, str]] = lambda topic: {}
+        self.forget_settings: Callable[[str], Awaitable[None]] = _nothing_to_forget
 
     # ----------------------------------------------------------------- METADATA
 
@@ -82,6 +85,13 @@ class TopicAdmin:
 
     def _has_logs(self, topic: str) -> bool:
         return topic in self._log_manager.topics()
+
+    async def delete_local_topic(self, topic: str) -> None:
+        """DeleteTopics on a standalone broker (§16.4): its logs, then its stored settings."""
+        async with self._create_lock:
+            count = await self._handler.delete_topic_logs(topic)
+            await self.forget_settings(topic)
+        logger.info("deleted topic %s (%d partition logs)", topic, count)
 
     # ----------------------------------------------------------------- CREATE_TOPIC
 
@@ -130,6 +140,10 @@ class TopicAdmin:
         if len(had) < partitions:
             logger.info("created topic %s with %d partitions", topic, partitions)
         return CreateTopicResult(ErrorCode.NO_ERROR, manager.partitions_for(topic))
+
+
+async def _nothing_to_forget(topic: str) -> None:
+    return None
 
 
 async def _settings_not_kept(topic: str, settings: dict[str, str]) -> bool:

@@ -67,6 +67,9 @@ logger = logging.getLogger(__name__)
 MAX_CACHED_TOPICS = 100_000
 OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
 
+DELETE_POLL_S = 0.05  # how often a topic deletion looks again at a log still busy
+
+
 class CloseConnection(Exception):
     """A §2 condition: close the connection without writing anything."""
 
@@ -122,6 +125,24 @@ class RequestHandler:
         if len(self._topic_partitions) < MAX_CACHED_TOPICS:
             self._topic_partitions[topic] = count
         return count
+
+    async def delete_topic_logs(self, topic: str) -> int:
+        """Delete every log of ``topic`` on this broker (DeleteTopics, §16.4); how many.
+
+        The logs leave the manager first, so no new request finds them; each is
+        closed and removed in a worker thread once no flush, roll, truncation or
+        cleaning of it is in flight.
+        """
+        logs = self._log_manager.remove_topic(topic)
+        self.forget_partition_count(topic)
+        for log in logs:
+            self._local.pop((log.topic, log.partition), None)
+        for log in logs:
+            await self._flusher.wait_idle(log)
+            while log.cleaning or log.truncating or log.flush_in_flight:  # the cleaner's pass ends at a segment
+                await trio.sleep(DELETE_POLL_S)
+            await self._run_blocking(functools.partial(self._log_manager.delete_log, log))
+        return len(logs)
 
     def forget_partition_count(self, topic: str) -> None:
         """Drop the cached count of ``topic`` (CREATE_TOPIC may have raised it)."""

@@ -29,7 +29,7 @@ from trikafka.wire.errors import ErrorCode
 from trikafka.wire.requests import FetchPart, OffsetsRequest
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
-from .seams import AppendResult, BrokerLog, Flusher
+from .seams import AppendResult, BrokerLog, Flusher, KafkaAppend
 
 TopicPartition = tuple[str, int]
 FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
@@ -47,14 +47,6 @@ class Refused(Exception):
 
 
 UNREPLICATED_EPOCH = 0  # an unreplicated partition's leader epoch, for ever (§16.4)
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaAppend:
-    """A Kafka-protocol produce (§16.6): the leader numbers the batches; ``append_time_ms``
-    is set under ``message.timestamp.type=LogAppendTime``."""
-
-    append_time_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

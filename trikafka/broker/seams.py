@@ -9,10 +9,13 @@ test can hand any of them a small fake and mypy checks both.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence, Sized
 
 from trikafka.log.config import LogConfig
+from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.log.log import AppendResult, Log
+from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.tickets import FlushTicket, RollTicket
 from trikafka.log.truncation import TruncateTicket
@@ -34,6 +37,14 @@ if TYPE_CHECKING:
 RunBlocking = Callable[..., Awaitable[Any]]
 
 __all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher", "Replica", "Replicas", "Admin"]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaAppend:
+    """A Kafka-protocol produce (§16.6): the leader numbers the batches; ``append_time_ms``
+    is set under ``message.timestamp.type=LogAppendTime``."""
+
+    append_time_ms: int | None = None
 
 
 class BrokerLog(Protocol):
@@ -61,7 +72,19 @@ class BrokerLog(Protocol):
     @property
     def flush_in_flight(self) -> bool: ...
 
-    def append(self, data: bytes | bytearray | memoryview) -> AppendResult: ...
+    @property
+    def cleaning(self) -> bool: ...
+
+    @property
+    def truncating(self) -> bool: ...
+
+    def append(self, data: bytes | bytearray | memoryview, *, assign: OffsetAssignment | None = None) -> AppendResult: ...
+
+    @property
+    def record_format(self) -> str: ...
+
+    @property
+    def kafka_offsets(self) -> KafkaOffsets: ...
 
     def roll_due(self) -> bool: ...
 
@@ -115,6 +138,14 @@ class LogDirectory(Protocol):
 
     def raise_partition_count(self, topic: str, partitions: int) -> None: ...
 
+    def config_for(self, topic: str) -> LogConfig: ...
+
+    def remove_topic(self, topic: str) -> list[Log]: ...
+
+    def delete_log(self, log: Log) -> None: ...
+
+    def override_topic_config(self, topic: str, config: LogConfig | None) -> None: ...
+
 
 class Flusher(Protocol):
     """Flushes, rolls and truncations off the loop (``FlushScheduler``, docs/protocol.md §7.2)."""
@@ -127,6 +158,8 @@ class Flusher(Protocol):
     def request_flush(self, log: BrokerLog) -> None: ...
 
     async def flush(self, log: BrokerLog) -> None: ...
+
+    async def wait_idle(self, log: BrokerLog) -> None: ...
 
     def restructuring(self, log: BrokerLog) -> bool: ...
 
@@ -154,7 +187,10 @@ class Replica(Protocol):
 
     def check_acks_all(self) -> ErrorCode: ...
 
-    async def append_as_leader(self, messages: bytes) -> AppendResult: ...
+    @property
+    def leader_epoch(self) -> int: ...
+
+    async def append_as_leader(self, messages: bytes | bytearray, *, kafka: KafkaAppend | None = None) -> AppendResult: ...
 
     async def replica_fetch(self, request: ReplicaFetchRequest) -> list[Chunk]: ...
 
@@ -188,6 +224,11 @@ class Admin(Protocol):
     self_broker: BrokerAddress | None
     peers: Callable[[], Sequence[BrokerAddress]]
     store_settings: Callable[[str, dict[str, str]], Awaitable[bool]]
+    read_settings: Callable[[str], dict[str, str]]
+
+    def topic_metadata(self, name: str, broker_id: int) -> TopicMetadata: ...
+
+    async def delete_local_topic(self, topic: str) -> None: ...
 
     def metadata(self, request: MetadataRequest) -> bytes: ...
 

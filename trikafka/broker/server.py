@@ -286,6 +286,9 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                    max_message_size=config.max_message_size)
         if local_settings is not None:
             handler.admin.store_settings = local_settings.store
+            handler.admin.forget_settings = local_settings.forget
+            settings_file = local_settings
+            handler.admin.read_settings = lambda topic: dict(settings_file.topics.get(topic, {}))
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:

@@ -76,6 +76,15 @@ class LocalTopicSettings:
         self._overrides.apply(topic, settings)
         return True
 
+    async def forget(self, topic: str) -> None:
+        """Drop ``topic``'s settings (durably, off the loop) and put the broker's own back in force."""
+        if topic not in self.topics:
+            return
+        topics = {t: s for t, s in self.topics.items() if t != topic}
+        await self._run_blocking(lambda: self._write(encode_settings_file(topics)))
+        self.topics = topics
+        self._overrides.apply(topic, {})
+
     def _write(self, data: bytes) -> None:
         temp = self._path + ".tmp"
         self._fs.write_synced(temp, data)

@@ -68,6 +68,7 @@ class FileSystem(Protocol):
     def read_file(self, path: str) -> bytes: ...  # a small file's whole contents
     def rename(self, src: str, dst: str) -> None: ...  # atomic replace of dst; durable after fsync_dir
     def remove(self, path: str) -> None: ...
+    def remove_dir(self, path: str) -> None: ...  # an empty directory; durable after fsync_dir of its parent
     def fsync_dir(self, path: str) -> None: ...
     def mtime_ms(self, path: str) -> int: ...
     def touch(self, path: str, mtime_ms: int) -> None: ...  # set the modification time
@@ -174,6 +175,9 @@ class OsFileSystem:
 
     def remove(self, path: str) -> None:
         os.unlink(path)
+
+    def remove_dir(self, path: str) -> None:
+        os.rmdir(path)
 
     def fsync_dir(self, path: str) -> None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))

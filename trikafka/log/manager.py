@@ -210,6 +210,29 @@ class LogManager:
         self._topic_logs[log.topic] = self._topic_logs.get(log.topic, 0) + 1
         self._created_counts[log.topic] = max(self._created_counts.get(log.topic, 0), log.partition + 1)
 
+    def remove_topic(self, topic: str) -> list[Log]:
+        """Stop managing every log of ``topic`` and forget its count and settings (DeleteTopics,
+        docs/protocol.md §16.4); the logs, still open, for the caller to close and delete
+        (``delete_log``).  No disk access."""
+        self._check_open()
+        removed = [log for (t, _p), log in self._logs.items() if t == topic]
+        for log in removed:
+            del self._logs[(log.topic, log.partition)]
+        self._topic_logs.pop(topic, None)
+        self._created_counts.pop(topic, None)
+        self._topic_configs.pop(topic, None)
+        if topic in self._built_topic_configs:
+            self._topic_configs[topic] = self._built_topic_configs[topic]
+        return removed
+
+    def delete_log(self, log: Log) -> None:
+        """Close ``log`` and remove its directory, durably (blocking: a worker thread's work)."""
+        log.close()
+        for name in self.fs.listdir(log.dir_path):
+            self.fs.remove(os.path.join(log.dir_path, name))
+        self.fs.remove_dir(log.dir_path)
+        self.fs.fsync_dir(self.log_dir)
+
     def add_topic_listener(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(topic)`` when a topic gets its first log on this broker (ZK registration)."""
         self._topic_listeners.append(callback)

@@ -151,6 +151,15 @@ class FakeFileSystem:
         self._maybe_fail("remove", path)
         del self._entries[path]
 
+    def remove_dir(self, path: str) -> None:
+        path = _norm(path)
+        if not isinstance(self._entries.get(path), _Dir):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+        if any(posixpath.dirname(p) == path for p in self._entries if p != path):
+            raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+        self._maybe_fail("remove", path)
+        del self._entries[path]
+
     def rename(self, src: str, dst: str) -> None:
         """Atomic replace of ``dst`` by ``src``.  Both directory entries stay volatile
         until ``fsync_dir``: a crash may keep either, both or neither change, which

@@ -34,14 +34,15 @@ _ERRORS = {
 
 def api_versions(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     keys = tuple(reply.nested("ApiVersion", api_key=int(api), min_version=api.min_version,
                               max_version=api.max_version) for api in KafkaApi)
     return reply.response(error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
 
 
 async def metadata(service: KafkaContext, request: Request) -> Any:
-    body = request.body
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     asked = body.topics
     if asked is None or (request.api_version == 0 and not asked):
         names = service.topic_names()
@@ -82,6 +83,7 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool) -
 
 def describe_cluster(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     brokers = tuple(reply.nested("DescribeClusterBroker", broker_id=b.broker_id, host=b.host, port=b.port, rack=None)
                     for b in service.kafka_brokers())
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,

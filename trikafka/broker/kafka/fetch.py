@@ -11,6 +11,7 @@ an error in any partition answers at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -18,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.fetch import FetchPartition, encode_fetch_response
 from trikafka.kafka.framing import Request
 from trikafka.log.errors import OffsetOutOfRangeError
-from trikafka.wire.responses import Chunk
+from trikafka.wire.responses import Chunk, ChunkSequence
 
 from ..partition import Refused
 from .errors import kafka_error
@@ -36,7 +37,7 @@ class _Asked:
 
 
 async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
-    body = request.body
+    body: Any = request.body  # Any: this api's request class at the request's version
     asked = [_Asked(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                     getattr(p, "current_leader_epoch", -1))
              for t in body.topics for p in t.partitions]
@@ -58,7 +59,11 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
     for a, answer in zip(asked, answers):
         if answer.records is not None:
             service.handler.metrics.topic(a.topic).bytes_out += len(answer.records)
-    return encode_fetch_response(request.api_version, request.correlation_id, 0, ErrorCode.none, 0, answers)
+    chunks: list[Chunk] = []
+    for chunk in encode_fetch_response(request.api_version, request.correlation_id, 0, ErrorCode.none, 0, answers):
+        # Records are a file region, or several chunks back to back; the rest is bytes.
+        chunks.extend(chunk.chunks if isinstance(chunk, ChunkSequence) else (chunk,))  # type: ignore[arg-type]
+    return chunks
 
 
 async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:

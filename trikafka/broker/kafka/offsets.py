@@ -26,8 +26,9 @@ MAX_TIMESTAMP = -3  # v7 (KIP-734)
 
 async def list_offsets(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     topics = []
-    for topic in request.body.topics:
+    for topic in body.topics:
         partitions = []
         for part in topic.partitions:
             error, offset, timestamp, epoch = await _list_one(service, topic.name, part.partition_index,
@@ -72,8 +73,9 @@ async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: in
 
 async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     topics = []
-    for topic in request.body.topics:
+    for topic in body.topics:
         partitions = []
         for part in topic.partitions:
             error, epoch, end = await _epoch_end(service, topic.topic, part.partition, part.leader_epoch,

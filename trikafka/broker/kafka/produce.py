@@ -31,7 +31,7 @@ LOG_APPEND_TIME = "LogAppendTime"
 
 
 async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None:
-    body = request.body
+    body: Any = request.body  # Any: this api's request class at the request's version
     reply = Reply(request.api_key, request.api_version)
     acks = body.acks
     deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)

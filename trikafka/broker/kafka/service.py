@@ -35,7 +35,7 @@ from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
 from .connection import KafkaConnection
-from .context import TopicRegistry
+from .context import TopicCreation, TopicRegistry
 
 if TYPE_CHECKING:
     from ..handlers import RequestHandler
@@ -86,7 +86,7 @@ class KafkaService:
         self.host = config.host
         self.port = 0  # set by start(), once bound
         self.cluster_id = ""
-        self.topics = topics.TopicService(self)
+        self.topics: TopicCreation = topics.TopicService(self)
         # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry

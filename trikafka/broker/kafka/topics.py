@@ -197,9 +197,10 @@ def _error(exc: TopicError) -> tuple[ErrorCode, str]:
 
 async def create_topics(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     results = []
-    validate_only = getattr(request.body, "validate_only", False)
-    for topic in request.body.topics:
+    validate_only = getattr(body, "validate_only", False)
+    for topic in body.topics:
         code, message, partitions, factor = ErrorCode.none, None, -1, -1
         try:
             if topic.assignments:
@@ -217,7 +218,7 @@ async def create_topics(service: KafkaContext, request: Request) -> Any:
 
 async def delete_topics(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
-    body = request.body
+    body: Any = request.body  # Any: this api's request class at the request's version
     names = list(getattr(body, "topic_names", ()) or ()) + [t.name for t in getattr(body, "topics", ()) or ()]
     results = []
     for name in names:
@@ -233,13 +234,14 @@ async def delete_topics(service: KafkaContext, request: Request) -> Any:
 
 async def create_partitions(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     results = []
-    for topic in request.body.topics:
+    for topic in body.topics:
         code, message = ErrorCode.none, None
         try:
             if topic.assignments:
                 raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
-            await service.topics.add_partitions(topic.name, topic.count, validate_only=request.body.validate_only)
+            await service.topics.add_partitions(topic.name, topic.count, validate_only=body.validate_only)
         except TopicError as exc:
             code, message = _error(exc)
         results.append(reply.nested("CreatePartitionsTopicResult", name=topic.name, error_code=code,
@@ -249,8 +251,9 @@ async def create_partitions(service: KafkaContext, request: Request) -> Any:
 
 def describe_configs(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
     results = []
-    for resource in request.body.resources:
+    for resource in body.resources:
         keys = resource.configuration_keys
         code, message, configs = ErrorCode.none, None, []
         if resource.resource_type == RESOURCE_TOPIC:

@@ -31,7 +31,8 @@ from ...wire.replication import (
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
 from ...log.epochs import EpochHistory
-from ..partition import KafkaAppend, LocalPartition
+from ..partition import LocalPartition
+from ..seams import KafkaAppend
 from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
 from ..waiters import VisibleEndWaiters
 from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
