@@ -144,6 +144,14 @@ class RequestHandler:
             await self._run_blocking(functools.partial(self._log_manager.delete_log, log))
         return len(logs)
 
+    def kafka_format(self, topic: str) -> bool:
+        """Whether ``topic`` stores Kafka's v2 batches (§16.6): 0.7 requests answer WrongFormat on it."""
+        if self.replicas is not None and (assignment := self.replicas.topics.get(topic)) is not None:
+            return assignment.config.get("record.format") == "v2"
+        local = self._local.get((topic, 0))
+        log = local.log if local is not None else self._log_manager.get(topic, 0)
+        return log is not None and log.record_format == "v2"
+
     def forget_partition_count(self, topic: str) -> None:
         """Drop the cached count of ``topic`` (CREATE_TOPIC may have raised it)."""
         self._topic_partitions.pop(topic, None)
@@ -223,6 +231,8 @@ class RequestHandler:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
+        if self.kafka_format(part.topic):  # PRODUCE has no answer to carry WrongFormat (§16.6)
+            raise CloseConnection(f"0.7 produce to the Kafka-format topic {_short(part.topic)}")
         try:
             target = await self.partition_for_write(part.topic, partition)
             result = await target.append(part.messages, ACKS_APPENDED)
@@ -250,6 +260,8 @@ class RequestHandler:
             return ErrorCode.UNKNOWN, None
         if not 0 <= part.partition < count:
             return ErrorCode.WRONG_PARTITION, None
+        if self.kafka_format(part.topic):
+            return ErrorCode.WRONG_FORMAT, None
         return self.partition(part.topic, part.partition).fetch(part)
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
@@ -275,6 +287,8 @@ class RequestHandler:
             raise CloseConnection(f"offsets for an invalid topic name {_short(request.topic)}")
         if not 0 <= request.partition < count:
             raise CloseConnection(f"offsets for partition {request.partition} of {request.topic!r}")
+        if self.kafka_format(request.topic):  # OFFSETS has no error code (§16.6)
+            raise CloseConnection(f"0.7 offsets of the Kafka-format topic {_short(request.topic)}")
         try:
             found = await self.partition(request.topic, request.partition).offsets(request, self._offsets_before)
         except Refused as exc:  # a replicated partition this broker holds no replica of (§12.6)
@@ -332,6 +346,8 @@ class RequestHandler:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
+        if self.kafka_format(part.topic):
+            return failed(ErrorCode.WRONG_FORMAT)
         try:
             target = await self.partition_for_write(part.topic, partition)
             appended = await target.append(part.messages, acks)

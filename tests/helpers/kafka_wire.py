@@ -1,0 +1,35 @@
+"""One Kafka-protocol request over a plain socket, with trikafka's codec (docs/protocol.md §16.2).
+
+For tests that check an answer byte-level clients hide (they retry or log it).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from trikafka.kafka.framing import decode_response, encode_request
+
+TIMEOUT_S = 10.0
+
+
+def exchange(bootstrap: str, api_key: int, version: int, body: Any, *, correlation_id: int = 7) -> Any:
+    """Send ``body`` as one request to ``host:port``; the decoded response body."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        sock.sendall(encode_request(api_key, version, correlation_id, "trikafka-test", body))
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        got, response = decode_response(api_key, version, _read(sock, size))
+    assert got == correlation_id, (got, correlation_id)
+    return response
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+        data += chunk
+    return bytes(data)
