@@ -65,7 +65,8 @@ def metadata_response(topics: int) -> MetadataResponse:
     brokers = tuple(MetadataResponseBroker(node_id=BrokerId(b), host=f"broker-{b}.example", port=i32(9093))
                     for b in range(3))
     partitions = tuple(MetadataResponsePartition(error_code=ErrorCode.none, partition_index=i32(p),
-                                                 leader_id=BrokerId(p % 3), leader_epoch=i32(4), replica_nodes=(BrokerId(0), BrokerId(1)),
+                                                 leader_id=BrokerId(p % 3), leader_epoch=i32(4),
+                                                 replica_nodes=(BrokerId(0), BrokerId(1)),
                                                  isr_nodes=(BrokerId(0), BrokerId(1)), offline_replicas=())
                        for p in range(8))
     return MetadataResponse(
