@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.helpers.kafka_batches import batches, make_batch
-from trikafka.kafka.batch import BatchError, batch_crc, read_header, validate_batches, walk_headers
+from trikafka.kafka.batch import BatchError, BatchHeader, batch_crc, read_header, validate_batches, walk_headers
 from trikafka.log import (
     FORMAT_FILE,
     Log,
@@ -340,12 +340,25 @@ def test_build_batch_index_refuses_bytes_that_are_not_whole_batches():
     assert (len(index), index.next_offset) == (2, 2)
 
 
+def header(position, base_offset, records, max_timestamp_ms, size=100):
+    return BatchHeader(position, base_offset, size - 12, -1, 2, 0, 0, records - 1, 0, max_timestamp_ms, -1, -1, -1,
+                       records)
+
+
+def test_a_batch_index_refuses_batches_that_do_not_follow_on():
+    index = BatchIndex(5)
+    with pytest.raises(ValueError, match="offsets"):
+        index.add_headers([header(0, 4, 1, 0)], 0)  # below the next offset
+    with pytest.raises(ValueError, match="byte 100"):
+        index.add_headers([header(0, 5, 1, 0), header(150, 6, 1, 0)], 0)  # a gap in the bytes
+    assert (len(index), index.next_offset, index.size_bytes) == (1, 6, 100)
+
+
 def test_a_batch_index_keeps_the_first_batch_with_the_largest_timestamp():
     index = BatchIndex(0)
-    index.add(0, 0, 100, 50, 2)
-    index.add(2, 100, 100, 80, 5)
-    index.add(5, 200, 100, 80, 6)
-    index.add(6, 300, 100, 10, 7)
+    # (base offset, records, maxTimestamp) of four 100-byte batches
+    index.add_headers([header(position, base, records, max_ts) for position, (base, records, max_ts)
+                       in zip(range(0, 400, 100), [(0, 2, 50), (2, 3, 80), (5, 1, 80), (6, 1, 10)])], 0)
     assert (index.largest_timestamp_ms, index.largest_timestamp_offset) == (80, 4)
     assert index.batch_at_time(60) == 1 and index.batch_at_time(81) is None
     index.truncate(200)

@@ -60,27 +60,27 @@ class BatchIndex:
 
     # -- keeping in step -----------------------------------------------------------------
 
-    def add(self, base_offset: int, position: int, size_bytes: int, max_timestamp_ms: int,
-            next_offset: int) -> None:
-        """Index the batch written at ``position`` (the segment's end) of ``size_bytes`` bytes."""
-        assert position == self.size_bytes and size_bytes > 0, (position, self.size_bytes, size_bytes)
-        assert self.next_offset <= base_offset < next_offset, (self.next_offset, base_offset, next_offset)
-        if not self.offsets or max_timestamp_ms > self.max_timestamps_ms[-1]:
-            self.largest_timestamp_offset = next_offset - 1
-            running = max_timestamp_ms
-        else:
-            running = self.max_timestamps_ms[-1]
-        self.offsets.append(base_offset)
-        self.positions.append(position)
-        self.max_timestamps_ms.append(running)
-        self.size_bytes = position + size_bytes
-        self.next_offset = next_offset
-
     def add_headers(self, headers: Iterable[BatchHeader], base_position: int) -> None:
-        """Index batches written at ``base_position`` (their ``position`` is relative to it)."""
+        """Index batches written at the segment's end, ``base_position`` (their ``position`` is relative
+        to it); ``ValueError`` at a batch that does not start where the previous one ended,
+        at or after its next offset (the batches before it stay indexed)."""
+        offsets, positions, times = self.offsets, self.positions, self.max_timestamps_ms  # the build's hot loop
+        running = times[-1] if times else None
         for header in headers:
-            self.add(header.base_offset, base_position + header.position, header.size, header.max_timestamp_ms,
-                     header.next_offset)
+            position = base_position + header.position
+            next_offset = header.base_offset + header.last_offset_delta + 1
+            if position != self.size_bytes or not self.next_offset <= header.base_offset < next_offset:
+                raise ValueError(f"the batch at byte {position} has offsets [{header.base_offset}, "
+                                 f"{next_offset}); the segment's batches end at byte {self.size_bytes}, "
+                                 f"offset {self.next_offset}")
+            if running is None or header.max_timestamp_ms > running:
+                running = header.max_timestamp_ms
+                self.largest_timestamp_offset = next_offset - 1
+            offsets.append(header.base_offset)
+            positions.append(position)
+            times.append(running)
+            self.size_bytes = position + LOG_OVERHEAD + header.batch_length
+            self.next_offset = next_offset
 
     def is_boundary(self, position: int) -> bool:
         """Whether a batch starts at ``position``, or ``position`` is the end of the last one."""
@@ -163,17 +163,14 @@ def build_batch_index(file: SegmentFile, size: int, next_offset: int, *,
     pos = 0
     while pos < size:
         chunk = file.pread(pos, min(chunk_bytes, size - pos))
-        headers = list(walk_headers(chunk))
-        if not headers:  # a batch longer than the chunk, or damage
-            header = read_header(file.pread(pos, HEADER_BYTES), 0) if size - pos >= HEADER_BYTES else None
-            if header is None or header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size:
-                raise LogLoadError(f"{label or file!r}: no whole v2 batch at byte {pos} of {size}")
-            headers = [header]
-        for header in headers:
-            if not index.next_offset <= header.base_offset <= header.next_offset - 1:
-                raise LogLoadError(f"{label or file!r}: the batch at byte {pos + header.position} has offsets "
-                                   f"[{header.base_offset}, {header.next_offset}), the log is at {index.next_offset}")
-            index.add(header.base_offset, pos + header.position, header.size, header.max_timestamp_ms,
-                      header.next_offset)
+        try:
+            index.add_headers(walk_headers(chunk), pos)
+            if index.size_bytes == pos:  # no whole batch in the chunk: one longer than it, or damage
+                header = read_header(file.pread(pos, HEADER_BYTES)) if size - pos >= HEADER_BYTES else None
+                if header is None or header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size:
+                    raise ValueError(f"no whole v2 batch at byte {pos} of {size}")
+                index.add_headers([header], pos)
+        except ValueError as exc:
+            raise LogLoadError(f"{label or file!r}: {exc}") from None
         pos = index.size_bytes
     return index
