@@ -1,6 +1,6 @@
 """Kafka-format logs: leader appends and the batch-index rebuild at open (docs/protocol.md §16.6).
 
-    python bench/kafka_index_bench.py [--batches N] [--records R] [--value-bytes V] [--segment-mb M] [--dir DIR]
+    PYTHONPATH=. python bench/kafka_index_bench.py [--batches N] [--records R] [--value-bytes V] [--segment-mb M] [--dir DIR]
 
 * append: ``N`` v2 batches of ``R`` records of ``V``-byte values, each appended
   as the leader appends (validated, CRC-checked, numbered by
@@ -22,30 +22,8 @@ import shutil
 import tempfile
 import time
 
+from tests.helpers.kafka_batches import make_batch  # the tests' batch builder: the log reads only headers
 from trikafka.log import LogConfig, LogManager, OffsetAssignment, OsFileSystem, wall_clock_ms
-
-
-def make_batch(records: int, value_bytes: int) -> bytes:
-    """One uncompressed v2 batch (the log reads only its header; the records are minimal)."""
-    import struct
-
-    from crc32c import crc32c
-
-    def varint(value: int) -> bytes:
-        zigzag, out = (value << 1) ^ (value >> 63), bytearray()
-        while zigzag >= 0x80:
-            out.append((zigzag & 0x7F) | 0x80)
-            zigzag >>= 7
-        out.append(zigzag)
-        return bytes(out)
-
-    body = b""
-    for k in range(records):
-        record = b"\x00" + varint(0) + varint(k) + varint(-1) + varint(value_bytes) + b"v" * value_bytes + varint(0)
-        body += varint(len(record)) + record
-    now_ms = wall_clock_ms()
-    after_crc = struct.pack(">hiqqqhii", 0, records - 1, now_ms, now_ms, -1, -1, -1, records) + body
-    return struct.pack(">qiibI", 0, 9 + len(after_crc), -1, 2, crc32c(after_crc)) + after_crc
 
 
 def config(segment_bytes: int) -> LogConfig:
@@ -103,7 +81,7 @@ def main() -> None:
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="kafka-index-bench-", dir=args.dir)
     try:
-        batch = make_batch(args.records, args.value_bytes)
+        batch = make_batch([b"v" * args.value_bytes] * args.records, base_timestamp_ms=wall_clock_ms())
         segment_bytes = args.segment_mb << 20
         total_mb = len(batch) * args.batches / 1e6
         print(f"{args.batches} batches of {args.records} record(s), {len(batch)} bytes each: {total_mb:.1f} MB, "
