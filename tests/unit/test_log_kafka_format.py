@@ -328,6 +328,47 @@ def test_recovery_of_a_v2_log_keeps_its_whole_valid_batches():
     assert lead(recovered, [1])[0].logical_offset == 4
 
 
+def renumber(data: bytes, position: int, base_offset: int) -> bytes:
+    """``data`` with the batch at ``position`` claiming ``base_offset`` (outside the CRC: still valid)."""
+    return data[:position] + base_offset.to_bytes(8, "big") + data[position + 8:]
+
+
+def test_recovery_cuts_an_unflushed_batch_whose_offset_does_not_follow_on():
+    log, m, fs, _ = v2_log()
+    lead(log, [2, 2])
+    log.flush()
+    lead(log, [3, 1])
+    walk = fresh_walk(log)
+    path = log.segments.segments[-1].path
+    m.close(clean=False)
+    fs.write_file(path, renumber(fs.read_file(path), walk[3][1], 99))  # as a flipped bit would
+    m2, _, _ = manager(fs)
+    recovered = m2.get("t", 0)
+    assert fresh_walk(recovered) == indexed(recovered) == walk[:3]
+    assert recovered.end_offset == walk[3][1] and fs.durable_size(path) == walk[3][1]
+
+
+def test_a_flushed_batch_whose_offset_does_not_follow_on_is_refused_at_load():
+    log, m, fs, _ = v2_log()
+    lead(log, [2, 2])
+    walk = fresh_walk(log)
+    path = log.segments.segments[-1].path
+    m.close()  # clean: nothing is recovered
+    fs.write_file(path, renumber(fs.read_file(path), walk[1][1], 99))
+    with pytest.raises(LogLoadError, match="offsets"):
+        manager(fs)
+
+
+def test_the_oldest_segment_starts_the_logs_offsets():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    fs.write_file(DIR + "/" + FORMAT_FILE, b"v2\n")
+    fs.write_file(DIR + "/00000000000000000000.kafka", batches([2, 1], base_offset=40))
+    log = Log.open(fs, DIR, "t", 0, V2, clock, False)
+    assert (log.kafka_offsets.start_offset, log.kafka_offsets.next_offset) == (40, 43)
+
+
 def test_build_batch_index_refuses_bytes_that_are_not_whole_batches():
     clock = ManualClock(T0)
     fs = FakeFileSystem(0, clock)
@@ -349,6 +390,8 @@ def test_a_batch_index_refuses_batches_that_do_not_follow_on():
     index = BatchIndex(5)
     with pytest.raises(ValueError, match="offsets"):
         index.add_headers([header(0, 4, 1, 0)], 0)  # below the next offset
+    with pytest.raises(ValueError, match="offsets"):
+        index.add_headers([header(0, 6, 1, 0)], 0)  # a gap: the log's offsets are dense
     with pytest.raises(ValueError, match="byte 100"):
         index.add_headers([header(0, 5, 1, 0), header(150, 6, 1, 0)], 0)  # a gap in the bytes
     assert (len(index), index.next_offset, index.size_bytes) == (1, 6, 100)

@@ -107,7 +107,7 @@ class Log:
         segments, checked_from = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes, fmt)
         if fmt.logical_offsets:
             try:
-                index_segments(segments, config.recovery_chunk_bytes)
+                index_segments(segments, config.recovery_chunk_bytes, checked_from)
             except BaseException:
                 for segment in segments:
                     segment.file.close()
