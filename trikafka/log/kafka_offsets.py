@@ -9,14 +9,11 @@ the log's (a segment's start plus the position in it), as ``Log.read`` takes the
 
 from __future__ import annotations
 
-import logging
 from bisect import bisect_right
 
-from .batch_index import BUILD_CHUNK_BYTES, BatchIndex, build_batch_index
+from .batch_index import BatchIndex
 from .segment import Segment
 from .segment_list import SegmentList
-
-logger = logging.getLogger("trikafka.log")
 
 
 def batches_of(segment: Segment) -> BatchIndex:
@@ -24,31 +21,6 @@ def batches_of(segment: Segment) -> BatchIndex:
     batches = segment.batches
     assert batches is not None, f"{segment!r} of a Kafka-format log has no batch index"
     return batches
-
-
-def index_segments(segments: list[Segment], chunk_bytes: int = BUILD_CHUNK_BYTES,
-                   checked_from: int | None = None) -> None:
-    """Give every segment of a Kafka-format log, oldest first, its batch index (``Log.open``).  Blocking.
-
-    ``checked_from``: where recovery kept bytes on their CRCs alone (``load_segments``).
-    ``baseOffset`` lies outside a batch's CRC, so such a batch may still not
-    follow on; the newest segment is cut before the first one that does not,
-    as recovery cuts an invalid batch (the cut is fsynced).
-    """
-    next_offset: int | None = None  # the oldest segment's first batch starts the log
-    last = segments[-1]
-    for segment in segments:
-        end_at_damage_from = checked_from - segment.start if checked_from is not None and segment is last else None
-        batches = build_batch_index(segment.file, segment.size, next_offset, chunk_bytes=chunk_bytes,
-                                    label=segment.path, end_at_damage_from=end_at_damage_from)
-        if batches.size_bytes < segment.size:
-            logger.warning("recovery truncates %s from %d to %d bytes: the next batch does not follow on "
-                           "offset %d", segment.path, segment.size, batches.size_bytes, batches.next_offset)
-            segment.file.truncate(batches.size_bytes)
-            segment.file.fsync()
-            segment.visible_size = min(segment.visible_size, batches.size_bytes)
-        segment.batches = batches
-        next_offset = batches.next_offset
 
 
 class KafkaOffsets:
