@@ -411,14 +411,27 @@ def test_a_batch_index_keeps_the_first_batch_with_the_largest_timestamp():
 
 
 def test_the_cleaner_leaves_a_v2_log_alone():
-    log, _, fs, _ = v2_log()
+    log, _, fs, clock = v2_log()
     lead(log, [1])
     log.roll()
     lead(log, [1])
     log.roll()
-    cleaner = LogCleaner(fs, log._clock_ms)
+    cleaner = LogCleaner(fs, clock)
     policy = CompactionPolicy(compact=True)
     before = stored(log)
     assert cleaner.dirty_ratio(log, policy) == 0.0
     assert cleaner.clean(log, policy).segments == []
     assert stored(log) == before
+
+
+def test_a_swapped_segment_of_a_v2_log_gets_an_index_of_its_own_bytes():
+    log, _, fs, clock = v2_log()
+    lead(log, [2, 1])
+    log.roll()
+    lead(log, [1])
+    before = indexed(log)
+    old = log.segments.segments[0]
+    cleaned = LogCleaner(fs, clock)._rewrite(log, old, [], clock(), 1 << 20)  # a swap that removes nothing
+    assert cleaned.batches is not old.batches
+    assert log.install_cleaned(cleaned)
+    assert log.segments.segments[0] is cleaned and indexed(log) == before == fresh_walk(log)
