@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.helpers.kafka_batches import batches, make_batch
-from trikafka.kafka.batch import BatchError, batch_crc, read_header, validate_batches, walk_headers
+from trikafka.kafka.batch import BatchError, BatchHeader, batch_crc, read_header, validate_batches, walk_headers
 from trikafka.log import (
     FORMAT_FILE,
     Log,
@@ -328,6 +328,47 @@ def test_recovery_of_a_v2_log_keeps_its_whole_valid_batches():
     assert lead(recovered, [1])[0].logical_offset == 4
 
 
+def renumber(data: bytes, position: int, base_offset: int) -> bytes:
+    """``data`` with the batch at ``position`` claiming ``base_offset`` (outside the CRC: still valid)."""
+    return data[:position] + base_offset.to_bytes(8, "big") + data[position + 8:]
+
+
+def test_recovery_cuts_an_unflushed_batch_whose_offset_does_not_follow_on():
+    log, m, fs, _ = v2_log()
+    lead(log, [2, 2])
+    log.flush()
+    lead(log, [3, 1])
+    walk = fresh_walk(log)
+    path = log.segments.segments[-1].path
+    m.close(clean=False)
+    fs.write_file(path, renumber(fs.read_file(path), walk[3][1], 99))  # as a flipped bit would
+    m2, _, _ = manager(fs)
+    recovered = m2.get("t", 0)
+    assert fresh_walk(recovered) == indexed(recovered) == walk[:3]
+    assert recovered.end_offset == walk[3][1] and fs.durable_size(path) == walk[3][1]
+
+
+def test_a_flushed_batch_whose_offset_does_not_follow_on_is_refused_at_load():
+    log, m, fs, _ = v2_log()
+    lead(log, [2, 2])
+    walk = fresh_walk(log)
+    path = log.segments.segments[-1].path
+    m.close()  # clean: nothing is recovered
+    fs.write_file(path, renumber(fs.read_file(path), walk[1][1], 99))
+    with pytest.raises(LogLoadError, match="offsets"):
+        manager(fs)
+
+
+def test_the_oldest_segment_starts_the_logs_offsets():
+    clock = ManualClock(T0)
+    fs = FakeFileSystem(0, clock)
+    fs.makedirs(DIR)
+    fs.write_file(DIR + "/" + FORMAT_FILE, b"v2\n")
+    fs.write_file(DIR + "/00000000000000000000.kafka", batches([2, 1], base_offset=40))
+    log = Log.open(fs, DIR, "t", 0, V2, clock, False)
+    assert (log.kafka_offsets.start_offset, log.kafka_offsets.next_offset) == (40, 43)
+
+
 def test_build_batch_index_refuses_bytes_that_are_not_whole_batches():
     clock = ManualClock(T0)
     fs = FakeFileSystem(0, clock)
@@ -340,12 +381,27 @@ def test_build_batch_index_refuses_bytes_that_are_not_whole_batches():
     assert (len(index), index.next_offset) == (2, 2)
 
 
+def header(position, base_offset, records, max_timestamp_ms, size=100):
+    return BatchHeader(position, base_offset, size - 12, -1, 2, 0, 0, records - 1, 0, max_timestamp_ms, -1, -1, -1,
+                       records)
+
+
+def test_a_batch_index_refuses_batches_that_do_not_follow_on():
+    index = BatchIndex(5)
+    with pytest.raises(ValueError, match="offsets"):
+        index.add_headers([header(0, 4, 1, 0)], 0)  # below the next offset
+    with pytest.raises(ValueError, match="offsets"):
+        index.add_headers([header(0, 6, 1, 0)], 0)  # a gap: the log's offsets are dense
+    with pytest.raises(ValueError, match="byte 100"):
+        index.add_headers([header(0, 5, 1, 0), header(150, 6, 1, 0)], 0)  # a gap in the bytes
+    assert (len(index), index.next_offset, index.size_bytes) == (1, 6, 100)
+
+
 def test_a_batch_index_keeps_the_first_batch_with_the_largest_timestamp():
     index = BatchIndex(0)
-    index.add(0, 0, 100, 50, 2)
-    index.add(2, 100, 100, 80, 5)
-    index.add(5, 200, 100, 80, 6)
-    index.add(6, 300, 100, 10, 7)
+    # (base offset, records, maxTimestamp) of four 100-byte batches
+    index.add_headers([header(position, base, records, max_ts) for position, (base, records, max_ts)
+                       in zip(range(0, 400, 100), [(0, 2, 50), (2, 3, 80), (5, 1, 80), (6, 1, 10)])], 0)
     assert (index.largest_timestamp_ms, index.largest_timestamp_offset) == (80, 4)
     assert index.batch_at_time(60) == 1 and index.batch_at_time(81) is None
     index.truncate(200)
@@ -355,14 +411,27 @@ def test_a_batch_index_keeps_the_first_batch_with_the_largest_timestamp():
 
 
 def test_the_cleaner_leaves_a_v2_log_alone():
-    log, _, fs, _ = v2_log()
+    log, _, fs, clock = v2_log()
     lead(log, [1])
     log.roll()
     lead(log, [1])
     log.roll()
-    cleaner = LogCleaner(fs, log._clock_ms)
+    cleaner = LogCleaner(fs, clock)
     policy = CompactionPolicy(compact=True)
     before = stored(log)
     assert cleaner.dirty_ratio(log, policy) == 0.0
     assert cleaner.clean(log, policy).segments == []
     assert stored(log) == before
+
+
+def test_a_swapped_segment_of_a_v2_log_gets_an_index_of_its_own_bytes():
+    log, _, fs, clock = v2_log()
+    lead(log, [2, 1])
+    log.roll()
+    lead(log, [1])
+    before = indexed(log)
+    old = log.segments.segments[0]
+    cleaned = LogCleaner(fs, clock)._rewrite(log, old, [], clock(), 1 << 20)  # a swap that removes nothing
+    assert cleaned.batches is not old.batches
+    assert log.install_cleaned(cleaned)
+    assert log.segments.segments[0] is cleaned and indexed(log) == before == fresh_walk(log)

@@ -11,13 +11,16 @@ Invariants (asserted where they are established):
 
 * batches are contiguous and in order: ``positions[0] == 0``, each batch
   ends where the next starts, the last ends at ``size_bytes``;
-* base offsets increase, and ``next_offset`` is the logical offset after the
-  last batch (after an empty segment: the previous segment's ``next_offset``);
+* offsets are dense: each batch starts at the previous one's next offset
+  (compaction of Kafka-format logs, which would leave gaps, is not served,
+  §16.6), and ``next_offset`` is the logical offset after the last batch
+  (after an empty segment: the previous segment's ``next_offset``);
 * lookups never read the segment: building the index is the only reader.
 """
 
 from __future__ import annotations
 
+import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Iterable
@@ -27,6 +30,7 @@ from trikafka.kafka.batch import HEADER_BYTES, LOG_OVERHEAD, BatchHeader, read_h
 from .errors import LogLoadError
 from .fs import SegmentFile
 
+_INT64 = struct.Struct(">q")
 # Opening a log reads every segment in chunks of this size (config.recovery_chunk_bytes, by default).
 BUILD_CHUNK_BYTES = 8 << 20
 
@@ -60,27 +64,27 @@ class BatchIndex:
 
     # -- keeping in step -----------------------------------------------------------------
 
-    def add(self, base_offset: int, position: int, size_bytes: int, max_timestamp_ms: int,
-            next_offset: int) -> None:
-        """Index the batch written at ``position`` (the segment's end) of ``size_bytes`` bytes."""
-        assert position == self.size_bytes and size_bytes > 0, (position, self.size_bytes, size_bytes)
-        assert self.next_offset <= base_offset < next_offset, (self.next_offset, base_offset, next_offset)
-        if not self.offsets or max_timestamp_ms > self.max_timestamps_ms[-1]:
-            self.largest_timestamp_offset = next_offset - 1
-            running = max_timestamp_ms
-        else:
-            running = self.max_timestamps_ms[-1]
-        self.offsets.append(base_offset)
-        self.positions.append(position)
-        self.max_timestamps_ms.append(running)
-        self.size_bytes = position + size_bytes
-        self.next_offset = next_offset
-
     def add_headers(self, headers: Iterable[BatchHeader], base_position: int) -> None:
-        """Index batches written at ``base_position`` (their ``position`` is relative to it)."""
+        """Index batches written at the segment's end, ``base_position`` (their ``position`` is relative
+        to it); ``ValueError`` at a batch that does not start where the previous one ended, at its
+        next offset (the batches before it stay indexed)."""
+        offsets, positions, times = self.offsets, self.positions, self.max_timestamps_ms  # the build's hot loop
+        running = times[-1] if times else None
         for header in headers:
-            self.add(header.base_offset, base_position + header.position, header.size, header.max_timestamp_ms,
-                     header.next_offset)
+            position = base_position + header.position
+            next_offset = header.base_offset + header.last_offset_delta + 1
+            if position != self.size_bytes or header.base_offset != self.next_offset or next_offset <= self.next_offset:
+                raise ValueError(f"the batch at byte {position} has offsets [{header.base_offset}, "
+                                 f"{next_offset}); the segment's batches end at byte {self.size_bytes}, "
+                                 f"offset {self.next_offset}")
+            if running is None or header.max_timestamp_ms > running:
+                running = header.max_timestamp_ms
+                self.largest_timestamp_offset = next_offset - 1
+            offsets.append(header.base_offset)
+            positions.append(position)
+            times.append(running)
+            self.size_bytes = position + LOG_OVERHEAD + header.batch_length
+            self.next_offset = next_offset
 
     def is_boundary(self, position: int) -> bool:
         """Whether a batch starts at ``position``, or ``position`` is the end of the last one."""
@@ -148,32 +152,36 @@ class BatchIndex:
                 f"{self.size_bytes} bytes)")
 
 
-def build_batch_index(file: SegmentFile, size: int, next_offset: int, *,
-                      chunk_bytes: int = BUILD_CHUNK_BYTES, label: str = "") -> BatchIndex:
+def build_batch_index(file: SegmentFile, size: int, next_offset: int | None, *, chunk_bytes: int = BUILD_CHUNK_BYTES,
+                      label: str = "", end_at_damage_from: int | None = None) -> BatchIndex:
     """Index the first ``size`` bytes of a segment file from its batch headers.  Blocking.
 
     Reads ``chunk_bytes`` at a time; a batch cut by a chunk's end is read
     again from its start with the next chunk, one larger than a chunk by its
-    header alone.  ``next_offset``: the previous segment's (for an empty one).
-    Raises ``LogLoadError`` when the bytes are not whole batches (recovery
-    cut the newest segment to whole batches; older ones were whole when rolled).
+    header alone.  ``next_offset``: the previous segment's; None for the
+    oldest segment, whose first batch starts the log (0 when it has none).
+    Raises ``LogLoadError`` when the bytes are not whole batches that follow
+    on (recovery cut the newest segment to whole batches; older ones were
+    whole when rolled), except at or after byte ``end_at_damage_from``: there
+    the index ends before the first such batch (``size_bytes < size``).
     """
     assert chunk_bytes > 0, chunk_bytes
+    if next_offset is None:
+        next_offset = _INT64.unpack(file.pread(0, 8))[0] if size >= 8 else 0
     index = BatchIndex(next_offset)
     pos = 0
     while pos < size:
         chunk = file.pread(pos, min(chunk_bytes, size - pos))
-        headers = list(walk_headers(chunk))
-        if not headers:  # a batch longer than the chunk, or damage
-            header = read_header(file.pread(pos, HEADER_BYTES), 0) if size - pos >= HEADER_BYTES else None
-            if header is None or header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size:
-                raise LogLoadError(f"{label or file!r}: no whole v2 batch at byte {pos} of {size}")
-            headers = [header]
-        for header in headers:
-            if not index.next_offset <= header.base_offset <= header.next_offset - 1:
-                raise LogLoadError(f"{label or file!r}: the batch at byte {pos + header.position} has offsets "
-                                   f"[{header.base_offset}, {header.next_offset}), the log is at {index.next_offset}")
-            index.add(header.base_offset, pos + header.position, header.size, header.max_timestamp_ms,
-                      header.next_offset)
+        try:
+            index.add_headers(walk_headers(chunk), pos)
+            if index.size_bytes == pos:  # no whole batch in the chunk: one longer than it, or damage
+                header = read_header(file.pread(pos, HEADER_BYTES)) if size - pos >= HEADER_BYTES else None
+                if header is None or header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size:
+                    raise ValueError(f"no whole v2 batch at byte {pos} of {size}")
+                index.add_headers([header], pos)
+        except ValueError as exc:
+            if end_at_damage_from is not None and index.size_bytes >= end_at_damage_from:
+                break
+            raise LogLoadError(f"{label or file!r}: {exc}") from None
         pos = index.size_bytes
     return index

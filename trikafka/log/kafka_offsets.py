@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .batch_index import BUILD_CHUNK_BYTES, BatchIndex, build_batch_index
+from .batch_index import BatchIndex
 from .segment import Segment
 from .segment_list import SegmentList
 
@@ -21,15 +21,6 @@ def batches_of(segment: Segment) -> BatchIndex:
     batches = segment.batches
     assert batches is not None, f"{segment!r} of a Kafka-format log has no batch index"
     return batches
-
-
-def index_segments(segments: list[Segment], chunk_bytes: int = BUILD_CHUNK_BYTES) -> None:
-    """Give every segment of a Kafka-format log, oldest first, its batch index (``Log.open``).  Blocking."""
-    next_offset = 0
-    for segment in segments:
-        segment.batches = build_batch_index(segment.file, segment.size, next_offset, chunk_bytes=chunk_bytes,
-                                            label=segment.path)
-        next_offset = segment.batches.next_offset
 
 
 class KafkaOffsets:

@@ -33,7 +33,7 @@ from .config import LogConfig
 from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, WrongFormatError
 from .flushing import Flushing
 from .fs import FileSystem
-from .kafka_offsets import KafkaOffsets, index_segments
+from .kafka_offsets import KafkaOffsets
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
 from .retention import Retention, RetentionTicket
@@ -99,19 +99,12 @@ class Log:
              clock_ms: Callable[[], int], needs_recovery: bool, *, roll_on_append: bool = True) -> "Log":
         """Load an existing partition directory (recovering its newest segment if asked).
 
-        Its record format is the one its ``FORMAT_FILE`` names (0.7 without one).  A
-        Kafka-format log's batch indexes are built here, after recovery, from every
-        segment's batch headers (docs/protocol.md §16.6).  Blocking.
+        Its record format is the one its ``FORMAT_FILE`` names (0.7 without one); a
+        Kafka-format log's batch indexes are built by ``load_segments``, after
+        recovery (docs/protocol.md §16.6).  Blocking.
         """
         fmt = read_record_format(fs, dir_path)
         segments, checked_from = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes, fmt)
-        if fmt.logical_offsets:
-            try:
-                index_segments(segments, config.recovery_chunk_bytes)
-            except BaseException:
-                for segment in segments:
-                    segment.file.close()
-                raise
         log = cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append,
                   record_format=fmt)
         log.crc_checked_from = checked_from

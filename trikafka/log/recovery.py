@@ -16,6 +16,7 @@ import os
 import time
 from typing import Callable
 
+from .batch_index import build_batch_index
 from .checkpoint import CHECKPOINT_FILE_NAME, CheckpointRejected, trusted_position
 from .errors import LogLoadError
 from .fs import FileSystem, SegmentFile
@@ -45,7 +46,8 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
     suffix, creates an empty segment 0 in a directory without segments, and
     raises ``LogLoadError`` for malformed names or non-contiguous segments.
     The recovery scan reads ``chunk_bytes`` at a time and keeps the entries of
-    the directory's record format ``fmt`` (0.7 messages, or v2 batches, §16.6).
+    the directory's record format ``fmt`` (0.7 messages, or v2 batches, §16.6);
+    then, for v2, every segment gets its batch index, read in chunks as well.
     """
     recover_swaps(fs, dir_path)  # a complete cleaned segment wins over the sweep below
     names = fs.listdir(dir_path)
@@ -75,11 +77,37 @@ def load_segments(fs: FileSystem, dir_path: str, needs_recovery: bool,
         _check_contiguous(segments)
         if needs_recovery:
             checked_from = segments[-1].start + _recover_newest(fs, dir_path, segments[-1], chunk_bytes, fmt)
+        if fmt.logical_offsets:
+            index_segments(segments, chunk_bytes, checked_from)
     except BaseException:
         for segment in segments:
             segment.file.close()
         raise
     return segments, checked_from
+
+
+def index_segments(segments: list[Segment], chunk_bytes: int, checked_from: int | None) -> None:
+    """Give every segment of a Kafka-format log, oldest first, its batch index (after recovery).  Blocking.
+
+    ``checked_from``: where recovery kept bytes on their CRCs alone (``load_segments``).
+    ``baseOffset`` lies outside a batch's CRC, so such a batch may still not
+    follow on; the newest segment is cut before the first one that does not,
+    as recovery cuts an invalid batch (the cut is fsynced).
+    """
+    next_offset: int | None = None  # the oldest segment's first batch starts the log
+    last = segments[-1]
+    for segment in segments:
+        end_at_damage_from = checked_from - segment.start if checked_from is not None and segment is last else None
+        batches = build_batch_index(segment.file, segment.size, next_offset, chunk_bytes=chunk_bytes,
+                                    label=segment.path, end_at_damage_from=end_at_damage_from)
+        if batches.size_bytes < segment.size:
+            logger.warning("recovery truncates %s from %d to %d bytes: the next batch does not follow on "
+                           "offset %d", segment.path, segment.size, batches.size_bytes, batches.next_offset)
+            segment.file.truncate(batches.size_bytes)
+            segment.file.fsync()
+            segment.visible_size = min(segment.visible_size, batches.size_bytes)
+        segment.batches = batches
+        next_offset = batches.next_offset
 
 
 def _check_contiguous(segments: list[Segment]) -> None:
