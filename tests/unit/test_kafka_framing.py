@@ -50,6 +50,25 @@ class TestFrameReader:
             assert got == [b"first", b"", b"x" * 300], cut
             assert reader.buffered_bytes == 0
 
+    def test_byte_by_byte_then_drained(self):
+        frames = [bytes([n]) * n for n in range(12)]
+        reader = FrameReader(20)
+        for byte in b"".join(frame(f) for f in frames):
+            reader.feed(bytes([byte]))
+        got = []
+        while (f := reader.next_frame()) is not None:
+            got.append(bytes(f))
+        assert got == frames
+
+    def test_a_bad_prefix_behind_pipelined_frames_fails_when_it_arrives(self):
+        reader = FrameReader(20)
+        for byte in frame(b"a") + frame(b"bb"):
+            reader.feed(bytes([byte]))
+        for byte in _SIZE.pack(21)[:3]:
+            reader.feed(bytes([byte]))
+        with pytest.raises(FrameSizeError):
+            reader.feed(_SIZE.pack(21)[3:])
+
     def test_a_frame_stays_valid_after_later_feeds(self):
         reader = FrameReader(100)
         reader.feed(frame(b"one") + frame(b"two"))

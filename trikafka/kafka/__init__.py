@@ -4,6 +4,8 @@
 ``framing``: frames, request and response headers (§16.2), both sides.
 ``fetch``: the Fetch response written by hand, records as sendfile chunks.
 ``batch``: v2 record batch headers: validation, offset assignment, the
-recovery scan.  ``varint``: Kafka's variable-length integers.  ``errors``:
+recovery scan.  ``records``: the records inside a batch (build, decode);
+``compression``: their codecs, bounded.  ``varint``: Kafka's
+variable-length integers.  ``errors``:
 the codec's one exception family, ``KafkaCodecError``.
 """

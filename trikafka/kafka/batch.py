@@ -7,7 +7,8 @@ The log stores batches byte for byte; it reads only their 61-byte headers:
 * ``assign_offsets``: the leader's rewrite of ``baseOffset``,
   ``partitionLeaderEpoch`` and, under LogAppendTime, ``maxTimestamp``;
 * ``scan_valid_prefix``: what crash recovery keeps of a segment;
-* ``read_header`` and ``walk_headers``: the offset and time indexes' walk.
+* ``read_header`` and ``walk_headers``: the offset and time indexes' walk;
+* ``encode_header`` and ``write_crc``: a batch's header, for whoever builds one.
 
 The records inside a batch (keys, values, headers, compression) are not read
 here.
@@ -111,6 +112,16 @@ def batch_crc(data: bytes | bytearray | memoryview, position: int, size: int) ->
     return crc32c(view[position + CRC_FROM:position + size])
 
 
+def encode_header(header: BatchHeader) -> bytes:
+    """The 61 header bytes of ``header``'s fields (``position`` is not written)."""
+    return _HEADER.pack(*header[1:])
+
+
+def write_crc(data: bytearray, position: int, size: int) -> None:
+    """Set the ``crc`` field of the batch of ``size`` bytes at ``position`` to its CRC-32C."""
+    _UINT32.pack_into(data, position + _CRC_AT, batch_crc(data, position, size))
+
+
 def next_batch_bytes(prefix: bytes | bytearray | memoryview) -> int | None:
     """Size of the batch whose first 12 bytes are ``prefix``, or None if they cannot start one."""
     if len(prefix) < LOG_OVERHEAD:
@@ -211,7 +222,7 @@ def assign_offsets(data: bytearray, headers: list[BatchHeader], next_offset: int
         if append_time_ms is not None:
             _INT16.pack_into(data, pos + _ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_LOG_APPEND)
             _INT64.pack_into(data, pos + _MAX_TIMESTAMP_AT, append_time_ms)
-            _UINT32.pack_into(data, pos + _CRC_AT, batch_crc(data, pos, header.size))
+            write_crc(data, pos, header.size)
         next_offset += header.last_offset_delta + 1
     return next_offset
 

@@ -57,6 +57,7 @@ class FrameReader:
             raise ValueError(f"max_frame_bytes {max_frame_bytes} is negative")
         self.max_frame_bytes = max_frame_bytes
         self._pending = bytearray()  # bytes received after the last whole frame taken out
+        self._whole = 0  # ``_pending[:_whole]`` is whole frames whose size prefixes were checked
         # Whole frames taken out of ``_pending`` in one copy, handed out from ``_next``.
         self._taken = memoryview(b"")
         self._next = 0
@@ -86,6 +87,7 @@ class FrameReader:
             self._taken = memoryview(bytes(self._pending[:end]))
             self._next = 0
             del self._pending[:end]
+            self._whole = 0
         start = self._next + SIZE_PREFIX_BYTES
         end = start + _INT32.unpack_from(self._taken, self._next)[0]
         self._next = end
@@ -93,7 +95,7 @@ class FrameReader:
 
     def _whole_frames_bytes(self) -> int:
         """Bytes of ``_pending`` that whole frames fill; checks every size prefix it reaches."""
-        pending, pos = self._pending, 0
+        pending, pos = self._pending, self._whole
         while len(pending) - pos >= SIZE_PREFIX_BYTES:
             (size,) = _INT32.unpack_from(pending, pos)
             if not 0 <= size <= self.max_frame_bytes:
@@ -103,6 +105,7 @@ class FrameReader:
             if len(pending) - pos - SIZE_PREFIX_BYTES < size:
                 break
             pos += SIZE_PREFIX_BYTES + size
+        self._whole = pos
         return pos
 
 

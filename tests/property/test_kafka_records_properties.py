@@ -1,0 +1,104 @@
+"""Properties of Kafka's varints and of v2 batches (§16.6): our writer against kio's reader and
+kafka-python's encoder, and batches of any records in any codec read back as they were built."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.util import encode_varint
+
+from trikafka.kafka.compression import Compression
+from trikafka.kafka.errors import CorruptRecords
+from trikafka.kafka.records import LOG_APPEND_TIME, Record, build_batch, decode_batches
+from trikafka.kafka.varint import (INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX, read_uvarint, read_varint,
+                                   read_varlong, write_uvarint, write_varint, write_varlong)
+
+int32s = st.integers(INT32_MIN, INT32_MAX)
+int64s = st.integers(INT64_MIN, INT64_MAX)
+
+
+@given(int32s, st.binary(max_size=3))
+def test_varint_round_trip(value, before):
+    out = bytearray(before)
+    write_varint(out, value)
+    assert read_varint(bytes(out), len(before)) == (value, len(out))
+    assert len(out) - len(before) <= 5
+
+
+@given(int64s)
+def test_varlong_round_trip_and_kafka_pythons_bytes(value):
+    out = bytearray()
+    write_varlong(out, value)
+    theirs = bytearray()
+    encode_varint(value, theirs.append)
+    assert out == theirs and len(out) <= 10
+    assert read_varlong(bytes(out), 0) == (value, len(out))
+
+
+@given(st.integers(0, UINT32_MAX))
+def test_uvarint_round_trip(value):
+    out = bytearray()
+    write_uvarint(out, value)
+    assert read_uvarint(bytes(out), 0) == (value, len(out))
+    assert all(b & 0x80 for b in out[:-1]) and not out[-1] & 0x80
+
+
+@given(st.one_of(st.integers(max_value=INT32_MIN - 1), st.integers(min_value=INT32_MAX + 1)))
+def test_a_varint_out_of_range_is_refused(value):
+    with pytest.raises(ValueError):
+        write_varint(bytearray(), value)
+
+
+@given(int32s, st.data())
+def test_a_cut_varint_does_not_decode(value, data):
+    out = bytearray()
+    write_varint(out, value)
+    cut = data.draw(st.integers(0, len(out) - 1))
+    with pytest.raises(CorruptRecords):
+        read_varint(bytes(out[:cut]), 0)
+
+
+optional_bytes = st.one_of(st.none(), st.binary(max_size=40))
+headers = st.lists(st.tuples(st.text(max_size=8), optional_bytes), max_size=3).map(tuple)
+
+
+@st.composite
+def batches(draw):
+    base_offset = draw(st.integers(0, 1 << 40))
+    base_time = draw(st.integers(0, 1 << 42))
+    count = draw(st.integers(1, 8))
+    gaps = draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+    offsets = [base_offset + sum(gaps[:i + 1]) - gaps[0] for i in range(count)]
+    records = [Record(offset, base_time + draw(st.integers(-10_000, 10_000)), draw(optional_bytes),
+                      draw(optional_bytes), draw(headers)) for offset in offsets]
+    return base_offset, records
+
+
+@given(batches(), st.sampled_from(list(Compression)), st.booleans())
+def test_a_batch_reads_back_as_built(batch, codec, log_append_time):
+    base_offset, records = batch
+    if codec == Compression.NONE:
+        records = [r._replace(offset=base_offset + i) for i, r in enumerate(records)]  # no gaps uncompressed
+    data = build_batch(records, base_offset=base_offset, compression=codec,
+                       timestamp_type=LOG_APPEND_TIME if log_append_time else 0)
+    [(header, decoded)] = list(decode_batches(data))
+    if log_append_time:
+        records = [r._replace(timestamp_ms=header.max_timestamp_ms) for r in records]
+    assert decoded == records
+    assert header.next_offset == records[-1].offset + 1
+    theirs = DefaultRecordBatch(data)
+    assert theirs.validate_crc()
+    assert [(r.offset, r.key, r.value, tuple(r.headers)) for r in theirs] == [
+        (r.offset, r.key, r.value, r.headers) for r in records]
+
+
+@given(batches(), st.data())
+def test_a_cut_stream_yields_its_whole_batches(batch, data):
+    base_offset, records = batch
+    records = [r._replace(offset=base_offset + i) for i, r in enumerate(records)]
+    one = build_batch(records, base_offset=base_offset)
+    stream = one + one
+    cut = data.draw(st.integers(0, len(stream)))
+    assert len(list(decode_batches(stream[:cut]))) == cut // len(one)

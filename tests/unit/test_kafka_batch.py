@@ -1,0 +1,85 @@
+"""``kafka.batch`` (§16.6) on batches that ``kafka.records`` builds: what an append accepts, the
+leader's rewrite of offsets, epoch and append time, and what crash recovery keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from trikafka.kafka.batch import (HEADER_BYTES, BatchError, assign_offsets, check_follows, encode_header, read_header,
+                                  scan_valid_prefix, validate_batches, walk_headers, write_crc)
+from trikafka.kafka.compression import Compression
+from trikafka.kafka.records import Record, build_batch, decode_batches
+
+LIMIT = 1 << 20
+
+
+def three_batches() -> bytes:
+    return b"".join(build_batch([b"a" * n, b"b"], timestamp_ms=100 + n, compression=n % 5) for n in (1, 2, 3))
+
+
+def test_built_batches_validate():
+    headers = validate_batches(three_batches(), max_batch_bytes=LIMIT)
+    assert [h.record_count for h in headers] == [2, 2, 2]
+    assert [h.position for h in headers] == [0, headers[0].end, headers[1].end]
+
+
+@pytest.mark.parametrize("position", [16, 17, 21, 40, 61, 70])  # magic, crc, attributes, max timestamp, records
+def test_a_corrupt_byte_is_corrupt(position):
+    data = bytearray(build_batch([b"x" * 20], timestamp_ms=1))
+    data[position] ^= 0x01
+    with pytest.raises(BatchError) as caught:
+        validate_batches(data, max_batch_bytes=LIMIT)
+    assert caught.value.kind == BatchError.CORRUPT
+    assert scan_valid_prefix(data) == 0
+
+
+def test_a_partial_batch_is_corrupt_on_append_and_cut_by_recovery():
+    data = three_batches()
+    whole = len(data) - 5
+    with pytest.raises(BatchError) as caught:
+        validate_batches(data[:whole], max_batch_bytes=LIMIT)
+    assert caught.value.kind == BatchError.CORRUPT
+    headers = list(walk_headers(data))
+    assert scan_valid_prefix(data[:whole]) == headers[1].end
+    assert scan_valid_prefix(data) == len(data)
+
+
+def test_too_large():
+    data = build_batch([b"x" * 500], timestamp_ms=1)
+    with pytest.raises(BatchError) as caught:
+        validate_batches(data, max_batch_bytes=len(data) - 1)
+    assert caught.value.kind == BatchError.TOO_LARGE
+    assert validate_batches(data, max_batch_bytes=len(data))
+
+
+@pytest.mark.parametrize("field, value", [("producer_id", 7), ("record_count", 0), ("last_offset_delta", 5),
+                                          ("attributes", 0x10), ("attributes", 0x20), ("attributes", 6)])
+def test_fields_that_break_a_rule_are_invalid(field, value):
+    plain = build_batch([b"x", b"y"], timestamp_ms=1)
+    header = read_header(plain)._replace(**{field: value})
+    data = bytearray(encode_header(header)) + plain[HEADER_BYTES:]
+    write_crc(data, 0, len(data))
+    with pytest.raises(BatchError) as caught:
+        validate_batches(data, max_batch_bytes=LIMIT)
+    assert caught.value.kind == BatchError.INVALID
+
+
+def test_a_compressed_batch_may_have_gaps_in_its_offset_deltas():
+    data = build_batch([Record(0, 1, None, b"a"), Record(4, 1, None, b"b")], compression=Compression.GZIP)
+    [header] = validate_batches(data, max_batch_bytes=LIMIT)
+    assert (header.record_count, header.last_offset_delta, header.next_offset) == (2, 4, 5)
+
+
+@pytest.mark.parametrize("append_time_ms", [None, 9_999])
+def test_assign_offsets_rewrites_what_the_leader_owns(append_time_ms):
+    data = bytearray(three_batches())
+    headers = validate_batches(data, max_batch_bytes=LIMIT)
+    assert assign_offsets(data, headers, 40, 7, append_time_ms) == 46
+    rewritten = validate_batches(data, max_batch_bytes=LIMIT)  # the CRC still matches
+    assert [(h.base_offset, h.leader_epoch) for h in rewritten] == [(40, 7), (42, 7), (44, 7)]
+    assert check_follows(rewritten, 40) == 46
+    with pytest.raises(BatchError):
+        check_follows(rewritten, 41)
+    decoded = [(r.offset, r.timestamp_ms, r.value) for _, records in decode_batches(data) for r in records]
+    times = [9_999] * 6 if append_time_ms else [101, 101, 102, 102, 103, 103]
+    assert decoded == [(40 + i, t, v) for i, (t, v) in enumerate(zip(times, [b"a", b"b", b"aa", b"b", b"aaa", b"b"]))]
