@@ -71,6 +71,18 @@ async def test_round_trip_with_keys_headers_and_every_codec(kafka: RunningKafkaB
     assert [r.offset for r in records] == list(range(100))
 
 
+async def test_submitted_records_keep_their_order_across_many_batches(kafka: RunningKafkaBroker) -> None:
+    topic = "trio-order"
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        async with KafkaProducer.open(client, acks=1, batch_max_bytes=300) as producer:
+            pending = [await producer.submit(topic, b"%04d" % i) for i in range(300)]
+            delivered = [await p.delivered() for p in pending]
+        assert delivered == [(0, i) for i in range(300)]
+        records = await _read(client, topic, 0, 300)
+    assert [r.value for r in records] == [b"%04d" % i for i in range(300)]
+
+
 async def test_acks_zero_answers_no_offset_and_appends(kafka: RunningKafkaBroker) -> None:
     async with KafkaClient(kafka.bootstrap) as client:
         await _create(client, "trio-acks0", 1)

@@ -21,6 +21,6 @@ _EXPORTS = {  # module -> the names this package re-exports from it
     ".consumer": ("PartitionConsumer",),
     ".errors": ("KafkaOffsetOutOfRange", "KafkaResponseError"),
     ".partitioner": ("DefaultPartitioner", "key_partition", "murmur2"),
-    ".producer": ("ACKS_ALL", "ACKS_LEADER", "ACKS_NONE", "KafkaProducer"),
+    ".producer": ("ACKS_ALL", "ACKS_LEADER", "ACKS_NONE", "KafkaProducer", "PendingRecord"),
 }
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -3,13 +3,14 @@
 ``send`` puts a record in its partition's open batch and waits for the batch's
 answer.  A batch goes out when it reaches ``batch_max_bytes`` or when
 ``linger_s`` has passed since its first record; batches of one partition go
-out one at a time, in order, each as a v2 record batch built by
+out one at a time, in the order they closed, each as a v2 record batch built by
 ``trikafka.kafka.records``.  A batch whose leader moved is sent again to the
 new leader (``KafkaClient.call_leader``).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import time
@@ -51,6 +52,23 @@ class _Batch:
     error: BaseException | None = None
 
 
+class PendingRecord:
+    """A record submitted to its partition's batch: ``await delivered()`` for its (partition, offset)."""
+
+    def __init__(self, partition: int, batch: _Batch, index: int):
+        self.partition = partition
+        self._batch = batch
+        self._index = index
+
+    async def delivered(self) -> tuple[int, int]:
+        """(partition, offset) once the batch is acknowledged (offset -1 under acks 0); raises its error."""
+        await self._batch.sent.wait()
+        if self._batch.error is not None:
+            raise self._batch.error
+        base = self._batch.base_offset
+        return self.partition, (UNKNOWN_OFFSET if base == UNKNOWN_OFFSET else base + self._index)
+
+
 class KafkaProducer:
     """Produce records to Kafka-protocol topics; open it with ``KafkaProducer.open(client, ...)``.
 
@@ -74,7 +92,8 @@ class KafkaProducer:
         self.partitioner = DefaultPartitioner()
         self._nursery = nursery
         self._open: dict[tuple[str, int], _Batch] = {}
-        self._in_order: dict[tuple[str, int], trio.Lock] = {}  # one batch in flight per partition, FIFO
+        # Closed batches per partition, oldest first; one task drains each non-empty queue.
+        self._queues: dict[tuple[str, int], collections.deque[_Batch]] = {}
         self._in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -99,13 +118,21 @@ class KafkaProducer:
         or in turn without a key.  Raises ``KafkaResponseError`` if the
         broker refuses the batch.
         """
+        pending = await self.submit(topic, value, key=key, headers=headers, partition=partition,
+                                    timestamp_ms=timestamp_ms)
+        return await pending.delivered()
+
+    async def submit(self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = (),
+                     partition: int | None = None, timestamp_ms: int | None = None) -> PendingRecord:
+        """Put one record in its batch and return without waiting for the broker.
+
+        Records submitted one after another by one task keep that order in
+        their partition; ``await pending.delivered()`` gives (partition, offset).
+        """
         if partition is None:
             partition = self.partitioner.partition(topic, key, await self.client.partition_count(topic))
         batch, index = self._append(topic, partition, key, value, headers, timestamp_ms)
-        await batch.sent.wait()
-        if batch.error is not None:
-            raise batch.error
-        return partition, (UNKNOWN_OFFSET if batch.base_offset == UNKNOWN_OFFSET else batch.base_offset + index)
+        return PendingRecord(partition, batch, index)
 
     async def flush(self) -> None:
         """Send every open batch now and wait until every batch sent is answered."""
@@ -136,23 +163,27 @@ class KafkaProducer:
             self._ship(where)
 
     def _ship(self, where: tuple[str, int]) -> None:
-        """Close the open batch of ``where`` and send it once the partition's earlier batches are answered."""
-        batch = self._open.pop(where)
-        lock = self._in_order.setdefault(where, trio.Lock())
-        self._nursery.start_soon(self._send_batch, where, batch, lock)
+        """Close the open batch of ``where``: queue it behind the partition's earlier batches."""
+        queue = self._queues.setdefault(where, collections.deque())
+        queue.append(self._open.pop(where))
+        if len(queue) == 1:  # no sender is draining this partition's queue: start one
+            self._nursery.start_soon(self._drain, where, queue)
 
-    async def _send_batch(self, where: tuple[str, int], batch: _Batch, lock: trio.Lock) -> None:
+    async def _drain(self, where: tuple[str, int], queue: collections.deque[_Batch]) -> None:
+        """Send the partition's batches one at a time, in the order they closed."""
         topic, partition = where
-        try:
-            async with lock:
+        while queue:
+            batch = queue[0]
+            try:
                 data = build_batch(batch.records, compression=self.compression)
                 batch.base_offset = await self.client.call_leader(
                     topic, partition, lambda connection: self._produce(connection, topic, partition, data))
-        except Exception as exc:  # every waiting send raises it
-            batch.error = exc
-        finally:
-            batch.sent.set()
-            self._finished()
+            except Exception as exc:  # every waiting send raises it
+                batch.error = exc
+            finally:
+                queue.popleft()
+                batch.sent.set()
+                self._finished()
 
     async def _produce(self, connection: KafkaConnection, topic: str, partition: int, data: bytes) -> int:
         """One Produce of one batch; the base offset the broker assigned (-1 under acks 0)."""
