@@ -8,7 +8,9 @@ worker thread, beside the Trio loop of the test.
 from __future__ import annotations
 
 import functools
+import signal
 import socket
+import subprocess
 from typing import Iterator
 
 import pytest
@@ -255,3 +257,46 @@ async def test_records_of_other_clients_read_back_on_the_partition_of_their_key(
         assert all(key_partition(r.key, 3) == partition for r in records if r.key)
         assert all(dict(r.headers)["from"] == (b"kafka-python" if r.value == b"kp" else b"librdkafka")
                    for r in records)
+
+
+async def _cli(cwd: object, *args: str, stdin: bytes | None = None) -> tuple[bytes, bytes]:
+    """Run one ``trikafka`` command in ``cwd`` to a zero exit; (stdout, stderr)."""
+    from tests.helpers.broker_testing import child_process
+
+    async with child_process(*args, cwd=cwd, stdin=None if stdin is None else subprocess.PIPE,
+                             stdout=subprocess.PIPE) as child:
+        if stdin is not None:
+            await child.send_stdin(stdin)
+        assert await child.wait() == 0, child.stderr.decode()
+    return bytes(child.stdout), bytes(child.stderr)
+
+
+async def test_the_cli_creates_produces_consumes_and_lists_kafka_format_topics(tmp_path) -> None:
+    from tests.helpers.broker_testing import serve_process
+
+    # Run where `serve` keeps its default data dir, so `--kafka` alone finds the listener (§7.1).
+    async with serve_process(tmp_path / "trikafka-data", cwd=tmp_path) as (broker, _port):
+        listener = (tmp_path / "trikafka-data" / ".trikafka-listener").read_text().splitlines()
+        assert listener[1].startswith("kafka 127.0.0.1:")
+        await _cli(tmp_path, "topics", "create", "cli-kt", "--partitions", "2", "--kafka")
+        lines = [f"key-{i % 6}:value {i}" for i in range(40)]
+        _, stderr = await _cli(tmp_path, "produce", "cli-kt", "--kafka", "--key-separator", ":", "--acks", "-1",
+                               stdin="".join(f"{line}\n" for line in lines).encode())
+        assert b"sent 40 records to cli-kt" in stderr
+        out, _ = await _cli(tmp_path, "consume", "cli-kt", "--kafka", "--exit-at-end", "-f", "%p %o %k:%s\\n")
+        rows = [row.split(b" ", 2) for row in out.splitlines()]
+        assert sorted(row[2].decode() for row in rows) == sorted(lines)
+        assert all(int(p) == key_partition(kv.split(b":")[0], 2) for p, _, kv in rows)
+        for partition in (b"0", b"1"):  # each partition in its own order, from offset 0
+            mine = [row for row in rows if row[0] == partition]
+            assert [int(row[1]) for row in mine] == list(range(len(mine)))
+            values = [int(row[2].split(b"value ")[1]) for row in mine]
+            assert values == sorted(values)
+        out, _ = await _cli(tmp_path, "topics", "--kafka", listener[1].split()[1], "cli-kt")
+        table = [row.split("\t") for row in out.decode().splitlines()]
+        assert table[0] == ["topic", "partition", "leader", "start", "end", "records"]
+        assert sum(int(row[5]) for row in table[1:]) == 40
+        out, _ = await _cli(tmp_path, "topics", "--kafka")
+        assert out.decode().splitlines() == ["cli-kt\t2 partitions"]
+        broker.signal(signal.SIGTERM)
+        assert await broker.wait() == 0
