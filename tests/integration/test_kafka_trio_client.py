@@ -202,10 +202,18 @@ async def test_a_leader_that_moved_is_found_again(kafka: RunningKafkaBroker) -> 
 
 
 async def test_an_unknown_topic_is_an_error_without_auto_creation(kafka: RunningKafkaBroker) -> None:
-    async with KafkaClient(kafka.bootstrap, max_retries=1, retry_backoff_s=0.01) as client:
+    async with KafkaClient(kafka.bootstrap, max_retries=1, retry_backoff_s=0.01,
+                           allow_auto_topic_creation=False) as client:
         with pytest.raises(KafkaResponseError) as caught:
             await client.topic("trio-never-created")
     assert caught.value.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_producing_to_an_unknown_topic_creates_it_by_default(kafka: RunningKafkaBroker) -> None:
+    async with KafkaClient(kafka.bootstrap, retry_backoff_s=0.01) as client:
+        async with KafkaProducer.open(client, acks=1) as producer:
+            assert await producer.send("trio-auto-created", b"first") == (0, 0)
+        assert client.metadata.topics["trio-auto-created"].partitions[0].leader_id == 0
 
 
 async def test_keyed_records_of_this_producer_land_where_kafka_python_and_librdkafka_read_them(

@@ -21,8 +21,8 @@ from trikafka.client.errors import BrokerConnectionError
 from trikafka.kafka.apis import KafkaApi
 
 from . import schema
-from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, KafkaConnection,
-                         open_kafka_connection)
+from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S,
+                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, open_kafka_connection)
 from .errors import KafkaResponseError
 
 T = TypeVar("T")
@@ -78,19 +78,24 @@ class KafkaClient:
     Use ``async with KafkaClient(bootstrap) as client``; leaving it closes
     every connection.  ``request_timeout_s`` bounds each answer (a long-poll
     fetch adds its wait); ``max_retries`` and ``retry_backoff_s`` bound
-    ``call_leader``'s retries.
+    ``call_leader``'s retries.  ``allow_auto_topic_creation``: whether asking
+    for an unknown topic's partitions may create it (§16.5; Kafka clients' default).
+    ``software_version``: this application's version, told to brokers in ApiVersions.
     """
 
     def __init__(self, bootstrap: str, *, client_id: str = DEFAULT_CLIENT_ID,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
-                 max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S):
+                 max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
+                 allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION):
         self.bootstrap = tuple((a.host, a.port) for a in parse_broker_addresses(bootstrap))
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
         self.retry_backoff_s = retry_backoff_s
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.software_version = software_version
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._connecting: dict[tuple[str, int], trio.Lock] = {}
@@ -118,7 +123,7 @@ class KafkaClient:
             if connection is None or connection.closed:
                 connection = await open_kafka_connection(
                     host, port, connect_timeout_s=self.connect_timeout_s, client_id=self.client_id,
-                    request_timeout_s=self.request_timeout_s)
+                    request_timeout_s=self.request_timeout_s, software_version=self.software_version)
                 self._connections[address] = connection
             return connection
 
@@ -174,8 +179,9 @@ class KafkaClient:
         self.metadata = ClusterMetadata(fresh.cluster_id, fresh.controller_id, fresh.brokers, cached)
         return fresh
 
-    async def topic(self, name: str, *, allow_auto_topic_creation: bool = False) -> TopicMetadata:
-        """The topic's metadata, asked for when not cached or not yet led.
+    async def topic(self, name: str) -> TopicMetadata:
+        """The topic's metadata, asked for when not cached or not yet led (and created if
+        ``allow_auto_topic_creation`` and the broker agree, §16.5).
 
         Raises ``KafkaResponseError`` (UNKNOWN_TOPIC_OR_PARTITION, ...) when
         the topic is still missing or leaderless after ``max_retries`` tries.
@@ -187,7 +193,7 @@ class KafkaClient:
                 return topic
             if attempt:
                 await trio.sleep(self.retry_backoff_s * attempt)
-            await self.refresh_metadata([name], allow_auto_topic_creation=allow_auto_topic_creation)
+            await self.refresh_metadata([name], allow_auto_topic_creation=self.allow_auto_topic_creation)
         topic = self.metadata.topics.get(name)
         error = ErrorCode.leader_not_available if topic is None or topic.error_code == 0 else topic.error_code
         raise KafkaResponseError(error, f"topic {name}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -41,8 +41,8 @@ DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RECEIVE_BYTES = 256 * 1024
 _CORRELATION_IDS = 1 << 31
-_SOFTWARE_NAME = "trikafka"
-_SOFTWARE_VERSION = "0.1.0"
+SOFTWARE_NAME = "trikafka"
+UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version when the caller names none
 
 
 class UnsupportedApi(BrokerConnectionError):
@@ -189,7 +189,7 @@ class KafkaConnection:
                 await self._break(f"bad frame: {exc}")
                 raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
 
-    async def negotiate(self) -> None:
+    async def negotiate(self, software_version: str = UNKNOWN_SOFTWARE_VERSION) -> None:
         """Ask ApiVersions and keep, per api, the highest version both sides serve (§16.3).
 
         A broker that does not serve ApiVersions v3 answers UNSUPPORTED_VERSION
@@ -199,19 +199,20 @@ class KafkaConnection:
         api = KafkaApi.API_VERSIONS
         version = api.max_version
         for _ in range(2):
-            body = schema.build(api, version, client_software_name=_SOFTWARE_NAME,
-                                client_software_version=_SOFTWARE_VERSION)
-            answer = await self.send(api, version, body, decode=_api_versions_decoder(version))
-            if answer.error_code == ErrorCode.none:  # type: ignore[union-attr]
+            body = schema.build(api, version, client_software_name=SOFTWARE_NAME,
+                                client_software_version=software_version)
+            # Any: an ApiVersionsResponse of whichever version (0-3) answered; they share the fields read.
+            answer: Any = await self.send(api, version, body, decode=_api_versions_decoder(version))
+            if answer.error_code == ErrorCode.none:
                 break
-            theirs = {int(e.api_key): int(e.max_version) for e in answer.api_keys}  # type: ignore[union-attr]
-            if answer.error_code != ErrorCode.unsupported_version or int(api) not in theirs:  # type: ignore[union-attr]
-                raise BrokerProtocolError(f"{self._peer()}: ApiVersions answered {answer.error_code!r}")  # type: ignore[union-attr]
+            theirs = {int(e.api_key): int(e.max_version) for e in answer.api_keys}
+            if answer.error_code != ErrorCode.unsupported_version or int(api) not in theirs:
+                raise BrokerProtocolError(f"{self._peer()}: ApiVersions answered {answer.error_code!r}")
             version = min(version, theirs[int(api)])
         else:
             raise BrokerProtocolError(f"{self._peer()}: ApiVersions did not settle on a version")
         self.versions = shared_versions(
-            (int(e.api_key), int(e.min_version), int(e.max_version)) for e in answer.api_keys)  # type: ignore[union-attr]
+            (int(e.api_key), int(e.min_version), int(e.max_version)) for e in answer.api_keys)
 
     def _check_open(self) -> None:
         if self._closed_reason is not None:
@@ -229,7 +230,7 @@ class KafkaConnection:
         await trio.aclose_forcefully(self._stream)
 
 
-def shared_versions(theirs: "collections.abc.Iterable[tuple[int, int, int]]") -> dict[KafkaApi, int]:
+def shared_versions(theirs: Iterable[tuple[int, int, int]]) -> dict[KafkaApi, int]:
     """Per api of §16.3, the highest version in both ranges; ``theirs`` is (api_key, min, max) rows."""
     versions: dict[KafkaApi, int] = {}
     for api_key, low, high in theirs:
@@ -266,8 +267,12 @@ def _api_versions_decoder(version: int) -> Callable[[memoryview], ResponsePayloa
 async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                                 client_id: str = DEFAULT_CLIENT_ID,
                                 request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
-                                max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> KafkaConnection:
-    """Connect to a Kafka-protocol listener and negotiate versions; close it with ``aclose``."""
+                                max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                                software_version: str = UNKNOWN_SOFTWARE_VERSION) -> KafkaConnection:
+    """Connect to a Kafka-protocol listener and negotiate versions; close it with ``aclose``.
+
+    ``software_version`` is what ApiVersions v3 tells the broker of this client's version.
+    """
     try:
         with trio.fail_after(connect_timeout_s):
             stream = await trio.open_tcp_stream(host, port)
@@ -278,7 +283,7 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
     connection = KafkaConnection(stream, address=(host, port), client_id=client_id,
                                  request_timeout_s=request_timeout_s, max_response_bytes=max_response_bytes)
     try:
-        await connection.negotiate()
+        await connection.negotiate(software_version)
     except BaseException:
         await connection.aclose()
         raise
