@@ -100,10 +100,13 @@ class KafkaProducer:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, client: KafkaClient, **settings: object) -> AsyncIterator[KafkaProducer]:
+    async def open(cls, client: KafkaClient, *, acks: int = ACKS_ALL, compression: int = Compression.NONE,
+                   linger_s: float = DEFAULT_LINGER_S, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+                   ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S) -> AsyncIterator[KafkaProducer]:
         """``async with KafkaProducer.open(client, acks=1) as producer``; leaving it flushes."""
         async with trio.open_nursery() as nursery:
-            producer = cls(client, nursery, **settings)  # type: ignore[arg-type]
+            producer = cls(client, nursery, acks=acks, compression=compression, linger_s=linger_s,
+                           batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s)
             try:
                 yield producer
                 await producer.flush()
