@@ -64,15 +64,16 @@ def produce_request(partitions: int) -> bytes:
 def metadata_response(topics: int) -> MetadataResponse:
     brokers = tuple(MetadataResponseBroker(node_id=BrokerId(b), host=f"broker-{b}.example", port=i32(9093))
                     for b in range(3))
-    partitions = tuple(MetadataResponsePartition(error_code=ErrorCode.none, partition_index=i32(p), leader_id=BrokerId(p % 3),
-                                                 leader_epoch=i32(4), replica_nodes=(BrokerId(0), BrokerId(1)),
+    partitions = tuple(MetadataResponsePartition(error_code=ErrorCode.none, partition_index=i32(p),
+                                                 leader_id=BrokerId(p % 3), leader_epoch=i32(4),
+                                                 replica_nodes=(BrokerId(0), BrokerId(1)),
                                                  isr_nodes=(BrokerId(0), BrokerId(1)), offline_replicas=())
                        for p in range(8))
     return MetadataResponse(
         throttle_time=i32Timedelta.parse(timedelta(0)), brokers=brokers, cluster_id="AAAAAAAAAAAAAAAAAAAAAA",
         controller_id=BrokerId(0),
-        topics=tuple(MetadataResponseTopic(error_code=ErrorCode.none, name=TopicName(f"topic-{t}"), topic_id=uuid.uuid4(),
-                                           partitions=partitions) for t in range(topics)))
+        topics=tuple(MetadataResponseTopic(error_code=ErrorCode.none, name=TopicName(f"topic-{t}"),
+                                           topic_id=uuid.uuid4(), partitions=partitions) for t in range(topics)))
 
 
 class Segment:

@@ -73,3 +73,21 @@ def test_api_versions_entries(version):
 def test_kafka_python_infers_a_3_0_broker_from_our_api_versions():
     answered = {e.api_key: (e.min_version, e.max_version) for e in api_versions_entries(3)}
     assert infer_broker_version_from_api_versions(answered) == (3, 0)
+
+
+def test_aiokafka_finds_a_version_it_speaks_in_every_api_of_the_table_it_knows():
+    """aiokafka sends, per api, the newest version it has that our ApiVersions range holds."""
+    import importlib
+    import pkgutil
+
+    import aiokafka.protocol
+    from aiokafka.protocol.api import Request
+
+    for module in pkgutil.iter_modules(aiokafka.protocol.__path__):
+        importlib.import_module(f"aiokafka.protocol.{module.name}")
+    requests = {cls.API_KEY: cls for cls in Request.__subclasses__() if lookup(cls.API_KEY) is not None}
+    assert {KafkaApi.PRODUCE, KafkaApi.FETCH, KafkaApi.METADATA, KafkaApi.LIST_OFFSETS} <= requests.keys()
+    versions = {e.api_key: (e.min_version, e.max_version) for e in api_versions_entries(0)}
+    for api_key, cls in requests.items():
+        low, high = versions[api_key]
+        assert any(low <= struct.API_VERSION <= high for struct in cls._CLASSES), cls.__name__

@@ -1,4 +1,5 @@
-"""Records inside v2 batches (§16.6): our builder and decoder, kafka-python's as the independent oracle, every codec."""
+"""Records inside v2 batches (§16.6): our builder and decoder, kafka-python's as the independent oracle,
+every codec."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ def test_log_append_time_gives_every_record_the_batch_time():
     [(header, records)] = list(decode_batches(data))
     assert header.log_append_time
     assert {r.timestamp_ms for r in records} == {header.max_timestamp_ms}
+
+
+def test_producer_fields():
+    data = build_batch([b"a"], producer_id=9, producer_epoch=2, base_sequence=40, leader_epoch=3)
+    [(header, _)] = list(decode_batches(data))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.leader_epoch) == (9, 2, 40, 3)
+    assert DefaultRecordBatch(data).producer_id == 9
 
 
 def test_an_empty_batch_is_refused():

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Iterable, Iterator, NamedTuple
 
-from .batch import (COMPRESSION_MASK, HEADER_BYTES, MAGIC, NO_PRODUCER_ID, TIMESTAMP_TYPE_LOG_APPEND, BatchHeader,
-                    batch_crc, encode_header, walk_headers, write_crc)
+from .batch import (COMPRESSION_MASK, HEADER_BYTES, LOG_OVERHEAD, MAGIC, NO_PRODUCER_ID, TIMESTAMP_TYPE_LOG_APPEND,
+                    BatchHeader, batch_crc, encode_header, walk_headers, write_crc)
 from .compression import Compression, compress, decompress
 from .errors import CorruptRecords
 from .varint import read_varint, read_varlong, write_varint, write_varlong
@@ -36,8 +36,9 @@ class Record(NamedTuple):
 
 
 def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 0, compression: int = 0,
-                timestamp_type: int = CREATE_TIME, timestamp_ms: int | None = None, leader_epoch: int = -1) -> bytes:
-    """One v2 batch of ``records``, as a producer without idempotence sends it.
+                timestamp_type: int = CREATE_TIME, timestamp_ms: int | None = None, leader_epoch: int = -1,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """One v2 batch of ``records``, as a producer sends it (by default one without idempotence).
 
     An element is a ``Record`` (its offset is absolute: ``base_offset`` plus
     its delta) or a bare value (``bytes`` or None), which gets the next offset,
@@ -60,8 +61,9 @@ def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 
     attributes = Compression(compression) | (TIMESTAMP_TYPE_LOG_APPEND if timestamp_type == LOG_APPEND_TIME else 0)
     last_offset_delta = max(record.offset for record in listed) - base_offset
     max_timestamp_ms = max(record.timestamp_ms for record in listed)
-    header = BatchHeader(0, base_offset, HEADER_BYTES - 12 + len(region), leader_epoch, MAGIC, 0, attributes,
-                         last_offset_delta, base_timestamp_ms, max_timestamp_ms, NO_PRODUCER_ID, -1, -1, len(listed))
+    header = BatchHeader(0, base_offset, HEADER_BYTES - LOG_OVERHEAD + len(region), leader_epoch, MAGIC, 0,
+                         attributes, last_offset_delta, base_timestamp_ms, max_timestamp_ms, producer_id,
+                         producer_epoch, base_sequence, len(listed))
     data = bytearray(encode_header(header))
     data += region
     write_crc(data, 0, len(data))
