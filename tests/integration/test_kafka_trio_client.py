@@ -15,7 +15,6 @@ from typing import Iterator
 
 import pytest
 import trio
-import trio.testing
 
 from tests.helpers.kafka_clients import create_topic, read_with_confluent, read_with_kafka_python
 from trikafka.client.kafka import (EARLIEST, LATEST, MAX_TIMESTAMP, BrokerNode, KafkaAdmin, KafkaClient,
@@ -99,11 +98,9 @@ async def test_a_consumer_from_an_offset_inside_a_batch_skips_the_records_before
     async with KafkaClient(kafka.bootstrap) as client:
         await _create(client, topic, 1)
         async with KafkaProducer.open(client, acks=1, linger_s=1.0, compression=Compression.GZIP) as producer:
-            async with trio.open_nursery() as nursery:  # ten records, one batch: sent on flush
-                for i in range(10):  # one at a time, so that record i is offset i
-                    nursery.start_soon(producer.send, topic, b"%d" % i)
-                    await trio.testing.wait_all_tasks_blocked()
-                await producer.flush()
+            pending = [await producer.submit(topic, b"%d" % i) for i in range(10)]  # one batch, sent on flush
+            await producer.flush()
+            assert [await p.delivered() for p in pending] == [(0, i) for i in range(10)]
         consumer = PartitionConsumer(client, topic, 0, 7, max_wait_s=0.2)
         records = await consumer.fetch()
     assert [(r.offset, r.value) for r in records] == [(7, b"7"), (8, b"8"), (9, b"9")]
