@@ -38,12 +38,12 @@ async def _create(client: KafkaClient, topic: str, partitions: int, **configs: s
 
 
 async def _read(client: KafkaClient, topic: str, partition: int, count: int, offset: int = EARLIEST) -> list[Record]:
-    consumer = PartitionConsumer(client, topic, partition, offset, max_wait_s=0.2)
     records: list[Record] = []
-    async for record in consumer:
-        records.append(record)
-        if len(records) == count:
-            break
+    async with PartitionConsumer(client, topic, partition, offset, max_wait_s=0.2) as consumer:
+        async for record in consumer:
+            records.append(record)
+            if len(records) == count:
+                break
     return records
 
 
@@ -196,6 +196,48 @@ async def test_a_leader_that_moved_is_found_again(kafka: RunningKafkaBroker) -> 
         async with KafkaProducer.open(client, acks=1) as producer:
             assert await producer.send(topic, b"x", partition=1) == (1, 0)
         assert client.metadata.topics[topic].partitions[1].leader_id == 0
+
+
+async def test_a_partition_the_broker_does_not_have_fails_after_bounded_metadata_refreshes(
+        kafka: RunningKafkaBroker) -> None:
+    topic = "trio-bounded"
+    async with KafkaClient(kafka.bootstrap, max_retries=3, retry_backoff_s=0.001) as client:
+        await _create(client, topic, 1)
+        refreshes = 0
+        real_refresh = client.refresh_metadata
+
+        async def counting_refresh(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal refreshes
+            refreshes += 1
+            found = await real_refresh(*args, **kwargs)
+            # The cache keeps believing in a partition 5 led by broker 0, so each try reaches the broker.
+            partitions = client.metadata.topics[topic].partitions
+            partitions[5] = partitions[0].__class__(topic, 5, 0, 0, 0, (0,), (0,))
+            return found
+
+        client.refresh_metadata = counting_refresh  # type: ignore[method-assign]
+        async with KafkaProducer.open(client, acks=1) as producer:
+            with pytest.raises(KafkaResponseError) as caught:
+                await producer.send(topic, b"x", partition=5)
+    assert caught.value.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION, from the broker
+    assert refreshes == 1 + 3  # the first lookup, then one per retry
+
+
+async def test_a_fetch_at_the_end_waits_for_the_next_record(kafka: RunningKafkaBroker) -> None:
+    topic = "trio-long-poll"
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        consumer = PartitionConsumer(client, topic, 0, LATEST, max_wait_s=30.0)
+        await consumer.seek(LATEST)
+        got: list[Record] = []
+        async with trio.open_nursery() as nursery:
+            async def fetch() -> None:
+                got.extend(await consumer.fetch())
+
+            nursery.start_soon(fetch)
+            async with KafkaProducer.open(client, acks=1) as producer:
+                await producer.send(topic, b"awaited")
+    assert [r.value for r in got] == [b"awaited"]
 
 
 async def test_an_unknown_topic_is_an_error_without_auto_creation(kafka: RunningKafkaBroker) -> None:

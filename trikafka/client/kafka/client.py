@@ -6,6 +6,11 @@ call to a partition goes to its leader through ``call_leader``, which on an
 error naming stale metadata (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE, the leader-epoch errors) or a broken connection
 refreshes the metadata and tries again, up to ``max_retries`` times.
+
+A broker answers one connection's requests in order, so a long-poll Fetch
+holds up every request behind it.  Connections therefore belong to a *lane*:
+``DEFAULT_LANE`` for produce, metadata and admin calls, and a lane of its own
+for each ``PartitionConsumer``'s fetches.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ T = TypeVar("T")
 DEFAULT_MAX_RETRIES = 5
 DEFAULT_RETRY_BACKOFF_S = 0.1
 NO_LEADER = -1
+DEFAULT_LANE = "default"
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,8 @@ class KafkaClient:
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.software_version = software_version
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
-        self._connections: dict[tuple[str, int], KafkaConnection] = {}
-        self._connecting: dict[tuple[str, int], trio.Lock] = {}
+        self._connections: dict[tuple[str, int, str], KafkaConnection] = {}  # by (host, port, lane)
+        self._connecting: dict[tuple[str, int, str], trio.Lock] = {}
 
     async def __aenter__(self) -> KafkaClient:
         return self
@@ -114,9 +120,9 @@ class KafkaClient:
 
     # ------------------------------------------------------------------ connections
 
-    async def connection_to(self, host: str, port: int) -> KafkaConnection:
-        """The open connection to ``host:port``, opened (and versions negotiated) on first use."""
-        address = (host, port)
+    async def connection_to(self, host: str, port: int, lane: str = DEFAULT_LANE) -> KafkaConnection:
+        """The open connection of ``lane`` to ``host:port``, opened (and versions negotiated) on first use."""
+        address = (host, port, lane)
         lock = self._connecting.setdefault(address, trio.Lock())
         async with lock:  # one connection per address, even when many tasks ask at once
             connection = self._connections.get(address)
@@ -127,20 +133,25 @@ class KafkaClient:
                 self._connections[address] = connection
             return connection
 
-    async def node_connection(self, node_id: int) -> KafkaConnection:
-        """The connection to broker ``node_id`` of the cached metadata."""
+    async def close_lane(self, lane: str) -> None:
+        """Close the connections of ``lane`` (a consumer that is done)."""
+        for key in [key for key in self._connections if key[2] == lane]:
+            await self._connections.pop(key).aclose()
+
+    async def node_connection(self, node_id: int, lane: str = DEFAULT_LANE) -> KafkaConnection:
+        """The connection of ``lane`` to broker ``node_id`` of the cached metadata."""
         node = self.metadata.brokers.get(node_id)
         if node is None:
             await self.refresh_metadata()
             node = self.metadata.brokers.get(node_id)
             if node is None:
                 raise BrokerConnectionError(f"broker {node_id} is not in the cluster's metadata")
-        return await self.connection_to(node.host, node.port)
+        return await self.connection_to(node.host, node.port, lane)
 
     async def any_connection(self) -> KafkaConnection:
         """A connection to some live broker: a known one first, then the bootstrap addresses in order."""
-        for connection in self._connections.values():
-            if not connection.closed:
+        for (_host, _port, lane), connection in self._connections.items():
+            if lane == DEFAULT_LANE and not connection.closed:
                 return connection
         known = [(n.host, n.port) for n in self.metadata.brokers.values()]
         errors: list[str] = []
@@ -202,17 +213,17 @@ class KafkaClient:
         """How many partitions ``topic`` has."""
         return len((await self.topic(topic)).partitions)
 
-    async def leader_connection(self, topic: str, partition: int) -> KafkaConnection:
-        """The connection to the leader of ``topic``-``partition`` in the cached metadata."""
+    async def leader_connection(self, topic: str, partition: int, lane: str = DEFAULT_LANE) -> KafkaConnection:
+        """The connection of ``lane`` to the leader of ``topic``-``partition`` in the cached metadata."""
         info = (await self.topic(topic)).partitions.get(partition)
         if info is None:
             raise KafkaResponseError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
         if info.leader_id == NO_LEADER:
             raise KafkaResponseError(ErrorCode.leader_not_available, f"{topic}-{partition}")
-        return await self.node_connection(info.leader_id)
+        return await self.node_connection(info.leader_id, lane)
 
     async def call_leader(self, topic: str, partition: int,
-                          call: Callable[[KafkaConnection], Awaitable[T]]) -> T:
+                          call: Callable[[KafkaConnection], Awaitable[T]], *, lane: str = DEFAULT_LANE) -> T:
         """``call`` on the partition leader's connection, following a leader that moved.
 
         ``call`` raises ``KafkaResponseError`` for the partition's error code;
@@ -222,7 +233,7 @@ class KafkaClient:
         """
         for attempt in range(self.max_retries + 1):
             try:
-                return await call(await self.leader_connection(topic, partition))
+                return await call(await self.leader_connection(topic, partition, lane))
             except KafkaResponseError as exc:
                 if not exc.stale_metadata or attempt == self.max_retries:
                     raise

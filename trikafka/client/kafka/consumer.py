@@ -11,6 +11,7 @@ was given a ``reset`` (``EARLIEST`` or ``LATEST``) to move to.
 from __future__ import annotations
 
 import datetime
+import itertools
 from typing import AsyncIterator
 
 from kio.schema.errors import ErrorCode
@@ -28,13 +29,15 @@ from .errors import KafkaOffsetOutOfRange, check
 DEFAULT_MAX_WAIT_S = 0.5
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024  # Kafka's fetch.max.bytes
+_LANES = itertools.count()
 
 
 class PartitionConsumer:
     """Records of ``topic``-``partition`` from ``offset`` (an offset, ``EARLIEST`` or ``LATEST``).
 
     ``async for record in consumer`` runs until cancelled; ``fetch()`` is one
-    round.  ``position`` is the offset of the next record to deliver;
+    round.  Its fetches have connections of their own (``lane``), closed by
+    ``aclose`` or ``async with``, else with the client.  ``position`` is the offset of the next record to deliver;
     ``high_watermark`` the partition's, as of the last fetch.
     """
 
@@ -52,8 +55,20 @@ class PartitionConsumer:
         self.partition_max_bytes = partition_max_bytes
         self.max_bytes = max_bytes
         self.high_watermark = -1
+        # Its own connections: a long poll must not hold up other requests to the broker.
+        self.lane = f"fetch-{next(_LANES)}"
         self._start = offset
         self.position: int | None = offset if offset >= 0 else None
+
+    async def __aenter__(self) -> PartitionConsumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close this consumer's fetch connections (the client stays open)."""
+        await self.client.close_lane(self.lane)
 
     async def seek(self, offset: int) -> int:
         """Move to ``offset`` (or ``EARLIEST``/``LATEST``, resolved by ListOffsets); the new position."""
@@ -70,7 +85,7 @@ class PartitionConsumer:
         assert self.position is not None
         position = self.position
         try:
-            data = await self.client.call_leader(self.topic, self.partition, self._fetch_once)
+            data = await self.client.call_leader(self.topic, self.partition, self._fetch_once, lane=self.lane)
         except KafkaOffsetOutOfRange:
             if self.reset is None:
                 raise
