@@ -20,7 +20,8 @@ def add_parser(commands) -> None:
     consume.add_argument("--partition", "-p", type=int, default=None, metavar="N",
                          help="read only this partition (default: every partition the broker has)")
     consume.add_argument("--from", dest="from_", default="earliest", metavar="WHERE",
-                         help="earliest (default), latest or a byte offset that starts an entry")
+                         help="earliest (default), latest or a byte offset that starts an entry (with --kafka: a "
+                              "record offset)")
     consume.add_argument("--max-messages", "-c", type=int, metavar="N", help="stop after this many")
     consume.add_argument("--exit-at-end", "-e", action="store_true",
                          help="stop once every partition is read up to its end as it was at the start")
