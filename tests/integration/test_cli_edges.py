@@ -13,6 +13,7 @@ import pytest
 
 from trikafka import __version__
 from trikafka.cli import build_parser
+from trikafka.cli.serve import read_ready_file
 from trikafka.client import BrokerAddress, format_broker_addresses, parse_broker_addresses
 
 from tests.helpers.broker_testing import child_process, make_config, serve_process
@@ -221,7 +222,8 @@ async def test_commands_find_the_local_broker_on_any_port(tmp_path):
     default data dir use it without --broker, and a clean stop removes it."""
     listener = tmp_path / "trikafka-data" / ".trikafka-listener"
     async with serve_process(tmp_path / "trikafka-data", cwd=tmp_path) as (broker, port):
-        assert listener.read_text() == f"127.0.0.1:{port}\n"
+        _, kafka_port = read_ready_file(f"{tmp_path / 'trikafka-data'}.port")
+        assert listener.read_text() == f"127.0.0.1:{port}\nkafka 127.0.0.1:{kafka_port}\n"
         async with child_process("produce", "t", "--acks", "-1", stdin=subprocess.PIPE, cwd=tmp_path) as producer:
             await producer.send_stdin(b"found\n")
             assert await producer.wait() == 0, producer.stderr.decode()

@@ -63,7 +63,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "log": frozenset(),
     "zk": frozenset({"kazoo", "trio", "trio_util"}),
     "broker": frozenset({"trio", "trio_util", "kio"}),  # kio: the Kafka listener builds its answers (§16)
-    "client": frozenset({"trio", "trio_util"}),
+    "client": frozenset({"trio", "trio_util", "kio"}),  # kio: client/kafka builds and reads Kafka bodies (§16)
     "producer": frozenset({"trio", "trio_util"}),
     "group": frozenset({"trio", "trio_util"}),
     "spark": frozenset({"pyspark", "pyarrow"}),

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Awaitable, Callable, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import trio
 
-from trikafka.broker.config import DEFAULT_HOST, DEFAULT_PORT
+from trikafka.broker.config import DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT
+from trikafka.cli.message_format import DEFAULT_FORMAT, MessageFormat, Printed
 from trikafka.util.errors import leaf_exceptions
 
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_KAFKA_BOOTSTRAP = f"{DEFAULT_HOST}:{DEFAULT_KAFKA_PORT}"
+LOCAL_KAFKA = ""  # ``--kafka`` without a value: the local `trikafka serve`'s Kafka listener
+KAFKA_LISTENER_KEY = "kafka"  # the listener file's second line: ``kafka HOST:PORT`` (docs/protocol.md §7.1)
+READ_BYTES = 256 * 1024
 FALLBACK_ZOOKEEPER = "127.0.0.1:2181"  # ZooKeeper's own port, when no local broker says otherwise
 DEFAULT_DATA_DIR = "trikafka-data"  # `trikafka serve`'s default --log-dir
 ZOOKEEPER_CONNECT_FILE = "zookeeper-connect"  # written by `serve` next to its private ZooKeeper's data
@@ -39,13 +44,34 @@ def default_zookeeper() -> str:
 def default_broker() -> tuple[str, int]:
     """The address of the ``trikafka serve`` run in this directory with the default data dir
     (``./trikafka-data/.trikafka-listener``, docs/protocol.md §7.1), else 127.0.0.1:9092."""
+    try:
+        return parse_broker(_listener_lines().get("", DEFAULT_BROKER))
+    except argparse.ArgumentTypeError:
+        return parse_broker(DEFAULT_BROKER)
+
+
+def default_kafka_bootstrap() -> str:
+    """The Kafka-protocol address of the ``trikafka serve`` run in this directory (the ``kafka
+    HOST:PORT`` line of its listener file, docs/protocol.md §7.1), else 127.0.0.1:9093."""
+    return _listener_lines().get(KAFKA_LISTENER_KEY, DEFAULT_KAFKA_BOOTSTRAP)
+
+
+def _listener_lines() -> dict[str, str]:
+    """The local listener file's addresses by key: ``""`` the 0.7 one (first line), ``"kafka"``."""
     from trikafka.log.names import LISTENER_FILE
 
     try:
         with open(os.path.join(DEFAULT_DATA_DIR, LISTENER_FILE)) as f:
-            return parse_broker(f.read().strip() or DEFAULT_BROKER)
-    except (OSError, argparse.ArgumentTypeError):
-        return parse_broker(DEFAULT_BROKER)
+            lines = [line.split() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for fields in lines:
+        if len(fields) == 1:
+            found.setdefault("", fields[0])
+        elif len(fields) == 2:
+            found.setdefault(fields[0], fields[1])
+    return found
 
 
 def parse_broker(text: str) -> tuple[str, int]:
@@ -70,6 +96,36 @@ def add_broker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", "--brokers", dest="broker", metavar="[ID:]HOST:PORT", type=parse_broker,
                    default=None, help=f"the broker to talk to (default: the local `trikafka serve` of "
                                       f"./{DEFAULT_DATA_DIR}, else {DEFAULT_BROKER})")
+
+
+def add_kafka(p: argparse.ArgumentParser) -> None:
+    """The ``--kafka [HOST:PORT[,...]]`` option: talk the Kafka protocol to Kafka-format topics (§16)."""
+    p.add_argument("--kafka", nargs="?", const=LOCAL_KAFKA, default=None, metavar="HOST:PORT[,...]",
+                   help="use the Apache Kafka protocol (Kafka-format topics, docs/protocol.md §16) through this "
+                        f"bootstrap address (alone: the local `trikafka serve`'s, else {DEFAULT_KAFKA_BOOTSTRAP})")
+
+
+def validate_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace, *, words: str | None = None) -> None:
+    """Check ``--kafka``'s address.  With ``words`` (a list positional, as ``topics`` has), a value
+    that is no address was a positional word ``--kafka`` took (``topics --kafka create NAME``):
+    it goes back in front of that list and ``--kafka`` means the local listener."""
+    from trikafka.client.addresses import parse_broker_addresses
+
+    if not args.kafka:
+        return
+    if words is not None and ":" not in args.kafka:
+        getattr(args, words).insert(0, args.kafka)
+        args.kafka = LOCAL_KAFKA
+        return
+    try:
+        parse_broker_addresses(args.kafka)
+    except ValueError as exc:
+        parser.error(f"--kafka: {exc}")
+
+
+def kafka_bootstrap(args: argparse.Namespace) -> str:
+    """The bootstrap address ``--kafka`` names (the local listener's when given without one)."""
+    return args.kafka if args.kafka != LOCAL_KAFKA else default_kafka_bootstrap()
 
 
 def resolve_broker(args: argparse.Namespace) -> None:
@@ -97,6 +153,72 @@ def resolve_zookeeper(args: argparse.Namespace) -> None:
     """Fill an absent ``--zookeeper`` whose command has a default."""
     if getattr(args, "zookeeper", None) is None and getattr(args, "zookeeper_default", False):
         args.zookeeper = default_zookeeper()
+
+
+async def read_lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[list[bytes]]:
+    """Yield lists of complete lines (without the newline) as they arrive."""
+    pending = b""
+    while True:
+        data = await stream.receive_some(READ_BYTES)
+        if not data:
+            break
+        lines = (pending + data).split(b"\n")
+        pending = lines.pop()
+        if lines:
+            yield lines
+    if pending:
+        yield [pending]
+
+
+def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, bytes | None]]:
+    """``key<SEP>value`` lines as ``(key, value)``; ``key<SEP>`` alone is a tombstone (None).
+
+    A line without the separator is a ``ValueError`` naming it.
+    """
+    sep = separator.encode()
+    items: list[tuple[bytes, bytes | None]] = []
+    for line in lines:
+        key, found, value = line.partition(sep)
+        if not found:
+            raise ValueError(f"line without the key separator {separator!r}: {line[:60]!r}")
+        items.append((key, value if value else None))
+    return items
+
+
+class Printer:
+    """Every consumed message as ``--format`` renders it on stdout; counts them, and calls
+    ``stop`` (and sets ``done``) at ``--max-messages``.  Flushed per message unless ``--no-flush``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._format = message_format(args)
+        self._max_messages = args.max_messages
+        self._flush = not args.no_flush
+        self._out = sys.stdout.buffer
+        self.count = 0
+        self.stop: Callable[[], None] = lambda: None
+
+    @property
+    def done(self) -> bool:
+        return self._max_messages is not None and self.count >= self._max_messages
+
+    def write(self, message: Printed) -> None:
+        if self.done:
+            return
+        self._out.write(self._format.render(message))
+        self.count += 1
+        if self._flush or self.count == self._max_messages:
+            self._out.flush()
+        if self.count == self._max_messages:
+            self.stop()
+
+
+def message_format(args: argparse.Namespace) -> MessageFormat:
+    """The format ``--format`` or ``--print-key`` asks for, else one value per line."""
+    if args.format is not None:
+        return MessageFormat.parse(args.format)
+    if args.print_key:
+        return MessageFormat.parse("%k" + args.key_separator.replace("\\", "\\\\").replace("%", "%%") + "%s\\n")
+    return MessageFormat.parse(DEFAULT_FORMAT)
 
 
 def plural(count: int, noun: str) -> str:

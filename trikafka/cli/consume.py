@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
-
 import trio
 
-from trikafka.cli.common import add_broker, add_zookeeper, run_client, run_group_client, stop_on_sigterm
+from trikafka.cli.common import (Printer, add_broker, add_kafka, add_zookeeper, run_client, run_group_client,
+                                 stop_on_sigterm, validate_kafka)
 from trikafka.util.errors import leaf_exceptions
-from trikafka.cli.message_format import DEFAULT_FORMAT, FORMAT_HELP, MessageFormat, Printed
+from trikafka.cli.message_format import FORMAT_HELP, MessageFormat, Printed
 
 
 def add_parser(commands) -> None:
@@ -21,7 +20,8 @@ def add_parser(commands) -> None:
     consume.add_argument("--partition", "-p", type=int, default=None, metavar="N",
                          help="read only this partition (default: every partition the broker has)")
     consume.add_argument("--from", dest="from_", default="earliest", metavar="WHERE",
-                         help="earliest (default), latest or a byte offset that starts an entry")
+                         help="earliest (default), latest or a byte offset that starts an entry (with --kafka: a "
+                              "record offset)")
     consume.add_argument("--max-messages", "-c", type=int, metavar="N", help="stop after this many")
     consume.add_argument("--exit-at-end", "-e", action="store_true",
                          help="stop once every partition is read up to its end as it was at the start")
@@ -34,6 +34,7 @@ def add_parser(commands) -> None:
     consume.add_argument("--group", metavar="GROUP",
                          help="consume as a member of this consumer group (balanced through ZooKeeper; "
                               "--from then applies only where nothing was committed)")
+    add_kafka(consume)
     add_zookeeper(consume, "with --group: the group's ZooKeeper")
     consume.add_argument("--whitelist", action="store_true", help="with --group: TOPIC is a regex of topics")
     consume.add_argument("--blacklist", action="store_true", help="with --group: TOPIC is a regex to exclude")
@@ -46,6 +47,7 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    validate_kafka(parser, args)
     if args.format is not None:
         if args.print_key:
             parser.error("--format and --print-key exclude each other (use %k in the format)")
@@ -53,6 +55,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             MessageFormat.parse(args.format)
         except ValueError as exc:
             parser.error(str(exc))
+    if args.kafka is not None and args.group:
+        parser.error("--kafka reads partitions directly, not as a group member")
     if args.group and (args.exit_at_end or args.partition is not None):
         parser.error("--exit-at-end and --partition read partitions directly, not as a group member")
     if args.from_ not in ("earliest", "latest"):
@@ -127,7 +131,7 @@ async def _consume_main(args: argparse.Namespace) -> int:
 async def _consume_partitions(args: argparse.Namespace, partitions: list[int]) -> int:
     """Read ``partitions`` side by side into one printer; done at ``--max-messages``, or when
     every partition reached its end with ``--exit-at-end``."""
-    printer = _Printer(args)
+    printer = Printer(args)
     async with trio.open_nursery() as nursery:
         printer.stop = nursery.cancel_scope.cancel
         for partition in partitions:
@@ -140,7 +144,7 @@ async def _consume_partitions(args: argparse.Namespace, partitions: list[int]) -
     return 0
 
 
-async def _consume_partition(args: argparse.Namespace, partition: int, printer: "_Printer") -> None:
+async def _consume_partition(args: argparse.Namespace, partition: int, printer: Printer) -> None:
     from trikafka.client import LeaderDirectory, SimpleConsumer
     from trikafka.wire.keyed import iter_keyed_messages
 
@@ -164,41 +168,6 @@ async def _consume_partition(args: argparse.Namespace, partition: int, printer: 
                                   message.value))
             if end is not None and message.next_offset >= end:
                 return
-
-
-class _Printer:
-    """Every consumed message as ``--format`` renders it on stdout; counts them, and calls
-    ``stop`` (and sets ``done``) at ``--max-messages``.  Flushed per message unless ``--no-flush``."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self._format = _message_format(args)
-        self._max_messages = args.max_messages
-        self._flush = not args.no_flush
-        self._out = sys.stdout.buffer
-        self.count = 0
-        self.stop: Callable[[], None] = lambda: None
-
-    @property
-    def done(self) -> bool:
-        return self._max_messages is not None and self.count >= self._max_messages
-
-    def write(self, message: Printed) -> None:
-        if self.done:
-            return
-        self._out.write(self._format.render(message))
-        self.count += 1
-        if self._flush or self.count == self._max_messages:
-            self._out.flush()
-        if self.count == self._max_messages:
-            self.stop()
-
-
-def _message_format(args: argparse.Namespace) -> MessageFormat:
-    if args.format is not None:
-        return MessageFormat.parse(args.format)
-    if args.print_key:
-        return MessageFormat.parse("%k" + args.key_separator.replace("\\", "\\\\").replace("%", "%%") + "%s\\n")
-    return MessageFormat.parse(DEFAULT_FORMAT)
 
 
 async def _consume_group_main(args: argparse.Namespace) -> int:
@@ -230,7 +199,7 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
                                          config=config) as consumer:
                     print(f"trikafka: consuming {args.topic} as {consumer.consumer_id} of group {args.group}",
                           file=sys.stderr, flush=True)
-                    printer = _Printer(args)
+                    printer = Printer(args)
                     async for m in consumer:
                         printer.write(Printed(m.topic, m.partition, m.offset, m.next_offset, m.key, m.value))
                         if printer.done:
@@ -240,6 +209,10 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    if args.kafka is not None:
+        from trikafka.cli import kafka_protocol
+
+        return run_client(kafka_protocol.consume, args)
     if args.group:
         return run_group_client(_consume_group_main, args)
     return run_client(_consume_main, args)

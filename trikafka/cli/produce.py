@@ -8,11 +8,11 @@ import sys
 
 import trio
 
-from trikafka.cli.common import add_broker, add_zookeeper, plural, run_client, run_until_signal
+from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, plural, read_lines, run_client,
+                                 run_until_signal, split_keyed_lines, validate_kafka)
 from trikafka.util.errors import leaf_exceptions
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
-READ_BYTES = 256 * 1024
 LEADER_WAIT_S = 60.0  # a replicated partition: how long a batch may wait for a new leader
 
 
@@ -35,6 +35,7 @@ def add_parser(commands) -> None:
                          help="message format: 0 (0.6) or 1 (with attributes: compression, keys; default)")
     produce.add_argument("--key-separator", metavar="SEP",
                          help="each line is KEY<SEP>VALUE, written as a keyed message; KEY<SEP> alone deletes KEY")
+    add_kafka(produce)
     add_zookeeper(produce, "find brokers and partitions in this ZooKeeper and send through the batching "
                            "Producer; --broker, --partition and --magic are ignored", default=False)
     produce.add_argument("--audit", action="store_true",
@@ -44,31 +45,23 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    validate_kafka(parser, args)
     if args.batch < 1:
         parser.error("--batch must be >= 1")
     if args.audit and not args.zookeeper:
         parser.error("--audit needs --zookeeper (the batching Producer writes the envelope)")
+    if args.kafka is not None and (args.zookeeper or args.audit or args.magic != 1):
+        parser.error("--kafka excludes --zookeeper, --audit and --magic (Kafka-format topics hold v2 batches)")
     if args.audit and args.key_separator is not None:
         parser.error("--audit and --key-separator exclude each other (keyed messages carry no envelope)")
-
-async def _read_lines(stream: trio.abc.ReceiveStream):
-    """Yield lists of complete lines (without the newline) as they arrive."""
-    pending = b""
-    while True:
-        data = await stream.receive_some(READ_BYTES)
-        if not data:
-            break
-        lines = (pending + data).split(b"\n")
-        pending = lines.pop()
-        if lines:
-            yield lines
-    if pending:
-        yield [pending]
-
 
 async def _produce_main(args: argparse.Namespace) -> int:
     import signal
 
+    if args.kafka is not None:
+        from trikafka.cli import kafka_protocol
+
+        return await kafka_protocol.produce(args)
     if args.key_separator is not None and args.magic != 1:
         print("trikafka: --key-separator writes keyed messages, which are magic 1", file=sys.stderr)
         return 2
@@ -151,7 +144,7 @@ async def _send_lines(args: argparse.Namespace, router: _Router, max_message_siz
     senders = _Senders(host, port, args.topic)
     async with senders, stdin:
         replicated = await senders.replicated()
-        async for lines in _read_lines(stdin):
+        async for lines in read_lines(stdin):
             for i in range(0, len(lines), args.batch):
                 batch = lines[i:i + args.batch]
                 if args.key_separator is not None:
@@ -290,21 +283,6 @@ def _too_large(message_set: bytes, max_message_size: int | None) -> str | None:
     return None
 
 
-def split_keyed_lines(lines: list[bytes], separator: str) -> list[tuple[bytes, bytes | None]]:
-    """``key<SEP>value`` lines as ``(key, value)``; ``key<SEP>`` alone is a tombstone (None).
-
-    A line without the separator is a ``ValueError`` naming it.
-    """
-    sep = separator.encode()
-    items: list[tuple[bytes, bytes | None]] = []
-    for line in lines:
-        key, found, value = line.partition(sep)
-        if not found:
-            raise ValueError(f"line without the key separator {separator!r}: {line[:60]!r}")
-        items.append((key, value if value else None))
-    return items
-
-
 async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §8.5) and batches."""
     from trikafka.producer import MessageTooLargeError, Producer, ProducerError
@@ -317,7 +295,7 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
         async with Producer(zk_connect=args.zookeeper, producer_type="async", acks=args.acks,
                             batch_size=args.batch, ack_timeout_s=args.timeout_ms / 1000,
                             keyed_topics={args.topic} if keyed else (), audit=args.audit) as producer, stdin:
-            async for lines in _read_lines(stdin):
+            async for lines in read_lines(stdin):
                 if keyed:
                     try:
                         items = split_keyed_lines(lines, args.key_separator)

@@ -146,7 +146,8 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
             host, port = broker.metrics_address
             announce(logger, f"trikafka: metrics on http://{host}:{port}/metrics", metrics_port=port)
         # Files before the ready line, so a reader of the line finds them.
-        listener_file = await trio.to_thread.run_sync(_write_listener_file, config, broker.host, broker.port)
+        listener_file = await trio.to_thread.run_sync(_write_listener_file, config, broker.host, broker.port,
+                                                      broker.kafka_port)
         if ready_file:
             _write_ready_file(ready_file, broker.port, broker.kafka_port)
         line = READY_LINE.format(host=broker.host, port=broker.port)
@@ -160,14 +161,15 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
     await trio.to_thread.run_sync(_remove_quietly, listener_file)
 
 
-def _write_listener_file(config: BrokerConfig, host: str, port: int) -> str:
-    """``<log_dir>/.trikafka-listener``: where client commands find this broker (docs/protocol.md §7.1)."""
+def _write_listener_file(config: BrokerConfig, host: str, port: int, kafka_port: int | None) -> str:
+    """``<log_dir>/.trikafka-listener``: where client commands find this broker (docs/protocol.md §7.1):
+    ``HOST:PORT``, then ``kafka HOST:PORT`` when the Kafka listener serves."""
     from trikafka.log.names import LISTENER_FILE
 
     path = os.path.join(config.log_dir, LISTENER_FILE)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        f.write(f"{host}:{port}\n")
+        f.write(f"{host}:{port}\n" + (f"kafka {host}:{kafka_port}\n" if kafka_port is not None else ""))
     os.replace(tmp, path)
     return path
 

@@ -8,7 +8,8 @@ import sys
 from typing import Iterable
 
 from trikafka.cli import topics_admin
-from trikafka.cli.common import add_broker, add_zookeeper, run_client_value
+from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, run_client, run_client_value,
+                                 validate_kafka)
 
 HEADER = "topic\tpartition\tbroker\tstart\tvisible_end\tbytes"
 
@@ -25,6 +26,7 @@ def add_parser(commands) -> None:
     topics.add_argument("topic", nargs="*", metavar="TOPIC",
                         help="topics to show (default: all); `create NAME` creates NAME")
     add_broker(topics)
+    add_kafka(topics)
     topics.add_argument("--log-dir", metavar="DIR", help="read this broker data directory instead of asking a broker")
     add_zookeeper(topics, "list the topics registered in this ZooKeeper and ask each broker their offsets",
                   default=False)
@@ -38,7 +40,14 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if topics_admin.wants_admin(args):
+    validate_kafka(parser, args, words="topic")
+    if args.kafka is not None:
+        if args.topic[:1] == ["create"] and len(args.topic) != 2:
+            parser.error("usage: trikafka topics create NAME [--partitions N] [--replication-factor R] "
+                         "[--config K=V ...] --kafka [HOST:PORT]")
+        if args.partitions is not None and args.partitions < 1:
+            parser.error("--partitions must be >= 1")
+    elif topics_admin.wants_admin(args):
         topics_admin.validate(parser, args)
     elif args.topic[:1] == ["create"]:
         if len(args.topic) != 2:
@@ -205,6 +214,10 @@ def _print_rows(rows: list[TopicRow], *, summary: bool, as_json: bool) -> None:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
+    if args.kafka is not None:
+        from trikafka.cli import kafka_protocol
+
+        return run_client(kafka_protocol.topics, args)
     if args.log_dir:
         if not os.path.isdir(args.log_dir):
             print(f"trikafka: no data directory {args.log_dir!r}", file=sys.stderr)

@@ -1,0 +1,26 @@
+"""trikafka's Trio client of the Apache Kafka protocol (docs/protocol.md §16).
+
+It talks to trikafka's Kafka listener and to any Kafka broker, without
+asyncio: ``KafkaClient`` (bootstrap, metadata, leader routing) over
+``KafkaConnection`` (version negotiation, pipelined requests), a
+``KafkaProducer``, a ``PartitionConsumer`` and ``KafkaAdmin`` calls.  The
+bytes are ``trikafka.kafka``'s codec; nothing here encodes a record.
+
+Each name below is imported from its module on first use.
+"""
+
+from __future__ import annotations
+
+from trikafka.util.lazy import lazy_exports
+
+_EXPORTS = {  # module -> the names this package re-exports from it
+    ".admin": ("EARLIEST", "LATEST", "MAX_TIMESTAMP", "RESOURCE_BROKER", "RESOURCE_TOPIC", "ConfigValue",
+               "KafkaAdmin", "NewTopic", "OffsetAt"),
+    ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "PartitionMetadata", "TopicMetadata"),
+    ".connection": ("KafkaConnection", "UnsupportedApi", "open_kafka_connection"),
+    ".consumer": ("PartitionConsumer",),
+    ".errors": ("KafkaOffsetOutOfRange", "KafkaResponseError"),
+    ".partitioner": ("DefaultPartitioner", "key_partition", "murmur2"),
+    ".producer": ("ACKS_ALL", "ACKS_LEADER", "ACKS_NONE", "KafkaProducer", "PendingRecord"),
+}
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

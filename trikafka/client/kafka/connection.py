@@ -1,0 +1,290 @@
+"""One Trio connection to a broker speaking the Apache Kafka protocol (docs/protocol.md §16.2).
+
+Kafka matches a response to its request by ``correlation_id`` and answers in
+request order, so requests are pipelined: a caller sends under the send lock
+(which also queues what it waits for, keeping queue and wire in one order),
+then waits for its answer.  Whoever holds the receive lock reads frames and
+hands each to the oldest waiting request; a caller whose answer another
+reader already took returns it without reading.  Produce with ``acks`` 0 is
+never answered and queues nothing.
+
+``open_kafka_connection`` also negotiates versions: it asks ApiVersions and
+keeps, per api of §16.3, the highest version both sides serve.
+
+A connection that fails (closed, timed out, a frame that does not decode, a
+send cut by cancellation) is out of step: it closes, every waiting and later
+request raises ``BrokerConnectionError``.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import trio
+from kio.schema.errors import ErrorCode
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+from trikafka.client.errors import BrokerConnectionError, BrokerProtocolError, BrokerTimeoutError
+from trikafka.kafka.apis import KafkaApi, lookup
+from trikafka.kafka.errors import KafkaCodecError
+from trikafka.kafka.framing import FrameReader, decode_response, encode_request
+
+from . import schema
+
+DEFAULT_CLIENT_ID = "trikafka"
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+# A fetch of the largest default max_bytes (50 MiB, as Kafka's fetch.max.bytes) plus headers.
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+_RECEIVE_BYTES = 256 * 1024
+_CORRELATION_IDS = 1 << 31
+SOFTWARE_NAME = "trikafka"
+UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version when the caller names none
+
+
+class UnsupportedApi(BrokerConnectionError):
+    """The broker serves no version of an api that this client also speaks."""
+
+
+@dataclass
+class _Waiting:
+    """One request sent and not yet answered: how to read its answer, and the answer once read."""
+
+    decode: Callable[[memoryview], ResponsePayload]
+    done: trio.Event = field(default_factory=trio.Event)
+    body: ResponsePayload | None = None
+
+
+class KafkaConnection:
+    """A Kafka-protocol connection over any ``trio.abc.Stream``; see the module docstring.
+
+    ``versions`` maps each api both sides serve to the version this
+    connection sends; ``open_kafka_connection`` fills it.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, *, address: tuple[str, int] | None = None,
+                 client_id: str = DEFAULT_CLIENT_ID, request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+        self._stream = stream
+        self._reader = FrameReader(max_response_bytes)
+        self._send_lock = trio.Lock()
+        self._receive_lock = trio.Lock()
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._next_correlation_id = 0
+        self._closed_reason: str | None = None
+        self.address = address
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.versions: dict[KafkaApi, int] = {}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_reason is not None
+
+    def version(self, api: KafkaApi) -> int:
+        """The version of ``api`` this connection sends; raises ``UnsupportedApi`` if none is shared."""
+        try:
+            return self.versions[api]
+        except KeyError:
+            raise UnsupportedApi(f"{self._peer()} serves no version of {api.label} in "
+                                 f"v{api.min_version}-v{api.max_version}") from None
+
+    async def aclose(self) -> None:
+        """Close the connection; waiting requests raise ``BrokerConnectionError``."""
+        await self._break("closed by the client")
+
+    async def __aenter__(self) -> KafkaConnection:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def request(self, api: KafkaApi, *, extra_wait_s: float = 0.0, **values: object) -> ResponsePayload:
+        """Send ``api`` at the negotiated version with body ``values`` (``schema.build``); its answer."""
+        version = self.version(api)
+        body = schema.build(api, version, **values)
+        answer = await self.send(api, version, body, extra_wait_s=extra_wait_s)
+        assert answer is not None
+        return answer
+
+    async def send(self, api: KafkaApi, version: int, body: RequestPayload, *, expect_answer: bool = True,
+                   extra_wait_s: float = 0.0,
+                   decode: Callable[[memoryview], ResponsePayload] | None = None) -> ResponsePayload | None:
+        """Send one request; its decoded answer, or None when ``expect_answer`` is off (Produce, acks 0).
+
+        ``extra_wait_s`` lengthens the timeout for a request the broker may
+        hold on purpose (a long-poll Fetch, Produce waiting for acks).
+        """
+        timeout_s = math.inf if self.request_timeout_s is None else self.request_timeout_s + extra_wait_s
+        try:
+            with trio.fail_after(timeout_s):
+                waiting = await self._send(api, version, body, expect_answer, decode)
+                if waiting is None:
+                    return None
+                return await self._receive(waiting)
+        except trio.TooSlowError:
+            await self._break("request timed out")
+            raise BrokerTimeoutError(f"{self._peer()}: no answer to {api.label} within {timeout_s} s") from None
+
+    async def _send(self, api: KafkaApi, version: int, body: RequestPayload, expect_answer: bool,
+                    decode: Callable[[memoryview], ResponsePayload] | None) -> _Waiting | None:
+        async with self._send_lock:
+            self._check_open()
+            correlation_id = self._next_correlation_id
+            self._next_correlation_id = (correlation_id + 1) % _CORRELATION_IDS
+            frame = encode_request(int(api), version, correlation_id, self.client_id, body)
+            waiting = None
+            if expect_answer:
+                waiting = _Waiting(decode or _decoder(api, version, correlation_id))
+                self._waiting.append(waiting)
+            try:
+                await self._stream.send_all(frame)
+            except BaseException as exc:  # a send cut anywhere (error or cancellation) leaves the stream out of step
+                await self._break(f"sending failed: {exc!r}")
+                if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
+                    raise BrokerConnectionError(f"{self._peer()}: sending failed: {exc!r}") from exc
+                raise
+            return waiting
+
+    async def _receive(self, waiting: _Waiting) -> ResponsePayload:
+        async with self._receive_lock:
+            while not waiting.done.is_set():
+                self._check_open()
+                frame = await self._next_frame()
+                answered = self._waiting.popleft()
+                try:
+                    answered.body = answered.decode(frame)
+                except KafkaCodecError as exc:
+                    await self._break(f"malformed answer: {exc}")
+                    raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
+                answered.done.set()
+        if waiting.body is None:  # the connection broke before this answer arrived
+            self._check_open()
+        assert waiting.body is not None
+        return waiting.body
+
+    async def _next_frame(self) -> memoryview:
+        while True:
+            try:
+                frame = self._reader.next_frame()
+            except KafkaCodecError as exc:
+                await self._break(f"bad frame: {exc}")
+                raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
+            if frame is not None:
+                return frame
+            try:
+                data = await self._stream.receive_some(_RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                await self._break(f"receiving failed: {exc!r}")
+                raise BrokerConnectionError(f"{self._peer()}: receiving failed: {exc!r}") from exc
+            if not data:
+                await self._break("closed by the broker")
+                raise BrokerConnectionError(f"{self._peer()} closed the connection")
+            try:
+                self._reader.feed(data)
+            except KafkaCodecError as exc:
+                await self._break(f"bad frame: {exc}")
+                raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
+
+    async def negotiate(self, software_version: str = UNKNOWN_SOFTWARE_VERSION) -> None:
+        """Ask ApiVersions and keep, per api, the highest version both sides serve (§16.3).
+
+        A broker that does not serve ApiVersions v3 answers UNSUPPORTED_VERSION
+        with its table in a v0 body (§16.2); the question is then asked again at
+        the highest version both serve.
+        """
+        api = KafkaApi.API_VERSIONS
+        version = api.max_version
+        for _ in range(2):
+            body = schema.build(api, version, client_software_name=SOFTWARE_NAME,
+                                client_software_version=software_version)
+            # Any: an ApiVersionsResponse of whichever version (0-3) answered; they share the fields read.
+            answer: Any = await self.send(api, version, body, decode=_api_versions_decoder(version))
+            if answer.error_code == ErrorCode.none:
+                break
+            theirs = {int(e.api_key): int(e.max_version) for e in answer.api_keys}
+            if answer.error_code != ErrorCode.unsupported_version or int(api) not in theirs:
+                raise BrokerProtocolError(f"{self._peer()}: ApiVersions answered {answer.error_code!r}")
+            version = min(version, theirs[int(api)])
+        else:
+            raise BrokerProtocolError(f"{self._peer()}: ApiVersions did not settle on a version")
+        self.versions = shared_versions(
+            (int(e.api_key), int(e.min_version), int(e.max_version)) for e in answer.api_keys)
+
+    def _check_open(self) -> None:
+        if self._closed_reason is not None:
+            raise BrokerConnectionError(f"{self._peer()}: connection is closed ({self._closed_reason})")
+
+    def _peer(self) -> str:
+        return "broker" if self.address is None else f"broker {self.address[0]}:{self.address[1]}"
+
+    async def _break(self, reason: str) -> None:
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        for waiting in self._waiting:  # their callers see the connection closed
+            waiting.done.set()
+        self._waiting.clear()
+        await trio.aclose_forcefully(self._stream)
+
+
+def shared_versions(theirs: Iterable[tuple[int, int, int]]) -> dict[KafkaApi, int]:
+    """Per api of §16.3, the highest version in both ranges; ``theirs`` is (api_key, min, max) rows."""
+    versions: dict[KafkaApi, int] = {}
+    for api_key, low, high in theirs:
+        api = lookup(api_key)
+        if api is None:
+            continue
+        version = min(api.max_version, high)
+        if version >= max(api.min_version, low):
+            versions[api] = version
+    return versions
+
+
+def _decoder(api: KafkaApi, version: int, correlation_id: int) -> Callable[[memoryview], ResponsePayload]:
+    def decode(frame: memoryview) -> ResponsePayload:
+        answered_id, body = decode_response(int(api), version, frame)
+        if answered_id != correlation_id:
+            raise KafkaCodecError(f"{api.label} answer has correlation id {answered_id}, expected {correlation_id}")
+        return body
+    return decode
+
+
+def _api_versions_decoder(version: int) -> Callable[[memoryview], ResponsePayload]:
+    """ApiVersions' reader: the asked version's body, or the v0 body an UNSUPPORTED_VERSION answer has."""
+    def decode(frame: memoryview) -> ResponsePayload:
+        try:
+            return decode_response(int(KafkaApi.API_VERSIONS), version, frame)[1]
+        except KafkaCodecError:
+            if version == 0:
+                raise
+            return decode_response(int(KafkaApi.API_VERSIONS), 0, frame)[1]
+    return decode
+
+
+async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                                client_id: str = DEFAULT_CLIENT_ID,
+                                request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
+                                max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                                software_version: str = UNKNOWN_SOFTWARE_VERSION) -> KafkaConnection:
+    """Connect to a Kafka-protocol listener and negotiate versions; close it with ``aclose``.
+
+    ``software_version`` is what ApiVersions v3 tells the broker of this client's version.
+    """
+    try:
+        with trio.fail_after(connect_timeout_s):
+            stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise BrokerConnectionError(f"connecting to {host}:{port} timed out after {connect_timeout_s} s") from None
+    except OSError as exc:
+        raise BrokerConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
+    connection = KafkaConnection(stream, address=(host, port), client_id=client_id,
+                                 request_timeout_s=request_timeout_s, max_response_bytes=max_response_bytes)
+    try:
+        await connection.negotiate(software_version)
+    except BaseException:
+        await connection.aclose()
+        raise
+    return connection

@@ -1,0 +1,125 @@
+"""Read one partition of a Kafka-protocol topic in order (docs/protocol.md §16.4).
+
+``PartitionConsumer`` long-polls Fetch from its ``position`` at the partition's
+leader.  A fetch that starts inside a batch gets the whole batch (§16.4): the
+records below the position are skipped.  The position after a batch is the
+batch's ``next_offset``, so offsets a compaction removed are passed over.
+An offset outside the log is ``KafkaOffsetOutOfRange`` unless the consumer
+was given a ``reset`` (``EARLIEST`` or ``LATEST``) to move to.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from typing import AsyncIterator
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.client.errors import BrokerProtocolError
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.records import Record, decode_batches
+
+from . import schema
+from .admin import EARLIEST, LATEST, KafkaAdmin
+from .client import KafkaClient
+from .connection import KafkaConnection
+from .errors import KafkaOffsetOutOfRange, check
+
+DEFAULT_MAX_WAIT_S = 0.5
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024  # Kafka's fetch.max.bytes
+_LANES = itertools.count()
+
+
+class PartitionConsumer:
+    """Records of ``topic``-``partition`` from ``offset`` (an offset, ``EARLIEST`` or ``LATEST``).
+
+    ``async for record in consumer`` runs until cancelled; ``fetch()`` is one
+    round.  Its fetches have connections of their own (``lane``), closed by
+    ``aclose`` or ``async with``, else with the client.  ``position`` is the offset of the next record to deliver;
+    ``high_watermark`` the partition's, as of the last fetch.
+    """
+
+    def __init__(self, client: KafkaClient, topic: str, partition: int, offset: int = EARLIEST, *,
+                 reset: int | None = None, max_wait_s: float = DEFAULT_MAX_WAIT_S, min_bytes: int = 1,
+                 partition_max_bytes: int = DEFAULT_PARTITION_MAX_BYTES, max_bytes: int = DEFAULT_MAX_BYTES):
+        if reset not in (None, EARLIEST, LATEST):
+            raise ValueError(f"reset must be None, EARLIEST or LATEST, not {reset}")
+        self.client = client
+        self.topic = topic
+        self.partition = partition
+        self.reset = reset
+        self.max_wait_s = max_wait_s
+        self.min_bytes = min_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.max_bytes = max_bytes
+        self.high_watermark = -1
+        # Its own connections: a long poll must not hold up other requests to the broker.
+        self.lane = f"fetch-{next(_LANES)}"
+        self._start = offset
+        self.position: int | None = offset if offset >= 0 else None
+
+    async def __aenter__(self) -> PartitionConsumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close this consumer's fetch connections (the client stays open)."""
+        await self.client.close_lane(self.lane)
+
+    async def seek(self, offset: int) -> int:
+        """Move to ``offset`` (or ``EARLIEST``/``LATEST``, resolved by ListOffsets); the new position."""
+        if offset < 0:
+            offset = (await KafkaAdmin(self.client).list_offsets(self.topic, {self.partition: offset}))[
+                self.partition].offset
+        self.position = offset
+        return offset
+
+    async def fetch(self) -> list[Record]:
+        """One long-poll fetch: the records at and after ``position`` it returned (maybe none)."""
+        if self.position is None:
+            await self.seek(self._start)
+        assert self.position is not None
+        position = self.position
+        try:
+            data = await self.client.call_leader(self.topic, self.partition, self._fetch_once, lane=self.lane)
+        except KafkaOffsetOutOfRange:
+            if self.reset is None:
+                raise
+            await self.seek(self.reset)
+            return []
+        records: list[Record] = []
+        for header, batch in decode_batches(data):
+            records.extend(r for r in batch if r.offset >= position)
+            self.position = max(self.position, header.next_offset)
+        return records
+
+    async def __aiter__(self) -> AsyncIterator[Record]:
+        while True:
+            for record in await self.fetch():
+                yield record
+
+    async def _fetch_once(self, connection: KafkaConnection) -> bytes:
+        assert self.position is not None
+        answer = await connection.request(
+            KafkaApi.FETCH, extra_wait_s=self.max_wait_s, replica_id=-1,
+            max_wait=datetime.timedelta(seconds=self.max_wait_s), min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            forgotten_topics_data=(), rack_id="",
+            topics=[{"topic": self.topic, "partitions": [{
+                "partition": self.partition, "fetch_offset": self.position, "current_leader_epoch": -1,
+                "log_start_offset": -1, "last_fetched_epoch": -1,
+                "partition_max_bytes": self.partition_max_bytes}]}])
+        for topic_answer in schema.field(answer, "responses", ()):
+            for part in topic_answer.partitions:
+                if int(part.partition_index) != self.partition:
+                    continue
+                if part.error_code == ErrorCode.offset_out_of_range:
+                    raise KafkaOffsetOutOfRange(self.topic, self.partition, self.position)
+                check(part.error_code, f"fetch from {self.topic}-{self.partition}")
+                self.high_watermark = int(part.high_watermark)
+                return bytes(part.records or b"")
+        raise BrokerProtocolError(f"the Fetch answer does not name {self.topic}-{self.partition}")

@@ -1,0 +1,217 @@
+"""A Trio producer of the Apache Kafka protocol: batches per partition, acks 0/1/-1, compression (§16.4, §16.6).
+
+``send`` puts a record in its partition's open batch and waits for the batch's
+answer.  A batch goes out when it reaches ``batch_max_bytes`` or when
+``linger_s`` has passed since its first record; batches of one partition go
+out one at a time, in the order they closed, each as a v2 record batch built by
+``trikafka.kafka.records``.  A batch whose leader moved is sent again to the
+new leader (``KafkaClient.call_leader``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import trio
+
+from trikafka.client.errors import BrokerProtocolError
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.compression import Compression
+from trikafka.kafka.records import Headers, Record, build_batch
+
+from . import schema
+from .client import KafkaClient
+from .connection import KafkaConnection
+from .errors import check
+from .partitioner import DefaultPartitioner
+
+ACKS_NONE = 0
+ACKS_LEADER = 1
+ACKS_ALL = -1
+DEFAULT_LINGER_S = 0.005
+DEFAULT_BATCH_MAX_BYTES = 16 * 1024
+DEFAULT_ACK_TIMEOUT_S = 30.0
+UNKNOWN_OFFSET = -1  # what acks 0 answers: the broker says nothing
+# Per record: Kafka's record framing (length, attributes, deltas, lengths) is at most this many bytes.
+_RECORD_OVERHEAD_BYTES = 21
+
+
+@dataclass
+class _Batch:
+    """Records waiting for one partition, and the answer they all wait for."""
+
+    records: list[Record] = field(default_factory=list)
+    size_bytes: int = 0
+    sent: trio.Event = field(default_factory=trio.Event)
+    base_offset: int = UNKNOWN_OFFSET
+    error: BaseException | None = None
+
+
+class PendingRecord:
+    """A record submitted to its partition's batch: ``await delivered()`` for its (partition, offset)."""
+
+    def __init__(self, partition: int, batch: _Batch, index: int):
+        self.partition = partition
+        self._batch = batch
+        self._index = index
+
+    async def delivered(self) -> tuple[int, int]:
+        """(partition, offset) once the batch is acknowledged (offset -1 under acks 0); raises its error."""
+        await self._batch.sent.wait()
+        if self._batch.error is not None:
+            raise self._batch.error
+        base = self._batch.base_offset
+        return self.partition, (UNKNOWN_OFFSET if base == UNKNOWN_OFFSET else base + self._index)
+
+
+class KafkaProducer:
+    """Produce records to Kafka-protocol topics; open it with ``KafkaProducer.open(client, ...)``.
+
+    ``acks``: 0 (no answer, offsets are -1), 1 (the leader appended) or -1
+    (every in-sync replica, §12.6).  ``compression``: a ``Compression``
+    (0 none .. 4 zstd).  ``ack_timeout_s``: how long the broker may wait for
+    replicas under acks -1.
+    """
+
+    def __init__(self, client: KafkaClient, nursery: trio.Nursery, *, acks: int = ACKS_ALL,
+                 compression: int = Compression.NONE, linger_s: float = DEFAULT_LINGER_S,
+                 batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S):
+        if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+            raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
+        self.client = client
+        self.acks = acks
+        self.compression = Compression(compression)
+        self.linger_s = linger_s
+        self.batch_max_bytes = batch_max_bytes
+        self.ack_timeout_s = ack_timeout_s
+        self.partitioner = DefaultPartitioner()
+        self._nursery = nursery
+        self._open: dict[tuple[str, int], _Batch] = {}
+        # Closed batches per partition, oldest first; one task drains each non-empty queue.
+        self._queues: dict[tuple[str, int], collections.deque[_Batch]] = {}
+        self._in_flight = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, client: KafkaClient, *, acks: int = ACKS_ALL, compression: int = Compression.NONE,
+                   linger_s: float = DEFAULT_LINGER_S, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+                   ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S) -> AsyncIterator[KafkaProducer]:
+        """``async with KafkaProducer.open(client, acks=1) as producer``; leaving it flushes."""
+        async with trio.open_nursery() as nursery:
+            producer = cls(client, nursery, acks=acks, compression=compression, linger_s=linger_s,
+                           batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s)
+            try:
+                yield producer
+                await producer.flush()
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def send(self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = (),
+                   partition: int | None = None, timestamp_ms: int | None = None) -> tuple[int, int]:
+        """Produce one record; its (partition, offset) once its batch is acknowledged.
+
+        ``partition`` None picks one by ``key`` (Kafka's murmur2 partitioner)
+        or in turn without a key.  Raises ``KafkaResponseError`` if the
+        broker refuses the batch.
+        """
+        pending = await self.submit(topic, value, key=key, headers=headers, partition=partition,
+                                    timestamp_ms=timestamp_ms)
+        return await pending.delivered()
+
+    async def submit(self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = (),
+                     partition: int | None = None, timestamp_ms: int | None = None) -> PendingRecord:
+        """Put one record in its batch and return without waiting for the broker.
+
+        Records submitted one after another by one task keep that order in
+        their partition; ``await pending.delivered()`` gives (partition, offset).
+        """
+        if partition is None:
+            partition = self.partitioner.partition(topic, key, await self.client.partition_count(topic))
+        batch, index = self._append(topic, partition, key, value, headers, timestamp_ms)
+        return PendingRecord(partition, batch, index)
+
+    async def flush(self) -> None:
+        """Send every open batch now and wait until every batch sent is answered."""
+        for key in list(self._open):
+            self._ship(key)
+        await self._idle.wait()
+
+    def _append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Headers,
+                timestamp_ms: int | None) -> tuple[_Batch, int]:
+        where = (topic, partition)
+        batch = self._open.get(where)
+        if batch is None:
+            batch = self._open[where] = _Batch()
+            self._started()
+            self._nursery.start_soon(self._linger, where, batch)
+        index = len(batch.records)
+        when_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        batch.records.append(Record(index, when_ms, key, value, headers))
+        batch.size_bytes += _RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"") + sum(
+            len(k) + len(v or b"") + 10 for k, v in headers)
+        if batch.size_bytes >= self.batch_max_bytes:
+            self._ship(where)
+        return batch, index
+
+    async def _linger(self, where: tuple[str, int], batch: _Batch) -> None:
+        await trio.sleep(self.linger_s)
+        if self._open.get(where) is batch:
+            self._ship(where)
+
+    def _ship(self, where: tuple[str, int]) -> None:
+        """Close the open batch of ``where``: queue it behind the partition's earlier batches."""
+        queue = self._queues.setdefault(where, collections.deque())
+        queue.append(self._open.pop(where))
+        if len(queue) == 1:  # no sender is draining this partition's queue: start one
+            self._nursery.start_soon(self._drain, where, queue)
+
+    async def _drain(self, where: tuple[str, int], queue: collections.deque[_Batch]) -> None:
+        """Send the partition's batches one at a time, in the order they closed."""
+        topic, partition = where
+        while queue:
+            batch = queue[0]
+            try:
+                data = build_batch(batch.records, compression=self.compression)
+                batch.base_offset = await self.client.call_leader(
+                    topic, partition, lambda connection: self._produce(connection, topic, partition, data))
+            except Exception as exc:  # every waiting send raises it
+                batch.error = exc
+            finally:
+                queue.popleft()
+                batch.sent.set()
+                self._finished()
+
+    async def _produce(self, connection: KafkaConnection, topic: str, partition: int, data: bytes) -> int:
+        """One Produce of one batch; the base offset the broker assigned (-1 under acks 0)."""
+        api = KafkaApi.PRODUCE
+        version = connection.version(api)
+        body = schema.build(api, version, transactional_id=None, acks=self.acks,
+                            timeout=datetime.timedelta(seconds=self.ack_timeout_s),
+                            topic_data=[{"name": topic, "partition_data": [{"index": partition, "records": data}]}])
+        answer = await connection.send(api, version, body, expect_answer=self.acks != ACKS_NONE,
+                                       extra_wait_s=self.ack_timeout_s)
+        if answer is None:
+            return UNKNOWN_OFFSET
+        for topic_answer in schema.field(answer, "responses", ()):
+            for part in topic_answer.partition_responses:
+                if int(part.index) == partition:
+                    check(part.error_code, f"produce to {topic}-{partition}", schema.field(part, "error_message"))
+                    return int(part.base_offset)
+        raise BrokerProtocolError(f"the Produce answer does not name {topic}-{partition}")
+
+    def _started(self) -> None:
+        if self._in_flight == 0:
+            self._idle = trio.Event()
+        self._in_flight += 1
+
+    def _finished(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
