@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from trikafka.cli.serve import read_ready_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def served_broker(
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"the broker did not start (log {log_path}):\n{tail}")
             time.sleep(0.02)
-        yield proc, int(ready_file.read_text())
+        yield proc, read_ready_file(str(ready_file))[0]
     finally:
         if proc.poll() is None:
             proc.terminate()

@@ -30,6 +30,7 @@ import pytest
 from trikafka.spark.blocking_client import BrokerConnection
 from trikafka.spark.cluster import BrokerAddress, format_broker_list
 from trikafka.wire import Codec, ErrorCode, ProducePart, build_message_set
+from trikafka.cli.serve import read_ready_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS_PER_BROKER = 2
@@ -159,7 +160,7 @@ class BrokerProcess:
                 self.stop()
                 raise RuntimeError(f"broker {self.broker_id} did not start: {self.output_path.read_text()}")
             time.sleep(0.05)
-        self.port = int(ready.read_text())
+        self.port = read_ready_file(str(ready))[0]
 
     def stop(self) -> None:
         if self.proc is not None:

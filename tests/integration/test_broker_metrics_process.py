@@ -10,6 +10,7 @@ import signal
 from trikafka.wire import ProducePart, ProduceRequest
 
 from tests.helpers.broker_testing import (
+from trikafka.cli.serve import read_ready_file
     READY_MARKER,
     RawClient,
     child_process,
@@ -59,8 +60,7 @@ async def test_json_logs_are_one_object_per_line_and_the_ready_line_comes_once(t
     async with child_process("--log-format", "json", "serve", "--standalone", "--port", "0",
                              "--log-dir", str(log_dir), "--ready-file", ready_file) as broker:
         await broker.wait_for_stderr(READY_MARKER)  # the ready line is a record whose msg keeps it
-        with open(ready_file) as f:
-            port = int(f.read())
+        port, _ = read_ready_file(ready_file)
         client = await RawClient.connect(port)
         await client.send(b"\x00\x00\x00\x02\xff\xff")  # an unknown request type: the broker logs and closes
         await client.assert_closed()

@@ -16,6 +16,7 @@ from tests.helpers.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_
 from trikafka.client import connect, latest_offset
 from trikafka.wire import ErrorCode, build_message_set
 from trikafka.zk import KazooCoordinator
+from trikafka.cli.serve import read_ready_file
 
 TOPIC = "clicks"
 PARTITIONS = 2
@@ -53,7 +54,7 @@ async def test_group_consume_commits_on_signals_resumes_and_groups_shows_the_lag
              str(PARTITIONS), "--log-dir", str(tmp_path / "logs"), "--ready-file", str(tmp_path / "port")]
     async with child_process(*serve) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = int((tmp_path / "port").read_text())
+        port = read_ready_file(str(tmp_path / "port"))[0]
         first = {p: [f"first-{p}-{i}".encode() for i in range(5)] for p in range(PARTITIONS)}
         for partition, payloads in first.items():
             await produce(port, partition, payloads)
@@ -113,7 +114,7 @@ async def test_two_group_members_split_the_partitions_and_groups_shows_owners(zk
              "--log-dir", str(tmp_path / "logs"), "--ready-file", str(tmp_path / "port")]
     async with child_process(*serve) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = int((tmp_path / "port").read_text())
+        port = read_ready_file(str(tmp_path / "port"))[0]
         sent = {p: [f"p{p}-{i}".encode() for i in range(4)] for p in range(4)}
         for partition, payloads in sent.items():
             await produce(port, partition, payloads)

@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from tests.helpers.broker_testing import READY_MARKER, REPO_ROOT, child_process
+from trikafka.cli.serve import read_ready_file
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +79,7 @@ async def test_the_installed_wheel_serves_produces_and_consumes(installed, tmp_p
     async with child_process("serve", "--standalone", "--port", "0", "--log-dir", str(tmp_path / "data"),
                              "--ready-file", str(ready_file), **where) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        broker_address = f"127.0.0.1:{int(ready_file.read_text())}"
+        broker_address = f"127.0.0.1:{read_ready_file(str(ready_file))[0]}"
         async with child_process("produce", "wheel-topic", "--broker", broker_address, "--acks", "-1",
                                  stdin=subprocess.PIPE, **where) as producer:
             await producer.send_stdin(b"from the wheel\nsecond line\n")

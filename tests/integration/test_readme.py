@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from tests.helpers.broker_testing import READY_MARKER, REPO_ROOT, child_env, child_process
+from trikafka.cli.serve import read_ready_file
 
 pytestmark = pytest.mark.zookeeper
 
@@ -46,7 +47,7 @@ async def test_every_python_block_of_the_readme_runs(tmp_path, zk_chroot):
     async with child_process("serve", "--zookeeper", zk_chroot, "--port", "0", "--log-dir", str(tmp_path / "data"),
                              "--ready-file", str(ready_file), cwd=tmp_path) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = int(ready_file.read_text())
+        port = read_ready_file(str(ready_file))[0]
         outputs = []
         for number, block in enumerate(python_blocks(), 1):
             program = block.replace(README_ZOOKEEPER, zk_chroot).replace(README_BROKER, f"127.0.0.1:{port}")

@@ -13,6 +13,7 @@ import trio
 from tests.helpers.broker_testing import READY_MARKER, child_process
 from tests.helpers.cli import cli, lines, produce
 from trikafka.zk import KazooCoordinator
+from trikafka.cli.serve import read_ready_file
 
 pytestmark = pytest.mark.zookeeper
 
@@ -43,7 +44,7 @@ async def test_a_partition_moves_to_a_new_replica_and_leaves_the_old_one(zk_chro
     async with serve(1) as b1, serve(2) as b2, serve(3) as b3, KazooCoordinator(zk_chroot) as zk:
         for broker in (b1, b2, b3):
             await broker.wait_for_stderr(READY_MARKER)
-        ports = {i: int((tmp_path / f"port-{i}").read_text()) for i in (1, 2, 3)}
+        ports = {i: read_ready_file(str(tmp_path / f"port-{i}"))[0] for i in (1, 2, 3)}
         # round robin from the lowest id: the partition lives on 1 and 2
         status, _out, err = await cli("topics", "create", "moving", "--partitions", "1", "--replication-factor", "2",
                                       "--zookeeper", zk_chroot)

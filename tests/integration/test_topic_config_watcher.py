@@ -20,6 +20,7 @@ from trikafka.log.manager import LogManager
 from trikafka.zk.replication_store import create_topic
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 from trikafka.zk.topic_config_store import create_topic_config, update_topic_config
+from trikafka.cli.serve import read_ready_file
 
 WAIT_S = 20.0
 
@@ -78,7 +79,7 @@ async def test_a_topic_created_compacted_by_the_cli_is_compacted_by_the_broker(z
     async with child_process("serve", "--zookeeper", zk_chroot, "--broker-id", "1", "--port", "0",
                              "--log-dir", str(tmp_path / "data"), "--ready-file", str(ready), *SERVE) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = int(ready.read_text())
+        port = read_ready_file(str(ready))[0]
         async with child_process("topics", "create", "kv", "--partitions", "1", "--config", "cleanup.policy=compact",
                                  "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as create:
             assert await create.wait() == 0, create.stderr.decode()
@@ -107,7 +108,7 @@ async def test_a_standalone_broker_keeps_create_topic_settings_and_compacts(tmp_
     async with child_process("serve", "--standalone", "--broker-id", "1", "--port", "0", "--log-dir", str(data),
                              "--ready-file", str(ready), *SERVE) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = int(ready.read_text())
+        port = read_ready_file(str(ready))[0]
         async with child_process("topics", "create", "bad", "--partitions", "1", "--config", "cleanup.policy=sometimes",
                                  "--broker", f"127.0.0.1:{port}") as refused:
             assert await refused.wait() == 2
@@ -121,7 +122,7 @@ async def test_a_standalone_broker_keeps_create_topic_settings_and_compacts(tmp_
     async with child_process("serve", "--standalone", "--broker-id", "1", "--port", "0", "--log-dir", str(data),
                              "--ready-file", str(ready), *SERVE) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = int(ready.read_text())
+        port = read_ready_file(str(ready))[0]
         sent = [f"user{k}:round {r} {'v' * 20}" for r in range(20) for k in range(10)]
         await produce(port, "kv", lines(*sent), "--acks", "-1", "--key-separator", ":", "--batch", "50")
         await broker.wait_for_stderr(b"trikafka.broker.cleaner: cleaned kv-0")  # the broker's own policy: delete

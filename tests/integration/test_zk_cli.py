@@ -23,12 +23,13 @@ from tests.helpers.broker_testing import (
 from tests.helpers.registry import wait_for_value
 from trikafka.zk import KazooCoordinator, parse_broker_registration
 from trikafka.zk.server_setup import free_port
+from trikafka.cli.serve import read_ready_file
 
 PRIVATE_LINE = re.compile(rb"registered in private ZooKeeper (127\.0\.0\.1:\d+) \(pid (\d+), data ([^)]+)\)")
 
 
 async def read_port(ready_file: Path) -> int:
-    return int(ready_file.read_text())
+    return read_ready_file(str(ready_file))[0]
 
 
 def process_gone(pid: int) -> bool:

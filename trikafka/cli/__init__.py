@@ -6,8 +6,9 @@
 log dir, stopped with the broker), so one command gives a one-broker cluster;
 ``--zookeeper host:port[,host:port][/chroot]`` joins an ensemble (more brokers
 join the same way); ``--standalone`` runs without ZooKeeper.  When it is ready it prints
-``trikafka: serving on HOST:PORT`` to stderr and, with ``--ready-file``,
-writes the port to that file, so scripts can start it on port 0.
+``trikafka: serving on HOST:PORT (Kafka protocol on HOST:K)`` to stderr and, with
+``--ready-file``, writes the port to that file's first line and ``kafka K`` to its second
+(``trikafka.cli.serve.read_ready_file`` reads it), so scripts can start it on port 0.
 
 ``produce`` sends each stdin line as one message, ``consume`` prints each
 payload as one line; both talk to one broker (default 127.0.0.1:9092), except
