@@ -7,10 +7,10 @@ import os
 import re
 import signal
 
+from trikafka.cli.serve import read_ready_file
 from trikafka.wire import ProducePart, ProduceRequest
 
 from tests.helpers.broker_testing import (
-from trikafka.cli.serve import read_ready_file
     READY_MARKER,
     RawClient,
     child_process,
