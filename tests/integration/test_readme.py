@@ -24,6 +24,7 @@ pytestmark = pytest.mark.zookeeper
 BLOCK_RE = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 README_ZOOKEEPER = "127.0.0.1:2181"
 README_BROKER = "127.0.0.1:9092"
+README_KAFKA = "127.0.0.1:9093"  # the Kafka listener beside the default port (docs/protocol.md §16.1)
 BLOCK_TIMEOUT_S = 120.0
 
 
@@ -47,10 +48,11 @@ async def test_every_python_block_of_the_readme_runs(tmp_path, zk_chroot):
     async with child_process("serve", "--zookeeper", zk_chroot, "--port", "0", "--log-dir", str(tmp_path / "data"),
                              "--ready-file", str(ready_file), cwd=tmp_path) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        port = read_ready_file(str(ready_file))[0]
+        port, kafka_port = read_ready_file(str(ready_file))
         outputs = []
         for number, block in enumerate(python_blocks(), 1):
-            program = block.replace(README_ZOOKEEPER, zk_chroot).replace(README_BROKER, f"127.0.0.1:{port}")
+            program = (block.replace(README_ZOOKEEPER, zk_chroot).replace(README_KAFKA, f"127.0.0.1:{kafka_port}")
+                       .replace(README_BROKER, f"127.0.0.1:{port}"))
             with trio.fail_after(BLOCK_TIMEOUT_S):
                 done = await trio.run_process([sys.executable, "-c", program], cwd=tmp_path, env=child_env(),
                                               capture_stdout=True, capture_stderr=True, check=False)
@@ -60,7 +62,7 @@ async def test_every_python_block_of_the_readme_runs(tmp_path, zk_chroot):
         assert await broker.wait() == 0
     # What the blocks print: a delivered SendResult, the consumer reaching the last message, and
     # the in-process cluster's consumer reading all it was sent.
-    assert "SendResult(topic='greetings'" in outputs[0] and "error=None" in outputs[0]
+    assert any("SendResult(topic='greetings'" in out and "error=None" in out for out in outputs)
     assert any("b'the last one'" in out for out in outputs)  # the group consumer's block
     assert any("b'order 9'" in out for out in outputs)
 
