@@ -169,3 +169,17 @@ def test_create_describe_partitions_and_delete_through_the_admin_api(kafka: Runn
     import os
 
     assert not [d for d in os.listdir(kafka.log_dir) if d.startswith("admin-t-")]
+
+
+def test_the_kafka_apis_have_latency_histograms_in_the_metrics(kafka: RunningKafkaBroker) -> None:
+    import re
+
+    def created() -> float:
+        exposition = kafka.broker.metrics.exposition().decode()
+        found = re.search(r'trikafka_kafka_request_duration_seconds_count\{api="CreateTopics"\} (\S+)', exposition)
+        assert found, "no CreateTopics histogram"
+        return float(found.group(1))
+
+    before = created()
+    create_topic(kafka.bootstrap, "measured")
+    assert created() == before + 1

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.wire.requests import RequestType
 
 if TYPE_CHECKING:  # for types only: the seams the collectors read
@@ -94,6 +95,9 @@ class BrokerMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.topics: dict[str, TopicTraffic] = {}
         self.requests = {label: LatencyHistogram(REQUEST_BUCKETS_S) for label in REQUEST_LABELS.values()}
+        # The Kafka listener's apis (docs/protocol.md §16.3), by api key, labelled with Kafka's names.
+        self.kafka_requests = {int(api): LatencyHistogram(REQUEST_BUCKETS_S) for api in KafkaApi}
+        self.kafka_labels = {int(api): api.label for api in KafkaApi}
         self.flushes = LatencyHistogram(FLUSH_BUCKETS_S)
         self.registry.register(TrafficCollector(self))
 
@@ -164,6 +168,9 @@ class TrafficCollector(Collector):
         yield _histogram("trikafka_request_duration_seconds", "Time from a request's decoding to its answer "
                          "written (or its append, for requests without an answer)", "request",
                          metrics.requests.items())
+        yield _histogram("trikafka_kafka_request_duration_seconds", "Kafka listener: time from a request's "
+                         "decoding to its answer written", "api",
+                         [(metrics.kafka_labels[key], h) for key, h in metrics.kafka_requests.items()])
         yield _histogram("trikafka_flush_duration_seconds", "Duration of a log flush's fsync", None,
                          [(None, metrics.flushes)])
 

@@ -28,7 +28,6 @@ from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.responses import Chunk
 
 from ..config import BrokerConfig, published_host
-from ..metrics import REQUEST_BUCKETS_S, LatencyHistogram
 from ..partition import Partition, Refused
 from ..topic_settings import MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
@@ -90,7 +89,7 @@ class KafkaService:
         # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
-        self.latency = {int(api): LatencyHistogram(REQUEST_BUCKETS_S) for api in KafkaApi}
+        self._latency = handler.metrics.kafka_requests
 
     @property
     def admin(self) -> Any:  # Any: the broker's TopicAdmin (set once the broker is wired)
@@ -128,7 +127,7 @@ class KafkaService:
         return [encode_response(request, answer)]
 
     def observe(self, api_key: int, seconds: float) -> None:
-        histogram = self.latency.get(api_key)
+        histogram = self._latency.get(api_key)
         if histogram is not None:
             histogram.observe(seconds)
 
