@@ -37,6 +37,7 @@ from trikafka.wire.requests import (CreateTopicRequest, FetchWaitRequest, Offset
 
 from .handlers import CloseConnection, RequestHandler
 from .metrics import LatencyHistogram
+from .receive_loop import PEER_GONE, ReceiveLoop
 from .replication import serving as replicated
 from .replication.unserved import not_a_replica
 from .sendfile import RegionTruncatedError, send_chunks
@@ -44,11 +45,6 @@ from .short_circuit import answer_fetch_local, passes_descriptors
 
 logger = logging.getLogger(__name__)
 
-# One socket read.  Big enough for ~300 single-message PRODUCE requests or
-# six 50-message batches per read, small enough to stay off glibc's mmap path.
-RECEIVE_BYTES = 128 * 1024
-
-_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
 
 # How the broker serves one request type: given the connection and the decoded request, an
 # awaitable that handles it and writes its answer, if it has one.  ``Any``: each handler takes
@@ -115,8 +111,7 @@ class Connection:
         self.stream: trio.abc.Stream = stream
         self.handler: RequestHandler = handler
         self._reader = RequestReader(max_request_bytes)
-        self._stopping = False
-        self._receive_scope: trio.CancelScope | None = None
+        self._receiving = ReceiveLoop(stream)
         self.peer = peer
         self.requests_handled = 0
         self.close_reason: str | None = None
@@ -129,40 +124,21 @@ class Connection:
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
-        self._stopping = True
-        if self._receive_scope is not None:
-            self._receive_scope.cancel()
+        self._receiving.stop()
 
     async def run(self) -> None:
         try:
-            await self._serve()
+            self.close_reason = await self._receiving.run(self._reader.receive_data, self._handle_received)
         except (RemoteProtocolError, CloseConnection) as exc:
             self.close_reason = f"{type(exc).__name__}: {exc}"
             logger.info("closing connection from %s: %s", self.peer, exc)
-        except _PEER_GONE as exc:
+        except PEER_GONE as exc:
             self.close_reason = f"peer gone: {exc!r}"
         except RegionTruncatedError as exc:
             self.close_reason = f"fetch response cut short: {exc}"
             logger.warning("closing connection from %s: %s", self.peer, exc)
         finally:
             await trio.aclose_forcefully(self.stream)
-
-    async def _serve(self) -> None:
-        while not self._stopping:
-            with trio.CancelScope() as scope:
-                self._receive_scope = scope
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            self._receive_scope = None
-            if scope.cancelled_caught:
-                break  # stop() while idle
-            if not data:
-                self.close_reason = "peer closed"
-                return
-            self._reader.receive_data(data)
-            await self._handle_received()
-        # Stopping: answer what was received whole, accept nothing more.
-        await self._handle_received()
-        self.close_reason = self.close_reason or "broker shutting down"
 
     async def _handle_received(self) -> None:
         """Handle, in order, every request received whole."""

@@ -22,6 +22,8 @@ import h11
 import trio
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .receive_loop import PEER_GONE
+
 logger = logging.getLogger(__name__)
 
 MAX_REQUEST_HEAD_BYTES = 8 * 1024
@@ -36,8 +38,6 @@ RECEIVE_BYTES = 4096
 MAX_CONNECTIONS = 32
 SERVER_HEADER = b"trikafka"
 TEXT = b"text/plain; charset=utf-8"
-
-_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class HttpServer:
             with trio.move_on_after(REQUEST_TIMEOUT_S):
                 if await self._answer(stream):
                     await _linger(stream)
-        except _PEER_GONE:
+        except PEER_GONE:
             pass
         finally:
             self._limiter.release()

@@ -22,13 +22,12 @@ from trikafka.kafka.errors import KafkaCodecError, UnsupportedRequest
 from trikafka.kafka.framing import FrameReader, Request, parse_request, unsupported_version_response
 from trikafka.wire.responses import Chunk
 
+from ..receive_loop import PEER_GONE, ReceiveLoop
 from ..sendfile import RegionTruncatedError, send_chunks
 
 
 logger = logging.getLogger(__name__)
 
-RECEIVE_BYTES = 128 * 1024
-_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError)
 
 
 class Dispatcher(Protocol):
@@ -51,24 +50,21 @@ class KafkaConnection:
         self.peer = peer
         self._service = service
         self._reader = FrameReader(service.max_request_bytes)
-        self._stopping = False
-        self._receive_scope: trio.CancelScope | None = None
+        self._receiving = ReceiveLoop(stream)
         self.requests_handled = 0
         self.close_reason: str | None = None
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
-        self._stopping = True
-        if self._receive_scope is not None:
-            self._receive_scope.cancel()
+        self._receiving.stop()
 
     async def run(self) -> None:
         try:
-            await self._serve()
+            self.close_reason = await self._receiving.run(self._reader.feed, self._handle_received)
         except KafkaCodecError as exc:
             self.close_reason = f"{type(exc).__name__}: {exc}"
             logger.info("closing Kafka connection from %s: %s", self.peer, exc)
-        except _PEER_GONE as exc:
+        except PEER_GONE as exc:
             self.close_reason = f"peer gone: {exc!r}"
         except RegionTruncatedError as exc:
             self.close_reason = f"fetch response cut short: {exc}"
@@ -78,22 +74,6 @@ class KafkaConnection:
             logger.exception("closing Kafka connection from %s after a failed request", self.peer)
         finally:
             await trio.aclose_forcefully(self.stream)
-
-    async def _serve(self) -> None:
-        while not self._stopping:
-            with trio.CancelScope() as scope:
-                self._receive_scope = scope
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-            self._receive_scope = None
-            if scope.cancelled_caught:
-                break
-            if not data:
-                self.close_reason = "peer closed"
-                return
-            self._reader.feed(data)
-            await self._handle_received()
-        await self._handle_received()
-        self.close_reason = self.close_reason or "broker shutting down"
 
     async def _handle_received(self) -> None:
         service = self._service
