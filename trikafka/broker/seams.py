@@ -56,6 +56,9 @@ class BrokerLog(Protocol):
     def end_offset(self) -> int: ...
 
     @property
+    def record_format(self) -> str: ...  # "0.7" or "v2" (docs/protocol.md §16.6)
+
+    @property
     def segments(self) -> SegmentView: ...
 
     @property
