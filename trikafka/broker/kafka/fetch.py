@@ -24,6 +24,9 @@ from ..partition import Refused
 from .errors import kafka_error
 from .context import KafkaContext
 
+# A partition with nothing to send answers an empty record set, never a null one: Kafka does,
+# and librdkafka (kcat) refuses a null MessageSet ("invalid MessageSetSize -1").
+NO_RECORDS = b""
 
 
 @dataclass(slots=True)
@@ -63,7 +66,7 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
 
 async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     def failed(code: ErrorCode, hw: int = -1, start: int = -1) -> FetchPartition:
-        return FetchPartition(asked.topic, asked.partition, code, hw, hw, start, None)
+        return FetchPartition(asked.topic, asked.partition, code, hw, hw, start, NO_RECORDS)
 
     target = await service.partition_for(asked.topic, asked.partition, write=False)
     if isinstance(target, ErrorCode):
@@ -81,10 +84,10 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     if not start <= asked.offset <= hw:
         return failed(ErrorCode.offset_out_of_range, hw, start)
     if asked.offset == hw or asked.max_bytes <= 0:
-        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, None)
+        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, NO_RECORDS)
     position = index.position_of(asked.offset)
     if position is None or position >= view.end:
-        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, None)
+        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, NO_RECORDS)
     end = index.batch_end_within(position, asked.max_bytes, view.end)
     try:
         region = view.log.read(position, end - position, end=view.end)
@@ -97,11 +100,11 @@ def _apply_request_budget(answers: list[FetchPartition], max_bytes: int) -> None
     """The request's ``max_bytes`` across partitions: the first with data always keeps its batches."""
     used = 0
     for i, answer in enumerate(answers):
-        if answer.records is None:
+        size = len(answer.records) if answer.records is not None else 0
+        if size == 0:
             continue
-        size = len(answer.records)
         if used and used + size > max_bytes:
-            answers[i] = answer._replace(records=None)
+            answers[i] = answer._replace(records=NO_RECORDS)
             continue
         used += size
 
