@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, P
 
 from trikafka.log.config import LogConfig
 from trikafka.log.log import AppendResult, Log
+from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.tickets import FlushTicket, RollTicket
 from trikafka.log.truncation import TruncateTicket
@@ -64,7 +65,8 @@ class BrokerLog(Protocol):
     @property
     def flush_in_flight(self) -> bool: ...
 
-    def append(self, data: bytes | bytearray | memoryview) -> AppendResult: ...
+    def append(self, data: bytes | bytearray | memoryview, *,
+               assign: OffsetAssignment | None = None) -> AppendResult: ...
 
     def roll_due(self) -> bool: ...
 
@@ -118,6 +120,10 @@ class LogDirectory(Protocol):
 
     def raise_partition_count(self, topic: str, partitions: int) -> None: ...
 
+    def config_for(self, topic: str) -> LogConfig: ...
+
+    def override_topic_config(self, topic: str, config: LogConfig | None) -> None: ...
+
 
 class Flusher(Protocol):
     """Flushes, rolls and truncations off the loop (``FlushScheduler``, docs/protocol.md §7.2)."""
@@ -157,7 +163,11 @@ class Replica(Protocol):
 
     def check_acks_all(self) -> ErrorCode: ...
 
-    async def append_as_leader(self, messages: bytes) -> AppendResult: ...
+    @property
+    def leader_epoch(self) -> int: ...
+
+    # Any: partition.KafkaAppend (v2 numbering, §16.6); partition.py imports this module.
+    async def append_as_leader(self, messages: bytes | bytearray, *, kafka: Any = None) -> AppendResult: ...
 
     async def replica_fetch(self, request: ReplicaFetchRequest) -> list[Chunk]: ...
 
