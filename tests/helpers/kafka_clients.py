@@ -28,11 +28,12 @@ class Seen:
     timestamp_ms: int
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
+                 replication_factor: int = 1) -> None:
     """CreateTopics through kafka-python's admin client."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
     try:
-        admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
+        admin.create_topics([NewTopic(name, partitions, replication_factor, topic_configs=configs or {})])
     finally:
         admin.close()
 
@@ -84,3 +85,82 @@ def dense(seen: list[Seen], partition: int) -> bool:
     """The partition's offsets run 0, 1, 2, ... with no gap (§16.6)."""
     offsets = sorted(s.offset for s in seen if s.partition == partition)
     return offsets == list(range(len(offsets)))
+
+
+@dataclass(frozen=True)
+class Acked:
+    """One record the broker acknowledged: where it says the record is."""
+
+    partition: int
+    offset: int
+    value: bytes
+
+
+class CountedProducer:
+    """confluent-kafka with ``acks=all`` sending the counted values ``b"0"``, ``b"1"``, ... to one topic.
+
+    Idempotence is off and retries are on, so a batch whose answer was lost
+    (its leader SIGKILLed) is sent again: duplicates are possible, and no
+    acknowledged record may be lost.  ``acked`` and ``failed`` fill from the
+    delivery callbacks, in the thread that calls :meth:`run`.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, **settings: Any):
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.acked: list[Acked] = []
+        self.failed: list[str] = []
+        self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+                                   "retries": 1_000_000, "retry.backoff.ms": 100, "linger.ms": 5,
+                                   "message.timeout.ms": 120_000, **settings})
+
+    def _delivered(self, err: Any, message: Any) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.acked.append(Acked(message.partition(), message.offset(), message.value()))
+
+    def run(self, first: int, count: int, *, in_flight: int = 50) -> None:
+        """Send values ``first .. first + count - 1``, at most ``in_flight`` unanswered, and wait for every
+        answer (bounded by ``message.timeout.ms``)."""
+        for n in range(first, first + count):
+            while len(self._producer) >= in_flight:
+                self._producer.poll(0.05)
+            self._producer.produce(self.topic, value=str(n).encode(), on_delivery=self._delivered)
+            self._producer.poll(0)
+        remaining = self._producer.flush(180)
+        assert remaining == 0, f"{remaining} records never answered"
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """Each partition's high watermark (ListOffsets latest), through librdkafka."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as ConfluentPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-watermarks"})
+    try:
+        return [consumer.get_watermark_offsets(ConfluentPartition(topic, p), timeout=CLIENT_TIMEOUT_S)[1]
+                for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def check_acknowledged_read_back(acked: list[Acked], seen: list[Seen], partitions: int) -> None:
+    """The promise of ``acks=all`` (docs/protocol.md §16.4, §12.6), checked on a read from the beginning:
+
+    * every acknowledged record is read back, at the offset its acknowledgement named;
+    * each partition's offsets run 0, 1, 2, ... with no gap and no offset twice (§16.6);
+    * nothing is read that was never sent; a value may be read more than once (a
+      retried batch whose first answer was lost is stored twice, at new offsets).
+    """
+    at = {(s.partition, s.offset): s.value for s in seen}
+    lost = [a for a in acked if at.get((a.partition, a.offset)) != a.value]
+    assert not lost, f"{len(lost)} acknowledged records not read back where acknowledged, e.g. {lost[:5]}"
+    for partition in range(partitions):
+        offsets = [s.offset for s in seen if s.partition == partition]
+        assert sorted(offsets) == list(range(len(offsets))), f"partition {partition}: offsets not dense"
+    sent = {a.value for a in acked}
+    unknown = [s for s in seen if s.value is None or not s.value.isdigit()]
+    assert not unknown, f"records never sent: {unknown[:5]}"
+    assert sent <= {s.value for s in seen}

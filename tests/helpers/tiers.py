@@ -65,6 +65,8 @@ MARK_BY_FIXTURE = {
 PROCESS_HELPERS = frozenset({
     "tests.helpers.broker_testing.child_process",
     "tests.helpers.broker_testing.trikafka_command",
+    "tests.helpers.kafka_processes.kafka_serve",
+    "tests.helpers.kafka_processes.kafka_cluster",
 })
 # subprocess functions that start a child process.
 SUBPROCESS_STARTERS = frozenset({"run", "Popen", "call", "check_call", "check_output"})

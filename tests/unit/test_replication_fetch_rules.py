@@ -6,10 +6,13 @@ from trikafka.broker.replication.fetch_rules import (
     Append, FollowerPartition, Nothing, TruncateFirst, WaitForState, serve_epoch_end_offset, serve_replica_fetch,
 )
 from trikafka.broker.replication.isr import LeaderPartition
+from trikafka.kafka import batch
 from trikafka.log.epochs import EpochEntry, EpochHistory
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.messageset import build_message_set
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest, ReplicaFetchResult
+
+from tests.helpers.kafka_batches import make_batch
 
 HISTORY = EpochHistory([EpochEntry(0, 0), EpochEntry(3, 100)])
 
@@ -63,6 +66,16 @@ def test_follower_appends_whole_messages_only_and_bounds_its_hw():
     assert f.high_watermark == 100 + one  # the leader's HW is further, but we hold only this
     assert f.on_response(result(b"", hw=90), fetch_offset=100 + one) == Nothing()
     assert f.high_watermark == 100 + one  # never moves back
+
+
+def test_a_kafka_format_follower_appends_whole_v2_batches_only():
+    # A byte-range fetch may end inside a v2 batch (§16.6): the follower keeps the batches before it.
+    f = FollowerPartition(1, 3, whole_prefix_bytes=batch.scan_valid_prefix)
+    first, second = make_batch([b"a" * 10, b"b"]), make_batch([b"c" * 30], base_offset=2)
+    action = f.on_response(result(first + second[:-5], hw=400), fetch_offset=100)
+    assert action == Append(first, 3, 100)
+    assert f.high_watermark == 100 + len(first)
+    assert f.on_response(result(second[:20], hw=400), fetch_offset=100 + len(first)) == Nothing()
 
 
 def test_follower_errors():

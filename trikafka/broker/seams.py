@@ -67,6 +67,9 @@ class BrokerLog(Protocol):
     def end_offset(self) -> int: ...
 
     @property
+    def record_format(self) -> str: ...  # "0.7" or "v2" (docs/protocol.md §16.6)
+
+    @property
     def segments(self) -> SegmentView: ...
 
     @property
@@ -79,9 +82,6 @@ class BrokerLog(Protocol):
     def truncating(self) -> bool: ...
 
     def append(self, data: bytes | bytearray | memoryview, *, assign: OffsetAssignment | None = None) -> AppendResult: ...
-
-    @property
-    def record_format(self) -> str: ...
 
     @property
     def kafka_offsets(self) -> KafkaOffsets: ...

@@ -25,8 +25,6 @@ from ..partition import Refused
 from .errors import kafka_error
 from .context import KafkaContext
 
-
-
 # A partition with nothing to send answers an empty records field, never a null one, as Kafka
 # does: librdkafka refuses a null (size -1) records field in Fetch v4-v11.
 NO_RECORDS = b""

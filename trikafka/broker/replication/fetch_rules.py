@@ -11,6 +11,7 @@ The broker does the reads, the sends and the appends.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ...log.epochs import UNDEFINED_EPOCH, EpochHistory
 from ...wire.errors import ErrorCode
@@ -106,7 +107,10 @@ FollowerAction = Append | TruncateFirst | WaitForState | Nothing
 class FollowerPartition:
     """A follower's fetch state for one partition and one leader epoch."""
 
-    def __init__(self, leader_id: int, leader_epoch: int, high_watermark: int = 0):
+    def __init__(self, leader_id: int, leader_epoch: int, high_watermark: int = 0, *,
+                 whole_prefix_bytes: Callable[[bytes], int] = scan_valid_prefix):
+        """``whole_prefix_bytes``: the valid whole entries at the start of a chunk, in the log's
+        record format (0.7 messages, or v2 batches for a Kafka-format log, §16.6)."""
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.high_watermark = high_watermark
@@ -114,6 +118,7 @@ class FollowerPartition:
         # Holds every byte committed so far: bytes of this epoch (so all the leader had when it
         # was elected) and the leader's HW (set by ``fetcher.follow``).
         self.caught_up = False
+        self._whole_prefix_bytes = whole_prefix_bytes
 
     def on_response(self, result: ReplicaFetchResult, fetch_offset: int) -> FollowerAction:
         """What to do with the response to a fetch made at ``fetch_offset``."""
@@ -122,7 +127,7 @@ class FollowerPartition:
             return TruncateFirst()
         if result.error != ErrorCode.NO_ERROR:
             return WaitForState(result.error)
-        whole = scan_valid_prefix(result.data)  # a chunk may end inside a message
+        whole = self._whole_prefix_bytes(result.data)  # a chunk may end inside a message or batch
         # The HW we may show consumers: never past what we hold.
         self.high_watermark = max(self.high_watermark, min(result.high_watermark, fetch_offset + whole))
         if whole == 0:

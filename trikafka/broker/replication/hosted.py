@@ -23,7 +23,7 @@ from typing import Callable
 import trio
 
 from ...log.epochs import UNDEFINED_EPOCH, EpochFile
-from ...log.record_format import OffsetAssignment
+from ...log.record_format import OffsetAssignment, record_format
 from ...wire.errors import ErrorCode
 from ...wire.replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, encode_epoch_end_offset_response, encode_replica_fetch_response,
@@ -126,7 +126,9 @@ class HostedPartition:
                 if (self.follower is None or self.follower.leader_epoch != state.leader_epoch
                         or self.follower.leader_id != state.leader):
                     self._stop_leading()
-                    self.follower = FollowerPartition(state.leader, state.leader_epoch, self.high_watermark)
+                    self.follower = FollowerPartition(
+                        state.leader, state.leader_epoch, self.high_watermark,
+                        whole_prefix_bytes=record_format(self.log.record_format).scan_valid_prefix)
             else:
                 self._stop_leading()
                 self.follower = None

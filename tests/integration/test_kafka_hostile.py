@@ -1,0 +1,161 @@
+"""Hostile and broken input on the Kafka port (docs/protocol.md §16.2, §16.6).
+
+Garbage frames, a size prefix over ``max.socket.request.bytes``, truncated
+headers, an unknown api key and an unsupported version close the sender's
+connection (ApiVersions of an unknown version is answered); a Produce with a
+corrupt batch is answered with an error code and appends nothing.  After
+every test a real client (confluent-kafka) still produces and reads back on
+the same broker: bad input costs its sender, never anyone else.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import struct
+from typing import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v3.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i16, i32
+
+from tests.helpers.kafka_batches import make_batch
+from tests.helpers.kafka_clients import create_topic, high_watermarks, read_with_confluent
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.batch import batch_crc
+from trikafka.kafka.framing import decode_response, encode_request
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+MAX_REQUEST_BYTES = 64 * 1024
+SOCKET_TIMEOUT_S = 30.0
+TOPIC = "attacked"
+_SIZE = struct.Struct(">i")
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, max_socket_request_bytes=MAX_REQUEST_BYTES) as running:
+        create_topic(running.bootstrap, TOPIC)
+        yield running
+
+
+@pytest.fixture
+def unharmed(kafka: RunningKafkaBroker) -> Iterator[None]:
+    """After the test: a real client produces and reads back, and the attacked topic grew by exactly that."""
+    (before,) = high_watermarks(kafka.bootstrap, TOPIC, 1)
+    yield
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    producer.produce(TOPIC, value=b"after the attack")
+    assert producer.flush(30) == 0
+    seen = read_with_confluent(kafka.bootstrap, TOPIC, 1, before + 1)
+    assert [s.value for s in seen][-1:] == [b"after the attack"] and len(seen) == before + 1
+
+
+def connect(kafka: RunningKafkaBroker) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", kafka.kafka_port), timeout=SOCKET_TIMEOUT_S)
+
+
+def assert_closed(sock: socket.socket) -> None:
+    """The broker closes the connection: EOF (or a reset) before any response byte."""
+    try:
+        data = sock.recv(4096)
+    except ConnectionResetError:
+        data = b""
+    assert data == b"", f"the broker answered {data[:40]!r} instead of closing"
+    sock.close()
+
+
+def receive_frame(sock: socket.socket) -> bytes:
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        assert chunk, "the broker closed the connection"
+        head += chunk
+    (size,) = _SIZE.unpack(head)
+    body = b""
+    while len(body) < size:
+        chunk = sock.recv(size - len(body))
+        assert chunk, "the broker closed the connection mid-response"
+        body += chunk
+    return body
+
+
+def header(api_key: int, version: int, correlation_id: int = 7, client_id: bytes = b"hostile") -> bytes:
+    return struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+
+
+@pytest.mark.parametrize("frame", [
+    _SIZE.pack(24) + bytes(range(24)),  # garbage: api key 1, version 0x0203 ...
+    _SIZE.pack(12) + b"\xff" * 12,  # garbage that names no api
+    _SIZE.pack(3) + b"\x00\x00\x00",  # a header cut after three bytes
+    _SIZE.pack(9) + header(18, 0)[:9],  # a header cut inside its client id
+    _SIZE.pack(0),  # an empty request
+    _SIZE.pack(-5),  # a negative size
+    _SIZE.pack(MAX_REQUEST_BYTES + 1) + b"\x00" * 100,  # over max.socket.request.bytes
+    _SIZE.pack(len(header(999, 0))) + header(999, 0),  # an api key not in the table
+    _SIZE.pack(len(header(0, 1))) + header(0, 1),  # Produce v1: below the served range
+    _SIZE.pack(len(header(1, 99))) + header(1, 99),  # Fetch v99: above it
+    _SIZE.pack(len(header(3, 1)) + 3) + header(3, 1) + b"\x00\x00\x7f",  # Metadata: a topics array cut short
+], ids=["garbage", "no-api", "cut-header", "cut-client-id", "empty", "negative-size", "oversized", "unknown-api",
+        "version-too-old", "version-too-new", "cut-body"])
+def test_undecodable_or_unserved_requests_close_the_connection(kafka, unharmed, frame):
+    sock = connect(kafka)
+    sock.sendall(frame)
+    assert_closed(sock)
+
+
+def test_api_versions_of_an_unknown_version_is_answered_with_the_table(kafka, unharmed):
+    sock = connect(kafka)
+    request = header(KafkaApi.API_VERSIONS, 99, correlation_id=42) + b"\x00" * 8
+    sock.sendall(_SIZE.pack(len(request)) + request)
+    correlation_id, body = decode_response(KafkaApi.API_VERSIONS, 0, receive_frame(sock))
+    assert correlation_id == 42
+    assert body.error_code == ErrorCode.unsupported_version
+    assert {int(k.api_key) for k in body.api_keys} == {int(api) for api in KafkaApi}
+    sock.close()
+
+
+def _lying_batch() -> bytes:
+    """Three records, lastOffsetDelta 5, a valid CRC: a lie about the offsets the batch takes (§16.6)."""
+    good = bytearray(make_batch([b"a", b"b", b"c"]))
+    struct.pack_into(">i", good, 23, 5)  # lastOffsetDelta, after attributes (covered by the CRC)
+    struct.pack_into(">I", good, 17, batch_crc(good, 0, len(good)))
+    return bytes(good)
+
+
+def _bad_crc() -> bytes:
+    data = bytearray(make_batch([b"payload"]))
+    data[-1] ^= 0xFF
+    return bytes(data)
+
+
+def _bad_magic() -> bytes:
+    data = bytearray(make_batch([b"payload"]))
+    data[16] = 1
+    return bytes(data)
+
+
+@pytest.mark.parametrize("records, error", [
+    (_bad_crc(), ErrorCode.corrupt_message),
+    (_bad_magic(), ErrorCode.corrupt_message),
+    (_lying_batch(), ErrorCode.invalid_record),
+    (make_batch([b"ok"]) + _bad_crc(), ErrorCode.corrupt_message),  # one bad batch refuses the whole part
+    (make_batch([b"cut"])[:-4], ErrorCode.corrupt_message),
+], ids=["bad-crc", "wrong-magic", "last-offset-delta-lies", "good-then-bad", "cut-batch"])
+def test_a_produce_with_a_corrupt_batch_is_refused_and_appends_nothing(kafka, unharmed, records, error):
+    (before,) = high_watermarks(kafka.bootstrap, TOPIC, 1)
+    body = ProduceRequest(transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+                          topic_data=(TopicProduceData(name=TOPIC, partition_data=(
+                              PartitionProduceData(index=i32(0), records=records),)),))
+    sock = connect(kafka)
+    sock.sendall(encode_request(KafkaApi.PRODUCE, 3, 9, "hostile", body))
+    correlation_id, response = decode_response(KafkaApi.PRODUCE, 3, receive_frame(sock))
+    sock.close()
+    assert correlation_id == 9
+    (topic,) = response.responses
+    (part,) = topic.partition_responses
+    assert part.error_code == error
+    assert high_watermarks(kafka.bootstrap, TOPIC, 1) == [before]

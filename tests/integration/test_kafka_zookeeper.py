@@ -1,0 +1,82 @@
+"""The Kafka listener on a ZooKeeper cluster (docs/protocol.md §16.1, §16.4, §16.6, §12).
+
+Three real ``trikafka serve --zookeeper`` processes; real Kafka clients create a
+replicated Kafka-format topic, produce with ``acks=all`` and read it back.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import trio
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from tests.helpers.kafka_clients import (CountedProducer, check_acknowledged_read_back, create_topic,
+                                         high_watermarks, read_with_confluent)
+from tests.helpers.kafka_processes import kafka_cluster
+
+TOPIC = "replicated-v2"
+PARTITIONS = 2
+RECORDS = 1000
+WAIT_S = 60.0
+BROKER_IDS = [1, 2, 3]
+
+
+def partition_bytes(log_dir: Path, topic: str, partition: int) -> tuple[bytes, bytes]:
+    """(the ``.trikafka-format`` file, the segments in offset order) of one replica (blocking)."""
+    directory = log_dir / f"{topic}-{partition}"
+    fmt = (directory / ".trikafka-format").read_bytes()
+    return fmt, b"".join(p.read_bytes() for p in sorted(directory.glob("*.kafka")))
+
+
+async def wait_full_metadata(bootstrap: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """Metadata once every partition has a leader and its full ISR: partition -> (leader, replicas, isr)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with trio.fail_after(WAIT_S):
+        while True:
+            metadata = await trio.to_thread.run_sync(functools.partial(admin.list_topics, timeout=10))
+            assert sorted(metadata.brokers) == BROKER_IDS  # every broker's Kafka listener (§16.1)
+            topic = metadata.topics[TOPIC]
+            found = {p: (m.leader, sorted(m.replicas), sorted(m.isrs)) for p, m in topic.partitions.items()}
+            if len(found) == PARTITIONS and all(leader >= 0 and isr == BROKER_IDS
+                                                for leader, _, isr in found.values()):
+                return found
+            await trio.sleep(0.1)
+
+
+async def test_a_replicated_kafka_topic_takes_acks_all_writes_and_every_replica_holds_them(zk_chroot, tmp_path):
+    async with kafka_cluster(tmp_path, zk_chroot) as cluster:
+        bootstrap = cluster.bootstrap()
+        await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, TOPIC, PARTITIONS,
+                                                        {"min.insync.replicas": "2"}, replication_factor=3))
+        found = await wait_full_metadata(bootstrap)
+        assert all(replicas == BROKER_IDS for _, replicas, _ in found.values())
+        ports = {b.kafka_port for b in cluster.brokers.values()}
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        assert {b.port for b in metadata.brokers.values()} == ports
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        (future,) = admin.describe_configs([ConfigResource("topic", TOPIC)]).values()
+        configs = await trio.to_thread.run_sync(functools.partial(future.result, timeout=30))
+        assert configs["min.insync.replicas"].value == "2"
+
+        producer = CountedProducer(bootstrap, TOPIC)
+        await trio.to_thread.run_sync(producer.run, 0, RECORDS)
+        assert producer.failed == [] and len(producer.acked) == RECORDS
+        ends = await trio.to_thread.run_sync(high_watermarks, bootstrap, TOPIC, PARTITIONS)
+        assert sum(ends) == RECORDS  # no fault: nothing sent twice
+        seen = await trio.to_thread.run_sync(read_with_confluent, bootstrap, TOPIC, PARTITIONS, RECORDS)
+        check_acknowledged_read_back(producer.acked, seen, PARTITIONS)
+        assert len(seen) == RECORDS
+
+        # Followers append the leader's batches verbatim (§16.6): byte-identical v2 replicas.
+        with trio.fail_after(WAIT_S):
+            for partition in range(PARTITIONS):
+                while True:
+                    replicas = [await trio.to_thread.run_sync(partition_bytes, cluster.brokers[b].log_dir, TOPIC,
+                                                              partition) for b in BROKER_IDS]
+                    if len(set(replicas)) == 1 and replicas[0][1]:
+                        break
+                    await trio.sleep(0.1)
+                assert replicas[0][0] == b"v2\n"
