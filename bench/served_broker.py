@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from trikafka.cli.serve import read_ready_file  # noqa: E402
 
 
 @contextmanager
@@ -51,7 +54,7 @@ def served_broker(
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"the broker did not start (log {log_path}):\n{tail}")
             time.sleep(0.02)
-        yield proc, int(ready_file.read_text())
+        yield proc, read_ready_file(str(ready_file))[0]
     finally:
         if proc.poll() is None:
             proc.terminate()
