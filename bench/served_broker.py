@@ -18,6 +18,9 @@ from typing import Iterator
 from trikafka.cli.serve import read_ready_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from trikafka.cli.serve import read_ready_file  # noqa: E402
 
 
 @contextmanager

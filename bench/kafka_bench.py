@@ -1,0 +1,206 @@
+"""Apache Kafka clients on trikafka's Kafka listener (docs/protocol.md §16): produce and consume rates.
+
+    python bench/kafka_bench.py [--messages N] [--size B] [--rf3-messages N] [--no-rf3]
+
+Starts ``trikafka serve --standalone --kafka-port 0`` as a subprocess on a temp
+log dir, then, with confluent-kafka (librdkafka):
+
+1. produces N (default 1,000,000) B-byte (default 200) values with acks 1,
+   linger.ms 5 and no compression to a one-partition topic created through
+   CreateTopics, and the same to librdkafka's in-memory mock broker
+   (``test.mock.num.brokers=1``): the rate the client itself allows, the
+   ceiling for any broker.  Each run ends when ``flush`` has every delivery
+   report, so the time covers every message acknowledged;
+2. consumes the N messages from trikafka (assign from the beginning, no group
+   commits), counting delivered messages;
+3. unless ``--no-rf3``: starts a ZooKeeper and three brokers (``trikafka
+   cluster up`` with free ports), creates a topic with replication factor 3
+   through confluent's AdminClient and produces with acks all, next to a
+   replication-factor-1 topic with acks 1 on the same cluster.
+
+Prints msg/s and MB/s of values, the trikafka/mock ratio, and the broker's CPU
+time per message (utime + stime of the broker process from /proc/<pid>/stat,
+before and after each run; for the cluster, the sum over its brokers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from served_broker import served_broker  # noqa: E402
+from trikafka.cli.serve import read_ready_file  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PRODUCER_SETTINGS = {"acks": "1", "linger.ms": 5, "compression.type": "none",
+                     "queue.buffering.max.messages": 1_000_000}
+GOALS = {"produce vs mock": 0.90, "consume msg/s": 1_000_000}
+CLIENT_TIMEOUT_S = 30.0
+POLL_EVERY = 10_000
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the processes ``pids``, in seconds."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def create_topic(bootstrap: str, topic: str, replication_factor: int) -> None:
+    """CreateTopics through confluent's AdminClient: one partition, ``replication_factor`` replicas."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, 1, replication_factor)], operation_timeout=CLIENT_TIMEOUT_S,
+                                  request_timeout=CLIENT_TIMEOUT_S)
+    futures[topic].result(CLIENT_TIMEOUT_S)
+
+
+def produce(config: dict[str, Any], topic: str, messages: int, size: int) -> float:
+    """Seconds to produce ``messages`` values of ``size`` bytes and have every delivery report."""
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    producer = Producer({**PRODUCER_SETTINGS, **config})
+    value = b"v" * size
+    send = producer.produce
+    poll = producer.poll
+    started = time.perf_counter()
+    for i in range(messages):
+        while True:
+            try:
+                send(topic, value, on_delivery=delivered)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                poll(0.01)
+        if i % POLL_EVERY == 0:
+            poll(0)
+    if producer.flush(CLIENT_TIMEOUT_S * 4) != 0:
+        raise RuntimeError("the producer did not deliver every message in time")
+    elapsed = time.perf_counter() - started
+    if failed:
+        raise RuntimeError(f"{len(failed)} deliveries failed, first: {failed[0]}")
+    return elapsed
+
+
+def consume(bootstrap: str, topic: str, messages: int) -> float:
+    """Seconds to receive ``messages`` from the start of ``topic``'s partition 0 (assign, no commits)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kafka-bench-assign-only",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    try:
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        seen = 0
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S * 4
+        while seen < messages:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"consumed {seen} of {messages} messages in time")
+            for message in consumer.consume(POLL_EVERY, 1.0):
+                if message.error():
+                    raise KafkaException(message.error())
+                seen += 1
+        return time.perf_counter() - started
+    finally:
+        consumer.close()
+
+
+def line(label: str, messages: int, size: int, seconds: float, broker_cpu_s: float | None) -> float:
+    rate = messages / seconds
+    cpu = "" if broker_cpu_s is None else \
+        f"; broker CPU {broker_cpu_s:.2f} s, {broker_cpu_s / messages * 1e6:.2f} us/msg"
+    print(f"{label:34} {rate:>12,.0f} msg/s {rate * size / 1e6:>8.1f} MB/s ({seconds:.2f} s{cpu})", flush=True)
+    return rate
+
+
+def timed(pids: list[int], run: Callable[[], float]) -> tuple[float, float]:
+    """(seconds the run reports, broker CPU seconds it cost)."""
+    before = cpu_seconds(pids)
+    elapsed = run()
+    return elapsed, cpu_seconds(pids) - before
+
+
+def standalone(root: Path, messages: int, size: int) -> None:
+    log_dir = root / "standalone"
+    ready = root / "standalone.ready"
+    with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(log_dir)], ready) as (proc, _port):
+        kafka_port = read_ready_file(str(ready))[1]
+        bootstrap = f"127.0.0.1:{kafka_port}"
+        print(f"broker pid {proc.pid}, Kafka listener {bootstrap}; {messages:,} messages of {size} B", flush=True)
+        create_topic(bootstrap, "bench", 1)
+        elapsed, cpu_s = timed([proc.pid], lambda: produce({"bootstrap.servers": bootstrap}, "bench", messages, size))
+        trikafka_rate = line("produce trikafka (acks 1)", messages, size, elapsed, cpu_s)
+        mock_rate = line("produce librdkafka mock (acks 1)", messages, size,
+                         produce({"test.mock.num.brokers": 1}, "bench", messages, size), None)
+        ratio = trikafka_rate / mock_rate
+        print(f"{'produce trikafka / mock':34} {ratio:>12.0%}  goal {GOALS['produce vs mock']:.0%}: "
+              f"{'met' if ratio >= GOALS['produce vs mock'] else 'NOT met'}", flush=True)
+        elapsed, cpu_s = timed([proc.pid], lambda: consume(bootstrap, "bench", messages))
+        rate = line("consume trikafka", messages, size, elapsed, cpu_s)
+        print(f"{'consume goal':34} {GOALS['consume msg/s']:>12,} msg/s: "
+              f"{'met' if rate >= GOALS['consume msg/s'] else 'NOT met'}", flush=True)
+
+
+def replicated(root: Path, messages: int, size: int) -> None:
+    from trikafka.cli.cluster_local import LocalClusterError, start, stop
+
+    directory = root / "cluster"
+    try:
+        cluster = start(directory, brokers=3, zookeeper_port=0, first_port=0, extra=[])
+    except LocalClusterError as exc:
+        print(f"replication: no 3-broker cluster: {exc}", flush=True)
+        return
+    try:
+        kafka_ports = [read_ready_file(str(directory / f"{m.name}.port"))[1] for m in cluster.brokers]
+        bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports)
+        pids = [m.pid for m in cluster.brokers]
+        print(f"cluster: ZooKeeper {cluster.zookeeper_connect}, Kafka listeners {bootstrap}; "
+              f"{messages:,} messages of {size} B", flush=True)
+        for label, topic, rf, acks in (("produce RF 1, acks 1", "bench-rf1", 1, "1"),
+                                       ("produce RF 3, acks all", "bench-rf3", 3, "all")):
+            try:
+                create_topic(bootstrap, topic, rf)
+                elapsed, cpu_s = timed(pids, lambda: produce({"bootstrap.servers": bootstrap, "acks": acks},
+                                                             topic, messages, size))
+            except (KafkaException, RuntimeError) as exc:
+                print(f"{label:34} failed: {exc}", flush=True)
+                continue
+            line(label + " (3 brokers' CPU)", messages, size, elapsed, cpu_s)
+    finally:
+        stop(directory)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=200, help="value bytes")
+    parser.add_argument("--rf3-messages", type=int, default=200_000, help="messages for the cluster runs")
+    parser.add_argument("--no-rf3", action="store_true", help="skip the 3-broker ZooKeeper cluster")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    root = Path(tempfile.mkdtemp(prefix="trikafka-kafka-bench-"))
+    try:
+        standalone(root, args.messages, args.size)
+        if not args.no_rf3:
+            replicated(root, args.rf3_messages, args.size)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
