@@ -15,7 +15,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-from trikafka.cli.serve import read_ready_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
