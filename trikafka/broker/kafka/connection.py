@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol
+from typing import Awaitable, Callable, Protocol
 
 import trio
 
@@ -30,13 +30,17 @@ logger = logging.getLogger(__name__)
 
 
 
+# An answer that is not ready yet: a Produce with acks -1, appended, waiting for the ISR.
+Deferred = Callable[[], Awaitable[list[Chunk]]]
+
+
 class Dispatcher(Protocol):
     """Where a connection's requests go (``KafkaService``)."""
 
     max_request_bytes: int
 
-    async def handle(self, request: Request) -> list[Chunk] | None:
-        """The answer's chunks, or None for a request that has none."""
+    async def handle(self, request: Request) -> list[Chunk] | None | Deferred:
+        """The answer's chunks, None for a request that has none, or a deferred answer."""
 
     def observe(self, api_key: int, seconds: float) -> None:
         """One request's latency."""
@@ -76,8 +80,16 @@ class KafkaConnection:
             await trio.aclose_forcefully(self.stream)
 
     async def _handle_received(self) -> None:
+        """Handle every request received whole, answering in order.
+
+        A deferred answer (acks -1) waits in ``pending`` while the requests
+        after it are handled, up to the next answer that is ready or the end
+        of what was received: the Produce requests a client pipelined into
+        one read are all appended before the first acknowledgement is awaited.
+        """
         service = self._service
         perf_counter = time.perf_counter
+        pending: list[tuple[int, float, Deferred]] = []
         while (frame := self._reader.next_frame()) is not None:
             try:
                 request = parse_request(frame)  # any other KafkaCodecError closes the connection
@@ -86,13 +98,28 @@ class KafkaConnection:
                 if answer is None:
                     raise
                 self.requests_handled += 1
+                await self._answer_pending(pending)
                 await send_chunks(self.stream, [answer])
                 continue
             self.requests_handled += 1
             started_s = perf_counter()
+            answer_or_later = await service.handle(request)
+            if callable(answer_or_later):
+                pending.append((request.api_key, started_s, answer_or_later))
+                continue
+            await self._answer_pending(pending)
             try:
-                chunks = await service.handle(request)
-                if chunks is not None:
-                    await send_chunks(self.stream, chunks)
+                if answer_or_later is not None:
+                    await send_chunks(self.stream, answer_or_later)
             finally:
                 service.observe(request.api_key, perf_counter() - started_s)
+        await self._answer_pending(pending)
+
+    async def _answer_pending(self, pending: list[tuple[int, float, Deferred]]) -> None:
+        """Await and send the deferred answers, oldest first (emptying ``pending``)."""
+        while pending:
+            api_key, started_s, later = pending.pop(0)
+            try:
+                await send_chunks(self.stream, await later())
+            finally:
+                self._service.observe(api_key, time.perf_counter() - started_s)

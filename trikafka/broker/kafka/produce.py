@@ -8,7 +8,7 @@ request's timeout.  Acks 0 is never answered.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -30,7 +30,18 @@ ACKS = (0, 1, -1)
 LOG_APPEND_TIME = "LogAppendTime"
 
 
-async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None:
+# The rest of an acks -1 Produce once its batches are appended: wait for the ISR, then answer.
+Deferred = Callable[[], Awaitable[list[Chunk]]]
+
+
+async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None | Deferred:
+    """Append every partition's batches; the answer, or (acks -1) what waits for it (§16.4).
+
+    An acks -1 request returns as soon as its batches are appended, so the
+    connection can append the requests that follow before the ISR acknowledges
+    this one: one follower round and one high-watermark advance then cover them
+    all, and the answers still leave in request order (§16.2).
+    """
     body: Any = request.body  # Any: this api's request class at the request's version
     reply = Reply(request.api_key, request.api_version)
     acks = body.acks
@@ -52,14 +63,23 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
             wait = await _append(service, topic, part.index, part.records, acks, row)
             if wait is not None:
                 waits.append((len(results) - 1, wait))
-    if waits:
+    if acks == 0:
+        return None
+    if not waits:
+        return _answer(request, reply, results)
+
+    async def acknowledged() -> list[Chunk]:
         statuses = await service.handler.wait_acks([w for _, w in waits], deadline)
         for (i, _), status in zip(waits, statuses):
             if status != EngineError.NO_ERROR:
                 results[i][2] = kafka_error(status)
                 results[i][3] = -1
-    if acks == 0:
-        return None
+        return _answer(request, reply, results)
+
+    return acknowledged
+
+
+def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Chunk]:
     responses = []
     for topic, rows in _by_topic(results):
         partitions = tuple(reply.nested("PartitionProduceResponse", index=index, error_code=error, base_offset=base,

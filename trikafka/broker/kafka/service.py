@@ -33,7 +33,7 @@ from ..topic_settings import MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
-from .connection import KafkaConnection
+from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
 
 if TYPE_CHECKING:
@@ -116,8 +116,9 @@ class KafkaService:
 
     # ----------------------------------------------------------------- dispatch
 
-    async def handle(self, request: Request) -> list[Chunk] | None:
-        """Answer one request: its chunks, or None when it has no answer."""
+    async def handle(self, request: Request) -> list[Chunk] | None | Deferred:
+        """Answer one request: its chunks, None when it has no answer, or (a Produce with acks -1,
+        already appended) what awaits the acknowledgement and then gives the chunks."""
         handle = KAFKA_HANDLERS[request.api]
         answer = handle(self, request)
         if inspect.isawaitable(answer):
