@@ -25,6 +25,20 @@ def exchange(bootstrap: str, api_key: int, version: int, body: Any, *, correlati
     return response
 
 
+def pipeline(bootstrap: str, requests: list[tuple[int, int, Any]]) -> list[tuple[int, Any]]:
+    """Send every (api key, version, body) in one write, correlation ids 1, 2, ...; the
+    (correlation id, body) of each answer in the order the broker sent them."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        sock.sendall(b"".join(encode_request(api, version, i, "trikafka-test", body)
+                              for i, (api, version, body) in enumerate(requests, 1)))
+        answers = []
+        for api, version, _ in requests:
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            answers.append(decode_response(api, version, _read(sock, size)))
+    return answers
+
+
 def _read(sock: socket.socket, n: int) -> bytes:
     data = bytearray()
     while len(data) < n:

@@ -188,3 +188,28 @@ def test_the_kafka_apis_have_latency_histograms_in_the_metrics(kafka: RunningKaf
     while created() == before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert created() == before + 1
+
+
+def test_pipelined_acks_all_produces_are_answered_in_request_order(kafka: RunningKafkaBroker) -> None:
+    """§16.2: acks -1 answers wait for the acknowledgement while later requests are handled; order holds."""
+    import datetime
+
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.static.primitive import i16, i32
+
+    from tests.helpers.kafka_wire import pipeline
+    from trikafka.kafka.records import build_batch
+
+    create_topic(kafka.bootstrap, "pipelined")
+
+    def produce(value: bytes) -> tuple[int, int, ProduceRequest]:
+        return 0, 9, ProduceRequest(acks=i16(-1), timeout=datetime.timedelta(seconds=10), topic_data=(
+            TopicProduceData(name="pipelined", partition_data=(
+                PartitionProduceData(index=i32(0), records=build_batch([value, value])),)),))
+
+    versions = (18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    answers = pipeline(kafka.bootstrap, [produce(b"a"), versions, produce(b"b"), produce(b"c")])
+    assert [correlation for correlation, _ in answers] == [1, 2, 3, 4]
+    offsets = [body.responses[0].partition_responses[0].base_offset for _, body in (answers[0], *answers[2:])]
+    assert offsets == [0, 2, 4]
