@@ -55,6 +55,7 @@ from trikafka.wire.responses import (
 )
 
 from .metrics import BrokerMetrics
+from .topic_settings import FORMAT_07, FORMAT_V2, RECORD_FORMAT
 from .partition import AckWait, FetchOutcome, LocalPartition, NoLog, Partition, Refused
 from .replication import serving as replicated
 from .seams import Admin, BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
@@ -144,13 +145,18 @@ class RequestHandler:
             await self._run_blocking(functools.partial(self._log_manager.delete_log, log))
         return len(logs)
 
-    def kafka_format(self, topic: str) -> bool:
-        """Whether ``topic`` stores Kafka's v2 batches (§16.6): 0.7 requests answer WrongFormat on it."""
+    def topic_format(self, topic: str) -> str | None:
+        """``"v2"`` or ``"0.7"`` (§16.6): a replicated topic's ``record.format`` setting, else what its
+        partition 0's log stores; None for a topic with neither (both listeners ask here)."""
         if self.replicas is not None and (assignment := self.replicas.topics.get(topic)) is not None:
-            return assignment.config.get("record.format") == "v2"
+            return assignment.config.get(RECORD_FORMAT, FORMAT_07)
         local = self._local.get((topic, 0))
         log = local.log if local is not None else self._log_manager.get(topic, 0)
-        return log is not None and log.record_format == "v2"
+        return None if log is None else log.record_format
+
+    def kafka_format(self, topic: str) -> bool:
+        """Whether ``topic`` stores Kafka's v2 batches (§16.6): 0.7 requests answer WrongFormat on it."""
+        return self.topic_format(topic) == FORMAT_V2
 
     def forget_partition_count(self, topic: str) -> None:
         """Drop the cached count of ``topic`` (CREATE_TOPIC may have raised it)."""

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
+from trikafka.log.epochs import EpochHistory
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.wire import OFFSETS_EARLIEST, OFFSETS_LATEST
@@ -30,6 +31,7 @@ from trikafka.wire.requests import FetchPart, OffsetsRequest
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .seams import AppendResult, BrokerLog, Flusher, KafkaAppend
+from .topic_settings import FORMAT_V2
 
 TopicPartition = tuple[str, int]
 FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
@@ -52,11 +54,13 @@ UNREPLICATED_EPOCH = 0  # an unreplicated partition's leader epoch, for ever (§
 @dataclass(frozen=True, slots=True)
 class ReadView:
     """What a Kafka-protocol reader may see of a partition (§16.6): its log, the byte end
-    of what consumers may read (the high watermark) and the current leader epoch."""
+    of what consumers may read (the high watermark), the current leader epoch and the
+    leader-epoch history (§12.3; None for an unreplicated partition: epoch 0 from offset 0)."""
 
     log: BrokerLog
     end: int
     leader_epoch: int
+    epochs: EpochHistory | None = None
 
 
 class AckWait(Protocol):
@@ -179,7 +183,7 @@ class LocalPartition:
     def read_view(self) -> ReadView:
         log = self.log
         # A Kafka-format partition with one replica is readable to its log end, as in Kafka (§16.6).
-        return ReadView(log, log.end_offset if log.record_format == "v2" else log.visible_end, UNREPLICATED_EPOCH)
+        return ReadView(log, log.end_offset if log.record_format == FORMAT_V2 else log.visible_end, UNREPLICATED_EPOCH)
 
     def ack_wait(self, next_offset: int) -> AckWait:
         self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now

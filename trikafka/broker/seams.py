@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence, Sized
 
 from trikafka.log.config import LogConfig
+from trikafka.log.epochs import EpochFile
 from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.log.log import AppendResult, Log
 from trikafka.log.record_format import OffsetAssignment
@@ -189,6 +190,9 @@ class Replica(Protocol):
 
     @property
     def leader_epoch(self) -> int: ...
+
+    @property
+    def epochs(self) -> EpochFile: ...
 
     async def append_as_leader(self, messages: bytes | bytearray, *, kafka: KafkaAppend | None = None) -> AppendResult: ...
 

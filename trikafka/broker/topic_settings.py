@@ -24,7 +24,9 @@ RETENTION_BYTES = "retention.bytes"
 SEGMENT_BYTES = "segment.bytes"
 # A Kafka-format topic's settings (docs/protocol.md §16.4, §16.6).
 RECORD_FORMAT = "record.format"
-RECORD_FORMATS = ("0.7", "v2")
+FORMAT_07 = "0.7"
+FORMAT_V2 = "v2"
+RECORD_FORMATS = (FORMAT_07, FORMAT_V2)
 MESSAGE_TIMESTAMP_TYPE = "message.timestamp.type"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 LOG_KEYS = (CLEANUP_POLICY, MIN_COMPACTION_LAG_MS, DELETE_RETENTION_MS, RETENTION_MS, RETENTION_BYTES, SEGMENT_BYTES,

@@ -6,6 +6,7 @@ Kafka protocol, and the topics this broker knows.
 
 from __future__ import annotations
 
+import base64
 import uuid
 from typing import Any
 
@@ -32,9 +33,13 @@ _ERRORS = {
 }
 
 
+def new_cluster_id() -> str:
+    """22 characters of URL-safe base64: 16 random bytes, as Kafka's cluster ids (§16.7)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 def api_versions(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
-    body: Any = request.body  # Any: this api's request class at the request's version
     keys = tuple(reply.nested("ApiVersion", api_key=int(api), min_version=api.min_version,
                               max_version=api.max_version) for api in KafkaApi)
     return reply.response(error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
@@ -83,7 +88,6 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool) -
 
 def describe_cluster(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
-    body: Any = request.body  # Any: this api's request class at the request's version
     brokers = tuple(reply.nested("DescribeClusterBroker", broker_id=b.broker_id, host=b.host, port=b.port, rack=None)
                     for b in service.kafka_brokers())
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
-from ..partition import Partition
+from ..partition import Partition, ReadView
 from ..waiters import VisibleEndWaiters
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class KafkaContext(Protocol):
 
     def log_start_offset(self, partition: Partition) -> int: ...
 
-    def epoch_history(self, partition: Partition) -> Any: ...
+    async def read_view(self, topic: str, index: int, current_leader_epoch: int) -> ReadView | ErrorCode: ...
 
     def stored_settings(self, topic: str) -> dict[str, str]: ...
 

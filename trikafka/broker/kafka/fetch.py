@@ -21,8 +21,6 @@ from trikafka.kafka.framing import Request
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.wire.responses import Chunk, ChunkSequence
 
-from ..partition import Refused
-from .errors import kafka_error
 from .context import KafkaContext
 
 # A partition with nothing to send answers an empty records field, never a null one, as Kafka
@@ -73,16 +71,9 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     def failed(code: ErrorCode, hw: int = -1, start: int = -1) -> FetchPartition:
         return FetchPartition(asked.topic, asked.partition, code, hw, hw, start, NO_RECORDS)
 
-    target = await service.partition_for(asked.topic, asked.partition, write=False)
-    if isinstance(target, ErrorCode):
-        return failed(target)
-    try:
-        view = target.read_view()
-    except Refused as exc:
-        return failed(kafka_error(exc.error))
-    if asked.current_leader_epoch >= 0 and asked.current_leader_epoch != view.leader_epoch:
-        return failed(ErrorCode.fenced_leader_epoch if asked.current_leader_epoch < view.leader_epoch
-                      else ErrorCode.unknown_leader_epoch)
+    view = await service.read_view(asked.topic, asked.partition, asked.current_leader_epoch)
+    if isinstance(view, ErrorCode):
+        return failed(view)
     index = view.log.kafka_offsets
     hw = index.offset_at(view.end)
     start = index.start_offset

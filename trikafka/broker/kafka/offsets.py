@@ -13,9 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.framing import Request
 
-from ..partition import Refused
 from .entities import NO_THROTTLE, Reply
-from .errors import kafka_error
 from .context import KafkaContext
 
 
@@ -43,16 +41,9 @@ async def list_offsets(service: KafkaContext, request: Request) -> Any:
 
 async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: int,
                     current_epoch: int) -> tuple[ErrorCode, int, int, int]:
-    target = await service.partition_for(topic, index, write=False)
-    if isinstance(target, ErrorCode):
-        return target, -1, -1, -1
-    try:
-        view = target.read_view()
-    except Refused as exc:
-        return kafka_error(exc.error), -1, -1, -1
-    if current_epoch >= 0 and current_epoch != view.leader_epoch:
-        code = ErrorCode.fenced_leader_epoch if current_epoch < view.leader_epoch else ErrorCode.unknown_leader_epoch
-        return code, -1, -1, -1
+    view = await service.read_view(topic, index, current_epoch)
+    if isinstance(view, ErrorCode):
+        return view, -1, -1, -1
     index_ = view.log.kafka_offsets
     hw = index_.offset_at(view.end)
     epoch = view.leader_epoch
@@ -89,18 +80,11 @@ async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> An
 async def _epoch_end(service: KafkaContext, topic: str, index: int, epoch: int,
                      current_epoch: int) -> tuple[ErrorCode, int, int]:
     """(error, the largest epoch <= ``epoch``, its end offset) as KIP-101 and KIP-320 define them."""
-    target = await service.partition_for(topic, index, write=False)
-    if isinstance(target, ErrorCode):
-        return target, -1, -1
-    try:
-        view = target.read_view()
-    except Refused as exc:
-        return kafka_error(exc.error), -1, -1
-    if current_epoch >= 0 and current_epoch != view.leader_epoch:
-        code = ErrorCode.fenced_leader_epoch if current_epoch < view.leader_epoch else ErrorCode.unknown_leader_epoch
-        return code, -1, -1
+    view = await service.read_view(topic, index, current_epoch)
+    if isinstance(view, ErrorCode):
+        return view, -1, -1
     index_ = view.log.kafka_offsets
-    history = service.epoch_history(target)
+    history = view.epochs
     if history is None:  # unreplicated: epoch 0 from offset 0 (§16.4)
         if epoch < 0:
             return ErrorCode.none, -1, -1

@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import uuid
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -26,6 +24,7 @@ from trikafka.zk.replication_store import TopicExistsError, create_assigned_topi
 from trikafka.zk.replication_values import TopicAssignment
 
 from ..replication.assignment import AssignmentError, assign_replicas
+from .cluster import new_cluster_id
 from .topics import TopicError
 from .context import KafkaContext
 
@@ -34,11 +33,6 @@ logger = logging.getLogger(__name__)
 
 CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
 DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
-
-
-def new_cluster_id() -> str:
-    """22 characters of URL-safe base64: 16 random bytes, as Kafka's cluster ids (§16.7)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 class KafkaRegistry:

@@ -10,12 +10,10 @@ and the waiters.
 
 from __future__ import annotations
 
-import base64
 import functools
 import inspect
 import logging
 import os
-import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 import trio
@@ -23,18 +21,20 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.apis import KafkaApi
+from trikafka.log.fs import FileSystem
 from trikafka.kafka.framing import Request, encode_response
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.responses import Chunk
 
 from ..config import BrokerConfig, published_host
-from ..partition import Partition, Refused
-from ..topic_settings import MESSAGE_TIMESTAMP_TYPE
+from ..partition import Partition, ReadView, Refused
+from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
+from .errors import kafka_error
 
 if TYPE_CHECKING:
     from ..handlers import RequestHandler
@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 TOPIC_KNOWN_TIMEOUT_S = 5.0
 TOPIC_KNOWN_POLL_S = 0.02
 CLUSTER_ID_FILE = ".trikafka-cluster-id"  # a standalone broker's cluster id (§16.7)
-FORMAT_V2 = "v2"
-FORMAT_07 = "0.7"
 
 # Any: each handler takes its own api's request entity and answers with its response entity
 # (or, for Fetch, chunks; for Produce with acks 0, None), which a table of many apis cannot name.
@@ -112,7 +110,8 @@ class KafkaService:
             self.peers = registry.peers
             await nursery.start(registry.run)
         else:
-            self.cluster_id = await self.run_blocking(functools.partial(_standalone_cluster_id, self.config.log_dir))
+            self.cluster_id = await self.run_blocking(functools.partial(
+                _standalone_cluster_id, self.handler.log_manager.fs, self.config.log_dir))
 
     # ----------------------------------------------------------------- dispatch
 
@@ -140,9 +139,8 @@ class KafkaService:
         return [me, *sorted(b for b in self.peers() if b.broker_id != self.broker_id)]
 
     def controller_id(self) -> int:
-        replicas = self.handler.replicas
-        controller = getattr(replicas, "controller_id", None) if replicas is not None else None
-        return controller if isinstance(controller, int) and controller >= 0 else self.broker_id
+        """Every broker serves CreateTopics (§16.4), so each names itself as the controller."""
+        return self.broker_id
 
     def topic_names(self) -> list[str]:
         """Every topic this broker knows, sorted."""
@@ -154,14 +152,7 @@ class KafkaService:
 
     def topic_format(self, topic: str) -> str | None:
         """``"v2"``, ``"0.7"``, or None for a topic this broker does not know (§16.6)."""
-        replicas = self.handler.replicas
-        if replicas is not None and (assignment := replicas.topics.get(topic)) is not None:
-            return assignment.config.get(topics.RECORD_FORMAT, FORMAT_07)
-        log = self.handler.existing_log(topic, 0) if topic in self.handler.log_manager.topics() else None
-        if log is None:
-            return None
-        return getattr(log, "record_format", FORMAT_07)
-
+        return self.handler.topic_format(topic)
 
     # ----------------------------------------------------------------- partitions
 
@@ -179,6 +170,22 @@ class KafkaService:
             return await self.handler.partition_for_write(topic, index)
         return self.handler.partition(topic, index)
 
+    async def read_view(self, topic: str, index: int, current_leader_epoch: int) -> ReadView | ErrorCode:
+        """What a reader of the partition sees, or the Kafka error that answers it: as
+        ``partition_for``, then only the leader serves (§16.4), and a ``current_leader_epoch``
+        other than -1 must be the partition's (older: FENCED, newer: UNKNOWN_LEADER_EPOCH)."""
+        target = await self.partition_for(topic, index, write=False)
+        if isinstance(target, ErrorCode):
+            return target
+        try:
+            view = target.read_view()
+        except Refused as exc:
+            return kafka_error(exc.error)
+        if current_leader_epoch >= 0 and current_leader_epoch != view.leader_epoch:
+            return (ErrorCode.fenced_leader_epoch if current_leader_epoch < view.leader_epoch
+                    else ErrorCode.unknown_leader_epoch)
+        return view
+
     def appended(self, topic: str, index: int) -> None:
         """Wake the long polls of a partition whose log end is its high watermark (unreplicated, §16.6)."""
         self.waiters.notify((topic, index))
@@ -189,18 +196,12 @@ class KafkaService:
         except Refused:
             return -1
 
-    def epoch_history(self, partition: Partition) -> Any:
-        """The leader-epoch history of a replicated partition (§12.3), None for an unreplicated one."""
-        hosted = getattr(partition, "_hosted", None)
-        return None if hosted is None else hosted.epochs.history
-
     def stored_settings(self, topic: str) -> dict[str, str]:
         """The settings stored for ``topic`` (§12.12.1)."""
         replicas = self.handler.replicas
         if replicas is not None and (assignment := replicas.topics.get(topic)) is not None:
             return dict(assignment.config)
-        read: Callable[[str], dict[str, str]] = getattr(self.handler.admin, "read_settings", lambda t: {})
-        return read(topic)
+        return self.handler.admin.read_settings(topic)
 
     def timestamp_type(self, topic: str) -> str:
         return self.stored_settings(topic).get(MESSAGE_TIMESTAMP_TYPE, "CreateTime")
@@ -223,21 +224,13 @@ class KafkaService:
         await self.handler.admin.delete_local_topic(topic)
 
 
-def _standalone_cluster_id(log_dir: str) -> str:
-    """The id in ``<log-dir>/.trikafka-cluster-id``, made on first use (§16.7)."""
+def _standalone_cluster_id(fs: FileSystem, log_dir: str) -> str:
+    """The id in ``<log-dir>/.trikafka-cluster-id``, made (durably) on first use (§16.7)."""
     path = os.path.join(log_dir, CLUSTER_ID_FILE)
-    try:
-        with open(path) as f:
-            found = f.read().strip()
-        if found:
-            return found
-    except FileNotFoundError:
-        pass
-    made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(made + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if fs.exists(path) and (found := fs.read_file(path).decode().strip()):
+        return found
+    made = cluster.new_cluster_id()
+    fs.write_synced(f"{path}.tmp", (made + "\n").encode())
+    fs.rename(f"{path}.tmp", path)
+    fs.fsync_dir(log_dir)
     return made

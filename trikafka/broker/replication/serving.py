@@ -60,7 +60,7 @@ class ReplicatedPartition:
         hosted = self._hosted
         if hosted.leader is None:
             raise _not_led(self._manager, self.key)
-        return ReadView(hosted.log, hosted.consumer_end(), hosted.leader_epoch)
+        return ReadView(hosted.log, hosted.consumer_end(), hosted.leader_epoch, hosted.epochs.history)
 
     def ack_wait(self, next_offset: int) -> AckWait:
         return _Committed(self.key, self._hosted, next_offset)
