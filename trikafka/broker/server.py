@@ -287,8 +287,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
         if local_settings is not None:
             handler.admin.store_settings = local_settings.store
             handler.admin.forget_settings = local_settings.forget
-            settings_file = local_settings
-            handler.admin.read_settings = lambda topic: dict(settings_file.topics.get(topic, {}))
+            handler.admin.read_settings = local_settings.read
         for log in log_manager.logs():
             handler.adopt(log)
         async with trio.open_nursery() as server:
@@ -318,8 +317,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,
                                 cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
-                handler.admin.self_broker = BrokerAddress(config.broker_id, await published_host(config),
-                                                          broker.port)
+                host = await published_host(config)  # looked up once, for both listeners
+                handler.admin.self_broker = BrokerAddress(config.broker_id, host, broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
@@ -337,7 +336,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
                     handler.admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 if kafka is not None:
-                    await kafka.start(services, broker.zookeeper, kafka_addresses[0].port)
+                    await kafka.start(services, broker.zookeeper,
+                                      BrokerAddress(config.broker_id, host, kafka_addresses[0].port))
                     kafka_acceptor.start_accepting()
                 acceptor.start_accepting()  # early connections waited in the backlog until now
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)

@@ -76,6 +76,10 @@ class LocalTopicSettings:
         self._overrides.apply(topic, settings)
         return True
 
+    def read(self, topic: str) -> dict[str, str]:
+        """A copy of ``topic``'s stored settings (empty: none)."""
+        return dict(self.topics.get(topic, {}))
+
     async def forget(self, topic: str) -> None:
         """Drop ``topic``'s settings (durably, off the loop) and put the broker's own back in force."""
         if topic not in self.topics:

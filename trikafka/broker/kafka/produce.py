@@ -7,6 +7,7 @@ request's timeout.  Acks 0 is never answered.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -125,10 +126,8 @@ def _by_topic(results: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:
     return list(grouped.items())
 
 
-def _time(ms: int) -> Any:
+def _time(ms: int) -> datetime.datetime | None:
     """kio's LogAppendTime field: a timezone-aware time, or None for -1 (CreateTime)."""
     if ms < 0:
         return None
-    import datetime
-
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

@@ -26,7 +26,7 @@ from trikafka.kafka.framing import Request, encode_response
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.responses import Chunk
 
-from ..config import BrokerConfig, published_host
+from ..config import BrokerConfig
 from ..partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
@@ -97,10 +97,9 @@ class KafkaService:
         """A processor's connection factory for this listener."""
         return KafkaConnection(self, stream, peer)
 
-    async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, port: int) -> None:
-        """Learn the bound port, the published host and the cluster id (§16.7), before accepting."""
-        self.port = port
-        self.host = await published_host(self.config)
+    async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, listener: BrokerAddress) -> None:
+        """Learn the listener's published address and the cluster id (§16.7), before accepting."""
+        self.host, self.port = listener.host, listener.port
         if zookeeper is not None:
             from .registry import KafkaRegistry
 
