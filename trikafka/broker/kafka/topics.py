@@ -82,22 +82,19 @@ class TopicService:
                 raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
                                                             f"(accepted: {', '.join(sorted(allowed))})")
         stored = {k: v for k, v in settings.items() if v is not None}
+        if not replicated:  # a standalone topic accepts the replication keys' defaults and stores none
+            if stored.get(MIN_INSYNC_REPLICAS, "1") != "1":
+                raise TopicError(ErrorCode.invalid_config, f"{MIN_INSYNC_REPLICAS} above 1 needs replicas: this "
+                                                            "broker is standalone")
+            stored = {k: v for k, v in stored.items() if k not in (MIN_INSYNC_REPLICAS, UNCLEAN_ELECTION)}
         try:
             overrides = log_overrides(stored)
-            # Replication keys belong to replicated topics; a standalone topic accepts their defaults.
-            plain = {k: v for k, v in stored.items()
-                     if replicated or k not in (MIN_INSYNC_REPLICAS, UNCLEAN_ELECTION)}
-            check_topic_config(plain, replicated=replicated)
+            check_topic_config(stored, replicated=replicated)
         except TopicConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         if overrides.compact:
             raise TopicError(ErrorCode.invalid_config, f"{CLEANUP_POLICY}=compact is not served on Kafka-format "
                                                         "topics yet (docs/protocol.md §16.6)")
-        if not replicated and stored.get(MIN_INSYNC_REPLICAS, "1") != "1":
-            raise TopicError(ErrorCode.invalid_config, f"{MIN_INSYNC_REPLICAS} above 1 needs replicas: this broker "
-                                                        "is standalone")
-        if not replicated:
-            stored = {k: v for k, v in stored.items() if k not in (MIN_INSYNC_REPLICAS, UNCLEAN_ELECTION)}
         return {**stored, RECORD_FORMAT: "v2"}
 
     async def create(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
