@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
 
 from tests.helpers.kafka_clients import (CountedProducer, check_acknowledged_read_back, create_topic,
                                          high_watermarks, read_with_confluent)
@@ -80,3 +83,71 @@ async def test_a_replicated_kafka_topic_takes_acks_all_writes_and_every_replica_
                         break
                     await trio.sleep(0.1)
                 assert replicas[0][0] == b"v2\n"
+
+
+GROWN = "grown-then-deleted"
+
+
+async def _admin_call(call: Any) -> None:
+    """Run a confluent-kafka admin call (a dict of futures) to completion in a thread; its errors raise."""
+    futures = call()
+    for future in futures.values():
+        await trio.to_thread.run_sync(functools.partial(future.result, timeout=30))
+
+
+async def _metadata(bootstrap: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return await trio.to_thread.run_sync(functools.partial(admin.list_topics, timeout=10))
+
+
+def _produce_to_each_partition(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int]]:
+    """One acks=all record to each partition by number; the (partition, offset) of each answer."""
+    from confluent_kafka import Producer
+
+    acked: list[tuple[int, int]] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30_000})
+    for partition in range(partitions):
+        producer.produce(topic, value=b"x", partition=partition,
+                         on_delivery=lambda err, msg: acked.append((msg.partition(), msg.offset()))
+                         if err is None else None)
+    assert producer.flush(60) == 0
+    return sorted(acked)
+
+
+async def test_create_partitions_and_delete_topics_on_a_zookeeper_cluster(zk_chroot, tmp_path):
+    """§16.4: CreatePartitions adds replicated partitions that every broker serves; DeleteTopics removes
+    the topic from every broker's Metadata and log directory, and a topic created again is empty."""
+    async with kafka_cluster(tmp_path, zk_chroot) as cluster:
+        bootstrap = cluster.bootstrap()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, GROWN, 1, replication_factor=3))
+        await _admin_call(lambda: admin.create_partitions([NewPartitions(GROWN, 3)]))
+        each_broker = [f"127.0.0.1:{cluster.brokers[b].kafka_port}" for b in BROKER_IDS]
+        with trio.fail_after(WAIT_S):
+            for one in each_broker:  # each broker learns of the new partitions through its own watch
+                while True:
+                    partitions = (await _metadata(one)).topics[GROWN].partitions
+                    if len(partitions) == 3 and all(len(p.isrs) == 3 and p.leader >= 0
+                                                    for p in partitions.values()):
+                        break
+                    await trio.sleep(0.1)
+        acked = await trio.to_thread.run_sync(_produce_to_each_partition, bootstrap, GROWN, 3)
+        assert acked == [(0, 0), (1, 0), (2, 0)]  # (partition, offset): every new partition takes writes
+        with pytest.raises(KafkaException, match="INVALID_PARTITIONS"):
+            await _admin_call(lambda: admin.create_partitions([NewPartitions(GROWN, 2)]))
+
+        await _admin_call(lambda: admin.delete_topics([GROWN]))
+        directories = [cluster.brokers[b].log_dir / f"{GROWN}-{p}" for b in BROKER_IDS for p in range(3)]
+        with trio.fail_after(WAIT_S):
+            for one in each_broker:
+                while GROWN in (await _metadata(one)).topics:
+                    await trio.sleep(0.1)
+            while any(d.exists() for d in directories):
+                await trio.sleep(0.1)
+
+        await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, GROWN, 1, replication_factor=3))
+        with trio.fail_after(WAIT_S):
+            while not ((found := (await _metadata(bootstrap)).topics.get(GROWN)) and found.partitions
+                       and found.partitions[0].leader >= 0):
+                await trio.sleep(0.1)
+        assert await trio.to_thread.run_sync(high_watermarks, bootstrap, GROWN, 1) == [0]

@@ -15,8 +15,8 @@ from typing import AsyncIterator, Callable, Collection
 
 from . import paths
 from .coordinator import Coordinator
-from .ops import CreateOp, Stat
-from .errors import NodeExistsError, NoNodeError
+from .ops import CreateOp, DeleteOp, Op, SetOp, Stat
+from .errors import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from .replication_values import PartitionState, ReplicationValueError, TopicAssignment
 
 
@@ -56,12 +56,76 @@ async def create_topic(zk: Coordinator, topic: str, assignment: TopicAssignment,
 async def create_assigned_topic(zk: Coordinator, topic: str, assignment: TopicAssignment) -> None:
     """§12.12.2: create a replicated topic whose partitions start led by their first replica,
     at epoch 0, in the current controller epoch.  Raises TopicExistsError."""
-    try:
-        controller_epoch = int((await zk.get(paths.CONTROLLER_EPOCH))[0])
-    except NoNodeError:
-        controller_epoch = 0
+    controller_epoch = await _controller_epoch(zk)
     states = [PartitionState(r[0], 0, r, controller_epoch) for r in assignment.replicas]
     await create_topic(zk, topic, assignment, states)
+
+
+async def _controller_epoch(zk: Coordinator) -> int:
+    try:
+        return int((await zk.get(paths.CONTROLLER_EPOCH))[0])
+    except NoNodeError:
+        return 0
+
+
+async def add_assigned_partitions(zk: Coordinator, topic: str,
+                                  plan: Callable[[TopicAssignment], TopicAssignment]) -> TopicAssignment:
+    """Grow a replicated topic (docs/protocol.md §16.4, CreatePartitions): ``plan(current)`` gives the
+    longer assignment; one transaction sets the topic znode at the version read and creates the new
+    partitions' first states (led by their first replica, epoch 0).  A concurrent change of the topic
+    znode makes it read again and redo.  NoNodeError when the topic is not replicated; whatever
+    ``plan`` raises passes through."""
+    while True:
+        found = await read_assignment_versioned(zk, topic)
+        if found is None:
+            raise NoNodeError(paths.replicated_topic(topic))
+        current, version = found
+        grown = plan(current)
+        old = len(current.replicas)
+        controller_epoch = await _controller_epoch(zk)
+        ops: list[Op] = [SetOp(paths.replicated_topic(topic), grown.encode(), version)]
+        for partition in range(old, len(grown.replicas)):
+            replicas = grown.replicas[partition]
+            state_path = paths.partition_state(topic, partition)
+            ops += [CreateOp(paths.parent_of(state_path)),
+                    CreateOp(state_path, PartitionState(replicas[0], 0, replicas, controller_epoch).encode())]
+        try:
+            await zk.multi(ops)
+        except BadVersionError:
+            continue
+        return grown
+
+
+async def delete_replicated_topic(zk: Coordinator, topic: str, attempts: int = 5) -> None:
+    """Delete ``/trikafka/topics/<t>`` with its partitions and their states in one transaction
+    (docs/protocol.md §16.4, DeleteTopics); brokers see it gone through their topic watch.
+    NoNodeError when the topic is not replicated."""
+    topic_path = paths.replicated_topic(topic)
+    for attempt in range(attempts):
+        await zk.get(topic_path)  # NoNodeError: no such replicated topic
+        ops: list[Op] = []
+        for path in await _subtree(zk, f"{topic_path}/partitions"):
+            ops.append(DeleteOp(path))
+        ops.append(DeleteOp(topic_path))
+        try:
+            await zk.multi(ops)
+            return
+        except (NoNodeError, NotEmptyError):
+            if attempt == attempts - 1 or not await zk.exists(topic_path):
+                raise  # gone meanwhile (another DeleteTopics), or it keeps changing
+            # a partition came or went between the reads and the transaction: read again
+
+
+async def _subtree(zk: Coordinator, path: str) -> list[str]:
+    """``path`` and every node under it, children before their parents; [] when absent."""
+    try:
+        children = await zk.children(path)
+    except NoNodeError:
+        return []
+    nodes: list[str] = []
+    for child in children:
+        nodes += await _subtree(zk, f"{path}/{child}")
+    return nodes + [path]
 
 
 async def replicated_topics(zk: Coordinator) -> list[str]:

@@ -4,11 +4,13 @@
   ``/trikafka/brokers/<id>`` (written by the replica manager's membership);
 * the cluster id in ``/trikafka/cluster-id``, created by the first broker
   that needs it;
-* CreateTopics: a replicated topic (§12.12.2) with ``record.format=v2``.
+* CreateTopics: a replicated topic (§12.12.2) with ``record.format=v2``;
+  DeleteTopics and CreatePartitions change its znodes (§16.4).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -20,7 +22,8 @@ from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import CoordinatorError, NodeExistsError, NoNodeError
 from trikafka.zk.registry import live_brokers
-from trikafka.zk.replication_store import TopicExistsError, create_assigned_topic
+from trikafka.zk.replication_store import (TopicExistsError, add_assigned_partitions, create_assigned_topic,
+                                          delete_replicated_topic)
 from trikafka.zk.replication_values import TopicAssignment
 
 from ..replication.assignment import AssignmentError, assign_replicas
@@ -101,9 +104,39 @@ class KafkaRegistry:
         return partitions, factor
 
     async def delete_topic(self, topic: str) -> None:
-        raise TopicError(ErrorCode.invalid_request, "DeleteTopics is not served on a ZooKeeper cluster yet "
-                                                    "(docs/protocol.md §16.4)")
+        """DeleteTopics in ZooKeeper mode (§16.4): the topic's znodes go in one transaction; every
+        broker deletes its own logs once its watch sees them gone."""
+        try:
+            await delete_replicated_topic(self._zk, topic)
+        except NoNodeError:
+            raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: a 0.7 topic's "
+                                                        f"partitions live on each broker separately") from None
+        except CoordinatorError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+        logger.info("deleted Kafka-format topic %s", topic)
 
     async def add_partitions(self, topic: str, count: int) -> None:
-        raise TopicError(ErrorCode.invalid_request, "CreatePartitions is not served on a ZooKeeper cluster yet "
-                                                    "(docs/protocol.md §16.4)")
+        """CreatePartitions in ZooKeeper mode (§16.4): the new partitions' replicas by §12.12.2's round
+        robin at the topic's replication factor, written with their first states in one transaction."""
+        live = await live_brokers(self._zk)
+
+        def grow(current: TopicAssignment) -> TopicAssignment:
+            old = len(current.replicas)
+            if count <= old:
+                raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {old} partitions; the count can "
+                                                                f"only grow")
+            factor = len(current.replicas[0]) if current.replicas else DEFAULT_REPLICATION_FACTOR
+            try:
+                planned = assign_replicas(set(live), count, factor)
+            except AssignmentError as exc:
+                raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
+            return dataclasses.replace(current, replicas=current.replicas + planned[old:])
+
+        try:
+            await add_assigned_partitions(self._zk, topic, grow)
+        except NoNodeError:
+            raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: a 0.7 topic's "
+                                                        f"partitions live on each broker separately") from None
+        except CoordinatorError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+        logger.info("topic %s grown to %d partitions", topic, count)

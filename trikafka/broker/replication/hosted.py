@@ -135,6 +135,15 @@ class HostedPartition:
             self._wake()
             return self.role
 
+    async def retire(self) -> None:
+        """Stop leading and following for good: the topic was deleted (§16.4).  Waiting acks -1
+        appends and long polls wake and find no leader."""
+        async with self.lock:
+            self._stop_leading()
+            self.follower = None
+            self.state, self.replicas = None, ()
+            self._wake()
+
     @property
     def role(self) -> str:
         return "leader" if self.leader is not None else "follower" if self.follower is not None else "none"

@@ -87,7 +87,7 @@ class ReplicaManager:
         self.controller = Controller(zk, broker_id, **(
             {} if reconcile_interval_s is None else {"reconcile_interval_s": reconcile_interval_s}))
         self._followers: dict[TopicPartition, tuple[FollowerPartition, trio.CancelScope]] = {}
-        self._watched_partitions: set[TopicPartition] = set()
+        self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
 
@@ -231,6 +231,8 @@ class ReplicaManager:
                     logger.error("replicated topic %r: %s", topic, exc)
                 else:
                     await self._adopt_topic(topic, assignment)
+            elif topic in self.topics:
+                await self._drop_topic(topic)
             if not started:
                 task_status.started()
                 started = True
@@ -245,8 +247,8 @@ class ReplicaManager:
         for partition in range(len(assignment.replicas)):
             key = (topic, partition)
             if key not in self._watched_partitions:
-                self._watched_partitions.add(key)
-                await self._tasks.start(self._watch_partition, topic, partition)
+                self._watched_partitions[key] = scope = trio.CancelScope()
+                await self._tasks.start(self._watch_partition, topic, partition, scope)
             elif (before is not None and partition < len(before.replicas)
                   and before.replicas[partition] != assignment.replicas[partition]
                   and (state := self.states.get(key)) is not None):
@@ -255,11 +257,31 @@ class ReplicaManager:
                 hosted = self.hosted.get(key)
                 await self._apply(topic, partition, state, hosted.version if hosted else -1)
 
-    async def _watch_partition(self, topic: str, partition: int, *,
+    async def _drop_topic(self, topic: str) -> None:
+        """The topic's znode is gone (DeleteTopics, §16.4): stop serving its partitions here and
+        delete this broker's logs of it; a topic created again later starts afresh."""
+        del self.topics[topic]
+        for key in [k for k in self._watched_partitions if k[0] == topic]:
+            self._watched_partitions.pop(key).cancel()
+            self.states.pop(key, None)
+        for key in [k for k in self.hosted if k[0] == topic]:
+            hosted = self.hosted.pop(key)
+            await hosted.retire()
+            self._start_or_stop_follower(hosted)
+            await self._run_blocking(hosted.epochs.close)
+        count = await self._handler.delete_topic_logs(topic)
+        self._note_progress()
+        logger.info("topic %s deleted: %d logs removed from this broker", topic, count)
+
+    async def _watch_partition(self, topic: str, partition: int, scope: trio.CancelScope, *,
                                task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await self._watch_partition_state(topic, partition, task_status)
+
+    async def _watch_partition_state(self, topic: str, partition: int, task_status: trio.TaskStatus[None]) -> None:
         started = False
         async for value in self._zk.watch_data(paths.partition_state(topic, partition)):
-            if value is not None:
+            if value is not None and topic in self.topics:
                 try:
                     state = PartitionState.decode(value[0])
                 except ReplicationValueError as exc:
