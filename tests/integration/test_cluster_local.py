@@ -56,10 +56,20 @@ async def test_up_serves_a_replicated_topic_and_down_stops_every_process(tmp_pat
         view = json.loads((await trikafka("cluster", "--json", "--zookeeper", zookeeper)).split("\n")[0])
         assert [b["id"] for b in view["brokers"]] == [0, 1, 2] and view["under_replicated"] == []
 
+        # The Kafka-protocol listeners (§16.1): each broker's own port, all named by Metadata.
+        bootstrap = ",".join(f"127.0.0.1:{b['kafka_port']}" for b in state["brokers"])
+        assert f"Kafka protocol bootstrap {bootstrap};" in out
+        await trikafka("topics", "create", "events", "--partitions", "2", "--replication-factor", "3",
+                       "--kafka", bootstrap)
+        await trikafka("produce", "events", "--kafka", bootstrap, stdin=b"x\ny\n")
+        assert sorted((await trikafka("consume", "events", "-c", "2", "-f", "%s\\n", "--kafka",
+                                      bootstrap)).split("\n")[:2]) == ["x", "y"]
+
         os.kill(pids[2], signal.SIGKILL)  # broker 1: `up` again brings it back on its port and data
         await trikafka("cluster", "up", *where)
         state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
-        assert [b["port"] for b in state["brokers"]] == [b["port"] for b in json.loads(saved)["brokers"]]
+        assert ([(b["port"], b["kafka_port"]) for b in state["brokers"]]
+                == [(b["port"], b["kafka_port"]) for b in json.loads(saved)["brokers"]])
         assert state["brokers"][1]["pid"] != pids[2] and state["brokers"][0]["pid"] == pids[1]
         pids = [state["zookeeper"]["pid"], *(b["pid"] for b in state["brokers"])]
         consumed = await trikafka("consume", "orders", "-c", "3", "-f", "%s\\n", "--broker",

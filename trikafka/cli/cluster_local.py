@@ -1,7 +1,8 @@
 """``trikafka cluster up|down``: a ZooKeeper and N brokers on this machine, as detached processes.
 
 ``up`` starts them under one directory (``cluster.json`` there records what runs: the
-ZooKeeper's and each broker's PID and address) and returns once every broker serves;
+ZooKeeper's and each broker's PID and addresses, its 0.7 port and its Kafka-protocol port)
+and returns once every broker serves;
 ``down`` stops exactly those processes, by PID, brokers first (SIGTERM: a clean stop),
 then ZooKeeper.  Unlike a broker's private ZooKeeper, this one outlives any broker, so
 brokers can be killed and restarted against it.
@@ -25,6 +26,7 @@ STATE_FILE = "cluster.json"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.1
+KAFKA_PORT_DISTANCE = 100  # default Kafka-protocol ports: the 0.7 ports + 100 (9192, 9193, ...)
 
 
 class LocalClusterError(Exception):
@@ -39,6 +41,7 @@ class Member:
     pid: int
     host: str
     port: int
+    kafka_port: int = 0  # a broker's Kafka-protocol listener (docs/protocol.md §16.1); 0 for ZooKeeper
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ class LocalCluster:
     def broker_list(self) -> str:
         return ",".join(f"{m.name.removeprefix('broker-')}:{m.host}:{m.port}" for m in self.brokers)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka-protocol listeners, as Kafka clients' ``bootstrap.servers``."""
+        return ",".join(f"{m.host}:{m.kafka_port}" for m in self.brokers)
+
     def save(self) -> None:
         state = {"version": 1, "zookeeper": asdict(self.zookeeper), "brokers": [asdict(m) for m in self.brokers]}
         tmp = self.directory / f"{STATE_FILE}.tmp"
@@ -74,8 +82,10 @@ class LocalCluster:
             raise LocalClusterError(f"{directory / STATE_FILE} is not a cluster state file: {exc}") from None
 
 
-def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int, extra: list[str]) -> LocalCluster:
-    """Start ZooKeeper, then brokers 0..brokers-1 (ports ``first_port + id``, or free ports for 0).
+def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int, first_kafka_port: int,
+          extra: list[str]) -> LocalCluster:
+    """Start ZooKeeper, then brokers 0..brokers-1 (ports ``first_port + id`` and Kafka-protocol ports
+    ``first_kafka_port + id``, or free ports for 0).
 
     Over a cluster recorded in ``directory``, start again only its members that stopped, on
     their ports and data (a killed broker comes back); LocalClusterError if all of them run.
@@ -87,19 +97,21 @@ def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int
                                     f"{directory}` first")
         zookeeper = existing.zookeeper if _alive(existing.zookeeper) else \
             _start_zookeeper(directory, existing.zookeeper.port)
-        ports = [m.port for m in existing.brokers]
+        ports = [(m.port, m.kafka_port) for m in existing.brokers]
         running = {i: m for i, m in enumerate(existing.brokers) if _alive(m)}
     else:
         directory.mkdir(parents=True, exist_ok=True)
         zookeeper = _start_zookeeper(directory, zookeeper_port)
-        ports = [first_port + i if first_port else 0 for i in range(brokers)]
+        ports = [(first_port + i if first_port else 0, first_kafka_port + i if first_kafka_port else 0)
+                 for i in range(brokers)]
         running = {}
-    members = [running.get(i, Member(f"broker-{i}", 0, "127.0.0.1", port)) for i, port in enumerate(ports)]
+    members = [running.get(i, Member(f"broker-{i}", 0, "127.0.0.1", port, kafka_port))
+               for i, (port, kafka_port) in enumerate(ports)]
     LocalCluster(directory, zookeeper, tuple(members)).save()  # from here on `down` can stop what started
     for broker_id, member in enumerate(members):
         if broker_id not in running:
             members[broker_id] = _start_broker(directory, LocalCluster(directory, zookeeper, tuple(members)),
-                                               broker_id, member.port, extra)
+                                               broker_id, member, extra)
     cluster = LocalCluster(directory, zookeeper, tuple(members))
     cluster.save()
     return cluster
@@ -117,19 +129,25 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
     return member
 
 
-def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, port: int, extra: list[str]) -> Member:
-    """Broker ``broker_id`` on ``port`` (0: a free one), recorded in the state file while it starts."""
+def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planned: Member,
+                  extra: list[str]) -> Member:
+    """Broker ``broker_id`` on ``planned``'s ports (0: a free one), recorded in the state file while it
+    starts.  Both ports are given, so a broker never takes the fixed Kafka port 9093 that a broker on
+    9092 would default to (§16.1) while another broker of the cluster listens there."""
     name = f"broker-{broker_id}"
     ready_file = directory / f"{name}.port"
     ready_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "trikafka", "serve", "--zookeeper", cluster.zookeeper_connect,
-               "--broker-id", str(broker_id), "--port", str(port), "--log-dir", str(directory / name),
+               "--broker-id", str(broker_id), "--port", str(planned.port), "--kafka-port", str(planned.kafka_port),
+               "--log-dir", str(directory / name),
                "--ready-file", str(ready_file), *extra]
-    starting = Member(name, _spawn(command, directory / f"{name}.log", directory), "127.0.0.1", port)
+    starting = Member(name, _spawn(command, directory / f"{name}.log", directory), "127.0.0.1", planned.port,
+                      planned.kafka_port)
     members = list(cluster.brokers)
     members[broker_id] = starting
     LocalCluster(directory, cluster.zookeeper, tuple(members)).save()
-    return Member(name, starting.pid, "127.0.0.1", _wait_ready_file(ready_file, starting, directory / f"{name}.log"))
+    port, kafka_port = _wait_ready_file(ready_file, starting, directory / f"{name}.log")
+    return Member(name, starting.pid, "127.0.0.1", port, kafka_port)
 
 
 def stop(directory: Path) -> LocalCluster:
@@ -191,11 +209,14 @@ def _wait_zookeeper(member: Member, log_path: Path) -> None:
                             f"see {log_path}")
 
 
-def _wait_ready_file(path: Path, member: Member, log_path: Path) -> int:
+def _wait_ready_file(path: Path, member: Member, log_path: Path) -> tuple[int, int]:
+    """(port, Kafka port) once the broker wrote its ready file."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
-            return read_ready_file(str(path))[0]
+            port, kafka_port = read_ready_file(str(path))
+            if kafka_port is not None:
+                return port, kafka_port
         except (FileNotFoundError, ValueError):
             pass
         if not _alive(member):
@@ -214,6 +235,9 @@ def add_arguments(cluster: argparse.ArgumentParser) -> None:
     cluster.add_argument("--brokers", type=int, default=3, metavar="N", help="with up: how many brokers (default 3)")
     cluster.add_argument("--first-port", type=int, default=9092, metavar="PORT",
                          help="with up: broker I listens on PORT+I (default 9092; 0: free ports)")
+    cluster.add_argument("--first-kafka-port", type=int, default=None, metavar="PORT",
+                         help="with up: broker I serves the Kafka protocol on PORT+I (default: the first port "
+                              "+ 100, so 9192; 0: free ports)")
     cluster.add_argument("--zookeeper-port", type=int, default=2181, metavar="PORT",
                          help="with up: ZooKeeper's port (default 2181; 0: a free port)")
     cluster.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -227,10 +251,14 @@ def cmd_up_down(args: argparse.Namespace) -> int:
             if args.brokers < 1:
                 raise LocalClusterError("--brokers must be >= 1")
             extra = [item for setting in args.set for item in ("--set", setting)]
+            first_kafka_port = args.first_kafka_port
+            if first_kafka_port is None:
+                first_kafka_port = args.first_port + KAFKA_PORT_DISTANCE if args.first_port else 0
             cluster = start(directory, brokers=args.brokers, zookeeper_port=args.zookeeper_port,
-                            first_port=args.first_port, extra=extra)
+                            first_port=args.first_port, first_kafka_port=first_kafka_port, extra=extra)
             print(f"trikafka: cluster up in {directory}: ZooKeeper {cluster.zookeeper_connect}, brokers "
-                  f"{cluster.broker_list}; stop it with `trikafka cluster down --dir {args.dir}`")
+                  f"{cluster.broker_list}, Kafka protocol bootstrap {cluster.kafka_bootstrap}; stop it with "
+                  f"`trikafka cluster down --dir {args.dir}`")
             return 0
         cluster = stop(directory)
         print(f"trikafka: cluster down: stopped {len(cluster.brokers)} brokers and ZooKeeper "
