@@ -160,13 +160,12 @@ def replicated(root: Path, messages: int, size: int) -> None:
 
     directory = root / "cluster"
     try:
-        cluster = start(directory, brokers=3, zookeeper_port=0, first_port=0, extra=[])
+        cluster = start(directory, brokers=3, zookeeper_port=0, first_port=0, first_kafka_port=0, extra=[])
     except LocalClusterError as exc:
         print(f"replication: no 3-broker cluster: {exc}", flush=True)
         return
     try:
-        kafka_ports = [read_ready_file(str(directory / f"{m.name}.port"))[1] for m in cluster.brokers]
-        bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports)
+        bootstrap = cluster.kafka_bootstrap
         pids = [m.pid for m in cluster.brokers]
         print(f"cluster: ZooKeeper {cluster.zookeeper_connect}, Kafka listeners {bootstrap}; "
               f"{messages:,} messages of {size} B", flush=True)
