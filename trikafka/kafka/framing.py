@@ -83,10 +83,13 @@ class FrameReader:
             end = self._whole_frames_bytes()
             if end == 0:
                 return None
-            # One copy for every whole frame buffered: pipelined requests cost one slice.
-            self._taken = memoryview(bytes(self._pending[:end]))
+            # The whole frames are handed out as views of the buffer they arrived in, which is
+            # never written again: only the bytes after them (the start of a frame still coming)
+            # are copied, into a fresh buffer for what arrives next.
+            whole = self._pending
+            self._pending = whole[end:]
+            self._taken = memoryview(whole)[:end]
             self._next = 0
-            del self._pending[:end]
             self._whole = 0
         start = self._next + SIZE_PREFIX_BYTES
         end = start + _INT32.unpack_from(self._taken, self._next)[0]
