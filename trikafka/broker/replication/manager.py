@@ -8,7 +8,7 @@ registered in ZooKeeper::
     ├── topics               children of /trikafka/topics -> one task per topic
     │   └── partition states one data watch per partition state: every broker
     │                        knows every leader (METADATA); a replica acts on it
-    ├── follower tasks       one per partition this broker follows (fetcher.follow)
+    ├── follower tasks       one per partition this broker follows (followers.py)
     ├── ISR maintenance      the leader's shrink and expand proposals, written
     │                        with versioned sets (a stale leader is fenced)
     └── controller           contends for /trikafka/controller (controller.py)
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import trio
 
 from ...log.epochs import EpochFile
-from ...wire.errors import ErrorCode, RemoteProtocolError
+from ...wire.errors import ErrorCode
 from ...wire.metadata import BrokerAddress, PartitionMetadata, TopicMetadata
 from ...zk import paths
 from ...zk.coordinator import Coordinator
@@ -39,9 +39,8 @@ from ...zk.replication_values import PartitionState, ReplicationValueError, Topi
 from ..seams import Flusher, LogDirectory, RunBlocking
 from ..waiters import VisibleEndWaiters
 from .controller import Controller
-from .fetch_rules import FollowerPartition
-from .fetcher import FollowerStopped, StreamLeaderLink, follow
-from .hosted import FollowerLog, HostedPartition
+from .followers import FollowerTasks
+from .hosted import HostedPartition
 from .isr import LeaderPartition
 from ..topic_settings import RECORD_FORMAT
 from .membership import controlled_shutdown, register_membership, registered_before
@@ -53,8 +52,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ISR_CHECK_INTERVAL_S = 0.25
-FOLLOW_RETRY_MIN_S = 0.05
-FOLLOW_RETRY_MAX_S = 1.0
 
 TopicPartition = tuple[str, int]
 
@@ -76,7 +73,6 @@ class ReplicaManager:
         self._handler, self._log_manager, self._flusher = handler, log_manager, flusher
         self._waiters = waiters
         self._run_blocking = run_blocking
-        self._open_stream = open_stream
         self.tail = TailStatus(broker_id, tail_intact)
         self._on_replicated_topic = on_replicated_topic  # the 0.7 registrar must skip these
         self.topics: dict[str, TopicAssignment] = {}
@@ -86,7 +82,8 @@ class ReplicaManager:
         self.brokers: dict[int, BrokerAddress] = {}
         self.controller = Controller(zk, broker_id, **(
             {} if reconcile_interval_s is None else {"reconcile_interval_s": reconcile_interval_s}))
-        self._followers: dict[TopicPartition, tuple[FollowerPartition, trio.CancelScope]] = {}
+        self._follower_tasks = FollowerTasks(broker_id=broker_id, brokers=lambda: self.brokers,
+                                             open_stream=open_stream, on_high_watermark=self._on_follower_hw)
         self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
@@ -334,48 +331,8 @@ class ReplicaManager:
         for hosted in self.hosted.values():
             hosted.epochs.close()
 
-    # ----------------------------------------------------------------- followers
-
     def _start_or_stop_follower(self, hosted: HostedPartition) -> None:
-        key = hosted.key
-        running = self._followers.get(key)
-        if running is not None and running[0] is hosted.follower:
-            return
-        if running is not None:
-            running[1].cancel()
-            del self._followers[key]
-        if hosted.follower is not None:
-            scope = trio.CancelScope()
-            self._followers[key] = (hosted.follower, scope)
-            self._tasks.start_soon(self._follow, hosted, hosted.follower, scope)
-
-    async def _follow(self, hosted: HostedPartition, follower: FollowerPartition, scope: trio.CancelScope) -> None:
-        """Copy the leader of one epoch, reconnecting with backoff, until the role changes."""
-        retry_s = FOLLOW_RETRY_MIN_S
-        with scope:
-            while hosted.follower is follower:
-                address = self.brokers.get(follower.leader_id)
-                reason = f"leader {follower.leader_id} is not registered"
-                if address is not None:
-                    try:
-                        stream = await self._open_stream(address.host, address.port)
-                        async with stream:
-                            link = StreamLeaderLink(stream, replica_id=self.broker_id,
-                                                    leader_epoch=follower.leader_epoch,
-                                                    topic=hosted.topic, partition=hosted.partition)
-                            retry_s = FOLLOW_RETRY_MIN_S
-                            await follow(FollowerLog(hosted, follower), link, follower,
-                                         on_high_watermark=functools.partial(self._on_follower_hw, hosted))
-                    except FollowerStopped as exc:
-                        reason = exc.error.name
-                    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
-                            RemoteProtocolError) as exc:
-                        reason = str(exc) or type(exc).__name__
-                logger.debug("%s-%d: following %d in epoch %d paused: %s", hosted.topic, hosted.partition,
-                             follower.leader_id, follower.leader_epoch, reason)
-                follower.needs_truncation = True
-                await trio.sleep(retry_s)
-                retry_s = min(retry_s * 2, FOLLOW_RETRY_MAX_S)
+        self._follower_tasks.update(hosted, self._tasks)
 
     # ----------------------------------------------------------------- the leader's ISR
 
