@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 
 from .errors import KafkaCodecError
 
+OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in (§17.1)
+# Topics a broker creates and keeps itself (§17.1): clients read them, never write, create or change them.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 OFFSET_KEY_VERSIONS = (0, 1)
 OFFSET_KEY_VERSION = 1  # the one written
 GROUP_KEY_VERSION = 2

@@ -32,6 +32,8 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
+from .groups import offsets_api
+from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
 from .errors import kafka_error
@@ -56,6 +58,9 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.FETCH: fetch.fetch,
     KafkaApi.LIST_OFFSETS: offsets.list_offsets,
     KafkaApi.METADATA: cluster.metadata,
+    KafkaApi.OFFSET_COMMIT: offsets_api.offset_commit,
+    KafkaApi.OFFSET_FETCH: offsets_api.offset_fetch,
+    KafkaApi.FIND_COORDINATOR: offsets_api.find_coordinator,
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
@@ -87,6 +92,7 @@ class KafkaService:
         # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
+        self.groups = GroupCoordinator(self)
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -100,6 +106,7 @@ class KafkaService:
     async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, listener: BrokerAddress) -> None:
         """Learn the listener's published address and the cluster id (§16.7), before accepting."""
         self.host, self.port = listener.host, listener.port
+        self.groups.start(nursery)
         if zookeeper is not None:
             from .registry import KafkaRegistry
 
