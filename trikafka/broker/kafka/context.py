@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from trikafka.kafka.group_records import RecordKey, RecordValue
 
     from ..seams import RunBlocking
+    from .groups.membership import Membership
     from .groups.state import OffsetsPartition
 
 
@@ -51,11 +52,18 @@ class TopicRegistry(Protocol):
 
     async def add_partitions(self, topic: str, count: int) -> None: ...
 
+    async def has_07_consumers(self, group_id: str) -> bool: ...
+
 
 class GroupCoordination(Protocol):
     """The group coordinator (``groups.coordinator.GroupCoordinator``, §17.3) as handlers reach it."""
 
+    @property
+    def membership(self) -> Membership: ...
+
     async def coordinator_of(self, group_id: str) -> BrokerAddress | ErrorCode: ...
+
+    async def clash(self, group_id: str) -> str | None: ...
 
     async def partition_of(self, group_id: str) -> OffsetsPartition | ErrorCode: ...
 

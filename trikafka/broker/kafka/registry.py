@@ -100,6 +100,17 @@ class KafkaRegistry:
         await self._service.wait_topic_known(topic)
         return partitions, factor
 
+    async def has_07_consumers(self, group_id: str) -> bool:
+        """Whether 0.7 consumers of ``group_id`` are registered under ``/consumers/<group>/ids`` (§17.7)."""
+        try:
+            path = paths.consumer_ids(group_id)
+        except ValueError:  # a group id 0.7 cannot register (a '/' in it, ...)
+            return False
+        try:
+            return bool(await self._zk.children(path))
+        except (NoNodeError, CoordinatorError):
+            return False
+
     async def delete_topic(self, topic: str) -> None:
         raise TopicError(ErrorCode.invalid_request, "DeleteTopics is not served on a ZooKeeper cluster yet "
                                                     "(docs/protocol.md §16.4)")

@@ -32,7 +32,7 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
-from .groups import offsets_api
+from .groups import membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
@@ -61,6 +61,10 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.OFFSET_COMMIT: offsets_api.offset_commit,
     KafkaApi.OFFSET_FETCH: offsets_api.offset_fetch,
     KafkaApi.FIND_COORDINATOR: offsets_api.find_coordinator,
+    KafkaApi.JOIN_GROUP: membership_api.join_group,
+    KafkaApi.HEARTBEAT: membership_api.heartbeat,
+    KafkaApi.LEAVE_GROUP: membership_api.leave_group,
+    KafkaApi.SYNC_GROUP: membership_api.sync_group,
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,

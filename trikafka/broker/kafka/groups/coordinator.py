@@ -19,13 +19,15 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.errors import KafkaCodecError
-from trikafka.kafka.group_records import OFFSETS_TOPIC, RecordKey, RecordValue
+from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, RecordKey, RecordValue
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
 
 from ...partition import Refused
 from ..context import KafkaContext
+from .group import GroupSettings
+from .membership import Membership
 from .placement import OffsetsTopic, group_partition
 from .state import OffsetsPartition
 from .store import GroupStore
@@ -40,6 +42,13 @@ _NOT_SERVED: dict[EngineError, ErrorCode] = {
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
     EngineError.NOT_REPLICA: ErrorCode.not_coordinator,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _LoadAt:
+    """A partition this broker leads and must load, at this leader epoch, before serving it."""
+
+    leader_epoch: int
 
 
 @dataclass(slots=True)
@@ -57,12 +66,22 @@ class GroupCoordinator:
         self.store = GroupStore(service)
         self._loaded: dict[int, _Loaded] = {}
         self._loading: dict[int, trio.Event] = {}
+        self._clashes_logged: set[str] = set()
         self._failed: set[tuple[int, int]] = set()  # (partition, epoch) whose records did not decode
         self._nursery: trio.Nursery | None = None
+        config = service.config
+        self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
+                                      config.group_max_session_timeout_ms)
+        self.membership = Membership(self._write_metadata, self.loaded, service.clock_ms)
 
     def start(self, nursery: trio.Nursery) -> None:
-        """Loads run in ``nursery`` (the listener's), so a client that gives up does not cancel one."""
+        """Loads and timers run in ``nursery`` (the listener's), so a client that gives up cancels neither."""
         self._nursery = nursery
+        self.membership.start(nursery)
+
+    def loaded(self) -> list[OffsetsPartition]:
+        """The partitions whose groups this broker serves now."""
+        return [loaded.groups for loaded in self._loaded.values()]
 
     async def coordinator_of(self, group_id: str) -> BrokerAddress | ErrorCode:
         """The Kafka address of ``group_id``'s coordinator, creating ``__consumer_offsets`` on first
@@ -70,6 +89,20 @@ class GroupCoordinator:
         count = await self.topic.ensure()
         address = None if count is None else self.topic.coordinator(group_partition(group_id, count))
         return ErrorCode.coordinator_not_available if address is None else address
+
+    async def clash(self, group_id: str) -> str | None:
+        """Why ``group_id`` may not be a Kafka group here: it has 0.7 consumers registered in
+        ZooKeeper (§17.7); None when it may."""
+        registry = self._service.registry
+        if registry is None:
+            return None
+        if not await registry.has_07_consumers(group_id):
+            return None
+        message = f"group {group_id} has 0.7 consumers registered in ZooKeeper"
+        if group_id not in self._clashes_logged:
+            self._clashes_logged.add(group_id)
+            logger.warning("JoinGroup refused: %s (docs/protocol.md §17.7)", message)
+        return message
 
     def partition_index(self, group_id: str) -> int | None:
         count = self.topic.partition_count()
@@ -82,9 +115,9 @@ class GroupCoordinator:
         if index is None:
             return ErrorCode.coordinator_not_available
         found = self._current(index)
-        if not isinstance(found, int):
+        if not isinstance(found, _LoadAt):
             return found
-        epoch = found
+        epoch = found.leader_epoch
         if (index, epoch) in self._failed:
             return ErrorCode.coordinator_not_available
         loading = self._loading.get(index)
@@ -97,9 +130,9 @@ class GroupCoordinator:
         with trio.move_on_after(LOAD_WAIT_S):
             await loading.wait()
         found = self._current(index)
-        return ErrorCode.coordinator_load_in_progress if isinstance(found, int) else found
+        return ErrorCode.coordinator_load_in_progress if isinstance(found, _LoadAt) else found
 
-    def _current(self, index: int) -> OffsetsPartition | ErrorCode | int:
+    def _current(self, index: int) -> OffsetsPartition | ErrorCode | _LoadAt:
         """The loaded groups; an error; or the leader epoch a load must be at."""
         try:
             view = self._service.handler.partition(OFFSETS_TOPIC, index).read_view()
@@ -111,11 +144,13 @@ class GroupCoordinator:
             return loaded.groups
         if loaded is not None:
             self.drop(index)
-        return view.leader_epoch
+        return _LoadAt(view.leader_epoch)
 
     def drop(self, index: int) -> None:
         """Forget partition ``index``'s groups: this broker no longer leads it (§17.3)."""
-        if self._loaded.pop(index, None) is not None:
+        dropped = self._loaded.pop(index, None)
+        if dropped is not None:
+            self.membership.drop(dropped.groups)
             logger.info("%s-%d: no longer its coordinator, its groups dropped", OFFSETS_TOPIC, index)
 
     async def _load(self, index: int, epoch: int, done: trio.Event) -> None:
@@ -131,15 +166,17 @@ class GroupCoordinator:
                              "restart", OFFSETS_TOPIC, index, exc)
                 self._failed.add((index, epoch))
                 return
-            groups = OffsetsPartition(index)
+            groups = OffsetsPartition(index, self.settings)
             for key, value, offset in records:
                 groups.apply(key, value, offset)
+            groups.activate(self.membership.now_ms())
             try:
                 current = self._service.handler.partition(OFFSETS_TOPIC, index).read_view().leader_epoch
             except Refused:
                 return
             if current == epoch:
                 self._loaded[index] = _Loaded(epoch, groups)
+                self.membership.poke()
                 logger.info("%s-%d loaded at leader epoch %d: %d records, %d groups, %.3f s", OFFSETS_TOPIC, index,
                             epoch, len(records), len(groups.groups), trio.current_time() - started_s)
         except Refused:
@@ -157,3 +194,6 @@ class GroupCoordinator:
         for i, (key, value) in enumerate(records):
             groups.apply(key, value, written + i)
         return ErrorCode.none
+
+    async def _write_metadata(self, groups: OffsetsPartition, value: GroupValue, group_id: str) -> ErrorCode:
+        return await self.write(groups, [(GroupKey(group_id), value)])

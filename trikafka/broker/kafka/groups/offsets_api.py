@@ -58,7 +58,7 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
         return _commit_answer(reply, body, errors)
     group = groups.group_or_new(body.group_id)
     refused = group.check_commit(body.member_id, body.generation_id_or_member_epoch,
-                                 getattr(body, "group_instance_id", None))
+                                 getattr(body, "group_instance_id", None), service.groups.membership.now_ms())
     now_ms = service.clock_ms()
     records: list[tuple[RecordKey, RecordValue | None]] = []
     for name, part in asked:

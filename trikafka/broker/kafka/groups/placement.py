@@ -51,9 +51,10 @@ class OffsetsTopic:
         self._creating = trio.Lock()
 
     def partition_count(self) -> int | None:
-        """The topic's partition count, None while it does not exist here."""
+        """The topic's partition count, None while it does not exist here or this broker is creating it
+        (its partitions' logs are not all made yet)."""
         service = self._service
-        if service.topic_format(OFFSETS_TOPIC) is None:
+        if self._creating.locked() or service.topic_format(OFFSETS_TOPIC) is None:
             return None
         return service.handler.partitions_if_valid(OFFSETS_TOPIC)
 
@@ -64,7 +65,7 @@ class OffsetsTopic:
             return count
         service = self._service
         async with self._creating:
-            if self.partition_count() is None:
+            if service.topic_format(OFFSETS_TOPIC) is None:
                 config = service.config
                 live = len(service.kafka_brokers()) if config.enable_zookeeper else 1
                 factor = max(1, min(config.offsets_topic_replication_factor, live))

@@ -1,0 +1,163 @@
+"""Consumer groups of other people's clients on trikafka's coordinator (docs/protocol.md §17.4, §17.5):
+librdkafka, kafka-python, aiokafka and ``kcat -G`` share a topic's partitions, take over a leaving
+member's, make room for a new one, and commit what they consumed."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import threading
+import time
+from typing import Iterator
+
+import pytest
+from kafka import KafkaConsumer
+
+from tests.helpers.kafka_clients import create_topic
+from tests.helpers.kafka_groups import ConfluentGroup, committed, produce
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+PARTITIONS = 6
+PER_PARTITION = 50
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, offsets_topic_num_partitions=10) as running:
+        yield running
+
+
+def _topic(kafka: RunningKafkaBroker, name: str) -> str:
+    create_topic(kafka.bootstrap, name, partitions=PARTITIONS)
+    produce(kafka.bootstrap, name, PARTITIONS, PER_PARTITION)
+    return name
+
+
+def test_confluent_group_of_three_shares_takes_over_and_makes_room(kafka):
+    topic = _topic(kafka, "ck-group")
+    everything = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    group = ConfluentGroup(kafka.bootstrap, "ck", topic)
+    try:
+        for name in ("a", "b", "c"):
+            group.add(name)
+        assert group.poll_until(lambda: group.balanced(PARTITIONS, 3) and group.delivered() >= everything)
+        assert all(len(group.assigned[n]) == 2 for n in ("a", "b", "c"))
+        for name in ("a", "b", "c"):
+            group.commit(name)
+        leaving = set(group.assigned["c"])
+        group.close("c")  # LeaveGroup: a and b take over its partitions
+        assert group.poll_until(lambda: group.balanced(PARTITIONS, 2))
+        assert leaving <= group.assigned["a"] | group.assigned["b"]
+        group.add("d")
+        assert group.poll_until(lambda: group.balanced(PARTITIONS, 3))
+        produce(kafka.bootstrap, topic, PARTITIONS, 10, start=PER_PARTITION)
+        more = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION + 10)}
+        assert group.poll_until(lambda: group.delivered() >= more)
+    finally:
+        group.close_all()
+    assert committed(kafka.bootstrap, "ck", topic, PARTITIONS) == {p: PER_PARTITION + 10 for p in range(PARTITIONS)}
+
+
+def test_a_restarted_confluent_group_resumes_from_its_commits(kafka):
+    topic = _topic(kafka, "ck-resume")
+    first = ConfluentGroup(kafka.bootstrap, "ck-resume", topic)
+    first.add("a")
+    try:
+        assert first.poll_until(lambda: len(first.seen) >= PARTITIONS * PER_PARTITION)
+    finally:
+        first.close_all()
+    produce(kafka.bootstrap, topic, PARTITIONS, 5, start=PER_PARTITION)
+    second = ConfluentGroup(kafka.bootstrap, "ck-resume", topic)
+    second.add("b")
+    try:
+        assert second.poll_until(lambda: len(second.seen) >= PARTITIONS * 5)
+        assert second.poll_until(lambda: False, wait_s=1.0) is False  # drains anything more it would get
+    finally:
+        second.close_all()
+    assert sorted(second.delivered()) == [(p, o) for p in range(PARTITIONS)
+                                          for o in range(PER_PARTITION, PER_PARTITION + 5)]
+
+
+def test_kafka_python_group_of_two_consumes_to_the_end_and_commits(kafka):
+    """Each member polls in its own thread: a kafka-python poll may block while its group rebalances,
+    and a member that is not polled does not rejoin."""
+    topic = _topic(kafka, "kp-group")
+    seen: set[tuple[int, int]] = set()
+    shares: dict[int, set[int]] = {}
+    lock = threading.Lock()
+
+    def finished() -> bool:
+        with lock:
+            return len(seen) == PARTITIONS * PER_PARTITION and len(shares) == 2 and all(shares.values())
+
+    def member(n: int) -> None:
+        consumer = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id="kp",
+                                 auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
+                                 heartbeat_interval_ms=500)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while not finished() and time.monotonic() < deadline:
+                polled = consumer.poll(timeout_ms=100)
+                with lock:
+                    for records in polled.values():
+                        seen.update((r.partition, r.offset) for r in records)
+                    shares[n] = {tp.partition for tp in consumer.assignment()}
+                if polled:
+                    consumer.commit()
+            consumer.commit()
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert shares[0] and shares[1] and not shares[0] & shares[1]
+    assert committed(kafka.bootstrap, "kp", topic, PARTITIONS) == {p: PER_PARTITION for p in range(PARTITIONS)}
+
+
+def test_aiokafka_group_of_two_consumes_to_the_end_and_commits(kafka):
+    from aiokafka import AIOKafkaConsumer
+
+    topic = _topic(kafka, "aio-group")
+
+    async def consume() -> set[tuple[int, int]]:
+        members = [AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id="aio",
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=6000, heartbeat_interval_ms=500) for _ in range(2)]
+        seen: set[tuple[int, int]] = set()
+        for member in members:
+            await member.start()
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while len(seen) < PARTITIONS * PER_PARTITION and time.monotonic() < deadline:
+                for member in members:
+                    for records in (await member.getmany(timeout_ms=100)).values():
+                        seen.update((r.partition, r.offset) for r in records)
+                    if member.assignment():
+                        await member.commit()
+        finally:
+            for member in members:
+                await member.stop()
+        return seen
+
+    seen = asyncio.run(consume())
+    assert seen == {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert committed(kafka.bootstrap, "aio", topic, PARTITIONS) == {p: PER_PARTITION for p in range(PARTITIONS)}
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_balanced_consumer_reads_the_topic_and_commits(kafka):
+    topic = _topic(kafka, "kcat-group")
+    command = ["kcat", "-b", kafka.bootstrap, "-G", "kcat", "-o", "beginning", "-e", "-q", "-f", "%p %o\n",
+               "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100", topic]
+    done = subprocess.run(command, capture_output=True, timeout=WAIT_S, text=True)
+    assert done.returncode == 0, done.stderr
+    seen = {tuple(map(int, line.split())) for line in done.stdout.splitlines()}
+    assert seen == {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert committed(kafka.bootstrap, "kcat", topic, PARTITIONS) == {p: PER_PARTITION for p in range(PARTITIONS)}
