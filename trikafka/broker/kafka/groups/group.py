@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.group_records import GroupValue, MemberValue, OffsetValue
+from trikafka.kafka.group_records import GroupValue, MemberValue
 
+from .committed import CommittedOffsets
 from .member import JoinAnswer, Member, Protocols, SyncAnswer
 
-TopicPartition = tuple[str, int]
 NO_DEADLINE = -1
 
 
@@ -40,14 +40,6 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
-
-
-@dataclass(slots=True)
-class Committed:
-    """A committed offset and where its record is in the partition (a later record wins)."""
-
-    value: OffsetValue
-    log_offset: int
 
 
 @dataclass(slots=True)
@@ -76,10 +68,9 @@ class Group:
         self.group_id = group_id
         self.settings = settings or GroupSettings()
         self.state = GroupState.EMPTY
-        self.offsets: dict[TopicPartition, Committed] = {}
+        self.offsets = CommittedOffsets()
         self.metadata: GroupValue | None = None  # the last metadata record of the partition
         self.metadata_log_offset = -1
-        self.pending_commits = 0  # commits being written (require_stable, §17.5)
         self.generation = 0
         self.protocol_type: str | None = None
         self.protocol: str | None = None
@@ -93,16 +84,6 @@ class Group:
         self._joined_id = ""  # the member id the JoinGroup being handled ends up with
 
     # ----------------------------------------------------------------- records (§17.3)
-
-    def apply_offset(self, topic: str, partition: int, value: OffsetValue | None, log_offset: int) -> None:
-        key = (topic, partition)
-        current = self.offsets.get(key)
-        if current is not None and current.log_offset > log_offset:
-            return
-        if value is None:
-            self.offsets.pop(key, None)
-        else:
-            self.offsets[key] = Committed(value, log_offset)
 
     def apply_metadata(self, value: GroupValue | None, log_offset: int) -> None:
         if self.metadata_log_offset > log_offset:
@@ -143,7 +124,7 @@ class Group:
         """Nothing of the group remains: no offset, no metadata, no member (given or pending), no commit
         being written."""
         return (not self.offsets and self.metadata is None and not self.members and not self.pending_ids
-                and not self.pending_commits and self.state is GroupState.EMPTY)
+                and self.state is GroupState.EMPTY)
 
     @property
     def has_members(self) -> bool:

@@ -76,11 +76,11 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
                             OffsetValue(part.committed_offset, getattr(part, "committed_leader_epoch", NO_LEADER_EPOCH),
                                         part.committed_metadata or NO_METADATA, now_ms)))
     if records:
-        group.pending_commits += 1
+        group.offsets.pending += 1
         try:
             written = await service.groups.write(groups, records)
         finally:
-            group.pending_commits -= 1
+            group.offsets.pending -= 1
             groups.forget_if_empty(body.group_id)
         if written != ErrorCode.none:
             for key in errors:
@@ -126,7 +126,7 @@ async def _fetch_group(service: KafkaContext, reply: Reply, version: int, group_
             wanted.setdefault(topic, []).append(index)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in asked}
-    if require_stable and group is not None and group.pending_commits > 0:
+    if require_stable and group is not None and group.offsets.pending > 0:
         partition_error = ErrorCode.unstable_offset_commit
     elif version < FIRST_GROUP_LEVEL_ERROR_VERSION:
         partition_error = error

@@ -38,7 +38,7 @@ class OffsetsPartition:
         group = self.group_or_new(key.group)
         if isinstance(key, OffsetKey):
             assert value is None or isinstance(value, OffsetValue)
-            group.apply_offset(key.topic, key.partition, value, log_offset)
+            group.offsets.apply(key.topic, key.partition, value, log_offset)
         else:
             assert isinstance(key, GroupKey) and (value is None or isinstance(value, GroupValue))
             group.apply_metadata(value, log_offset)
