@@ -221,3 +221,69 @@ def test_effects_merge_and_an_idle_group_has_no_deadline():
     assert group().next_deadline_ms() == NO_DEADLINE
     merged = Effects(store=True).merge(Effects(rebalanced=True))
     assert merged.store and merged.rebalanced
+
+
+def _commit(g: Group, partition: int, commit_ms: int, log_offset: int) -> None:
+    from trikafka.kafka.group_records import OffsetValue
+
+    g.offsets.apply("t", partition, OffsetValue(partition, -1, "", commit_ms), log_offset)
+
+
+def test_offsets_of_a_group_that_never_had_members_expire_by_their_commit_time():
+    g = group()
+    _commit(g, 0, 1_000, 0)
+    _commit(g, 1, 5_000, 1)
+    assert g.expired_offsets(wall_ms=10_999, retention_ms=6_000) == [("t", 0)]
+    assert g.expired_offsets(wall_ms=11_000, retention_ms=6_000) == [("t", 0), ("t", 1)]
+    g.offsets.pending += 1  # a commit being written: nothing expires meanwhile
+    assert g.expired_offsets(wall_ms=99_000, retention_ms=6_000) == []
+
+
+def test_offsets_of_an_emptied_group_expire_together_from_when_it_emptied():
+    g = group()
+    _commit(g, 0, 1_000, 0)
+    _commit(g, 1, 2_000, 1)
+    g.apply_metadata(GroupValue("consumer", 3, None, None, 50_000, ()), 2)
+    g.activate(0)
+    assert g.state is GroupState.EMPTY
+    assert g.expired_offsets(wall_ms=55_999, retention_ms=6_000) == []
+    assert g.expired_offsets(wall_ms=56_000, retention_ms=6_000) == [("t", 0), ("t", 1)]
+
+
+def test_a_group_with_members_keeps_its_offsets_and_names_its_subscriptions():
+    import struct
+
+    g = group()
+    _commit(g, 0, 1, 0)
+    subscription = struct.pack(">hih", 1, 2, 1) + b"a" + struct.pack(">h", 1) + b"b" + struct.pack(">i", -1)
+    join(g, 0, protocols=(("range", subscription),))
+    assert g.expired_offsets(wall_ms=10**12, retention_ms=1) == []
+    assert g.subscribed_topics() == {"a", "b"}
+    other = group()
+    join(other, 0, protocol_type="connect")
+    assert other.subscribed_topics() is None
+
+
+def test_a_deleted_group_is_dead_and_forgettable():
+    g = group()
+    _commit(g, 0, 1, 0)
+    assert not g.forgettable
+    g.delete()
+    assert g.state is GroupState.DEAD and g.forgettable
+
+
+def test_the_metrics_show_groups_per_state_and_rebalances():
+    from trikafka.broker.metrics import BrokerMetrics
+
+    class Status:
+        rebalances = 7
+
+        def states(self) -> dict[str, int]:
+            return {"Stable": 2, "Empty": 1}
+
+    metrics = BrokerMetrics()
+    metrics.watch_groups(Status())
+    text = metrics.exposition().decode()
+    assert 'trikafka_kafka_groups{state="Stable"} 2.0' in text
+    assert 'trikafka_kafka_groups{state="Empty"} 1.0' in text
+    assert "trikafka_kafka_group_rebalances_total 7.0" in text

@@ -62,12 +62,16 @@ class KafkaApi(enum.IntEnum):
     HEARTBEAT = (12, 0, 4, 4)
     LEAVE_GROUP = (13, 0, 4, 4)
     SYNC_GROUP = (14, 0, 5, 4)
+    DESCRIBE_GROUPS = (15, 0, 5, 5)
+    LIST_GROUPS = (16, 0, 4, 3)
     API_VERSIONS = (18, 0, 3, 3)
     CREATE_TOPICS = (19, 2, 7, 5)
     DELETE_TOPICS = (20, 1, 6, 4)
     OFFSET_FOR_LEADER_EPOCH = (23, 2, 4, 4)
     DESCRIBE_CONFIGS = (32, 1, 4, 4)
     CREATE_PARTITIONS = (37, 0, 3, 2)
+    DELETE_GROUPS = (42, 0, 2, 2)
+    OFFSET_DELETE = (47, 0, 0, 1)
     DESCRIBE_CLUSTER = (60, 0, 0, 0)
 
     @property

@@ -32,7 +32,7 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
-from .groups import membership_api, offsets_api
+from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
@@ -65,12 +65,16 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.HEARTBEAT: membership_api.heartbeat,
     KafkaApi.LEAVE_GROUP: membership_api.leave_group,
     KafkaApi.SYNC_GROUP: membership_api.sync_group,
+    KafkaApi.DESCRIBE_GROUPS: admin_api.describe_groups,
+    KafkaApi.LIST_GROUPS: admin_api.list_groups,
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
+    KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
+    KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
 }
 # Handlers that write their own answer (chunks, or nothing): the rest return an entity.
@@ -111,6 +115,7 @@ class KafkaService:
         """Learn the listener's published address and the cluster id (§16.7), before accepting."""
         self.host, self.port = listener.host, listener.port
         self.groups.start(nursery)
+        self.handler.metrics.watch_groups(self.groups)
         if zookeeper is not None:
             from .registry import KafkaRegistry
 

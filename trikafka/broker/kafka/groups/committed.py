@@ -48,3 +48,8 @@ class CommittedOffsets:
             self._by_partition.pop(key, None)
         else:
             self._by_partition[key] = Committed(value, log_offset)
+
+    def expired(self, cutoff_ms: int) -> list[TopicPartition]:
+        """The partitions whose offset was committed at or before ``cutoff_ms`` (wall ms, §17.5)."""
+        return [key for key, committed in self._by_partition.items()
+                if committed.value.commit_timestamp_ms <= cutoff_ms]

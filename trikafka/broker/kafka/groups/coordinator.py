@@ -19,14 +19,14 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.errors import KafkaCodecError
-from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, RecordKey, RecordValue
+from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, OffsetKey, RecordKey, RecordValue
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
 
 from ...partition import Refused
 from ..context import KafkaContext
-from .group import GroupSettings
+from .group import GroupSettings, GroupState
 from .membership import Membership
 from .placement import OffsetsTopic, group_partition
 from .state import OffsetsPartition
@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 
 # How long a request waits for a load it started before answering COORDINATOR_LOAD_IN_PROGRESS.
 LOAD_WAIT_S = 0.5
+# How often Empty groups' offsets are checked against offsets.retention.minutes (Kafka's
+# offsets.retention.check.interval.ms, §17.5).
+RETENTION_CHECK_INTERVAL_S = 600.0
+MS_PER_MINUTE = 60_000
 
 # What a partition this broker cannot serve answers (§17.3).
 _NOT_SERVED: dict[EngineError, ErrorCode] = {
@@ -78,6 +82,44 @@ class GroupCoordinator:
         """Loads and timers run in ``nursery`` (the listener's), so a client that gives up cancels neither."""
         self._nursery = nursery
         self.membership.start(nursery)
+        nursery.start_soon(self._expire_periodically)
+
+    async def _expire_periodically(self) -> None:
+        while True:
+            await trio.sleep(RETENTION_CHECK_INTERVAL_S)
+            await self.expire_offsets()
+
+    async def expire_offsets(self) -> int:
+        """Write the tombstones of Empty groups' offsets older than ``offsets.retention.minutes``, and of
+        a group whose last offset goes (§17.5); the number of offsets removed."""
+        retention_ms = self._service.config.offsets_retention_minutes * MS_PER_MINUTE
+        removed = 0
+        for groups in self.loaded():
+            for group in list(groups.groups.values()):
+                expired = group.expired_offsets(self._service.clock_ms(), retention_ms)
+                if not expired:
+                    continue
+                records: list[tuple[RecordKey, RecordValue | None]] = [
+                    (OffsetKey(group.group_id, topic, partition), None) for topic, partition in expired]
+                if len(expired) == len(group.offsets) and group.metadata is not None:
+                    records.append((GroupKey(group.group_id), None))
+                if await self.write(groups, records) == ErrorCode.none:
+                    removed += len(expired)
+                    logger.info("group %s: %d offsets expired", group.group_id, len(expired))
+        return removed
+
+    def states(self) -> dict[str, int]:
+        """How many groups this broker coordinates, by state (§17.6)."""
+        counts = {state.value: 0 for state in GroupState}
+        for groups in self.loaded():
+            for group in groups.groups.values():
+                counts[group.state.value] += 1
+        return counts
+
+    @property
+    def rebalances(self) -> int:
+        """Rebalances completed since the broker started (§17.6)."""
+        return self.membership.rebalances
 
     def loaded(self) -> list[OffsetsPartition]:
         """The partitions whose groups this broker serves now."""

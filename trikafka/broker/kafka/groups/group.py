@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.group_records import GroupValue, MemberValue
+from trikafka.kafka.group_records import GroupRecordError, GroupValue, MemberValue, subscription_topics
 
 from .committed import CommittedOffsets
 from .member import JoinAnswer, Member, Protocols, SyncAnswer
 
 NO_DEADLINE = -1
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class GroupState(enum.Enum):
@@ -123,6 +124,8 @@ class Group:
     def forgettable(self) -> bool:
         """Nothing of the group remains: no offset, no metadata, no member (given or pending), no commit
         being written."""
+        if self.state is GroupState.DEAD:
+            return not self.offsets.pending
         return (not self.offsets and self.metadata is None and not self.members and not self.pending_ids
                 and self.state is GroupState.EMPTY)
 
@@ -470,6 +473,33 @@ class Group:
         return effects.merge(self._try_complete_join(now_ms))
 
     # ----------------------------------------------------------------- offsets (§17.5)
+
+    def expired_offsets(self, wall_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        """The offsets of an Empty group older than the retention: counted from when the group became
+        Empty when its metadata says so, else from each commit (§17.5)."""
+        if self.state is not GroupState.EMPTY or self.members or self.offsets.pending:
+            return []
+        emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else -1
+        if emptied_ms >= 0:
+            return list(self.offsets) if emptied_ms + retention_ms <= wall_ms else []
+        return self.offsets.expired(wall_ms - retention_ms)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics a ``consumer`` group's members subscribe to; None for another protocol type
+        (the broker cannot read their subscriptions)."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                topics.update(subscription_topics(member.metadata_for(self.protocol)))
+            except GroupRecordError:
+                return None
+        return topics
+
+    def delete(self) -> None:
+        """The group is deleted (its tombstones written): Dead until forgotten (§17.6)."""
+        self.state = GroupState.DEAD
 
     def check_commit(self, member_id: str, generation: int, instance_id: str | None, now_ms: int = -1) -> ErrorCode:
         """Whether an OffsetCommit of this member and generation may write (§17.5)."""
