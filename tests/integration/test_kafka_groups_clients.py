@@ -5,6 +5,7 @@ member's, make room for a new one, and commit what they consumed."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import subprocess
 import threading
@@ -18,6 +19,8 @@ from tests.helpers.kafka_clients import create_topic
 from tests.helpers.kafka_groups import ConfluentGroup, committed, produce
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+logger = logging.getLogger(__name__)
 
 PARTITIONS = 6
 PER_PARTITION = 50
@@ -48,8 +51,10 @@ def test_confluent_group_of_three_shares_takes_over_and_makes_room(kafka):
         for name in ("a", "b", "c"):
             group.commit(name)
         leaving = set(group.assigned["c"])
+        left_at = time.monotonic()
         group.close("c")  # LeaveGroup: a and b take over its partitions
         assert group.poll_until(lambda: group.balanced(PARTITIONS, 2))
+        logger.info("rebalance after a member left: %.2f s", time.monotonic() - left_at)
         assert leaving <= group.assigned["a"] | group.assigned["b"]
         group.add("d")
         assert group.poll_until(lambda: group.balanced(PARTITIONS, 3))
