@@ -116,6 +116,8 @@ class KafkaService:
         self.host, self.port = listener.host, listener.port
         self.groups.start(nursery)
         self.handler.metrics.watch_groups(self.groups)
+        if self.handler.replicas is not None:
+            self.handler.replicas.on_role = self.groups.on_role
         if zookeeper is not None:
             from .registry import KafkaRegistry
 

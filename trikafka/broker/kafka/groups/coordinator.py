@@ -188,6 +188,19 @@ class GroupCoordinator:
             self.drop(index)
         return _LoadAt(view.leader_epoch)
 
+    def on_role(self, topic: str, index: int, role: str) -> None:
+        """The replica manager applied a state of ``topic``-``index`` here: a ``__consumer_offsets``
+        partition this broker now leads is loaded at once, one it no longer leads dropped (§17.3)."""
+        if topic != OFFSETS_TOPIC:
+            return
+        if role != "leader":
+            self.drop(index)
+            return
+        found = self._current(index)
+        if isinstance(found, _LoadAt) and index not in self._loading and self._nursery is not None:
+            done = self._loading[index] = trio.Event()
+            self._nursery.start_soon(self._load, index, found.leader_epoch, done)
+
     def drop(self, index: int) -> None:
         """Forget partition ``index``'s groups: this broker no longer leads it (§17.3)."""
         dropped = self._loaded.pop(index, None)
