@@ -36,10 +36,13 @@ class ConfluentGroup:
         self.members: dict[str, Consumer] = {}
         self.assigned: dict[str, set[int]] = {}
         self.seen: list[tuple[str, int, int]] = []  # (member, partition, offset)
+        self.revocations: dict[str, int] = {}  # member -> how many times its partitions were revoked
 
-    def add(self, name: str) -> None:
+    def add(self, name: str, **settings: Any) -> None:
+        """A new member ``name``; ``settings`` are its own librdkafka settings (``group.instance.id``)."""
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False, **self.settings})
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False, **self.settings,
+                             **settings})
 
         def on_assign(_: Consumer, partitions: list[ConfluentPartition]) -> None:
             self.assigned[name] = {p.partition for p in partitions}
@@ -47,6 +50,7 @@ class ConfluentGroup:
         def on_revoke(member: Consumer, partitions: list[ConfluentPartition]) -> None:
             self.commit(name)  # what it delivered is committed before another member takes over
             self.assigned[name] = set()
+            self.revocations[name] = self.revocations.get(name, 0) + 1
 
         consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
         self.members[name] = consumer

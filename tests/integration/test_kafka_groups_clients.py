@@ -86,6 +86,26 @@ def test_a_restarted_confluent_group_resumes_from_its_commits(kafka):
                                           for o in range(PER_PARTITION, PER_PARTITION + 5)]
 
 
+def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(kafka):
+    """KIP-345: a member with a group.instance.id that closes (no LeaveGroup) and starts again under the
+    same instance id gets its old partitions back, and the other member is never revoked."""
+    topic = _topic(kafka, "ck-static")
+    group = ConfluentGroup(kafka.bootstrap, "ck-static", topic, **{"session.timeout.ms": 30000})
+    try:
+        group.add("a", **{"group.instance.id": "instance-a"})
+        group.add("b", **{"group.instance.id": "instance-b"})
+        assert group.poll_until(lambda: group.balanced(PARTITIONS, 2))
+        before = set(group.assigned["a"])
+        revoked_b = group.revocations.get("b", 0)
+        group.close("a")
+        group.add("a2", **{"group.instance.id": "instance-a"})
+        assert group.poll_until(lambda: group.balanced(PARTITIONS, 2))
+        assert group.assigned["a2"] == before
+        assert group.revocations.get("b", 0) == revoked_b
+    finally:
+        group.close_all()
+
+
 def test_kafka_python_group_of_two_consumes_to_the_end_and_commits(kafka):
     """Each member polls in its own thread: a kafka-python poll may block while its group rebalances,
     and a member that is not polled does not rejoin."""
