@@ -68,6 +68,7 @@ def test_a_live_group_is_listed_described_and_protected(kafka):
         described = _describe(admin, "admin-live")
         assert described.state.name == "STABLE" and described.partition_assignor == "range"
         assert len(described.members) == 2
+        assert {m.host for m in described.members} == {"/127.0.0.1"}
         assert sorted(tp.partition for m in described.members
                       for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
         assert _delete_error(admin, "admin-live") == ErrorCode.non_empty_group

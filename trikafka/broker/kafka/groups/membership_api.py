@@ -8,12 +8,19 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.framing import Request
 
+from ..connection import CLIENT_PEER
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
 from .member import JoinAnswer
 
 REQUIRE_KNOWN_MEMBER_ID_FROM = 4  # JoinGroup v4+: an empty member id is answered MEMBER_ID_REQUIRED (KIP-394)
 BATCHED_LEAVE_FROM = 3  # LeaveGroup v3+: a list of members
+
+
+def _client_host() -> str:
+    """The requesting connection's host as Kafka names a member's: ``/<address>`` ("" when unknown)."""
+    peer = CLIENT_PEER.get()
+    return "" if peer == "?" else "/" + peer.rsplit(":", 1)[0]
 
 
 def _ms(value: Any) -> int:
@@ -37,7 +44,7 @@ async def join_group(service: KafkaContext, request: Request) -> Any:
     group = groups.group_or_new(body.group_id)
     member_id, answer, effects = group.join(
         membership.now_ms(), body.member_id, getattr(body, "group_instance_id", None), request.client_id or "",
-        "", session_ms, rebalance_ms, body.protocol_type, tuple((p.name, p.metadata) for p in body.protocols),
+        _client_host(), session_ms, rebalance_ms, body.protocol_type, tuple((p.name, p.metadata) for p in body.protocols),
         request.api_version >= REQUIRE_KNOWN_MEMBER_ID_FROM)
     answer = await membership.join(groups, group, member_id, answer, effects, rebalance_ms)
     groups.forget_if_empty(body.group_id)
