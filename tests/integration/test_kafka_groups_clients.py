@@ -8,8 +8,10 @@ import asyncio
 import logging
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -64,6 +66,45 @@ def test_confluent_group_of_three_shares_takes_over_and_makes_room(kafka):
     finally:
         group.close_all()
     assert committed(kafka.bootstrap, "ck", topic, PARTITIONS) == {p: PER_PARTITION + 10 for p in range(PARTITIONS)}
+
+
+def test_a_killed_member_is_removed_by_its_session_timeout_and_the_others_take_over(kafka):
+    """A member SIGKILLed (no LeaveGroup) is removed when its session times out (§17.4)."""
+    topic = _topic(kafka, "ck-killed")
+    group = ConfluentGroup(kafka.bootstrap, "ck-killed", topic)
+    child = subprocess.Popen([sys.executable, "-m", "tests.helpers.kafka_group_child", kafka.bootstrap, "ck-killed",
+                              topic], stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).parents[2]))
+    try:
+        child_share: list[set[int]] = []
+
+        def read_child() -> None:
+            assert child.stdout is not None
+            for line in child.stdout:
+                child_share.append({int(p) for p in line.split()[1:]})
+
+        reader = threading.Thread(target=read_child, daemon=True)
+        reader.start()
+        for name in ("a", "b"):
+            group.add(name)
+
+        def three_way() -> bool:
+            held = group.assigned["a"] | group.assigned["b"]
+            return (len(group.assigned["a"]) == len(group.assigned["b"]) == 2 and bool(child_share)
+                    and child_share[-1] == set(range(PARTITIONS)) - held)
+
+        assert group.poll_until(three_way)
+        killed_share = child_share[-1]
+        child.kill()
+        child.wait()
+        killed_at = time.monotonic()
+        assert group.poll_until(lambda: group.balanced(PARTITIONS, 2))
+        logger.info("rebalance after a member was killed: %.2f s (its session timeout is 6 s)",
+                    time.monotonic() - killed_at)
+        assert killed_share <= group.assigned["a"] | group.assigned["b"]
+    finally:
+        child.kill()
+        child.wait()
+        group.close_all()
 
 
 def test_a_restarted_confluent_group_resumes_from_its_commits(kafka):
