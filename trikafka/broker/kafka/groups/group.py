@@ -19,6 +19,7 @@ from trikafka.kafka.group_records import GroupRecordError, GroupValue, MemberVal
 
 from .committed import CommittedOffsets
 from .member import JoinAnswer, Member, Protocols, SyncAnswer
+from .roster import Roster
 
 NO_DEADLINE = -1
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -73,11 +74,8 @@ class Group:
         self.metadata: GroupValue | None = None  # the last metadata record of the partition
         self.metadata_log_offset = -1
         self.generation = 0
-        self.protocol_type: str | None = None
         self.protocol: str | None = None
-        self.leader: str | None = None
-        self.members: dict[str, Member] = {}
-        self.instances: dict[str, str] = {}  # group instance id -> member id (static members)
+        self.roster = Roster()
         self.pending_ids: dict[str, int] = {}  # member ids given with MEMBER_ID_REQUIRED -> their deadline
         self.rebalance_deadline_ms = NO_DEADLINE
         self.initial_delay_deadline_ms = NO_DEADLINE
@@ -95,30 +93,30 @@ class Group:
     def activate(self, now_ms: int) -> None:
         """After a load: the membership the last metadata record names, every session from now (§17.3)."""
         value = self.metadata
-        self.members.clear()
-        self.instances.clear()
+        self.roster.clear()
         if value is None:
             self.state = GroupState.EMPTY
             return
         self.generation = value.generation
-        self.protocol_type = value.protocol_type
+        self.roster.protocol_type = value.protocol_type
         self.protocol = value.protocol
-        self.leader = value.leader
+        self.roster.leader = value.leader
         self.state_timestamp_ms = value.current_state_timestamp_ms
         for stored in value.members:
             member = Member(stored.member_id, stored.group_instance_id, stored.client_id, stored.client_host,
                             stored.session_timeout_ms, stored.rebalance_timeout_ms, value.protocol_type,
                             ((value.protocol or "", stored.subscription),), stored.assignment)
             member.touch(now_ms)
-            self._add(member)
-        self.state = GroupState.STABLE if self.members else GroupState.EMPTY
+            self.roster.add(member)
+        self.state = GroupState.STABLE if self.roster.members else GroupState.EMPTY
 
     def metadata_value(self, wall_ms: int) -> GroupValue:
         """The metadata record of the group as it is now (§17.2)."""
-        return GroupValue(self.protocol_type or "", self.generation, self.protocol, self.leader, wall_ms, tuple(
+        roster = self.roster
+        return GroupValue(roster.protocol_type or "", self.generation, self.protocol, roster.leader, wall_ms, tuple(
             MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                         m.session_timeout_ms, m.metadata_for(self.protocol), m.assignment)
-            for m in self.members.values()))
+            for m in roster.members.values()))
 
     @property
     def forgettable(self) -> bool:
@@ -126,12 +124,25 @@ class Group:
         being written."""
         if self.state is GroupState.DEAD:
             return not self.offsets.pending
-        return (not self.offsets and self.metadata is None and not self.members and not self.pending_ids
+        return (not self.offsets and self.metadata is None and not self.roster.members and not self.pending_ids
                 and self.state is GroupState.EMPTY)
 
     @property
     def has_members(self) -> bool:
-        return bool(self.members)
+        return bool(self.roster.members)
+
+    @property
+    def members(self) -> dict[str, Member]:
+        """The members, by member id (the roster's; read, never changed, outside the group)."""
+        return self.roster.members
+
+    @property
+    def leader(self) -> str | None:
+        return self.roster.leader
+
+    @property
+    def protocol_type(self) -> str | None:
+        return self.roster.protocol_type
 
     # ----------------------------------------------------------------- JoinGroup
 
@@ -155,19 +166,19 @@ class Group:
             return JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
         if self.state is GroupState.DEAD:
             return JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
-        if not self._compatible(protocol_type, protocols):
+        if not self.roster.compatible(protocol_type, protocols):
             return JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
         if not member_id:
             return self._join_new(now_ms, instance_id, client_id, client_host, session_timeout_ms,
                                   rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
-        if instance_id is not None and self.instances.get(instance_id, member_id) != member_id:
+        if instance_id is not None and self.roster.instances.get(instance_id, member_id) != member_id:
             return JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
         if member_id in self.pending_ids:
             del self.pending_ids[member_id]
             return None, self._add_and_rebalance(now_ms, Member(
                 member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                 protocol_type, protocols))
-        known = self.members.get(member_id)
+        known = self.roster.members.get(member_id)
         if known is None:
             return JoinAnswer(ErrorCode.unknown_member_id, member_id), Effects()
         return self._join_known(now_ms, known, protocols, session_timeout_ms, rebalance_timeout_ms)
@@ -176,8 +187,9 @@ class Group:
                   session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
                   require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
         new_id = self._joined_id = f"{client_id}-{uuid.uuid4()}"
-        if instance_id is not None and instance_id in self.instances:
-            return self._replace_static(now_ms, self.members[self.instances[instance_id]], new_id, protocols,
+        if instance_id is not None and instance_id in self.roster.instances:
+            old = self.roster.members[self.roster.instances[instance_id]]
+            return self._replace_static(now_ms, old, new_id, protocols,
                                         session_timeout_ms, rebalance_timeout_ms)
         if require_known_member_id and instance_id is None:  # KIP-394
             self.pending_ids[new_id] = now_ms + session_timeout_ms
@@ -194,13 +206,13 @@ class Group:
             effects.joins[old.member_id] = JoinAnswer(ErrorCode.fenced_instance_id, old.member_id)
         if old.awaiting_sync:
             effects.syncs[old.member_id] = SyncAnswer(ErrorCode.fenced_instance_id)
-        del self.members[old.member_id]
+        del self.roster.members[old.member_id]
         changed = old.protocols != protocols
         member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, session_timeout_ms,
                         rebalance_timeout_ms, old.protocol_type, protocols, old.assignment)
-        self._add(member)
-        if self.leader == old.member_id:
-            self.leader = new_id
+        self.roster.add(member)
+        if self.roster.leader == old.member_id:
+            self.roster.leader = new_id
         member.touch(now_ms)
         if self.state is GroupState.STABLE and not changed:
             effects.store = True  # the new member id is written before the member is answered
@@ -219,7 +231,7 @@ class Group:
             return None, self._try_complete_join(now_ms)
         if self.state is GroupState.COMPLETING_REBALANCE and not changed:
             return self._join_answer(member), Effects()  # the answer it missed, again
-        if self.state is GroupState.STABLE and not changed and member.member_id != self.leader:
+        if self.state is GroupState.STABLE and not changed and member.member_id != self.roster.leader:
             return self._join_answer(member), Effects()
         member.awaiting_join = True
         return None, self._prepare_rebalance(now_ms)
@@ -227,9 +239,9 @@ class Group:
     def _add_and_rebalance(self, now_ms: int, member: Member) -> Effects:
         member.touch(now_ms)
         member.awaiting_join = True
-        self._add(member)
-        if self.leader is None:
-            self.leader = member.member_id
+        self.roster.add(member)
+        if self.roster.leader is None:
+            self.roster.leader = member.member_id
         if self.state is GroupState.PREPARING_REBALANCE:
             if self.initial_delay_deadline_ms != NO_DEADLINE:  # each join extends the initial delay
                 self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
@@ -237,37 +249,18 @@ class Group:
             return self._try_complete_join(now_ms)
         return self._prepare_rebalance(now_ms)
 
-    def _add(self, member: Member) -> None:
-        if not self.members:
-            self.protocol_type = member.protocol_type
-        self.members[member.member_id] = member
-        if member.group_instance_id is not None:
-            self.instances[member.group_instance_id] = member.member_id
-
-    def _compatible(self, protocol_type: str, protocols: Protocols) -> bool:
-        if not protocol_type or not protocols:
-            return False
-        if not self.members:
-            return True
-        return protocol_type == self.protocol_type and bool(self._candidates() & {name for name, _ in protocols})
-
-    def _candidates(self) -> set[str]:
-        """The protocols every member lists."""
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
-
     # ----------------------------------------------------------------- rebalance
 
     def _prepare_rebalance(self, now_ms: int) -> Effects:
         effects = Effects()
         if self.state is GroupState.COMPLETING_REBALANCE:
-            for member in self.members.values():  # the leader's assignment will not come for this generation
+            for member in self.roster.members.values():  # the leader's assignment will not come for this generation
                 if member.awaiting_sync:
                     member.awaiting_sync = False
                     effects.syncs[member.member_id] = SyncAnswer(ErrorCode.rebalance_in_progress)
         was_empty = self.state is GroupState.EMPTY
         self.state = GroupState.PREPARING_REBALANCE
-        timeout_ms = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        timeout_ms = max((m.rebalance_timeout_ms for m in self.roster.members.values()), default=0)
         self.rebalance_deadline_ms = now_ms + timeout_ms
         if was_empty and self.settings.initial_rebalance_delay_ms > 0:
             self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
@@ -279,68 +272,49 @@ class Group:
             return Effects()
         if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms < self.initial_delay_deadline_ms:
             return Effects()
-        if any(not m.awaiting_join for m in self.members.values()) and now_ms < self.rebalance_deadline_ms:
+        if any(not m.awaiting_join for m in self.roster.members.values()) and now_ms < self.rebalance_deadline_ms:
             return Effects()
         return self._complete_join(now_ms)
 
     def _complete_join(self, now_ms: int) -> Effects:
         """Every member rejoined, or the rebalance timeout passed: the next generation (§17.4)."""
         effects = Effects(rebalanced=True)
-        for member in [m for m in self.members.values() if not m.awaiting_join]:
+        for member in [m for m in self.roster.members.values() if not m.awaiting_join]:
             effects.expired.append(member.member_id)
-            self._remove(member)
+            self.roster.remove(member)
         self.rebalance_deadline_ms = self.initial_delay_deadline_ms = NO_DEADLINE
         self.generation += 1
-        if not self.members:
+        if not self.roster.members:
             self.state = GroupState.EMPTY
-            self.protocol = self.leader = None
+            self.protocol = self.roster.leader = None
             effects.store = True  # the Empty generation is written; no one waits for it
             return effects
         self.state = GroupState.COMPLETING_REBALANCE
-        self.protocol = self._select_protocol()
-        if self.leader not in self.members:
-            self.leader = next(iter(self.members))
-        for member in self.members.values():
+        self.protocol = self.roster.select_protocol()
+        if self.roster.leader not in self.roster.members:
+            self.roster.leader = next(iter(self.roster.members))
+        for member in self.roster.members.values():
             member.awaiting_join = False
             member.assignment = b""
             member.touch(now_ms)
             effects.joins[member.member_id] = self._join_answer(member)
         return effects  # the metadata is written with the leader's assignment (SyncGroup)
 
-    def _select_protocol(self) -> str:
-        """The protocol most members prefer among those all list; ties go to the leader's preference."""
-        candidates = self._candidates()
-        votes: dict[str, int] = {}
-        for member in self.members.values():
-            choice = next(name for name, _ in member.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        leader = self.members.get(self.leader or "")
-        order = [name for name, _ in leader.protocols] if leader is not None else sorted(candidates)
-        return max(votes, key=lambda name: (votes[name], -order.index(name) if name in order else -len(order)))
-
     def _join_answer(self, member: Member) -> JoinAnswer:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if member.member_id == self.leader:
+        if member.member_id == self.roster.leader:
             members = tuple((m.member_id, m.group_instance_id, m.metadata_for(self.protocol))
-                            for m in self.members.values())
-        return JoinAnswer(ErrorCode.none, member.member_id, self.generation, self.protocol_type, self.protocol,
-                          self.leader or "", members)
-
-    def _remove(self, member: Member) -> None:
-        del self.members[member.member_id]
-        if member.group_instance_id is not None and self.instances.get(member.group_instance_id) == member.member_id:
-            del self.instances[member.group_instance_id]
-        if self.leader == member.member_id:
-            self.leader = next(iter(self.members), None)
-        if not self.members:
-            self.protocol_type = None
+                            for m in self.roster.members.values())
+        return JoinAnswer(ErrorCode.none, member.member_id, self.generation, self.roster.protocol_type, self.protocol,
+                          self.roster.leader or "", members)
 
     def _member_check(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode | Member:
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        if instance_id is not None and instance_id in self.instances and self.instances[instance_id] != member_id:
+        owner = self.roster.instances.get(instance_id) if instance_id is not None else None
+        if owner is not None and owner != member_id:
             return ErrorCode.fenced_instance_id
-        member = self.members.get(member_id)
+        member = self.roster.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
         if generation != self.generation:
@@ -358,18 +332,18 @@ class Group:
         if isinstance(checked, ErrorCode):
             return SyncAnswer(checked), Effects()
         member = checked
-        if (protocol_type is not None and protocol_type != self.protocol_type) or \
+        if (protocol_type is not None and protocol_type != self.roster.protocol_type) or \
                 (protocol is not None and protocol != self.protocol):
             return SyncAnswer(ErrorCode.inconsistent_group_protocol), Effects()
         member.touch(now_ms)
         if self.state is GroupState.PREPARING_REBALANCE:
             return SyncAnswer(ErrorCode.rebalance_in_progress), Effects()
         if self.state is GroupState.STABLE:
-            return SyncAnswer(ErrorCode.none, self.protocol_type, self.protocol, member.assignment), Effects()
+            return SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol, member.assignment), Effects()
         member.awaiting_sync = True
-        if member_id != self.leader:
+        if member_id != self.roster.leader:
             return None, Effects()
-        for other in self.members.values():
+        for other in self.roster.members.values():
             other.assignment = assignments.get(other.member_id, b"")
         return None, Effects(store=True)
 
@@ -378,18 +352,18 @@ class Group:
         effects = Effects()
         if self.generation != generation or self.state is not GroupState.COMPLETING_REBALANCE:
             return effects
-        waiting = [m for m in self.members.values() if m.awaiting_sync]
+        waiting = [m for m in self.roster.members.values() if m.awaiting_sync]
         if error != ErrorCode.none:
             for member in waiting:
                 member.awaiting_sync = False
                 effects.syncs[member.member_id] = SyncAnswer(error)
-            for member in self.members.values():
+            for member in self.roster.members.values():
                 member.assignment = b""
             return effects.merge(self._prepare_rebalance(now_ms))
         self.state = GroupState.STABLE
         for member in waiting:
             member.awaiting_sync = False
-            effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.protocol_type, self.protocol,
+            effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol,
                                                          member.assignment)
         return effects
 
@@ -413,7 +387,7 @@ class Group:
         removed = False
         for member_id, instance_id in leaving:
             if instance_id is not None:
-                current = self.instances.get(instance_id)
+                current = self.roster.instances.get(instance_id)
                 if current is None:
                     errors.append(ErrorCode.unknown_member_id)
                     continue
@@ -421,7 +395,7 @@ class Group:
                     errors.append(ErrorCode.fenced_instance_id)
                     continue
                 member_id = current
-            member = self.members.get(member_id)
+            member = self.roster.members.get(member_id)
             if member is None:
                 errors.append(ErrorCode.unknown_member_id)
                 continue
@@ -429,7 +403,7 @@ class Group:
                 effects.joins[member_id] = JoinAnswer(ErrorCode.unknown_member_id, member_id)
             if member.awaiting_sync:
                 effects.syncs[member_id] = SyncAnswer(ErrorCode.unknown_member_id)
-            self._remove(member)
+            self.roster.remove(member)
             removed = True
             errors.append(ErrorCode.none)
         if removed:
@@ -445,7 +419,7 @@ class Group:
 
     def next_deadline_ms(self) -> int:
         """When ``tick`` must next run (NO_DEADLINE: nothing to time)."""
-        deadlines = [m.session_deadline_ms for m in self.members.values() if not m.awaiting_join]
+        deadlines = [m.session_deadline_ms for m in self.roster.members.values() if not m.awaiting_join]
         deadlines += list(self.pending_ids.values())
         if self.state is GroupState.PREPARING_REBALANCE:
             deadlines.append(self.rebalance_deadline_ms)
@@ -459,13 +433,13 @@ class Group:
         for member_id in [m for m, deadline in self.pending_ids.items() if deadline <= now_ms]:
             del self.pending_ids[member_id]
         effects = Effects()
-        expired = [m for m in self.members.values()
+        expired = [m for m in self.roster.members.values()
                    if not m.awaiting_join and m.session_deadline_ms != NO_DEADLINE and m.session_deadline_ms <= now_ms]
         for member in expired:
             effects.expired.append(member.member_id)
             if member.awaiting_sync:
                 effects.syncs[member.member_id] = SyncAnswer(ErrorCode.unknown_member_id)
-            self._remove(member)
+            self.roster.remove(member)
         if expired:
             effects.merge(self._member_gone(now_ms))
         if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms >= self.initial_delay_deadline_ms:
@@ -477,7 +451,7 @@ class Group:
     def expired_offsets(self, wall_ms: int, retention_ms: int) -> list[tuple[str, int]]:
         """The offsets of an Empty group older than the retention: counted from when the group became
         Empty when its metadata says so, else from each commit (§17.5)."""
-        if self.state is not GroupState.EMPTY or self.members or self.offsets.pending:
+        if self.state is not GroupState.EMPTY or self.roster.members or self.offsets.pending:
             return []
         emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else -1
         if emptied_ms >= 0:
@@ -487,10 +461,10 @@ class Group:
     def subscribed_topics(self) -> set[str] | None:
         """The topics a ``consumer`` group's members subscribe to; None for another protocol type
         (the broker cannot read their subscriptions)."""
-        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        if self.roster.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
         topics: set[str] = set()
-        for member in self.members.values():
+        for member in self.roster.members.values():
             try:
                 topics.update(subscription_topics(member.metadata_for(self.protocol)))
             except GroupRecordError:
@@ -505,7 +479,7 @@ class Group:
         """Whether an OffsetCommit of this member and generation may write (§17.5)."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        if generation < 0 and not member_id and not self.members:
+        if generation < 0 and not member_id and not self.roster.members:
             return ErrorCode.none  # a simple commit: allowed while the group has no members
         if self.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress

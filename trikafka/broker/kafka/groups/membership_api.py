@@ -44,7 +44,8 @@ async def join_group(service: KafkaContext, request: Request) -> Any:
     group = groups.group_or_new(body.group_id)
     member_id, answer, effects = group.join(
         membership.now_ms(), body.member_id, getattr(body, "group_instance_id", None), request.client_id or "",
-        _client_host(), session_ms, rebalance_ms, body.protocol_type, tuple((p.name, p.metadata) for p in body.protocols),
+        _client_host(), session_ms, rebalance_ms, body.protocol_type,
+        tuple((p.name, p.metadata) for p in body.protocols),
         request.api_version >= REQUIRE_KNOWN_MEMBER_ID_FROM)
     answer = await membership.join(groups, group, member_id, answer, effects, rebalance_ms)
     groups.forget_if_empty(body.group_id)
