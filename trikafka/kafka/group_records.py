@@ -237,12 +237,18 @@ def decode_key(data: bytes) -> RecordKey:
     return key
 
 
+def _value_reader(data: bytes, what: str, newest: int) -> tuple[_Reader, int]:
+    """A reader past a value's version, which must be 0..``newest``."""
+    reader = _Reader(bytes(data), what)
+    version = reader.int16()
+    if not 0 <= version <= newest:
+        raise GroupRecordError(f"{what} version {version}: 0-{newest} are read")
+    return reader, version
+
+
 def decode_offset_value(data: bytes) -> OffsetValue:
     """An offset-commit value of version 0-3 (missing fields take Kafka's defaults)."""
-    reader = _Reader(bytes(data), "offset commit value")
-    version = reader.int16()
-    if not 0 <= version <= OFFSET_VALUE_VERSION:
-        raise GroupRecordError(f"offset commit value version {version}: 0-{OFFSET_VALUE_VERSION} are read")
+    reader, version = _value_reader(data, "offset commit value", OFFSET_VALUE_VERSION)
     offset = reader.int64()
     leader_epoch = reader.int32() if version >= 3 else NO_LEADER_EPOCH
     metadata = reader.string()
@@ -254,10 +260,7 @@ def decode_offset_value(data: bytes) -> OffsetValue:
 
 def decode_group_value(data: bytes) -> GroupValue:
     """A group-metadata value of version 0-3 (missing fields take Kafka's defaults)."""
-    reader = _Reader(bytes(data), "group metadata value")
-    version = reader.int16()
-    if not 0 <= version <= GROUP_VALUE_VERSION:
-        raise GroupRecordError(f"group metadata value version {version}: 0-{GROUP_VALUE_VERSION} are read")
+    reader, version = _value_reader(data, "group metadata value", GROUP_VALUE_VERSION)
     protocol_type = reader.string()
     generation = reader.int32()
     protocol = reader.nullable_string()
