@@ -96,8 +96,7 @@ async def heartbeat(service: KafkaContext, request: Request) -> Any:
         group = groups.group(body.group_id)
         error = ErrorCode.unknown_member_id if group is None else group.heartbeat(
             service.groups.membership.now_ms(), body.member_id, getattr(body, "group_instance_id", None),
-            body.generation_id)
-        service.groups.membership.poke()
+            body.generation_id)  # a heartbeat only moves a deadline later: the timer task needs no wake
     return reply.response(throttle_time=NO_THROTTLE, error_code=error)
 
 
