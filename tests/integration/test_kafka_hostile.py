@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import socket
 import struct
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 from confluent_kafka import Producer
@@ -99,8 +99,13 @@ def header(api_key: int, version: int, correlation_id: int = 7, client_id: bytes
     _SIZE.pack(len(header(0, 1))) + header(0, 1),  # Produce v1: below the served range
     _SIZE.pack(len(header(1, 99))) + header(1, 99),  # Fetch v99: above it
     _SIZE.pack(len(header(3, 1)) + 3) + header(3, 1) + b"\x00\x00\x7f",  # Metadata: a topics array cut short
+    _SIZE.pack(len(header(11, 5)) + 4) + header(11, 5) + b"\x00\x01g\x00",  # JoinGroup cut after its group id
+    _SIZE.pack(len(header(14, 3)) + 2) + header(14, 3) + b"\x7f\xff",  # SyncGroup: a group id longer than the frame
+    _SIZE.pack(len(header(8, 2)) + 1) + header(8, 2) + b"\x00",  # OffsetCommit cut inside its group id length
+    _SIZE.pack(len(header(11, 8))) + header(11, 8),  # JoinGroup v8: above the served range
 ], ids=["garbage", "no-api", "cut-header", "cut-client-id", "empty", "negative-size", "oversized", "unknown-api",
-        "version-too-old", "version-too-new", "cut-body"])
+        "version-too-old", "version-too-new", "cut-body", "cut-join-group", "long-sync-group-id",
+        "cut-offset-commit", "join-group-too-new"])
 def test_undecodable_or_unserved_requests_close_the_connection(kafka, unharmed, frame):
     sock = connect(kafka)
     sock.sendall(frame)
@@ -159,3 +164,52 @@ def test_a_produce_with_a_corrupt_batch_is_refused_and_appends_nothing(kafka, un
     (part,) = topic.partition_responses
     assert part.error_code == error
     assert high_watermarks(kafka.bootstrap, TOPIC, 1) == [before]
+
+
+def _group_request(kafka: RunningKafkaBroker, api_key: int, version: int, body: object) -> object:
+    sock = connect(kafka)
+    try:
+        sock.sendall(encode_request(api_key, version, 7, "hostile", body))
+        return decode_response(api_key, version, receive_frame(sock))[1]
+    finally:
+        sock.close()
+
+
+def test_group_requests_that_make_no_sense_are_answered_with_their_errors(kafka, unharmed):
+    """§17.4, §17.5: a join without protocols, an impossible session timeout, a stranger's sync,
+    heartbeat and leave, an oversized commit metadata: each one answered, the broker unharmed."""
+    from kio.schema.heartbeat.v4.request import HeartbeatRequest
+    from kio.schema.join_group.v7.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.leave_group.v4.request import LeaveGroupRequest, MemberIdentity
+    from kio.schema.offset_commit.v8.request import (OffsetCommitRequest, OffsetCommitRequestPartition,
+                                                     OffsetCommitRequestTopic)
+    from kio.schema.sync_group.v5.request import SyncGroupRequestAssignment, SyncGroupRequest
+    from kio.static.primitive import i64
+
+    def join(session_ms: int, protocols: tuple[JoinGroupRequestProtocol, ...]) -> ErrorCode:
+        answer: Any = _group_request(kafka, 11, 7, JoinGroupRequest(
+            group_id="hostile-group", session_timeout=datetime.timedelta(milliseconds=session_ms),
+            rebalance_timeout=datetime.timedelta(seconds=1), member_id="", group_instance_id=None,
+            protocol_type="consumer", protocols=protocols))
+        return answer.error_code
+
+    assert join(10_000, ()) == ErrorCode.inconsistent_group_protocol
+    assert join(1, (JoinGroupRequestProtocol(name="range", metadata=b""),)) == ErrorCode.invalid_session_timeout
+    sync: Any = _group_request(kafka, 14, 5, SyncGroupRequest(
+        group_id="hostile-group", generation_id=i32(1), member_id="stranger", group_instance_id=None,
+        protocol_type="consumer", protocol_name="range",
+        assignments=(SyncGroupRequestAssignment(member_id="stranger", assignment=b"\xff" * 100),)))
+    assert sync.error_code == ErrorCode.unknown_member_id
+    beat: Any = _group_request(kafka, 12, 4, HeartbeatRequest(
+        group_id="hostile-group", generation_id=i32(-7), member_id="stranger", group_instance_id="nobody"))
+    assert beat.error_code == ErrorCode.unknown_member_id
+    leave: Any = _group_request(kafka, 13, 4, LeaveGroupRequest(
+        group_id="hostile-group", members=(MemberIdentity(member_id="stranger", group_instance_id=None),)))
+    assert [m.error_code for m in leave.members] == [ErrorCode.unknown_member_id]
+    commit: Any = _group_request(kafka, 8, 8, OffsetCommitRequest(
+        group_id="hostile-group", generation_id_or_member_epoch=i32(-1), member_id="", group_instance_id=None,
+        topics=(OffsetCommitRequestTopic(name=TOPIC, partitions=(OffsetCommitRequestPartition(
+            partition_index=i32(0), committed_offset=i64(-5), committed_leader_epoch=i32(-1),
+            committed_metadata="x" * 5000),)),)))
+    assert commit.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
+

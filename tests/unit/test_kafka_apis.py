@@ -28,7 +28,7 @@ def _contract_rows() -> dict[int, tuple[str, int, int, int]]:
 
 def test_the_table_is_the_contracts():
     rows = _contract_rows()
-    assert len(rows) == 11
+    assert len(rows) == 22
     assert {int(api): (api.label, api.min_version, api.max_version, api.flexible_from) for api in KafkaApi} == rows
 
 
@@ -58,7 +58,8 @@ def test_a_version_outside_the_range_has_no_class():
 def test_lookup():
     assert lookup(0) is KafkaApi.PRODUCE
     assert lookup(60) is KafkaApi.DESCRIBE_CLUSTER
-    assert lookup(8) is None  # OffsetCommit: not served on this listener
+    assert lookup(8) is KafkaApi.OFFSET_COMMIT
+    assert lookup(4) is None  # LeaderAndIsr: not served on this listener
     assert lookup(-1) is None
 
 

@@ -135,7 +135,7 @@ class TestRequests:
         assert [topic.name for topic in parsed.body.topics] == ["t"]
 
     @pytest.mark.parametrize("api_key, version, known", [(0, 2, True), (1, 13, True), (3, 13, True),
-                                                         (8, 1, False), (9999, 0, False)])
+                                                         (8, 1, True), (4, 0, False), (9999, 0, False)])
     def test_an_api_or_version_outside_the_table(self, api_key, version, known):
         data = struct.pack(">hhih", api_key, version, 42, 3) + b"cli" + b"\x00\x01garbage"
         with pytest.raises(UnsupportedRequest) as caught:

@@ -111,6 +111,13 @@ class BrokerConfig:
     topic_min_compaction_lag_ms_map: Mapping[str, int] = field(default_factory=dict)
     delete_retention_ms: int = 24 * HOUR_MS
     topic_delete_retention_ms_map: Mapping[str, int] = field(default_factory=dict)
+    # Consumer groups over the Kafka protocol (docs/protocol.md §17), Kafka's names and defaults.
+    offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions (§17.1)
+    offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor, capped at the live brokers
+    offsets_retention_minutes: int = 10080  # offsets.retention.minutes: an Empty group's offsets expire (§17.5)
+    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms (§17.4)
+    group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms (§17.4)
+    group_max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms (§17.4)
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -199,6 +206,8 @@ def _check_range(cfg: BrokerConfig) -> None:
         "socket_receive_buffer": 0, "broker_id": 0, "private_zookeeper_port": 0, "zk_sessiontimeout_ms": 1,
         "log_cleaner_threads": 1, "log_cleaner_backoff_ms": 0, "log_cleaner_dedupe_buffer_size": 1 << 16,
         "min_compaction_lag_ms": 0, "delete_retention_ms": 0,
+        "offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1, "offsets_retention_minutes": 1,
+        "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1, "group_max_session_timeout_ms": 1,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -213,6 +222,9 @@ def _check_range(cfg: BrokerConfig) -> None:
         raise ConfigError("log_default_flush_interval_ms must be >= 0")
     if cfg.graceful_shutdown_timeout_s < 0 or cfg.retention_first_run_delay_s < 0:
         raise ConfigError("timeouts and delays must be >= 0")
+    if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:
+        raise ConfigError(f"group_min_session_timeout_ms ({cfg.group_min_session_timeout_ms}) must be <= "
+                          f"group_max_session_timeout_ms ({cfg.group_max_session_timeout_ms})")
     if not 0 <= cfg.min_cleanable_dirty_ratio <= 1:
         raise ConfigError(f"min_cleanable_dirty_ratio must be in [0, 1], got {cfg.min_cleanable_dirty_ratio}")
     from trikafka.log.cleaner import parse_cleanup_policy

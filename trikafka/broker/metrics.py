@@ -20,7 +20,7 @@ Counting is per request or per message set, where the count is already known
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -134,6 +134,10 @@ class BrokerMetrics:
         """Add the replication collector (a broker with ZooKeeper; docs/protocol.md §12)."""
         self.registry.register(ReplicationCollector(replicas))
 
+    def watch_groups(self, groups: GroupStatus) -> None:
+        """Add the collector of the Kafka-protocol consumer groups this broker coordinates (§17.6)."""
+        self.registry.register(GroupCollector(groups))
+
     def exposition(self) -> bytes:
         """The registry in the Prometheus text format (``prometheus_client.generate_latest``)."""
         return generate_latest(self.registry)
@@ -173,6 +177,32 @@ class TrafficCollector(Collector):
                          [(metrics.kafka_labels[key], h) for key, h in metrics.kafka_requests.items()])
         yield _histogram("trikafka_flush_duration_seconds", "Duration of a log flush's fsync", None,
                          [(None, metrics.flushes)])
+
+
+class GroupStatus(Protocol):
+    """The group coordinator as its collector reads it (``kafka.groups.coordinator.GroupCoordinator``)."""
+
+    @property
+    def rebalances(self) -> int: ...
+
+    def states(self) -> dict[str, int]: ...
+
+
+class GroupCollector(Collector):
+    """Kafka-protocol consumer groups (docs/protocol.md §17.6): groups per state, rebalances completed."""
+
+    def __init__(self, groups: GroupStatus):
+        self._groups = groups
+
+    def collect(self) -> Iterator[Metric]:
+        states = GaugeMetricFamily("trikafka_kafka_groups", "Consumer groups this broker coordinates, by state",
+                                   labels=["state"])
+        for state, count in self._groups.states().items():
+            states.add_metric([state], count)
+        yield states
+        rebalances = CounterMetricFamily("trikafka_kafka_group_rebalances", "Group rebalances completed")
+        rebalances.add_metric([], self._groups.rebalances)
+        yield rebalances
 
 
 class LogCollector(Collector):

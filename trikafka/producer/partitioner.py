@@ -41,6 +41,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from trikafka.util.java_hash import java_bytes_hash, java_string_hash, to_int32
+
 __all__ = [
     "BrokerPartition", "producer_partitions", "java_string_hash", "java_bytes_hash",
     "java_hash", "hash_index", "HashPartitioner", "RandomPartitioner",
@@ -51,7 +53,6 @@ __all__ = [
 # bytes-like and int keys; a custom one may take anything), so it cannot be narrower.
 Key = Any
 PartitionFn = Callable[[Key, int], int]
-_MASK32 = 0xFFFFFFFF
 
 
 class InvalidPartitionError(ValueError):
@@ -84,32 +85,6 @@ def producer_partitions(
     return [BrokerPartition(b, 0) for b in sorted({int(b) for b in live_broker_ids})]
 
 
-def _to_int32(value: int) -> int:
-    value &= _MASK32
-    return value - (1 << 32) if value >= (1 << 31) else value
-
-
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 units, int32."""
-    if s.isascii():
-        units: Iterable[int] = s.encode("ascii")
-    else:
-        raw = s.encode("utf-16-be", "surrogatepass")
-        units = (int.from_bytes(raw[i:i + 2], "big") for i in range(0, len(raw), 2))
-    h = 0
-    for unit in units:
-        h = (31 * h + unit) & _MASK32
-    return _to_int32(h)
-
-
-def java_bytes_hash(data: bytes | bytearray | memoryview) -> int:
-    """Java ``Arrays.hashCode(byte[])``: seed 1, ``31*h + b`` with signed bytes, int32."""
-    h = 1
-    for b in bytes(data):
-        h = (31 * h + (b - 256 if b >= 128 else b)) & _MASK32
-    return _to_int32(h)
-
-
 def java_hash(key: str | bytes | bytearray | memoryview | int) -> int:
     """The stable int32 hash used by ``HashPartitioner`` (see the module docstring)."""
     if isinstance(key, str):
@@ -121,7 +96,7 @@ def java_hash(key: str | bytes | bytearray | memoryview | int) -> int:
             return key  # Integer.hashCode
         if -(2**63) <= key < 2**63:
             unsigned = key & 0xFFFFFFFFFFFFFFFF
-            return _to_int32(unsigned ^ (unsigned >> 32))  # Long.hashCode
+            return to_int32(unsigned ^ (unsigned >> 32))  # Long.hashCode
         raise TypeError(f"int key {key} does not fit in a Java long")
     raise TypeError(f"cannot hash a key of type {type(key).__name__}; use str, bytes or int")
 

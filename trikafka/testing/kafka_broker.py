@@ -46,9 +46,11 @@ class RunningKafkaBroker:
 
 
 def kafka_broker_config(log_dir: str, **settings: Any) -> BrokerConfig:
-    """The config ``kafka_broker`` runs: standalone, loopback, free ports, every append visible at once."""
+    """The config ``kafka_broker`` runs: standalone, loopback, free ports, every append visible at once,
+    and a group's first rebalance without Kafka's initial delay (docs/protocol.md §17.4)."""
     base: dict[str, Any] = dict(host=LOOPBACK, port=0, kafka_port=0, log_dir=log_dir, num_threads=1,
-                                graceful_shutdown_timeout_s=5.0, enable_zookeeper=False)
+                                graceful_shutdown_timeout_s=5.0, enable_zookeeper=False,
+                                group_initial_rebalance_delay_ms=0)
     base.update(settings)
     return BrokerConfig(**base)
 

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
+from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.wire.errors import ErrorCode as WireError
 
 from .entities import NO_THROTTLE, Reply
@@ -68,7 +69,7 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
 def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool) -> Any:
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
         return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=NO_TOPIC_ID,
-                            is_internal=False, partitions=partitions,
+                            is_internal=name in INTERNAL_TOPICS, partitions=partitions,
                             topic_authorized_operations=OPERATIONS_NOT_ASKED)
 
     if just_created:

@@ -12,6 +12,7 @@ broker goes on serving the others.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from typing import Awaitable, Callable, Protocol
@@ -32,6 +33,10 @@ logger = logging.getLogger(__name__)
 
 # An answer that is not ready yet: a Produce with acks -1, appended, waiting for the ISR.
 Deferred = Callable[[], Awaitable[list[Chunk]]]
+
+# The peer ("host:port", "?" when unknown) of the connection whose request is being handled: each
+# connection's task sets it, so the group coordinator can name a member's host (§17.6).
+CLIENT_PEER: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_peer", default="?")
 
 
 class Dispatcher(Protocol):
@@ -63,6 +68,7 @@ class KafkaConnection:
         self._receiving.stop()
 
     async def run(self) -> None:
+        CLIENT_PEER.set(self.peer)
         try:
             self.close_reason = await self._receiving.run(self._reader.feed, self._handle_received)
         except KafkaCodecError as exc:

@@ -7,7 +7,7 @@ dispatches to them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -19,6 +19,11 @@ from ..waiters import VisibleEndWaiters
 
 if TYPE_CHECKING:
     from ..handlers import RequestHandler
+    from trikafka.kafka.group_records import RecordKey, RecordValue
+
+    from ..seams import RunBlocking
+    from .groups.membership import Membership
+    from .groups.state import OffsetsPartition
 
 
 class TopicCreation(Protocol):
@@ -33,6 +38,9 @@ class TopicCreation(Protocol):
 
     def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[tuple[str, str, bool, bool]]: ...
 
+    async def create_internal(self, topic: str, partitions: int, replication_factor: int,
+                              settings: dict[str, str]) -> None: ...
+
 
 class TopicRegistry(Protocol):
     """The ZooKeeper side of topic administration (``registry.KafkaRegistry``)."""
@@ -43,6 +51,26 @@ class TopicRegistry(Protocol):
     async def delete_topic(self, topic: str) -> None: ...
 
     async def add_partitions(self, topic: str, count: int) -> None: ...
+
+    async def has_07_consumers(self, group_id: str) -> bool: ...
+
+
+class GroupCoordination(Protocol):
+    """The group coordinator (``groups.coordinator.GroupCoordinator``, §17.3) as handlers reach it."""
+
+    @property
+    def membership(self) -> Membership: ...
+
+    def loaded(self) -> list[OffsetsPartition]: ...
+
+    async def coordinator_of(self, group_id: str) -> BrokerAddress | ErrorCode: ...
+
+    async def clash(self, group_id: str) -> str | None: ...
+
+    async def partition_of(self, group_id: str) -> OffsetsPartition | ErrorCode: ...
+
+    async def write(self, groups: OffsetsPartition,
+                    records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode: ...
 
 
 class KafkaContext(Protocol):
@@ -56,6 +84,10 @@ class KafkaContext(Protocol):
     cluster_id: str
     topics: TopicCreation
     registry: TopicRegistry | None
+    run_blocking: RunBlocking
+
+    @property
+    def groups(self) -> GroupCoordination: ...
 
     @property
     def admin(self) -> Any: ...  # Any: the broker's TopicAdmin (its METADATA view and settings store)

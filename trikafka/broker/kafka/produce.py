@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.batch import BatchError
 from trikafka.kafka.framing import Request, encode_response
+from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.responses import Chunk
 
@@ -94,6 +95,9 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Ch
 async def _append(service: KafkaContext, topic: str, index: int, records: bytes | None, acks: int,
                   row: list[Any]) -> AckWait | None:
     """Append one partition's batches, filling ``row``; the acks -1 wait, if there is one."""
+    if topic in INTERNAL_TOPICS:  # only the broker writes them (§17.1)
+        row[2] = ErrorCode.invalid_topic_exception
+        return None
     target = await service.partition_for(topic, index, write=True)
     if isinstance(target, ErrorCode):
         row[2] = target

@@ -103,6 +103,17 @@ class KafkaRegistry:
         await self._service.wait_topic_known(topic)
         return partitions, factor
 
+    async def has_07_consumers(self, group_id: str) -> bool:
+        """Whether 0.7 consumers of ``group_id`` are registered under ``/consumers/<group>/ids`` (§17.7)."""
+        try:
+            path = paths.consumer_ids(group_id)
+        except ValueError:  # a group id 0.7 cannot register (a '/' in it, ...)
+            return False
+        try:
+            return bool(await self._zk.children(path))
+        except (NoNodeError, CoordinatorError):
+            return False
+
     async def delete_topic(self, topic: str) -> None:
         """DeleteTopics in ZooKeeper mode (§16.4): the topic's znodes go in one transaction; every
         broker deletes its own logs once its watch sees them gone."""

@@ -32,6 +32,8 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
+from .groups import admin_api, membership_api, offsets_api
+from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
 from .errors import kafka_error
@@ -56,12 +58,23 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.FETCH: fetch.fetch,
     KafkaApi.LIST_OFFSETS: offsets.list_offsets,
     KafkaApi.METADATA: cluster.metadata,
+    KafkaApi.OFFSET_COMMIT: offsets_api.offset_commit,
+    KafkaApi.OFFSET_FETCH: offsets_api.offset_fetch,
+    KafkaApi.FIND_COORDINATOR: offsets_api.find_coordinator,
+    KafkaApi.JOIN_GROUP: membership_api.join_group,
+    KafkaApi.HEARTBEAT: membership_api.heartbeat,
+    KafkaApi.LEAVE_GROUP: membership_api.leave_group,
+    KafkaApi.SYNC_GROUP: membership_api.sync_group,
+    KafkaApi.DESCRIBE_GROUPS: admin_api.describe_groups,
+    KafkaApi.LIST_GROUPS: admin_api.list_groups,
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
+    KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
+    KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
 }
 # Handlers that write their own answer (chunks, or nothing): the rest return an entity.
@@ -87,6 +100,7 @@ class KafkaService:
         # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
+        self.groups = GroupCoordinator(self)
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -100,6 +114,10 @@ class KafkaService:
     async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, listener: BrokerAddress) -> None:
         """Learn the listener's published address and the cluster id (§16.7), before accepting."""
         self.host, self.port = listener.host, listener.port
+        self.groups.start(nursery)
+        self.handler.metrics.watch_groups(self.groups)
+        if self.handler.replicas is not None:
+            self.handler.replicas.on_role = self.groups.on_role
         if zookeeper is not None:
             from .registry import KafkaRegistry
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.framing import Request
+from trikafka.kafka.group_records import INTERNAL_TOPICS
 
 from ..admin import MAX_CREATED_PARTITIONS
 from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, MESSAGE_TIMESTAMP_TYPE, MIN_COMPACTION_LAG_MS,
@@ -102,6 +103,7 @@ class TopicService:
         """Create a Kafka-format topic; (partitions, replication factor).  Raises TopicError."""
         service = self._service
         handler = service.handler
+        _refuse_internal(topic)
         if handler.partitions_if_valid(topic) is None:
             raise TopicError(ErrorCode.invalid_topic_exception, f"{topic!r} is not a valid topic name")
         if service.topic_format(topic) is not None:
@@ -125,6 +127,22 @@ class TopicService:
         assert registry is not None, "a broker with ZooKeeper registers its Kafka listener before serving"
         return await registry.create_topic(topic, partitions, replication_factor, stored,
                                            validate_only=validate_only)
+
+    async def create_internal(self, topic: str, partitions: int, replication_factor: int,
+                              settings: dict[str, str]) -> None:
+        """Create an internal topic (§17.1) with ``settings`` as given (they are the broker's own, so
+        none is refused); standalone, the replication keys are dropped.  Raises TopicError."""
+        service = self._service
+        if service.topic_format(topic) is not None:
+            raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists")
+        stored = {**settings, RECORD_FORMAT: "v2"}
+        if not service.config.enable_zookeeper:
+            stored = {k: v for k, v in stored.items() if k not in (MIN_INSYNC_REPLICAS, UNCLEAN_ELECTION)}
+            await self._create_local(topic, partitions, stored)
+            return
+        registry = service.registry
+        assert registry is not None, "a broker with ZooKeeper registers its Kafka listener before serving"
+        await registry.create_topic(topic, partitions, replication_factor, stored, validate_only=False)
 
     async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
         service = self._service
@@ -156,6 +174,7 @@ class TopicService:
         """CreatePartitions: raise ``topic``'s count to ``count``.  Raises TopicError."""
         service = self._service
         handler = service.handler
+        _refuse_internal(topic)
         fmt = service.topic_format(topic)
         if fmt is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
@@ -186,6 +205,11 @@ class TopicService:
         rows = [(k, stored.get(k, default), False, k not in stored) for k, default in _defaults(service, topic).items()]
         rows += [(k, value(service), True, True) for k, value in _READ_ONLY.items()]
         return [row for row in rows if keys is None or row[0] in keys]
+
+
+def _refuse_internal(topic: str) -> None:
+    if topic in INTERNAL_TOPICS:
+        raise TopicError(ErrorCode.invalid_request, f"{topic!r} is internal: the broker keeps it (§17.1)")
 
 
 def _error(exc: TopicError) -> tuple[ErrorCode, str]:
@@ -221,6 +245,7 @@ async def delete_topics(service: KafkaContext, request: Request) -> Any:
     for name in names:
         code, message = ErrorCode.none, None
         try:
+            _refuse_internal(name)
             await service.delete_topic(name)
         except TopicError as exc:
             code, message = _error(exc)

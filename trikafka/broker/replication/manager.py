@@ -87,6 +87,9 @@ class ReplicaManager:
         self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
+        # Told (topic, partition, role) after each state this broker applies: the Kafka listener's group
+        # coordinator loads a __consumer_offsets partition it now leads (docs/protocol.md §17.3).
+        self.on_role: Callable[[str, int, str], None] = lambda topic, partition, role: None
 
     # ----------------------------------------------------------------- what the handler asks
 
@@ -302,8 +305,9 @@ class ReplicaManager:
             hosted = await self._host(topic, partition, len(assignment.replicas),
                                       assignment.config.get(RECORD_FORMAT))
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
-        await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
+        role = await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
         self._start_or_stop_follower(hosted)
+        self.on_role(topic, partition, role)
 
     async def _host(self, topic: str, partition: int, count: int, record_format: str | None) -> HostedPartition:
         """Open (or create) this broker's replica of ``topic``-``partition`` and its epoch file;

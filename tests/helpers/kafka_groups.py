@@ -1,0 +1,107 @@
+"""Consumer groups of real Kafka clients against trikafka (docs/protocol.md §17): shared test steps.
+
+``ConfluentGroup`` drives several librdkafka consumers of one group from one
+thread, polling each in turn, and records what each was assigned and every
+record it delivered; tests wait for a condition on that record (never for a
+time) and then assert on it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as ConfluentPartition
+
+WAIT_S = 60.0
+POLL_S = 0.05
+
+
+def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0) -> None:
+    """``per_partition`` records to each partition, acks=all, values ``p<partition>-<n>``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for n in range(start, start + per_partition):
+        for partition in range(partitions):
+            producer.produce(topic, value=f"p{partition}-{n}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
+class ConfluentGroup:
+    """Members of one group, each a librdkafka consumer that commits what it delivered."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, **settings: Any):
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.settings = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **settings}
+        self.members: dict[str, Consumer] = {}
+        self.assigned: dict[str, set[int]] = {}
+        self.seen: list[tuple[str, int, int]] = []  # (member, partition, offset)
+        self.revocations: dict[str, int] = {}  # member -> how many times its partitions were revoked
+
+    def add(self, name: str, **settings: Any) -> None:
+        """A new member ``name``; ``settings`` are its own librdkafka settings (``group.instance.id``)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False, **self.settings,
+                             **settings})
+
+        def on_assign(_: Consumer, partitions: list[ConfluentPartition]) -> None:
+            self.assigned[name] = {p.partition for p in partitions}
+
+        def on_revoke(member: Consumer, partitions: list[ConfluentPartition]) -> None:
+            self.commit(name)  # what it delivered is committed before another member takes over
+            self.assigned[name] = set()
+            self.revocations[name] = self.revocations.get(name, 0) + 1
+
+        consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
+        self.members[name] = consumer
+        self.assigned[name] = set()
+
+    def commit(self, name: str) -> None:
+        try:
+            self.members[name].commit(asynchronous=False)
+        except Exception as exc:  # nothing delivered since the last commit: librdkafka says _NO_OFFSET
+            if "NO_OFFSET" not in str(exc):
+                raise
+
+    def close(self, name: str) -> None:
+        """Commit and leave the group (LeaveGroup)."""
+        self.commit(name)
+        self.members[name].close()  # its revoke callback commits through self.members
+        del self.members[name], self.assigned[name]
+
+    def close_all(self) -> None:
+        for name in list(self.members):
+            self.close(name)
+
+    def poll_until(self, done: Callable[[], bool], wait_s: float = WAIT_S) -> bool:
+        """Poll every member in turn until ``done()``; whether it became true within ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            for name, consumer in list(self.members.items()):
+                message = consumer.poll(POLL_S)
+                if message is not None and not message.error():
+                    self.seen.append((name, message.partition(), message.offset()))
+            if done():
+                return True
+        return False
+
+    def balanced(self, partitions: int, members: int) -> bool:
+        """Every member holds a share of ``partitions``, the shares disjoint and covering them all."""
+        shares = [self.assigned.get(name, set()) for name in self.members]
+        union = set().union(*shares) if shares else set()
+        return (len(self.members) == members and union == set(range(partitions))
+                and sum(map(len, shares)) == partitions
+                and all(len(s) in (partitions // members, -(-partitions // members)) for s in shares))
+
+    def delivered(self) -> set[tuple[int, int]]:
+        return {(partition, offset) for _, partition, offset in self.seen}
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset of each partition (OffsetFetch through librdkafka)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([ConfluentPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {p.partition: p.offset for p in found}
+    finally:
+        consumer.close()

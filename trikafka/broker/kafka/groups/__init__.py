@@ -1,0 +1,8 @@
+"""The group coordinator of the Kafka listener (docs/protocol.md §17).
+
+* ``placement``: ``__consumer_offsets`` (creating it, a group's partition, its coordinator);
+* ``state``: the groups of one loaded partition, sans I/O;
+* ``store``: writing records to ``__consumer_offsets`` and reading a partition back;
+* ``coordinator``: which partitions this broker serves, loading them;
+* ``offsets_api``: FindCoordinator, OffsetCommit, OffsetFetch.
+"""

@@ -1,0 +1,121 @@
+"""ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (docs/protocol.md §17.5, §17.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.framing import Request
+from trikafka.kafka.group_records import GroupKey, OffsetKey, RecordKey, RecordValue
+
+from ..context import KafkaContext
+from ..entities import NO_THROTTLE, Reply
+from .group import Group, GroupState
+
+OPERATIONS_NOT_ASKED = -2147483648  # Kafka's "authorized operations not asked for"
+# States whose members' metadata and assignment DescribeGroups shows (Kafka shows them only then).
+_DESCRIBED_WITH_ASSIGNMENTS = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+
+
+def list_groups(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    wanted = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
+    listed = [group for groups in service.groups.loaded() for group in groups.groups.values()
+              if group.state is not GroupState.DEAD and (not wanted or group.state.value.lower() in wanted)]
+    return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
+        reply.nested("ListedGroup", group_id=group.group_id, protocol_type=group.protocol_type or "",
+                     group_state=group.state.value)
+        for group in sorted(listed, key=lambda g: g.group_id)))
+
+
+async def describe_groups(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    described = []
+    for group_id in body.groups:
+        groups = await service.groups.partition_of(group_id)
+        if isinstance(groups, ErrorCode):
+            described.append(_described(reply, group_id, groups, None))
+        else:
+            described.append(_described(reply, group_id, ErrorCode.none, groups.group(group_id)))
+    return reply.response(throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+def _described(reply: Reply, group_id: str, error: ErrorCode, group: Group | None) -> Any:
+    if group is None:
+        return reply.nested("DescribedGroup", error_code=error, group_id=group_id, group_state=GroupState.DEAD.value,
+                            protocol_type="", protocol_data="", members=(),
+                            authorized_operations=OPERATIONS_NOT_ASKED)
+    full = group.state in _DESCRIBED_WITH_ASSIGNMENTS
+    members = tuple(reply.nested("DescribedGroupMember", member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                 client_id=m.client_id, client_host=m.client_host,
+                                 member_metadata=m.metadata_for(group.protocol) if full else b"",
+                                 member_assignment=m.assignment if full else b"")
+                    for m in group.members.values())
+    return reply.nested("DescribedGroup", error_code=error, group_id=group_id, group_state=group.state.value,
+                        protocol_type=group.protocol_type or "", protocol_data=(group.protocol or "") if full else "",
+                        members=members, authorized_operations=OPERATIONS_NOT_ASKED)
+
+
+async def delete_groups(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    results = []
+    for group_id in body.groups_names:
+        results.append(reply.nested("DeletableGroupResult", group_id=group_id,
+                                    error_code=await _delete_group(service, group_id)))
+    return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def _delete_group(service: KafkaContext, group_id: str) -> ErrorCode:
+    groups = await service.groups.partition_of(group_id)
+    if isinstance(groups, ErrorCode):
+        return groups
+    group = groups.group(group_id)
+    if group is None or group.state is GroupState.DEAD:
+        return ErrorCode.group_id_not_found
+    if group.members or group.state is not GroupState.EMPTY:
+        return ErrorCode.non_empty_group
+    records: list[tuple[RecordKey, RecordValue | None]] = [
+        (OffsetKey(group_id, topic, partition), None) for topic, partition in group.offsets]
+    records.append((GroupKey(group_id), None))
+    error = await service.groups.write(groups, records)
+    if error == ErrorCode.none:
+        group.delete()
+        groups.forget_if_empty(group_id)
+    return error
+
+
+async def offset_delete(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    errors = {key: ErrorCode.none for key in asked}
+    error = ErrorCode.none
+    groups = await service.groups.partition_of(body.group_id)
+    group = None if isinstance(groups, ErrorCode) else groups.group(body.group_id)
+    if isinstance(groups, ErrorCode):
+        error = groups
+    elif group is None or group.state is GroupState.DEAD:
+        error = ErrorCode.group_id_not_found
+    else:
+        subscribed = group.subscribed_topics() if group.members else set()
+        if subscribed is None:
+            error = ErrorCode.non_empty_group  # members of a protocol whose subscriptions the broker cannot read
+        else:
+            for topic, partition in asked:
+                if topic in subscribed:
+                    errors[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+            records: list[tuple[RecordKey, RecordValue | None]] = [
+                (OffsetKey(body.group_id, topic, partition), None) for topic, partition in asked
+                if errors[(topic, partition)] == ErrorCode.none and group.offsets.get((topic, partition)) is not None]
+            if records:
+                written = await service.groups.write(groups, records)
+                if written != ErrorCode.none:
+                    error = written
+    topics = tuple(reply.nested("OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
+        reply.nested("OffsetDeleteResponsePartition", partition_index=p.partition_index,
+                     error_code=errors[(t.name, p.partition_index)]) for p in t.partitions)) for t in body.topics)
+    return reply.response(throttle_time=NO_THROTTLE, error_code=error, topics=topics if error == ErrorCode.none else ())

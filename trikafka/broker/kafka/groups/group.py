@@ -1,0 +1,491 @@
+"""One consumer group's state machine (docs/protocol.md §17.4, §17.5), sans I/O.
+
+Every method takes the time it happens at (``now_ms``, monotonic; the group
+has no clock) and returns what it decided: JoinGroup and SyncGroup answers
+that are now ready (``Effects``), and whether the group's metadata must be
+written (§17.3).  Deadlines (sessions, the rebalance, the initial delay) are
+kept here; ``next_deadline_ms`` says when ``tick`` must next run.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.group_records import GroupRecordError, GroupValue, MemberValue, subscription_topics
+
+from .committed import CommittedOffsets
+from .member import JoinAnswer, Member, Protocols, SyncAnswer
+from .roster import Roster
+
+NO_DEADLINE = -1
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+class GroupState(enum.Enum):
+    """Kafka's group states (§17.4); the value is the name DescribeGroups and ListGroups answer."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """The broker settings a group follows (§17.4, §17.6)."""
+
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+
+
+@dataclass(slots=True)
+class Effects:
+    """What one call decided: answers now ready, whether to write the metadata, a rebalance done."""
+
+    joins: dict[str, JoinAnswer] = field(default_factory=dict)
+    syncs: dict[str, SyncAnswer] = field(default_factory=dict)
+    store: bool = False
+    rebalanced: bool = False
+    expired: list[str] = field(default_factory=list)  # members removed by their deadline (session, rebalance)
+
+    def merge(self, other: Effects) -> Effects:
+        self.expired += other.expired
+        self.joins.update(other.joins)
+        self.syncs.update(other.syncs)
+        self.store = self.store or other.store
+        self.rebalanced = self.rebalanced or other.rebalanced
+        return self
+
+
+class Group:
+    """One group: its committed offsets, its stored metadata, and its live membership."""
+
+    def __init__(self, group_id: str, settings: GroupSettings | None = None):
+        self.group_id = group_id
+        self.settings = settings or GroupSettings()
+        self.state = GroupState.EMPTY
+        self.offsets = CommittedOffsets()
+        self.metadata: GroupValue | None = None  # the last metadata record of the partition
+        self.metadata_log_offset = -1
+        self.generation = 0
+        self.protocol: str | None = None
+        self.roster = Roster()
+        self.pending_ids: dict[str, int] = {}  # member ids given with MEMBER_ID_REQUIRED -> their deadline
+        self.rebalance_deadline_ms = NO_DEADLINE
+        self.initial_delay_deadline_ms = NO_DEADLINE
+        self.state_timestamp_ms = -1  # wall time of the last state change, for the metadata record
+        self._joined_id = ""  # the member id the JoinGroup being handled ends up with
+
+    # ----------------------------------------------------------------- records (§17.3)
+
+    def apply_metadata(self, value: GroupValue | None, log_offset: int) -> None:
+        if self.metadata_log_offset > log_offset:
+            return
+        self.metadata = value
+        self.metadata_log_offset = log_offset
+
+    def activate(self, now_ms: int) -> None:
+        """After a load: the membership the last metadata record names, every session from now (§17.3)."""
+        value = self.metadata
+        self.roster.clear()
+        if value is None:
+            self.state = GroupState.EMPTY
+            return
+        self.generation = value.generation
+        self.roster.protocol_type = value.protocol_type
+        self.protocol = value.protocol
+        self.roster.leader = value.leader
+        self.state_timestamp_ms = value.current_state_timestamp_ms
+        for stored in value.members:
+            member = Member(stored.member_id, stored.group_instance_id, stored.client_id, stored.client_host,
+                            stored.session_timeout_ms, stored.rebalance_timeout_ms, value.protocol_type,
+                            ((value.protocol or "", stored.subscription),), stored.assignment)
+            member.touch(now_ms)
+            self.roster.add(member)
+        self.state = GroupState.STABLE if self.roster.members else GroupState.EMPTY
+
+    def metadata_value(self, wall_ms: int) -> GroupValue:
+        """The metadata record of the group as it is now (§17.2)."""
+        roster = self.roster
+        return GroupValue(roster.protocol_type or "", self.generation, self.protocol, roster.leader, wall_ms, tuple(
+            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                        m.session_timeout_ms, m.metadata_for(self.protocol), m.assignment)
+            for m in roster.members.values()))
+
+    @property
+    def forgettable(self) -> bool:
+        """Nothing of the group remains: no offset, no metadata, no member (given or pending), no commit
+        being written."""
+        if self.state is GroupState.DEAD:
+            return not self.offsets.pending
+        return (not self.offsets and self.metadata is None and not self.roster.members and not self.pending_ids
+                and self.state is GroupState.EMPTY)
+
+    @property
+    def has_members(self) -> bool:
+        return bool(self.roster.members)
+
+    @property
+    def members(self) -> dict[str, Member]:
+        """The members, by member id (the roster's; read, never changed, outside the group)."""
+        return self.roster.members
+
+    @property
+    def leader(self) -> str | None:
+        return self.roster.leader
+
+    @property
+    def protocol_type(self) -> str | None:
+        return self.roster.protocol_type
+
+    # ----------------------------------------------------------------- JoinGroup
+
+    def join(self, now_ms: int, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
+             require_known_member_id: bool) -> tuple[str, JoinAnswer | None, Effects]:
+        """A JoinGroup: the member's id, and its answer now, or None when it waits for the rebalance
+        (its answer then comes in an ``Effects.joins`` under that member id)."""
+        answer, effects = self._join(now_ms, member_id, instance_id, client_id, client_host, session_timeout_ms,
+                                     rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
+        if answer is not None:
+            return answer.member_id or member_id, answer, effects
+        return self._joined_id, None, effects
+
+    def _join(self, now_ms: int, member_id: str, instance_id: str | None, client_id: str, client_host: str,
+              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
+              require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
+        self._joined_id = member_id
+        settings = self.settings
+        if not settings.min_session_timeout_ms <= session_timeout_ms <= settings.max_session_timeout_ms:
+            return JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
+        if self.state is GroupState.DEAD:
+            return JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
+        if not self.roster.compatible(protocol_type, protocols):
+            return JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
+        if not member_id:
+            return self._join_new(now_ms, instance_id, client_id, client_host, session_timeout_ms,
+                                  rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
+        if instance_id is not None and self.roster.instances.get(instance_id, member_id) != member_id:
+            return JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
+        if member_id in self.pending_ids:
+            del self.pending_ids[member_id]
+            return None, self._add_and_rebalance(now_ms, Member(
+                member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                protocol_type, protocols))
+        known = self.roster.members.get(member_id)
+        if known is None:
+            return JoinAnswer(ErrorCode.unknown_member_id, member_id), Effects()
+        return self._join_known(now_ms, known, protocols, session_timeout_ms, rebalance_timeout_ms)
+
+    def _join_new(self, now_ms: int, instance_id: str | None, client_id: str, client_host: str,
+                  session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
+                  require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
+        new_id = self._joined_id = f"{client_id}-{uuid.uuid4()}"
+        if instance_id is not None and instance_id in self.roster.instances:
+            old = self.roster.members[self.roster.instances[instance_id]]
+            return self._replace_static(now_ms, old, new_id, protocols,
+                                        session_timeout_ms, rebalance_timeout_ms)
+        if require_known_member_id and instance_id is None:  # KIP-394
+            self.pending_ids[new_id] = now_ms + session_timeout_ms
+            return JoinAnswer(ErrorCode.member_id_required, new_id), Effects()
+        member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                        protocol_type, protocols)
+        return None, self._add_and_rebalance(now_ms, member)
+
+    def _replace_static(self, now_ms: int, old: Member, new_id: str, protocols: Protocols, session_timeout_ms: int,
+                        rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
+        """KIP-345: a static member comes back under a new member id, keeping its assignment."""
+        effects = Effects()
+        if old.awaiting_join:
+            effects.joins[old.member_id] = JoinAnswer(ErrorCode.fenced_instance_id, old.member_id)
+        if old.awaiting_sync:
+            effects.syncs[old.member_id] = SyncAnswer(ErrorCode.fenced_instance_id)
+        del self.roster.members[old.member_id]
+        changed = old.protocols != protocols
+        member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, session_timeout_ms,
+                        rebalance_timeout_ms, old.protocol_type, protocols, old.assignment)
+        self.roster.add(member)
+        if self.roster.leader == old.member_id:
+            self.roster.leader = new_id
+        member.touch(now_ms)
+        if self.state is GroupState.STABLE and not changed:
+            effects.store = True  # the new member id is written before the member is answered
+            return self._join_answer(member), effects
+        member.awaiting_join = True
+        return None, effects.merge(self._prepare_rebalance(now_ms))
+
+    def _join_known(self, now_ms: int, member: Member, protocols: Protocols, session_timeout_ms: int,
+                    rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
+        member.touch(now_ms)
+        changed = member.protocols != protocols
+        member.protocols = protocols
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        if self.state is GroupState.PREPARING_REBALANCE:
+            member.awaiting_join = True
+            return None, self._try_complete_join(now_ms)
+        if self.state is GroupState.COMPLETING_REBALANCE and not changed:
+            return self._join_answer(member), Effects()  # the answer it missed, again
+        if self.state is GroupState.STABLE and not changed and member.member_id != self.roster.leader:
+            return self._join_answer(member), Effects()
+        member.awaiting_join = True
+        return None, self._prepare_rebalance(now_ms)
+
+    def _add_and_rebalance(self, now_ms: int, member: Member) -> Effects:
+        member.touch(now_ms)
+        member.awaiting_join = True
+        self.roster.add(member)
+        if self.roster.leader is None:
+            self.roster.leader = member.member_id
+        if self.state is GroupState.PREPARING_REBALANCE:
+            if self.initial_delay_deadline_ms != NO_DEADLINE:  # each join extends the initial delay
+                self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
+                                                     self.rebalance_deadline_ms)
+            return self._try_complete_join(now_ms)
+        return self._prepare_rebalance(now_ms)
+
+    # ----------------------------------------------------------------- rebalance
+
+    def _prepare_rebalance(self, now_ms: int) -> Effects:
+        effects = Effects()
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            for member in self.roster.members.values():  # the leader's assignment will not come for this generation
+                if member.awaiting_sync:
+                    member.awaiting_sync = False
+                    effects.syncs[member.member_id] = SyncAnswer(ErrorCode.rebalance_in_progress)
+        was_empty = self.state is GroupState.EMPTY
+        self.state = GroupState.PREPARING_REBALANCE
+        timeout_ms = max((m.rebalance_timeout_ms for m in self.roster.members.values()), default=0)
+        self.rebalance_deadline_ms = now_ms + timeout_ms
+        if was_empty and self.settings.initial_rebalance_delay_ms > 0:
+            self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
+                                                 self.rebalance_deadline_ms)
+        return effects.merge(self._try_complete_join(now_ms))
+
+    def _try_complete_join(self, now_ms: int) -> Effects:
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            return Effects()
+        if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms < self.initial_delay_deadline_ms:
+            return Effects()
+        if any(not m.awaiting_join for m in self.roster.members.values()) and now_ms < self.rebalance_deadline_ms:
+            return Effects()
+        return self._complete_join(now_ms)
+
+    def _complete_join(self, now_ms: int) -> Effects:
+        """Every member rejoined, or the rebalance timeout passed: the next generation (§17.4)."""
+        effects = Effects(rebalanced=True)
+        for member in [m for m in self.roster.members.values() if not m.awaiting_join]:
+            effects.expired.append(member.member_id)
+            self.roster.remove(member)
+        self.rebalance_deadline_ms = self.initial_delay_deadline_ms = NO_DEADLINE
+        self.generation += 1
+        if not self.roster.members:
+            self.state = GroupState.EMPTY
+            self.protocol = self.roster.leader = None
+            effects.store = True  # the Empty generation is written; no one waits for it
+            return effects
+        self.state = GroupState.COMPLETING_REBALANCE
+        self.protocol = self.roster.select_protocol()
+        if self.roster.leader not in self.roster.members:
+            self.roster.leader = next(iter(self.roster.members))
+        for member in self.roster.members.values():
+            member.awaiting_join = False
+            member.assignment = b""
+            member.touch(now_ms)
+            effects.joins[member.member_id] = self._join_answer(member)
+        return effects  # the metadata is written with the leader's assignment (SyncGroup)
+
+    def _join_answer(self, member: Member) -> JoinAnswer:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if member.member_id == self.roster.leader:
+            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(self.protocol))
+                            for m in self.roster.members.values())
+        return JoinAnswer(ErrorCode.none, member.member_id, self.generation, self.roster.protocol_type, self.protocol,
+                          self.roster.leader or "", members)
+
+    def _member_check(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode | Member:
+        if self.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        owner = self.roster.instances.get(instance_id) if instance_id is not None else None
+        if owner is not None and owner != member_id:
+            return ErrorCode.fenced_instance_id
+        member = self.roster.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation != self.generation:
+            return ErrorCode.illegal_generation
+        return member
+
+    # ----------------------------------------------------------------- SyncGroup, Heartbeat, LeaveGroup
+
+    def sync(self, now_ms: int, member_id: str, instance_id: str | None, generation: int,
+             protocol_type: str | None, protocol: str | None,
+             assignments: dict[str, bytes]) -> tuple[SyncAnswer | None, Effects]:
+        """A SyncGroup: its answer now, or None when it waits for the assignment to be written
+        (``Effects.store``: write the metadata, then call ``stored``)."""
+        checked = self._member_check(member_id, instance_id, generation)
+        if isinstance(checked, ErrorCode):
+            return SyncAnswer(checked), Effects()
+        member = checked
+        if (protocol_type is not None and protocol_type != self.roster.protocol_type) or \
+                (protocol is not None and protocol != self.protocol):
+            return SyncAnswer(ErrorCode.inconsistent_group_protocol), Effects()
+        member.touch(now_ms)
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return SyncAnswer(ErrorCode.rebalance_in_progress), Effects()
+        if self.state is GroupState.STABLE:
+            return SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol, member.assignment), Effects()
+        member.awaiting_sync = True
+        if member_id != self.roster.leader:
+            return None, Effects()
+        for other in self.roster.members.values():
+            other.assignment = assignments.get(other.member_id, b"")
+        return None, Effects(store=True)
+
+    def stored(self, now_ms: int, generation: int, error: ErrorCode) -> Effects:
+        """The metadata written at ``generation`` is committed (``error`` none) or failed (§17.3)."""
+        effects = Effects()
+        if self.generation != generation or self.state is not GroupState.COMPLETING_REBALANCE:
+            return effects
+        waiting = [m for m in self.roster.members.values() if m.awaiting_sync]
+        if error != ErrorCode.none:
+            for member in waiting:
+                member.awaiting_sync = False
+                effects.syncs[member.member_id] = SyncAnswer(error)
+            for member in self.roster.members.values():
+                member.assignment = b""
+            return effects.merge(self._prepare_rebalance(now_ms))
+        self.state = GroupState.STABLE
+        for member in waiting:
+            member.awaiting_sync = False
+            effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol,
+                                                         member.assignment)
+        return effects
+
+    def heartbeat(self, now_ms: int, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
+        """A Heartbeat's answer; it keeps the member's session alive (§17.4)."""
+        if self.state is GroupState.EMPTY:
+            return ErrorCode.unknown_member_id
+        checked = self._member_check(member_id, instance_id, generation)
+        if isinstance(checked, ErrorCode):
+            return checked
+        checked.touch(now_ms)
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, now_ms: int, leaving: list[tuple[str, str | None]]) -> tuple[list[ErrorCode], Effects]:
+        """LeaveGroup of (member id, group instance id) pairs (v3+: an empty member id names the
+        instance's); each one's error, and the rebalance they start."""
+        errors: list[ErrorCode] = []
+        effects = Effects()
+        removed = False
+        for member_id, instance_id in leaving:
+            if instance_id is not None:
+                current = self.roster.instances.get(instance_id)
+                if current is None:
+                    errors.append(ErrorCode.unknown_member_id)
+                    continue
+                if member_id and member_id != current:
+                    errors.append(ErrorCode.fenced_instance_id)
+                    continue
+                member_id = current
+            member = self.roster.members.get(member_id)
+            if member is None:
+                errors.append(ErrorCode.unknown_member_id)
+                continue
+            if member.awaiting_join:
+                effects.joins[member_id] = JoinAnswer(ErrorCode.unknown_member_id, member_id)
+            if member.awaiting_sync:
+                effects.syncs[member_id] = SyncAnswer(ErrorCode.unknown_member_id)
+            self.roster.remove(member)
+            removed = True
+            errors.append(ErrorCode.none)
+        if removed:
+            effects.merge(self._member_gone(now_ms))
+        return errors, effects
+
+    def _member_gone(self, now_ms: int) -> Effects:
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return self._try_complete_join(now_ms)
+        return self._prepare_rebalance(now_ms)
+
+    # ----------------------------------------------------------------- timers
+
+    def next_deadline_ms(self) -> int:
+        """When ``tick`` must next run (NO_DEADLINE: nothing to time)."""
+        deadlines = [m.session_deadline_ms for m in self.roster.members.values() if not m.awaiting_join]
+        deadlines += list(self.pending_ids.values())
+        if self.state is GroupState.PREPARING_REBALANCE:
+            deadlines.append(self.rebalance_deadline_ms)
+            if self.initial_delay_deadline_ms != NO_DEADLINE:
+                deadlines.append(self.initial_delay_deadline_ms)
+        deadlines = [d for d in deadlines if d != NO_DEADLINE]
+        return min(deadlines) if deadlines else NO_DEADLINE
+
+    def tick(self, now_ms: int) -> Effects:
+        """Fire every deadline at or before ``now_ms``: expired sessions, the rebalance's end."""
+        for member_id in [m for m, deadline in self.pending_ids.items() if deadline <= now_ms]:
+            del self.pending_ids[member_id]
+        effects = Effects()
+        expired = [m for m in self.roster.members.values()
+                   if not m.awaiting_join and m.session_deadline_ms != NO_DEADLINE and m.session_deadline_ms <= now_ms]
+        for member in expired:
+            effects.expired.append(member.member_id)
+            if member.awaiting_sync:
+                effects.syncs[member.member_id] = SyncAnswer(ErrorCode.unknown_member_id)
+            self.roster.remove(member)
+        if expired:
+            effects.merge(self._member_gone(now_ms))
+        if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms >= self.initial_delay_deadline_ms:
+            self.initial_delay_deadline_ms = NO_DEADLINE
+        return effects.merge(self._try_complete_join(now_ms))
+
+    # ----------------------------------------------------------------- offsets (§17.5)
+
+    def expired_offsets(self, wall_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        """The offsets of an Empty group older than the retention: counted from when the group became
+        Empty when its metadata says so, else from each commit (§17.5)."""
+        if self.state is not GroupState.EMPTY or self.roster.members or self.offsets.pending:
+            return []
+        emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else -1
+        if emptied_ms >= 0:
+            return list(self.offsets) if emptied_ms + retention_ms <= wall_ms else []
+        return self.offsets.expired(wall_ms - retention_ms)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics a ``consumer`` group's members subscribe to; None for another protocol type
+        (the broker cannot read their subscriptions)."""
+        if self.roster.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        topics: set[str] = set()
+        for member in self.roster.members.values():
+            try:
+                topics.update(subscription_topics(member.metadata_for(self.protocol)))
+            except GroupRecordError:
+                return None
+        return topics
+
+    def delete(self) -> None:
+        """The group is deleted (its tombstones written): Dead until forgotten (§17.6)."""
+        self.state = GroupState.DEAD
+
+    def check_commit(self, member_id: str, generation: int, instance_id: str | None, now_ms: int = -1) -> ErrorCode:
+        """Whether an OffsetCommit of this member and generation may write (§17.5)."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and not member_id and not self.roster.members:
+            return ErrorCode.none  # a simple commit: allowed while the group has no members
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        checked = self._member_check(member_id, instance_id, generation)
+        if isinstance(checked, ErrorCode):
+            return checked
+        if now_ms >= 0:
+            checked.touch(now_ms)
+        return ErrorCode.none

@@ -1,0 +1,154 @@
+"""FindCoordinator, OffsetCommit and OffsetFetch (docs/protocol.md §17.3, §17.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.framing import Request
+from trikafka.kafka.group_records import OffsetKey, OffsetValue, RecordKey, RecordValue
+
+from ..context import KafkaContext
+from ..entities import NO_THROTTLE, Reply
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes (§17.5)
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+NO_METADATA = ""
+FIRST_GROUP_LEVEL_ERROR_VERSION = 2  # OffsetFetch: v1 answers a group's error in each partition
+
+
+async def find_coordinator(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
+    keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
+    found = [await _coordinator(service, key, key_type) for key in keys]
+    if request.api_version >= 4:
+        return reply.response(throttle_time=NO_THROTTLE, coordinators=tuple(
+            reply.nested("Coordinator", key=key, node_id=node, host=host, port=port, error_code=error,
+                         error_message=message)
+            for key, (error, message, node, host, port) in zip(keys, found)))
+    error, message, node, host, port = found[0]
+    return reply.response(throttle_time=NO_THROTTLE, error_code=error, error_message=message, node_id=node,
+                          host=host, port=port)
+
+
+async def _coordinator(service: KafkaContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of the coordinator of ``key`` (§17.3)."""
+    if key_type != KEY_TYPE_GROUP:
+        return ErrorCode.coordinator_not_available, "transactions are not served", -1, "", -1
+    address = await service.groups.coordinator_of(key)
+    if isinstance(address, ErrorCode):
+        return address, None, -1, "", -1
+    return ErrorCode.none, None, address.broker_id, address.host, address.port
+
+
+async def offset_commit(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    asked = [(t.name, p) for t in body.topics for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    groups = await service.groups.partition_of(body.group_id)
+    if isinstance(groups, ErrorCode):
+        errors = {(name, p.partition_index): groups for name, p in asked}
+        return _commit_answer(reply, body, errors)
+    group = groups.group_or_new(body.group_id)
+    refused = group.check_commit(body.member_id, body.generation_id_or_member_epoch,
+                                 getattr(body, "group_instance_id", None), service.groups.membership.now_ms())
+    now_ms = service.clock_ms()
+    records: list[tuple[RecordKey, RecordValue | None]] = []
+    for name, part in asked:
+        key = (name, part.partition_index)
+        count = service.handler.partitions_if_valid(name) if service.topic_format(name) is not None else None
+        if refused != ErrorCode.none:
+            errors[key] = refused
+        elif count is None or not 0 <= part.partition_index < count:
+            errors[key] = ErrorCode.unknown_topic_or_partition
+        elif part.committed_metadata is not None and len(part.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            errors[key] = ErrorCode.offset_metadata_too_large
+        else:
+            errors[key] = ErrorCode.none
+            records.append((OffsetKey(body.group_id, name, part.partition_index),
+                            OffsetValue(part.committed_offset, getattr(part, "committed_leader_epoch", NO_LEADER_EPOCH),
+                                        part.committed_metadata or NO_METADATA, now_ms)))
+    if records:
+        group.offsets.pending += 1
+        try:
+            written = await service.groups.write(groups, records)
+        finally:
+            group.offsets.pending -= 1
+            groups.forget_if_empty(body.group_id)
+        if written != ErrorCode.none:
+            for key in errors:
+                if errors[key] == ErrorCode.none:
+                    errors[key] = written
+    return _commit_answer(reply, body, errors)
+
+
+def _commit_answer(reply: Reply, body: Any, errors: dict[tuple[str, int], ErrorCode]) -> Any:
+    topics = tuple(reply.nested("OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+        reply.nested("OffsetCommitResponsePartition", partition_index=p.partition_index,
+                     error_code=errors[(t.name, p.partition_index)])
+        for p in t.partitions)) for t in body.topics)
+    return reply.response(throttle_time=NO_THROTTLE, topics=topics)
+
+
+async def offset_fetch(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    require_stable = getattr(body, "require_stable", False)
+    if request.api_version >= 8:
+        answers = [await _fetch_group(service, reply, request.api_version, g.group_id, g.topics, require_stable)
+                   for g in body.groups]
+        return reply.response(throttle_time=NO_THROTTLE, groups=tuple(
+            reply.nested("OffsetFetchResponseGroup", group_id=g.group_id, topics=topics, error_code=error)
+            for g, (topics, error) in zip(body.groups, answers)))
+    topics, error = await _fetch_group(service, reply, request.api_version, body.group_id, body.topics,
+                                       require_stable)
+    return reply.response(throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+
+async def _fetch_group(service: KafkaContext, reply: Reply, version: int, group_id: str, asked: Any,
+                       require_stable: bool) -> tuple[tuple[Any, ...], ErrorCode]:
+    """One group's answer: its topics and its group-level error (§17.5).  ``asked`` (Any: this
+    version's request entities) None means every partition the group has an offset for."""
+    topic_class, partition_class = _FETCH_CLASSES[version >= 8]
+    groups = await service.groups.partition_of(group_id)
+    group = None if isinstance(groups, ErrorCode) else groups.group(group_id)
+    error = groups if isinstance(groups, ErrorCode) else ErrorCode.none
+    if asked is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, index in sorted(group.offsets if group is not None else ()):
+            wanted.setdefault(topic, []).append(index)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in asked}
+    if require_stable and group is not None and group.offsets.pending > 0:
+        partition_error = ErrorCode.unstable_offset_commit
+    elif version < FIRST_GROUP_LEVEL_ERROR_VERSION:
+        partition_error = error
+    else:
+        partition_error = ErrorCode.none
+
+    def partition(topic: str, index: int) -> Any:
+        committed = group.offsets.get((topic, index)) if group is not None else None
+        if committed is None or partition_error != ErrorCode.none:
+            return reply.nested(partition_class, partition_index=index, committed_offset=NO_OFFSET,
+                                committed_leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA,
+                                error_code=partition_error)
+        value = committed.value
+        return reply.nested(partition_class, partition_index=index, committed_offset=value.offset,
+                            committed_leader_epoch=value.leader_epoch, metadata=value.metadata,
+                            error_code=ErrorCode.none)
+
+    topics = tuple(reply.nested(topic_class, name=name, partitions=tuple(partition(name, i) for i in indexes))
+                   for name, indexes in wanted.items())
+    return topics, error
+
+
+# OffsetFetch's nested classes: v8 (batched groups) names them in the plural.
+_FETCH_CLASSES = {False: ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"),
+                  True: ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions")}

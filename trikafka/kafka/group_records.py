@@ -1,0 +1,305 @@
+"""The records of ``__consumer_offsets`` (docs/protocol.md §17.2), sans I/O.
+
+Kafka's own layout, so Kafka's tools read what trikafka writes: a key and a
+value, each starting with a version ``int16``; strings are ``int16`` length
+and UTF-8 (-1: null), bytes ``int32`` length and bytes.
+
+* offset commit: key v0/v1 ``group topic partition:int32``; value v0-v3
+  (v3 written: ``offset:int64 leader_epoch:int32 metadata commit_timestamp:int64``);
+* group metadata: key v2 ``group``; value v0-v3 (v3 written, see ``GroupValue``).
+
+A null value is a tombstone.  Anything that does not decode raises
+``GroupRecordError``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from .errors import KafkaCodecError
+
+OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in (§17.1)
+# Topics a broker creates and keeps itself (§17.1): clients read them, never write, create or change them.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+OFFSET_KEY_VERSIONS = (0, 1)
+OFFSET_KEY_VERSION = 1  # the one written
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3  # the one written; 0-3 are read
+GROUP_VALUE_VERSION = 3  # the one written; 0-3 are read
+NO_TIMESTAMP = -1
+NO_LEADER_EPOCH = -1
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+
+class GroupRecordError(KafkaCodecError):
+    """A ``__consumer_offsets`` key or value that does not decode (§17.2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    """The key of a committed offset: (group, topic, partition)."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    """The key of a group's metadata."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    """A committed offset; ``expire_timestamp_ms`` exists only in value v1 (-1 elsewhere)."""
+
+    offset: int
+    leader_epoch: int = NO_LEADER_EPOCH
+    metadata: str = ""
+    commit_timestamp_ms: int = NO_TIMESTAMP
+    expire_timestamp_ms: int = NO_TIMESTAMP
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    """One member as a group's metadata stores it (v0 lacks the instance id and rebalance timeout)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    """A group's metadata: its generation, chosen protocol, leader and members."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int = NO_TIMESTAMP
+    members: tuple[MemberValue, ...] = field(default=())
+
+
+RecordKey = OffsetKey | GroupKey
+RecordValue = OffsetValue | GroupValue
+
+
+# ----------------------------------------------------------------- encoding
+
+def _string(out: bytearray, text: str | None) -> None:
+    if text is None:
+        out += _INT16.pack(-1)
+        return
+    raw = text.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise GroupRecordError(f"a string of {len(raw)} bytes does not fit an int16 length")
+    out += _INT16.pack(len(raw))
+    out += raw
+
+
+def _bytes(out: bytearray, data: bytes) -> None:
+    out += _INT32.pack(len(data))
+    out += data
+
+
+def encode_key(key: RecordKey) -> bytes:
+    """The record key of ``key``, at the version the broker writes."""
+    out = bytearray()
+    if isinstance(key, OffsetKey):
+        out += _INT16.pack(OFFSET_KEY_VERSION)
+        _string(out, key.group)
+        _string(out, key.topic)
+        out += _INT32.pack(key.partition)
+    else:
+        out += _INT16.pack(GROUP_KEY_VERSION)
+        _string(out, key.group)
+    return bytes(out)
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    """An offset-commit value, version 3."""
+    out = bytearray(_INT16.pack(OFFSET_VALUE_VERSION))
+    out += _INT64.pack(value.offset)
+    out += _INT32.pack(value.leader_epoch)
+    _string(out, value.metadata)
+    out += _INT64.pack(value.commit_timestamp_ms)
+    return bytes(out)
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    """A group-metadata value, version 3."""
+    out = bytearray(_INT16.pack(GROUP_VALUE_VERSION))
+    _string(out, value.protocol_type)
+    out += _INT32.pack(value.generation)
+    _string(out, value.protocol)
+    _string(out, value.leader)
+    out += _INT64.pack(value.current_state_timestamp_ms)
+    out += _INT32.pack(len(value.members))
+    for member in value.members:
+        _string(out, member.member_id)
+        _string(out, member.group_instance_id)
+        _string(out, member.client_id)
+        _string(out, member.client_host)
+        out += _INT32.pack(member.rebalance_timeout_ms)
+        out += _INT32.pack(member.session_timeout_ms)
+        _bytes(out, member.subscription)
+        _bytes(out, member.assignment)
+    return bytes(out)
+
+
+def encode_value(value: RecordValue | None) -> bytes | None:
+    """The record value of ``value``; None (a tombstone) for None."""
+    if value is None:
+        return None
+    if isinstance(value, OffsetValue):
+        return encode_offset_value(value)
+    return encode_group_value(value)
+
+
+# ----------------------------------------------------------------- decoding
+
+class _Reader:
+    """Reads the fields of one key or value; running short or leaving bytes is a GroupRecordError."""
+
+    __slots__ = ("_data", "_pos", "_what")
+
+    def __init__(self, data: bytes, what: str):
+        self._data = data
+        self._pos = 0
+        self._what = what
+
+    def _take(self, n: int) -> int:
+        start = self._pos
+        if n < 0 or start + n > len(self._data):
+            raise GroupRecordError(f"{self._what}: {len(self._data)} bytes end inside a field at {start}")
+        self._pos = start + n
+        return start
+
+    def int16(self) -> int:
+        return int(_INT16.unpack_from(self._data, self._take(2))[0])
+
+    def int32(self) -> int:
+        return int(_INT32.unpack_from(self._data, self._take(4))[0])
+
+    def int64(self) -> int:
+        return int(_INT64.unpack_from(self._data, self._take(8))[0])
+
+    def nullable_string(self) -> str | None:
+        length = self.int16()
+        if length == -1:
+            return None
+        start = self._take(length)
+        try:
+            return self._data[start:start + length].decode("utf-8")
+        except UnicodeDecodeError:
+            raise GroupRecordError(f"{self._what}: a string at {start} is not UTF-8") from None
+
+    def string(self) -> str:
+        text = self.nullable_string()
+        if text is None:
+            raise GroupRecordError(f"{self._what}: a null string where the schema has none")
+        return text
+
+    def bytes_(self) -> bytes:
+        length = self.int32()
+        start = self._take(length)
+        return bytes(self._data[start:start + length])
+
+    def done(self) -> None:
+        if self._pos != len(self._data):
+            raise GroupRecordError(f"{self._what}: {len(self._data) - self._pos} bytes after the last field")
+
+
+def decode_key(data: bytes) -> RecordKey:
+    """An offset-commit key (v0, v1) or a group-metadata key (v2)."""
+    reader = _Reader(bytes(data), "__consumer_offsets key")
+    version = reader.int16()
+    key: RecordKey
+    if version in OFFSET_KEY_VERSIONS:
+        key = OffsetKey(reader.string(), reader.string(), reader.int32())
+    elif version == GROUP_KEY_VERSION:
+        key = GroupKey(reader.string())
+    else:
+        raise GroupRecordError(f"__consumer_offsets key version {version}: 0-2 are read")
+    reader.done()
+    return key
+
+
+def _value_reader(data: bytes, what: str, newest: int) -> tuple[_Reader, int]:
+    """A reader past a value's version, which must be 0..``newest``."""
+    reader = _Reader(bytes(data), what)
+    version = reader.int16()
+    if not 0 <= version <= newest:
+        raise GroupRecordError(f"{what} version {version}: 0-{newest} are read")
+    return reader, version
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    """An offset-commit value of version 0-3 (missing fields take Kafka's defaults)."""
+    reader, version = _value_reader(data, "offset commit value", OFFSET_VALUE_VERSION)
+    offset = reader.int64()
+    leader_epoch = reader.int32() if version >= 3 else NO_LEADER_EPOCH
+    metadata = reader.string()
+    commit_timestamp_ms = reader.int64()
+    expire_timestamp_ms = reader.int64() if version == 1 else NO_TIMESTAMP
+    reader.done()
+    return OffsetValue(offset, leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms)
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    """A group-metadata value of version 0-3 (missing fields take Kafka's defaults)."""
+    reader, version = _value_reader(data, "group metadata value", GROUP_VALUE_VERSION)
+    protocol_type = reader.string()
+    generation = reader.int32()
+    protocol = reader.nullable_string()
+    leader = reader.nullable_string()
+    timestamp_ms = reader.int64() if version >= 2 else NO_TIMESTAMP
+    count = reader.int32()
+    if count < 0:
+        raise GroupRecordError(f"group metadata value: {count} members")
+    members = []
+    for _ in range(count):
+        member_id = reader.string()
+        instance_id = reader.nullable_string() if version >= 3 else None
+        client_id = reader.string()
+        client_host = reader.string()
+        rebalance_timeout_ms = reader.int32() if version >= 1 else None
+        session_timeout_ms = reader.int32()
+        members.append(MemberValue(member_id, instance_id, client_id, client_host,
+                                   session_timeout_ms if rebalance_timeout_ms is None else rebalance_timeout_ms,
+                                   session_timeout_ms, reader.bytes_(), reader.bytes_()))
+    reader.done()
+    return GroupValue(protocol_type, generation, protocol, leader, timestamp_ms, tuple(members))
+
+
+def subscription_topics(data: bytes) -> list[str]:
+    """The topics of a ``consumer`` protocol subscription (any version: ``version:int16 topics:[string]``
+    come first in each); raises ``GroupRecordError`` when they do not decode."""
+    reader = _Reader(bytes(data), "consumer subscription")
+    reader.int16()
+    count = reader.int32()
+    if count < 0:
+        raise GroupRecordError(f"consumer subscription: {count} topics")
+    return [reader.string() for _ in range(count)]
+
+
+def decode_record(key: bytes, value: bytes | None) -> tuple[RecordKey, RecordValue | None]:
+    """One record of ``__consumer_offsets``: its key and its value (None: a tombstone)."""
+    decoded_key = decode_key(key)
+    if value is None:
+        return decoded_key, None
+    if isinstance(decoded_key, OffsetKey):
+        return decoded_key, decode_offset_value(value)
+    return decoded_key, decode_group_value(value)
