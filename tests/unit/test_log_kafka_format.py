@@ -22,6 +22,7 @@ from trikafka.log import (
     WrongFormatError,
 )
 from trikafka.log.batch_index import BatchIndex, build_batch_index
+from trikafka.log.clean_format import CLEAN_FORMATS
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner
 from trikafka.testing import FakeFileSystem
 from trikafka.wire.messageset import build_message_set
@@ -410,7 +411,7 @@ def test_a_batch_index_keeps_the_first_batch_with_the_largest_timestamp():
     assert (index.largest_timestamp_ms, index.largest_timestamp_offset, index.next_offset) == (50, 1, 2)
 
 
-def test_the_cleaner_leaves_a_v2_log_alone():
+def test_the_cleaner_never_removes_batches_without_keys_from_a_v2_log():
     log, _, fs, clock = v2_log()
     lead(log, [1])
     log.roll()
@@ -419,7 +420,7 @@ def test_the_cleaner_leaves_a_v2_log_alone():
     cleaner = LogCleaner(fs, clock)
     policy = CompactionPolicy(compact=True)
     before = stored(log)
-    assert cleaner.dirty_ratio(log, policy) == 0.0
+    assert cleaner.dirty_ratio(log, policy) == 1.0
     assert cleaner.clean(log, policy).segments == []
     assert stored(log) == before
 
@@ -431,7 +432,7 @@ def test_a_swapped_segment_of_a_v2_log_gets_an_index_of_its_own_bytes():
     lead(log, [1])
     before = indexed(log)
     old = log.segments.segments[0]
-    cleaned = LogCleaner(fs, clock)._rewrite(log, old, [], clock(), 1 << 20)  # a swap that removes nothing
+    cleaned = LogCleaner(fs, clock)._rewrite(log, CLEAN_FORMATS["v2"], old, [], clock())  # a swap that removes nothing
     assert cleaned.batches is not old.batches
     assert log.install_cleaned(cleaned)
     assert log.segments.segments[0] is cleaned and indexed(log) == before == fresh_walk(log)
