@@ -1,0 +1,153 @@
+"""Compacted Kafka-format topics with real clients (docs/protocol.md §16.6.1).
+
+confluent-kafka's AdminClient creates a topic with ``cleanup.policy=compact``
+and small segments; confluent-kafka and kafka-python produce keyed values and
+tombstones; the broker's cleaner (short backoff, low dirty ratio) compacts it.
+The test waits for a condition on the partition's files (no batch holds a
+deleted key any more), then reads from the beginning with each client and
+with kcat.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import time
+from typing import Iterator
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
+
+from tests.helpers.kafka_clients import Seen, read_with_confluent, read_with_kafka_python
+from trikafka.kafka.batch import is_padding, walk_headers
+from trikafka.kafka.records import decode_batches
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+KCAT = "/usr/bin/kcat"
+CLEANED_TIMEOUT_S = 60.0
+LIVE = [b"k%d" % k for k in range(8)]
+DELETED = [b"k8", b"k9"]
+ROUNDS = 12
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, log_cleaner_backoff_ms=20, min_cleanable_dirty_ratio=0.01) as running:
+        yield running
+
+
+def create_compacted(bootstrap: str, topic: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    settings = {"cleanup.policy": "compact", "segment.bytes": "1024", "delete.retention.ms": "0",
+                "min.compaction.lag.ms": "0", **configs}
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
+                                                config=settings)]).values():
+        future.result(timeout=30)
+
+
+def stored_records(log_dir: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """``(offset, key, value)`` of every record in the partition's retained batches, read from its files."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(log_dir, f"{topic}-0", "*.kafka"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        for header in walk_headers(data):
+            if not is_padding(header):
+                batch = data[header.position:header.end]
+                out += [(r.offset, r.key, r.value) for r in next(decode_batches(batch))[1]]
+    return out
+
+
+def fully_cleaned(log_dir: str, topic: str) -> bool:
+    """Whether the cleaner's checkpoint (§11.4.1) reached the active segment: nothing is left to clean,
+    so the partition's files no longer change while nothing is produced."""
+    directory = os.path.join(log_dir, f"{topic}-0")
+    segments = sorted(glob.glob(os.path.join(directory, "*.kafka")))
+    try:
+        with open(os.path.join(directory, "cleaner-checkpoint")) as f:
+            checkpoint = f.read().strip()
+    except FileNotFoundError:
+        return False
+    return checkpoint.isdigit() and int(checkpoint) == int(os.path.basename(segments[-1]).split(".")[0])
+
+
+def wait_until_cleaned(log_dir: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """The stored records once the cleaner has cleaned everything it may and no deleted key is left."""
+    deadline = time.monotonic() + CLEANED_TIMEOUT_S
+    while True:
+        if fully_cleaned(log_dir, topic):
+            records = stored_records(log_dir, topic)
+            if not any(key in DELETED for _, key, _ in records):
+                return records
+        assert time.monotonic() < deadline, f"the cleaner never removed {DELETED}"
+        time.sleep(0.05)  # polling a condition: the assertion above is about the condition, not the sleep
+
+
+def produce_history(bootstrap: str, topic: str) -> dict[bytes, bytes]:
+    """The deleted keys' values and tombstones, then every live key once (confluent-kafka), then
+    ``ROUNDS`` rounds of new values of the live keys (kafka-python); the latest value of each live key.
+
+    Each record is its own batch (a batch is kept whole while any record in it is live, §16.6.1),
+    and live batches follow the deleted keys' in the first segment, so no deleted key's value is
+    the last batch of a segment (always kept, which would keep its tombstone too).
+    """
+    producer = ConfluentProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for key, value in [(k, b"first-" + k) for k in DELETED] + [(k, None) for k in DELETED] + [
+            (k, b"first-" + k) for k in LIVE]:
+        producer.produce(topic, key=key, value=value)
+        assert producer.flush(30) == 0
+    latest = {}
+    kp = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
+    for r in range(ROUNDS):
+        for key in LIVE:
+            value = b"round-%d-" % r + key + b"-" + b"x" * 40
+            kp.send(topic, key=key, value=value).get(timeout=30)
+            latest[key] = value
+    kp.close()
+    return latest
+
+
+def check_seen(seen: list[Seen], stored: list[tuple[int, bytes | None, bytes | None]],
+               latest: dict[bytes, bytes]) -> None:
+    assert [(s.offset, s.key, s.value) for s in seen] == stored  # every retained record, as stored, in order
+    offsets = [s.offset for s in seen]
+    assert offsets == sorted(set(offsets)) and offsets[-1] + 1 > len(offsets)  # increasing, with gaps
+    state: dict[bytes | None, bytes | None] = {}
+    for s in seen:
+        state[s.key] = s.value
+    assert state == latest  # the latest value per key, and no deleted key
+
+
+def test_a_compacted_topic_keeps_the_latest_values_for_every_client(kafka: RunningKafkaBroker) -> None:
+    topic = "compacted"
+    create_compacted(kafka.bootstrap, topic)
+    latest = produce_history(kafka.bootstrap, topic)
+    stored = wait_until_cleaned(kafka.log_dir, topic)
+    produced = len(LIVE) + 2 * len(DELETED) + ROUNDS * len(LIVE)
+    assert len(stored) < produced
+    check_seen(read_with_confluent(kafka.bootstrap, topic, 1, len(stored)), stored, latest)
+    check_seen(read_with_kafka_python(kafka.bootstrap, topic, 1, len(stored)), stored, latest)
+    consumed = subprocess.run([KCAT, "-b", kafka.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e",
+                               "-f", "%o %k:%s\n"], capture_output=True, text=True, timeout=60)
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines()[:len(stored)] == [f"{o} {k.decode()}:{v.decode()}" for o, k, v in stored]
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key(kafka: RunningKafkaBroker) -> None:
+    topic = "compacted-keys"
+    create_compacted(kafka.bootstrap, topic)
+    producer = ConfluentProducer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "retries": 0})
+    errors: list[object] = []
+    producer.produce(topic, value=b"no key", on_delivery=lambda err, _: errors.append(err))
+    assert producer.flush(30) == 0  # alone in its batch: a batch is refused whole
+    producer.produce(topic, key=b"k", value=b"keyed", on_delivery=lambda err, _: errors.append(err))
+    assert producer.flush(30) == 0
+    assert errors[1] is None and errors[0] is not None and "INVALID_RECORD" in str(errors[0])
+    with pytest.raises(KafkaException):
+        AdminClient({"bootstrap.servers": kafka.bootstrap}).create_topics(
+            [NewTopic("bad-policy", 1, 1, config={"cleanup.policy": "shred"})])["bad-policy"].result(timeout=30)
