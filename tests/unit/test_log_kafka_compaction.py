@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.compaction import CrashingFileSystem, SimulatedCrash
+from tests.helpers.compaction import crash_run
 from trikafka.kafka.batch import (CONTROL, HEADER_BYTES, PADDING, BatchError, batch_crc, is_padding,
                                   padding_batch_head, read_header, scan_valid_prefix, validate_batches,
                                   walk_headers)
@@ -282,19 +282,7 @@ def test_retained_spans_leave_padding_out_within_the_budget():
 
 
 def _crash_run(budget: int, seed: int):
-    clock = ManualClock(T0)
-    fs = FakeFileSystem(seed, clock)
-    log = open_log(fs, clock)
-    original = fill(log)
-    old = [fs.read_file(s.path) for s in log.segments.segments]
-    crashing = CrashingFileSystem(fs, budget)
-    crashed = False
-    try:
-        LogCleaner(crashing, clock).clean(log, COMPACT)
-    except SimulatedCrash:
-        crashed = True
-    fs.crash("random")
-    return fs, clock, original, old, crashed, crashing.changes
+    return crash_run(open_log, fill, COMPACT, budget, seed, T0)
 
 
 def test_a_crash_at_any_change_of_a_v2_pass_leaves_old_or_new_segments_indexed_from_their_bytes():
