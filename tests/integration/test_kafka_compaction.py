@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.helpers.kafka_clients import Seen, read_with_confluent, read_with_kafka_python
 from trikafka.kafka.batch import is_padding, walk_headers
@@ -132,10 +132,33 @@ def test_a_compacted_topic_keeps_the_latest_values_for_every_client(kafka: Runni
     assert len(stored) < produced
     check_seen(read_with_confluent(kafka.bootstrap, topic, 1, len(stored)), stored, latest)
     check_seen(read_with_kafka_python(kafka.bootstrap, topic, 1, len(stored)), stored, latest)
+    # Small fetches (each answer still holds a whole batch), and a start inside a padding run.
+    small = read_from(kafka.bootstrap, topic, 0, len(stored), max_partition_fetch_bytes=150, fetch_max_bytes=150)
+    assert [(s.offset, s.key, s.value) for s in small] == stored
+    gap = next(o for o in range(stored[-1][0]) if o not in {offset for offset, _, _ in stored})
+    after = [r for r in stored if r[0] > gap]
+    assert [(s.offset, s.key, s.value) for s in read_from(kafka.bootstrap, topic, gap, len(after))] == after
     consumed = subprocess.run([KCAT, "-b", kafka.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e",
                                "-f", "%o %k:%s\n"], capture_output=True, text=True, timeout=60)
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines()[:len(stored)] == [f"{o} {k.decode()}:{v.decode()}" for o, k, v in stored]
+
+
+def read_from(bootstrap: str, topic: str, offset: int, count: int, **settings: int) -> list[Seen]:
+    """``count`` records from ``offset`` of partition 0 with kafka-python (assign and seek)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **settings)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek(partition, offset)
+        seen: list[Seen] = []
+        deadline = time.monotonic() + CLEANED_TIMEOUT_S
+        while len(seen) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                seen += [Seen(r.partition, r.offset, r.key, r.value, (), r.timestamp) for r in batch]
+        return seen
+    finally:
+        consumer.close()
 
 
 def test_a_compacted_topic_refuses_a_record_without_a_key(kafka: RunningKafkaBroker) -> None:
