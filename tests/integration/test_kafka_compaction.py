@@ -10,6 +10,9 @@ with kcat.
 
 from __future__ import annotations
 
+import datetime
+import glob
+import os
 import subprocess
 import time
 from typing import Iterator
@@ -19,10 +22,14 @@ from confluent_kafka import KafkaException
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, TopicPartition
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.static.primitive import i8, i32, i64
 
 from tests.helpers.kafka_clients import Seen, read_with_confluent, read_with_kafka_python
 from tests.helpers.kafka_compaction import (CLEANED_TIMEOUT_S, DELETED, LIVE, ROUNDS, create_compacted,
                                             fully_cleaned, produce_history, stored_records)
+from tests.helpers.kafka_wire import exchange
+from trikafka.kafka.batch import is_padding, walk_headers
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -81,6 +88,40 @@ def test_a_compacted_topic_keeps_the_latest_values_for_every_client(kafka: Runni
     gap = next(o for o in range(stored[-1][0]) if o not in {offset for offset, _, _ in stored})
     after = [r for r in stored if r[0] > gap]
     assert [(s.offset, s.key, s.value) for s in read_from(kafka.bootstrap, topic, gap, len(after))] == after
+    # Byte level: Fetch answers hold the retained batches as stored, never a padding batch.
+    fetched, offset, high_watermark = [], 0, stored[-1][0] + 1
+    while offset < high_watermark:
+        records = raw_fetch(kafka.bootstrap, topic, offset, 1 << 20)
+        headers = list(walk_headers(records))
+        assert headers and sum(h.size for h in headers) == len(records)
+        fetched += [records[h.position:h.end] for h in headers]
+        offset = headers[-1].next_offset
+    assert fetched == retained_batches(kafka.log_dir, topic)
+    one = list(walk_headers(raw_fetch(kafka.bootstrap, topic, 0, 1)))  # the budget: still one whole batch
+    assert len(one) == 1 and not is_padding(one[0])
+
+
+def retained_batches(log_dir: str, topic: str) -> list[bytes]:
+    """The bytes of every stored batch that is not padding, in order."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(log_dir, f"{topic}-0", "*.kafka"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        out += [data[h.position:h.end] for h in walk_headers(data) if not is_padding(h)]
+    return out
+
+
+def raw_fetch(bootstrap: str, topic: str, offset: int, max_bytes: int) -> bytes:
+    """The records of one Fetch v12 of partition 0 at ``offset`` (no wait)."""
+    response = exchange(bootstrap, 1, 12, FetchRequest(
+        max_wait=datetime.timedelta(0), min_bytes=i32(0), max_bytes=i32(max_bytes), isolation_level=i8(0),
+        session_id=i32(0), session_epoch=i32(-1), forgotten_topics_data=(), rack_id="",
+        topics=(FetchTopic(topic=topic, partitions=(FetchPartition(
+            partition=i32(0), fetch_offset=i64(offset), log_start_offset=i64(-1),
+            partition_max_bytes=i32(max_bytes)),)),)))
+    partition = response.responses[0].partitions[0]
+    assert partition.error_code == 0, partition
+    return bytes(partition.records or b"")
 
 
 def test_kcat_reads_a_compacted_topic(kafka: RunningKafkaBroker) -> None:
