@@ -1,8 +1,9 @@
 """Kafka-format logs under appends, rolls, truncations, retention and crashes (docs/protocol.md §16.6).
 
 A Hypothesis state machine over one v2 log on ``FakeFileSystem``: the leader
-appends batches, the log flushes, rolls, truncates at batch boundaries and
-applies size retention, and the machine crashes (``FakeFileSystem.crash``:
+appends batches (keyed ones too, some with tombstones), the log flushes, rolls,
+truncates at batch boundaries, applies size retention and is compacted
+(§16.6.1: the cleaned segments' bytes replace the model's), and the machine crashes (``FakeFileSystem.crash``:
 the unflushed tail of each file is cut, zero-filled or garbage; directory
 entries not yet fsynced survive or vanish), then reopens with recovery.
 
@@ -37,8 +38,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from tests.helpers.hypothesis_profiles import STATE_MACHINE_MIN_EXAMPLES
 from tests.helpers.kafka_batches import make_batch
-from trikafka.kafka.batch import scan_valid_prefix, walk_headers
+from trikafka.kafka.batch import is_padding, scan_valid_prefix, walk_headers
+from trikafka.kafka.records import Record, build_batch
 from trikafka.log import LogConfig, LogManager, ManualClock, OffsetAssignment
+from trikafka.log.cleaner import CompactionPolicy, LogCleaner
 from trikafka.testing import FakeFileSystem
 from trikafka.testing.fakefs import CRASH_MODES
 
@@ -77,12 +80,17 @@ class KafkaRecoveryMachine(RuleBasedStateMachine):
 
     @rule(counts=st.lists(st.integers(1, 6), min_size=1, max_size=3),
           value_bytes=st.integers(0, 60), timestamp_ms=st.integers(0, 10_000),
-          append_time=st.booleans())
-    def append(self, counts, value_bytes, timestamp_ms, append_time):
+          append_time=st.booleans(), keys=st.none() | st.lists(st.integers(0, 3), min_size=6, max_size=6))
+    def append(self, counts, value_bytes, timestamp_ms, append_time, keys):
         self.clock.now_ms += 1
         data = bytearray()
         for k, count in enumerate(counts):
-            data += make_batch([bytes([k]) * value_bytes] * count, base_timestamp_ms=timestamp_ms + 7 * k)
+            if keys is None:
+                data += make_batch([bytes([k]) * value_bytes] * count, base_timestamp_ms=timestamp_ms + 7 * k)
+            else:  # keyed records; key 3 writes tombstones
+                data += build_batch([Record(i, timestamp_ms + 7 * k, b"k%d" % keys[i],
+                                            None if keys[i] == 3 else bytes([k]) * value_bytes)
+                                     for i in range(count)], timestamp_ms=timestamp_ms)
         before = self.log.kafka_offsets.next_offset
         result = self.log.append(data, assign=OffsetAssignment(2, self.clock.now_ms if append_time else None))
         assert result.logical_offset == before and result.base_offset == len(self.stream)
@@ -108,6 +116,22 @@ class KafkaRecoveryMachine(RuleBasedStateMachine):
             del self.stream[position:]
             self.flushed_end = position  # a truncation fsyncs every byte it leaves
             event("truncation")
+
+    @rule(drop_tombstones=st.booleans())
+    def clean(self, drop_tombstones):
+        policy = CompactionPolicy(compact=True, delete=False, delete_retention_ms=0 if drop_tombstones else 10**9)
+        self.log.cleaning = True
+        try:
+            result = LogCleaner(self.fs, self.clock).clean(self.log, policy)
+        finally:
+            self.log.cleaning = False
+        for segment in result.segments:
+            assert self.log.install_cleaned(segment)
+            cleaned = self.fs.read_file(segment.path)
+            assert len(cleaned) == segment.size
+            self.stream[segment.start:segment.end] = cleaned  # durable: the swap fsynced it
+        if result.padded_bytes:
+            event("cleaning padded bytes")
 
     @rule()
     def retention(self):
@@ -145,6 +169,16 @@ class KafkaRecoveryMachine(RuleBasedStateMachine):
     @invariant()
     def the_index_agrees_with_a_fresh_walk(self):
         assert self._indexed() == self._walk()
+        for segment in self.log.segments.segments:  # padding runs: consecutive padding batches, merged
+            runs: list[list[int]] = []
+            for header in walk_headers(self.fs.read_file(segment.path)[:segment.size]):
+                if is_padding(header):
+                    if runs and runs[-1][1] == header.position:
+                        runs[-1][1] = header.end
+                    else:
+                        runs.append([header.position, header.end])
+            batches = segment.batches
+            assert [list(r) for r in zip(batches.padding_starts, batches.padding_ends)] == runs
 
     @invariant()
     def offsets_are_dense(self):

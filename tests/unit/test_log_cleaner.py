@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tests.helpers.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, log_bytes
+from tests.helpers.compaction import CrashingFileSystem, SimulatedCrash, check_valid_and_original, crash_run, log_bytes
 from trikafka.log import Log, LogConfig, ManualClock
 from trikafka.testing import FakeFileSystem
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner, parse_cleanup_policy
@@ -218,19 +218,7 @@ def test_cleanup_policy_parsing():
 
 
 def _crash_run(budget: int, seed: int):
-    clock = ManualClock(T0)
-    fs = FakeFileSystem(seed, clock)
-    log = open_log(fs, clock)
-    original = fill(log)
-    old = [fs.read_file(s.path) for s in log.segments.segments]
-    crashing = CrashingFileSystem(fs, budget)
-    crashed = False
-    try:
-        LogCleaner(crashing, clock).clean(log, COMPACT)
-    except SimulatedCrash:
-        crashed = True
-    fs.crash("random")
-    return fs, clock, original, old, crashed, crashing.changes
+    return crash_run(open_log, fill, COMPACT, budget, seed, T0)
 
 
 def test_a_crash_at_any_change_recovers_old_or_new_segments():

@@ -22,6 +22,7 @@ from trikafka.log import (
     WrongFormatError,
 )
 from trikafka.log.batch_index import BatchIndex, build_batch_index
+from trikafka.log.clean_format import CLEAN_FORMATS
 from trikafka.log.cleaner import CompactionPolicy, LogCleaner
 from trikafka.testing import FakeFileSystem
 from trikafka.wire.messageset import build_message_set
@@ -222,18 +223,25 @@ def test_lookups_by_offset_position_and_time():
     assert k.max_timestamp() == (3, 1002)
 
 
-def test_batch_end_within_sends_whole_batches_and_at_least_one():
+def span_end(k, start, max_bytes, limit):
+    """Where the bytes a fetch sends from ``start`` end: one span, in a log without padding."""
+    spans = k.retained_spans(start, max_bytes, limit)
+    assert len(spans) <= 1 and all(a == start for a, _ in spans), spans
+    return spans[0][1] if spans else start
+
+
+def test_retained_spans_send_whole_batches_and_at_least_one():
     log, _, _, _ = v2_log()
     lead(log, [1, 3, 2])
     k = log.kafka_offsets
     p0, p1, p2 = (p for _, p, _ in indexed(log))
     end = log.end_offset
-    assert k.batch_end_within(p0, end, end) == end
-    assert k.batch_end_within(p0, p2 - p0 + 5, end) == p2  # the third batch does not fit
-    assert k.batch_end_within(p0, 1, end) == p1  # a batch larger than max_bytes still goes
-    assert k.batch_end_within(p1, 1 << 20, p2 + 3) == p2  # never past the limit
-    assert k.batch_end_within(p1, 1, p1 + 3) == p1  # not even the first batch ends by the limit
-    assert k.batch_end_within(end, 100, end) == end
+    assert span_end(k, p0, end, end) == end
+    assert span_end(k, p0, p2 - p0 + 5, end) == p2  # the third batch does not fit
+    assert span_end(k, p0, 1, end) == p1  # a batch larger than max_bytes still goes
+    assert span_end(k, p1, 1 << 20, p2 + 3) == p2  # never past the limit
+    assert span_end(k, p1, 1, p1 + 3) == p1  # not even the first batch ends by the limit
+    assert span_end(k, end, 100, end) == end
 
 
 def test_an_empty_log_answers_its_ends_and_no_times():
@@ -256,8 +264,8 @@ def test_the_index_follows_rolls_and_the_lookups_cross_segments():
     assert k.position_of(4) is None
     assert k.offset_at(log.segments.segments[2].start) == 4
     end = log.segments.segments[1].end
-    assert k.batch_end_within(0, 1 << 20, 1 << 20) == log.segments.segments[1].start  # one segment at a time
-    assert k.batch_end_within(log.segments.segments[1].start, 1 << 20, end) == end
+    assert span_end(k, 0, 1 << 20, 1 << 20) == log.segments.segments[1].start  # one segment at a time
+    assert span_end(k, log.segments.segments[1].start, 1 << 20, end) == end
 
 
 def test_truncation_cuts_the_index_and_refuses_a_position_inside_a_batch():
@@ -410,7 +418,7 @@ def test_a_batch_index_keeps_the_first_batch_with_the_largest_timestamp():
     assert (index.largest_timestamp_ms, index.largest_timestamp_offset, index.next_offset) == (50, 1, 2)
 
 
-def test_the_cleaner_leaves_a_v2_log_alone():
+def test_the_cleaner_never_removes_batches_without_keys_from_a_v2_log():
     log, _, fs, clock = v2_log()
     lead(log, [1])
     log.roll()
@@ -419,7 +427,7 @@ def test_the_cleaner_leaves_a_v2_log_alone():
     cleaner = LogCleaner(fs, clock)
     policy = CompactionPolicy(compact=True)
     before = stored(log)
-    assert cleaner.dirty_ratio(log, policy) == 0.0
+    assert cleaner.dirty_ratio(log, policy) == 1.0
     assert cleaner.clean(log, policy).segments == []
     assert stored(log) == before
 
@@ -431,7 +439,7 @@ def test_a_swapped_segment_of_a_v2_log_gets_an_index_of_its_own_bytes():
     lead(log, [1])
     before = indexed(log)
     old = log.segments.segments[0]
-    cleaned = LogCleaner(fs, clock)._rewrite(log, old, [], clock(), 1 << 20)  # a swap that removes nothing
+    cleaned = LogCleaner(fs, clock)._rewrite(log, CLEAN_FORMATS["v2"], old, [], clock())  # a swap that removes nothing
     assert cleaned.batches is not old.batches
     assert log.install_cleaned(cleaned)
     assert log.segments.segments[0] is cleaned and indexed(log) == before == fresh_walk(log)

@@ -114,6 +114,7 @@ class BrokerConfig:
     # Consumer groups over the Kafka protocol (docs/protocol.md §17), Kafka's names and defaults.
     offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions (§17.1)
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor, capped at the live brokers
+    offsets_topic_segment_bytes: int = 100 << 20  # offsets.topic.segment.bytes: the compacted topic's segments
     offsets_retention_minutes: int = 10080  # offsets.retention.minutes: an Empty group's offsets expire (§17.5)
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms (§17.4)
     group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms (§17.4)
@@ -207,6 +208,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "log_cleaner_threads": 1, "log_cleaner_backoff_ms": 0, "log_cleaner_dedupe_buffer_size": 1 << 16,
         "min_compaction_lag_ms": 0, "delete_retention_ms": 0,
         "offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1, "offsets_retention_minutes": 1,
+        "offsets_topic_segment_bytes": 1,
         "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1, "group_max_session_timeout_ms": 1,
     }
     for name, low in at_least.items():

@@ -8,7 +8,9 @@ The log stores batches byte for byte; it reads only their 61-byte headers:
   ``partitionLeaderEpoch`` and, under LogAppendTime, ``maxTimestamp``;
 * ``scan_valid_prefix``: what crash recovery keeps of a segment;
 * ``read_header`` and ``walk_headers``: the offset and time indexes' walk;
-* ``encode_header`` and ``write_crc``: a batch's header, for whoever builds one.
+* ``encode_header`` and ``write_crc``: a batch's header, for whoever builds one;
+* ``padding_batch_head`` and ``is_padding``: the cleaner's padding batches
+  (docs/protocol.md §16.6.1), which a follower's append accepts.
 
 The records inside a batch (keys, values, headers, compression) are not read
 here.
@@ -36,7 +38,12 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_LOG_APPEND = 0x08
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
+# A trikafka padding batch (docs/protocol.md §16.6.1): control bit plus this bit, which Kafka leaves unused.
+PADDING = 0x4000
+PADDING_ATTRIBUTES = CONTROL | PADDING
 NO_PRODUCER_ID = -1
+# Zeros fed to the CRC of a padding batch's body at a time.
+_ZERO_CHUNK = bytes(1 << 20)
 
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 _PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
@@ -151,11 +158,14 @@ def whole_batches_bytes(data: bytes | bytearray | memoryview) -> int:
     return pos
 
 
-def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: int) -> list[BatchHeader]:
+def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: int,
+                     allow_padding: bool = False) -> list[BatchHeader]:
     """Check a produced part: whole batches, each passing §16.6's rules; their headers.
 
     Raises ``BatchError`` on the first batch that breaks a rule (nothing of
     the part may be appended then).  An empty part has no batches.
+    ``allow_padding``: a follower's part, which may hold the leader's padding
+    batches (§16.6.1); a producer's never may.
     """
     view = memoryview(data)
     end = len(view)
@@ -174,7 +184,8 @@ def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: i
         if header.size > max_batch_bytes:
             raise BatchError(BatchError.TOO_LARGE, f"batch at {pos}: {header.size} bytes, the limit is "
                                                    f"{max_batch_bytes}")
-        _check_fields(header)
+        if not (allow_padding and is_padding(header)):
+            _check_fields(header)
         headers.append(header)
         pos = header.end
     return headers
@@ -251,3 +262,30 @@ def walk_headers(data: bytes | bytearray | memoryview, start: int = 0) -> Iterat
             return
         yield header
         pos = header.end
+
+
+def is_padding(header: BatchHeader) -> bool:
+    """Whether ``header`` is a cleaner's padding batch (docs/protocol.md §16.6.1)."""
+    return header.attributes & PADDING_ATTRIBUTES == PADDING_ATTRIBUTES and header.record_count == 0
+
+
+def padding_batch_head(base_offset: int, offsets_covered: int, leader_epoch: int, size_bytes: int) -> bytes:
+    """The 61 written bytes of a padding batch of ``size_bytes`` (the rest are zeros, not returned)
+    covering the logical offsets ``[base_offset, base_offset + offsets_covered)``.
+
+    The CRC covers the zeros too (fed in pieces), so every batch walk reads it as
+    any batch.  Blocking for large sizes (CPU): the cleaner's worker thread calls it.
+    """
+    if size_bytes < HEADER_BYTES or offsets_covered < 1:
+        raise ValueError(f"a padding batch of {size_bytes} bytes covering {offsets_covered} offsets")
+    header = BatchHeader(0, base_offset, size_bytes - LOG_OVERHEAD, leader_epoch, MAGIC, 0, PADDING_ATTRIBUTES,
+                         offsets_covered - 1, -1, -1, NO_PRODUCER_ID, -1, -1, 0)
+    data = bytearray(encode_header(header))
+    crc = crc32c(memoryview(data)[CRC_FROM:])
+    zeros = size_bytes - HEADER_BYTES
+    while zeros > 0:
+        n = min(zeros, len(_ZERO_CHUNK))
+        crc = crc32c(memoryview(_ZERO_CHUNK)[:n], crc)
+        zeros -= n
+    _UINT32.pack_into(data, _CRC_AT, crc)
+    return bytes(data)

@@ -12,9 +12,13 @@ Invariants (asserted where they are established):
 * batches are contiguous and in order: ``positions[0] == 0``, each batch
   ends where the next starts, the last ends at ``size_bytes``;
 * offsets are dense: each batch starts at the previous one's next offset
-  (compaction of Kafka-format logs, which would leave gaps, is not served,
-  §16.6), and ``next_offset`` is the logical offset after the last batch
+  (the cleaner's padding batches cover removed batches' offsets, §16.6.1),
+  and ``next_offset`` is the logical offset after the last batch
   (after an empty segment: the previous segment's ``next_offset``);
+* padding runs: ``padding_starts``/``padding_ends`` are the byte ranges of
+  consecutive padding batches, sorted and disjoint, never adjacent (two
+  padding batches that follow one another are one run); a padding batch's
+  ``maxTimestamp`` (-1) never raises the running maximum;
 * lookups never read the segment: building the index is the only reader.
 """
 
@@ -25,7 +29,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Iterable
 
-from trikafka.kafka.batch import HEADER_BYTES, LOG_OVERHEAD, BatchHeader, read_header, walk_headers
+from trikafka.kafka.batch import (HEADER_BYTES, LOG_OVERHEAD, PADDING_ATTRIBUTES, BatchHeader, read_header,
+                                  walk_headers)
 
 from .errors import LogLoadError
 from .fs import SegmentFile
@@ -39,7 +44,7 @@ class BatchIndex:
     """The batches of one segment (see the module docstring); positions are relative to the segment."""
 
     __slots__ = ("offsets", "positions", "max_timestamps_ms", "size_bytes", "next_offset",
-                 "largest_timestamp_offset")
+                 "largest_timestamp_offset", "padding_starts", "padding_ends")
 
     def __init__(self, next_offset: int):
         self.offsets = array("q")  # base offset of each batch
@@ -48,6 +53,8 @@ class BatchIndex:
         self.size_bytes = 0  # where the last batch ends: the segment's size
         self.next_offset = next_offset
         self.largest_timestamp_offset = -1  # the last record of the first batch reaching the largest timestamp
+        self.padding_starts = array("q")  # byte ranges of padding runs (see the module docstring)
+        self.padding_ends = array("q")
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -77,14 +84,31 @@ class BatchIndex:
                 raise ValueError(f"the batch at byte {position} has offsets [{header.base_offset}, "
                                  f"{next_offset}); the segment's batches end at byte {self.size_bytes}, "
                                  f"offset {self.next_offset}")
-            if running is None or header.max_timestamp_ms > running:
-                running = header.max_timestamp_ms
-                self.largest_timestamp_offset = next_offset - 1
+            end = position + LOG_OVERHEAD + header.batch_length
+            if header.attributes & PADDING_ATTRIBUTES == PADDING_ATTRIBUTES and header.record_count == 0:
+                self._add_padding(position, end)
+                times.append(-1 if running is None else running)
+            else:
+                if running is None or header.max_timestamp_ms > running:
+                    running = header.max_timestamp_ms
+                    self.largest_timestamp_offset = next_offset - 1
+                times.append(running)
             offsets.append(header.base_offset)
             positions.append(position)
-            times.append(running)
-            self.size_bytes = position + LOG_OVERHEAD + header.batch_length
+            self.size_bytes = end
             self.next_offset = next_offset
+
+    def _add_padding(self, start: int, end: int) -> None:
+        if self.padding_ends and self.padding_ends[-1] == start:
+            self.padding_ends[-1] = end
+        else:
+            self.padding_starts.append(start)
+            self.padding_ends.append(end)
+
+    @property
+    def padded_bytes(self) -> int:
+        """Bytes of the segment's padding batches."""
+        return sum(self.padding_ends) - sum(self.padding_starts)
 
     def is_boundary(self, position: int) -> bool:
         """Whether a batch starts at ``position``, or ``position`` is the end of the last one."""
@@ -101,6 +125,10 @@ class BatchIndex:
             self.next_offset = self.offsets[k]
             del self.offsets[k:], self.positions[k:], self.max_timestamps_ms[k:]
         self.size_bytes = position
+        r = bisect_left(self.padding_starts, position)
+        del self.padding_starts[r:], self.padding_ends[r:]
+        if self.padding_ends and self.padding_ends[-1] > position:
+            self.padding_ends[-1] = position
         if not self.offsets:
             self.largest_timestamp_offset = -1
         else:  # the first batch whose running maximum reached the largest timestamp that remains
@@ -121,9 +149,10 @@ class BatchIndex:
         k = bisect_left(self.positions, position)
         return self.offsets[k] if k < len(self.offsets) else self.next_offset
 
-    def end_within(self, start: int, max_bytes: int, limit: int) -> int:
+    def end_within(self, start: int, max_bytes: int, limit: int, at_least_one: bool = True) -> int:
         """The end of the whole batches from ``start`` (a batch boundary) within ``max_bytes`` and
-        ``limit``; at least the first batch's end when it ends by ``limit``; ``start`` when none fits."""
+        ``limit``; at least the first batch's end when it ends by ``limit`` (unless not
+        ``at_least_one``); ``start`` when none fits."""
         positions = self.positions
         cap = min(start + max_bytes, limit)
         if self.size_bytes <= cap:
@@ -131,13 +160,36 @@ class BatchIndex:
         else:
             m = bisect_right(positions, cap) - 1  # the batch that crosses cap starts at positions[m]
             best = positions[m] if m >= 0 else start
-        if best > start:
-            return best
+        if best > start or not at_least_one:
+            return max(best, start)
         k = bisect_left(positions, start)
         if k >= len(positions):
             return start
         first_end = positions[k + 1] if k + 1 < len(positions) else self.size_bytes
         return first_end if first_end <= limit else start
+
+    def retained_spans(self, start: int, max_bytes: int, limit: int) -> list[tuple[int, int]]:
+        """The byte ranges of whole retained batches from ``start`` (a batch boundary, maybe inside a
+        padding run) up to ``limit``, padding runs left out, together within ``max_bytes``: at least
+        the first retained batch when it ends by ``limit`` (docs/protocol.md §16.6.1)."""
+        spans: list[tuple[int, int]] = []
+        starts, ends = self.padding_starts, self.padding_ends
+        pos, budget = start, max_bytes
+        while pos < limit and (budget > 0 or not spans):
+            k = bisect_right(starts, pos) - 1
+            if k >= 0 and pos < ends[k]:
+                pos = ends[k]  # inside a run: on to the batch after it
+                continue
+            stretch_end = min(starts[k + 1] if k + 1 < len(starts) else self.size_bytes, limit)
+            end = self.end_within(pos, budget, stretch_end, at_least_one=not spans)
+            if end <= pos:
+                break
+            spans.append((pos, end))
+            budget -= end - pos
+            if end < stretch_end:
+                break
+            pos = end
+        return spans
 
     def batch_at_time(self, time_ms: int) -> int | None:
         """The first batch whose ``maxTimestamp`` is ``>= time_ms``; None when there is none."""

@@ -1,5 +1,8 @@
 """What the cleaner reads: the entries of a segment, their keys, and which runs can go.
 
+An entry is a 0.7 message-set entry (``scan_segment``) or a v2 batch
+(``scan_batches``, docs/protocol.md §16.6.1); the decisions are the same for both.
+
 Decisions depend only on the bytes, the key map and the tombstone horizon, so
 every replica that cleans the same range the same way writes the same segment
 (docs/protocol.md §11.4.3).
@@ -10,6 +13,9 @@ from __future__ import annotations
 import struct
 from typing import Iterator, NamedTuple
 
+from trikafka.kafka.batch import CONTROL, HEADER_BYTES, LOG_OVERHEAD, MAGIC, is_padding, read_header
+from trikafka.kafka.errors import CorruptRecords
+from trikafka.kafka.records import decode_batches
 from trikafka.wire.compression import Codec
 from trikafka.wire.crc import crc32
 from trikafka.wire.errors import InvalidMessageError
@@ -72,6 +78,40 @@ def scan_segment(file: SegmentFile, size: int, throttle: Throttler) -> Iterator[
         pos += 4 + n
 
 
+def scan_batches(file: SegmentFile, size: int, throttle: Throttler) -> Iterator[ScannedEntry]:
+    """Every v2 batch of a (fully written, fully visible) Kafka-format segment; padding batches are
+    skipped unread past their header.  A batch's keys are its records' (a null value is a
+    tombstone); a batch with a null key, or a control batch, is unkeyed (never removable)."""
+    pos, buf, buf_at = 0, b"", 0
+    while pos < size:
+        rel = pos - buf_at
+        if len(buf) - rel < HEADER_BYTES:
+            if size - pos < HEADER_BYTES:
+                raise CleanerError(f"{file!r}: batch header cut at position {pos}")
+            buf, buf_at, rel = _read(file, pos, min(SCAN_CHUNK_BYTES, size - pos), throttle), pos, 0
+        header = read_header(buf, rel)
+        if header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size or header.magic != MAGIC:
+            raise CleanerError(f"{file!r}: no v2 batch at position {pos}")
+        if is_padding(header):
+            yield ScannedEntry(pos, header.size, True, ())
+            pos += header.size
+            continue
+        if len(buf) - rel < header.size:
+            buf, buf_at, rel = _read(file, pos, max(header.size, min(SCAN_CHUNK_BYTES, size - pos)), throttle), pos, 0
+        yield ScannedEntry(pos, header.size, False, _batch_keys(memoryview(buf)[rel:rel + header.size], pos))
+        pos += header.size
+
+
+def _batch_keys(data: memoryview, pos: int) -> tuple[tuple[bytes, bool], ...] | None:
+    try:
+        header, records = next(decode_batches(data))
+    except (CorruptRecords, StopIteration) as exc:
+        raise CleanerError(f"batch at position {pos}: {exc or 'not whole'}") from None
+    if header.attributes & CONTROL or not records or any(r.key is None for r in records):
+        return None
+    return tuple((key_digest(r.key), r.value is None) for r in records if r.key is not None)
+
+
 def _read(file: SegmentFile, pos: int, n: int, throttle: Throttler) -> bytes:
     throttle.charge(n)
     data = file.pread(pos, n)
@@ -129,14 +169,16 @@ def new_keys(keymap: KeyMap, entries: list[ScannedEntry]) -> int:
 
 
 def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyMap,
-                   drop_tombstones: bool, keep: frozenset[int] = frozenset()) -> list[tuple[int, int, bool]]:
+                   drop_tombstones: bool, keep: frozenset[int] = frozenset(),
+                   min_run_bytes: int = MIN_PADDING_ENTRY_BYTES) -> list[tuple[int, int, bool]]:
     """Runs ``(start, end, news)`` of removable entries (relative positions); ``news`` is
     True when the run removes something that is not padding yet.
 
     An entry is removable when it is padding, or when each of its messages is keyed
     and either a later entry holds the same key or it is a tombstone past the horizon.
-    The segment's last entry always stays, and so do runs too short for a padding
-    entry (docs/protocol.md §11.3.1) and the entries at the offsets in ``keep``.
+    The segment's last entry always stays, and so do runs shorter than ``min_run_bytes``,
+    the smallest padding entry of the format (docs/protocol.md §11.3.1, §16.6.1), and the
+    entries at the offsets in ``keep``.
     """
     runs: list[tuple[int, int, bool]] = []
     current: list[ScannedEntry] = []
@@ -144,7 +186,7 @@ def removable_runs(segment_start: int, entries: list[ScannedEntry], keymap: KeyM
     def close_run() -> None:
         if current:
             start, end = current[0].position, current[-1].position + current[-1].size
-            if end - start >= MIN_PADDING_ENTRY_BYTES:
+            if end - start >= min_run_bytes:
                 runs.append((start, end, any(not e.padding for e in current)))
         current.clear()
 

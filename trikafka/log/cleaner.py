@@ -1,4 +1,4 @@
-"""The log cleaner: compaction that keeps every byte offset (docs/protocol.md §11.4).
+"""The log cleaner: compaction that keeps every byte offset (docs/protocol.md §11.4; Kafka format §16.6.1).
 
 ``LogCleaner.clean(log, policy)`` does one pass over one log and blocks (reads,
 writes, fsyncs, renames): call it from a worker thread.  It never mutates the
@@ -16,12 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from trikafka.wire.keyed import padding_head, split_run
-
 from .batch_index import build_batch_index
-from .clean_scan import (
-    CleanerError, ScannedEntry, add_to_map, new_keys, pinned_tombstones, removable_runs, scan_segment,
-)
+from .clean_format import CleanFormat, clean_format, padded_bytes
+from .clean_scan import CleanerError, ScannedEntry, add_to_map, new_keys, pinned_tombstones, removable_runs
 from .fs import FileSystem, SegmentFile
 from .keymap import KeyMap
 from .padding import PaddingRuns
@@ -63,11 +60,6 @@ class CleanResult:
 
 class CleanerStopped(Exception):
     """A pass ended early because ``should_stop()`` became true (shutdown)."""
-
-
-def compactable(log: object) -> bool:
-    """Whether the cleaner serves ``log``: 0.7 logs only (docs/protocol.md §16.6)."""
-    return getattr(log, "record_format", "0.7") == "0.7"
 
 
 def parse_cleanup_policy(text: str) -> tuple[bool, bool]:
@@ -114,10 +106,7 @@ class LogCleaner:
         return start, first_dirty, limit
 
     def dirty_ratio(self, log, policy: CompactionPolicy) -> float:
-        """Share of the cleanable bytes not yet cleaned (0 when nothing is cleanable, or the log is of
-        Kafka format: its compaction is not served, docs/protocol.md §16.6)."""
-        if not compactable(log):
-            return 0.0
+        """Share of the cleanable bytes not yet cleaned (0 when nothing is cleanable)."""
         start, first_dirty, limit = self.cleanable_range(log, policy)
         return 0.0 if limit <= start else (limit - first_dirty) / (limit - start)
 
@@ -133,10 +122,7 @@ class LogCleaner:
         not parse and ``CleanerStopped`` when ``should_stop()`` turned true: segments
         swapped before that stay swapped (and installed), the others are untouched.
         """
-        if not compactable(log):
-            logger.warning("not cleaning %s-%d: compaction of Kafka-format logs is not served",
-                           log.topic, log.partition)
-            return CleanResult(log.topic, log.partition)
+        fmt = clean_format(log)
         start, first_dirty, limit = self.cleanable_range(log, policy)
         result = CleanResult(log.topic, log.partition, first_dirty=first_dirty, map_end=first_dirty)
         charged_before = self.throttler.charged_bytes
@@ -147,7 +133,7 @@ class LogCleaner:
             if segment.start < first_dirty:
                 continue
             self._check_stop()
-            entries = list(scan_segment(segment.file, segment.size, self.throttler))
+            entries = list(fmt.scan(segment.file, segment.size, self.throttler))
             if len(keymap) and new_keys(keymap, entries) > keymap.room():
                 break  # the map is full: this pass stops at a segment boundary
             add_to_map(keymap, segment.start, entries)
@@ -163,13 +149,12 @@ class LogCleaner:
             self._check_stop()
             mtime_ms = self.fs.mtime_ms(segment.path)
             cached = dirty_entries.pop(segment.start, None)
-            entries = cached if cached is not None else list(scan_segment(segment.file, segment.size,
-                                                                               self.throttler))
+            entries = cached if cached is not None else list(fmt.scan(segment.file, segment.size, self.throttler))
             scanned.append((segment, mtime_ms, entries))
         keep: set[int] = set()
         while True:  # until no dropped tombstone would let an older value come back
-            plans = [(segment.start, entries, removable_runs(segment.start, entries, keymap,
-                                                               mtime_ms < horizon_ms, frozenset(keep)))
+            plans = [(segment.start, entries, removable_runs(segment.start, entries, keymap, mtime_ms < horizon_ms,
+                                                               frozenset(keep), fmt.min_run_bytes))
                      for segment, mtime_ms, entries in scanned]
             pins = pinned_tombstones(plans, keymap)
             if pins <= keep:
@@ -179,27 +164,26 @@ class LogCleaner:
             if not any(news for _, _, news in runs):
                 continue
             self._check_stop()
-            cleaned = self._rewrite(log, segment, runs, mtime_ms, log.config.max_message_size + 10)
+            cleaned = self._rewrite(log, fmt, segment, runs, mtime_ms)
             result.segments.append(cleaned)
             if install is not None:
                 install(cleaned)
-            result.padded_bytes += cleaned.padding.padded_bytes - segment.padding.padded_bytes
-            result.written_bytes += segment.size - cleaned.padding.padded_bytes
+            result.padded_bytes += padded_bytes(cleaned) - padded_bytes(segment)
+            result.written_bytes += segment.size - padded_bytes(cleaned)
         self.write_checkpoint(log.dir_path, result.map_end)
         result.read_bytes = self.throttler.charged_bytes - charged_before - result.written_bytes
         return result
 
-    def _rewrite(self, log, segment: Segment, runs: list[tuple[int, int, bool]], mtime_ms: int,
-                 max_entry_bytes: int) -> Segment:
+    def _rewrite(self, log, fmt: CleanFormat, segment: Segment, runs: list[tuple[int, int, bool]],
+                 mtime_ms: int) -> Segment:
         new = create_cleaned(self.fs, log.dir_path, segment.start)
         try:
             pos = 0
             for run_start, run_end, _ in runs:
                 self._copy(segment.file, new, pos, run_start)
-                for entry_bytes in split_run(run_end - run_start, max_entry_bytes):
-                    head = padding_head(entry_bytes)
+                for head, piece_bytes in fmt.padding(segment.file, run_start, run_end, log.config.max_message_size):
                     new.append(head)
-                    new.truncate(new.size + entry_bytes - len(head))  # the zeros: a hole, not written
+                    new.truncate(new.size + piece_bytes - len(head))  # the zeros: a hole, not written
                     self.throttler.charge(len(head))
                 pos = run_end
             self._copy(segment.file, new, pos, segment.size)
@@ -207,13 +191,14 @@ class LogCleaner:
         except BaseException:
             new.close()
             raise
-        padding = PaddingRuns.of([(a, b) for a, b, _ in runs])
+        padding = PaddingRuns.of([(a, b) for a, b, _ in runs]) if fmt.padding_index else None
         file = swap_in(self.fs, log.dir_path, segment.start, new, padding, mtime_ms)
         cleaned = Segment(segment.start, segment.path, file, file.size)
-        cleaned.padding = padding
-        if segment.batches is not None:  # the swapped bytes' own index (Log.install_cleaned requires one)
+        if padding is not None:
+            cleaned.padding = padding
+        if segment.batches is not None:  # the swapped bytes' own index, padding runs included
             cleaned.batches = build_batch_index(file, file.size, segment.batches.start_offset, label=segment.path)
-        logger.info("cleaned %s: %d of %d bytes are padding now", segment.path, padding.padded_bytes, segment.size)
+        logger.info("cleaned %s: %d of %d bytes are padding now", segment.path, padded_bytes(cleaned), segment.size)
         return cleaned
 
     def _check_stop(self) -> None:

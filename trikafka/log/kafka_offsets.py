@@ -59,16 +59,18 @@ class KafkaOffsets:
         segment = view.find(byte_position)
         return batches_of(segment).offset_at(byte_position - segment.start)
 
-    def batch_end_within(self, byte_start: int, max_bytes: int, byte_limit: int) -> int:
-        """The byte end of the whole batches from ``byte_start`` (a batch boundary) that fit
-        ``max_bytes``, bounded by ``byte_limit`` and ``byte_start``'s segment: at least the first
-        batch when it ends by ``byte_limit``; ``byte_start`` when nothing can be sent."""
+    def retained_spans(self, byte_start: int, max_bytes: int, byte_limit: int) -> list[tuple[int, int]]:
+        """Byte ranges ``[a, b)`` of the whole retained batches from ``byte_start`` (a batch boundary,
+        maybe inside a padding run), padding runs left out, within ``max_bytes`` together, bounded by
+        ``byte_limit`` and ``byte_start``'s segment: at least the first retained batch when it ends by
+        ``byte_limit`` (docs/protocol.md §16.6.1); empty when nothing can be sent."""
         segment = self._segments.view.find(byte_start)
         limit = min(byte_limit, segment.end) - segment.start
         rel = byte_start - segment.start
         if limit <= rel:
-            return byte_start
-        return segment.start + batches_of(segment).end_within(rel, max_bytes, limit)
+            return []
+        return [(segment.start + a, segment.start + b)
+                for a, b in batches_of(segment).retained_spans(rel, max_bytes, limit)]
 
     def offset_for_time(self, time_ms: int) -> tuple[int, int] | None:
         """``(base offset, maxTimestamp)`` of the first batch whose ``maxTimestamp`` is ``>= time_ms``

@@ -99,7 +99,8 @@ def _prepare_v2(data: Buffer, max_message_bytes: int, next_offset: int,
         valid_bytes = len(data)
     else:
         valid_bytes = batch.whole_batches_bytes(data)
-        headers = batch.validate_batches(memoryview(data)[:valid_bytes], max_batch_bytes=max_message_bytes)
+        headers = batch.validate_batches(memoryview(data)[:valid_bytes], max_batch_bytes=max_message_bytes,
+                                         allow_padding=True)  # the leader's cleaner's padding, copied verbatim
         batch.check_follows(headers, next_offset)
     return PreparedAppend(valid_bytes, sum(h.record_count for h in headers), headers)
 

@@ -17,7 +17,8 @@ class Segment:
     except when a truncation cuts the segment (``cut``).
     ``first_append_ms`` (for age-based rolling) lives in memory only, as in
     0.7: it is ``None`` until this process appends to the segment.  ``padding``:
-    the runs the cleaner covered with padding entries (empty unless cleaned).
+    the runs the cleaner covered with 0.7 padding entries (empty unless cleaned;
+    always empty in a Kafka-format log, whose padding runs its ``batches`` hold, §16.6.1).
     ``cut``: while a truncation is in flight, the segment's logical size; the
     file may still be longer until the truncation ticket has run (None otherwise).
     ``batches``: in a Kafka-format log, the index of every batch in the file

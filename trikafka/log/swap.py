@@ -64,10 +64,11 @@ def write_small_file(fs: FileSystem, path: str, data: bytes) -> None:
         file.close()
 
 
-def swap_in(fs: FileSystem, dir_path: str, start: int, cleaned: SegmentFile, runs: PaddingRuns,
+def swap_in(fs: FileSystem, dir_path: str, start: int, cleaned: SegmentFile, runs: PaddingRuns | None,
             mtime_ms: int) -> SegmentFile:
     """Make the cleaned file ``S.kafka`` and its runs ``S.padding``; return the segment reopened
-    under its final name.
+    under its final name.  ``runs`` None: the segment's padding is derived from its batches
+    (Kafka format, docs/protocol.md §16.6.1), so no index file is written, only the segment swapped.
 
     ``cleaned`` must hold every byte of the new segment; it is fsynced here.  The order is
     docs/protocol.md §11.4.2 step 4: the old padding index stays until the new segment is
@@ -79,14 +80,16 @@ def swap_in(fs: FileSystem, dir_path: str, start: int, cleaned: SegmentFile, run
     cleaned.fsync()
     size = cleaned.size
     cleaned.close()
-    index = encode_padding_index(size, runs)
-    write_small_file(fs, padding_cleaned, index)
+    index = encode_padding_index(size, runs) if runs is not None else None
+    if index is not None:
+        write_small_file(fs, padding_cleaned, index)
     fs.touch(cleaned_path, mtime_ms)  # retention and OFFSETS read segment mtimes
     fs.fsync_dir(dir_path)  # the index's entry is durable before the swap name can be
     fs.rename(cleaned_path, final + SWAP_SUFFIX)
     fs.fsync_dir(dir_path)
     _finish_swap(fs, dir_path, start)
-    _install_padding(fs, dir_path, start, index)
+    if index is not None:
+        _install_padding(fs, dir_path, start, index)
     return fs.open_segment(final, create=False)
 
 

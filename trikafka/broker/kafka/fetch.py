@@ -3,7 +3,9 @@
 A partition's answer starts at the batch that holds the fetch offset (or the
 first after it) and ends at a batch boundary within the partition's and the
 request's byte budgets, at least one batch when there is one below the high
-watermark.  The request waits, woken by appends and high-watermark advances
+watermark; on a compacted topic the padding runs between retained batches
+are left out (docs/protocol.md §16.6.1), the records then being several file
+regions back to back.  The request waits, woken by appends and high-watermark advances
 (no polling), until ``min_bytes`` are available or ``max_wait_ms`` passes;
 an error in any partition answers at once.
 """
@@ -11,7 +13,7 @@ an error in any partition answers at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sized
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -84,12 +86,17 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     position = index.position_of(asked.offset)
     if position is None or position >= view.end:
         return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, NO_RECORDS)
-    end = index.batch_end_within(position, asked.max_bytes, view.end)
+    spans = index.retained_spans(position, asked.max_bytes, view.end)
+    chunks: list[Chunk] = []
     try:
-        region = view.log.read(position, end - position, end=view.end)
+        for a, b in spans:
+            region = view.log.read(a, b - a, end=view.end)
+            if region is not None:
+                chunks.extend(region.chunks if isinstance(region, ChunkSequence) else (region,))
     except OffsetOutOfRangeError:  # retention removed the segment meanwhile
         return failed(ErrorCode.offset_out_of_range, hw, start)
-    return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, region)
+    records: Sized = NO_RECORDS if not chunks else chunks[0] if len(chunks) == 1 else ChunkSequence(tuple(chunks))
+    return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, records)
 
 
 def _apply_request_budget(answers: list[FetchPartition], max_bytes: int) -> None:

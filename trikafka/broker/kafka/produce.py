@@ -2,7 +2,8 @@
 
 Every partition of a request is appended first, in order; then, for acks -1,
 one wait covers them all (the ISR's acknowledgement, §12.6), bounded by the
-request's timeout.  Acks 0 is never answered.
+request's timeout.  Acks 0 is never answered.  A compacted topic refuses a
+record without a key (``INVALID_RECORD``, §16.6.1), as Kafka does.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.batch import BatchError
+from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.framing import Request, encode_response
 from trikafka.kafka.group_records import INTERNAL_TOPICS
+from trikafka.kafka.records import decode_batches
 from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.responses import Chunk
 
@@ -105,6 +108,10 @@ async def _append(service: KafkaContext, topic: str, index: int, records: bytes 
     if not records:
         row[2] = ErrorCode.corrupt_message
         return None
+    if service.compacts(topic) and _has_null_key(records):
+        logger.info("produce to %s-%d refused: a record without a key on a compacted topic", topic, index)
+        row[2] = ErrorCode.invalid_record
+        return None
     append_time_ms = service.clock_ms() if service.timestamp_type(topic) == LOG_APPEND_TIME else None
     try:
         result = await target.append(bytearray(records), acks, kafka=KafkaAppend(append_time_ms))
@@ -121,6 +128,15 @@ async def _append(service: KafkaContext, topic: str, index: int, records: bytes 
     row[4] = service.log_start_offset(target)
     row[5] = -1 if append_time_ms is None else append_time_ms
     return target.ack_wait(result.next_offset) if acks == -1 else None
+
+
+def _has_null_key(records: bytes) -> bool:
+    """Whether a record of ``records`` has a null key; False for bytes that do not decode (the
+    append's own checks answer those)."""
+    try:
+        return any(r.key is None for _, batch in decode_batches(records, check_crc=False) for r in batch)
+    except CorruptRecords:
+        return False
 
 
 def _by_topic(results: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:

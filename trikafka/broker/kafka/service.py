@@ -26,9 +26,10 @@ from trikafka.kafka.framing import Request, encode_response
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.responses import Chunk
 
+from ..cleaner import compaction_policy
 from ..config import BrokerConfig
 from ..partition import Partition, ReadView, Refused
-from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE
+from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
@@ -222,6 +223,10 @@ class KafkaService:
 
     def timestamp_type(self, topic: str) -> str:
         return self.stored_settings(topic).get(MESSAGE_TIMESTAMP_TYPE, "CreateTime")
+
+    def compacts(self, topic: str) -> bool:
+        """Whether ``topic``'s ``cleanup.policy`` has ``compact`` (its settings, then the broker's maps)."""
+        return compaction_policy(self.config, topic, log_overrides(self.stored_settings(topic))).compact
 
     async def wait_topic_known(self, topic: str, timeout_s: float = TOPIC_KNOWN_TIMEOUT_S) -> None:
         """Return once this broker knows ``topic`` (its ZooKeeper watch saw it), or after ``timeout_s``:

@@ -13,17 +13,14 @@ from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
 
-from ...topic_settings import CLEANUP_POLICY, RETENTION_MS
+from ...topic_settings import CLEANUP_POLICY, SEGMENT_BYTES
 from ..context import KafkaContext
 from ..topics import MIN_INSYNC_REPLICAS, TopicError
 
 logger = logging.getLogger(__name__)
 
-# The cleanup policy the topic is created with.  Compaction of Kafka-format topics is not
-# served yet (§16.6), so each key's records stay until then and time retention is off
-# (Java's Long.MAX_VALUE); once it is, this becomes "compact" (§17.1).
-CLEANUP = "delete"
-NO_TIME_RETENTION_MS = (1 << 63) - 1
+# Each key's last record is its state, so the topic compacts (§16.6.1).
+CLEANUP = "compact"
 MIN_INSYNC_AT_FULL_REPLICATION = 2  # min.insync.replicas when the factor is 3 or more (§17.1)
 FULL_REPLICATION = 3
 
@@ -33,11 +30,9 @@ def group_partition(group_id: str, partitions: int) -> int:
     return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
 
 
-def offsets_topic_settings(replication_factor: int) -> dict[str, str]:
+def offsets_topic_settings(replication_factor: int, segment_bytes: int) -> dict[str, str]:
     """The settings ``__consumer_offsets`` is created with (§17.1)."""
-    settings = {CLEANUP_POLICY: CLEANUP}
-    if CLEANUP != "compact":
-        settings[RETENTION_MS] = str(NO_TIME_RETENTION_MS)
+    settings = {CLEANUP_POLICY: CLEANUP, SEGMENT_BYTES: str(segment_bytes)}
     if replication_factor >= FULL_REPLICATION:
         settings[MIN_INSYNC_REPLICAS] = str(MIN_INSYNC_AT_FULL_REPLICATION)
     return settings
@@ -69,7 +64,7 @@ class OffsetsTopic:
                 config = service.config
                 live = len(service.kafka_brokers()) if config.enable_zookeeper else 1
                 factor = max(1, min(config.offsets_topic_replication_factor, live))
-                settings = offsets_topic_settings(factor)
+                settings = offsets_topic_settings(factor, config.offsets_topic_segment_bytes)
                 try:
                     await service.topics.create_internal(OFFSETS_TOPIC, config.offsets_topic_num_partitions,
                                                          factor, settings)

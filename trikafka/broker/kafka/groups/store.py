@@ -93,14 +93,18 @@ def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
     position = index.position_of(index.start_offset)
     loaded: list[LoadedRecord] = []
     while position is not None and position < end:
-        chunk_end = index.batch_end_within(position, LOAD_CHUNK_BYTES, end)
-        region = log.read(position, chunk_end - position, end=end)
-        data = b"" if region is None else region.read()
-        for _, records in decode_batches(data):
-            for record in records:
-                if record.key is None:
-                    continue
-                key, value = decode_record(record.key, record.value)
-                loaded.append((key, value, record.offset))
-        position = chunk_end
+        # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
+        spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
+        if not spans:
+            break
+        for start, stop in spans:
+            region = log.read(start, stop - start, end=end)
+            data = b"" if region is None else region.read()
+            for _, records in decode_batches(data):
+                for record in records:
+                    if record.key is None:
+                        continue
+                    key, value = decode_record(record.key, record.value)
+                    loaded.append((key, value, record.offset))
+        position = spans[-1][1]
     return loaded
