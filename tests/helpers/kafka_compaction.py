@@ -34,10 +34,10 @@ def create_compacted(bootstrap: str, topic: str, replication_factor: int = 1, **
         future.result(timeout=30)
 
 
-def stored_records(log_dir: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+def stored_records(log_dir: str, topic: str, partition: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
     """``(offset, key, value)`` of every record in the partition's retained batches, read from its files."""
     out = []
-    for path in sorted(glob.glob(os.path.join(log_dir, f"{topic}-0", "*.kafka"))):
+    for path in sorted(glob.glob(os.path.join(log_dir, f"{topic}-{partition}", "*.kafka"))):
         with open(path, "rb") as f:
             data = f.read()
         for header in walk_headers(data):
@@ -47,10 +47,10 @@ def stored_records(log_dir: str, topic: str) -> list[tuple[int, bytes | None, by
     return out
 
 
-def fully_cleaned(log_dir: str, topic: str) -> bool:
+def fully_cleaned(log_dir: str, topic: str, partition: int = 0) -> bool:
     """Whether the cleaner's checkpoint (§11.4.1) reached the active segment: nothing is left to clean,
     so the partition's files no longer change while nothing is produced."""
-    directory = os.path.join(log_dir, f"{topic}-0")
+    directory = os.path.join(log_dir, f"{topic}-{partition}")
     segments = sorted(glob.glob(os.path.join(directory, "*.kafka")))
     try:
         with open(os.path.join(directory, "cleaner-checkpoint")) as f:

@@ -42,12 +42,6 @@ def kafka() -> Iterator[RunningKafkaBroker]:
         yield running
 
 
-
-
-
-
-
-
 def wait_until_cleaned(log_dir: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """The stored records once the cleaner has cleaned everything it may and no deleted key is left."""
     deadline = time.monotonic() + CLEANED_TIMEOUT_S
@@ -58,8 +52,6 @@ def wait_until_cleaned(log_dir: str, topic: str) -> list[tuple[int, bytes | None
                 return records
         assert time.monotonic() < deadline, f"the cleaner never removed {DELETED}"
         time.sleep(0.05)  # polling a condition: the assertion above is about the condition, not the sleep
-
-
 
 
 def check_seen(seen: list[Seen], stored: list[tuple[int, bytes | None, bytes | None]],
