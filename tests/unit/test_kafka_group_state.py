@@ -147,6 +147,7 @@ def test_leave_removes_members_and_names_the_unknown():
     errors, effects = g.leave(REBALANCE_MS + 11, [(leader, None)])
     assert errors == [ErrorCode.none] and g.state is GroupState.EMPTY and effects.store
     assert g.generation == 3 and g.leader is None
+    assert g.protocol_type == "consumer"  # an Empty group keeps its kind (ListGroups names it)
 
 
 def test_static_member_rejoins_without_a_rebalance_and_fences_the_old_id():

@@ -13,7 +13,10 @@ class Roster:
         self.members: dict[str, Member] = {}
         self.instances: dict[str, str] = {}  # group instance id -> member id (static members, KIP-345)
         self.leader: str | None = None
-        self.protocol_type: str | None = None  # the first member's; every later member must share it
+        # The first member's; every later member must share it.  It stays when the last member
+        # leaves (ListGroups still names an Empty group's kind, as Kafka does); the next first
+        # member sets it again.
+        self.protocol_type: str | None = None
 
     def add(self, member: Member) -> None:
         if not self.members:
@@ -29,8 +32,6 @@ class Roster:
             del self.instances[member.group_instance_id]
         if self.leader == member.member_id:
             self.leader = next(iter(self.members), None)
-        if not self.members:
-            self.protocol_type = None
 
     def clear(self) -> None:
         self.members.clear()
