@@ -134,14 +134,3 @@ def test_keys_that_do_not_decode(raw):
 def test_values_that_do_not_decode(decode, raw):
     with pytest.raises(GroupRecordError):
         decode(raw)
-
-
-def test_subscription_topics_reads_the_consumer_protocols_topic_list():
-    from trikafka.kafka.group_records import subscription_topics
-
-    for version in (0, 1, 3):  # later versions add fields after the topics
-        assert subscription_topics(i16(version) + i32(2) + s16("a") + s16("bb") + b32(b"user") + b"...") == ["a", "bb"]
-    with pytest.raises(GroupRecordError):
-        subscription_topics(i16(0) + i32(-1))
-    with pytest.raises(GroupRecordError):
-        subscription_topics(i16(0) + i32(3) + s16("a"))

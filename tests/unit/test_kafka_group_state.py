@@ -256,7 +256,8 @@ def test_a_group_with_members_keeps_its_offsets_and_names_its_subscriptions():
 
     g = group()
     _commit(g, 0, 1, 0)
-    subscription = struct.pack(">hih", 1, 2, 1) + b"a" + struct.pack(">h", 1) + b"b" + struct.pack(">i", -1)
+    # v1: topics, no user data, no owned partitions
+    subscription = struct.pack(">hih", 1, 2, 1) + b"a" + struct.pack(">h", 1) + b"b" + struct.pack(">ii", -1, 0)
     join(g, 0, protocols=(("range", subscription),))
     assert g.expired_offsets(wall_ms=10**12, retention_ms=1) == []
     assert g.subscribed_topics() == {"a", "b"}

@@ -284,17 +284,6 @@ def decode_group_value(data: bytes) -> GroupValue:
     return GroupValue(protocol_type, generation, protocol, leader, timestamp_ms, tuple(members))
 
 
-def subscription_topics(data: bytes) -> list[str]:
-    """The topics of a ``consumer`` protocol subscription (any version: ``version:int16 topics:[string]``
-    come first in each); raises ``GroupRecordError`` when they do not decode."""
-    reader = _Reader(bytes(data), "consumer subscription")
-    reader.int16()
-    count = reader.int32()
-    if count < 0:
-        raise GroupRecordError(f"consumer subscription: {count} topics")
-    return [reader.string() for _ in range(count)]
-
-
 def decode_record(key: bytes, value: bytes | None) -> tuple[RecordKey, RecordValue | None]:
     """One record of ``__consumer_offsets``: its key and its value (None: a tombstone)."""
     decoded_key = decode_key(key)

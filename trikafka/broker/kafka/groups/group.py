@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.group_records import GroupRecordError, GroupValue, MemberValue, subscription_topics
+from trikafka.kafka.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
+from trikafka.kafka.consumer_protocol import ConsumerProtocolError, decode_subscription
+from trikafka.kafka.group_records import GroupValue, MemberValue
 
 from .committed import CommittedOffsets
 from .member import JoinAnswer, Member, Protocols, SyncAnswer
 from .roster import Roster
 
 NO_DEADLINE = -1
-CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class GroupState(enum.Enum):
@@ -466,8 +467,8 @@ class Group:
         topics: set[str] = set()
         for member in self.roster.members.values():
             try:
-                topics.update(subscription_topics(member.metadata_for(self.protocol)))
-            except GroupRecordError:
+                topics.update(str(t) for t in decode_subscription(member.metadata_for(self.protocol)).topics)
+            except ConsumerProtocolError:
                 return None
         return topics
 
