@@ -1,11 +1,13 @@
-"""``trikafka groups``: the consumer groups in ZooKeeper, or one group's members, owners, offsets and lag."""
+"""``trikafka groups``: the consumer groups in ZooKeeper, or one group's members, owners, offsets and lag;
+with ``--kafka``, the groups of Kafka-protocol clients (``kafka_protocol.groups``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from trikafka.cli.common import add_zookeeper, plural, run_group_client
+from trikafka.cli.common import (LOCAL_KAFKA, add_kafka, add_zookeeper, plural, run_client, run_group_client,
+                                 validate_kafka)
 
 
 def add_parser(commands) -> None:
@@ -14,7 +16,18 @@ def add_parser(commands) -> None:
                                                 "committed offsets, log ends and lag")
     groups.add_argument("group", nargs="?", metavar="GROUP", help="show this group (default: list the groups)")
     add_zookeeper(groups, "the ZooKeeper holding the groups")
-    groups.set_defaults(func=cmd_groups)
+    add_kafka(groups)
+    groups.add_argument("--delete", action="store_true",
+                        help="with --kafka and GROUP: delete the group (it must have no members)")
+    groups.set_defaults(func=cmd_groups, validate=_validate)
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.kafka and ":" not in args.kafka and args.group is None:
+        args.group, args.kafka = args.kafka, LOCAL_KAFKA  # `groups --kafka GROUP`: the local listener
+    validate_kafka(parser, args)
+    if args.delete and not args.group:
+        parser.error("--delete needs the GROUP to delete")
 
 async def _groups_main(args: argparse.Namespace) -> int:
     from trikafka.group.inspect import describe_group, list_groups, measure_lag
@@ -44,4 +57,11 @@ async def _groups_main(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
+    if args.kafka is not None:
+        from trikafka.cli import kafka_protocol
+
+        return run_client(kafka_protocol.groups, args)
+    if args.delete:
+        print("trikafka: --delete works on Kafka-protocol groups (with --kafka)", file=sys.stderr)
+        return 2
     return run_group_client(_groups_main, args)

@@ -1,0 +1,73 @@
+"""``trikafka groups --kafka`` (docs/protocol.md §17.8) on a librdkafka group: the list, one group's
+members with their decoded assignments, its committed offsets and lag, and deleting it once empty."""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterator
+
+import pytest
+import trio
+
+from tests.helpers.cli import cli
+from tests.helpers.kafka_clients import create_topic
+from tests.helpers.kafka_groups import ConfluentGroup, produce
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+PARTITIONS = 4
+PER_PARTITION = 20
+GROUP = "cli-group"
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, offsets_topic_num_partitions=5) as running:
+        yield running
+
+
+def _consume_all(group: ConfluentGroup) -> None:
+    everything = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    group.add("a")
+    group.add("b")
+    assert group.poll_until(lambda: group.balanced(PARTITIONS, 2) and group.delivered() >= everything)
+    group.commit("a")
+    group.commit("b")
+
+
+async def test_groups_lists_describes_and_deletes_a_kafka_group(kafka):
+    bootstrap = kafka.bootstrap
+    await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, "cli-topic", partitions=PARTITIONS))
+    await trio.to_thread.run_sync(produce, bootstrap, "cli-topic", PARTITIONS, PER_PARTITION)
+    group = ConfluentGroup(bootstrap, GROUP, "cli-topic")
+    try:
+        await trio.to_thread.run_sync(_consume_all, group)
+        status, out, err = await cli("groups", "--kafka", bootstrap)
+        assert status == 0, err
+        assert f"{GROUP}\tconsumer\tStable" in out.splitlines()
+
+        status, out, err = await cli("groups", GROUP, "--kafka", bootstrap)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith(f"group {GROUP}: Stable, protocol ") and lines[0].endswith("(consumer), 2 members")
+        members = lines[2:4]
+        owned = sorted(int(p) for m in members for p in m.split("\t")[4].removeprefix("cli-topic:").split("+"))
+        assert owned == list(range(PARTITIONS))  # librdkafka's assignment, decoded: every partition once
+        assert all(m.split("\t")[2] == "rdkafka" for m in members)
+        assert lines[4] == "topic\tpartition\tcommitted\tlog_end\tlag"
+        assert lines[5:] == [f"cli-topic\t{p}\t{PER_PARTITION}\t{PER_PARTITION}\t0" for p in range(PARTITIONS)]
+
+        await trio.to_thread.run_sync(produce, bootstrap, "cli-topic", PARTITIONS, 5, PER_PARTITION)
+        status, out, _ = await cli("groups", GROUP, "--kafka", bootstrap)
+        assert f"cli-topic\t0\t{PER_PARTITION}\t{PER_PARTITION + 5}\t5" in out.splitlines()  # lag in records
+
+        status, _, err = await cli("groups", GROUP, "--kafka", bootstrap, "--delete")
+        assert status == 1 and "NON_EMPTY_GROUP" in err
+    finally:
+        await trio.to_thread.run_sync(group.close_all)
+    status, _, err = await cli("groups", GROUP, "--kafka", bootstrap, "--delete")
+    assert status == 0 and f"deleted group {GROUP}" in err
+    status, out, _ = await cli("groups", "--kafka", bootstrap)
+    assert GROUP not in out
+    status, _, err = await cli("groups", GROUP, "--kafka", bootstrap)
+    assert status == 1 and f"no group {GROUP!r}" in err
