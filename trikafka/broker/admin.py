@@ -73,7 +73,7 @@ class TopicAdmin:
         replicas = self._handler.replicas
         if replicas is not None and (replicated := replicas.topic_metadata(name)) is not None:
             return replicated
-        count = self._handler.partitions_if_valid(name)
+        count = self._handler.directory.partitions_if_valid(name)
         if count is None:
             return TopicMetadata(name, error=ErrorCode.INVALID_TOPIC)
         if not self._has_logs(name):
@@ -89,7 +89,7 @@ class TopicAdmin:
     async def delete_local_topic(self, topic: str) -> None:
         """DeleteTopics on a standalone broker (§16.4): its logs, then its stored settings."""
         async with self._create_lock:
-            count = await self._handler.delete_topic_logs(topic)
+            count = await self._handler.directory.delete_topic_logs(topic)
             await self.forget_settings(topic)
         logger.info("deleted topic %s (%d partition logs)", topic, count)
 
@@ -117,7 +117,7 @@ class TopicAdmin:
 
     async def _create(self, topic: str, partitions: int) -> CreateTopicResult:
         handler, manager = self._handler, self._log_manager
-        if handler.partitions_if_valid(topic) is None:
+        if handler.directory.partitions_if_valid(topic) is None:
             return CreateTopicResult(ErrorCode.INVALID_TOPIC, -1)
         if handler.replicas is not None and (count := handler.replicas.partition_count(topic)) is not None:
             # A replicated topic is created through ZooKeeper (`topics create --replication-factor`).
@@ -134,9 +134,9 @@ class TopicAdmin:
         # count; then each missing log, created off the loop and shared with any produce
         # that creates the same log meanwhile.
         manager.raise_partition_count(topic, partitions)
-        handler.forget_partition_count(topic)
+        handler.directory.forget_partition_count(topic)
         for partition in range(partitions):
-            await handler.log_for_write(topic, partition)
+            await handler.directory.log_for_write(topic, partition)
         if len(had) < partitions:
             logger.info("created topic %s with %d partitions", topic, partitions)
         return CreateTopicResult(ErrorCode.NO_ERROR, manager.partitions_for(topic))

@@ -5,9 +5,10 @@ returns what to send (``None``, ``bytes`` or a list of chunks), or raises
 ``CloseConnection`` for the conditions of §2.  Only the extension
 requests wait (for a flush, or for data), so only they are coroutines.
 
-The handler checks a request's topic and partition, then asks for the
-``Partition`` (``partition.py``) and calls it: an unreplicated log, or a
-replicated topic's replica (§12.6); it does not branch on which.
+The handler checks a request's topic and partition, then asks its
+``PartitionDirectory`` (``partition_directory.py``) for the ``Partition``
+(``partition.py``) and calls it: an unreplicated log, or a replicated topic's
+replica (§12.6); it does not branch on which.
 
 The three topic rules meet here:
 
@@ -15,10 +16,6 @@ The three topic rules meet here:
   OFFSETS) or answer -1 (FETCH parts, the §5.2 table);
 * extension requests answer error 7;
 * nothing is created on disk for a rejected name.
-
-A new log is created in a worker thread (mkdir and directory fsyncs must not
-block the loop); requests for that log wait for it, one creation per log,
-while requests for other logs go on.
 """
 
 from __future__ import annotations
@@ -30,8 +27,6 @@ from typing import Callable
 
 import trio
 
-from trikafka.log.errors import InvalidTopicError
-from trikafka.log.names import validate_topic
 from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
 from trikafka.wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
 from trikafka.wire.requests import (
@@ -55,20 +50,14 @@ from trikafka.wire.responses import (
 )
 
 from .metrics import BrokerMetrics
-from .topic_settings import FORMAT_07, FORMAT_V2, RECORD_FORMAT
-from .partition import AckWait, FetchOutcome, LocalPartition, NoLog, Partition, Refused
-from .replication import serving as replicated
+from .partition import AckWait, FetchOutcome, Partition, Refused
+from .partition_directory import PartitionDirectory
 from .seams import Admin, BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
 from .waiters import VisibleEndWaiters
 
 logger = logging.getLogger(__name__)
 
-# Valid topic names remembered so the hot path skips the regex; bounded because
-# any client can send names (fetches of arbitrary valid topics create nothing).
-MAX_CACHED_TOPICS = 100_000
 OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
-
-DELETE_POLL_S = 0.05  # how often a topic deletion looks again at a log still busy
 
 
 class CloseConnection(Exception):
@@ -85,145 +74,30 @@ class RequestHandler:
                  rng: random.Random | None = None, clock_ms: Callable[[], int],
                  metrics: BrokerMetrics | None = None,
                  run_blocking: RunBlocking = trio.to_thread.run_sync):
-        self._log_manager = log_manager
-        self._flusher = flusher
+        self.directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
+                                            partitions=partitions, max_topic_name_length=max_topic_name_length,
+                                            run_blocking=run_blocking)
         self._waiters = waiters
-        self._partitions = partitions
-        self._max_topic_chars = max_topic_name_length
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
-        self._topic_partitions: dict[str, int] = {}
-        self._local: dict[tuple[str, int], LocalPartition] = {}  # every log adopted, as its partition
         # Request types this broker closes the connection on, as a 0.7 broker does for
         # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
         self.refused_types: frozenset[int] = frozenset()
-        self.replicas: Replicas | None = None  # with ZooKeeper: replicated topics (§12)
         self.metrics = metrics if metrics is not None else BrokerMetrics()
-        self._run_blocking = run_blocking  # how log creation leaves the loop (a worker thread)
-        self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
+        self._run_blocking = run_blocking
 
     @property
-    def log_manager(self) -> LogDirectory:
-        """The broker's logs (the Kafka listener reads topics and formats through it)."""
-        return self._log_manager
+    def replicas(self) -> Replicas | None:
+        """With ZooKeeper, the replica manager: replicated topics' partitions are its (§12)."""
+        return self.directory.replicas
 
-    # ----------------------------------------------------------------- topics and logs
-
-    def partitions_if_valid(self, topic: str) -> int | None:
-        """``partitions(topic)`` for a name trikafka accepts, None for a rejected one."""
-        count = self._topic_partitions.get(topic)
-        if count is not None:
-            return count
-        if self.replicas is not None and (count := self.replicas.partition_count(topic)) is not None:
-            return count  # not cached: the replica manager's map is the cache
-        try:
-            validate_topic(topic)
-        except InvalidTopicError:
-            return None
-        if len(topic) > self._max_topic_chars:
-            return None
-        count = self._partitions(topic)
-        if len(self._topic_partitions) < MAX_CACHED_TOPICS:
-            self._topic_partitions[topic] = count
-        return count
-
-    async def delete_topic_logs(self, topic: str) -> int:
-        """Delete every log of ``topic`` on this broker (DeleteTopics, §16.4); how many.
-
-        The logs leave the manager first, so no new request finds them; each is
-        closed and removed in a worker thread once no flush, roll, truncation or
-        cleaning of it is in flight.
-        """
-        logs = self._log_manager.remove_topic(topic)
-        self.forget_partition_count(topic)
-        for log in logs:
-            self._local.pop((log.topic, log.partition), None)
-        for log in logs:
-            await self._flusher.wait_idle(log)
-            while log.cleaning or log.truncating or log.flush_in_flight:  # the cleaner's pass ends at a segment
-                await trio.sleep(DELETE_POLL_S)
-            await self._run_blocking(functools.partial(self._log_manager.delete_log, log))
-        return len(logs)
-
-    def topic_format(self, topic: str) -> str | None:
-        """``"v2"`` or ``"0.7"`` (§16.6): a replicated topic's ``record.format`` setting, else what its
-        partition 0's log stores; None for a topic with neither (both listeners ask here)."""
-        if self.replicas is not None and (assignment := self.replicas.topics.get(topic)) is not None:
-            return assignment.config.get(RECORD_FORMAT, FORMAT_07)
-        local = self._local.get((topic, 0))
-        log = local.log if local is not None else self._log_manager.get(topic, 0)
-        return None if log is None else log.record_format
-
-    def kafka_format(self, topic: str) -> bool:
-        """Whether ``topic`` stores Kafka's v2 batches (§16.6): 0.7 requests answer WrongFormat on it."""
-        return self.topic_format(topic) == FORMAT_V2
-
-    def forget_partition_count(self, topic: str) -> None:
-        """Drop the cached count of ``topic`` (CREATE_TOPIC may have raised it)."""
-        self._topic_partitions.pop(topic, None)
-
-    def adopt(self, log: BrokerLog) -> BrokerLog:
-        """Start watching ``log`` (called once per log: loaded or created)."""
-        self._local[(log.topic, log.partition)] = LocalPartition(log, self._flusher)
-        log.add_visible_listener(self._waiters.on_visible)
-        self._flusher.track(log)
-        return log
-
-    def existing_log(self, topic: str, partition: int) -> BrokerLog | None:
-        """The log of ``topic``-``partition`` on this broker, None if it has none yet."""
-        local = self._local.get((topic, partition))
-        if local is not None:
-            return local.log
-        log = self._log_manager.get(topic, partition)
-        return None if log is None else self.adopt(log)
-
-    async def log_for_write(self, topic: str, partition: int) -> BrokerLog:
-        """The log to append to, created if new; topic and partition already checked (§5.1 step 3).
-
-        Returns without a checkpoint when the log exists.
-        """
-        key = (topic, partition)
-        while (log := self.existing_log(topic, partition)) is None:
-            creating = self._creating.get(key)
-            if creating is not None:
-                await creating.wait()  # someone else creates it; if that failed, try again
-                continue
-            self._log_manager.check_partition(topic, partition)
-            creating = self._creating[key] = trio.Event()
-            try:
-                # Shielded: once the directory exists, the log is added, or its files
-                # would stay open and unknown until a restart.
-                with trio.CancelScope(shield=True):
-                    new_log = await self._run_blocking(functools.partial(self._log_manager.make_log, topic,
-                                                                         partition))
-                    self._log_manager.add(new_log)
-            finally:
-                del self._creating[key]
-                creating.set()
-            return self.adopt(new_log)
-        return log
-
-    def partition(self, topic: str, partition: int) -> Partition:
-        """The ``Partition`` that serves ``topic``-``partition`` here (checked already); creates nothing."""
-        if self.replicas is not None and self.replicas.is_replicated(topic):
-            return replicated.partition(self.replicas, topic, partition)
-        key = (topic, partition)
-        local = self._local.get(key)
-        if local is None and self.existing_log(topic, partition) is not None:
-            local = self._local[key]  # adopted just now
-        return local if local is not None else NoLog(key)
-
-    async def partition_for_write(self, topic: str, partition: int) -> Partition:
-        """Like ``partition``, but an unreplicated partition's log is created if new (§5.1 step 3)."""
-        found = self.partition(topic, partition)
-        if isinstance(found, NoLog):
-            await self.log_for_write(topic, partition)
-            return self._local[found.key]
-        return found
+    @replicas.setter
+    def replicas(self, replicas: Replicas | None) -> None:
+        self.directory.replicas = replicas
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
         """(partitions(topic) or None if the name is rejected, the concrete partition)."""
-        count = self.partitions_if_valid(topic)  # a replicated topic's count comes from its assignment
+        count = self.directory.partitions_if_valid(topic)  # a replicated topic's count comes from its assignment
         if count is not None and partition == -1:
             partition = self._rng.randrange(count)  # §5.1 step 1: once per request
         return count, partition
@@ -237,10 +111,10 @@ class RequestHandler:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
-        if self.kafka_format(part.topic):  # PRODUCE has no answer to carry WrongFormat (§16.6)
+        if self.directory.kafka_format(part.topic):  # PRODUCE has no answer to carry WrongFormat (§16.6)
             raise CloseConnection(f"0.7 produce to the Kafka-format topic {_short(part.topic)}")
         try:
-            target = await self.partition_for_write(part.topic, partition)
+            target = await self.directory.partition_for_write(part.topic, partition)
             result = await target.append(part.messages, ACKS_APPENDED)
         except Refused as exc:  # 0.7 produce at a follower (§12.6)
             raise CloseConnection(f"0.7 produce to {exc}") from None
@@ -261,14 +135,14 @@ class RequestHandler:
 
     def fetch_part(self, part: FetchPart) -> FetchOutcome:
         """One FETCH or MULTIFETCH part, checked in the order of the §5.2 table."""
-        count = self.partitions_if_valid(part.topic)
+        count = self.directory.partitions_if_valid(part.topic)
         if count is None:
             return ErrorCode.UNKNOWN, None
         if not 0 <= part.partition < count:
             return ErrorCode.WRONG_PARTITION, None
-        if self.kafka_format(part.topic):
+        if self.directory.kafka_format(part.topic):
             return ErrorCode.WRONG_FORMAT, None
-        return self.partition(part.topic, part.partition).fetch(part)
+        return self.directory.partition(part.topic, part.partition).fetch(part)
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
         outcome = self.fetch_part(request.part)
@@ -288,15 +162,16 @@ class RequestHandler:
 
     async def offsets(self, request: OffsetsRequest) -> bytes:
         """OFFSETS, §5.5; it has no error code, so bad input closes the connection."""
-        count = self.partitions_if_valid(request.topic)
+        count = self.directory.partitions_if_valid(request.topic)
         if count is None:
             raise CloseConnection(f"offsets for an invalid topic name {_short(request.topic)}")
         if not 0 <= request.partition < count:
             raise CloseConnection(f"offsets for partition {request.partition} of {request.topic!r}")
-        if self.kafka_format(request.topic):  # OFFSETS has no error code (§16.6)
+        if self.directory.kafka_format(request.topic):  # OFFSETS has no error code (§16.6)
             raise CloseConnection(f"0.7 offsets of the Kafka-format topic {_short(request.topic)}")
         try:
-            found = await self.partition(request.topic, request.partition).offsets(request, self._offsets_before)
+            partition = self.directory.partition(request.topic, request.partition)
+            found = await partition.offsets(request, self._offsets_before)
         except Refused as exc:  # a replicated partition this broker holds no replica of (§12.6)
             raise CloseConnection(f"offsets for {exc}") from None
         return encode_offsets_response(found)
@@ -352,10 +227,10 @@ class RequestHandler:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
-        if self.kafka_format(part.topic):
+        if self.directory.kafka_format(part.topic):
             return failed(ErrorCode.WRONG_FORMAT)
         try:
-            target = await self.partition_for_write(part.topic, partition)
+            target = await self.directory.partition_for_write(part.topic, partition)
             appended = await target.append(part.messages, acks)
         except Refused as exc:
             return failed(exc.error)

@@ -54,7 +54,7 @@ from trikafka.zk.coordinator import Coordinator
 from .acceptor import Acceptor, BoundAddress
 from .admin import TopicAdmin
 from .cleaner import CleanerService
-from .config import WILDCARD_HOSTS, BrokerConfig, published_host
+from .config import BrokerConfig, published_host
 from .flusher import FlushScheduler
 from .connection import Connection
 from .handlers import RequestHandler
@@ -289,7 +289,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             handler.admin.forget_settings = local_settings.forget
             handler.admin.read_settings = local_settings.read
         for log in log_manager.logs():
-            handler.adopt(log)
+            handler.directory.adopt(log)
         async with trio.open_nursery() as server:
             serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
             processors = [await server.start(Processor(i, serve_07).run) for i in range(config.num_threads)]

@@ -129,7 +129,7 @@ class KafkaService:
             await nursery.start(registry.run)
         else:
             self.cluster_id = await self.run_blocking(functools.partial(
-                _standalone_cluster_id, self.handler.log_manager.fs, self.config.log_dir))
+                _standalone_cluster_id, self.handler.directory.log_manager.fs, self.config.log_dir))
 
     # ----------------------------------------------------------------- dispatch
 
@@ -163,14 +163,14 @@ class KafkaService:
     def topic_names(self) -> list[str]:
         """Every topic this broker knows, sorted."""
         replicas = self.handler.replicas
-        names = set(self.handler.log_manager.topics())
+        names = set(self.handler.directory.log_manager.topics())
         if replicas is not None:
             names |= set(replicas.topics)
         return sorted(names)
 
     def topic_format(self, topic: str) -> str | None:
         """``"v2"``, ``"0.7"``, or None for a topic this broker does not know (§16.6)."""
-        return self.handler.topic_format(topic)
+        return self.handler.directory.topic_format(topic)
 
     # ----------------------------------------------------------------- partitions
 
@@ -181,12 +181,12 @@ class KafkaService:
             return ErrorCode.unknown_topic_or_partition
         if fmt != FORMAT_V2:
             return ErrorCode.unsupported_for_message_format
-        count = self.handler.partitions_if_valid(topic)
+        count = self.handler.directory.partitions_if_valid(topic)
         if count is None or not 0 <= index < count:
             return ErrorCode.unknown_topic_or_partition
         if write:
-            return await self.handler.partition_for_write(topic, index)
-        return self.handler.partition(topic, index)
+            return await self.handler.directory.partition_for_write(topic, index)
+        return self.handler.directory.partition(topic, index)
 
     async def read_view(self, topic: str, index: int, current_leader_epoch: int) -> ReadView | ErrorCode:
         """What a reader of the partition sees, or the Kafka error that answers it: as

@@ -101,7 +101,7 @@ class TopicService:
         service = self._service
         handler = service.handler
         _refuse_internal(topic)
-        if handler.partitions_if_valid(topic) is None:
+        if handler.directory.partitions_if_valid(topic) is None:
             raise TopicError(ErrorCode.invalid_topic_exception, f"{topic!r} is not a valid topic name")
         if service.topic_format(topic) is not None:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists")
@@ -144,13 +144,13 @@ class TopicService:
     async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
         service = self._service
         handler = service.handler
-        manager = handler.log_manager
+        manager = handler.directory.log_manager
         if not await handler.admin.store_settings(topic, stored):
             raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
         manager.raise_partition_count(topic, partitions)
-        handler.forget_partition_count(topic)
+        handler.directory.forget_partition_count(topic)
         for partition in range(partitions):
-            await handler.log_for_write(topic, partition)
+            await handler.directory.log_for_write(topic, partition)
         logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
 
     async def auto_create(self, topics: list[str]) -> set[str]:
@@ -177,7 +177,7 @@ class TopicService:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
         if fmt != "v2":
             raise TopicError(ErrorCode.unsupported_for_message_format, f"{topic!r} is a 0.7 topic")
-        current = handler.partitions_if_valid(topic) or 0
+        current = handler.directory.partitions_if_valid(topic) or 0
         if count <= current:
             raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {current} partitions; the count can "
                                                             f"only grow")
@@ -189,11 +189,11 @@ class TopicService:
             assert service.registry is not None
             await service.registry.add_partitions(topic, count)
             return
-        manager = handler.log_manager
+        manager = handler.directory.log_manager
         manager.raise_partition_count(topic, count)
-        handler.forget_partition_count(topic)
+        handler.directory.forget_partition_count(topic)
         for partition in range(current, count):
-            await handler.log_for_write(topic, partition)
+            await handler.directory.log_for_write(topic, partition)
 
     def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[tuple[str, str, bool, bool]]:
         """(name, value, read only, is default) of ``topic``'s settings."""

@@ -243,7 +243,7 @@ class ReplicaManager:
         self.topics[topic] = assignment
         if new:
             self._on_replicated_topic(topic)
-            self._handler.forget_partition_count(topic)
+            self._handler.directory.forget_partition_count(topic)
         for partition in range(len(assignment.replicas)):
             key = (topic, partition)
             if key not in self._watched_partitions:
@@ -269,7 +269,7 @@ class ReplicaManager:
             await hosted.retire()
             self._start_or_stop_follower(hosted)
             await self._run_blocking(hosted.epochs.close)
-        count = await self._handler.delete_topic_logs(topic)
+        count = await self._handler.directory.delete_topic_logs(topic)
         self._note_progress()
         logger.info("topic %s deleted: %d logs removed from this broker", topic, count)
 
@@ -316,7 +316,7 @@ class ReplicaManager:
         config = self._log_manager.config_for(topic)
         if record_format is not None and config.record_format != record_format:
             self._log_manager.override_topic_config(topic, dataclasses.replace(config, record_format=record_format))
-        log = await self._handler.log_for_write(topic, partition)
+        log = await self._handler.directory.log_for_write(topic, partition)
         epochs = await self._run_blocking(functools.partial(EpochFile.open, self._log_manager.fs, log.dir_path,
                                                             log.end_offset))
         hosted = HostedPartition(topic, partition, self.broker_id, log, epochs, flusher=self._flusher,

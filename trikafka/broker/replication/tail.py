@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 
 from ...log.fs import FileSystem
 from ...log.names import TAIL_LOST_FILE
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 Hosted = Mapping[tuple[str, int], "HostedPartition"]  # (topic, partition) -> this broker's replica
-
-if TYPE_CHECKING:
-    from .hosted import HostedPartition
 
 
 def keep_tail_status(fs: FileSystem, log_dir: str, intact_now: bool) -> bool:

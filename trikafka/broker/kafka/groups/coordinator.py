@@ -177,7 +177,7 @@ class GroupCoordinator:
     def _current(self, index: int) -> OffsetsPartition | ErrorCode | _LoadAt:
         """The loaded groups; an error; or the leader epoch a load must be at."""
         try:
-            view = self._service.handler.partition(OFFSETS_TOPIC, index).read_view()
+            view = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view()
         except Refused as exc:
             self.drop(index)
             return _NOT_SERVED.get(exc.error, ErrorCode.coordinator_not_available)
@@ -210,7 +210,7 @@ class GroupCoordinator:
 
     async def _load(self, index: int, epoch: int, done: trio.Event) -> None:
         try:
-            view = self._service.handler.partition(OFFSETS_TOPIC, index).read_view()
+            view = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view()
             if view.leader_epoch != epoch:
                 return
             started_s = trio.current_time()
@@ -226,7 +226,7 @@ class GroupCoordinator:
                 groups.apply(key, value, offset)
             groups.activate(self.membership.now_ms())
             try:
-                current = self._service.handler.partition(OFFSETS_TOPIC, index).read_view().leader_epoch
+                current = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view().leader_epoch
             except Refused:
                 return
             if current == epoch:

@@ -63,7 +63,7 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
     records: list[tuple[RecordKey, RecordValue | None]] = []
     for name, part in asked:
         key = (name, part.partition_index)
-        count = service.handler.partitions_if_valid(name) if service.topic_format(name) is not None else None
+        count = service.handler.directory.partitions_if_valid(name) if service.topic_format(name) is not None else None
         if refused != ErrorCode.none:
             errors[key] = refused
         elif count is None or not 0 <= part.partition_index < count:

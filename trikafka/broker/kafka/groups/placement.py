@@ -51,7 +51,7 @@ class OffsetsTopic:
         service = self._service
         if self._creating.locked() or service.topic_format(OFFSETS_TOPIC) is None:
             return None
-        return service.handler.partitions_if_valid(OFFSETS_TOPIC)
+        return service.handler.directory.partitions_if_valid(OFFSETS_TOPIC)
 
     async def ensure(self) -> int | None:
         """The partition count, creating the topic if no broker has (None: not available yet)."""
