@@ -15,7 +15,7 @@ from trikafka.util.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".admin": ("EARLIEST", "LATEST", "MAX_TIMESTAMP", "RESOURCE_BROKER", "RESOURCE_TOPIC", "ConfigValue",
-               "KafkaAdmin", "NewTopic", "OffsetAt"),
+               "GroupDescription", "GroupListing", "GroupMemberDescription", "KafkaAdmin", "NewTopic", "OffsetAt"),
     ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
     ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "PartitionMetadata", "TopicMetadata"),
     ".connection": ("KafkaConnection", "UnsupportedApi", "open_kafka_connection"),

@@ -29,7 +29,6 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.client.errors import BrokerConnectionError
-from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.consumer_protocol import Assignment, Subscription, encode_subscription
 from trikafka.kafka.records import Record
 
@@ -41,7 +40,7 @@ from .consumer import PartitionConsumer
 from .errors import KafkaResponseError
 from .group_offsets import NO_OFFSET, TopicPartition, commit_errors, commit_values, fetch_values, fetched_offsets
 from .membership import (DEFAULT_HEARTBEAT_INTERVAL_S, DEFAULT_REBALANCE_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_S,
-                         Assigned, GroupMembership, GroupRequest, Phase, Revoked)
+                         Assigned, GroupMembership, GroupRequest, Phase, Revoked, group_api)
 
 DEFAULT_AUTO_COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms
 _RESETS = {"earliest": EARLIEST, "latest": LATEST}
@@ -278,11 +277,3 @@ class GroupConsumer:
         api = group_api(request.api)
         wait_s = self.membership.rebalance_timeout_s if api.name == "JOIN_GROUP" else 0.0
         return await connection.request(api, extra_wait_s=wait_s, **request.values)
-
-
-def group_api(name: str) -> KafkaApi:
-    """The api table's entry of a group api by name; ``UnsupportedApi`` where the table has none."""
-    api = KafkaApi.__members__.get(name)
-    if api is None:
-        raise UnsupportedApi(f"{name} is not in the api table of §16.3")
-    return api

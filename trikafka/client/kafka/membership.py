@@ -37,8 +37,11 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.consumer_protocol import (PROTOCOL_TYPE, Assignment, decode_assignment, decode_subscription,
                                               encode_assignment)
 
+from trikafka.kafka.apis import KafkaApi
+
 from . import schema
 from .assignors import GroupMember
+from .connection import UnsupportedApi
 from .errors import KafkaResponseError
 
 # Kafka's consumer defaults: session.timeout.ms, max.poll.interval.ms (the rebalance timeout),
@@ -97,6 +100,30 @@ class Revoked:
     """The member gives up ``assignment`` (it rejoins or leaves): commit what it consumed first."""
 
     assignment: Assignment
+
+
+def group_api(name: str) -> KafkaApi:
+    """The api table's entry of a group api by its name; ``UnsupportedApi`` while the table has none."""
+    api = KafkaApi.__members__.get(name)
+    if api is None:
+        raise UnsupportedApi(f"{name} is not in the api table of §16.3")
+    return api
+
+
+def find_coordinator_values(group_id: str) -> dict[str, object]:
+    """FindCoordinator's values for a group, at any version (v4+ asks for a list of keys)."""
+    return {"key": group_id, "key_type": _COORDINATOR_KEY_TYPE_GROUP, "coordinator_keys": (group_id,)}
+
+
+def coordinator_of(answer: object) -> tuple[ErrorCode, Coordinator | None]:
+    """A FindCoordinator answer's error code and, when it is NONE, the coordinator it names."""
+    entries = schema.field(answer, "coordinators")
+    found = entries[0] if entries else answer  # v4+ answers per key, v0-v3 at the top level
+    code = ErrorCode(int(schema.field(found, "error_code", 0)))
+    if code != ErrorCode.none:
+        return code, None
+    return code, Coordinator(int(schema.field(found, "node_id")), str(schema.field(found, "host")),
+                             int(schema.field(found, "port")))
 
 
 @dataclass
@@ -169,9 +196,7 @@ class GroupMembership:
 
     def _request(self, now_s: float) -> GroupRequest | None:
         if self.phase is Phase.FIND_COORDINATOR:
-            return GroupRequest("FIND_COORDINATOR", {
-                "key": self.group_id, "key_type": _COORDINATOR_KEY_TYPE_GROUP,
-                "coordinator_keys": (self.group_id,)}, to_coordinator=False)
+            return GroupRequest("FIND_COORDINATOR", find_coordinator_values(self.group_id), to_coordinator=False)
         if self.phase is Phase.JOIN:
             return GroupRequest("JOIN_GROUP", {
                 "group_id": self.group_id, "member_id": self.member_id,
@@ -242,16 +267,13 @@ class GroupMembership:
         getattr(self, f"_on_{request.api.lower()}")(answer, now_s)
 
     def _on_find_coordinator(self, answer: object, now_s: float) -> None:
-        entries = schema.field(answer, "coordinators")
-        found = entries[0] if entries else answer  # v4+ answers per key, v0-v3 at the top level
-        code = ErrorCode(int(schema.field(found, "error_code", 0)))
+        code, coordinator = coordinator_of(answer)
         if code in _FIND_COORDINATOR_ERRORS or code == ErrorCode.coordinator_load_in_progress:
             self._not_before_s = now_s + self.retry_backoff_s
             return
-        if code != ErrorCode.none:
+        if coordinator is None:
             return self._fail(code, "find coordinator")
-        self.coordinator = Coordinator(int(schema.field(found, "node_id")), str(schema.field(found, "host")),
-                                       int(schema.field(found, "port")))
+        self.coordinator = coordinator
         self.phase = self._resume
 
     def _on_join_group(self, answer: object, now_s: float) -> None:
