@@ -23,7 +23,7 @@ from trikafka.client.kafka import (EARLIEST, LATEST, KafkaAdmin, KafkaClient, Ka
 TOPICS_HEADER = "topic\tpartition\tleader\tstart\tend\trecords"
 
 
-def _client(args: argparse.Namespace, *, auto_create: bool) -> KafkaClient:
+def kafka_client(args: argparse.Namespace, *, auto_create: bool) -> KafkaClient:
     """The client of ``--kafka``; only ``produce`` creates a topic it names (as Kafka's console producer)."""
     return KafkaClient(kafka_bootstrap(args), client_id="trikafka-cli", allow_auto_topic_creation=auto_create,
                        software_version=__version__)
@@ -34,7 +34,7 @@ async def produce(args: argparse.Namespace) -> int:
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
     partition = None if args.partition == -1 else args.partition  # -1: the partitioner picks, as on 0.7
-    async with _client(args, auto_create=True) as client, stdin:
+    async with kafka_client(args, auto_create=True) as client, stdin:
         async with KafkaProducer.open(client, acks=args.acks, ack_timeout_s=args.timeout_ms / 1000) as producer:
             async for lines in read_lines(stdin):
                 items: list[tuple[bytes | None, bytes | None]]
@@ -57,7 +57,7 @@ async def produce(args: argparse.Namespace) -> int:
 
 async def consume(args: argparse.Namespace) -> int:
     """The records of ``--partition`` (default: every partition) side by side, as ``--format`` prints them."""
-    async with _client(args, auto_create=False) as client:
+    async with kafka_client(args, auto_create=False) as client:
         count = await client.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(count))
         printer = Printer(args)
@@ -97,7 +97,7 @@ async def _consume_partition(args: argparse.Namespace, client: KafkaClient, part
 async def topics(args: argparse.Namespace) -> int:
     """``topics --kafka [list]``: every topic; ``topics --kafka [describe] NAME...``: their partitions
     (leader, start and end offsets); ``topics --kafka create NAME [--partitions N]``: CreateTopics."""
-    async with _client(args, auto_create=False) as client:
+    async with kafka_client(args, auto_create=False) as client:
         admin = KafkaAdmin(client)
         if args.topic[:1] == ["create"]:
             return await _create(admin, args)

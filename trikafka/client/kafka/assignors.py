@@ -44,7 +44,8 @@ def member_order(members: Sequence[GroupMember]) -> list[GroupMember]:
     return static + dynamic
 
 
-def _assignments(members: Sequence[GroupMember], chosen: Mapping[str, Mapping[str, list[int]]]) -> dict[str, Assignment]:
+def _assignments(members: Sequence[GroupMember],
+                 chosen: Mapping[str, Mapping[str, list[int]]]) -> dict[str, Assignment]:
     return {m.member_id: Assignment({topic: tuple(ids) for topic, ids in sorted(chosen.get(m.member_id, {}).items())})
             for m in members}
 

@@ -82,6 +82,7 @@ def fetched_offsets(answer: object, group_id: str) -> dict[TopicPartition, int]:
         for part in topic.partitions:
             tp = TopicPartition(str(topic.name), int(part.partition_index))
             if int(part.error_code) != ErrorCode.none:
-                raise KafkaResponseError(int(part.error_code), f"offset of group {group_id} for {tp.topic}-{tp.partition}")
+                raise KafkaResponseError(int(part.error_code),
+                                         f"offset of group {group_id} for {tp.topic}-{tp.partition}")
             offsets[tp] = int(part.committed_offset)
     return offsets
