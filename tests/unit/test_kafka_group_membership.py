@@ -9,8 +9,8 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from trikafka.client.kafka import schema
-from trikafka.client.kafka.membership import (Assigned, Coordinator, GroupMembership, GroupRequest, Phase,
-                                              Revoked)
+from trikafka.client.kafka.client import BrokerNode
+from trikafka.client.kafka.membership import Assigned, GroupMembership, GroupRequest, Phase, Revoked
 from trikafka.kafka.consumer_protocol import (Assignment, Subscription, decode_assignment, encode_assignment,
                                               encode_subscription)
 
@@ -72,7 +72,7 @@ def test_find_coordinator_answers_of_every_version(version: int) -> None:
     request = sent(membership, 0)
     assert request.api == "FIND_COORDINATOR" and not request.to_coordinator
     membership.handle(found(version), 0)
-    assert membership.coordinator == Coordinator(2, "broker-2", 9092)
+    assert membership.coordinator == BrokerNode(2, "broker-2", 9092)
     assert membership.phase is Phase.JOIN
 
 

@@ -41,6 +41,7 @@ from trikafka.kafka.apis import KafkaApi
 
 from . import schema
 from .assignors import GroupMember
+from .client import BrokerNode
 from .connection import UnsupportedApi
 from .errors import KafkaResponseError
 
@@ -79,15 +80,6 @@ class GroupRequest:
 
 
 @dataclass(frozen=True)
-class Coordinator:
-    """The broker FindCoordinator named."""
-
-    node_id: int
-    host: str
-    port: int
-
-
-@dataclass(frozen=True)
 class Assigned:
     """SyncGroup gave this member ``assignment`` in ``generation_id``."""
 
@@ -115,14 +107,14 @@ def find_coordinator_values(group_id: str) -> dict[str, object]:
     return {"key": group_id, "key_type": _COORDINATOR_KEY_TYPE_GROUP, "coordinator_keys": (group_id,)}
 
 
-def coordinator_of(answer: object) -> tuple[ErrorCode, Coordinator | None]:
+def coordinator_of(answer: object) -> tuple[ErrorCode, BrokerNode | None]:
     """A FindCoordinator answer's error code and, when it is NONE, the coordinator it names."""
     entries = schema.field(answer, "coordinators")
     found = entries[0] if entries else answer  # v4+ answers per key, v0-v3 at the top level
     code = ErrorCode(int(schema.field(found, "error_code", 0)))
     if code != ErrorCode.none:
         return code, None
-    return code, Coordinator(int(schema.field(found, "node_id")), str(schema.field(found, "host")),
+    return code, BrokerNode(int(schema.field(found, "node_id")), str(schema.field(found, "host")),
                              int(schema.field(found, "port")))
 
 
@@ -147,7 +139,7 @@ class GroupMembership:
     generation_id: int = NO_GENERATION
     protocol_name: str | None = None
     leader_id: str | None = None
-    coordinator: Coordinator | None = None
+    coordinator: BrokerNode | None = None
     assignment: Assignment = field(default_factory=Assignment)
     error: KafkaResponseError | None = None
     members: tuple[GroupMember, ...] = ()  # the leader's view of the group while it assigns
