@@ -36,6 +36,7 @@ class ScriptedCoordinator:
         self.generation_id = 0
         self.committed: dict[TopicPartition, int] = {}
         self.heartbeat_errors: list[ErrorCode] = []
+        self.fetch_errors: list[ErrorCode] = []
         self.assignment = b""
         self.asked: list[str] = []
 
@@ -80,6 +81,8 @@ class ScriptedCoordinator:
             for t in values["topics"]]}
 
     def offset_fetch(self, values: dict) -> dict:
+        if self.fetch_errors:
+            return {"error_code": self.fetch_errors.pop(0), "topics": []}
         return {"error_code": ErrorCode.none, "topics": [{"name": t["name"], "partitions": [
             {"partition_index": p, "committed_offset": self.committed.get(TopicPartition(t["name"], p), -1),
              "committed_leader_epoch": -1, "metadata": "", "error_code": ErrorCode.none}
@@ -177,3 +180,16 @@ async def test_a_rebalance_revokes_commits_and_assigns_again(
         assert coordinator.committed[TopicPartition("driver-b", 0)] == 2
         # the second message was delivered but its body had not finished at the rebalance: delivered again
         assert [m.record.offset for m in first + rest] == [0, 1, 1, 2]
+
+
+async def test_starting_offsets_are_asked_again_while_the_coordinator_loads(
+        kafka: RunningKafkaBroker, coordinator: ScriptedCoordinator) -> None:
+    async with KafkaClient(kafka.bootstrap, retry_backoff_s=0.01) as client:
+        assert await KafkaAdmin(client).create_topics([NewTopic("driver-c", 1)]) == {"driver-c": None}
+        await _produce(client, "driver-c", 1, 4)
+        coordinator.committed[TopicPartition("driver-c", 0)] = 2
+        coordinator.fetch_errors = [ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_load_in_progress]
+        async with GroupConsumer(client, "g-c", ["driver-c"], max_wait_s=0.1) as consumer:
+            taken = await _take(consumer, 2)
+        assert [m.record.offset for m in taken] == [2, 3]
+        assert coordinator.asked.count("OFFSET_FETCH") == 3

@@ -137,8 +137,9 @@ class GroupConsumer:
     async def __aiter__(self) -> AsyncIterator[GroupMessage]:
         async for message in self._receive:
             tp = TopicPartition(message.topic, message.partition)
-            if self.consumed.get(tp, -1) > message.record.offset:
-                continue  # fetched before a rebalance moved the partition away and back
+            position = self.consumed.get(tp)
+            if position is None or position > message.record.offset:
+                continue  # fetched before a rebalance moved the partition away (and maybe back)
             yield message
             if tp in self.consumed:  # still this member's: the message is consumed
                 self.consumed[tp] = message.record.offset + 1
@@ -251,8 +252,21 @@ class GroupConsumer:
                 await self._send.send(GroupMessage(tp.topic, tp.partition, record))
 
     async def _committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        answer = await self._coordinator_request(GroupRequest("OFFSET_FETCH", fetch_values(self.group_id, partitions)))
-        return fetched_offsets(answer, self.group_id)
+        """OffsetFetch, asked again after a backoff while the coordinator is loading, moving or unreachable."""
+        request = GroupRequest("OFFSET_FETCH", fetch_values(self.group_id, partitions))
+        for attempt in range(self.client.max_retries + 1):
+            try:
+                return fetched_offsets(await self._coordinator_request(request), self.group_id)
+            except KafkaResponseError as exc:
+                if not exc.retriable or attempt == self.client.max_retries:
+                    raise
+            except UnsupportedApi:
+                raise
+            except BrokerConnectionError:
+                if attempt == self.client.max_retries:
+                    raise
+            await trio.sleep(self.client.retry_backoff_s * (attempt + 1))
+        raise AssertionError("unreachable: the last attempt raises")
 
     async def _auto_commit(self) -> None:
         while True:
