@@ -83,6 +83,10 @@ def _members(bootstrap: str, group: str, topic: str, count: int) -> list[Member]
             for _ in range(count)]
 
 
+def _values(members: list[Member]) -> set[bytes | None]:
+    return {m.record.value for member in members for m in member.seen}
+
+
 def _held(members: list[Member]) -> list[list[TopicPartition]]:
     return [m.consumer.assignment for m in members]
 
@@ -95,12 +99,10 @@ async def test_three_members_share_six_partitions_and_take_over_from_one_that_le
     async with trio.open_nursery() as nursery:
         for member in members:
             nursery.start_soon(member.run)
-        await _until(lambda: sum(len(m.seen) for m in members) >= 60
-                     and all(len(held) == 2 for held in _held(members)))
+        await _until(lambda: len(_values(members)) >= 60 and all(len(held) == 2 for held in _held(members)))
         held = _held(members)
         assert sorted(tp for h in held for tp in h) == [TopicPartition("g3", p) for p in range(6)]
-        assert sorted(m.record.value for member in members for m in member.seen) == sorted(
-            f"g3-{i}".encode() for i in range(60))
+        assert _values(members) == {f"g3-{i}".encode() for i in range(60)}
         await members[0].stop()
         await _until(lambda: sorted(tp for h in _held(members[1:]) for tp in h) == [
             TopicPartition("g3", p) for p in range(6)])
@@ -108,11 +110,10 @@ async def test_three_members_share_six_partitions_and_take_over_from_one_that_le
             async with KafkaProducer.open(client, acks=-1) as producer:
                 for i in range(60, 72):
                     await producer.send("g3", f"g3-{i}".encode(), partition=i % 6)
-        await _until(lambda: sum(len(m.seen) for m in members) >= 72)
+        await _until(lambda: len(_values(members)) >= 72)
         for member in members[1:]:
             await member.stop()
-    values = [m.record.value for member in members for m in member.seen]
-    assert set(values) == {f"g3-{i}".encode() for i in range(72)}  # at-least-once: every record, maybe twice
+    assert _values(members) == {f"g3-{i}".encode() for i in range(72)}  # at-least-once: every record, maybe twice
 
     # a new member starts from what the group committed: nothing of the 72 again
     async with KafkaClient(kafka.bootstrap) as client:
@@ -133,7 +134,8 @@ async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(k
 
     async with KafkaClient(kafka.bootstrap) as client:
         await _topic(client, "mixed", 4, 40)
-    theirs: list[int] = []
+    theirs: set[bytes] = set()
+    their_assignment: list[TopicPartition] = []
     stop = threading.Event()
 
     def librdkafka() -> None:
@@ -144,19 +146,25 @@ async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(k
             while not stop.is_set():
                 message = consumer.poll(0.2)
                 if message is not None and not message.error():
-                    theirs.append(message.partition())
+                    theirs.add(message.value())
+                their_assignment[:] = sorted(TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment())
         finally:
             consumer.close()
 
     member = _members(kafka.bootstrap, "mixed", "mixed", 1)[0]
+    everything = {f"mixed-{i}".encode() for i in range(40)}
+
+    def split() -> bool:
+        mine = member.consumer.assignment
+        return (len(mine) == 2 and len(their_assignment) == 2
+                and sorted(mine + their_assignment) == [TopicPartition("mixed", p) for p in range(4)])
     async with trio.open_nursery() as nursery:
         nursery.start_soon(member.run)
         nursery.start_soon(trio.to_thread.run_sync, librdkafka)
-        await _until(lambda: len(member.seen) + len(theirs) >= 40 and len(member.consumer.assignment) == 2)
-        mine = {m.partition for m in member.seen if TopicPartition("mixed", m.partition) in member.consumer.assignment}
+        await _until(lambda: split() and _values([member]) | theirs >= everything)
         stop.set()
         await member.stop()
-    assert len(mine) == 2 and set(theirs) >= set(range(4)) - mine
+    assert _values([member]) | theirs == everything
 
 
 async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) -> None:
@@ -167,11 +175,11 @@ async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(member.run)
         await _until(lambda: len(member.seen) >= 4)
+        committed = dict(member.consumer.consumed)  # what commit() commits: it reads them before its first await
         await member.consumer.commit()
         shown = await trio.to_thread.run_sync(lambda: subprocess.run(
             [sys.executable, "-m", "trikafka", "groups", "--kafka", kafka.bootstrap, "described-group"],
             capture_output=True, text=True, check=True).stdout)
-        committed = dict(member.consumer.consumed)
         await member.stop()
     lines = shown.splitlines()
     assert lines[0].startswith("group described-group: Stable, protocol consumer/range, 1 member")
