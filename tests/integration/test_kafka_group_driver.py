@@ -193,3 +193,21 @@ async def test_starting_offsets_are_asked_again_while_the_coordinator_loads(
             taken = await _take(consumer, 2)
         assert [m.record.offset for m in taken] == [2, 3]
         assert coordinator.asked.count("OFFSET_FETCH") == 3
+
+
+async def test_cli_consume_as_a_group_member_prints_and_commits(
+        kafka: RunningKafkaBroker, coordinator: ScriptedCoordinator, capsys: pytest.CaptureFixture[str]) -> None:
+    from trikafka.cli import build_parser, kafka_groups
+
+    async with KafkaClient(kafka.bootstrap) as client:
+        assert await KafkaAdmin(client).create_topics([NewTopic("driver-cli", 1)]) == {"driver-cli": None}
+        await _produce(client, "driver-cli", 1, 5)
+    parser = build_parser()
+    args = parser.parse_args(["consume", "driver-cli", "--kafka", kafka.bootstrap, "--group", "g-cli",
+                              "--max-messages", "3", "--no-flush"])
+    args.validate(parser, args)
+    assert await kafka_groups.consume(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["m0", "m1", "m2"]
+    assert "group g-cli assigned driver-cli-0" in captured.err
+    assert coordinator.committed == {TopicPartition("driver-cli", 0): 3}
