@@ -33,10 +33,23 @@ def test_a_bad_kafka_address_is_a_usage_error() -> None:
 
 
 @pytest.mark.parametrize("argv", [("produce", "t", "--kafka", "--zookeeper", "z:2181"),
-                                  ("consume", "t", "--kafka", "--group", "g")])
+                                  ("consume", "t", "--kafka", "--group", "g", "--streams", "2"),
+                                  ("consume", "t", "--kafka", "--group", "g", "--whitelist"),
+                                  ("groups", "--kafka", "h:9093", "--delete")])
 def test_kafka_excludes_the_zookeeper_paths(argv: tuple[str, ...]) -> None:
     with pytest.raises(SystemExit):
         parse(*argv)
+
+
+def test_kafka_consume_joins_a_group() -> None:
+    args = parse("consume", "t", "--kafka", "h:9093", "--group", "g", "--from", "latest")
+    assert (args.group, kafka_bootstrap(args), args.from_) == ("g", "h:9093", "latest")
+
+
+@pytest.mark.parametrize("argv", [("groups", "--kafka", "billing"), ("groups", "billing", "--kafka")])
+def test_groups_kafka_names_a_group_of_the_local_listener(argv: tuple[str, ...]) -> None:
+    args = parse(*argv)
+    assert args.group == "billing" and kafka_bootstrap(args) == kafka_bootstrap(parse("topics", "--kafka"))
 
 
 def test_the_listener_files_kafka_line_is_the_local_bootstrap(tmp_path, monkeypatch) -> None:

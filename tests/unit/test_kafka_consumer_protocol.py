@@ -7,62 +7,92 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment
-from kio.schema.consumer_protocol_assignment.v3.data import TopicPartition as AssignedPartitions
-from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription
-from kio.schema.consumer_protocol_subscription.v3.data import TopicPartition as OwnedPartitions
-from kio.static.primitive import i32
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KpAssignment
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KpSubscription
 
-from trikafka.kafka.consumer_protocol import (ConsumerProtocolError, assigned, decode_assignment, decode_subscription,
-                                              encode)
+from trikafka.kafka.consumer_protocol import (LATEST_VERSION, Assignment, Subscription, decode_assignment,
+                                              decode_subscription, encode_assignment, encode_subscription)
+from trikafka.kafka.errors import KafkaCodecError
 
-
-def s16(text: str) -> bytes:
-    return struct.pack(">h", len(text)) + text.encode()
-
-
-def test_a_v0_subscription_laid_out_by_hand_decodes():
-    raw = struct.pack(">hi", 0, 2) + s16("a") + s16("bb") + struct.pack(">i", 4) + b"user"
-    decoded = decode_subscription(raw)
-    assert list(decoded.topics) == ["a", "bb"] and decoded.user_data == b"user"
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12)
+partitions = st.dictionaries(names, st.lists(st.integers(0, 2**31 - 1), max_size=5).map(tuple), max_size=4)
+user_data = st.none() | st.binary(max_size=20)
+versions = st.integers(0, LATEST_VERSION)
+subscriptions = st.builds(Subscription, topics=st.lists(names, max_size=5).map(tuple), user_data=user_data,
+                          owned_partitions=partitions, generation_id=st.integers(-1, 2**31 - 1),
+                          rack_id=st.none() | names)
+assignments = st.builds(Assignment, partitions=partitions, user_data=user_data)
 
 
-def test_a_newer_version_than_known_reads_its_leading_fields():
-    raw = struct.pack(">hi", 9, 1) + s16("t") + struct.pack(">i", -1) + struct.pack(">i", 0) + struct.pack(">i", 7) \
-        + struct.pack(">h", -1) + b"fields of version 9"
-    decoded = decode_subscription(raw)
-    assert list(decoded.topics) == ["t"] and decoded.generation_id == 7
+def _as_of(subscription: Subscription, version: int) -> Subscription:
+    """What ``version`` keeps of ``subscription``: owned partitions from v1, generation v2, rack v3."""
+    return Subscription(subscription.topics, subscription.user_data,
+                        subscription.owned_partitions if version >= 1 else {},
+                        subscription.generation_id if version >= 2 else -1,
+                        subscription.rack_id if version >= 3 else None)
 
 
-def test_an_assignment_laid_out_by_hand_decodes_and_empty_bytes_are_no_assignment():
-    raw = struct.pack(">hi", 1, 1) + s16("t") + struct.pack(">iii", 2, 3, 0) + struct.pack(">i", -1)
-    assert assigned(decode_assignment(raw)) == {"t": [0, 3]}
-    assert assigned(decode_assignment(b"")) == {}
+@given(subscriptions, versions)
+def test_subscription_round_trip(subscription: Subscription, version: int) -> None:
+    assert decode_subscription(encode_subscription(subscription, version)) == (version, _as_of(subscription, version))
 
 
-@pytest.mark.parametrize("raw", [b"", b"\x00", struct.pack(">h", -1), struct.pack(">hi", 0, 3) + s16("a")])
-def test_bytes_that_are_no_subscription_are_refused(raw):
-    with pytest.raises(ConsumerProtocolError):
-        decode_subscription(raw)
+@given(assignments, versions)
+def test_assignment_round_trip(assignment: Assignment, version: int) -> None:
+    assert decode_assignment(encode_assignment(assignment, version)) == (version, assignment)
 
 
-names = st.text(alphabet="abcxyz-._", min_size=1, max_size=12)
-partitions = st.lists(st.integers(0, 1000), max_size=5, unique=True).map(lambda ps: tuple(i32(p) for p in ps))
+@given(subscriptions, versions)
+def test_kafka_python_reads_our_subscription(subscription: Subscription, version: int) -> None:
+    theirs = KpSubscription.decode(encode_subscription(subscription, version))
+    kept = _as_of(subscription, version)
+    assert list(theirs.topics) == list(kept.topics)
+    assert theirs.user_data == kept.user_data
+    if version >= 1:
+        assert {tp.topic: tuple(tp.partitions) for tp in theirs.owned_partitions} == dict(kept.owned_partitions)
+    if version >= 2:
+        assert theirs.generation_id == kept.generation_id
+    if version >= 3:
+        assert theirs.rack_id == kept.rack_id
 
 
-@given(st.lists(names, max_size=5), st.binary(max_size=20) | st.none(),
-       st.dictionaries(names, partitions, max_size=3), st.integers(-1, 1 << 20))
-def test_subscriptions_round_trip(topics, user_data, owned, generation):
-    entity = ConsumerProtocolSubscription(
-        topics=tuple(topics), user_data=user_data, generation_id=i32(generation), rack_id=None,
-        owned_partitions=tuple(OwnedPartitions(topic=t, partitions=p) for t, p in owned.items()))
-    assert decode_subscription(encode(entity)) == entity
+@given(subscriptions, versions)
+def test_we_read_kafka_python_subscription(subscription: Subscription, version: int) -> None:
+    theirs = KpSubscription(
+        topics=list(subscription.topics), user_data=subscription.user_data,
+        owned_partitions=[KpSubscription.TopicPartition(topic=t, partitions=list(p))
+                          for t, p in subscription.owned_partitions.items()],
+        generation_id=subscription.generation_id, rack_id=subscription.rack_id)
+    assert decode_subscription(theirs.encode(version=version)) == (version, _as_of(subscription, version))
 
 
-@given(st.dictionaries(names, partitions, max_size=4), st.binary(max_size=20) | st.none())
-def test_assignments_round_trip(topics, user_data):
-    entity = ConsumerProtocolAssignment(
-        assigned_partitions=tuple(AssignedPartitions(topic=t, partitions=p) for t, p in topics.items()),
-        user_data=user_data)
-    assert decode_assignment(encode(entity)) == entity
-    assert assigned(entity) == {t: sorted(p) for t, p in topics.items()}
+@given(assignments, versions)
+def test_assignment_against_kafka_python(assignment: Assignment, version: int) -> None:
+    theirs = KpAssignment(assigned_partitions=[KpAssignment.TopicPartition(topic=t, partitions=list(p))
+                                               for t, p in assignment.partitions.items()],
+                          user_data=assignment.user_data)
+    encoded = theirs.encode(version=version)
+    assert decode_assignment(encoded) == (version, assignment)
+    assert encode_assignment(assignment, version) == encoded
+
+
+def test_a_newer_version_reads_as_the_latest_and_ignores_trailing_fields() -> None:
+    subscription = Subscription(("t",), b"u", {"t": (0, 1)}, 7, "rack-a")
+    v3 = encode_subscription(subscription, 3)
+    v9 = struct.pack(">h", 9) + v3[2:] + b"\x00\x00\x00\x2a"  # a field v9 appended
+    assert decode_subscription(v9) == (9, subscription)
+
+
+def test_empty_assignment_bytes_are_no_assignment() -> None:
+    assert decode_assignment(b"") == (0, Assignment())
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\xff\xff\x00\x00", b"\x00\x01\x00\x00\x00\x05ab"])
+def test_bad_subscription_bytes_are_a_codec_error(data: bytes) -> None:
+    with pytest.raises(KafkaCodecError):
+        decode_subscription(data)
+
+
+def test_unknown_version_does_not_encode() -> None:
+    with pytest.raises(KafkaCodecError):
+        encode_assignment(Assignment(), 4)

@@ -32,8 +32,9 @@ def add_parser(commands) -> None:
     consume.add_argument("--key-separator", metavar="SEP", default=":", help="with --print-key (default :)")
     consume.add_argument("--no-flush", action="store_true", help="don't flush stdout after each message")
     consume.add_argument("--group", metavar="GROUP",
-                         help="consume as a member of this consumer group (balanced through ZooKeeper; "
-                              "--from then applies only where nothing was committed)")
+                         help="consume as a member of this consumer group (balanced through ZooKeeper, or with "
+                              "--kafka through the group's coordinator; --from then applies only where nothing "
+                              "was committed)")
     add_kafka(consume)
     add_zookeeper(consume, "with --group: the group's ZooKeeper")
     consume.add_argument("--whitelist", action="store_true", help="with --group: TOPIC is a regex of topics")
@@ -55,8 +56,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             MessageFormat.parse(args.format)
         except ValueError as exc:
             parser.error(str(exc))
-    if args.kafka is not None and args.group:
-        parser.error("--kafka reads partitions directly, not as a group member")
+    if args.kafka is not None and args.group and (args.whitelist or args.blacklist or args.streams != 1
+                                                  or args.consumer_id):
+        parser.error("--whitelist, --blacklist, --streams and --consumer-id are for ZooKeeper groups, not --kafka")
     if args.group and (args.exit_at_end or args.partition is not None):
         parser.error("--exit-at-end and --partition read partitions directly, not as a group member")
     if args.from_ not in ("earliest", "latest"):
@@ -209,6 +211,10 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    if args.kafka is not None and args.group:
+        from trikafka.cli import kafka_groups
+
+        return run_client(kafka_groups.consume, args)
     if args.kafka is not None:
         from trikafka.cli import kafka_protocol
 

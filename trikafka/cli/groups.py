@@ -1,5 +1,7 @@
-"""``trikafka groups``: the consumer groups in ZooKeeper, or one group's members, owners, offsets and lag;
-with ``--kafka``, the groups of Kafka-protocol clients (``kafka_protocol.groups``)."""
+"""``trikafka groups``: the consumer groups in ZooKeeper, or one group's members, owners, offsets and lag.
+
+With ``--kafka`` the groups are those of the Kafka protocol's coordinators (``cli.kafka_groups``, §17.8).
+"""
 
 from __future__ import annotations
 
@@ -17,17 +19,16 @@ def add_parser(commands) -> None:
     groups.add_argument("group", nargs="?", metavar="GROUP", help="show this group (default: list the groups)")
     add_zookeeper(groups, "the ZooKeeper holding the groups")
     add_kafka(groups)
-    groups.add_argument("--delete", action="store_true",
-                        help="with --kafka and GROUP: delete the group (it must have no members)")
+    groups.add_argument("--delete", action="store_true", help="with --kafka: delete GROUP (it must have no members)")
     groups.set_defaults(func=cmd_groups, validate=_validate)
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.kafka and ":" not in args.kafka and args.group is None:
-        args.group, args.kafka = args.kafka, LOCAL_KAFKA  # `groups --kafka GROUP`: the local listener
+    if args.kafka and ":" not in args.kafka and args.group is None:  # ``groups --kafka GROUP``
+        args.group, args.kafka = args.kafka, LOCAL_KAFKA
     validate_kafka(parser, args)
-    if args.delete and not args.group:
-        parser.error("--delete needs the GROUP to delete")
+    if args.delete and (args.kafka is None or not args.group):
+        parser.error("--delete needs --kafka and a GROUP")
 
 async def _groups_main(args: argparse.Namespace) -> int:
     from trikafka.group.inspect import describe_group, list_groups, measure_lag
@@ -58,10 +59,7 @@ async def _groups_main(args: argparse.Namespace) -> int:
 
 def cmd_groups(args: argparse.Namespace) -> int:
     if args.kafka is not None:
-        from trikafka.cli import kafka_protocol
+        from trikafka.cli import kafka_groups
 
-        return run_client(kafka_protocol.groups, args)
-    if args.delete:
-        print("trikafka: --delete works on Kafka-protocol groups (with --kafka)", file=sys.stderr)
-        return 2
+        return run_client(kafka_groups.groups, args)
     return run_group_client(_groups_main, args)

@@ -1,5 +1,4 @@
-"""``trikafka produce|consume|topics|groups --kafka``: the same commands on Kafka-format topics and
-Kafka-protocol groups (docs/protocol.md §16, §17.8).
+"""``trikafka produce|consume|topics --kafka``: the same commands on Kafka-format topics (docs/protocol.md §16).
 
 Each runs trikafka's Trio client of the Kafka protocol (``trikafka.client.kafka``)
 against the bootstrap address ``--kafka`` names, so it works with
@@ -20,14 +19,11 @@ from trikafka.cli.common import Printer, kafka_bootstrap, plural, read_lines, sp
 from trikafka.cli.message_format import Printed
 from trikafka.client.kafka import (EARLIEST, LATEST, KafkaAdmin, KafkaClient, KafkaProducer, NewTopic,
                                    PartitionConsumer)
-from trikafka.client.kafka.group_admin import GroupAdmin
 
 TOPICS_HEADER = "topic\tpartition\tleader\tstart\tend\trecords"
-GROUP_MEMBERS_HEADER = "member\tinstance\tclient_id\thost\tassignment"
-GROUP_OFFSETS_HEADER = "topic\tpartition\tcommitted\tlog_end\tlag"
 
 
-def _client(args: argparse.Namespace, *, auto_create: bool) -> KafkaClient:
+def kafka_client(args: argparse.Namespace, *, auto_create: bool) -> KafkaClient:
     """The client of ``--kafka``; only ``produce`` creates a topic it names (as Kafka's console producer)."""
     return KafkaClient(kafka_bootstrap(args), client_id="trikafka-cli", allow_auto_topic_creation=auto_create,
                        software_version=__version__)
@@ -38,7 +34,7 @@ async def produce(args: argparse.Namespace) -> int:
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
     partition = None if args.partition == -1 else args.partition  # -1: the partitioner picks, as on 0.7
-    async with _client(args, auto_create=True) as client, stdin:
+    async with kafka_client(args, auto_create=True) as client, stdin:
         async with KafkaProducer.open(client, acks=args.acks, ack_timeout_s=args.timeout_ms / 1000) as producer:
             async for lines in read_lines(stdin):
                 items: list[tuple[bytes | None, bytes | None]]
@@ -61,7 +57,7 @@ async def produce(args: argparse.Namespace) -> int:
 
 async def consume(args: argparse.Namespace) -> int:
     """The records of ``--partition`` (default: every partition) side by side, as ``--format`` prints them."""
-    async with _client(args, auto_create=False) as client:
+    async with kafka_client(args, auto_create=False) as client:
         count = await client.partition_count(args.topic)
         partitions = [args.partition] if args.partition is not None else list(range(count))
         printer = Printer(args)
@@ -101,7 +97,7 @@ async def _consume_partition(args: argparse.Namespace, client: KafkaClient, part
 async def topics(args: argparse.Namespace) -> int:
     """``topics --kafka [list]``: every topic; ``topics --kafka [describe] NAME...``: their partitions
     (leader, start and end offsets); ``topics --kafka create NAME [--partitions N]``: CreateTopics."""
-    async with _client(args, auto_create=False) as client:
+    async with kafka_client(args, auto_create=False) as client:
         admin = KafkaAdmin(client)
         if args.topic[:1] == ["create"]:
             return await _create(admin, args)
@@ -139,46 +135,3 @@ async def _create(admin: KafkaAdmin, args: argparse.Namespace) -> int:
     print(f"trikafka: created {name}", file=sys.stderr)
     return 0
 
-
-async def groups(args: argparse.Namespace) -> int:
-    """``groups --kafka``: every group (id, protocol type, state); ``groups --kafka GROUP``: its state,
-    members with their assignments, and per partition the committed offset, log end and lag in records;
-    ``--delete``: delete the (empty) group."""
-    async with _client(args, auto_create=False) as client:
-        admin = GroupAdmin(client)
-        if not args.group:
-            print("group\tprotocol_type\tstate")
-            for listed in await admin.list_groups():
-                print(f"{listed.group_id}\t{listed.protocol_type or '-'}\t{listed.state or '-'}")
-            return 0
-        if args.delete:
-            error = (await admin.delete([args.group]))[args.group]
-            if error is not None:
-                print(f"trikafka: {error}", file=sys.stderr)
-                return 1
-            print(f"trikafka: deleted group {args.group}", file=sys.stderr)
-            return 0
-        description = await admin.describe(args.group)
-        committed = await admin.committed(args.group)
-        if description.state == "Dead" and not committed:
-            print(f"trikafka: no group {args.group!r}", file=sys.stderr)
-            return 1
-        print(f"group {description.group_id}: {description.state}, protocol {description.protocol or '-'} "
-              f"({description.protocol_type or '-'}), {plural(len(description.members), 'member')}")
-        print(GROUP_MEMBERS_HEADER)
-        owned: set[tuple[str, int]] = set()
-        for member in description.members:
-            owned |= {(topic, p) for topic, ps in member.assignment.items() for p in ps}
-            shown = ",".join(f"{topic}:{'+'.join(map(str, ps))}" for topic, ps in sorted(member.assignment.items()))
-            print(f"{member.member_id}\t{member.group_instance_id or '-'}\t{member.client_id}\t"
-                  f"{member.client_host}\t{shown or '-'}")
-        print(GROUP_OFFSETS_HEADER)
-        kafka_admin = KafkaAdmin(client)
-        for topic in sorted({t for t, _ in committed} | {t for t, _ in owned}):
-            partitions = sorted({p for t, p in committed if t == topic} | {p for t, p in owned if t == topic})
-            ends = await kafka_admin.list_offsets(topic, {p: LATEST for p in partitions})
-            for partition in partitions:
-                offset, end = committed.get((topic, partition)), ends[partition].offset
-                lag = "-" if offset is None else str(max(end - offset, 0))
-                print(f"{topic}\t{partition}\t{'-' if offset is None else offset}\t{end}\t{lag}")
-    return 0

@@ -14,6 +14,8 @@
 * :func:`kafka_broker` (``kafka_broker``): a real broker on loopback, in a
   thread, serving the Apache Kafka protocol for apps written with
   confluent-kafka, aiokafka or kafka-python; it yields the bootstrap address.
+  :func:`kafka_group_broker` is the same for consumer-group tests: a new
+  group's first rebalance starts at once.
 * ``trikafka.testing.pytest_plugin``: pytest fixtures over those, enabled with
   ``pytest_plugins = ["trikafka.testing.pytest_plugin"]``.
 
@@ -33,13 +35,15 @@ from .broker import (
     start_in_memory,
 )
 from .fake_coordinator import FakeCoordinator
-from .kafka_broker import kafka_broker, running_kafka_broker
+from .kafka_broker import (kafka_broker, kafka_group_broker, running_kafka_broker,
+                           running_kafka_group_broker)
 from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
 
 __all__ = [
     "EXTENSION_REQUESTS", "BrokerStartError", "FakeCoordinator", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
-    "InProcessCluster", "in_process_config", "kafka_broker", "open_broker", "open_cluster", "running_kafka_broker",
+    "InProcessCluster", "in_process_config", "kafka_broker", "kafka_group_broker", "open_broker", "open_cluster",
+    "running_kafka_broker", "running_kafka_group_broker",
     "start_in_memory",
 ]

@@ -18,6 +18,7 @@ and removes its directory (unless ``log_dir`` was given).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shutil
 import tempfile
@@ -106,4 +107,27 @@ def kafka_broker(log_dir: str | None = None, **settings: Any) -> Iterator[str]:
     ``auto_create_topics_enable=False``, ...).
     """
     with running_kafka_broker(log_dir, **settings) as running:
+        yield running.bootstrap
+
+
+# The broker setting that makes a new group's first rebalance start at once (Kafka's default waits 3 s
+# for more members): group tests want their members' rebalances, not that wait.
+GROUP_INITIAL_REBALANCE_DELAY_FIELD = "group_initial_rebalance_delay_ms"
+
+
+@contextlib.contextmanager
+def running_kafka_group_broker(log_dir: str | None = None, **settings: Any) -> Iterator[RunningKafkaBroker]:
+    """Like ``running_kafka_broker``, for consumer-group tests (§17.8): a group's first rebalance
+    does not wait for more members (``group.initial.rebalance.delay.ms`` 0, on a broker that has
+    the setting)."""
+    if GROUP_INITIAL_REBALANCE_DELAY_FIELD in {f.name for f in dataclasses.fields(BrokerConfig)}:
+        settings.setdefault(GROUP_INITIAL_REBALANCE_DELAY_FIELD, 0)
+    with running_kafka_broker(log_dir, **settings) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def kafka_group_broker(log_dir: str | None = None, **settings: Any) -> Iterator[str]:
+    """Like ``kafka_broker``, for consumer-group tests; yields the bootstrap address."""
+    with running_kafka_group_broker(log_dir, **settings) as running:
         yield running.bootstrap

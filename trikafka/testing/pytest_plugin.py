@@ -12,7 +12,8 @@ and write tests with pytest-trio (``trio_mode = true``, or ``@pytest.mark.trio``
 
 ``trikafka_kafka_bootstrap`` is the ``"127.0.0.1:PORT"`` of a real broker serving the
 Apache Kafka protocol (``kafka_broker``), for apps written with confluent-kafka,
-aiokafka or kafka-python; it needs no Trio.  ``trikafka_broker`` is an ``InProcessBroker``; ``trikafka_cluster`` is an
+aiokafka or kafka-python; it needs no Trio (``trikafka_kafka_group_bootstrap``: the same
+for consumer-group tests, a group's first rebalance not delayed).  ``trikafka_broker`` is an ``InProcessBroker``; ``trikafka_cluster`` is an
 ``InProcessCluster`` of ``trikafka_cluster_size`` brokers (default 3; override
 the fixture to change it) registered in a ``FakeZooKeeper`` — give
 ``trikafka_cluster.coordinator()`` to a ``Producer`` or ``GroupConsumer``, and
@@ -27,7 +28,7 @@ from typing import Any, AsyncIterator, Iterator
 import pytest
 
 from .broker import InProcessBroker, InProcessCluster, open_broker, open_cluster
-from .kafka_broker import kafka_broker
+from .kafka_broker import kafka_broker, kafka_group_broker
 
 
 @pytest.fixture
@@ -61,4 +62,11 @@ async def trikafka_cluster(trikafka_cluster_size: int,
 def trikafka_kafka_bootstrap(trikafka_broker_settings: dict[str, Any]) -> Iterator[str]:
     """The bootstrap address of a real broker serving the Kafka protocol for this test (§16)."""
     with kafka_broker(**trikafka_broker_settings) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def trikafka_kafka_group_bootstrap(trikafka_broker_settings: dict[str, Any]) -> Iterator[str]:
+    """Like ``trikafka_kafka_bootstrap``, for consumer-group tests (§17.8): ``kafka_group_broker``."""
+    with kafka_group_broker(**trikafka_broker_settings) as bootstrap:
         yield bootstrap

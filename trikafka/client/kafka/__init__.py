@@ -3,7 +3,7 @@
 It talks to trikafka's Kafka listener and to any Kafka broker, without
 asyncio: ``KafkaClient`` (bootstrap, metadata, leader routing) over
 ``KafkaConnection`` (version negotiation, pipelined requests), a
-``KafkaProducer``, a ``PartitionConsumer`` and ``KafkaAdmin`` calls.  The
+``KafkaProducer``, a ``PartitionConsumer``, a ``GroupConsumer`` and ``KafkaAdmin`` calls.  The
 bytes are ``trikafka.kafka``'s codec; nothing here encodes a record.
 
 Each name below is imported from its module on first use.
@@ -15,10 +15,14 @@ from trikafka.util.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".admin": ("EARLIEST", "LATEST", "MAX_TIMESTAMP", "RESOURCE_BROKER", "RESOURCE_TOPIC", "ConfigValue",
-               "KafkaAdmin", "NewTopic", "OffsetAt"),
+               "GroupDescription", "GroupListing", "GroupMemberDescription", "KafkaAdmin", "NewTopic", "OffsetAt"),
+    ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
     ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "PartitionMetadata", "TopicMetadata"),
     ".connection": ("KafkaConnection", "UnsupportedApi", "open_kafka_connection"),
     ".consumer": ("PartitionConsumer",),
+    ".group": ("GroupConsumer", "GroupMessage"),
+    ".group_offsets": ("TopicPartition",),
+    ".membership": ("GroupMembership",),
     ".errors": ("KafkaOffsetOutOfRange", "KafkaResponseError"),
     ".partitioner": ("DefaultPartitioner", "key_partition", "murmur2"),
     ".producer": ("ACKS_ALL", "ACKS_LEADER", "ACKS_NONE", "KafkaProducer", "PendingRecord"),

@@ -1,8 +1,9 @@
-"""Administration over the Apache Kafka protocol: topics, offsets, configs (docs/protocol.md §16.4).
+"""Administration over the Apache Kafka protocol: topics, offsets, configs (docs/protocol.md §16.4), groups (§17.8).
 
 ``KafkaAdmin`` wraps a ``KafkaClient``: ``create_topics`` goes to the
 controller, ``list_offsets`` to each partition's leader, ``describe_configs``
-and ``metadata`` to any broker.
+and ``metadata`` to any broker; ``list_groups`` to every broker, the other
+group calls to the group's coordinator.
 """
 
 from __future__ import annotations
@@ -11,14 +12,19 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple
 
+import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.consumer_protocol import PROTOCOL_TYPE, Assignment, decode_assignment
+from trikafka.kafka.errors import KafkaCodecError
 
 from . import schema
 from .client import ClusterMetadata, KafkaClient
 from .connection import KafkaConnection
 from .errors import KafkaResponseError, check
+from .group_offsets import TopicPartition, fetch_values, fetched_offsets
+from .membership import coordinator_of, find_coordinator_values, group_api
 
 # ListOffsets' special timestamps (§16.4).
 LATEST = -1  # the high watermark: the offset the next record gets
@@ -54,6 +60,37 @@ class ConfigValue(NamedTuple):
     value: str | None
     is_default: bool
     read_only: bool
+
+
+class GroupListing(NamedTuple):
+    """One group as ListGroups names it; ``state`` is empty from a broker older than ListGroups v4."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True)
+class GroupMemberDescription:
+    """One member as DescribeGroups shows it; ``assignment`` decoded for a ``consumer`` group
+    (None where the bytes are another protocol's or do not decode)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: Assignment | None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """One group as DescribeGroups shows it: state, protocol type, the assignor chosen, members."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[GroupMemberDescription, ...]
 
 
 class KafkaAdmin:
@@ -125,3 +162,76 @@ class KafkaAdmin:
                               else bool(schema.field(entry, "is_default", False)))
                 settings[str(entry.name)] = ConfigValue(entry.value, is_default, bool(entry.read_only))
         return settings
+
+    # ------------------------------------------------------------------ groups (§17.8)
+
+    async def group_coordinator(self, group_id: str) -> KafkaConnection:
+        """The connection to ``group_id``'s coordinator (FindCoordinator, retried while none is available)."""
+        for attempt in range(self.client.max_retries + 1):
+            connection = await self.client.any_connection()
+            code, coordinator = coordinator_of(await connection.request(
+                group_api("FIND_COORDINATOR"), extra_wait_s=0.0, **find_coordinator_values(group_id)))
+            if coordinator is not None:
+                return await self.client.connection_to(coordinator.host, coordinator.port)
+            if not KafkaResponseError(code, "").retriable or attempt == self.client.max_retries:
+                raise KafkaResponseError(code, f"coordinator of group {group_id}")
+            await trio.sleep(self.client.retry_backoff_s * (attempt + 1))
+        raise AssertionError("unreachable: the last attempt raises")
+
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group of every broker (each broker lists the groups it coordinates), by group id."""
+        await self.client.refresh_metadata()
+        found: dict[str, GroupListing] = {}
+        for node_id in sorted(self.client.metadata.brokers):
+            connection = await self.client.node_connection(node_id)
+            answer = await connection.request(group_api("LIST_GROUPS"), states_filter=(), types_filter=())
+            check(schema.field(answer, "error_code", 0), f"groups of broker {node_id}")
+            for group in schema.field(answer, "groups", ()):
+                found[str(group.group_id)] = GroupListing(str(group.group_id), str(group.protocol_type),
+                                                          str(schema.field(group, "group_state", "")))
+        return [found[name] for name in sorted(found)]
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """Each group's state and members, asked of its coordinator; raises for a group's error code."""
+        described: dict[str, GroupDescription] = {}
+        for group_id in group_ids:
+            connection = await self.group_coordinator(group_id)
+            answer = await connection.request(group_api("DESCRIBE_GROUPS"), groups=(group_id,),
+                                              include_authorized_operations=False)
+            for group in schema.field(answer, "groups", ()):
+                check(group.error_code, f"group {group.group_id}", schema.field(group, "error_message"))
+                consumer = group.protocol_type in (PROTOCOL_TYPE, "")
+                described[str(group.group_id)] = GroupDescription(
+                    str(group.group_id), str(group.group_state), str(group.protocol_type), str(group.protocol_data),
+                    tuple(GroupMemberDescription(
+                        str(m.member_id), schema.field(m, "group_instance_id"), str(m.client_id), str(m.client_host),
+                        _assignment(bytes(m.member_assignment)) if consumer else None) for m in group.members))
+        return described
+
+    async def list_group_offsets(self, group_id: str,
+                                 partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        """The group's committed offset per partition (None: every partition it committed; -1: none)."""
+        connection = await self.group_coordinator(group_id)
+        answer = await connection.request(group_api("OFFSET_FETCH"), extra_wait_s=0.0, **fetch_values(
+            group_id, None if partitions is None else list(partitions)))
+        return fetched_offsets(answer, group_id)
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, KafkaResponseError | None]:
+        """Delete empty groups at their coordinators; per group id, None or the error it answered
+        (NON_EMPTY_GROUP while members remain)."""
+        results: dict[str, KafkaResponseError | None] = {}
+        for group_id in group_ids:
+            connection = await self.group_coordinator(group_id)
+            answer = await connection.request(group_api("DELETE_GROUPS"), groups_names=(group_id,))
+            for result in schema.field(answer, "results", ()):
+                code = int(result.error_code)
+                results[str(result.group_id)] = None if code == ErrorCode.none else KafkaResponseError(
+                    code, f"group {result.group_id}")
+        return results
+
+
+def _assignment(data: bytes) -> Assignment | None:
+    try:
+        return decode_assignment(data)[1]
+    except KafkaCodecError:
+        return None

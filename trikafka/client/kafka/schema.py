@@ -30,6 +30,11 @@ def build(api: KafkaApi, version: int, **values: Any) -> RequestPayload:
     return typing.cast(RequestPayload, body)
 
 
+def entity(cls: type[Entity], **values: Any) -> Entity:
+    """An entity of ``cls`` (a request, a response, a nested entity) holding ``values`` as ``build`` does."""
+    return _entity(cls, values)
+
+
 def field(entity: object, name: str, default: Any = None) -> Any:
     """``entity.name``, or ``default`` where this version of the schema has no such field."""
     return getattr(entity, name, default)

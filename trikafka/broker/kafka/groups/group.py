@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
-from trikafka.kafka.consumer_protocol import ConsumerProtocolError, decode_subscription
+from trikafka.kafka.consumer_protocol import decode_subscription
+from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.group_records import GroupValue, MemberValue
 
 from .committed import CommittedOffsets
@@ -467,8 +468,8 @@ class Group:
         topics: set[str] = set()
         for member in self.roster.members.values():
             try:
-                topics.update(str(t) for t in decode_subscription(member.metadata_for(self.protocol)).topics)
-            except ConsumerProtocolError:
+                topics.update(decode_subscription(member.metadata_for(self.protocol))[1].topics)
+            except KafkaCodecError:
                 return None
         return topics
 

@@ -1,0 +1,192 @@
+"""trikafka's group consumer and ``trikafka groups --kafka`` against the broker's group coordinator (§17.8).
+
+These tests need the coordinator of §17.1-§17.7 in the broker: they skip
+while its ApiVersions answer lacks JoinGroup, and run as soon as it has it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from typing import Iterator
+
+import pytest
+import trio
+
+from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaProducer, NewTopic, open_kafka_connection
+from trikafka.client.kafka.group import GroupConsumer, GroupMessage
+from trikafka.client.kafka.group_offsets import TopicPartition
+from trikafka.kafka.apis import lookup
+from trikafka.testing import running_kafka_group_broker
+from trikafka.testing.kafka_broker import LOOPBACK, RunningKafkaBroker
+
+JOIN_GROUP_KEY = 11  # Apache Kafka's api key of JoinGroup
+HANG_GUARD_S = 60.0  # a broken rebalance fails the test instead of hanging it; no timing is asserted
+
+
+def _serves_join_group(port: int) -> bool:
+    async def ask() -> bool:
+        connection = await open_kafka_connection(LOOPBACK, port)
+        async with connection:
+            api = lookup(JOIN_GROUP_KEY)
+            return api is not None and api in connection.versions
+    return trio.run(ask)
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_group_broker(num_partitions=1) as running:
+        if not _serves_join_group(running.kafka_port):
+            pytest.skip("the broker's ApiVersions has no JoinGroup: no group coordinator (§17.1-§17.7) yet")
+        yield running
+
+
+async def _topic(client: KafkaClient, name: str, partitions: int, count: int) -> None:
+    assert await KafkaAdmin(client).create_topics([NewTopic(name, partitions)]) == {name: None}
+    async with KafkaProducer.open(client, acks=-1) as producer:
+        for i in range(count):
+            await producer.send(name, f"{name}-{i}".encode(), partition=i % partitions)
+
+
+async def _until(condition: object) -> None:
+    """Wait until ``condition()`` holds (the rebalance settles), checking as the clock moves on."""
+    with trio.fail_after(HANG_GUARD_S):
+        while not condition():  # type: ignore[operator]
+            await trio.sleep(0.05)
+
+
+class Member:
+    """A ``GroupConsumer`` reading in its own task into ``seen`` until ``stop``."""
+
+    def __init__(self, consumer: GroupConsumer):
+        self.consumer = consumer
+        self.seen: list[GroupMessage] = []
+        self.stopped = trio.Event()
+        self.scope = trio.CancelScope()
+
+    async def run(self) -> None:
+        async with self.consumer:
+            with self.scope:
+                async for message in self.consumer:
+                    self.seen.append(message)
+        self.stopped.set()
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        await self.stopped.wait()
+
+
+def _members(bootstrap: str, group: str, topic: str, count: int) -> list[Member]:
+    return [Member(GroupConsumer(bootstrap, group, [topic], auto_offset_reset="earliest", max_wait_s=0.1,
+                                 heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0))
+            for _ in range(count)]
+
+
+def _values(members: list[Member]) -> set[bytes | None]:
+    return {m.record.value for member in members for m in member.seen}
+
+
+def _held(members: list[Member]) -> list[list[TopicPartition]]:
+    return [m.consumer.assignment for m in members]
+
+
+async def test_three_members_share_six_partitions_and_take_over_from_one_that_leaves(
+        kafka: RunningKafkaBroker) -> None:
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _topic(client, "g3", 6, 60)
+    members = _members(kafka.bootstrap, "three", "g3", 3)
+    async with trio.open_nursery() as nursery:
+        for member in members:
+            nursery.start_soon(member.run)
+        await _until(lambda: len(_values(members)) >= 60 and all(len(held) == 2 for held in _held(members)))
+        held = _held(members)
+        assert sorted(tp for h in held for tp in h) == [TopicPartition("g3", p) for p in range(6)]
+        assert _values(members) == {f"g3-{i}".encode() for i in range(60)}
+        await members[0].stop()
+        await _until(lambda: sorted(tp for h in _held(members[1:]) for tp in h) == [
+            TopicPartition("g3", p) for p in range(6)])
+        async with KafkaClient(kafka.bootstrap) as client:
+            async with KafkaProducer.open(client, acks=-1) as producer:
+                for i in range(60, 72):
+                    await producer.send("g3", f"g3-{i}".encode(), partition=i % 6)
+        await _until(lambda: len(_values(members)) >= 72)
+        for member in members[1:]:
+            await member.stop()
+    assert _values(members) == {f"g3-{i}".encode() for i in range(72)}  # at-least-once: every record, maybe twice
+
+    # a new member starts from what the group committed: nothing of the 72 again
+    async with KafkaClient(kafka.bootstrap) as client:
+        committed = await KafkaAdmin(client).list_group_offsets("three")
+        assert committed == {TopicPartition("g3", p): 12 for p in range(6)}
+        async with KafkaProducer.open(client, acks=-1) as producer:
+            await producer.send("g3", b"after", partition=3)
+    newcomer = _members(kafka.bootstrap, "three", "g3", 1)[0]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(newcomer.run)
+        await _until(lambda: newcomer.seen)
+        await newcomer.stop()
+    assert [m.record.value for m in newcomer.seen] == [b"after"]
+
+
+async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(kafka: RunningKafkaBroker) -> None:
+    from confluent_kafka import Consumer
+
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _topic(client, "mixed", 4, 40)
+    theirs: set[bytes] = set()
+    their_assignment: list[TopicPartition] = []
+    stop = threading.Event()
+
+    def librdkafka() -> None:
+        consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "mixed",
+                             "auto.offset.reset": "earliest", "partition.assignment.strategy": "range"})
+        consumer.subscribe(["mixed"])
+        try:
+            while not stop.is_set():
+                message = consumer.poll(0.2)
+                if message is not None and not message.error():
+                    theirs.add(message.value())
+                their_assignment[:] = sorted(TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment())
+        finally:
+            consumer.close()
+
+    member = _members(kafka.bootstrap, "mixed", "mixed", 1)[0]
+    everything = {f"mixed-{i}".encode() for i in range(40)}
+
+    def split() -> bool:
+        mine = member.consumer.assignment
+        return (len(mine) == 2 and len(their_assignment) == 2
+                and sorted(mine + their_assignment) == [TopicPartition("mixed", p) for p in range(4)])
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(member.run)
+        nursery.start_soon(trio.to_thread.run_sync, librdkafka)
+        await _until(lambda: split() and _values([member]) | theirs >= everything)
+        stop.set()
+        await member.stop()
+    assert _values([member]) | theirs == everything
+
+
+async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) -> None:
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _topic(client, "described", 2, 10)
+    member = Member(GroupConsumer(kafka.bootstrap, "described-group", ["described"], auto_offset_reset="earliest",
+                                  enable_auto_commit=False, max_wait_s=0.1))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(member.run)
+        await _until(lambda: len(member.seen) >= 4)
+        committed = dict(member.consumer.consumed)  # what commit() commits: it reads them before its first await
+        await member.consumer.commit()
+        shown = await trio.to_thread.run_sync(lambda: subprocess.run(
+            [sys.executable, "-m", "trikafka", "groups", "--kafka", kafka.bootstrap, "described-group"],
+            capture_output=True, text=True, check=True).stdout)
+        await member.stop()
+    lines = shown.splitlines()
+    assert lines[0].startswith("group described-group: Stable, protocol consumer/range, 1 member")
+    assert lines[1] == "member\tinstance\tclient_id\thost\tassignment"
+    assert lines[2].startswith(member.consumer.membership.member_id)
+    assert lines[2].endswith("described-0,described-1")
+    assert lines[3] == "topic\tpartition\tmember\tcommitted\tlog_end\tlag"
+    for partition in (0, 1):
+        offset = committed[TopicPartition("described", partition)]
+        assert f"described\t{partition}\t{member.consumer.membership.member_id}\t{offset}\t5\t{5 - offset}" in lines
