@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trikafka.sim.kafka_group_promises import FORWARD, GroupPromises
+from trikafka.sim import kafka_coordinator, kafka_members
+from trikafka.sim.kafka_group_promises import AT_LEAST_ONCE, FORWARD, OWNERSHIP, SURVIVE, GroupPromises
 from trikafka.sim.kafka_groups import run_seed
 
 SEEDS = range(1, 51)
@@ -50,3 +51,39 @@ def test_the_promises_catch_what_they_state():
     assert promises.apply(1, 1) is not None  # offset 0 of partition 1 was never consumed
     promises.acknowledge({0: 10})
     assert promises.loaded(1, {0: 10}) is None and promises.loaded(1, {0: 9}) is not None
+
+
+def _first_broken(seeds=range(1, 11)):
+    return next(((seed, r.violation.promise) for seed in seeds if not (r := run_seed(seed)).ok), None)
+
+
+def test_a_failover_that_loses_committed_records_is_caught(monkeypatch):
+    real = kafka_coordinator.ReplicatedLog.crash_leader
+
+    def lossy(log):
+        log.committed = max(0, log.committed - 3)  # the new leader lacks records the ISR had
+        return real(log)
+
+    monkeypatch.setattr(kafka_coordinator.ReplicatedLog, "crash_leader", lossy)
+    assert _first_broken()[1] == SURVIVE
+
+
+def test_an_assignment_that_gives_a_partition_twice_is_caught(monkeypatch):
+    real = kafka_members.SimMember._assign
+
+    def twice(member, answer):
+        plan = real(member, answer)
+        largest = max(plan.values(), key=len)
+        return {member_id: largest for member_id in plan}
+
+    monkeypatch.setattr(kafka_members.SimMember, "_assign", twice)
+    assert _first_broken()[1] == OWNERSHIP
+
+
+def test_a_member_that_commits_what_it_skipped_is_caught(monkeypatch):
+    def skip(member):
+        for partition in member.owned:
+            member.positions[partition] = member.world.log_ends[partition]
+
+    monkeypatch.setattr(kafka_members.SimMember, "_consume", skip)
+    assert _first_broken()[1] == AT_LEAST_ONCE

@@ -11,6 +11,9 @@
    any commit was acknowledged with.
 4. **At least once**: every offset below a partition's committed offset was
    consumed by some member.
+5. **The group settles**: once the faults stop, every live member is in the
+   group's current generation, Stable, and the partitions are all owned
+   (``kafka_groups.KafkaGroupsWorld`` judges it at the end of the run).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ OWNERSHIP = "no two live members own a partition in one generation"
 FORWARD = "committed offsets only move forward"
 SURVIVE = "acknowledged commits survive a coordinator failover"
 AT_LEAST_ONCE = "every offset below a committed offset was consumed"
+SETTLES = "the group settles"
 
 
 @dataclass

@@ -29,13 +29,13 @@ from typing import Any, Callable, Iterator
 from kio.schema.errors import ErrorCode
 
 from trikafka.broker.kafka.groups import group as group_module
-from trikafka.broker.kafka.groups.group import Group, GroupSettings
+from trikafka.broker.kafka.groups.group import Group, GroupSettings, GroupState
 from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
 
 from .checker import Violation
 from .determinism import Trace, derived_random
 from .kafka_coordinator import ReplicatedLog, SimCoordinator
-from .kafka_group_promises import GroupPromises
+from .kafka_group_promises import SETTLES, GroupPromises
 from .kafka_members import SimMember
 from .plants import planted
 
@@ -86,6 +86,14 @@ def _member_pause(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None:
     world.at(world.now_ms + duration_ms, wake)
 
 
+def _member_restart(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None:
+    """The member closes cleanly (commits, LeaveGroup); a new process starts after ``duration_ms``."""
+    member = world.members[slot]
+    world.trace.add(f"fault member-restart {member.name}, back in {duration_ms} ms")
+    member.close()
+    world.at(world.now_ms + duration_ms, lambda: world.start_member(slot))
+
+
 def _coordinator_failover(world: KafkaGroupsWorld, _slot: int, duration_ms: int) -> None:
     """The coordinator's broker is SIGKILLed: an in-sync replica leads, loads the group, serves it."""
     if world.down:
@@ -103,6 +111,7 @@ def _message_delay(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None
 FAULT_TABLE: dict[str, KafkaGroupFault] = {f.name: f for f in (
     KafkaGroupFault("member-crash", _member_crash, (200, 6000)),
     KafkaGroupFault("member-pause", _member_pause, (500, 9000)),
+    KafkaGroupFault("member-restart", _member_restart, (200, 3000)),
     KafkaGroupFault("coordinator-failover", _coordinator_failover, (500, 5000)),
     KafkaGroupFault("message-delay", _message_delay, (500, 5000)),
 )}
@@ -181,6 +190,26 @@ class KafkaGroupsWorld:
             self.now_ms = when
             callback(*args)
         self.now_ms = end_ms
+        if self.violation is None:
+            self.fail(self._settled())
+
+    def _settled(self) -> Violation | None:
+        """Promise 5: ``SETTLE_MS`` after the last fault, every live member is in the group's current
+        generation, the group is Stable, and its members own every partition."""
+        coordinator = self.coordinator
+        group = coordinator.partition.group(GROUP) if coordinator is not None and coordinator.loaded else None
+        if group is None:
+            return Violation(SETTLES, "no coordinator serves the group")
+        live = {m.member_id: m for m in self.members if m.alive}
+        owned = sorted(p for m in live.values() for p in m.owned)
+        stale = [m.name for m in live.values() if not m.stable or m.generation != group.generation]
+        if group.state is not GroupState.STABLE or set(group.members) != set(live) or stale \
+                or owned != list(range(PARTITIONS)):
+            return Violation(SETTLES, f"group {group.state.value} at generation {group.generation} with "
+                             f"{sorted(self.label(m) for m in group.members)}; members behind: {stale}; "
+                             f"partitions owned: {owned}")
+        self.trace.add(f"settled: generation {group.generation}, {len(live)} members")
+        return None
 
     def wall_ms(self) -> int:
         return WALL_EPOCH_MS + self.now_ms
@@ -233,18 +262,22 @@ class KafkaGroupsWorld:
 
     def send(self, member: SimMember, kind: str, request: object, answered: Callable[[object], None]) -> None:
         """``member``'s request reaches its coordinator after the network's latency (longer under
-        message-delay); its answer comes back the same way."""
+        message-delay); its answer comes back the same way.  A member's requests, and the answers,
+        keep their order (one TCP connection per process: a pause does not close it)."""
         latency = self.streams["latency"]
         delay = latency.randint(*LATENCY_MS)
         extra = latency.randint(0, MESSAGE_DELAY_MS)
         if member.delayed_until_ms > self.now_ms:
             delay += extra
         target = member.coordinator
+        connection = member.connection
 
         def back(answer: object) -> None:
-            self.at(self.now_ms + latency.randint(*LATENCY_MS), answered, answer)
+            connection.answer_ms = max(connection.answer_ms, self.now_ms + latency.randint(*LATENCY_MS))
+            self.at(connection.answer_ms, answered, answer)
 
-        self.at(self.now_ms + delay, self._arrive, kind, request, target, back)
+        connection.request_ms = max(connection.request_ms, self.now_ms + delay)
+        self.at(connection.request_ms, self._arrive, kind, request, target, back)
 
     def _arrive(self, kind: str, request: object, target: int | None, back: Callable[[object], None]) -> None:
         if kind == "find":
@@ -358,6 +391,7 @@ _HANDLERS: dict[str, Callable[[SimCoordinator, Any, Callable[[object], None]], N
     "heartbeat": lambda c, r, reply: c.heartbeat(r[0], r[1], reply),
     "commit": lambda c, r, reply: c.commit(r[0], r[1], r[2], reply),
     "fetch": _fetch,
+    "leave": lambda c, r, reply: c.leave(r, reply),
 }
 
 

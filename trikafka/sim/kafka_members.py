@@ -19,6 +19,7 @@ pause or a crash) is dropped, as a client drops answers on a closed socket.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
@@ -49,6 +50,14 @@ REJOIN = {ErrorCode.rebalance_in_progress: "revoke", ErrorCode.illegal_generatio
           ErrorCode.unknown_member_id: "unknown"}
 
 
+@dataclass
+class Connection:
+    """A process's connection: its requests arrive, and its answers return, in the order sent."""
+
+    request_ms: int = 0  # when its last request arrives
+    answer_ms: int = 0  # when its last answer returns
+
+
 class SimMember:
     """One process of a group member (named ``m<i>.<incarnation>`` in the trace)."""
 
@@ -67,6 +76,7 @@ class SimMember:
         self.rejoin: str | None = None  # why the next poll rejoins: revoke, lost, unknown
         self.next_commit_ms = 0
         self.delayed_until_ms = -1  # message-delay: its requests are slow until then
+        self.connection = Connection()
 
     # ----------------------------------------------------------------- life
 
@@ -78,6 +88,27 @@ class SimMember:
     def crash(self) -> None:
         self.alive = False
         self.token += 1
+
+    def close(self) -> None:
+        """A clean close: it commits what it holds, then leaves the group (LeaveGroup); it stops either way."""
+        self.alive = False
+        self.token += 1
+        if self.coordinator is None or not self.member_id:
+            return
+        member_id, generation, offsets = self.member_id, self.generation, dict(self.positions)
+
+        def leave(_answer: object = None) -> None:
+            self.world.send(self, "leave", member_id, lambda _error: None)
+
+        if self.stable and offsets:
+            def committed(answer: object) -> None:
+                assert isinstance(answer, dict)
+                if set(answer.values()) == {ErrorCode.none}:
+                    self.world.acknowledged(self, generation, offsets)
+                leave()
+            self.world.send(self, "commit", (member_id, generation, offsets), committed)
+        else:
+            leave()
 
     def pause(self) -> None:
         self.token += 1  # everything in flight is answered to a frozen process: lost
