@@ -3,6 +3,11 @@ every promise, and the planted stale-generation commit is caught within them."""
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
+import sys
+
 import pytest
 
 from trikafka.sim import kafka_coordinator, kafka_members
@@ -87,3 +92,17 @@ def test_a_member_that_commits_what_it_skipped_is_caught(monkeypatch):
 
     monkeypatch.setattr(kafka_members.SimMember, "_consume", skip)
     assert _first_broken()[1] == AT_LEAST_ONCE
+
+
+def test_the_command_replays_the_caught_seed_to_its_digest():
+    failed = run_seed(FIRST_SEED_TO_CATCH, plant=PLANT)
+    command = re.search(r"^  replay: (trikafka sim .*)$", failed.report(), re.MULTILINE).group(1)
+    replayed = subprocess.run([sys.executable, "-m", *shlex.split(command)], capture_output=True, text=True,
+                              timeout=120)
+    assert replayed.returncode == 1
+    assert replayed.stdout.splitlines()[-1] == \
+        f"seed {FIRST_SEED_TO_CATCH}: FAILED ({FORWARD}) trace {failed.digest}"
+    assert failed.report() in replayed.stderr
+    clean = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--world", "kafka-groups", "--seed", "7"],
+                           capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0 and clean.stdout.strip() == f"seed 7: ok trace {run_seed(7).digest}"

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from trikafka.sim.faults import FAULTS
-from trikafka.sim.names import PLANT_NAMES
+from trikafka.sim.names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES
+
+if TYPE_CHECKING:
+    from trikafka.sim.world import SimResult
+
+WORLDS = ("cluster", "kafka-groups")  # the cluster (trikafka.sim.world); one Kafka-protocol group (kafka_groups)
 
 
 def add_parser(commands) -> None:
@@ -22,12 +28,16 @@ def add_parser(commands) -> None:
     which = sim.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int, metavar="N", help="run one seed")
     which.add_argument("--seeds", metavar="A..B", help="run every seed from A to B (inclusive)")
-    sim.add_argument("--duration-s", type=float, default=30.0, metavar="S",
-                     help="simulated seconds of load and faults before healing (default 30)")
+    sim.add_argument("--world", choices=WORLDS, default="cluster",
+                     help="cluster (default): brokers, clients and a 0.7 group under faults; kafka-groups: one "
+                          "Kafka-protocol consumer group over the real group coordinator's state machine")
+    sim.add_argument("--duration-s", type=float, default=None, metavar="S",
+                     help="simulated seconds of load and faults before healing (default 30; kafka-groups 60)")
     sim.add_argument("--faults", default=None, metavar="LIST",
-                     help=f"comma-separated fault names (default: all of {', '.join(FAULTS)})")
+                     help=f"comma-separated fault names (default: all of the world's; cluster: {', '.join(FAULTS)})")
     sim.add_argument("--plant", default=None, metavar="BUG",
-                     help=f"run with a planted bug ({', '.join(PLANT_NAMES)}): the simulation should fail")
+                     help=f"run with a planted bug (cluster: {', '.join(PLANT_NAMES)}; kafka-groups: "
+                          f"{', '.join(KAFKA_GROUP_PLANT_NAMES)}): the simulation should fail")
     sim.add_argument("--brokers", type=int, default=3, metavar="N",
                      help="brokers in the simulated cluster (default 3; every partition has 3 replicas)")
     sim.add_argument("--partitions", type=int, default=2, metavar="N",
@@ -46,17 +56,34 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         args.seed_range = range(int(low), int(high) + 1)
     else:
         args.seed_range = range(args.seed, args.seed + 1)
-    try:
-        args.fault_names = parse_faults(args.faults) if args.faults is not None else None
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.plant is not None and args.plant not in PLANTS:
-        parser.error(f"unknown planted bug {args.plant!r} (known: {', '.join(PLANTS)})")
+    if args.world == "kafka-groups":
+        _validate_kafka_groups(parser, args)
+    else:
+        try:
+            args.fault_names = parse_faults(args.faults) if args.faults is not None else None
+        except ValueError as exc:
+            parser.error(str(exc))
+        if args.plant is not None and args.plant not in PLANT_NAMES:
+            parser.error(f"unknown planted bug {args.plant!r} (known: {', '.join(PLANT_NAMES)})")
+    assert set(PLANTS) == set(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES)
+    if args.duration_s is None:
+        args.duration_s = 60.0 if args.world == "kafka-groups" else 30.0
     if args.duration_s <= 0:
         parser.error("--duration-s must be > 0")
     if not 3 <= args.brokers <= 32 or not 1 <= args.partitions <= 1024:
         # (three replicas: acks -1 with min.insync.replicas=2 survives one power cut)
         parser.error("--brokers takes 3 to 32 and --partitions 1 to 1024")
+
+
+def _validate_kafka_groups(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from trikafka.sim.kafka_groups import parse_faults
+
+    try:
+        args.fault_names = parse_faults(args.faults) if args.faults is not None else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.plant is not None and args.plant not in KAFKA_GROUP_PLANT_NAMES:
+        parser.error(f"unknown planted bug {args.plant!r} for kafka-groups (known: {', '.join(KAFKA_GROUP_PLANT_NAMES)})")
 
 
 class _Tally:
@@ -88,12 +115,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
     from trikafka.sim import FAULTS, run_seed
+    from trikafka.sim import kafka_groups
 
     started = time.perf_counter()
     many = len(args.seed_range) > 1
     for done, seed in enumerate(args.seed_range, 1):
-        result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS, plant=args.plant,
-                          brokers=args.brokers, partitions=args.partitions)
+        result: SimResult | kafka_groups.KafkaGroupsResult
+        if args.world == "kafka-groups":
+            result = kafka_groups.run_seed(seed, duration_s=args.duration_s,
+                                           faults=args.fault_names or kafka_groups.FAULTS, plant=args.plant)
+        else:
+            result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS,
+                              plant=args.plant, brokers=args.brokers, partitions=args.partitions)
         tally.simulated_s += result.simulated_s
         if args.trace and not many:
             print("\n".join(result.trace_lines))

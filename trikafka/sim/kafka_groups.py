@@ -118,6 +118,16 @@ FAULT_TABLE: dict[str, KafkaGroupFault] = {f.name: f for f in (
 FAULTS = tuple(FAULT_TABLE)
 
 
+def parse_faults(text: str) -> tuple[str, ...]:
+    """``member-pause,message-delay`` -> the fault names; ValueError naming an unknown one (as
+    ``faults.parse_faults`` does for the cluster world's table)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in FAULT_TABLE]
+    if unknown or not names:
+        raise ValueError(f"unknown fault {unknown[0] if unknown else text!r} (known: {', '.join(FAULTS)})")
+    return names
+
+
 class _ClockTrace(Trace):
     """The trace stamped with the world's clock (Trace stamps with Trio's)."""
 
