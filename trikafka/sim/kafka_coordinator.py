@@ -151,10 +151,14 @@ class SimCoordinator:
         if answer is None:
             self._hold(member_id, "join", request.rebalance_timeout_ms, reply)
         if effects.store and answer is not None and answer.error == ErrorCode.none:
-            effects.store = False
+            effects.store = False  # the new member id is written before anyone is answered (KIP-345)
             ready = answer
-            self._carry_out(group, effects)
-            self._store(group, lambda: reply(ready))
+
+            def stored() -> None:
+                self._carry_out(group, effects)
+                reply(ready)
+
+            self._store(group, stored)
         else:
             self._carry_out(group, effects)
             if answer is not None:
@@ -190,7 +194,6 @@ class SimCoordinator:
         refused = group.check_commit(member_id, generation, None, self.world.now_ms)
         if refused != ErrorCode.none:
             reply({p: refused for p in offsets})
-            self.partition.forget_if_empty(self.world.group_id)
             return
         topic, wall_ms = self.world.topic, self.world.wall_ms()
         records: list[tuple[RecordKey, RecordValue | None]] = [

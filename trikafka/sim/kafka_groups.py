@@ -35,9 +35,12 @@ from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
 from .checker import Violation
 from .determinism import Trace, derived_random
 from .kafka_coordinator import ReplicatedLog, SimCoordinator
+from .kafka_group_faults import FAULT_TABLE, FAULTS, MESSAGE_DELAY_MS, parse_faults
 from .kafka_group_promises import SETTLES, GroupPromises
 from .kafka_members import SimMember
 from .plants import planted
+
+__all__ = ["FAULTS", "FAULT_TABLE", "KafkaGroupsResult", "KafkaGroupsWorld", "parse_faults", "run_seed"]
 
 GROUP, TOPIC = "kgsim", "events"
 BROKERS, MEMBERS, PARTITIONS = 3, 3, 6
@@ -48,84 +51,8 @@ LATENCY_MS = (1, 20)
 REPLICATION_MS = (1, 30)
 LOAD_MS = (5, 200)
 PRODUCE_EVERY_MS = 50
-MESSAGE_DELAY_MS = 4000  # a delayed member's request waits up to this much more
 FAULT_GAP_MS = (300, 3000)
 STREAMS = ("fault", "victim", "timing", "duration", "latency", "produce", "replication", "load", "ids")
-
-
-@dataclass(frozen=True)
-class KafkaGroupFault:
-    """One kind of fault: how it is injected on (world, member slot, duration in ms), its duration range."""
-
-    name: str
-    inject: Callable[[KafkaGroupsWorld, int, int], None]
-    durations_ms: tuple[int, int]
-
-
-def _member_crash(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None:
-    """The member's process dies silently; a new one (a new member id) starts after ``duration_ms``."""
-    member = world.members[slot]
-    member.crash()
-    world.trace.add(f"fault member-crash {member.name}, back in {duration_ms} ms")
-    world.at(world.now_ms + duration_ms, lambda: world.start_member(slot))
-
-
-def _member_pause(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None:
-    """The member freezes; past its session timeout it wakes up a zombie of an old generation."""
-    member = world.members[slot]
-    member.pause()
-    world.frozen.add(slot)
-    world.trace.add(f"fault member-pause {member.name} for {duration_ms} ms")
-
-    def wake() -> None:
-        world.frozen.discard(slot)
-        if member.alive:
-            world.trace.add(f"healed member-pause {member.name}")
-            member.wake()
-
-    world.at(world.now_ms + duration_ms, wake)
-
-
-def _member_restart(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None:
-    """The member closes cleanly (commits, LeaveGroup); a new process starts after ``duration_ms``."""
-    member = world.members[slot]
-    world.trace.add(f"fault member-restart {member.name}, back in {duration_ms} ms")
-    member.close()
-    world.at(world.now_ms + duration_ms, lambda: world.start_member(slot))
-
-
-def _coordinator_failover(world: KafkaGroupsWorld, _slot: int, duration_ms: int) -> None:
-    """The coordinator's broker is SIGKILLed: an in-sync replica leads, loads the group, serves it."""
-    if world.down:
-        return  # one broker crash at a time: a commit survives any single broker's crash
-    world.failover(duration_ms)
-
-
-def _message_delay(world: KafkaGroupsWorld, slot: int, duration_ms: int) -> None:
-    """The member's requests take up to ``MESSAGE_DELAY_MS`` longer, for ``duration_ms``."""
-    member = world.members[slot]
-    member.delayed_until_ms = world.now_ms + duration_ms
-    world.trace.add(f"fault message-delay {member.name} for {duration_ms} ms")
-
-
-FAULT_TABLE: dict[str, KafkaGroupFault] = {f.name: f for f in (
-    KafkaGroupFault("member-crash", _member_crash, (200, 6000)),
-    KafkaGroupFault("member-pause", _member_pause, (500, 9000)),
-    KafkaGroupFault("member-restart", _member_restart, (200, 3000)),
-    KafkaGroupFault("coordinator-failover", _coordinator_failover, (500, 5000)),
-    KafkaGroupFault("message-delay", _message_delay, (500, 5000)),
-)}
-FAULTS = tuple(FAULT_TABLE)
-
-
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``member-pause,message-delay`` -> the fault names; ValueError naming an unknown one (as
-    ``faults.parse_faults`` does for the cluster world's table)."""
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in FAULT_TABLE]
-    if unknown or not names:
-        raise ValueError(f"unknown fault {unknown[0] if unknown else text!r} (known: {', '.join(FAULTS)})")
-    return names
 
 
 class _ClockTrace(Trace):
