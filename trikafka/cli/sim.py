@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -13,7 +14,10 @@ from trikafka.sim.names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES
 if TYPE_CHECKING:
     from trikafka.sim.world import SimResult
 
-WORLDS = ("cluster", "kafka-groups")  # the cluster (trikafka.sim.world); one Kafka-protocol group (kafka_groups)
+# world -> (the module whose parse_faults reads --faults, its planted bugs, its default --duration-s):
+# the cluster (trikafka.sim.world), one Kafka-protocol group (trikafka.sim.kafka_groups)
+WORLDS = {"cluster": ("trikafka.sim.faults", PLANT_NAMES, 30.0),
+          "kafka-groups": ("trikafka.sim.kafka_group_faults", KAFKA_GROUP_PLANT_NAMES, 60.0)}
 
 
 def add_parser(commands) -> None:
@@ -28,7 +32,7 @@ def add_parser(commands) -> None:
     which = sim.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int, metavar="N", help="run one seed")
     which.add_argument("--seeds", metavar="A..B", help="run every seed from A to B (inclusive)")
-    sim.add_argument("--world", choices=WORLDS, default="cluster",
+    sim.add_argument("--world", choices=tuple(WORLDS), default="cluster",
                      help="cluster (default): brokers, clients and a 0.7 group under faults; kafka-groups: one "
                           "Kafka-protocol consumer group over the real group coordinator's state machine")
     sim.add_argument("--duration-s", type=float, default=None, metavar="S",
@@ -47,8 +51,6 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from trikafka.sim import PLANTS, parse_faults
-
     if args.seeds is not None:
         low, sep, high = args.seeds.partition("..")
         if not sep or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high):
@@ -56,34 +58,21 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         args.seed_range = range(int(low), int(high) + 1)
     else:
         args.seed_range = range(args.seed, args.seed + 1)
-    if args.world == "kafka-groups":
-        _validate_kafka_groups(parser, args)
-    else:
-        try:
-            args.fault_names = parse_faults(args.faults) if args.faults is not None else None
-        except ValueError as exc:
-            parser.error(str(exc))
-        if args.plant is not None and args.plant not in PLANT_NAMES:
-            parser.error(f"unknown planted bug {args.plant!r} (known: {', '.join(PLANT_NAMES)})")
-    assert set(PLANTS) == set(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES)
+    faults_module, plants, default_duration_s = WORLDS[args.world]
+    try:
+        parse_faults = importlib.import_module(faults_module).parse_faults
+        args.fault_names = parse_faults(args.faults) if args.faults is not None else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.plant is not None and args.plant not in plants:
+        parser.error(f"unknown planted bug {args.plant!r} for the {args.world} world (known: {', '.join(plants)})")
     if args.duration_s is None:
-        args.duration_s = 60.0 if args.world == "kafka-groups" else 30.0
+        args.duration_s = default_duration_s
     if args.duration_s <= 0:
         parser.error("--duration-s must be > 0")
     if not 3 <= args.brokers <= 32 or not 1 <= args.partitions <= 1024:
         # (three replicas: acks -1 with min.insync.replicas=2 survives one power cut)
         parser.error("--brokers takes 3 to 32 and --partitions 1 to 1024")
-
-
-def _validate_kafka_groups(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from trikafka.sim.kafka_groups import parse_faults
-
-    try:
-        args.fault_names = parse_faults(args.faults) if args.faults is not None else None
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.plant is not None and args.plant not in KAFKA_GROUP_PLANT_NAMES:
-        parser.error(f"unknown planted bug {args.plant!r} for kafka-groups (known: {', '.join(KAFKA_GROUP_PLANT_NAMES)})")
 
 
 class _Tally:
