@@ -241,6 +241,9 @@ class SimMember:
             errors = set(answer.values())
             if errors == {ErrorCode.none}:
                 self.world.acknowledged(self, self.generation, offsets)
+            else:
+                self.world.trace.add(f"{self.name} commit of generation {self.generation} refused: "
+                                     f"{', '.join(sorted(e.name for e in errors))}")
             for error in errors:
                 if not self._coordinator_error(error) and error in REJOIN and self.rejoin is None:
                     self.rejoin = REJOIN[error]
