@@ -166,7 +166,7 @@ class SimCoordinator:
         self.partition.forget_if_empty(self.world.group_id)
         self._arm()
 
-    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes], protocol: str,
+    def sync(self, member_id: str, generation: int, assignments: dict[str, bytes], protocol: str | None,
              reply: Reply) -> None:
         group = self.partition.group(self.world.group_id)
         if group is None:

@@ -324,7 +324,7 @@ def _fetch(coordinator: SimCoordinator, request: Any, reply: Callable[[object], 
 # kind -> how the coordinator handles it (Any: each kind's request tuple, as the member sends it)
 _HANDLERS: dict[str, Callable[[SimCoordinator, Any, Callable[[object], None]], None]] = {
     "join": lambda c, r, reply: c.join(r, reply),
-    "sync": lambda c, r, reply: c.sync(r[0], r[1], r[2], "range", reply),
+    "sync": lambda c, r, reply: c.sync(r[0], r[1], r[2], r[3], reply),
     "heartbeat": lambda c, r, reply: c.heartbeat(r[0], r[1], reply),
     "commit": lambda c, r, reply: c.commit(r[0], r[1], r[2], reply),
     "fetch": _fetch,

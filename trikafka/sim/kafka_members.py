@@ -188,7 +188,7 @@ class SimMember:
         self.member_id, self.generation = answer.member_id, answer.generation
         self.world.name_member(answer.member_id, self.name)
         assignments = self._assign(answer) if answer.leader == answer.member_id else {}
-        self._send("sync", (self.member_id, self.generation, assignments), self._synced)
+        self._send("sync", (self.member_id, self.generation, assignments, answer.protocol), self._synced)
 
     def _assign(self, answer: JoinAnswer) -> dict[str, bytes]:
         """The leader's range assignment of every subscribed member (client-side, relayed by the broker)."""
