@@ -283,10 +283,11 @@ class KafkaGroupsWorld:
     # ----------------------------------------------------------------- faults
 
     def _nemesis(self) -> None:
-        """Each round draws once from each of its streams whatever the kind, so the streams stay in step."""
         self.at(self.now_ms + self.streams["timing"].randint(*FAULT_GAP_MS), self._nemesis_round)
 
     def _nemesis_round(self) -> None:
+        """One fault on a member that is running; each round draws once from each of its streams
+        whatever the kind and whether the fault starts, so the streams stay in step."""
         if self.now_ms >= self.duration_ms:
             return
         fault = FAULT_TABLE[self.streams["fault"].choice(self.fault_names)]
