@@ -69,7 +69,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "spark": frozenset({"pyspark", "pyarrow"}),
     "mirror": frozenset({"trio"}),
     "testing": EVERYTHING,
-    "sim": frozenset({"trio"}),
+    "sim": frozenset({"trio", "kio"}),  # kio: the Kafka-groups world builds group requests and answers
     "cli": EVERYTHING,
     "__main__": frozenset(),
     "__init__": frozenset(),

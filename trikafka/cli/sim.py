@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from trikafka.sim.faults import FAULTS
-from trikafka.sim.names import PLANT_NAMES
+from trikafka.sim.names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES
+
+if TYPE_CHECKING:
+    from trikafka.sim.world import SimResult
+
+# world -> (the module whose parse_faults reads --faults, its planted bugs, its default --duration-s):
+# the cluster (trikafka.sim.world), one Kafka-protocol group (trikafka.sim.kafka_groups)
+WORLDS = {"cluster": ("trikafka.sim.faults", PLANT_NAMES, 30.0),
+          "kafka-groups": ("trikafka.sim.kafka_group_faults", KAFKA_GROUP_PLANT_NAMES, 60.0)}
 
 
 def add_parser(commands) -> None:
@@ -22,12 +32,16 @@ def add_parser(commands) -> None:
     which = sim.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int, metavar="N", help="run one seed")
     which.add_argument("--seeds", metavar="A..B", help="run every seed from A to B (inclusive)")
-    sim.add_argument("--duration-s", type=float, default=30.0, metavar="S",
-                     help="simulated seconds of load and faults before healing (default 30)")
+    sim.add_argument("--world", choices=tuple(WORLDS), default="cluster",
+                     help="cluster (default): brokers, clients and a 0.7 group under faults; kafka-groups: one "
+                          "Kafka-protocol consumer group over the real group coordinator's state machine")
+    sim.add_argument("--duration-s", type=float, default=None, metavar="S",
+                     help="simulated seconds of load and faults before healing (default 30; kafka-groups 60)")
     sim.add_argument("--faults", default=None, metavar="LIST",
-                     help=f"comma-separated fault names (default: all of {', '.join(FAULTS)})")
+                     help=f"comma-separated fault names (default: all of the world's; cluster: {', '.join(FAULTS)})")
     sim.add_argument("--plant", default=None, metavar="BUG",
-                     help=f"run with a planted bug ({', '.join(PLANT_NAMES)}): the simulation should fail")
+                     help=f"run with a planted bug (cluster: {', '.join(PLANT_NAMES)}; kafka-groups: "
+                          f"{', '.join(KAFKA_GROUP_PLANT_NAMES)}): the simulation should fail")
     sim.add_argument("--brokers", type=int, default=3, metavar="N",
                      help="brokers in the simulated cluster (default 3; every partition has 3 replicas)")
     sim.add_argument("--partitions", type=int, default=2, metavar="N",
@@ -37,8 +51,6 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from trikafka.sim import PLANTS, parse_faults
-
     if args.seeds is not None:
         low, sep, high = args.seeds.partition("..")
         if not sep or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high):
@@ -46,12 +58,16 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         args.seed_range = range(int(low), int(high) + 1)
     else:
         args.seed_range = range(args.seed, args.seed + 1)
+    faults_module, plants, default_duration_s = WORLDS[args.world]
     try:
+        parse_faults = importlib.import_module(faults_module).parse_faults
         args.fault_names = parse_faults(args.faults) if args.faults is not None else None
     except ValueError as exc:
         parser.error(str(exc))
-    if args.plant is not None and args.plant not in PLANTS:
-        parser.error(f"unknown planted bug {args.plant!r} (known: {', '.join(PLANTS)})")
+    if args.plant is not None and args.plant not in plants:
+        parser.error(f"unknown planted bug {args.plant!r} for the {args.world} world (known: {', '.join(plants)})")
+    if args.duration_s is None:
+        args.duration_s = default_duration_s
     if args.duration_s <= 0:
         parser.error("--duration-s must be > 0")
     if not 3 <= args.brokers <= 32 or not 1 <= args.partitions <= 1024:
@@ -88,12 +104,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
     from trikafka.sim import FAULTS, run_seed
+    from trikafka.sim import kafka_groups
 
     started = time.perf_counter()
     many = len(args.seed_range) > 1
     for done, seed in enumerate(args.seed_range, 1):
-        result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS, plant=args.plant,
-                          brokers=args.brokers, partitions=args.partitions)
+        result: SimResult | kafka_groups.KafkaGroupsResult
+        if args.world == "kafka-groups":
+            result = kafka_groups.run_seed(seed, duration_s=args.duration_s,
+                                           faults=args.fault_names or kafka_groups.FAULTS, plant=args.plant)
+        else:
+            result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS,
+                              plant=args.plant, brokers=args.brokers, partitions=args.partitions)
         tally.simulated_s += result.simulated_s
         if args.trace and not many:
             print("\n".join(result.trace_lines))

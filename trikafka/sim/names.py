@@ -2,3 +2,5 @@
 ``faults.FAULT_TABLE``, which imports no broker either)."""
 
 PLANT_NAMES = ("ack-before-isr", "truncate-to-hw", "unclean-election", "unrecorded-epoch", "fenced-commit")
+# The Kafka-groups world's (trikafka.sim.kafka_groups): bugs of the Kafka-protocol group coordinator.
+KAFKA_GROUP_PLANT_NAMES = ("stale-generation-commit",)

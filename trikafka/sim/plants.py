@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
+from kio.schema.errors import ErrorCode as KafkaError
+
+from trikafka.broker.kafka.groups.group import Group
 from trikafka.broker.replication import controller, election, fetcher, hosted, isr
 from trikafka.group import commits
 from trikafka.zk.ops import CheckOp
 from trikafka.wire.errors import ErrorCode
 
-from .names import PLANT_NAMES
+from .names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES
 
 
 async def _truncate_to_high_watermark(log, link) -> int:
@@ -57,7 +60,16 @@ def _check_nothing(path: str, version: int = -1) -> CheckOp:
     return CheckOp("/", -1)
 
 
+def _accept_any_generation(self: Group, member_id: str, generation: int, instance_id: str | None,
+                           now_ms: int = -1) -> KafkaError:
+    # An OffsetCommit from a member of an older generation, or one the group removed, is written:
+    # a zombie that slept through its session commits the position it held.
+    refused = _REAL_CHECK_COMMIT(self, member_id, generation, instance_id, now_ms)
+    return KafkaError.none if refused in (KafkaError.illegal_generation, KafkaError.unknown_member_id) else refused
+
+
 _REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
+_REAL_CHECK_COMMIT = Group.check_commit
 
 # name -> (object, attribute, the wrong value)
 PLANTS = {
@@ -66,10 +78,11 @@ PLANTS = {
     "unclean-election": (controller, "elect", _elect_any_live_replica),
     "unrecorded-epoch": (hosted.HostedPartition, "_become_leader", _lead_without_recording_the_epoch),
     "fenced-commit": (commits, "CheckOp", _check_nothing),
+    "stale-generation-commit": (Group, "check_commit", _accept_any_generation),
 }
 
 
-assert sorted(PLANTS) == sorted(PLANT_NAMES), "trikafka.sim.names lists every plant"
+assert sorted(PLANTS) == sorted(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES), "trikafka.sim.names lists every plant"
 
 
 @contextlib.contextmanager
