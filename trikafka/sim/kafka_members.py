@@ -22,16 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
-from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedPartitions
-from kio.schema.consumer_protocol_assignment.v0.data import TopicName
-from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32
 
 from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
-from trikafka.group.assign import assign_topic
-from trikafka.kafka.consumer_protocol import assigned, decode_assignment, decode_subscription, encode
+from trikafka.client.kafka.assignors import GroupMember, RangeAssignor
+from trikafka.kafka.consumer_protocol import (Subscription, decode_assignment, decode_subscription,
+                                              encode_assignment, encode_subscription)
 
 from .kafka_coordinator import JoinRequest, GroupWorld
 
@@ -168,7 +164,7 @@ class SimMember:
         return False
 
     def _join(self) -> None:
-        subscription = encode(ConsumerProtocolSubscription(topics=(self.world.topic,), user_data=None))
+        subscription = encode_subscription(Subscription(topics=(self.world.topic,)))
         self._send("join", JoinRequest(self.member_id, f"m{self.slot}", SESSION_TIMEOUT_MS, REBALANCE_TIMEOUT_MS,
                                        ((PROTOCOL, subscription),)), self._joined)
 
@@ -192,13 +188,10 @@ class SimMember:
 
     def _assign(self, answer: JoinAnswer) -> dict[str, bytes]:
         """The leader's range assignment of every subscribed member (client-side, relayed by the broker)."""
-        topic = self.world.topic
-        subscribers = [member_id for member_id, _instance, metadata in answer.members
-                       if topic in decode_subscription(metadata).topics]
-        plan = assign_topic([str(p) for p in range(self.world.partitions)], subscribers)
-        return {member_id: encode(ConsumerProtocolAssignment(assigned_partitions=(
-            AssignedPartitions(topic=TopicName(topic), partitions=tuple(i32(int(p)) for p in parts)),), user_data=None))
-            for member_id, parts in plan.items()}
+        members = [GroupMember(member_id, instance_id, decode_subscription(metadata)[1])
+                   for member_id, instance_id, metadata in answer.members]
+        plan = RangeAssignor().assign({self.world.topic: self.world.partitions}, members)
+        return {member_id: encode_assignment(assignment) for member_id, assignment in plan.items()}
 
     def _synced(self, answer: object) -> None:
         assert isinstance(answer, SyncAnswer)
@@ -207,7 +200,7 @@ class SimMember:
         if answer.error != ErrorCode.none:
             self._lose(answer.error == ErrorCode.unknown_member_id)
             return
-        self.owned = tuple(assigned(decode_assignment(answer.assignment)).get(self.world.topic, ()))
+        self.owned = tuple(decode_assignment(answer.assignment)[1].partitions.get(self.world.topic, ()))
         self.world.owns(self, self.generation, self.owned)
         self._send("fetch", self.owned, self._fetched)
 
