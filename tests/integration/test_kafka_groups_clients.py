@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 from kafka import KafkaConsumer
@@ -220,3 +220,65 @@ def test_kcat_balanced_consumer_reads_the_topic_and_commits(kafka):
     seen = {tuple(map(int, line.split())) for line in done.stdout.splitlines()}
     assert seen == {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
     assert committed(kafka.bootstrap, "kcat", topic, PARTITIONS) == {p: PER_PARTITION for p in range(PARTITIONS)}
+
+
+class ChildMember:
+    """One ``tests.helpers.kafka_group_child`` process of ``client``, and the assignments it printed."""
+
+    def __init__(self, kafka: RunningKafkaBroker, group: str, topic: str, client: str):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.kafka_group_child", kafka.bootstrap, group, topic, client,
+             "--commit"], stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).parents[2]))
+        self.shares: list[set[int]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("assigned"):
+                self.shares.append({int(p) for p in line.split()[1:]})
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def _split_among(members: list[ChildMember]) -> bool:
+    """Whether the members' latest assignments share the topic's partitions evenly, each once."""
+    if not all(m.shares for m in members):
+        return False
+    latest = [m.shares[-1] for m in members]
+    return (sorted(p for share in latest for p in share) == list(range(PARTITIONS))
+            and {len(share) for share in latest} == {PARTITIONS // len(members)})
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)  # polling a condition on other processes' output
+
+
+@pytest.mark.parametrize("client", ["aiokafka", "kafka-python"])
+def test_a_group_of_three_survives_a_killed_member_and_an_added_one(kafka, client):
+    """§17.4: three members of one client in child processes share six partitions; one is SIGKILLed
+    (no LeaveGroup) and the two others take its partitions when its session times out; a new member
+    gets its share; what the group commits reaches every partition's end (nothing committed is lost)."""
+    topic = _topic(kafka, f"{client}-kill")
+    group = f"{client}-kill"
+    members = [ChildMember(kafka, group, topic, client) for _ in range(3)]
+    try:
+        _wait_for(lambda: _split_among(members), "three members share the partitions")
+        members[0].kill()
+        live = members[1:]
+        _wait_for(lambda: _split_among(live), "two members take over the killed one's partitions")
+        live.append(ChildMember(kafka, group, topic, client))
+        members.append(live[-1])
+        _wait_for(lambda: _split_among(live), "the added member gets its share")
+        produce(kafka.bootstrap, topic, PARTITIONS, 10, start=PER_PARTITION)
+        everything = {p: PER_PARTITION + 10 for p in range(PARTITIONS)}
+        _wait_for(lambda: committed(kafka.bootstrap, group, topic, PARTITIONS) == everything,
+                  "the group commits every partition's end")
+    finally:
+        for member in members:
+            member.kill()
