@@ -282,3 +282,40 @@ def test_a_group_of_three_survives_a_killed_member_and_an_added_one(kafka, clien
     finally:
         for member in members:
             member.kill()
+
+
+def test_librdkafka_cooperative_sticky_members_keep_their_partitions_when_one_leaves(kafka):
+    """§17.4: the coordinator relays any client-side assignor; librdkafka's cooperative-sticky
+    (incremental rebalancing, KIP-429) shares the partitions and, when a member leaves, the others keep
+    what they held and only take over its partitions."""
+    from confluent_kafka import Consumer
+
+    topic = _topic(kafka, "coop-group")
+    members = {name: Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "coop",
+                               "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                               "heartbeat.interval.ms": 500,
+                               "partition.assignment.strategy": "cooperative-sticky"}) for name in "abc"}
+    for consumer in members.values():
+        consumer.subscribe([topic])
+
+    def shares() -> dict[str, set[int]]:
+        return {name: {tp.partition for tp in consumer.assignment()} for name, consumer in members.items()}
+
+    def split(count: int) -> bool:
+        for consumer in members.values():
+            consumer.poll(0.05)
+        held = shares()
+        return (sorted(p for share in held.values() for p in share) == list(range(PARTITIONS))
+                and all(len(share) == PARTITIONS // count for share in held.values()))
+
+    try:
+        _wait_for(lambda: split(3), "three cooperative members share the partitions")
+        before = shares()
+        members.pop("c").close()
+        _wait_for(lambda: split(2), "two cooperative members take over the third's partitions")
+        after = shares()
+        assert before["a"] <= after["a"] and before["b"] <= after["b"]  # sticky: nothing moved but c's
+        assert after["a"] | after["b"] == before["a"] | before["b"] | before["c"]
+    finally:
+        for consumer in members.values():
+            consumer.close()
