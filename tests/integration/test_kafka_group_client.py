@@ -1,8 +1,4 @@
-"""trikafka's group consumer and ``trikafka groups --kafka`` against the broker's group coordinator (§17.8).
-
-These tests need the coordinator of §17.1-§17.7 in the broker: they skip
-while its ApiVersions answer lacks JoinGroup, and run as soon as it has it.
-"""
+"""trikafka's group consumer and ``trikafka groups --kafka`` against the broker's group coordinator (§17.8)."""
 
 from __future__ import annotations
 
@@ -14,31 +10,18 @@ from typing import Iterator
 import pytest
 import trio
 
-from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaProducer, NewTopic, open_kafka_connection
+from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaProducer, NewTopic
 from trikafka.client.kafka.group import GroupConsumer, GroupMessage
 from trikafka.client.kafka.group_offsets import TopicPartition
-from trikafka.kafka.apis import lookup
 from trikafka.testing import running_kafka_group_broker
-from trikafka.testing.kafka_broker import LOOPBACK, RunningKafkaBroker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
 
-JOIN_GROUP_KEY = 11  # Apache Kafka's api key of JoinGroup
 HANG_GUARD_S = 60.0  # a broken rebalance fails the test instead of hanging it; no timing is asserted
-
-
-def _serves_join_group(port: int) -> bool:
-    async def ask() -> bool:
-        connection = await open_kafka_connection(LOOPBACK, port)
-        async with connection:
-            api = lookup(JOIN_GROUP_KEY)
-            return api is not None and api in connection.versions
-    return trio.run(ask)
 
 
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[RunningKafkaBroker]:
     with running_kafka_group_broker(num_partitions=1) as running:
-        if not _serves_join_group(running.kafka_port):
-            pytest.skip("the broker's ApiVersions has no JoinGroup: no group coordinator (§17.1-§17.7) yet")
         yield running
 
 

@@ -18,7 +18,6 @@ and removes its directory (unless ``log_dir`` was given).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import shutil
 import tempfile
@@ -110,18 +109,10 @@ def kafka_broker(log_dir: str | None = None, **settings: Any) -> Iterator[str]:
         yield running.bootstrap
 
 
-# The broker setting that makes a new group's first rebalance start at once (Kafka's default waits 3 s
-# for more members): group tests want their members' rebalances, not that wait.
-GROUP_INITIAL_REBALANCE_DELAY_FIELD = "group_initial_rebalance_delay_ms"
-
-
 @contextlib.contextmanager
 def running_kafka_group_broker(log_dir: str | None = None, **settings: Any) -> Iterator[RunningKafkaBroker]:
-    """Like ``running_kafka_broker``, for consumer-group tests (§17.8): a group's first rebalance
-    does not wait for more members (``group.initial.rebalance.delay.ms`` 0, on a broker that has
-    the setting)."""
-    if GROUP_INITIAL_REBALANCE_DELAY_FIELD in {f.name for f in dataclasses.fields(BrokerConfig)}:
-        settings.setdefault(GROUP_INITIAL_REBALANCE_DELAY_FIELD, 0)
+    """``running_kafka_broker`` under the name consumer-group tests use (§17.8): every broker of this
+    module already starts a group's first rebalance at once (``kafka_broker_config``)."""
     with running_kafka_broker(log_dir, **settings) as running:
         yield running
 
