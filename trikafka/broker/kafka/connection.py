@@ -38,6 +38,12 @@ Deferred = Callable[[], Awaitable[list[Chunk]]]
 # connection's task sets it, so the group coordinator can name a member's host (§17.6).
 CLIENT_PEER: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_peer", default="?")
 
+# The principal ("User:NAME") on whose behalf the request being handled runs (§18): the
+# connection's task sets it once TLS or SASL has named the client; a plaintext connection with
+# no authentication is Kafka's anonymous user.  The authorizer reads it.
+ANONYMOUS = "User:ANONYMOUS"
+CLIENT_PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_principal", default=ANONYMOUS)
+
 
 class Dispatcher(Protocol):
     """Where a connection's requests go (``KafkaService``)."""
