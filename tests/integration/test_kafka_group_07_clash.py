@@ -1,10 +1,12 @@
 """A group id used by 0.7 consumers and by Kafka-protocol consumers (docs/protocol.md §17.7): in
-ZooKeeper mode the coordinator refuses JoinGroup for a group with 0.7 consumers registered."""
+ZooKeeper mode the coordinator refuses JoinGroup for a group with 0.7 consumers registered, and
+trikafka's 0.7 group consumer refuses a group that has Kafka members, told by the coordinator's
+ephemeral ``/trikafka/kafka-groups/<g>``."""
 
 from __future__ import annotations
 
 import datetime
-import functools
+import threading
 import time
 
 import trio
@@ -13,20 +15,44 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v7.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.static.primitive import i8
 
+import pytest
+from kazoo.client import KazooClient
+
 from tests.helpers.kafka_processes import kafka_cluster
 from tests.helpers.kafka_wire import exchange
+from trikafka.group import GroupConsumer, KafkaGroupClash
+from trikafka.zk import KazooCoordinator
 
 WAIT_S = 60.0
+SESSION_S = 6  # group.min.session.timeout.ms: the member below expires this long after its join
 
 
-def _join(bootstrap: str, group: str) -> tuple[ErrorCode, str | None]:
-    """JoinGroup v4+ with an empty member id, to the coordinator (one broker: itself); its error and
-    member id, once the coordinator has loaded the group's partition."""
+def _wait_mark(zk_admin: KazooClient, path: str, present: bool) -> bytes | None:
+    """Block until ``path`` exists (``present``) or not, woken by a ZooKeeper watch; its value."""
+    changed = threading.Event()
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        changed.clear()
+        stat = zk_admin.exists(path, watch=lambda _event: changed.set())
+        if (stat is not None) == present:
+            return zk_admin.get(path)[0] if present else None
+        changed.wait(deadline - time.monotonic())
+    raise AssertionError(f"{path} still {'absent' if present else 'present'} after {WAIT_S} s")
+
+
+def _find_coordinator(bootstrap: str, group: str) -> None:
+    """FindCoordinator: the first one creates ``__consumer_offsets`` (§17.1)."""
+    exchange(bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group,)))
+
+
+def _join(bootstrap: str, group: str, member_id: str = "") -> tuple[ErrorCode, str | None]:
+    """JoinGroup v7 as ``member_id`` (empty: a new member), to the coordinator (one broker: itself);
+    its error and member id, once the coordinator has loaded the group's partition."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         response = exchange(bootstrap, 11, 7, JoinGroupRequest(
-            group_id=group, session_timeout=datetime.timedelta(seconds=10),
-            rebalance_timeout=datetime.timedelta(seconds=10), member_id="", group_instance_id=None,
+            group_id=group, session_timeout=datetime.timedelta(seconds=SESSION_S),
+            rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id, group_instance_id=None,
             protocol_type="consumer", protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),)))
         if response.error_code not in (ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available):
             return response.error_code, response.member_id
@@ -39,9 +65,35 @@ async def test_join_group_of_a_group_with_07_consumers_is_refused(zk_chroot, zk_
     flags = ("--set", "offsets.topic.num.partitions=1")
     async with kafka_cluster(tmp_path, zk_chroot, 1, *flags) as cluster:
         bootstrap = cluster.bootstrap()
-        await trio.to_thread.run_sync(functools.partial(
-            exchange, bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("shared",))))
+        await trio.to_thread.run_sync(_find_coordinator, bootstrap, "shared")
         assert await trio.to_thread.run_sync(_join, bootstrap, "shared") == (ErrorCode.inconsistent_group_protocol,
                                                                             "")
         error, member_id = await trio.to_thread.run_sync(_join, bootstrap, "kafka-only")
         assert error == ErrorCode.member_id_required and member_id
+
+
+async def test_07_consumer_refuses_a_group_with_kafka_members(zk_chroot, zk_admin, tmp_path):
+    chroot = "/" + zk_chroot.split("/", 1)[1]
+    mark = f"{chroot}/trikafka/kafka-groups/held"
+    flags = ("--set", "offsets.topic.num.partitions=1", "--set", "group.initial.rebalance.delay.ms=0")
+    async with kafka_cluster(tmp_path, zk_chroot, 1, *flags) as cluster:
+        bootstrap = cluster.bootstrap()
+        await trio.to_thread.run_sync(_find_coordinator, bootstrap, "held")
+        error, member_id = await trio.to_thread.run_sync(_join, bootstrap, "held")
+        assert error == ErrorCode.member_id_required and member_id
+        assert await trio.to_thread.run_sync(_join, bootstrap, "held", member_id) == (ErrorCode.none, member_id)
+        value = await trio.to_thread.run_sync(_wait_mark, zk_admin, mark, True)
+        assert value == b'{"broker_id":1,"version":1}'
+
+        async with KazooCoordinator(zk_chroot) as zk:
+            with pytest.raises(KafkaGroupClash, match="group held is a Kafka consumer group coordinated by broker "
+                                                      "1; a 0.7 consumer cannot join it"):
+                async with GroupConsumer(zk, "held", {"t": 1}):
+                    pass
+            assert not zk_admin.exists(f"{chroot}/consumers/held/ids") or not zk_admin.get_children(
+                f"{chroot}/consumers/held/ids")
+
+            # The member sends no heartbeat: its session ends, the group is empty, the mark goes.
+            await trio.to_thread.run_sync(_wait_mark, zk_admin, mark, False)
+            async with GroupConsumer(zk, "held", {"t": 1}) as consumer:
+                assert zk_admin.get_children(f"{chroot}/consumers/held/ids") == [consumer.consumer_id]

@@ -298,10 +298,10 @@ def run_client(fn, args: argparse.Namespace) -> int:
 
 def run_group_client(fn, args: argparse.Namespace) -> int:
     """Like ``run_client``, for commands that talk to ZooKeeper too."""
-    from trikafka.group import ConsumerIdTakenOver, RebalanceFailedError
+    from trikafka.group import ConsumerIdTakenOver, KafkaGroupClash, RebalanceFailedError
     from trikafka.zk import CoordinatorError
 
-    expected = (CoordinatorError, RebalanceFailedError, ConsumerIdTakenOver)
+    expected = (CoordinatorError, RebalanceFailedError, ConsumerIdTakenOver, KafkaGroupClash)
     try:
         return run_client(fn, args)
     except expected as exc:

@@ -10,11 +10,12 @@ from .assign import assign_group, consumer_assignment, partition_owners
 from .config import GroupConfig, group_config_from_properties
 from .batches import GroupBatch
 from .consumer import GroupConsumer, GroupMessage
-from .errors import ConsumerIdTakenOver, ConsumerTimeout, RebalanceFailedError
+from .errors import ConsumerIdTakenOver, ConsumerTimeout, KafkaGroupClash, RebalanceFailedError
 from .registry import TopicFilter, blacklist, whitelist
 
 __all__ = [
     "ConsumerIdTakenOver", "ConsumerTimeout", "GroupBatch", "GroupConfig", "GroupConsumer", "GroupMessage",
+    "KafkaGroupClash",
     "RebalanceFailedError",
     "TopicFilter", "assign_group", "blacklist", "consumer_assignment", "group_config_from_properties",
     "partition_owners", "whitelist",

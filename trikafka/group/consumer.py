@@ -159,6 +159,8 @@ class GroupConsumer:
     # -- lifecycle -----------------------------------------------------------------
 
     async def __aenter__(self) -> "GroupConsumer":
+        await self._zk.wait_connected()
+        await self._membership.refuse_kafka_group()  # raised here, not inside the nursery's group
         self._nursery_manager = trio.open_nursery()
         self._nursery = nursery = await self._nursery_manager.__aenter__()
         try:

@@ -13,6 +13,18 @@ class ConsumerIdTakenOver(Exception):
     the same ``consumer_id``).  This consumer stops; its commits were fenced off."""
 
 
+class KafkaGroupClash(Exception):
+    """The group id belongs to a Kafka consumer group with members (docs/protocol.md §17.7): a 0.7
+    consumer refuses to register in it."""
+
+    def __init__(self, group: str, coordinator: int):
+        by = f"broker {coordinator}" if coordinator >= 0 else "a broker"
+        super().__init__(f"group {group} is a Kafka consumer group coordinated by {by}; a 0.7 consumer "
+                         f"cannot join it")
+        self.group = group
+        self.coordinator = coordinator
+
+
 class ConsumerTimeout(Exception):
     """No message arrived within ``consumer_timeout_s`` (0.7's ``ConsumerTimeoutException``)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from trikafka.zk import paths
+from trikafka.zk import kafka_groups, paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.ops import CreateOp, DeleteOp, Op, SessionState, SetOp, Stat
 from trikafka.zk.errors import (
@@ -15,7 +15,7 @@ from trikafka.zk.errors import (
     SessionExpiredError,
 )
 
-from .errors import ConsumerIdTakenOver
+from .errors import ConsumerIdTakenOver, KafkaGroupClash
 from .registry import TopicCount
 
 log = logging.getLogger("trikafka.group.consumer")  # one logger for the whole consumer
@@ -69,6 +69,7 @@ class Membership:
     def __init__(self, zk: Coordinator, group: str, consumer_id: str, topic_count: TopicCount, *,
                  on_session_lost: Callable[[], None], on_taken_over: Callable[[], None]):
         self._zk = zk
+        self.group = group
         self.consumer_id = consumer_id
         self.ids_path = paths.consumer_id(group, consumer_id)
         self._topic_count = topic_count
@@ -105,9 +106,20 @@ class Membership:
         if self.session_seen != session_seen:
             raise SessionExpiredError("the ZooKeeper session changed during the rebalance")
 
+    async def refuse_kafka_group(self) -> None:
+        """Raise ``KafkaGroupClash`` when the group id is a live Kafka group's (docs/protocol.md §17.7)."""
+        coordinator = await kafka_groups.coordinator_of_live_group(self._zk, self.group)
+        if coordinator is not None:
+            raise KafkaGroupClash(self.group, coordinator)
+
     async def register(self) -> None:
-        """Create our ephemeral ids node, replacing one left by our own earlier session."""
+        """Create our ephemeral ids node, replacing one left by our own earlier session.
+
+        Raises:
+            KafkaGroupClash: the group id is a live Kafka group's (docs/protocol.md §17.7).
+        """
         session = self._zk.session_generation.value
+        await self.refuse_kafka_group()
         value = self._topic_count.encode()
         for _ in range(STALE_TAKEOVERS_MAX):
             try:

@@ -204,6 +204,7 @@ CONTROLLER_EPOCH = "/trikafka/controller_epoch"
 REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
 TOPIC_CONFIGS = "/trikafka/config/topics"
+KAFKA_GROUPS = "/trikafka/kafka-groups"
 
 
 def replicated_topic(topic: str) -> str:
@@ -229,3 +230,8 @@ def shutting_down(broker_id: int) -> str:
 def topic_config(topic: str) -> str:
     """``/trikafka/config/topics/<t>``: the settings of a plain (unreplicated) topic (docs: §12.12.1)."""
     return f"{TOPIC_CONFIGS}/{validate_topic(topic)}"
+
+
+def kafka_group(group: str) -> str:
+    """``/trikafka/kafka-groups/<g>``: ephemeral while Kafka group ``<g>`` has members (docs: §17.7)."""
+    return f"{KAFKA_GROUPS}/{validate_component(group, 'group')}"

@@ -120,6 +120,7 @@ class KafkaService:
         if self.handler.replicas is not None:
             self.handler.replicas.on_role = self.groups.on_role
         if zookeeper is not None:
+            from .groups.live_marks import LiveGroupMarks
             from .registry import KafkaRegistry
 
             registry = KafkaRegistry(self, zookeeper.coordinator)
@@ -127,6 +128,9 @@ class KafkaService:
             self.cluster_id = await registry.cluster_id()
             self.peers = registry.peers
             await nursery.start(registry.run)
+            marks = LiveGroupMarks(zookeeper.coordinator, self.broker_id, self.groups.loaded)
+            self.groups.membership.on_change = marks.changed
+            nursery.start_soon(marks.run)
         else:
             self.cluster_id = await self.run_blocking(functools.partial(
                 _standalone_cluster_id, self.handler.directory.log_manager.fs, self.config.log_dir))

@@ -42,6 +42,10 @@ class _Slot:
     answer: JoinAnswer | SyncAnswer | None = None
 
 
+def _nothing() -> None:
+    pass
+
+
 class Membership:
     """Carries out the groups' decisions for one broker's coordinator."""
 
@@ -54,6 +58,8 @@ class Membership:
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.rebalances = 0  # completed rebalances, for the metrics (§17.6)
+        # Called whenever a group may have changed: the live-group marks (§17.7) compare again.
+        self.on_change: Callable[[], None] = _nothing
 
     @staticmethod
     def now_ms() -> int:
@@ -122,6 +128,7 @@ class Membership:
 
     def carry_out_soon(self, groups: OffsetsPartition, group: Group, effects: Effects) -> None:
         """As ``carry_out``, from a timer: a write runs in the background (no request waits on it)."""
+        self.on_change()
         self._count(group, effects)
         self._answer(group.group_id, effects)
         if effects.store and self._nursery is not None:
@@ -158,6 +165,7 @@ class Membership:
 
     def drop(self, groups: OffsetsPartition) -> None:
         """The partition is no longer this broker's: its waiting requests answer NOT_COORDINATOR."""
+        self.on_change()
         for (group_id, member_id, kind), slot in list(self._slots.items()):
             if group_id in groups.groups and not slot.done.is_set():
                 slot.answer = (JoinAnswer(ErrorCode.not_coordinator, member_id) if kind == "join"
@@ -169,6 +177,7 @@ class Membership:
     def poke(self) -> None:
         """A group changed: its deadlines may be earlier than the timer task's sleep."""
         self._wake.set()
+        self.on_change()
 
     async def _run_timers(self) -> None:
         while True:
