@@ -52,16 +52,27 @@ def test_too_large():
     assert validate_batches(data, max_batch_bytes=len(data))
 
 
-@pytest.mark.parametrize("field, value", [("producer_id", 7), ("record_count", 0), ("last_offset_delta", 5),
-                                          ("attributes", 0x10), ("attributes", 0x20), ("attributes", 6)])
-def test_fields_that_break_a_rule_are_invalid(field, value):
+def _with(**fields):
     plain = build_batch([b"x", b"y"], timestamp_ms=1)
-    header = read_header(plain)._replace(**{field: value})
+    header = read_header(plain)._replace(**fields)
     data = bytearray(encode_header(header)) + plain[HEADER_BYTES:]
     write_crc(data, 0, len(data))
+    return data
+
+
+@pytest.mark.parametrize("field, value, kind", [
+    ("record_count", 0, BatchError.INVALID), ("last_offset_delta", 5, BatchError.INVALID),
+    ("attributes", 0x20, BatchError.INVALID), ("attributes", 6, BatchError.INVALID),
+    ("attributes", 0x10, BatchError.TRANSACTIONAL)])
+def test_fields_that_break_a_rule_are_refused(field, value, kind):
     with pytest.raises(BatchError) as caught:
-        validate_batches(data, max_batch_bytes=LIMIT)
-    assert caught.value.kind == BatchError.INVALID
+        validate_batches(_with(**{field: value}), max_batch_bytes=LIMIT)
+    assert caught.value.kind == kind
+
+
+def test_an_idempotent_batch_passes_the_codec_the_log_checks_its_sequence():
+    [header] = validate_batches(_with(producer_id=7, producer_epoch=0, base_sequence=0), max_batch_bytes=LIMIT)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 0)
 
 
 def test_a_compressed_batch_may_have_gaps_in_its_offset_deltas():

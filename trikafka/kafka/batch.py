@@ -102,6 +102,9 @@ class BatchError(ValueError):
     CORRUPT = "corrupt"  # CORRUPT_MESSAGE: framing or CRC
     INVALID = "invalid"  # INVALID_RECORD: a field breaks a rule
     TOO_LARGE = "too_large"  # MESSAGE_TOO_LARGE
+    OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"  # OUT_OF_ORDER_SEQUENCE_NUMBER (§19.3)
+    INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"  # INVALID_PRODUCER_EPOCH (§19.3)
+    TRANSACTIONAL = "transactional"  # a transactional batch, not served yet (§19.1)
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
@@ -199,11 +202,10 @@ def _check_fields(header: BatchHeader) -> None:
                                         and header.last_offset_delta != header.record_count - 1):
         raise BatchError(BatchError.INVALID, f"{where}: lastOffsetDelta {header.last_offset_delta} "
                                              f"for {header.record_count} records")
-    if header.attributes & (TRANSACTIONAL | CONTROL):
-        raise BatchError(BatchError.INVALID, f"{where}: transactional and control batches are not served")
-    if header.producer_id != NO_PRODUCER_ID:
-        raise BatchError(BatchError.INVALID, f"{where}: idempotent producers are not served (producer id "
-                                             f"{header.producer_id})")
+    if header.attributes & CONTROL:
+        raise BatchError(BatchError.INVALID, f"{where}: only the broker writes control batches")
+    if header.attributes & TRANSACTIONAL:
+        raise BatchError(BatchError.TRANSACTIONAL, f"{where}: transactional batches are not served yet (§19.1)")
     if header.compression > 4:
         raise BatchError(BatchError.INVALID, f"{where}: unknown compression {header.compression}")
 

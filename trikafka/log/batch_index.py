@@ -29,11 +29,12 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Iterable
 
-from trikafka.kafka.batch import (HEADER_BYTES, LOG_OVERHEAD, PADDING_ATTRIBUTES, BatchHeader, read_header,
-                                  walk_headers)
+from trikafka.kafka.batch import (HEADER_BYTES, LOG_OVERHEAD, NO_PRODUCER_ID, PADDING_ATTRIBUTES, BatchHeader,
+                                  read_header, walk_headers)
 
 from .errors import LogLoadError
 from .fs import SegmentFile
+from .producer_state import SegmentProducers
 
 _INT64 = struct.Struct(">q")
 # Opening a log reads every segment in chunks of this size (config.recovery_chunk_bytes, by default).
@@ -44,7 +45,7 @@ class BatchIndex:
     """The batches of one segment (see the module docstring); positions are relative to the segment."""
 
     __slots__ = ("offsets", "positions", "max_timestamps_ms", "size_bytes", "next_offset",
-                 "largest_timestamp_offset", "padding_starts", "padding_ends")
+                 "largest_timestamp_offset", "padding_starts", "padding_ends", "producers")
 
     def __init__(self, next_offset: int):
         self.offsets = array("q")  # base offset of each batch
@@ -55,6 +56,7 @@ class BatchIndex:
         self.largest_timestamp_offset = -1  # the last record of the first batch reaching the largest timestamp
         self.padding_starts = array("q")  # byte ranges of padding runs (see the module docstring)
         self.padding_ends = array("q")
+        self.producers = SegmentProducers()  # the idempotent batches' producers (§19.2)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -76,6 +78,7 @@ class BatchIndex:
         to it); ``ValueError`` at a batch that does not start where the previous one ended, at its
         next offset (the batches before it stay indexed)."""
         offsets, positions, times = self.offsets, self.positions, self.max_timestamps_ms  # the build's hot loop
+        producers = self.producers
         running = times[-1] if times else None
         for header in headers:
             position = base_position + header.position
@@ -93,6 +96,8 @@ class BatchIndex:
                     running = header.max_timestamp_ms
                     self.largest_timestamp_offset = next_offset - 1
                 times.append(running)
+            if header.producer_id != NO_PRODUCER_ID:
+                producers.add(header)
             offsets.append(header.base_offset)
             positions.append(position)
             self.size_bytes = end
@@ -129,6 +134,7 @@ class BatchIndex:
         del self.padding_starts[r:], self.padding_ends[r:]
         if self.padding_ends and self.padding_ends[-1] > position:
             self.padding_ends[-1] = position
+        self.producers.truncate(self.next_offset)
         if not self.offsets:
             self.largest_timestamp_offset = -1
         else:  # the first batch whose running maximum reached the largest timestamp that remains

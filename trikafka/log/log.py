@@ -37,6 +37,7 @@ from .kafka_offsets import KafkaOffsets
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
 from .retention import Retention, RetentionTicket
+from .producer_state import ProducerStates
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
@@ -81,6 +82,7 @@ class Log:
         self._format = record_format
         assert all((s.batches is not None) == record_format.logical_offsets for s in segments), segments
         self._kafka_offsets = KafkaOffsets(self._segments) if record_format.logical_offsets else None
+        self._producers = ProducerStates.fold(s.batches.producers for s in segments if s.batches is not None)
         self._roll_on_append = roll_on_append
         self._idle_listeners: list[Callable[[Log], None]] = []
         self._failure: str | None = None
@@ -111,6 +113,11 @@ class Log:
         return log
 
     # -- state ------------------------------------------------------------------------
+
+    @property
+    def producers(self) -> ProducerStates:
+        """A Kafka-format log's producer state (§19.2; empty for a 0.7 log)."""
+        return self._producers
 
     @property
     def record_format(self) -> str:
@@ -215,9 +222,11 @@ class Log:
         next_logical = kafka.next_offset if kafka is not None else -1
         prepared = self._format.prepare(data, self.config.max_message_size, next_logical, assign)
         valid_bytes = prepared.valid_bytes
-        if valid_bytes == 0:
+        duplicate = self._producers.check(prepared.batches) if assign is not None else None
+        if valid_bytes == 0 or duplicate is not None:  # a duplicate answers its first append's offset (§19.3)
             end = self.end_offset
-            return AppendResult(end, end, 0, self._flushing.flush_due(self.config), next_logical)
+            return AppendResult(end, end, 0, self._flushing.flush_due(self.config),
+                                next_logical if duplicate is None else duplicate)
         now_ms = self._clock_ms()
         if self._roll_on_append and self.should_roll(now_ms):
             self._roll_inline()
@@ -231,6 +240,7 @@ class Log:
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
         if segment.batches is not None:
             segment.batches.add_headers(prepared.batches, base_offset - segment.start)
+            self._producers.record(prepared.batches)
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
         self._flushing.appended(prepared.message_count)
@@ -450,6 +460,9 @@ class Log:
             if ticket.error is not None:
                 raise self._fail(f"truncation of {ticket.segment.path} to {ticket.cut} bytes failed: {ticket.error}")
             self._flushing.settle_truncate(self._truncation.settle(ticket))
+            if self._kafka_offsets is not None:  # the cut batches leave the producer state (§19.2)
+                self._producers = ProducerStates.fold(s.batches.producers for s in self._segments.view.segments
+                                                      if s.batches is not None)
         finally:
             self._notify_idle()
 

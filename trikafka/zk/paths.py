@@ -205,6 +205,7 @@ REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
 TOPIC_CONFIGS = "/trikafka/config/topics"
 KAFKA_GROUPS = "/trikafka/kafka-groups"
+PRODUCER_IDS = "/trikafka/producer-ids"  # the next free block of producer ids (docs: §19.1)
 
 
 def replicated_topic(topic: str) -> str:

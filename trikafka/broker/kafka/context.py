@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from ..seams import RunBlocking
     from .groups.membership import Membership
+    from .producer_ids import ProducerIds
     from .groups.state import OffsetsPartition
 
 
@@ -88,6 +89,9 @@ class KafkaContext(Protocol):
 
     @property
     def groups(self) -> GroupCoordination: ...
+
+    @property
+    def producer_ids(self) -> ProducerIds: ...
 
     @property
     def admin(self) -> Any: ...  # Any: the broker's TopicAdmin (its METADATA view and settings store)

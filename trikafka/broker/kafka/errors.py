@@ -34,6 +34,9 @@ BATCH_TO_KAFKA: dict[str, ErrorCode] = {
     BatchError.CORRUPT: ErrorCode.corrupt_message,
     BatchError.INVALID: ErrorCode.invalid_record,
     BatchError.TOO_LARGE: ErrorCode.message_too_large,
+    BatchError.OUT_OF_ORDER_SEQUENCE: ErrorCode.out_of_order_sequence_number,
+    BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
+    BatchError.TRANSACTIONAL: ErrorCode.transactional_id_authorization_failed,
 }
 
 

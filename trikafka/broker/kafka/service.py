@@ -32,7 +32,7 @@ from ..partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
-from . import cluster, fetch, offsets, produce, topics
+from . import cluster, fetch, offsets, produce, producer_ids, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
@@ -71,6 +71,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
+    KafkaApi.INIT_PRODUCER_ID: producer_ids.init_producer_id,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
@@ -102,6 +103,9 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
+        self.producer_ids = producer_ids.ProducerIds(functools.partial(
+            self.run_blocking, functools.partial(producer_ids.take_file_block, handler.directory.log_manager.fs,
+                                                 config.log_dir)))
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -121,6 +125,8 @@ class KafkaService:
             self.handler.replicas.on_role = self.groups.on_role
         if zookeeper is not None:
             from .groups.live_marks import LiveGroupMarks
+            from trikafka.zk.producer_ids import take_block
+
             from .registry import KafkaRegistry
 
             registry = KafkaRegistry(self, zookeeper.coordinator)
@@ -128,6 +134,7 @@ class KafkaService:
             self.cluster_id = await registry.cluster_id()
             self.peers = registry.peers
             await nursery.start(registry.run)
+            self.producer_ids = producer_ids.ProducerIds(functools.partial(take_block, zookeeper.coordinator))
             marks = LiveGroupMarks(zookeeper.coordinator, self.broker_id, self.groups.loaded)
             self.groups.membership.on_change = marks.changed
             nursery.start_soon(marks.run)

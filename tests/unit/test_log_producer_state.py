@@ -1,0 +1,119 @@
+"""Producer state of a Kafka-format log (docs/protocol.md §19.2, §19.3): the leader's checks as a
+table, duplicates answered with their first offset and stored once, and the state derived again
+from the log after a reopen and a truncation."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from tests.unit.test_log_kafka_format import stored, v2_log
+from trikafka.kafka.batch import BatchError, read_header
+from trikafka.kafka.records import build_batch
+from trikafka.log import Log, OffsetAssignment
+from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates, next_sequence
+
+PID = 42
+
+
+def idempotent(seq: int, count: int = 1, *, epoch: int = 0, pid: int = PID) -> bytearray:
+    return bytearray(build_batch([f"{pid}-{epoch}-{seq + k}".encode() for k in range(count)], producer_id=pid,
+                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=1))
+
+
+def lead(log: Log, data: bytearray):
+    return log.append(data, assign=OffsetAssignment(1))
+
+
+def kind_of(log: Log, data: bytearray) -> str:
+    with pytest.raises(BatchError) as caught:
+        lead(log, data)
+    return caught.value.kind
+
+
+def test_the_leaders_table():
+    log, *_ = v2_log()
+    assert lead(log, idempotent(0, 2)).logical_offset == 0  # a producer new to the log
+    assert lead(log, idempotent(2, 3)).logical_offset == 2  # the next sequence
+    before = stored(log)
+    assert lead(log, idempotent(0, 2)).logical_offset == 0  # a duplicate: its first offset, nothing written
+    assert lead(log, idempotent(2, 3)).logical_offset == 2
+    assert stored(log) == before
+    assert kind_of(log, idempotent(6)) == BatchError.OUT_OF_ORDER_SEQUENCE  # a gap
+    assert kind_of(log, idempotent(1)) == BatchError.OUT_OF_ORDER_SEQUENCE  # overlaps, not a cached batch
+    assert kind_of(log, idempotent(3, epoch=1)) == BatchError.OUT_OF_ORDER_SEQUENCE  # a new epoch at seq 3
+    assert lead(log, idempotent(0, epoch=1)).logical_offset == 5  # a new epoch starts over at 0
+    assert kind_of(log, idempotent(5, epoch=0)) == BatchError.INVALID_PRODUCER_EPOCH  # fenced
+    assert kind_of(log, idempotent(0, epoch=-1)) == BatchError.INVALID
+    assert lead(log, idempotent(0, pid=7)).logical_offset == 6  # another producer has its own sequence
+    assert stored(log)[len(before):].count(b"42-0-") == 0 and log.kafka_offsets.next_offset == 7
+
+
+def test_only_the_last_five_batches_are_remembered():
+    log, *_ = v2_log()
+    for seq in range(CACHED_BATCHES + 1):
+        lead(log, idempotent(seq))
+    assert lead(log, idempotent(CACHED_BATCHES)).logical_offset == CACHED_BATCHES  # still cached
+    assert kind_of(log, idempotent(0)) == BatchError.OUT_OF_ORDER_SEQUENCE  # too old to tell
+
+
+def test_sequences_wrap_after_the_largest_int32():
+    log, *_ = v2_log()
+    top = 2**31 - 1
+    lead(log, idempotent(top - 1, 2))
+    assert next_sequence(top) == 0
+    assert lead(log, idempotent(0)).logical_offset == 2
+
+
+def test_a_request_with_duplicates_and_new_batches_appends_nothing():
+    log, *_ = v2_log()
+    lead(log, idempotent(0))
+    before = stored(log)
+    assert kind_of(log, idempotent(0) + idempotent(1)) == BatchError.OUT_OF_ORDER_SEQUENCE
+    assert stored(log) == before
+    assert lead(log, idempotent(1) + idempotent(2)).logical_offset == 1  # in order within one part
+
+
+def test_the_state_is_rebuilt_from_the_log_when_it_opens():
+    log, manager, fs, clock = v2_log(segment_bytes=300)
+    for seq in range(8):
+        lead(log, idempotent(seq))
+    assert len(log.segments.segments) > 1
+    manager.close()
+    reopened = Log.open(fs, log.dir_path, "t", 0, log.config, clock, True)
+    assert lead(reopened, idempotent(7)).logical_offset == 7  # a retry after the restart: the duplicate
+    assert lead(reopened, idempotent(8)).logical_offset == 8
+
+
+def test_a_follower_keeps_the_state_it_copies_and_truncation_forgets_cut_batches():
+    leader, *_ = v2_log()
+    for seq in range(4):
+        lead(leader, idempotent(seq))
+    follower, *_ = v2_log()
+    follower.append(stored(leader))
+    assert lead(follower, idempotent(3)).logical_offset == 3  # the new leader catches the retry
+    cut_at = follower.kafka_offsets.position_of(2)
+    follower.truncate_to(cut_at)
+    assert lead(follower, idempotent(2)).logical_offset == 2  # the cut batch is no duplicate now
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=30))
+def test_a_fold_of_the_segments_is_the_state_the_appends_left(steps):
+    log, *_ = v2_log(segment_bytes=250)
+    next_seq = {pid: 0 for pid in range(4)}
+    for pid, count in steps:
+        lead(log, idempotent(next_seq[pid], count, pid=pid))
+        next_seq[pid] += count
+    folded = ProducerStates.fold(s.batches.producers for s in log.segments.segments)
+    assert {p: (e.epoch, e.batches) for p, e in folded.entries.items()} == \
+        {p: (e.epoch, e.batches) for p, e in log.producers.entries.items()}
+    for pid, entry in log.producers.entries.items():
+        assert entry.batches[-1].last_seq == next_seq[pid] - 1
+
+
+def test_batches_without_a_producer_take_no_part():
+    log, *_ = v2_log()
+    plain = bytearray(build_batch([b"x"], timestamp_ms=1))
+    lead(log, plain)
+    lead(log, bytearray(build_batch([b"x"], timestamp_ms=1)))
+    assert len(log.producers) == 0 and read_header(stored(log)).producer_id == -1
