@@ -9,6 +9,8 @@ import socket
 import struct
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from trikafka.kafka.framing import decode_response, encode_request
 
 TIMEOUT_S = 10.0
@@ -47,3 +49,34 @@ def _read(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError(f"closed after {len(data)} of {n} bytes")
         data += chunk
     return bytes(data)
+
+
+def init_producer_id(bootstrap: str, *, producer_id: int = -1, epoch: int = -1,
+                     transactional_id: str | None = None) -> tuple[ErrorCode, int, int]:
+    """InitProducerId v4 (docs/protocol.md §19.1): (error, producer id, epoch)."""
+    import datetime
+
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.schema.types import ProducerId, TransactionalId
+    from kio.static.primitive import i16
+
+    answer = exchange(bootstrap, 22, 4, InitProducerIdRequest(
+        transactional_id=None if transactional_id is None else TransactionalId(transactional_id),
+        transaction_timeout=datetime.timedelta(seconds=60), producer_id=ProducerId(producer_id),
+        producer_epoch=i16(epoch)))
+    return answer.error_code, int(answer.producer_id), int(answer.producer_epoch)
+
+
+def produce_records(bootstrap: str, topic: str, partition: int, records: bytes, *, acks: int = -1) -> tuple[ErrorCode, int]:
+    """Produce v9 of one partition's ``records``: (error, base offset)."""
+    import datetime
+
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.static.primitive import i16, i32
+
+    answer = exchange(bootstrap, 0, 9, ProduceRequest(acks=i16(acks), timeout=datetime.timedelta(seconds=10),
+                                                      topic_data=(TopicProduceData(name=topic, partition_data=(
+                                                          PartitionProduceData(index=i32(partition),
+                                                                               records=records),)),)))
+    part = answer.responses[0].partition_responses[0]
+    return part.error_code, int(part.base_offset)
