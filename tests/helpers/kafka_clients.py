@@ -6,10 +6,12 @@ kcat); these helpers only drive them, so each test states what it checks.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import trio
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
@@ -164,3 +166,33 @@ def check_acknowledged_read_back(acked: list[Acked], seen: list[Seen], partition
     unknown = [s for s in seen if s.value is None or not s.value.isdigit()]
     assert not unknown, f"records never sent: {unknown[:5]}"
     assert sent <= {s.value for s in seen}
+
+
+def check_exactly_once(acked: list[Acked], seen: list[Seen], partitions: int) -> None:
+    """The promise of an idempotent producer (docs/protocol.md §19.3, §19.4) on top of
+    ``check_acknowledged_read_back``'s: no value is read twice, and each partition holds its values
+    in the order they were sent (the counted values rise with the offsets)."""
+    check_acknowledged_read_back(acked, seen, partitions)
+    values = [s.value for s in seen]
+    twice = sorted({v for v in values if values.count(v) > 1})
+    assert not twice, f"{len(twice)} values stored twice, e.g. {twice[:5]}"
+    for partition in range(partitions):
+        in_offset_order = [int(s.value or b"-1") for s in sorted(seen, key=lambda s: s.offset)
+                           if s.partition == partition]
+        assert in_offset_order == sorted(in_offset_order), f"partition {partition}: values out of order"
+
+
+async def leader_of(bootstrap: str, topic: str, partition: int, *, isr: int = 3, not_on: int | None = None,
+                    wait_s: float = 120.0) -> int:
+    """The broker Metadata names as the partition's leader, once it names one (other than ``not_on``)
+    with an ISR of ``isr`` replicas."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with trio.fail_after(wait_s):
+        while True:
+            metadata = await trio.to_thread.run_sync(functools.partial(admin.list_topics, topic, timeout=10))
+            found = metadata.topics[topic].partitions.get(partition)
+            if found is not None and found.leader >= 0 and found.leader != not_on and len(found.isrs) == isr:
+                return int(found.leader)
+            await trio.sleep(0.1)
