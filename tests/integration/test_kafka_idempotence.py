@@ -15,7 +15,9 @@ from kio.schema.errors import ErrorCode
 from tests.helpers.kafka_clients import create_topic, read_with_confluent
 from tests.helpers.kafka_processes import kafka_serve
 from tests.helpers.kafka_wire import init_producer_id, produce_records
+from trikafka.kafka.batch import BatchHeader, walk_headers
 from trikafka.kafka.records import build_batch
+from trikafka.log.names import SEGMENT_SUFFIX
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -112,3 +114,33 @@ def test_idempotent_producers_write_each_record_once_in_order(kafka: RunningKafk
     seen = read_with_confluent(kafka.bootstrap, topic, 1, COUNT)
     assert [s.value for s in seen] == [str(n).encode() for n in range(COUNT)]
     assert [s.offset for s in seen] == list(range(COUNT))
+
+
+def _stored_headers(log_dir: str, topic: str) -> list[BatchHeader]:
+    from pathlib import Path
+
+    return [h for segment in sorted(Path(log_dir, f"{topic}-0").glob(f"*{SEGMENT_SUFFIX}"))
+            for h in walk_headers(segment.read_bytes())]
+
+
+def test_trikafkas_producer_is_idempotent_under_acks_all_by_default(kafka: RunningKafkaBroker) -> None:
+    from trikafka.client.kafka import KafkaClient
+    from trikafka.client.kafka.producer import KafkaProducer
+
+    async def run(topic: str, **settings: object) -> None:
+        async with KafkaClient(kafka.bootstrap) as client:
+            async with KafkaProducer.open(client, linger_s=0.001, batch_max_bytes=200, **settings) as producer:
+                for n in range(100):
+                    await producer.submit(topic, str(n).encode(), partition=0)
+
+    for topic, settings in (("trikafka-idem", {}), ("trikafka-acks1", {"acks": 1})):
+        create_topic(kafka.bootstrap, topic)
+        trio.run(functools.partial(run, topic, **settings))
+    headers = _stored_headers(kafka.log_dir, "trikafka-idem")
+    assert len(headers) > 1 and {h.producer_id for h in headers} != {-1}
+    assert len({(h.producer_id, h.producer_epoch) for h in headers}) == 1
+    sequences = [(h.base_sequence, h.record_count) for h in headers]
+    assert [s for s, _ in sequences] == [sum(c for _, c in sequences[:k]) for k in range(len(sequences))]
+    assert {h.producer_id for h in _stored_headers(kafka.log_dir, "trikafka-acks1")} == {-1}
+    with pytest.raises(ValueError, match="needs acks -1"):
+        trio.run(functools.partial(run, "trikafka-acks1", acks=1, idempotent=True))

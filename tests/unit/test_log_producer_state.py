@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.unit.test_log_kafka_format import stored, v2_log
-from trikafka.kafka.batch import BatchError, read_header
+from trikafka.kafka.batch import BatchError, next_sequence, read_header
 from trikafka.kafka.records import build_batch
 from trikafka.log import Log, OffsetAssignment
-from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates, next_sequence
+from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates
 
 PID = 42
 

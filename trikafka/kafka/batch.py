@@ -42,6 +42,7 @@ CONTROL = 0x20
 PADDING = 0x4000
 PADDING_ATTRIBUTES = CONTROL | PADDING
 NO_PRODUCER_ID = -1
+_SEQUENCE_MODULUS = 1 << 31  # producer sequence numbers are int32 and wrap from 2^31 - 1 to 0
 # Zeros fed to the CRC of a padding batch's body at a time.
 _ZERO_CHUNK = bytes(1 << 20)
 
@@ -109,6 +110,11 @@ class BatchError(ValueError):
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
         self.kind = kind
+
+
+def next_sequence(sequence: int, count: int = 1) -> int:
+    """A producer's ``sequence`` advanced by ``count``, wrapping after 2^31 - 1 to 0 (§19.3)."""
+    return (sequence + count) % _SEQUENCE_MODULUS
 
 
 def read_header(data: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:

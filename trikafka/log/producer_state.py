@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from trikafka.kafka.batch import NO_PRODUCER_ID, BatchError, BatchHeader
+from trikafka.kafka.batch import NO_PRODUCER_ID, BatchError, BatchHeader, next_sequence
 
 CACHED_BATCHES = 5  # as Kafka: a producer has at most five batches in flight per partition
-_SEQUENCE_MODULUS = 1 << 31  # sequence numbers are int32 and wrap from 2^31 - 1 to 0
 
 
 class ProducerBatch(NamedTuple):
@@ -33,11 +32,6 @@ class ProducerBatch(NamedTuple):
     last_seq: int
     base_offset: int
     last_offset: int
-
-
-def next_sequence(sequence: int, count: int = 1) -> int:
-    """``sequence`` advanced by ``count``, wrapping after 2^31 - 1 to 0 (§19.3)."""
-    return (sequence + count) % _SEQUENCE_MODULUS
 
 
 def producer_batch(header: BatchHeader) -> ProducerBatch:

@@ -5,7 +5,9 @@ answer.  A batch goes out when it reaches ``batch_max_bytes`` or when
 ``linger_s`` has passed since its first record; batches of one partition go
 out one at a time, in the order they closed, each as a v2 record batch built by
 ``trikafka.kafka.records``.  A batch whose leader moved is sent again to the
-new leader (``KafkaClient.call_leader``).
+new leader (``KafkaClient.call_leader``).  Under acks -1 the producer is
+idempotent unless told otherwise (§19.4): its batches carry a producer id
+and per-partition sequences (``Idempotence``), so a retry is stored once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from . import schema
 from .client import KafkaClient
 from .connection import KafkaConnection
 from .errors import check
+from .idempotence import Idempotence
 from .partitioner import DefaultPartitioner
 
 ACKS_NONE = 0
@@ -39,6 +42,13 @@ DEFAULT_ACK_TIMEOUT_S = 30.0
 UNKNOWN_OFFSET = -1  # what acks 0 answers: the broker says nothing
 # Per record: Kafka's record framing (length, attributes, deltas, lengths) is at most this many bytes.
 _RECORD_OVERHEAD_BYTES = 21
+
+
+def _check_settings(acks: int, idempotent: bool | None) -> None:
+    if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+        raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
+    if idempotent and acks != ACKS_ALL:
+        raise ValueError(f"an idempotent producer needs acks -1, not {acks}")
 
 
 @dataclass
@@ -75,14 +85,17 @@ class KafkaProducer:
     ``acks``: 0 (no answer, offsets are -1), 1 (the leader appended) or -1
     (every in-sync replica, §12.6).  ``compression``: a ``Compression``
     (0 none .. 4 zstd).  ``ack_timeout_s``: how long the broker may wait for
-    replicas under acks -1.
+    replicas under acks -1.  ``idempotent``: number batches so that retries
+    are stored once (§19.4); None means "when acks is -1", as Kafka's clients
+    default; True with another acks raises ``ValueError``.
     """
 
     def __init__(self, client: KafkaClient, nursery: trio.Nursery, *, acks: int = ACKS_ALL,
                  compression: int = Compression.NONE, linger_s: float = DEFAULT_LINGER_S,
-                 batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S):
-        if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
-            raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
+                 batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
+                 idempotent: bool | None = None):
+        _check_settings(acks, idempotent)
+        self.idempotence = Idempotence(client) if idempotent or (idempotent is None and acks == ACKS_ALL) else None
         self.client = client
         self.acks = acks
         self.compression = Compression(compression)
@@ -102,11 +115,13 @@ class KafkaProducer:
     @contextlib.asynccontextmanager
     async def open(cls, client: KafkaClient, *, acks: int = ACKS_ALL, compression: int = Compression.NONE,
                    linger_s: float = DEFAULT_LINGER_S, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
-                   ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S) -> AsyncIterator[KafkaProducer]:
+                   ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
+                   idempotent: bool | None = None) -> AsyncIterator[KafkaProducer]:
         """``async with KafkaProducer.open(client, acks=1) as producer``; leaving it flushes."""
+        _check_settings(acks, idempotent)  # raised here, not from inside the nursery's group
         async with trio.open_nursery() as nursery:
             producer = cls(client, nursery, acks=acks, compression=compression, linger_s=linger_s,
-                           batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s)
+                           batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s, idempotent=idempotent)
             try:
                 yield producer
                 await producer.flush()
@@ -175,14 +190,22 @@ class KafkaProducer:
     async def _drain(self, where: tuple[str, int], queue: collections.deque[_Batch]) -> None:
         """Send the partition's batches one at a time, in the order they closed."""
         topic, partition = where
+        idempotence = self.idempotence
         while queue:
             batch = queue[0]
             try:
-                data = build_batch(batch.records, compression=self.compression)
+                producer_id, epoch = await idempotence.stamp() if idempotence is not None else (-1, -1)
+                sequence = idempotence.sequence(where) if idempotence is not None else -1
+                data = build_batch(batch.records, compression=self.compression, producer_id=producer_id,
+                                   producer_epoch=epoch, base_sequence=sequence)
                 batch.base_offset = await self.client.call_leader(
                     topic, partition, lambda connection: self._produce(connection, topic, partition, data))
+                if idempotence is not None:
+                    idempotence.acknowledged(where, epoch, len(batch.records))
             except Exception as exc:  # every waiting send raises it
                 batch.error = exc
+                if idempotence is not None:
+                    idempotence.failed()
             finally:
                 queue.popleft()
                 batch.sent.set()

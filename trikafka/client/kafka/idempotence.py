@@ -1,0 +1,75 @@
+"""An idempotent producer's identity: its producer id, epoch and sequence per partition
+(docs/protocol.md §19.1, §19.4).
+
+The id comes from InitProducerId on first use.  A batch carries its
+partition's next sequence, and a retry of it the same bytes (so the leader
+answers a retry whose first answer was lost with the first offset); the
+sequence advances only when the batch is acknowledged.  When a batch fails
+for good, its sequence is lost to the broker's view, so the next batch asks
+for the next epoch (KIP-360: the same id, epoch + 1) and every partition's
+sequence starts again at 0, which the leader accepts under a new epoch.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import trio
+
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.batch import next_sequence
+
+from . import schema
+from .client import KafkaClient
+from .errors import check
+
+Where = tuple[str, int]
+_BUMP_FROM_VERSION = 3  # InitProducerId carries the producer's id and epoch from v3 (KIP-360)
+_TRANSACTION_TIMEOUT = datetime.timedelta(minutes=1)  # unused without a transactional id; Kafka's default
+
+
+class Idempotence:
+    """The producer id, epoch and per-partition sequences of one producer."""
+
+    def __init__(self, client: KafkaClient):
+        self._client = client
+        self.producer_id = -1
+        self.epoch = -1
+        self._sequences: dict[Where, int] = {}
+        self._bump = False
+        self._lock = trio.Lock()
+
+    async def stamp(self) -> tuple[int, int]:
+        """The (producer id, epoch) the next batch carries, asking the broker first when there is none
+        yet or a failed batch asked for the next epoch."""
+        async with self._lock:
+            if self.producer_id < 0 or self._bump:
+                await self._init()
+            return self.producer_id, self.epoch
+
+    def sequence(self, where: Where) -> int:
+        """The base sequence of the partition's next batch."""
+        return self._sequences.get(where, 0)
+
+    def acknowledged(self, where: Where, epoch: int, records: int) -> None:
+        """The partition's batch of ``records`` stamped with ``epoch`` is stored."""
+        if epoch == self.epoch:
+            self._sequences[where] = next_sequence(self.sequence(where), records)
+
+    def failed(self) -> None:
+        """A batch failed for good: the next one starts a new epoch."""
+        self._bump = True
+
+    async def _init(self) -> None:
+        connection = await self._client.any_connection()
+        api = KafkaApi.INIT_PRODUCER_ID
+        version = connection.version(api)
+        bump = self.producer_id >= 0 and version >= _BUMP_FROM_VERSION
+        body = schema.build(api, version, transactional_id=None, transaction_timeout=_TRANSACTION_TIMEOUT,
+                            producer_id=self.producer_id if bump else -1, producer_epoch=self.epoch if bump else -1)
+        answer = await connection.send(api, version, body)
+        check(schema.field(answer, "error_code"), "InitProducerId")
+        self.producer_id = int(schema.field(answer, "producer_id"))
+        self.epoch = int(schema.field(answer, "producer_epoch"))
+        self._sequences.clear()
+        self._bump = False
