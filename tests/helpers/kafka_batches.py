@@ -1,12 +1,21 @@
 """v2 record batches for the log's tests (docs/protocol.md §16.6), built with the codec's builder.
 
 ``make_batch`` spaces its records' timestamps ``timestamp_step_ms`` apart, as
-the log's time-index tests need; ``batches`` numbers consecutive batches.
+the log's time-index tests need; ``batches`` numbers consecutive batches;
+``v2_log`` opens a Kafka-format log on a fake file system, ``stored`` reads
+its bytes back.
 """
 
 from __future__ import annotations
 
 from trikafka.kafka.records import Record, build_batch
+from trikafka.log import LogConfig, LogManager, ManualClock
+from trikafka.testing import FakeFileSystem
+
+ROOT = "/logs"
+DIR = ROOT + "/t-0"
+T0 = 1_000_000
+V2 = LogConfig(record_format="v2")
 
 
 def make_batch(values: list[bytes], *, base_offset: int = 0, base_timestamp_ms: int = 1_000,
@@ -29,3 +38,20 @@ def batches(counts: list[int], *, base_offset: int = 0, base_timestamp_ms: int =
         offset += count
         timestamp_ms += count
     return bytes(out)
+
+
+def manager(fs=None, clock=None, config=V2, **kwargs):
+    clock = clock or ManualClock(T0)
+    fs = fs or FakeFileSystem(0, clock)
+    m = LogManager(ROOT, config, fs, clock, **kwargs)
+    m.open()
+    return m, fs, clock
+
+
+def v2_log(**config):
+    m, fs, clock = manager(config=LogConfig(record_format="v2", **config))
+    return m.get_or_create("t", 0), m, fs, clock
+
+
+def stored(log):
+    return b"".join(s.file.pread(0, s.size) for s in log.segments.segments)

@@ -9,14 +9,13 @@ import random
 
 import pytest
 
-from tests.helpers.kafka_batches import batches, make_batch
+from tests.helpers.kafka_batches import DIR, ROOT, T0, V2, batches, make_batch, manager, stored, v2_log
 from trikafka.kafka.batch import BatchError, BatchHeader, batch_crc, read_header, validate_batches, walk_headers
 from trikafka.log import (
     FORMAT_FILE,
     Log,
     LogConfig,
     LogLoadError,
-    LogManager,
     ManualClock,
     OffsetAssignment,
     WrongFormatError,
@@ -27,32 +26,11 @@ from trikafka.log.cleaner import CompactionPolicy, LogCleaner
 from trikafka.testing import FakeFileSystem
 from trikafka.wire.messageset import build_message_set
 
-ROOT = "/logs"
-DIR = ROOT + "/t-0"
-T0 = 1_000_000
-V2 = LogConfig(record_format="v2")
-
-
-def manager(fs=None, clock=None, config=V2, **kwargs):
-    clock = clock or ManualClock(T0)
-    fs = fs or FakeFileSystem(0, clock)
-    m = LogManager(ROOT, config, fs, clock, **kwargs)
-    m.open()
-    return m, fs, clock
-
-
-def v2_log(**config):
-    m, fs, clock = manager(config=LogConfig(record_format="v2", **config))
-    return m.get_or_create("t", 0), m, fs, clock
 
 
 def lead(log, counts, epoch=3, append_time_ms=None):
     """Append ``counts`` as the leader would, one batch per count; the results."""
     return [log.append(bytearray(batches([n])), assign=OffsetAssignment(epoch, append_time_ms)) for n in counts]
-
-
-def stored(log):
-    return b"".join(s.file.pread(0, s.size) for s in log.segments.segments)
 
 
 def fresh_walk(log):

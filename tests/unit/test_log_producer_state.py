@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.unit.test_log_kafka_format import stored, v2_log
+from tests.helpers.kafka_batches import stored, v2_log
 from trikafka.kafka.batch import BatchError, next_sequence, read_header
 from trikafka.kafka.records import build_batch
 from trikafka.log import Log, OffsetAssignment

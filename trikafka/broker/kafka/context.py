@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ..seams import RunBlocking
     from .groups.membership import Membership
-    from .producer_ids import ProducerIds
+    from .producer_id_blocks import ProducerIds
     from .groups.state import OffsetsPartition
 
 

@@ -32,7 +32,7 @@ from ..partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
-from . import cluster, fetch, offsets, produce, producer_ids, topics
+from . import cluster, fetch, offsets, produce, producer_id_blocks, producer_ids, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
@@ -103,8 +103,8 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
-        self.producer_ids = producer_ids.ProducerIds(functools.partial(
-            self.run_blocking, functools.partial(producer_ids.take_file_block, handler.directory.log_manager.fs,
+        self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
+            self.run_blocking, functools.partial(producer_id_blocks.take_file_block, handler.directory.log_manager.fs,
                                                  config.log_dir)))
         self._latency = handler.metrics.kafka_requests
 
@@ -134,7 +134,7 @@ class KafkaService:
             self.cluster_id = await registry.cluster_id()
             self.peers = registry.peers
             await nursery.start(registry.run)
-            self.producer_ids = producer_ids.ProducerIds(functools.partial(take_block, zookeeper.coordinator))
+            self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(take_block, zookeeper.coordinator))
             marks = LiveGroupMarks(zookeeper.coordinator, self.broker_id, self.groups.loaded)
             self.groups.membership.on_change = marks.changed
             nursery.start_soon(marks.run)
