@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from typing import Iterable, Iterator, NamedTuple
 
-from .batch import (COMPRESSION_MASK, HEADER_BYTES, LOG_OVERHEAD, MAGIC, NO_PRODUCER_ID, TIMESTAMP_TYPE_LOG_APPEND,
-                    BatchHeader, batch_crc, encode_header, walk_headers, write_crc)
+from .batch import (COMPRESSION_MASK, CONTROL, HEADER_BYTES, LOG_OVERHEAD, MAGIC, NO_PRODUCER_ID,
+                    TIMESTAMP_TYPE_LOG_APPEND, TRANSACTIONAL, BatchHeader, batch_crc, encode_header, walk_headers,
+                    write_crc)
 from .compression import Compression, compress, decompress
 from .errors import CorruptRecords
 from .varint import read_varint, read_varlong, write_varint, write_varlong
@@ -37,7 +38,8 @@ class Record(NamedTuple):
 
 def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 0, compression: int = 0,
                 timestamp_type: int = CREATE_TIME, timestamp_ms: int | None = None, leader_epoch: int = -1,
-                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1, base_sequence: int = -1,
+                control_attributes: int = 0) -> bytes:
     """One v2 batch of ``records``, as a producer sends it (by default one without idempotence).
 
     An element is a ``Record`` (its offset is absolute: ``base_offset`` plus
@@ -45,8 +47,11 @@ def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 
     no key, no headers and ``timestamp_ms`` (default: now).  ``compression``
     is 0-4 (``Compression``); ``timestamp_type`` ``CREATE_TIME`` or
     ``LOG_APPEND_TIME``, which sets every record's time to the batch's
-    ``maxTimestamp`` for its readers.
+    ``maxTimestamp`` for its readers.  ``control_attributes``: the
+    transactional (0x10) and control (0x20) bits to set (§19.6).
     """
+    if control_attributes & ~(TRANSACTIONAL | CONTROL):
+        raise ValueError(f"control_attributes {control_attributes:#x}: only 0x10 and 0x20")
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000)
     listed = [item if isinstance(item, Record) else Record(base_offset + index, timestamp_ms, None, item)
@@ -58,7 +63,8 @@ def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 
     for record in listed:
         _write_record(body, record, base_offset, base_timestamp_ms)
     region = compress(compression, body)
-    attributes = Compression(compression) | (TIMESTAMP_TYPE_LOG_APPEND if timestamp_type == LOG_APPEND_TIME else 0)
+    attributes = (Compression(compression) | (TIMESTAMP_TYPE_LOG_APPEND if timestamp_type == LOG_APPEND_TIME else 0)
+                  | control_attributes)
     last_offset_delta = max(record.offset for record in listed) - base_offset
     max_timestamp_ms = max(record.timestamp_ms for record in listed)
     header = BatchHeader(0, base_offset, HEADER_BYTES - LOG_OVERHEAD + len(region), leader_epoch, MAGIC, 0,

@@ -73,9 +73,11 @@ class BatchIndex:
 
     # -- keeping in step -----------------------------------------------------------------
 
-    def add_headers(self, headers: Iterable[BatchHeader], base_position: int) -> None:
+    def add_headers(self, headers: Iterable[BatchHeader], base_position: int,
+                    data: bytes | bytearray | memoryview | None = None) -> None:
         """Index batches written at the segment's end, ``base_position`` (their ``position`` is relative
-        to it); ``ValueError`` at a batch that does not start where the previous one ended, at its
+        to it, and to ``data``, the bytes that hold them: a transaction marker is read from them,
+        §19.6); ``ValueError`` at a batch that does not start where the previous one ended, at its
         next offset (the batches before it stay indexed)."""
         offsets, positions, times = self.offsets, self.positions, self.max_timestamps_ms  # the build's hot loop
         producers = self.producers
@@ -97,7 +99,7 @@ class BatchIndex:
                     self.largest_timestamp_offset = next_offset - 1
                 times.append(running)
             if header.producer_id != NO_PRODUCER_ID:
-                producers.add(header)
+                producers.add(header, data)
             offsets.append(header.base_offset)
             positions.append(position)
             self.size_bytes = end
@@ -231,12 +233,12 @@ def build_batch_index(file: SegmentFile, size: int, next_offset: int | None, *, 
     while pos < size:
         chunk = file.pread(pos, min(chunk_bytes, size - pos))
         try:
-            index.add_headers(walk_headers(chunk), pos)
+            index.add_headers(walk_headers(chunk), pos, chunk)
             if index.size_bytes == pos:  # no whole batch in the chunk: one longer than it, or damage
                 header = read_header(file.pread(pos, HEADER_BYTES)) if size - pos >= HEADER_BYTES else None
                 if header is None or header.batch_length < HEADER_BYTES - LOG_OVERHEAD or pos + header.size > size:
                     raise ValueError(f"no whole v2 batch at byte {pos} of {size}")
-                index.add_headers([header], pos)
+                index.add_headers([header], pos, file.pread(pos, header.size))
         except ValueError as exc:
             if end_at_damage_from is not None and index.size_bytes >= end_at_damage_from:
                 break

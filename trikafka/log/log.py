@@ -239,8 +239,8 @@ class Log:
             raise self._fail(f"append to {segment.path} failed: {exc}") from exc
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
         if segment.batches is not None:
-            segment.batches.add_headers(prepared.batches, base_offset - segment.start)
-            self._producers.record(prepared.batches)
+            segment.batches.add_headers(prepared.batches, base_offset - segment.start, payload)
+            self._producers.record(prepared.batches, payload)
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
         self._flushing.appended(prepared.message_count)

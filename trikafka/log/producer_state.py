@@ -1,25 +1,33 @@
-"""Per-partition producer state of a Kafka-format log (docs/protocol.md §19.2, §19.3).
+"""Per-partition producer state of a Kafka-format log (docs/protocol.md §19.2, §19.3, §19.6).
 
 For each producer id that wrote to the log: its epoch and its last
-``CACHED_BATCHES`` batches' sequence numbers and offsets.  Everything here is
-derived from the log's batch headers: each segment's ``BatchIndex`` keeps the
-batches of its own producers (``SegmentProducers``), and the log's
-``ProducerStates`` is their fold, kept current by every append and folded again
-after a truncation.  No I/O.
+``CACHED_BATCHES`` batches' sequence numbers and offsets; its open
+transaction's first offset; and the log's aborted transactions.  Everything
+here is derived from the log's batches: each segment's ``BatchIndex`` keeps
+its own producers' batches and transaction events (``SegmentProducers``), and
+the log's ``ProducerStates`` is their fold, kept current by every append and
+folded again after a truncation.  No I/O.
 
 Invariants:
 
 * an entry's batches all have the entry's epoch, in log order, at most
   ``CACHED_BATCHES`` of them; an entry with none has an unknown sequence;
+* ``open_transactions[p]`` is the first offset of producer ``p``'s first
+  transactional batch after its last marker; ``aborted`` is ordered by
+  the markers' offsets (``last_offset``);
 * ``check`` changes nothing: the append that it allows records the batches
   (``record``) once they are written.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Iterable, NamedTuple
 
 from trikafka.kafka.batch import NO_PRODUCER_ID, BatchError, BatchHeader, next_sequence
+from trikafka.kafka.markers import is_marker, is_transactional_data, read_marker
+
+Buffer = bytes | bytearray | memoryview
 
 CACHED_BATCHES = 5  # as Kafka: a producer has at most five batches in flight per partition
 
@@ -32,6 +40,38 @@ class ProducerBatch(NamedTuple):
     last_seq: int
     base_offset: int
     last_offset: int
+
+
+BEGIN, ABORT, COMMIT = "begin", "abort", "commit"  # the kinds of a transaction event
+
+
+class TxnEvent(NamedTuple):
+    """A producer's transaction begins (its first transactional batch after a marker) or ends (a marker)."""
+
+    offset: int
+    producer_id: int
+    kind: str
+
+
+class AbortedTxn(NamedTuple):
+    """An aborted transaction on one partition: its first offset and its ABORT marker's offset (§19.6)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+def txn_event(header: BatchHeader, data: Buffer | None) -> TxnEvent | None:
+    """The transaction event a batch is, if any: BEGIN for transactional data (the caller keeps only
+    a producer's first after its last marker), ABORT or COMMIT for a marker (read from ``data``, the
+    bytes that hold the batch at ``header.position``)."""
+    if is_marker(header):
+        if data is None:
+            raise ValueError(f"the marker at offset {header.base_offset} needs its bytes to be read")
+        return TxnEvent(header.base_offset, header.producer_id, COMMIT if read_marker(data, header).commit else ABORT)
+    if is_transactional_data(header):
+        return TxnEvent(header.base_offset, header.producer_id, BEGIN)
+    return None
 
 
 def producer_batch(header: BatchHeader) -> ProducerBatch:
@@ -58,6 +98,12 @@ class ProducerEntry:
         if len(self.batches) > CACHED_BATCHES:
             del self.batches[0]
 
+    def fence(self, epoch: int) -> None:
+        """A marker of ``epoch`` (the coordinator may have bumped it): a later epoch's sequence is unknown."""
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
+
     def copy(self) -> ProducerEntry:
         twin = ProducerEntry(self.epoch)
         twin.batches = list(self.batches)
@@ -68,19 +114,29 @@ class ProducerEntry:
 
 
 class SegmentProducers:
-    """The producers of one segment's batches: what a log's ``ProducerStates`` is folded from."""
+    """The producers of one segment's batches and its transaction events: what a log's
+    ``ProducerStates`` is folded from."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "events", "_open")
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
+        self.events: list[TxnEvent] = []  # in offset order; a BEGIN only for a producer not open here
+        self._open: set[int] = set()
 
-    def add(self, header: BatchHeader) -> None:
-        """Keep an indexed batch (with offsets) of a producer."""
-        entry = self.entries.get(header.producer_id)
-        if entry is None:
-            entry = self.entries[header.producer_id] = ProducerEntry(header.producer_epoch)
-        entry.add(producer_batch(header))
+    def add(self, header: BatchHeader, data: Buffer | None) -> None:
+        """Keep an indexed batch (with offsets) of a producer; ``data`` holds it at ``header.position``."""
+        producer_id = header.producer_id
+        event = txn_event(header, data)
+        if event is not None and event.kind != BEGIN:
+            self.events.append(event)
+            self._open.discard(producer_id)
+            _entry(self.entries, producer_id, header.producer_epoch).fence(header.producer_epoch)
+            return
+        if event is not None and producer_id not in self._open:
+            self.events.append(event)
+            self._open.add(producer_id)
+        _entry(self.entries, producer_id, header.producer_epoch).add(producer_batch(header))
 
     def truncate(self, next_offset: int) -> None:
         """Forget the batches at and after ``next_offset`` (the segment's index was cut there)."""
@@ -88,15 +144,28 @@ class SegmentProducers:
             entry.batches = [b for b in entry.batches if b.base_offset < next_offset]
             if not entry.batches:
                 del self.entries[producer_id]
+        self.events = [e for e in self.events if e.offset < next_offset]
+        self._open = set()
+        for event in self.events:
+            (self._open.add if event.kind == BEGIN else self._open.discard)(event.producer_id)
+
+
+def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> ProducerEntry:
+    entry = entries.get(producer_id)
+    if entry is None:
+        entry = entries[producer_id] = ProducerEntry(epoch)
+    return entry
 
 
 class ProducerStates:
-    """The producer state of one Kafka-format log (§19.2); see the module docstring."""
+    """The producer state of one Kafka-format log (§19.2, §19.6); see the module docstring."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "open_transactions", "aborted")
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
+        self.open_transactions: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.aborted: list[AbortedTxn] = []
 
     @classmethod
     def fold(cls, segments: Iterable[SegmentProducers]) -> ProducerStates:
@@ -105,7 +174,9 @@ class ProducerStates:
         for segment in segments:
             for producer_id, entry in segment.entries.items():
                 for batch in entry.batches:
-                    states._add(producer_id, batch)
+                    _entry(states.entries, producer_id, batch.epoch).add(batch)
+            for event in segment.events:
+                states._apply(event)
         return states
 
     def __len__(self) -> int:
@@ -113,6 +184,16 @@ class ProducerStates:
 
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self.entries.get(producer_id)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO (§19.6): the first offset of the oldest open transaction, or the high watermark."""
+        return min(min(self.open_transactions.values(), default=high_watermark), high_watermark)
+
+    def aborted_between(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read of ``[start_offset, end_offset)`` overlaps (§19.7)."""
+        aborted = self.aborted
+        k = bisect_left(aborted, start_offset, key=lambda a: a.last_offset)
+        return [a for a in aborted[k:] if a.first_offset < end_offset]
 
     def check(self, headers: Iterable[BatchHeader]) -> int | None:
         """The leader's check of a partition's batches before they are appended (§19.3).
@@ -133,6 +214,14 @@ class ProducerStates:
                 fresh += 1
                 continue
             where = f"batch at {header.position} of producer {producer_id}"
+            if is_marker(header):  # the coordinator's decision: only an older epoch is refused
+                known = self.entries.get(producer_id)
+                if known is not None and header.producer_epoch < known.epoch:
+                    raise BatchError(BatchError.INVALID_PRODUCER_EPOCH, f"{where}: a marker of epoch "
+                                                                        f"{header.producer_epoch}, the producer "
+                                                                        f"is at {known.epoch}")
+                fresh += 1
+                continue
             if header.producer_epoch < 0 or header.base_sequence < 0:
                 raise BatchError(BatchError.INVALID, f"{where}: epoch {header.producer_epoch}, base sequence "
                                                      f"{header.base_sequence}")
@@ -154,17 +243,27 @@ class ProducerStates:
                                                                f"batches in one partition's data")
         return duplicates[0]
 
-    def record(self, headers: Iterable[BatchHeader]) -> None:
-        """Keep the producer batches just appended (with their offsets), leader's or follower's."""
+    def record(self, headers: Iterable[BatchHeader], data: Buffer | None) -> None:
+        """Keep the producer batches just appended (with their offsets), leader's or follower's;
+        ``data`` holds them at their positions (markers are read from it)."""
         for header in headers:
-            if header.producer_id != NO_PRODUCER_ID:
-                self._add(header.producer_id, producer_batch(header))
+            if header.producer_id == NO_PRODUCER_ID:
+                continue
+            event = txn_event(header, data)
+            if event is not None:
+                self._apply(event)
+            if event is not None and event.kind != BEGIN:
+                _entry(self.entries, header.producer_id, header.producer_epoch).fence(header.producer_epoch)
+            else:
+                _entry(self.entries, header.producer_id, header.producer_epoch).add(producer_batch(header))
 
-    def _add(self, producer_id: int, batch: ProducerBatch) -> None:
-        entry = self.entries.get(producer_id)
-        if entry is None:
-            entry = self.entries[producer_id] = ProducerEntry(batch.epoch)
-        entry.add(batch)
+    def _apply(self, event: TxnEvent) -> None:
+        if event.kind == BEGIN:
+            self.open_transactions.setdefault(event.producer_id, event.offset)
+            return
+        first = self.open_transactions.pop(event.producer_id, None)
+        if event.kind == ABORT and first is not None:
+            self.aborted.append(AbortedTxn(event.producer_id, first, event.offset))
 
 
 def _verdict(entry: ProducerEntry, header: BatchHeader, where: str) -> int | None:
