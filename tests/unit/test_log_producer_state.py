@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.helpers.kafka_batches import stored, v2_log
-from trikafka.kafka.batch import BatchError, next_sequence, read_header
+from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header
+from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import build_batch
 from trikafka.log import Log, OffsetAssignment
 from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates
@@ -117,3 +118,88 @@ def test_batches_without_a_producer_take_no_part():
     lead(log, plain)
     lead(log, bytearray(build_batch([b"x"], timestamp_ms=1)))
     assert len(log.producers) == 0 and read_header(stored(log)).producer_id == -1
+
+
+# -- transactions (§19.6) ---------------------------------------------------------------------------
+
+
+def txn_batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0) -> bytearray:
+    return bytearray(build_batch([f"t{pid}-{seq + k}".encode() for k in range(count)], producer_id=pid,
+                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=1,
+                                 control_attributes=TRANSACTIONAL))
+
+
+def marker(commit: bool, *, pid: int = PID, epoch: int = 0) -> bytearray:
+    return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=3, timestamp_ms=1))
+
+
+def lead_txn(log: Log, data: bytearray):
+    return log.append(data, assign=OffsetAssignment(1, transactional=True))
+
+
+def lead_marker(log: Log, data: bytearray):
+    return log.append(data, assign=OffsetAssignment(1, markers=True))
+
+
+def txn_view(log: Log) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
+    return dict(log.producers.open_transactions), [tuple(a) for a in log.producers.aborted]
+
+
+def test_open_transactions_hold_the_lso_back_and_markers_close_them():
+    log, *_ = v2_log()
+    lead(log, idempotent(0, pid=99))  # offset 0: no transaction
+    lead_txn(log, txn_batch(0, 2))  # 1-2: PID's transaction opens at 1
+    lead_txn(log, txn_batch(0, pid=7))  # 3: producer 7's opens at 3
+    lead_txn(log, txn_batch(2))  # 4: PID's goes on
+    assert txn_view(log) == ({PID: 1, 7: 3}, [])
+    assert log.producers.last_stable_offset(high_watermark=5) == 1
+    assert lead_marker(log, marker(False)).logical_offset == 5  # PID aborts: 1..5
+    assert txn_view(log) == ({7: 3}, [(PID, 1, 5)])
+    assert log.producers.last_stable_offset(high_watermark=6) == 3
+    lead_marker(log, marker(True, pid=7))  # 6: producer 7 commits
+    assert txn_view(log) == ({}, [(PID, 1, 5)])
+    assert log.producers.last_stable_offset(high_watermark=7) == 7
+    assert log.producers.aborted_between(0, 1) == [] and log.producers.aborted_between(5, 9) != []
+    assert log.producers.aborted_between(6, 9) == []
+    lead_marker(log, marker(True))  # a retried marker with nothing open changes nothing
+    assert txn_view(log) == ({}, [(PID, 1, 5)])
+
+
+def test_a_marker_of_an_older_epoch_is_refused_and_a_newer_one_fences_the_sequence():
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0, epoch=2))
+    assert kind_of_marker(log, marker(False, epoch=1)) == BatchError.INVALID_PRODUCER_EPOCH
+    lead_marker(log, marker(False, epoch=3))  # the coordinator bumped the epoch to abort it
+    assert log.producers.entry(PID).epoch == 3
+    assert kind_of(log, idempotent(1, epoch=2)) == BatchError.INVALID_PRODUCER_EPOCH
+
+
+def kind_of_marker(log: Log, data: bytearray) -> str:
+    with pytest.raises(BatchError) as caught:
+        lead_marker(log, data)
+    return caught.value.kind
+
+
+def test_producers_may_send_neither_markers_nor_unverified_transactions():
+    log, *_ = v2_log()
+    assert kind_of(log, marker(True)) == BatchError.INVALID
+    assert kind_of(log, txn_batch(0)) == BatchError.TRANSACTIONAL
+
+
+def test_transactions_are_derived_again_at_open_on_a_follower_and_after_truncation():
+    leader, manager, fs, clock = v2_log(segment_bytes=150)
+    for seq in range(0, 6, 2):
+        lead_txn(leader, txn_batch(seq, 2))
+    lead_marker(leader, marker(False))
+    lead_txn(leader, txn_batch(0, pid=7))
+    lead_txn(leader, txn_batch(6, epoch=0))
+    assert len(leader.segments.segments) > 2
+    expected = txn_view(leader)
+    assert expected == ({7: 7, PID: 8}, [(PID, 0, 6)])
+    manager.close()
+    assert txn_view(Log.open(fs, leader.dir_path, "t", 0, leader.config, clock, True)) == expected
+    follower, *_ = v2_log(segment_bytes=150)
+    follower.append(stored(Log.open(fs, leader.dir_path, "t", 0, leader.config, clock, True)))
+    assert txn_view(follower) == expected
+    follower.truncate_to(follower.kafka_offsets.position_of(6))  # the ABORT marker and what follows go
+    assert txn_view(follower) == ({PID: 0}, [])

@@ -168,13 +168,16 @@ def whole_batches_bytes(data: bytes | bytearray | memoryview) -> int:
 
 
 def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: int,
-                     allow_padding: bool = False) -> list[BatchHeader]:
+                     allow_padding: bool = False, allow_transactional: bool = False,
+                     allow_markers: bool = False) -> list[BatchHeader]:
     """Check a produced part: whole batches, each passing §16.6's rules; their headers.
 
     Raises ``BatchError`` on the first batch that breaks a rule (nothing of
     the part may be appended then).  An empty part has no batches.
     ``allow_padding``: a follower's part, which may hold the leader's padding
-    batches (§16.6.1); a producer's never may.
+    batches (§16.6.1); a producer's never may.  ``allow_transactional``: a
+    transaction's batches the coordinator verified (§19.6);
+    ``allow_markers``: the leader's own transaction markers (§19.6).
     """
     view = memoryview(data)
     end = len(view)
@@ -193,14 +196,14 @@ def validate_batches(data: bytes | bytearray | memoryview, *, max_batch_bytes: i
         if header.size > max_batch_bytes:
             raise BatchError(BatchError.TOO_LARGE, f"batch at {pos}: {header.size} bytes, the limit is "
                                                    f"{max_batch_bytes}")
-        if not (allow_padding and is_padding(header)):
-            _check_fields(header)
+        if not (allow_padding and is_padding(header) or allow_markers and is_marker(header)):
+            _check_fields(header, allow_transactional)
         headers.append(header)
         pos = header.end
     return headers
 
 
-def _check_fields(header: BatchHeader) -> None:
+def _check_fields(header: BatchHeader, allow_transactional: bool = False) -> None:
     where = f"batch at {header.position}"
     if header.record_count < 1:
         raise BatchError(BatchError.INVALID, f"{where}: {header.record_count} records")
@@ -210,7 +213,7 @@ def _check_fields(header: BatchHeader) -> None:
                                              f"for {header.record_count} records")
     if header.attributes & CONTROL:
         raise BatchError(BatchError.INVALID, f"{where}: only the broker writes control batches")
-    if header.attributes & TRANSACTIONAL:
+    if header.attributes & TRANSACTIONAL and not allow_transactional:
         raise BatchError(BatchError.TRANSACTIONAL, f"{where}: transactional batches are not served yet (§19.1)")
     if header.compression > 4:
         raise BatchError(BatchError.INVALID, f"{where}: unknown compression {header.compression}")
@@ -270,6 +273,12 @@ def walk_headers(data: bytes | bytearray | memoryview, start: int = 0) -> Iterat
             return
         yield header
         pos = header.end
+
+
+def is_marker(header: BatchHeader) -> bool:
+    """Whether the batch is a transaction marker (§19.6): a control batch with records (the cleaner's
+    padding, §16.6.1, has none and the padding bit)."""
+    return bool(header.attributes & CONTROL) and not header.attributes & PADDING and header.record_count > 0
 
 
 def is_padding(header: BatchHeader) -> bool:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .batch import CONTROL, PADDING, TRANSACTIONAL, BatchHeader
+from .batch import CONTROL, TRANSACTIONAL, BatchHeader, is_marker
 from .errors import CorruptRecords
 from .records import Record, build_batch, decode_batches
+
+__all__ = ["ABORT", "COMMIT", "MARKER_ATTRIBUTES", "Marker", "build_marker", "decode_marker", "is_marker",
+           "is_transactional_data", "read_marker"]
 
 ABORT = 0
 COMMIT = 1
@@ -39,12 +42,6 @@ def build_marker(producer_id: int, producer_epoch: int, commit: bool, coordinato
     value = _VALUE.pack(_VERSION, coordinator_epoch)
     return build_batch([Record(0, timestamp_ms, key, value)], producer_id=producer_id, producer_epoch=producer_epoch,
                        control_attributes=MARKER_ATTRIBUTES)
-
-
-def is_marker(header: BatchHeader) -> bool:
-    """Whether the batch is a transaction marker: a control batch with records (the cleaner's padding,
-    §16.6.1, has none and the padding bit)."""
-    return bool(header.attributes & CONTROL) and not header.attributes & PADDING and header.record_count > 0
 
 
 def is_transactional_data(header: BatchHeader) -> bool:

@@ -33,11 +33,14 @@ class OffsetAssignment:
     """How the leader numbers the batches it appends to a v2 log (docs/protocol.md §16.6).
 
     ``append_time_ms``: the LogAppendTime to stamp, or None to keep the
-    producer's timestamps (CreateTime).
+    producer's timestamps (CreateTime).  ``transactional`` and ``markers``
+    admit a verified transaction's batches and the leader's own markers.
     """
 
     leader_epoch: int
     append_time_ms: int | None = None
+    transactional: bool = False  # the coordinator verified the transaction (§19.6)
+    markers: bool = False  # the leader's own transaction markers (§19.6)
 
 
 class PreparedAppend(NamedTuple):
@@ -93,14 +96,16 @@ def _prepare_v2(data: Buffer, max_message_bytes: int, next_offset: int,
     if assign is not None:
         if not isinstance(data, bytearray):
             raise TypeError("a leader's append rewrites its batches: pass a bytearray")
-        headers = batch.validate_batches(data, max_batch_bytes=max_message_bytes)
+        headers = batch.validate_batches(data, max_batch_bytes=max_message_bytes,
+                                         allow_transactional=assign.transactional, allow_markers=assign.markers)
         batch.assign_offsets(data, headers, next_offset, assign.leader_epoch, assign.append_time_ms)
         headers = [batch.read_header(data, h.position) for h in headers]  # as written: offsets, times
         valid_bytes = len(data)
     else:
         valid_bytes = batch.whole_batches_bytes(data)
         headers = batch.validate_batches(memoryview(data)[:valid_bytes], max_batch_bytes=max_message_bytes,
-                                         allow_padding=True)  # the leader's cleaner's padding, copied verbatim
+                                         allow_padding=True, allow_transactional=True,
+                                         allow_markers=True)  # the leader's batches, copied verbatim
         batch.check_follows(headers, next_offset)
     return PreparedAppend(valid_bytes, sum(h.record_count for h in headers), headers)
 
