@@ -40,10 +40,10 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict[s
         admin.close()
 
 
-def read_with_kafka_python(bootstrap: str, topic: str, partitions: int, count: int) -> list[Seen]:
+def read_with_kafka_python(bootstrap: str, topic: str, partitions: int, count: int, **settings: Any) -> list[Seen]:
     """``count`` records from the start of every partition, without a group (assign, earliest)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=1000)
+                             enable_auto_commit=False, consumer_timeout_ms=1000, **settings)
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         seen: list[Seen] = []

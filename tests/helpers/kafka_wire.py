@@ -80,3 +80,48 @@ def produce_records(bootstrap: str, topic: str, partition: int, records: bytes, 
                                                                                records=records),)),)))
     part = answer.responses[0].partition_responses[0]
     return part.error_code, int(part.base_offset)
+
+
+def write_txn_marker(bootstrap: str, producer_id: int, epoch: int, commit: bool, topic: str,
+                     partition: int, *, coordinator_epoch: int = 0) -> ErrorCode:
+    """WriteTxnMarkers v1 (§19.6) of one marker on one partition: its error."""
+    from kio.schema.types import ProducerId, TopicName
+    from kio.schema.write_txn_markers.v1.request import (WritableTxnMarker, WritableTxnMarkerTopic,
+                                                          WriteTxnMarkersRequest)
+    from kio.static.primitive import i16, i32
+
+    answer = exchange(bootstrap, 27, 1, WriteTxnMarkersRequest(markers=(WritableTxnMarker(
+        producer_id=ProducerId(producer_id), producer_epoch=i16(epoch), transaction_result=commit,
+        topics=(WritableTxnMarkerTopic(name=TopicName(topic), partition_indexes=(i32(partition),)),),
+        coordinator_epoch=i32(coordinator_epoch)),)))
+    return answer.markers[0].topics[0].partitions[0].error_code
+
+
+def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int, *, isolation_level: int = 0) -> int:
+    """ListOffsets v7 of one partition (-1 latest, -2 earliest): the offset it answers."""
+    from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i64
+
+    answer = exchange(bootstrap, 2, 7, ListOffsetsRequest(
+        replica_id=BrokerId(-1), isolation_level=i8(isolation_level), topics=(ListOffsetsTopic(
+            name=TopicName(topic), partitions=(ListOffsetsPartition(
+                partition_index=i32(partition), current_leader_epoch=i32(-1), timestamp=i64(timestamp)),)),)))
+    return int(answer.topics[0].partitions[0].offset)
+
+
+def produce_transactional(bootstrap: str, transactional_id: str, topic: str, partition: int,
+                          records: bytes) -> tuple[ErrorCode, int]:
+    """Produce v9 (acks -1) of one partition's transactional ``records``: (error, base offset)."""
+    import datetime
+
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.types import TransactionalId
+    from kio.static.primitive import i16, i32
+
+    answer = exchange(bootstrap, 0, 9, ProduceRequest(
+        transactional_id=TransactionalId(transactional_id), acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+        topic_data=(TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=i32(partition), records=records),)),)))
+    part = answer.responses[0].partition_responses[0]
+    return part.error_code, int(part.base_offset)

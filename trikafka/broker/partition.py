@@ -178,7 +178,7 @@ class LocalPartition:
     async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
         if kafka is None:
             return await self.write(messages)
-        return await self.write(messages, assign=OffsetAssignment(UNREPLICATED_EPOCH, kafka.append_time_ms))
+        return await self.write(messages, assign=kafka.assignment(UNREPLICATED_EPOCH))
 
     def read_view(self) -> ReadView:
         log = self.log

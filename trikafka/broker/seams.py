@@ -16,6 +16,7 @@ from trikafka.log.config import LogConfig
 from trikafka.log.epochs import EpochFile
 from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.log.log import AppendResult, Log
+from trikafka.log.producer_state import ProducerStates
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.tickets import FlushTicket, RollTicket
@@ -42,10 +43,17 @@ __all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher"
 
 @dataclass(frozen=True, slots=True)
 class KafkaAppend:
-    """A Kafka-protocol produce (§16.6): the leader numbers the batches; ``append_time_ms``
-    is set under ``message.timestamp.type=LogAppendTime``."""
+    """A Kafka-protocol append (§16.6): the leader numbers the batches; ``append_time_ms``
+    is set under ``message.timestamp.type=LogAppendTime``; ``transactional``: a verified
+    transaction's batches, ``markers``: the leader's own transaction markers (§19.6)."""
 
     append_time_ms: int | None = None
+    transactional: bool = False
+    markers: bool = False
+
+    def assignment(self, leader_epoch: int) -> OffsetAssignment:
+        """How the leader of ``leader_epoch`` numbers and admits these batches."""
+        return OffsetAssignment(leader_epoch, self.append_time_ms, self.transactional, self.markers)
 
 
 class BrokerLog(Protocol):
@@ -86,6 +94,9 @@ class BrokerLog(Protocol):
 
     @property
     def kafka_offsets(self) -> KafkaOffsets: ...
+
+    @property
+    def producers(self) -> ProducerStates: ...
 
     def roll_due(self) -> bool: ...
 

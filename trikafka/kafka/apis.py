@@ -68,6 +68,7 @@ class KafkaApi(enum.IntEnum):
     CREATE_TOPICS = (19, 2, 7, 5)
     DELETE_TOPICS = (20, 1, 6, 4)
     INIT_PRODUCER_ID = (22, 0, 4, 2)
+    WRITE_TXN_MARKERS = (27, 1, 1, 1)
     OFFSET_FOR_LEADER_EPOCH = (23, 2, 4, 4)
     DESCRIBE_CONFIGS = (32, 1, 4, 4)
     CREATE_PARTITIONS = (37, 0, 3, 2)

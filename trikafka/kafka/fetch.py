@@ -6,8 +6,9 @@ as-is in the returned chunk list between the bytes around them.  Version 12
 is flexible (compact strings, arrays and bytes; tagged fields, none written).
 
 Fields by version: ``error_code`` and ``session_id`` from v7,
-``log_start_offset`` from v5, ``preferred_read_replica`` from v11.  Aborted
-transactions are always an empty list: there are no transactions (§16.4).
+``log_start_offset`` from v5, ``preferred_read_replica`` from v11.  A
+partition's aborted transactions (producer id, first offset) are listed for
+read_committed readers (§19.7).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _INT32 = struct.Struct(">i")
 _INT32_INT16_INT32 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id (v7+)
 _PARTITION_HEAD = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
 _INT64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _NO_PREFERRED_READ_REPLICA = _INT32.pack(-1)
 _NO_TAGGED_FIELDS = b"\x00"
 
@@ -38,6 +40,7 @@ class FetchPartition(NamedTuple):
     last_stable_offset: int
     log_start_offset: int
     records: Sized | None
+    aborted_transactions: tuple[tuple[int, int], ...] = ()  # (producer id, first offset), §19.7
 
 
 def encode_fetch_response(version: int, correlation_id: int, throttle_time_ms: int, error_code: int,
@@ -72,7 +75,11 @@ def encode_fetch_response(version: int, correlation_id: int, throttle_time_ms: i
                                         part.last_stable_offset)
             if version >= 5:
                 out += _INT64.pack(part.log_start_offset)
-            out += _array_length(0, flexible)  # aborted_transactions
+            out += _array_length(len(part.aborted_transactions), flexible)
+            for producer_id, first_offset in part.aborted_transactions:
+                out += _ABORTED.pack(producer_id, first_offset)
+                if flexible:
+                    out += _NO_TAGGED_FIELDS
             if version >= 11:
                 out += _NO_PREFERRED_READ_REPLICA
             records = part.records

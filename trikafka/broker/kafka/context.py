@@ -74,6 +74,23 @@ class GroupCoordination(Protocol):
                     records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode: ...
 
 
+class TransactionMarkers(Protocol):
+    """How a transaction's decision reaches its partitions (§19.5, §19.6; ``markers.MarkerWriter``)."""
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """Append a COMMIT or ABORT marker to each partition with acks -1; each partition's error."""
+
+
+class TransactionVerifier(Protocol):
+    """KIP-890's check on a transactional Produce (§19.6): the coordinator's word that the partition
+    is in the producer's ongoing transaction (``transactions``, §19.5)."""
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                     partition: int) -> ErrorCode:
+        """NONE when the partition was added to the producer's ongoing transaction at this epoch."""
+
+
 class KafkaContext(Protocol):
     """One broker as its Kafka handlers see it."""
 
@@ -85,6 +102,7 @@ class KafkaContext(Protocol):
     cluster_id: str
     topics: TopicCreation
     registry: TopicRegistry | None
+    transactions: TransactionVerifier | None  # None until a transaction coordinator serves (§19.5)
     run_blocking: RunBlocking
 
     @property
@@ -92,6 +110,9 @@ class KafkaContext(Protocol):
 
     @property
     def producer_ids(self) -> ProducerIds: ...
+
+    @property
+    def markers(self) -> TransactionMarkers: ...
 
     @property
     def admin(self) -> Any: ...  # Any: the broker's TopicAdmin (its METADATA view and settings store)

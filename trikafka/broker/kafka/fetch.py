@@ -7,7 +7,9 @@ watermark; on a compacted topic the padding runs between retained batches
 are left out (docs/protocol.md §16.6.1), the records then being several file
 regions back to back.  The request waits, woken by appends and high-watermark advances
 (no polling), until ``min_bytes`` are available or ``max_wait_ms`` passes;
-an error in any partition answers at once.
+an error in any partition answers at once.  A read_committed fetch stops at
+the last stable offset and lists the aborted transactions its batches
+overlap (§19.7).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.fetch import FetchPartition, encode_fetch_response
 from trikafka.kafka.framing import Request
 from trikafka.log.errors import OffsetOutOfRangeError
+from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.wire.responses import Chunk, ChunkSequence
 
 from .context import KafkaContext
+from .offsets import READ_COMMITTED
 
 # A partition with nothing to send answers an empty records field, never a null one, as Kafka
 # does: librdkafka refuses a null (size -1) records field in Fetch v4-v11.
@@ -37,12 +41,14 @@ class _Asked:
     offset: int
     max_bytes: int
     current_leader_epoch: int
+    committed: bool  # isolation_level 1, read_committed (§19.7)
 
 
 async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
     body: Any = request.body  # Any: this api's request class at the request's version
+    committed = body.isolation_level == READ_COMMITTED
     asked = [_Asked(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
-                    getattr(p, "current_leader_epoch", -1))
+                    getattr(p, "current_leader_epoch", -1), committed)
              for t in body.topics for p in t.partitions]
     deadline = trio.current_time() + max(body.max_wait.total_seconds(), 0.0)
     keys = [(a.topic, a.partition) for a in asked]
@@ -79,24 +85,41 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     index = view.log.kafka_offsets
     hw = index.offset_at(view.end)
     start = index.start_offset
+    producers = view.log.producers
+    stable = producers.last_stable_offset(hw)
     if not start <= asked.offset <= hw:
         return failed(ErrorCode.offset_out_of_range, hw, start)
-    if asked.offset == hw or asked.max_bytes <= 0:
-        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, NO_RECORDS)
+    visible, end = (stable, _position(index, stable, view.end)) if asked.committed else (hw, view.end)
+
+    def answer(records: Sized, aborted: tuple[tuple[int, int], ...] = ()) -> FetchPartition:
+        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, stable, start, records, aborted)
+
+    if asked.offset >= visible or asked.max_bytes <= 0:
+        return answer(NO_RECORDS)
     position = index.position_of(asked.offset)
-    if position is None or position >= view.end:
-        return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, NO_RECORDS)
-    spans = index.retained_spans(position, asked.max_bytes, view.end)
+    if position is None or position >= end:
+        return answer(NO_RECORDS)
+    spans = index.retained_spans(position, asked.max_bytes, end)
     chunks: list[Chunk] = []
     try:
         for a, b in spans:
-            region = view.log.read(a, b - a, end=view.end)
+            region = view.log.read(a, b - a, end=end)
             if region is not None:
                 chunks.extend(region.chunks if isinstance(region, ChunkSequence) else (region,))
     except OffsetOutOfRangeError:  # retention removed the segment meanwhile
         return failed(ErrorCode.offset_out_of_range, hw, start)
     records: Sized = NO_RECORDS if not chunks else chunks[0] if len(chunks) == 1 else ChunkSequence(tuple(chunks))
-    return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, hw, start, records)
+    aborted: tuple[tuple[int, int], ...] = ()
+    if asked.committed and spans:
+        aborted = tuple((a.producer_id, a.first_offset) for a in
+                        producers.aborted_between(asked.offset, index.offset_at(spans[-1][1])))
+    return answer(records, aborted)
+
+
+def _position(index: KafkaOffsets, offset: int, end: int) -> int:
+    """The byte position of the batch at ``offset`` (a batch's base offset), at most ``end``."""
+    found = index.position_of(offset)
+    return end if found is None else min(found, end)
 
 
 def _apply_request_budget(answers: list[FetchPartition], max_bytes: int) -> None:

@@ -20,6 +20,7 @@ from .context import KafkaContext
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3  # v7 (KIP-734)
+READ_COMMITTED = 1  # isolation_level (§19.7)
 
 
 async def list_offsets(service: KafkaContext, request: Request) -> Any:
@@ -31,7 +32,8 @@ async def list_offsets(service: KafkaContext, request: Request) -> Any:
         for part in topic.partitions:
             error, offset, timestamp, epoch = await _list_one(service, topic.name, part.partition_index,
                                                               part.timestamp,
-                                                              getattr(part, "current_leader_epoch", -1))
+                                                              getattr(part, "current_leader_epoch", -1),
+                                                              getattr(body, "isolation_level", 0) == READ_COMMITTED)
             partitions.append(reply.nested("ListOffsetsPartitionResponse", partition_index=part.partition_index,
                                            error_code=error, old_style_offsets=(offset,) if offset >= 0 else (),
                                            timestamp=timestamp, offset=offset, leader_epoch=epoch))
@@ -40,12 +42,15 @@ async def list_offsets(service: KafkaContext, request: Request) -> Any:
 
 
 async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: int,
-                    current_epoch: int) -> tuple[ErrorCode, int, int, int]:
+                    current_epoch: int, committed: bool) -> tuple[ErrorCode, int, int, int]:
+    """One partition's answer; under read_committed (``committed``) nothing at or past the LSO (§19.7)."""
     view = await service.read_view(topic, index, current_epoch)
     if isinstance(view, ErrorCode):
         return view, -1, -1, -1
     index_ = view.log.kafka_offsets
     hw = index_.offset_at(view.end)
+    if committed:
+        hw = view.log.producers.last_stable_offset(hw)
     epoch = view.leader_epoch
     if timestamp == EARLIEST:
         return ErrorCode.none, index_.start_offset, -1, epoch

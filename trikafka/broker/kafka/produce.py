@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import BatchError
+from trikafka.kafka.batch import HEADER_BYTES, BatchError, read_header
 from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.framing import Request, encode_response
 from trikafka.kafka.group_records import INTERNAL_TOPICS
@@ -62,10 +62,13 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
             if acks not in ACKS:
                 row[2] = ErrorCode.invalid_required_acks
                 continue
+            verified = False
             if body.transactional_id is not None:
-                row[2] = ErrorCode.transactional_id_authorization_failed
-                continue
-            wait = await _append(service, topic, part.index, part.records, acks, row)
+                row[2] = await _verify(service, body.transactional_id, topic, part.index, part.records)
+                if row[2] != ErrorCode.none:
+                    continue
+                verified = True
+            wait = await _append(service, topic, part.index, part.records, acks, row, verified)
             if wait is not None:
                 waits.append((len(results) - 1, wait))
     if acks == 0:
@@ -95,8 +98,21 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Ch
     return [encode_response(request, reply.response(responses=tuple(responses), throttle_time=NO_THROTTLE))]
 
 
+async def _verify(service: KafkaContext, transactional_id: str, topic: str, index: int,
+                  records: bytes | None) -> ErrorCode:
+    """A transactional Produce's partition, checked with its coordinator before anything is appended
+    (KIP-890, §19.6); TRANSACTIONAL_ID_AUTHORIZATION_FAILED while no coordinator serves (§19.1)."""
+    if service.transactions is None:
+        return ErrorCode.transactional_id_authorization_failed
+    if not records or len(records) < HEADER_BYTES:
+        return ErrorCode.corrupt_message
+    header = read_header(records)
+    return await service.transactions.verify(transactional_id, header.producer_id, header.producer_epoch, topic,
+                                             index)
+
+
 async def _append(service: KafkaContext, topic: str, index: int, records: bytes | None, acks: int,
-                  row: list[Any]) -> AckWait | None:
+                  row: list[Any], verified: bool = False) -> AckWait | None:
     """Append one partition's batches, filling ``row``; the acks -1 wait, if there is one."""
     if topic in INTERNAL_TOPICS:  # only the broker writes them (§17.1)
         row[2] = ErrorCode.invalid_topic_exception
@@ -114,7 +130,8 @@ async def _append(service: KafkaContext, topic: str, index: int, records: bytes 
         return None
     append_time_ms = service.clock_ms() if service.timestamp_type(topic) == LOG_APPEND_TIME else None
     try:
-        result = await target.append(bytearray(records), acks, kafka=KafkaAppend(append_time_ms))
+        result = await target.append(bytearray(records), acks, kafka=KafkaAppend(append_time_ms,
+                                                                                  transactional=verified))
     except Refused as exc:
         row[2] = kafka_error(exc.error)
         return None

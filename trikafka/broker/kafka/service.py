@@ -32,11 +32,11 @@ from ..partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
-from . import cluster, fetch, offsets, produce, producer_id_blocks, producer_ids, topics
+from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
 from .connection import Deferred, KafkaConnection
-from .context import TopicCreation, TopicRegistry
+from .context import TopicCreation, TopicRegistry, TransactionVerifier
 from .errors import kafka_error
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
     KafkaApi.INIT_PRODUCER_ID: producer_ids.init_producer_id,
+    KafkaApi.WRITE_TXN_MARKERS: markers.write_txn_markers,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
@@ -103,6 +104,8 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
+        self.markers = markers.MarkerWriter(self)
+        self.transactions: TransactionVerifier | None = None
         self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
             self.run_blocking, functools.partial(producer_id_blocks.take_file_block, handler.directory.log_manager.fs,
                                                  config.log_dir)))

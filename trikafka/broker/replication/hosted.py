@@ -23,7 +23,7 @@ from typing import Callable
 import trio
 
 from ...log.epochs import UNDEFINED_EPOCH, EpochFile
-from ...log.record_format import OffsetAssignment, record_format
+from ...log.record_format import record_format
 from ...wire.errors import ErrorCode
 from ...wire.replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, encode_epoch_end_offset_response, encode_replica_fetch_response,
@@ -211,7 +211,7 @@ class HostedPartition:
 
         ack_fsync = self.config.replica_ack_fsync
         # v2 batches carry the epoch of the leader that numbered them (§16.6).
-        assign = None if kafka is None else OffsetAssignment(self.leader_epoch, kafka.append_time_ms)
+        assign = None if kafka is None else kafka.assignment(self.leader_epoch)
         result = await self.local.write(messages, check=still_leading, flush=ack_fsync, assign=assign)
         leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
         self._waiters.notify(self.end_key)  # followers' long polls
