@@ -203,3 +203,19 @@ def test_transactions_are_derived_again_at_open_on_a_follower_and_after_truncati
     assert txn_view(follower) == expected
     follower.truncate_to(follower.kafka_offsets.position_of(6))  # the ABORT marker and what follows go
     assert txn_view(follower) == ({PID: 0}, [])
+
+
+def test_the_cleaner_keeps_markers_and_transactions_batches_and_lets_them_supersede_nothing():
+    from trikafka.kafka.records import Record
+    from trikafka.log.clean_scan import scan_batches
+    from trikafka.log.throttle import Throttler
+
+    log, *_ = v2_log()
+    keyed = [Record(0, 1, b"k", b"v")]
+    lead_txn(log, bytearray(build_batch(keyed, producer_id=PID, producer_epoch=0, base_sequence=0, timestamp_ms=1,
+                                        control_attributes=TRANSACTIONAL)))
+    lead_marker(log, marker(False))
+    lead(log, bytearray(build_batch(keyed, timestamp_ms=1)))
+    segment = log.segments.segments[-1]
+    entries = list(scan_batches(segment.file, segment.size, Throttler(0)))
+    assert [e.keys for e in entries][:2] == [None, None] and entries[2].keys

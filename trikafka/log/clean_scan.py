@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Iterator, NamedTuple
 
-from trikafka.kafka.batch import CONTROL, HEADER_BYTES, LOG_OVERHEAD, MAGIC, is_padding, read_header
+from trikafka.kafka.batch import CONTROL, HEADER_BYTES, LOG_OVERHEAD, MAGIC, TRANSACTIONAL, is_padding, read_header
 from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.records import decode_batches
 from trikafka.wire.compression import Codec
@@ -81,7 +81,9 @@ def scan_segment(file: SegmentFile, size: int, throttle: Throttler) -> Iterator[
 def scan_batches(file: SegmentFile, size: int, throttle: Throttler) -> Iterator[ScannedEntry]:
     """Every v2 batch of a (fully written, fully visible) Kafka-format segment; padding batches are
     skipped unread past their header.  A batch's keys are its records' (a null value is a
-    tombstone); a batch with a null key, or a control batch, is unkeyed (never removable)."""
+    tombstone); a batch with a null key, a control batch (a transaction marker) or a transaction's
+    batch is unkeyed: never removed, and superseding nothing (§19.6: an aborted record must not
+    supersede a committed one, and the cleaner does not read transactions' outcomes)."""
     pos, buf, buf_at = 0, b"", 0
     while pos < size:
         rel = pos - buf_at
@@ -107,7 +109,7 @@ def _batch_keys(data: memoryview, pos: int) -> tuple[tuple[bytes, bool], ...] | 
         header, records = next(decode_batches(data))
     except (CorruptRecords, StopIteration) as exc:
         raise CleanerError(f"batch at position {pos}: {exc or 'not whole'}") from None
-    if header.attributes & CONTROL or not records or any(r.key is None for r in records):
+    if header.attributes & (CONTROL | TRANSACTIONAL) or not records or any(r.key is None for r in records):
         return None
     return tuple((key_digest(r.key), r.value is None) for r in records if r.key is not None)
 

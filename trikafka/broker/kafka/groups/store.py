@@ -19,7 +19,9 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.batch import BatchError
 from trikafka.kafka.group_records import (OFFSETS_TOPIC, RecordKey, RecordValue, decode_record, encode_key,
                                           encode_value)
+from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchHeader
 from trikafka.kafka.records import Record, build_batch, decode_batches
+from trikafka.log.producer_state import ProducerStates
 from trikafka.wire.errors import ErrorCode as EngineError
 
 from ...partition import ReadView, Refused
@@ -86,9 +88,21 @@ class GroupStore:
         return await self._service.run_blocking(functools.partial(_read_all, view.log, end))
 
 
+def _settled(producers: ProducerStates, header: BatchHeader) -> bool:
+    """Whether a batch's records count: any batch outside a transaction, a transaction's only once
+    committed (neither aborted nor still open, §19.6)."""
+    if not header.attributes & TRANSACTIONAL:
+        return True
+    opened = producers.open_transactions.get(header.producer_id)
+    if opened is not None and header.base_offset >= opened:
+        return False
+    return not any(a.producer_id == header.producer_id
+                   for a in producers.aborted_between(header.base_offset, header.base_offset + 1))
+
+
 def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
     """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
-    no group state)."""
+    no group state; markers and transactions not committed are skipped, §19.6)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
     loaded: list[LoadedRecord] = []
@@ -100,7 +114,9 @@ def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
         for start, stop in spans:
             region = log.read(start, stop - start, end=end)
             data = b"" if region is None else region.read()
-            for _, records in decode_batches(data):
+            for header, records in decode_batches(data):
+                if header.attributes & CONTROL or not _settled(log.producers, header):
+                    continue
                 for record in records:
                     if record.key is None:
                         continue
