@@ -107,3 +107,26 @@ def test_transactional_produce_without_a_coordinator_is_refused():
         pid = init_producer_id(running.bootstrap)[1]
         answer = produce_transactional(running.bootstrap, "tx", "no-coordinator", 0, _txn(pid, 0, b"x"))
         assert answer[0] == ErrorCode.transactional_id_authorization_failed
+
+
+def test_trikafkas_consumer_and_cli_read_committed(kafka: RunningKafkaBroker, one_aborted: str):
+    import trio
+
+    from tests.helpers.cli import cli
+    from trikafka.client.kafka import KafkaClient
+    from trikafka.client.kafka.consumer import PartitionConsumer
+
+    async def read(read_committed: bool) -> list[tuple[int, bytes | None]]:
+        async with KafkaClient(kafka.bootstrap) as client:
+            async with PartitionConsumer(client, one_aborted, 0, 0, read_committed=read_committed,
+                                         max_wait_s=0.1) as consumer:
+                seen = []
+                while consumer.position is None or consumer.position < 6:  # past both markers
+                    seen += [(r.offset, r.value) for r in await consumer.fetch()]
+                return seen
+
+    assert trio.run(read, True) == [(0, b"a0"), (1, b"a1"), (3, b"p0")]
+    assert trio.run(read, False) == [(0, b"a0"), (1, b"a1"), (2, b"b0"), (3, b"p0")]  # markers are no records
+    status, out, err = trio.run(cli, "consume", one_aborted, "--kafka", kafka.bootstrap, "--read-committed",
+                                "--exit-at-end", "-f", "%o %s\\n")
+    assert (status, out.splitlines()) == (0, ["0 a0", "1 a1", "3 p0"]), err

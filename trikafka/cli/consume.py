@@ -36,6 +36,9 @@ def add_parser(commands) -> None:
                               "--kafka through the group's coordinator; --from then applies only where nothing "
                               "was committed)")
     add_kafka(consume)
+    consume.add_argument("--read-committed", action="store_true",
+                         help="with --kafka: read committed transactions only, up to the last stable offset "
+                              "(isolation.level=read_committed, docs/protocol.md §19.7)")
     add_zookeeper(consume, "with --group: the group's ZooKeeper")
     consume.add_argument("--whitelist", action="store_true", help="with --group: TOPIC is a regex of topics")
     consume.add_argument("--blacklist", action="store_true", help="with --group: TOPIC is a regex to exclude")

@@ -79,19 +79,22 @@ async def _consume_partition(args: argparse.Namespace, client: KafkaClient, part
     offset = {"earliest": EARLIEST, "latest": LATEST}.get(args.from_)
     if offset is None:
         offset = int(args.from_)
-    consumer = PartitionConsumer(client, args.topic, partition, offset)
+    committed = args.read_committed
+    consumer = PartitionConsumer(client, args.topic, partition, offset, read_committed=committed)
     position = await consumer.seek(offset)
     end = None
     if args.exit_at_end:
-        end = (await KafkaAdmin(client).list_offsets(args.topic, {partition: LATEST}))[partition].offset
+        end = (await KafkaAdmin(client).list_offsets(args.topic, {partition: LATEST},
+                                                     read_committed=committed))[partition].offset
     print(f"trikafka: consuming {args.topic}-{partition} from offset {position}", file=sys.stderr, flush=True)
-    if end is not None and position >= end:
-        return
-    async for record in consumer:
-        printer.write(Printed(args.topic, str(partition), record.offset, record.offset + 1, record.key,
-                              record.value or b""))
-        if end is not None and record.offset + 1 >= end:
-            return
+    # The end is reached by position, not by a record: markers and aborted records (§19.6) have
+    # offsets and are never printed.
+    while end is None or (consumer.position or 0) < end:
+        for record in await consumer.fetch():
+            if end is not None and record.offset >= end:
+                return
+            printer.write(Printed(args.topic, str(partition), record.offset, record.offset + 1, record.key,
+                                  record.value or b""))
 
 
 async def topics(args: argparse.Namespace) -> int:

@@ -123,21 +123,23 @@ class KafkaAdmin:
         self.client.metadata.topics.clear()  # the next call asks for the new topics' leaders
         return results
 
-    async def list_offsets(self, topic: str, partitions: Mapping[int, int]) -> dict[int, OffsetAt]:
+    async def list_offsets(self, topic: str, partitions: Mapping[int, int], *,
+                           read_committed: bool = False) -> dict[int, OffsetAt]:
         """For each partition, the offset at a timestamp: ``LATEST``, ``EARLIEST``, ``MAX_TIMESTAMP``
-        or a time in ms (the first offset whose batch's max timestamp is at or after it; -1: none)."""
+        or a time in ms (the first offset whose batch's max timestamp is at or after it; -1: none).
+        ``read_committed``: ``LATEST`` is the last stable offset (§19.7)."""
         found: dict[int, OffsetAt] = {}
         for partition, timestamp_ms in partitions.items():
             async def ask(connection: KafkaConnection, partition: int = partition,
                           timestamp_ms: int = timestamp_ms) -> OffsetAt:
-                return await self._list_offset(connection, topic, partition, timestamp_ms)
+                return await self._list_offset(connection, topic, partition, timestamp_ms, read_committed)
             found[partition] = await self.client.call_leader(topic, partition, ask)
         return found
 
     async def _list_offset(self, connection: KafkaConnection, topic: str, partition: int,
-                           timestamp_ms: int) -> OffsetAt:
+                           timestamp_ms: int, read_committed: bool) -> OffsetAt:
         answer = await connection.request(
-            KafkaApi.LIST_OFFSETS, replica_id=-1, isolation_level=0,
+            KafkaApi.LIST_OFFSETS, replica_id=-1, isolation_level=int(read_committed),
             topics=[{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp_ms,
                                                     "current_leader_epoch": -1}]}])
         for topic_answer in schema.field(answer, "topics", ()):

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.client.errors import BrokerProtocolError
 from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.markers import committed_batches
 from trikafka.kafka.records import Record, decode_batches
 
 from . import schema
@@ -36,14 +37,16 @@ class PartitionConsumer:
     """Records of ``topic``-``partition`` from ``offset`` (an offset, ``EARLIEST`` or ``LATEST``).
 
     ``async for record in consumer`` runs until cancelled; ``fetch()`` is one
-    round.  Its fetches have connections of their own (``lane``), closed by
+    round.  Transaction markers are never records; ``read_committed`` reads
+    up to the last stable offset and drops aborted transactions (§19.7).  Its fetches have connections of their own (``lane``), closed by
     ``aclose`` or ``async with``, else with the client.  ``position`` is the offset of the next record to deliver;
     ``high_watermark`` the partition's, as of the last fetch.
     """
 
     def __init__(self, client: KafkaClient, topic: str, partition: int, offset: int = EARLIEST, *,
                  reset: int | None = None, max_wait_s: float = DEFAULT_MAX_WAIT_S, min_bytes: int = 1,
-                 partition_max_bytes: int = DEFAULT_PARTITION_MAX_BYTES, max_bytes: int = DEFAULT_MAX_BYTES):
+                 partition_max_bytes: int = DEFAULT_PARTITION_MAX_BYTES, max_bytes: int = DEFAULT_MAX_BYTES,
+                 read_committed: bool = False):
         if reset not in (None, EARLIEST, LATEST):
             raise ValueError(f"reset must be None, EARLIEST or LATEST, not {reset}")
         self.client = client
@@ -54,6 +57,7 @@ class PartitionConsumer:
         self.min_bytes = min_bytes
         self.partition_max_bytes = partition_max_bytes
         self.max_bytes = max_bytes
+        self.read_committed = read_committed
         self.high_watermark = -1
         # Its own connections: a long poll must not hold up other requests to the broker.
         self.lane = f"fetch-{next(_LANES)}"
@@ -85,16 +89,19 @@ class PartitionConsumer:
         assert self.position is not None
         position = self.position
         try:
-            data = await self.client.call_leader(self.topic, self.partition, self._fetch_once, lane=self.lane)
+            data, aborted = await self.client.call_leader(self.topic, self.partition, self._fetch_once,
+                                                          lane=self.lane)
         except KafkaOffsetOutOfRange:
             if self.reset is None:
                 raise
             await self.seek(self.reset)
             return []
         records: list[Record] = []
-        for header, batch in decode_batches(data):
+        batches = list(decode_batches(data))
+        for header, batch in committed_batches(batches, aborted):
             records.extend(r for r in batch if r.offset >= position)
-            self.position = max(self.position, header.next_offset)
+        if batches:
+            self.position = max(self.position, batches[-1][0].next_offset)
         return records
 
     async def __aiter__(self) -> AsyncIterator[Record]:
@@ -102,12 +109,13 @@ class PartitionConsumer:
             for record in await self.fetch():
                 yield record
 
-    async def _fetch_once(self, connection: KafkaConnection) -> bytes:
+    async def _fetch_once(self, connection: KafkaConnection) -> tuple[bytes, list[tuple[int, int]]]:
+        """One Fetch: the partition's records and its aborted transactions (producer id, first offset)."""
         assert self.position is not None
         answer = await connection.request(
             KafkaApi.FETCH, extra_wait_s=self.max_wait_s, replica_id=-1,
             max_wait=datetime.timedelta(seconds=self.max_wait_s), min_bytes=self.min_bytes,
-            max_bytes=self.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+            max_bytes=self.max_bytes, isolation_level=int(self.read_committed), session_id=0, session_epoch=-1,
             forgotten_topics_data=(), rack_id="",
             topics=[{"topic": self.topic, "partitions": [{
                 "partition": self.partition, "fetch_offset": self.position, "current_leader_epoch": -1,
@@ -121,5 +129,6 @@ class PartitionConsumer:
                     raise KafkaOffsetOutOfRange(self.topic, self.partition, self.position)
                 check(part.error_code, f"fetch from {self.topic}-{self.partition}")
                 self.high_watermark = int(part.high_watermark)
-                return bytes(part.records or b"")
+                aborted = [(int(a.producer_id), int(a.first_offset)) for a in (part.aborted_transactions or ())]
+                return bytes(part.records or b""), aborted
         raise BrokerProtocolError(f"the Fetch answer does not name {self.topic}-{self.partition}")

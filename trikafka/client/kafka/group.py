@@ -77,7 +77,7 @@ class GroupConsumer:
                  heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S, auto_offset_reset: str = "latest",
                  enable_auto_commit: bool = True, auto_commit_interval_s: float = DEFAULT_AUTO_COMMIT_INTERVAL_S,
                  on_assigned: RebalanceCallback | None = None, on_revoked: RebalanceCallback | None = None,
-                 max_wait_s: float = 0.5):
+                 max_wait_s: float = 0.5, read_committed: bool = False):
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be one of {sorted(_RESETS)}, not {auto_offset_reset!r}")
         unknown = [name for name in assignors if name not in ASSIGNORS]
@@ -98,6 +98,7 @@ class GroupConsumer:
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
         self.max_wait_s = max_wait_s
+        self.read_committed = read_committed  # §19.7: only committed transactions' records
         self.consumed: dict[TopicPartition, int] = {}  # the next offset to deliver, per assigned partition
         self._send, self._receive = trio.open_memory_channel[GroupMessage](0)
         self._wake = trio.Event()
@@ -247,7 +248,8 @@ class GroupConsumer:
     async def _fetch(self, tp: TopicPartition) -> None:
         start = self.consumed.get(tp, NO_OFFSET)
         async with PartitionConsumer(self.client, tp.topic, tp.partition, start if start >= 0 else self.reset,
-                                     reset=self.reset, max_wait_s=self.max_wait_s) as consumer:
+                                     reset=self.reset, max_wait_s=self.max_wait_s,
+                                     read_committed=self.read_committed) as consumer:
             async for record in consumer:
                 await self._send.send(GroupMessage(tp.topic, tp.partition, record))
 
