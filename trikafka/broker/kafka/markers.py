@@ -1,11 +1,12 @@
-"""Transaction markers on the partitions this broker leads (docs/protocol.md §19.6).
+"""Transaction markers on partitions (docs/protocol.md §19.6).
 
 ``MarkerWriter.write_markers`` appends a COMMIT or ABORT marker to each named
-partition as its leader, with acks -1, and answers each partition's error: the
-transaction coordinator (§19.5) calls it for partitions led here, and the
-WriteTxnMarkers api (27) for partitions a coordinator on another broker sends.
-A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER; the
-coordinator asks again.
+partition this broker leads, with acks -1, and answers each partition's
+error; the WriteTxnMarkers api (27) serves it to coordinators on other
+brokers.  ``RoutedMarkers`` is what a transaction coordinator (§19.5) calls:
+each partition goes to its leader, here or through WriteTxnMarkers.  A
+partition whose leader cannot take the marker answers an error (its leader
+moved, the peer is unreachable); the coordinator asks again.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from typing import Any, Callable, Sequence
 
 import trio
 from kio.schema.errors import ErrorCode
+from kio.schema.types import ProducerId, TopicName
+from kio.schema.write_txn_markers.v1.request import (WritableTxnMarker, WritableTxnMarkerTopic,
+                                                      WriteTxnMarkersRequest)
+from kio.static.primitive import i16, i32
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import BatchError
 from trikafka.kafka.framing import Request
 from trikafka.kafka.markers import build_marker
@@ -24,8 +30,9 @@ from trikafka.wire.errors import ErrorCode as EngineError
 from ..partition import Refused
 from ..seams import KafkaAppend
 from .context import KafkaContext
-from .entities import NO_THROTTLE, Reply
+from .entities import Reply
 from .errors import BATCH_TO_KAFKA, kafka_error
+from .peer_call import PeerCallError, peer_call
 
 logger = logging.getLogger(__name__)
 
@@ -91,3 +98,61 @@ async def write_txn_markers(service: KafkaContext, request: Request) -> Any:
             for p in t.partition_indexes)) for t in marker.topics)
         results.append(reply.nested("WritableTxnMarkerResult", producer_id=marker.producer_id, topics=topics))
     return reply.response(markers=tuple(results))
+
+
+class RoutedMarkers:
+    """Markers to each partition's leader: this broker's own through ``local``, the others' by
+    WriteTxnMarkers v1 (§19.6)."""
+
+    def __init__(self, service: KafkaContext, local: MarkerWriter):
+        self._service = service
+        self._local = local
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: Sequence[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        service = self._service
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for where in partitions:
+            by_leader.setdefault(self._leader_of(*where), []).append(where)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for leader, led in by_leader.items():
+            if leader == service.broker_id:
+                errors.update(await self._local.write_markers(producer_id, producer_epoch, commit,
+                                                              coordinator_epoch, led))
+            else:
+                errors.update(await self._remote(leader, producer_id, producer_epoch, commit, coordinator_epoch,
+                                                 led))
+        return errors
+
+    def _leader_of(self, topic: str, index: int) -> int:
+        described = self._service.admin.topic_metadata(topic, self._service.broker_id)
+        for part in described.partitions:
+            if part.partition == index:
+                return int(part.leader)
+        return -1
+
+    async def _remote(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, led: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        address = next((b for b in self._service.kafka_brokers() if b.broker_id == leader), None)
+        if address is None:
+            return {where: ErrorCode.not_leader_or_follower for where in led}
+        topics: dict[str, list[int]] = {}
+        for topic, index in led:
+            topics.setdefault(topic, []).append(index)
+        api = KafkaApi.WRITE_TXN_MARKERS
+        body = WriteTxnMarkersRequest(markers=(WritableTxnMarker(
+            producer_id=ProducerId(producer_id), producer_epoch=i16(producer_epoch), transaction_result=commit,
+            topics=tuple(WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=tuple(i32(p) for p in ps))
+                         for t, ps in topics.items()),
+            coordinator_epoch=i32(coordinator_epoch)),))
+        try:
+            answer: Any = await peer_call(address, api, api.max_version, body)  # Any: kio's response class
+        except PeerCallError as exc:
+            logger.info("markers for producer %d not written on broker %d: %s", producer_id, leader, exc)
+            return {where: ErrorCode.network_exception for where in led}
+        errors = {where: ErrorCode.unknown_server_error for where in led}
+        for result in answer.markers:
+            for topic_result in result.topics:
+                for part in topic_result.partitions:
+                    errors[(str(topic_result.name), int(part.partition_index))] = part.error_code
+        return errors
