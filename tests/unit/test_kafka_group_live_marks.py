@@ -61,7 +61,7 @@ async def test_the_new_coordinator_takes_the_mark_over_and_the_old_one_leaves_it
         await kafka_groups.mark(new_zk, "g", 2)
         data, stat = await new_zk.get(MARK)
         assert kafka_groups.decode_mark(data) == 2 and stat.ephemeral_owner == new_zk.session_id
-        await kafka_groups.unmark(old_zk, "g", 1)  # the old coordinator drops the group late
+        await kafka_groups.unmark(old_zk, "g")  # the old coordinator drops the group late
         assert await kafka_groups.coordinator_of_live_group(new_zk, "g") == 2
 
 

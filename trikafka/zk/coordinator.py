@@ -33,7 +33,7 @@ from typing import Iterator, Protocol, Sequence
 import trio
 from trio_util import AsyncValue, wait_any
 
-from .errors import CoordinatorClosedError, NodeExistsError, NoNodeError, NotEmptyError
+from .errors import BadVersionError, CoordinatorClosedError, NodeExistsError, NoNodeError, NotEmptyError
 from .ops import Op, OpResult, SessionState, Stat, WatchCallback, _check_bytes, _validate_op
 from .paths import join, validate_path
 from .watches import ChildrenWatch, DataWatch, _Watch
@@ -81,6 +81,8 @@ class Coordinator(Protocol):
     def watch_children(self, path: str) -> "ChildrenWatch": ...
 
     async def create_ephemeral_expect_conflict(self, path: str, value: bytes) -> None: ...
+
+    async def hold_ephemeral(self, path: str, value: bytes) -> None: ...
 
     def state_changes(self) -> contextlib.AbstractContextManager[trio.MemoryReceiveChannel]: ...
 
@@ -260,6 +262,31 @@ class BaseCoordinator:
         if not ops:
             return []
         return await self._multi(ops)
+
+    async def hold_ephemeral(self, path: str, value: bytes) -> None:
+        """Make ``path`` an ephemeral of this session holding ``value`` (parents made as needed).
+
+        An ephemeral of this session (a create whose reply was lost) is written
+        over; one of another session (this process's previous one, or another
+        owner's) is replaced, since written over it would vanish when that
+        session ends.
+        """
+        validate_path(path)
+        value = bytes(value)
+        while True:
+            try:
+                await self.create(path, value, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _data, stat = await self.get(path)
+                if stat.ephemeral_owner == self.session_id:
+                    await self.set(path, value, version=stat.version)
+                    return
+                await self.delete(path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                continue
 
     async def create_ephemeral_expect_conflict(self, path: str, value: bytes) -> None:
         """§8.2 "create expecting conflict": create an ephemeral (parents made as

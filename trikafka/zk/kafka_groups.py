@@ -12,10 +12,9 @@ import json
 
 from . import paths
 from .coordinator import Coordinator
-from .errors import BadVersionError, InvalidPathError, NodeExistsError, NoNodeError
+from .errors import BadVersionError, InvalidPathError, NoNodeError
 
 VERSION = 1
-_REPLACE_ATTEMPTS = 3  # a mark that keeps changing under us belongs to a coordinator fighting for it
 
 
 def encode_mark(broker_id: int) -> bytes:
@@ -42,36 +41,22 @@ def mark_path(group: str) -> str | None:
 
 
 async def mark(zk: Coordinator, group: str, broker_id: int) -> None:
-    """Hold ``group``'s mark in this session.  A mark naming another broker (the group's previous
-    coordinator, whose session may outlive its role) is replaced, so the mark lives and dies with
-    the current coordinator's session."""
+    """Hold ``group``'s mark in this session: a mark of another session (the group's previous
+    coordinator, whose session may outlive its role) is replaced, so the mark lives and dies with the
+    current coordinator's session."""
     path = mark_path(group)
-    if path is None:
-        return
-    value = encode_mark(broker_id)
-    for _ in range(_REPLACE_ATTEMPTS):
-        try:
-            await zk.create(path, value, ephemeral=True, makepath=True)
-            return
-        except NodeExistsError:
-            pass
-        try:
-            data, stat = await zk.get(path)
-            if decode_mark(data) == broker_id:
-                return
-            await zk.delete(path, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            continue
+    if path is not None:
+        await zk.hold_ephemeral(path, encode_mark(broker_id))
 
 
-async def unmark(zk: Coordinator, group: str, broker_id: int) -> None:
-    """Delete ``group``'s mark if it names ``broker_id``; one naming another broker is that broker's."""
+async def unmark(zk: Coordinator, group: str) -> None:
+    """Delete ``group``'s mark if this session holds it; one of another session is its holder's."""
     path = mark_path(group)
     if path is None:
         return
     try:
-        data, stat = await zk.get(path)
-        if decode_mark(data) == broker_id:
+        _data, stat = await zk.get(path)
+        if stat.ephemeral_owner == zk.session_id:
             await zk.delete(path, version=stat.version)
     except (NoNodeError, BadVersionError):
         pass

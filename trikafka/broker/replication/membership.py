@@ -20,7 +20,7 @@ from ...log.fs import FileSystem
 from ...log.names import BOOT_ID_FILE
 from ...zk import paths
 from ...zk.coordinator import Coordinator
-from ...zk.errors import BadVersionError, NodeExistsError, NoNodeError
+from ...zk.errors import NodeExistsError, NoNodeError
 from ...zk.replication_store import read_assignment, read_state, replicated_topics
 
 logger = logging.getLogger(__name__)
@@ -56,23 +56,9 @@ async def register_membership(zk: Coordinator, broker_id: int, host: str, port: 
     if not intact:
         fields["tail_copied"] = encode_tail_copied(copied)
     value = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    path = paths.replication_broker(broker_id)
-    while True:
-        try:
-            await zk.create(path, value, ephemeral=True, makepath=True)
-            return
-        except NodeExistsError:
-            pass
-        try:
-            _data, stat = await zk.get(path)
-            if stat.ephemeral_owner == zk.session_id:  # ours: a create whose reply was lost
-                await zk.set(path, value, version=stat.version)
-                return
-            # A leftover of this broker's previous session (the id under /brokers/ids is ours now).
-            # Written over, it would still vanish when that session expires: replace it instead.
-            await zk.delete(path, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            continue
+    # A leftover of this broker's previous session (the id under /brokers/ids is ours now) is
+    # replaced: written over, it would still vanish when that session expires.
+    await zk.hold_ephemeral(paths.replication_broker(broker_id), value)
 
 
 def encode_tail_copied(copied: Iterable[tuple[str, int]]) -> dict[str, list[int]]:

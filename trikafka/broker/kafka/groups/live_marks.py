@@ -77,5 +77,5 @@ class LiveGroupMarks:
             await kafka_groups.mark(self._zk, group_id, self._broker_id)
             self._written.add(group_id)
         for group_id in sorted(self._written - live):
-            await kafka_groups.unmark(self._zk, group_id, self._broker_id)
+            await kafka_groups.unmark(self._zk, group_id)
             self._written.discard(group_id)
