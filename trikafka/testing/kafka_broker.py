@@ -43,6 +43,7 @@ class RunningKafkaBroker:
     port: int  # the 0.7 listener's
     log_dir: str
     broker: Any  # Any: trikafka.broker.server.Broker, imported lazily with the broker
+    trio_token: trio.lowlevel.TrioToken | None = None  # the broker's loop, for trio.from_thread calls
 
 
 def kafka_broker_config(log_dir: str, **settings: Any) -> BrokerConfig:
@@ -87,7 +88,7 @@ def running_kafka_broker(log_dir: str | None = None, **settings: Any) -> Iterato
             raise RuntimeError(f"trikafka broker did not start: {box.get('error', 'timed out')!r}")
         broker = box["broker"]
         yield RunningKafkaBroker(f"{LOOPBACK}:{broker.kafka_port}", broker.kafka_port, broker.port, directory,
-                                 broker)
+                                 broker, box["token"])
     finally:
         if "broker" in box and thread.is_alive():
             trio.from_thread.run_sync(box["broker"].shutdown, trio_token=box["token"])
