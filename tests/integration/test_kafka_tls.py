@@ -262,3 +262,49 @@ def librdkafka_failures(bootstrap: str, settings: dict[str, Any]) -> list[str]:
     while not any("brokers are down" in line for line in lines) and time.monotonic() < deadline:
         producer.poll(0.1)
     return lines
+
+
+# --------------------------------------------------------------------------- trikafka's own clients
+
+
+async def test_the_trikafka_cli_produces_and_consumes_over_mutual_tls(mtls_broker, certificates):
+    from tests.helpers.cli import cli
+    from tests.helpers.broker_testing import child_process
+
+    client = certificates.client("cli")
+    tls = ("--kafka", mtls_broker.bootstrap, "--tls-ca", certificates.ca_path, "--tls-cert", client.cert_path,
+           "--tls-key", client.key_path)
+    async with child_process("produce", "cli-tls", *tls, stdin=subprocess.PIPE) as producer:
+        await producer.send_stdin(b"one\ntwo\n")
+        assert await producer.wait() == 0, producer.stderr.decode()
+    status, out, err = await cli("consume", "cli-tls", "-e", "-f", "%s\\n", *tls)
+    assert (status, out.splitlines()) == (0, ["one", "two"]), err
+    status, _, err = await cli("consume", "cli-tls", "-e", "--kafka", mtls_broker.bootstrap, "--tls-ca",
+                               certificates.ca_path)  # no client certificate: the broker refuses it
+    assert status == 1 and "certificate required" in err, err
+
+
+def test_trikafka_0_7_client_produces_and_fetches_on_a_tls_0_7_port(certificates):
+    import trio
+
+    from trikafka.client import connect
+    from trikafka.wire import ACKS_FLUSHED, build_message_set, iter_messages
+
+    payloads = [bytes([i]) * 300_000 for i in range(8)]  # 2.4 MB: one fetch of several 1 MiB pieces
+
+    async def round_trip(port: int) -> tuple[list[bytes], bytes]:
+        async with await connect("127.0.0.1", port, ssl_context=certificates.client_context()) as conn:
+            await conn.produce_acked([("zero-seven", 0, build_message_set(payloads))], acks=ACKS_FLUSHED)
+            result = await conn.fetch("zero-seven", 0, 0, 4 << 20)
+        plain = await trio.open_tcp_stream("127.0.0.1", port)  # plaintext on that port: refused
+        received = b""
+        async with plain:
+            await plain.send_all(b"\x00\x00\x00\x02\x00\x00")
+            while chunk := await plain.receive_some(4096):
+                received += chunk
+        return [m.payload for m in iter_messages(result.data)], received
+
+    with running_kafka_broker(port_security_protocol="SSL", **certificates.broker_settings()) as running:
+        fetched, refused = trio.run(round_trip, running.port)
+    assert fetched == payloads
+    assert refused == b"" or refused[:1] == b"\x15"
