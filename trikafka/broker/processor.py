@@ -11,6 +11,7 @@ already concurrent.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Awaitable, Callable, Protocol
 
 import trio
@@ -42,6 +43,11 @@ Secure = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
 
 def _nothing_to_release() -> None:
     pass
+
+
+def _is_unix_socket(stream: trio.abc.Stream) -> bool:
+    """A connection of the Unix-domain listener, which passes descriptors (§9.8) and never takes TLS."""
+    return isinstance(stream, trio.SocketStream) and stream.socket.family == socket.AF_UNIX
 
 
 class Processor:
@@ -87,7 +93,7 @@ class Processor:
                         release()
                         await trio.aclose_forcefully(stream)
                         continue
-                    if self._secure is None:
+                    if self._secure is None or _is_unix_socket(stream):  # local: never TLS (§18.1)
                         connection = self._make_connection(stream, peer)
                         self._connections.add(connection)
                         nursery.start_soon(self._run_connection, connection, release)
