@@ -2,7 +2,9 @@
 
 Made with ``trustme``; every PEM is written into one directory so that
 broker settings, ``trikafka serve`` flags and the clients' own options (file
-paths) can name them.  The one place tests get certificates from.
+paths) can name them.  The one place tests get certificates from; the
+session fixture ``certificates`` (a pytest plugin of ``tests/conftest.py``)
+makes one set for the whole run.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import ssl
 from dataclasses import dataclass
 
+import pytest
 import trustme
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
@@ -84,3 +87,9 @@ def make_certificates(directory: str) -> CertificateFiles:
     broker.private_key_pem.write_to_path(paths["broker.key"])
     return CertificateFiles(directory, paths["ca.pem"], paths["broker.pem"], paths["broker.key"],
                             paths["untrusted.pem"], ca, untrusted)
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> CertificateFiles:
+    """One test CA, broker certificate and untrusted CA for every TLS test of the session."""
+    return make_certificates(str(tmp_path_factory.mktemp("certificates")))

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v3.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32
 
-from tests.helpers.certificates import CertificateFiles, make_certificates
+from tests.helpers.certificates import CertificateFiles
 from tests.helpers.kafka_batches import make_batch
 from tests.helpers.kafka_clients import create_topic, high_watermarks, read_with_confluent
 from trikafka.kafka.apis import KafkaApi
@@ -224,11 +224,6 @@ def test_group_requests_that_make_no_sense_are_answered_with_their_errors(kafka,
 # --------------------------------------------------------------------------- TLS handshakes (§18.1, §18.4)
 
 HANDSHAKE_TIMEOUT_MS = 300
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> CertificateFiles:
-    return make_certificates(str(tmp_path_factory.mktemp("certificates")))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
-from tests.helpers.certificates import CertificateFiles, make_certificates
+from tests.helpers.certificates import CertificateFiles
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_confluent
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
@@ -30,11 +30,6 @@ from trikafka.testing.kafka_broker import RunningKafkaBroker
 KCAT = "/usr/bin/kcat"
 SOCKET_TIMEOUT_S = 30.0
 API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, 0)  # size, api key, version, correlation id, client id ""
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> CertificateFiles:
-    return make_certificates(str(tmp_path_factory.mktemp("certificates")))
 
 
 @pytest.fixture(scope="module")

@@ -70,3 +70,21 @@ def test_contexts_accept_tls_1_2_and_up_and_require_client_certificates_only_wit
     assert (plain.server.verify_mode, mutual.server.verify_mode) == (ssl.CERT_NONE, ssl.CERT_REQUIRED)
     assert plain.broker_client is None  # the 0.7 port (and replica traffic) stays plaintext
     assert TlsContexts.load(BrokerConfig()).server is None
+
+
+def test_an_encrypted_key_needs_its_password(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    files = make_certificates(str(tmp_path))
+    with open(files.broker_key_path, "rb") as f:
+        key = serialization.load_pem_private_key(f.read(), password=None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.BestAvailableEncryption(b"s3cret")))
+    config = BrokerConfig(kafka_port=0, kafka_security_protocol="SSL",
+                          **{**files.broker_settings(), "ssl_key_location": str(encrypted)})
+    with pytest.raises(TlsSettingError, match="is encrypted: give ssl.key.password"):
+        TlsContexts.load(config)
+    with pytest.raises(TlsSettingError, match="wrong ssl.key.password"):
+        TlsContexts.load(config.replace(ssl_key_password="wrong"))
+    assert TlsContexts.load(config.replace(ssl_key_password="s3cret")).server is not None
