@@ -303,3 +303,13 @@ def test_trikafka_0_7_client_produces_and_fetches_on_a_tls_0_7_port(certificates
         fetched, refused = trio.run(round_trip, running.port)
     assert fetched == payloads
     assert refused == b"" or refused[:1] == b"\x15"
+
+
+def test_the_testing_module_runs_a_tls_broker_with_its_own_certificates():
+    from trikafka.testing import running_tls_kafka_broker
+
+    with running_tls_kafka_broker(num_partitions=1) as (running, files):
+        settings = {"security.protocol": "SSL", "ssl.ca.location": files.ca_path}
+        produce_with_confluent(running.bootstrap, "fixture-tls", [b"over tls"], settings)
+        assert [s.value for s in read_with_confluent(running.bootstrap, "fixture-tls", 1, 1, **settings)] == [
+            b"over tls"]

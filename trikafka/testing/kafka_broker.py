@@ -23,11 +23,14 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import trio
 
 from trikafka.broker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from .certificates import CertificateFiles
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -97,6 +100,22 @@ def running_kafka_broker(log_dir: str | None = None, **settings: Any) -> Iterato
             shutil.rmtree(directory, ignore_errors=True)
     if "error" in box and not isinstance(box["error"], trio.Cancelled):
         raise RuntimeError(f"trikafka broker failed: {box['error']!r}")
+
+
+@contextlib.contextmanager
+def running_tls_kafka_broker(log_dir: str | None = None, *, mutual: bool = False,
+                             **settings: Any) -> Iterator[tuple[RunningKafkaBroker, CertificateFiles]]:
+    """Like ``running_kafka_broker``, its Kafka listener speaking ``SSL`` (docs/protocol.md §18.1) with
+    fresh test certificates (``trikafka.testing.certificates``, needs ``trustme``); yields the broker and
+    the certificate files (``ca_path`` for the clients; ``client(name)`` with ``mutual``, which requires
+    client certificates)."""
+    from .certificates import make_certificates
+
+    with tempfile.TemporaryDirectory(prefix="trikafka-certificates-") as directory:
+        files = make_certificates(directory)
+        with running_kafka_broker(log_dir, kafka_security_protocol="SSL", **files.broker_settings(mutual=mutual),
+                                  **settings) as running:
+            yield running, files
 
 
 @contextlib.contextmanager
