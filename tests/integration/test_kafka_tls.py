@@ -22,7 +22,9 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
+from tests.helpers.broker_testing import child_process
 from tests.helpers.certificates import CertificateFiles
+from tests.helpers.cli import cli
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_confluent
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
@@ -263,9 +265,6 @@ def librdkafka_failures(bootstrap: str, settings: dict[str, Any]) -> list[str]:
 
 
 async def test_the_trikafka_cli_produces_and_consumes_over_mutual_tls(mtls_broker, certificates):
-    from tests.helpers.cli import cli
-    from tests.helpers.broker_testing import child_process
-
     client = certificates.client("cli")
     tls = ("--kafka", mtls_broker.bootstrap, "--tls-ca", certificates.ca_path, "--tls-cert", client.cert_path,
            "--tls-key", client.key_path)
