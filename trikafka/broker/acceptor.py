@@ -64,9 +64,6 @@ class ConnectionQuota:
         else:
             self._open.pop(address, None)
 
-    def open_from(self, address: str) -> int:
-        return self._open.get(address, 0)
-
 
 @dataclass(frozen=True)
 class BoundAddress:

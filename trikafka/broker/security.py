@@ -208,10 +208,10 @@ class TlsAcceptance:
         with trio.move_on_after(self.handshake_timeout_s) as scope:
             try:
                 await tls.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                cause = exc.__cause__
+            except Exception as exc:  # whatever a peer makes the handshake raise costs that peer only
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
                 reason = (f"{cause.reason or cause}" if isinstance(cause, ssl.SSLError)
-                          else f"{cause or exc!r}")
+                          else f"{cause!r}")
         if scope.cancelled_caught:
             reason = f"not finished within {self.handshake_timeout_s:g} s"
         if reason is not None:
