@@ -131,6 +131,9 @@ class TlsContexts:
             stream = trio.SSLStream(await open_stream(host, port), context, server_hostname=host)
             try:
                 await stream.do_handshake()
+            except trio.BrokenResourceError as exc:  # the follower's retry log names OpenSSL's reason
+                await trio.aclose_forcefully(stream)
+                raise trio.BrokenResourceError(f"TLS handshake with {host}:{port} failed: {exc.__cause__}") from exc
             except BaseException:
                 await trio.aclose_forcefully(stream)
                 raise
