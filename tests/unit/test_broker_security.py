@@ -88,3 +88,11 @@ def test_an_encrypted_key_needs_its_password(tmp_path):
     with pytest.raises(TlsSettingError, match="wrong ssl.key.password"):
         TlsContexts.load(config.replace(ssl_key_password="wrong"))
     assert TlsContexts.load(config.replace(ssl_key_password="s3cret")).server is not None
+
+
+def test_the_server_refuses_renegotiation(tmp_path):
+    import ssl
+
+    files = make_certificates(str(tmp_path))
+    server = TlsContexts.load(BrokerConfig(kafka_port=0, kafka_security_protocol="SSL", **files.broker_settings())).server
+    assert server is not None and server.options & ssl.OP_NO_RENEGOTIATION

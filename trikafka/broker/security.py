@@ -105,6 +105,7 @@ class TlsContexts:
             return cls(server=None, broker_client=None)
         server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         server.minimum_version = MINIMUM_TLS_VERSION
+        server.options |= ssl.OP_NO_RENEGOTIATION  # a peer cannot make the broker redo handshakes (TLS 1.2)
         _load_own_certificate(server, config)
         if config.ssl_client_ca_location:
             _load_ca(server, "ssl.client.ca.location", config.ssl_client_ca_location)
