@@ -66,9 +66,10 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLK_TCK
 
 
-def create_topic(bootstrap: str, topic: str, replication_factor: int) -> None:
-    """CreateTopics through confluent's AdminClient: one partition, ``replication_factor`` replicas."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, topic: str, replication_factor: int, settings: dict[str, Any] | None = None) -> None:
+    """CreateTopics through confluent's AdminClient: one partition, ``replication_factor`` replicas
+    (``settings``: more client settings, e.g. TLS)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(settings or {})})
     futures = admin.create_topics([NewTopic(topic, 1, replication_factor)], operation_timeout=CLIENT_TIMEOUT_S,
                                   request_timeout=CLIENT_TIMEOUT_S)
     futures[topic].result(CLIENT_TIMEOUT_S)
@@ -125,11 +126,13 @@ def consume(bootstrap: str, topic: str, messages: int) -> float:
         consumer.close()
 
 
-def consume_with_kcat(bootstrap: str, topic: str, messages: int) -> float:
-    """Seconds for a ``kcat`` process to receive ``messages`` from the start of partition 0 and exit."""
+def consume_with_kcat(bootstrap: str, topic: str, messages: int, *settings: str) -> float:
+    """Seconds for a ``kcat`` process to receive ``messages`` from the start of partition 0 and exit
+    (``settings``: more kcat arguments, e.g. ``-X security.protocol=SSL``)."""
     started = time.perf_counter()
-    subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-c", str(messages),
-                    "-q", "-f", ""], check=True, stdout=subprocess.DEVNULL, timeout=CLIENT_TIMEOUT_S * 4)
+    subprocess.run(["kcat", "-C", "-b", bootstrap, *settings, "-t", topic, "-p", "0", "-o", "beginning",
+                    "-c", str(messages), "-q", "-f", ""], check=True, stdout=subprocess.DEVNULL,
+                   timeout=CLIENT_TIMEOUT_S * 4)
     return time.perf_counter() - started
 
 

@@ -5,5 +5,6 @@ import tests.helpers.hypothesis_profiles  # noqa: F401  (registers and loads the
 
 # The tier markers; the real ZooKeeper server fixture (session-scoped, loopback, stopped
 # by PID); the in-process broker fixtures trikafka offers its users (trikafka_broker,
-# trikafka_cluster).
-pytest_plugins = ["tests.helpers.tiers", "tests.helpers.zookeeper_server", "trikafka.testing.pytest_plugin"]
+# trikafka_cluster); the test certificates of TLS tests (``certificates``).
+pytest_plugins = ["tests.helpers.tiers", "tests.helpers.zookeeper_server", "trikafka.testing.pytest_plugin",
+                  "tests.helpers.certificates"]

@@ -91,3 +91,18 @@ async def test_the_spark_source_uses_a_brokers_socket_where_it_exists_and_tcp_el
     for bad in ("x=/a", "0=", "0", "0=/a,0=/b"):
         with pytest.raises(OptionError, match="brokerSockets"):
             parse_options({"brokers": "0:h:1", "topics": "t", "brokerSockets": bad})
+
+
+async def test_the_unix_socket_stays_plaintext_when_the_tcp_port_speaks_tls(tmp_path: Path) -> None:
+    """docs/protocol.md §18.1: TLS is for the network; the local socket passes descriptors (§9.8)."""
+    from tests.helpers.certificates import make_certificates
+
+    files = make_certificates(str(tmp_path))
+    path = tmp_path / "broker.sock"
+    async with open_broker(unix_socket_path=str(path), port_security_protocol="SSL", **files.broker_settings()) as broker:
+        def over_the_socket() -> ErrorCode:
+            with BrokerConnection(broker.host, broker.port, unix_path=str(path)) as conn:
+                (result,) = conn.produce_acked([ProducePart("local", 0, build_message_set([b"hello"]))])
+                return result.error
+
+        assert await trio.to_thread.run_sync(over_the_socket) == ErrorCode.NO_ERROR

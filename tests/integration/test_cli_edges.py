@@ -356,3 +356,23 @@ async def test_a_new_data_dir_does_not_report_recovery(tmp_path):
         broker.signal(signal.SIGTERM)
         assert await broker.wait() == 0
     assert b"recovery ran" not in broker.stderr and b"holds no logs yet" in broker.stderr
+
+
+async def test_serve_names_a_bad_tls_file_in_one_line(tmp_path):
+    from tests.helpers.certificates import make_certificates
+
+    files = make_certificates(str(tmp_path))
+    (tmp_path / "other").mkdir()
+    other = make_certificates(str(tmp_path / "other"))
+    serve = ("serve", "--standalone", "--port", "0", "--kafka-port", "0", "--log-dir", str(tmp_path / "data"),
+             "--kafka-security", "SSL")
+    cases = {
+        "ssl.certificate.location": ("--tls-cert", str(tmp_path / "missing.pem"), "--tls-key", files.broker_key_path),
+        "does not match": ("--tls-cert", files.broker_cert_path, "--tls-key", other.broker_key_path),
+        "ssl.client.ca.location": ("--tls-cert", files.broker_cert_path, "--tls-key", files.broker_key_path,
+                                   "--tls-client-ca", files.broker_key_path),
+    }
+    for needle, flags in cases.items():
+        _, stderr = await run(*serve, *flags, status=2)
+        line = one_error_line(stderr)
+        assert line.startswith("trikafka: bad configuration: ") and needle in line, line

@@ -1,18 +1,23 @@
-"""Hostile and broken input on the Kafka port (docs/protocol.md §16.2, §16.6).
+"""Hostile and broken input on the Kafka port (docs/protocol.md §16.2, §16.6, §18.4).
 
 Garbage frames, a size prefix over ``max.socket.request.bytes``, truncated
 headers, an unknown api key and an unsupported version close the sender's
 connection (ApiVersions of an unknown version is answered); a Produce with a
 corrupt batch is answered with an error code and appends nothing.  After
 every test a real client (confluent-kafka) still produces and reads back on
-the same broker: bad input costs its sender, never anyone else.
+the same broker: bad input costs its sender, never anyone else.  On a TLS
+listener, a silent peer, garbage, a truncated or replayed ClientHello are
+dropped at the handshake timeout or at once; connections over
+``max.connections.per.ip`` are closed unanswered.
 """
 
 from __future__ import annotations
 
 import datetime
 import socket
+import ssl
 import struct
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -21,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v3.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32
 
+from tests.helpers.certificates import CertificateFiles
 from tests.helpers.kafka_batches import make_batch
 from tests.helpers.kafka_clients import create_topic, high_watermarks, read_with_confluent
 from trikafka.kafka.apis import KafkaApi
@@ -213,3 +219,122 @@ def test_group_requests_that_make_no_sense_are_answered_with_their_errors(kafka,
             committed_metadata="x" * 5000),)),)))
     assert commit.topics[0].partitions[0].error_code == ErrorCode.offset_metadata_too_large
 
+
+
+# --------------------------------------------------------------------------- TLS handshakes (§18.1, §18.4)
+
+HANDSHAKE_TIMEOUT_MS = 300
+
+
+@pytest.fixture(scope="module")
+def tls_kafka(certificates: CertificateFiles) -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, kafka_security_protocol="SSL",
+                              ssl_handshake_timeout_ms=HANDSHAKE_TIMEOUT_MS, **certificates.broker_settings()) as running:
+        yield running
+
+
+@pytest.fixture
+def tls_unharmed(tls_kafka: RunningKafkaBroker, certificates: CertificateFiles) -> Iterator[None]:
+    """After the test: a real client produces over TLS on the attacked broker."""
+    yield
+    producer = Producer({"bootstrap.servers": tls_kafka.bootstrap, "acks": "all", "security.protocol": "SSL",
+                         "ssl.ca.location": certificates.ca_path})
+    producer.produce(TOPIC, value=b"after the handshake attack")
+    assert producer.flush(30) == 0
+
+
+def client_hello() -> bytes:
+    """The first flight of a real TLS client: one ClientHello record."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the broker sends before it closes (bounded by the socket timeout: a broker that
+    never closes fails the test with ``socket.timeout``)."""
+    received = b""
+    while True:
+        try:
+            data = sock.recv(4096)
+        except ConnectionResetError:
+            return received
+        if not data:
+            return received
+        received += data
+
+
+@pytest.mark.parametrize("first_bytes", [
+    b"",  # connects and sends nothing
+    bytes(range(256)) * 4,  # garbage where a ClientHello belongs
+    b"\x16\x03\x01\x40\x00" + b"\x01" * 40,  # a handshake record header announcing 16 KiB, then silence
+], ids=["silent", "garbage", "announced-but-missing"])
+def test_a_broken_or_silent_handshake_is_dropped(tls_kafka, tls_unharmed, first_bytes):
+    sock = socket.create_connection(("127.0.0.1", tls_kafka.kafka_port), timeout=SOCKET_TIMEOUT_S)
+    sock.sendall(first_bytes)
+    received = read_until_closed(sock)
+    assert received == b"" or received[:1] == b"\x15", received[:20]  # nothing, or a TLS alert record
+    sock.close()
+
+
+def test_a_truncated_client_hello_is_dropped(tls_kafka, tls_unharmed):
+    hello = client_hello()
+    sock = socket.create_connection(("127.0.0.1", tls_kafka.kafka_port), timeout=SOCKET_TIMEOUT_S)
+    sock.sendall(hello[: len(hello) // 2])
+    assert read_until_closed(sock) == b""  # the broker waits for the rest, then gives up
+    sock.close()
+
+
+def test_a_replayed_client_hello_gets_a_fresh_handshake_and_then_nothing(tls_kafka, tls_unharmed):
+    """A ClientHello captured from one connection and sent on another starts a handshake the replayer
+    cannot finish (it has no key for the broker's answer): dropped at the timeout like any stall."""
+    hello = client_hello()
+    sock = socket.create_connection(("127.0.0.1", tls_kafka.kafka_port), timeout=SOCKET_TIMEOUT_S)
+    sock.sendall(hello)
+    received = read_until_closed(sock)
+    assert received[:1] == b"\x16"  # the broker's ServerHello, then the close
+    sock.close()
+
+
+# --------------------------------------------------------------------------- connections per address (§18.4)
+
+MAX_PER_ADDRESS = 3
+API_VERSIONS_V0 = _SIZE.pack(10) + struct.pack(">hhih", 18, 0, 1, 0)
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, max_connections_per_ip=MAX_PER_ADDRESS) as running:
+        yield running
+
+
+def answered(port: int) -> socket.socket | None:
+    """A connection that got its ApiVersions answer, or None when the broker closed it unanswered."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=SOCKET_TIMEOUT_S)
+    try:
+        sock.sendall(API_VERSIONS_V0)
+        if len(sock.recv(4)) == 4:
+            return sock
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    sock.close()
+    return None
+
+
+def test_connections_over_the_per_address_limit_are_closed_at_once(limited):
+    held = [answered(limited.kafka_port) for _ in range(MAX_PER_ADDRESS)]
+    assert all(held)
+    assert answered(limited.kafka_port) is None
+    zero_seven = socket.create_connection(("127.0.0.1", limited.port), timeout=SOCKET_TIMEOUT_S)
+    assert read_until_closed(zero_seven) == b""  # the 0.7 port counts against the same limit
+    zero_seven.close()
+    held.pop().close()  # type: ignore[union-attr]
+    deadline = time.monotonic() + SOCKET_TIMEOUT_S
+    again = None
+    while again is None and time.monotonic() < deadline:  # the broker notices the close, then admits
+        again = answered(limited.kafka_port)
+    assert again is not None
+    for sock in [*held, again]:
+        sock.close()  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ broker down, because a listener that fails that way will not recover.
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -37,6 +38,33 @@ ACCEPT_RETRY_S = 0.100
 UNIX_SEND_BUFFER_BYTES = 4 << 20
 
 
+class ConnectionQuota:
+    """Open connections per client IP address, over every listener that shares it (§18.4:
+    ``max.connections.per.ip``).  Unix-domain socket connections are not counted."""
+
+    def __init__(self, max_per_address: int):
+        self.max_per_address = max_per_address
+        self._open: dict[str, int] = {}
+        self.refused = 0
+
+    def admit(self, address: str) -> bool:
+        """Count one more connection from ``address``, or False (not counted) when it is at the limit."""
+        count = self._open.get(address, 0)
+        if count >= self.max_per_address:
+            self.refused += 1
+            return False
+        self._open[address] = count + 1
+        return True
+
+    def release(self, address: str) -> None:
+        """One connection from ``address`` is over."""
+        count = self._open.get(address, 0) - 1
+        if count > 0:
+            self._open[address] = count
+        else:
+            self._open.pop(address, None)
+
+
 @dataclass(frozen=True)
 class BoundAddress:
     """Where the broker listens (the port is the real one even when 0 was asked)."""
@@ -56,7 +84,7 @@ class Acceptor:
 
     def __init__(self, host: str, port: int, processors: Sequence[Processor], *,
                  socket_send_buffer: int = 0, socket_receive_buffer: int = 0, hold_connections: bool = False,
-                 unix_socket_path: str | None = None):
+                 unix_socket_path: str | None = None, quota: ConnectionQuota | None = None):
         assert processors, "at least one processor"
         self._accepting = trio.Event()
         if not hold_connections:
@@ -67,6 +95,7 @@ class Acceptor:
         self._send_buffer = socket_send_buffer
         self._receive_buffer = socket_receive_buffer
         self._unix_path = unix_socket_path
+        self._quota = quota
         self.connections_accepted = 0
 
     async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -121,9 +150,20 @@ class Acceptor:
                 await trio.sleep(ACCEPT_RETRY_S)
                 continue
             self.connections_accepted += 1
-            if stream.socket.family == socket.AF_UNIX and self._send_buffer <= 0:
+            unix = stream.socket.family == socket.AF_UNIX
+            if unix and self._send_buffer <= 0:
                 stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER_BYTES)
-            await next(next_processor).hand_off(stream, _peer_name(stream))
+            peer = _peer_name(stream)
+            if unix or self._quota is None:
+                await next(next_processor).hand_off(stream, peer)
+                continue
+            address = peer.rpartition(":")[0]
+            if not self._quota.admit(address):
+                logger.info("refusing a connection from %s: %d open from that address (max.connections.per.ip)",
+                            peer, self._quota.max_per_address)
+                await trio.aclose_forcefully(stream)
+                continue
+            await next(next_processor).hand_off(stream, peer, functools.partial(self._quota.release, address))
 
 
 async def _open_unix_listener(path: str) -> trio.SocketListener:

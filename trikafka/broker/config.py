@@ -119,6 +119,16 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms (§17.4)
     group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms (§17.4)
     group_max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms (§17.4)
+    # Security (docs/protocol.md §18.1, §18.4).  The protocols are SecurityProtocol names.
+    kafka_security_protocol: str = "PLAINTEXT"  # kafka.security.protocol: the Kafka listener's
+    port_security_protocol: str = "PLAINTEXT"  # port.security.protocol: the 0.7 port's (and replica traffic)
+    ssl_certificate_location: str | None = None  # ssl.certificate.location: the broker's certificate, PEM
+    ssl_key_location: str | None = None  # ssl.key.location: its private key, PEM
+    ssl_key_password: str | None = None  # ssl.key.password: for an encrypted PEM key
+    ssl_client_ca_location: str | None = None  # ssl.client.ca.location: set = mutual TLS, client CAs, PEM
+    ssl_ca_location: str | None = None  # ssl.ca.location: CAs trusted for other brokers; None: the system's
+    ssl_handshake_timeout_ms: int = 10000  # ssl.handshake.timeout.ms (§18.4)
+    max_connections_per_ip: int = 2147483647  # max.connections.per.ip (Kafka's name and default, §18.4)
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -167,6 +177,10 @@ class BrokerConfig:
         return self.kafka_port is not None and self.kafka_port != KAFKA_PORT_OFF
 
     @property
+    def ssl_handshake_timeout_s(self) -> float:
+        return self.ssl_handshake_timeout_ms / 1000
+
+    @property
     def published_hostname(self) -> str:
         return self.hostname if self.hostname is not None else self.host
 
@@ -210,6 +224,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1, "offsets_retention_minutes": 1,
         "offsets_topic_segment_bytes": 1,
         "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1, "group_max_session_timeout_ms": 1,
+        "ssl_handshake_timeout_ms": 1, "max_connections_per_ip": 1,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -229,6 +244,7 @@ def _check_range(cfg: BrokerConfig) -> None:
                           f"group_max_session_timeout_ms ({cfg.group_max_session_timeout_ms})")
     if not 0 <= cfg.min_cleanable_dirty_ratio <= 1:
         raise ConfigError(f"min_cleanable_dirty_ratio must be in [0, 1], got {cfg.min_cleanable_dirty_ratio}")
+    _check_security(cfg)
     from trikafka.log.cleaner import parse_cleanup_policy
 
     for topic, policy in [("", cfg.log_cleanup_policy), *cfg.topic_cleanup_policy_map.items()]:
@@ -239,3 +255,23 @@ def _check_range(cfg: BrokerConfig) -> None:
     for topic, count in cfg.topic_partition_count_map.items():
         if count < 1:
             raise ConfigError(f"topic.partition.count.map: {topic} needs >= 1 partition, got {count}")
+
+
+def _check_security(cfg: BrokerConfig) -> None:
+    """The listeners' security protocols (§18.1); the files are read later (``security.TlsContexts``)."""
+    from .security import SecurityProtocol
+
+    protocols = {}
+    for name in ("kafka_security_protocol", "port_security_protocol"):
+        try:
+            protocols[name] = SecurityProtocol.parse(getattr(cfg, name))
+        except ValueError as exc:
+            raise ConfigError(f"{name.replace('_', '.')}: {exc}") from None
+    if protocols["port_security_protocol"].sasl:
+        raise ConfigError("port.security.protocol: the 0.7 port has no SASL (PLAINTEXT or SSL)")
+    if protocols["kafka_security_protocol"].sasl:
+        raise ConfigError(f"kafka.security.protocol {protocols['kafka_security_protocol'].name}: "
+                          f"SASL (§18.2) is not in this build")
+    uses_tls = protocols["port_security_protocol"].tls or (cfg.serves_kafka and protocols["kafka_security_protocol"].tls)
+    if uses_tls and not (cfg.ssl_certificate_location and cfg.ssl_key_location):
+        raise ConfigError("TLS needs ssl.certificate.location (--tls-cert) and ssl.key.location (--tls-key)")

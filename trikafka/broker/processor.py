@@ -11,7 +11,8 @@ already concurrent.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Protocol
+import socket
+from typing import Awaitable, Callable, Protocol
 
 import trio
 
@@ -35,15 +36,29 @@ class ServedConnection(Protocol):
 
 # How a processor serves a stream it was handed: (stream, peer name) -> its connection.
 ConnectionFactory = Callable[[trio.abc.Stream, str], ServedConnection]
+# A TLS listener's handshake (``security.TlsAcceptance.secure``): the secured stream, or None when
+# the peer failed it (already closed and logged).
+Secure = Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]]
+
+
+def _nothing_to_release() -> None:
+    pass
+
+
+def _is_unix_socket(stream: trio.abc.Stream) -> bool:
+    """A connection of the Unix-domain listener, which passes descriptors (§9.8) and never takes TLS."""
+    return isinstance(stream, trio.SocketStream) and stream.socket.family == socket.AF_UNIX
 
 
 class Processor:
     """Runs the connections handed to it; start with ``nursery.start(processor.run)``."""
 
-    def __init__(self, index: int, make_connection: ConnectionFactory):
+    def __init__(self, index: int, make_connection: ConnectionFactory, secure: Secure | None = None):
         self.index = index
         self._make_connection = make_connection
-        self._send, self._receive = trio.open_memory_channel[tuple[trio.abc.Stream, str]](HANDOFF_QUEUE)
+        self._secure = secure
+        self._send, self._receive = trio.open_memory_channel[
+            tuple[trio.abc.Stream, str, Callable[[], None]]](HANDOFF_QUEUE)
         self._connections: set[ServedConnection] = set()
         self._draining = False
         self.connections_served = 0
@@ -52,11 +67,14 @@ class Processor:
     def connections(self) -> frozenset[ServedConnection]:
         return frozenset(self._connections)
 
-    async def hand_off(self, stream: trio.abc.Stream, peer: str) -> None:
-        """Give a new connection to this processor (waits if its queue is full)."""
+    async def hand_off(self, stream: trio.abc.Stream, peer: str,
+                       release: Callable[[], None] = _nothing_to_release) -> None:
+        """Give a new connection to this processor (waits if its queue is full); ``release()`` is
+        called once when the connection is over (the acceptor's per-address count, §18.4)."""
         try:
-            await self._send.send((stream, peer))
+            await self._send.send((stream, peer, release))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
+            release()
             await trio.aclose_forcefully(stream)  # processor already draining
 
     def drain(self) -> None:
@@ -70,18 +88,39 @@ class Processor:
         async with trio.open_nursery() as nursery:
             task_status.started(self)
             async with self._receive:
-                async for stream, peer in self._receive:
+                async for stream, peer, release in self._receive:
                     if self._draining:  # queued before the drain: refuse it
+                        release()
                         await trio.aclose_forcefully(stream)
                         continue
-                    connection = self._make_connection(stream, peer)
-                    self._connections.add(connection)
-                    nursery.start_soon(self._run_connection, connection)
+                    if self._secure is None or _is_unix_socket(stream):  # local: never TLS (§18.1)
+                        connection = self._make_connection(stream, peer)
+                        self._connections.add(connection)
+                        nursery.start_soon(self._run_connection, connection, release)
+                    else:  # the handshake runs in the connection's own task, never in this loop
+                        nursery.start_soon(self._run_secured, stream, peer, release)
         logger.debug("processor %d drained", self.index)
 
-    async def _run_connection(self, connection: ServedConnection) -> None:
+    async def _run_secured(self, stream: trio.abc.Stream, peer: str, release: Callable[[], None]) -> None:
+        assert self._secure is not None
+        try:
+            secured = await self._secure(stream, peer)
+        except BaseException:
+            release()
+            raise
+        if secured is None or self._draining:
+            release()
+            if secured is not None:
+                await trio.aclose_forcefully(secured)
+            return
+        connection = self._make_connection(secured, peer)
+        self._connections.add(connection)
+        await self._run_connection(connection, release)
+
+    async def _run_connection(self, connection: ServedConnection, release: Callable[[], None]) -> None:
         self.connections_served += 1
         try:
             await connection.run()
         finally:
             self._connections.discard(connection)
+            release()

@@ -8,8 +8,11 @@ user space.  Trio has no sendfile (python-trio/trio#45), so this calls it on
 the non-blocking socket and parks in ``trio.lowlevel.wait_writable`` on
 EAGAIN.
 
-Streams without a socket (in-memory test streams) and files without a
-descriptor (the fake file system) take the fallback: ``pread`` + ``send_all``.
+Streams without a socket (a TLS stream, which encrypts in user space, and
+in-memory test streams) take the fallback (docs/protocol.md §18.1): the
+region is read in a worker thread in pieces of ``FALLBACK_PIECE_BYTES``, each
+written with ``send_all`` before the next is read.  Files without a
+descriptor (the fake file system) are in memory: read on the loop.
 
 Cold regions (njsmith's caveat in trio#45): sendfile of bytes that are not in
 the page cache blocks the event loop on the disk read, and with it every other
@@ -95,16 +98,17 @@ async def send_region(stream: trio.abc.SendStream, region: FileRegion,
     if not check(fd, region.position, region.length):
         await _send_cold(stream, sock, fd, region, check)
     elif sock is None:
-        await _send_read(stream, region)  # cached: the read does not wait for a disk
+        await _send_read(stream, region, off_loop=True)
     else:
         await _sendfile(sock, fd, region.position, region.length)
 
 
-async def _send_read(stream: trio.abc.SendStream, region: FileRegion) -> None:
-    """The fallback without sendfile: read and send, never the whole region in memory at once."""
+async def _send_read(stream: trio.abc.SendStream, region: FileRegion, *, off_loop: bool = False) -> None:
+    """The fallback without sendfile: read and send, never more than one piece of the region in
+    memory at once; ``off_loop`` reads each piece in a worker thread (a file with a descriptor)."""
     for start in range(0, region.length, FALLBACK_PIECE_BYTES):
         piece = FileRegion(region.source, region.position + start, min(FALLBACK_PIECE_BYTES, region.length - start))
-        await stream.send_all(piece.read())
+        await stream.send_all(await trio.to_thread.run_sync(piece.read) if off_loop else piece.read())
 
 
 async def _send_cold(stream: trio.abc.SendStream, sock: trio.socket.SocketType | None, fd: int,

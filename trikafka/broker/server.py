@@ -51,7 +51,7 @@ from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.requests import RequestType
 from trikafka.zk.coordinator import Coordinator
 
-from .acceptor import Acceptor, BoundAddress
+from .acceptor import Acceptor, BoundAddress, ConnectionQuota
 from .admin import TopicAdmin
 from .cleaner import CleanerService
 from .config import BrokerConfig, published_host
@@ -61,10 +61,11 @@ from .handlers import RequestHandler
 from .kafka.service import KafkaService
 from .http import HttpServer, Routes
 from .metrics import BrokerMetrics, readiness_collector
-from .processor import Processor
+from .processor import Processor, Secure
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .retention import RetentionDeleter
 from .seams import RunBlocking
+from .security import SecurityProtocol, TlsAcceptance, TlsContexts
 from .topic_config import TopicOverrides, watch_topic_configs, zookeeper_settings_store
 from .topic_settings_file import LocalTopicSettings
 from .waiters import VisibleEndWaiters
@@ -260,6 +261,11 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     run_blocking: RunBlocking, broker_box: list[Broker],
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     waiters = VisibleEndWaiters()
+    tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
+    kafka_secure = _secure(tls, config, config.kafka_security_protocol)
+    port_secure = _secure(tls, config, config.port_security_protocol)
+    open_to_broker = tls.open_to_broker(wiring.open_stream)
+    quota = ConnectionQuota(config.max_connections_per_ip)
     async with trio.open_nursery() as services:
         flusher = await services.start(
             FlushScheduler(log_manager,
@@ -292,25 +298,27 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             handler.directory.adopt(log)
         async with trio.open_nursery() as server:
             serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
-            processors = [await server.start(Processor(i, serve_07).run) for i in range(config.num_threads)]
+            processors = [await server.start(Processor(i, serve_07, port_secure).run)
+                          for i in range(config.num_threads)]
             kafka = None
             if config.serves_kafka:  # §16.1: the second listener, with its own processors
                 kafka = KafkaService(handler=handler, config=config, waiters=waiters, clock_ms=clock_ms,
                                      run_blocking=run_blocking)
-                kafka_processors = [await server.start(Processor(config.num_threads + i, kafka.connection).run)
+                kafka_processors = [await server.start(Processor(config.num_threads + i, kafka.connection,
+                                                                 kafka_secure).run)
                                     for i in range(config.num_threads)]
             async with trio.open_nursery() as front:
                 acceptor = Acceptor(config.host, config.port, processors,
                                     socket_send_buffer=config.socket_send_buffer,
                                     socket_receive_buffer=config.socket_receive_buffer,
-                                    hold_connections=True, unix_socket_path=config.unix_socket_path)
+                                    hold_connections=True, unix_socket_path=config.unix_socket_path, quota=quota)
                 addresses = await front.start(acceptor.run)
                 kafka_addresses: list[BoundAddress] = []
                 if kafka is not None:
                     kafka_acceptor = Acceptor(config.host, config.kafka_port or 0, kafka_processors,
                                               socket_send_buffer=config.socket_send_buffer,
                                               socket_receive_buffer=config.socket_receive_buffer,
-                                              hold_connections=True)
+                                              hold_connections=True, quota=quota)
                     kafka_addresses = await front.start(kafka_acceptor.run)
                     processors += kafka_processors
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
@@ -331,7 +339,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     broker.replicas = await start_replication(
                         nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, handler=handler,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
-                        run_blocking=run_blocking, open_stream=wiring.open_stream,
+                        run_blocking=run_blocking, open_stream=open_to_broker,
                         kafka_port=kafka_addresses[0].port if kafka_addresses else None)
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
                     handler.admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
@@ -352,6 +360,14 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
+
+
+def _secure(tls: TlsContexts, config: BrokerConfig, protocol: str) -> Secure | None:
+    """A listener's handshake under ``protocol`` (§18.1), or None for a plaintext one."""
+    if not SecurityProtocol.parse(protocol).tls:
+        return None
+    assert tls.server is not None, "TlsContexts.load makes the server context for every TLS listener"
+    return TlsAcceptance(tls.server, config.ssl_handshake_timeout_s).secure
 
 
 def _connection_07(handler: RequestHandler, max_request_bytes: int, stream: trio.abc.Stream, peer: str) -> Connection:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
@@ -103,6 +104,32 @@ def add_kafka(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kafka", nargs="?", const=LOCAL_KAFKA, default=None, metavar="HOST:PORT[,...]",
                    help="use the Apache Kafka protocol (Kafka-format topics, docs/protocol.md §16) through this "
                         f"bootstrap address (alone: the local `trikafka serve`'s, else {DEFAULT_KAFKA_BOOTSTRAP})")
+    p.add_argument("--tls-ca", metavar="PEM", help="with --kafka: connect with TLS, trusting these CA certificates "
+                                                   "(a listener with --kafka-security SSL, docs/protocol.md §18.1)")
+    p.add_argument("--tls-cert", metavar="PEM", help="with --tls-ca: this client certificate (mutual TLS)")
+    p.add_argument("--tls-key", metavar="PEM", help="with --tls-cert: its private key")
+
+
+def kafka_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context ``--tls-ca`` (and ``--tls-cert``/``--tls-key``) ask for, or None: plaintext.
+    A file that cannot be used is a ``ClientError`` naming the option and the file (one line)."""
+    from trikafka.client.errors import ClientError
+
+    if not args.tls_ca:
+        if args.tls_cert or args.tls_key:
+            raise ClientError("--tls-cert and --tls-key need --tls-ca")
+        return None
+    try:
+        context = ssl.create_default_context(cafile=args.tls_ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ClientError(f"--tls-ca {args.tls_ca}: {getattr(exc, 'strerror', None) or exc}") from None
+    if args.tls_cert or args.tls_key:
+        try:
+            context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError, TypeError) as exc:
+            raise ClientError(f"--tls-cert {args.tls_cert} / --tls-key {args.tls_key}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+    return context
 
 
 def validate_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace, *, words: str | None = None) -> None:

@@ -48,6 +48,19 @@ def add_parser(commands) -> None:
     serve.add_argument("--metrics-port", type=int, metavar="N",
                        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port "
                             "(0 picks a free one; default: off)")
+    tls = serve.add_argument_group("security (docs/protocol.md §18.1)")
+    tls.add_argument("--kafka-security", metavar="PROTOCOL",
+                     help="the Kafka listener's security protocol: PLAINTEXT (default), SSL, SASL_PLAINTEXT, "
+                          "SASL_SSL (kafka.security.protocol)")
+    tls.add_argument("--port-security", metavar="PROTOCOL",
+                     help="the 0.7 port's, which also carries replica traffic: PLAINTEXT (default) or SSL "
+                          "(port.security.protocol)")
+    tls.add_argument("--tls-cert", metavar="PEM", help="the broker's certificate chain (ssl.certificate.location)")
+    tls.add_argument("--tls-key", metavar="PEM", help="its private key (ssl.key.location)")
+    tls.add_argument("--tls-client-ca", metavar="PEM",
+                     help="require client certificates signed by these CAs: mutual TLS (ssl.client.ca.location)")
+    tls.add_argument("--tls-ca", metavar="PEM",
+                     help="CAs trusted for other brokers' certificates (ssl.ca.location; default: the system's)")
     serve.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="any setting, 0.7 or snake_case name (repeatable)")
     serve.set_defaults(func=cmd_serve)
@@ -61,7 +74,10 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
         overrides[key.strip()] = value
     flags = {"port": args.port, "kafka_port": args.kafka_port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
              "num_partitions": args.num_partitions, "metrics_port": args.metrics_port,
-             "private_zookeeper_port": args.zookeeper_port}
+             "private_zookeeper_port": args.zookeeper_port,
+             "kafka_security_protocol": args.kafka_security, "port_security_protocol": args.port_security,
+             "ssl_certificate_location": args.tls_cert, "ssl_key_location": args.tls_key,
+             "ssl_client_ca_location": args.tls_client_ca, "ssl_ca_location": args.tls_ca}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     if args.standalone and args.zookeeper:
         raise ConfigError("--standalone and --zookeeper exclude each other")
@@ -84,6 +100,12 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
             parse_connect_string(config.zk_connect)
         except ValueError as exc:
             raise ConfigError(f"zk.connect: {exc}") from None
+    from trikafka.broker.security import TlsSettingError, check_files
+
+    try:
+        check_files(config)  # a bad certificate or key: one line now, not a traceback from the listener
+    except TlsSettingError as exc:
+        raise ConfigError(str(exc)) from None
     return config
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import ssl
 from typing import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
 import trio
@@ -52,6 +53,7 @@ from trikafka.wire import (
     encode_request,
 )
 
+from .tls import tls_handshake
 from .errors import (
     BrokerConnectionError,
     BrokerError,
@@ -342,15 +344,20 @@ async def connect(
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     request_timeout_s: float | None = None,
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Connection:
     """Open a TCP connection to a broker.  Use as ``async with await connect(...) as conn``.
 
     ``open_stream(host, port)`` replaces ``trio.open_tcp_stream``: the in-process
     brokers of ``trikafka.testing`` hand out in-memory streams through it.
+    ``ssl_context``: speak TLS to a 0.7 port with ``port.security.protocol`` SSL
+    (docs/protocol.md §18.1); the handshake counts against ``connect_timeout_s``.
     """
     try:
         with trio.fail_after(connect_timeout_s):
             stream = await open_stream(host, port)
+            if ssl_context is not None:
+                stream = await tls_handshake(stream, ssl_context, host, port)
     except trio.TooSlowError:
         raise BrokerConnectionError(f"connecting to {host}:{port} timed out after {connect_timeout_s} s") from None
     except OSError as exc:

@@ -15,7 +15,9 @@
   thread, serving the Apache Kafka protocol for apps written with
   confluent-kafka, aiokafka or kafka-python; it yields the bootstrap address.
   :func:`kafka_group_broker` is the same for consumer-group tests: a new
-  group's first rebalance starts at once.
+  group's first rebalance starts at once.  :func:`running_tls_kafka_broker`
+  serves it over TLS with fresh test certificates (``certificates``, made
+  with ``trustme``).
 * ``trikafka.testing.pytest_plugin``: pytest fixtures over those, enabled with
   ``pytest_plugins = ["trikafka.testing.pytest_plugin"]``.
 
@@ -36,7 +38,7 @@ from .broker import (
 )
 from .fake_coordinator import FakeCoordinator
 from .kafka_broker import (kafka_broker, kafka_group_broker, running_kafka_broker,
-                           running_kafka_group_broker)
+                           running_kafka_group_broker, running_tls_kafka_broker)
 from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
@@ -44,6 +46,6 @@ from .fakefs import FakeFileSystem, FakeSegmentFile
 __all__ = [
     "EXTENSION_REQUESTS", "BrokerStartError", "FakeCoordinator", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
     "InProcessCluster", "in_process_config", "kafka_broker", "kafka_group_broker", "open_broker", "open_cluster",
-    "running_kafka_broker", "running_kafka_group_broker",
+    "running_kafka_broker", "running_kafka_group_broker", "running_tls_kafka_broker",
     "start_in_memory",
 ]

@@ -23,11 +23,14 @@ import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import trio
 
 from trikafka.broker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from .certificates import CertificateFiles
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -43,6 +46,7 @@ class RunningKafkaBroker:
     port: int  # the 0.7 listener's
     log_dir: str
     broker: Any  # Any: trikafka.broker.server.Broker, imported lazily with the broker
+    trio_token: trio.lowlevel.TrioToken | None = None  # the broker's loop, for trio.from_thread calls
 
 
 def kafka_broker_config(log_dir: str, **settings: Any) -> BrokerConfig:
@@ -87,7 +91,7 @@ def running_kafka_broker(log_dir: str | None = None, **settings: Any) -> Iterato
             raise RuntimeError(f"trikafka broker did not start: {box.get('error', 'timed out')!r}")
         broker = box["broker"]
         yield RunningKafkaBroker(f"{LOOPBACK}:{broker.kafka_port}", broker.kafka_port, broker.port, directory,
-                                 broker)
+                                 broker, box["token"])
     finally:
         if "broker" in box and thread.is_alive():
             trio.from_thread.run_sync(box["broker"].shutdown, trio_token=box["token"])
@@ -96,6 +100,22 @@ def running_kafka_broker(log_dir: str | None = None, **settings: Any) -> Iterato
             shutil.rmtree(directory, ignore_errors=True)
     if "error" in box and not isinstance(box["error"], trio.Cancelled):
         raise RuntimeError(f"trikafka broker failed: {box['error']!r}")
+
+
+@contextlib.contextmanager
+def running_tls_kafka_broker(log_dir: str | None = None, *, mutual: bool = False,
+                             **settings: Any) -> Iterator[tuple[RunningKafkaBroker, CertificateFiles]]:
+    """Like ``running_kafka_broker``, its Kafka listener speaking ``SSL`` (docs/protocol.md §18.1) with
+    fresh test certificates (``trikafka.testing.certificates``, needs ``trustme``); yields the broker and
+    the certificate files (``ca_path`` for the clients; ``client(name)`` with ``mutual``, which requires
+    client certificates)."""
+    from .certificates import make_certificates
+
+    with tempfile.TemporaryDirectory(prefix="trikafka-certificates-") as directory:
+        files = make_certificates(directory)
+        with running_kafka_broker(log_dir, kafka_security_protocol="SSL", **files.broker_settings(mutual=mutual),
+                                  **settings) as running:
+            yield running, files
 
 
 @contextlib.contextmanager

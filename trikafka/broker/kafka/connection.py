@@ -68,6 +68,7 @@ class KafkaConnection:
         self._receiving = ReceiveLoop(stream)
         self.requests_handled = 0
         self.close_reason: str | None = None
+        self.principal = ANONYMOUS  # CLIENT_PRINCIPAL as the connection's task set it (§18)
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
@@ -75,6 +76,7 @@ class KafkaConnection:
 
     async def run(self) -> None:
         CLIENT_PEER.set(self.peer)
+        self.principal = CLIENT_PRINCIPAL.get()
         try:
             self.close_reason = await self._receiving.run(self._reader.feed, self._handle_received)
         except KafkaCodecError as exc:

@@ -15,6 +15,7 @@ for each ``PartitionConsumer``'s fetches.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, TypeVar
 
@@ -87,13 +88,15 @@ class KafkaClient:
     ``call_leader``'s retries.  ``allow_auto_topic_creation``: whether asking
     for an unknown topic's partitions may create it (§16.5; Kafka clients' default).
     ``software_version``: this application's version, told to brokers in ApiVersions.
+    ``ssl_context``: connect with TLS (listeners with ``SSL``, docs/protocol.md §18.1).
     """
 
     def __init__(self, bootstrap: str, *, client_id: str = DEFAULT_CLIENT_ID,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
                  max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
-                 allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION):
+                 allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION,
+                 ssl_context: ssl.SSLContext | None = None):
         self.bootstrap = tuple((a.host, a.port) for a in parse_broker_addresses(bootstrap))
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -102,6 +105,7 @@ class KafkaClient:
         self.retry_backoff_s = retry_backoff_s
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.software_version = software_version
+        self.ssl_context = ssl_context
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
         self._connections: dict[tuple[str, int, str], KafkaConnection] = {}  # by (host, port, lane)
         self._connecting: dict[tuple[str, int, str], trio.Lock] = {}
@@ -129,7 +133,8 @@ class KafkaClient:
             if connection is None or connection.closed:
                 connection = await open_kafka_connection(
                     host, port, connect_timeout_s=self.connect_timeout_s, client_id=self.client_id,
-                    request_timeout_s=self.request_timeout_s, software_version=self.software_version)
+                    request_timeout_s=self.request_timeout_s, software_version=self.software_version,
+                    ssl_context=self.ssl_context)
                 self._connections[address] = connection
             return connection
 

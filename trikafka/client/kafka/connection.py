@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import math
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -28,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from trikafka.client.errors import BrokerConnectionError, BrokerProtocolError, BrokerTimeoutError
+from trikafka.client.tls import tls_handshake
 from trikafka.kafka.apis import KafkaApi, lookup
 from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.framing import FrameReader, decode_response, encode_request
@@ -179,7 +181,8 @@ class KafkaConnection:
                 data = await self._stream.receive_some(_RECEIVE_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 await self._break(f"receiving failed: {exc!r}")
-                raise BrokerConnectionError(f"{self._peer()}: receiving failed: {exc!r}") from exc
+                # A TLS stream's error names OpenSSL's reason (the broker's alert) only in its cause.
+                raise BrokerConnectionError(f"{self._peer()}: receiving failed: {exc.__cause__ or exc!r}") from exc
             if not data:
                 await self._break("closed by the broker")
                 raise BrokerConnectionError(f"{self._peer()} closed the connection")
@@ -268,14 +271,19 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
                                 client_id: str = DEFAULT_CLIENT_ID,
                                 request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
                                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                                software_version: str = UNKNOWN_SOFTWARE_VERSION) -> KafkaConnection:
+                                software_version: str = UNKNOWN_SOFTWARE_VERSION,
+                                ssl_context: ssl.SSLContext | None = None) -> KafkaConnection:
     """Connect to a Kafka-protocol listener and negotiate versions; close it with ``aclose``.
 
     ``software_version`` is what ApiVersions v3 tells the broker of this client's version.
+    ``ssl_context``: speak TLS (a listener with ``SSL``, docs/protocol.md §18.1), checking the
+    broker's certificate against ``host``; the handshake counts against ``connect_timeout_s``.
     """
     try:
         with trio.fail_after(connect_timeout_s):
-            stream = await trio.open_tcp_stream(host, port)
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+            if ssl_context is not None:
+                stream = await tls_handshake(stream, ssl_context, host, port)
     except trio.TooSlowError:
         raise BrokerConnectionError(f"connecting to {host}:{port} timed out after {connect_timeout_s} s") from None
     except OSError as exc:
@@ -288,3 +296,4 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
         await connection.aclose()
         raise
     return connection
+
