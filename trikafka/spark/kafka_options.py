@@ -160,8 +160,10 @@ def _offsets(opts: dict[str, str], key: str, name: str, default: str) -> Offsets
     text = opts.get(key, default).strip()
     if text.lower() in ("earliest", "latest"):
         return OffsetsOption(EARLIEST if text.lower() == "earliest" else LATEST)
-    doc = _json(text, name)
     shape = f'{name} must be earliest, latest or JSON like {{"topic":{{"0":23,"1":-2}}}}; got {text!r}'
+    if not text.startswith("{"):
+        raise OptionError(shape)
+    doc = _json(text, name)
     if not isinstance(doc, dict) or not doc or not all(isinstance(parts, dict) for parts in doc.values()):
         raise OptionError(shape)
     explicit: dict[TopicPartition, int] = {}
