@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from trikafka.client.addresses import parse_broker_addresses
-from trikafka.util.settings import parse_bool
 
-from .options import OptionError
+from .options import OptionError, bool_option, int_option
 
 BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
 EARLIEST = -2  # Spark's Kafka source's JSON values (and ListOffsets' special times)
@@ -47,6 +46,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 _ISOLATION_LEVELS = {"read_committed": READ_COMMITTED, "read_uncommitted": READ_UNCOMMITTED}
 DEFAULT_PARTITION_FETCH_BYTES = 1024 * 1024
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 _KNOWN = {
     BOOTSTRAP_OPTION, "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
     "maxoffsetspertrigger", "failondataloss", "includeheaders", "kafka.isolation.level",
@@ -137,13 +137,12 @@ def parse_kafka_options(raw: Mapping[str, str], *, streaming: bool) -> KafkaSour
     return KafkaSourceOptions(
         bootstrap=bootstrap, topics=topics, topic_pattern=pattern, assign=assign, starting=starting,
         ending=ending,
-        max_offsets_per_trigger=None if per_trigger is None else _int(opts, "maxoffsetspertrigger", 1),
-        fail_on_data_loss=_bool(opts, "failondataloss", True),
-        include_headers=_bool(opts, "includeheaders", False),
+        max_offsets_per_trigger=None if per_trigger is None else int_option(opts, "maxoffsetspertrigger", 0, 1),
+        fail_on_data_loss=bool_option(opts, "failondataloss", True),
+        include_headers=bool_option(opts, "includeheaders", False),
         isolation_level=_ISOLATION_LEVELS[level],
-        partition_fetch_bytes=(_int(opts, "kafka.max.partition.fetch.bytes", 1)
-                               if "kafka.max.partition.fetch.bytes" in opts else DEFAULT_PARTITION_FETCH_BYTES),
-        timeout_s=(_int(opts, "kafka.request.timeout.ms", 1) if "kafka.request.timeout.ms" in opts else 30_000) / 1000,
+        partition_fetch_bytes=int_option(opts, "kafka.max.partition.fetch.bytes", DEFAULT_PARTITION_FETCH_BYTES, 1),
+        timeout_s=int_option(opts, "kafka.request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS, 1) / 1000,
     )
 
 
@@ -182,24 +181,3 @@ def _json(text: str, name: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise OptionError(f"{name} is not valid JSON: {exc}") from None
-
-
-def _int(opts: dict[str, str], name: str, minimum: int) -> int:
-    text = opts[name]
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise OptionError(f"option {name} must be an integer, got {text!r}") from None
-    if value < minimum:
-        raise OptionError(f"option {name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
-    text = opts.get(name)
-    if text is None:
-        return default
-    try:
-        return parse_bool(text)
-    except ValueError:
-        raise OptionError(f"option {name} must be true or false, got {text!r}") from None
