@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -82,3 +83,15 @@ def produce_history(bootstrap: str, topic: str) -> dict[bytes, bytes]:
             latest[key] = value
     kp.close()
     return latest
+
+
+def wait_until_cleaned(log_dir: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """The stored records once the cleaner has cleaned everything it may and no deleted key is left."""
+    deadline = time.monotonic() + CLEANED_TIMEOUT_S
+    while True:
+        if fully_cleaned(log_dir, topic):
+            records = stored_records(log_dir, topic)
+            if not any(key in DELETED for _, key, _ in records):
+                return records
+        assert time.monotonic() < deadline, f"the cleaner never removed {DELETED}"
+        time.sleep(0.05)  # polling a condition: the assertion above is about the condition, not the sleep

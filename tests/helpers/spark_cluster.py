@@ -140,6 +140,7 @@ class BrokerProcess:
     log_dir: Path
     proc: subprocess.Popen | None = None
     port: int = 0
+    kafka_port: int | None = None  # the Kafka listener (§16.1), named by the ready file
     output_path: Path | None = None
     num_partitions: int = PARTITIONS_PER_BROKER
 
@@ -160,7 +161,7 @@ class BrokerProcess:
                 self.stop()
                 raise RuntimeError(f"broker {self.broker_id} did not start: {self.output_path.read_text()}")
             time.sleep(0.05)
-        self.port = read_ready_file(str(ready))[0]
+        self.port, self.kafka_port = read_ready_file(str(ready))
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -179,6 +180,13 @@ class BrokerCluster:
     @property
     def addresses(self) -> dict[int, BrokerAddress]:
         return {p.broker_id: p.address for p in self.processes}
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``host:port`` of broker 0's Kafka listener (each broker is a standalone cluster)."""
+        port = self.processes[0].kafka_port
+        assert port is not None, "serve names its Kafka port in the ready file"
+        return f"127.0.0.1:{port}"
 
     @property
     def broker_list(self) -> str:

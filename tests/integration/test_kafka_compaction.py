@@ -27,7 +27,7 @@ from kio.static.primitive import i8, i32, i64
 
 from tests.helpers.kafka_clients import Seen, read_with_confluent, read_with_kafka_python
 from tests.helpers.kafka_compaction import (CLEANED_TIMEOUT_S, DELETED, LIVE, ROUNDS, create_compacted,
-                                            fully_cleaned, produce_history, stored_records)
+                                            produce_history, stored_records, wait_until_cleaned)
 from tests.helpers.kafka_wire import exchange
 from trikafka.kafka.batch import is_padding, walk_headers
 from trikafka.testing import running_kafka_broker
@@ -40,18 +40,6 @@ KCAT = "/usr/bin/kcat"
 def kafka() -> Iterator[RunningKafkaBroker]:
     with running_kafka_broker(num_partitions=1, log_cleaner_backoff_ms=20, min_cleanable_dirty_ratio=0.01) as running:
         yield running
-
-
-def wait_until_cleaned(log_dir: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    """The stored records once the cleaner has cleaned everything it may and no deleted key is left."""
-    deadline = time.monotonic() + CLEANED_TIMEOUT_S
-    while True:
-        if fully_cleaned(log_dir, topic):
-            records = stored_records(log_dir, topic)
-            if not any(key in DELETED for _, key, _ in records):
-                return records
-        assert time.monotonic() < deadline, f"the cleaner never removed {DELETED}"
-        time.sleep(0.05)  # polling a condition: the assertion above is about the condition, not the sleep
 
 
 def check_seen(seen: list[Seen], stored: list[tuple[int, bytes | None, bytes | None]],

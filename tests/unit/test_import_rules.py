@@ -33,7 +33,8 @@ MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "client": frozenset({"util", "wire", "kafka"}),
     "producer": frozenset({"util", "wire", "kafka", "zk", "client"}),
     "group": frozenset({"util", "wire", "kafka", "zk", "client"}),
-    "spark": frozenset({"util", "wire", "client", "zk"}),  # zk: only its registry API, see SPARK_ZK_MODULES
+    # zk: only its registry API, see SPARK_ZK_MODULES; kafka: the codec its Kafka-format mode's tasks speak
+    "spark": frozenset({"util", "wire", "kafka", "client", "zk"}),
     "mirror": frozenset({"util", "wire", "zk", "client", "producer", "group"}),
     "testing": EVERYTHING,
     "sim": EVERYTHING,  # the simulated world runs the real broker and clients (docs/simulation.md)
@@ -66,7 +67,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "client": frozenset({"trio", "trio_util", "kio"}),  # kio: client/kafka builds and reads Kafka bodies (§16)
     "producer": frozenset({"trio", "trio_util"}),
     "group": frozenset({"trio", "trio_util"}),
-    "spark": frozenset({"pyspark", "pyarrow"}),
+    "spark": frozenset({"pyspark", "pyarrow", "kio"}),  # kio: the Kafka-format mode reads Kafka answers
     "mirror": frozenset({"trio"}),
     "testing": EVERYTHING,
     "sim": frozenset({"trio", "kio"}),  # kio: the Kafka-groups world builds group requests and answers

@@ -9,14 +9,14 @@ type:int16`` (0 ABORT, 1 COMMIT), value ``version:int16 coordinatorEpoch:int32``
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from .batch import CONTROL, TRANSACTIONAL, BatchHeader, is_marker
 from .errors import CorruptRecords
 from .records import Record, build_batch, decode_batches
 
-__all__ = ["ABORT", "COMMIT", "MARKER_ATTRIBUTES", "Marker", "build_marker", "committed_batches", "decode_marker",
-           "is_marker", "is_transactional_data", "read_marker"]
+__all__ = ["ABORT", "COMMIT", "MARKER_ATTRIBUTES", "Marker", "build_marker", "decode_marker", "is_marker",
+           "is_transactional_data", "marker_type", "read_marker"]
 
 ABORT = 0
 COMMIT = 1
@@ -71,25 +71,11 @@ def decode_marker(header: BatchHeader, record: Record) -> Marker:
     return Marker(header.producer_id, header.producer_epoch, kind == COMMIT, coordinator_epoch)
 
 
-def committed_batches(batches: Iterable[tuple[BatchHeader, list[Record]]],
-                      aborted: Iterable[tuple[int, int]]) -> Iterator[tuple[BatchHeader, list[Record]]]:
-    """What a read_committed reader keeps of a Fetch answer's batches (§19.7): no control batch, and
-    no batch of an aborted transaction.  ``aborted``: the answer's (producer id, first offset) list.
-
-    A producer's batches are dropped from its aborted transaction's first offset up to its next
-    ABORT marker, as Kafka's consumers do.
-    """
-    pending = sorted(aborted, key=lambda a: a[1])
-    k = 0
-    aborting: set[int] = set()
-    for header, records in batches:
-        while k < len(pending) and pending[k][1] <= header.base_offset:
-            aborting.add(pending[k][0])
-            k += 1
-        if header.attributes & CONTROL:
-            if records and is_marker(header) and not decode_marker(header, records[0]).commit:
-                aborting.discard(header.producer_id)
-            continue
-        if header.attributes & TRANSACTIONAL and header.producer_id in aborting:
-            continue
-        yield header, records
+def marker_type(record: Record) -> int | None:
+    """ABORT or COMMIT for a control record whose key is a marker's, else None (a lenient reader's
+    view: nothing is raised, §19.7)."""
+    key = record.key
+    if key is None or len(key) != _KEY.size:
+        return None
+    version, kind = _KEY.unpack(key)
+    return kind if version == _VERSION and kind in (ABORT, COMMIT) else None

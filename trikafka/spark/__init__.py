@@ -2,7 +2,9 @@
 
 * ``spark.read.format("trikafka")`` / ``spark.readStream.format("trikafka")``:
   see ``trikafka.spark.source`` (batch), ``trikafka.spark.stream`` (streaming)
-  and ``trikafka.spark.options`` (every option).
+  and ``trikafka.spark.options`` (every option); with the option
+  ``kafka.bootstrap.servers``, Kafka-format topics with spark-sql-kafka's
+  options and columns (``trikafka.spark.kafka_source``, ``kafka_options``).
 * ``python -m trikafka.spark.pipeline``: the page-view generator and the
   exactly-once Parquet load job (see ``trikafka.spark.pipeline``).
 * ``trikafka.spark.blocking_client``: the plain-socket 0.7 client used inside

@@ -90,9 +90,20 @@ def output_lock(output_dir: Path) -> Iterator[None]:
 
 
 def events_frame(stream_df):  # type: ignore[no-untyped-def]
-    """Messages -> event rows: parsed JSON fields, event time and the UTC hour partition."""
+    """Messages -> event rows: parsed JSON fields, event time and the UTC hour partition.
+
+    Rows of the Kafka-format mode (``kafka.bootstrap.servers``, Spark's Kafka
+    columns) take the same row shape: no broker (a Kafka partition has one
+    numbering, as a replicated topic's, docs/protocol.md §12.9), ``next_offset``
+    the record's offset + 1 (what a consumer commits after it), ``payload`` its
+    value (an empty one for a tombstone).
+    """
     from pyspark.sql import functions as F
 
+    if "value" in stream_df.columns:
+        stream_df = stream_df.select(
+            "topic", F.lit(None).cast("int").alias("broker"), "partition", "offset",
+            (F.col("offset") + 1).alias("next_offset"), F.coalesce("value", F.lit(b"")).alias("payload"))
     event = F.from_json(F.col("payload").cast("string"), EVENT_JSON_SCHEMA)
     event_time = F.timestamp_millis(event["timestamp"])
     return stream_df.select(

@@ -122,29 +122,29 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     commit_group = opts.get("committogroup") or None
     if (commit_group or starting.kind == "group") and not zookeeper:
         raise OptionError("group offsets live in ZooKeeper: set the 'zookeeper' option")
-    fetch_bytes = _int_option(opts, "fetchsize", DEFAULT_FETCH_BYTES, MIN_FETCH_BYTES)
-    max_fetch = _int_option(opts, "maxfetchsize", max(DEFAULT_MAX_FETCH_BYTES, fetch_bytes), fetch_bytes)
+    fetch_bytes = int_option(opts, "fetchsize", DEFAULT_FETCH_BYTES, MIN_FETCH_BYTES)
+    max_fetch = int_option(opts, "maxfetchsize", max(DEFAULT_MAX_FETCH_BYTES, fetch_bytes), fetch_bytes)
     per_trigger = opts.get("maxbytespertrigger")
     return SourceOptions(
         brokers=brokers,
         zookeeper=zookeeper,
         topics=topics,
         topic_pattern=pattern,
-        partitions_per_broker=(_int_option(opts, "partitionsperbroker", 1, 1)
+        partitions_per_broker=(int_option(opts, "partitionsperbroker", 1, 1)
                                if "partitionsperbroker" in opts else None),
         starting=starting,
         ending=ending,
         group_default_offset=_group_default(opts),
         fetch_bytes=fetch_bytes,
         max_fetch_bytes=max_fetch,
-        max_bytes_per_trigger=None if per_trigger is None else _int_option(opts, "maxbytespertrigger", 0, 1),
+        max_bytes_per_trigger=None if per_trigger is None else int_option(opts, "maxbytespertrigger", 0, 1),
         commit_to_group=commit_group,
-        fail_on_data_loss=_bool_option(opts, "failondataloss", True),
-        timeout_s=float(_int_option(opts, "timeoutseconds", 30, 1)),
-        fail_on_missing_topic=_bool_option(opts, "failonmissingtopic", True),
-        prefetch=_bool_option(opts, "prefetch", False),
+        fail_on_data_loss=bool_option(opts, "failondataloss", True),
+        timeout_s=float(int_option(opts, "timeoutseconds", 30, 1)),
+        fail_on_missing_topic=bool_option(opts, "failonmissingtopic", True),
+        prefetch=bool_option(opts, "prefetch", False),
         broker_sockets=_broker_sockets(opts.get("brokersockets", "")),
-        short_circuit=_bool_option(opts, "shortcircuit", True),
+        short_circuit=bool_option(opts, "shortcircuit", True),
     )
 
 
@@ -220,7 +220,8 @@ def _group_default(opts: dict[str, str]) -> int:
     return EARLIEST if value == "earliest" else LATEST
 
 
-def _int_option(opts: dict[str, str], name: str, default: int, minimum: int) -> int:
+def int_option(opts: dict[str, str], name: str, default: int, minimum: int) -> int:
+    """Option ``name`` (lower-case key) as an integer >= ``minimum``; ``default`` when unset."""
     text = opts.get(name)
     if text is None:
         return default
@@ -246,7 +247,8 @@ def _broker_sockets(text: str) -> tuple[tuple[int, str], ...]:
     return tuple(sorted(sockets.items()))
 
 
-def _bool_option(opts: dict[str, str], name: str, default: bool) -> bool:
+def bool_option(opts: dict[str, str], name: str, default: bool) -> bool:
+    """Option ``name`` (lower-case key) as true or false; ``default`` when unset."""
     text = opts.get(name)
     if text is None:
         return default

@@ -30,6 +30,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from .columns import SCHEMA
+from .kafka_columns import kafka_schema
+from .kafka_options import is_kafka_mode, parse_kafka_options
 from .options import OptionError, SourceOptions, parse_options
 from .planning import plan_batch
 from .tasks import RangePartition, commit_to_group, read_partition
@@ -37,10 +39,10 @@ from .tasks import RangePartition, commit_to_group, read_partition
 SOURCE_NAME = "trikafka"
 
 
-def _check_schema(schema: StructType) -> None:
-    if schema != SCHEMA:
+def _check_schema(schema: StructType, expected: StructType = SCHEMA) -> None:
+    if schema != expected:
         raise OptionError(
-            f"the trikafka source has a fixed schema {SCHEMA.simpleString()}; got {schema.simpleString()}"
+            f"the trikafka source has a fixed schema {expected.simpleString()}; got {schema.simpleString()}"
         )
 
 
@@ -61,23 +63,40 @@ class TrikafkaBatchReader(DataSourceReader):
 
 
 class TrikafkaDataSource(DataSource):
-    """The ``trikafka`` data source: batch and streaming reads of 0.7 topics."""
+    """The ``trikafka`` data source: batch and streaming reads of 0.7 topics, and of Kafka-format
+    topics (docs/protocol.md §16.6) when the option ``kafka.bootstrap.servers`` is set
+    (``trikafka.spark.kafka_source``)."""
 
     @classmethod
     def name(cls) -> str:
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        parse_options(self.options)  # fail at load() with a clear message, not at the first action
+        # Parsed here to fail at load() with a clear message, not at the first action.
+        if is_kafka_mode(self.options):
+            return kafka_schema(parse_kafka_options(self.options, streaming=False).include_headers)
+        parse_options(self.options)
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_kafka_mode(self.options):
+            from .kafka_source import KafkaBatchReader
+
+            options = parse_kafka_options(self.options, streaming=False)
+            _check_schema(schema, kafka_schema(options.include_headers))
+            return KafkaBatchReader(options)
         _check_schema(schema)
         return TrikafkaBatchReader(parse_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream import TrikafkaStreamReader
 
+        if is_kafka_mode(self.options):
+            from .kafka_source import KafkaStreamReader
+
+            kafka_options = parse_kafka_options(self.options, streaming=True)
+            _check_schema(schema, kafka_schema(kafka_options.include_headers))
+            return KafkaStreamReader(kafka_options)
         _check_schema(schema)
         options = parse_options(self.options)
         if options.ending.kind != "latest":

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.client.errors import BrokerProtocolError
 from trikafka.kafka.apis import KafkaApi
-from trikafka.kafka.markers import committed_batches
+from trikafka.kafka.read_committed import committed_batches
 from trikafka.kafka.records import Record, decode_batches
 
 from . import schema
