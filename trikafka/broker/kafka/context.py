@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from trikafka.kafka.group_records import RecordKey, RecordValue
 
     from ..seams import RunBlocking
+    from .acl.authorizer import Authorizer
     from .groups.membership import Membership
     from .groups.state import OffsetsPartition
 
@@ -85,6 +86,7 @@ class KafkaContext(Protocol):
     topics: TopicCreation
     registry: TopicRegistry | None
     run_blocking: RunBlocking
+    authorizer: Authorizer
 
     @property
     def groups(self) -> GroupCoordination: ...

@@ -35,6 +35,8 @@ from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
+from .acl.authorizer import Authorizer
+from .acl.store import FileAcls, ZooKeeperAcls, follow_file, follow_znode
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
 from .errors import kafka_error
@@ -102,6 +104,9 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
+        self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
+        # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
+        self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -127,9 +132,15 @@ class KafkaService:
             self.cluster_id = await registry.cluster_id()
             self.peers = registry.peers
             await nursery.start(registry.run)
+            self.acl_store = ZooKeeperAcls(zookeeper.coordinator)
+            if self.authorizer.enabled:
+                await nursery.start(follow_znode, zookeeper.coordinator, self.authorizer.replace)
         else:
             self.cluster_id = await self.run_blocking(functools.partial(
                 _standalone_cluster_id, self.handler.directory.log_manager.fs, self.config.log_dir))
+            if self.authorizer.enabled:
+                assert isinstance(self.acl_store, FileAcls)
+                await nursery.start(follow_file, self.acl_store, self.run_blocking, self.authorizer.replace)
 
     # ----------------------------------------------------------------- dispatch
 

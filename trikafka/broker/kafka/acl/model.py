@@ -13,6 +13,7 @@ from typing import Iterable, Mapping, Self
 CLUSTER_NAME = "kafka-cluster"  # the one Cluster resource, named as in Kafka
 WILDCARD = "*"  # a literal name matching every resource of its type; also User:* and host *
 WILDCARD_PRINCIPAL = "User:*"
+AUTHORIZER_ACL = "acl"  # the ``authorizer`` setting that turns authorization on (empty: off)
 
 
 class _Labelled(enum.IntEnum):
@@ -191,3 +192,10 @@ def parse_principals(text: str) -> frozenset[str]:
         if not p.startswith("User:") or p == "User:":
             raise ValueError(f"super.users: {p!r} is not User:NAME")
     return principals
+
+
+def check_settings(authorizer: str, super_users: str) -> None:
+    """ValueError (one line) unless ``authorizer`` is empty or ``acl`` and ``super.users`` parses."""
+    if authorizer not in ("", AUTHORIZER_ACL):
+        raise ValueError(f"authorizer {authorizer!r}: only {AUTHORIZER_ACL!r} (or empty: off)")
+    parse_principals(super_users)

@@ -1,0 +1,147 @@
+"""ACLs on the Kafka listener (docs/protocol.md §18.3), with other people's clients.
+
+Every client here is ``User:ANONYMOUS`` (no SASL or TLS on this listener), so
+the ACLs name that principal.  Each test starts its own broker with
+``authorizer=acl`` on a log dir whose ACLs ``trikafka acls`` edits.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Producer as ConfluentProducer
+from kafka import KafkaAdminClient
+from kafka.errors import TopicAuthorizationFailedError
+
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_kafka_python
+from trikafka.cli.app import main as trikafka
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+ANONYMOUS = "User:ANONYMOUS"
+
+
+def acls(action: str, log_dir: str, *flags: str) -> None:
+    """``trikafka acls ACTION --log-dir D FLAGS`` (in this process: the CLI's own code)."""
+    assert trikafka(["acls", action, "--log-dir", log_dir, *flags]) == 0
+
+
+def grant(log_dir: str, operation: str, *resource: str, principal: str = ANONYMOUS) -> None:
+    acls("add", log_dir, "--principal", principal, "--operation", operation, *resource)
+
+
+def wait_for_acls(running: RunningKafkaBroker, count: int) -> None:
+    """Return once the broker's authorizer holds ``count`` ACLs (it reads the file once a second)."""
+    assert running.broker.kafka is not None
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while len(running.broker.kafka.authorizer.acls) != count:
+        assert time.monotonic() < deadline, "the broker never loaded the ACL file"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def secured(tmp_path) -> Iterator[RunningKafkaBroker]:
+    """A broker with authorization on, where ANONYMOUS may create topics (Create on the Cluster) and nothing else."""
+    log_dir = str(tmp_path / "data")
+    grant(log_dir, "Create", "--cluster")
+    with running_kafka_broker(log_dir, authorizer="acl", auto_create_topics_enable=False) as running:
+        yield running
+
+
+def produce_one(bootstrap: str, topic: str, value: bytes = b"v") -> KafkaError | None:
+    """One record through librdkafka; the delivery error, or None once acknowledged."""
+    producer = ConfluentProducer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10000, "retries": 0})
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, value, on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(CLIENT_TIMEOUT_S)
+    assert outcome, "librdkafka never reported the delivery"
+    return outcome[0]
+
+
+def test_produce_is_refused_until_write_is_granted_and_read_until_read_is(secured: RunningKafkaBroker) -> None:
+    create_topic(secured.bootstrap, "orders")
+    error = produce_one(secured.bootstrap, "orders")
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(secured.log_dir, "Write", "--topic", "orders")
+    wait_for_acls(secured, 2)
+    assert produce_one(secured.bootstrap, "orders", b"first") is None
+    with pytest.raises(TopicAuthorizationFailedError):
+        read_with_kafka_python(secured.bootstrap, "orders", 1, 1)
+    grant(secured.log_dir, "Read", "--topic", "orders")
+    wait_for_acls(secured, 3)
+    assert [s.value for s in read_with_kafka_python(secured.bootstrap, "orders", 1, 1)] == [b"first"]
+
+
+def test_metadata_lists_only_the_topics_the_principal_may_describe(secured: RunningKafkaBroker) -> None:
+    for topic in ("visible", "hidden", "pre-a", "pre-b"):
+        create_topic(secured.bootstrap, topic)
+    grant(secured.log_dir, "Describe", "--topic", "visible")
+    grant(secured.log_dir, "Read", "--topic", "pre-", "--prefixed")  # Read implies Describe
+    wait_for_acls(secured, 3)
+    admin = KafkaAdminClient(bootstrap_servers=secured.bootstrap, request_timeout_ms=10000)
+    try:
+        assert set(admin.list_topics()) == {"visible", "pre-a", "pre-b"}
+    finally:
+        admin.close()
+
+
+def test_a_deny_overrides_an_allow(secured: RunningKafkaBroker) -> None:
+    create_topic(secured.bootstrap, "audit-log")
+    grant(secured.log_dir, "All", "--topic", "audit-", "--prefixed", principal="User:*")
+    acls("add", secured.log_dir, "--principal", ANONYMOUS, "--operation", "Write", "--topic", "audit-log", "--deny")
+    wait_for_acls(secured, 3)
+    error = produce_one(secured.bootstrap, "audit-log")
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    acls("remove", secured.log_dir, "--principal", ANONYMOUS, "--operation", "Write", "--topic", "audit-log",
+         "--deny")
+    wait_for_acls(secured, 2)
+    assert produce_one(secured.bootstrap, "audit-log") is None
+
+
+def test_a_group_consumer_needs_read_on_its_group(secured: RunningKafkaBroker) -> None:
+    from confluent_kafka import Consumer
+
+    create_topic(secured.bootstrap, "events")
+    grant(secured.log_dir, "Write", "--topic", "events")
+    grant(secured.log_dir, "Read", "--topic", "events")
+    wait_for_acls(secured, 3)
+    assert produce_one(secured.bootstrap, "events", b"e0") is None
+
+    def consume_in_group() -> bytes:
+        consumer = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": "billing",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        try:
+            consumer.subscribe(["events"])
+            deadline = time.monotonic() + CLIENT_TIMEOUT_S
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                if message.error():
+                    raise KafkaException(message.error())
+                return bytes(message.value())
+            raise AssertionError("no record within the client timeout")
+        finally:
+            consumer.close()
+
+    with pytest.raises(KafkaException) as refused:
+        consume_in_group()
+    assert refused.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    grant(secured.log_dir, "Read", "--group", "billing")
+    wait_for_acls(secured, 4)
+    assert consume_in_group() == b"e0"
+
+
+def test_super_users_are_allowed_everything(tmp_path) -> None:
+    with running_kafka_broker(str(tmp_path / "data"), authorizer="acl", super_users=ANONYMOUS) as running:
+        create_topic(running.bootstrap, "anything")
+        assert produce_one(running.bootstrap, "anything") is None
+
+
+def test_kafka_python_sees_topic_authorization_failed_on_create_without_create(tmp_path) -> None:
+    with running_kafka_broker(str(tmp_path / "data"), authorizer="acl") as running:
+        with pytest.raises(TopicAuthorizationFailedError):
+            create_topic(running.bootstrap, "nope")
