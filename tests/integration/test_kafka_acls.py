@@ -145,3 +145,49 @@ def test_kafka_python_sees_topic_authorization_failed_on_create_without_create(t
     with running_kafka_broker(str(tmp_path / "data"), authorizer="acl") as running:
         with pytest.raises(TopicAuthorizationFailedError):
             create_topic(running.bootstrap, "nope")
+
+
+def test_confluent_admin_creates_describes_and_deletes_acls(tmp_path) -> None:
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType)
+
+    log_dir = str(tmp_path / "data")
+    with running_kafka_broker(log_dir, authorizer="acl", super_users=ANONYMOUS) as running:
+        admin = AdminClient({"bootstrap.servers": running.bootstrap})
+        bindings = [
+            AclBinding(ResourceType.TOPIC, "payments", ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.GROUP, "pay-", ResourcePatternType.PREFIXED, "User:alice", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.TOPIC, "payments", ResourcePatternType.LITERAL, "User:mallory", "*",
+                       AclOperation.ALL, AclPermissionType.DENY),
+        ]
+        for future in admin.create_acls(bindings, request_timeout=CLIENT_TIMEOUT_S).values():
+            assert future.result(CLIENT_TIMEOUT_S) is None
+        everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                      AclOperation.ANY, AclPermissionType.ANY)
+        assert set(admin.describe_acls(everything).result(CLIENT_TIMEOUT_S)) == set(bindings)
+        # MATCH: every ACL that applies to the topic "payments"
+        on_payments = AclBindingFilter(ResourceType.TOPIC, "payments", ResourcePatternType.MATCH, None, None,
+                                       AclOperation.ANY, AclPermissionType.ANY)
+        assert set(admin.describe_acls(on_payments).result(CLIENT_TIMEOUT_S)) == {bindings[0], bindings[2]}
+        # the store is the one `trikafka acls list` reads
+        assert trikafka(["acls", "list", "--log-dir", log_dir]) == 0
+        mallory = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:mallory", None,
+                                   AclOperation.ANY, AclPermissionType.ANY)
+        deleted = admin.delete_acls([mallory])[mallory].result(CLIENT_TIMEOUT_S)
+        assert deleted == [bindings[2]]
+        assert set(admin.describe_acls(everything).result(CLIENT_TIMEOUT_S)) == set(bindings[:2])
+
+
+def test_acl_apis_need_alter_on_the_cluster(secured: RunningKafkaBroker) -> None:
+    from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient,
+                                       ResourcePatternType, ResourceType)
+
+    admin = AdminClient({"bootstrap.servers": secured.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, ANONYMOUS, "*", AclOperation.ALL,
+                         AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([binding])[binding].result(CLIENT_TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert len(secured.broker.kafka.authorizer.acls) == 1  # only the fixture's Create on the cluster

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
     from ..seams import RunBlocking
     from .acl.authorizer import Authorizer
+    from .acl.model import AclSet
+    from .acl.store import Edit
     from .groups.membership import Membership
     from .groups.state import OffsetsPartition
 
@@ -119,3 +121,7 @@ class KafkaContext(Protocol):
     async def delete_topic(self, topic: str) -> None: ...
 
     async def wait_topic_known(self, topic: str) -> None: ...
+
+    async def read_acls(self) -> AclSet: ...
+
+    async def update_acls(self, edit: Edit) -> AclSet: ...

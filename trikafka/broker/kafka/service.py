@@ -35,8 +35,10 @@ from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
+from .acl import api as acl_api
 from .acl.authorizer import Authorizer
-from .acl.store import FileAcls, ZooKeeperAcls, follow_file, follow_znode
+from .acl.model import AclSet
+from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
 from .errors import kafka_error
@@ -74,6 +76,9 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
+    KafkaApi.DESCRIBE_ACLS: acl_api.describe_acls,
+    KafkaApi.CREATE_ACLS: acl_api.create_acls,
+    KafkaApi.DELETE_ACLS: acl_api.delete_acls,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
@@ -154,6 +159,25 @@ class KafkaService:
         if request.api in _RAW_ANSWERS:
             return answer  # type: ignore[no-any-return]
         return [encode_response(request, answer)]
+
+    # ----------------------------------------------------------------- ACLs (§18.3)
+
+    async def read_acls(self) -> AclSet:
+        """The stored ACLs (the file read in a worker thread, or the znode)."""
+        store = self.acl_store
+        if isinstance(store, FileAcls):
+            return await self.run_blocking(store.read)  # type: ignore[no-any-return]
+        return await store.read()
+
+    async def update_acls(self, edit: Edit) -> AclSet:
+        """Apply ``edit`` to the stored ACLs; this broker decides by the result at once."""
+        store = self.acl_store
+        if isinstance(store, FileAcls):
+            after: AclSet = await self.run_blocking(store.update, edit)
+        else:
+            after = await store.update(edit)
+        self.authorizer.replace(after)
+        return after
 
     def observe(self, api_key: int, seconds: float) -> None:
         histogram = self._latency.get(api_key)

@@ -72,6 +72,9 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DELETE_GROUPS: (_group(Operation.DELETE),),
         KafkaApi.OFFSET_DELETE: (_group(Operation.DELETE), _topic(Operation.READ)),
         KafkaApi.DESCRIBE_CLUSTER: (_cluster(Operation.DESCRIBE),),
+        KafkaApi.DESCRIBE_ACLS: (_cluster(Operation.DESCRIBE),),
+        KafkaApi.CREATE_ACLS: (_cluster(Operation.ALTER),),
+        KafkaApi.DELETE_ACLS: (_cluster(Operation.ALTER),),
     }.items()
 }
 # Auto-creation by Metadata (§16.5) is CreateTopics' check.
