@@ -63,7 +63,7 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.LEAVE_GROUP: (_group(Operation.READ),),
         KafkaApi.SYNC_GROUP: (_group(Operation.READ),),
         KafkaApi.DESCRIBE_GROUPS: (_group(Operation.DESCRIBE),),
-        KafkaApi.LIST_GROUPS: (_group(Operation.DESCRIBE),),
+        KafkaApi.LIST_GROUPS: (_group(Operation.DESCRIBE), _cluster(Operation.DESCRIBE)),
         KafkaApi.CREATE_TOPICS: (_topic(Operation.CREATE, or_cluster=True),),
         KafkaApi.DELETE_TOPICS: (_topic(Operation.DELETE),),
         KafkaApi.OFFSET_FOR_LEADER_EPOCH: (_topic(Operation.DESCRIBE),),

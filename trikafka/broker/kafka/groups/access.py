@@ -6,7 +6,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.apis import KafkaApi
 
-from ..acl.model import ResourceType
+from ..acl.model import CLUSTER_NAME, ResourceType
 from ..context import KafkaContext
 from .state import OffsetsPartition
 
@@ -14,6 +14,11 @@ from .state import OffsetsPartition
 def group_denied(service: KafkaContext, api: KafkaApi, group_id: str) -> ErrorCode | None:
     """The error that refuses ``api`` on the group (``GROUP_AUTHORIZATION_FAILED``), or None."""
     return service.authorizer.denied(api, group_id, ResourceType.GROUP)
+
+
+def lists_every_group(service: KafkaContext, api: KafkaApi) -> bool:
+    """Whether the principal may see every group (Describe on the Cluster), so ListGroups filters none."""
+    return service.authorizer.denied(api, CLUSTER_NAME, ResourceType.CLUSTER) is None
 
 
 def topic_denied(service: KafkaContext, api: KafkaApi, topic: str) -> ErrorCode | None:

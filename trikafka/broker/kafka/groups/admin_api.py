@@ -13,7 +13,7 @@ from trikafka.kafka.apis import KafkaApi
 
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
-from .access import group_denied, group_partition, topic_denied
+from .access import group_denied, group_partition, lists_every_group, topic_denied
 from .group import Group, GroupState
 
 OPERATIONS_NOT_ASKED = -2147483648  # Kafka's "authorized operations not asked for"
@@ -25,9 +25,10 @@ def list_groups(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     wanted = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
+    every = lists_every_group(service, request.api)
     listed = [group for groups in service.groups.loaded() for group in groups.groups.values()
               if group.state is not GroupState.DEAD and (not wanted or group.state.value.lower() in wanted)
-              and group_denied(service, request.api, group.group_id) is None]
+              and (every or group_denied(service, request.api, group.group_id) is None)]
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
         reply.nested("ListedGroup", group_id=group.group_id, protocol_type=group.protocol_type or "",
                      group_state=group.state.value)
