@@ -7,21 +7,25 @@ the ACLs name that principal.  Each test starts its own broker with
 
 from __future__ import annotations
 
+import subprocess
 import time
 from typing import Iterator
 
 import pytest
+import trio
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as ConfluentProducer
 from kafka import KafkaAdminClient
 from kafka.errors import TopicAuthorizationFailedError
 
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_kafka_python
+from tests.helpers.kafka_processes import kafka_serve
 from trikafka.cli.app import main as trikafka
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 ANONYMOUS = "User:ANONYMOUS"
+KCAT = "/usr/bin/kcat"
 
 
 def acls(action: str, log_dir: str, *flags: str) -> None:
@@ -57,6 +61,7 @@ def produce_one(bootstrap: str, topic: str, value: bytes = b"v") -> KafkaError |
     outcome: list[KafkaError | None] = []
     producer.produce(topic, value, on_delivery=lambda err, _msg: outcome.append(err))
     producer.flush(CLIENT_TIMEOUT_S)
+    producer.close()
     assert outcome, "librdkafka never reported the delivery"
     return outcome[0]
 
@@ -191,3 +196,23 @@ def test_acl_apis_need_alter_on_the_cluster(secured: RunningKafkaBroker) -> None
         admin.create_acls([binding])[binding].result(CLIENT_TIMEOUT_S)
     assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     assert len(secured.broker.kafka.authorizer.acls) == 1  # only the fixture's Create on the cluster
+
+
+def kcat_produce(bootstrap: str, topic: str, line: str) -> subprocess.CompletedProcess[str]:
+    """kcat (librdkafka) producing one line; its completed process."""
+    return subprocess.run([KCAT, "-b", bootstrap, "-P", "-t", topic], input=line + "\n", capture_output=True,
+                          text=True, timeout=CLIENT_TIMEOUT_S * 2)
+
+
+async def test_kcat_against_trikafka_serve_with_the_authorizer_set(tmp_path) -> None:
+    log_dir = tmp_path / "broker"
+    grant(str(log_dir), "Create", "--cluster")
+    flags = ("--set", "authorizer=acl", "--set", "super.users=User:admin")
+    async with kafka_serve(log_dir, *flags) as broker:
+        await trio.to_thread.run_sync(create_topic, broker.bootstrap, "kcat-acl")
+        refused = await trio.to_thread.run_sync(kcat_produce, broker.bootstrap, "kcat-acl", "denied")
+        assert refused.returncode != 0 and "authorization failed" in refused.stderr.lower(), refused.stderr
+        grant(str(log_dir), "Write", "--topic", "kcat-acl")
+        with trio.fail_after(CLIENT_TIMEOUT_S):  # the broker reads the ACL file once a second
+            while (await trio.to_thread.run_sync(kcat_produce, broker.bootstrap, "kcat-acl", "allowed")).returncode:
+                await trio.sleep(0.2)
