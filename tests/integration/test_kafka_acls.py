@@ -216,3 +216,28 @@ async def test_kcat_against_trikafka_serve_with_the_authorizer_set(tmp_path) -> 
         with trio.fail_after(CLIENT_TIMEOUT_S):  # the broker reads the ACL file once a second
             while (await trio.to_thread.run_sync(kcat_produce, broker.bootstrap, "kcat-acl", "allowed")).returncode:
                 await trio.sleep(0.2)
+
+
+def test_acl_requests_with_codes_that_mean_nothing_answer_invalid_request(tmp_path) -> None:
+    from kio.schema.create_acls.v2.request import AclCreation, CreateAclsRequest
+    from kio.schema.describe_acls.v2.request import DescribeAclsRequest
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i8
+
+    from tests.helpers.kafka_wire import exchange
+
+    with running_kafka_broker(str(tmp_path / "data"), authorizer="acl", super_users=ANONYMOUS) as running:
+        creations = (AclCreation(resource_type=i8(2), resource_name="t", resource_pattern_type=i8(3),
+                                 principal=ANONYMOUS, host="*", operation=i8(99), permission_type=i8(3)),
+                     AclCreation(resource_type=i8(1), resource_name="t", resource_pattern_type=i8(3),
+                                 principal=ANONYMOUS, host="*", operation=i8(3), permission_type=i8(3)),
+                     AclCreation(resource_type=i8(2), resource_name="t", resource_pattern_type=i8(3),
+                                 principal="alice", host="*", operation=i8(3), permission_type=i8(3)))
+        created = exchange(running.bootstrap, 30, 2, CreateAclsRequest(creations=creations))
+        assert [r.error_code for r in created.results] == [ErrorCode.invalid_request] * 3
+        described = exchange(running.bootstrap, 29, 2, DescribeAclsRequest(
+            resource_type_filter=i8(0), resource_name_filter=None, pattern_type_filter=i8(1), principal_filter=None,
+            host_filter=None, operation=i8(1), permission_type=i8(1)))
+        assert described.error_code == ErrorCode.invalid_request and described.resources == ()
+        assert len(running.broker.kafka.authorizer.acls) == 0  # nothing stored, the broker still serving
+        assert produce_one(running.bootstrap, "after-garbage") is None
