@@ -20,7 +20,7 @@ from kafka.errors import TopicAuthorizationFailedError
 
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_kafka_python
 from tests.helpers.kafka_processes import kafka_serve
-from trikafka.cli.app import main as trikafka
+from trikafka.cli import build_parser
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -28,8 +28,16 @@ ANONYMOUS = "User:ANONYMOUS"
 KCAT = "/usr/bin/kcat"
 
 
+def trikafka(argv: list[str]) -> int:
+    """``trikafka ARGV`` in this process: the CLI's parser, checks and command (the test's logging kept)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.validate(parser, args)
+    return int(args.func(args))
+
+
 def acls(action: str, log_dir: str, *flags: str) -> None:
-    """``trikafka acls ACTION --log-dir D FLAGS`` (in this process: the CLI's own code)."""
+    """``trikafka acls ACTION --log-dir D FLAGS``."""
     assert trikafka(["acls", action, "--log-dir", log_dir, *flags]) == 0
 
 
