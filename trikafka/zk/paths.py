@@ -204,6 +204,7 @@ CONTROLLER_EPOCH = "/trikafka/controller_epoch"
 REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
 TOPIC_CONFIGS = "/trikafka/config/topics"
+ACLS = "/trikafka/acls"  # the Kafka listener's ACLs, one JSON list (docs: §18.3)
 
 
 def replicated_topic(topic: str) -> str:

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 FILE_POLL_S = 1.0  # how often a standalone broker reads the ACL file for changes
 
 ACL_FILE = ".trikafka-acls.json"  # under the log dir, standalone (§18.3)
-ACL_ZNODE = paths.TRIKAFKA + "/acls"  # in a cluster (§18.3)
+ACL_ZNODE = paths.ACLS  # in a cluster (§18.3)
 
 # Where a followed store delivers each new set (the authorizer's ``replace``).
 Apply = Callable[[AclSet], None]
