@@ -156,8 +156,15 @@ class AclSet:
 
     def __init__(self, acls: Iterable[AclBinding] = ()):
         self.acls: tuple[AclBinding, ...] = tuple(sorted(set(acls)))
-        self._by_type: dict[ResourceType, tuple[AclBinding, ...]] = {
-            t: tuple(a for a in self.acls if a.resource_type is t) for t in ResourceType}
+        # A decision reads only the ACLs that can match: the literal ones by (type, name), the wildcard
+        # ones under (type, "*"), and the prefixed ones of the type (few, in practice).
+        self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        self._prefixed: dict[ResourceType, list[AclBinding]] = {}
+        for acl in self.acls:
+            if acl.pattern_type is PatternType.PREFIXED:
+                self._prefixed.setdefault(acl.resource_type, []).append(acl)
+            else:
+                self._literal.setdefault((acl.resource_type, acl.name), []).append(acl)
 
     def allows(self, principal: str, operation: Operation, resource_type: ResourceType, name: str) -> bool:
         """Whether ``principal`` may do ``operation`` on the resource: a matching Deny (for the
@@ -165,7 +172,9 @@ class AclSet:
         grants; else refused."""
         implying = IMPLIED_BY.get(operation, frozenset())
         allowed = False
-        for acl in self._by_type[resource_type]:
+        candidates = (*self._literal.get((resource_type, name), ()), *self._literal.get((resource_type, WILDCARD), ()),
+                      *self._prefixed.get(resource_type, ()))
+        for acl in candidates:
             if acl.principal not in (principal, WILDCARD_PRINCIPAL) or acl.host != WILDCARD:
                 continue
             if not acl.matches_resource(resource_type, name):
