@@ -17,6 +17,8 @@ import trio
 
 from trikafka.log.config import HOUR_MS, LogConfig
 
+from .kafka.acl.model import check_settings as check_acl_settings
+
 DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §14.1) [T]
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
 DEFAULT_KAFKA_PORT = 9093  # the Kafka listener beside the default 0.7 port (docs/protocol.md §16.1) [T]
@@ -54,6 +56,9 @@ class BrokerConfig:
     # port; None or -1: off (None is the library's default; `trikafka serve` picks one with
     # default_kafka_port unless given -1) [T]
     kafka_port: int | None = None
+    # authorizer: "acl" checks every Kafka request against the ACLs; empty: off (§18.3) [T]
+    authorizer: str = ""
+    super_users: str = ""  # super.users: ";"-separated principals allowed everything (§18.3)
     auto_create_topics_enable: bool = True  # auto.create.topics.enable: Metadata creates unknown topics (§16.5)
     hostname: str | None = None  # hostname: published in ZooKeeper; default = host
     log_dir: str = DEFAULT_LOG_DIR  # log.dir
@@ -231,6 +236,10 @@ def _check_range(cfg: BrokerConfig) -> None:
             raise ConfigError(f"{name} must be >= {low}, got {getattr(cfg, name)}")
     if not 0 <= cfg.port <= 65535:
         raise ConfigError(f"port must be in [0, 65535], got {cfg.port}")
+    try:
+        check_acl_settings(cfg.authorizer, cfg.super_users)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if cfg.kafka_port is not None and not KAFKA_PORT_OFF <= cfg.kafka_port <= 65535:
         raise ConfigError(f"kafka_port must be in [0, 65535] (or -1: off), got {cfg.kafka_port}")
     if cfg.metrics_port is not None and not 0 <= cfg.metrics_port <= 65535:

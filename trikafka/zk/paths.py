@@ -206,6 +206,7 @@ SHUTTING_DOWN = "/trikafka/shutting_down"
 TOPIC_CONFIGS = "/trikafka/config/topics"
 KAFKA_GROUPS = "/trikafka/kafka-groups"
 PRODUCER_IDS = "/trikafka/producer-ids"  # the next free block of producer ids (docs: §19.1)
+ACLS = "/trikafka/acls"  # the Kafka listener's ACLs, one JSON list (docs: §18.3)
 
 
 def replicated_topic(topic: str) -> str:

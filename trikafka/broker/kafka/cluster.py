@@ -17,6 +17,7 @@ from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.wire.errors import ErrorCode as WireError
 
+from .acl.table import AUTO_CREATE
 from .entities import NO_THROTTLE, Reply
 from .context import KafkaContext
 
@@ -50,15 +51,19 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = body.topics
+    authorizer = service.authorizer
     if asked is None or (request.api_version == 0 and not asked):
-        names = service.topic_names()
+        # A listing of all topics leaves out those the principal may not describe (§18.3).
+        names = [n for n in service.topic_names() if authorizer.denied(KafkaApi.METADATA, n) is None]
         auto_create = False
     else:
         names = [t.name for t in asked if t.name is not None]
         auto_create = getattr(body, "allow_auto_topic_creation", True)
-    created = await service.topics.auto_create([n for n in names if service.topic_format(n) is None]) \
-        if auto_create else set()
-    topics = tuple(_topic(service, reply, name, name in created) for name in names)
+    denied = {n: code for n in names if (code := authorizer.denied(KafkaApi.METADATA, n)) is not None}
+    unknown = [n for n in names if n not in denied and service.topic_format(n) is None]
+    creatable = [n for n in unknown if authorizer.allows(AUTO_CREATE, n)]
+    created = await service.topics.auto_create(creatable) if auto_create and creatable else set()
+    topics = tuple(_topic(service, reply, name, name in created, denied.get(name)) for name in names)
     brokers = tuple(reply.nested("MetadataResponseBroker", node_id=b.broker_id, host=b.host, port=b.port, rack=None)
                     for b in service.kafka_brokers())
     return reply.response(throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
@@ -66,12 +71,14 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
                           cluster_authorized_operations=OPERATIONS_NOT_ASKED)
 
 
-def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool) -> Any:
+def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
         return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=NO_TOPIC_ID,
                             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
                             topic_authorized_operations=OPERATIONS_NOT_ASKED)
 
+    if denied is not None:
+        return topic(denied)
     if just_created:
         return topic(ErrorCode.leader_not_available)  # §16.5: the client asks again
     if service.topic_format(name) is None:
@@ -89,6 +96,9 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool) -
 
 def describe_cluster(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
+    if (denied := service.authorizer.denied(KafkaApi.DESCRIBE_CLUSTER)) is not None:
+        return reply.response(throttle_time=NO_THROTTLE, error_code=denied, error_message=None, cluster_id="",
+                              controller_id=-1, brokers=(), cluster_authorized_operations=OPERATIONS_NOT_ASKED)
     brokers = tuple(reply.nested("DescribeClusterBroker", broker_id=b.broker_id, host=b.host, port=b.port, rack=None)
                     for b in service.kafka_brokers())
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,

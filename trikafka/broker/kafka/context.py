@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from trikafka.kafka.group_records import RecordKey, RecordValue
 
     from ..seams import RunBlocking
+    from .acl.authorizer import Authorizer
+    from .acl.model import AclSet
+    from .acl.store import Edit
     from .groups.membership import Membership
     from .producer_id_blocks import ProducerIds
     from .groups.state import OffsetsPartition
@@ -104,6 +107,7 @@ class KafkaContext(Protocol):
     registry: TopicRegistry | None
     transactions: TransactionVerifier | None  # None until a transaction coordinator serves (§19.5)
     run_blocking: RunBlocking
+    authorizer: Authorizer
 
     @property
     def groups(self) -> GroupCoordination: ...
@@ -142,3 +146,7 @@ class KafkaContext(Protocol):
     async def delete_topic(self, topic: str) -> None: ...
 
     async def wait_topic_known(self, topic: str) -> None: ...
+
+    async def read_acls(self) -> AclSet: ...
+
+    async def update_acls(self, edit: Edit) -> AclSet: ...

@@ -20,6 +20,7 @@ from typing import Any, Sized
 import trio
 from kio.schema.errors import ErrorCode
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.fetch import FetchPartition, encode_fetch_response
 from trikafka.kafka.framing import Request
 from trikafka.log.errors import OffsetOutOfRangeError
@@ -79,6 +80,8 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     def failed(code: ErrorCode, hw: int = -1, start: int = -1) -> FetchPartition:
         return FetchPartition(asked.topic, asked.partition, code, hw, hw, start, NO_RECORDS)
 
+    if (denied := service.authorizer.denied(KafkaApi.FETCH, asked.topic)) is not None:
+        return failed(denied)
     view = await service.read_view(asked.topic, asked.partition, asked.current_leader_epoch)
     if isinstance(view, ErrorCode):
         return failed(view)

@@ -84,15 +84,20 @@ class MarkerWriter:
 
 
 async def write_txn_markers(service: KafkaContext, request: Request) -> Any:
-    """WriteTxnMarkers (api 27, §19.6): a coordinator's markers for partitions led here."""
+    """WriteTxnMarkers (api 27, §19.6): a coordinator's markers for partitions led here; the whole
+    request answers CLUSTER_AUTHORIZATION_FAILED without ClusterAction (§18.3)."""
     body: Any = request.body  # Any: this api's request class at the request's version
     reply = Reply(request.api_key, request.api_version)
+    denied = service.authorizer.denied(KafkaApi.WRITE_TXN_MARKERS)
     results = []
     for marker in body.markers:
         partitions = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
-        errors = await service.markers.write_markers(int(marker.producer_id), int(marker.producer_epoch),
-                                                     bool(marker.transaction_result), int(marker.coordinator_epoch),
-                                                     partitions)
+        if denied is not None:
+            errors = dict.fromkeys(partitions, denied)
+        else:
+            errors = await service.markers.write_markers(int(marker.producer_id), int(marker.producer_epoch),
+                                                         bool(marker.transaction_result),
+                                                         int(marker.coordinator_epoch), partitions)
         topics = tuple(reply.nested("WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
             reply.nested("WritableTxnMarkerPartitionResult", partition_index=p, error_code=errors[(t.name, int(p))])
             for p in t.partition_indexes)) for t in marker.topics)

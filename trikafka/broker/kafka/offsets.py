@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 
 from .entities import NO_THROTTLE, Reply
@@ -44,6 +45,8 @@ async def list_offsets(service: KafkaContext, request: Request) -> Any:
 async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: int,
                     current_epoch: int, committed: bool) -> tuple[ErrorCode, int, int, int]:
     """One partition's answer; under read_committed (``committed``) nothing at or past the LSO (§19.7)."""
+    if (denied := service.authorizer.denied(KafkaApi.LIST_OFFSETS, topic)) is not None:
+        return denied, -1, -1, -1
     view = await service.read_view(topic, index, current_epoch)
     if isinstance(view, ErrorCode):
         return view, -1, -1, -1
@@ -85,6 +88,8 @@ async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> An
 async def _epoch_end(service: KafkaContext, topic: str, index: int, epoch: int,
                      current_epoch: int) -> tuple[ErrorCode, int, int]:
     """(error, the largest epoch <= ``epoch``, its end offset) as KIP-101 and KIP-320 define them."""
+    if (denied := service.authorizer.denied(KafkaApi.OFFSET_FOR_LEADER_EPOCH, topic)) is not None:
+        return denied, -1, -1
     view = await service.read_view(topic, index, current_epoch)
     if isinstance(view, ErrorCode):
         return view, -1, -1

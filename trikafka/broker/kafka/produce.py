@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 import trio
 from kio.schema.errors import ErrorCode
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import HEADER_BYTES, BatchError, read_header
 from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.framing import Request, encode_response
@@ -61,6 +62,9 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
             results.append(row)
             if acks not in ACKS:
                 row[2] = ErrorCode.invalid_required_acks
+                continue
+            if (denied := service.authorizer.denied(KafkaApi.PRODUCE, topic)) is not None:
+                row[2] = denied
                 continue
             verified = False
             if body.transactional_id is not None:

@@ -9,8 +9,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId
 from kio.static.primitive import i16
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 
+from .acl.model import ResourceType
 from .context import KafkaContext
 from .entities import NO_THROTTLE, Reply
 
@@ -27,8 +29,12 @@ async def init_producer_id(service: KafkaContext, request: Request) -> Any:
         return reply.response(throttle_time=NO_THROTTLE, error_code=error, producer_id=ProducerId(producer_id),
                               producer_epoch=i16(epoch))
 
+    authorizer = service.authorizer
     if body.transactional_id is not None:
-        return answer(ErrorCode.transactional_id_authorization_failed)
+        denied = authorizer.denied(KafkaApi.INIT_PRODUCER_ID, body.transactional_id, ResourceType.TRANSACTIONAL_ID)
+        return answer(denied or ErrorCode.transactional_id_authorization_failed)
+    if (denied := authorizer.denied(KafkaApi.INIT_PRODUCER_ID)) is not None:
+        return answer(denied)
     had_id = getattr(body, "producer_id", -1)
     had_epoch = getattr(body, "producer_epoch", -1)
     if (had_id < 0) != (had_epoch < 0):

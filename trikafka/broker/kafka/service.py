@@ -35,6 +35,10 @@ from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
+from .acl import api as acl_api
+from .acl.authorizer import Authorizer
+from .acl.model import AclSet
+from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry, TransactionVerifier
 from .errors import kafka_error
@@ -74,6 +78,9 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.INIT_PRODUCER_ID: producer_ids.init_producer_id,
     KafkaApi.WRITE_TXN_MARKERS: markers.write_txn_markers,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
+    KafkaApi.DESCRIBE_ACLS: acl_api.describe_acls,
+    KafkaApi.CREATE_ACLS: acl_api.create_acls,
+    KafkaApi.DELETE_ACLS: acl_api.delete_acls,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
@@ -109,6 +116,9 @@ class KafkaService:
         self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
             self.run_blocking, functools.partial(producer_id_blocks.take_file_block, handler.directory.log_manager.fs,
                                                  config.log_dir)))
+        self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
+        # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
+        self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -141,9 +151,15 @@ class KafkaService:
             marks = LiveGroupMarks(zookeeper.coordinator, self.broker_id, self.groups.loaded)
             self.groups.membership.on_change = marks.changed
             nursery.start_soon(marks.run)
+            self.acl_store = ZooKeeperAcls(zookeeper.coordinator)
+            if self.authorizer.enabled:
+                await nursery.start(follow_znode, zookeeper.coordinator, self.authorizer.replace)
         else:
             self.cluster_id = await self.run_blocking(functools.partial(
                 _standalone_cluster_id, self.handler.directory.log_manager.fs, self.config.log_dir))
+            if self.authorizer.enabled:
+                assert isinstance(self.acl_store, FileAcls)
+                await nursery.start(follow_file, self.acl_store, self.run_blocking, self.authorizer.replace)
 
     # ----------------------------------------------------------------- dispatch
 
@@ -157,6 +173,25 @@ class KafkaService:
         if request.api in _RAW_ANSWERS:
             return answer  # type: ignore[no-any-return]
         return [encode_response(request, answer)]
+
+    # ----------------------------------------------------------------- ACLs (§18.3)
+
+    async def read_acls(self) -> AclSet:
+        """The stored ACLs (the file read in a worker thread, or the znode)."""
+        store = self.acl_store
+        if isinstance(store, FileAcls):
+            return await self.run_blocking(store.read)  # type: ignore[no-any-return]
+        return await store.read()
+
+    async def update_acls(self, edit: Edit) -> AclSet:
+        """Apply ``edit`` to the stored ACLs; this broker decides by the result at once."""
+        store = self.acl_store
+        if isinstance(store, FileAcls):
+            after: AclSet = await self.run_blocking(store.update, edit)
+        else:
+            after = await store.update(edit)
+        self.authorizer.replace(after)
+        return after
 
     def observe(self, api_key: int, seconds: float) -> None:
         histogram = self._latency.get(api_key)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 
@@ -21,6 +22,7 @@ from ..admin import MAX_CREATED_PARTITIONS
 from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, MESSAGE_TIMESTAMP_TYPE, MIN_COMPACTION_LAG_MS,
                               RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES, TopicConfigError,
                               check_topic_config, log_overrides)
+from .acl.model import CLUSTER_NAME, ResourceType
 from .cluster import NO_TOPIC_ID
 from .entities import NO_THROTTLE, Reply
 from .context import KafkaContext
@@ -209,6 +211,13 @@ def _refuse_internal(topic: str) -> None:
         raise TopicError(ErrorCode.invalid_request, f"{topic!r} is internal: the broker keeps it (§17.1)")
 
 
+def _authorize(service: KafkaContext, api: KafkaApi, name: str,
+               resource_type: ResourceType = ResourceType.TOPIC) -> None:
+    """Raise TopicError with the table's denial unless the principal may do ``api`` on ``name`` (§18.3)."""
+    if (denied := service.authorizer.denied(api, name, resource_type)) is not None:
+        raise TopicError(denied, f"{api.label} on {name!r} is not authorized")
+
+
 def _error(exc: TopicError) -> tuple[ErrorCode, str]:
     return exc.code, str(exc)
 
@@ -221,6 +230,7 @@ async def create_topics(service: KafkaContext, request: Request) -> Any:
     for topic in body.topics:
         code, message, partitions, factor = ErrorCode.none, None, -1, -1
         try:
+            _authorize(service, KafkaApi.CREATE_TOPICS, topic.name)
             if topic.assignments:
                 raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
             partitions, factor = await service.topics.create(
@@ -242,6 +252,7 @@ async def delete_topics(service: KafkaContext, request: Request) -> Any:
     for name in names:
         code, message = ErrorCode.none, None
         try:
+            _authorize(service, KafkaApi.DELETE_TOPICS, name)
             _refuse_internal(name)
             await service.delete_topic(name)
         except TopicError as exc:
@@ -258,6 +269,7 @@ async def create_partitions(service: KafkaContext, request: Request) -> Any:
     for topic in body.topics:
         code, message = ErrorCode.none, None
         try:
+            _authorize(service, KafkaApi.CREATE_PARTITIONS, topic.name)
             if topic.assignments:
                 raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
             await service.topics.add_partitions(topic.name, topic.count, validate_only=body.validate_only)
@@ -275,7 +287,13 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
     for resource in body.resources:
         keys = resource.configuration_keys
         code, message, configs = ErrorCode.none, None, []
-        if resource.resource_type == RESOURCE_TOPIC:
+        checked = {RESOURCE_TOPIC: ResourceType.TOPIC, RESOURCE_BROKER: ResourceType.CLUSTER}.get(
+            resource.resource_type)
+        if checked is not None and (denied := service.authorizer.denied(
+                KafkaApi.DESCRIBE_CONFIGS, resource.resource_name if checked is ResourceType.TOPIC else CLUSTER_NAME,
+                checked)) is not None:
+            code, message = denied, f"DescribeConfigs on {resource.resource_name!r} is not authorized"
+        elif resource.resource_type == RESOURCE_TOPIC:
             fmt = service.topic_format(resource.resource_name)
             if fmt is None:
                 code, message = ErrorCode.unknown_topic_or_partition, f"no topic {resource.resource_name!r}"

@@ -9,8 +9,11 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import GroupKey, OffsetKey, RecordKey, RecordValue
 
+from trikafka.kafka.apis import KafkaApi
+
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
+from .access import group_denied, group_partition, lists_every_group, topic_denied
 from .group import Group, GroupState
 
 OPERATIONS_NOT_ASKED = -2147483648  # Kafka's "authorized operations not asked for"
@@ -22,8 +25,10 @@ def list_groups(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     wanted = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
+    every = lists_every_group(service, request.api)
     listed = [group for groups in service.groups.loaded() for group in groups.groups.values()
-              if group.state is not GroupState.DEAD and (not wanted or group.state.value.lower() in wanted)]
+              if group.state is not GroupState.DEAD and (not wanted or group.state.value.lower() in wanted)
+              and (every or group_denied(service, request.api, group.group_id) is None)]
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
         reply.nested("ListedGroup", group_id=group.group_id, protocol_type=group.protocol_type or "",
                      group_state=group.state.value)
@@ -35,7 +40,7 @@ async def describe_groups(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     described = []
     for group_id in body.groups:
-        groups = await service.groups.partition_of(group_id)
+        groups = await group_partition(service, request.api, group_id)
         if isinstance(groups, ErrorCode):
             described.append(_described(reply, group_id, groups, None))
         else:
@@ -65,12 +70,12 @@ async def delete_groups(service: KafkaContext, request: Request) -> Any:
     results = []
     for group_id in body.groups_names:
         results.append(reply.nested("DeletableGroupResult", group_id=group_id,
-                                    error_code=await _delete_group(service, group_id)))
+                                    error_code=await _delete_group(service, request.api, group_id)))
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-async def _delete_group(service: KafkaContext, group_id: str) -> ErrorCode:
-    groups = await service.groups.partition_of(group_id)
+async def _delete_group(service: KafkaContext, api: KafkaApi, group_id: str) -> ErrorCode:
+    groups = await group_partition(service, api, group_id)
     if isinstance(groups, ErrorCode):
         return groups
     group = groups.group(group_id)
@@ -94,7 +99,7 @@ async def offset_delete(service: KafkaContext, request: Request) -> Any:
     asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     errors = {key: ErrorCode.none for key in asked}
     error = ErrorCode.none
-    groups = await service.groups.partition_of(body.group_id)
+    groups = await group_partition(service, request.api, body.group_id)
     group = None if isinstance(groups, ErrorCode) else groups.group(body.group_id)
     if isinstance(groups, ErrorCode):
         error = groups
@@ -106,7 +111,9 @@ async def offset_delete(service: KafkaContext, request: Request) -> Any:
             error = ErrorCode.non_empty_group  # members of a protocol whose subscriptions the broker cannot read
         else:
             for topic, partition in asked:
-                if topic in subscribed:
+                if (denied := topic_denied(service, request.api, topic)) is not None:
+                    errors[(topic, partition)] = denied
+                elif topic in subscribed:
                     errors[(topic, partition)] = ErrorCode.group_subscribed_to_topic
             records: list[tuple[RecordKey, RecordValue | None]] = [
                 (OffsetKey(body.group_id, topic, partition), None) for topic, partition in asked

@@ -11,6 +11,7 @@ from trikafka.kafka.framing import Request
 from ..connection import CLIENT_PEER
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
+from .access import group_partition
 from .member import JoinAnswer
 
 REQUIRE_KNOWN_MEMBER_ID_FROM = 4  # JoinGroup v4+: an empty member id is answered MEMBER_ID_REQUIRED (KIP-394)
@@ -31,7 +32,7 @@ def _ms(value: Any) -> int:
 async def join_group(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
-    groups = await service.groups.partition_of(body.group_id)
+    groups = await group_partition(service, request.api, body.group_id)
     if isinstance(groups, ErrorCode):
         return _join_reply(reply, JoinAnswer(groups, body.member_id))
     clash = await service.groups.clash(body.group_id)
@@ -63,7 +64,7 @@ def _join_reply(reply: Reply, answer: JoinAnswer, message: str | None = None) ->
 async def sync_group(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
-    groups = await service.groups.partition_of(body.group_id)
+    groups = await group_partition(service, request.api, body.group_id)
     if isinstance(groups, ErrorCode):
         return _sync_reply(reply, groups)
     group = groups.group(body.group_id)
@@ -89,7 +90,7 @@ def _sync_reply(reply: Reply, error: ErrorCode, protocol_type: str | None = None
 async def heartbeat(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
-    groups = await service.groups.partition_of(body.group_id)
+    groups = await group_partition(service, request.api, body.group_id)
     if isinstance(groups, ErrorCode):
         error = groups
     else:
@@ -106,7 +107,7 @@ async def leave_group(service: KafkaContext, request: Request) -> Any:
     batched = request.api_version >= BATCHED_LEAVE_FROM
     leaving: list[tuple[str, str | None]] = ([(m.member_id, m.group_instance_id) for m in body.members] if batched
                                              else [(body.member_id, None)])
-    groups = await service.groups.partition_of(body.group_id)
+    groups = await group_partition(service, request.api, body.group_id)
     group = None if isinstance(groups, ErrorCode) else groups.group(body.group_id)
     if isinstance(groups, ErrorCode):
         error, errors = groups, [groups] * len(leaving)

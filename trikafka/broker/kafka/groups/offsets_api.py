@@ -9,8 +9,12 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import OffsetKey, OffsetValue, RecordKey, RecordValue
 
+from trikafka.kafka.apis import KafkaApi
+
+from ..acl.model import ResourceType
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
+from .access import group_partition, topic_denied
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -26,7 +30,7 @@ async def find_coordinator(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
     keys = list(body.coordinator_keys) if request.api_version >= 4 else [body.key]
-    found = [await _coordinator(service, key, key_type) for key in keys]
+    found = [await _coordinator(service, request.api, key, key_type) for key in keys]
     if request.api_version >= 4:
         return reply.response(throttle_time=NO_THROTTLE, coordinators=tuple(
             reply.nested("Coordinator", key=key, node_id=node, host=host, port=port, error_code=error,
@@ -37,8 +41,12 @@ async def find_coordinator(service: KafkaContext, request: Request) -> Any:
                           host=host, port=port)
 
 
-async def _coordinator(service: KafkaContext, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-    """(error, message, node id, host, port) of the coordinator of ``key`` (§17.3)."""
+async def _coordinator(service: KafkaContext, api: KafkaApi, key: str,
+                       key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of the coordinator of ``key`` (§17.3, §18.3)."""
+    resource = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
+    if (denied := service.authorizer.denied(api, key, resource)) is not None:
+        return denied, f"{api.label} of {key!r} is not authorized", -1, "", -1
     if key_type != KEY_TYPE_GROUP:
         return ErrorCode.coordinator_not_available, "transactions are not served", -1, "", -1
     address = await service.groups.coordinator_of(key)
@@ -52,7 +60,7 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = [(t.name, p) for t in body.topics for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
-    groups = await service.groups.partition_of(body.group_id)
+    groups = await group_partition(service, request.api, body.group_id)
     if isinstance(groups, ErrorCode):
         errors = {(name, p.partition_index): groups for name, p in asked}
         return _commit_answer(reply, body, errors)
@@ -64,7 +72,9 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
     for name, part in asked:
         key = (name, part.partition_index)
         count = service.handler.directory.partitions_if_valid(name) if service.topic_format(name) is not None else None
-        if refused != ErrorCode.none:
+        if (denied := topic_denied(service, request.api, name)) is not None:
+            errors[key] = denied
+        elif refused != ErrorCode.none:
             errors[key] = refused
         elif count is None or not 0 <= part.partition_index < count:
             errors[key] = ErrorCode.unknown_topic_or_partition
@@ -102,28 +112,31 @@ async def offset_fetch(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     require_stable = getattr(body, "require_stable", False)
     if request.api_version >= 8:
-        answers = [await _fetch_group(service, reply, request.api_version, g.group_id, g.topics, require_stable)
+        answers = [await _fetch_group(service, reply, request, g.group_id, g.topics, require_stable)
                    for g in body.groups]
         return reply.response(throttle_time=NO_THROTTLE, groups=tuple(
             reply.nested("OffsetFetchResponseGroup", group_id=g.group_id, topics=topics, error_code=error)
             for g, (topics, error) in zip(body.groups, answers)))
-    topics, error = await _fetch_group(service, reply, request.api_version, body.group_id, body.topics,
+    topics, error = await _fetch_group(service, reply, request, body.group_id, body.topics,
                                        require_stable)
     return reply.response(throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-async def _fetch_group(service: KafkaContext, reply: Reply, version: int, group_id: str, asked: Any,
+async def _fetch_group(service: KafkaContext, reply: Reply, request: Request, group_id: str, asked: Any,
                        require_stable: bool) -> tuple[tuple[Any, ...], ErrorCode]:
     """One group's answer: its topics and its group-level error (§17.5).  ``asked`` (Any: this
-    version's request entities) None means every partition the group has an offset for."""
+    version's request entities) None means every partition the group has an offset for, of the
+    topics the principal may describe (§18.3)."""
+    version = request.api_version
     topic_class, partition_class = _FETCH_CLASSES[version >= 8]
-    groups = await service.groups.partition_of(group_id)
+    groups = await group_partition(service, request.api, group_id)
     group = None if isinstance(groups, ErrorCode) else groups.group(group_id)
     error = groups if isinstance(groups, ErrorCode) else ErrorCode.none
     if asked is None:
         wanted: dict[str, list[int]] = {}
         for topic, index in sorted(group.offsets if group is not None else ()):
-            wanted.setdefault(topic, []).append(index)
+            if topic_denied(service, request.api, topic) is None:
+                wanted.setdefault(topic, []).append(index)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in asked}
     if require_stable and group is not None and group.offsets.pending > 0:
@@ -135,10 +148,11 @@ async def _fetch_group(service: KafkaContext, reply: Reply, version: int, group_
 
     def partition(topic: str, index: int) -> Any:
         committed = group.offsets.get((topic, index)) if group is not None else None
-        if committed is None or partition_error != ErrorCode.none:
+        error_code = topic_denied(service, request.api, topic) or partition_error
+        if committed is None or error_code != ErrorCode.none:
             return reply.nested(partition_class, partition_index=index, committed_offset=NO_OFFSET,
                                 committed_leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA,
-                                error_code=partition_error)
+                                error_code=error_code)
         value = committed.value
         return reply.nested(partition_class, partition_index=index, committed_offset=value.offset,
                             committed_leader_epoch=value.leader_epoch, metadata=value.metadata,

@@ -1,0 +1,1 @@
+"""Authorization of the Kafka listener by access control lists (docs/protocol.md §18.3)."""
