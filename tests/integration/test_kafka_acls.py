@@ -249,3 +249,22 @@ def test_acl_requests_with_codes_that_mean_nothing_answer_invalid_request(tmp_pa
         assert described.error_code == ErrorCode.invalid_request and described.resources == ()
         assert len(running.broker.kafka.authorizer.acls) == 0  # nothing stored, the broker still serving
         assert produce_one(running.bootstrap, "after-garbage") is None
+
+
+def test_an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic(secured: RunningKafkaBroker) -> None:
+    from kio.schema.errors import ErrorCode
+
+    from tests.helpers.kafka_wire import init_producer_id
+
+    assert init_producer_id(secured.bootstrap)[0] == ErrorCode.cluster_authorization_failed
+    assert init_producer_id(secured.bootstrap, transactional_id="tx")[0] == \
+        ErrorCode.transactional_id_authorization_failed
+    create_topic(secured.bootstrap, "eos")
+    grant(secured.log_dir, "Write", "--topic", "eos")  # KIP-679: Write on a topic is enough
+    wait_for_acls(secured, 2)
+    assert init_producer_id(secured.bootstrap)[0] == ErrorCode.none
+    producer = ConfluentProducer({"bootstrap.servers": secured.bootstrap, "enable.idempotence": True})
+    outcome: list[KafkaError | None] = []
+    producer.produce("eos", b"once", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(CLIENT_TIMEOUT_S)
+    assert outcome == [None]

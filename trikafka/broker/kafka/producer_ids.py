@@ -33,7 +33,8 @@ async def init_producer_id(service: KafkaContext, request: Request) -> Any:
     if body.transactional_id is not None:
         denied = authorizer.denied(KafkaApi.INIT_PRODUCER_ID, body.transactional_id, ResourceType.TRANSACTIONAL_ID)
         return answer(denied or ErrorCode.transactional_id_authorization_failed)
-    if (denied := authorizer.denied(KafkaApi.INIT_PRODUCER_ID)) is not None:
+    denied = authorizer.denied(KafkaApi.INIT_PRODUCER_ID)
+    if denied is not None and not authorizer.may_write_somewhere():  # KIP-679 (§18.3)
         return answer(denied)
     had_id = getattr(body, "producer_id", -1)
     had_epoch = getattr(body, "producer_epoch", -1)

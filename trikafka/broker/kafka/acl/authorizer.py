@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.apis import KafkaApi
 
 from ..connection import CLIENT_PRINCIPAL
-from .model import AUTHORIZER_ACL, CLUSTER_NAME, AclSet, ResourceType, check_settings, parse_principals
+from .model import AUTHORIZER_ACL, CLUSTER_NAME, AclSet, Operation, ResourceType, check_settings, parse_principals
 from .table import API_NEEDS, Need
 
 
@@ -53,3 +53,11 @@ class Authorizer:
         needs = API_NEEDS[api]
         need = needs[resource_type] if resource_type is not None else next(iter(needs.values()))
         return None if self.allows(need, name) else need.denied
+
+    def may_write_somewhere(self) -> bool:
+        """KIP-679: an idempotent producer needs IdempotentWrite on the cluster, or Write on some topic."""
+        if not self.enabled:
+            return True
+        principal = CLIENT_PRINCIPAL.get()
+        return principal in self.super_users or self.acls.allows_some(principal, Operation.WRITE,
+                                                                        ResourceType.TOPIC)

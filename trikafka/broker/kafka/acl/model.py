@@ -186,6 +186,18 @@ class AclSet:
                 allowed = True
         return allowed
 
+    def allows_some(self, principal: str, operation: Operation, resource_type: ResourceType) -> bool:
+        """Whether ``principal`` may do ``operation`` on at least one resource of the type (KIP-679's
+        "Write on any topic"): an Allow for it or All on some pattern, and no Deny of it or All on
+        the whole type (the literal ``*``)."""
+        mine = (principal, WILDCARD_PRINCIPAL)
+        ops = (operation, Operation.ALL)
+        if any(a.permission is Permission.DENY and a.principal in mine and a.operation in ops and a.host == WILDCARD
+               for a in self._literal.get((resource_type, WILDCARD), ())):
+            return False
+        return any(a.resource_type is resource_type and a.permission is Permission.ALLOW and a.principal in mine
+                   and a.operation in ops and a.host == WILDCARD for a in self.acls)
+
     def select(self, acl_filter: AclFilter) -> list[AclBinding]:
         """The ACLs ``acl_filter`` matches, sorted."""
         return [a for a in self.acls if acl_filter.matches(a)]
