@@ -30,7 +30,7 @@ from .group import GroupSettings, GroupState
 from .membership import Membership
 from .placement import OffsetsTopic, group_partition
 from .state import OffsetsPartition
-from .store import GroupStore
+from .store import NO_PRODUCER, GroupStore, LoadedMarker
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class GroupCoordinator:
         self._loading: dict[int, trio.Event] = {}
         self._clashes_logged: set[str] = set()
         self._failed: set[tuple[int, int]] = set()  # (partition, epoch) whose records did not decode
+        # Markers (producer id, commit, offset) that reached a partition while it was loading (§19.5.4).
+        self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
         self._nursery: trio.Nursery | None = None
         config = service.config
         self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
@@ -222,8 +224,18 @@ class GroupCoordinator:
                 self._failed.add((index, epoch))
                 return
             groups = OffsetsPartition(index, self.settings)
-            for key, value, offset in records:
-                groups.apply(key, value, offset)
+            for item in records:
+                if isinstance(item, LoadedMarker):
+                    groups.on_marker(item.producer_id, item.commit)
+                elif item.producer_id != NO_PRODUCER:
+                    groups.apply_transactional(item.producer_id, item.key, item.value, item.log_offset)
+                else:
+                    groups.apply(item.key, item.value, item.log_offset)
+            # A marker appended after the read ended is in no record read: apply it now.
+            last_read = max((item.log_offset for item in records), default=-1)
+            for producer_id, commit, offset in self._markers_while_loading.pop(index, []):
+                if offset > last_read:
+                    groups.on_marker(producer_id, commit)
             groups.activate(self.membership.now_ms())
             try:
                 current = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view().leader_epoch
@@ -238,7 +250,23 @@ class GroupCoordinator:
             return
         finally:
             self._loading.pop(index, None)
+            self._markers_while_loading.pop(index, None)
             done.set()
+
+    def on_marker(self, partition: int, producer_id: int, commit: bool, offset: int) -> None:
+        """The partition side appended ``producer_id``'s COMMIT (``commit``) or ABORT marker at
+        ``offset`` to ``__consumer_offsets`` partition ``partition`` (§19.5.4): its pending
+        transactional offsets there become committed, or are dropped.  A partition not loaded here
+        needs nothing: its load replays the marker from the log."""
+        loaded = self._loaded.get(partition)
+        if loaded is None:
+            if partition in self._loading:  # the load may have read the log before this marker
+                self._markers_while_loading.setdefault(partition, []).append((producer_id, commit, offset))
+            return
+        ended = loaded.groups.on_marker(producer_id, commit)
+        if ended:
+            logger.debug("%s-%d: marker of producer %d at %d %s %d offsets", OFFSETS_TOPIC, partition, producer_id,
+                         offset, "committed" if commit else "dropped", len(ended))
 
     async def write(self, groups: OffsetsPartition,
                     records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode:

@@ -135,10 +135,13 @@ async def _fetch_group(service: KafkaContext, reply: Reply, version: int, group_
 
     def partition(topic: str, index: int) -> Any:
         committed = group.offsets.get((topic, index)) if group is not None else None
-        if committed is None or partition_error != ErrorCode.none:
+        # An offset of an open transaction (§19.5.4) makes its partition unstable until the marker.
+        this_error = ErrorCode.unstable_offset_commit if require_stable and not isinstance(groups, ErrorCode) \
+            and groups.txn_offsets.unstable(group_id, (topic, index)) else partition_error
+        if committed is None or this_error != ErrorCode.none:
             return reply.nested(partition_class, partition_index=index, committed_offset=NO_OFFSET,
                                 committed_leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA,
-                                error_code=partition_error)
+                                error_code=this_error)
         value = committed.value
         return reply.nested(partition_class, partition_index=index, committed_offset=value.offset,
                             committed_leader_epoch=value.leader_epoch, metadata=value.metadata,

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import BatchError
+from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchError
 from trikafka.kafka.group_records import (OFFSETS_TOPIC, RecordKey, RecordValue, decode_record, encode_key,
                                           encode_value)
 from trikafka.kafka.records import Record, build_batch, decode_batches
+from trikafka.kafka.txn_records import decode_marker_key
 from trikafka.wire.errors import ErrorCode as EngineError
 
 from ...partition import ReadView, Refused
@@ -39,7 +41,30 @@ _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
     EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.invalid_commit_offset_size,
 }
 
-LoadedRecord = tuple[RecordKey, RecordValue | None, int]  # key, value (None: tombstone), logical offset
+NO_PRODUCER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRecord:
+    """A record read back: key, value (None: tombstone), logical offset, and the producer id of the
+    transactional batch that holds it (-1: a plain record, applied as read)."""
+
+    key: RecordKey
+    value: RecordValue | None
+    log_offset: int
+    producer_id: int = NO_PRODUCER
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedMarker:
+    """A transaction marker read back (§19.5.5): the producer whose pending offsets it ends."""
+
+    producer_id: int
+    commit: bool
+    log_offset: int
+
+
+Loaded = LoadedRecord | LoadedMarker
 
 
 def write_error(code: EngineError) -> ErrorCode:
@@ -78,7 +103,7 @@ class GroupStore:
             return write_error(status)
         return result.logical_offset
 
-    async def read(self, view: ReadView) -> list[LoadedRecord]:
+    async def read(self, view: ReadView) -> list[Loaded]:
         """Every record of a partition from its log start to its log end, in order (§17.3)."""
         # The leader's log end, not its high watermark: everything in the leader's log is what the
         # partition commits, and a new leader's high watermark may still lag its predecessor's (§12.6).
@@ -86,12 +111,12 @@ class GroupStore:
         return await self._service.run_blocking(functools.partial(_read_all, view.log, end))
 
 
-def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
+def _read_all(log: BrokerLog, end: int) -> list[Loaded]:
     """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
-    no group state)."""
+    no group state; a control batch's record is a transaction marker, §19.5.5)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
-    loaded: list[LoadedRecord] = []
+    loaded: list[Loaded] = []
     while position is not None and position < end:
         # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
         spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
@@ -100,11 +125,16 @@ def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
         for start, stop in spans:
             region = log.read(start, stop - start, end=end)
             data = b"" if region is None else region.read()
-            for _, records in decode_batches(data):
+            for header, records in decode_batches(data):
+                if header.attributes & CONTROL:
+                    loaded.extend(LoadedMarker(header.producer_id, decode_marker_key(record.key), record.offset)
+                                  for record in records)
+                    continue
+                producer_id = header.producer_id if header.attributes & TRANSACTIONAL else NO_PRODUCER
                 for record in records:
                     if record.key is None:
                         continue
                     key, value = decode_record(record.key, record.value)
-                    loaded.append((key, value, record.offset))
+                    loaded.append(LoadedRecord(key, value, record.offset, producer_id))
         position = spans[-1][1]
     return loaded
