@@ -28,7 +28,7 @@ from ...partition import Refused
 from ..context import KafkaContext
 from .group import GroupSettings, GroupState
 from .membership import Membership
-from .placement import OffsetsTopic, group_partition
+from .placement import group_partition, offsets_topic
 from .state import OffsetsPartition
 from .store import NO_PRODUCER, GroupStore, LoadedMarker
 
@@ -66,8 +66,8 @@ class GroupCoordinator:
 
     def __init__(self, service: KafkaContext):
         self._service = service
-        self.topic = OffsetsTopic(service)
-        self.store = GroupStore(service)
+        self.topic = offsets_topic(service)
+        self.store = GroupStore(service, self.topic)
         self._loaded: dict[int, _Loaded] = {}
         self._loading: dict[int, trio.Event] = {}
         self._clashes_logged: set[str] = set()
@@ -130,9 +130,7 @@ class GroupCoordinator:
     async def coordinator_of(self, group_id: str) -> BrokerAddress | ErrorCode:
         """The Kafka address of ``group_id``'s coordinator, creating ``__consumer_offsets`` on first
         need; COORDINATOR_NOT_AVAILABLE while there is none (§17.1, §17.3)."""
-        count = await self.topic.ensure()
-        address = None if count is None else self.topic.coordinator(group_partition(group_id, count))
-        return ErrorCode.coordinator_not_available if address is None else address
+        return await self.topic.coordinator_of(group_id)
 
     async def clash(self, group_id: str) -> str | None:
         """Why ``group_id`` may not be a Kafka group here: it has 0.7 consumers registered in
