@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trikafka.kafka.txn_records import (TxnKey, TxnRecordError, TxnState, TxnValue, decode_key, decode_marker_key,
-                                        decode_record, decode_value, encode_key, encode_marker_key, encode_value)
+from trikafka.kafka.txn_records import (TxnKey, TxnRecordError, TxnState, TxnValue, decode_key, decode_record,
+                                        decode_value, encode_key, encode_value)
 
 HEAD = ">hqhib"  # version, producer id, epoch, timeout, state
 
@@ -103,12 +103,3 @@ def test_round_trip(transactional_id: str, value: TxnValue | None):
     key = TxnKey(transactional_id)
     assert decode_record(encode_key(key), encode_value(value)) == (key, value)
 
-
-def test_marker_keys_are_version_0_and_their_type():
-    assert encode_marker_key(True) == struct.pack(">hh", 0, 1)
-    assert encode_marker_key(False) == struct.pack(">hh", 0, 0)
-    assert decode_marker_key(encode_marker_key(True)) is True
-    assert decode_marker_key(encode_marker_key(False)) is False
-    for bad in (None, b"\0", struct.pack(">hh", 1, 1), struct.pack(">hh", 0, 2)):
-        with pytest.raises(TxnRecordError):
-            decode_marker_key(bad)

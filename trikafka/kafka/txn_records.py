@@ -162,26 +162,3 @@ def decode_record(key: bytes, value: bytes | None) -> tuple[TxnKey, TxnValue | N
     decoded_key = decode_key(key)
     return decoded_key, None if value is None else decode_value(value)
 
-
-# ----------------------------------------------------------------- markers (§19.5.5)
-
-MARKER_KEY_VERSION = 0
-MARKER_ABORT = 0
-MARKER_COMMIT = 1
-_MARKER_KEY = struct.Struct(">hh")
-
-
-def encode_marker_key(commit: bool) -> bytes:
-    """The key of a marker's one record: version 0 and the type (0 abort, 1 commit)."""
-    return _MARKER_KEY.pack(MARKER_KEY_VERSION, MARKER_COMMIT if commit else MARKER_ABORT)
-
-
-def decode_marker_key(data: bytes | None) -> bool:
-    """Whether a control record's key is a COMMIT marker (False: ABORT); anything else raises
-    ``TxnRecordError``."""
-    if data is None or len(data) < _MARKER_KEY.size:
-        raise TxnRecordError(f"a control record key of {0 if data is None else len(data)} bytes")
-    version, kind = _MARKER_KEY.unpack_from(data)
-    if version != MARKER_KEY_VERSION or kind not in (MARKER_ABORT, MARKER_COMMIT):
-        raise TxnRecordError(f"control record key version {version} type {kind}: a marker is version 0, type 0/1")
-    return bool(kind == MARKER_COMMIT)

@@ -1,23 +1,20 @@
 """Writing records to ``__consumer_offsets`` and reading a partition back (docs/protocol.md §17.3).
 
 A write is ``InternalTopic.write``'s: one uncompressed v2 batch appended with
-acks -1, returning once the batch is committed (§12.6) or failed.  A read walks the partition from its log start
-to its log end, batch by batch, in a worker thread (the segment reads and the
+acks -1, returning once the batch is committed (§12.6) or failed.  A read
+walks the partition from its log start to its log end, batch by batch, in a worker thread (the segment reads and the
 decoding stay off the event loop).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import CONTROL, TRANSACTIONAL
 from trikafka.kafka.group_records import RecordKey, RecordValue, decode_record, encode_key, encode_value
 from trikafka.kafka.records import decode_batches
-from trikafka.kafka.txn_records import decode_marker_key
 
 from ...partition import ReadView
 from ...seams import BrokerLog
@@ -25,30 +22,7 @@ from ..context import KafkaContext
 from ..internal_topic import InternalTopic
 
 LOAD_CHUNK_BYTES = 1 << 20  # bytes read per worker-thread call while loading
-NO_PRODUCER = -1
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedRecord:
-    """A record read back: key, value (None: tombstone), logical offset, and the producer id of the
-    transactional batch that holds it (-1: a plain record, applied as read)."""
-
-    key: RecordKey
-    value: RecordValue | None
-    log_offset: int
-    producer_id: int = NO_PRODUCER
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedMarker:
-    """A transaction marker read back (§19.5.5): the producer whose pending offsets it ends."""
-
-    producer_id: int
-    commit: bool
-    log_offset: int
-
-
-Loaded = LoadedRecord | LoadedMarker
+LoadedRecord = tuple[RecordKey, RecordValue | None, int]  # key, value (None: tombstone), logical offset
 
 
 class GroupStore:
@@ -63,7 +37,7 @@ class GroupStore:
         logical offset of the first record, or the error the client is answered (§17.3)."""
         return await self._topic.write(index, [(encode_key(key), encode_value(value)) for key, value in records])
 
-    async def read(self, view: ReadView) -> list[Loaded]:
+    async def read(self, view: ReadView) -> list[LoadedRecord]:
         """Every record of a partition from its log start to its log end, in order (§17.3)."""
         # The leader's log end, not its high watermark: everything in the leader's log is what the
         # partition commits, and a new leader's high watermark may still lag its predecessor's (§12.6).
@@ -71,12 +45,12 @@ class GroupStore:
         return await self._service.run_blocking(functools.partial(_read_all, view.log, end))
 
 
-def _read_all(log: BrokerLog, end: int) -> list[Loaded]:
+def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
     """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
-    no group state; a control batch's record is a transaction marker, §19.5.5)."""
+    no group state)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
-    loaded: list[Loaded] = []
+    loaded: list[LoadedRecord] = []
     while position is not None and position < end:
         # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
         spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
@@ -85,16 +59,11 @@ def _read_all(log: BrokerLog, end: int) -> list[Loaded]:
         for start, stop in spans:
             region = log.read(start, stop - start, end=end)
             data = b"" if region is None else region.read()
-            for header, records in decode_batches(data):
-                if header.attributes & CONTROL:
-                    loaded.extend(LoadedMarker(header.producer_id, decode_marker_key(record.key), record.offset)
-                                  for record in records)
-                    continue
-                producer_id = header.producer_id if header.attributes & TRANSACTIONAL else NO_PRODUCER
+            for _, records in decode_batches(data):
                 for record in records:
                     if record.key is None:
                         continue
                     key, value = decode_record(record.key, record.value)
-                    loaded.append(LoadedRecord(key, value, record.offset, producer_id))
+                    loaded.append((key, value, record.offset))
         position = spans[-1][1]
     return loaded
