@@ -9,7 +9,7 @@ decoding stay off the event loop).
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -23,6 +23,8 @@ from ..internal_topic import InternalTopic
 
 LOAD_CHUNK_BYTES = 1 << 20  # bytes read per worker-thread call while loading
 LoadedRecord = tuple[RecordKey, RecordValue | None, int]  # key, value (None: tombstone), logical offset
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class GroupStore:
@@ -41,16 +43,24 @@ class GroupStore:
         """Every record of a partition from its log start to its log end, in order (§17.3)."""
         # The leader's log end, not its high watermark: everything in the leader's log is what the
         # partition commits, and a new leader's high watermark may still lag its predecessor's (§12.6).
-        end = view.log.end_offset
-        return await self._service.run_blocking(functools.partial(_read_all, view.log, end))
+        return await read_records(self._service, view, decode_record)
 
 
-def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
+async def read_records(service: KafkaContext, view: ReadView,
+                       decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int]]:
+    """Every keyed record of an internal topic's partition from its log start to its log end, in
+    order, each decoded by ``decode`` (§17.3, §19.5.6), read in a worker thread."""
+    end = view.log.end_offset
+    return await service.run_blocking(functools.partial(_read_all, view.log, end, decode))
+
+
+def _read_all(log: BrokerLog, end: int,
+              decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int]]:
     """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
-    no group state)."""
+    no state)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
-    loaded: list[LoadedRecord] = []
+    loaded: list[tuple[K, V, int]] = []
     while position is not None and position < end:
         # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
         spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
@@ -63,7 +73,7 @@ def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
                 for record in records:
                     if record.key is None:
                         continue
-                    key, value = decode_record(record.key, record.value)
+                    key, value = decode(record.key, record.value)
                     loaded.append((key, value, record.offset))
         position = spans[-1][1]
     return loaded

@@ -2,5 +2,6 @@
 
 * ``machine``: one transactional id's state machine, sans I/O;
 * ``state``: the ids of one loaded ``__transaction_state`` partition, sans I/O;
-* ``placement``: ``__transaction_state``'s settings and an id's partition.
+* ``placement``: ``__transaction_state``'s settings and an id's partition;
+* ``coordinator``: the Trio coordinator: loading, acks -1 writes, markers, timeouts.
 """
