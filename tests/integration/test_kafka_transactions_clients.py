@@ -1,4 +1,4 @@
-"""Transactions end to end with librdkafka (docs/protocol.md §19.5–§19.7): confluent-kafka's
+"""Transactions end to end with librdkafka (docs/protocol.md §19.5, §19.6): confluent-kafka's
 transactional producer commits records and a consumer group's offsets together, aborts others,
 and is fenced by a second producer of its transactional id; a read_committed consumer sees the
 committed records only.
