@@ -134,6 +134,13 @@ class BrokerConfig:
     ssl_ca_location: str | None = None  # ssl.ca.location: CAs trusted for other brokers; None: the system's
     ssl_handshake_timeout_ms: int = 10000  # ssl.handshake.timeout.ms (§18.4)
     max_connections_per_ip: int = 2147483647  # max.connections.per.ip (Kafka's name and default, §18.4)
+    # Transactions over the Kafka protocol (docs/protocol.md §19.5), Kafka's names and defaults.
+    transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions (§19.5.1)
+    transaction_state_log_replication_factor: int = 3  # capped at the live brokers
+    transaction_state_log_segment_bytes: int = 100 << 20  # transaction.state.log.segment.bytes
+    transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms: a producer's timeout cap (§19.5.4)
+    # How often Ongoing transactions are checked against their timeout (§19.5.3).
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -230,6 +237,9 @@ def _check_range(cfg: BrokerConfig) -> None:
         "offsets_topic_segment_bytes": 1,
         "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1, "group_max_session_timeout_ms": 1,
         "ssl_handshake_timeout_ms": 1, "max_connections_per_ip": 1,
+        "transaction_state_log_num_partitions": 1, "transaction_state_log_replication_factor": 1,
+        "transaction_state_log_segment_bytes": 1, "transaction_max_timeout_ms": 1,
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:

@@ -30,6 +30,7 @@ GROUP_VALUE_VERSION = 3  # the one written; 0-3 are read
 NO_TIMESTAMP = -1
 NO_LEADER_EPOCH = -1
 
+_INT8 = struct.Struct(">b")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
@@ -98,13 +99,14 @@ RecordValue = OffsetValue | GroupValue
 
 # ----------------------------------------------------------------- encoding
 
-def _string(out: bytearray, text: str | None) -> None:
+def write_string(out: bytearray, text: str | None, error: type[KafkaCodecError] = GroupRecordError) -> None:
+    """Append ``text`` as an ``int16`` length and UTF-8 (-1: None); too long raises ``error``."""
     if text is None:
         out += _INT16.pack(-1)
         return
     raw = text.encode("utf-8")
     if len(raw) > 0x7FFF:
-        raise GroupRecordError(f"a string of {len(raw)} bytes does not fit an int16 length")
+        raise error(f"a string of {len(raw)} bytes does not fit an int16 length")
     out += _INT16.pack(len(raw))
     out += raw
 
@@ -119,12 +121,12 @@ def encode_key(key: RecordKey) -> bytes:
     out = bytearray()
     if isinstance(key, OffsetKey):
         out += _INT16.pack(OFFSET_KEY_VERSION)
-        _string(out, key.group)
-        _string(out, key.topic)
+        write_string(out, key.group)
+        write_string(out, key.topic)
         out += _INT32.pack(key.partition)
     else:
         out += _INT16.pack(GROUP_KEY_VERSION)
-        _string(out, key.group)
+        write_string(out, key.group)
     return bytes(out)
 
 
@@ -133,7 +135,7 @@ def encode_offset_value(value: OffsetValue) -> bytes:
     out = bytearray(_INT16.pack(OFFSET_VALUE_VERSION))
     out += _INT64.pack(value.offset)
     out += _INT32.pack(value.leader_epoch)
-    _string(out, value.metadata)
+    write_string(out, value.metadata)
     out += _INT64.pack(value.commit_timestamp_ms)
     return bytes(out)
 
@@ -141,17 +143,17 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 def encode_group_value(value: GroupValue) -> bytes:
     """A group-metadata value, version 3."""
     out = bytearray(_INT16.pack(GROUP_VALUE_VERSION))
-    _string(out, value.protocol_type)
+    write_string(out, value.protocol_type)
     out += _INT32.pack(value.generation)
-    _string(out, value.protocol)
-    _string(out, value.leader)
+    write_string(out, value.protocol)
+    write_string(out, value.leader)
     out += _INT64.pack(value.current_state_timestamp_ms)
     out += _INT32.pack(len(value.members))
     for member in value.members:
-        _string(out, member.member_id)
-        _string(out, member.group_instance_id)
-        _string(out, member.client_id)
-        _string(out, member.client_host)
+        write_string(out, member.member_id)
+        write_string(out, member.group_instance_id)
+        write_string(out, member.client_id)
+        write_string(out, member.client_host)
         out += _INT32.pack(member.rebalance_timeout_ms)
         out += _INT32.pack(member.session_timeout_ms)
         _bytes(out, member.subscription)
@@ -170,22 +172,27 @@ def encode_value(value: RecordValue | None) -> bytes | None:
 
 # ----------------------------------------------------------------- decoding
 
-class _Reader:
-    """Reads the fields of one key or value; running short or leaving bytes is a GroupRecordError."""
+class FieldReader:
+    """Reads the fields of one key or value of an internal topic (§17.2, §19.5.2); running short or
+    leaving bytes raises ``error``."""
 
-    __slots__ = ("_data", "_pos", "_what")
+    __slots__ = ("_data", "_pos", "_what", "_error")
 
-    def __init__(self, data: bytes, what: str):
+    def __init__(self, data: bytes, what: str, error: type[KafkaCodecError] = GroupRecordError):
         self._data = data
         self._pos = 0
         self._what = what
+        self._error = error
 
     def _take(self, n: int) -> int:
         start = self._pos
         if n < 0 or start + n > len(self._data):
-            raise GroupRecordError(f"{self._what}: {len(self._data)} bytes end inside a field at {start}")
+            raise self._error(f"{self._what}: {len(self._data)} bytes end inside a field at {start}")
         self._pos = start + n
         return start
+
+    def int8(self) -> int:
+        return int(_INT8.unpack_from(self._data, self._take(1))[0])
 
     def int16(self) -> int:
         return int(_INT16.unpack_from(self._data, self._take(2))[0])
@@ -204,12 +211,12 @@ class _Reader:
         try:
             return self._data[start:start + length].decode("utf-8")
         except UnicodeDecodeError:
-            raise GroupRecordError(f"{self._what}: a string at {start} is not UTF-8") from None
+            raise self._error(f"{self._what}: a string at {start} is not UTF-8") from None
 
     def string(self) -> str:
         text = self.nullable_string()
         if text is None:
-            raise GroupRecordError(f"{self._what}: a null string where the schema has none")
+            raise self._error(f"{self._what}: a null string where the schema has none")
         return text
 
     def bytes_(self) -> bytes:
@@ -219,12 +226,12 @@ class _Reader:
 
     def done(self) -> None:
         if self._pos != len(self._data):
-            raise GroupRecordError(f"{self._what}: {len(self._data) - self._pos} bytes after the last field")
+            raise self._error(f"{self._what}: {len(self._data) - self._pos} bytes after the last field")
 
 
 def decode_key(data: bytes) -> RecordKey:
     """An offset-commit key (v0, v1) or a group-metadata key (v2)."""
-    reader = _Reader(bytes(data), "__consumer_offsets key")
+    reader = FieldReader(bytes(data), "__consumer_offsets key")
     version = reader.int16()
     key: RecordKey
     if version in OFFSET_KEY_VERSIONS:
@@ -237,9 +244,9 @@ def decode_key(data: bytes) -> RecordKey:
     return key
 
 
-def _value_reader(data: bytes, what: str, newest: int) -> tuple[_Reader, int]:
+def _value_reader(data: bytes, what: str, newest: int) -> tuple[FieldReader, int]:
     """A reader past a value's version, which must be 0..``newest``."""
-    reader = _Reader(bytes(data), what)
+    reader = FieldReader(bytes(data), what)
     version = reader.int16()
     if not 0 <= version <= newest:
         raise GroupRecordError(f"{what} version {version}: 0-{newest} are read")

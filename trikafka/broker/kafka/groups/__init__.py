@@ -4,5 +4,6 @@
 * ``state``: the groups of one loaded partition, sans I/O;
 * ``store``: writing records to ``__consumer_offsets`` and reading a partition back;
 * ``coordinator``: which partitions this broker serves, loading them;
-* ``offsets_api``: FindCoordinator, OffsetCommit, OffsetFetch.
+* ``offsets_api``: FindCoordinator, OffsetCommit, OffsetFetch;
+* ``txn_offsets``: offsets of open transactions, pending until their marker (§19.5.4).
 """

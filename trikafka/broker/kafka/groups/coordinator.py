@@ -1,64 +1,33 @@
-"""Which ``__consumer_offsets`` partitions this broker coordinates, and their loading
-(docs/protocol.md §17.3).
-
-A group request first asks ``partition_of``: the partition's groups when
-this broker leads it and has loaded it at the current leader epoch; else the
-error the request answers.  Leadership is read from the partition itself
-(``read_view``) at every request, so a partition this broker stopped leading
-is dropped at once, and one it leads again (a new epoch) is loaded again
-before it serves: nothing of a group is kept that its partition does not say.
-"""
+"""The group coordinator: the groups of the ``__consumer_offsets`` partitions this broker leads
+(docs/protocol.md §17.3), loaded through ``PartitionLoads``; offset expiry (§17.5) and the
+transaction markers of TxnOffsetCommit (§19.5.4)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, OffsetKey, RecordKey, RecordValue
-from trikafka.log.errors import OffsetOutOfRangeError
-from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
 
-from ...partition import Refused
+from ...partition import ReadView
 from ..context import KafkaContext
+from ..partition_loads import PartitionLoads
 from .group import GroupSettings, GroupState
 from .membership import Membership
-from .placement import OffsetsTopic, group_partition
+from .placement import group_partition, offsets_topic
 from .state import OffsetsPartition
 from .store import GroupStore
 
 logger = logging.getLogger(__name__)
 
-# How long a request waits for a load it started before answering COORDINATOR_LOAD_IN_PROGRESS.
-LOAD_WAIT_S = 0.5
 # How often Empty groups' offsets are checked against offsets.retention.minutes (Kafka's
 # offsets.retention.check.interval.ms, §17.5).
 RETENTION_CHECK_INTERVAL_S = 600.0
 MS_PER_MINUTE = 60_000
-
-# What a partition this broker cannot serve answers (§17.3).
-_NOT_SERVED: dict[EngineError, ErrorCode] = {
-    EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
-    EngineError.NOT_REPLICA: ErrorCode.not_coordinator,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _LoadAt:
-    """A partition this broker leads and must load, at this leader epoch, before serving it."""
-
-    leader_epoch: int
-
-
-@dataclass(slots=True)
-class _Loaded:
-    leader_epoch: int
-    groups: OffsetsPartition
 
 
 class GroupCoordinator:
@@ -66,21 +35,22 @@ class GroupCoordinator:
 
     def __init__(self, service: KafkaContext):
         self._service = service
-        self.topic = OffsetsTopic(service)
-        self.store = GroupStore(service)
-        self._loaded: dict[int, _Loaded] = {}
-        self._loading: dict[int, trio.Event] = {}
+        self.topic = offsets_topic(service)
+        self.store = GroupStore(service, self.topic)
         self._clashes_logged: set[str] = set()
-        self._failed: set[tuple[int, int]] = set()  # (partition, epoch) whose records did not decode
-        self._nursery: trio.Nursery | None = None
+        # Markers (producer id, commit, offset) that reached a partition while it was loading (§19.5.4).
+        self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
         config = service.config
         self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
                                       config.group_max_session_timeout_ms)
         self.membership = Membership(self._write_metadata, self.loaded, service.clock_ms)
+        self.loads: PartitionLoads[OffsetsPartition] = PartitionLoads(
+            service, OFFSETS_TOPIC, self._load, on_loaded=lambda _: self.membership.poke(),
+            on_drop=self.membership.drop)
 
     def start(self, nursery: trio.Nursery) -> None:
         """Loads and timers run in ``nursery`` (the listener's), so a client that gives up cancels neither."""
-        self._nursery = nursery
+        self.loads.start(nursery)
         self.membership.start(nursery)
         nursery.start_soon(self._expire_periodically)
 
@@ -123,14 +93,12 @@ class GroupCoordinator:
 
     def loaded(self) -> list[OffsetsPartition]:
         """The partitions whose groups this broker serves now."""
-        return [loaded.groups for loaded in self._loaded.values()]
+        return self.loads.states()
 
     async def coordinator_of(self, group_id: str) -> BrokerAddress | ErrorCode:
         """The Kafka address of ``group_id``'s coordinator, creating ``__consumer_offsets`` on first
         need; COORDINATOR_NOT_AVAILABLE while there is none (§17.1, §17.3)."""
-        count = await self.topic.ensure()
-        address = None if count is None else self.topic.coordinator(group_partition(group_id, count))
-        return ErrorCode.coordinator_not_available if address is None else address
+        return await self.topic.coordinator_of(group_id)
 
     async def clash(self, group_id: str) -> str | None:
         """Why ``group_id`` may not be a Kafka group here: it has 0.7 consumers registered in
@@ -156,89 +124,51 @@ class GroupCoordinator:
         index = self.partition_index(group_id)
         if index is None:
             return ErrorCode.coordinator_not_available
-        found = self._current(index)
-        if not isinstance(found, _LoadAt):
-            return found
-        epoch = found.leader_epoch
-        if (index, epoch) in self._failed:
-            return ErrorCode.coordinator_not_available
-        loading = self._loading.get(index)
-        if loading is None:
-            loading = self._loading[index] = trio.Event()
-            if self._nursery is None:
-                await self._load(index, epoch, loading)
-            else:
-                self._nursery.start_soon(self._load, index, epoch, loading)
-        with trio.move_on_after(LOAD_WAIT_S):
-            await loading.wait()
-        found = self._current(index)
-        return ErrorCode.coordinator_load_in_progress if isinstance(found, _LoadAt) else found
-
-    def _current(self, index: int) -> OffsetsPartition | ErrorCode | _LoadAt:
-        """The loaded groups; an error; or the leader epoch a load must be at."""
-        try:
-            view = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view()
-        except Refused as exc:
-            self.drop(index)
-            return _NOT_SERVED.get(exc.error, ErrorCode.coordinator_not_available)
-        loaded = self._loaded.get(index)
-        if loaded is not None and loaded.leader_epoch == view.leader_epoch:
-            return loaded.groups
-        if loaded is not None:
-            self.drop(index)
-        return _LoadAt(view.leader_epoch)
+        return await self.loads.serve(index)
 
     def on_role(self, topic: str, index: int, role: str) -> None:
         """The replica manager applied a state of ``topic``-``index`` here: a ``__consumer_offsets``
         partition this broker now leads is loaded at once, one it no longer leads dropped (§17.3)."""
-        if topic != OFFSETS_TOPIC:
-            return
-        if role != "leader":
-            self.drop(index)
-            return
-        found = self._current(index)
-        if isinstance(found, _LoadAt) and index not in self._loading and self._nursery is not None:
-            done = self._loading[index] = trio.Event()
-            self._nursery.start_soon(self._load, index, found.leader_epoch, done)
+        if topic == OFFSETS_TOPIC:
+            self.loads.on_role(index, role)
 
     def drop(self, index: int) -> None:
         """Forget partition ``index``'s groups: this broker no longer leads it (§17.3)."""
-        dropped = self._loaded.pop(index, None)
-        if dropped is not None:
-            self.membership.drop(dropped.groups)
-            logger.info("%s-%d: no longer its coordinator, its groups dropped", OFFSETS_TOPIC, index)
+        self.loads.drop(index)
 
-    async def _load(self, index: int, epoch: int, done: trio.Event) -> None:
-        try:
-            view = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view()
-            if view.leader_epoch != epoch:
-                return
-            started_s = trio.current_time()
-            try:
-                records = await self.store.read(view)
-            except (KafkaCodecError, OffsetOutOfRangeError) as exc:
-                logger.error("%s-%d: load stopped: %s; its groups answer COORDINATOR_NOT_AVAILABLE until a "
-                             "restart", OFFSETS_TOPIC, index, exc)
-                self._failed.add((index, epoch))
-                return
-            groups = OffsetsPartition(index, self.settings)
-            for key, value, offset in records:
-                groups.apply(key, value, offset)
-            groups.activate(self.membership.now_ms())
-            try:
-                current = self._service.handler.directory.partition(OFFSETS_TOPIC, index).read_view().leader_epoch
-            except Refused:
-                return
-            if current == epoch:
-                self._loaded[index] = _Loaded(epoch, groups)
-                self.membership.poke()
-                logger.info("%s-%d loaded at leader epoch %d: %d records, %d groups, %.3f s", OFFSETS_TOPIC, index,
-                            epoch, len(records), len(groups.groups), trio.current_time() - started_s)
-        except Refused:
+    async def _load(self, index: int, view: ReadView) -> OffsetsPartition:
+        """Partition ``index``'s groups, from its records (§17.3) and the markers that reached it
+        while they were read (§19.5.4)."""
+        records = await self.store.read(view)
+        groups = OffsetsPartition(index, self.settings)
+        for key, value, offset in records:
+            groups.apply(key, value, offset)
+        # A marker appended after the read ended is in no record read: apply it now.
+        last_read = max((offset for _, _, offset in records), default=-1)
+        for producer_id, commit, offset in self._markers_while_loading.pop(index, []):
+            if offset > last_read:
+                groups.on_marker(producer_id, commit)
+        groups.activate(self.membership.now_ms())
+        logger.info("%s-%d: %d records, %d groups", OFFSETS_TOPIC, index, len(records), len(groups.groups))
+        return groups
+
+    def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool, offset: int) -> None:
+        """A marker listener (§19.5.4): the partition side appended ``producer_id``'s COMMIT
+        (``commit``) or ABORT marker at ``offset`` to ``topic``-``partition``.  On a
+        ``__consumer_offsets`` partition the producer's pending transactional offsets become
+        committed, or are dropped.  A partition not loaded here needs nothing: its load reads the
+        outcome from the log."""
+        if topic != OFFSETS_TOPIC:
             return
-        finally:
-            self._loading.pop(index, None)
-            done.set()
+        groups = self.loads.get(partition)
+        if groups is None:
+            if self.loads.loading(partition):  # the load may have read the log before this marker
+                self._markers_while_loading.setdefault(partition, []).append((producer_id, commit, offset))
+            return
+        ended = groups.on_marker(producer_id, commit)
+        if ended:
+            logger.debug("%s-%d: marker of producer %d at %d %s %d offsets", OFFSETS_TOPIC, partition, producer_id,
+                         offset, "committed" if commit else "dropped", len(ended))
 
     async def write(self, groups: OffsetsPartition,
                     records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode:

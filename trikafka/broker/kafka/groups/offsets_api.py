@@ -148,7 +148,11 @@ async def _fetch_group(service: KafkaContext, reply: Reply, request: Request, gr
 
     def partition(topic: str, index: int) -> Any:
         committed = group.offsets.get((topic, index)) if group is not None else None
-        error_code = topic_denied(service, request.api, topic) or partition_error
+        # An offset of an open transaction (§19.5.4) makes its partition unstable until the marker.
+        unstable = require_stable and not isinstance(groups, ErrorCode) \
+            and groups.txn_offsets.unstable(group_id, (topic, index))
+        error_code = topic_denied(service, request.api, topic) or (
+            ErrorCode.unstable_offset_commit if unstable else partition_error)
         if committed is None or error_code != ErrorCode.none:
             return reply.nested(partition_class, partition_index=index, committed_offset=NO_OFFSET,
                                 committed_leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA,

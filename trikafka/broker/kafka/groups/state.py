@@ -12,6 +12,7 @@ from __future__ import annotations
 from trikafka.kafka.group_records import GroupKey, GroupValue, OffsetKey, OffsetValue, RecordKey, RecordValue
 
 from .group import Group, GroupSettings
+from .txn_offsets import PendingOffset, PendingTxnOffsets
 
 
 class OffsetsPartition:
@@ -21,6 +22,7 @@ class OffsetsPartition:
         self.index = index
         self.settings = settings or GroupSettings()
         self.groups: dict[str, Group] = {}
+        self.txn_offsets = PendingTxnOffsets()  # offsets of open transactions (§19.5.4)
 
     def group(self, group_id: str) -> Group | None:
         """The group, None when the partition holds nothing of it."""
@@ -43,6 +45,27 @@ class OffsetsPartition:
             assert isinstance(key, GroupKey) and (value is None or isinstance(value, GroupValue))
             group.apply_metadata(value, log_offset)
         self.forget_if_empty(key.group)
+
+    def apply_transactional(self, producer_id: int, key: RecordKey, value: RecordValue | None,
+                            log_offset: int) -> None:
+        """A record of a transactional batch of ``producer_id`` (TxnOffsetCommit, §19.5.4): pending
+        until that producer's marker; only offset commits are written transactionally."""
+        if not isinstance(key, OffsetKey):
+            self.apply(key, value, log_offset)
+            return
+        assert value is None or isinstance(value, OffsetValue)
+        self.txn_offsets.add(producer_id, PendingOffset(key.group, key.topic, key.partition, value, log_offset))
+
+    def on_marker(self, producer_id: int, commit: bool) -> list[PendingOffset]:
+        """``producer_id``'s COMMIT (``commit``) or ABORT marker reached this partition: its pending
+        offsets become the groups' committed ones, or are dropped; the offsets it ended."""
+        ended = self.txn_offsets.end(producer_id)
+        if commit:
+            for pending in ended:
+                self.group_or_new(pending.group_id).offsets.apply(pending.topic, pending.partition, pending.value,
+                                                                   pending.log_offset)
+                self.forget_if_empty(pending.group_id)
+        return ended
 
     def activate(self, now_ms: int) -> None:
         """After a load: every group's membership from its metadata, sessions from ``now_ms`` (§17.3)."""

@@ -1,91 +1,51 @@
 """Writing records to ``__consumer_offsets`` and reading a partition back (docs/protocol.md §17.3).
 
-A write is one uncompressed v2 batch appended through the ``Partition`` seam
-as a Produce with acks -1 appends it, and it returns once the batch is
-committed (§12.6) or failed.  A read walks the partition from its log start
-to its log end, batch by batch, in a worker thread (the segment reads and the
+A write is ``InternalTopic.write``'s: one uncompressed v2 batch appended with
+acks -1, returning once the batch is committed (§12.6) or failed.  A read
+walks the partition from its log start to its log end, batch by batch, in a worker thread (the segment reads and the
 decoding stay off the event loop).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
-import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import BatchError
-from trikafka.kafka.group_records import (OFFSETS_TOPIC, RecordKey, RecordValue, decode_record, encode_key,
-                                          encode_value)
 from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchHeader
-from trikafka.kafka.records import Record, build_batch, decode_batches
+from trikafka.kafka.group_records import RecordKey, RecordValue, decode_record, encode_key, encode_value
+from trikafka.kafka.records import decode_batches
 from trikafka.log.producer_state import ProducerStates
-from trikafka.wire.errors import ErrorCode as EngineError
 
-from ...partition import ReadView, Refused
-from ...seams import BrokerLog, KafkaAppend
+from ...partition import ReadView
+from ...seams import BrokerLog
 from ..context import KafkaContext
+from ..internal_topic import InternalTopic
 
-logger = logging.getLogger(__name__)
-
-WRITE_TIMEOUT_S = 30.0  # how long a write waits for the ISR before answering REQUEST_TIMED_OUT's mapping
 LOAD_CHUNK_BYTES = 1 << 20  # bytes read per worker-thread call while loading
-ACKS_ALL = -1
-
-# What a failed write answers the client (§17.3), as Kafka maps an append error for groups.
-_WRITE_ERRORS: dict[EngineError, ErrorCode] = {
-    EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
-    EngineError.FENCED_LEADER_EPOCH: ErrorCode.not_coordinator,
-    EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.invalid_commit_offset_size,
-}
-
 LoadedRecord = tuple[RecordKey, RecordValue | None, int]  # key, value (None: tombstone), logical offset
-
-
-def write_error(code: EngineError) -> ErrorCode:
-    """The group error a failed write of ``__consumer_offsets`` answers (§17.3)."""
-    return _WRITE_ERRORS.get(code, ErrorCode.coordinator_not_available)
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class GroupStore:
     """One broker's reads and writes of ``__consumer_offsets``."""
 
-    def __init__(self, service: KafkaContext):
+    def __init__(self, service: KafkaContext, topic: InternalTopic):
         self._service = service
+        self._topic = topic
 
     async def write(self, index: int, records: Sequence[tuple[RecordKey, RecordValue | None]]) -> int | ErrorCode:
         """Append ``records`` as one batch to partition ``index`` and wait until it is committed: the
         logical offset of the first record, or the error the client is answered (§17.3)."""
-        service = self._service
-        now_ms = service.clock_ms()
-        batch = build_batch([Record(i, now_ms, encode_key(key), encode_value(value))
-                             for i, (key, value) in enumerate(records)])
-        target = await service.partition_for(OFFSETS_TOPIC, index, write=True)
-        if isinstance(target, ErrorCode):
-            return ErrorCode.coordinator_not_available
-        try:
-            result = await target.append(bytearray(batch), ACKS_ALL, kafka=KafkaAppend(None))
-        except Refused as exc:
-            return write_error(exc.error)
-        except BatchError as exc:
-            logger.warning("%s-%d refused the coordinator's batch: %s", OFFSETS_TOPIC, index, exc)
-            return ErrorCode.invalid_commit_offset_size if exc.kind == BatchError.TOO_LARGE \
-                else ErrorCode.unknown_server_error
-        service.appended(OFFSETS_TOPIC, index)
-        wait = target.ack_wait(result.next_offset)
-        (status,) = await service.handler.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)
-        if status != EngineError.NO_ERROR:
-            return write_error(status)
-        return result.logical_offset
+        return await self._topic.write(index, [(encode_key(key), encode_value(value)) for key, value in records])
 
     async def read(self, view: ReadView) -> list[LoadedRecord]:
         """Every record of a partition from its log start to its log end, in order (§17.3)."""
         # The leader's log end, not its high watermark: everything in the leader's log is what the
         # partition commits, and a new leader's high watermark may still lag its predecessor's (§12.6).
-        end = view.log.end_offset
-        return await self._service.run_blocking(functools.partial(_read_all, view.log, end))
+        return await read_records(self._service, view, decode_record)
 
 
 def _settled(producers: ProducerStates, header: BatchHeader) -> bool:
@@ -100,12 +60,21 @@ def _settled(producers: ProducerStates, header: BatchHeader) -> bool:
                    for a in producers.aborted_between(header.base_offset, header.base_offset + 1))
 
 
-def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
+async def read_records(service: KafkaContext, view: ReadView,
+                       decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int]]:
+    """Every keyed record of an internal topic's partition from its log start to its log end, in
+    order, each decoded by ``decode`` (§17.3, §19.5.6), read in a worker thread."""
+    end = view.log.end_offset
+    return await service.run_blocking(functools.partial(_read_all, view.log, end, decode))
+
+
+def _read_all(log: BrokerLog, end: int,
+              decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int]]:
     """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
-    no group state; markers and transactions not committed are skipped, §19.6)."""
+    no state)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
-    loaded: list[LoadedRecord] = []
+    loaded: list[tuple[K, V, int]] = []
     while position is not None and position < end:
         # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
         spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
@@ -120,7 +89,7 @@ def _read_all(log: BrokerLog, end: int) -> list[LoadedRecord]:
                 for record in records:
                     if record.key is None:
                         continue
-                    key, value = decode_record(record.key, record.value)
+                    key, value = decode(record.key, record.value)
                     loaded.append((key, value, record.offset))
         position = spans[-1][1]
     return loaded

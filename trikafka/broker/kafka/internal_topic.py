@@ -1,0 +1,154 @@
+"""A topic the broker keeps for itself (``__consumer_offsets`` §17.1, ``__transaction_state``
+§19.5.1): its settings, its creation on first need, a key's partition and coordinator, and the
+coordinator's committed writes to it (§17.3).
+
+The two topics differ only in their name and their settings (``InternalTopicSpec``); everything
+else here serves both.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import trio
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.batch import BatchError
+from trikafka.kafka.records import Record, build_batch
+from trikafka.util.java_hash import java_string_hash
+from trikafka.wire.errors import ErrorCode as EngineError
+from trikafka.wire.metadata import BrokerAddress
+
+from ..partition import Refused
+from ..seams import KafkaAppend
+from ..topic_settings import CLEANUP_POLICY, SEGMENT_BYTES
+from .context import KafkaContext
+from .topics import MIN_INSYNC_REPLICAS, TopicError
+
+logger = logging.getLogger(__name__)
+
+# Each key's last record is its state, so the topic compacts (§16.6.1).
+CLEANUP = "compact"
+MIN_INSYNC_AT_FULL_REPLICATION = 2  # min.insync.replicas when the factor is 3 or more (§17.1)
+FULL_REPLICATION = 3
+WRITE_TIMEOUT_S = 30.0  # how long a write waits for the ISR before answering REQUEST_TIMED_OUT's mapping
+ACKS_ALL = -1
+
+# What a failed write answers the client (§17.3), as Kafka maps a coordinator's append error.
+_WRITE_ERRORS: dict[EngineError, ErrorCode] = {
+    EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
+    EngineError.FENCED_LEADER_EPOCH: ErrorCode.not_coordinator,
+    EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.invalid_commit_offset_size,
+}
+
+
+def key_partition(key: str, partitions: int) -> int:
+    """The partition of a group id or transactional id: Kafka's ``abs(hashCode) % n`` (§17.1)."""
+    return (java_string_hash(key) & 0x7FFFFFFF) % partitions
+
+
+def write_error(code: EngineError) -> ErrorCode:
+    """The error a failed coordinator write answers the client (§17.3)."""
+    return _WRITE_ERRORS.get(code, ErrorCode.coordinator_not_available)
+
+
+@dataclass(frozen=True, slots=True)
+class InternalTopicSpec:
+    """What an internal topic is created with: its name, partitions, the replication factor asked
+    for (capped at the live brokers) and its segment size."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    segment_bytes: int
+
+    def settings(self, replication_factor: int) -> dict[str, str]:
+        """The topic settings at the factor it gets (§17.1, §19.5.1)."""
+        settings = {CLEANUP_POLICY: CLEANUP, SEGMENT_BYTES: str(self.segment_bytes)}
+        if replication_factor >= FULL_REPLICATION:
+            settings[MIN_INSYNC_REPLICAS] = str(MIN_INSYNC_AT_FULL_REPLICATION)
+        return settings
+
+
+class InternalTopic:
+    """Creates an internal topic on first need and says who coordinates a key."""
+
+    def __init__(self, service: KafkaContext, spec: InternalTopicSpec):
+        self._service = service
+        self.spec = spec
+        self.name = spec.name
+        self._creating = trio.Lock()
+
+    def partition_count(self) -> int | None:
+        """The topic's partition count, None while it does not exist here or this broker is creating it
+        (its partitions' logs are not all made yet)."""
+        service = self._service
+        if self._creating.locked() or service.topic_format(self.name) is None:
+            return None
+        return service.handler.directory.partitions_if_valid(self.name)
+
+    async def ensure(self) -> int | None:
+        """The partition count, creating the topic if no broker has (None: not available yet)."""
+        count = self.partition_count()
+        if count is not None:
+            return count
+        service = self._service
+        spec = self.spec
+        async with self._creating:
+            if service.topic_format(self.name) is None:
+                live = len(service.kafka_brokers()) if service.config.enable_zookeeper else 1
+                factor = max(1, min(spec.replication_factor, live))
+                settings = spec.settings(factor)
+                try:
+                    await service.topics.create_internal(self.name, spec.partitions, factor, settings)
+                except TopicError as exc:
+                    if exc.code != ErrorCode.topic_already_exists:
+                        logger.warning("could not create %s: %s", self.name, exc)
+                        return None
+                else:
+                    logger.info("created %s: %d partitions, replication factor %d, %s", self.name,
+                                spec.partitions, factor, ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+        return self.partition_count()
+
+    def coordinator(self, index: int) -> BrokerAddress | None:
+        """The Kafka address of the leader of partition ``index``, None while it has none."""
+        service = self._service
+        described = service.admin.topic_metadata(self.name, service.broker_id)
+        if described.error != EngineError.NO_ERROR:
+            return None
+        leader = next((p.leader for p in described.partitions if p.partition == index), -1)
+        return next((b for b in service.kafka_brokers() if b.broker_id == leader), None)
+
+    async def coordinator_of(self, key: str) -> BrokerAddress | ErrorCode:
+        """The Kafka address of ``key``'s coordinator, creating the topic on first need;
+        COORDINATOR_NOT_AVAILABLE while there is none (§17.1, §19.5.1)."""
+        count = await self.ensure()
+        address = None if count is None else self.coordinator(key_partition(key, count))
+        return ErrorCode.coordinator_not_available if address is None else address
+
+    async def write(self, index: int, records: Sequence[tuple[bytes, bytes | None]]) -> int | ErrorCode:
+        """Append ``records`` (key and value bytes) as one uncompressed batch to partition ``index``
+        and wait until it is committed (acks -1): the logical offset of the first record, or the
+        error the client is answered (§17.3)."""
+        service = self._service
+        now_ms = service.clock_ms()
+        batch = build_batch([Record(i, now_ms, key, value) for i, (key, value) in enumerate(records)])
+        target = await service.partition_for(self.name, index, write=True)
+        if isinstance(target, ErrorCode):
+            return ErrorCode.coordinator_not_available
+        try:
+            result = await target.append(bytearray(batch), ACKS_ALL, kafka=KafkaAppend(None))
+        except Refused as exc:
+            return write_error(exc.error)
+        except BatchError as exc:
+            logger.warning("%s-%d refused the coordinator's batch: %s", self.name, index, exc)
+            return ErrorCode.invalid_commit_offset_size if exc.kind == BatchError.TOO_LARGE \
+                else ErrorCode.unknown_server_error
+        service.appended(self.name, index)
+        wait = target.ack_wait(result.next_offset)
+        (status,) = await service.handler.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)
+        if status != EngineError.NO_ERROR:
+            return write_error(status)
+        return result.logical_offset
