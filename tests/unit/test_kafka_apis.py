@@ -28,7 +28,7 @@ def _contract_rows() -> dict[int, tuple[str, int, int, int]]:
 
 def test_the_table_is_the_contracts():
     rows = _contract_rows()
-    assert len(rows) == 22
+    assert len(rows) == 24
     assert {int(api): (api.label, api.min_version, api.max_version, api.flexible_from) for api in KafkaApi} == rows
 
 

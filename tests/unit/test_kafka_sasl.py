@@ -174,3 +174,4 @@ def test_credentials_and_names():
     for bad in ("", "a,b", "a=b", "a/b", "a\nb", "x" * 256):
         with pytest.raises(ValueError):
             check_user_name(bad)
+

@@ -17,6 +17,8 @@ import trio
 
 from trikafka.log.config import HOUR_MS, LogConfig
 
+from .security import SecurityProtocol
+
 DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §14.1) [T]
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
 DEFAULT_KAFKA_PORT = 9093  # the Kafka listener beside the default 0.7 port (docs/protocol.md §16.1) [T]
@@ -119,6 +121,12 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms (§17.4)
     group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms (§17.4)
     group_max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms (§17.4)
+    # Security of the Kafka listener (docs/protocol.md §18): PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
+    kafka_security_protocol: str = "PLAINTEXT"
+    # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
+    sasl_max_unauthenticated_request_bytes: int = 524288
+    sasl_handshake_timeout_ms: int = 10000
+    connection_failed_authentication_delay_ms: int = 100  # Kafka's name and default
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -167,6 +175,11 @@ class BrokerConfig:
         return self.kafka_port is not None and self.kafka_port != KAFKA_PORT_OFF
 
     @property
+    def kafka_security(self) -> SecurityProtocol:
+        """The Kafka listener's security protocol (§18), parsed."""
+        return SecurityProtocol.parse(self.kafka_security_protocol)
+
+    @property
     def published_hostname(self) -> str:
         return self.hostname if self.hostname is not None else self.host
 
@@ -210,6 +223,8 @@ def _check_range(cfg: BrokerConfig) -> None:
         "offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1, "offsets_retention_minutes": 1,
         "offsets_topic_segment_bytes": 1,
         "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1, "group_max_session_timeout_ms": 1,
+        "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
+        "connection_failed_authentication_delay_ms": 0,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -230,6 +245,11 @@ def _check_range(cfg: BrokerConfig) -> None:
     if not 0 <= cfg.min_cleanable_dirty_ratio <= 1:
         raise ConfigError(f"min_cleanable_dirty_ratio must be in [0, 1], got {cfg.min_cleanable_dirty_ratio}")
     from trikafka.log.cleaner import parse_cleanup_policy
+
+    try:
+        SecurityProtocol.parse(cfg.kafka_security_protocol)
+    except ValueError as exc:
+        raise ConfigError(f"kafka_security_protocol: {exc}") from None
 
     for topic, policy in [("", cfg.log_cleanup_policy), *cfg.topic_cleanup_policy_map.items()]:
         try:

@@ -31,6 +31,9 @@ def add_parser(commands) -> None:
     serve.add_argument("--kafka-port", type=int, metavar="PORT",
                        help=f"port of the Apache Kafka protocol listener (default {DEFAULT_KAFKA_PORT} beside the "
                             f"default port, else a free one; 0 picks a free one; -1 turns it off)")
+    serve.add_argument("--kafka-security", metavar="PROTOCOL",
+                       help="security protocol of the Kafka listener: PLAINTEXT (default) or SASL_PLAINTEXT "
+                            "(users from `trikafka users`, docs/protocol.md §18.2)")
     serve.add_argument("--log-dir", metavar="DIR", help="data directory (default ./trikafka-data)")
     serve.add_argument("--broker-id", type=int, metavar="ID", help="this broker's id (0.7's brokerid; default 0)")
     serve.add_argument("--num-partitions", type=int, metavar="N",
@@ -61,7 +64,7 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
         overrides[key.strip()] = value
     flags = {"port": args.port, "kafka_port": args.kafka_port, "host": args.host, "log_dir": args.log_dir, "broker_id": args.broker_id,
              "num_partitions": args.num_partitions, "metrics_port": args.metrics_port,
-             "private_zookeeper_port": args.zookeeper_port}
+             "private_zookeeper_port": args.zookeeper_port, "kafka_security_protocol": args.kafka_security}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     if args.standalone and args.zookeeper:
         raise ConfigError("--standalone and --zookeeper exclude each other")
@@ -77,6 +80,9 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
         config = config.replace(kafka_port=default_kafka_port(config.port))
     elif config.kafka_port == KAFKA_PORT_OFF:
         config = config.replace(kafka_port=None)
+    if config.kafka_security.tls:
+        raise ConfigError(f"kafka security protocol {config.kafka_security.value} needs the TLS listener (§18.1), "
+                          f"which this build lacks")
     if config.enable_zookeeper and config.zk_connect:
         from trikafka.zk import parse_connect_string
 

@@ -267,6 +267,13 @@ class ScramServer:
         self._auth_prefix = f"{bare},{server_first}"
         return server_first.encode()
 
+    def _nonce_matches(self, nonce: str) -> bool:
+        """The client-final nonce is the combined nonce, or (librdkafka before 1.x's fix, as Debian's
+        kcat sends it) the client nonce followed by the combined nonce (§18.2)."""
+        client_nonce = self._nonce[:len(self._nonce) - len(self._server_nonce)]
+        return any(hmac.compare_digest(nonce.encode(), accepted.encode())
+                   for accepted in (self._nonce, client_nonce + self._nonce))
+
     def _client_final(self, message: str) -> bytes:
         without_proof, sep, proof_text = message.rpartition(",p=")
         if not sep:
@@ -276,7 +283,7 @@ class ScramServer:
             raise SaslFailed("malformed SCRAM client-final message: expected c=, r=, p=")
         if _b64decode(attributes[0][1], "channel binding") != self._gs2_header.encode():
             raise SaslFailed("SCRAM channel binding differs from the client-first message's GS2 header")
-        if not hmac.compare_digest(attributes[1][1].encode(), self._nonce.encode()):
+        if not self._nonce_matches(attributes[1][1]):
             raise SaslFailed("SCRAM nonce is not this exchange's")
         proof = _b64decode(proof_text, "proof")
         credential = self._credential

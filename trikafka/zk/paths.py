@@ -204,6 +204,7 @@ CONTROLLER_EPOCH = "/trikafka/controller_epoch"
 REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
 TOPIC_CONFIGS = "/trikafka/config/topics"
+USER_CONFIGS = "/trikafka/config/users"
 
 
 def replicated_topic(topic: str) -> str:
@@ -229,3 +230,8 @@ def shutting_down(broker_id: int) -> str:
 def topic_config(topic: str) -> str:
     """``/trikafka/config/topics/<t>``: the settings of a plain (unreplicated) topic (docs: §12.12.1)."""
     return f"{TOPIC_CONFIGS}/{validate_topic(topic)}"
+
+
+def user_config(name: str) -> str:
+    """``/trikafka/config/users/<name>``: one SASL user's salted credentials (docs: §18.2)."""
+    return f"{USER_CONFIGS}/{validate_component(name, 'user name')}"

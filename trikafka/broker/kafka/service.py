@@ -35,6 +35,8 @@ from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, offsets, produce, topics
 from .groups import admin_api, membership_api, offsets_api
 from .groups.coordinator import GroupCoordinator
+from ..credentials import Credentials, FileCredentials, ZooKeeperCredentials
+from .authentication import SaslGate, sasl_not_enabled
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry
 from .errors import kafka_error
@@ -68,11 +70,13 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.SYNC_GROUP: membership_api.sync_group,
     KafkaApi.DESCRIBE_GROUPS: admin_api.describe_groups,
     KafkaApi.LIST_GROUPS: admin_api.list_groups,
+    KafkaApi.SASL_HANDSHAKE: sasl_not_enabled,
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
+    KafkaApi.SASL_AUTHENTICATE: sasl_not_enabled,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
     KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
@@ -102,6 +106,8 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
+        self.security = config.kafka_security
+        self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -110,7 +116,14 @@ class KafkaService:
 
     def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
         """A processor's connection factory for this listener."""
-        return KafkaConnection(self, stream, peer)
+        gate = None
+        if self.credentials is not None:
+            config = self.config
+            gate = SaslGate(self.credentials, failed_delay_s=config.connection_failed_authentication_delay_ms / 1000,
+                            handshake_timeout_s=config.sasl_handshake_timeout_ms / 1000,
+                            max_request_bytes=min(config.sasl_max_unauthenticated_request_bytes,
+                                                  self.max_request_bytes))
+        return KafkaConnection(self, stream, peer, gate)
 
     async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, listener: BrokerAddress) -> None:
         """Learn the listener's published address and the cluster id (§16.7), before accepting."""
@@ -119,6 +132,8 @@ class KafkaService:
         self.handler.metrics.watch_groups(self.groups)
         if self.handler.replicas is not None:
             self.handler.replicas.on_role = self.groups.on_role
+        if self.security.sasl:
+            await self._start_credentials(nursery, zookeeper)
         if zookeeper is not None:
             from .registry import KafkaRegistry
 
@@ -130,6 +145,17 @@ class KafkaService:
         else:
             self.cluster_id = await self.run_blocking(functools.partial(
                 _standalone_cluster_id, self.handler.directory.log_manager.fs, self.config.log_dir))
+
+    async def _start_credentials(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None) -> None:
+        """The users a SASL listener authenticates (§18.2): ZooKeeper's, or the standalone users file."""
+        if zookeeper is not None:
+            watched = ZooKeeperCredentials(zookeeper.coordinator)
+            await nursery.start(watched.run)
+            self.credentials = watched
+        else:
+            local = FileCredentials(self.config.log_dir)
+            await local.refresh()
+            self.credentials = local
 
     # ----------------------------------------------------------------- dispatch
 
