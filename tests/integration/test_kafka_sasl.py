@@ -243,3 +243,58 @@ async def test_a_user_added_in_zookeeper_logs_in_on_every_broker(zk_chroot, tmp_
         for broker in cluster.brokers.values():
             refused = await trio.to_thread.run_sync(functools.partial(login_error, broker.bootstrap, **settings))
             assert "invalid credentials" in refused.str()
+
+
+async def _trio_client_round_trip(bootstrap: str, login: Any) -> list[bytes]:
+    from trikafka.client.kafka import EARLIEST, KafkaClient, KafkaProducer, PartitionConsumer
+
+    async with KafkaClient(bootstrap, sasl=login) as client:
+        async with KafkaProducer.open(client) as producer:
+            for i in range(5):
+                await producer.send("trio-sasl", f"t{i}".encode())
+        got: list[bytes] = []
+        async with PartitionConsumer(client, "trio-sasl", 0, EARLIEST) as consumer:
+            with trio.fail_after(CLIENT_TIMEOUT_S):
+                while got[-5:] != [f"t{i}".encode() for i in range(5)]:  # each parametrization adds five
+                    got += [r.value for r in await consumer.fetch() if r.value is not None]
+        return got
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+def test_trikafkas_trio_client_logs_in(kafka: RunningKafkaBroker, mechanism: str) -> None:
+    from trikafka.client.kafka import SaslLogin
+    from trikafka.kafka.sasl import SaslMechanism
+
+    login = SaslLogin(SaslMechanism.parse(mechanism), USER, PASSWORD)
+    got = trio.run(_trio_client_round_trip, kafka.bootstrap, login)
+    assert got[-5:] == [f"t{i}".encode() for i in range(5)]
+
+
+def test_trikafkas_trio_client_with_a_wrong_password(kafka: RunningKafkaBroker) -> None:
+    from kio.schema.errors import ErrorCode
+
+    from trikafka.client.kafka import KafkaClient, KafkaResponseError, SaslLogin
+    from trikafka.kafka.sasl import SaslMechanism
+
+    async def connect() -> None:
+        async with KafkaClient(kafka.bootstrap, sasl=SaslLogin(SaslMechanism.SCRAM_SHA_512, USER, "wrong")) as client:
+            await client.refresh_metadata()
+
+    with pytest.raises(KafkaResponseError) as raised:
+        trio.run(connect)
+    assert raised.value.error_code == ErrorCode.sasl_authentication_failed
+    assert "invalid credentials" in str(raised.value)
+
+
+def test_cli_produce_and_consume_with_sasl(kafka: RunningKafkaBroker, tmp_path) -> None:
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD + "\n")
+    sasl = ("--kafka", kafka.bootstrap, "--sasl-mechanism", "SCRAM-SHA-256", "--sasl-username", USER,
+            "--sasl-password-file", str(password_file))
+    status, _out, err = run_cli("produce", "cli-sasl", *sasl, stdin=b"one\ntwo\n")
+    assert status == 0, err
+    status, out, err = run_cli("consume", "cli-sasl", *sasl, "--exit-at-end", "-f", "%s\\n")
+    assert status == 0 and out.splitlines() == ["one", "two"], (out, err)
+    status, _out, err = run_cli("consume", "cli-sasl", "--kafka", kafka.bootstrap, "--sasl-mechanism", "PLAIN",
+                                "--sasl-username", USER)
+    assert status == 2 and "password" in err, err

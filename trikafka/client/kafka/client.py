@@ -27,7 +27,7 @@ from trikafka.kafka.apis import KafkaApi
 
 from . import schema
 from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S,
-                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, open_kafka_connection)
+                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, SaslLogin, open_kafka_connection)
 from .errors import KafkaResponseError
 
 T = TypeVar("T")
@@ -87,13 +87,15 @@ class KafkaClient:
     ``call_leader``'s retries.  ``allow_auto_topic_creation``: whether asking
     for an unknown topic's partitions may create it (§16.5; Kafka clients' default).
     ``software_version``: this application's version, told to brokers in ApiVersions.
+    ``sasl``: the login every connection makes on a SASL listener (§18.2).
     """
 
     def __init__(self, bootstrap: str, *, client_id: str = DEFAULT_CLIENT_ID,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
                  max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
-                 allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION):
+                 allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION,
+                 sasl: SaslLogin | None = None):
         self.bootstrap = tuple((a.host, a.port) for a in parse_broker_addresses(bootstrap))
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -102,6 +104,7 @@ class KafkaClient:
         self.retry_backoff_s = retry_backoff_s
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.software_version = software_version
+        self.sasl = sasl
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
         self._connections: dict[tuple[str, int, str], KafkaConnection] = {}  # by (host, port, lane)
         self._connecting: dict[tuple[str, int, str], trio.Lock] = {}
@@ -129,7 +132,8 @@ class KafkaClient:
             if connection is None or connection.closed:
                 connection = await open_kafka_connection(
                     host, port, connect_timeout_s=self.connect_timeout_s, client_id=self.client_id,
-                    request_timeout_s=self.request_timeout_s, software_version=self.software_version)
+                    request_timeout_s=self.request_timeout_s, software_version=self.software_version,
+                    sasl=self.sasl)
                 self._connections[address] = connection
             return connection
 
