@@ -175,7 +175,7 @@ def test_the_kafka_security_protocol(tmp_path, capsys):
     from trikafka.broker.security import SecurityProtocol
 
     assert BrokerConfig().kafka_security is SecurityProtocol.PLAINTEXT
-    assert [(p.value, p.tls, p.sasl) for p in SecurityProtocol] == [
+    assert [(p.name, p.tls, p.sasl) for p in SecurityProtocol] == [
         ("PLAINTEXT", False, False), ("SSL", True, False), ("SASL_PLAINTEXT", False, True), ("SASL_SSL", True, True)]
     assert SecurityProtocol.parse("sasl_plaintext") is SecurityProtocol.SASL_PLAINTEXT
     with pytest.raises(ConfigError, match="unknown security protocol 'KERBEROS'"):

@@ -6,29 +6,28 @@ import enum
 
 
 class SecurityProtocol(enum.Enum):
-    """Kafka's ``security.protocol`` values; ``tls``: the listener speaks TLS (§18.1), ``sasl``: every
-    connection authenticates with SASL first (§18.2)."""
+    """A listener's security protocol (docs/protocol.md §18): (speaks TLS, authenticates with SASL)."""
 
-    tls: bool
-    sasl: bool
+    PLAINTEXT = (False, False)
+    SSL = (True, False)
+    SASL_PLAINTEXT = (False, True)
+    SASL_SSL = (True, True)
 
-    def __new__(cls, name: str, tls: bool, sasl: bool) -> SecurityProtocol:
-        member = object.__new__(cls)
-        member._value_ = name
-        member.tls = tls
-        member.sasl = sasl
-        return member
+    @property
+    def tls(self) -> bool:
+        """Whether the listener's connections are TLS."""
+        return self.value[0]
 
-    # name = (Kafka's spelling, tls, sasl)
-    PLAINTEXT = ("PLAINTEXT", False, False)
-    SSL = ("SSL", True, False)
-    SASL_PLAINTEXT = ("SASL_PLAINTEXT", False, True)
-    SASL_SSL = ("SASL_SSL", True, True)
+    @property
+    def sasl(self) -> bool:
+        """Whether the listener's clients authenticate with SASL before any other request."""
+        return self.value[1]
 
     @classmethod
     def parse(cls, text: str) -> SecurityProtocol:
         """The protocol named ``text`` (case-insensitive); ValueError with a one-line message."""
-        for member in cls:
-            if member.value == text.strip().upper():
-                return member
-        raise ValueError(f"unknown security protocol {text!r} (one of {', '.join(m.value for m in cls)})")
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(member.name for member in cls)
+            raise ValueError(f"unknown security protocol {text!r} (one of {names})") from None

@@ -81,7 +81,7 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
     elif config.kafka_port == KAFKA_PORT_OFF:
         config = config.replace(kafka_port=None)
     if config.kafka_security.tls:
-        raise ConfigError(f"kafka security protocol {config.kafka_security.value} needs the TLS listener (§18.1), "
+        raise ConfigError(f"kafka security protocol {config.kafka_security.name} needs the TLS listener (§18.1), "
                           f"which this build lacks")
     if config.enable_zookeeper and config.zk_connect:
         from trikafka.zk import parse_connect_string
