@@ -238,11 +238,39 @@ async def test_a_user_added_in_zookeeper_logs_in_on_every_broker(zk_chroot, tmp_
         for broker in cluster.brokers.values():
             await trio.to_thread.run_sync(functools.partial(produce_with_confluent, broker.bootstrap,
                                                             f"carol-{broker.broker_id}", [b"hi"], **settings))
-        status, _out, err = await cli("users", "delete", "carol", "--zookeeper", zk_chroot)
+        status, _out, err = await cli("users", "add", "carol", "--password-stdin", "--zookeeper", zk_chroot,
+                                      stdin=b"carol-changed\n")
         assert status == 0, err
-        for broker in cluster.brokers.values():
+        changed = sasl_settings("SCRAM-SHA-512", "carol", "carol-changed")
+        for broker in cluster.brokers.values():  # the new password logs in, the old one no longer
+            await trio.to_thread.run_sync(functools.partial(produce_with_confluent, broker.bootstrap,
+                                                            f"carol-{broker.broker_id}", [b"again"], **changed))
             refused = await trio.to_thread.run_sync(functools.partial(login_error, broker.bootstrap, **settings))
             assert "invalid credentials" in refused.str()
+        status, _out, err = await cli("users", "delete", "carol", "--zookeeper", zk_chroot)
+        assert status == 0, err
+        for broker in cluster.brokers.values():  # each broker's watch drops the user soon after
+            await refused_eventually(broker.kafka_port, "carol", "carol-changed")
+
+
+async def refused_eventually(port: int, user: str, password: str) -> None:
+    """Log in with trikafka's client until the broker refuses (ZooKeeper watches lag the command a little)."""
+    from kio.schema.errors import ErrorCode
+
+    from trikafka.client.kafka import KafkaResponseError, SaslLogin
+    from trikafka.client.kafka.connection import open_kafka_connection
+    from trikafka.kafka.sasl import SaslMechanism
+
+    login = SaslLogin(SaslMechanism.SCRAM_SHA_512, user, password)
+    with trio.fail_after(CLIENT_TIMEOUT_S):
+        while True:
+            try:
+                connection = await open_kafka_connection("127.0.0.1", port, sasl=login)
+            except KafkaResponseError as exc:
+                assert exc.error_code == ErrorCode.sasl_authentication_failed, exc
+                return
+            await connection.aclose()
+            await trio.sleep(0.05)
 
 
 async def _trio_client_round_trip(bootstrap: str, login: Any) -> list[bytes]:
