@@ -23,9 +23,9 @@ async def produce(port: int, topic: str, data: bytes, *flags: str) -> bytes:
     return bytes(producer.stderr)
 
 
-async def cli(*args: str) -> tuple[int, str, str]:
-    """Run ``trikafka ARGS``; (exit status, stdout, stderr)."""
+async def cli(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    """Run ``trikafka ARGS`` with ``stdin``; (exit status, stdout, stderr)."""
     with trio.fail_after(PROCESS_TIMEOUT_S):
-        done = await trio.run_process(trikafka_command(*args), capture_stdout=True, capture_stderr=True,
-                                      check=False, env=child_env())
+        done = await trio.run_process(trikafka_command(*args), stdin=stdin, capture_stdout=True,
+                                      capture_stderr=True, check=False, env=child_env())
     return done.returncode, done.stdout.decode(), done.stderr.decode()

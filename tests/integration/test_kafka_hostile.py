@@ -1,4 +1,4 @@
-"""Hostile and broken input on the Kafka port (docs/protocol.md §16.2, §16.6, §18.4).
+"""Hostile and broken input on the Kafka port (docs/protocol.md §16.2, §16.6, §18.2, §18.4).
 
 Garbage frames, a size prefix over ``max.socket.request.bytes``, truncated
 headers, an unknown api key and an unsupported version close the sender's
@@ -8,7 +8,10 @@ every test a real client (confluent-kafka) still produces and reads back on
 the same broker: bad input costs its sender, never anyone else.  On a TLS
 listener, a silent peer, garbage, a truncated or replayed ClientHello are
 dropped at the handshake timeout or at once; connections over
-``max.connections.per.ip`` are closed unanswered.
+``max.connections.per.ip`` are closed unanswered.  On a SASL_PLAINTEXT broker,
+garbage, truncated, replayed and out-of-place handshake messages fail or close
+the connection, a peer that stops mid-handshake is dropped, and a real client
+still logs in afterwards.
 """
 
 from __future__ import annotations
@@ -23,13 +26,18 @@ from typing import Any, Iterator
 import pytest
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v1.request import MetadataRequest
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.produce.v3.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i16, i32
 
 from tests.helpers.certificates import CertificateFiles
 from tests.helpers.kafka_batches import make_batch
 from tests.helpers.kafka_clients import create_topic, high_watermarks, read_with_confluent
+from trikafka.broker.credentials import CredentialFile, new_record
 from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.sasl import SaslMechanism, ScramClient, plain_token
 from trikafka.kafka.batch import batch_crc
 from trikafka.kafka.framing import decode_response, encode_request
 from trikafka.testing import running_kafka_broker
@@ -338,3 +346,152 @@ def test_connections_over_the_per_address_limit_are_closed_at_once(limited):
     assert again is not None
     for sock in [*held, again]:
         sock.close()  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------- SASL handshakes (§18.2, §18.4)
+
+SASL_USER, SASL_PASSWORD = "alice", "alice-secret"
+SASL_MAX_UNAUTHENTICATED_BYTES = 4096
+SASL_HANDSHAKE_TIMEOUT_MS = 1000
+SCRAM = SaslMechanism.SCRAM_SHA_512
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKafkaBroker]:
+    log_dir = str(tmp_path_factory.mktemp("sasl-hostile"))
+    CredentialFile(log_dir).add(SASL_USER, new_record(SASL_PASSWORD))
+    with running_kafka_broker(log_dir, kafka_security_protocol="SASL_PLAINTEXT",
+                              max_socket_request_bytes=MAX_REQUEST_BYTES,
+                              sasl_max_unauthenticated_request_bytes=SASL_MAX_UNAUTHENTICATED_BYTES,
+                              sasl_handshake_timeout_ms=SASL_HANDSHAKE_TIMEOUT_MS) as running:
+        yield running
+
+
+@pytest.fixture
+def sasl_unharmed(sasl_kafka: RunningKafkaBroker) -> Iterator[None]:
+    """After the test: a real client logs in with SCRAM-SHA-512 and produces."""
+    yield
+    producer = Producer({"bootstrap.servers": sasl_kafka.bootstrap, "acks": "all",
+                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": SCRAM.value,
+                         "sasl.username": SASL_USER, "sasl.password": SASL_PASSWORD})
+    producer.produce("after-sasl-attack", value=b"still serving")
+    assert producer.flush(30) == 0
+
+
+def ask(sock: socket.socket, api: KafkaApi, version: int, body: Any, correlation_id: int = 1) -> Any:
+    """Send one request, read its answer's body."""
+    sock.sendall(encode_request(api, version, correlation_id, "hostile", body))
+    got, answer = decode_response(api, version, receive_frame(sock))
+    assert got == correlation_id
+    return answer
+
+
+def sasl_handshake(sock: socket.socket, mechanism: str = SCRAM.value) -> Any:
+    return ask(sock, KafkaApi.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
+
+
+def sasl_authenticate(sock: socket.socket, token: bytes) -> Any:
+    return ask(sock, KafkaApi.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
+
+
+def failed_then_closed(sock: socket.socket, token: bytes) -> None:
+    """``token`` is answered SASL_AUTHENTICATION_FAILED with a message, then the connection closes."""
+    answer = sasl_authenticate(sock, token)
+    assert answer.error_code == ErrorCode.sasl_authentication_failed and answer.error_message
+    assert_closed(sock)
+
+
+def test_a_scram_login_over_a_socket_then_requests_are_served(sasl_kafka, sasl_unharmed):
+    sock = connect(sasl_kafka)
+    assert sasl_handshake(sock).error_code == ErrorCode.none
+    client = ScramClient(SCRAM, SASL_USER, SASL_PASSWORD)
+    first = sasl_authenticate(sock, client.first())
+    final = sasl_authenticate(sock, client.final(first.auth_bytes))
+    assert final.error_code == ErrorCode.none
+    client.verify(final.auth_bytes)
+    topics = ask(sock, KafkaApi.METADATA, 1, MetadataRequest(topics=None))
+    assert topics.brokers
+    sock.sendall(encode_request(KafkaApi.SASL_HANDSHAKE, 1, 9, "hostile", SaslHandshakeRequest(mechanism="PLAIN")))
+    assert_closed(sock)  # no second authentication on one connection
+
+
+def test_an_unsupported_mechanism_is_answered_and_another_may_follow(sasl_kafka, sasl_unharmed):
+    sock = connect(sasl_kafka)
+    refused = sasl_handshake(sock, "GSSAPI")
+    assert refused.error_code == ErrorCode.unsupported_sasl_mechanism
+    assert set(refused.mechanisms) == {"SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"}
+    assert sasl_handshake(sock, "PLAIN").error_code == ErrorCode.none
+    assert sasl_authenticate(sock, plain_token(SASL_USER, SASL_PASSWORD)).error_code == ErrorCode.none
+    sock.close()
+
+
+@pytest.mark.parametrize("token", [b"", b"\xff\xfe\x00garbage", b"n,,n=alice", b"n,,n=alice,r=",
+                                   b"p=tls-unique,,n=alice,r=abc", b"n,,n=mallory,r=abc"],
+                         ids=["empty", "garbage", "truncated", "empty-nonce", "channel-binding", "unknown-user"])
+def test_a_bad_client_first_message_fails_and_closes(sasl_kafka, sasl_unharmed, token):
+    sock = connect(sasl_kafka)
+    assert sasl_handshake(sock).error_code == ErrorCode.none
+    failed_then_closed(sock, token)
+
+
+@pytest.mark.parametrize("cut", [lambda final: final[:len(final) // 2], lambda final: final + b"\x00\xff",
+                                 lambda final: final.rpartition(b"p=")[0] + b"p=AAAA"],
+                         ids=["truncated", "trailing-garbage", "wrong-proof"])
+def test_a_bad_client_final_message_fails_and_closes(sasl_kafka, sasl_unharmed, cut):
+    sock = connect(sasl_kafka)
+    assert sasl_handshake(sock).error_code == ErrorCode.none
+    client = ScramClient(SCRAM, SASL_USER, SASL_PASSWORD)
+    first = sasl_authenticate(sock, client.first())
+    failed_then_closed(sock, cut(client.final(first.auth_bytes)))
+
+
+def test_a_client_final_replayed_from_another_connection_fails(sasl_kafka, sasl_unharmed):
+    victim = connect(sasl_kafka)
+    assert sasl_handshake(victim).error_code == ErrorCode.none
+    client = ScramClient(SCRAM, SASL_USER, SASL_PASSWORD)
+    final = client.final(sasl_authenticate(victim, client.first()).auth_bytes)
+    assert sasl_authenticate(victim, final).error_code == ErrorCode.none
+    victim.close()
+    attacker = connect(sasl_kafka)
+    assert sasl_handshake(attacker).error_code == ErrorCode.none
+    sasl_authenticate(attacker, client.first())
+    failed_then_closed(attacker, final)
+
+
+@pytest.mark.parametrize("frame", [
+    encode_request(KafkaApi.METADATA, 1, 1, "hostile", MetadataRequest(topics=None)),  # before authenticating
+    encode_request(KafkaApi.SASL_AUTHENTICATE, 2, 1, "hostile", SaslAuthenticateRequest(auth_bytes=b"n,,")),
+    _SIZE.pack(SASL_MAX_UNAUTHENTICATED_BYTES + 1) + b"\x00" * 64,  # under max.socket.request.bytes, over the bound
+    b"\x00\x00\x00\x09n,,n=alice",  # a raw, unframed token (v0 handshake style) read as a frame
+], ids=["metadata-first", "authenticate-before-handshake", "oversized-before-authentication", "raw-token"])
+def test_requests_out_of_place_before_authentication_close_the_connection(sasl_kafka, sasl_unharmed, frame):
+    sock = connect(sasl_kafka)
+    sock.sendall(frame)
+    assert_closed(sock)
+
+
+def test_a_second_handshake_mid_exchange_closes_the_connection(sasl_kafka, sasl_unharmed):
+    sock = connect(sasl_kafka)
+    assert sasl_handshake(sock).error_code == ErrorCode.none
+    sock.sendall(encode_request(KafkaApi.SASL_HANDSHAKE, 1, 2, "hostile", SaslHandshakeRequest(mechanism="PLAIN")))
+    assert_closed(sock)
+
+
+@pytest.mark.parametrize("stop_after", ["connect", "handshake", "client-first", "half-a-frame"])
+def test_a_peer_that_stops_mid_handshake_is_dropped(sasl_kafka, sasl_unharmed, stop_after):
+    """Dropped after sasl_handshake_timeout_ms (§18.4); the socket's own timeout bounds the wait."""
+    sock = connect(sasl_kafka)
+    if stop_after != "connect":
+        assert sasl_handshake(sock).error_code == ErrorCode.none
+    if stop_after == "client-first":
+        sasl_authenticate(sock, ScramClient(SCRAM, SASL_USER, SASL_PASSWORD).first())
+    if stop_after == "half-a-frame":
+        sock.sendall(encode_request(KafkaApi.SASL_AUTHENTICATE, 2, 3, "hostile",
+                                    SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=abc"))[:10])
+    assert_closed(sock)
+
+
+def test_sasl_on_a_plaintext_listener_is_an_illegal_state(kafka, unharmed):
+    sock = connect(kafka)
+    assert sasl_handshake(sock).error_code == ErrorCode.illegal_sasl_state
+    sock.close()

@@ -169,3 +169,22 @@ def test_metrics_port_is_off_by_default_and_checked(tmp_path):
     assert load(None, {"metrics.port": "0"}).metrics_port == 0  # a free port
     with pytest.raises(ConfigError, match="metrics_port must be in"):
         load(None, {"metrics_port": "70000"})
+
+
+def test_the_kafka_security_protocol(tmp_path, capsys):
+    from trikafka.broker.security import SecurityProtocol
+
+    assert BrokerConfig().kafka_security is SecurityProtocol.PLAINTEXT
+    assert [(p.name, p.tls, p.sasl) for p in SecurityProtocol] == [
+        ("PLAINTEXT", False, False), ("SSL", True, False), ("SASL_PLAINTEXT", False, True), ("SASL_SSL", True, True)]
+    assert SecurityProtocol.parse("sasl_plaintext") is SecurityProtocol.SASL_PLAINTEXT
+    with pytest.raises(ConfigError, match="unknown security protocol 'KERBEROS'"):
+        load(None, {"kafka.security.protocol": "KERBEROS"})
+    args = build_parser().parse_args(["serve", "--standalone", "--kafka-security", "SASL_PLAINTEXT",
+                                      "--log-dir", str(tmp_path)])
+    assert _serve_config(args).kafka_security is SecurityProtocol.SASL_PLAINTEXT
+    assert main(["serve", "--standalone", "--kafka-security", "SASL_SSL", "--log-dir", str(tmp_path)]) == 2
+    assert "TLS needs ssl.certificate.location" in capsys.readouterr().err  # SASL_SSL is TLS too
+    assert BrokerConfig().connection_failed_authentication_delay_ms == 100
+    with pytest.raises(ConfigError, match="sasl_handshake_timeout_ms"):
+        load(None, {"sasl.handshake.timeout.ms": "0"})

@@ -11,13 +11,16 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import trio
 
 from trikafka.log.config import HOUR_MS, LogConfig
 
 from .kafka.acl.model import check_settings as check_acl_settings
+
+if TYPE_CHECKING:
+    from .security import SecurityProtocol
 
 DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §14.1) [T]
 DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
@@ -141,6 +144,10 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms: a producer's timeout cap (§19.5.4)
     # How often Ongoing transactions are checked against their timeout (§19.5.3).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
+    sasl_max_unauthenticated_request_bytes: int = 524288
+    sasl_handshake_timeout_ms: int = 10000
+    connection_failed_authentication_delay_ms: int = 100  # Kafka's name and default
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -193,6 +200,13 @@ class BrokerConfig:
         return self.ssl_handshake_timeout_ms / 1000
 
     @property
+    def kafka_security(self) -> SecurityProtocol:
+        """The Kafka listener's security protocol (§18), parsed."""
+        from .security import SecurityProtocol  # security imports the listener's modules, which import this
+
+        return SecurityProtocol.parse(self.kafka_security_protocol)
+
+    @property
     def published_hostname(self) -> str:
         return self.hostname if self.hostname is not None else self.host
 
@@ -240,6 +254,8 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_state_log_num_partitions": 1, "transaction_state_log_replication_factor": 1,
         "transaction_state_log_segment_bytes": 1, "transaction_max_timeout_ms": 1,
         "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1,
+        "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
+        "connection_failed_authentication_delay_ms": 0,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -288,9 +304,6 @@ def _check_security(cfg: BrokerConfig) -> None:
             raise ConfigError(f"{name.replace('_', '.')}: {exc}") from None
     if protocols["port_security_protocol"].sasl:
         raise ConfigError("port.security.protocol: the 0.7 port has no SASL (PLAINTEXT or SSL)")
-    if protocols["kafka_security_protocol"].sasl:
-        raise ConfigError(f"kafka.security.protocol {protocols['kafka_security_protocol'].name}: "
-                          f"SASL (§18.2) is not in this build")
     uses_tls = protocols["port_security_protocol"].tls or (cfg.serves_kafka and protocols["kafka_security_protocol"].tls)
     if uses_tls and not (cfg.ssl_certificate_location and cfg.ssl_key_location):
         raise ConfigError("TLS needs ssl.certificate.location (--tls-cert) and ssl.key.location (--tls-key)")

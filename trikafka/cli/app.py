@@ -8,11 +8,12 @@ import sys
 from typing import Sequence
 
 from trikafka import __version__
-from trikafka.cli import acls, audit, cluster, consume, groups, mirror, pipeline, produce, serve, sim, topics
+from trikafka.cli import acls, audit, cluster, consume, groups, mirror, pipeline, produce, serve, sim, topics, users
 from trikafka.cli.common import resolve_broker, resolve_zookeeper
 from trikafka.cli.logsetup import LOG_FORMATS, configure_logging
 
-FAMILIES = (serve, produce, consume, groups, topics, acls, cluster, mirror, audit, pipeline, sim)  # the order `--help` lists them in
+# the order `--help` lists them in
+FAMILIES = (serve, produce, consume, groups, topics, users, acls, cluster, mirror, audit, pipeline, sim)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,13 +6,17 @@ import argparse
 import os
 import ssl
 import sys
-from typing import AsyncIterator, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, TypeVar
 
 import trio
 
 from trikafka.broker.config import DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT
 from trikafka.cli.message_format import DEFAULT_FORMAT, MessageFormat, Printed
+from trikafka.kafka.sasl import SaslMechanism, enabled_mechanisms
 from trikafka.util.errors import leaf_exceptions
+
+if TYPE_CHECKING:
+    from trikafka.client.kafka.connection import SaslLogin
 
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 DEFAULT_KAFKA_BOOTSTRAP = f"{DEFAULT_HOST}:{DEFAULT_KAFKA_PORT}"
@@ -22,6 +26,8 @@ READ_BYTES = 256 * 1024
 FALLBACK_ZOOKEEPER = "127.0.0.1:2181"  # ZooKeeper's own port, when no local broker says otherwise
 DEFAULT_DATA_DIR = "trikafka-data"  # `trikafka serve`'s default --log-dir
 ZOOKEEPER_CONNECT_FILE = "zookeeper-connect"  # written by `serve` next to its private ZooKeeper's data
+SASL_MECHANISM_NAMES = enabled_mechanisms()
+SASL_PASSWORD_VARIABLE = "TRIKAFKA_SASL_PASSWORD"  # --sasl-mechanism's password without --sasl-password-file
 
 ArgsT = TypeVar("ArgsT")
 ResultT = TypeVar("ResultT")
@@ -108,6 +114,12 @@ def add_kafka(p: argparse.ArgumentParser) -> None:
                                                    "(a listener with --kafka-security SSL, docs/protocol.md §18.1)")
     p.add_argument("--tls-cert", metavar="PEM", help="with --tls-ca: this client certificate (mutual TLS)")
     p.add_argument("--tls-key", metavar="PEM", help="with --tls-cert: its private key")
+    p.add_argument("--sasl-mechanism", metavar="MECHANISM", choices=SASL_MECHANISM_NAMES,
+                   help="with --kafka: log in with SASL (SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, docs/protocol.md "
+                        "§18.2) as --sasl-username, the password read from the file --sasl-password-file names "
+                        f"(first line) or else from ${SASL_PASSWORD_VARIABLE}")
+    p.add_argument("--sasl-username", metavar="NAME", help="with --sasl-mechanism: the user")
+    p.add_argument("--sasl-password-file", metavar="FILE", help="with --sasl-mechanism: the password's file")
 
 
 def kafka_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
@@ -132,12 +144,38 @@ def kafka_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
+def kafka_sasl_login(args: argparse.Namespace) -> SaslLogin | None:
+    """The SASL login ``--sasl-*`` ask for (None without ``--sasl-mechanism``); ValueError when incomplete."""
+    mechanism = getattr(args, "sasl_mechanism", None)
+    if mechanism is None:
+        return None
+    if not args.sasl_username:
+        raise ValueError("--sasl-mechanism needs --sasl-username")
+    if args.sasl_password_file:
+        with open(args.sasl_password_file) as f:
+            password = f.readline().rstrip("\r\n")
+    else:
+        password = os.environ.get(SASL_PASSWORD_VARIABLE, "")
+    if not password:
+        raise ValueError(f"--sasl-mechanism needs a password: --sasl-password-file FILE or ${SASL_PASSWORD_VARIABLE}")
+    from trikafka.client.kafka.connection import SaslLogin
+
+    return SaslLogin(SaslMechanism.parse(mechanism), args.sasl_username, password)
+
+
 def validate_kafka(parser: argparse.ArgumentParser, args: argparse.Namespace, *, words: str | None = None) -> None:
     """Check ``--kafka``'s address.  With ``words`` (a list positional, as ``topics`` has), a value
     that is no address was a positional word ``--kafka`` took (``topics --kafka create NAME``):
     it goes back in front of that list and ``--kafka`` means the local listener."""
     from trikafka.client.addresses import parse_broker_addresses
 
+    if getattr(args, "sasl_mechanism", None) is not None:
+        if args.kafka is None:
+            parser.error("--sasl-mechanism needs --kafka")
+        try:
+            kafka_sasl_login(args)
+        except (ValueError, OSError) as exc:
+            parser.error(str(exc))
     if not args.kafka:
         return
     if words is not None and ":" not in args.kafka:

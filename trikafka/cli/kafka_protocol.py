@@ -15,7 +15,8 @@ import sys
 import trio
 
 from trikafka import __version__
-from trikafka.cli.common import Printer, kafka_bootstrap, kafka_ssl_context, plural, read_lines, split_keyed_lines, stop_on_sigterm
+from trikafka.cli.common import (Printer, kafka_bootstrap, kafka_sasl_login, kafka_ssl_context, plural, read_lines,
+                                 split_keyed_lines, stop_on_sigterm)
 from trikafka.cli.message_format import Printed
 from trikafka.client.kafka import (EARLIEST, LATEST, KafkaAdmin, KafkaClient, KafkaProducer, NewTopic,
                                    PartitionConsumer)
@@ -26,7 +27,8 @@ TOPICS_HEADER = "topic\tpartition\tleader\tstart\tend\trecords"
 def kafka_client(args: argparse.Namespace, *, auto_create: bool) -> KafkaClient:
     """The client of ``--kafka``; only ``produce`` creates a topic it names (as Kafka's console producer)."""
     return KafkaClient(kafka_bootstrap(args), client_id="trikafka-cli", allow_auto_topic_creation=auto_create,
-                       software_version=__version__, ssl_context=kafka_ssl_context(args))
+                       software_version=__version__, ssl_context=kafka_ssl_context(args),
+                       sasl=kafka_sasl_login(args))
 
 
 async def produce(args: argparse.Namespace) -> int:

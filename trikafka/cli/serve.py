@@ -48,10 +48,10 @@ def add_parser(commands) -> None:
     serve.add_argument("--metrics-port", type=int, metavar="N",
                        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port "
                             "(0 picks a free one; default: off)")
-    tls = serve.add_argument_group("security (docs/protocol.md §18.1)")
+    tls = serve.add_argument_group("security (docs/protocol.md §18)")
     tls.add_argument("--kafka-security", metavar="PROTOCOL",
                      help="the Kafka listener's security protocol: PLAINTEXT (default), SSL, SASL_PLAINTEXT, "
-                          "SASL_SSL (kafka.security.protocol)")
+                          "SASL_SSL (kafka.security.protocol; SASL users from `trikafka users`)")
     tls.add_argument("--port-security", metavar="PROTOCOL",
                      help="the 0.7 port's, which also carries replica traffic: PLAINTEXT (default) or SSL "
                           "(port.security.protocol)")

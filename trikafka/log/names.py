@@ -25,6 +25,8 @@ TOPIC_SETTINGS_FILE = ".trikafka-topic-settings.json"
 FORMAT_FILE = ".trikafka-format"
 # Where the broker serving the directory listens (docs/protocol.md §7.1), for the client commands.
 LISTENER_FILE = ".trikafka-listener"
+# A standalone broker's SASL users (docs/protocol.md §18.2), written by `trikafka users`.
+USERS_FILE = ".trikafka-users.json"
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.
 TEMPORARY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 

@@ -207,6 +207,7 @@ TOPIC_CONFIGS = "/trikafka/config/topics"
 KAFKA_GROUPS = "/trikafka/kafka-groups"
 PRODUCER_IDS = "/trikafka/producer-ids"  # the next free block of producer ids (docs: §19.1)
 ACLS = "/trikafka/acls"  # the Kafka listener's ACLs, one JSON list (docs: §18.3)
+USER_CONFIGS = "/trikafka/config/users"
 
 
 def replicated_topic(topic: str) -> str:
@@ -237,3 +238,8 @@ def topic_config(topic: str) -> str:
 def kafka_group(group: str) -> str:
     """``/trikafka/kafka-groups/<g>``: ephemeral while Kafka group ``<g>`` has members (docs: §17.7)."""
     return f"{KAFKA_GROUPS}/{validate_component(group, 'group')}"
+
+
+def user_config(name: str) -> str:
+    """``/trikafka/config/users/<name>``: one SASL user's salted credentials (docs: §18.2)."""
+    return f"{USER_CONFIGS}/{validate_component(name, 'user name')}"

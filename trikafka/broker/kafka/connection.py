@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 import time
 from typing import Awaitable, Callable, Protocol
 
@@ -25,6 +26,7 @@ from trikafka.wire.responses import Chunk
 
 from ..receive_loop import PEER_GONE, ReceiveLoop
 from ..sendfile import RegionTruncatedError, send_chunks
+from .authentication import SASL_APIS, SaslFailedAnswer, SaslGate, SaslRefused
 
 
 logger = logging.getLogger(__name__)
@@ -60,11 +62,16 @@ class Dispatcher(Protocol):
 class KafkaConnection:
     """Serves one stream of the Kafka listener until the peer leaves, breaks the protocol, or shutdown."""
 
-    def __init__(self, service: Dispatcher, stream: trio.abc.Stream, peer: str = "?"):
+    def __init__(self, service: Dispatcher, stream: trio.abc.Stream, peer: str = "?", gate: SaslGate | None = None):
         self.stream = stream
         self.peer = peer
         self._service = service
-        self._reader = FrameReader(service.max_request_bytes)
+        # A SASL listener's connection (§18.2): until authenticated, the gate sees every request,
+        # frames are bounded by its smaller limit and the whole handshake by its timeout (§18.4).
+        self._gate = gate
+        self._reader = FrameReader(service.max_request_bytes if gate is None else gate.max_request_bytes)
+        self._handshake_scope = trio.CancelScope()  # its deadline is set by run() and lifted by authentication
+        self._authenticated = gate is None
         self._receiving = ReceiveLoop(stream)
         self.requests_handled = 0
         self.close_reason: str | None = None
@@ -77,8 +84,21 @@ class KafkaConnection:
     async def run(self) -> None:
         CLIENT_PEER.set(self.peer)
         self.principal = CLIENT_PRINCIPAL.get()
+        if self._gate is not None:
+            self._handshake_scope.deadline = trio.current_time() + self._gate.handshake_timeout_s
+        with self._handshake_scope:
+            await self._serve()
+        if self._handshake_scope.cancelled_caught:
+            self.close_reason = "SASL handshake timed out"
+            logger.info("closing Kafka connection from %s: not authenticated within %.1f s", self.peer,
+                        self._gate.handshake_timeout_s if self._gate is not None else 0.0)
+
+    async def _serve(self) -> None:
         try:
             self.close_reason = await self._receiving.run(self._reader.feed, self._handle_received)
+        except SaslRefused as exc:
+            self.close_reason = str(exc)
+            logger.info("closing Kafka connection from %s: %s", self.peer, exc)
         except KafkaCodecError as exc:
             self.close_reason = f"{type(exc).__name__}: {exc}"
             logger.info("closing Kafka connection from %s: %s", self.peer, exc)
@@ -117,6 +137,13 @@ class KafkaConnection:
                 continue
             self.requests_handled += 1
             started_s = perf_counter()
+            gate = self._gate
+            if gate is not None and (not gate.authenticated or request.api in SASL_APIS):
+                await self._answer_pending(pending)
+                gated = await self._through_gate(gate, request)
+                if gated is not None:
+                    await send_chunks(self.stream, gated)
+                    continue
             answer_or_later = await service.handle(request)
             if callable(answer_or_later):
                 pending.append((request.api_key, started_s, answer_or_later))
@@ -128,6 +155,23 @@ class KafkaConnection:
             finally:
                 service.observe(request.api_key, perf_counter() - started_s)
         await self._answer_pending(pending)
+
+    async def _through_gate(self, gate: SaslGate, request: Request) -> list[Chunk] | None:
+        """The gate's answer (None: the service answers); a failed authentication's answer is sent
+        before its ``SaslRefused`` closes the connection; success names the principal (§18.2)."""
+        try:
+            answer = await gate.answer(request)
+        except SaslFailedAnswer as exc:
+            await send_chunks(self.stream, [exc.answer])
+            raise
+        if gate.user is not None and not self._authenticated:
+            self._authenticated = True
+            CLIENT_PRINCIPAL.set(f"User:{gate.user}")
+            self.principal = CLIENT_PRINCIPAL.get()
+            self._reader.max_frame_bytes = self._service.max_request_bytes
+            self._handshake_scope.deadline = math.inf
+            logger.debug("Kafka connection from %s authenticated as %s", self.peer, gate.user)
+        return answer
 
     async def _answer_pending(self, pending: list[tuple[int, float, Deferred]]) -> None:
         """Await and send the deferred answers, oldest first (emptying ``pending``)."""

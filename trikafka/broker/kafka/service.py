@@ -39,6 +39,8 @@ from .acl import api as acl_api
 from .acl.authorizer import Authorizer
 from .acl.model import AclSet
 from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
+from ..credentials import Credentials, FileCredentials, ZooKeeperCredentials
+from .authentication import SaslGate, sasl_not_enabled
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry, TransactionVerifier
 from .errors import kafka_error
@@ -72,6 +74,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.SYNC_GROUP: membership_api.sync_group,
     KafkaApi.DESCRIBE_GROUPS: admin_api.describe_groups,
     KafkaApi.LIST_GROUPS: admin_api.list_groups,
+    KafkaApi.SASL_HANDSHAKE: sasl_not_enabled,
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
@@ -82,6 +85,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.CREATE_ACLS: acl_api.create_acls,
     KafkaApi.DELETE_ACLS: acl_api.delete_acls,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
+    KafkaApi.SASL_AUTHENTICATE: sasl_not_enabled,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
     KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
@@ -119,6 +123,8 @@ class KafkaService:
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
         # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
+        self.security = config.kafka_security
+        self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -127,7 +133,14 @@ class KafkaService:
 
     def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
         """A processor's connection factory for this listener."""
-        return KafkaConnection(self, stream, peer)
+        gate = None
+        if self.credentials is not None:
+            config = self.config
+            gate = SaslGate(self.credentials, failed_delay_s=config.connection_failed_authentication_delay_ms / 1000,
+                            handshake_timeout_s=config.sasl_handshake_timeout_ms / 1000,
+                            max_request_bytes=min(config.sasl_max_unauthenticated_request_bytes,
+                                                  self.max_request_bytes))
+        return KafkaConnection(self, stream, peer, gate)
 
     async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, listener: BrokerAddress) -> None:
         """Learn the listener's published address and the cluster id (§16.7), before accepting."""
@@ -136,6 +149,8 @@ class KafkaService:
         self.handler.metrics.watch_groups(self.groups)
         if self.handler.replicas is not None:
             self.handler.replicas.on_role = self.groups.on_role
+        if self.security.sasl:
+            await self._start_credentials(nursery, zookeeper)
         if zookeeper is not None:
             from .groups.live_marks import LiveGroupMarks
             from trikafka.zk.producer_ids import take_block
@@ -160,6 +175,17 @@ class KafkaService:
             if self.authorizer.enabled:
                 assert isinstance(self.acl_store, FileAcls)
                 await nursery.start(follow_file, self.acl_store, self.run_blocking, self.authorizer.replace)
+
+    async def _start_credentials(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None) -> None:
+        """The users a SASL listener authenticates (§18.2): ZooKeeper's, or the standalone users file."""
+        if zookeeper is not None:
+            watched = ZooKeeperCredentials(zookeeper.coordinator)
+            await nursery.start(watched.run)
+            self.credentials = watched
+        else:
+            local = FileCredentials(self.config.log_dir)
+            await local.refresh()
+            self.credentials = local
 
     # ----------------------------------------------------------------- dispatch
 

@@ -18,7 +18,7 @@ _EXPORTS = {  # module -> the names this package re-exports from it
                "GroupDescription", "GroupListing", "GroupMemberDescription", "KafkaAdmin", "NewTopic", "OffsetAt"),
     ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
     ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "PartitionMetadata", "TopicMetadata"),
-    ".connection": ("KafkaConnection", "UnsupportedApi", "open_kafka_connection"),
+    ".connection": ("KafkaConnection", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
     ".consumer": ("PartitionConsumer",),
     ".group": ("GroupConsumer", "GroupMessage"),
     ".group_offsets": ("TopicPartition",),

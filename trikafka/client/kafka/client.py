@@ -28,7 +28,7 @@ from trikafka.kafka.apis import KafkaApi
 
 from . import schema
 from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S,
-                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, open_kafka_connection)
+                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, SaslLogin, open_kafka_connection)
 from .errors import KafkaResponseError
 
 T = TypeVar("T")
@@ -89,6 +89,7 @@ class KafkaClient:
     for an unknown topic's partitions may create it (§16.5; Kafka clients' default).
     ``software_version``: this application's version, told to brokers in ApiVersions.
     ``ssl_context``: connect with TLS (listeners with ``SSL``, docs/protocol.md §18.1).
+    ``sasl``: the login every connection makes on a SASL listener (§18.2).
     """
 
     def __init__(self, bootstrap: str, *, client_id: str = DEFAULT_CLIENT_ID,
@@ -96,7 +97,7 @@ class KafkaClient:
                  request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
                  max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
                  allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION,
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None):
         self.bootstrap = tuple((a.host, a.port) for a in parse_broker_addresses(bootstrap))
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -106,6 +107,7 @@ class KafkaClient:
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.software_version = software_version
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
         self._connections: dict[tuple[str, int, str], KafkaConnection] = {}  # by (host, port, lane)
         self._connecting: dict[tuple[str, int, str], trio.Lock] = {}
@@ -134,7 +136,7 @@ class KafkaClient:
                 connection = await open_kafka_connection(
                     host, port, connect_timeout_s=self.connect_timeout_s, client_id=self.client_id,
                     request_timeout_s=self.request_timeout_s, software_version=self.software_version,
-                    ssl_context=self.ssl_context)
+                    ssl_context=self.ssl_context, sasl=self.sasl)
                 self._connections[address] = connection
             return connection
 

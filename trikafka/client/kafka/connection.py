@@ -9,7 +9,8 @@ reader already took returns it without reading.  Produce with ``acks`` 0 is
 never answered and queues nothing.
 
 ``open_kafka_connection`` also negotiates versions: it asks ApiVersions and
-keeps, per api of §16.3, the highest version both sides serve.
+keeps, per api of §16.3, the highest version both sides serve; given a
+``SaslLogin`` it then authenticates (SaslHandshake, SaslAuthenticate, §18.2).
 
 A connection that fails (closed, timed out, a frame that does not decode, a
 send cut by cancellation) is out of step: it closes, every waiting and later
@@ -33,8 +34,10 @@ from trikafka.client.tls import tls_handshake
 from trikafka.kafka.apis import KafkaApi, lookup
 from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.framing import FrameReader, decode_response, encode_request
+from trikafka.kafka.sasl import SaslFailed, SaslMechanism, ScramClient, plain_token
 
 from . import schema
+from .errors import check
 
 DEFAULT_CLIENT_ID = "trikafka"
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -49,6 +52,15 @@ UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version
 
 class UnsupportedApi(BrokerConnectionError):
     """The broker serves no version of an api that this client also speaks."""
+
+
+@dataclass(frozen=True)
+class SaslLogin:
+    """Who a connection authenticates as on a SASL listener (§18.2)."""
+
+    mechanism: SaslMechanism
+    username: str
+    password: str = field(repr=False)
 
 
 @dataclass
@@ -217,6 +229,33 @@ class KafkaConnection:
         self.versions = shared_versions(
             (int(e.api_key), int(e.min_version), int(e.max_version)) for e in answer.api_keys)
 
+    async def authenticate(self, login: SaslLogin) -> None:
+        """SaslHandshake, then the mechanism's tokens in SaslAuthenticate requests (§18.2).
+
+        A refusal raises ``KafkaResponseError`` (``SASL_AUTHENTICATION_FAILED``,
+        ``UNSUPPORTED_SASL_MECHANISM``, ...); a server whose SCRAM answers do not
+        verify raises ``BrokerProtocolError``.  The PBKDF2 work runs in a worker thread.
+        """
+        handshake: Any = await self.request(KafkaApi.SASL_HANDSHAKE, mechanism=login.mechanism.value)
+        check(handshake.error_code, f"{self._peer()} SASL {login.mechanism.value}")
+        try:
+            if login.mechanism is SaslMechanism.PLAIN:
+                await self._sasl_step(login, plain_token(login.username, login.password))
+                return
+            scram = ScramClient(login.mechanism, login.username, login.password)
+            server_first = await self._sasl_step(login, scram.first())
+            client_final = await trio.to_thread.run_sync(scram.final, server_first)
+            scram.verify(await self._sasl_step(login, client_final))
+        except SaslFailed as exc:
+            await self._break(f"SASL: {exc}")
+            raise BrokerProtocolError(f"{self._peer()}: SASL {login.mechanism.value}: {exc}") from None
+
+    async def _sasl_step(self, login: SaslLogin, token: bytes) -> bytes:
+        answer: Any = await self.request(KafkaApi.SASL_AUTHENTICATE, auth_bytes=token)
+        check(answer.error_code, f"{self._peer()} SASL {login.mechanism.value} as {login.username}",
+              answer.error_message)
+        return bytes(answer.auth_bytes)
+
     def _check_open(self) -> None:
         if self._closed_reason is not None:
             raise BrokerConnectionError(f"{self._peer()}: connection is closed ({self._closed_reason})")
@@ -272,8 +311,10 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
                                 request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
                                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                                 software_version: str = UNKNOWN_SOFTWARE_VERSION,
-                                ssl_context: ssl.SSLContext | None = None) -> KafkaConnection:
-    """Connect to a Kafka-protocol listener and negotiate versions; close it with ``aclose``.
+                                ssl_context: ssl.SSLContext | None = None,
+                                sasl: SaslLogin | None = None) -> KafkaConnection:
+    """Connect to a Kafka-protocol listener (with TLS over ``ssl_context``), negotiate versions and
+    (``sasl``) authenticate; close it with ``aclose``.
 
     ``software_version`` is what ApiVersions v3 tells the broker of this client's version.
     ``ssl_context``: speak TLS (a listener with ``SSL``, docs/protocol.md §18.1), checking the
@@ -292,6 +333,8 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
                                  request_timeout_s=request_timeout_s, max_response_bytes=max_response_bytes)
     try:
         await connection.negotiate(software_version)
+        if sasl is not None:
+            await connection.authenticate(sasl)
     except BaseException:
         await connection.aclose()
         raise
