@@ -312,3 +312,22 @@ def test_the_testing_module_runs_a_tls_broker_with_its_own_certificates():
         produce_with_confluent(running.bootstrap, "fixture-tls", [b"over tls"], settings)
         assert [s.value for s in read_with_confluent(running.bootstrap, "fixture-tls", 1, 1, **settings)] == [
             b"over tls"]
+
+
+def test_the_metrics_endpoint_speaks_https_where_asked(tmp_path, certificates: CertificateFiles) -> None:
+    import http.client
+
+    with running_kafka_broker(str(tmp_path / "data"), metrics_port=0, metrics_security_protocol="SSL",
+                              **certificates.broker_settings()) as running:
+        host, port = running.broker.metrics_address
+        connection = http.client.HTTPSConnection(host, port, timeout=CLIENT_TIMEOUT_S,
+                                                 context=certificates.client_context())
+        connection.request("GET", "/metrics")
+        answer = connection.getresponse()
+        assert answer.status == 200 and b"trikafka" in answer.read()
+        connection.close()
+        plain = http.client.HTTPConnection(host, port, timeout=CLIENT_TIMEOUT_S)
+        with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+            plain.request("GET", "/metrics")
+            plain.getresponse()
+        plain.close()

@@ -130,6 +130,7 @@ class BrokerConfig:
     # Security (docs/protocol.md §18.1, §18.4).  The protocols are SecurityProtocol names.
     kafka_security_protocol: str = "PLAINTEXT"  # kafka.security.protocol: the Kafka listener's
     port_security_protocol: str = "PLAINTEXT"  # port.security.protocol: the 0.7 port's (and replica traffic)
+    metrics_security_protocol: str = "PLAINTEXT"  # metrics.security.protocol: the metrics endpoint's, PLAINTEXT or SSL
     ssl_certificate_location: str | None = None  # ssl.certificate.location: the broker's certificate, PEM
     ssl_key_location: str | None = None  # ssl.key.location: its private key, PEM
     ssl_key_password: str | None = None  # ssl.key.password: for an encrypted PEM key
@@ -297,13 +298,16 @@ def _check_security(cfg: BrokerConfig) -> None:
     from .security import SecurityProtocol
 
     protocols = {}
-    for name in ("kafka_security_protocol", "port_security_protocol"):
+    for name in ("kafka_security_protocol", "port_security_protocol", "metrics_security_protocol"):
         try:
             protocols[name] = SecurityProtocol.parse(getattr(cfg, name))
         except ValueError as exc:
             raise ConfigError(f"{name.replace('_', '.')}: {exc}") from None
     if protocols["port_security_protocol"].sasl:
         raise ConfigError("port.security.protocol: the 0.7 port has no SASL (PLAINTEXT or SSL)")
-    uses_tls = protocols["port_security_protocol"].tls or (cfg.serves_kafka and protocols["kafka_security_protocol"].tls)
+    if protocols["metrics_security_protocol"].sasl:
+        raise ConfigError("metrics.security.protocol: the metrics endpoint has no SASL (PLAINTEXT or SSL)")
+    uses_tls = (protocols["port_security_protocol"].tls or (cfg.serves_kafka and protocols["kafka_security_protocol"].tls)
+                or (cfg.metrics_port is not None and protocols["metrics_security_protocol"].tls))
     if uses_tls and not (cfg.ssl_certificate_location and cfg.ssl_key_location):
         raise ConfigError("TLS needs ssl.certificate.location (--tls-cert) and ssl.key.location (--tls-key)")

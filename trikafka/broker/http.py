@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Callable
+from typing import Awaitable, Callable
 
 import h11
 import trio
@@ -51,10 +51,12 @@ class Routes:
 class HttpServer:
     """Serves ``Routes`` on ``host:port``; start with ``nursery.start(server.run)``."""
 
-    def __init__(self, host: str, port: int, routes: Routes):
+    def __init__(self, host: str, port: int, routes: Routes,
+                 secure: Callable[[trio.abc.Stream, str], Awaitable[trio.abc.Stream | None]] | None = None):
         self._host = host
         self._port = port
         self._routes = routes
+        self._secure = secure  # HTTPS (metrics.security.protocol SSL, §18.1): each connection's handshake
         self._limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -68,23 +70,26 @@ class HttpServer:
         task_status.started((host, port))
         await trio.serve_listeners(self._serve_connection, listeners)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, socket_stream: trio.SocketStream) -> None:
         try:
             self._limiter.acquire_nowait()
         except trio.WouldBlock:
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(socket_stream)
             return
+        stream: trio.abc.Stream | None = socket_stream
         try:
             with trio.move_on_after(REQUEST_TIMEOUT_S):
-                if await self._answer(stream):
+                if self._secure is not None:
+                    stream = await self._secure(socket_stream, _peer(socket_stream))
+                if stream is not None and await self._answer(stream):
                     await _linger(stream)
         except PEER_GONE:
             pass
         finally:
             self._limiter.release()
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(stream if stream is not None else socket_stream)
 
-    async def _answer(self, stream: trio.SocketStream) -> bool:
+    async def _answer(self, stream: trio.abc.Stream) -> bool:
         """Read one request and answer it; False if the peer left without a whole request."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES)
         try:
@@ -113,20 +118,20 @@ class HttpServer:
         return True
 
 
-async def _next_request(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
+async def _next_request(stream: trio.abc.Stream, conn: h11.Connection) -> h11.Request | None:
     """The request head, or None when the peer closes first; raises ``h11.RemoteProtocolError``."""
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
             data = await stream.receive_some(RECEIVE_BYTES)
-            conn.receive_data(data)  # b"" marks the end: h11 raises if a request was cut short
+            conn.receive_data(bytes(data))  # b"" marks the end: h11 raises if a request was cut short
             continue
         if isinstance(event, h11.Request):
             return event
         return None  # ConnectionClosed
 
 
-async def _respond(stream: trio.SocketStream, conn: h11.Connection, status: int, body: bytes,
+async def _respond(stream: trio.abc.Stream, conn: h11.Connection, status: int, body: bytes,
                    head_only: bool, extra_headers: list[tuple[bytes, bytes]] | None = None, *,
                    content_type: bytes = TEXT) -> None:
     headers = [(b"server", SERVER_HEADER), (b"content-type", content_type),
@@ -138,10 +143,20 @@ async def _respond(stream: trio.SocketStream, conn: h11.Connection, status: int,
     await stream.send_all(data)
 
 
-async def _linger(stream: trio.SocketStream) -> None:
-    """Half-close, then discard what the client still sends, so the close sends no reset."""
-    await stream.send_eof()
+async def _linger(stream: trio.abc.Stream) -> None:
+    """Half-close, then discard what the client still sends, so the close sends no reset (a TLS
+    stream cannot half-close: it only drains)."""
+    if isinstance(stream, trio.abc.HalfCloseableStream):
+        await stream.send_eof()
     drained = 0
     with trio.move_on_after(LINGER_S):
         while drained < LINGER_BYTES and (data := await stream.receive_some(RECEIVE_BYTES)):
             drained += len(data)
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"

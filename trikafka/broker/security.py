@@ -71,6 +71,10 @@ class TlsSettings(Protocol):
     @property
     def port_security_protocol(self) -> str: ...
     @property
+    def metrics_security_protocol(self) -> str: ...
+    @property
+    def metrics_port(self) -> int | None: ...
+    @property
     def ssl_certificate_location(self) -> str | None: ...
     @property
     def ssl_key_location(self) -> str | None: ...
@@ -101,7 +105,8 @@ class TlsContexts:
         not PEM, or the key does not match the certificate (§18.1)."""
         kafka_tls = config.serves_kafka and SecurityProtocol.parse(config.kafka_security_protocol).tls
         port_tls = SecurityProtocol.parse(config.port_security_protocol).tls
-        if not (kafka_tls or port_tls):
+        metrics_tls = config.metrics_port is not None and SecurityProtocol.parse(config.metrics_security_protocol).tls
+        if not (kafka_tls or port_tls or metrics_tls):
             return cls(server=None, broker_client=None)
         server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         server.minimum_version = MINIMUM_TLS_VERSION

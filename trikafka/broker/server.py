@@ -182,8 +182,12 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
         await run()
         return
     async with trio.open_nursery() as root:
+        secure = None
+        if SecurityProtocol.parse(config.metrics_security_protocol).tls:  # HTTPS where asked (§18.1)
+            tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
+            secure = _secure(tls, config, config.metrics_security_protocol)
         http = HttpServer(config.host, config.metrics_port,
-                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready))
+                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready), secure=secure)
         wiring.metrics_address = await root.start(http.run)
         await run()
         root.cancel_scope.cancel()
