@@ -27,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from kafka_bench import create_topic, line, produce, timed  # noqa: E402
+from kafka_bench import create_topic, line, produce, three_brokers, timed  # noqa: E402
 from served_broker import served_broker  # noqa: E402
 from trikafka.cli.serve import read_ready_file  # noqa: E402
 
@@ -58,21 +58,13 @@ def standalone(root: Path, messages: int, size: int, rounds: int) -> None:
 
 
 def replicated(root: Path, messages: int, size: int, rounds: int) -> None:
-    from trikafka.cli.cluster_local import LocalClusterError, start, stop
-
-    directory = root / "cluster"
-    try:
-        cluster = start(directory, brokers=3, zookeeper_port=0, first_port=0, first_kafka_port=0, extra=[])
-    except LocalClusterError as exc:
-        print(f"replication: no 3-broker cluster: {exc}", flush=True)
-        return
-    try:
+    with three_brokers(root) as cluster:
+        if cluster is None:
+            return
         bootstrap = cluster.kafka_bootstrap
         print(f"cluster: Kafka listeners {bootstrap}; {messages:,} messages of {size} B", flush=True)
         create_topic(bootstrap, "eos-rf3", 3)
         compare(bootstrap, [m.pid for m in cluster.brokers], "eos-rf3", messages, size, rounds, "RF 3")
-    finally:
-        stop(directory)
 
 
 def main() -> None:

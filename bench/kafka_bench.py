@@ -30,6 +30,7 @@ before and after each run; for the cluster, the sum over its brokers).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -38,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -183,7 +184,10 @@ def standalone(root: Path, messages: int, size: int, rounds: int) -> None:
               f"{'met' if rate >= GOALS['consume msg/s'] else 'NOT met'}", flush=True)
 
 
-def replicated(root: Path, messages: int, size: int) -> None:
+@contextlib.contextmanager
+def three_brokers(root: Path) -> Iterator[Any]:
+    """``trikafka cluster up`` with a ZooKeeper and three brokers on free ports under ``root``, stopped
+    on leaving; None (said in one line) when it cannot start."""
     from trikafka.cli.cluster_local import LocalClusterError, start, stop
 
     directory = root / "cluster"
@@ -191,8 +195,18 @@ def replicated(root: Path, messages: int, size: int) -> None:
         cluster = start(directory, brokers=3, zookeeper_port=0, first_port=0, first_kafka_port=0, extra=[])
     except LocalClusterError as exc:
         print(f"replication: no 3-broker cluster: {exc}", flush=True)
+        yield None
         return
     try:
+        yield cluster
+    finally:
+        stop(directory)
+
+
+def replicated(root: Path, messages: int, size: int) -> None:
+    with three_brokers(root) as cluster:
+        if cluster is None:
+            return
         bootstrap = cluster.kafka_bootstrap
         pids = [m.pid for m in cluster.brokers]
         print(f"cluster: ZooKeeper {cluster.zookeeper_connect}, Kafka listeners {bootstrap}; "
@@ -207,8 +221,6 @@ def replicated(root: Path, messages: int, size: int) -> None:
                 print(f"{label:34} failed: {exc}", flush=True)
                 continue
             line(label + " (3 brokers' CPU)", messages, size, elapsed, cpu_s)
-    finally:
-        stop(directory)
 
 
 def main() -> None:
