@@ -21,7 +21,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.log.fs import OsFileSystem
 
 PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
-NEVER_CHECKED = {KafkaApi.API_VERSIONS}
+NEVER_CHECKED = {KafkaApi.API_VERSIONS, KafkaApi.SASL_HANDSHAKE, KafkaApi.SASL_AUTHENTICATE}  # before any principal
 
 
 def acl(operation: Operation, resource_type: ResourceType, name: str, principal: str = "User:alice",
