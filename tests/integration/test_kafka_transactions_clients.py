@@ -1,7 +1,7 @@
-"""Transactions end to end with librdkafka (docs/protocol.md §19.5, §19.6): confluent-kafka's
-transactional producer commits records and a consumer group's offsets together, aborts others,
-and is fenced by a second producer of its transactional id; a read_committed consumer sees the
-committed records only.
+"""Transactions end to end with librdkafka and kafka-python (docs/protocol.md §19.5, §19.6):
+confluent-kafka's and kafka-python's transactional producers commit records and a consumer
+group's offsets together and abort others; a second producer of a transactional id fences the
+first; a read_committed consumer sees the committed records only.
 
 The coordinator (§19.5) and the partition side (markers, WriteTxnMarkers, read_committed) are
 built on separate branches: the module skips while the broker's ApiVersions lacks WriteTxnMarkers
@@ -116,3 +116,30 @@ def test_a_second_producer_of_the_id_fences_the_first(kafka):
     second.commit_transaction(CLIENT_TIMEOUT_S)
     seen = read_with_confluent(kafka.bootstrap, "out", 2, 1, **{"isolation.level": "read_committed"})
     assert b"zombie" not in {s.value for s in seen}
+
+
+def test_kafka_pythons_transactional_producer_commits_records_and_offsets(kafka):
+    """kafka-python 3.x's own transaction manager (its versions of the apis, its retries)."""
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    group = f"kp-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, group, partitions=1)  # this test's output alone
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=f"tx-{group}")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(group, value=b"kp-aborted")
+        producer.flush(CLIENT_TIMEOUT_S)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(group, value=b"kp-committed")
+        producer.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(11, "", -1)}, group)
+        producer.commit_transaction()
+    finally:
+        producer.close(CLIENT_TIMEOUT_S)
+    committed = read_with_confluent(kafka.bootstrap, group, 1, 1, **{"isolation.level": "read_committed"})
+    assert [s.value for s in committed] == [b"kp-committed"]
+    everything = read_with_confluent(kafka.bootstrap, group, 1, 2, **{"isolation.level": "read_uncommitted"})
+    assert [s.value for s in everything] == [b"kp-aborted", b"kp-committed"]
+    assert _committed(kafka.bootstrap, group, "in") == 11
