@@ -125,3 +125,121 @@ def produce_transactional(bootstrap: str, transactional_id: str, topic: str, par
             PartitionProduceData(index=i32(partition), records=records),)),)))
     part = answer.responses[0].partition_responses[0]
     return part.error_code, int(part.base_offset)
+
+
+# Errors a transaction coordinator answers while it cannot decide yet (§19.5.4): a client retries them.
+COORDINATOR_RETRIABLE = frozenset({ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress,
+                                   ErrorCode.concurrent_transactions})
+RETRY_FOR_S = 30.0
+
+
+def retry_while_retriable(call: Any) -> Any:
+    """``call()`` again while its answer (an ErrorCode, a tuple whose first item is one, or a dict
+    whose first value is one) is in ``COORDINATOR_RETRIABLE``, for up to ``RETRY_FOR_S``; its last
+    answer."""
+    import time
+
+    deadline = time.monotonic() + RETRY_FOR_S
+    while True:
+        answer = call()
+        error = answer[0] if isinstance(answer, tuple) else next(iter(answer.values())) \
+            if isinstance(answer, dict) else answer
+        if error not in COORDINATOR_RETRIABLE or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.05)
+
+
+def find_transaction_coordinator(bootstrap: str, transactional_id: str) -> tuple[ErrorCode, int, int]:
+    """FindCoordinator v4 of key type 1 (§19.5.1): (error, node id, port)."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.static.primitive import i8
+
+    found = exchange(bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
+    coordinator = found.coordinators[0]
+    return coordinator.error_code, int(coordinator.node_id), int(coordinator.port)
+
+
+def init_transactional(bootstrap: str, transactional_id: str) -> tuple[ErrorCode, int, int]:
+    """What a transactional producer does first: find its coordinator, then InitProducerId with its
+    id, each retried as a client retries (§19.5.4): (error, producer id, epoch)."""
+    retry_while_retriable(lambda: find_transaction_coordinator(bootstrap, transactional_id))
+    return retry_while_retriable(lambda: init_producer_id(bootstrap, transactional_id=transactional_id))
+
+
+def add_partitions_to_txn(bootstrap: str, transactional_id: str, producer_id: int, epoch: int,
+                          partitions: list[tuple[str, int]], *, version: int = 3) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn (v0-v3, §19.5.4): each partition's error."""
+    from kio.index import load_payload_module
+    from kio.schema.types import ProducerId, TopicName, TransactionalId
+    from kio.static.constants import EntityType
+    from kio.static.primitive import i16, i32
+
+    module = load_payload_module(24, version, EntityType.request)
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        by_topic.setdefault(topic, []).append(index)
+    answer = exchange(bootstrap, 24, version, module.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=TransactionalId(transactional_id),
+        v3_and_below_producer_id=ProducerId(producer_id), v3_and_below_producer_epoch=i16(epoch),
+        v3_and_below_topics=tuple(module.AddPartitionsToTxnTopic(name=TopicName(t), partitions=tuple(map(i32, ps)))
+                                  for t, ps in by_topic.items())))
+    return {(str(t.name), int(p.partition_index)): p.partition_error_code
+            for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+
+def add_offsets_to_txn(bootstrap: str, transactional_id: str, producer_id: int, epoch: int,
+                       group_id: str) -> ErrorCode:
+    """AddOffsetsToTxn v3 (§19.5.4): its error."""
+    from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+    from kio.schema.types import GroupId, ProducerId, TransactionalId
+    from kio.static.primitive import i16
+
+    return exchange(bootstrap, 25, 3, AddOffsetsToTxnRequest(
+        transactional_id=TransactionalId(transactional_id), producer_id=ProducerId(producer_id),
+        producer_epoch=i16(epoch), group_id=GroupId(group_id))).error_code
+
+
+def end_txn(bootstrap: str, transactional_id: str, producer_id: int, epoch: int, commit: bool, *,
+            version: int = 3) -> ErrorCode:
+    """EndTxn (v0-v3, §19.5.4): its error."""
+    from kio.index import load_request_schema
+    from kio.schema.types import ProducerId, TransactionalId
+    from kio.static.primitive import i16
+
+    return exchange(bootstrap, 26, version, load_request_schema(26, version)(
+        transactional_id=TransactionalId(transactional_id), producer_id=ProducerId(producer_id),
+        producer_epoch=i16(epoch), committed=commit)).error_code
+
+
+def txn_offset_commit(bootstrap: str, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                      topic: str, offsets: dict[int, int]) -> dict[int, ErrorCode]:
+    """TxnOffsetCommit v3 of one topic's ``{partition: offset}``, no member check (§19.5.4): each
+    partition's error."""
+    from kio.schema.txn_offset_commit.v3.request import (TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition,
+                                                         TxnOffsetCommitRequestTopic)
+    from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
+    from kio.static.primitive import i16, i32, i64
+
+    answer = exchange(bootstrap, 28, 3, TxnOffsetCommitRequest(
+        transactional_id=TransactionalId(transactional_id), group_id=GroupId(group_id),
+        producer_id=ProducerId(producer_id), producer_epoch=i16(epoch), generation_id=i32(-1), member_id="",
+        group_instance_id=None, topics=(TxnOffsetCommitRequestTopic(name=TopicName(topic), partitions=tuple(
+            TxnOffsetCommitRequestPartition(partition_index=i32(p), committed_offset=i64(o),
+                                            committed_leader_epoch=i32(-1), committed_metadata=None)
+            for p, o in offsets.items())),)))
+    return {int(p.partition_index): p.error_code for p in answer.topics[0].partitions}
+
+
+def fetch_stable_offsets(bootstrap: str, group_id: str, topic: str, partitions: list[int]) -> dict[int, tuple[int, ErrorCode]]:
+    """OffsetFetch v8 with ``require_stable`` of one group's partitions of ``topic`` (§17.5, §19.5.4):
+    each partition's (committed offset, error)."""
+    from kio.schema.offset_fetch.v8.request import (OffsetFetchRequest, OffsetFetchRequestGroup,
+                                                    OffsetFetchRequestTopics)
+    from kio.schema.types import GroupId, TopicName
+    from kio.static.primitive import i32
+
+    answer = exchange(bootstrap, 9, 8, OffsetFetchRequest(groups=(OffsetFetchRequestGroup(
+        group_id=GroupId(group_id), topics=(OffsetFetchRequestTopics(
+            name=TopicName(topic), partition_indexes=tuple(map(i32, partitions))),)),), require_stable=True))
+    return {int(p.partition_index): (int(p.committed_offset), p.error_code)
+            for p in answer.groups[0].topics[0].partitions}

@@ -268,3 +268,39 @@ def test_an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic(se
     producer.produce("eos", b"once", on_delivery=lambda err, _msg: outcome.append(err))
     producer.flush(CLIENT_TIMEOUT_S)
     assert outcome == [None]
+
+
+def test_the_transaction_apis_need_their_acls(secured: RunningKafkaBroker) -> None:
+    """§18.3: Write on the TransactionalId for every transaction api, then Write on each topic
+    (AddPartitionsToTxn), Read on the group (AddOffsetsToTxn, TxnOffsetCommit) and Read on each
+    topic (TxnOffsetCommit)."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.helpers.kafka_wire import (add_offsets_to_txn, add_partitions_to_txn, end_txn, init_transactional,
+                                          retry_while_retriable, txn_offset_commit)
+
+    bootstrap, log_dir = secured.bootstrap, secured.log_dir
+    create_topic(bootstrap, "txn-acl")
+    assert add_partitions_to_txn(bootstrap, "tx", 0, 0, [("txn-acl", 0)]) == {
+        ("txn-acl", 0): ErrorCode.transactional_id_authorization_failed}
+    assert end_txn(bootstrap, "tx", 0, 0, True) == ErrorCode.transactional_id_authorization_failed
+    assert add_offsets_to_txn(bootstrap, "tx", 0, 0, "g") == ErrorCode.transactional_id_authorization_failed
+    assert txn_offset_commit(bootstrap, "tx", 0, 0, "g", "txn-acl", {0: 1}) == {
+        0: ErrorCode.transactional_id_authorization_failed}
+    grant(log_dir, "Write", "--transactional-id", "tx")
+    wait_for_acls(secured, 2)
+    error, pid, epoch = init_transactional(bootstrap, "tx")
+    assert error == ErrorCode.none
+    assert add_partitions_to_txn(bootstrap, "tx", pid, epoch, [("txn-acl", 0)]) == {
+        ("txn-acl", 0): ErrorCode.topic_authorization_failed}
+    assert add_offsets_to_txn(bootstrap, "tx", pid, epoch, "g") == ErrorCode.group_authorization_failed
+    assert txn_offset_commit(bootstrap, "tx", pid, epoch, "g", "txn-acl", {0: 1}) == {
+        0: ErrorCode.group_authorization_failed}
+    grant(log_dir, "Write", "--topic", "txn-acl")
+    grant(log_dir, "Read", "--group", "g")
+    wait_for_acls(secured, 4)
+    assert add_partitions_to_txn(bootstrap, "tx", pid, epoch, [("txn-acl", 0)]) == {("txn-acl", 0): ErrorCode.none}
+    assert retry_while_retriable(lambda: add_offsets_to_txn(bootstrap, "tx", pid, epoch, "g")) == ErrorCode.none
+    assert txn_offset_commit(bootstrap, "tx", pid, epoch, "g", "txn-acl", {0: 1}) == {
+        0: ErrorCode.topic_authorization_failed}  # Read on the topic, not Write
+    assert end_txn(bootstrap, "tx", pid, epoch, False) == ErrorCode.none

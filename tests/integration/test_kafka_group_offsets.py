@@ -75,12 +75,15 @@ def test_kafka_python_commits_and_a_new_consumer_reads_the_commit(kafka):
         second.close()
 
 
-def test_find_coordinator_v4_answers_each_key_and_refuses_transactions(kafka):
+def test_find_coordinator_v4_answers_each_key_and_the_transaction_coordinator(kafka):
     response = exchange(kafka.bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("a", "b")))
     assert [(c.key, c.error_code, c.node_id, c.port) for c in response.coordinators] == \
         [("a", ErrorCode.none, 0, kafka.kafka_port), ("b", ErrorCode.none, 0, kafka.kafka_port)]
     response = exchange(kafka.bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(1), coordinator_keys=("tx",)))
-    assert response.coordinators[0].error_code == ErrorCode.coordinator_not_available
+    assert [(c.error_code, c.node_id, c.port) for c in response.coordinators] == \
+        [(ErrorCode.none, 0, kafka.kafka_port)]
+    response = exchange(kafka.bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(2), coordinator_keys=("x",)))
+    assert response.coordinators[0].error_code == ErrorCode.invalid_request
 
 
 def test_commits_answer_per_partition_and_fetch_answers_v8_groups(kafka):

@@ -101,14 +101,6 @@ def test_a_consumer_reads_nothing_of_an_open_transaction(kafka: RunningKafkaBrok
     assert [s.value for s in seen] == [b"before", b"open", b"after"]
 
 
-def test_transactional_produce_without_a_coordinator_is_refused():
-    with running_kafka_broker(num_partitions=1) as running:
-        create_topic(running.bootstrap, "no-coordinator")
-        pid = init_producer_id(running.bootstrap)[1]
-        answer = produce_transactional(running.bootstrap, "tx", "no-coordinator", 0, _txn(pid, 0, b"x"))
-        assert answer[0] == ErrorCode.transactional_id_authorization_failed
-
-
 def test_trikafkas_consumer_and_cli_read_committed(kafka: RunningKafkaBroker, one_aborted: str):
     import trio
 

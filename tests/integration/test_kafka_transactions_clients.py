@@ -1,7 +1,7 @@
-"""Transactions end to end with librdkafka (docs/protocol.md §19.5, §19.6): confluent-kafka's
-transactional producer commits records and a consumer group's offsets together, aborts others,
-and is fenced by a second producer of its transactional id; a read_committed consumer sees the
-committed records only.
+"""Transactions end to end with librdkafka and kafka-python (docs/protocol.md §19.5, §19.6):
+confluent-kafka's and kafka-python's transactional producers commit records and a consumer
+group's offsets together and abort others; a second producer of a transactional id fences the
+first; a read_committed consumer sees the committed records only.
 
 The coordinator (§19.5) and the partition side (markers, WriteTxnMarkers, read_committed) are
 built on separate branches: the module skips while the broker's ApiVersions lacks WriteTxnMarkers
@@ -116,3 +116,59 @@ def test_a_second_producer_of_the_id_fences_the_first(kafka):
     second.commit_transaction(CLIENT_TIMEOUT_S)
     seen = read_with_confluent(kafka.bootstrap, "out", 2, 1, **{"isolation.level": "read_committed"})
     assert b"zombie" not in {s.value for s in seen}
+
+
+
+def _kafka_python(bootstrap: str, transactional_id: str, topic: str, group: str) -> None:
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, value=b"aborted")
+        producer.flush(CLIENT_TIMEOUT_S)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, value=b"committed")
+        producer.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(11, "", -1)}, group)
+        producer.commit_transaction()
+    finally:
+        producer.close(CLIENT_TIMEOUT_S)
+
+
+def _aiokafka(bootstrap: str, transactional_id: str, topic: str, group: str) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.structs import TopicPartition
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
+        await producer.start()
+        try:
+            await producer.begin_transaction()
+            await producer.send_and_wait(topic, b"aborted")
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_and_wait(topic, b"committed")
+                await producer.send_offsets_to_transaction({TopicPartition("in", 0): 11}, group)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("client", [_kafka_python, _aiokafka], ids=lambda f: f.__name__.strip("_"))
+def test_python_clients_transactional_producers_commit_records_and_offsets(kafka, client):
+    """kafka-python 3.x's and aiokafka 0.14's own transaction managers (their versions of the apis,
+    their retries): an aborted record, then a record and a group's offset committed together."""
+    group = f"{client.__name__.strip('_')}-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, group, partitions=1)  # this test's output alone
+    client(kafka.bootstrap, f"tx-{group}", group, group)
+    committed = read_with_confluent(kafka.bootstrap, group, 1, 1, **{"isolation.level": "read_committed"})
+    assert [s.value for s in committed] == [b"committed"]
+    everything = read_with_confluent(kafka.bootstrap, group, 1, 2, **{"isolation.level": "read_uncommitted"})
+    assert [s.value for s in everything] == [b"aborted", b"committed"]
+    assert _committed(kafka.bootstrap, group, "in") == 11

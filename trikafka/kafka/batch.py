@@ -105,7 +105,7 @@ class BatchError(ValueError):
     TOO_LARGE = "too_large"  # MESSAGE_TOO_LARGE
     OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"  # OUT_OF_ORDER_SEQUENCE_NUMBER (§19.3)
     INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"  # INVALID_PRODUCER_EPOCH (§19.3)
-    TRANSACTIONAL = "transactional"  # a transactional batch, not served yet (§19.1)
+    TRANSACTIONAL = "transactional"  # a transactional batch the coordinator did not verify (§19.6)
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
@@ -214,7 +214,7 @@ def _check_fields(header: BatchHeader, allow_transactional: bool = False) -> Non
     if header.attributes & CONTROL:
         raise BatchError(BatchError.INVALID, f"{where}: only the broker writes control batches")
     if header.attributes & TRANSACTIONAL and not allow_transactional:
-        raise BatchError(BatchError.TRANSACTIONAL, f"{where}: transactional batches are not served yet (§19.1)")
+        raise BatchError(BatchError.TRANSACTIONAL, f"{where}: a transactional batch needs the Produce's transactional_id (§19.6)")
     if header.compression > 4:
         raise BatchError(BatchError.INVALID, f"{where}: unknown compression {header.compression}")
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from .errors import KafkaCodecError
 
 OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in (§17.1)
-# Topics a broker creates and keeps itself (§17.1): clients read them, never write, create or change them.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"  # the transaction coordinator's topic (§19.5.1, txn_records)
+# Topics a broker creates and keeps itself (§17.1, §19.5.1): clients read them, never write, create or change them.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 OFFSET_KEY_VERSIONS = (0, 1)
 OFFSET_KEY_VERSION = 1  # the one written
 GROUP_KEY_VERSION = 2

@@ -185,6 +185,15 @@ class ProducerStates:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self.entries.get(producer_id)
 
+    def next_base_sequence(self, producer_id: int, epoch: int) -> int:
+        """The base sequence that continues ``producer_id``'s batches at ``epoch`` (§19.3): 0 for a
+        producer new here, a newer epoch, or a sequence no longer known.  The broker numbers the
+        batches it writes for a producer with it (TxnOffsetCommit, §19.5.4)."""
+        entry = self.entries.get(producer_id)
+        if entry is None or entry.epoch != epoch or not entry.batches:
+            return 0
+        return next_sequence(entry.batches[-1].last_seq)
+
     def last_stable_offset(self, high_watermark: int) -> int:
         """The LSO (§19.6): the first offset of the oldest open transaction, or the high watermark."""
         return min(min(self.open_transactions.values(), default=high_watermark), high_watermark)

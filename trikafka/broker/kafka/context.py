@@ -7,7 +7,7 @@ dispatches to them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -76,6 +76,11 @@ class GroupCoordination(Protocol):
     async def write(self, groups: OffsetsPartition,
                     records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode: ...
 
+    async def write_transactional(self, groups: OffsetsPartition, producer_id: int, producer_epoch: int,
+                                  records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode: ...
+
+    def partition_index(self, group_id: str) -> int | None: ...
+
 
 class TransactionMarkers(Protocol):
     """How a transaction's decision reaches its partitions (§19.5, §19.6; ``markers.MarkerWriter``)."""
@@ -94,6 +99,24 @@ class TransactionVerifier(Protocol):
         """NONE when the partition was added to the producer's ongoing transaction at this epoch."""
 
 
+class TransactionCoordination(TransactionVerifier, Protocol):
+    """The transaction coordinator as the transaction apis see it (``transactions.coordinator``, §19.5)."""
+
+    async def coordinator_of(self, transactional_id: str) -> BrokerAddress | ErrorCode:
+        """FindCoordinator key type 1: the leader of the id's ``__transaction_state`` partition."""
+
+    async def init_producer_id(self, tid: str, timeout_ms: int,
+                               expected: tuple[int, int] | None = None) -> tuple[ErrorCode, int, int]:
+        """InitProducerId with a transactional id: (error, producer id, epoch)."""
+
+    async def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[tuple[str, int]]) -> ErrorCode:
+        """AddPartitionsToTxn (AddOffsetsToTxn: the group's ``__consumer_offsets`` partition)."""
+
+    async def end_transaction(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        """EndTxn: NONE once the decision is written."""
+
+
 class KafkaContext(Protocol):
     """One broker as its Kafka handlers see it."""
 
@@ -105,7 +128,7 @@ class KafkaContext(Protocol):
     cluster_id: str
     topics: TopicCreation
     registry: TopicRegistry | None
-    transactions: TransactionVerifier | None  # None until a transaction coordinator serves (§19.5)
+    transactions: TransactionCoordination | None  # None: no transaction coordinator (a bare test service)
     run_blocking: RunBlocking
     authorizer: Authorizer
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import BatchError
+from trikafka.kafka.batch import TRANSACTIONAL, BatchError
 from trikafka.kafka.records import Record, build_batch
 from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.errors import ErrorCode as EngineError
@@ -41,6 +41,14 @@ _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
     EngineError.FENCED_LEADER_EPOCH: ErrorCode.not_coordinator,
     EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.invalid_commit_offset_size,
+}
+
+
+# What a refused batch answers: a too-large one as Kafka's coordinator does, a TxnOffsetCommit of a
+# fenced producer epoch as its Produce would.
+_BATCH_ERRORS: dict[str, ErrorCode] = {
+    BatchError.TOO_LARGE: ErrorCode.invalid_commit_offset_size,
+    BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
 }
 
 
@@ -128,24 +136,34 @@ class InternalTopic:
         address = None if count is None else self.coordinator(key_partition(key, count))
         return ErrorCode.coordinator_not_available if address is None else address
 
-    async def write(self, index: int, records: Sequence[tuple[bytes, bytes | None]]) -> int | ErrorCode:
+    async def write(self, index: int, records: Sequence[tuple[bytes, bytes | None]],
+                    producer: tuple[int, int] | None = None) -> int | ErrorCode:
         """Append ``records`` (key and value bytes) as one uncompressed batch to partition ``index``
         and wait until it is committed (acks -1): the logical offset of the first record, or the
-        error the client is answered (§17.3)."""
+        error the client is answered (§17.3).  ``producer`` (id, epoch): a transactional batch of
+        that producer, numbered after its batches in the partition, which fences an old epoch
+        (TxnOffsetCommit, §19.5.4)."""
         service = self._service
         now_ms = service.clock_ms()
-        batch = build_batch([Record(i, now_ms, key, value) for i, (key, value) in enumerate(records)])
         target = await service.partition_for(self.name, index, write=True)
         if isinstance(target, ErrorCode):
             return ErrorCode.coordinator_not_available
+        listed = [Record(i, now_ms, key, value) for i, (key, value) in enumerate(records)]
         try:
-            result = await target.append(bytearray(batch), ACKS_ALL, kafka=KafkaAppend(None))
+            if producer is None:
+                batch = build_batch(listed)
+            else:
+                producer_id, epoch = producer
+                sequence = target.read_view().log.producers.next_base_sequence(producer_id, epoch)
+                batch = build_batch(listed, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                                    control_attributes=TRANSACTIONAL)
+            result = await target.append(bytearray(batch), ACKS_ALL,
+                                         kafka=KafkaAppend(None, transactional=producer is not None))
         except Refused as exc:
             return write_error(exc.error)
         except BatchError as exc:
             logger.warning("%s-%d refused the coordinator's batch: %s", self.name, index, exc)
-            return ErrorCode.invalid_commit_offset_size if exc.kind == BatchError.TOO_LARGE \
-                else ErrorCode.unknown_server_error
+            return _BATCH_ERRORS.get(exc.kind, ErrorCode.unknown_server_error)
         service.appended(self.name, index)
         wait = target.ack_wait(result.next_offset)
         (status,) = await service.handler.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)

@@ -1,8 +1,10 @@
 """InitProducerId (docs/protocol.md §19.1): new producer ids from the broker's ``ProducerIds``
-(``producer_id_blocks``), and KIP-360's epoch bump."""
+(``producer_id_blocks``), and KIP-360's epoch bump; with a transactional id, the transaction
+coordinator's (§19.5.4)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -15,8 +17,10 @@ from trikafka.kafka.framing import Request
 from .acl.model import ResourceType
 from .context import KafkaContext
 from .entities import NO_THROTTLE, Reply
+from .transactions.api import for_version
 
 MAX_EPOCH = 32766  # an epoch bump past it starts a new producer id (§19.1)
+ONE_MS = datetime.timedelta(milliseconds=1)
 
 
 async def init_producer_id(service: KafkaContext, request: Request) -> Any:
@@ -30,14 +34,21 @@ async def init_producer_id(service: KafkaContext, request: Request) -> Any:
                               producer_epoch=i16(epoch))
 
     authorizer = service.authorizer
+    had_id = getattr(body, "producer_id", -1)
+    had_epoch = getattr(body, "producer_epoch", -1)
     if body.transactional_id is not None:
         denied = authorizer.denied(KafkaApi.INIT_PRODUCER_ID, body.transactional_id, ResourceType.TRANSACTIONAL_ID)
-        return answer(denied or ErrorCode.transactional_id_authorization_failed)
+        if denied is not None:
+            return answer(denied)
+        if service.transactions is None:
+            return answer(ErrorCode.coordinator_not_available)
+        expected = (had_id, had_epoch) if had_id >= 0 else None
+        error, producer_id, epoch = await service.transactions.init_producer_id(
+            body.transactional_id, body.transaction_timeout // ONE_MS, expected)
+        return answer(for_version(error, request.api, request.api_version), producer_id, epoch)
     denied = authorizer.denied(KafkaApi.INIT_PRODUCER_ID)
     if denied is not None and not authorizer.may_write_somewhere():  # KIP-679 (§18.3)
         return answer(denied)
-    had_id = getattr(body, "producer_id", -1)
-    had_epoch = getattr(body, "producer_epoch", -1)
     if (had_id < 0) != (had_epoch < 0):
         return answer(ErrorCode.invalid_request)
     if had_id >= 0 and had_epoch < MAX_EPOCH:

@@ -33,8 +33,10 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, topics
-from .groups import admin_api, membership_api, offsets_api
+from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
+from .transactions import api as transactions_api
+from .transactions.coordinator import TransactionCoordinator
 from .acl import api as acl_api
 from .acl.authorizer import Authorizer
 from .acl.model import AclSet
@@ -42,7 +44,7 @@ from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
 from ..credentials import Credentials, FileCredentials, ZooKeeperCredentials
 from .authentication import SaslGate, sasl_not_enabled
 from .connection import Deferred, KafkaConnection
-from .context import TopicCreation, TopicRegistry, TransactionVerifier
+from .context import TopicCreation, TopicRegistry, TransactionCoordination
 from .errors import kafka_error
 
 if TYPE_CHECKING:
@@ -79,7 +81,11 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
     KafkaApi.INIT_PRODUCER_ID: producer_ids.init_producer_id,
+    KafkaApi.ADD_PARTITIONS_TO_TXN: transactions_api.add_partitions_to_txn,
+    KafkaApi.ADD_OFFSETS_TO_TXN: transactions_api.add_offsets_to_txn,
+    KafkaApi.END_TXN: transactions_api.end_txn,
     KafkaApi.WRITE_TXN_MARKERS: markers.write_txn_markers,
+    KafkaApi.TXN_OFFSET_COMMIT: txn_offsets_api.txn_offset_commit,
     KafkaApi.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
     KafkaApi.DESCRIBE_ACLS: acl_api.describe_acls,
     KafkaApi.CREATE_ACLS: acl_api.create_acls,
@@ -116,10 +122,14 @@ class KafkaService:
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
         self.markers = markers.MarkerWriter(self)
-        self.transactions: TransactionVerifier | None = None
+        self.markers.listeners.append(self.groups.on_marker)
         self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
             self.run_blocking, functools.partial(producer_id_blocks.take_file_block, handler.directory.log_manager.fs,
                                                  config.log_dir)))
+        # The coordinator takes ids from whichever ``producer_ids`` start() leaves in place.
+        self.coordinator = TransactionCoordinator(self, markers.RoutedMarkers(self, self.markers),
+                                                  lambda: self.producer_ids.new_id())
+        self.transactions: TransactionCoordination | None = self.coordinator
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
         # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
@@ -146,9 +156,10 @@ class KafkaService:
         """Learn the listener's published address and the cluster id (§16.7), before accepting."""
         self.host, self.port = listener.host, listener.port
         self.groups.start(nursery)
+        self.coordinator.start(nursery)
         self.handler.metrics.watch_groups(self.groups)
         if self.handler.replicas is not None:
-            self.handler.replicas.on_role = self.groups.on_role
+            self.handler.replicas.on_role = self._on_role
         if self.security.sasl:
             await self._start_credentials(nursery, zookeeper)
         if zookeeper is not None:
@@ -186,6 +197,11 @@ class KafkaService:
             local = FileCredentials(self.config.log_dir)
             await local.refresh()
             self.credentials = local
+
+    def _on_role(self, topic: str, index: int, role: str) -> None:
+        """The replica manager applied a state of a partition here: both coordinators hear of it."""
+        self.groups.on_role(topic, index, role)
+        self.coordinator.on_role(topic, index, role)
 
     # ----------------------------------------------------------------- dispatch
 

@@ -41,6 +41,10 @@ def _group(operation: Operation) -> Need:
     return Need(operation, ResourceType.GROUP, GROUP_DENIED)
 
 
+def _transactional_id(operation: Operation) -> Need:
+    return Need(operation, ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED)
+
+
 def _cluster(operation: Operation) -> Need:
     return Need(operation, ResourceType.CLUSTER, CLUSTER_DENIED)
 
@@ -77,6 +81,11 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DELETE_ACLS: (_cluster(Operation.ALTER),),
         KafkaApi.INIT_PRODUCER_ID: (_cluster(Operation.IDEMPOTENT_WRITE),
                                     Need(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED)),
+        KafkaApi.ADD_PARTITIONS_TO_TXN: (_transactional_id(Operation.WRITE), _topic(Operation.WRITE)),
+        KafkaApi.ADD_OFFSETS_TO_TXN: (_transactional_id(Operation.WRITE), _group(Operation.READ)),
+        KafkaApi.END_TXN: (_transactional_id(Operation.WRITE),),
+        KafkaApi.TXN_OFFSET_COMMIT: (_transactional_id(Operation.WRITE), _group(Operation.READ),
+                                     _topic(Operation.READ)),
         KafkaApi.WRITE_TXN_MARKERS: (_cluster(Operation.CLUSTER_ACTION),),
     }.items()
 }

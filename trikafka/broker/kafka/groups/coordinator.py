@@ -180,5 +180,16 @@ class GroupCoordinator:
             groups.apply(key, value, written + i)
         return ErrorCode.none
 
+    async def write_transactional(self, groups: OffsetsPartition, producer_id: int, producer_epoch: int,
+                                  records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode:
+        """TxnOffsetCommit (§19.5.4): write ``records`` as a transactional batch of the producer; once
+        committed they are pending until its marker (``on_marker``)."""
+        written = await self.store.write(groups.index, records, (producer_id, producer_epoch))
+        if isinstance(written, ErrorCode):
+            return written
+        for i, (key, value) in enumerate(records):
+            groups.apply_transactional(producer_id, key, value, written + i)
+        return ErrorCode.none
+
     async def _write_metadata(self, groups: OffsetsPartition, value: GroupValue, group_id: str) -> ErrorCode:
         return await self.write(groups, [(GroupKey(group_id), value)])

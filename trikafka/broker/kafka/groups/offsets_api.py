@@ -47,9 +47,12 @@ async def _coordinator(service: KafkaContext, api: KafkaApi, key: str,
     resource = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
     if (denied := service.authorizer.denied(api, key, resource)) is not None:
         return denied, f"{api.label} of {key!r} is not authorized", -1, "", -1
-    if key_type != KEY_TYPE_GROUP:
-        return ErrorCode.coordinator_not_available, "transactions are not served", -1, "", -1
-    address = await service.groups.coordinator_of(key)
+    if key_type == KEY_TYPE_GROUP:
+        address = await service.groups.coordinator_of(key)
+    elif key_type == KEY_TYPE_TRANSACTION and service.transactions is not None:
+        address = await service.transactions.coordinator_of(key)
+    else:
+        return ErrorCode.invalid_request, f"key type {key_type} is not served", -1, "", -1
     if isinstance(address, ErrorCode):
         return address, None, -1, "", -1
     return ErrorCode.none, None, address.broker_id, address.host, address.port
@@ -67,24 +70,10 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
     group = groups.group_or_new(body.group_id)
     refused = group.check_commit(body.member_id, body.generation_id_or_member_epoch,
                                  getattr(body, "group_instance_id", None), service.groups.membership.now_ms())
-    now_ms = service.clock_ms()
     records: list[tuple[RecordKey, RecordValue | None]] = []
     for name, part in asked:
-        key = (name, part.partition_index)
-        count = service.handler.directory.partitions_if_valid(name) if service.topic_format(name) is not None else None
-        if (denied := topic_denied(service, request.api, name)) is not None:
-            errors[key] = denied
-        elif refused != ErrorCode.none:
-            errors[key] = refused
-        elif count is None or not 0 <= part.partition_index < count:
-            errors[key] = ErrorCode.unknown_topic_or_partition
-        elif part.committed_metadata is not None and len(part.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-            errors[key] = ErrorCode.offset_metadata_too_large
-        else:
-            errors[key] = ErrorCode.none
-            records.append((OffsetKey(body.group_id, name, part.partition_index),
-                            OffsetValue(part.committed_offset, getattr(part, "committed_leader_epoch", NO_LEADER_EPOCH),
-                                        part.committed_metadata or NO_METADATA, now_ms)))
+        errors[(name, part.partition_index)] = commit_record(service, request.api, body.group_id, name, part,
+                                                             refused, records)
     if records:
         group.offsets.pending += 1
         try:
@@ -97,6 +86,26 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
                 if errors[key] == ErrorCode.none:
                     errors[key] = written
     return _commit_answer(reply, body, errors)
+
+
+def commit_record(service: KafkaContext, api: KafkaApi, group_id: str, topic: str, part: Any, refused: ErrorCode,
+                  records: list[tuple[RecordKey, RecordValue | None]]) -> ErrorCode:
+    """One partition of an OffsetCommit or TxnOffsetCommit (``part``, Any: its request entity at the
+    request's version): its error, and when NONE its record appended to ``records`` (§17.5).
+    ``refused``: the group's answer to the member's commit, NONE when it may write."""
+    count = service.handler.directory.partitions_if_valid(topic) if service.topic_format(topic) is not None else None
+    if (denied := topic_denied(service, api, topic)) is not None:
+        return denied
+    if refused != ErrorCode.none:
+        return refused
+    if count is None or not 0 <= part.partition_index < count:
+        return ErrorCode.unknown_topic_or_partition
+    if part.committed_metadata is not None and len(part.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+        return ErrorCode.offset_metadata_too_large
+    records.append((OffsetKey(group_id, topic, part.partition_index),
+                    OffsetValue(part.committed_offset, getattr(part, "committed_leader_epoch", NO_LEADER_EPOCH),
+                                part.committed_metadata or NO_METADATA, service.clock_ms())))
+    return ErrorCode.none
 
 
 def _commit_answer(reply: Reply, body: Any, errors: dict[tuple[str, int], ErrorCode]) -> Any:

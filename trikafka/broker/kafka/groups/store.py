@@ -36,10 +36,13 @@ class GroupStore:
         self._service = service
         self._topic = topic
 
-    async def write(self, index: int, records: Sequence[tuple[RecordKey, RecordValue | None]]) -> int | ErrorCode:
+    async def write(self, index: int, records: Sequence[tuple[RecordKey, RecordValue | None]],
+                    producer: tuple[int, int] | None = None) -> int | ErrorCode:
         """Append ``records`` as one batch to partition ``index`` and wait until it is committed: the
-        logical offset of the first record, or the error the client is answered (§17.3)."""
-        return await self._topic.write(index, [(encode_key(key), encode_value(value)) for key, value in records])
+        logical offset of the first record, or the error the client is answered (§17.3); with
+        ``producer`` (id, epoch) a transactional batch of that producer (§19.5.4)."""
+        return await self._topic.write(index, [(encode_key(key), encode_value(value)) for key, value in records],
+                                       producer)
 
     async def read(self, view: ReadView) -> list[LoadedRecord]:
         """Every record of a partition from its log start to its log end, in order (§17.3)."""

@@ -1,0 +1,111 @@
+"""The transaction apis byte by byte (docs/protocol.md §19.5.4, §19.5.7): FindCoordinator key
+type 1, InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit against one broker, with the answers clients hide behind their retries."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.helpers.kafka_clients import create_topic, read_with_confluent
+from tests.helpers.kafka_wire import (add_offsets_to_txn, add_partitions_to_txn, end_txn, fetch_stable_offsets,
+                                      find_transaction_coordinator, init_producer_id, init_transactional,
+                                      produce_transactional, retry_while_retriable, txn_offset_commit)
+from trikafka.kafka.batch import TRANSACTIONAL
+from trikafka.kafka.records import build_batch
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+
+@pytest.fixture(scope="module")
+def kafka() -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(num_partitions=1, offsets_topic_num_partitions=2,
+                              transaction_state_log_num_partitions=2) as running:
+        create_topic(running.bootstrap, "txn-out", partitions=2)
+        yield running
+
+
+def _tid() -> str:
+    return f"tx-{uuid.uuid4().hex[:8]}"
+
+
+def _records(producer_id: int, epoch: int, sequence: int, value: bytes) -> bytes:
+    return build_batch([value], producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                       control_attributes=TRANSACTIONAL)
+
+
+def test_find_coordinator_names_this_broker_for_a_transactional_id(kafka):
+    error, node, port = retry_while_retriable(lambda: find_transaction_coordinator(kafka.bootstrap, "any-id"))
+    assert (error, node, port) == (ErrorCode.none, 0, kafka.kafka_port)
+
+
+def test_init_bumps_the_epoch_of_a_known_id(kafka):
+    tid = _tid()
+    error, pid, epoch = init_transactional(kafka.bootstrap, tid)
+    assert (error, epoch) == (ErrorCode.none, 0) and pid >= 0
+    assert init_transactional(kafka.bootstrap, tid) == (ErrorCode.none, pid, 1)
+    assert init_producer_id(kafka.bootstrap, transactional_id=tid, producer_id=pid, epoch=0)[0] == \
+        ErrorCode.producer_fenced  # KIP-360's v3+ check of the epoch the producer has
+
+
+def test_a_commit_reaches_partitions_and_offsets(kafka):
+    tid, group = _tid(), f"g-{uuid.uuid4().hex[:6]}"
+    bootstrap = kafka.bootstrap
+    _, pid, epoch = init_transactional(bootstrap, tid)
+    # KIP-890: a partition not yet added refuses the producer's transactional batch.
+    assert produce_transactional(bootstrap, tid, "txn-out", 0, _records(pid, epoch, 0, b"early"))[0] == \
+        ErrorCode.invalid_txn_state
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch, [("txn-out", 0), ("no-such-topic", 0)]) == {
+        ("txn-out", 0): ErrorCode.operation_not_attempted, ("no-such-topic", 0): ErrorCode.unknown_topic_or_partition}
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch, [("txn-out", 0)]) == {("txn-out", 0): ErrorCode.none}
+    assert produce_transactional(bootstrap, tid, "txn-out", 0, _records(pid, epoch, 0, b"kept"))[0] == ErrorCode.none
+    assert retry_while_retriable(lambda: add_offsets_to_txn(bootstrap, tid, pid, epoch, group)) == ErrorCode.none
+    assert retry_while_retriable(lambda: txn_offset_commit(bootstrap, tid, pid, epoch, group, "txn-out", {0: 7})[0]) \
+        == ErrorCode.none
+    assert fetch_stable_offsets(bootstrap, group, "txn-out", [0]) == {0: (-1, ErrorCode.unstable_offset_commit)}
+    assert end_txn(bootstrap, tid, pid, epoch, True) == ErrorCode.none
+    assert retry_while_retriable(lambda: end_txn(bootstrap, tid, pid, epoch, True)) == ErrorCode.none  # a retry
+    assert end_txn(bootstrap, tid, pid, epoch, False) == ErrorCode.invalid_txn_state  # the other decision
+    assert _stable(bootstrap, group) == {0: (7, ErrorCode.none)}
+    seen = read_with_confluent(bootstrap, "txn-out", 1, 1, **{"isolation.level": "read_committed"})
+    assert b"kept" in {s.value for s in seen}
+
+
+def _stable(bootstrap: str, group: str) -> dict[int, tuple[int, ErrorCode]]:
+    """The group's offset once no transaction holds it (the markers are written after EndTxn)."""
+    def fetch() -> tuple[ErrorCode, dict[int, tuple[int, ErrorCode]]]:
+        found = fetch_stable_offsets(bootstrap, group, "txn-out", [0])
+        return found[0][1], found
+
+    return retry_while_retriable(lambda: _unstable_as_retriable(fetch()))[1]
+
+
+def _unstable_as_retriable(answer: tuple[ErrorCode, dict[int, tuple[int, ErrorCode]]]) -> tuple[ErrorCode, dict]:
+    error, found = answer
+    return (ErrorCode.concurrent_transactions if error == ErrorCode.unstable_offset_commit else error), found
+
+
+def test_an_abort_drops_the_offsets_and_a_new_epoch_fences_the_old(kafka):
+    tid, group = _tid(), f"g-{uuid.uuid4().hex[:6]}"
+    bootstrap = kafka.bootstrap
+    _, pid, epoch = init_transactional(bootstrap, tid)
+    assert end_txn(bootstrap, tid, pid, epoch, True) == ErrorCode.invalid_txn_state  # no transaction open
+    assert retry_while_retriable(lambda: add_offsets_to_txn(bootstrap, tid, pid, epoch, group)) == ErrorCode.none
+    assert retry_while_retriable(lambda: txn_offset_commit(bootstrap, tid, pid, epoch, group, "txn-out", {0: 3})[0]) \
+        == ErrorCode.none
+    assert end_txn(bootstrap, tid, pid, epoch, False) == ErrorCode.none
+    assert _stable(bootstrap, group) == {0: (-1, ErrorCode.none)}
+
+    assert retry_while_retriable(lambda: add_partitions_to_txn(bootstrap, tid, pid, epoch, [("txn-out", 1)])) == {
+        ("txn-out", 1): ErrorCode.none}
+    assert init_transactional(bootstrap, tid) == (ErrorCode.none, pid, epoch + 2)  # aborts the open one first
+    assert end_txn(bootstrap, tid, pid, epoch, True) == ErrorCode.producer_fenced
+    assert end_txn(bootstrap, tid, pid, epoch, True, version=1) == ErrorCode.invalid_producer_epoch  # before KIP-588
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch, [("txn-out", 0)], version=1) == {
+        ("txn-out", 0): ErrorCode.invalid_producer_epoch}
+    assert txn_offset_commit(bootstrap, tid, pid, epoch, group, "txn-out", {0: 9}) == {
+        0: ErrorCode.invalid_producer_epoch}
+    assert end_txn(bootstrap, tid, pid + 1, epoch + 2, True) == ErrorCode.invalid_producer_id_mapping
