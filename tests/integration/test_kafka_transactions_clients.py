@@ -2,10 +2,6 @@
 confluent-kafka's and kafka-python's transactional producers commit records and a consumer
 group's offsets together and abort others; a second producer of a transactional id fences the
 first; a read_committed consumer sees the committed records only.
-
-The coordinator (§19.5) and the partition side (markers, WriteTxnMarkers, read_committed) are
-built on separate branches: the module skips while the broker's ApiVersions lacks WriteTxnMarkers
-(27) or any coordinator api (24, 25, 26, 28), so it runs by itself once both serve.
 """
 
 from __future__ import annotations
@@ -15,14 +11,11 @@ import uuid
 from typing import Iterator
 
 import pytest
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from tests.helpers.kafka_clients import create_topic, read_with_confluent
-from tests.helpers.kafka_wire import exchange
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
-TRANSACTION_APIS = {24, 25, 26, 27, 28}  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit
 CLIENT_TIMEOUT_S = 30.0
 
 
@@ -30,11 +23,6 @@ CLIENT_TIMEOUT_S = 30.0
 def kafka() -> Iterator[RunningKafkaBroker]:
     with running_kafka_broker(num_partitions=1, offsets_topic_num_partitions=3,
                               transaction_state_log_num_partitions=3) as running:
-        served = {int(a.api_key) for a in exchange(running.bootstrap, 18, 3, ApiVersionsRequest(
-            client_software_name="trikafka-test", client_software_version="1")).api_keys}
-        missing = TRANSACTION_APIS - served
-        if missing:
-            pytest.skip(f"the broker does not serve apis {sorted(missing)} yet (§19.5, §19.6)")
         create_topic(running.bootstrap, "in", partitions=1)
         create_topic(running.bootstrap, "out", partitions=2)
         yield running
