@@ -67,17 +67,20 @@ def init_producer_id(bootstrap: str, *, producer_id: int = -1, epoch: int = -1,
     return answer.error_code, int(answer.producer_id), int(answer.producer_epoch)
 
 
-def produce_records(bootstrap: str, topic: str, partition: int, records: bytes, *, acks: int = -1) -> tuple[ErrorCode, int]:
-    """Produce v9 of one partition's ``records``: (error, base offset)."""
+def produce_records(bootstrap: str, topic: str, partition: int, records: bytes, *, acks: int = -1,
+                    transactional_id: str | None = None) -> tuple[ErrorCode, int]:
+    """Produce v9 of one partition's ``records`` (a transaction's with ``transactional_id``): (error,
+    base offset)."""
     import datetime
 
     from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.schema.types import TransactionalId
     from kio.static.primitive import i16, i32
 
-    answer = exchange(bootstrap, 0, 9, ProduceRequest(acks=i16(acks), timeout=datetime.timedelta(seconds=10),
-                                                      topic_data=(TopicProduceData(name=topic, partition_data=(
-                                                          PartitionProduceData(index=i32(partition),
-                                                                               records=records),)),)))
+    answer = exchange(bootstrap, 0, 9, ProduceRequest(
+        transactional_id=None if transactional_id is None else TransactionalId(transactional_id), acks=i16(acks),
+        timeout=datetime.timedelta(seconds=10), topic_data=(TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=i32(partition), records=records),)),)))
     part = answer.responses[0].partition_responses[0]
     return part.error_code, int(part.base_offset)
 
@@ -113,18 +116,7 @@ def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int, *, i
 def produce_transactional(bootstrap: str, transactional_id: str, topic: str, partition: int,
                           records: bytes) -> tuple[ErrorCode, int]:
     """Produce v9 (acks -1) of one partition's transactional ``records``: (error, base offset)."""
-    import datetime
-
-    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-    from kio.schema.types import TransactionalId
-    from kio.static.primitive import i16, i32
-
-    answer = exchange(bootstrap, 0, 9, ProduceRequest(
-        transactional_id=TransactionalId(transactional_id), acks=i16(-1), timeout=datetime.timedelta(seconds=10),
-        topic_data=(TopicProduceData(name=topic, partition_data=(
-            PartitionProduceData(index=i32(partition), records=records),)),)))
-    part = answer.responses[0].partition_responses[0]
-    return part.error_code, int(part.base_offset)
+    return produce_records(bootstrap, topic, partition, records, transactional_id=transactional_id)
 
 
 # Errors a transaction coordinator answers while it cannot decide yet (§19.5.4): a client retries them.

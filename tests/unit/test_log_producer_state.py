@@ -17,9 +17,10 @@ from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates
 PID = 42
 
 
-def idempotent(seq: int, count: int = 1, *, epoch: int = 0, pid: int = PID) -> bytearray:
+def idempotent(seq: int, count: int = 1, *, epoch: int = 0, pid: int = PID, attributes: int = 0) -> bytearray:
     return bytearray(build_batch([f"{pid}-{epoch}-{seq + k}".encode() for k in range(count)], producer_id=pid,
-                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=1))
+                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=1,
+                                 control_attributes=attributes))
 
 
 def lead(log: Log, data: bytearray):
@@ -124,9 +125,7 @@ def test_batches_without_a_producer_take_no_part():
 
 
 def txn_batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0) -> bytearray:
-    return bytearray(build_batch([f"t{pid}-{seq + k}".encode() for k in range(count)], producer_id=pid,
-                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=1,
-                                 control_attributes=TRANSACTIONAL))
+    return idempotent(seq, count, epoch=epoch, pid=pid, attributes=TRANSACTIONAL)
 
 
 def marker(commit: bool, *, pid: int = PID, epoch: int = 0) -> bytearray:

@@ -62,11 +62,10 @@ def read_marker(data: bytes | bytearray | memoryview, header: BatchHeader) -> Ma
 
 def decode_marker(header: BatchHeader, record: Record) -> Marker:
     """The marker a control batch's one record holds; ``CorruptRecords`` if it is not one."""
-    if record.key is None or len(record.key) != _KEY.size or record.value is None or len(record.value) < _VALUE.size:
-        raise CorruptRecords(f"control record at {header.base_offset} is not a transaction marker")
-    version, kind = _KEY.unpack(record.key)
-    if version != _VERSION or kind not in (ABORT, COMMIT):
-        raise CorruptRecords(f"control record at {header.base_offset}: version {version}, type {kind}")
+    kind = marker_type(record)
+    if kind is None or record.value is None or len(record.value) < _VALUE.size:
+        raise CorruptRecords(f"control record at {header.base_offset} is not a transaction marker of version "
+                             f"{_VERSION}")
     _, coordinator_epoch = _VALUE.unpack_from(record.value)
     return Marker(header.producer_id, header.producer_epoch, kind == COMMIT, coordinator_epoch)
 
