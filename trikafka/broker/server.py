@@ -177,15 +177,17 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator,
                      open_stream=open_stream)
     wiring.metrics.registry.register(readiness_collector(wiring.ready))
-    wiring.tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
         await run()
         return
     async with trio.open_nursery() as root:
+        secure = None
+        if SecurityProtocol.parse(config.metrics_security_protocol).tls:  # HTTPS where asked (§18.1)
+            tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
+            secure = _secure(tls, config, config.metrics_security_protocol)
         http = HttpServer(config.host, config.metrics_port,
-                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready),
-                          secure=_secure(wiring.tls, config, config.metrics_security_protocol))  # HTTPS where asked
+                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready), secure=secure)
         wiring.metrics_address = await root.start(http.run)
         await run()
         root.cancel_scope.cancel()
@@ -242,7 +244,6 @@ class _Wiring:
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
     coordinator: Coordinator | None = None  # an open Coordinator to register in instead of config.zk_connect (tests)
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream  # to other brokers
-    tls: TlsContexts = TlsContexts(server=None, broker_client=None)  # every listener's, loaded once by serve
 
     def ready(self) -> bool:
         return bool(self.broker_box) and self.broker_box[0].ready
@@ -264,7 +265,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     run_blocking: RunBlocking, broker_box: list[Broker],
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
     waiters = VisibleEndWaiters()
-    tls = wiring.tls
+    tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
     kafka_secure = _secure(tls, config, config.kafka_security_protocol)
     port_secure = _secure(tls, config, config.port_security_protocol)
     open_to_broker = tls.open_to_broker(wiring.open_stream)
