@@ -160,3 +160,42 @@ def test_python_clients_transactional_producers_commit_records_and_offsets(kafka
     everything = read_with_confluent(kafka.bootstrap, group, 1, 2, **{"isolation.level": "read_uncommitted"})
     assert [s.value for s in everything] == [b"aborted", b"committed"]
     assert _committed(kafka.bootstrap, group, "in") == 11
+
+
+def test_kafka_pythons_admin_lists_and_describes_transactions(kafka):
+    """DescribeTransactions and ListTransactions (§19.5.4) as kafka-python's admin client reads them:
+    an open transaction is Ongoing with its partitions, then CompleteCommit once its markers are
+    written; filters by state and producer id; an unknown id is TRANSACTIONAL_ID_NOT_FOUND."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    transactional_id = f"described-{uuid.uuid4().hex[:6]}"
+    producer = _producer(kafka.bootstrap, transactional_id)
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    try:
+        producer.begin_transaction()
+        producer.produce("out", value=b"a", partition=0)
+        producer.produce("out", value=b"b", partition=1)
+        producer.flush(CLIENT_TIMEOUT_S)
+        described = admin.describe_transactions([transactional_id])[transactional_id]
+        assert described.state.value == "Ongoing"
+        assert {(tp.topic, tp.partition) for tp in described.topic_partitions} == {("out", 0), ("out", 1)}
+        assert described.transaction_timeout_ms == 60000 and described.transaction_start_time_ms > 0
+        (listed,) = [t for ts in admin.list_transactions().values() for t in ts
+                     if t.transactional_id == transactional_id]
+        assert (listed.producer_id, listed.state.value) == (described.producer_id, "Ongoing")
+        by_producer = admin.list_transactions(producer_id_filters=[described.producer_id])
+        assert [t.transactional_id for ts in by_producer.values() for t in ts] == [transactional_id]
+        assert not [t for ts in admin.list_transactions(state_filters=["CompleteCommit"]).values() for t in ts
+                    if t.transactional_id == transactional_id]
+
+        producer.commit_transaction(CLIENT_TIMEOUT_S)
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while (state := admin.describe_transactions([transactional_id])[transactional_id].state.value) \
+                == "PrepareCommit" and time.monotonic() < deadline:
+            time.sleep(0.05)  # the markers are being written (§19.5.5)
+        assert state == "CompleteCommit"
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions([f"nobody-{uuid.uuid4().hex[:6]}"])
+    finally:
+        admin.close()

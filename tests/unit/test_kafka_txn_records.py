@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trikafka.kafka.txn_records import (TxnKey, TxnRecordError, TxnState, TxnValue, decode_key, decode_record,
-                                        decode_value, encode_key, encode_value)
+                                        decode_value, encode_key, encode_value, state_named)
 
 HEAD = ">hqhib"  # version, producer id, epoch, timeout, state
 
@@ -103,3 +103,11 @@ def test_round_trip(transactional_id: str, value: TxnValue | None):
     key = TxnKey(transactional_id)
     assert decode_record(encode_key(key), encode_value(value)) == (key, value)
 
+
+
+def test_states_carry_kafkas_names_both_ways():
+    assert [state.kafka_name for state in TxnState] == [
+        "Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
+        "PrepareEpochFence"]
+    assert all(state_named(state.kafka_name) is state for state in TxnState)
+    assert state_named("ongoing") is None and state_named("Bogus") is None

@@ -48,6 +48,19 @@ class TxnState(enum.IntEnum):
     DEAD = 6
     PREPARE_EPOCH_FENCE = 7
 
+    @property
+    def kafka_name(self) -> str:
+        """The state's name as Kafka's admin apis spell it (``PrepareCommit``, §19.5.4)."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+
+def state_named(name: str) -> TxnState | None:
+    """The state Kafka names ``name`` (``Ongoing``), None for a name that is no state."""
+    return _BY_KAFKA_NAME.get(name)
+
+
+_BY_KAFKA_NAME = {state.kafka_name: state for state in TxnState}
+
 
 @dataclass(frozen=True, slots=True)
 class TxnKey:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from trikafka.kafka.txn_records import TxnValue
 from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
@@ -115,6 +116,12 @@ class TransactionCoordination(TransactionVerifier, Protocol):
 
     async def end_transaction(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
         """EndTxn: NONE once the decision is written."""
+
+    async def describe(self, transactional_id: str) -> TxnValue | ErrorCode:
+        """DescribeTransactions: the id's committed state, or the error it answers."""
+
+    def listing(self) -> tuple[ErrorCode, list[tuple[str, TxnValue]]]:
+        """ListTransactions: the ids coordinated here, by id, with the error of the whole answer."""
 
 
 class KafkaContext(Protocol):

@@ -20,6 +20,13 @@ from kio.static.constants import EntityType
 NO_THROTTLE = datetime.timedelta(0)
 
 
+def kio_time(ms: int) -> datetime.datetime | None:
+    """A Kafka timestamp in ms as kio's time fields take it: timezone-aware, or None for -1."""
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+
+
 @lru_cache(maxsize=None)
 def _module(api_key: int, version: int) -> ModuleType:
     return load_payload_module(api_key, version, EntityType.response)

@@ -88,6 +88,10 @@ class PartitionLoads(Generic[T]):
         """Whether a load of partition ``index`` is under way."""
         return index in self._loading
 
+    def any_loading(self) -> bool:
+        """Whether a load of some partition is under way."""
+        return bool(self._loading)
+
     async def serve(self, index: int) -> T | ErrorCode:
         """Partition ``index``'s loaded state, or NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
         COORDINATOR_NOT_AVAILABLE (§17.3)."""

@@ -8,7 +8,6 @@ record without a key (``INVALID_RECORD``, §16.6.1), as Kafka does.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -25,7 +24,7 @@ from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.responses import Chunk
 
 from ..partition import AckWait, KafkaAppend, Refused
-from .entities import NO_THROTTLE, Reply
+from .entities import NO_THROTTLE, Reply, kio_time
 from .errors import BATCH_TO_KAFKA, kafka_error
 from .context import KafkaContext
 
@@ -95,7 +94,7 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Ch
     responses = []
     for topic, rows in _by_topic(results):
         partitions = tuple(reply.nested("PartitionProduceResponse", index=index, error_code=error, base_offset=base,
-                                        log_append_time_ms=append_ms, log_append_time=_time(append_ms),
+                                        log_append_time_ms=append_ms, log_append_time=kio_time(append_ms),
                                         log_start_offset=start, record_errors=(), error_message=None)
                            for _, index, error, base, start, append_ms in rows)
         responses.append(reply.nested("TopicProduceResponse", name=topic, partition_responses=partitions))
@@ -165,10 +164,3 @@ def _by_topic(results: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:
     for row in results:
         grouped.setdefault(row[0], []).append(row)
     return list(grouped.items())
-
-
-def _time(ms: int) -> datetime.datetime | None:
-    """kio's LogAppendTime field: a timezone-aware time, or None for -1 (CreateTime)."""
-    if ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)

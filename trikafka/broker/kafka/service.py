@@ -36,6 +36,7 @@ from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, pro
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .transactions import api as transactions_api
+from .transactions import admin_api as transactions_admin_api
 from .transactions.coordinator import TransactionCoordinator
 from .acl import api as acl_api
 from .acl.authorizer import Authorizer
@@ -96,6 +97,8 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
     KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    KafkaApi.DESCRIBE_TRANSACTIONS: transactions_admin_api.describe_transactions,
+    KafkaApi.LIST_TRANSACTIONS: transactions_admin_api.list_transactions,
 }
 # Handlers that write their own answer (chunks, or nothing): the rest return an entity.
 _RAW_ANSWERS = frozenset({KafkaApi.PRODUCE, KafkaApi.FETCH})

@@ -87,6 +87,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.TXN_OFFSET_COMMIT: (_transactional_id(Operation.WRITE), _group(Operation.READ),
                                      _topic(Operation.READ)),
         KafkaApi.WRITE_TXN_MARKERS: (_cluster(Operation.CLUSTER_ACTION),),
+        KafkaApi.DESCRIBE_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
+        KafkaApi.LIST_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
     }.items()
 }
 # Auto-creation by Metadata (§16.5) is CreateTopics' check.

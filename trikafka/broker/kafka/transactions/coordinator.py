@@ -17,8 +17,8 @@ from typing import Awaitable, Callable, Iterable, Sequence
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.txn_records import (TRANSACTION_STATE_TOPIC, TxnKey, TxnState, decode_record, encode_key,
-                                        encode_value)
+from trikafka.kafka.txn_records import (TRANSACTION_STATE_TOPIC, TxnKey, TxnState, TxnValue, decode_record,
+                                        encode_key, encode_value)
 from trikafka.wire.metadata import BrokerAddress
 
 from ...partition import ReadView
@@ -74,6 +74,21 @@ class TransactionCoordinator:
         if count is None:
             return ErrorCode.coordinator_not_available
         return await self.loads.serve(transaction_partition(transactional_id, count))
+
+    async def describe(self, transactional_id: str) -> TxnValue | ErrorCode:
+        """DescribeTransactions (§19.5.4): the id's committed state, or the error it answers."""
+        part = await self.partition_of(transactional_id)
+        if isinstance(part, ErrorCode):
+            return part
+        value = part.value(transactional_id)
+        return ErrorCode.transactional_id_not_found if value is None else value
+
+    def listing(self) -> tuple[ErrorCode, list[tuple[str, TxnValue]]]:
+        """ListTransactions (§19.5.4): the ids of the partitions loaded here, by id; nothing but
+        COORDINATOR_LOAD_IN_PROGRESS while a partition loads."""
+        if self.loads.any_loading():
+            return ErrorCode.coordinator_load_in_progress, []
+        return ErrorCode.none, sorted((tid, value) for part in self.loads.states() for tid, value in part.ids.items())
 
     async def _load(self, index: int, view: ReadView) -> TxnPartition:
         part = TxnPartition(index, view.leader_epoch)
