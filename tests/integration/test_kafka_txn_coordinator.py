@@ -115,3 +115,24 @@ async def test_fencing_an_ongoing_transaction_and_a_timeout_abort(nursery, tmp_p
     assert await coordinator.end_transaction("slow", pid2, epoch2, True) == ErrorCode.producer_fenced
     assert (await coordinator.init_producer_id("x", 900_001))[0] == ErrorCode.invalid_transaction_timeout
     broker.shutdown()
+
+
+async def test_an_id_unused_past_its_expiration_is_removed_and_comes_back_as_a_new_producer(nursery, tmp_path):
+    """§19.5.3's expiry: a tombstone written for an id at rest; an open transaction's id is kept."""
+    broker = await nursery.start(serve, make_config(tmp_path, kafka_port=0, transaction_state_log_num_partitions=3,
+                                                    transactional_id_expiration_ms=1))
+    coordinator = await start_coordinator(nursery, broker, RecordingMarkers())
+    _, pid, _ = await coordinator.init_producer_id("idle", 60_000)
+    _, open_pid, open_epoch = await coordinator.init_producer_id("open", 60_000)
+    assert await coordinator.add_partitions("open", open_pid, open_epoch, OUT) == ErrorCode.none
+    with trio.fail_after(WAIT_S):
+        while await coordinator.remove_expired_ids() == 0:
+            await trio.sleep(0.01)
+    assert await coordinator.describe("idle") == ErrorCode.transactional_id_not_found
+    assert (await coordinator.describe("open")).state == TxnState.ONGOING
+    error, new_pid, epoch = await coordinator.init_producer_id("idle", 60_000)
+    assert error == ErrorCode.none and new_pid != pid and epoch == 0
+    # A coordinator loading the partition reads the tombstone: the removed id's first state is gone.
+    reloaded = await start_coordinator(nursery, broker, RecordingMarkers())
+    assert (await state_of(reloaded, "idle")).producer_id == new_pid
+    broker.shutdown()

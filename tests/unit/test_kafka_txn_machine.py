@@ -175,6 +175,16 @@ def test_only_an_ongoing_transaction_expires(state: TxnState):
     assert machine.expire(at(state), False, NOW + 10 * TIMEOUT) is None
 
 
+@pytest.mark.parametrize("state", list(S))
+def test_an_id_at_rest_and_unused_for_the_expiration_may_be_removed(state: TxnState):
+    value = at(state)  # last written at NOW - 10
+    at_rest = state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+    assert machine.id_expired(value, False, NOW - 10 + 1000, 1000) is at_rest
+    assert not machine.id_expired(value, False, NOW - 10 + 999, 1000)
+    assert not machine.id_expired(value, True, NOW + 10**9, 1000)  # a write in flight decides first
+    assert not machine.id_expired(replace(value, last_update_timestamp_ms=-1), False, NOW + 10**9, 1000)
+
+
 def test_a_loaded_epoch_fence_becomes_its_abort_and_nothing_else_is_rewritten():
     fence = at(S.PREPARE_EPOCH_FENCE)
     assert machine.after_load(fence, NOW) == Write(replace(fence, state=S.PREPARE_ABORT,

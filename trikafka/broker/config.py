@@ -145,6 +145,9 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms: a producer's timeout cap (§19.5.4)
     # How often Ongoing transactions are checked against their timeout (§19.5.3).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    # An id at rest and unused this long is removed (a tombstone), and how often that is checked (§19.5.3).
+    transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms: 7 days
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
     # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
@@ -255,6 +258,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_state_log_num_partitions": 1, "transaction_state_log_replication_factor": 1,
         "transaction_state_log_segment_bytes": 1, "transaction_max_timeout_ms": 1,
         "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1,
+        "transactional_id_expiration_ms": 1, "transaction_remove_expired_transaction_cleanup_interval_ms": 1,
         "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
         "connection_failed_authentication_delay_ms": 0,
     }

@@ -55,6 +55,7 @@ class TransactionCoordinator:
         self._nursery = nursery
         self.loads.start(nursery)
         nursery.start_soon(self._abort_expired_periodically)
+        nursery.start_soon(self._remove_expired_ids_periodically)
 
     # ----------------------------------------------------------------- placement and loading
 
@@ -110,17 +111,24 @@ class TransactionCoordinator:
     async def _commit(self, part: TxnPartition, tid: str, write: Write) -> ErrorCode:
         """Write ``write`` for ``tid``; once committed apply it and, for a decision, start its markers.
         The answer the request gets: ``write.answer``, or the write's error."""
+        error = await self._write(part, tid, write.value)
+        if error != ErrorCode.none:
+            return error
+        if machine.needs_markers(write.value):
+            self._start_completion(part, tid)
+        return write.answer
+
+    async def _write(self, part: TxnPartition, tid: str, value: TxnValue | None) -> ErrorCode:
+        """Commit ``tid``'s record (None: a tombstone) with acks -1, then apply it to the cache."""
         part.writing.add(tid)
         try:
-            written = await self.topic.write(part.index, [(encode_key(TxnKey(tid)), encode_value(write.value))])
+            written = await self.topic.write(part.index, [(encode_key(TxnKey(tid)), encode_value(value))])
         finally:
             part.writing.discard(tid)
         if isinstance(written, ErrorCode):
             return written
-        part.apply(TxnKey(tid), write.value)
-        if machine.needs_markers(write.value):
-            self._start_completion(part, tid)
-        return write.answer
+        part.apply(TxnKey(tid), value)
+        return ErrorCode.none
 
     def _start_completion(self, part: TxnPartition, tid: str) -> None:
         if self._nursery is not None and (part.index, tid) not in self._completing:
@@ -160,6 +168,26 @@ class TransactionCoordinator:
         while True:
             await trio.sleep(interval_s)
             await self.abort_expired()
+
+    async def _remove_expired_ids_periodically(self) -> None:
+        config = self._service.config
+        interval_s = config.transaction_remove_expired_transaction_cleanup_interval_ms / MS_PER_S
+        while True:
+            await trio.sleep(interval_s)
+            await self.remove_expired_ids()
+
+    async def remove_expired_ids(self) -> int:
+        """Write a tombstone for every id at rest and unused for ``transactional.id.expiration.ms``
+        (§19.5.3); how many were removed.  A later InitProducerId of the id starts it afresh."""
+        removed = 0
+        now_ms = self._service.clock_ms()
+        expiration_ms = self._service.config.transactional_id_expiration_ms
+        for part in self.loads.states():
+            for tid in part.expired_ids(now_ms, expiration_ms):
+                if await self._write(part, tid, None) == ErrorCode.none:
+                    removed += 1
+                    logger.info("transactional id %s unused for %d ms: removed", tid, expiration_ms)
+        return removed
 
     async def abort_expired(self) -> int:
         """Abort every Ongoing transaction past its timeout, bumping its epoch (§19.5.3); how many."""

@@ -162,6 +162,13 @@ def expire(current: TxnValue, writing: bool, now_ms: int) -> Write | None:
     return Write(_fence_and_abort(current, now_ms))
 
 
+def id_expired(current: TxnValue, writing: bool, now_ms: int, expiration_ms: int) -> bool:
+    """Whether the id is at rest (no transaction open or completing) and has had no request for
+    ``expiration_ms``: its state may be removed (§19.5.3)."""
+    return (not writing and current.state in AT_REST and current.last_update_timestamp_ms != NO_TIMESTAMP
+            and now_ms - current.last_update_timestamp_ms >= expiration_ms)
+
+
 def deadline_ms(current: TxnValue) -> int | None:
     """When ``current`` times out (None: no open transaction to time)."""
     if current.state != TxnState.ONGOING:

@@ -59,6 +59,11 @@ class TxnPartition:
         found = ((tid, machine.expire(value, tid in self.writing, now_ms)) for tid, value in sorted(self.ids.items()))
         return [(tid, write) for tid, write in found if write is not None]
 
+    def expired_ids(self, now_ms: int, expiration_ms: int) -> list[str]:
+        """The ids at rest and unused for ``expiration_ms``, whose state may be removed (§19.5.3)."""
+        return sorted(tid for tid, value in self.ids.items()
+                      if machine.id_expired(value, tid in self.writing, now_ms, expiration_ms))
+
     def next_deadline_ms(self) -> int | None:
         """When the earliest Ongoing transaction here times out (None: none is open)."""
         deadlines = [d for d in (machine.deadline_ms(value) for value in self.ids.values()) if d is not None]
