@@ -1,12 +1,19 @@
 """Transactional clients nobody here wrote, driven through their own transaction managers
-(docs/protocol.md §19.5): shared steps of the transaction tests."""
+(docs/protocol.md §19.5), and where a cluster placed coordinators and leaders (§19.5.1, §17.1):
+shared steps of the transaction tests."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-CLIENT_TIMEOUT_S = 30.0
+from kio.schema.errors import ErrorCode
+
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S
+from tests.helpers.kafka_wire import find_coordinator, retry_while_retriable
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator's key types
+CANDIDATES = 40  # names tried until the placement wanted turns up (3 brokers: a few suffice)
 
 
 def confluent_transactional_producer(bootstrap: str, transactional_id: str) -> Any:
@@ -66,3 +73,34 @@ def kafka_python_abort_then_commit(bootstrap: str, transactional_id: str, topic:
         producer.commit_transaction()
     finally:
         producer.close(CLIENT_TIMEOUT_S)
+
+
+def coordinator_node(bootstrap: str, key: str, key_type: int) -> tuple[int, str]:
+    """The node id and Kafka address of ``key``'s coordinator (FindCoordinator, retried while it is made)."""
+    first = bootstrap.split(",")[0]
+    error, node, port = retry_while_retriable(lambda: find_coordinator(first, key, key_type=key_type))
+    assert error == ErrorCode.none, (key, error)
+    return node, f"127.0.0.1:{port}"
+
+
+def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's leader, once every partition has one."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while True:
+        described = admin.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
+        leaders = {p: int(meta.leader) for p, meta in described.partitions.items()}
+        if leaders and min(leaders.values()) >= 0 or time.monotonic() > deadline:
+            return leaders
+
+
+def key_coordinated_outside(bootstrap: str, prefix: str, key_type: int, avoid: set[int]) -> tuple[str, int, str]:
+    """A key ``prefix-N`` whose coordinator is not in ``avoid``: (key, node id, address)."""
+    for n in range(CANDIDATES):
+        key = f"{prefix}-{n}"
+        node, address = coordinator_node(bootstrap, key, key_type)
+        if node not in avoid:
+            return key, node, address
+    raise AssertionError(f"no {prefix}-N of {CANDIDATES} is coordinated outside {avoid}")

@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.helpers.kafka_clients import create_topic, read_with_confluent
-from tests.helpers.kafka_transactions import (CLIENT_TIMEOUT_S, committed_offset, confluent_group_metadata,
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_confluent
+from tests.helpers.kafka_transactions import (committed_offset, confluent_group_metadata,
                                              confluent_transactional_producer, kafka_python_abort_then_commit)
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker

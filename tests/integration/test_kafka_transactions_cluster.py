@@ -7,7 +7,6 @@ v4 ``verify_only``)."""
 from __future__ import annotations
 
 import functools
-import time
 import uuid
 
 import trio
@@ -15,54 +14,22 @@ from kio.schema.errors import ErrorCode
 
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_confluent
 from tests.helpers.kafka_processes import kafka_cluster
-from tests.helpers.kafka_transactions import (committed_offset, confluent_group_metadata,
-                                             confluent_transactional_producer, kafka_python_abort_then_commit)
-from tests.helpers.kafka_wire import fetch_stable_offsets, find_coordinator, retry_while_retriable
+from tests.helpers.kafka_transactions import (GROUP_KEY, TRANSACTION_KEY, committed_offset, confluent_group_metadata,
+                                             confluent_transactional_producer, kafka_python_abort_then_commit,
+                                             key_coordinated_outside, partition_leaders)
+from tests.helpers.kafka_wire import fetch_stable_offsets
 
 FLAGS = ("--set", "transaction.state.log.num.partitions=3", "--set", "offsets.topic.num.partitions=3",
          "--set", "group.initial.rebalance.delay.ms=0")
 REPLICATED = {"min.insync.replicas": "2"}
-GROUP_KEY, TRANSACTION_KEY = 0, 1
-CANDIDATES = 40  # names tried until the placement wanted turns up (3 brokers: a few suffice)
-
-
-def _coordinator(bootstrap: str, key: str, key_type: int) -> tuple[int, str]:
-    """The node id and Kafka address of ``key``'s coordinator (FindCoordinator, retried while it is made)."""
-    first = bootstrap.split(",")[0]
-    error, node, port = retry_while_retriable(lambda: find_coordinator(first, key, key_type=key_type))
-    assert error == ErrorCode.none, (key, error)
-    return node, f"127.0.0.1:{port}"
-
-
-def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each partition's leader, once every partition has one."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    while True:
-        described = admin.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]
-        leaders = {p: int(meta.leader) for p, meta in described.partitions.items()}
-        if leaders and min(leaders.values()) >= 0 or time.monotonic() > deadline:
-            return leaders
-
-
-def _named(bootstrap: str, prefix: str, key_type: int, avoid: set[int]) -> tuple[str, int, str]:
-    """A key ``prefix-N`` whose coordinator is not in ``avoid``: (key, node id, address)."""
-    for n in range(CANDIDATES):
-        key = f"{prefix}-{n}"
-        node, address = _coordinator(bootstrap, key, key_type)
-        if node not in avoid:
-            return key, node, address
-    raise AssertionError(f"no {prefix}-N of {CANDIDATES} is coordinated outside {avoid}")
 
 
 def _confluent_across_brokers(bootstrap: str, out_leaders: dict[int, int]) -> None:
     """(a) and (b): a commit of records and a group's offsets, then an abort, with librdkafka."""
     from confluent_kafka import TopicPartition
 
-    group, group_node, group_address = _named(bootstrap, f"g-{uuid.uuid4().hex[:6]}", GROUP_KEY, set())
-    tid, tid_node, _ = _named(bootstrap, f"tx-{uuid.uuid4().hex[:6]}", TRANSACTION_KEY, {group_node})
+    group, group_node, group_address = key_coordinated_outside(bootstrap, f"g-{uuid.uuid4().hex[:6]}", GROUP_KEY, set())
+    tid, tid_node, _ = key_coordinated_outside(bootstrap, f"tx-{uuid.uuid4().hex[:6]}", TRANSACTION_KEY, {group_node})
     elsewhere = [p for p, leader in out_leaders.items() if leader not in {group_node, tid_node}]
     assert elsewhere, f"no partition of out led outside brokers {group_node} and {tid_node}: {out_leaders}"
     consumer, metadata = confluent_group_metadata(bootstrap, group)
@@ -95,8 +62,8 @@ def _kafka_python_across_brokers(bootstrap: str) -> None:
     """(c): kafka-python's transactional producer, its one-partition output led away from its coordinator."""
     topic = f"kp-{uuid.uuid4().hex[:6]}"
     create_topic(bootstrap, topic, 1, REPLICATED, replication_factor=3)
-    (leader,) = _leaders(bootstrap, topic).values()
-    tid, _, _ = _named(bootstrap, f"tx-{topic}", TRANSACTION_KEY, {leader})
+    (leader,) = partition_leaders(bootstrap, topic).values()
+    tid, _, _ = key_coordinated_outside(bootstrap, f"tx-{topic}", TRANSACTION_KEY, {leader})
     kafka_python_abort_then_commit(bootstrap, tid, topic, topic, "in")
     committed = read_with_confluent(bootstrap, topic, 1, 1, **{"isolation.level": "read_committed"})
     assert [s.value for s in committed] == [b"committed"]
@@ -111,6 +78,6 @@ async def test_transactions_whose_coordinators_and_leaders_are_on_different_brok
         for topic, partitions in (("in", 1), ("out", 3)):
             await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, topic, partitions, REPLICATED,
                                                             replication_factor=3))
-        out_leaders = await trio.to_thread.run_sync(_leaders, bootstrap, "out")
+        out_leaders = await trio.to_thread.run_sync(partition_leaders, bootstrap, "out")
         await trio.to_thread.run_sync(_confluent_across_brokers, bootstrap, out_leaders)
         await trio.to_thread.run_sync(_kafka_python_across_brokers, bootstrap)
