@@ -4,6 +4,7 @@ TxnOffsetCommit against one broker, with the answers clients hide behind their r
 
 from __future__ import annotations
 
+import socket
 import uuid
 from typing import Iterator
 
@@ -18,6 +19,7 @@ from trikafka.broker.kafka.transactions.verification import RoutedVerifier
 from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.records import build_batch
 from trikafka.testing import running_kafka_broker
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 
@@ -125,6 +127,34 @@ def test_only_a_transactions_first_batch_on_a_partition_is_verified(kafka):
                     ErrorCode.none
             assert counting.verified == transaction + 1  # the marker closed the first: the second asks again
             assert end_txn(bootstrap, tid, pid, epoch, True) == ErrorCode.none
+    finally:
+        service.verifier = routed
+
+
+class _UnreachableCoordinator:
+    """A coordinator on a broker nobody listens for."""
+
+    def __init__(self, port: int):
+        self._port = port
+
+    async def coordinator_of(self, transactional_id):
+        return BrokerAddress(99, "127.0.0.1", self._port)
+
+
+def test_a_coordinator_that_cannot_be_reached_answers_what_clients_retry(kafka):
+    """§19.5.7: nothing is appended; Produce answers NOT_ENOUGH_REPLICAS, TxnOffsetCommit
+    COORDINATOR_NOT_AVAILABLE."""
+    service, bootstrap, tid, group = kafka.broker.kafka, kafka.bootstrap, _tid(), f"g-{uuid.uuid4().hex[:6]}"
+    _, pid, epoch = init_transactional(bootstrap, tid)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    routed, service.verifier = service.verifier, RoutedVerifier(service, _UnreachableCoordinator(port))
+    try:
+        assert produce_transactional(bootstrap, tid, "txn-out", 0, _records(pid, epoch, 0, b"x"))[0] == \
+            ErrorCode.not_enough_replicas
+        assert txn_offset_commit(bootstrap, tid, pid, epoch, group, "txn-out", {0: 3}) == {
+            0: ErrorCode.coordinator_not_available}
     finally:
         service.verifier = routed
 
