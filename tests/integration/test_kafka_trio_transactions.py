@@ -24,6 +24,9 @@ from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 
+MAX_MESSAGE_BYTES = 4096  # a larger batch is refused (MESSAGE_TOO_LARGE): a batch that fails for good
+
+
 class Boom(Exception):
     """Raised inside a transaction to abort it."""
 
@@ -31,7 +34,7 @@ class Boom(Exception):
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[RunningKafkaBroker]:
     with running_kafka_broker(num_partitions=1, offsets_topic_num_partitions=3,
-                              transaction_state_log_num_partitions=3) as running:
+                              transaction_state_log_num_partitions=3, max_message_size=MAX_MESSAGE_BYTES) as running:
         yield running
 
 
@@ -163,6 +166,27 @@ async def test_a_second_producer_fences_the_first(kafka: RunningKafkaBroker) -> 
                 async with second.transaction():
                     await second.send(topic, b"second")
         assert await _read_committed_until(client, topic, 0, b"second") == [b"first", b"second"]
+
+
+async def test_a_failed_batch_aborts_and_the_next_transaction_has_a_new_epoch(kafka: RunningKafkaBroker) -> None:
+    topic = _name("too-large")
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        async with KafkaProducer.open(client, transactional_id=_name("tx")) as producer:
+            await producer.init_transactions()
+            assert producer.idempotence is not None
+            epoch = producer.idempotence.epoch
+            with pytest.raises(KafkaResponseError) as raised:
+                async with producer.transaction():
+                    await producer.send(topic, b"aborted")
+                    with pytest.raises(KafkaResponseError):
+                        await producer.send(topic, b"x" * MAX_MESSAGE_BYTES * 2)
+                    # the block swallowed the error: the commit aborts and raises it
+            assert raised.value.error_code == ErrorCode.message_too_large
+            assert producer.idempotence.epoch == epoch + 1  # sequences restart under a new epoch
+            async with producer.transaction():
+                await producer.send(topic, b"after")
+        assert await _read_committed_until(client, topic, 0, b"after") == [b"after"]
 
 
 async def test_misuse_is_refused_before_any_request(kafka: RunningKafkaBroker) -> None:

@@ -3,7 +3,8 @@
 It talks to trikafka's Kafka listener and to any Kafka broker, without
 asyncio: ``KafkaClient`` (bootstrap, metadata, leader routing) over
 ``KafkaConnection`` (version negotiation, pipelined requests), a
-``KafkaProducer`` (idempotent, or transactional with a ``TransactionManager``), a ``PartitionConsumer``, a ``GroupConsumer`` and ``KafkaAdmin`` calls.  The
+``KafkaProducer`` (idempotent, or transactional with a ``TransactionManager``,
+§19.8), a ``PartitionConsumer``, a ``GroupConsumer`` and ``KafkaAdmin`` calls.  The
 bytes are ``trikafka.kafka``'s codec; nothing here encodes a record.
 
 Each name below is imported from its module on first use.

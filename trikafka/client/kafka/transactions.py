@@ -36,8 +36,8 @@ DEFAULT_RETRY_TIMEOUT_S = 60.0  # Kafka's max.block.ms: how long one step retrie
 _FIRST_BACKOFF_S = 0.02
 _MAX_BACKOFF_S = 1.0
 Flush = Callable[[], Awaitable[None]]
-# Any answer body of kio's: each api's answer is a different class.
-AnswerCode = Callable[[object], int]
+Values = Mapping[str, object] | Callable[[int], Mapping[str, object]]  # a body's values, or a function of the version
+AnswerCode = Callable[[object], int]  # an answer (each api's its own kio class) to its error code
 
 
 def _top_code(answer: object) -> int:
@@ -198,9 +198,8 @@ class TransactionManager:
         await self._call(f"EndTxn {'commit' if committed else 'abort'}", KafkaApi.END_TXN,
                          {"committed": committed, **self._producer_values()}, _top_code)
 
-    async def _call(self, what: str, api: KafkaApi, values: Mapping[str, object] | Callable[[int], Mapping[str, object]],
-                    answer_code: AnswerCode, *, key: str | None = None,
-                    key_type: int = COORDINATOR_KEY_TYPE_TRANSACTION) -> object:
+    async def _call(self, what: str, api: KafkaApi, values: Values, answer_code: AnswerCode, *,
+                    key: str | None = None, key_type: int = COORDINATOR_KEY_TYPE_TRANSACTION) -> object:
         """``api`` to the coordinator of ``key`` (default: the transactional id), retried per §19.8; its answer.
 
         ``values`` may be a function of the negotiated version.  Raises the
