@@ -151,21 +151,34 @@ async def test_a_second_producer_fences_the_first(kafka: RunningKafkaBroker) -> 
     topic, transactional_id = _name("fenced"), _name("tx")
     async with KafkaClient(kafka.bootstrap) as client:
         await _create(client, topic, 1)
-        async with KafkaProducer.open(client, transactional_id=transactional_id) as first:
+        async with KafkaProducer.open(client, transactional_id=transactional_id) as first, \
+                KafkaProducer.open(client, transactional_id=transactional_id) as second:
             await first.init_transactions()
             async with first.transaction():
                 await first.send(topic, b"first")
-            async with KafkaProducer.open(client, transactional_id=transactional_id) as second:
-                await second.init_transactions()
-                with pytest.raises(ProducerFencedError):
-                    async with first.transaction():
-                        await first.send(topic, b"fenced")
-                with pytest.raises(ProducerFencedError):  # unusable from then on
-                    async with first.transaction():
-                        pass
-                async with second.transaction():
-                    await second.send(topic, b"second")
+            with pytest.raises(ProducerFencedError):
+                async with first.transaction():
+                    await first.send(topic, b"open-when-fenced")
+                    await second.init_transactions()  # aborts the open transaction, then fences its producer
+            with pytest.raises(ProducerFencedError):  # unusable from then on
+                async with first.transaction():
+                    pass
+            async with second.transaction():
+                await second.send(topic, b"second")
         assert await _read_committed_until(client, topic, 0, b"second") == [b"first", b"second"]
+
+
+async def test_a_fenced_producer_s_next_send_raises(kafka: RunningKafkaBroker) -> None:
+    topic, transactional_id = _name("fenced-send"), _name("tx")
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        async with KafkaProducer.open(client, transactional_id=transactional_id) as first, \
+                KafkaProducer.open(client, transactional_id=transactional_id) as second:
+            await first.init_transactions()
+            await second.init_transactions()
+            with pytest.raises(ProducerFencedError):
+                async with first.transaction():
+                    await first.send(topic, b"fenced")
 
 
 async def test_a_failed_batch_aborts_and_the_next_transaction_has_a_new_epoch(kafka: RunningKafkaBroker) -> None:
