@@ -100,3 +100,14 @@ def test_a_fenced_producer_stays_fatal():
             attempt()
     authorization = TransactionState().fail(KafkaResponseError(ErrorCode.transactional_id_authorization_failed, "x"))
     assert type(authorization) is TransactionFatalError
+
+
+def test_an_abort_that_cannot_complete_makes_the_producer_fatal():
+    state = _ready()
+    state.begin()
+    state.move(Phase.ABORTING)
+    fatal = state.fatal(KafkaResponseError(ErrorCode.invalid_txn_state, "EndTxn abort"))
+    assert type(fatal) is TransactionFatalError and fatal.error_code == ErrorCode.invalid_txn_state
+    assert state.phase is Phase.FATAL
+    with pytest.raises(TransactionFatalError):
+        state.begin()

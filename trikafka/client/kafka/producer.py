@@ -192,9 +192,8 @@ class KafkaProducer:
             yield
         except BaseException:
             if manager.state.phase is not Phase.FATAL:
-                with trio.CancelScope(shield=True):  # a cancelled block still aborts, within bounds
-                    with trio.move_on_after(manager.retry_timeout_s):
-                        await manager.abort(self.flush)
+                with trio.CancelScope(shield=True):  # a cancelled block still aborts; its retries are bounded
+                    await manager.abort(self.flush)
             raise
         if manager.state.phase is not Phase.READY:  # READY: abort() ended it inside the block
             await manager.commit(self.flush)

@@ -138,15 +138,21 @@ class TransactionState:
         ``FATAL_TRANSACTION_ERRORS``); any other fails the transaction
         (ABORTABLE_ERROR) while one is open, and is returned as it is.
         """
-        fatal = FATAL_TRANSACTION_ERRORS.get(error.error_code)
-        if fatal is not None:
-            if not isinstance(error, TransactionFatalError):
-                error = fatal(int(error.error_code), error.what)
-            if self.phase is not Phase.FATAL:
-                self.phase, self.error = Phase.FATAL, error
-            return self.error or error
+        if error.error_code in FATAL_TRANSACTION_ERRORS:
+            return self.fatal(error)
         if self.phase in (Phase.IN_TRANSACTION, Phase.COMMITTING):
             self.phase, self.error = Phase.ABORTABLE_ERROR, error
+        return error
+
+    def fatal(self, error: KafkaResponseError) -> TransactionFatalError:
+        """Make the producer FATAL with ``error`` (as its fatal class, ``TransactionFatalError`` for a code
+        that is not fatal by itself: an abort that could not be completed)."""
+        if self.phase is Phase.FATAL and isinstance(self.error, TransactionFatalError):
+            return self.error
+        if not isinstance(error, TransactionFatalError):
+            fatal = FATAL_TRANSACTION_ERRORS.get(error.error_code, TransactionFatalError)
+            error = fatal(int(error.error_code), error.what)
+        self.phase, self.error = Phase.FATAL, error
         return error
 
     def completed(self) -> None:

@@ -160,6 +160,7 @@ class TransactionManager:
     async def abort(self, flush: Flush) -> None:
         """Abort the transaction: batches in flight are awaited, batches not sent fail, then EndTxn abort.
 
+        An abort that fails (after its retries) makes the producer fatal.
         After a failed batch the epoch is bumped (InitProducerId with the
         current id and epoch), so the partitions' sequences restart at 0.
         """
@@ -168,11 +169,14 @@ class TransactionManager:
         if self.state.phase is Phase.FATAL:  # a batch in flight was fenced
             assert self.state.error is not None
             raise self.state.error
-        if self.state.started_at_coordinator:
-            await self._end(committed=False)
-        if self.idempotence.new_epoch_wanted:
-            self.state.move(Phase.INITIALIZING)
-            await self._init_producer_id()
+        try:
+            if self.state.started_at_coordinator:
+                await self._end(committed=False)
+            if self.idempotence.new_epoch_wanted:
+                self.state.move(Phase.INITIALIZING)
+                await self._init_producer_id()
+        except KafkaResponseError as exc:  # nothing is left to fall back on: the producer is done
+            raise self.state.fatal(exc) from exc
         self.state.completed()
 
     # ------------------------------------------------------------------ requests
