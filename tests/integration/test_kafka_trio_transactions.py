@@ -8,9 +8,10 @@ fences the first.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 import pytest
 import trio
@@ -46,6 +47,15 @@ async def _create(client: KafkaClient, topic: str, partitions: int) -> None:
     assert await KafkaAdmin(client).create_topics([NewTopic(topic, partitions)]) == {topic: None}
 
 
+@contextlib.asynccontextmanager
+async def _transactional(client: KafkaClient, topic: str, partitions: int) -> AsyncIterator[KafkaProducer]:
+    """A new topic and a transactional producer of a new id, initialized."""
+    await _create(client, topic, partitions)
+    async with KafkaProducer.open(client, transactional_id=_name("tx")) as producer:
+        await producer.init_transactions()
+        yield producer
+
+
 async def _read_committed_until(client: KafkaClient, topic: str, partition: int, last: bytes) -> list[bytes]:
     """Values of one partition, read_committed, up to and including the value ``last``."""
     values: list[bytes] = []
@@ -61,9 +71,7 @@ async def _read_committed_until(client: KafkaClient, topic: str, partition: int,
 async def test_commit_is_seen_and_abort_is_not(kafka: RunningKafkaBroker) -> None:
     topic = _name("txn-out")
     async with KafkaClient(kafka.bootstrap) as client:
-        await _create(client, topic, 2)
-        async with KafkaProducer.open(client, transactional_id=_name("tx")) as producer:
-            await producer.init_transactions()
+        async with _transactional(client, topic, 2) as producer:
             async with producer.transaction():
                 for i in range(4):
                     await producer.submit(topic, b"committed-%d" % i, partition=i % 2)
@@ -147,7 +155,8 @@ async def test_consume_transform_produce_commits_offsets_with_the_output(kafka: 
         assert await _read_committed_until(client, sink, 0, b"end") == [b"in-%d" % i for i in range(5)] + [b"end"]
 
 
-async def test_a_second_producer_fences_the_first(kafka: RunningKafkaBroker) -> None:
+@pytest.mark.parametrize("while_open", [True, False], ids=["transaction-open", "between-transactions"])
+async def test_a_second_producer_fences_the_first(kafka: RunningKafkaBroker, while_open: bool) -> None:
     topic, transactional_id = _name("fenced"), _name("tx")
     async with KafkaClient(kafka.bootstrap) as client:
         await _create(client, topic, 1)
@@ -156,10 +165,13 @@ async def test_a_second_producer_fences_the_first(kafka: RunningKafkaBroker) -> 
             await first.init_transactions()
             async with first.transaction():
                 await first.send(topic, b"first")
-            with pytest.raises(ProducerFencedError):
+            if not while_open:
+                await second.init_transactions()
+            with pytest.raises(ProducerFencedError):  # the send (between) or the commit (open) is fenced
                 async with first.transaction():
-                    await first.send(topic, b"open-when-fenced")
-                    await second.init_transactions()  # aborts the open transaction, then fences its producer
+                    await first.send(topic, b"fenced")
+                    if while_open:
+                        await second.init_transactions()  # aborts the open transaction, then fences its producer
             with pytest.raises(ProducerFencedError):  # unusable from then on
                 async with first.transaction():
                     pass
@@ -168,25 +180,10 @@ async def test_a_second_producer_fences_the_first(kafka: RunningKafkaBroker) -> 
         assert await _read_committed_until(client, topic, 0, b"second") == [b"first", b"second"]
 
 
-async def test_a_fenced_producer_s_next_send_raises(kafka: RunningKafkaBroker) -> None:
-    topic, transactional_id = _name("fenced-send"), _name("tx")
-    async with KafkaClient(kafka.bootstrap) as client:
-        await _create(client, topic, 1)
-        async with KafkaProducer.open(client, transactional_id=transactional_id) as first, \
-                KafkaProducer.open(client, transactional_id=transactional_id) as second:
-            await first.init_transactions()
-            await second.init_transactions()
-            with pytest.raises(ProducerFencedError):
-                async with first.transaction():
-                    await first.send(topic, b"fenced")
-
-
 async def test_a_failed_batch_aborts_and_the_next_transaction_has_a_new_epoch(kafka: RunningKafkaBroker) -> None:
     topic = _name("too-large")
     async with KafkaClient(kafka.bootstrap) as client:
-        await _create(client, topic, 1)
-        async with KafkaProducer.open(client, transactional_id=_name("tx")) as producer:
-            await producer.init_transactions()
+        async with _transactional(client, topic, 1) as producer:
             assert producer.idempotence is not None
             epoch = producer.idempotence.epoch
             with pytest.raises(KafkaResponseError) as raised:
