@@ -1,5 +1,5 @@
 """The cost of exactly-once on trikafka's Kafka listener (docs/protocol.md §19): acks all, plain
-against idempotent, in one run.
+against idempotent and transactional, in one run.
 
     python bench/exactly_once_bench.py [--messages N] [--size B] [--rounds R] [--no-rf3]
 
@@ -8,20 +8,29 @@ alternating rounds (default 3) of N (default 500,000) B-byte (default 200)
 values to one partition, with ``enable.idempotence`` false then true, on a
 ``trikafka serve --standalone`` subprocess and (unless ``--no-rf3``) on a
 three-broker ZooKeeper cluster with a replication-factor-3 topic
-(``min.insync.replicas`` 2).  Each run ends when every delivery report is in.
+(``min.insync.replicas`` 2).  On the standalone broker more modes run in the
+same alternation: confluent-kafka's transactional producer committing
+transactions of 1000 and of 100 records (``init_transactions`` included in
+the time), and trikafka's own Trio ``KafkaProducer`` (acks -1, linger 5 ms)
+plain, idempotent and in transactions of 1000 records.  The cluster runs
+only confluent-kafka's plain and idempotent: a transaction there needs its
+coordinator on every partition leader's broker (§19.5.7).  Each run ends
+when every delivery report is in (and the last transaction committed).
 Prints each run's msg/s and the broker CPU per message (from /proc), then the
-medians and the idempotent/plain ratio.  Transactions are not measured here
-until their coordinator is served (§19.5).
+medians and each mode's ratio to its client's plain mode.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,20 +40,83 @@ from kafka_bench import create_topic, line, produce, three_brokers, timed  # noq
 from served_broker import served_broker  # noqa: E402
 from trikafka.cli.serve import read_ready_file  # noqa: E402
 
-MODES = {"plain": {"acks": "all", "enable.idempotence": False},
-         "idempotent": {"acks": "all", "enable.idempotence": True}}
+@dataclass(frozen=True)
+class Mode:
+    """One column: which producer, its settings, and how many records a transaction holds (0: none)."""
+
+    client: str  # "confluent" (librdkafka settings) or "trio" (KafkaProducer keyword arguments)
+    settings: dict[str, object]
+    transaction_records: int = 0
+    baseline: str = "plain"  # the mode its ratio is taken against
 
 
-def compare(bootstrap: str, pids: list[int], topic: str, messages: int, size: int, rounds: int, where: str) -> None:
-    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+MODES = {
+    "plain": Mode("confluent", {"acks": "all", "enable.idempotence": False}),
+    "idempotent": Mode("confluent", {"acks": "all", "enable.idempotence": True}),
+    "txn-1000": Mode("confluent", {"acks": "all", "enable.idempotence": True}, 1000),
+    "txn-100": Mode("confluent", {"acks": "all", "enable.idempotence": True}, 100),
+    "trio plain": Mode("trio", {"idempotent": False}, baseline="trio plain"),
+    "trio idempotent": Mode("trio", {}, baseline="trio plain"),
+    "trio txn-1000": Mode("trio", {}, 1000, baseline="trio plain"),
+}
+# §19.5.7: a transaction needs its coordinator on the leaders' broker, which a cluster does not promise.
+REPLICATED_MODES = ("plain", "idempotent")
+
+
+def produce_trio(bootstrap: str, topic: str, messages: int, size: int, mode: Mode, transactional_id: str) -> float:
+    """Seconds for trikafka's Trio producer to have ``messages`` values of ``size`` bytes acknowledged
+    (acks -1, linger 5 ms), in committed transactions of ``mode.transaction_records`` when set."""
+    import trio
+
+    from trikafka.client.kafka import KafkaClient, KafkaProducer
+
+    value = b"v" * size
+    per_transaction = mode.transaction_records or messages
+
+    async def run() -> float:
+        async with KafkaClient(bootstrap) as client:
+            await client.partition_count(topic)  # metadata before the clock starts, as librdkafka's
+            started = time.perf_counter()
+            async with KafkaProducer.open(client, transactional_id=transactional_id if mode.transaction_records
+                                          else None, **mode.settings) as producer:
+                if mode.transaction_records:
+                    await producer.init_transactions()
+                for first in range(0, messages, per_transaction):
+                    async with (producer.transaction() if mode.transaction_records
+                                else contextlib.nullcontext()):
+                        for _ in range(min(per_transaction, messages - first)):
+                            await producer.submit(topic, value, partition=0)
+                    await producer.flush()
+            return time.perf_counter() - started
+
+    return trio.run(run)
+
+
+def compare(bootstrap: str, pids: list[int], topic: str, messages: int, size: int, rounds: int, where: str,
+            modes: tuple[str, ...] = tuple(MODES)) -> None:
+    rates: dict[str, list[float]] = {name: [] for name in modes}
     for round_ in range(1, rounds + 1):
-        for mode, settings in MODES.items():
-            elapsed, cpu_s = timed(pids, lambda: produce({"bootstrap.servers": bootstrap, **settings}, topic,
-                                                         messages, size))
-            rates[mode].append(line(f"{where} {mode} #{round_}", messages, size, elapsed, cpu_s))
-    medians = {mode: statistics.median(r) for mode, r in rates.items()}
+        for name in modes:
+            mode = MODES[name]
+            transactional_id = f"bench-{where}-{name}-{round_}".replace(" ", "-")
+            if mode.client == "trio":
+                def run() -> float:
+                    return produce_trio(bootstrap, topic, messages, size, mode, transactional_id)
+            else:
+                config = {"bootstrap.servers": bootstrap, **mode.settings}
+                if mode.transaction_records:
+                    config["transactional.id"] = transactional_id
+
+                def run() -> float:
+                    return produce(config, topic, messages, size, mode.transaction_records)
+            elapsed, cpu_s = timed(pids, run)
+            rates[name].append(line(f"{where} {name} #{round_}", messages, size, elapsed, cpu_s))
+    medians = {name: statistics.median(r) for name, r in rates.items()}
     print(f"{where + ' medians':34} " + ", ".join(f"{m} {r:,.0f} msg/s" for m, r in medians.items()), flush=True)
-    print(f"{where + ' idempotent / plain':34} {medians['idempotent'] / medians['plain']:>12.0%}", flush=True)
+    for name in modes:
+        baseline = MODES[name].baseline
+        if name != baseline and baseline in medians:
+            print(f"{where + ' ' + name + ' / ' + baseline:34} {medians[name] / medians[baseline]:>12.0%}", flush=True)
 
 
 def standalone(root: Path, messages: int, size: int, rounds: int) -> None:
@@ -64,7 +136,8 @@ def replicated(root: Path, messages: int, size: int, rounds: int) -> None:
         bootstrap = cluster.kafka_bootstrap
         print(f"cluster: Kafka listeners {bootstrap}; {messages:,} messages of {size} B", flush=True)
         create_topic(bootstrap, "eos-rf3", 3)
-        compare(bootstrap, [m.pid for m in cluster.brokers], "eos-rf3", messages, size, rounds, "RF 3")
+        compare(bootstrap, [m.pid for m in cluster.brokers], "eos-rf3", messages, size, rounds, "RF 3",
+                REPLICATED_MODES)
 
 
 def main() -> None:

@@ -76,8 +76,12 @@ def create_topic(bootstrap: str, topic: str, replication_factor: int, settings: 
     futures[topic].result(CLIENT_TIMEOUT_S)
 
 
-def produce(config: dict[str, Any], topic: str, messages: int, size: int) -> float:
-    """Seconds to produce ``messages`` values of ``size`` bytes and have every delivery report."""
+def produce(config: dict[str, Any], topic: str, messages: int, size: int, transaction_records: int = 0) -> float:
+    """Seconds to produce ``messages`` values of ``size`` bytes and have every delivery report.
+
+    ``transaction_records`` > 0 (``config`` then names a ``transactional.id``):
+    the values go in committed transactions of that many, ``init_transactions`` timed too.
+    """
     failed: list[Any] = []
 
     def delivered(err: Any, _msg: Any) -> None:
@@ -89,7 +93,13 @@ def produce(config: dict[str, Any], topic: str, messages: int, size: int) -> flo
     send = producer.produce
     poll = producer.poll
     started = time.perf_counter()
+    if transaction_records:
+        producer.init_transactions(CLIENT_TIMEOUT_S)
     for i in range(messages):
+        if transaction_records and i % transaction_records == 0:
+            if i:
+                producer.commit_transaction(CLIENT_TIMEOUT_S * 4)
+            producer.begin_transaction()
         while True:
             try:
                 send(topic, value, on_delivery=delivered)
@@ -98,6 +108,8 @@ def produce(config: dict[str, Any], topic: str, messages: int, size: int) -> flo
                 poll(0.01)
         if i % POLL_EVERY == 0:
             poll(0)
+    if transaction_records and messages:
+        producer.commit_transaction(CLIENT_TIMEOUT_S * 4)  # flushes, then commits
     if producer.flush(CLIENT_TIMEOUT_S * 4) != 0:
         raise RuntimeError("the producer did not deliver every message in time")
     elapsed = time.perf_counter() - started

@@ -3,7 +3,8 @@
 It talks to trikafka's Kafka listener and to any Kafka broker, without
 asyncio: ``KafkaClient`` (bootstrap, metadata, leader routing) over
 ``KafkaConnection`` (version negotiation, pipelined requests), a
-``KafkaProducer``, a ``PartitionConsumer``, a ``GroupConsumer`` and ``KafkaAdmin`` calls.  The
+``KafkaProducer`` (idempotent, or transactional with a ``TransactionManager``,
+§19.8), a ``PartitionConsumer``, a ``GroupConsumer`` and ``KafkaAdmin`` calls.  The
 bytes are ``trikafka.kafka``'s codec; nothing here encodes a record.
 
 Each name below is imported from its module on first use.
@@ -21,10 +22,12 @@ _EXPORTS = {  # module -> the names this package re-exports from it
     ".connection": ("KafkaConnection", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
     ".consumer": ("PartitionConsumer",),
     ".group": ("GroupConsumer", "GroupMessage"),
-    ".group_offsets": ("TopicPartition",),
+    ".group_offsets": ("ConsumerGroupMetadata", "TopicPartition"),
     ".membership": ("GroupMembership",),
-    ".errors": ("KafkaOffsetOutOfRange", "KafkaResponseError"),
+    ".errors": ("KafkaOffsetOutOfRange", "KafkaResponseError", "ProducerFencedError", "TransactionFatalError",
+                "TransactionStateError"),
     ".partitioner": ("DefaultPartitioner", "key_partition", "murmur2"),
     ".producer": ("ACKS_ALL", "ACKS_LEADER", "ACKS_NONE", "KafkaProducer", "PendingRecord"),
+    ".transactions": ("TransactionManager",),
 }
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

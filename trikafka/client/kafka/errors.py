@@ -51,3 +51,32 @@ def check(error_code: int, what: str, message: str | None = None) -> None:
     """Raise ``KafkaResponseError`` for a non-zero ``error_code``."""
     if error_code != ErrorCode.none:
         raise KafkaResponseError(error_code, what, message)
+
+
+class TransactionStateError(ClientError):
+    """A transactional producer was asked for something its state does not allow (§19.8): a send
+    outside a transaction, a transaction inside another, a transaction before ``init_transactions``."""
+
+
+class TransactionFatalError(KafkaResponseError):
+    """The transactional producer can no longer be used (§19.8): every later call raises this too.
+
+    A new producer with the same transactional id takes over its work.
+    """
+
+
+class ProducerFencedError(TransactionFatalError):
+    """A newer producer of the same transactional id holds a later epoch (PRODUCER_FENCED or
+    INVALID_PRODUCER_EPOCH, §19.5.4)."""
+
+
+# The codes after which a transactional producer is unusable (§19.8), each with its exception class.
+FATAL_TRANSACTION_ERRORS: dict[ErrorCode, type[TransactionFatalError]] = {
+    ErrorCode.producer_fenced: ProducerFencedError,
+    ErrorCode.invalid_producer_epoch: ProducerFencedError,
+    ErrorCode.transactional_id_authorization_failed: TransactionFatalError,
+    ErrorCode.invalid_producer_id_mapping: TransactionFatalError,
+    ErrorCode.invalid_transaction_timeout: TransactionFatalError,
+    ErrorCode.transaction_coordinator_fenced: TransactionFatalError,
+    ErrorCode.unsupported_version: TransactionFatalError,
+}

@@ -38,7 +38,8 @@ from .client import KafkaClient
 from .connection import KafkaConnection, UnsupportedApi
 from .consumer import PartitionConsumer
 from .errors import KafkaResponseError
-from .group_offsets import NO_OFFSET, TopicPartition, commit_errors, commit_values, fetch_values, fetched_offsets
+from .group_offsets import (NO_OFFSET, ConsumerGroupMetadata, TopicPartition, commit_errors, commit_values,
+                            fetch_values, fetched_offsets)
 from .membership import (DEFAULT_HEARTBEAT_INTERVAL_S, DEFAULT_REBALANCE_TIMEOUT_S, DEFAULT_SESSION_TIMEOUT_S,
                          Assigned, GroupMembership, GroupRequest, Phase, Revoked, group_api)
 
@@ -110,6 +111,12 @@ class GroupConsumer:
     def assignment(self) -> list[TopicPartition]:
         """The partitions this member holds now."""
         return sorted(TopicPartition(t, p) for t, ids in self.membership.assignment.partitions.items() for p in ids)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group id, generation, member id and instance id a transactional producer's
+        ``send_offsets`` commits with (TxnOffsetCommit v3's fencing, §19.8)."""
+        m = self.membership
+        return ConsumerGroupMetadata(self.group_id, m.generation_id, m.member_id, m.group_instance_id)
 
     async def __aenter__(self) -> GroupConsumer:
         self._nursery_manager = trio.open_nursery()

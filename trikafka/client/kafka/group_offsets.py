@@ -25,6 +25,18 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """Who commits a group's offsets: what TxnOffsetCommit v3 checks as OffsetCommit does (§17.5, §19.8).
+
+    ``generation_id`` -1 and ``member_id`` "" commit from outside the group.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
     """Partition ids grouped by topic, each list sorted."""
     grouped: dict[str, list[int]] = {}
@@ -35,14 +47,15 @@ def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
 
 def commit_values(group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                   offsets: Mapping[TopicPartition, int]) -> dict[str, object]:
-    """OffsetCommit's values: the next offset to consume per partition (generation -1 and member
+    """OffsetCommit's (and TxnOffsetCommit's) values: the next offset to consume per partition (generation -1 and member
     "": a commit from outside the group, as the admin tools make)."""
     topics: dict[str, list[dict[str, object]]] = {}
     for tp, offset in sorted(offsets.items()):
         topics.setdefault(tp.topic, []).append({
             "partition_index": tp.partition, "committed_offset": offset, "committed_leader_epoch": -1,
             "commit_timestamp": -1, "committed_metadata": ""})
-    return {"group_id": group_id, "generation_id_or_member_epoch": generation_id, "member_id": member_id,
+    return {"group_id": group_id, "generation_id_or_member_epoch": generation_id, "generation_id": generation_id,
+            "member_id": member_id,
             "group_instance_id": group_instance_id,
             "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
 

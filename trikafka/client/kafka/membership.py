@@ -53,7 +53,8 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 3.0
 DEFAULT_RETRY_BACKOFF_S = 0.1
 NO_GENERATION = -1
 NO_MEMBER_ID = ""
-_COORDINATOR_KEY_TYPE_GROUP = 0
+COORDINATOR_KEY_TYPE_GROUP = 0  # FindCoordinator key types (§17.1, §19.5.1)
+COORDINATOR_KEY_TYPE_TRANSACTION = 1
 _FIND_COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 
 
@@ -102,9 +103,10 @@ def group_api(name: str) -> KafkaApi:
     return api
 
 
-def find_coordinator_values(group_id: str) -> dict[str, object]:
-    """FindCoordinator's values for a group, at any version (v4+ asks for a list of keys)."""
-    return {"key": group_id, "key_type": _COORDINATOR_KEY_TYPE_GROUP, "coordinator_keys": (group_id,)}
+def find_coordinator_values(key: str, key_type: int = COORDINATOR_KEY_TYPE_GROUP) -> dict[str, object]:
+    """FindCoordinator's values for a group (or, key type 1, a transactional id), at any version
+    (v4+ asks for a list of keys)."""
+    return {"key": key, "key_type": key_type, "coordinator_keys": (key,)}
 
 
 def coordinator_of(answer: object) -> tuple[ErrorCode, BrokerNode | None]:

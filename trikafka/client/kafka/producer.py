@@ -8,6 +8,9 @@ out one at a time, in the order they closed, each as a v2 record batch built by
 new leader (``KafkaClient.call_leader``).  Under acks -1 the producer is
 idempotent unless told otherwise (§19.4): its batches carry a producer id
 and per-partition sequences (``Idempotence``), so a retry is stored once.
+Given a ``transactional_id`` it is transactional (§19.8): its
+``TransactionManager`` adds each partition to the transaction before the
+partition's first batch, and commits or aborts.
 """
 
 from __future__ import annotations
@@ -17,21 +20,28 @@ import contextlib
 import datetime
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, Mapping
 
 import trio
 
 from trikafka.client.errors import BrokerProtocolError
 from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.compression import Compression
 from trikafka.kafka.records import Headers, Record, build_batch
 
 from . import schema
 from .client import KafkaClient
 from .connection import KafkaConnection
-from .errors import check
+from .errors import TransactionStateError, check
+from .group_offsets import ConsumerGroupMetadata, TopicPartition
 from .idempotence import Idempotence
 from .partitioner import DefaultPartitioner
+from .transaction_state import Phase
+from .transactions import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionManager
+
+if TYPE_CHECKING:
+    from .group import GroupConsumer
 
 ACKS_NONE = 0
 ACKS_LEADER = 1
@@ -44,11 +54,13 @@ UNKNOWN_OFFSET = -1  # what acks 0 answers: the broker says nothing
 _RECORD_OVERHEAD_BYTES = 21
 
 
-def _check_settings(acks: int, idempotent: bool | None) -> None:
+def _check_settings(acks: int, idempotent: bool | None, transactional_id: str | None) -> None:
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
     if idempotent and acks != ACKS_ALL:
         raise ValueError(f"an idempotent producer needs acks -1, not {acks}")
+    if transactional_id is not None and (acks != ACKS_ALL or idempotent is False):
+        raise ValueError("a transactional producer is idempotent with acks -1")
 
 
 @dataclass
@@ -88,14 +100,22 @@ class KafkaProducer:
     replicas under acks -1.  ``idempotent``: number batches so that retries
     are stored once (§19.4); None means "when acks is -1", as Kafka's clients
     default; True with another acks raises ``ValueError``.
+    ``transactional_id`` (with ``transaction_timeout_ms``) makes it
+    transactional (§19.8): ``await init_transactions()`` once, then records
+    are sent inside ``async with producer.transaction()``.
     """
 
     def __init__(self, client: KafkaClient, nursery: trio.Nursery, *, acks: int = ACKS_ALL,
                  compression: int = Compression.NONE, linger_s: float = DEFAULT_LINGER_S,
                  batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
-                 idempotent: bool | None = None):
-        _check_settings(acks, idempotent)
-        self.idempotence = Idempotence(client) if idempotent or (idempotent is None and acks == ACKS_ALL) else None
+                 idempotent: bool | None = None, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS):
+        _check_settings(acks, idempotent, transactional_id)
+        self.idempotence = (Idempotence(client, managed=transactional_id is not None)
+                            if idempotent or (idempotent is None and acks == ACKS_ALL) else None)
+        self.transactional_id = transactional_id
+        self.transactions = None if transactional_id is None or self.idempotence is None else TransactionManager(
+            client, self.idempotence, transactional_id, transaction_timeout_ms=transaction_timeout_ms)
         self.client = client
         self.acks = acks
         self.compression = Compression(compression)
@@ -116,12 +136,14 @@ class KafkaProducer:
     async def open(cls, client: KafkaClient, *, acks: int = ACKS_ALL, compression: int = Compression.NONE,
                    linger_s: float = DEFAULT_LINGER_S, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
                    ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
-                   idempotent: bool | None = None) -> AsyncIterator[KafkaProducer]:
+                   idempotent: bool | None = None, transactional_id: str | None = None,
+                   transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> AsyncIterator[KafkaProducer]:
         """``async with KafkaProducer.open(client, acks=1) as producer``; leaving it flushes."""
-        _check_settings(acks, idempotent)  # raised here, not from inside the nursery's group
+        _check_settings(acks, idempotent, transactional_id)  # raised here, not from inside the nursery's group
         async with trio.open_nursery() as nursery:
             producer = cls(client, nursery, acks=acks, compression=compression, linger_s=linger_s,
-                           batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s, idempotent=idempotent)
+                           batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s, idempotent=idempotent,
+                           transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms)
             try:
                 yield producer
                 await producer.flush()
@@ -147,10 +169,54 @@ class KafkaProducer:
         Records submitted one after another by one task keep that order in
         their partition; ``await pending.delivered()`` gives (partition, offset).
         """
+        if self.transactions is not None:
+            self.transactions.state.check_open()
         if partition is None:
             partition = self.partitioner.partition(topic, key, await self.client.partition_count(topic))
         batch, index = self._append(topic, partition, key, value, headers, timestamp_ms)
         return PendingRecord(partition, batch, index)
+
+    # ------------------------------------------------------------------ transactions (§19.8)
+
+    async def init_transactions(self) -> None:
+        """Get the transactional id's producer id and epoch from its coordinator, fencing older producers."""
+        await self._transactions().init()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():`` commits what the block sent (and its ``send_offsets``)
+        on normal exit, aborts on an exception, which propagates; ``abort()`` inside ends it uncommitted."""
+        manager = self._transactions()
+        manager.begin()
+        try:
+            yield
+        except BaseException:
+            if manager.state.phase is not Phase.FATAL:
+                with trio.CancelScope(shield=True):  # a cancelled block still aborts; its retries are bounded
+                    await manager.abort(self.flush)
+            raise
+        if manager.state.phase is not Phase.READY:  # READY: abort() ended it inside the block
+            await manager.commit(self.flush)
+
+    async def send_offsets(self, group: ConsumerGroupMetadata | GroupConsumer,
+                           offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit a group's ``offsets`` (the next offset to consume per partition) with the transaction.
+
+        ``group`` is a ``GroupConsumer`` (its current generation and member
+        id fence a commit of a member that lost the partitions) or a
+        ``ConsumerGroupMetadata``.
+        """
+        metadata = group if isinstance(group, ConsumerGroupMetadata) else group.group_metadata()
+        await self._transactions().send_offsets(metadata, offsets)
+
+    async def abort(self) -> None:
+        """Abort the open transaction: nothing it sent or committed becomes visible to read_committed."""
+        await self._transactions().abort(self.flush)
+
+    def _transactions(self) -> TransactionManager:
+        if self.transactions is None:
+            raise TransactionStateError("the producer has no transactional_id")
+        return self.transactions
 
     async def flush(self) -> None:
         """Send every open batch now and wait until every batch sent is answered."""
@@ -191,20 +257,26 @@ class KafkaProducer:
         """Send the partition's batches one at a time, in the order they closed."""
         topic, partition = where
         idempotence = self.idempotence
+        transactions = self.transactions
         while queue:
             batch = queue[0]
+            stamped = False
             try:
+                if transactions is not None:
+                    await transactions.ready_to_send(where)
                 producer_id, epoch = await idempotence.stamp() if idempotence is not None else (-1, -1)
                 sequence = idempotence.sequence(where) if idempotence is not None else -1
+                stamped = True
                 data = build_batch(batch.records, compression=self.compression, producer_id=producer_id,
-                                   producer_epoch=epoch, base_sequence=sequence)
+                                   producer_epoch=epoch, base_sequence=sequence,
+                                   control_attributes=0 if transactions is None else TRANSACTIONAL)
                 batch.base_offset = await self.client.call_leader(
                     topic, partition, lambda connection: self._produce(connection, topic, partition, data))
                 if idempotence is not None:
                     idempotence.acknowledged(where, epoch, len(batch.records))
             except Exception as exc:  # every waiting send raises it
-                batch.error = exc
-                if idempotence is not None:
+                batch.error = exc if transactions is None else transactions.batch_failed(exc)
+                if idempotence is not None and stamped:  # a batch never stamped took no sequence
                     idempotence.failed()
             finally:
                 queue.popleft()
@@ -215,7 +287,7 @@ class KafkaProducer:
         """One Produce of one batch; the base offset the broker assigned (-1 under acks 0)."""
         api = KafkaApi.PRODUCE
         version = connection.version(api)
-        body = schema.build(api, version, transactional_id=None, acks=self.acks,
+        body = schema.build(api, version, transactional_id=self.transactional_id, acks=self.acks,
                             timeout=datetime.timedelta(seconds=self.ack_timeout_s),
                             topic_data=[{"name": topic, "partition_data": [{"index": partition, "records": data}]}])
         answer = await connection.send(api, version, body, expect_answer=self.acks != ACKS_NONE,
