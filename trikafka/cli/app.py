@@ -8,12 +8,13 @@ import sys
 from typing import Sequence
 
 from trikafka import __version__
-from trikafka.cli import acls, audit, cluster, consume, groups, mirror, pipeline, produce, serve, sim, topics, users
+from trikafka.cli import (acls, audit, cluster, consume, groups, mirror, pipeline, produce, serve, sim, topics,
+                          transactions, users)
 from trikafka.cli.common import resolve_broker, resolve_zookeeper
 from trikafka.cli.logsetup import LOG_FORMATS, configure_logging
 
 # the order `--help` lists them in
-FAMILIES = (serve, produce, consume, groups, topics, users, acls, cluster, mirror, audit, pipeline, sim)
+FAMILIES = (serve, produce, consume, groups, transactions, topics, users, acls, cluster, mirror, audit, pipeline, sim)
 
 
 def build_parser() -> argparse.ArgumentParser:

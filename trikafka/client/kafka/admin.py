@@ -1,9 +1,11 @@
-"""Administration over the Apache Kafka protocol: topics, offsets, configs (docs/protocol.md §16.4), groups (§17.8).
+"""Administration over the Apache Kafka protocol: topics, offsets, configs (docs/protocol.md §16.4), groups (§17.8),
+transactions (§19.5.4).
 
 ``KafkaAdmin`` wraps a ``KafkaClient``: ``create_topics`` goes to the
 controller, ``list_offsets`` to each partition's leader, ``describe_configs``
-and ``metadata`` to any broker; ``list_groups`` to every broker, the other
-group calls to the group's coordinator.
+and ``metadata`` to any broker; ``list_groups`` and ``list_transactions`` to
+every broker, the other group calls to the group's coordinator and
+``describe_transactions`` to each transactional id's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from .client import ClusterMetadata, KafkaClient
 from .connection import KafkaConnection
 from .errors import KafkaResponseError, check
 from .group_offsets import TopicPartition, fetch_values, fetched_offsets
-from .membership import coordinator_of, find_coordinator_values, group_api
+from .membership import (COORDINATOR_KEY_TYPE_GROUP, COORDINATOR_KEY_TYPE_TRANSACTION, coordinator_of,
+                         find_coordinator_values, group_api)
 
 # ListOffsets' special timestamps (§16.4).
 LATEST = -1  # the high watermark: the offset the next record gets
@@ -91,6 +94,28 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMemberDescription, ...]
+
+
+class TransactionListing(NamedTuple):
+    """One transactional id as ListTransactions names it; ``state`` by Kafka's name (``Ongoing``)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """One transactional id at its coordinator (DescribeTransactions): ``start_time_ms`` is -1 when no
+    transaction has started; ``partitions`` those of the open (or completing) transaction."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int
+    partitions: tuple[TopicPartition, ...]
 
 
 class KafkaAdmin:
@@ -169,14 +194,17 @@ class KafkaAdmin:
 
     async def group_coordinator(self, group_id: str) -> KafkaConnection:
         """The connection to ``group_id``'s coordinator (FindCoordinator, retried while none is available)."""
+        return await self._coordinator(group_id, COORDINATOR_KEY_TYPE_GROUP, "group")
+
+    async def _coordinator(self, key: str, key_type: int, what: str) -> KafkaConnection:
         for attempt in range(self.client.max_retries + 1):
             connection = await self.client.any_connection()
             code, coordinator = coordinator_of(await connection.request(
-                group_api("FIND_COORDINATOR"), extra_wait_s=0.0, **find_coordinator_values(group_id)))
+                group_api("FIND_COORDINATOR"), extra_wait_s=0.0, **find_coordinator_values(key, key_type)))
             if coordinator is not None:
                 return await self.client.connection_to(coordinator.host, coordinator.port)
             if not KafkaResponseError(code, "").retriable or attempt == self.client.max_retries:
-                raise KafkaResponseError(code, f"coordinator of group {group_id}")
+                raise KafkaResponseError(code, f"coordinator of {what} {key}")
             await trio.sleep(self.client.retry_backoff_s * (attempt + 1))
         raise AssertionError("unreachable: the last attempt raises")
 
@@ -230,6 +258,46 @@ class KafkaAdmin:
                 results[str(result.group_id)] = None if code == ErrorCode.none else KafkaResponseError(
                     code, f"group {result.group_id}")
         return results
+
+    # ------------------------------------------------------------------ transactions (§19.5.4)
+
+    async def list_transactions(self, *, states: Iterable[str] = (),
+                                producer_ids: Iterable[int] = ()) -> list[TransactionListing]:
+        """The transactional ids of every broker (each lists those it coordinates), by id; ``states``
+        (Kafka's names) and ``producer_ids`` keep only those matching, when given."""
+        await self.client.refresh_metadata()
+        wanted_states, wanted_producers = tuple(states), tuple(producer_ids)
+        found: dict[str, TransactionListing] = {}
+        for node_id in sorted(self.client.metadata.brokers):
+            connection = await self.client.node_connection(node_id)
+            answer = await connection.request(group_api("LIST_TRANSACTIONS"), state_filters=wanted_states,
+                                              producer_id_filters=wanted_producers)
+            check(schema.field(answer, "error_code", 0), f"transactions of broker {node_id}")
+            for listed in schema.field(answer, "transaction_states", ()):
+                found[str(listed.transactional_id)] = TransactionListing(
+                    str(listed.transactional_id), int(listed.producer_id), str(listed.transaction_state))
+        return [found[name] for name in sorted(found)]
+
+    async def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """Each id's state at its coordinator; raises for an id's error (TRANSACTIONAL_ID_NOT_FOUND
+        for an id the coordinator does not hold)."""
+        described: dict[str, TransactionDescription] = {}
+        for tid in transactional_ids:
+            connection = await self._coordinator(tid, COORDINATOR_KEY_TYPE_TRANSACTION, "transactional id")
+            answer = await connection.request(group_api("DESCRIBE_TRANSACTIONS"), transactional_ids=(tid,))
+            for state in schema.field(answer, "transaction_states", ()):
+                check(state.error_code, f"transactional id {state.transactional_id}")
+                started = state.transaction_start_time
+                start_ms = int(started.timestamp() * 1000) if started is not None else -1
+                described[str(state.transactional_id)] = TransactionDescription(
+                    str(state.transactional_id), str(state.transaction_state), int(state.producer_id),
+                    int(state.producer_epoch), state.transaction_timeout // _ONE_MS,
+                    start_ms if start_ms > 0 else -1,
+                    tuple(TopicPartition(str(topic.topic), int(p)) for topic in state.topics for p in topic.partitions))
+        return described
+
+
+_ONE_MS = datetime.timedelta(milliseconds=1)
 
 
 def _assignment(data: bytes) -> Assignment | None:
