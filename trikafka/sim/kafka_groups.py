@@ -33,7 +33,7 @@ from trikafka.broker.kafka.groups.group import Group, GroupSettings, GroupState
 from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
 
 from .checker import Violation
-from .determinism import Trace, derived_random
+from .determinism import ClockTrace, Trace, derived_random
 from .kafka_coordinator import ReplicatedLog, SimCoordinator
 from .kafka_group_faults import FAULT_TABLE, FAULTS, MESSAGE_DELAY_MS, parse_faults
 from .kafka_group_promises import SETTLES, GroupPromises
@@ -53,21 +53,6 @@ LOAD_MS = (5, 200)
 PRODUCE_EVERY_MS = 50
 FAULT_GAP_MS = (300, 3000)
 STREAMS = ("fault", "victim", "timing", "duration", "latency", "produce", "replication", "load", "ids")
-
-
-class _ClockTrace(Trace):
-    """The trace stamped with the world's clock (Trace stamps with Trio's)."""
-
-    def __init__(self, world: KafkaGroupsWorld):
-        super().__init__()
-        self._world = world
-
-    def add(self, text: str) -> None:
-        line = f"{self._world.now_ms:>9} {text}"
-        if self.lines:
-            self._hash.update(b"\n")
-        self._hash.update(line.encode())
-        self.lines.append(line)
 
 
 @contextlib.contextmanager
@@ -91,7 +76,7 @@ class KafkaGroupsWorld:
         self.now_ms = 0
         self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []  # Any: each callback's args
         self._order = itertools.count()
-        self.trace: Trace = _ClockTrace(self)
+        self.trace: Trace = ClockTrace(lambda: self.now_ms)
         self.group_id, self.topic, self.partitions = GROUP, TOPIC, PARTITIONS
         self.log_ends = [0] * PARTITIONS
         self.log = ReplicatedLog()
