@@ -71,8 +71,9 @@ class SimPartition:
         self.leader_epoch = 0
         self.electing = False  # no leader until the election ends: NOT_LEADER_OR_FOLLOWER
         self.states = ProducerStates()
-        self._waiting: list[tuple[int, Callable[[], None]]] = []  # (batches needed, callback)
+        self._waiting: list[tuple[int, Acked, int]] = []  # (batches needed, its answer, base offset)
         self._last_commit_ms = 0
+        self.duplicates = 0  # retries the producer state recognised
 
     @property
     def log_end(self) -> int:
@@ -94,24 +95,25 @@ class SimPartition:
             acked(BATCH_TO_KAFKA[exc.kind], -1)
             return
         if duplicate is not None:  # answered as written, once the copy in the log is replicated
+            self.duplicates += 1
             where = next(i for i, b in enumerate(self.batches) if _base_offset(b) == duplicate)
-            self._when_replicated(where + 1, lambda: acked(ErrorCode.none, duplicate))
+            self._when_replicated(where + 1, acked, duplicate)
             return
         buffer = bytearray(data)
         base = self.log_end
         assign_offsets(buffer, headers, base, self.leader_epoch, None)
         self.states.record(list(walk_headers(buffer)), buffer)
         self.batches.append(bytes(buffer))
-        self._when_replicated(len(self.batches), lambda: acked(ErrorCode.none, base))
+        self._when_replicated(len(self.batches), acked, base)
         epoch = self.leader_epoch
         self._last_commit_ms = max(self._last_commit_ms, self.world.now_ms + self.world.replication_delay_ms())
         self.world.at(self._last_commit_ms, self._replicate, len(self.batches), epoch)
 
-    def _when_replicated(self, count: int, callback: Callable[[], None]) -> None:
+    def _when_replicated(self, count: int, acked: Acked, base: int) -> None:
         if count <= self.replicated:
-            callback()
+            acked(ErrorCode.none, base)
         else:
-            self._waiting.append((count, callback))
+            self._waiting.append((count, acked, base))
 
     def _replicate(self, count: int, epoch: int) -> None:
         if epoch != self.leader_epoch:
@@ -119,15 +121,17 @@ class SimPartition:
         self.replicated = max(self.replicated, count)
         done = [w for w in self._waiting if w[0] <= self.replicated]
         self._waiting = [w for w in self._waiting if w[0] > self.replicated]
-        for _, callback in done:
-            callback()
+        for _, acked, base in done:
+            acked(ErrorCode.none, base)
 
     def crash_leader(self) -> int:
         """The leader dies: an in-sync replica leads with the replicated prefix, its producer state
         folded from its own batches; the batches lost."""
         lost = len(self.batches) - self.replicated
         del self.batches[self.replicated:]
-        self._waiting.clear()
+        waiting, self._waiting = self._waiting, []
+        for _, acked, _base in waiting:  # the acks -1 waits end with the leadership
+            acked(ErrorCode.not_leader_or_follower, -1)
         self.leader_epoch += 1
         segment = SegmentProducers()
         for batch in self.batches:

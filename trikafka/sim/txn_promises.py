@@ -25,6 +25,7 @@ TORN = "no torn transaction"
 UNCOMMITTED_READ = "no read of uncommitted data"
 ORDER = "each partition's order per producer kept"
 CYCLE = "no cycle through consumed offsets"
+SETTLES = "every transaction ends"
 
 # name -> the sentence it checks
 PROMISES = {
@@ -37,6 +38,8 @@ PROMISES = {
     ORDER: "on each partition, each producer's records are read in the order it wrote them",
     CYCLE: "the consumed offsets a transaction commits are visible exactly when its outputs are: each "
            "input record below its partition's committed offset is copied once, none above it",
+    SETTLES: "once the faults stop, no transactional id is left Ongoing or Prepare* and every partition's LSO "
+             "is its high watermark (txn_world.TransactionsWorld judges it at the end of the run)",
 }
 
 IDEMPOTENT = "idem"

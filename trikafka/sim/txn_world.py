@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.batch import TRANSACTIONAL, read_header
 from trikafka.kafka.records import Record, build_batch
+from trikafka.broker.kafka.transactions.machine import AT_REST
 from trikafka.kafka.txn_records import TxnState, TxnValue
 
 from .checker import Violation
@@ -32,7 +33,7 @@ from .plants import planted
 from .txn_clients import Request, SimClient, SimCopier, SimIdempotent, SimReader
 from .txn_cluster import SimPartition, SimTxnCoordinator, marker_batch
 from .txn_faults import FAULT_TABLE, FAULTS, REQUEST_DELAY_MS, parse_faults
-from .txn_promises import TxnHistory
+from .txn_promises import SETTLES, TxnHistory
 
 __all__ = ["FAULTS", "FAULT_TABLE", "TransactionsResult", "TransactionsWorld", "parse_faults", "run_seed"]
 
@@ -116,10 +117,21 @@ class TransactionsWorld:
         stuck = [p.name for p in self.partitions
                  if p.states.last_stable_offset(p.high_watermark) < p.high_watermark]
         offsets = {s: self._committed_position(s) for s in range(COPIERS)}
+        self.counts["duplicates"] = sum(p.duplicates for p in self.partitions)
         unseen = sum(1 for v in self.uncommitted_seen if v not in self.history.seen)
         self.trace.add(f"end: {self.counts}; committed offsets {offsets}; open transactions on {stuck}; the "
                        f"read_uncommitted reader saw {unseen} records read_committed never showed")
+        self.fail(self._settled(stuck))
         self.fail(self.history.finish(offsets))
+
+    def _settled(self, stuck: list[tuple[str, int]]) -> Violation | None:
+        coordinator = self.coordinator
+        if coordinator is None or not coordinator.loaded:
+            return Violation(SETTLES, "no coordinator serves __transaction_state")
+        open_ids = {tid: v.state.name for tid, v in sorted(coordinator.part.ids.items()) if v.state not in AT_REST}
+        if open_ids or stuck:
+            return Violation(SETTLES, f"transactions still open: {open_ids}; LSO below the high watermark on {stuck}")
+        return None
 
     def wall_ms(self) -> int:
         return WALL_EPOCH_MS + self.now_ms
