@@ -45,7 +45,7 @@ def test_clean_seeds_go_through_failovers_fences_zombies_and_timeouts():
     assert sum(r.counts["failovers"] for r in results) >= 5  # coordinator failovers, the state loaded again
     assert sum(r.counts["duplicates"] for r in results) >= 5  # retries the producer state stored once
     assert sum(r.counts["fenced"] for r in results) >= 5
-    for happened in ("fault partition-failover", "wakes a zombie", "timed out, aborting", "aborting instead"):
+    for happened in ("fault partition-failover", "wakes from zombie", "timed out, aborting", "aborting instead"):
         assert any(happened in line for line in lines), happened
 
 
@@ -73,28 +73,28 @@ def test_a_reader_that_keeps_aborted_records_is_caught(monkeypatch):
 def test_the_checker_catches_what_it_states():
     assert len(PROMISES) == 8
     history = TxnHistory()
-    history.begin(1, "a")
+    history.begin(1, 0, "a")
     a0, a1 = copier_value("a", 0, 0), copier_value("a", 0, 1)
     history.acknowledged("a", 0, [a0])
     history.acknowledged("a", 1, [a1])
     assert history.read(0, 0, a0).promise == UNCOMMITTED_READ
-    assert history.decided(1, False).promise == ABORTED_READ  # read, then aborted
+    assert history.decided(1, 0, False).promise == ABORTED_READ  # read, then aborted
     history = TxnHistory()
-    history.begin(1, "a")
+    history.begin(1, 0, "a")
     history.acknowledged("a", 0, [a0])
-    history.decided(1, False)
+    history.decided(1, 0, False)
     assert history.read(0, 0, a0).promise == ABORTED_READ
     history = TxnHistory()
-    history.begin(1, "a")
+    history.begin(1, 0, "a")
     history.acknowledged("a", 0, [a0])
     history.acknowledged("a", 1, [a1])
-    history.decided(1, True)
+    history.decided(1, 0, True)
     assert history.read(0, 0, a0) is None
     assert history.finish({0: 2}).promise == TORN  # a1 never visible
     history = TxnHistory()
-    history.begin(1, "a")
+    history.begin(1, 0, "a")
     history.acknowledged("a", 1, [a1])
-    history.decided(1, True)
+    history.decided(1, 0, True)
     history.commit_acknowledged("a")
     assert history.finish({0: 0}).promise == LOST_WRITE
     history = TxnHistory()
@@ -103,8 +103,8 @@ def test_the_checker_catches_what_it_states():
     assert history.read(0, 1, idempotent_value(0)).promise == ORDER
     assert history.read(0, 2, idempotent_value(1)).promise == DUPLICATE
     history = TxnHistory()
-    history.begin(1, "a")
-    history.decided(1, True)
+    history.begin(1, 0, "a")
+    history.decided(1, 0, True)
     assert history.read(0, 0, a0) is None and history.read(1, 0, a1) is None
     assert history.finish({0: 2}) is None
     assert history.finish({0: 1}).promise == CYCLE  # an output visible above the committed offset

@@ -88,12 +88,15 @@ class Trace:
         self._hash = hashlib.sha256()
 
     def add(self, text: str) -> None:
-        """Record ``text`` at the current Trio time (milliseconds)."""
-        line = f"{int(round(trio.current_time() * 1000)):>9} {text}"
+        """Record ``text`` at the current time (milliseconds)."""
+        line = f"{self._now_ms():>9} {text}"
         if self.lines:
             self._hash.update(b"\n")
         self._hash.update(line.encode())
         self.lines.append(line)
+
+    def _now_ms(self) -> int:
+        return int(round(trio.current_time() * 1000))
 
     @property
     def digest(self) -> str:
@@ -110,11 +113,7 @@ class ClockTrace(Trace):
 
     def __init__(self, now_ms: Callable[[], int]):
         super().__init__()
-        self._now_ms = now_ms
+        self._clock = now_ms
 
-    def add(self, text: str) -> None:
-        line = f"{self._now_ms():>9} {text}"
-        if self.lines:
-            self._hash.update(b"\n")
-        self._hash.update(line.encode())
-        self.lines.append(line)
+    def _now_ms(self) -> int:
+        return self._clock()

@@ -93,33 +93,30 @@ def _producer_crash(world: FaultyWorld, victim: int, duration_ms: int) -> None:
 def _zombie(world: FaultyWorld, victim: int, duration_ms: int) -> None:
     """A copier freezes and its next incarnation starts at once; the old one wakes after ``duration_ms``
     a zombie with the older epoch, and carries on until it is fenced."""
-    copier = world.copiers[victim % len(world.copiers)]
-    if copier.stopped or copier.frozen:
-        return
-    copier.freeze()
-    world.trace.add(f"fault zombie {copier.name} frozen for {duration_ms} ms, its successor starts")
-    world.restart_copier(copier.source, True)
-
-    def wake() -> None:
-        world.trace.add(f"{copier.name} wakes a zombie")
-        copier.wake()
-
-    world.at(world.now_ms + duration_ms, wake)
+    copier = _freeze(world, "zombie", victim, duration_ms)
+    if copier is not None:
+        world.restart_copier(copier.source, True)
 
 
 def _txn_timeout(world: FaultyWorld, victim: int, duration_ms: int) -> None:
     """A copier freezes past its transaction timeout: the coordinator aborts its transaction."""
+    _freeze(world, "txn-timeout", victim, duration_ms)
+
+
+def _freeze(world: FaultyWorld, fault: str, victim: int, duration_ms: int) -> SimCopier | None:
+    """Freeze a running copier for ``duration_ms``; the copier, or None when none runs in that slot."""
     copier = world.copiers[victim % len(world.copiers)]
     if copier.stopped or copier.frozen:
-        return
+        return None
     copier.freeze()
-    world.trace.add(f"fault txn-timeout {copier.name} frozen for {duration_ms} ms")
+    world.trace.add(f"fault {fault} {copier.name} frozen for {duration_ms} ms")
 
     def wake() -> None:
-        world.trace.add(f"healed txn-timeout {copier.name}")
+        world.trace.add(f"{copier.name} wakes from {fault}")
         copier.wake()
 
     world.at(world.now_ms + duration_ms, wake)
+    return copier
 
 
 FAULT_TABLE: dict[str, TxnFault] = {f.name: f for f in (

@@ -8,8 +8,9 @@ happens (and the whole history at the end, ``finish``).
 A record's value names where it came from: ``<txn label>|<input partition>|<input index>`` for a
 copier's output (the label is unique to one transaction of one producer incarnation), or
 ``idem|<n>`` for the idempotent producer's n-th record.  A transaction's outcome is the decision the
-coordinator made durable (PrepareCommit or PrepareAbort committed to ``__transaction_state``): the
-decision for a producer id belongs to the transaction its producer opened last (``begin``).
+coordinator made durable (PrepareCommit or PrepareAbort committed to ``__transaction_state``): a
+decision at (producer id, epoch) belongs to the transaction opened at that epoch, or, for an abort
+that fenced the producer (the epoch bumped), at the epoch before.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ IDEMPOTENT = "idem"
 class TxnHistory:
     """What was acknowledged, decided and read; each method returns the violation it finds, if any."""
 
-    open_txn: dict[int, str] = field(default_factory=dict)  # producer id -> label of its open transaction
+    open_txn: dict[tuple[int, int], str] = field(default_factory=dict)  # (producer id, epoch) -> open label
     outcome: dict[str, bool] = field(default_factory=dict)  # label -> committed (the durable decision)
     written: dict[str, set[tuple[int, bytes]]] = field(default_factory=dict)  # label -> acked (partition, value)
     commit_acked: set[str] = field(default_factory=set)  # labels whose EndTxn commit was answered NONE
@@ -58,11 +59,11 @@ class TxnHistory:
     seen_labels: set[str] = field(default_factory=set)
     last_read: dict[tuple[int, str], int] = field(default_factory=dict)  # (partition, producer) -> last index
 
-    def begin(self, producer_id: int, label: str) -> None:
-        self.open_txn[producer_id] = label
+    def begin(self, producer_id: int, epoch: int, label: str) -> None:
+        self.open_txn[(producer_id, epoch)] = label
 
-    def decided(self, producer_id: int, commit: bool) -> Violation | None:
-        label = self.open_txn.pop(producer_id, None)
+    def decided(self, producer_id: int, epoch: int, commit: bool) -> Violation | None:
+        label = self.open_txn.pop((producer_id, epoch), None) or self.open_txn.pop((producer_id, epoch - 1), None)
         if label is None:
             return None
         self.outcome[label] = commit

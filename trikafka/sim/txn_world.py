@@ -13,9 +13,7 @@ runs one seed; ``trikafka sim --world transactions`` is the command.
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -27,7 +25,7 @@ from trikafka.broker.kafka.transactions.machine import AT_REST
 from trikafka.kafka.txn_records import TxnState, TxnValue
 
 from .checker import Violation
-from .determinism import ClockTrace, Trace, derived_random
+from .event_world import EventWorld, WorldResult, judge, replay_command
 from .kafka_coordinator import ReplicatedLog
 from .plants import planted
 from .txn_clients import Request, SimClient, SimCopier, SimIdempotent, SimReader
@@ -50,16 +48,11 @@ STREAMS = ("fault", "victim", "timing", "duration", "latency", "replication", "l
            "reader")
 
 
-class TransactionsWorld:
+class TransactionsWorld(EventWorld):
     """Everything one seed runs: the clock, the partitions, the coordinator, the clients, the nemesis."""
 
     def __init__(self, seed: int, duration_ms: int, faults: tuple[str, ...]):
-        self.seed, self.duration_ms, self.fault_names = seed, duration_ms, faults
-        self.streams = {name: derived_random(seed, name) for name in STREAMS}
-        self.now_ms = 0
-        self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []  # Any: each callback's args
-        self._order = itertools.count()
-        self.trace: Trace = ClockTrace(lambda: self.now_ms)
+        super().__init__(seed, duration_ms, faults, STREAMS)
         self.output_partitions = OUTPUTS
         self.partitions = [SimPartition(self, ("out", p)) for p in range(OUTPUTS)] + \
                           [SimPartition(self, ("__consumer_offsets", s)) for s in range(COPIERS)]
@@ -77,13 +70,9 @@ class TransactionsWorld:
         self.uncommitted = SimReader(self, False, self.streams["reader"])
         self.uncommitted_seen: set[bytes] = set()
         self.history = TxnHistory()
-        self.violation: Violation | None = None
         self.counts = {"faults": 0, "commits": 0, "aborts": 0, "fenced": 0, "failovers": 0, "records_read": 0}
 
-    # ----------------------------------------------------------------- the clock
-
-    def at(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._events, (max(when_ms, self.now_ms), next(self._order), callback, args))
+    # ----------------------------------------------------------------- the run
 
     def run(self) -> None:
         self._elect_coordinator(0)
@@ -94,14 +83,7 @@ class TransactionsWorld:
         self.reader.start()
         self.uncommitted.start()
         self.at(self.streams["timing"].randint(*FAULT_GAP_MS), self._nemesis_round)
-        end_ms = self.duration_ms + SETTLE_MS
-        while self._events and self.violation is None:
-            when, _, callback, args = heapq.heappop(self._events)
-            if when > end_ms:
-                break
-            self.now_ms = when
-            callback(*args)
-        self.now_ms = end_ms
+        self.run_until(self.duration_ms + SETTLE_MS)
         if self.violation is None:
             self._finish()
 
@@ -183,7 +165,7 @@ class TransactionsWorld:
             self.counts["commits" if commit else "aborts"] += 1
             self.trace.add(f"decided {transactional_id} {value.state.name} producer {value.producer_id} epoch "
                            f"{value.producer_epoch} on {list(value.partitions)}")
-            self.fail(self.history.decided(value.producer_id, commit))
+            self.fail(self.history.decided(value.producer_id, value.producer_epoch, commit))
 
     def write_marker(self, topic_partition: tuple[str, int], value: TxnValue, coordinator_epoch: int,
                      answer: Callable[[ErrorCode], None]) -> None:
@@ -314,8 +296,8 @@ class TransactionsWorld:
         if isinstance(client, SimCopier) and self.copiers[client.source] is client:
             self.at(self.now_ms + 200, self.restart_copier, client.source, False)
 
-    def began(self, producer_id: int, label: str) -> None:
-        self.history.begin(producer_id, label)
+    def began(self, producer_id: int, epoch: int, label: str) -> None:
+        self.history.begin(producer_id, epoch, label)
 
     def acknowledged(self, label: str, partition: int, values: list[bytes]) -> None:
         self.history.acknowledged(label, partition, values)
@@ -345,42 +327,12 @@ class TransactionsWorld:
         fault.inject(self, victim, duration_ms)
         self.at(self.now_ms + self.streams["timing"].randint(*FAULT_GAP_MS), self._nemesis_round)
 
-    def fail(self, violation: Violation | None) -> None:
-        if violation is not None and self.violation is None:
-            self.trace.add(f"VIOLATION {violation.promise}: {violation.detail}")
-            self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
-
 
 @dataclass
-class TransactionsResult:
-    """The outcome of one seed of the transactions world."""
+class TransactionsResult(WorldResult):
+    """The outcome of one seed of the transactions world; ``counts``: what the world did."""
 
-    seed: int
-    ok: bool
-    digest: str
-    simulated_s: float
-    violation: Violation | None = None
-    context: list[str] = field(default_factory=list)
-    trace_lines: list[str] = field(default_factory=list)
-    replay: str = ""
     counts: dict[str, int] = field(default_factory=dict)
-
-    def report(self) -> str:
-        """The promise broken, the events before it, the command that replays it and its trace digest."""
-        if self.violation is None:
-            return f"seed {self.seed}: ok trace {self.digest}"
-        return "\n".join([f"seed {self.seed}: BROKEN {self.violation.promise}: {self.violation.detail}",
-                          *(f"  {line}" for line in self.context),
-                          f"  replay: {self.replay}", f"  trace {self.digest}"])
-
-
-def replay_command(seed: int, duration_ms: int, faults: tuple[str, ...], plant: str | None) -> str:
-    parts = [f"trikafka sim --world transactions --seed {seed} --duration-s {duration_ms / 1000:g}"]
-    if faults != FAULTS:
-        parts.append(f"--faults {','.join(faults)}")
-    if plant is not None:
-        parts.append(f"--plant {plant}")
-    return " ".join(parts)
 
 
 def run_seed(seed: int, *, duration_s: float = DURATION_MS / 1000, faults: tuple[str, ...] = FAULTS,
@@ -389,16 +341,8 @@ def run_seed(seed: int, *, duration_s: float = DURATION_MS / 1000, faults: tuple
     without) and judge it."""
     duration_ms = int(duration_s * 1000)
     world = TransactionsWorld(seed, duration_ms, faults)
-    crash: list[str] = []
-    try:
-        with planted(plant):
-            world.run()
-    except Exception as exc:  # the world itself failed: a failed seed too, replayable like the rest
-        world.fail(Violation("the simulation runs to its end", repr(exc)))
-        crash = [line for chunk in traceback.format_exception(exc) for line in chunk.rstrip().splitlines()]
+    context = judge(world, world.run, planted(plant))
     violation = world.violation
-    context = world.trace.around(violation.trace_index) if violation is not None else []
-    return TransactionsResult(seed, violation is None, world.trace.digest, world.now_ms / 1000, violation,
-                              context + crash, world.trace.lines, replay_command(seed, duration_ms, faults, plant),
-                              dict(world.counts))
-
+    return TransactionsResult(seed, violation is None, world.trace.digest, world.now_ms / 1000, violation, context,
+                              world.trace.lines, replay_command("transactions", seed, duration_ms, faults, FAULTS,
+                                                                plant), dict(world.counts))
