@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -24,7 +24,7 @@ from trikafka.zk.ops import CheckOp
 from trikafka.wire.errors import ErrorCode
 
 from .names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
-from .txn_cluster import SimTxnCoordinator
+from .txn_cluster import Answer, SimTxnCoordinator
 
 
 async def _truncate_to_high_watermark(log, link) -> int:
@@ -84,7 +84,7 @@ def _fold_nothing(cls: type[ProducerStates], segments: object) -> ProducerStates
     return cls()
 
 
-def _mark_before_deciding(self: SimTxnCoordinator, tid: str, write: Write, answer: Callable[[Any], None]) -> None:
+def _mark_before_deciding(self: SimTxnCoordinator, tid: str, write: Write, answer: Answer) -> None:
     # The markers of a decision go out as its write is appended, before it is committed: a failover
     # that loses the decision leaves partitions holding markers of a transaction never decided.
     if machine.needs_markers(write.value):

@@ -43,6 +43,7 @@ REPLICATION_MS = (1, 30)
 LOAD_MS = (5, 200)
 FAULT_GAP_MS = (300, 2500)
 FIRST_PRODUCER_ID = 1000
+RESTART_MS = 200  # a fenced copier's process exits; its supervisor starts the next incarnation this much later
 GROUP_KEY = b"copier"
 STREAMS = ("fault", "victim", "timing", "duration", "latency", "replication", "load", "copier", "idempotent",
            "reader")
@@ -258,7 +259,8 @@ class TransactionsWorld(EventWorld):
         return repr(target.name), deliver
 
     def committed_offset(self, source: int) -> Request:
-        """OffsetFetch of the copier's group: the last offset read_committed shows (-1 while electing)."""
+        """OffsetFetch of the copier's group: the last offset its offsets partition's read_committed view
+        shows (NOT_LEADER_OR_FOLLOWER while that partition has no leader)."""
         def deliver(reply: Callable[[Any], None]) -> None:
             target = self._by_name[("__consumer_offsets", source)]
             reply(ErrorCode.not_leader_or_follower if target.electing else self._committed_position(source))
@@ -294,7 +296,7 @@ class TransactionsWorld(EventWorld):
     def fenced(self, client: Any) -> None:
         self.counts["fenced"] += 1
         if isinstance(client, SimCopier) and self.copiers[client.source] is client:
-            self.at(self.now_ms + 200, self.restart_copier, client.source, False)
+            self.at(self.now_ms + RESTART_MS, self.restart_copier, client.source, False)
 
     def began(self, producer_id: int, epoch: int, label: str) -> None:
         self.history.begin(producer_id, epoch, label)
