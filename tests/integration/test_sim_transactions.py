@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from trikafka.log.producer_state import ProducerStates
 from trikafka.sim import txn_cluster
 from trikafka.sim.txn_promises import (ABORTED_READ, CYCLE, DUPLICATE, LOST_WRITE, ORDER, PROMISES, TORN,
                                        SETTLES, UNCOMMITTED_READ, TxnHistory, copier_value, idempotent_value)
@@ -63,6 +64,11 @@ def test_a_leader_without_producer_state_stores_a_retry_twice():
     failed = run_seed(DUPLICATE_SEED, faults=faults, plant="dup-after-failover")
     assert failed.violation is not None and failed.violation.promise == DUPLICATE, failed.report()
     assert run_seed(DUPLICATE_SEED, faults=faults).ok
+
+
+def test_a_leader_that_checks_no_sequence_is_caught(monkeypatch):
+    monkeypatch.setattr(ProducerStates, "check", lambda states, headers: None)
+    assert run_seed(1).violation.promise == DUPLICATE
 
 
 def test_a_reader_that_keeps_aborted_records_is_caught(monkeypatch):
