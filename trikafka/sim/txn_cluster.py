@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.broker.kafka.produce import BATCH_TO_KAFKA
+from trikafka.broker.kafka.errors import BATCH_TO_KAFKA
 from trikafka.broker.kafka.transactions import machine
 from trikafka.broker.kafka.transactions.machine import Write
 from trikafka.broker.kafka.transactions.state import TxnPartition
