@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
-from typing import Iterator
+from typing import Callable, Iterator
 
 import trio
 import trio._core._run as trio_run  # the scheduler's seedable random and its determinism switch
@@ -88,12 +88,15 @@ class Trace:
         self._hash = hashlib.sha256()
 
     def add(self, text: str) -> None:
-        """Record ``text`` at the current Trio time (milliseconds)."""
-        line = f"{int(round(trio.current_time() * 1000)):>9} {text}"
+        """Record ``text`` at the current time (milliseconds)."""
+        line = f"{self._now_ms():>9} {text}"
         if self.lines:
             self._hash.update(b"\n")
         self._hash.update(line.encode())
         self.lines.append(line)
+
+    def _now_ms(self) -> int:
+        return int(round(trio.current_time() * 1000))
 
     @property
     def digest(self) -> str:
@@ -103,3 +106,14 @@ class Trace:
     def around(self, index: int, before: int = 25, after: int = 5) -> list[str]:
         """The lines near ``index`` (for a failure report)."""
         return self.lines[max(0, index - before): index + after + 1]
+
+
+class ClockTrace(Trace):
+    """The trace stamped with a world's own clock in ms, ``now_ms()`` (Trace stamps with Trio's)."""
+
+    def __init__(self, now_ms: Callable[[], int]):
+        super().__init__()
+        self._clock = now_ms
+
+    def _now_ms(self) -> int:
+        return self._clock()

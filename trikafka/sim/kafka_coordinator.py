@@ -38,6 +38,15 @@ NO_OFFSET = -1
 MS_PER_S = 1000
 
 
+class LogClock(Protocol):
+    """What a ``ReplicatedLog`` needs of a world: its clock and its replication delays."""
+
+    now_ms: int
+
+    def at(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None: ...
+    def replication_delay_ms(self) -> int: ...
+
+
 class GroupWorld(Protocol):
     """What the coordinator and the members see of the world (``kafka_groups.KafkaGroupsWorld``)."""
 
@@ -66,8 +75,9 @@ class GroupWorld(Protocol):
 
 @dataclass
 class ReplicatedLog:
-    """The group's ``__consumer_offsets`` partition: records appended by the leader, committed once the
-    replicas have them (in log order), truncated to the committed end when the leader crashes."""
+    """A coordinator's partition (``__consumer_offsets``, ``__transaction_state``): records appended by
+    the leader, committed once the replicas have them (in log order), truncated to the committed end
+    when the leader crashes.  ``append`` takes group records; ``append_encoded`` any encoded ones."""
 
     entries: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     committed: int = 0  # records below are on every in-sync replica
@@ -75,9 +85,13 @@ class ReplicatedLog:
     waiting: list[tuple[int, Written, int]] = field(default_factory=list)  # (end, callback, first offset)
     last_commit_ms: int = 0  # a later write never commits before an earlier one
 
-    def append(self, records: Records, world: GroupWorld, written: Written) -> None:
+    def append(self, records: Records, world: LogClock, written: Written) -> None:
+        self.append_encoded([(encode_key(key), encode_value(value)) for key, value in records], world, written)
+
+    def append_encoded(self, entries: Sequence[tuple[bytes, bytes | None]], world: LogClock,
+                       written: Written) -> None:
         first = len(self.entries)
-        self.entries += [(encode_key(key), encode_value(value)) for key, value in records]
+        self.entries += entries
         end, epoch = len(self.entries), self.leader_epoch
         self.last_commit_ms = max(self.last_commit_ms, world.now_ms + world.replication_delay_ms())
         self.waiting.append((end, written, first))
@@ -99,6 +113,10 @@ class ReplicatedLog:
         self.waiting.clear()
         self.leader_epoch += 1
         return lost
+
+    def committed_entries(self) -> list[tuple[bytes, bytes | None]]:
+        """The encoded records every in-sync replica has, in log order."""
+        return self.entries[:self.committed]
 
     def committed_records(self) -> list[tuple[RecordKey, RecordValue | None, int]]:
         return [(*decode_record(key, value), offset) for offset, (key, value) in enumerate(self.entries[:self.committed])]

@@ -99,8 +99,13 @@ FAULTS = tuple(FAULT_TABLE)
 def parse_faults(text: str) -> tuple[str, ...]:
     """``member-pause,message-delay`` -> the fault names; ValueError naming an unknown one (as
     ``faults.parse_faults`` does for the cluster world's table)."""
+    return parse_fault_names(text, FAULTS)
+
+
+def parse_fault_names(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    """``a,b`` -> the names, each one of ``known`` (a world's fault table); ValueError naming an unknown one."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in FAULT_TABLE]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise ValueError(f"unknown fault {unknown[0] if unknown else text!r} (known: {', '.join(FAULTS)})")
+        raise ValueError(f"unknown fault {unknown[0] if unknown else text!r} (known: {', '.join(known)})")
     return names

@@ -17,13 +17,11 @@ that replays it (``trikafka sim --world kafka-groups``).
 from __future__ import annotations
 
 import contextlib
-import heapq
 import itertools
 import random
-import traceback
 import types
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from kio.schema.errors import ErrorCode
@@ -33,7 +31,7 @@ from trikafka.broker.kafka.groups.group import Group, GroupSettings, GroupState
 from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
 
 from .checker import Violation
-from .determinism import Trace, derived_random
+from .event_world import EventWorld, WorldResult, judge, replay_command
 from .kafka_coordinator import ReplicatedLog, SimCoordinator
 from .kafka_group_faults import FAULT_TABLE, FAULTS, MESSAGE_DELAY_MS, parse_faults
 from .kafka_group_promises import SETTLES, GroupPromises
@@ -55,21 +53,6 @@ FAULT_GAP_MS = (300, 3000)
 STREAMS = ("fault", "victim", "timing", "duration", "latency", "produce", "replication", "load", "ids")
 
 
-class _ClockTrace(Trace):
-    """The trace stamped with the world's clock (Trace stamps with Trio's)."""
-
-    def __init__(self, world: KafkaGroupsWorld):
-        super().__init__()
-        self._world = world
-
-    def add(self, text: str) -> None:
-        line = f"{self._world.now_ms:>9} {text}"
-        if self.lines:
-            self._hash.update(b"\n")
-        self._hash.update(line.encode())
-        self.lines.append(line)
-
-
 @contextlib.contextmanager
 def seeded_member_ids(stream: random.Random) -> Iterator[None]:
     """The member ids the real coordinator draws (``uuid.uuid4``) come from ``stream`` inside the block."""
@@ -82,16 +65,11 @@ def seeded_member_ids(stream: random.Random) -> Iterator[None]:
         group_module.uuid = real
 
 
-class KafkaGroupsWorld:
+class KafkaGroupsWorld(EventWorld):
     """Everything one seed runs: the clock, the brokers, the coordinator, the members, the nemesis."""
 
     def __init__(self, seed: int, duration_ms: int, faults: tuple[str, ...]):
-        self.seed, self.duration_ms, self.fault_names = seed, duration_ms, faults
-        self.streams = {name: derived_random(seed, name) for name in STREAMS}
-        self.now_ms = 0
-        self._events: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []  # Any: each callback's args
-        self._order = itertools.count()
-        self.trace: Trace = _ClockTrace(self)
+        super().__init__(seed, duration_ms, faults, STREAMS)
         self.group_id, self.topic, self.partitions = GROUP, TOPIC, PARTITIONS
         self.log_ends = [0] * PARTITIONS
         self.log = ReplicatedLog()
@@ -104,14 +82,10 @@ class KafkaGroupsWorld:
         self.names: dict[str, str] = {}  # member id -> member name in the trace
         self.outstanding: dict[int, tuple[SimCoordinator, Callable[[], None]]] = {}  # request -> its drop
         self.promises = GroupPromises()
-        self.violation: Violation | None = None
         self.faults = self.failovers = self.acked_commits = 0
         self._requests = itertools.count()
 
-    # ----------------------------------------------------------------- the clock
-
-    def at(self, when_ms: int, callback: Callable[..., None], *args: Any) -> None:
-        heapq.heappush(self._events, (max(when_ms, self.now_ms), next(self._order), callback, args))
+    # ----------------------------------------------------------------- the run
 
     def run(self) -> None:
         self._elect(0)
@@ -119,14 +93,7 @@ class KafkaGroupsWorld:
             self.start_member(slot)
         self.at(PRODUCE_EVERY_MS, self._produce)
         self.at(0, self._nemesis)
-        end_ms = self.duration_ms + SETTLE_MS
-        while self._events and self.violation is None:
-            when, _, callback, args = heapq.heappop(self._events)
-            if when > end_ms:
-                break
-            self.now_ms = when
-            callback(*args)
-        self.now_ms = end_ms
+        self.run_until(self.duration_ms + SETTLE_MS)
         if self.violation is None:
             self.fail(self._settled())
 
@@ -300,11 +267,6 @@ class KafkaGroupsWorld:
             fault.inject(self, slot, duration_ms)
         self._nemesis()
 
-    def fail(self, violation: Violation | None) -> None:
-        if violation is not None and self.violation is None:
-            self.trace.add(f"VIOLATION {violation.promise}: {violation.detail}")
-            self.violation = Violation(violation.promise, violation.detail, len(self.trace.lines) - 1)
-
 
 def _error(kind: str, request: object, error: ErrorCode) -> object:
     """The answer of a request of ``kind`` that failed with ``error`` before its coordinator handled it."""
@@ -334,37 +296,12 @@ _HANDLERS: dict[str, Callable[[SimCoordinator, Any, Callable[[object], None]], N
 
 
 @dataclass
-class KafkaGroupsResult:
+class KafkaGroupsResult(WorldResult):
     """The outcome of one seed of the Kafka-groups world."""
 
-    seed: int
-    ok: bool
-    digest: str
-    simulated_s: float
-    violation: Violation | None = None
-    context: list[str] = field(default_factory=list)
-    trace_lines: list[str] = field(default_factory=list)
-    replay: str = ""
     faults: int = 0
     failovers: int = 0
     acked_commits: int = 0
-
-    def report(self) -> str:
-        """The promise broken, the events before it, the command that replays it and its trace digest."""
-        if self.violation is None:
-            return f"seed {self.seed}: ok trace {self.digest}"
-        return "\n".join([f"seed {self.seed}: BROKEN {self.violation.promise}: {self.violation.detail}",
-                          *(f"  {line}" for line in self.context),
-                          f"  replay: {self.replay}", f"  trace {self.digest}"])
-
-
-def replay_command(seed: int, duration_ms: int, faults: tuple[str, ...], plant: str | None) -> str:
-    parts = [f"trikafka sim --world kafka-groups --seed {seed} --duration-s {duration_ms / 1000:g}"]
-    if faults != FAULTS:
-        parts.append(f"--faults {','.join(faults)}")
-    if plant is not None:
-        parts.append(f"--plant {plant}")
-    return " ".join(parts)
 
 
 def run_seed(seed: int, *, duration_s: float = DURATION_MS / 1000, faults: tuple[str, ...] = FAULTS,
@@ -372,15 +309,11 @@ def run_seed(seed: int, *, duration_s: float = DURATION_MS / 1000, faults: tuple
     """Run one seed of the Kafka-groups world (``duration_s`` of faults, then ``SETTLE_MS`` without) and judge it."""
     duration_ms = int(duration_s * 1000)
     world = KafkaGroupsWorld(seed, duration_ms, faults)
-    crash: list[str] = []
-    try:
-        with seeded_member_ids(world.streams["ids"]), planted(plant):
-            world.run()
-    except Exception as exc:  # the world itself failed: a failed seed too, replayable like the rest
-        world.fail(Violation("the simulation runs to its end", repr(exc)))
-        crash = [line for chunk in traceback.format_exception(exc) for line in chunk.rstrip().splitlines()]
+    inside = contextlib.ExitStack()
+    inside.enter_context(seeded_member_ids(world.streams["ids"]))
+    inside.enter_context(planted(plant))
+    context = judge(world, world.run, inside)
     violation = world.violation
-    context = world.trace.around(violation.trace_index) if violation is not None else []
-    return KafkaGroupsResult(seed, violation is None, world.trace.digest, world.now_ms / 1000, violation,
-                             context + crash, world.trace.lines, replay_command(seed, duration_ms, faults, plant),
+    return KafkaGroupsResult(seed, violation is None, world.trace.digest, world.now_ms / 1000, violation, context,
+                             world.trace.lines, replay_command("kafka-groups", seed, duration_ms, faults, FAULTS, plant),
                              world.faults, world.failovers, world.acked_commits)

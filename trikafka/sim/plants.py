@@ -9,17 +9,22 @@ context manager; ``PLANTS`` names them.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Iterator
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from trikafka.broker.kafka.groups.group import Group
+from trikafka.broker.kafka.transactions import machine
+from trikafka.broker.kafka.transactions.machine import Write
 from trikafka.broker.replication import controller, election, fetcher, hosted, isr
 from trikafka.group import commits
+from trikafka.log.producer_state import ProducerStates
 from trikafka.zk.ops import CheckOp
 from trikafka.wire.errors import ErrorCode
 
-from .names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES
+from .names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
+from .txn_cluster import Answer, SimTxnCoordinator
 
 
 async def _truncate_to_high_watermark(log, link) -> int:
@@ -68,8 +73,28 @@ def _accept_any_generation(self: Group, member_id: str, generation: int, instanc
     return KafkaError.none if refused in (KafkaError.illegal_generation, KafkaError.unknown_member_id) else refused
 
 
+def _lso_at_high_watermark(self: ProducerStates, high_watermark: int) -> int:
+    # The LSO ignores open transactions: read_committed reads a transaction before its decision.
+    return high_watermark
+
+
+def _fold_nothing(cls: type[ProducerStates], segments: object) -> ProducerStates:
+    # A new leader (or a recovering log) starts with no producer state: a retry of a batch it holds
+    # is appended again.
+    return cls()
+
+
+def _mark_before_deciding(self: SimTxnCoordinator, tid: str, write: Write, answer: Answer) -> None:
+    # The markers of a decision go out as its write is appended, before it is committed: a failover
+    # that loses the decision leaves partitions holding markers of a transaction never decided.
+    if machine.needs_markers(write.value):
+        self.send_markers(write.value, list(write.value.partitions), lambda failed: None)
+    _REAL_TXN_COMMIT(self, tid, write, answer)
+
+
 _REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
 _REAL_CHECK_COMMIT = Group.check_commit
+_REAL_TXN_COMMIT = SimTxnCoordinator._commit
 
 # name -> (object, attribute, the wrong value)
 PLANTS = {
@@ -79,10 +104,13 @@ PLANTS = {
     "unrecorded-epoch": (hosted.HostedPartition, "_become_leader", _lead_without_recording_the_epoch),
     "fenced-commit": (commits, "CheckOp", _check_nothing),
     "stale-generation-commit": (Group, "check_commit", _accept_any_generation),
+    "lso-ignores-open": (ProducerStates, "last_stable_offset", _lso_at_high_watermark),
+    "dup-after-failover": (ProducerStates, "fold", classmethod(_fold_nothing)),
+    "marker-before-decision": (SimTxnCoordinator, "_commit", _mark_before_deciding),
 }
 
 
-assert sorted(PLANTS) == sorted(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES), "trikafka.sim.names lists every plant"
+assert sorted(PLANTS) == sorted(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES + TXN_PLANT_NAMES), "trikafka.sim.names lists every plant"
 
 
 @contextlib.contextmanager
@@ -92,7 +120,7 @@ def planted(name: str | None) -> Iterator[None]:
         yield
         return
     target, attribute, wrong = PLANTS[name]
-    real = getattr(target, attribute)
+    real = inspect.getattr_static(target, attribute)  # as stored: a classmethod stays one
     setattr(target, attribute, wrong)
     try:
         yield
