@@ -13,10 +13,22 @@ import heapq
 import itertools
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Generic, TypeVar
 
 from .checker import Violation
 from .determinism import ClockTrace, Trace, derived_random
+
+W = TypeVar("W")
+
+
+@dataclass(frozen=True)
+class EventFault(Generic[W]):
+    """One kind of fault of an event world: how it is injected on (world, victim, duration in ms),
+    and the range its durations are drawn from."""
+
+    name: str
+    inject: Callable[[W, int, int], None]
+    durations_ms: tuple[int, int]
 
 
 class EventWorld:

@@ -8,10 +8,10 @@ draw and nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from .determinism import Trace
+from .event_world import EventFault
 from .kafka_members import SimMember
 
 MESSAGE_DELAY_MS = 4000  # a delayed member's request waits up to this much more
@@ -31,13 +31,7 @@ class FaultyWorld(Protocol):
     def failover(self, duration_ms: int) -> None: ...
 
 
-@dataclass(frozen=True)
-class KafkaGroupFault:
-    """One kind of fault: how it is injected on (world, member slot, duration in ms), its duration range."""
-
-    name: str
-    inject: Callable[[FaultyWorld, int, int], None]
-    durations_ms: tuple[int, int]
+KafkaGroupFault = EventFault[FaultyWorld]  # one kind of fault of this world (event_world.EventFault)
 
 
 def _member_crash(world: FaultyWorld, slot: int, duration_ms: int) -> None:

@@ -8,10 +8,10 @@ the partitions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from .determinism import Trace
+from .event_world import EventFault
 from .kafka_group_faults import parse_fault_names
 from .txn_cluster import SimPartition
 from .txn_clients import SimClient, SimCopier
@@ -33,13 +33,7 @@ class FaultyWorld(Protocol):
     def coordinator_failover(self, duration_ms: int) -> None: ...
 
 
-@dataclass(frozen=True)
-class TxnFault:
-    """One kind of fault: how it is injected on (world, victim, duration in ms), its duration range."""
-
-    name: str
-    inject: Callable[[FaultyWorld, int, int], None]
-    durations_ms: tuple[int, int]
+TxnFault = EventFault[FaultyWorld]  # one kind of fault of this world (event_world.EventFault)
 
 
 def _partition_failover(world: FaultyWorld, victim: int, duration_ms: int) -> None:
