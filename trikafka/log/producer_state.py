@@ -194,6 +194,13 @@ class ProducerStates:
             return 0
         return next_sequence(entry.batches[-1].last_seq)
 
+    def holds_open_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here at ``epoch``: its first batch was
+        verified with the coordinator and no marker has closed it, so its next batches need no
+        verification (KIP-890 part 1, §19.5.7)."""
+        entry = self.entries.get(producer_id)
+        return entry is not None and entry.epoch == epoch and producer_id in self.open_transactions
+
     def last_stable_offset(self, high_watermark: int) -> int:
         """The LSO (§19.6): the first offset of the oldest open transaction, or the high watermark."""
         return min(min(self.open_transactions.values(), default=high_watermark), high_watermark)

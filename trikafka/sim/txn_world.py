@@ -219,7 +219,8 @@ class TransactionsWorld(EventWorld):
         return "coordinator", deliver
 
     def produce(self, partition: tuple[str, int], data: bytes, transactional_id: str | None) -> Request:
-        """A Produce of ``data`` (acks -1), a transactional one verified first (produce.py's ``_verify``)."""
+        """A Produce of ``data`` (acks -1), a transactional one verified first (produce.py's ``_verify``
+        through ``RoutedVerifier``)."""
         target = self._by_name[partition]
 
         def deliver(reply: Callable[[Any], None]) -> None:
@@ -233,10 +234,12 @@ class TransactionsWorld(EventWorld):
         return repr(partition), deliver
 
     def _verify(self, transactional_id: str, data: bytes, partition: tuple[str, int]) -> ErrorCode:
+        header = read_header(data)
+        if self._by_name[partition].states.holds_open_transaction(header.producer_id, header.producer_epoch):
+            return ErrorCode.none  # verified at the transaction's first batch here (RoutedVerifier)
         coordinator = self.coordinator
         if coordinator is None or not coordinator.loaded:
             return ErrorCode.not_coordinator
-        header = read_header(data)
         return coordinator.verify(transactional_id, header.producer_id, header.producer_epoch, partition)
 
     def commit_offset(self, source: int, producer_id: int, producer_epoch: int, transactional_id: str,

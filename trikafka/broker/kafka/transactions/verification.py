@@ -81,9 +81,7 @@ class RoutedVerifier:
             producers = target.read_view().log.producers
         except Refused:
             return False
-        entry = producers.entry(producer_id)
-        return (entry is not None and entry.epoch == producer_epoch
-                and producer_id in producers.open_transactions)
+        return producers.holds_open_transaction(producer_id, producer_epoch)
 
     async def _remote(self, coordinator: BrokerAddress, transactional_id: str, producer_id: int,
                       producer_epoch: int, topic: str, partition: int) -> ErrorCode:
