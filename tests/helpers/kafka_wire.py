@@ -159,8 +159,11 @@ def init_transactional(bootstrap: str, transactional_id: str) -> tuple[ErrorCode
 
 
 def add_partitions_to_txn(bootstrap: str, transactional_id: str, producer_id: int, epoch: int,
-                          partitions: list[tuple[str, int]], *, version: int = 3) -> dict[tuple[str, int], ErrorCode]:
-    """AddPartitionsToTxn (v0-v3, §19.5.4): each partition's error."""
+                          partitions: list[tuple[str, int]], *, version: int = 3,
+                          verify_only: bool = False) -> dict[tuple[str, int], ErrorCode]:
+    """AddPartitionsToTxn (§19.5.4): each partition's error.  From v4 (brokers' form) the request
+    carries one transaction with ``verify_only``; an error of the whole v4 request is every
+    partition's."""
     from kio.index import load_payload_module
     from kio.schema.types import ProducerId, TopicName, TransactionalId
     from kio.static.constants import EntityType
@@ -170,11 +173,22 @@ def add_partitions_to_txn(bootstrap: str, transactional_id: str, producer_id: in
     by_topic: dict[str, list[int]] = {}
     for topic, index in partitions:
         by_topic.setdefault(topic, []).append(index)
+    topics = tuple(module.AddPartitionsToTxnTopic(name=TopicName(t), partitions=tuple(map(i32, ps)))
+                   for t, ps in by_topic.items())
+    if version >= 4:
+        answer = exchange(bootstrap, 24, version, module.AddPartitionsToTxnRequest(transactions=(
+            module.AddPartitionsToTxnTransaction(
+                transactional_id=TransactionalId(transactional_id), producer_id=ProducerId(producer_id),
+                producer_epoch=i16(epoch), verify_only=verify_only, topics=topics),)))
+        if answer.error_code != ErrorCode.none:
+            return {key: answer.error_code for key in partitions}
+        return {(str(t.name), int(p.partition_index)): p.partition_error_code
+                for result in answer.results_by_transaction for t in result.topic_results
+                for p in t.results_by_partition}
     answer = exchange(bootstrap, 24, version, module.AddPartitionsToTxnRequest(
         v3_and_below_transactional_id=TransactionalId(transactional_id),
         v3_and_below_producer_id=ProducerId(producer_id), v3_and_below_producer_epoch=i16(epoch),
-        v3_and_below_topics=tuple(module.AddPartitionsToTxnTopic(name=TopicName(t), partitions=tuple(map(i32, ps)))
-                                  for t, ps in by_topic.items())))
+        v3_and_below_topics=topics))
     return {(str(t.name), int(p.partition_index)): p.partition_error_code
             for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
 

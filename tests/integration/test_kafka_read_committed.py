@@ -37,7 +37,7 @@ class _AdmitEvery:
 @pytest.fixture(scope="module")
 def kafka() -> Iterator[RunningKafkaBroker]:
     with running_kafka_broker(num_partitions=1) as running:
-        running.broker.kafka.transactions = _AdmitEvery()
+        running.broker.kafka.verifier = _AdmitEvery()
         yield running
 
 

@@ -74,6 +74,26 @@ def test_a_commit_reaches_partitions_and_offsets(kafka):
     assert b"kept" in {s.value for s in seen}
 
 
+def test_v4_verify_only_checks_without_adding(kafka):
+    """AddPartitionsToTxn v4, the form brokers send each other (§19.5.4, §19.5.7)."""
+    tid, bootstrap = _tid(), kafka.bootstrap
+    _, pid, epoch = init_transactional(bootstrap, tid)
+    out0, out1 = ("txn-out", 0), ("txn-out", 1)
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch, [out0], version=4, verify_only=True) == {
+        out0: ErrorCode.invalid_txn_state}
+    # Verifying added nothing: the partition still refuses the producer's batch.
+    assert produce_transactional(bootstrap, tid, *out0, _records(pid, epoch, 0, b"x"))[0] == \
+        ErrorCode.invalid_txn_state
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch, [out0], version=4) == {out0: ErrorCode.none}
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch, [out0, out1], version=4, verify_only=True) == {
+        out0: ErrorCode.none, out1: ErrorCode.invalid_txn_state}
+    assert add_partitions_to_txn(bootstrap, tid, pid, epoch - 1, [out0], version=4, verify_only=True) == {
+        out0: ErrorCode.producer_fenced}
+    assert add_partitions_to_txn(bootstrap, tid, pid + 1, epoch, [out0], version=4, verify_only=True) == {
+        out0: ErrorCode.invalid_producer_id_mapping}
+    assert end_txn(bootstrap, tid, pid, epoch, False) == ErrorCode.none
+
+
 def _stable(bootstrap: str, group: str) -> dict[int, tuple[int, ErrorCode]]:
     """The group's offset once no transaction holds it (the markers are written after EndTxn)."""
     def fetch() -> tuple[ErrorCode, dict[int, tuple[int, ErrorCode]]]:

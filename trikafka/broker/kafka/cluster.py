@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.wire.errors import ErrorCode as WireError
@@ -42,9 +42,8 @@ def new_cluster_id() -> str:
 
 def api_versions(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
-    keys = tuple(reply.nested("ApiVersion", api_key=int(api), min_version=api.min_version,
-                              max_version=api.max_version) for api in KafkaApi)
-    return reply.response(error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
+    return reply.response(error_code=ErrorCode.none, api_keys=api_versions_entries(request.api_version),
+                          throttle_time=NO_THROTTLE)
 
 
 async def metadata(service: KafkaContext, request: Request) -> Any:

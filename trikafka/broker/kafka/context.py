@@ -129,6 +129,7 @@ class KafkaContext(Protocol):
     topics: TopicCreation
     registry: TopicRegistry | None
     transactions: TransactionCoordination | None  # None: no transaction coordinator (a bare test service)
+    verifier: TransactionVerifier | None  # the partition side's KIP-890 check (§19.5.7); None with no coordinator
     run_blocking: RunBlocking
     authorizer: Authorizer
 

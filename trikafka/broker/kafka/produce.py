@@ -28,6 +28,7 @@ from ..partition import AckWait, KafkaAppend, Refused
 from .entities import NO_THROTTLE, Reply
 from .errors import BATCH_TO_KAFKA, kafka_error
 from .context import KafkaContext
+from .transactions.verification import retriable_for
 
 
 logger = logging.getLogger(__name__)
@@ -105,14 +106,14 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Ch
 async def _verify(service: KafkaContext, transactional_id: str, topic: str, index: int,
                   records: bytes | None) -> ErrorCode:
     """A transactional Produce's partition, checked with its coordinator before anything is appended
-    (KIP-890, §19.6); TRANSACTIONAL_ID_AUTHORIZATION_FAILED while no coordinator serves (§19.1)."""
-    if service.transactions is None:
+    (KIP-890, §19.5.7); TRANSACTIONAL_ID_AUTHORIZATION_FAILED while no coordinator serves (§19.1)."""
+    if service.verifier is None:
         return ErrorCode.transactional_id_authorization_failed
     if not records or len(records) < HEADER_BYTES:
         return ErrorCode.corrupt_message
     header = read_header(records)
-    return await service.transactions.verify(transactional_id, header.producer_id, header.producer_epoch, topic,
-                                             index)
+    error = await service.verifier.verify(transactional_id, header.producer_id, header.producer_epoch, topic, index)
+    return retriable_for(KafkaApi.PRODUCE, error)
 
 
 async def _append(service: KafkaContext, topic: str, index: int, records: bytes | None, acks: int,

@@ -37,6 +37,7 @@ from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .transactions import api as transactions_api
 from .transactions.coordinator import TransactionCoordinator
+from .transactions.verification import RoutedVerifier
 from .acl import api as acl_api
 from .acl.authorizer import Authorizer
 from .acl.model import AclSet
@@ -44,7 +45,7 @@ from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
 from ..credentials import Credentials, FileCredentials, ZooKeeperCredentials
 from .authentication import SaslGate, sasl_not_enabled
 from .connection import Deferred, KafkaConnection
-from .context import TopicCreation, TopicRegistry, TransactionCoordination
+from .context import TopicCreation, TopicRegistry, TransactionCoordination, TransactionVerifier
 from .errors import kafka_error
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ class KafkaService:
         self.coordinator = TransactionCoordinator(self, markers.RoutedMarkers(self, self.markers),
                                                   lambda: self.producer_ids.new_id())
         self.transactions: TransactionCoordination | None = self.coordinator
+        self.verifier: TransactionVerifier | None = RoutedVerifier(self, self.coordinator)
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
         # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)

@@ -81,7 +81,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DELETE_ACLS: (_cluster(Operation.ALTER),),
         KafkaApi.INIT_PRODUCER_ID: (_cluster(Operation.IDEMPOTENT_WRITE),
                                     Need(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED)),
-        KafkaApi.ADD_PARTITIONS_TO_TXN: (_transactional_id(Operation.WRITE), _topic(Operation.WRITE)),
+        KafkaApi.ADD_PARTITIONS_TO_TXN: (_transactional_id(Operation.WRITE), _topic(Operation.WRITE),
+                                         _cluster(Operation.CLUSTER_ACTION)),  # v4: brokers' calls
         KafkaApi.ADD_OFFSETS_TO_TXN: (_transactional_id(Operation.WRITE), _group(Operation.READ)),
         KafkaApi.END_TXN: (_transactional_id(Operation.WRITE),),
         KafkaApi.TXN_OFFSET_COMMIT: (_transactional_id(Operation.WRITE), _group(Operation.READ),

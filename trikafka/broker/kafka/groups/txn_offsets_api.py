@@ -16,6 +16,7 @@ from ..acl.model import ResourceType
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
 from ..transactions.api import for_version
+from ..transactions.verification import retriable_for
 from .access import group_partition
 from .offsets_api import commit_record
 
@@ -71,9 +72,10 @@ async def _commit(service: KafkaContext, request: Request, body: Any,
 async def _verify(service: KafkaContext, body: Any, index: int) -> ErrorCode:
     """KIP-890 for offsets (§19.5.7): the group's partition must be in the producer's ongoing
     transaction (AddOffsetsToTxn) before its offsets are written; a fenced epoch answers
-    INVALID_PRODUCER_EPOCH, as the served versions of TxnOffsetCommit do."""
-    if service.transactions is None:
+    INVALID_PRODUCER_EPOCH, as the served versions of TxnOffsetCommit do; a coordinator that could not
+    answer, COORDINATOR_NOT_AVAILABLE."""
+    if service.verifier is None:
         return ErrorCode.coordinator_not_available
-    error = await service.transactions.verify(body.transactional_id, body.producer_id, body.producer_epoch,
-                                              OFFSETS_TOPIC, index)
-    return for_version(error, KafkaApi.TXN_OFFSET_COMMIT, 0)
+    error = await service.verifier.verify(body.transactional_id, body.producer_id, body.producer_epoch,
+                                          OFFSETS_TOPIC, index)
+    return for_version(retriable_for(KafkaApi.TXN_OFFSET_COMMIT, error), KafkaApi.TXN_OFFSET_COMMIT, 0)

@@ -33,6 +33,9 @@ PRODUCER_FENCED_FROM: dict[KafkaApi, int] = {
 }
 
 
+FIRST_BATCHED_VERSION = 4  # AddPartitionsToTxn v4: batched transactions, verify_only (KIP-890)
+
+
 def for_version(error: ErrorCode, api: KafkaApi, version: int) -> ErrorCode:
     """``error`` as ``version`` of ``api`` may answer it (PRODUCER_FENCED before KIP-588)."""
     if error == ErrorCode.producer_fenced and version < PRODUCER_FENCED_FROM.get(api, 0):
@@ -45,20 +48,58 @@ def _transactional_id_denied(service: KafkaContext, api: KafkaApi, transactional
 
 
 async def add_partitions_to_txn(service: KafkaContext, request: Request) -> Any:
-    """AddPartitionsToTxn v0-v3 (§19.5.4): every partition joins the transaction, or none does."""
+    """AddPartitionsToTxn (§19.5.4): every partition joins the transaction, or none does; v4 (brokers'
+    calls) answers per transaction, and a ``verify_only`` one only checks its partitions (§19.5.7)."""
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
+    if request.api_version >= FIRST_BATCHED_VERSION:
+        return await _add_partitions_batched(service, request, reply, body)
     asked = [(str(t.name), int(p)) for t in body.v3_and_below_topics for p in t.partitions]
     errors = await _add_partitions(service, request, body.v3_and_below_transactional_id,
                                    body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, asked)
+    return reply.response(throttle_time=NO_THROTTLE,
+                          results_by_topic_v3_and_below=_topic_results(reply, asked, errors))
+
+
+def _topic_results(reply: Reply, asked: list[tuple[str, int]], errors: dict[tuple[str, int], ErrorCode]) -> Any:
+    """The per-topic results of ``asked`` (Any: a tuple of kio's result class at the reply's version)."""
     by_topic: dict[str, list[int]] = {}
     for topic, index in asked:
         by_topic.setdefault(topic, []).append(index)
-    return reply.response(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=tuple(
+    return tuple(
         reply.nested("AddPartitionsToTxnTopicResult", name=TopicName(topic), results_by_partition=tuple(
             reply.nested("AddPartitionsToTxnPartitionResult", partition_index=i32(index),
                          partition_error_code=errors[(topic, index)]) for index in indexes))
-        for topic, indexes in by_topic.items()))
+        for topic, indexes in by_topic.items())
+
+
+async def _add_partitions_batched(service: KafkaContext, request: Request, reply: Reply, body: Any) -> Any:
+    """AddPartitionsToTxn v4: each transaction verified (``verify_only``) or added as v3 adds."""
+    if (denied := service.authorizer.denied(request.api, resource_type=ResourceType.CLUSTER)) is not None:
+        return reply.response(throttle_time=NO_THROTTLE, error_code=denied, results_by_transaction=())
+    results = []
+    for txn in body.transactions:
+        asked = [(str(t.name), int(p)) for t in txn.topics for p in t.partitions]
+        if txn.verify_only:
+            errors = await _verify_partitions(service, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                              asked)
+        else:
+            errors = await _add_partitions(service, request, txn.transactional_id, txn.producer_id,
+                                           txn.producer_epoch, asked)
+        results.append(reply.nested("AddPartitionsToTxnResult", transactional_id=txn.transactional_id,
+                                    topic_results=_topic_results(reply, asked, errors)))
+    return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                          results_by_transaction=tuple(results))
+
+
+async def _verify_partitions(service: KafkaContext, transactional_id: str, producer_id: int, producer_epoch: int,
+                             asked: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    """Each partition as this broker's coordinator verifies it (§19.5.7); nothing is added."""
+    coordinator = service.transactions
+    if coordinator is None:
+        return {key: ErrorCode.coordinator_not_available for key in asked}
+    return {(topic, index): await coordinator.verify(transactional_id, producer_id, producer_epoch, topic, index)
+            for topic, index in asked}
 
 
 async def _add_partitions(service: KafkaContext, request: Request, transactional_id: str, producer_id: int,

@@ -1,0 +1,110 @@
+"""KIP-890 part 1 from the partition side (docs/protocol.md §19.5.7): is this partition in the
+producer's ongoing transaction?
+
+``RoutedVerifier`` is the ``TransactionVerifier`` a Produce and a TxnOffsetCommit ask.  A
+partition whose producer state already holds this producer's open transaction at this epoch
+needs no question; otherwise the id's coordinator is asked, on this broker directly, on
+another through AddPartitionsToTxn v4 with ``verify_only``.  ``retriable_for`` turns a
+coordinator that could not answer into the error each api's clients retry.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.add_partitions_to_txn.v4.request import (AddPartitionsToTxnRequest, AddPartitionsToTxnTopic,
+                                                         AddPartitionsToTxnTransaction)
+from kio.schema.errors import ErrorCode
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
+
+from trikafka.kafka.apis import KafkaApi
+from trikafka.wire.metadata import BrokerAddress
+
+from ...partition import Refused
+from ..context import KafkaContext, TransactionCoordination
+from ..peer_call import PeerCallError, peer_call
+
+logger = logging.getLogger(__name__)
+
+VERIFY_VERSION = 4  # AddPartitionsToTxn's first version with verify_only (§19.5.4)
+
+# The coordinator could not say (§19.5.7): nothing was appended and the client may ask again.
+UNANSWERED = frozenset({
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.concurrent_transactions,
+    ErrorCode.network_exception,
+})
+
+# What each verified api answers in place of an UNANSWERED error: one its clients retry without
+# failing the transaction (§19.5.7).
+RETRIABLE_AS: dict[KafkaApi, ErrorCode] = {
+    KafkaApi.PRODUCE: ErrorCode.not_enough_replicas,
+    KafkaApi.TXN_OFFSET_COMMIT: ErrorCode.coordinator_not_available,
+}
+
+
+def retriable_for(api: KafkaApi, error: ErrorCode) -> ErrorCode:
+    """``error`` of a verification as ``api`` answers it (§19.5.7)."""
+    return RETRIABLE_AS[api] if error in UNANSWERED else error
+
+
+class RoutedVerifier:
+    """The partition side's question to a transaction coordinator, here or on another broker."""
+
+    def __init__(self, service: KafkaContext, local: TransactionCoordination):
+        self._service = service
+        self._local = local
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                     partition: int) -> ErrorCode:
+        """NONE when ``topic``-``partition`` is in the producer's ongoing transaction at this epoch."""
+        if await self._already_open(topic, partition, producer_id, producer_epoch):
+            return ErrorCode.none
+        located = await self._local.coordinator_of(transactional_id)
+        if isinstance(located, ErrorCode):
+            return located
+        if located.broker_id == self._service.broker_id:
+            return await self._local.verify(transactional_id, producer_id, producer_epoch, topic, partition)
+        return await self._remote(located, transactional_id, producer_id, producer_epoch, topic, partition)
+
+    async def _already_open(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool:
+        """Whether this broker's replica of the partition holds the producer's open transaction at
+        ``producer_epoch``: its first batch here was verified and no marker has closed it."""
+        target = await self._service.partition_for(topic, partition, write=False)
+        if isinstance(target, ErrorCode):
+            return False
+        try:
+            producers = target.read_view().log.producers
+        except Refused:
+            return False
+        entry = producers.entry(producer_id)
+        return (entry is not None and entry.epoch == producer_epoch
+                and producer_id in producers.open_transactions)
+
+    async def _remote(self, coordinator: BrokerAddress, transactional_id: str, producer_id: int,
+                      producer_epoch: int, topic: str, partition: int) -> ErrorCode:
+        api = KafkaApi.ADD_PARTITIONS_TO_TXN
+        body = AddPartitionsToTxnRequest(transactions=(AddPartitionsToTxnTransaction(
+            transactional_id=TransactionalId(transactional_id), producer_id=ProducerId(producer_id),
+            producer_epoch=i16(producer_epoch), verify_only=True,
+            topics=(AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(partition),)),)),))
+        try:
+            answer: Any = await peer_call(coordinator, api, VERIFY_VERSION, body)  # Any: kio's response class
+        except PeerCallError as exc:
+            logger.info("transaction %s: could not verify %s-%d with broker %d: %s", transactional_id, topic,
+                        partition, coordinator.broker_id, exc)
+            return ErrorCode.network_exception
+        if answer.error_code != ErrorCode.none:
+            logger.warning("transaction %s: broker %d refused to verify %s-%d: %r", transactional_id,
+                           coordinator.broker_id, topic, partition, answer.error_code)
+            return ErrorCode.coordinator_not_available
+        for result in answer.results_by_transaction:
+            for topic_result in result.topic_results:
+                for part in topic_result.results_by_partition:
+                    if str(topic_result.name) == topic and int(part.partition_index) == partition:
+                        return ErrorCode(part.partition_error_code)
+        return ErrorCode.coordinator_not_available
