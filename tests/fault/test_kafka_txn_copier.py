@@ -22,6 +22,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,14 +172,26 @@ class Copiers:
         await self.all_stopped.wait()
 
 
-async def broker_fault(cluster: KafkaCluster, target: str, rng: random.Random) -> int:
+def unregistered(bootstrap: str, broker_id: int) -> None:
+    """Wait until Metadata no longer names ``broker_id`` (its ZooKeeper session expired), so that it may
+    register again."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + READ_WAIT_S
+    while broker_id in admin.list_topics(timeout=10).brokers:
+        assert time.monotonic() < deadline, f"broker {broker_id} still registered"
+        time.sleep(0.1)  # polling the cluster's metadata
+
+
+async def broker_fault(cluster: KafkaCluster, nursery: trio.Nursery, target: str, rng: random.Random) -> int:
     """SIGKILL the broker that ``target`` names (once every partition it leads has three replicas in
-    sync), wait until another broker leads in its place, and restart it on its log directory."""
+    sync), wait until another broker leads in its place, and restart it on its log directory in ``nursery``."""
     bootstrap = cluster.bootstrap()
     if target == "transaction coordinator":
         transactional_id = f"copier-{rng.randrange(COPIERS)}"
         _, victim, _ = await trio.to_thread.run_sync(
-            retry_while_retriable, lambda: find_transaction_coordinator(bootstrap, transactional_id))
+            retry_while_retriable, lambda: find_transaction_coordinator(bootstrap.split(",")[0], transactional_id))
         topic, partition = None, None
     else:
         topic, partition = (SOURCE if target == "input leader" else TARGET), rng.randrange(PARTITIONS)
@@ -187,9 +200,11 @@ async def broker_fault(cluster: KafkaCluster, target: str, rng: random.Random) -
         for p in range(PARTITIONS):
             await leader_of(bootstrap, name, p)
     await cluster.brokers[victim].kill()
+    survivors = cluster.bootstrap(without=(victim,))
     if topic is not None and partition is not None:
-        await leader_of(cluster.bootstrap(without=(victim,)), topic, partition, isr=2, not_on=victim)
-    await cluster.start(victim, *FLAGS)
+        await leader_of(survivors, topic, partition, isr=2, not_on=victim)
+    await trio.to_thread.run_sync(unregistered, survivors, victim)
+    await cluster.restart_in(nursery, victim, *FLAGS)
     return victim
 
 
@@ -214,11 +229,11 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
             [PER_PARTITION] * PARTITIONS, "the input holds each record once"
 
         copiers = Copiers(cluster)
-        during = OutputView()
+        during, after = OutputView(), OutputView()
         reader_done = threading.Event()
         done: list[str] = []
         try:
-            async with trio.open_nursery() as nursery:
+            async with trio.open_nursery() as nursery:  # copiers, the reader, restarted brokers
                 for number in range(COPIERS):
                     nursery.start_soon(copiers.keep_running, number)
                 nursery.start_soon(functools.partial(trio.to_thread.run_sync, functools.partial(
@@ -228,7 +243,7 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
                         while during.count < threshold and during.violation is None:
                             await trio.sleep(POLL_S)  # polling the reader's progress
                         if kind == "broker":
-                            victim = await broker_fault(cluster, what, broker_rng)
+                            victim = await broker_fault(cluster, nursery, what, broker_rng)
                             done.append(f"broker {victim} ({what}) at {during.count}")
                         else:
                             await copiers.kill(what)
@@ -240,14 +255,15 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
                 reader_done.set()
                 with trio.fail_after(STOP_WAIT_S):
                     await copiers.stop()
+                with trio.fail_after(READ_WAIT_S):
+                    await trio.to_thread.run_sync(functools.partial(read_output, cluster.bootstrap(), after,
+                                                                    threading.Event(), to_end=True))
+                nursery.cancel_scope.cancel()  # the restarted brokers
         finally:
             reader_done.set()
             print("faults done:", done, "copier exits:", copiers.exits)
-
-        after = OutputView()
-        with trio.fail_after(READ_WAIT_S):
-            await trio.to_thread.run_sync(functools.partial(read_output, cluster.bootstrap(), after,
-                                                            threading.Event(), to_end=True))
+            for number, child in sorted(copiers.running.items()):
+                print(f"copier-{number}, last run:", bytes(child.stderr[-800:]).decode(errors="replace"))
         assert after.violation is None, f"read_committed after the copy: {after.violation}"
         assert after.missing() is None, f"missing from the output: {after.missing()}"
         assert after.count == TOTAL
