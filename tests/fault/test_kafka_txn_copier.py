@@ -136,15 +136,18 @@ class Copiers:
     all_stopped: trio.Event = field(default_factory=trio.Event)
 
     async def keep_running(self, number: int) -> None:
+        self.started.setdefault(number, trio.Event())
         while not self.stopping:
-            self.started[number] = trio.Event()
             program = [sys.executable, "-m", "tests.helpers.kafka_txn_copier"]
             async with child_process(self.cluster.bootstrap(), GROUP, SOURCE, TARGET, f"copier-{number}",
                                      str(BATCH), program=program) as child:
                 self.running[number] = child
                 self.started[number].set()
                 code = await child.process.wait()
+            if self.started[number].is_set():  # not replaced by kill(): an end the test did not cause
+                self.started[number] = trio.Event()
             tail = bytes(child.stderr[-1500:]).decode(errors="replace")
+            self.exits += [line for line in child.stderr.decode(errors="replace").splitlines() if "jump" in line]
             if code == 0 and self.stopping:
                 self.stopped += 1
                 if self.stopped == COPIERS:
@@ -161,6 +164,7 @@ class Copiers:
             while b"committed" not in child.stderr:
                 await trio.sleep(0.1)  # polling the child's stderr
         child.signal(signal.SIGKILL)
+        self.started[number] = trio.Event()  # set once the restarted copier runs
         self.killed += 1
 
     async def stop(self) -> None:
@@ -242,6 +246,8 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
                     for threshold, (kind, what) in zip(thresholds, faults):
                         while during.count < threshold and during.violation is None:
                             await trio.sleep(POLL_S)  # polling the reader's progress
+                        if during.violation is not None:
+                            break
                         if kind == "broker":
                             victim = await broker_fault(cluster, nursery, what, broker_rng)
                             done.append(f"broker {victim} ({what}) at {during.count}")

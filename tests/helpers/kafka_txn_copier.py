@@ -89,7 +89,17 @@ class Copier:
             if self.assignment_changes != before:
                 self._rewind()
                 continue
+            self._note_jumps(records)
             self._copy(records)
+
+    def _note_jumps(self, records: list[Any]) -> None:
+        last: dict[int, int] = {}
+        for record in records:
+            p = record.partition()
+            if p in last and record.offset() != last[p] + 1:
+                _say(f"jump: partition {p} from {last[p]} to {record.offset()} within one consume "
+                     f"({len(records)} records, assignment changes {self.assignment_changes})")
+            last[p] = record.offset()
 
     def _copy(self, records: list[Any]) -> None:
         self.producer.begin_transaction()
