@@ -157,14 +157,20 @@ def retry_while_retriable(call: Any) -> Any:
         time.sleep(0.05)
 
 
-def find_transaction_coordinator(bootstrap: str, transactional_id: str) -> tuple[ErrorCode, int, int]:
-    """FindCoordinator v4 of key type 1 (§19.5.1): (error, node id, port)."""
+def find_coordinator(bootstrap: str, key: str, *, key_type: int) -> tuple[ErrorCode, int, int]:
+    """FindCoordinator v4 of ``key`` (key type 0: a group, §17.3; 1: a transactional id, §19.5.1):
+    (error, node id, port)."""
     from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
     from kio.static.primitive import i8
 
-    found = exchange(bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(1), coordinator_keys=(transactional_id,)))
+    found = exchange(bootstrap, 10, 4, FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,)))
     coordinator = found.coordinators[0]
     return coordinator.error_code, int(coordinator.node_id), int(coordinator.port)
+
+
+def find_transaction_coordinator(bootstrap: str, transactional_id: str) -> tuple[ErrorCode, int, int]:
+    """FindCoordinator v4 of key type 1 (§19.5.1): (error, node id, port)."""
+    return find_coordinator(bootstrap, transactional_id, key_type=1)
 
 
 def init_transactional(bootstrap: str, transactional_id: str) -> tuple[ErrorCode, int, int]:

@@ -300,6 +300,8 @@ def test_the_transaction_apis_need_their_acls(secured: RunningKafkaBroker) -> No
     grant(log_dir, "Read", "--group", "g")
     wait_for_acls(secured, 4)
     assert add_partitions_to_txn(bootstrap, "tx", pid, epoch, [("txn-acl", 0)]) == {("txn-acl", 0): ErrorCode.none}
+    assert add_partitions_to_txn(bootstrap, "tx", pid, epoch, [("txn-acl", 0)], version=4, verify_only=True) == {
+        ("txn-acl", 0): ErrorCode.cluster_authorization_failed}  # brokers' form: ClusterAction on the Cluster
     assert retry_while_retriable(lambda: add_offsets_to_txn(bootstrap, "tx", pid, epoch, "g")) == ErrorCode.none
     assert txn_offset_commit(bootstrap, "tx", pid, epoch, "g", "txn-acl", {0: 1}) == {
         0: ErrorCode.topic_authorization_failed}  # Read on the topic, not Write

@@ -6,17 +6,16 @@ first; a read_committed consumer sees the committed records only.
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Iterator
 
 import pytest
 
-from tests.helpers.kafka_clients import create_topic, read_with_confluent
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_confluent
+from tests.helpers.kafka_transactions import (committed_offset, confluent_group_metadata,
+                                             confluent_transactional_producer, kafka_python_abort_then_commit)
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
-
-CLIENT_TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -28,43 +27,12 @@ def kafka() -> Iterator[RunningKafkaBroker]:
         yield running
 
 
-def _producer(bootstrap: str, transactional_id: str):
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                         "transaction.timeout.ms": 60000})
-    producer.init_transactions(CLIENT_TIMEOUT_S)
-    return producer
-
-
-def _group_metadata(bootstrap: str, group: str):
-    from confluent_kafka import Consumer
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    return consumer, consumer.consumer_group_metadata()
-
-
-def _committed(bootstrap: str, group: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    try:
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        while True:
-            (found,) = consumer.committed([TopicPartition(topic, 0)], timeout=CLIENT_TIMEOUT_S)
-            if found.offset >= 0 or time.monotonic() > deadline:
-                return int(found.offset)
-    finally:
-        consumer.close()
-
-
 def test_commit_and_abort_seen_by_read_committed(kafka):
     from confluent_kafka import TopicPartition
 
     group = f"copier-{uuid.uuid4().hex[:6]}"
-    consumer, metadata = _group_metadata(kafka.bootstrap, group)
-    producer = _producer(kafka.bootstrap, f"tx-{group}")
+    consumer, metadata = confluent_group_metadata(kafka.bootstrap, group)
+    producer = confluent_transactional_producer(kafka.bootstrap, f"tx-{group}")
     try:
         producer.begin_transaction()
         for i in range(3):
@@ -84,18 +52,19 @@ def test_commit_and_abort_seen_by_read_committed(kafka):
     assert sorted(s.value for s in committed) == [b"committed-0", b"committed-1", b"committed-2"]
     everything = read_with_confluent(kafka.bootstrap, "out", 2, 5, **{"isolation.level": "read_uncommitted"})
     assert len(everything) == 5
-    assert _committed(kafka.bootstrap, group, "in") == 3
+    assert committed_offset(kafka.bootstrap, group, "in") == 3
 
 
 def test_a_second_producer_of_the_id_fences_the_first(kafka):
     from confluent_kafka import KafkaException
 
     transactional_id = f"fenced-{uuid.uuid4().hex[:6]}"
-    first = _producer(kafka.bootstrap, transactional_id)
+    first = confluent_transactional_producer(kafka.bootstrap, transactional_id)
     first.begin_transaction()
     first.produce("out", value=b"zombie", partition=0)
     first.flush(CLIENT_TIMEOUT_S)
-    second = _producer(kafka.bootstrap, transactional_id)  # aborts the first's transaction, bumps the epoch
+    # The second aborts the first's transaction and bumps the epoch.
+    second = confluent_transactional_producer(kafka.bootstrap, transactional_id)
     with pytest.raises(KafkaException) as raised:
         first.commit_transaction(CLIENT_TIMEOUT_S)
     assert raised.value.args[0].fatal()
@@ -108,22 +77,7 @@ def test_a_second_producer_of_the_id_fences_the_first(kafka):
 
 
 def _kafka_python(bootstrap: str, transactional_id: str, topic: str, group: str) -> None:
-    from kafka import KafkaProducer
-    from kafka.structs import OffsetAndMetadata, TopicPartition
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
-    try:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send(topic, value=b"aborted")
-        producer.flush(CLIENT_TIMEOUT_S)
-        producer.abort_transaction()
-        producer.begin_transaction()
-        producer.send(topic, value=b"committed")
-        producer.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(11, "", -1)}, group)
-        producer.commit_transaction()
-    finally:
-        producer.close(CLIENT_TIMEOUT_S)
+    kafka_python_abort_then_commit(bootstrap, transactional_id, topic, group, "in")
 
 
 def _aiokafka(bootstrap: str, transactional_id: str, topic: str, group: str) -> None:
@@ -159,4 +113,4 @@ def test_python_clients_transactional_producers_commit_records_and_offsets(kafka
     assert [s.value for s in committed] == [b"committed"]
     everything = read_with_confluent(kafka.bootstrap, group, 1, 2, **{"isolation.level": "read_uncommitted"})
     assert [s.value for s in everything] == [b"aborted", b"committed"]
-    assert _committed(kafka.bootstrap, group, "in") == 11
+    assert committed_offset(kafka.bootstrap, group, "in") == 11

@@ -4,6 +4,7 @@ TxnOffsetCommit against one broker, with the answers clients hide behind their r
 
 from __future__ import annotations
 
+import socket
 import uuid
 from typing import Iterator
 
@@ -14,9 +15,11 @@ from tests.helpers.kafka_clients import create_topic, read_with_confluent
 from tests.helpers.kafka_wire import (add_offsets_to_txn, add_partitions_to_txn, end_txn, fetch_stable_offsets,
                                       find_transaction_coordinator, init_producer_id, init_transactional,
                                       produce_transactional, retry_while_retriable, txn_offset_commit)
+from trikafka.broker.kafka.transactions.verification import RoutedVerifier
 from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.records import build_batch
 from trikafka.testing import running_kafka_broker
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 
@@ -92,6 +95,68 @@ def test_v4_verify_only_checks_without_adding(kafka):
     assert add_partitions_to_txn(bootstrap, tid, pid + 1, epoch, [out0], version=4, verify_only=True) == {
         out0: ErrorCode.invalid_producer_id_mapping}
     assert end_txn(bootstrap, tid, pid, epoch, False) == ErrorCode.none
+
+
+class _CountingCoordinator:
+    """The broker's own coordinator, counting the verifications it answers."""
+
+    def __init__(self, coordinator):
+        self._coordinator = coordinator
+        self.verified = 0
+
+    async def coordinator_of(self, transactional_id):
+        return await self._coordinator.coordinator_of(transactional_id)
+
+    async def verify(self, *asked):
+        self.verified += 1
+        return await self._coordinator.verify(*asked)
+
+
+def test_only_a_transactions_first_batch_on_a_partition_is_verified(kafka):
+    """§19.5.7: a partition holding the producer's open transaction at its epoch asks nobody."""
+    service, bootstrap, tid, out = kafka.broker.kafka, kafka.bootstrap, _tid(), ("txn-out", 1)
+    counting = _CountingCoordinator(service.transactions)
+    routed, service.verifier = service.verifier, RoutedVerifier(service, counting)
+    try:
+        _, pid, epoch = init_transactional(bootstrap, tid)
+        for transaction in range(2):
+            assert retry_while_retriable(lambda: add_partitions_to_txn(bootstrap, tid, pid, epoch, [out])) == {
+                out: ErrorCode.none}
+            for seq in range(3 * transaction, 3 * transaction + 3):
+                assert produce_transactional(bootstrap, tid, *out, _records(pid, epoch, seq, b"v"))[0] == \
+                    ErrorCode.none
+            assert counting.verified == transaction + 1  # the marker closed the first: the second asks again
+            assert end_txn(bootstrap, tid, pid, epoch, True) == ErrorCode.none
+    finally:
+        service.verifier = routed
+
+
+class _UnreachableCoordinator:
+    """A coordinator on a broker nobody listens for."""
+
+    def __init__(self, port: int):
+        self._port = port
+
+    async def coordinator_of(self, transactional_id):
+        return BrokerAddress(99, "127.0.0.1", self._port)
+
+
+def test_a_coordinator_that_cannot_be_reached_answers_what_clients_retry(kafka):
+    """§19.5.7: nothing is appended; Produce answers NOT_ENOUGH_REPLICAS, TxnOffsetCommit
+    COORDINATOR_NOT_AVAILABLE."""
+    service, bootstrap, tid, group = kafka.broker.kafka, kafka.bootstrap, _tid(), f"g-{uuid.uuid4().hex[:6]}"
+    _, pid, epoch = init_transactional(bootstrap, tid)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    routed, service.verifier = service.verifier, RoutedVerifier(service, _UnreachableCoordinator(port))
+    try:
+        assert produce_transactional(bootstrap, tid, "txn-out", 0, _records(pid, epoch, 0, b"x"))[0] == \
+            ErrorCode.not_enough_replicas
+        assert txn_offset_commit(bootstrap, tid, pid, epoch, group, "txn-out", {0: 3}) == {
+            0: ErrorCode.coordinator_not_available}
+    finally:
+        service.verifier = routed
 
 
 def _stable(bootstrap: str, group: str) -> dict[int, tuple[int, ErrorCode]]:

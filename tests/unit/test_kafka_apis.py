@@ -14,45 +14,45 @@ PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # Metadata v12 (topic ids in the request) is Kafka 3.1's; §16.3's table lists it, and no
 # client's version inference turns on it (kafka-python tells 3.1 by Fetch v13).
 BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12}
-# Served but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
-SERVED_BEYOND_ADVERTISED = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
+# Accepted but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
+BROKERS_ONLY_UP_TO = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
 
 
 def _contract_rows() -> dict[int, tuple[str, int, int, int, int]]:
     text = PROTOCOL_MD.read_text()
     table = text[text.index("### 16.3"):text.index("### 16.4")]
     rows = {}
-    for key, name, versions, flexible, advertised in re.findall(
+    for key, name, versions, flexible, brokers in re.findall(
             r"^\| (\d+) \| (\w+) \| ([\d–]+) \| (\d+) \| (\d*) ?\|$", table, re.M):
         low, _, high = versions.partition("–")
-        rows[int(key)] = (name, int(low), int(high or low), int(flexible), int(advertised or high or low))
+        rows[int(key)] = (name, int(low), int(high or low), int(flexible), int(brokers or high or low))
     return rows
 
 
 def test_the_table_is_the_contracts():
     rows = _contract_rows()
     assert len(rows) == len(KafkaApi)  # every row of the table parsed
-    assert {int(api): (api.label, api.min_version, api.max_version, api.flexible_from, api.advertised_max)
+    assert {int(api): (api.label, api.min_version, api.max_version, api.flexible_from, api.broker_max_version)
             for api in KafkaApi} == rows
 
 
 @pytest.mark.parametrize("api", list(KafkaApi), ids=lambda api: api.label)
 def test_advertised_ranges_are_kafka_3_0s(api):
     kafka_min, kafka_max = BROKER_API_VERSIONS[(3, 0)][int(api)]
-    assert kafka_min <= api.min_version <= api.advertised_max <= api.max_version
-    assert api.advertised_max == BEYOND_KAFKA_3_0.get(api, kafka_max)
-    assert api.max_version == SERVED_BEYOND_ADVERTISED.get(api, api.advertised_max)
+    assert kafka_min <= api.min_version <= api.max_version <= api.broker_max_version
+    assert api.max_version == BEYOND_KAFKA_3_0.get(api, kafka_max)
+    assert api.broker_max_version == BROKERS_ONLY_UP_TO.get(api, api.max_version)
 
 
-def test_advertising_every_served_version_would_make_kafka_python_infer_kafka_3_6():
-    """Why AddPartitionsToTxn v4 is served but not advertised (§16.3)."""
-    served = {int(api): (api.min_version, api.max_version) for api in KafkaApi}
+def test_advertising_brokers_own_versions_would_make_kafka_python_infer_kafka_3_6():
+    """Why AddPartitionsToTxn v4 is accepted but not advertised (§16.3)."""
+    served = {int(api): (api.min_version, api.broker_max_version) for api in KafkaApi}
     assert infer_broker_version_from_api_versions(served) >= (3, 6)
 
 
 @pytest.mark.parametrize("api", list(KafkaApi), ids=lambda api: api.label)
 def test_every_served_version_has_kio_classes_of_the_right_flexibility(api):
-    for version in range(api.min_version, api.max_version + 1):
+    for version in range(api.min_version, api.broker_max_version + 1):
         for cls in (api.request_class(version), api.response_class(version)):
             assert (cls.__api_key__, cls.__version__) == (int(api), version)
             assert cls.__flexible__ == api.flexible(version), (cls, version)
@@ -78,7 +78,7 @@ def test_lookup():
 def test_api_versions_entries(version):
     entries = api_versions_entries(version)
     assert [(e.api_key, e.min_version, e.max_version) for e in entries] == [
-        (int(api), api.min_version, api.advertised_max) for api in KafkaApi]
+        (int(api), api.min_version, api.max_version) for api in KafkaApi]
     assert all(type(e).__version__ == version for e in entries)
 
 

@@ -216,7 +216,7 @@ class TestResponses:
         assert correlation_id == 99 and isinstance(body, ApiVersionsResponseV0)
         assert body.error_code == ErrorCode.unsupported_version == 35
         assert [(e.api_key, e.min_version, e.max_version) for e in body.api_keys] == [
-            (int(api), api.min_version, api.advertised_max) for api in KafkaApi]
+            (int(api), api.min_version, api.max_version) for api in KafkaApi]
 
     def test_kafka_python_reads_the_unsupported_answer(self):
         from kafka.protocol.metadata import ApiVersionsResponse

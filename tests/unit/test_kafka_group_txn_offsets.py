@@ -3,10 +3,20 @@ the producer's marker, committed by COMMIT with the log order kept, dropped by A
 
 from __future__ import annotations
 
-from trikafka.broker.kafka.groups.state import OffsetsPartition
-from trikafka.kafka.group_records import GroupKey, GroupValue, OffsetKey, OffsetValue
+import trio
 
-A, B = 100, 200  # producer ids
+from tests.helpers.kafka_batches import v2_log
+from trikafka.broker.kafka.groups.state import OffsetsPartition
+from trikafka.broker.kafka.groups.store import read_records
+from trikafka.broker.partition import ReadView
+from trikafka.kafka.batch import TRANSACTIONAL
+from trikafka.kafka.group_records import (GroupKey, GroupValue, OffsetKey, OffsetValue, decode_record, encode_key,
+                                          encode_value)
+from trikafka.kafka.markers import build_marker
+from trikafka.kafka.records import Record, build_batch
+from trikafka.log import OffsetAssignment
+
+A, B, C = 100, 200, 300  # producer ids
 
 
 def offset(partitions: OffsetsPartition, group: str, topic: str = "in", index: int = 0) -> int | None:
@@ -74,3 +84,39 @@ def test_group_metadata_in_a_transactional_batch_applies_as_read():
     part.apply_transactional(A, GroupKey("g"), GroupValue("consumer", 1, "range", None), 4)
     group = part.group("g")
     assert group is not None and group.metadata is not None
+
+
+# ------------------------------------------------------------------ loading (§17.3, §19.5.4)
+
+class _WorkerThreads:
+    """The one thing ``read_records`` needs of its broker: a way to run the read off the loop."""
+
+    async def run_blocking(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args)
+
+
+def _txn_offsets(pid: int, value: int, *, group: str = "g", partition: int = 0) -> bytearray:
+    record = Record(0, 1, encode_key(OffsetKey(group, "in", partition)), encode_value(OffsetValue(value)))
+    return bytearray(build_batch([record], producer_id=pid, producer_epoch=0, base_sequence=0,
+                                 control_attributes=TRANSACTIONAL))
+
+
+async def test_a_load_keeps_an_open_transactions_offsets_pending_until_its_marker():
+    log, *_ = v2_log()
+    plain = Record(0, 1, encode_key(OffsetKey("g", "in", 3)), encode_value(OffsetValue(1)))
+    log.append(bytearray(build_batch([plain])), assign=OffsetAssignment(1))
+    for pid, value, partition in ((A, 10, 0), (B, 20, 1), (C, 30, 2)):
+        log.append(_txn_offsets(pid, value, partition=partition), assign=OffsetAssignment(1, transactional=True))
+    for pid, commit in ((A, True), (B, False)):  # C's transaction stays open
+        log.append(bytearray(build_marker(pid, 0, commit, coordinator_epoch=0, timestamp_ms=1)),
+                   assign=OffsetAssignment(1, markers=True))
+
+    part = OffsetsPartition(0)
+    for key, value, log_offset, open_producer in await read_records(
+            _WorkerThreads(), ReadView(log, log.end_offset, 0), decode_record):  # type: ignore[arg-type]
+        part.apply_read(key, value, log_offset, open_producer)
+
+    assert [offset(part, "g", index=i) for i in range(4)] == [10, None, None, 1]  # A committed, B aborted
+    assert part.txn_offsets.producers() == [C] and part.txn_offsets.unstable("g", ("in", 2))
+    part.on_marker(C, commit=True)
+    assert offset(part, "g", index=2) == 30

@@ -33,30 +33,32 @@ _API_VERSION_CLASSES: dict[int, type[ApiVersionEntry]] = {
 class KafkaApi(enum.IntEnum):
     """The apis of §16.3; a member's int is its ``api_key``.
 
-    ``min_version .. max_version`` are the versions the listener accepts,
-    ``flexible_from`` the first that uses flexible encoding (compact fields,
-    tagged fields, request header v2, §16.2).  ``advertised_max`` is the
-    highest version ApiVersions names: below ``max_version`` for a version
-    that brokers send each other but that would make a client infer a newer
-    Kafka than §16.3's (AddPartitionsToTxn v4, §19.5.4).
+    ``min_version .. max_version`` are the versions clients use, the range
+    ApiVersions names; ``flexible_from`` the first that uses flexible encoding
+    (compact fields, tagged fields, request header v2, §16.2).
+    ``broker_max_version`` (``max_version`` unless the entry says otherwise)
+    is the highest version the listener accepts: above ``max_version`` for a
+    version only brokers send each other, not advertised because a client
+    that saw it would infer a newer Kafka than §16.3's (AddPartitionsToTxn v4,
+    §19.5.7).
     """
 
     min_version: int
     max_version: int
     flexible_from: int
-    advertised_max: int
+    broker_max_version: int
 
     def __new__(cls, key: int, min_version: int, max_version: int, flexible_from: int,
-                advertised_max: int | None = None) -> KafkaApi:
+                broker_max_version: int | None = None) -> KafkaApi:
         member = int.__new__(cls, key)
         member._value_ = key
         member.min_version = min_version
         member.max_version = max_version
         member.flexible_from = flexible_from
-        member.advertised_max = max_version if advertised_max is None else advertised_max
+        member.broker_max_version = max_version if broker_max_version is None else broker_max_version
         return member
 
-    # name = (key, min_version, max_version, flexible_from[, advertised_max])
+    # name = (key, min_version, max_version, flexible_from[, broker_max_version])
     PRODUCE = (0, 3, 9, 9)
     FETCH = (1, 4, 12, 12)
     LIST_OFFSETS = (2, 1, 7, 6)
@@ -75,7 +77,7 @@ class KafkaApi(enum.IntEnum):
     CREATE_TOPICS = (19, 2, 7, 5)
     DELETE_TOPICS = (20, 1, 6, 4)
     INIT_PRODUCER_ID = (22, 0, 4, 2)
-    ADD_PARTITIONS_TO_TXN = (24, 0, 4, 3, 3)  # v4: brokers' verify_only calls (§19.5.7)
+    ADD_PARTITIONS_TO_TXN = (24, 0, 3, 3, 4)  # v4: brokers' verify_only calls (§19.5.7)
     ADD_OFFSETS_TO_TXN = (25, 0, 3, 3)
     END_TXN = (26, 0, 3, 3)
     WRITE_TXN_MARKERS = (27, 1, 1, 1)
@@ -97,8 +99,8 @@ class KafkaApi(enum.IntEnum):
         return "".join(word.capitalize() for word in self.name.split("_"))
 
     def supports(self, version: int) -> bool:
-        """Whether a client may send ``version`` of this api."""
-        return self.min_version <= version <= self.max_version
+        """Whether the listener accepts ``version`` of this api (a client's, or a broker's own)."""
+        return self.min_version <= version <= self.broker_max_version
 
     def flexible(self, version: int) -> bool:
         """Whether ``version`` of this api uses flexible encoding."""
@@ -116,7 +118,7 @@ class KafkaApi(enum.IntEnum):
 
     def _check(self, version: int) -> None:
         if not self.supports(version):
-            raise ValueError(f"{self.label} v{version} is not served (v{self.min_version}-v{self.max_version})")
+            raise ValueError(f"{self.label} v{version} is not served (v{self.min_version}-v{self.broker_max_version})")
 
 
 def lookup(api_key: int) -> KafkaApi | None:
@@ -129,7 +131,7 @@ _BY_KEY: dict[int, KafkaApi] = {int(api): api for api in KafkaApi}
 
 def api_versions_entries(version: int) -> tuple[ApiVersionEntry, ...]:
     """The table as the ``api_keys`` of an ApiVersions response of ``version`` (0-3), by key: each
-    api's advertised range (``min_version .. advertised_max``)."""
+    api's ``min_version .. max_version`` (brokers' own versions are not named)."""
     return _api_versions_entries(version)
 
 
@@ -137,7 +139,7 @@ def api_versions_entries(version: int) -> tuple[ApiVersionEntry, ...]:
 def _api_versions_entries(version: int) -> tuple[ApiVersionEntry, ...]:
     entry = _API_VERSION_CLASSES[version]
     return tuple(entry(api_key=i16(int(api)), min_version=i16(api.min_version),
-                       max_version=i16(api.advertised_max))
+                       max_version=i16(api.max_version))
                  for api in KafkaApi)
 
 

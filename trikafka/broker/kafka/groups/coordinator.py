@@ -141,10 +141,10 @@ class GroupCoordinator:
         while they were read (§19.5.4)."""
         records = await self.store.read(view)
         groups = OffsetsPartition(index, self.settings)
-        for key, value, offset in records:
-            groups.apply(key, value, offset)
+        for key, value, offset, open_producer in records:
+            groups.apply_read(key, value, offset, open_producer)
         # A marker appended after the read ended is in no record read: apply it now.
-        last_read = max((offset for _, _, offset in records), default=-1)
+        last_read = max((offset for _, _, offset, _ in records), default=-1)
         for producer_id, commit, offset in self._markers_while_loading.pop(index, []):
             if offset > last_read:
                 groups.on_marker(producer_id, commit)

@@ -56,6 +56,15 @@ class OffsetsPartition:
         assert value is None or isinstance(value, OffsetValue)
         self.txn_offsets.add(producer_id, PendingOffset(key.group, key.topic, key.partition, value, log_offset))
 
+    def apply_read(self, key: RecordKey, value: RecordValue | None, log_offset: int,
+                   open_producer: int | None) -> None:
+        """A record read at a load (§17.3): it counts, or (``open_producer``) it is pending in that
+        producer's still-open transaction until its marker (§19.5.4)."""
+        if open_producer is None:
+            self.apply(key, value, log_offset)
+        else:
+            self.apply_transactional(open_producer, key, value, log_offset)
+
     def on_marker(self, producer_id: int, commit: bool) -> list[PendingOffset]:
         """``producer_id``'s COMMIT (``commit``) or ABORT marker reached this partition: its pending
         offsets become the groups' committed ones, or are dropped; the offsets it ended."""

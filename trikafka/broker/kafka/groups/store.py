@@ -24,7 +24,9 @@ from ..context import KafkaContext
 from ..internal_topic import InternalTopic
 
 LOAD_CHUNK_BYTES = 1 << 20  # bytes read per worker-thread call while loading
-LoadedRecord = tuple[RecordKey, RecordValue | None, int]  # key, value (None: tombstone), logical offset
+# key, value (None: tombstone), logical offset, and the producer id whose still-open transaction
+# holds the record (None: the record counts now, §19.5.4)
+LoadedRecord = tuple[RecordKey, RecordValue | None, int, int | None]
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -51,33 +53,37 @@ class GroupStore:
         return await read_records(self._service, view, decode_record)
 
 
-def _settled(producers: ProducerStates, header: BatchHeader) -> bool:
-    """Whether a batch's records count: any batch outside a transaction, a transaction's only once
-    committed (neither aborted nor still open, §19.6)."""
-    if not header.attributes & TRANSACTIONAL:
-        return True
+def _aborted(producers: ProducerStates, header: BatchHeader) -> bool:
+    """Whether a transactional batch belongs to an aborted transaction (§19.6)."""
+    return any(a.producer_id == header.producer_id
+               for a in producers.aborted_between(header.base_offset, header.base_offset + 1))
+
+
+def _open_producer(producers: ProducerStates, header: BatchHeader) -> int | None:
+    """The producer id when a transactional batch belongs to its still-open transaction (no marker
+    yet), else None (§19.6)."""
     opened = producers.open_transactions.get(header.producer_id)
-    if opened is not None and header.base_offset >= opened:
-        return False
-    return not any(a.producer_id == header.producer_id
-                   for a in producers.aborted_between(header.base_offset, header.base_offset + 1))
+    return header.producer_id if opened is not None and header.base_offset >= opened else None
 
 
 async def read_records(service: KafkaContext, view: ReadView,
-                       decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int]]:
+                       decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
     """Every keyed record of an internal topic's partition from its log start to its log end, in
-    order, each decoded by ``decode`` (§17.3, §19.5.6), read in a worker thread."""
+    order, each decoded by ``decode`` (§17.3, §19.5.6), read in a worker thread: (key, value,
+    offset, producer id of the open transaction that holds it or None).  An aborted transaction's
+    records are left out; a committed one's count where they lie; an open one's are returned with
+    their producer, pending until its marker (§19.5.4)."""
     end = view.log.end_offset
     return await service.run_blocking(functools.partial(_read_all, view.log, end, decode))
 
 
 def _read_all(log: BrokerLog, end: int,
-              decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int]]:
+              decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
     """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
     no state)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
-    loaded: list[tuple[K, V, int]] = []
+    loaded: list[tuple[K, V, int, int | None]] = []
     while position is not None and position < end:
         # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
         spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
@@ -87,12 +93,17 @@ def _read_all(log: BrokerLog, end: int,
             region = log.read(start, stop - start, end=end)
             data = b"" if region is None else region.read()
             for header, records in decode_batches(data):
-                if header.attributes & CONTROL or not _settled(log.producers, header):
+                if header.attributes & CONTROL:
                     continue
+                open_producer = None
+                if header.attributes & TRANSACTIONAL:
+                    if _aborted(log.producers, header):
+                        continue
+                    open_producer = _open_producer(log.producers, header)
                 for record in records:
                     if record.key is None:
                         continue
                     key, value = decode(record.key, record.value)
-                    loaded.append((key, value, record.offset))
+                    loaded.append((key, value, record.offset, open_producer))
         position = spans[-1][1]
     return loaded

@@ -77,7 +77,7 @@ class TransactionCoordinator:
 
     async def _load(self, index: int, view: ReadView) -> TxnPartition:
         part = TxnPartition(index, view.leader_epoch)
-        for key, value, _ in await read_records(self._service, view, decode_record):
+        for key, value, _, _ in await read_records(self._service, view, decode_record):
             part.apply(key, value)
         return part
 
