@@ -269,7 +269,9 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
             reader_done.set()
             print("faults done:", done, "copier exits:", copiers.exits)
             for number, child in sorted(copiers.running.items()):
-                print(f"copier-{number}, last run:", bytes(child.stderr[-800:]).decode(errors="replace"))
+                print(f"copier-{number}, last run:", bytes(child.stderr[-3000:]).decode(errors="replace"))
+            for broker_id, serve in sorted(cluster.brokers.items()):
+                print(f"broker {broker_id}:", serve.stderr_tail)
         assert after.violation is None, f"read_committed after the copy: {after.violation}"
         assert after.missing() is None, f"missing from the output: {after.missing()}"
         assert after.count == TOTAL

@@ -68,7 +68,7 @@ class Copier:
         self.assignment_changes = 0
         self.producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                                   "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "linger.ms": 5,
-                                  "acks": "all"})
+                                  "acks": "all", "debug": "eos"})
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "session.timeout.ms": SESSION_TIMEOUT_MS,
