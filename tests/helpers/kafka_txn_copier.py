@@ -11,8 +11,10 @@ abort aborts and rewinds the consumer to the group's committed positions, a fata
 (fencing) ends the process with ``FATAL_EXIT``, to be restarted with the same
 transactional id.  SIGTERM stops it between transactions (exit 0).
 
-It reports on stderr: ``copier <id>: ready``, then one ``committed <n>`` line per
-transaction and one ``aborted: <error>`` line per abort.
+It reports on stderr: ``ready``, then one ``committed <n>`` line per transaction, one
+``aborted: <error>`` line per abort, and a ``jump:`` line when one consume delivered a
+partition's offsets with a gap (the input is written without transactions, so its offsets
+are dense), besides librdkafka's own transaction log (``debug=eos``).
 """
 
 from __future__ import annotations
