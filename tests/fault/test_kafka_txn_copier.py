@@ -276,3 +276,4 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
         assert after.missing() is None, f"missing from the output: {after.missing()}"
         assert after.count == TOTAL
         assert copiers.killed == COPIER_KILLS and len(done) == len(faults)
+        assert not copiers.exits, f"copiers ended or jumped unasked: {copiers.exits}"
