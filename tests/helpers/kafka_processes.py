@@ -53,14 +53,15 @@ class KafkaServe:
 
 
 @contextlib.asynccontextmanager
-async def kafka_serve(log_dir: Path, *flags: str, broker_id: int | None = None,
-                      zookeeper: str | None = None) -> AsyncIterator[KafkaServe]:
-    """``trikafka serve`` on ``log_dir`` (standalone unless ``zookeeper`` is given); yields once it serves."""
+async def kafka_serve(log_dir: Path, *flags: str, broker_id: int | None = None, zookeeper: str | None = None,
+                      ports: tuple[int, int] = (0, 0)) -> AsyncIterator[KafkaServe]:
+    """``trikafka serve`` on ``log_dir`` (standalone unless ``zookeeper`` is given) and ``ports`` (its 0.7 and
+    Kafka ports; 0: free ones); yields once it serves."""
     ready_file = Path(str(log_dir) + ".port")
     ready_file.unlink(missing_ok=True)  # a restart must not read the previous run's ports
     where = ("--standalone",) if zookeeper is None else ("--zookeeper", zookeeper, "--broker-id", str(broker_id),
                                                         *ZK_FLAGS)
-    async with child_process("serve", *where, "--port", "0", "--kafka-port", "0", "--log-dir", str(log_dir),
+    async with child_process("serve", *where, "--port", str(ports[0]), "--kafka-port", str(ports[1]), "--log-dir", str(log_dir),
                              "--ready-file", str(ready_file), "--log-level", "WARNING", *flags) as child:
         with trio.fail_after(START_TIMEOUT_S):
             await child.wait_for_stderr(READY_MARKER)
@@ -79,6 +80,22 @@ class KafkaCluster:
     async def start(self, broker_id: int, *flags: str) -> KafkaServe:
         serve = await self._stack.enter_async_context(
             kafka_serve(self.root / f"broker-{broker_id}", *flags, broker_id=broker_id, zookeeper=self.zookeeper))
+        self.brokers[broker_id] = serve
+        return serve
+
+    async def restart_in(self, nursery: trio.Nursery, broker_id: int, *flags: str) -> KafkaServe:
+        """Start broker ``broker_id`` again, on its log directory and its ports (clients keep the addresses
+        they hold, as a restarted Kafka broker's), as a task of ``nursery``, which stops it: for a restart
+        inside a test's own nursery, where entering the cluster's stack would misnest."""
+        previous = self.brokers[broker_id]
+
+        async def serving(task_status: trio.TaskStatus[KafkaServe] = trio.TASK_STATUS_IGNORED) -> None:
+            async with kafka_serve(self.root / f"broker-{broker_id}", *flags, broker_id=broker_id,
+                                   zookeeper=self.zookeeper, ports=(previous.port, previous.kafka_port)) as serve:
+                task_status.started(serve)
+                await trio.sleep_forever()
+
+        serve: KafkaServe = await nursery.start(serving)
         self.brokers[broker_id] = serve
         return serve
 

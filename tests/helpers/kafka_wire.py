@@ -113,6 +113,22 @@ def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int, *, i
     return int(answer.topics[0].partitions[0].offset)
 
 
+def fetch_once(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int, bytes]:
+    """Fetch v4 of one partition at ``offset``, answered at once (no wait): (error, high watermark, records)."""
+    from datetime import timedelta
+
+    from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i64
+
+    answer = exchange(bootstrap, 1, 4, FetchRequest(
+        replica_id=BrokerId(-1), max_wait=timedelta(0), min_bytes=i32(1), max_bytes=i32(1 << 20),
+        isolation_level=i8(0), topics=(FetchTopic(topic=TopicName(topic), partitions=(FetchPartition(
+            partition=i32(partition), fetch_offset=i64(offset), partition_max_bytes=i32(1 << 20)),)),)))
+    found = answer.responses[0].partitions[0]
+    return found.error_code, int(found.high_watermark), bytes(found.records or b"")
+
+
 def produce_transactional(bootstrap: str, transactional_id: str, topic: str, partition: int,
                           records: bytes) -> tuple[ErrorCode, int]:
     """Produce v9 (acks -1) of one partition's transactional ``records``: (error, base offset)."""

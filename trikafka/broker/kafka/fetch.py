@@ -90,7 +90,9 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     start = index.start_offset
     producers = view.log.producers
     stable = producers.last_stable_offset(hw)
-    if not start <= asked.offset <= hw:
+    # Past the high watermark but not past the log end: a new leader's high watermark lags what its
+    # predecessor committed (§16.4, §12.6); the answer below is empty, and the consumer waits.
+    if not start <= asked.offset <= max(hw, index.next_offset):
         return failed(ErrorCode.offset_out_of_range, hw, start)
     visible, end = (stable, _position(index, stable, view.end)) if asked.committed else (hw, view.end)
 
