@@ -7,7 +7,8 @@ Three ``trikafka serve --zookeeper`` processes serve an input and an output topi
 each input partition to the same output partition in transactions of about 750 records, committing the
 consumed positions in the same transaction.  Meanwhile, on a seeded schedule, brokers are SIGKILLed and
 restarted (the transaction coordinator, leaders of input and output partitions), and so are copiers in
-the middle of their transactions.
+the middle of their transactions.  A copier that is fenced, or whose call does not complete, ends
+and is restarted with its transactional id, as a supervisor restarts a worker; the test prints those.
 
 The promise, checked by a librdkafka ``read_committed`` reader during the copy and by another after it:
 every output partition reads as its input partition's records in order, each exactly once: no aborted
@@ -33,7 +34,9 @@ from tests.helpers.fault_seeds import fault_rng
 from tests.helpers.kafka_clients import create_topic, high_watermarks, leader_of
 from tests.helpers.kafka_groups import produce
 from tests.helpers.kafka_processes import KafkaCluster, kafka_cluster
+from tests.helpers.kafka_txn_copier import FATAL_EXIT, STUCK_EXIT
 from tests.helpers.kafka_wire import find_transaction_coordinator, retry_while_retriable
+from trikafka.kafka.group_records import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +46,13 @@ PER_PARTITION = 25_000
 TOTAL = PARTITIONS * PER_PARTITION
 COPIERS = 3
 BATCH = 750
-FLAGS = ("--set", "offsets.topic.num.partitions=3", "--set", "transaction.state.log.num.partitions=3",
+INTERNAL_PARTITIONS = 3
+FLAGS = ("--set", f"offsets.topic.num.partitions={INTERNAL_PARTITIONS}",
+         "--set", f"transaction.state.log.num.partitions={INTERNAL_PARTITIONS}",
          "--set", "group.initial.rebalance.delay.ms=0")
+# What must have three replicas in sync before a broker is killed.
+IN_SYNC_BEFORE_A_KILL = ((SOURCE, PARTITIONS), (TARGET, PARTITIONS), (OFFSETS_TOPIC, INTERNAL_PARTITIONS),
+                         (TRANSACTION_STATE_TOPIC, INTERNAL_PARTITIONS))
 TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 # Where in the copy (records the reader has seen) the faults may fall.
 FAULT_WINDOW = (0.05, 0.8)
@@ -124,12 +132,15 @@ def read_output(bootstrap: str, view: OutputView, done: threading.Event, *, to_e
 @dataclass
 class Copiers:
     """``COPIERS`` copier processes, each restarted (same transactional id) whenever it ends before
-    :meth:`stop`; every end that the test did not ask for is kept in ``exits``."""
+    :meth:`stop`.  An end the copier chose (fenced: ``FATAL_EXIT``; a call that did not complete:
+    ``STUCK_EXIT``) is kept in ``restarts``, as a supervisor would restart it; any other end that
+    the test did not ask for, and every jump a copier reports, in ``exits``."""
 
     cluster: KafkaCluster
     running: dict[int, ChildProcess] = field(default_factory=dict)
     started: dict[int, trio.Event] = field(default_factory=dict)
     exits: list[str] = field(default_factory=list)
+    restarts: list[str] = field(default_factory=list)
     killed: int = 0
     stopping: bool = False
     stopped: int = 0
@@ -153,7 +164,9 @@ class Copiers:
                 if self.stopped == COPIERS:
                     self.all_stopped.set()
                 return
-            if code != -signal.SIGKILL:
+            if code in (FATAL_EXIT, STUCK_EXIT):
+                self.restarts.append(f"copier-{number} exited {code}: {tail.splitlines()[-1] if tail else ''}")
+            elif code != -signal.SIGKILL:
                 self.exits.append(f"copier-{number} exited {code}: {tail}")
 
     async def kill(self, number: int) -> None:
@@ -189,8 +202,9 @@ def unregistered(bootstrap: str, broker_id: int) -> None:
 
 
 async def broker_fault(cluster: KafkaCluster, nursery: trio.Nursery, target: str, rng: random.Random) -> int:
-    """SIGKILL the broker that ``target`` names (once every partition it leads has three replicas in
-    sync), wait until another broker leads in its place, and restart it on its log directory in ``nursery``."""
+    """SIGKILL the broker that ``target`` names (once every partition of the topics and of the internal
+    topics has its three replicas in sync again, as a rolling restart waits: one broker down at a time),
+    wait until another broker leads in its place, and restart it on its log directory in ``nursery``."""
     bootstrap = cluster.bootstrap()
     if target == "transaction coordinator":
         transactional_id = f"copier-{rng.randrange(COPIERS)}"
@@ -200,8 +214,8 @@ async def broker_fault(cluster: KafkaCluster, nursery: trio.Nursery, target: str
     else:
         topic, partition = (SOURCE if target == "input leader" else TARGET), rng.randrange(PARTITIONS)
         victim = await leader_of(bootstrap, topic, partition)
-    for name in (SOURCE, TARGET):
-        for p in range(PARTITIONS):
+    for name, count in IN_SYNC_BEFORE_A_KILL:
+        for p in range(count):
             await leader_of(bootstrap, name, p)
     await cluster.brokers[victim].kill()
     survivors = cluster.bootstrap(without=(victim,))
@@ -267,7 +281,7 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
                 nursery.cancel_scope.cancel()  # the restarted brokers
         finally:
             reader_done.set()
-            print("faults done:", done, "copier exits:", copiers.exits)
+            print("faults done:", done, "copier exits:", copiers.exits, "copier restarts:", copiers.restarts)
             for number, child in sorted(copiers.running.items()):
                 print(f"copier-{number}, last run:", bytes(child.stderr[-3000:]).decode(errors="replace"))
             for broker_id, serve in sorted(cluster.brokers.items()):

@@ -8,8 +8,11 @@ transaction copies up to ``BATCH`` records (750 by default) to the same partitio
 ``OUTPUT`` and commits the consumed positions with them.  librdkafka's error classes
 decide what follows an error: a retriable one repeats the call, one that requires an
 abort aborts and rewinds the consumer to the group's committed positions, a fatal one
-(fencing) ends the process with ``FATAL_EXIT``, to be restarted with the same
-transactional id.  SIGTERM stops it between transactions (exit 0).
+(fencing) ends the process with ``FATAL_EXIT``, and a call that does not complete within
+``CALL_TIMEOUT_S`` (librdkafka's ``_TIMED_OUT``) ends it with ``STUCK_EXIT``, as a
+supervisor restarts a wedged worker: either way it is restarted with the same
+transactional id, which fences what it left open.  SIGTERM stops it between transactions
+(exit 0).
 
 It reports on stderr: ``ready``, then one ``committed <n>`` line per transaction, one
 ``aborted: <error>`` line per abort, and a ``jump:`` line when one consume delivered a
@@ -19,15 +22,17 @@ are dense), besides librdkafka's own transaction log (``debug=eos``).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any, Callable, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 FATAL_EXIT = 3
+STUCK_EXIT = 4
 DEFAULT_BATCH = 750
-CALL_TIMEOUT_S = 60.0
+CALL_TIMEOUT_S = 30.0  # as long as a transaction may stay open (TRANSACTION_TIMEOUT_MS)
 CONSUME_WAIT_S = 0.5
 SESSION_TIMEOUT_MS = 6000
 # A SIGKILLed copier's open transaction holds back the partitions' last stable offset until its
@@ -39,6 +44,10 @@ T = TypeVar("T")
 
 class Fatal(Exception):
     """The producer cannot go on (fenced, or a fatal librdkafka error)."""
+
+
+class Stuck(Exception):
+    """A transactional call did not complete within ``CALL_TIMEOUT_S``."""
 
 
 def _say(text: str) -> None:
@@ -54,6 +63,8 @@ def _retrying(call: Callable[[], T]) -> T:
             error = raised.args[0]
             if error.fatal():
                 raise Fatal(str(error)) from raised
+            if error.code() == KafkaError._TIMED_OUT:
+                raise Stuck(str(error)) from raised
             if error.retriable() and not error.txn_requires_abort():
                 continue
             raise
@@ -163,6 +174,9 @@ def main(argv: list[str]) -> int:
     except Fatal as fatal:
         _say(f"fatal: {fatal}")
         return FATAL_EXIT
+    except Stuck as stuck:
+        _say(f"stuck: {stuck}")
+        os._exit(STUCK_EXIT)  # not through librdkafka's teardown, which may wait on what is stuck
     copier.close()
     return 0
 
