@@ -9,9 +9,10 @@ transaction copies up to ``BATCH`` records (750 by default) to the same partitio
 decide what follows an error: a retriable one repeats the call, one that requires an
 abort aborts and rewinds the consumer to the group's committed positions, a fatal one
 (fencing) ends the process with ``FATAL_EXIT``, and a call that does not complete within
-``CALL_TIMEOUT_S`` (librdkafka's ``_TIMED_OUT``) ends it with ``STUCK_EXIT``, as a
-supervisor restarts a wedged worker: either way it is restarted with the same
-transactional id, which fences what it left open.  SIGTERM stops it between transactions
+``CALL_TIMEOUT_S`` (librdkafka's ``_TIMED_OUT``), or a transaction still open
+``STUCK_AFTER_S`` after it began (a watchdog thread; the threads' stacks go to stderr),
+ends it with ``STUCK_EXIT``, as a supervisor restarts a wedged worker: either way it is
+restarted with the same transactional id, which fences what it left open.  SIGTERM stops it between transactions
 (exit 0).
 
 It reports on stderr: ``ready``, then one ``committed <n>`` line per transaction, one
@@ -22,9 +23,12 @@ are dense), besides librdkafka's own transaction log (``debug=eos``).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any, Callable, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -33,6 +37,8 @@ FATAL_EXIT = 3
 STUCK_EXIT = 4
 DEFAULT_BATCH = 750
 CALL_TIMEOUT_S = 30.0  # as long as a transaction may stay open (TRANSACTION_TIMEOUT_MS)
+# A transaction still open this long after it began is stuck, whichever call holds it.
+STUCK_AFTER_S = 2 * CALL_TIMEOUT_S
 CONSUME_WAIT_S = 0.5
 SESSION_TIMEOUT_MS = 6000
 # A SIGKILLed copier's open transaction holds back the partitions' last stable offset until its
@@ -76,6 +82,7 @@ class Copier:
     def __init__(self, bootstrap: str, group: str, source: str, target: str, transactional_id: str, batch: int):
         self.source, self.target, self.batch = source, target, batch
         self.stopping = False
+        self.transaction_began: float | None = None  # time.monotonic() of the open transaction's begin
         # Counts assignment changes: a batch read across one is dropped, since librdkafka's positions
         # restart at the committed offsets and another copier may own a revoked partition now.
         self.assignment_changes = 0
@@ -114,7 +121,24 @@ class Copier:
                      f"({len(records)} records, assignment changes {self.assignment_changes})")
             last[p] = record.offset()
 
+    def watch(self) -> None:
+        """The watchdog: a transaction open for ``STUCK_AFTER_S`` ends the process with ``STUCK_EXIT``."""
+        while True:
+            time.sleep(1.0)  # the watchdog's period
+            began = self.transaction_began
+            if began is not None and time.monotonic() - began > STUCK_AFTER_S:
+                _say(f"stuck: a transaction open for over {STUCK_AFTER_S:.0f} s; the threads:")
+                faulthandler.dump_traceback(sys.stderr)
+                os._exit(STUCK_EXIT)
+
     def _copy(self, records: list[Any]) -> None:
+        self.transaction_began = time.monotonic()
+        try:
+            self._copy_in_transaction(records)
+        finally:
+            self.transaction_began = None
+
+    def _copy_in_transaction(self, records: list[Any]) -> None:
         self.producer.begin_transaction()
         try:
             positions: dict[int, int] = {}
@@ -169,6 +193,7 @@ def main(argv: list[str]) -> int:
         copier.stopping = True
 
     signal.signal(signal.SIGTERM, stop)
+    threading.Thread(target=copier.watch, daemon=True).start()
     try:
         copier.run()
     except Fatal as fatal:
