@@ -58,7 +58,7 @@ TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 FAULT_WINDOW = (0.05, 0.8)
 BROKER_TARGETS = ("transaction coordinator", "input leader", "output leader")
 COPIER_KILLS = 2
-COPY_WAIT_S = 240.0
+COPY_WAIT_S = 360.0  # an upper bound under load: a run takes about 45 s on an idle machine
 READ_WAIT_S = 120.0
 STOP_WAIT_S = 90.0
 POLL_S = 0.5
@@ -242,7 +242,9 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
         for topic in (SOURCE, TARGET):
             await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, topic, PARTITIONS,
                                                             TOPIC_CONFIGS, replication_factor=3))
-        await trio.to_thread.run_sync(produce, bootstrap, SOURCE, PARTITIONS, PER_PARTITION)
+        # Idempotent, so that a retried batch cannot land after later ones: input offset n holds record n.
+        await trio.to_thread.run_sync(functools.partial(produce, bootstrap, SOURCE, PARTITIONS, PER_PARTITION,
+                                                        **{"enable.idempotence": True}))
         assert await trio.to_thread.run_sync(high_watermarks, bootstrap, SOURCE, PARTITIONS) == \
             [PER_PARTITION] * PARTITIONS, "the input holds each record once"
 

@@ -18,9 +18,11 @@ WAIT_S = 60.0
 POLL_S = 0.05
 
 
-def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0) -> None:
-    """``per_partition`` records to each partition, acks=all, values ``p<partition>-<n>``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+def produce(bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0,
+            **settings: Any) -> None:
+    """``per_partition`` records to each partition, acks=all, values ``p<partition>-<n>``; ``settings``
+    are more librdkafka settings (``enable.idempotence``: each partition stores them in order)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **settings})
     for n in range(start, start + per_partition):
         for partition in range(partitions):
             producer.produce(topic, value=f"p{partition}-{n}".encode(), partition=partition)
