@@ -5,6 +5,7 @@ import tests.helpers.hypothesis_profiles  # noqa: F401  (registers and loads the
 
 # The tier markers; the real ZooKeeper server fixture (session-scoped, loopback, stopped
 # by PID); the in-process broker fixtures trikafka offers its users (trikafka_broker,
-# trikafka_cluster); the test certificates of TLS tests (``certificates``).
+# trikafka_cluster); the test certificates of TLS tests (``certificates``); the simulation's
+# CI budget, run behind the other tests (``sim_budget``).
 pytest_plugins = ["tests.helpers.tiers", "tests.helpers.zookeeper_server", "trikafka.testing.pytest_plugin",
-                  "tests.helpers.certificates"]
+                  "tests.helpers.certificates", "tests.helpers.sim_budget"]
