@@ -26,8 +26,8 @@ from .client import ClusterMetadata, KafkaClient
 from .connection import KafkaConnection
 from .errors import KafkaResponseError, check
 from .group_offsets import TopicPartition, fetch_values, fetched_offsets
-from .membership import (COORDINATOR_KEY_TYPE_GROUP, COORDINATOR_KEY_TYPE_TRANSACTION, coordinator_of,
-                         find_coordinator_values, group_api)
+from .coordinators import find_coordinator
+from .membership import COORDINATOR_KEY_TYPE_GROUP, COORDINATOR_KEY_TYPE_TRANSACTION, group_api
 
 # ListOffsets' special timestamps (§16.4).
 LATEST = -1  # the high watermark: the offset the next record gets
@@ -198,13 +198,13 @@ class KafkaAdmin:
 
     async def _coordinator(self, key: str, key_type: int, what: str) -> KafkaConnection:
         for attempt in range(self.client.max_retries + 1):
-            connection = await self.client.any_connection()
-            code, coordinator = coordinator_of(await connection.request(
-                group_api("FIND_COORDINATOR"), extra_wait_s=0.0, **find_coordinator_values(key, key_type)))
-            if coordinator is not None:
+            try:
+                coordinator = await find_coordinator(self.client, key, key_type, what=f"coordinator of {what} {key}")
+            except KafkaResponseError as exc:
+                if not exc.retriable or attempt == self.client.max_retries:
+                    raise
+            else:
                 return await self.client.connection_to(coordinator.host, coordinator.port)
-            if not KafkaResponseError(code, "").retriable or attempt == self.client.max_retries:
-                raise KafkaResponseError(code, f"coordinator of {what} {key}")
             await trio.sleep(self.client.retry_backoff_s * (attempt + 1))
         raise AssertionError("unreachable: the last attempt raises")
 

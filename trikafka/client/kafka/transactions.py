@@ -27,8 +27,8 @@ from .connection import KafkaConnection
 from .errors import KafkaResponseError, TransactionFatalError
 from .group_offsets import ConsumerGroupMetadata, TopicPartition, by_topic, commit_values
 from .idempotence import BUMP_FROM_VERSION, Idempotence
-from .membership import (COORDINATOR_KEY_TYPE_GROUP, COORDINATOR_KEY_TYPE_TRANSACTION, coordinator_of,
-                         find_coordinator_values)
+from .coordinators import find_coordinator
+from .membership import COORDINATOR_KEY_TYPE_GROUP, COORDINATOR_KEY_TYPE_TRANSACTION
 from .transaction_state import Action, Phase, TransactionState, Where, action_of
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms
@@ -239,13 +239,6 @@ class TransactionManager:
         """The connection to the coordinator of (key type, key), found first when not known."""
         node = self._coordinators.get(where)
         if node is None:
-            connection = await self.client.any_connection()
-            api = KafkaApi.FIND_COORDINATOR
-            version = connection.version(api)
-            answer = await connection.send(api, version,
-                                           schema.build(api, version, **find_coordinator_values(where[1], where[0])))
-            code, node = coordinator_of(answer)
-            if node is None:
-                raise KafkaResponseError(code, f"FindCoordinator of {where[1]}")
-            self._coordinators[where] = node
+            node = self._coordinators[where] = await find_coordinator(self.client, where[1], where[0],
+                                                                      what=f"FindCoordinator of {where[1]}")
         return await self.client.connection_to(node.host, node.port)
