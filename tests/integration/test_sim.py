@@ -3,6 +3,7 @@ and each planted bug is caught by the seed stated here."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -13,6 +14,7 @@ import pytest
 import trio
 
 from tests.helpers.sim_budget import start_budget
+from tests.helpers.sim_runs import assert_a_seed_replays_exactly
 from trikafka.sim import run_seed
 from trikafka.sim.faults import FAULT_TABLE, Fault
 from trikafka.testing import open_cluster
@@ -31,9 +33,7 @@ SEEDS_TO_CATCH = {"ack-before-isr": 1, "fenced-commit": 21, "truncate-to-hw": 2,
 
 
 def test_a_seed_replays_exactly():
-    first, again = run_seed(5, duration_s=10.0), run_seed(5, duration_s=10.0)
-    assert first.ok and first.digest == again.digest and first.trace_lines == again.trace_lines
-    assert run_seed(6, duration_s=10.0).digest != first.digest
+    assert_a_seed_replays_exactly(functools.partial(run_seed, duration_s=10.0), 5, 6)
 
 
 @pytest.mark.parametrize("seed", CLEAN_SEEDS)

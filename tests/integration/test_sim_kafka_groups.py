@@ -3,13 +3,9 @@ every promise, and the planted stale-generation commit is caught within them."""
 
 from __future__ import annotations
 
-import re
-import shlex
-import subprocess
-import sys
-
 import pytest
 
+from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
 from trikafka.sim import kafka_coordinator, kafka_members
 from trikafka.sim.kafka_group_promises import AT_LEAST_ONCE, FORWARD, OWNERSHIP, SURVIVE, GroupPromises
 from trikafka.sim.kafka_groups import run_seed
@@ -20,9 +16,7 @@ FIRST_SEED_TO_CATCH = 1  # measured: the first seed from 1 whose run the plant b
 
 
 def test_a_seed_replays_exactly():
-    first, again = run_seed(7), run_seed(7)
-    assert first.ok and first.digest == again.digest and first.trace_lines == again.trace_lines
-    assert run_seed(8).digest != first.digest
+    assert_a_seed_replays_exactly(run_seed, 7, 8)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -95,14 +89,5 @@ def test_a_member_that_commits_what_it_skipped_is_caught(monkeypatch):
 
 
 def test_the_command_replays_the_caught_seed_to_its_digest():
-    failed = run_seed(FIRST_SEED_TO_CATCH, plant=PLANT)
-    command = re.search(r"^  replay: (trikafka sim .*)$", failed.report(), re.MULTILINE).group(1)
-    replayed = subprocess.run([sys.executable, "-m", *shlex.split(command)], capture_output=True, text=True,
-                              timeout=120)
-    assert replayed.returncode == 1
-    assert replayed.stdout.splitlines()[-1] == \
-        f"seed {FIRST_SEED_TO_CATCH}: FAILED ({FORWARD}) trace {failed.digest}"
-    assert failed.report() in replayed.stderr
-    clean = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--world", "kafka-groups", "--seed", "7"],
-                           capture_output=True, text=True, timeout=120)
-    assert clean.returncode == 0 and clean.stdout.strip() == f"seed 7: ok trace {run_seed(7).digest}"
+    assert_the_command_replays(run_seed(FIRST_SEED_TO_CATCH, plant=PLANT), FORWARD, "kafka-groups", 7,
+                               run_seed(7).digest)

@@ -4,13 +4,9 @@ checker catches each promise it states."""
 
 from __future__ import annotations
 
-import re
-import shlex
-import subprocess
-import sys
-
 import pytest
 
+from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
 from trikafka.log.producer_state import ProducerStates
 from trikafka.sim import txn_cluster
 from trikafka.sim.txn_promises import (ABORTED_READ, CYCLE, DUPLICATE, LOST_WRITE, ORDER, PROMISES, TORN,
@@ -28,9 +24,7 @@ DUPLICATE_SEED = 4  # dup-after-failover with partition-failover,lost-answers on
 
 
 def test_a_seed_replays_exactly():
-    first, again = run_seed(7), run_seed(7)
-    assert first.ok and first.digest == again.digest and first.trace_lines == again.trace_lines
-    assert run_seed(8).digest != first.digest
+    assert_a_seed_replays_exactly(run_seed, 7, 8)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -119,16 +113,7 @@ def test_the_checker_catches_what_it_states():
 
 def test_the_command_replays_the_caught_seed_to_its_digest():
     seed, promise = CAUGHT["lso-ignores-open"]
-    failed = run_seed(seed, plant="lso-ignores-open")
-    command = re.search(r"^  replay: (trikafka sim .*)$", failed.report(), re.MULTILINE).group(1)
-    replayed = subprocess.run([sys.executable, "-m", *shlex.split(command)], capture_output=True, text=True,
-                              timeout=120)
-    assert replayed.returncode == 1
-    assert replayed.stdout.splitlines()[-1] == f"seed {seed}: FAILED ({promise}) trace {failed.digest}"
-    assert failed.report() in replayed.stderr
-    clean = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--world", "transactions", "--seed", "7"],
-                           capture_output=True, text=True, timeout=120)
-    assert clean.returncode == 0 and clean.stdout.strip() == f"seed 7: ok trace {run_seed(7).digest}"
+    assert_the_command_replays(run_seed(seed, plant="lso-ignores-open"), promise, "transactions", 7, run_seed(7).digest)
 
 
 def test_a_coordinator_that_never_writes_markers_is_caught(monkeypatch):
