@@ -77,4 +77,3 @@ def list_transactions(service: KafkaContext, request: Request) -> Any:
                                            producer_id=i64(value.producer_id),
                                            transaction_state=value.state.kafka_name)
                               for tid, value in kept))
-
