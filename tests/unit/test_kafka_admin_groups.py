@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaResponseError, schema
 from trikafka.client.kafka import admin as admin_module
+from trikafka.client.kafka import coordinators as coordinators_module
 from trikafka.client.kafka.client import BrokerNode, ClusterMetadata
 from trikafka.client.kafka.group_offsets import TopicPartition
 from trikafka.kafka.consumer_protocol import Assignment, encode_assignment
@@ -42,7 +43,8 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> dict[int, ScriptedBroker]:
                                      "error_message": None}]}
     scripted = {1: ScriptedBroker(1, {"FIND_COORDINATOR": coordinator}),
                 2: ScriptedBroker(2, {"FIND_COORDINATOR": coordinator})}
-    monkeypatch.setattr(admin_module, "group_api", lambda name: name)
+    for module in (admin_module, coordinators_module):  # the scripted brokers answer by api name
+        monkeypatch.setattr(module, "group_api", lambda name: name)
 
     async def refresh(self: KafkaClient, topics: object = ()) -> ClusterMetadata:
         self.metadata = ClusterMetadata("c", 1, {1: BrokerNode(1, "b1", 1), 2: BrokerNode(2, "b2", 2)}, {})
