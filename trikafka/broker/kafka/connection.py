@@ -24,7 +24,7 @@ from trikafka.kafka.errors import KafkaCodecError, UnsupportedRequest
 from trikafka.kafka.framing import FrameReader, Request, parse_request, unsupported_version_response
 from trikafka.wire.responses import Chunk
 
-from ..receive_loop import PEER_GONE, ReceiveLoop
+from ..receive_loop import PEER_GONE, RECEIVE_BYTES, ReceiveLoop
 from ..sendfile import RegionTruncatedError, send_chunks
 from .authentication import SASL_APIS, SaslFailedAnswer, SaslGate, SaslRefused
 
@@ -44,6 +44,8 @@ CLIENT_PEER: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_
 # connection's task sets it once TLS or SASL has named the client; a plaintext connection with
 # no authentication is Kafka's anonymous user.  The authorizer reads it.
 ANONYMOUS = "User:ANONYMOUS"
+# How long a connection whose authentication failed waits for its client to close first (§18.4).
+FAILED_AUTHENTICATION_LINGER_S = 1.0
 CLIENT_PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_principal", default=ANONYMOUS)
 
 
@@ -163,6 +165,7 @@ class KafkaConnection:
             answer = await gate.answer(request)
         except SaslFailedAnswer as exc:
             await send_chunks(self.stream, [exc.answer])
+            await self._await_peer_close(FAILED_AUTHENTICATION_LINGER_S)
             raise
         if gate.user is not None and not self._authenticated:
             self._authenticated = True
@@ -172,6 +175,15 @@ class KafkaConnection:
             self._handshake_scope.deadline = math.inf
             logger.debug("Kafka connection from %s authenticated as %s", self.peer, gate.user)
         return answer
+
+    async def _await_peer_close(self, timeout_s: float) -> None:
+        """Discard what the peer sends until it closes or ``timeout_s`` passes (§18.4)."""
+        with trio.move_on_after(timeout_s):
+            try:
+                while await self.stream.receive_some(RECEIVE_BYTES):
+                    pass
+            except PEER_GONE:
+                pass
 
     async def _answer_pending(self, pending: list[tuple[int, float, Deferred]]) -> None:
         """Await and send the deferred answers, oldest first (emptying ``pending``)."""
