@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from tests.helpers.kafka_groups import kafka_python_member
+
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 500
 
@@ -34,7 +36,7 @@ def confluent(bootstrap: str, group: str, topic: str, commit: bool) -> None:
 
 
 def kafka_python(bootstrap: str, group: str, topic: str, commit: bool) -> None:
-    from kafka import ConsumerRebalanceListener, KafkaConsumer
+    from kafka import ConsumerRebalanceListener
 
     class Printing(ConsumerRebalanceListener):
         def on_partitions_revoked(self, revoked: object) -> None:
@@ -43,10 +45,9 @@ def kafka_python(bootstrap: str, group: str, topic: str, commit: bool) -> None:
         def on_partitions_assigned(self, assigned: object) -> None:
             _assigned(assigned)
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, session_timeout_ms=SESSION_TIMEOUT_MS,
-                             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
-    consumer.subscribe([topic], listener=Printing())
+    consumer = kafka_python_member(bootstrap, group, topic, listener=Printing(), auto_offset_reset="earliest",
+                                   enable_auto_commit=False, session_timeout_ms=SESSION_TIMEOUT_MS,
+                                   heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
     while True:
         if consumer.poll(timeout_ms=100) and commit:
             consumer.commit()

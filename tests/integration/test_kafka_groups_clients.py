@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from kafka import KafkaConsumer
 
 from tests.helpers.kafka_clients import create_topic
-from tests.helpers.kafka_groups import ConfluentGroup, committed, produce
+from tests.helpers.kafka_groups import ConfluentGroup, committed, kafka_python_member, produce
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -155,9 +154,8 @@ def test_kafka_python_group_consumes_to_the_end_commits_and_a_successor_resumes(
     topic = _topic(kafka, "kp-group")
 
     def consume(count: int) -> set[tuple[int, int]]:
-        consumer = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id="kp",
-                                 auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=6000,
-                                 heartbeat_interval_ms=500)
+        consumer = kafka_python_member(kafka.bootstrap, "kp", topic, auto_offset_reset="earliest",
+                                       enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
         seen: set[tuple[int, int]] = set()
         try:
             deadline = time.monotonic() + WAIT_S
