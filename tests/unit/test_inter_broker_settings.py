@@ -6,7 +6,8 @@ import pytest
 
 from trikafka.broker.config import INTER_BROKER_PASSWORD_VARIABLE, BrokerConfig, ConfigError
 from trikafka.broker.kafka.peer_connector import PeerSettingError, inter_broker_login
-from trikafka.cli import main
+from trikafka.cli import build_parser
+from trikafka.cli.serve import _serve_config
 from trikafka.kafka.sasl import SaslMechanism
 from trikafka.kafka.sasl_client import SaslLogin
 
@@ -63,12 +64,18 @@ def test_a_missing_password_is_a_one_line_setting_error(tmp_path, content: str |
         inter_broker_login(config, environ={})
 
 
-def test_serve_refuses_a_sasl_cluster_broker_without_inter_broker_credentials(tmp_path, capsys) -> None:
+def test_serve_refuses_a_sasl_cluster_broker_without_inter_broker_credentials(tmp_path) -> None:
     flags = ["serve", "--zookeeper", "127.0.0.1:2181/peers", "--kafka-security", "SASL_PLAINTEXT",
              "--log-dir", str(tmp_path / "data")]
-    assert main(flags) == 2
-    err = capsys.readouterr().err
-    assert "sasl.inter.broker.username (--inter-broker-sasl-username)" in err and len(err.splitlines()) == 1
-    assert main([*flags, "--inter-broker-sasl-username", "broker",
-                 "--inter-broker-sasl-password-file", str(tmp_path / "missing")]) == 2
-    assert "sasl.inter.broker.password.file" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"sasl.inter.broker.username \(--inter-broker-sasl-username\)") as refused:
+        _serve_config(build_parser().parse_args(flags))
+    assert "\n" not in str(refused.value)
+    missing = [*flags, "--inter-broker-sasl-username", "broker", "--inter-broker-sasl-password-file",
+               str(tmp_path / "missing")]
+    with pytest.raises(ConfigError, match="sasl.inter.broker.password.file .*missing"):
+        _serve_config(build_parser().parse_args(missing))
+    password_file = tmp_path / "password"
+    password_file.write_text("broker-secret\n")
+    config = _serve_config(build_parser().parse_args([*missing[:-1], str(password_file),
+                                                      "--inter-broker-sasl-mechanism", "PLAIN"]))
+    assert inter_broker_login(config) == SaslLogin(SaslMechanism.PLAIN, "broker", "broker-secret")

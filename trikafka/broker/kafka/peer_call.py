@@ -65,6 +65,7 @@ class PeerStream:
         return bytes(got)
 
     async def aclose(self) -> None:
+        """Close the connection at once (a call's connection has nothing left to say)."""
         await trio.aclose_forcefully(self._stream)
 
     async def __aenter__(self) -> PeerStream:

@@ -38,11 +38,11 @@ class PeerSettingError(ValueError):
 
 
 def inter_broker_login(config: BrokerConfig, environ: Mapping[str, str] | None = None) -> SaslLogin | None:
-    """The SASL login of this broker's calls to others (§18.5), None when the Kafka listener has no SASL or
-    no ``sasl.inter.broker.username`` is set.  Blocking: reads the password file (``environ``: where
+    """The SASL login of this broker's calls to others (§18.5), None when there is no Kafka listener, it has
+    no SASL, or no ``sasl.inter.broker.username`` is set.  Blocking: reads the password file (``environ``: where
     ``TRIKAFKA_INTER_BROKER_SASL_PASSWORD`` is looked up, default ``os.environ``)."""
     username = config.sasl_inter_broker_username
-    if not config.kafka_security.sasl or not username:
+    if not (config.serves_kafka and config.kafka_security.sasl and username):
         return None
     path = config.sasl_inter_broker_password_file
     try:
