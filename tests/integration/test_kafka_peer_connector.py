@@ -96,6 +96,20 @@ def test_a_call_without_tls_or_login_is_a_peer_call_error(secured: RunningKafkaB
         _describe_cluster(connector, secured.kafka_port)
 
 
+def test_the_settings_connector_presents_the_broker_certificate_to_a_mutual_tls_listener(
+        certificates: CertificateFiles, tmp_path: Any) -> None:
+    tls = {**certificates.broker_settings(mutual=True), "kafka_security_protocol": "SSL"}
+    with running_kafka_broker(str(tmp_path / "mutual"), **tls) as mutual:
+        connector = PeerConnector.from_config(kafka_broker_config(str(tmp_path / "caller"), **tls))
+        assert connector.login is None
+        assert _describe_cluster(connector, mutual.kafka_port).error_code == ErrorCode.none
+        without_certificate = PeerConnector(tls=certificates.client_context())
+        # TLS 1.3: the listener refuses the certificate once the client's handshake is done, so either may fail.
+        with pytest.raises(PeerCallError, match=r"DescribeCluster to broker 0 at 127\.0\.0\.1:\d+: "
+                                                r"(the peer closed the connection|TLS handshake .* failed)"):
+            _describe_cluster(without_certificate, mutual.kafka_port)
+
+
 def test_the_settings_context_checks_the_peer_host_name(certificates: CertificateFiles, tmp_path: Any) -> None:
     connector = _settings_connector(certificates, tmp_path, PASSWORD)
     assert connector.tls is not None

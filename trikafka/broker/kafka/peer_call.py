@@ -95,7 +95,7 @@ async def peer_call(connector: Connector, address: BrokerAddress, api: KafkaApi,
         raise PeerCallError(f"{where}: {exc}") from None
     except trio.TooSlowError:
         raise PeerCallError(f"{where}: no answer within {timeout_s:g} s") from None
-    except trio.BrokenResourceError as exc:  # a TLS handshake's names OpenSSL's reason; a lost stream's is empty
+    except trio.BrokenResourceError as exc:  # a failed handshake's names OpenSSL's reason; a lost stream's nothing
         raise PeerCallError(f"{where}: {str(exc) or CLOSED}") from None
     except OSError as exc:
         raise PeerCallError(f"{where}: {exc}") from None
