@@ -172,8 +172,8 @@ class KafkaService:
             await self._start_credentials(nursery, zookeeper)
         self.peer_connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
         if self.security.sasl and zookeeper is not None and self.peer_connector.login is None:
-            logger.warning("kafka.security.protocol %s without sasl.inter.broker.username: a broker that joins this "
-                           "ZooKeeper cannot call this one, nor this one it (transactions across brokers fail)",
+            logger.warning("kafka.security.protocol %s without sasl.inter.broker.username: if another broker joins "
+                           "this ZooKeeper, neither can log in to the other and transactions across them fail (§18.5)",
                            self.security.name)
         if zookeeper is not None:
             from .groups.live_marks import LiveGroupMarks
