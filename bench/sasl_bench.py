@@ -20,8 +20,9 @@ import time
 import trio
 
 from trikafka.broker.credentials import CredentialFile, new_record
-from trikafka.client.kafka.connection import SaslLogin, open_kafka_connection
+from trikafka.client.kafka.connection import open_kafka_connection
 from trikafka.kafka.sasl import SaslMechanism
+from trikafka.kafka.sasl_client import SaslLogin
 from trikafka.testing import running_kafka_broker
 
 USER, PASSWORD = "bench", "bench-password"

@@ -31,9 +31,9 @@ class Seen:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, configs: dict[str, str] | None = None,
-                 replication_factor: int = 1) -> None:
-    """CreateTopics through kafka-python's admin client."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+                 replication_factor: int = 1, **settings: Any) -> None:
+    """CreateTopics through kafka-python's admin client (``settings``: its options, a secured listener's)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000, **settings)
     try:
         admin.create_topics([NewTopic(name, partitions, replication_factor, topic_configs=configs or {})])
     finally:

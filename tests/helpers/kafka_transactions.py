@@ -16,13 +16,13 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator's key types
 CANDIDATES = 40  # names tried until the placement wanted turns up (3 brokers: a few suffice)
 
 
-def confluent_transactional_producer(bootstrap: str, transactional_id: str) -> Any:
-    """A confluent-kafka producer of ``transactional_id``, its transactions initialised (Any: librdkafka's
-    Producer, untyped)."""
+def confluent_transactional_producer(bootstrap: str, transactional_id: str, **settings: Any) -> Any:
+    """A confluent-kafka producer of ``transactional_id`` (and librdkafka ``settings``: a secured listener's),
+    its transactions initialised (Any: librdkafka's Producer, untyped)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                         "transaction.timeout.ms": 60000})
+                         "transaction.timeout.ms": 60000, **settings})
     producer.init_transactions(CLIENT_TIMEOUT_S)
     return producer
 
@@ -83,11 +83,11 @@ def coordinator_node(bootstrap: str, key: str, key_type: int) -> tuple[int, str]
     return node, f"127.0.0.1:{port}"
 
 
-def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each partition's leader, once every partition has one."""
+def partition_leaders(bootstrap: str, topic: str, **settings: Any) -> dict[int, int]:
+    """Each partition's leader, once every partition has one (librdkafka ``settings``: a secured listener's)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     while True:
         described = admin.list_topics(topic, timeout=CLIENT_TIMEOUT_S).topics[topic]

@@ -37,7 +37,8 @@ from tests.helpers.kafka_batches import make_batch
 from tests.helpers.kafka_clients import create_topic, high_watermarks, read_with_confluent
 from trikafka.broker.credentials import CredentialFile, new_record
 from trikafka.kafka.apis import KafkaApi
-from trikafka.kafka.sasl import SaslMechanism, ScramClient, plain_token
+from trikafka.kafka.sasl import SaslMechanism
+from trikafka.kafka.sasl_client import ScramClient, plain_token
 from trikafka.kafka.batch import batch_crc
 from trikafka.kafka.framing import decode_response, encode_request
 from trikafka.testing import running_kafka_broker

@@ -230,7 +230,10 @@ def test_users_added_and_deleted_while_the_broker_runs(tmp_path) -> None:
 
 
 async def test_a_user_added_in_zookeeper_logs_in_on_every_broker(zk_chroot, tmp_path) -> None:
-    async with kafka_cluster(tmp_path, zk_chroot, 2, "--kafka-security", "SASL_PLAINTEXT") as cluster:
+    password_file = tmp_path / "inter-broker-password"
+    password_file.write_text("broker-secret\n")
+    inter_broker = ("--inter-broker-sasl-username", "broker", "--inter-broker-sasl-password-file", str(password_file))
+    async with kafka_cluster(tmp_path, zk_chroot, 2, "--kafka-security", "SASL_PLAINTEXT", *inter_broker) as cluster:
         status, _out, err = await cli("users", "add", "carol", "--password-stdin", "--zookeeper", zk_chroot,
                                       stdin=b"carol-secret\n")
         assert status == 0, err

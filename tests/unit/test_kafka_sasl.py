@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trikafka.kafka.sasl import (MIN_ITERATIONS, PlainServer, SaslFailed, SaslMechanism, ScramClient,
-                                 ScramCredential, ScramServer, check_user_name, plain_token, salted_password,
-                                 sasl_server, scram_credential)
+from trikafka.kafka.sasl import (MIN_ITERATIONS, PlainServer, SaslFailed, SaslMechanism, ScramCredential,
+                                 ScramServer, check_user_name, salted_password, sasl_server, scram_credential)
+from trikafka.kafka.sasl_client import SaslLogin, ScramClient, plain_token, sasl_client
 
 SHA256 = SaslMechanism.SCRAM_SHA_256
 SHA512 = SaslMechanism.SCRAM_SHA_512
@@ -71,6 +71,29 @@ def test_plain_checks_the_scram_record():
     with pytest.raises(SaslFailed, match="invalid credentials"):
         PlainServer(lambda u, m: credentials.get((u, m))).step(plain_token("bob", "secret"))
 
+
+
+@pytest.mark.parametrize("mechanism", list(SaslMechanism))
+def test_sasl_client_steps_each_mechanism_to_completion(mechanism):
+    credentials = _store(alice="secret")
+    server = sasl_server(mechanism, lambda u, m: credentials.get((u, m)))
+    exchange = sasl_client(SaslLogin(mechanism, "alice", "secret"))
+    token: bytes | None = exchange.first()
+    tokens = 0
+    while token is not None:
+        token = exchange.step(server.step(token))
+        tokens += 1
+    assert server.user == "alice"
+    assert tokens == (1 if mechanism is SaslMechanism.PLAIN else 2)
+
+
+def test_sasl_client_refuses_a_server_final_that_does_not_verify():
+    credentials = _store(alice="secret")
+    server = sasl_server(SHA512, lambda u, m: credentials.get((u, m)))
+    exchange = sasl_client(SaslLogin(SHA512, "alice", "secret"))
+    exchange.step(server.step(exchange.first()))
+    with pytest.raises(SaslFailed, match="signature"):
+        exchange.step(b"v=" + base64.b64encode(b"x" * 64))
 
 def _exchange_until_final(credentials, user="alice", password="secret", mechanism=SHA512):
     server = ScramServer(mechanism, lambda u, m: credentials.get((u, m)))

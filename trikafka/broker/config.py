@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import trio
 
+from trikafka.kafka.sasl import SaslMechanism, check_user_name
 from trikafka.log.config import HOUR_MS, LogConfig
 
 from .kafka.acl.model import check_settings as check_acl_settings
@@ -28,6 +29,8 @@ DEFAULT_KAFKA_PORT = 9093  # the Kafka listener beside the default 0.7 port (doc
 KAFKA_PORT_OFF = -1  # --kafka-port -1: no Kafka listener
 DEFAULT_LOG_DIR = "./trikafka-data"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # bind addresses that mean every interface
+# sasl.inter.broker.username's password when no sasl.inter.broker.password.file is set (§18.5)
+INTER_BROKER_PASSWORD_VARIABLE = "TRIKAFKA_INTER_BROKER_SASL_PASSWORD"
 
 # Settings whose value is a per-topic map ``t1:8,t2:16`` (spec §14.1).
 _TOPIC_MAP_FIELDS = (
@@ -152,6 +155,10 @@ class BrokerConfig:
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
     connection_failed_authentication_delay_ms: int = 100  # Kafka's name and default
+    # Brokers' own calls to each other's Kafka listener (§18.5): the SASL login they make.
+    sasl_mechanism_inter_broker_protocol: str = "SCRAM-SHA-512"  # Kafka's name; its default (GSSAPI) is not served
+    sasl_inter_broker_username: str | None = None  # sasl.inter.broker.username [T]
+    sasl_inter_broker_password_file: str | None = None  # its password: this file's first line [T]
 
     def __post_init__(self) -> None:
         _check_range(self)
@@ -315,3 +322,21 @@ def _check_security(cfg: BrokerConfig) -> None:
                 or (cfg.metrics_port is not None and protocols["metrics_security_protocol"].tls))
     if uses_tls and not (cfg.ssl_certificate_location and cfg.ssl_key_location):
         raise ConfigError("TLS needs ssl.certificate.location (--tls-cert) and ssl.key.location (--tls-key)")
+    _check_inter_broker(cfg, protocols["kafka_security_protocol"])
+
+
+def _check_inter_broker(cfg: BrokerConfig, kafka: SecurityProtocol) -> None:
+    """The inter-broker login (§18.5); its password is read at start (``peer_connector.inter_broker_login``)."""
+    try:
+        SaslMechanism.parse(cfg.sasl_mechanism_inter_broker_protocol)
+    except ValueError as exc:
+        raise ConfigError(f"sasl.mechanism.inter.broker.protocol: {exc}") from None
+    try:
+        if cfg.sasl_inter_broker_username is not None:
+            check_user_name(cfg.sasl_inter_broker_username)
+    except ValueError as exc:
+        raise ConfigError(f"sasl.inter.broker.username: {exc}") from None
+    joins_ensemble = cfg.enable_zookeeper and bool(cfg.zk_connect)
+    if cfg.serves_kafka and kafka.sasl and joins_ensemble and not cfg.sasl_inter_broker_username:
+        raise ConfigError(f"kafka.security.protocol {kafka.name} in a ZooKeeper cluster needs "
+                          f"sasl.inter.broker.username (--inter-broker-sasl-username): brokers log in to each other")

@@ -115,16 +115,7 @@ class TlsContexts:
         if config.ssl_client_ca_location:
             _load_ca(server, "ssl.client.ca.location", config.ssl_client_ca_location)
             server.verify_mode = ssl.CERT_REQUIRED
-        broker_client = None
-        if port_tls:
-            broker_client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer and its host name
-            broker_client.minimum_version = MINIMUM_TLS_VERSION
-            if config.ssl_ca_location:
-                _load_ca(broker_client, "ssl.ca.location", config.ssl_ca_location)
-            else:
-                broker_client.load_default_certs(ssl.Purpose.SERVER_AUTH)
-            _load_own_certificate(broker_client, config)
-        return cls(server=server, broker_client=broker_client)
+        return cls(server=server, broker_client=broker_client_context(config) if port_tls else None)
 
     def open_to_broker(self, open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]
                        ) -> Callable[[str, int], Awaitable[trio.abc.Stream]]:
@@ -134,18 +125,39 @@ class TlsContexts:
             return open_stream
 
         async def open_tls(host: str, port: int) -> trio.abc.Stream:
-            stream = trio.SSLStream(await open_stream(host, port), context, server_hostname=host)
-            try:
-                await stream.do_handshake()
-            except trio.BrokenResourceError as exc:  # the follower's retry log names OpenSSL's reason
-                await trio.aclose_forcefully(stream)
-                raise trio.BrokenResourceError(f"TLS handshake with {host}:{port} failed: {exc.__cause__}") from exc
-            except BaseException:
-                await trio.aclose_forcefully(stream)
-                raise
-            return stream
+            return await client_handshake(await open_stream(host, port), context, host, port)
 
         return open_tls
+
+
+def broker_client_context(config: TlsSettings) -> ssl.SSLContext:
+    """The context a broker connects to another broker with (replica fetches, §18.1; its own calls,
+    §18.5): it verifies the peer's certificate against ``ssl.ca.location`` (default: the system's)
+    and host name, and presents the broker's own certificate when asked (blocking: reads PEM files)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer and its host name
+    context.minimum_version = MINIMUM_TLS_VERSION
+    if config.ssl_ca_location:
+        _load_ca(context, "ssl.ca.location", config.ssl_ca_location)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    _load_own_certificate(context, config)
+    return context
+
+
+async def client_handshake(stream: trio.abc.Stream, context: ssl.SSLContext, host: str,
+                           port: int) -> trio.SSLStream[trio.abc.Stream]:
+    """``stream`` under TLS as the client of another broker at ``host``; a failed handshake closes it and
+    raises ``trio.BrokenResourceError`` naming OpenSSL's reason (an untrusted certificate, the peer's alert)."""
+    tls = trio.SSLStream(stream, context, server_hostname=host)
+    try:
+        await tls.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(tls)
+        raise trio.BrokenResourceError(f"TLS handshake with {host}:{port} failed: {exc.__cause__}") from exc
+    except BaseException:
+        await trio.aclose_forcefully(tls)
+        raise
+    return tls
 
 
 def check_files(config: TlsSettings) -> None:

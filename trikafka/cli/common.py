@@ -14,9 +14,10 @@ from trikafka.broker.config import DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_POR
 from trikafka.cli.message_format import DEFAULT_FORMAT, MessageFormat, Printed
 from trikafka.kafka.sasl import SaslMechanism, enabled_mechanisms
 from trikafka.util.errors import leaf_exceptions
+from trikafka.util.settings import read_secret
 
 if TYPE_CHECKING:
-    from trikafka.client.kafka.connection import SaslLogin
+    from trikafka.kafka.sasl_client import SaslLogin
 
 DEFAULT_BROKER = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 DEFAULT_KAFKA_BOOTSTRAP = f"{DEFAULT_HOST}:{DEFAULT_KAFKA_PORT}"
@@ -151,14 +152,10 @@ def kafka_sasl_login(args: argparse.Namespace) -> SaslLogin | None:
         return None
     if not args.sasl_username:
         raise ValueError("--sasl-mechanism needs --sasl-username")
-    if args.sasl_password_file:
-        with open(args.sasl_password_file) as f:
-            password = f.readline().rstrip("\r\n")
-    else:
-        password = os.environ.get(SASL_PASSWORD_VARIABLE, "")
+    password = read_secret(args.sasl_password_file, SASL_PASSWORD_VARIABLE)
     if not password:
         raise ValueError(f"--sasl-mechanism needs a password: --sasl-password-file FILE or ${SASL_PASSWORD_VARIABLE}")
-    from trikafka.client.kafka.connection import SaslLogin
+    from trikafka.kafka.sasl_client import SaslLogin
 
     return SaslLogin(SaslMechanism.parse(mechanism), args.sasl_username, password)
 

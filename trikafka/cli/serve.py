@@ -10,8 +10,8 @@ import sys
 
 import trio
 
-from trikafka.broker.config import (DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT, KAFKA_PORT_OFF, BrokerConfig,
-                                    ConfigError, default_kafka_port)
+from trikafka.broker.config import (DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT, INTER_BROKER_PASSWORD_VARIABLE,
+                                    KAFKA_PORT_OFF, BrokerConfig, ConfigError, default_kafka_port)
 from trikafka.broker.config_sources import load
 from trikafka.util.errors import leaf_exceptions
 from trikafka.cli.logsetup import announce
@@ -61,6 +61,15 @@ def add_parser(commands) -> None:
                      help="require client certificates signed by these CAs: mutual TLS (ssl.client.ca.location)")
     tls.add_argument("--tls-ca", metavar="PEM",
                      help="CAs trusted for other brokers' certificates (ssl.ca.location; default: the system's)")
+    tls.add_argument("--inter-broker-sasl-mechanism", metavar="MECHANISM",
+                     help="on a SASL listener, the mechanism brokers log in to each other with: SCRAM-SHA-512 "
+                          "(default), SCRAM-SHA-256 or PLAIN (sasl.mechanism.inter.broker.protocol, §18.5)")
+    tls.add_argument("--inter-broker-sasl-username", metavar="NAME",
+                     help="the user brokers log in to each other as (sasl.inter.broker.username); needed on a "
+                          "SASL listener with --zookeeper")
+    tls.add_argument("--inter-broker-sasl-password-file", metavar="FILE",
+                     help="its password: the file's first line (sasl.inter.broker.password.file; default: "
+                          f"${INTER_BROKER_PASSWORD_VARIABLE})")
     serve.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="any setting, 0.7 or snake_case name (repeatable)")
     serve.set_defaults(func=cmd_serve)
@@ -77,7 +86,10 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
              "private_zookeeper_port": args.zookeeper_port,
              "kafka_security_protocol": args.kafka_security, "port_security_protocol": args.port_security,
              "ssl_certificate_location": args.tls_cert, "ssl_key_location": args.tls_key,
-             "ssl_client_ca_location": args.tls_client_ca, "ssl_ca_location": args.tls_ca}
+             "ssl_client_ca_location": args.tls_client_ca, "ssl_ca_location": args.tls_ca,
+             "sasl_mechanism_inter_broker_protocol": args.inter_broker_sasl_mechanism,
+             "sasl_inter_broker_username": args.inter_broker_sasl_username,
+             "sasl_inter_broker_password_file": args.inter_broker_sasl_password_file}
     overrides.update({k: v for k, v in flags.items() if v is not None})
     if args.standalone and args.zookeeper:
         raise ConfigError("--standalone and --zookeeper exclude each other")
@@ -100,11 +112,13 @@ def _serve_config(args: argparse.Namespace) -> BrokerConfig:
             parse_connect_string(config.zk_connect)
         except ValueError as exc:
             raise ConfigError(f"zk.connect: {exc}") from None
+    from trikafka.broker.kafka.peer_connector import PeerSettingError, inter_broker_login
     from trikafka.broker.security import TlsSettingError, check_files
 
     try:
         check_files(config)  # a bad certificate or key: one line now, not a traceback from the listener
-    except TlsSettingError as exc:
+        inter_broker_login(config)  # likewise a missing inter-broker password (§18.5)
+    except (TlsSettingError, PeerSettingError) as exc:
         raise ConfigError(str(exc)) from None
     return config
 

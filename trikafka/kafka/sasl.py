@@ -6,7 +6,8 @@
 * the broker's side: ``sasl_server(mechanism, lookup)`` gives a
   ``SaslServer`` whose ``step`` takes each client token and answers the
   server's, until ``user`` names who authenticated, or raises ``SaslFailed``;
-* a client's side: ``ScramClient`` and ``plain_token``.
+* a client's side: ``sasl_client`` (its own module, with the SCRAM
+  primitives of this one).
 
 SCRAM follows RFC 5802 with RFC 7677's hashes as Kafka profiles it (KIP-84):
 GS2 header ``n,,`` or ``y,,`` (an authzid, if any, must be the user), no
@@ -339,60 +340,3 @@ def sasl_server(mechanism: SaslMechanism, lookup: CredentialLookup) -> SaslServe
     if mechanism is SaslMechanism.PLAIN:
         return PlainServer(lookup)
     return ScramServer(mechanism, lookup)
-
-
-# ----------------------------------------------------------------- client side
-
-
-def plain_token(user: str, password: str) -> bytes:
-    """PLAIN's one client token (no authzid)."""
-    return b"\x00" + user.encode() + b"\x00" + password.encode()
-
-
-class ScramClient:
-    """The client side of one SCRAM exchange: ``first()``, ``final(server_first)``, ``verify(server_final)``.
-
-    Raises ``SaslFailed`` when the server's messages do not hold (a nonce not
-    extending ours, iterations below the minimum, a server signature that does
-    not verify).
-    """
-
-    def __init__(self, mechanism: SaslMechanism, user: str, password: str, *, hash_name: str | None = None,
-                 client_nonce: str | None = None):
-        self.mechanism = mechanism
-        self._hash = hash_name or _scram_hash(mechanism)
-        self._password = password
-        self._bare = f"n={_encode_sasl_name(user)},r={client_nonce or _new_nonce()}"
-        self._client_nonce = self._bare.rpartition(",r=")[2]
-        self._server_signature = b""
-
-    def first(self) -> bytes:
-        return f"n,,{self._bare}".encode()
-
-    def final(self, server_first: bytes) -> bytes:
-        message = _text(server_first, "server-first message")
-        attributes = dict(_attributes(message, "server-first message"))
-        try:
-            nonce, salt_text, iterations = attributes["r"], attributes["s"], int(attributes["i"])
-        except (KeyError, ValueError):
-            raise SaslFailed("malformed SCRAM server-first message") from None
-        if not nonce.startswith(self._client_nonce) or len(nonce) == len(self._client_nonce):
-            raise SaslFailed("SCRAM server nonce does not extend the client's")
-        if iterations < MIN_ITERATIONS and self._hash != "sha1":
-            raise SaslFailed(f"SCRAM iterations {iterations} below {MIN_ITERATIONS}")
-        salted = salted_password(self._hash, self._password, _b64decode(salt_text, "salt"), iterations)
-        client_key, stored_key, server_key = _keys(self._hash, salted)
-        without_proof = f"c={_b64(b'n,,')},r={nonce}"
-        auth_message = f"{self._bare},{message},{without_proof}".encode()
-        signature = _hmac(self._hash, stored_key, auth_message)
-        self._server_signature = _hmac(self._hash, server_key, auth_message)
-        proof = bytes(a ^ b for a, b in zip(client_key, signature))
-        return f"{without_proof},p={_b64(proof)}".encode()
-
-    def verify(self, server_final: bytes) -> None:
-        message = _text(server_final, "server-final message")
-        attributes = dict(_attributes(message, "server-final message"))
-        if "e" in attributes:
-            raise SaslFailed(f"SCRAM server error: {attributes['e']}")
-        if not hmac.compare_digest(_b64decode(attributes.get("v", ""), "server signature"), self._server_signature):
-            raise SaslFailed("SCRAM server signature does not verify")

@@ -1,20 +1,23 @@
-"""One Kafka-protocol request from this broker to another's Kafka listener (docs/protocol.md §19.6).
+"""One Kafka-protocol request from this broker to another's Kafka listener (docs/protocol.md §19.6, §18.5).
 
 The transaction coordinator reaches partition leaders on other brokers
 (WriteTxnMarkers), and leaders reach coordinators (AddPartitionsToTxn
 ``verify_only``), over the same codec clients use.  One connection a call:
 these requests are few (one per transaction and leader), and a broker never
-keeps a connection to a peer that may have died.
+keeps a connection to a peer that may have died.  The connection is the
+``PeerConnector``'s: TCP or TLS, logged in with SASL where the listener asks.
 """
 
 from __future__ import annotations
 
 import struct
+from typing import Protocol
 
 import trio
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.framing import decode_response, encode_request
 from trikafka.wire.metadata import BrokerAddress
 
@@ -22,35 +25,77 @@ CLIENT_ID = "trikafka-broker"
 PEER_CALL_TIMEOUT_S = 30.0
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 16 << 20  # a peer's answer to these small requests is far below this
+CLOSED = "the peer closed the connection"
 
 
 class PeerCallError(Exception):
-    """The peer could not be reached, or answered something that is not the api's response."""
+    """The peer could not be reached, refused the login, or answered something that is not the api's response."""
 
 
-async def peer_call(address: BrokerAddress, api: KafkaApi, version: int, body: RequestPayload, *,
-                    timeout_s: float = PEER_CALL_TIMEOUT_S) -> ResponsePayload:
-    """Send ``body`` to the Kafka listener at ``address``; its decoded answer."""
+class PeerStream:
+    """One connection to another broker's Kafka listener: each request answered before the next is sent."""
+
+    def __init__(self, stream: trio.abc.Stream, address: BrokerAddress):
+        self._stream = stream
+        self.address = address
+        self._correlation_id = 0
+
+    async def request(self, api: KafkaApi, version: int, body: RequestPayload) -> ResponsePayload:
+        """Send ``body``; its decoded answer, or ``PeerCallError`` when the answer is not one."""
+        self._correlation_id += 1
+        await self._stream.send_all(encode_request(int(api), version, self._correlation_id, CLIENT_ID, body))
+        (size,) = _SIZE.unpack(await self._receive(_SIZE.size))
+        if not 0 < size <= MAX_RESPONSE_BYTES:
+            raise PeerCallError(f"an answer frame of {size} bytes")
+        try:
+            answered_id, answer = decode_response(int(api), version, await self._receive(size))
+        except KafkaCodecError as exc:
+            raise PeerCallError(f"a malformed {api.label} answer: {exc}") from None
+        if answered_id != self._correlation_id:
+            raise PeerCallError(f"{api.label} answered with correlation id {answered_id}")
+        return answer
+
+    async def _receive(self, n: int) -> bytes:
+        got = bytearray()
+        while len(got) < n:
+            chunk = await self._stream.receive_some(n - len(got))
+            if not chunk:
+                raise PeerCallError(CLOSED)
+            got += chunk
+        return bytes(got)
+
+    async def aclose(self) -> None:
+        """Close the connection at once (a call's connection has nothing left to say)."""
+        await trio.aclose_forcefully(self._stream)
+
+    async def __aenter__(self) -> PeerStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class Connector(Protocol):
+    """Opens a connection to another broker's Kafka listener, ready for a request (``peer_connector.PeerConnector``)."""
+
+    async def connect(self, address: BrokerAddress) -> PeerStream:
+        """The connection; raises ``PeerCallError``, ``OSError`` or ``trio.BrokenResourceError``."""
+
+
+async def peer_call(connector: Connector, address: BrokerAddress, api: KafkaApi, version: int,
+                    body: RequestPayload, *, timeout_s: float = PEER_CALL_TIMEOUT_S) -> ResponsePayload:
+    """Send ``body`` to the Kafka listener at ``address`` over a connection of ``connector``; its decoded
+    answer.  Raises ``PeerCallError`` naming the api, the peer and the reason (one line)."""
+    where = f"{api.label} to broker {address.broker_id} at {address.host}:{address.port}"
     try:
         with trio.fail_after(timeout_s):
-            stream = await trio.open_tcp_stream(address.host, address.port)
-            async with stream:
-                await stream.send_all(encode_request(int(api), version, 1, CLIENT_ID, body))
-                (size,) = _SIZE.unpack(await _receive(stream, _SIZE.size))
-                if not 0 < size <= MAX_RESPONSE_BYTES:
-                    raise PeerCallError(f"broker {address.broker_id} answered a frame of {size} bytes")
-                _, answer = decode_response(int(api), version, await _receive(stream, size))
-                return answer
-    except (OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
-        raise PeerCallError(f"{api.label} to broker {address.broker_id} at {address.host}:{address.port}: "
-                            f"{exc!r}") from None
-
-
-async def _receive(stream: trio.abc.Stream, n: int) -> bytes:
-    got = bytearray()
-    while len(got) < n:
-        chunk = await stream.receive_some(n - len(got))
-        if not chunk:
-            raise PeerCallError("the peer closed the connection")
-        got += chunk
-    return bytes(got)
+            async with await connector.connect(address) as peer:
+                return await peer.request(api, version, body)
+    except PeerCallError as exc:
+        raise PeerCallError(f"{where}: {exc}") from None
+    except trio.TooSlowError:
+        raise PeerCallError(f"{where}: no answer within {timeout_s:g} s") from None
+    except trio.BrokenResourceError as exc:  # a failed handshake's names OpenSSL's reason; a lost stream's nothing
+        raise PeerCallError(f"{where}: {str(exc) or CLOSED}") from None
+    except OSError as exc:
+        raise PeerCallError(f"{where}: {exc}") from None

@@ -39,6 +39,7 @@ from .transactions import api as transactions_api
 from .transactions import admin_api as transactions_admin_api
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.verification import RoutedVerifier
+from .peer_connector import PeerConnector
 from .acl import api as acl_api
 from .acl.authorizer import Authorizer
 from .acl.model import AclSet
@@ -140,6 +141,8 @@ class KafkaService:
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
         self.security = config.kafka_security
         self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
+        # Its own calls to other brokers (§18.5): plaintext until start() reads the listener's security.
+        self.peer_connector = PeerConnector()
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -167,6 +170,11 @@ class KafkaService:
             self.handler.replicas.on_role = self._on_role
         if self.security.sasl:
             await self._start_credentials(nursery, zookeeper)
+        self.peer_connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
+        if self.security.sasl and zookeeper is not None and self.peer_connector.login is None:
+            logger.warning("kafka.security.protocol %s without sasl.inter.broker.username: if another broker joins "
+                           "this ZooKeeper, neither can log in to the other and transactions across them fail (§18.5)",
+                           self.security.name)
         if zookeeper is not None:
             from .groups.live_marks import LiveGroupMarks
             from trikafka.zk.producer_ids import take_block

@@ -34,7 +34,8 @@ from trikafka.client.tls import tls_handshake
 from trikafka.kafka.apis import KafkaApi, lookup
 from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.framing import FrameReader, decode_response, encode_request
-from trikafka.kafka.sasl import SaslFailed, SaslMechanism, ScramClient, plain_token
+from trikafka.kafka.sasl import SaslFailed
+from trikafka.kafka.sasl_client import SaslLogin, sasl_client
 
 from . import schema
 from .errors import check
@@ -52,15 +53,6 @@ UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version
 
 class UnsupportedApi(BrokerConnectionError):
     """The broker serves no version of an api that this client also speaks."""
-
-
-@dataclass(frozen=True)
-class SaslLogin:
-    """Who a connection authenticates as on a SASL listener (§18.2)."""
-
-    mechanism: SaslMechanism
-    username: str
-    password: str = field(repr=False)
 
 
 @dataclass
@@ -238,14 +230,11 @@ class KafkaConnection:
         """
         handshake: Any = await self.request(KafkaApi.SASL_HANDSHAKE, mechanism=login.mechanism.value)
         check(handshake.error_code, f"{self._peer()} SASL {login.mechanism.value}")
+        exchange = sasl_client(login)
         try:
-            if login.mechanism is SaslMechanism.PLAIN:
-                await self._sasl_step(login, plain_token(login.username, login.password))
-                return
-            scram = ScramClient(login.mechanism, login.username, login.password)
-            server_first = await self._sasl_step(login, scram.first())
-            client_final = await trio.to_thread.run_sync(scram.final, server_first)
-            scram.verify(await self._sasl_step(login, client_final))
+            token: bytes | None = exchange.first()
+            while token is not None:
+                token = await trio.to_thread.run_sync(exchange.step, await self._sasl_step(login, token))
         except SaslFailed as exc:
             await self._break(f"SASL: {exc}")
             raise BrokerProtocolError(f"{self._peer()}: SASL {login.mechanism.value}: {exc}") from None

@@ -91,7 +91,8 @@ class RoutedVerifier:
             producer_epoch=i16(producer_epoch), verify_only=True,
             topics=(AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(partition),)),)),))
         try:
-            answer: Any = await peer_call(coordinator, api, VERIFY_VERSION, body)  # Any: kio's response class
+            # Any: kio's response class
+            answer: Any = await peer_call(self._service.peer_connector, coordinator, api, VERIFY_VERSION, body)
         except PeerCallError as exc:
             logger.info("transaction %s: could not verify %s-%d with broker %d: %s", transactional_id, topic,
                         partition, coordinator.broker_id, exc)
