@@ -559,12 +559,12 @@ def test_retention_asks_for_a_roll_only_while_the_last_segment_holds_data():
     log.append(entry(b"abcdef"))
     log.roll()  # the last segment is empty, and expires with the first
     clock.advance(5000)
-    ticket = log.begin_retention(clock())
+    ticket = log.retention.begin(clock())
     ticket.stat()
-    assert not log.retention_needs_roll(ticket)
-    assert log.drop_retained(ticket) == 1
+    assert not log.retention.needs_roll(ticket)
+    assert log.retention.drop(ticket) == 1
     ticket.remove()
-    log.complete_retention(ticket)
+    log.retention.complete(ticket)
     assert fs.mtime_ms(log.segments.segments[0].path) == clock()
 
 
@@ -576,15 +576,15 @@ def test_retention_rolls_a_last_segment_of_a_single_byte():
     log, _, _ = open_log(fs, clock, retention_ms=1000)  # a clean shutdown: no recovery cuts the byte
     assert log.end_offset == 1
     clock.advance(5000)
-    ticket = log.begin_retention(clock())
+    ticket = log.retention.begin(clock())
     ticket.stat()
-    assert log.retention_needs_roll(ticket)
+    assert log.retention.needs_roll(ticket)
     with pytest.raises(LogError, match="roll first"):
-        log.drop_retained(ticket)  # a step out of order takes nothing
+        log.retention.drop(ticket)  # a step out of order takes nothing
     log.roll()
-    assert log.drop_retained(ticket) == 1
+    assert log.retention.drop(ticket) == 1
     ticket.remove()
-    log.complete_retention(ticket)
+    log.retention.complete(ticket)
     assert (log.start_offset, log.end_offset) == (1, 1)
 
 

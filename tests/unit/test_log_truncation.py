@@ -237,7 +237,7 @@ def test_during_a_truncation_the_log_ends_at_the_cut_and_writes_wait():
     with pytest.raises(LogBusyError):
         log.begin_roll()
     with pytest.raises(LogBusyError):
-        log.begin_retention(T0)
+        log.retention.begin(T0)
     assert log.begin_flush() is None  # the truncation fsyncs what it leaves
     assert log.apply_retention() == 0
     assert log.begin_truncate(ends[0]) is None
@@ -269,12 +269,12 @@ def test_busy_logs_return_none_and_the_idle_listener_says_when_to_retry():
     roll.run()
     log.complete_roll(roll)
     assert len(calls) == 2
-    retention = log.begin_retention(T0)
+    retention = log.retention.begin(T0)
     assert log.begin_truncate(ends[1]) is None
     retention.stat()
-    log.drop_retained(retention)
+    log.retention.drop(retention)
     retention.remove()
-    log.complete_retention(retention)
+    log.retention.complete(retention)
     assert len(calls) == 3
     log.cleaning = True
     assert log.begin_truncate(ends[1]) is None

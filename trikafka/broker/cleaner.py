@@ -105,7 +105,7 @@ class CleanerService:
         ratios = await self._blocking(lambda: [self.cleaner.dirty_ratio(log, self.policy(log.topic))
                                                for log in candidates])
         ratio, log = max(zip(ratios, candidates), key=lambda pair: pair[0])
-        if (ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention_busy
+        if (ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention.busy
                 or log.truncating):
             return None
         log.cleaning = True

@@ -74,11 +74,11 @@ class RetentionDeleter:
         dangling ticket, and segments that left the log are always unlinked.
         """
         with trio.CancelScope(shield=True):
-            ticket = log.begin_retention(self._clock_ms())
+            ticket = log.retention.begin(self._clock_ms())
             await self._run_blocking(ticket.stat)
-            await self._flusher.roll_while(log, functools.partial(log.retention_needs_roll, ticket))
-            count = log.drop_retained(ticket)
+            await self._flusher.roll_while(log, functools.partial(log.retention.needs_roll, ticket))
+            count = log.retention.drop(ticket)
             if count or ticket.touch_path is not None or ticket.error is not None:
                 await self._run_blocking(ticket.remove)
-            log.complete_retention(ticket)
+            log.retention.complete(ticket)
         return count

@@ -36,7 +36,7 @@ from .gate import APPEND, FLUSH, INLINE_RETENTION, INLINE_ROLL, RETENTION, ROLL,
 from .kafka_offsets import KafkaOffsets
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
-from .retention import Retention, RetentionTicket
+from .retention import Retention
 from .producer_state import ProducerStates
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
@@ -83,12 +83,13 @@ class Log:
         self._producers = ProducerStates.fold(s.batches.producers for s in segments if s.batches is not None)
         self._roll_on_append = roll_on_append
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
-        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, repr(self))
-        self._retention = Retention(fs, dir_path, self._segments, repr(self))
-        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, repr(self))
         self._gate = Gate(f"{topic}-{partition}", {
             FLUSH: lambda: self._flushing.flush_ticket is not None, ROLL: lambda: self._flushing.roll_ticket is not None,
             RETENTION: lambda: self._retention.busy, TRUNCATION: lambda: self._truncation.busy})
+        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, repr(self))
+        self._retention = Retention(fs, dir_path, self._segments, self._gate, self._flushing, lambda: self.config,
+                                    repr(self))
+        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, repr(self))
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
         # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
@@ -348,6 +349,11 @@ class Log:
 
     # -- retention (retention.py's ``Retention`` owns the pass in flight) ---------------
 
+    @property
+    def retention(self) -> Retention:
+        """The log's retention passes: ``begin``, ``needs_roll``, ``drop``, ``complete`` (docs/protocol.md §7.4)."""
+        return self._retention
+
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete old segments by the time rule, then the size rule (docs/protocol.md §7.4), on this
         thread; returns how many.  0 while a roll or a cleaning is in flight.  ``E`` is
@@ -356,46 +362,14 @@ class Log:
         self._gate.check_writable()
         if self._gate.blockers(INLINE_RETENTION):
             return 0
-        ticket = self.begin_retention(self._clock_ms() if now_ms is None else now_ms)
+        ticket = self._retention.begin(self._clock_ms() if now_ms is None else now_ms)
         ticket.stat()
-        if self.retention_needs_roll(ticket):
+        if self._retention.needs_roll(ticket):
             self.roll()  # so an empty segment named E survives
-        deleted = self.drop_retained(ticket)
+        deleted = self._retention.drop(ticket)
         ticket.remove()
-        self.complete_retention(ticket)
+        self._retention.complete(ticket)
         return deleted
-
-    def begin_retention(self, now_ms: int) -> RetentionTicket:
-        """Snapshot the segments for a retention pass judged at ``now_ms`` (one pass at a time)."""
-        self._gate.check(RETENTION)
-        return self._retention.begin(now_ms)
-
-    @property
-    def retention_busy(self) -> bool:
-        """A retention pass is in flight: the cleaner leaves this log alone meanwhile."""
-        return self._retention.busy
-
-    def retention_needs_roll(self, ticket: RetentionTicket) -> bool:
-        """Whether the rules delete every segment while the last one holds data: roll first, then ask again."""
-        count = self._retention.count(ticket, self.config)
-        self._gate.check_writable()
-        return self._retention.needs_roll(count)
-
-    def drop_retained(self, ticket: RetentionTicket) -> int:
-        """Take the segments the rules delete out of the log (readers stop seeing them
-        now); ``ticket.remove()`` then unlinks them.  Returns how many."""
-        count = self._retention.count(ticket, self.config)
-        self._gate.check_writable()
-        flush_ticket = self._flushing.flush_ticket
-        keep_open = flush_ticket.segment if flush_ticket is not None else None
-        return self._retention.drop(ticket, count, keep_open)
-
-    def complete_retention(self, ticket: RetentionTicket) -> None:
-        """After ``ticket.remove()``: end the pass; an unlink or fsync error fails the log."""
-        error = self._retention.end(ticket)
-        with self._gate.settling():
-            if error is not None:
-                raise self._gate.fail(f"retention in {self.dir_path} failed: {error}")
 
     # -- truncation (truncation.py's ``Truncation`` owns the cut in flight) -------------
 
