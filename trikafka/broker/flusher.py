@@ -248,7 +248,7 @@ class FlushScheduler:
             if log.flush_in_flight:  # a flush outside the scheduler (shutdown, tools)
                 await trio.lowlevel.checkpoint()
                 continue
-            ticket = log.begin_truncate(offset)
+            ticket = log.truncation.begin(offset)
             if ticket is not None:
                 break
             # A retention pass or a cleaning holds the log: the log says when it is idle.
@@ -263,7 +263,7 @@ class FlushScheduler:
                 try:
                     await self._run_blocking(ticket.run)
                 finally:
-                    log.complete_truncate(ticket)
+                    log.truncation.complete(ticket)
         finally:
             del self._rolls[log]
             done.set()

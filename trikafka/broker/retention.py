@@ -57,7 +57,7 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
-            if not self._deletes(log.topic) or log.cleaning or log.truncating:
+            if not self._deletes(log.topic) or log.cleaning or log.truncation.busy:
                 continue  # compact-only; or being cleaned or truncated (segments change): next pass
             count = await self.apply(log)
             if count:

@@ -20,7 +20,7 @@ from trikafka.log.producer_state import ProducerStates
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.tickets import FlushTicket, RollTicket
-from trikafka.log.truncation import TruncateTicket
+from trikafka.log.truncation import Truncation
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress, TopicMetadata
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
@@ -88,7 +88,7 @@ class BrokerLog(Protocol):
     def cleaning(self) -> bool: ...
 
     @property
-    def truncating(self) -> bool: ...
+    def truncation(self) -> Truncation: ...  # begin, complete, busy (docs/protocol.md §12.11)
 
     def append(self, data: bytes | bytearray | memoryview, *, assign: OffsetAssignment | None = None) -> AppendResult: ...
 
@@ -117,10 +117,6 @@ class BrokerLog(Protocol):
     def begin_roll(self) -> RollTicket | None: ...
 
     def complete_roll(self, ticket: RollTicket) -> None: ...
-
-    def begin_truncate(self, offset: int) -> TruncateTicket | None: ...
-
-    def complete_truncate(self, ticket: TruncateTicket) -> None: ...
 
 
 class LogDirectory(Protocol):

@@ -41,7 +41,7 @@ from .producer_state import ProducerStates
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
 from .tickets import FlushTicket, RollTicket
-from .truncation import TruncateTicket, Truncation
+from .truncation import Truncation
 
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
 
@@ -89,7 +89,8 @@ class Log:
         self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, repr(self))
         self._retention = Retention(fs, dir_path, self._segments, self._gate, self._flushing, lambda: self.config,
                                     repr(self))
-        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, repr(self))
+        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, self._gate, self._flushing,
+                                      lambda: self.config, self._refold_producers, repr(self))
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
         # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
@@ -374,59 +375,30 @@ class Log:
     # -- truncation (truncation.py's ``Truncation`` owns the cut in flight) -------------
 
     @property
-    def truncating(self) -> bool:
-        """A truncation is in flight: appends, rolls and retention wait for ``complete_truncate``."""
-        return self._truncation.busy
+    def truncation(self) -> Truncation:
+        """The log's truncations: ``begin``, ``complete``, ``busy`` (docs/protocol.md §12.11)."""
+        return self._truncation
 
     def add_idle_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop when a flush, roll, retention pass, cleaning or
-        truncation ends and none is left in flight: when ``begin_truncate`` may succeed again."""
+        truncation ends and none is left in flight: when ``truncation.begin`` may succeed again."""
         self._gate.add_idle_listener(partial(callback, self))
-
-    def begin_truncate(self, offset: int) -> TruncateTicket | None:
-        """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
-
-        From here on ``end_offset`` is ``offset``, ``visible_end`` at most
-        ``offset``, and appends, rolls and retention raise ``LogBusyError``
-        until ``complete_truncate(ticket)``.  Returns None (and changes
-        nothing) while a flush, roll, retention pass, cleaning or truncation is
-        in flight: wait for ``add_idle_listener``'s call and try again.
-        ``offset == end_offset`` gives a ticket that does nothing, even then.
-        Raises ``ValueError`` when ``offset`` is outside ``[start_offset,
-        end_offset]``.  Whether ``offset`` is an entry boundary is checked here
-        when the loop knows (a segment start, the visible end, any batch boundary
-        of a Kafka-format log: ``ValueError`` here), else by ``run()`` (it reads
-        entry headers), and then ``complete_truncate`` raises ``ValueError``.
-        """
-        self._gate.check_writable()
-        return self._truncation.begin(offset, self._gate.idle, self.config.recovery_chunk_bytes)
-
-    def complete_truncate(self, ticket: TruncateTicket) -> None:
-        """After ``ticket.run()``: the cut is durable; every byte left is fsynced and visible.
-
-        Raises ``ValueError`` (the log back as it was) when ``run()`` found that
-        the offset is not an entry boundary, ``LogFailedError`` after an I/O error.
-        """
-        if not self._truncation.end(ticket):
-            return
-        with self._gate.settling():
-            if ticket.error is not None:
-                raise self._gate.fail(f"truncation of {ticket.segment.path} to {ticket.cut} bytes failed: {ticket.error}")
-            self._flushing.settle_truncate(self._truncation.settle(ticket))
-            if self._kafka_offsets is not None:  # the cut batches leave the producer state (§19.2)
-                self._producers = ProducerStates.fold(s.batches.producers for s in self._segments.view.segments
-                                                      if s.batches is not None)
 
     def truncate_to(self, offset: int) -> None:
         """Truncate synchronously on this thread (the log core's tests and tools).
 
-        Raises ``LogBusyError`` where ``begin_truncate`` would return None.
+        Raises ``LogBusyError`` where ``truncation.begin`` would return None.
         """
-        ticket = self.begin_truncate(offset)
+        ticket = self._truncation.begin(offset)
         if ticket is None:
             raise LogBusyError(f"{self}: a flush, roll, retention pass, cleaning or truncation is in flight")
         ticket.run()
-        self.complete_truncate(ticket)
+        self._truncation.complete(ticket)
+
+    def _refold_producers(self) -> None:
+        if self._kafka_offsets is not None:  # the cut batches leave the producer state (§19.2)
+            self._producers = ProducerStates.fold(s.batches.producers for s in self._segments.view.segments
+                                                  if s.batches is not None)
 
     # -- lifecycle ----------------------------------------------------------------------
 
