@@ -99,7 +99,7 @@ class TruncationMachine(RuleBasedStateMachine):
     @rule()
     def begin_flush(self):
         self._settle_flush()
-        self.flush_ticket = self.log.begin_flush()
+        self.flush_ticket = self.log.flushing.begin_flush()
         if self.flush_ticket is not None:
             self.flush_captured = self.end
 
@@ -108,7 +108,7 @@ class TruncationMachine(RuleBasedStateMachine):
         ticket, self.flush_ticket = self.flush_ticket, None
         if ticket is not None:
             ticket.fsync()
-            self.log.complete_flush(ticket)
+            self.log.flushing.complete_flush(ticket)
             self.durable = max(self.durable, self.flush_captured)
 
     @rule()

@@ -235,10 +235,10 @@ def test_during_a_truncation_the_log_ends_at_the_cut_and_writes_wait():
     with pytest.raises(LogBusyError):
         log.append(sets(1)[0])
     with pytest.raises(LogBusyError):
-        log.begin_roll()
+        log.flushing.begin_roll()
     with pytest.raises(LogBusyError):
         log.retention.begin(T0)
-    assert log.begin_flush() is None  # the truncation fsyncs what it leaves
+    assert log.flushing.begin_flush() is None  # the truncation fsyncs what it leaves
     assert log.apply_retention() == 0
     assert log.truncation.begin(ends[0]) is None
     assert log.read(0, 1 << 20, end=log.end_offset).read() == b"".join(sets(6)[:2])
@@ -256,18 +256,18 @@ def test_busy_logs_return_none_and_the_idle_listener_says_when_to_retry():
     log.append(sets(1, b"u")[0])
     calls = []
     log.add_idle_listener(lambda lg: calls.append(lg.end_offset))
-    flush = log.begin_flush()
+    flush = log.flushing.begin_flush()
     assert log.truncation.begin(ends[1]) is None
     noop = log.truncation.begin(log.end_offset)  # nothing to cut: allowed even now
     noop.run()
     log.truncation.complete(noop)
     flush.fsync()
-    log.complete_flush(flush)
+    log.flushing.complete_flush(flush)
     assert len(calls) == 1
-    roll = log.begin_roll()
+    roll = log.flushing.begin_roll()
     assert log.truncation.begin(ends[1]) is None
     roll.run()
-    log.complete_roll(roll)
+    log.flushing.complete_roll(roll)
     assert len(calls) == 2
     retention = log.retention.begin(T0)
     assert log.truncation.begin(ends[1]) is None
@@ -285,7 +285,7 @@ def test_busy_logs_return_none_and_the_idle_listener_says_when_to_retry():
     log.truncation.complete(ticket)
     assert calls[-1] == ends[1] and len(calls) == 5
     log.append(sets(1, b"v")[0])
-    log.begin_flush()
+    log.flushing.begin_flush()
     with pytest.raises(LogBusyError):
         log.truncate_to(ends[0])  # the synchronous form raises where truncation.begin returns None
 

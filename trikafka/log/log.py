@@ -6,8 +6,12 @@ thread (the broker's event loop), except the blocking halves of tickets
 ``.remove``, ``TruncateTicket.run``), which may run in a worker thread.  The broker opens its logs
 with ``roll_on_append=False``, so an append never rolls (never fsyncs) on the
 loop: the broker rolls with a ticket before appending.  Each kind of ticket
-has a collaborator that owns the one in flight: ``Flushing`` (flushes, rolls
-and the visible end's listeners), ``Retention`` and ``Truncation``.
+is taken from and handed back to the collaborator that owns the one in
+flight: ``log.flushing`` (flushes, rolls and the visible end's listeners),
+``log.retention`` and ``log.truncation``; the log offers the same steps on
+one thread (``flush``, ``roll``, ``apply_retention``, ``truncate_to``).
+Its ``Gate`` says what may start while what is in flight, and holds the
+fail-stop failure.
 
 Invariants (asserted where they are established):
 
@@ -32,7 +36,7 @@ from .config import LogConfig
 from .errors import LogBusyError, LogClosedError, WrongFormatError
 from .flushing import Flushing
 from .fs import FileSystem
-from .gate import APPEND, FLUSH, INLINE_RETENTION, INLINE_ROLL, RETENTION, ROLL, TRUNCATION, Gate
+from .gate import APPEND, FLUSH, INLINE_RETENTION, RETENTION, ROLL, TRUNCATION, Gate
 from .kafka_offsets import KafkaOffsets
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
@@ -40,7 +44,6 @@ from .retention import Retention
 from .producer_state import ProducerStates
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
-from .tickets import FlushTicket, RollTicket
 from .truncation import Truncation
 
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
@@ -86,7 +89,7 @@ class Log:
         self._gate = Gate(f"{topic}-{partition}", {
             FLUSH: lambda: self._flushing.flush_ticket is not None, ROLL: lambda: self._flushing.roll_ticket is not None,
             RETENTION: lambda: self._retention.busy, TRUNCATION: lambda: self._truncation.busy})
-        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, repr(self))
+        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, self._gate, repr(self))
         self._retention = Retention(fs, dir_path, self._segments, self._gate, self._flushing, lambda: self.config,
                                     repr(self))
         self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, self._gate, self._flushing,
@@ -224,7 +227,7 @@ class Log:
                                 next_logical if duplicate is None else duplicate)
         now_ms = self._clock_ms()
         if self._roll_on_append and self.should_roll(now_ms):
-            self._roll_inline()
+            self._flushing.roll()
         segment = self._segments.last
         base_offset = segment.end
         payload = data if isinstance(data, bytes) else memoryview(data)  # the file writes bytes or a view
@@ -253,70 +256,21 @@ class Log:
             return True
         return segment.first_append_ms is not None and now_ms - segment.first_append_ms > self.config.roll_ms
 
-    # -- flush (flushing.py's ``Flushing`` owns the flush or roll in flight) -------------
+    # -- flush and roll (flushing.py's ``Flushing`` owns the flush or roll in flight) --------
 
-    def begin_flush(self) -> FlushTicket | None:
-        """Capture the active segment's current size for a flush; None if nothing is unflushed.
-
-        Raises ``LogBusyError`` if a flush or roll ticket is already in flight
-        (one per log; coalescing is the caller's job).  Run ``ticket.fsync()``
-        (in a worker thread), then ``complete_flush(ticket)`` on the loop.
-        None while a truncation is in flight: it fsyncs every byte it leaves.
-        """
-        self._gate.check(FLUSH)
-        return self._flushing.begin_flush(capture=not self._gate.in_flight(TRUNCATION))
-
-    def complete_flush(self, ticket: FlushTicket) -> None:
-        """After ``ticket.fsync()`` returned: advance the visible size to the size
-        captured before the fsync and notify listeners.  Raises ``LogFailedError``
-        if the fsync failed (the log is then failed for good)."""
-        self._flushing.end_flush(ticket)
-        with self._gate.settling():
-            if not ticket.synced:
-                raise self._gate.fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
-            self._flushing.settle_flush(ticket)
+    @property
+    def flushing(self) -> Flushing:
+        """The log's flush and roll tickets: ``begin_flush``, ``complete_flush``, ``begin_roll``,
+        ``complete_roll`` (docs/protocol.md §7.2)."""
+        return self._flushing
 
     def flush(self) -> None:
         """Flush synchronously on this thread (tests, shutdown, tools)."""
-        ticket = self.begin_flush()
-        if ticket is not None:
-            ticket.fsync()
-            self.complete_flush(ticket)
-
-    # -- roll -----------------------------------------------------------------------------
-
-    def begin_roll(self) -> RollTicket | None:
-        """Start a roll whose blocking part (``ticket.run()``) can go to a worker thread.
-
-        None when the active segment is empty (there is nothing to roll).
-        Appends raise ``LogBusyError`` until ``complete_roll(ticket)``; so does
-        another ``begin_flush``/``begin_roll``.
-        """
-        self._gate.check(ROLL)
-        return self._flushing.begin_roll()
-
-    def complete_roll(self, ticket: RollTicket) -> None:
-        """Install the new segment after ``ticket.run()``; the old one becomes fully visible."""
-        self._flushing.end_roll(ticket)
-        with self._gate.settling():
-            if ticket.error is not None:
-                raise self._gate.fail(f"roll to {ticket.new_path} failed: {ticket.error}")
-            self._flushing.settle_roll(ticket)
+        self._flushing.flush()
 
     def roll(self) -> bool:
         """Roll synchronously on this thread; False when the active segment is empty."""
-        self._gate.check(INLINE_ROLL)
-        return self._roll_inline()
-
-    def _roll_inline(self) -> bool:
-        # A flush ticket in flight does not matter here: the roll fsyncs the
-        # whole segment, and that ticket's completion later changes nothing.
-        ticket = self._flushing.begin_roll()
-        if ticket is None:
-            return False
-        ticket.run()
-        self.complete_roll(ticket)
-        return True
+        return self._flushing.roll()
 
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
