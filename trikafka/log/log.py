@@ -368,9 +368,8 @@ class Log:
             if ticket is not None and ticket.running:
                 raise LogBusyError(f"{self}: close() while {ticket!r} runs")
         self._flushing.abandon()
-        # An abandoned truncation's later segments left the view but not the disk (or not yet closed).
-        dropped = self._truncation.dropped
-        self._retention.ticket = self._truncation.ticket = None
+        self._retention.abandon()
+        dropped = self._truncation.abandon()
         self._gate.close()
         for segment in self._segments.view.segments + dropped:
             segment.file.close()

@@ -231,6 +231,11 @@ class Retention:
             if ticket.error is not None:
                 raise self._gate.fail(f"retention in {self._dir_path} failed: {ticket.error}")
 
+    def abandon(self) -> None:
+        """Discard the pass in flight, if any (the log closes; its blocking parts are not running)."""
+        assert self.ticket is None or not self.ticket.running, self.ticket
+        self.ticket = None
+
     def _count(self, ticket: RetentionTicket) -> int:
         # How many of the oldest segments the rules delete now (0 after a stat() error).
         self._check_own(ticket)

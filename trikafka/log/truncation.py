@@ -207,10 +207,6 @@ class Truncation:
         """A truncation is in flight (from ``begin`` to ``complete``): appends, rolls and retention wait."""
         return self.ticket is not None
 
-    @property
-    def dropped(self) -> tuple[Segment, ...]:
-        """The segments the truncation in flight took out of the list (their files are still open)."""
-        return self.ticket.dropped if self.ticket is not None else ()
 
     def begin(self, offset: int) -> TruncateTicket | None:
         """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
@@ -276,6 +272,17 @@ class Truncation:
                                       f"{ticket.error}")
             self._flushing.settle_truncate(self._settle(ticket))
             self._on_cut()
+
+    def abandon(self) -> tuple[Segment, ...]:
+        """Discard the truncation in flight, if any (the log closes; its ``run()`` is not running).
+
+        Returns the segments it took out of the list: they left the view but
+        not the disk, and their files are still open.
+        """
+        assert self.ticket is None or not self.ticket.running, self.ticket
+        dropped = self.ticket.dropped if self.ticket is not None else ()
+        self.ticket = None
+        return dropped
 
     def _settle(self, ticket: TruncateTicket) -> bool:
         # Make the cut of a ticket that ran without an I/O error final (every byte
