@@ -65,11 +65,6 @@ class Flushing:
     # -- state ------------------------------------------------------------------------
 
     @property
-    def busy(self) -> bool:
-        """A flush or a roll is in flight."""
-        return self.flush_ticket is not None or self.roll_ticket is not None
-
-    @property
     def tickets(self) -> tuple[Ticket | None, Ticket | None]:
         """The flush and the roll in flight (None where there is none)."""
         return self.flush_ticket, self.roll_ticket
