@@ -207,7 +207,6 @@ class Truncation:
         """A truncation is in flight (from ``begin`` to ``complete``): appends, rolls and retention wait."""
         return self.ticket is not None
 
-
     def begin(self, offset: int) -> TruncateTicket | None:
         """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
 
