@@ -1,7 +1,7 @@
 """What may start on one log now (docs/protocol.md §7.2, §7.4, §12.11).
 
-A log runs at most one operation of each kind at a time, and some kinds
-exclude others: ``EXCLUDED_BY`` is the one table of those rules.  ``Gate`` is
+A log runs at most one flush, roll, retention pass, truncation and cleaning
+at a time, and some operations exclude others: ``EXCLUDED_BY`` is the one table of those rules.  ``Gate`` is
 the log's collaborator that answers from it.  It reads what is in flight from
 the collaborators that own the tickets (``Flushing``: the flush and the roll,
 ``Retention``: the pass, ``Truncation``: the cut), and holds the states that
@@ -9,10 +9,12 @@ no ticket owns: the cleaner's flag, the log's fail-stop failure and whether
 it is closed.  Its listeners hear when an operation ends and none is left in
 flight: when a truncation may start again.
 
-Invariants (asserted where they are established):
+Invariants:
 
-* a truncation waits for every other kind (so "idle" is "a truncation may start");
-* a failed or closed log never accepts a write again.
+* a truncation waits for every other kind, so "idle" is "a truncation may
+  start" (asserted on the table below);
+* a failed or closed log never accepts a write again: nothing clears
+  ``failure`` or ``closed``, and the first failure's reason stays.
 """
 
 from __future__ import annotations
