@@ -206,7 +206,7 @@ class LogMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.flush_ticket is None)
     @rule()
     def begin_flush(self):
-        self.flush_ticket = self.log.begin_flush()
+        self.flush_ticket = self.log.flushing.begin_flush()
         if self.flush_ticket is not None:
             self.flush_captured = (self.model.end, self.model.appended_messages)
             assert self.flush_ticket.size == self.model.end - self.model.segments[-1].start
@@ -216,7 +216,7 @@ class LogMachine(RuleBasedStateMachine):
     def complete_flush(self):
         ticket, self.flush_ticket = self.flush_ticket, None
         ticket.fsync()
-        self.log.complete_flush(ticket)
+        self.log.flushing.complete_flush(ticket)
         end, messages = self.flush_captured
         self.model.visible_end = max(self.model.visible_end, end)
         self.model.flushed_messages = max(self.model.flushed_messages, messages)
@@ -229,7 +229,7 @@ class LogMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.flush_ticket is None)
     @rule(data=message_sets())
     def split_roll(self, data):
-        ticket = self.log.begin_roll()
+        ticket = self.log.flushing.begin_roll()
         if ticket is None:
             assert self.model.end == self.model.segments[-1].start
             return
@@ -241,7 +241,7 @@ class LogMachine(RuleBasedStateMachine):
             else:
                 raise AssertionError("append during a roll in flight")
         ticket.run()
-        self.log.complete_roll(ticket)
+        self.log.flushing.complete_roll(ticket)
         self.model.roll(self.clock())
 
     @rule(delta_ms=st.sampled_from([0, 1, 300, 999, 1000, 1001, 4000]))

@@ -99,7 +99,7 @@ class TruncationMachine(RuleBasedStateMachine):
     @rule()
     def begin_flush(self):
         self._settle_flush()
-        self.flush_ticket = self.log.begin_flush()
+        self.flush_ticket = self.log.flushing.begin_flush()
         if self.flush_ticket is not None:
             self.flush_captured = self.end
 
@@ -108,7 +108,7 @@ class TruncationMachine(RuleBasedStateMachine):
         ticket, self.flush_ticket = self.flush_ticket, None
         if ticket is not None:
             ticket.fsync()
-            self.log.complete_flush(ticket)
+            self.log.flushing.complete_flush(ticket)
             self.durable = max(self.durable, self.flush_captured)
 
     @rule()
@@ -155,7 +155,7 @@ class TruncationMachine(RuleBasedStateMachine):
         offset = self._boundary(pick)
         if flush_first and self.flush_ticket is None:
             self.begin_flush()
-        ticket = self.log.begin_truncate(offset)
+        ticket = self.log.truncation.begin(offset)
         if ticket is None:
             assert self.flush_ticket is not None and offset < self.end
             event("truncation waits for a flush")
@@ -172,7 +172,7 @@ class TruncationMachine(RuleBasedStateMachine):
         self._cut_model(offset)
         self._check_read(read_pick, read_pick // 7, 1 << 20)  # reads see the cut at once
         ticket.run()
-        self.log.complete_truncate(ticket)
+        self.log.truncation.complete(ticket)
         if offset < old_end:
             self.durable = offset
 

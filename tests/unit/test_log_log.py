@@ -218,11 +218,11 @@ def test_unflushed_data_is_invisible_until_a_flush():
 def test_flush_due_by_count():
     log, _, _ = open_log(flush_interval_messages=3)
     assert [log.append(entry(b"x")).flush_due for _ in range(4)] == [False, False, True, True]
-    ticket = log.begin_flush()
+    ticket = log.flushing.begin_flush()
     # Messages captured by the flush in flight no longer count toward the next one.
     assert [log.append(entry(b"y")).flush_due for _ in range(3)] == [False, False, True]
     ticket.fsync()
-    log.complete_flush(ticket)
+    log.flushing.complete_flush(ticket)
     assert log.unflushed_messages == 3
 
 
@@ -233,15 +233,15 @@ def test_the_dirty_listener_hears_the_first_append_no_flush_or_roll_captured():
     log.append(entry(b"x"))
     log.append(entry(b"y"))
     assert dirty == [11]  # the first append starts the wait; the second joins it
-    ticket = log.begin_flush()
+    ticket = log.flushing.begin_flush()
     log.append(entry(b"during the fsync"))  # not covered by the flush in flight: a new wait
     assert dirty == [11, 48]
     ticket.fsync()
-    log.complete_flush(ticket)
+    log.flushing.complete_flush(ticket)
     log.append(entry(b"z"))
     assert dirty == [11, 48]  # still the same wait: those bytes were never captured
     log.flush()
-    assert log.begin_flush() is None
+    assert log.flushing.begin_flush() is None
     log.append(entry(b"after the flush"))
     assert dirty == [11, 48, 84]
     log.roll()  # a roll captures everything too
@@ -267,33 +267,33 @@ def test_split_flush_advances_to_the_size_captured_before_the_fsync():
     seen = []
     log.add_visible_listener(lambda lg: seen.append(lg.visible_end))
     log.append(entry(b"one"))
-    ticket = log.begin_flush()
+    ticket = log.flushing.begin_flush()
     assert ticket.size == 13
     log.append(entry(b"two"))  # appends continue while the fsync runs
     with pytest.raises(LogBusyError):
-        log.begin_flush()  # one flush in flight per log
+        log.flushing.begin_flush()  # one flush in flight per log
     with pytest.raises(LogError):
-        log.complete_flush(ticket)  # the fsync has not run yet
+        log.flushing.complete_flush(ticket)  # the fsync has not run yet
     ticket.fsync()
     assert log.visible_end == 0  # visible only on completion
-    log.complete_flush(ticket)
+    log.flushing.complete_flush(ticket)
     assert log.visible_end == 13 and seen == [13]
     assert log.end_offset == 26
     log.flush()
     assert log.visible_end == 26 and seen == [13, 26]
-    assert log.begin_flush() is None  # clean: nothing to flush
+    assert log.flushing.begin_flush() is None  # clean: nothing to flush
     with pytest.raises(LogError):
-        log.complete_flush(ticket)  # a stale ticket
+        log.flushing.complete_flush(ticket)  # a stale ticket
 
 
 def test_flush_ticket_outlived_by_an_inline_roll():
     log, _, _ = open_log(segment_bytes=10)
     log.append(entry(b"abcdef"))
-    ticket = log.begin_flush()
+    ticket = log.flushing.begin_flush()
     log.append(entry(b"ghijkl"))  # rolls inline: the old segment is fsynced and fully visible
     assert len(log.segments.segments) == 2 and log.visible_end == 16
     ticket.fsync()
-    log.complete_flush(ticket)
+    log.flushing.complete_flush(ticket)
     assert log.visible_end == 16
     log.flush()
     assert log.visible_end == 32
@@ -322,18 +322,18 @@ def test_roll_fsyncs_the_old_segment_before_creating_the_new_one():
 
 def test_split_roll_refuses_appends_until_complete():
     log, fs, _ = open_log()
-    assert log.begin_roll() is None  # empty active segment: nothing to roll
+    assert log.flushing.begin_roll() is None  # empty active segment: nothing to roll
     log.append(entry(b"abc"))
-    ticket = log.begin_roll()
+    ticket = log.flushing.begin_roll()
     with pytest.raises(LogBusyError):
         log.append(entry(b"def"))
     with pytest.raises(LogBusyError):
-        log.begin_flush()
+        log.flushing.begin_flush()
     assert log.apply_retention() == 0
     ticket.run()
     assert fs.exists(DIR + "/%020d.kafka" % 13)
     assert len(log.segments.segments) == 1
-    log.complete_roll(ticket)
+    log.flushing.complete_roll(ticket)
     assert log.visible_end == 13 and log.segments.starts == (0, 13)
     assert log.append(entry(b"def")).base_offset == 13
 
@@ -477,7 +477,7 @@ def test_write_error_is_fail_stop():
     fs.inject_error("write")
     with pytest.raises(LogFailedError, match="append"):
         log.append(entry(b"lost"))
-    for write in (lambda: log.append(entry(b"more")), log.begin_flush, log.flush, log.roll, log.apply_retention):
+    for write in (lambda: log.append(entry(b"more")), log.flushing.begin_flush, log.flush, log.roll, log.apply_retention):
         with pytest.raises(LogFailedError):
             write()
     assert log.failure and "injected" in log.failure
@@ -488,11 +488,11 @@ def test_fsync_error_is_fail_stop_and_visibility_does_not_advance():
     log, fs, _ = open_log()
     log.append(entry(b"data"))
     fs.inject_error("fsync")
-    ticket = log.begin_flush()
+    ticket = log.flushing.begin_flush()
     ticket.fsync()  # records the error instead of raising in the worker thread
     assert ticket.error is not None and not ticket.synced
     with pytest.raises(LogFailedError, match="fsync"):
-        log.complete_flush(ticket)
+        log.flushing.complete_flush(ticket)
     assert log.visible_end == 0
     with pytest.raises(LogFailedError):
         log.append(entry(b"x"))
@@ -521,7 +521,7 @@ def test_retention_error_is_fail_stop():
 def test_close_refuses_while_an_fsync_runs_and_discards_abandoned_tickets():
     log, _, _ = open_log()
     log.append(entry(b"x"))
-    ticket = log.begin_flush()
+    ticket = log.flushing.begin_flush()
     segment_file = ticket.segment.file
     real_fsync = segment_file.fsync
     errors = []
@@ -539,7 +539,7 @@ def test_close_refuses_while_an_fsync_runs_and_discards_abandoned_tickets():
     log.close()  # the ticket finished but was never completed: close discards it
     assert log.closed
     with pytest.raises(LogError):
-        log.complete_flush(ticket)
+        log.flushing.complete_flush(ticket)
     with pytest.raises(LogClosedError):
         log.append(entry(b"y"))
     with pytest.raises(LogClosedError):
@@ -559,12 +559,12 @@ def test_retention_asks_for_a_roll_only_while_the_last_segment_holds_data():
     log.append(entry(b"abcdef"))
     log.roll()  # the last segment is empty, and expires with the first
     clock.advance(5000)
-    ticket = log.begin_retention(clock())
+    ticket = log.retention.begin(clock())
     ticket.stat()
-    assert not log.retention_needs_roll(ticket)
-    assert log.drop_retained(ticket) == 1
+    assert not log.retention.needs_roll(ticket)
+    assert log.retention.drop(ticket) == 1
     ticket.remove()
-    log.complete_retention(ticket)
+    log.retention.complete(ticket)
     assert fs.mtime_ms(log.segments.segments[0].path) == clock()
 
 
@@ -576,15 +576,15 @@ def test_retention_rolls_a_last_segment_of_a_single_byte():
     log, _, _ = open_log(fs, clock, retention_ms=1000)  # a clean shutdown: no recovery cuts the byte
     assert log.end_offset == 1
     clock.advance(5000)
-    ticket = log.begin_retention(clock())
+    ticket = log.retention.begin(clock())
     ticket.stat()
-    assert log.retention_needs_roll(ticket)
+    assert log.retention.needs_roll(ticket)
     with pytest.raises(LogError, match="roll first"):
-        log.drop_retained(ticket)  # a step out of order takes nothing
+        log.retention.drop(ticket)  # a step out of order takes nothing
     log.roll()
-    assert log.drop_retained(ticket) == 1
+    assert log.retention.drop(ticket) == 1
     ticket.remove()
-    log.complete_retention(ticket)
+    log.retention.complete(ticket)
     assert (log.start_offset, log.end_offset) == (1, 1)
 
 

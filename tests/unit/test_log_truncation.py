@@ -203,7 +203,7 @@ def test_offsets_outside_the_log_or_inside_an_entry_are_refused_and_change_nothi
     before = (log.segments.starts, log.end_offset, log.visible_end, fs.listdir(DIR))
     for bad in (-1, log.end_offset + 1):
         with pytest.raises(ValueError):
-            log.begin_truncate(bad)
+            log.truncation.begin(bad)
     for bad in (ends[0] + 1, ends[2] + 4, ends[3] - 3, log.end_offset - 1, log.visible_end + 2):
         with pytest.raises(ValueError, match="not a message boundary"):
             log.truncate_to(bad)
@@ -229,23 +229,23 @@ def test_during_a_truncation_the_log_ends_at_the_cut_and_writes_wait():
     log = open_log(fs)
     ends = fill(log, sets(6), roll_every=3)
     log.append(b"".join(sets(2, b"tail")))
-    ticket = log.begin_truncate(ends[1])
+    ticket = log.truncation.begin(ends[1])
     assert (log.end_offset, log.visible_end, log.segments.starts) == (ends[1], ends[1], (0,))
     assert fs.exists(f"{DIR}/{ends[2]:020d}.kafka")  # nothing on disk yet
     with pytest.raises(LogBusyError):
         log.append(sets(1)[0])
     with pytest.raises(LogBusyError):
-        log.begin_roll()
+        log.flushing.begin_roll()
     with pytest.raises(LogBusyError):
-        log.begin_retention(T0)
-    assert log.begin_flush() is None  # the truncation fsyncs what it leaves
+        log.retention.begin(T0)
+    assert log.flushing.begin_flush() is None  # the truncation fsyncs what it leaves
     assert log.apply_retention() == 0
-    assert log.begin_truncate(ends[0]) is None
+    assert log.truncation.begin(ends[0]) is None
     assert log.read(0, 1 << 20, end=log.end_offset).read() == b"".join(sets(6)[:2])
     with pytest.raises(ValueError):
         log.read(0, 10, end=ends[2])
     ticket.run()
-    log.complete_truncate(ticket)
+    log.truncation.complete(ticket)
     assert log.append(sets(1)[0]).base_offset == ends[1]
 
 
@@ -256,38 +256,38 @@ def test_busy_logs_return_none_and_the_idle_listener_says_when_to_retry():
     log.append(sets(1, b"u")[0])
     calls = []
     log.add_idle_listener(lambda lg: calls.append(lg.end_offset))
-    flush = log.begin_flush()
-    assert log.begin_truncate(ends[1]) is None
-    noop = log.begin_truncate(log.end_offset)  # nothing to cut: allowed even now
+    flush = log.flushing.begin_flush()
+    assert log.truncation.begin(ends[1]) is None
+    noop = log.truncation.begin(log.end_offset)  # nothing to cut: allowed even now
     noop.run()
-    log.complete_truncate(noop)
+    log.truncation.complete(noop)
     flush.fsync()
-    log.complete_flush(flush)
+    log.flushing.complete_flush(flush)
     assert len(calls) == 1
-    roll = log.begin_roll()
-    assert log.begin_truncate(ends[1]) is None
+    roll = log.flushing.begin_roll()
+    assert log.truncation.begin(ends[1]) is None
     roll.run()
-    log.complete_roll(roll)
+    log.flushing.complete_roll(roll)
     assert len(calls) == 2
-    retention = log.begin_retention(T0)
-    assert log.begin_truncate(ends[1]) is None
+    retention = log.retention.begin(T0)
+    assert log.truncation.begin(ends[1]) is None
     retention.stat()
-    log.drop_retained(retention)
+    log.retention.drop(retention)
     retention.remove()
-    log.complete_retention(retention)
+    log.retention.complete(retention)
     assert len(calls) == 3
     log.cleaning = True
-    assert log.begin_truncate(ends[1]) is None
+    assert log.truncation.begin(ends[1]) is None
     log.cleaning = False
     assert len(calls) == 4
-    ticket = log.begin_truncate(ends[1])
+    ticket = log.truncation.begin(ends[1])
     ticket.run()
-    log.complete_truncate(ticket)
+    log.truncation.complete(ticket)
     assert calls[-1] == ends[1] and len(calls) == 5
     log.append(sets(1, b"v")[0])
-    log.begin_flush()
+    log.flushing.begin_flush()
     with pytest.raises(LogBusyError):
-        log.truncate_to(ends[0])  # the synchronous form raises where begin_truncate returns None
+        log.truncate_to(ends[0])  # the synchronous form raises where truncation.begin returns None
 
 
 def test_visible_listeners_hear_the_cut_become_visible():
@@ -382,11 +382,11 @@ def test_an_io_error_in_a_truncation_fails_the_log_and_recovery_loads_it():
         log = open_log(fs, segment_bytes=60)
         ends = fill(log, sets(8))
         fs.inject_error(op, where)
-        ticket = log.begin_truncate(ends[2])
+        ticket = log.truncation.begin(ends[2])
         ticket.run()
         assert ticket.error is not None, op
         with pytest.raises(LogFailedError):
-            log.complete_truncate(ticket)
+            log.truncation.complete(ticket)
         with pytest.raises(LogFailedError):
             log.append(sets(1)[0])
         fs.crash("random")
@@ -419,7 +419,7 @@ def test_closing_with_an_abandoned_truncation_leaves_the_files_whole():
     fs = FakeFileSystem(14)
     log = open_log(fs, segment_bytes=60)
     ends = fill(log, sets(8))
-    log.begin_truncate(ends[1])
+    log.truncation.begin(ends[1])
     log.close()
     log = open_log(fs, needs_recovery=True)
     assert log.end_offset == ends[-1]

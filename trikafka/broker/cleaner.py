@@ -98,15 +98,15 @@ class CleanerService:
     async def clean_once(self) -> CleanResult | None:
         """Clean the dirtiest eligible log once; None when no log is dirty enough."""
         candidates = [log for log in self._log_manager.logs()
-                      if not log.cleaning and not log.truncating and not log.closed and log.failure is None
+                      if not log.cleaning and not log.truncation.busy and not log.closed and log.failure is None
                       and self.policy(log.topic).compact]
         if not candidates:
             return None
         ratios = await self._blocking(lambda: [self.cleaner.dirty_ratio(log, self.policy(log.topic))
                                                for log in candidates])
         ratio, log = max(zip(ratios, candidates), key=lambda pair: pair[0])
-        if (ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention_busy
-                or log.truncating):
+        if (ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention.busy
+                or log.truncation.busy):
             return None
         log.cleaning = True
         try:

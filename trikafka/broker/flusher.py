@@ -24,14 +24,14 @@ Three things ask for a flush of a log:
 
 Rolls (§7.2) go through here too: before an append, ``roll_if_due``
 rolls the log when it must, with the old segment's fsync in a worker thread
-(``Log.begin_roll`` / ``RollTicket.run`` / ``Log.complete_roll``); appends to
+(``Flushing.begin_roll`` / ``RollTicket.run`` / ``Flushing.complete_roll``); appends to
 that log wait for it, appends to other logs go on.  The partition that
 appends (``partition.LocalPartition``) asks only when its bounds say a roll
 may be due, or one is in flight (``restructuring``).
 
-A flush captures the unflushed size (``Log.begin_flush``), runs ``fsync`` in a
+A flush captures the unflushed size (``Flushing.begin_flush``), runs ``fsync`` in a
 worker thread while the event loop keeps appending, then advances the visible
-end to the *captured* size (``Log.complete_flush``), never further: bytes
+end to the *captured* size (``Flushing.complete_flush``), never further: bytes
 appended during the fsync wait for the next flush.  At most one flush per log
 is in flight; requests that arrive meanwhile coalesce into one more flush
 after it (group commit).  The fsync+complete step is shielded from
@@ -220,7 +220,7 @@ class FlushScheduler:
                 else:
                     await flushing.wait()
                 continue
-            ticket = log.begin_roll()
+            ticket = log.flushing.begin_roll()
             self._dirty_since.pop(log, None)  # the roll fsyncs everything appended so far
             if ticket is None:
                 return
@@ -228,7 +228,7 @@ class FlushScheduler:
             try:
                 with trio.CancelScope(shield=True):
                     await self._run_blocking(ticket.run)
-                    log.complete_roll(ticket)
+                    log.flushing.complete_roll(ticket)
             finally:
                 del self._rolls[log]
                 done.set()
@@ -248,7 +248,7 @@ class FlushScheduler:
             if log.flush_in_flight:  # a flush outside the scheduler (shutdown, tools)
                 await trio.lowlevel.checkpoint()
                 continue
-            ticket = log.begin_truncate(offset)
+            ticket = log.truncation.begin(offset)
             if ticket is not None:
                 break
             # A retention pass or a cleaning holds the log: the log says when it is idle.
@@ -263,7 +263,7 @@ class FlushScheduler:
                 try:
                     await self._run_blocking(ticket.run)
                 finally:
-                    log.complete_truncate(ticket)
+                    log.truncation.complete(ticket)
         finally:
             del self._rolls[log]
             done.set()
@@ -292,7 +292,7 @@ class FlushScheduler:
     async def _flush_once(self, log: BrokerLog) -> None:
         while (rolling := self._rolls.get(log)) is not None:
             await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
-        ticket = log.begin_flush()
+        ticket = log.flushing.begin_flush()
         self._dirty_since.pop(log, None)  # the capture covered everything appended so far
         if ticket is None:
             return  # nothing unflushed
@@ -300,7 +300,7 @@ class FlushScheduler:
         await self._run_blocking(ticket.fsync)
         self._observe_flush_s(time.perf_counter() - started_s)
         self._fsync_s.add(trio.current_time() - started_trio_s)
-        log.complete_flush(ticket)
+        log.flushing.complete_flush(ticket)
         self.flushes_completed += 1
 
 

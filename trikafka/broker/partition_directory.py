@@ -82,7 +82,7 @@ class PartitionDirectory:
             self._local.pop((log.topic, log.partition), None)
         for log in logs:
             await self._flusher.wait_idle(log)
-            while log.cleaning or log.truncating or log.flush_in_flight:  # the cleaner's pass ends at a segment
+            while log.cleaning or log.truncation.busy or log.flush_in_flight:  # the cleaner's pass ends at a segment
                 await trio.sleep(DELETE_POLL_S)
             await self._run_blocking(functools.partial(self._log_manager.delete_log, log))
         return len(logs)

@@ -57,7 +57,7 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
-            if not self._deletes(log.topic) or log.cleaning or log.truncating:
+            if not self._deletes(log.topic) or log.cleaning or log.truncation.busy:
                 continue  # compact-only; or being cleaned or truncated (segments change): next pass
             count = await self.apply(log)
             if count:
@@ -74,11 +74,11 @@ class RetentionDeleter:
         dangling ticket, and segments that left the log are always unlinked.
         """
         with trio.CancelScope(shield=True):
-            ticket = log.begin_retention(self._clock_ms())
+            ticket = log.retention.begin(self._clock_ms())
             await self._run_blocking(ticket.stat)
-            await self._flusher.roll_while(log, functools.partial(log.retention_needs_roll, ticket))
-            count = log.drop_retained(ticket)
+            await self._flusher.roll_while(log, functools.partial(log.retention.needs_roll, ticket))
+            count = log.retention.drop(ticket)
             if count or ticket.touch_path is not None or ticket.error is not None:
                 await self._run_blocking(ticket.remove)
-            log.complete_retention(ticket)
+            log.retention.complete(ticket)
         return count

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, P
 
 from trikafka.log.config import LogConfig
 from trikafka.log.epochs import EpochFile
+from trikafka.log.flushing import Flushing
 from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.log.log import AppendResult, Log
 from trikafka.log.producer_state import ProducerStates
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
-from trikafka.log.tickets import FlushTicket, RollTicket
-from trikafka.log.truncation import TruncateTicket
+from trikafka.log.truncation import Truncation
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress, TopicMetadata
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
@@ -88,7 +88,10 @@ class BrokerLog(Protocol):
     def cleaning(self) -> bool: ...
 
     @property
-    def truncating(self) -> bool: ...
+    def flushing(self) -> Flushing: ...  # flush and roll tickets (docs/protocol.md §7.2)
+
+    @property
+    def truncation(self) -> Truncation: ...  # begin, complete, busy (docs/protocol.md §12.11)
 
     def append(self, data: bytes | bytearray | memoryview, *, assign: OffsetAssignment | None = None) -> AppendResult: ...
 
@@ -109,18 +112,6 @@ class BrokerLog(Protocol):
     def add_dirty_listener(self, callback: Callable[[BrokerLog], None]) -> None: ...
 
     def add_idle_listener(self, callback: Callable[[BrokerLog], None]) -> None: ...
-
-    def begin_flush(self) -> FlushTicket | None: ...
-
-    def complete_flush(self, ticket: FlushTicket) -> None: ...
-
-    def begin_roll(self) -> RollTicket | None: ...
-
-    def complete_roll(self, ticket: RollTicket) -> None: ...
-
-    def begin_truncate(self, offset: int) -> TruncateTicket | None: ...
-
-    def complete_truncate(self, ticket: TruncateTicket) -> None: ...
 
 
 class LogDirectory(Protocol):

@@ -1,7 +1,8 @@
 """Flushing and rolling (docs/protocol.md §7.2): how appended bytes become durable, then visible.
 
-The ``Log`` takes a flush or roll ticket on the loop, its blocking half runs in
-a worker thread (``tickets.py``), and the ``Log`` hands it back on the loop.
+A flush or roll ticket is taken on the loop (``log.flushing.begin_flush()`` /
+``begin_roll()``), its blocking half runs in a worker thread (``tickets.py``),
+and it is handed back on the loop (``complete_flush`` / ``complete_roll``).
 ``Flushing`` is the log's collaborator that owns what lies between: the flush
 or roll in flight, how many appended messages a completed one covered, whether
 anything was appended since the last capture (the dirty flag), and the
@@ -10,7 +11,7 @@ listeners that hear the visible end ``E`` advance.
 Invariants (asserted where they are established):
 
 * at most one flush or roll is captured through ``begin_flush``/``begin_roll``
-  at a time; an inline roll (``Log.roll``) may overtake a flush in flight, and
+  at a time; an inline roll (``roll``) may overtake a flush in flight, and
   that flush's completion then changes nothing;
 * a segment's visible size grows only by what a completed fsync covered;
 * a roll fsyncs the old segment in full before the new segment is installed;
@@ -26,6 +27,7 @@ from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
 from .errors import LogError
 from .fs import FileSystem
+from .gate import FLUSH, INLINE_ROLL, ROLL, TRUNCATION, Gate
 from .names import segment_file_name
 from .segment import Segment
 from .segment_list import SegmentList
@@ -35,21 +37,22 @@ from .tickets import FlushTicket, RollTicket, Ticket
 class Flushing:
     """A log's flushes and rolls of its active segment, and who hears about them.
 
-    It captures and settles tickets over the log's ``SegmentList``; the ``Log``
-    checks that it may write, that no truncation or other ticket is in flight,
-    and turns a ticket's I/O error into its own failure.  Listeners take no
-    argument: the ``Log`` binds itself to the callbacks its callers register.
+    It captures and settles tickets over the log's ``SegmentList``; its
+    ``Gate`` says whether one may start and turns a ticket's I/O error into
+    the log's failure.  Listeners take no argument: the ``Log`` binds itself
+    to the callbacks its callers register.
     """
 
-    __slots__ = ("_fs", "_dir_path", "_segments", "_checkpointer", "_name", "flush_ticket", "roll_ticket",
+    __slots__ = ("_fs", "_dir_path", "_segments", "_checkpointer", "_gate", "_name", "flush_ticket", "roll_ticket",
                  "_appended_messages", "_flushed_messages", "_dirty", "_visible_listeners", "_dirty_listeners")
 
     def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList,
-                 checkpointer: RecoveryCheckpointer, name: str):
+                 checkpointer: RecoveryCheckpointer, gate: Gate, name: str):
         self._fs = fs
         self._dir_path = dir_path
         self._segments = segments
         self._checkpointer = checkpointer  # written by flush tickets
+        self._gate = gate
         self._name = name  # the log's name, for error messages
         self.flush_ticket: FlushTicket | None = None  # the flush in flight
         self.roll_ticket: RollTicket | None = None  # the roll in flight
@@ -60,11 +63,6 @@ class Flushing:
         self._dirty_listeners: list[Callable[[], None]] = []
 
     # -- state ------------------------------------------------------------------------
-
-    @property
-    def busy(self) -> bool:
-        """A flush or a roll is in flight."""
-        return self.flush_ticket is not None or self.roll_ticket is not None
 
     @property
     def tickets(self) -> tuple[Ticket | None, Ticket | None]:
@@ -108,43 +106,88 @@ class Flushing:
 
     # -- flush --------------------------------------------------------------------------
 
-    def begin_flush(self, capture: bool) -> FlushTicket | None:
-        """Capture the active segment's current size for a flush; the caller checked ``busy``.
+    def begin_flush(self) -> FlushTicket | None:
+        """Capture the active segment's current size for a flush; None if nothing is unflushed.
 
-        Clears the dirty flag.  None when nothing is unflushed or not ``capture``
-        (a truncation in flight fsyncs every byte it leaves).
+        Clears the dirty flag.  Raises ``LogBusyError`` if a flush or roll
+        ticket is already in flight (one per log; coalescing is the caller's
+        job).  Run ``ticket.fsync()`` (in a worker thread), then
+        ``complete_flush(ticket)`` on the loop.  None while a truncation is in
+        flight: it fsyncs every byte it leaves.
         """
-        assert not self.busy, self.tickets
+        self._gate.check(FLUSH)
         segment = self._segments.last
         self._dirty = False
-        if segment.size == segment.visible_size or not capture:
+        if segment.size == segment.visible_size or self._gate.in_flight(TRUNCATION):
             return None
         self.flush_ticket = FlushTicket(segment, segment.size, self._appended_messages, self._checkpointer)
         return self.flush_ticket
 
-    def end_flush(self, ticket: FlushTicket) -> None:
-        """Take back the flush in flight after ``ticket.fsync()`` returned.
+    def complete_flush(self, ticket: FlushTicket) -> None:
+        """After ``ticket.fsync()`` returned: advance the visible size to the size
+        captured before the fsync and notify the visible listeners.
 
-        Raises ``LogError`` before that or for a ticket that is not the flush in flight.
+        Raises ``LogFailedError`` if the fsync failed (the log is then failed
+        for good), ``LogError`` before ``fsync()`` returned or for a ticket that
+        is not the flush in flight.
         """
         self._check_returned(ticket, self.flush_ticket, "flush", "fsync")
         self.flush_ticket = None
+        with self._gate.settling():
+            if not ticket.synced:
+                raise self._gate.fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
+            self._covered(ticket.message_seq)
+            if ticket.segment.mark_flushed(ticket.size):
+                self._notify_visible()
 
-    def settle_flush(self, ticket: FlushTicket) -> None:
-        """Make what a synced ``ticket`` covered visible; the listeners hear an advance."""
-        assert ticket.synced, ticket
-        self._covered(ticket.message_seq)
-        if ticket.segment.mark_flushed(ticket.size):
-            self._notify_visible()
+    def flush(self) -> None:
+        """Flush on this thread: ``begin_flush``, ``fsync()``, ``complete_flush``."""
+        ticket = self.begin_flush()
+        if ticket is not None:
+            ticket.fsync()
+            self.complete_flush(ticket)
 
     # -- roll -----------------------------------------------------------------------------
 
     def begin_roll(self) -> RollTicket | None:
-        """Capture a roll of the active segment; None when it is empty (nothing to roll).
+        """Start a roll whose blocking part (``ticket.run()``) can go to a worker thread.
 
-        Clears the dirty flag.  The caller checked that no roll is in flight; a
-        flush in flight may stay (the roll fsyncs the whole segment).
+        None when the active segment is empty (there is nothing to roll).
+        Appends raise ``LogBusyError`` until ``complete_roll(ticket)``; so does
+        another ``begin_flush``/``begin_roll``.
         """
+        self._gate.check(ROLL)
+        return self._capture_roll()
+
+    def complete_roll(self, ticket: RollTicket) -> None:
+        """Install the new segment after ``ticket.run()``; the old one becomes fully visible.
+
+        Raises ``LogFailedError`` if the roll's I/O failed, ``LogError`` before
+        ``run()`` returned or for a ticket that is not the roll in flight.
+        """
+        self._check_returned(ticket, self.roll_ticket, "roll", "run")
+        self.roll_ticket = None
+        with self._gate.settling():
+            if ticket.error is not None:
+                raise self._gate.fail(f"roll to {ticket.new_path} failed: {ticket.error}")
+            self._settle_roll(ticket)
+
+    def roll(self) -> bool:
+        """Roll on this thread; False when the active segment is empty.
+
+        A flush ticket in flight does not matter here: the roll fsyncs the
+        whole segment, and that ticket's completion later changes nothing.
+        """
+        self._gate.check(INLINE_ROLL)
+        ticket = self._capture_roll()
+        if ticket is None:
+            return False
+        ticket.run()
+        self.complete_roll(ticket)
+        return True
+
+    def _capture_roll(self) -> RollTicket | None:
+        # Clears the dirty flag; the caller checked that no roll is in flight.
         assert self.roll_ticket is None, self.roll_ticket
         old = self._segments.last
         if old.size == 0:
@@ -154,16 +197,8 @@ class Flushing:
         self.roll_ticket = RollTicket(self._fs, self._dir_path, old, self._appended_messages, path)
         return self.roll_ticket
 
-    def end_roll(self, ticket: RollTicket) -> None:
-        """Take back the roll in flight after ``ticket.run()`` returned.
-
-        Raises ``LogError`` before that or for a ticket that is not the roll in flight.
-        """
-        self._check_returned(ticket, self.roll_ticket, "roll", "run")
-        self.roll_ticket = None
-
-    def settle_roll(self, ticket: RollTicket) -> None:
-        """Install the new segment of a ``ticket`` that ran without an I/O error; the old one becomes fully visible."""
+    def _settle_roll(self, ticket: RollTicket) -> None:
+        # Install the new segment of a ticket that ran without an I/O error; the old one becomes fully visible.
         assert ticket.error is None, ticket
         assert ticket.new_file is not None and ticket.new_file.size == 0, ticket
         old = ticket.old_segment

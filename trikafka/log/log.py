@@ -6,8 +6,12 @@ thread (the broker's event loop), except the blocking halves of tickets
 ``.remove``, ``TruncateTicket.run``), which may run in a worker thread.  The broker opens its logs
 with ``roll_on_append=False``, so an append never rolls (never fsyncs) on the
 loop: the broker rolls with a ticket before appending.  Each kind of ticket
-has a collaborator that owns the one in flight: ``Flushing`` (flushes, rolls
-and the visible end's listeners), ``Retention`` and ``Truncation``.
+is taken from and handed back to the collaborator that owns the one in
+flight: ``log.flushing`` (flushes, rolls and the visible end's listeners),
+``log.retention`` and ``log.truncation``; the log offers the same steps on
+one thread (``flush``, ``roll``, ``apply_retention``, ``truncate_to``).
+Its ``Gate`` says what may start while what is in flight, and holds the
+fail-stop failure.
 
 Invariants (asserted where they are established):
 
@@ -21,7 +25,6 @@ Invariants (asserted where they are established):
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -30,22 +33,20 @@ from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
-from .errors import LogBusyError, LogClosedError, LogError, LogFailedError, WrongFormatError
+from .errors import LogBusyError, LogClosedError, WrongFormatError
 from .flushing import Flushing
 from .fs import FileSystem
+from .gate import APPEND, FLUSH, INLINE_RETENTION, RETENTION, ROLL, TRUNCATION, Gate
 from .kafka_offsets import KafkaOffsets
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
-from .retention import Retention, RetentionTicket
+from .retention import Retention
 from .producer_state import ProducerStates
 from .segment import Segment
 from .segment_list import TIME_EARLIEST, TIME_LATEST, SegmentList, SegmentView
-from .tickets import FlushTicket, RollTicket
-from .truncation import TruncateTicket, Truncation
+from .truncation import Truncation
 
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
-
-logger = logging.getLogger("trikafka.log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +85,15 @@ class Log:
         self._kafka_offsets = KafkaOffsets(self._segments) if record_format.logical_offsets else None
         self._producers = ProducerStates.fold(s.batches.producers for s in segments if s.batches is not None)
         self._roll_on_append = roll_on_append
-        self._idle_listeners: list[Callable[[Log], None]] = []
-        self._failure: str | None = None
-        self._closed = False
-        self._cleaning = False
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
-        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, repr(self))
-        self._retention = Retention(fs, dir_path, self._segments, repr(self))
-        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, repr(self))
+        self._gate = Gate(f"{topic}-{partition}", {
+            FLUSH: lambda: self._flushing.flush_ticket is not None, ROLL: lambda: self._flushing.roll_ticket is not None,
+            RETENTION: lambda: self._retention.busy, TRUNCATION: lambda: self._truncation.busy})
+        self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, self._gate, repr(self))
+        self._retention = Retention(fs, dir_path, self._segments, self._gate, self._flushing, lambda: self.config,
+                                    repr(self))
+        self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, self._gate, self._flushing,
+                                      lambda: self.config, self._refold_producers, repr(self))
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
         # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
@@ -162,11 +164,11 @@ class Log:
     @property
     def failure(self) -> str | None:
         """Why the log stopped accepting writes, or None while it is healthy."""
-        return self._failure
+        return self._gate.failure
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._gate.closed
 
     @property
     def flush_in_flight(self) -> bool:
@@ -175,13 +177,11 @@ class Log:
     @property
     def cleaning(self) -> bool:
         """Set by the cleaner while it rewrites segments: retention and truncation wait."""
-        return self._cleaning
+        return self._gate.cleaning
 
     @cleaning.setter
     def cleaning(self, value: bool) -> None:
-        self._cleaning = value
-        if not value:
-            self._notify_idle()
+        self._gate.cleaning = value
 
     def add_visible_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop each time the visible end advances."""
@@ -215,9 +215,7 @@ class Log:
         Raises ``LogBusyError`` while a roll ticket is in flight and
         ``LogFailedError`` once an I/O error stopped the log.
         """
-        self._check_writable()
-        if self._flushing.roll_ticket is not None or self._truncation.busy:
-            raise LogBusyError(f"{self}: a roll or truncation is in flight; append after it completes")
+        self._gate.check(APPEND)
         kafka = self._kafka_offsets
         next_logical = kafka.next_offset if kafka is not None else -1
         prepared = self._format.prepare(data, self.config.max_message_size, next_logical, assign)
@@ -229,14 +227,14 @@ class Log:
                                 next_logical if duplicate is None else duplicate)
         now_ms = self._clock_ms()
         if self._roll_on_append and self.should_roll(now_ms):
-            self._roll_inline()
+            self._flushing.roll()
         segment = self._segments.last
         base_offset = segment.end
         payload = data if isinstance(data, bytes) else memoryview(data)  # the file writes bytes or a view
         try:
             segment.file.append(payload if valid_bytes == len(payload) else memoryview(payload)[:valid_bytes])
         except OSError as exc:
-            raise self._fail(f"append to {segment.path} failed: {exc}") from exc
+            raise self._gate.fail(f"append to {segment.path} failed: {exc}") from exc
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
         if segment.batches is not None:
             segment.batches.add_headers(prepared.batches, base_offset - segment.start, payload)
@@ -258,80 +256,21 @@ class Log:
             return True
         return segment.first_append_ms is not None and now_ms - segment.first_append_ms > self.config.roll_ms
 
-    # -- flush (flushing.py's ``Flushing`` owns the flush or roll in flight) -------------
+    # -- flush and roll (flushing.py's ``Flushing`` owns the flush or roll in flight) --------
 
-    def begin_flush(self) -> FlushTicket | None:
-        """Capture the active segment's current size for a flush; None if nothing is unflushed.
-
-        Raises ``LogBusyError`` if a flush or roll ticket is already in flight
-        (one per log; coalescing is the caller's job).  Run ``ticket.fsync()``
-        (in a worker thread), then ``complete_flush(ticket)`` on the loop.
-        None while a truncation is in flight: it fsyncs every byte it leaves.
-        """
-        self._check_writable()
-        if self._flushing.busy:
-            raise LogBusyError(f"{self}: a flush or roll is already in flight")
-        return self._flushing.begin_flush(capture=not self._truncation.busy)
-
-    def complete_flush(self, ticket: FlushTicket) -> None:
-        """After ``ticket.fsync()`` returned: advance the visible size to the size
-        captured before the fsync and notify listeners.  Raises ``LogFailedError``
-        if the fsync failed (the log is then failed for good)."""
-        self._flushing.end_flush(ticket)
-        try:
-            if not ticket.synced:
-                raise self._fail(f"fsync of {ticket.segment.path} failed: {ticket.error}")
-            self._flushing.settle_flush(ticket)
-        finally:
-            self._notify_idle()
+    @property
+    def flushing(self) -> Flushing:
+        """The log's flush and roll tickets: ``begin_flush``, ``complete_flush``, ``begin_roll``,
+        ``complete_roll`` (docs/protocol.md §7.2)."""
+        return self._flushing
 
     def flush(self) -> None:
         """Flush synchronously on this thread (tests, shutdown, tools)."""
-        ticket = self.begin_flush()
-        if ticket is not None:
-            ticket.fsync()
-            self.complete_flush(ticket)
-
-    # -- roll -----------------------------------------------------------------------------
-
-    def begin_roll(self) -> RollTicket | None:
-        """Start a roll whose blocking part (``ticket.run()``) can go to a worker thread.
-
-        None when the active segment is empty (there is nothing to roll).
-        Appends raise ``LogBusyError`` until ``complete_roll(ticket)``; so does
-        another ``begin_flush``/``begin_roll``.
-        """
-        self._check_writable()
-        if self._flushing.busy or self._truncation.busy:
-            raise LogBusyError(f"{self}: a flush, roll or truncation is already in flight")
-        return self._flushing.begin_roll()
-
-    def complete_roll(self, ticket: RollTicket) -> None:
-        """Install the new segment after ``ticket.run()``; the old one becomes fully visible."""
-        self._flushing.end_roll(ticket)
-        try:
-            if ticket.error is not None:
-                raise self._fail(f"roll to {ticket.new_path} failed: {ticket.error}")
-            self._flushing.settle_roll(ticket)
-        finally:
-            self._notify_idle()
+        self._flushing.flush()
 
     def roll(self) -> bool:
         """Roll synchronously on this thread; False when the active segment is empty."""
-        self._check_writable()
-        if self._flushing.roll_ticket is not None or self._truncation.busy:
-            raise LogBusyError(f"{self}: a roll or truncation is already in flight")
-        return self._roll_inline()
-
-    def _roll_inline(self) -> bool:
-        # A flush ticket in flight does not matter here: the roll fsyncs the
-        # whole segment, and that ticket's completion later changes nothing.
-        ticket = self._flushing.begin_roll()
-        if ticket is None:
-            return False
-        ticket.run()
-        self.complete_roll(ticket)
-        return True
+        return self._flushing.roll()
 
     # -- reads (the snapshot in segment_list.py answers them) ---------------------------
 
@@ -343,7 +282,7 @@ class Log:
         the file, so the region reads them like any other), past it ``ValueError``.
         ``SegmentView.read``: ``OffsetOutOfRangeError`` outside ``[S, end]``, None at ``end``.
         """
-        if self._closed:
+        if self._gate.closed:
             raise LogClosedError(f"{self} is closed")
         return self._segments.view.read(offset, max_bytes, end)
 
@@ -357,7 +296,7 @@ class Log:
 
         Readers holding the old segment keep reading its file, which stays open.
         """
-        if self._closed:
+        if self._gate.closed:
             return False
         replaced = self._segments.replace(segment)
         assert replaced is None or (replaced.batches is None) == (segment.batches is None), (replaced, segment)
@@ -365,126 +304,55 @@ class Log:
 
     # -- retention (retention.py's ``Retention`` owns the pass in flight) ---------------
 
+    @property
+    def retention(self) -> Retention:
+        """The log's retention passes: ``begin``, ``needs_roll``, ``drop``, ``complete`` (docs/protocol.md §7.4)."""
+        return self._retention
+
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete old segments by the time rule, then the size rule (docs/protocol.md §7.4), on this
         thread; returns how many.  0 while a roll or a cleaning is in flight.  ``E`` is
         kept: when the rules would delete every segment, a non-empty last segment is
         rolled first, an empty one is kept with a fresh mtime."""
-        self._check_writable()
-        if self._flushing.roll_ticket is not None or self.cleaning or self._truncation.busy:
+        self._gate.check_writable()
+        if self._gate.blockers(INLINE_RETENTION):
             return 0
-        ticket = self.begin_retention(self._clock_ms() if now_ms is None else now_ms)
+        ticket = self._retention.begin(self._clock_ms() if now_ms is None else now_ms)
         ticket.stat()
-        if self.retention_needs_roll(ticket):
+        if self._retention.needs_roll(ticket):
             self.roll()  # so an empty segment named E survives
-        deleted = self.drop_retained(ticket)
+        deleted = self._retention.drop(ticket)
         ticket.remove()
-        self.complete_retention(ticket)
+        self._retention.complete(ticket)
         return deleted
-
-    def begin_retention(self, now_ms: int) -> RetentionTicket:
-        """Snapshot the segments for a retention pass judged at ``now_ms`` (one pass at a time)."""
-        self._check_writable()
-        if self._retention.busy or self._truncation.busy:
-            raise LogBusyError(f"{self}: a retention pass or truncation is already in flight")
-        return self._retention.begin(now_ms)
-
-    @property
-    def retention_busy(self) -> bool:
-        """A retention pass is in flight: the cleaner leaves this log alone meanwhile."""
-        return self._retention.busy
-
-    def retention_needs_roll(self, ticket: RetentionTicket) -> bool:
-        """Whether the rules delete every segment while the last one holds data: roll first, then ask again."""
-        count = self._retention.count(ticket, self.config)
-        self._check_writable()
-        return self._retention.needs_roll(count)
-
-    def drop_retained(self, ticket: RetentionTicket) -> int:
-        """Take the segments the rules delete out of the log (readers stop seeing them
-        now); ``ticket.remove()`` then unlinks them.  Returns how many."""
-        count = self._retention.count(ticket, self.config)
-        self._check_writable()
-        flush_ticket = self._flushing.flush_ticket
-        keep_open = flush_ticket.segment if flush_ticket is not None else None
-        return self._retention.drop(ticket, count, keep_open)
-
-    def complete_retention(self, ticket: RetentionTicket) -> None:
-        """After ``ticket.remove()``: end the pass; an unlink or fsync error fails the log."""
-        error = self._retention.end(ticket)
-        try:
-            if error is not None:
-                raise self._fail(f"retention in {self.dir_path} failed: {error}")
-        finally:
-            self._notify_idle()
 
     # -- truncation (truncation.py's ``Truncation`` owns the cut in flight) -------------
 
     @property
-    def truncating(self) -> bool:
-        """A truncation is in flight: appends, rolls and retention wait for ``complete_truncate``."""
-        return self._truncation.busy
+    def truncation(self) -> Truncation:
+        """The log's truncations: ``begin``, ``complete``, ``busy`` (docs/protocol.md §12.11)."""
+        return self._truncation
 
     def add_idle_listener(self, callback: Callable[["Log"], None]) -> None:
         """Call ``callback(log)`` on the loop when a flush, roll, retention pass, cleaning or
-        truncation ends and none is left in flight: when ``begin_truncate`` may succeed again."""
-        self._idle_listeners.append(callback)
-
-    def begin_truncate(self, offset: int) -> TruncateTicket | None:
-        """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
-
-        From here on ``end_offset`` is ``offset``, ``visible_end`` at most
-        ``offset``, and appends, rolls and retention raise ``LogBusyError``
-        until ``complete_truncate(ticket)``.  Returns None (and changes
-        nothing) while a flush, roll, retention pass, cleaning or truncation is
-        in flight: wait for ``add_idle_listener``'s call and try again.
-        ``offset == end_offset`` gives a ticket that does nothing, even then.
-        Raises ``ValueError`` when ``offset`` is outside ``[start_offset,
-        end_offset]``.  Whether ``offset`` is an entry boundary is checked here
-        when the loop knows (a segment start, the visible end, any batch boundary
-        of a Kafka-format log: ``ValueError`` here), else by ``run()`` (it reads
-        entry headers), and then ``complete_truncate`` raises ``ValueError``.
-        """
-        self._check_writable()
-        return self._truncation.begin(offset, self._idle(), self.config.recovery_chunk_bytes)
-
-    def complete_truncate(self, ticket: TruncateTicket) -> None:
-        """After ``ticket.run()``: the cut is durable; every byte left is fsynced and visible.
-
-        Raises ``ValueError`` (the log back as it was) when ``run()`` found that
-        the offset is not an entry boundary, ``LogFailedError`` after an I/O error.
-        """
-        if not self._truncation.end(ticket):
-            return
-        try:
-            if ticket.error is not None:
-                raise self._fail(f"truncation of {ticket.segment.path} to {ticket.cut} bytes failed: {ticket.error}")
-            self._flushing.settle_truncate(self._truncation.settle(ticket))
-            if self._kafka_offsets is not None:  # the cut batches leave the producer state (§19.2)
-                self._producers = ProducerStates.fold(s.batches.producers for s in self._segments.view.segments
-                                                      if s.batches is not None)
-        finally:
-            self._notify_idle()
+        truncation ends and none is left in flight: when ``truncation.begin`` may succeed again."""
+        self._gate.add_idle_listener(partial(callback, self))
 
     def truncate_to(self, offset: int) -> None:
         """Truncate synchronously on this thread (the log core's tests and tools).
 
-        Raises ``LogBusyError`` where ``begin_truncate`` would return None.
+        Raises ``LogBusyError`` where ``truncation.begin`` would return None.
         """
-        ticket = self.begin_truncate(offset)
+        ticket = self._truncation.begin(offset)
         if ticket is None:
             raise LogBusyError(f"{self}: a flush, roll, retention pass, cleaning or truncation is in flight")
         ticket.run()
-        self.complete_truncate(ticket)
+        self._truncation.complete(ticket)
 
-    def _idle(self) -> bool:
-        return (not self._flushing.busy and not self._retention.busy
-                and not self._truncation.busy and not self.cleaning)
-
-    def _notify_idle(self) -> None:
-        if self._idle():
-            for callback in tuple(self._idle_listeners):
-                callback(self)
+    def _refold_producers(self) -> None:
+        if self._kafka_offsets is not None:  # the cut batches leave the producer state (§19.2)
+            self._producers = ProducerStates.fold(s.batches.producers for s in self._segments.view.segments
+                                                  if s.batches is not None)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -494,31 +362,17 @@ class Log:
         Raises ``LogBusyError`` if a ticket's blocking half is running in a
         thread right now; a ticket that was taken but abandoned is discarded.
         """
-        if self._closed:
+        if self._gate.closed:
             return
         for ticket in (*self._flushing.tickets, self._retention.ticket, self._truncation.ticket):
             if ticket is not None and ticket.running:
                 raise LogBusyError(f"{self}: close() while {ticket!r} runs")
         self._flushing.abandon()
-        # An abandoned truncation's later segments left the view but not the disk (or not yet closed).
-        dropped = self._truncation.dropped
-        self._retention.ticket = self._truncation.ticket = None
-        self._closed = True
+        self._retention.abandon()
+        dropped = self._truncation.abandon()
+        self._gate.close()
         for segment in self._segments.view.segments + dropped:
             segment.file.close()
-
-    def _check_writable(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"{self} is closed")
-        if self._failure is not None:
-            raise LogFailedError(self._failure)
-
-    def _fail(self, reason: str) -> LogFailedError:
-        """Enter the failed state (fail-stop) and return the error to raise."""
-        if self._failure is None:
-            self._failure = f"{self.topic}-{self.partition}: {reason}"
-            logger.error("log failed, refusing further writes: %s", self._failure)
-        return LogFailedError(self._failure)
 
     def __repr__(self) -> str:
         return f"Log({self.topic!r}, {self.partition})"

@@ -1,7 +1,7 @@
 """Loading a partition directory and crash recovery of its newest segment (spec §7.1, §7.3).
 
 Only the newest segment is scanned.  That is sound because a roll fsyncs the
-old segment before the new file exists (asserted in ``Log.complete_roll``):
+old segment before the new file exists (asserted in ``Flushing.complete_roll``):
 every older segment was durable in full before anything was appended after it.
 
 The scan starts at the recovery checkpoint's position when the checkpoint can

@@ -2,13 +2,13 @@
 
 A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
 
-    ticket = log.begin_retention(now_ms)   # loop: snapshot the segments
+    ticket = log.retention.begin(now_ms)   # loop: snapshot the segments
     ticket.stat()                          # blocking: read their mtimes
-    while log.retention_needs_roll(ticket):
+    while log.retention.needs_roll(ticket):
         roll the log                       # the broker rolls off the loop too
-    log.drop_retained(ticket)              # loop: the oldest segments leave the log
+    log.retention.drop(ticket)             # loop: the oldest segments leave the log
     ticket.remove()                        # blocking: unlink them, fsync the directory
-    log.complete_retention(ticket)         # loop: an I/O error fails the log here
+    log.retention.complete(ticket)         # loop: an I/O error fails the log here
 
 ``Log.apply_retention`` runs the same steps on one thread (tools and tests).
 ``Retention`` is the log's collaborator that owns the pass in flight.
@@ -17,11 +17,13 @@ A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .config import LogConfig
 from .errors import LogError
+from .flushing import Flushing
 from .fs import FileSystem
+from .gate import RETENTION, Gate
 from .names import padding_file_name
 from .segment import Segment
 from .segment_list import SegmentList
@@ -104,7 +106,7 @@ class RetentionTicket(Ticket):
         Only retention removes segments, one pass at a time, so the snapshot is
         still their prefix; segments rolled since it was taken were not
         ``stat()``ed, so the time rule stops at its end.  0 when ``stat()`` failed
-        (``Log.complete_retention`` then fails the log).
+        (``Retention.complete`` then fails the log).
         """
         if self.mtimes_ms is None:
             assert self.error is not None, f"{self!r}: count() before stat()"
@@ -160,51 +162,54 @@ class RetentionTicket(Ticket):
 class Retention:
     """A log's retention passes over its ``SegmentList``, one at a time (docs/protocol.md §7.4).
 
-    It owns the pass in flight and judges and drops the oldest segments; the
-    ``Log`` checks that it may write, rolls when ``needs_roll`` says so, and
-    turns a ticket's I/O error into its own failure.  Retention never moves
-    the visible end ``E``: the last segment always stays.
+    It owns the pass in flight, judges the oldest segments by the rules of
+    the log's current ``config()`` and takes them out of the list; its
+    ``Gate`` says whether a pass may start and turns a ticket's I/O error
+    into the log's failure.  Retention never moves the visible end ``E``:
+    the last segment always stays.
     """
 
-    __slots__ = ("_fs", "_dir_path", "_segments", "_name", "ticket")
+    __slots__ = ("_fs", "_dir_path", "_segments", "_gate", "_flushing", "_config", "_name", "ticket")
 
-    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList, name: str):
+    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList, gate: Gate, flushing: Flushing,
+                 config: Callable[[], LogConfig], name: str):
         self._fs = fs
         self._dir_path = dir_path
         self._segments = segments
+        self._gate = gate
+        self._flushing = flushing  # a flush in flight keeps the file of a segment it fsyncs open
+        self._config = config  # the log's settings at each look (the broker replaces them on a config change)
         self._name = name  # the log's name, for error messages
         self.ticket: RetentionTicket | None = None  # the pass in flight
 
     @property
     def busy(self) -> bool:
-        """A pass is in flight (from ``begin`` to ``end``)."""
+        """A pass is in flight (from ``begin`` to ``complete``): the cleaner leaves the log alone meanwhile."""
         return self.ticket is not None
 
     def begin(self, now_ms: int) -> RetentionTicket:
-        """Snapshot the segments for a pass judged at ``now_ms``; the caller checked ``busy``."""
+        """Snapshot the segments for a pass judged at ``now_ms``.
+
+        Raises ``LogBusyError`` while a pass or a truncation is in flight.
+        """
+        self._gate.check(RETENTION)
         assert self.ticket is None, self.ticket
         self.ticket = RetentionTicket(self._fs, self._dir_path, self._segments.view.segments, now_ms)
         return self.ticket
 
-    def count(self, ticket: RetentionTicket, config: LogConfig) -> int:
-        """How many of the oldest segments the rules of ``config`` delete now (0 after a ``stat()`` error).
+    def needs_roll(self, ticket: RetentionTicket) -> bool:
+        """Whether the rules delete every segment while the last one holds data: roll first, then ask again."""
+        return self._count(ticket) == len(self._segments) and self._segments.last.size > 0
 
-        Raises ``LogError`` for a ticket that is not the pass in flight.
+    def drop(self, ticket: RetentionTicket) -> int:
+        """Take the segments the rules delete out of the list (readers stop seeing them now);
+        ``ticket.remove()`` then unlinks them.  Returns how many.
+
+        When the rules delete every segment, the last one is empty (else
+        ``LogError``: ``needs_roll`` said to roll first) and stays, named ``E``,
+        with a fresh mtime.
         """
-        self._check_own(ticket)
-        return ticket.count(self._segments.view.segments, config)
-
-    def needs_roll(self, count: int) -> bool:
-        """Whether deleting ``count`` segments takes every one while the last holds data (roll first)."""
-        return count == len(self._segments) and self._segments.last.size > 0
-
-    def drop(self, ticket: RetentionTicket, count: int, keep_open: Segment | None) -> int:
-        """Take the ``count`` oldest segments out of the list for ``ticket.remove()``; returns how many left.
-
-        When ``count`` is every segment, the last one is empty (else ``LogError``)
-        and stays, named ``E``, with a fresh mtime.  ``keep_open``: a segment a
-        flush in flight still fsyncs (its file is not closed by the pass).
-        """
+        count = self._count(ticket)
         last = self._segments.last
         visible_end = last.visible_end
         if count == len(self._segments):
@@ -213,15 +218,30 @@ class Retention:
             ticket.touch_path = last.path
             count -= 1
         ticket.deleted = self._segments.drop_first(count)
-        ticket.keep_open = keep_open
+        flush_ticket = self._flushing.flush_ticket
+        ticket.keep_open = flush_ticket.segment if flush_ticket is not None else None
         assert self._segments.last is last and last.visible_end == visible_end, (last, visible_end)
         return count
 
-    def end(self, ticket: RetentionTicket) -> BaseException | None:
-        """End the pass after ``ticket.remove()``; returns the I/O error it recorded, if any."""
+    def complete(self, ticket: RetentionTicket) -> None:
+        """After ``ticket.remove()``: end the pass; an unlink or fsync error fails the log (``LogFailedError``)."""
         self._check_own(ticket)
         self.ticket = None
-        return ticket.error
+        with self._gate.settling():
+            if ticket.error is not None:
+                raise self._gate.fail(f"retention in {self._dir_path} failed: {ticket.error}")
+
+    def abandon(self) -> None:
+        """Discard the pass in flight, if any (the log closes; its blocking parts are not running)."""
+        assert self.ticket is None or not self.ticket.running, self.ticket
+        self.ticket = None
+
+    def _count(self, ticket: RetentionTicket) -> int:
+        # How many of the oldest segments the rules delete now (0 after a stat() error).
+        self._check_own(ticket)
+        count = ticket.count(self._segments.view.segments, self._config())
+        self._gate.check_writable()
+        return count
 
     def _check_own(self, ticket: RetentionTicket) -> None:
         if ticket is not self.ticket:

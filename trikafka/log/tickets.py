@@ -1,9 +1,9 @@
 """Flush and roll tickets: the parts of a flush or a roll that block, packaged to run off the loop.
 
 The decided design: an fsync never runs on the event loop.  The broker takes a
-ticket on the loop (``Log.begin_flush`` / ``Log.begin_roll``), runs its
+ticket on the loop (``log.flushing.begin_flush`` / ``begin_roll``), runs its
 blocking part in a worker thread (``FlushTicket.fsync`` / ``RollTicket.run``),
-then hands it back on the loop (``Log.complete_flush`` / ``Log.complete_roll``).
+then hands it back on the loop (``complete_flush`` / ``complete_roll``).
 The blocking parts never raise for an I/O error: they record it, and the
 ``complete_*`` call turns it into the log's fail-stop ``LogFailedError``.
 """
@@ -56,7 +56,7 @@ class FlushTicket(Ticket):
     def fsync(self) -> None:
         """Fsync the segment's file.  Blocking; safe to run in a worker thread.
 
-        An ``OSError`` is recorded, not raised; ``Log.complete_flush`` raises it
+        An ``OSError`` is recorded, not raised; ``Flushing.complete_flush`` raises it
         as ``LogFailedError``.  Call it exactly once.
         """
         if self._state != CAPTURED:

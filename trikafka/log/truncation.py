@@ -2,19 +2,19 @@
 
 A follower whose log went past where it agrees with its leader cuts it::
 
-    ticket = log.begin_truncate(offset)   # loop: the log ends at offset from now on
-    ticket.run()                          # blocking: check, unlink, truncate, fsync
-    log.complete_truncate(ticket)         # loop: an I/O error fails the log here
+    ticket = log.truncation.begin(offset)  # loop: the log ends at offset from now on
+    ticket.run()                           # blocking: check, unlink, truncate, fsync
+    log.truncation.complete(ticket)        # loop: an I/O error fails the log here
 
-``begin_truncate`` returns None while a flush, roll, retention pass, cleaning
-or another truncation is in flight; ``Log.add_idle_listener`` says when to
-try again.  ``Log.truncate_to`` runs the three steps on one thread.
+``begin`` returns None while a flush, roll, retention pass, cleaning or
+another truncation is in flight; ``Log.add_idle_listener`` says when to try
+again.  ``Log.truncate_to`` runs the three steps on one thread.
 ``Truncation`` is the log's collaborator that owns the truncation in flight.
 
 ``run`` checks that ``offset`` is an entry boundary when the loop could not
 tell from what it knows (a segment start, the log end, the visible end):
 that takes reading the segment's entry headers, which must not happen on the
-loop.  A refused offset changes nothing on disk, and ``complete_truncate``
+loop.  A refused offset changes nothing on disk, and ``complete``
 puts the log back as it was and raises ``ValueError``.  A Kafka-format log's
 batch indexes know every boundary (docs/protocol.md §16.6): ``begin`` refuses
 any other offset at once, and cuts the index with the segment.
@@ -39,10 +39,14 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from typing import Callable
 
 from .checkpoint import RecoveryCheckpointer
+from .config import LogConfig
 from .errors import LogError
+from .flushing import Flushing
 from .fs import FileSystem, SegmentFile
+from .gate import Gate
 from .names import padding_file_name
 from .padding import NO_PADDING, PaddingRuns, encode_padding_index
 from .segment import Segment
@@ -116,7 +120,7 @@ class TruncateTicket(Ticket):
         self.scan_from = scan_from  # where run() starts checking the boundary; None: already known
         self.chunk_bytes = chunk_bytes
         self.checkpointer = checkpointer
-        self.old_view = old_view  # what complete_truncate restores when run() refused the offset
+        self.old_view = old_view  # what Truncation.complete restores when run() refused the offset
         self.old_visible_size = segment.visible_size
         self.old_padding = segment.padding
         self.padding = clip_padding(segment.padding, self.cut)
@@ -129,7 +133,7 @@ class TruncateTicket(Ticket):
         """Check the boundary, then the five steps of the module docstring.  Blocking.
 
         A refused offset is recorded in ``rejected``, an ``OSError`` in ``error``;
-        neither is raised here (``Log.complete_truncate`` does).  Call it exactly once.
+        neither is raised here (``Truncation.complete`` does).  Call it exactly once.
         """
         if self._state != CAPTURED:
             raise RuntimeError("TruncateTicket.run() called twice")
@@ -175,36 +179,50 @@ class Truncation:
     """A log's truncations (docs/protocol.md §12.11): the one in flight, and how a cut changes the segments.
 
     It cuts the log's ``SegmentList`` on the loop and settles or undoes the cut
-    after the ticket ran; the ``Log`` checks that it may write, that nothing
-    else is in flight, and turns a ticket's I/O error into its own failure.
+    after the ticket ran; its ``Gate`` says whether a cut may start and turns a
+    ticket's I/O error into the log's failure.  After a cut settled, ``Flushing``
+    learns that every byte left is fsynced, then ``on_cut()`` lets the log
+    re-derive what the cut batches fed.
     """
 
-    __slots__ = ("_fs", "_dir_path", "_segments", "_checkpointer", "_name", "ticket")
+    __slots__ = ("_fs", "_dir_path", "_segments", "_checkpointer", "_gate", "_flushing", "_config", "_on_cut",
+                 "_name", "ticket")
 
-    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList,
-                 checkpointer: RecoveryCheckpointer, name: str):
+    def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList, checkpointer: RecoveryCheckpointer,
+                 gate: Gate, flushing: Flushing, config: Callable[[], LogConfig], on_cut: Callable[[], None],
+                 name: str):
         self._fs = fs
         self._dir_path = dir_path
         self._segments = segments
         self._checkpointer = checkpointer
+        self._gate = gate
+        self._flushing = flushing
+        self._config = config  # the log's settings at each look (the broker replaces them on a config change)
+        self._on_cut = on_cut
         self._name = name  # the log's name, for error messages
         self.ticket: TruncateTicket | None = None  # the truncation in flight (never a no-op one)
 
     @property
     def busy(self) -> bool:
-        """A truncation is in flight (from ``begin`` to ``end``)."""
+        """A truncation is in flight (from ``begin`` to ``complete``): appends, rolls and retention wait."""
         return self.ticket is not None
 
-    @property
-    def dropped(self) -> tuple[Segment, ...]:
-        """The segments the truncation in flight took out of the list (their files are still open)."""
-        return self.ticket.dropped if self.ticket is not None else ()
+    def begin(self, offset: int) -> TruncateTicket | None:
+        """Cut the log at ``offset`` now; the returned ticket's ``run()`` does the I/O (a worker thread).
 
-    def begin(self, offset: int, idle: bool, chunk_bytes: int) -> TruncateTicket | None:
-        """Cut the list at ``offset`` (``Log.begin_truncate``); None when not ``idle`` and there is a cut to make.
-
-        ``chunk_bytes``: how much ``run()`` reads at a time when it checks the boundary.
+        From here on the log ends at ``offset``, its visible end is at most
+        ``offset``, and appends, rolls and retention raise ``LogBusyError``
+        until ``complete(ticket)``.  Returns None (and changes nothing) while
+        a flush, roll, retention pass, cleaning or truncation is in flight:
+        wait for ``Log.add_idle_listener``'s call and try again.  ``offset``
+        at the log end gives a ticket that does nothing, even then.  Raises
+        ``ValueError`` when ``offset`` is outside the log.  Whether ``offset``
+        is an entry boundary is checked here when the loop knows (a segment
+        start, the visible end, any batch boundary of a Kafka-format log:
+        ``ValueError`` here), else by ``run()`` (it reads entry headers), and
+        then ``complete`` raises ``ValueError``.
         """
+        self._gate.check_writable()
         view = self._segments.view
         start, end = view.segments[0].start, view.segments[-1].end
         if not start <= offset <= end:
@@ -212,7 +230,7 @@ class Truncation:
         segment = view.find(offset)
         if offset == end:
             return TruncateTicket(self._fs, self._dir_path, offset, segment, (), None, 1, self._checkpointer, view)
-        if not idle:
+        if not self._gate.idle:
             return None
         assert self.ticket is None, self.ticket
         cut = offset - segment.start
@@ -223,7 +241,7 @@ class Truncation:
         scan_from = None if known else (segment.visible_size if segment.visible_size < cut else 0)
         dropped = self._segments.drop_after(segment)
         ticket = TruncateTicket(self._fs, self._dir_path, offset, segment, dropped, scan_from,
-                                chunk_bytes, self._checkpointer, view)
+                                self._config().recovery_chunk_bytes, self._checkpointer, view)
         segment.cut = cut
         segment.visible_size = min(segment.visible_size, cut)
         segment.padding = ticket.padding
@@ -233,27 +251,42 @@ class Truncation:
         assert self._segments.last.end == offset and self._segments.last.visible_end <= offset, (segment, offset)
         return ticket
 
-    def end(self, ticket: TruncateTicket) -> bool:
-        """Take back a ticket whose ``run()`` returned; False for a no-op ticket (nothing to settle).
+    def complete(self, ticket: TruncateTicket) -> None:
+        """After ``ticket.run()``: the cut is durable; every byte left is fsynced and visible.
 
-        Raises ``LogError`` before ``run()`` returned or for another log's ticket.
+        Raises ``ValueError`` (the log back as it was) when ``run()`` found that
+        the offset is not an entry boundary, ``LogFailedError`` after an I/O
+        error, ``LogError`` before ``run()`` returned or for another log's ticket.
         """
         if not ticket.finished:
-            raise LogError(f"{self._name}: complete_truncate() before {ticket!r}.run() returned")
+            raise LogError(f"{self._name}: complete() before {ticket!r}.run() returned")
         if ticket.noop:
-            return False
+            return
         if ticket is not self.ticket:
             raise LogError(f"{self._name}: {ticket!r} is not this log's truncation in flight")
         self.ticket = None
-        return True
+        with self._gate.settling():
+            if ticket.error is not None:
+                raise self._gate.fail(f"truncation of {ticket.segment.path} to {ticket.cut} bytes failed: "
+                                      f"{ticket.error}")
+            self._flushing.settle_truncate(self._settle(ticket))
+            self._on_cut()
 
-    def settle(self, ticket: TruncateTicket) -> bool:
-        """Make the cut of a ticket that ``run()`` without an I/O error final: every byte left is
-        fsynced and visible; returns True when that advanced the visible end.
+    def abandon(self) -> tuple[Segment, ...]:
+        """Discard the truncation in flight, if any (the log closes; its ``run()`` is not running).
 
-        Raises ``ValueError``, with the list and the segment as before ``begin``,
-        when ``run()`` found that the offset is not an entry boundary.
+        Returns the segments it took out of the list: they left the view but
+        not the disk, and their files are still open.
         """
+        assert self.ticket is None or not self.ticket.running, self.ticket
+        dropped = self.ticket.dropped if self.ticket is not None else ()
+        self.ticket = None
+        return dropped
+
+    def _settle(self, ticket: TruncateTicket) -> bool:
+        # Make the cut of a ticket that ran without an I/O error final (every byte
+        # left is fsynced and visible); True when that advanced the visible end.
+        # A refused offset: the list and the segment as before ``begin``, and ValueError.
         segment = ticket.segment
         segment.cut = None
         if ticket.rejected is not None:

@@ -24,7 +24,7 @@ Fault model (what a test can make happen, and why the log must survive it):
   vanish; a deleted one may come back.
 * **Injected errors**: ``inject_error(op, ...)`` makes the next matching
   ``write``/``fsync``/``fsync_dir``/``truncate``/``open``/``remove``/``rename`` raise
-  ``OSError(EIO)``.  A failed ``write`` may have written a prefix of its data
+  ``OSError(EIO)`` (``disk_faults.DiskFaults`` holds what is armed).  A failed ``write`` may have written a prefix of its data
   (volatile); a failed ``fsync`` makes nothing durable.  The log must stop
   writing (fail-stop) rather than carry on over a hole.
 * **A dead process**: ``freeze()`` makes every write fail until ``crash()`` or
@@ -47,8 +47,9 @@ import posixpath
 import random
 from typing import Callable
 
+from .disk_faults import DiskFaults
+
 CRASH_MODES = ("prefix", "zeros", "garbage", "flip", "keep_all")
-FAULT_OPS = ("write", "fsync", "fsync_dir", "truncate", "open", "remove", "rename")
 
 
 class _File:
@@ -64,13 +65,6 @@ class _Dir:
     __slots__ = ()
 
 
-class _Fault:
-    __slots__ = ("op", "path_contains", "count", "errno")
-
-    def __init__(self, op: str, path_contains: str, count: int, errno_: int):
-        self.op, self.path_contains, self.count, self.errno = op, path_contains, count, errno_
-
-
 class FakeFileSystem:
     """In-memory file system; see the module docstring for the fault model."""
 
@@ -80,10 +74,9 @@ class FakeFileSystem:
         root = _Dir()
         self._entries: dict[str, _File | _Dir] = {"/": root}
         self._durable_entries: dict[str, _File | _Dir] = {"/": root}
-        self._faults: list[_Fault] = []
+        self.faults = DiskFaults()  # which calls fail: injected errors, a frozen (dead) process
         self._generation = 0
         self.crash_count = 0
-        self._frozen = False  # see freeze()
 
     # -- the FileSystem protocol ------------------------------------------------
 
@@ -110,7 +103,7 @@ class FakeFileSystem:
 
     def open_segment(self, path: str, create: bool) -> "FakeSegmentFile":
         path = _norm(path)
-        self._maybe_fail("open", path)
+        self.faults.check("open", path)
         if create:
             self._dir(posixpath.dirname(path))
             if path in self._entries:
@@ -120,14 +113,14 @@ class FakeFileSystem:
 
     def create_file(self, path: str) -> None:
         path = _norm(path)
-        self._maybe_fail("open", path)
+        self.faults.check("open", path)
         self._dir(posixpath.dirname(path))
         node = _File(self.clock_ms())
         self._entries[path] = node
 
     def write_synced(self, path: str, data: bytes) -> None:
         path = _norm(path)
-        self._maybe_fail("open", path)
+        self.faults.check("open", path)
         self._dir(posixpath.dirname(path))
         node = self._entries.get(path)
         if node is None:
@@ -136,19 +129,19 @@ class FakeFileSystem:
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
         node.data = bytearray()  # O_TRUNC: the same inode, its old bytes gone (volatile until the fsync)
         try:
-            self._maybe_fail("write", path)
+            self.faults.check("write", path)
         except OSError:
             node.data += data[: self.rng.randint(0, len(data))]
             raise
         node.data += data
         node.mtime_ms = self.clock_ms()
-        self._maybe_fail("fsync", path)
+        self.faults.check("fsync", path)
         node.durable = bytes(node.data)
 
     def remove(self, path: str) -> None:
         path = _norm(path)
         self._file(path)
-        self._maybe_fail("remove", path)
+        self.faults.check("remove", path)
         del self._entries[path]
 
     def remove_dir(self, path: str) -> None:
@@ -157,7 +150,7 @@ class FakeFileSystem:
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
         if any(posixpath.dirname(p) == path for p in self._entries if p != path):
             raise OSError(errno.ENOTEMPTY, "directory not empty", path)
-        self._maybe_fail("remove", path)
+        self.faults.check("remove", path)
         del self._entries[path]
 
     def rename(self, src: str, dst: str) -> None:
@@ -169,13 +162,13 @@ class FakeFileSystem:
         self._dir(posixpath.dirname(dst))
         if isinstance(self._entries.get(dst), _Dir):
             raise IsADirectoryError(errno.EISDIR, "is a directory", dst)
-        self._maybe_fail("rename", src)
+        self.faults.check("rename", src)
         del self._entries[src]
         self._entries[dst] = node
 
     def fsync_dir(self, path: str) -> None:
         path = self._dir(path)
-        self._maybe_fail("fsync_dir", path)
+        self.faults.check("fsync_dir", path)
         for p in set(self._entries) | set(self._durable_entries):
             if p != "/" and posixpath.dirname(p) == path:
                 node = self._entries.get(p)
@@ -193,32 +186,29 @@ class FakeFileSystem:
     # -- faults -----------------------------------------------------------------
 
     def freeze(self) -> None:
-        """The process using this disk dies now: until ``crash()`` or ``thaw()``, every write,
-        fsync, truncate, open, removal and rename fails with EIO, so clean-up code that a
-        SIGKILL would never run (flushes, the clean-shutdown marker) leaves no trace."""
-        self._frozen = True
+        """The process using this disk dies now (``DiskFaults.freeze``; ``crash()`` ends it too)."""
+        self.faults.freeze()
 
     def thaw(self) -> None:
-        """Writes work again (a new process on the same machine; the page cache kept everything)."""
-        self._frozen = False
+        """Writes work again (``DiskFaults.thaw``)."""
+        self.faults.thaw()
 
     def boot_id(self) -> str:
         """The simulated machine's boot: a new one after every ``crash()`` (a power cut reboots)."""
         return f"fake-boot-{self.crash_count}"
 
     def inject_error(self, op: str, path_contains: str = "", count: int = 1, errno_: int = errno.EIO) -> None:
-        """Make the next ``count`` ``op`` calls on a path containing ``path_contains`` fail."""
-        if op not in FAULT_OPS:
-            raise ValueError(f"unknown fault op {op!r}; expected one of {FAULT_OPS}")
-        self._faults.append(_Fault(op, path_contains, count, errno_))
+        """Make the next ``count`` ``op`` calls on a path containing ``path_contains`` fail (``DiskFaults.inject``)."""
+        self.faults.inject(op, path_contains, count, errno_)
 
     def clear_errors(self) -> None:
-        self._faults.clear()
+        """Drop the injected errors not yet raised."""
+        self.faults.clear()
 
     @property
     def pending_errors(self) -> int:
         """Injected errors not yet raised."""
-        return len(self._faults)
+        return self.faults.pending
 
     def crash(self, mode: str = "random", rng: random.Random | None = None,
               dir_entry_keep_probability: float = 0.5) -> None:
@@ -228,8 +218,7 @@ class FakeFileSystem:
         rng = rng if rng is not None else self.rng
         self._generation += 1
         self.crash_count += 1
-        self._frozen = False
-        self._faults.clear()
+        self.faults.reset()
         entries = self._crash_entries(mode, rng, dir_entry_keep_probability)
         for path in sorted(entries):
             node = entries[path]
@@ -289,16 +278,6 @@ class FakeFileSystem:
                 kept[path] = node
         return kept
 
-    def _maybe_fail(self, op: str, path: str) -> None:
-        if self._frozen:
-            raise OSError(errno.EIO, f"{op} by a process that is gone", path)
-        for fault in self._faults:
-            if fault.op == op and fault.path_contains in path:
-                fault.count -= 1
-                if fault.count <= 0:
-                    self._faults.remove(fault)
-                raise OSError(fault.errno, f"injected {os.strerror(fault.errno)} on {op}", path)
-
     def _file(self, path: str) -> _File:
         node = self._entries.get(path)
         if node is None:
@@ -334,7 +313,7 @@ class FakeSegmentFile:
     def append(self, data: bytes | memoryview) -> None:
         self._check()
         try:
-            self._fs._maybe_fail("write", self.path)
+            self._fs.faults.check("write", self.path)
         except OSError:
             self._node.data += bytes(data)[: self._fs.rng.randint(0, len(data))]  # a torn write
             raise
@@ -351,12 +330,12 @@ class FakeSegmentFile:
 
     def fsync(self) -> None:
         self._check()
-        self._fs._maybe_fail("fsync", self.path)
+        self._fs.faults.check("fsync", self.path)
         self._node.durable = bytes(self._node.data)
 
     def truncate(self, size: int) -> None:
         self._check()
-        self._fs._maybe_fail("truncate", self.path)
+        self._fs.faults.check("truncate", self.path)
         node = self._node
         if size < len(node.data):
             del node.data[size:]
