@@ -47,14 +47,11 @@ import itertools
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import trio
 
 from .seams import BrokerLog, LogDirectory, RunBlocking
-
-if TYPE_CHECKING:
-    import outcome  # trio's own dependency: the result a worker thread delivers
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +291,8 @@ class FlushScheduler:
             task = trio.lowlevel.current_task()
             token = trio.lowlevel.current_trio_token()
 
-            def deliver(result: "outcome.Outcome[T]") -> None:  # in the worker thread
+            # In the worker thread.  Any: trio's outcome.Outcome of fn(), a package broker/ does not import.
+            def deliver(result: Any) -> None:
                 token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
             trio.lowlevel.start_thread_soon(fn, deliver)
