@@ -274,6 +274,9 @@ class FlushScheduler:
         if idle is not None:
             idle.set()
 
+    # KeyboardInterrupt cannot land between the thread's start and the wait for its result,
+    # where it would leave the thread's result to a task that no longer waits for it.
+    @trio.lowlevel.enable_ki_protection
     async def _in_thread(self, fn: Callable[[], T]) -> T:
         """``fn()`` in one of Trio's cached worker threads, at most ``MAX_CONCURRENT_FSYNCS`` at once.
 
