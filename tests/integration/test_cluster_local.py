@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 
 import pytest
@@ -81,3 +82,23 @@ async def test_up_serves_a_replicated_topic_and_down_stops_every_process(tmp_pat
     assert not any(running(pid) for pid in pids)
     assert not (tmp_path / "cluster" / "cluster.json").exists()
     assert "no cluster was started" in await trikafka("cluster", "down", *where, status=1)
+
+
+def test_up_picks_another_zookeeper_port_when_the_picked_one_is_taken_meanwhile(tmp_path, monkeypatch):
+    from trikafka.cli import cluster_local
+    from trikafka.zk import server_setup
+
+    with socket.socket() as taken:  # another process takes the picked port before ZooKeeper binds it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1], server_setup.free_port()])
+        monkeypatch.setattr(server_setup, "free_port", lambda host="127.0.0.1": next(picks))
+        directory = tmp_path / "cluster"
+        try:
+            cluster = cluster_local.start(directory, brokers=0, zookeeper_port=0, first_port=0, first_kafka_port=0,
+                                          extra=[])
+            assert cluster.zookeeper.port != taken.getsockname()[1]
+            assert server_setup._serving(server_setup.four_letter_word("127.0.0.1", cluster.zookeeper.port, "srvr"))
+        finally:
+            cluster_local.stop(directory)
+    assert "Address already in use" in (directory / "zookeeper" / "zookeeper.log").read_text()

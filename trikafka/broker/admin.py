@@ -83,6 +83,18 @@ class TopicAdmin:
                               replicas=(broker_id,), isr=(broker_id,))
             for p in range(count)))
 
+    def partition_leader(self, name: str, index: int, broker_id: int) -> int:
+        """The leader ``topic_metadata`` names for ``name``-``index`` (-1: none, or no such partition),
+        without describing the topic's other partitions: the coordinators look one up per request."""
+        replicas = self._handler.replicas
+        if replicas is not None and (count := replicas.partition_count(name)) is not None:
+            state = replicas.states.get((name, index)) if 0 <= index < count else None
+            return -1 if state is None else state.leader
+        count = self._handler.directory.partitions_if_valid(name)
+        if count is None or not 0 <= index < count or not self._has_logs(name):
+            return -1
+        return broker_id
+
     def _has_logs(self, topic: str) -> bool:
         return topic in self._log_manager.topics()
 

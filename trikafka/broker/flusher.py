@@ -47,9 +47,10 @@ import itertools
 import logging
 import math
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import trio
+
 from .seams import BrokerLog, LogDirectory, RunBlocking
 
 logger = logging.getLogger(__name__)
@@ -273,8 +274,35 @@ class FlushScheduler:
         if idle is not None:
             idle.set()
 
+    # KeyboardInterrupt cannot land between the thread's start and the wait for its result,
+    # where it would leave the thread's result to a task that no longer waits for it.
+    @trio.lowlevel.enable_ki_protection
     async def _in_thread(self, fn: Callable[[], T]) -> T:
-        return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+        """``fn()`` in one of Trio's cached worker threads, at most ``MAX_CONCURRENT_FSYNCS`` at once.
+
+        ``trio.to_thread.run_sync`` without what an fsync does not use (a copy of the
+        context, a thread name set and reset around each call, a checkpoint before the
+        thread starts): every flush of an acks -1 answer pays for this hop.  The call
+        cannot be abandoned: a cancelled caller still waits for ``fn`` to return.
+        """
+        borrower = object()
+        try:
+            self._limiter.acquire_on_behalf_of_nowait(borrower)
+        except trio.WouldBlock:
+            await self._limiter.acquire_on_behalf_of(borrower)
+        try:
+            task = trio.lowlevel.current_task()
+            token = trio.lowlevel.current_trio_token()
+
+            # In the worker thread.  Any: trio's outcome.Outcome of fn(), a package broker/ does not import.
+            def deliver(result: Any) -> None:
+                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+            trio.lowlevel.start_thread_soon(fn, deliver)
+            done: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+            return done
+        finally:
+            self._limiter.release_on_behalf_of(borrower)
 
     async def _flush_log(self, log: BrokerLog) -> None:
         done = self._in_flight[log]

@@ -118,15 +118,28 @@ def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int
 
 
 def _start_zookeeper(directory: Path, port: int) -> Member:
-    from trikafka.zk.server_setup import ZooKeeperConfig, build_command, find_classpath, find_java, free_port
+    """ZooKeeper on ``port``, or on a free port for 0: a port ``free_port`` picks is free only when
+    picked, so a server that exits at start (or does not serve) is stopped and started again on
+    another pick, ``PORT_ATTEMPTS`` times in all."""
+    from trikafka.zk.server_setup import (PORT_ATTEMPTS, ZooKeeperConfig, build_command, find_classpath, find_java,
+                                          free_port)
 
     zk_dir = directory / "zookeeper"
-    port = port or free_port()
-    command = build_command(ZooKeeperConfig(zk_dir, port).write(), find_classpath(), find_java(),
-                            die_with_parent=False)
-    member = Member("zookeeper", _spawn(command, zk_dir / "zookeeper.log", zk_dir), "127.0.0.1", port)
-    _wait_zookeeper(member, zk_dir / "zookeeper.log")
-    return member
+    log_path = zk_dir / "zookeeper.log"
+    for attempt in range(1 if port else PORT_ATTEMPTS):
+        chosen = port or free_port()
+        command = build_command(ZooKeeperConfig(zk_dir, chosen).write(), find_classpath(), find_java(),
+                                die_with_parent=False)
+        member = Member("zookeeper", _spawn(command, log_path, zk_dir), "127.0.0.1", chosen)
+        try:
+            _wait_zookeeper(member, log_path)
+            return member
+        except LocalClusterError:
+            if _alive(member):
+                os.kill(member.pid, signal.SIGKILL)
+            if port or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planned: Member,
@@ -198,7 +211,7 @@ def _wait_zookeeper(member: Member, log_path: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if not _alive(member):
-            raise LocalClusterError(f"ZooKeeper exited at start; see {log_path}")
+            raise LocalClusterError(f"ZooKeeper exited at start: {_log_summary(log_path)} (see {log_path})")
         try:
             if _serving(four_letter_word(member.host, member.port, "srvr")):
                 return
@@ -220,11 +233,20 @@ def _wait_ready_file(path: Path, member: Member, log_path: Path) -> tuple[int, i
         except (FileNotFoundError, ValueError):
             pass
         if not _alive(member):
-            last = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
-            raise LocalClusterError(f"{member.name} exited at start: {last[0] if last else '(no output)'} "
-                                    f"(see {log_path})")
+            raise LocalClusterError(f"{member.name} exited at start: {_log_summary(log_path)} (see {log_path})")
         time.sleep(POLL_INTERVAL_S)
     raise LocalClusterError(f"{member.name} did not serve within {READY_TIMEOUT_S:.0f} s; see {log_path}")
+
+
+def _log_summary(log_path: Path) -> str:
+    """Why a process that exited at start did: its log's last error line, else its last line.  The
+    error message carries it because a caller (a benchmark) may remove the directory right away."""
+    try:
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    errors = [line for line in lines if "ERROR" in line or "Exception" in line or "Error:" in line]
+    return (errors or lines or ["(no output)"])[-1].strip()
 
 
 def add_arguments(cluster: argparse.ArgumentParser) -> None:

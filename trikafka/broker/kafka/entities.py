@@ -33,6 +33,13 @@ def _module(api_key: int, version: int) -> ModuleType:
 
 
 @lru_cache(maxsize=None)
+def _response_class(api_key: int, version: int) -> type:
+    """The top-level response class of ``_module(api_key, version)``: every answer needs it."""
+    return next(c for c in vars(_module(api_key, version)).values()
+                if getattr(c, "__type__", None) is EntityType.response)
+
+
+@lru_cache(maxsize=None)
 def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
@@ -44,8 +51,7 @@ class Reply:
 
     def __init__(self, api_key: int, version: int):
         self._module = _module(api_key, version)
-        self._response = next(c for c in vars(self._module).values()
-                              if getattr(c, "__type__", None) is EntityType.response)
+        self._response = _response_class(api_key, version)
 
     # Any: the entity's class depends on the version, which only the request knows at run time.
     def response(self, **fields: Any) -> Any:

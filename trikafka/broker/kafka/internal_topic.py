@@ -123,10 +123,7 @@ class InternalTopic:
     def coordinator(self, index: int) -> BrokerAddress | None:
         """The Kafka address of the leader of partition ``index``, None while it has none."""
         service = self._service
-        described = service.admin.topic_metadata(self.name, service.broker_id)
-        if described.error != EngineError.NO_ERROR:
-            return None
-        leader = next((p.leader for p in described.partitions if p.partition == index), -1)
+        leader = service.admin.partition_leader(self.name, index, service.broker_id)
         return next((b for b in service.kafka_brokers() if b.broker_id == leader), None)
 
     async def coordinator_of(self, key: str) -> BrokerAddress | ErrorCode:

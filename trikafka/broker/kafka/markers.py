@@ -130,11 +130,7 @@ class RoutedMarkers:
         return errors
 
     def _leader_of(self, topic: str, index: int) -> int:
-        described = self._service.admin.topic_metadata(topic, self._service.broker_id)
-        for part in described.partitions:
-            if part.partition == index:
-                return int(part.leader)
-        return -1
+        return self._service.admin.partition_leader(topic, index, self._service.broker_id)
 
     async def _remote(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, led: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
