@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from trikafka.broker.kafka.groups.group import NO_DEADLINE, Effects, Group, GroupSettings, GroupState
+from trikafka.broker.kafka.groups.effects import Effects
+from trikafka.broker.kafka.groups.group import NO_DEADLINE, Group, GroupSettings, GroupState
 from trikafka.kafka.group_records import GroupValue, MemberValue
 
 SESSION_MS = 10_000

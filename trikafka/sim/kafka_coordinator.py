@@ -20,7 +20,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.broker.kafka.groups.group import NO_DEADLINE, Effects, Group, GroupSettings
+from trikafka.broker.kafka.groups.effects import Effects
+from trikafka.broker.kafka.groups.group import NO_DEADLINE, Group, GroupSettings
 from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
 from trikafka.broker.kafka.groups.membership import WAIT_MARGIN_S
 from trikafka.broker.kafka.groups.state import OffsetsPartition

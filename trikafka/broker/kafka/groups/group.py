@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -21,6 +21,7 @@ from trikafka.kafka.errors import KafkaCodecError
 from trikafka.kafka.group_records import GroupValue, MemberValue
 
 from .committed import CommittedOffsets
+from .effects import Effects
 from .member import JoinAnswer, Member, Protocols, SyncAnswer
 from .roster import Roster
 
@@ -44,25 +45,6 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
-
-
-@dataclass(slots=True)
-class Effects:
-    """What one call decided: answers now ready, whether to write the metadata, a rebalance done."""
-
-    joins: dict[str, JoinAnswer] = field(default_factory=dict)
-    syncs: dict[str, SyncAnswer] = field(default_factory=dict)
-    store: bool = False
-    rebalanced: bool = False
-    expired: list[str] = field(default_factory=list)  # members removed by their deadline (session, rebalance)
-
-    def merge(self, other: Effects) -> Effects:
-        self.expired += other.expired
-        self.joins.update(other.joins)
-        self.syncs.update(other.syncs)
-        self.store = self.store or other.store
-        self.rebalanced = self.rebalanced or other.rebalanced
-        return self
 
 
 class Group:
@@ -204,10 +186,7 @@ class Group:
                         rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
         """KIP-345: a static member comes back under a new member id, keeping its assignment."""
         effects = Effects()
-        if old.awaiting_join:
-            effects.joins[old.member_id] = JoinAnswer(ErrorCode.fenced_instance_id, old.member_id)
-        if old.awaiting_sync:
-            effects.syncs[old.member_id] = SyncAnswer(ErrorCode.fenced_instance_id)
+        effects.refuse(old, ErrorCode.fenced_instance_id)
         del self.roster.members[old.member_id]
         changed = old.protocols != protocols
         member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, session_timeout_ms,
@@ -257,9 +236,7 @@ class Group:
         effects = Effects()
         if self.state is GroupState.COMPLETING_REBALANCE:
             for member in self.roster.members.values():  # the leader's assignment will not come for this generation
-                if member.awaiting_sync:
-                    member.awaiting_sync = False
-                    effects.syncs[member.member_id] = SyncAnswer(ErrorCode.rebalance_in_progress)
+                effects.refuse(member, ErrorCode.rebalance_in_progress, join=False)
         was_empty = self.state is GroupState.EMPTY
         self.state = GroupState.PREPARING_REBALANCE
         timeout_ms = max((m.rebalance_timeout_ms for m in self.roster.members.values()), default=0)
@@ -354,19 +331,17 @@ class Group:
         effects = Effects()
         if self.generation != generation or self.state is not GroupState.COMPLETING_REBALANCE:
             return effects
-        waiting = [m for m in self.roster.members.values() if m.awaiting_sync]
         if error != ErrorCode.none:
-            for member in waiting:
-                member.awaiting_sync = False
-                effects.syncs[member.member_id] = SyncAnswer(error)
             for member in self.roster.members.values():
+                effects.refuse(member, error, join=False)
                 member.assignment = b""
             return effects.merge(self._prepare_rebalance(now_ms))
         self.state = GroupState.STABLE
-        for member in waiting:
-            member.awaiting_sync = False
-            effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol,
-                                                         member.assignment)
+        for member in self.roster.members.values():
+            if member.awaiting_sync:
+                member.awaiting_sync = False
+                effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol,
+                                                             member.assignment)
         return effects
 
     def heartbeat(self, now_ms: int, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
@@ -401,10 +376,7 @@ class Group:
             if member is None:
                 errors.append(ErrorCode.unknown_member_id)
                 continue
-            if member.awaiting_join:
-                effects.joins[member_id] = JoinAnswer(ErrorCode.unknown_member_id, member_id)
-            if member.awaiting_sync:
-                effects.syncs[member_id] = SyncAnswer(ErrorCode.unknown_member_id)
+            effects.refuse(member, ErrorCode.unknown_member_id)
             self.roster.remove(member)
             removed = True
             errors.append(ErrorCode.none)
@@ -439,8 +411,7 @@ class Group:
                    if not m.awaiting_join and m.session_deadline_ms != NO_DEADLINE and m.session_deadline_ms <= now_ms]
         for member in expired:
             effects.expired.append(member.member_id)
-            if member.awaiting_sync:
-                effects.syncs[member.member_id] = SyncAnswer(ErrorCode.unknown_member_id)
+            effects.refuse(member, ErrorCode.unknown_member_id)  # its JoinGroup does not wait: it has a session
             self.roster.remove(member)
         if expired:
             effects.merge(self._member_gone(now_ms))

@@ -23,7 +23,8 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.group_records import GroupValue
 
-from .group import NO_DEADLINE, Effects, Group
+from .effects import Effects
+from .group import NO_DEADLINE, Group
 from .member import JoinAnswer, SyncAnswer
 from .state import OffsetsPartition
 
