@@ -3,8 +3,9 @@
 Every method takes the time it happens at (``now_ms``, monotonic; the group
 has no clock) and returns what it decided: JoinGroup and SyncGroup answers
 that are now ready (``Effects``), and whether the group's metadata must be
-written (§17.3).  Deadlines (sessions, the rebalance, the initial delay) are
-kept here; ``next_deadline_ms`` says when ``tick`` must next run.
+written (§17.3).  Each deadline is kept with what it times: a session on its
+member, the join phase's and the pending member ids' by the ``Rebalance``;
+``next_deadline_ms`` says when ``tick`` must next run.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from trikafka.kafka.group_records import GroupValue, MemberValue
 
 from .committed import CommittedOffsets
 from .effects import Effects
-from .member import JoinAnswer, Member, Protocols, SyncAnswer
+from .member import NO_DEADLINE, JoinAnswer, Member, Protocols, SyncAnswer
+from .rebalance import Rebalance
 from .roster import Roster
-
-NO_DEADLINE = -1
 
 
 class GroupState(enum.Enum):
@@ -60,9 +60,7 @@ class Group:
         self.generation = 0
         self.protocol: str | None = None
         self.roster = Roster()
-        self.pending_ids: dict[str, int] = {}  # member ids given with MEMBER_ID_REQUIRED -> their deadline
-        self.rebalance_deadline_ms = NO_DEADLINE
-        self.initial_delay_deadline_ms = NO_DEADLINE
+        self.rebalance = Rebalance(self.roster, self.settings.initial_rebalance_delay_ms)
         self.state_timestamp_ms = -1  # wall time of the last state change, for the metadata record
         self._joined_id = ""  # the member id the JoinGroup being handled ends up with
 
@@ -108,8 +106,8 @@ class Group:
         being written."""
         if self.state is GroupState.DEAD:
             return not self.offsets.pending
-        return (not self.offsets and self.metadata is None and not self.roster.members and not self.pending_ids
-                and self.state is GroupState.EMPTY)
+        return (not self.offsets and self.metadata is None and not self.roster.members
+                and not self.rebalance.pending_ids and self.state is GroupState.EMPTY)
 
     @property
     def has_members(self) -> bool:
@@ -157,8 +155,7 @@ class Group:
                                   rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
         if instance_id is not None and self.roster.instances.get(instance_id, member_id) != member_id:
             return JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
-        if member_id in self.pending_ids:
-            del self.pending_ids[member_id]
+        if self.rebalance.take_id(member_id):
             return None, self._add_and_rebalance(now_ms, Member(
                 member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                 protocol_type, protocols))
@@ -176,7 +173,7 @@ class Group:
             return self._replace_static(now_ms, old, new_id, protocols,
                                         session_timeout_ms, rebalance_timeout_ms)
         if require_known_member_id and instance_id is None:  # KIP-394
-            self.pending_ids[new_id] = now_ms + session_timeout_ms
+            self.rebalance.give_id(new_id, now_ms + session_timeout_ms)
             return JoinAnswer(ErrorCode.member_id_required, new_id), Effects()
         member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                         protocol_type, protocols)
@@ -224,9 +221,7 @@ class Group:
         if self.roster.leader is None:
             self.roster.leader = member.member_id
         if self.state is GroupState.PREPARING_REBALANCE:
-            if self.initial_delay_deadline_ms != NO_DEADLINE:  # each join extends the initial delay
-                self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
-                                                     self.rebalance_deadline_ms)
+            self.rebalance.member_added(now_ms)
             return self._try_complete_join(now_ms)
         return self._prepare_rebalance(now_ms)
 
@@ -237,31 +232,18 @@ class Group:
         if self.state is GroupState.COMPLETING_REBALANCE:
             for member in self.roster.members.values():  # the leader's assignment will not come for this generation
                 effects.refuse(member, ErrorCode.rebalance_in_progress, join=False)
-        was_empty = self.state is GroupState.EMPTY
+        self.rebalance.begin(now_ms, first=self.state is GroupState.EMPTY)
         self.state = GroupState.PREPARING_REBALANCE
-        timeout_ms = max((m.rebalance_timeout_ms for m in self.roster.members.values()), default=0)
-        self.rebalance_deadline_ms = now_ms + timeout_ms
-        if was_empty and self.settings.initial_rebalance_delay_ms > 0:
-            self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
-                                                 self.rebalance_deadline_ms)
         return effects.merge(self._try_complete_join(now_ms))
 
     def _try_complete_join(self, now_ms: int) -> Effects:
-        if self.state is not GroupState.PREPARING_REBALANCE:
-            return Effects()
-        if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms < self.initial_delay_deadline_ms:
-            return Effects()
-        if any(not m.awaiting_join for m in self.roster.members.values()) and now_ms < self.rebalance_deadline_ms:
+        if self.state is not GroupState.PREPARING_REBALANCE or not self.rebalance.due(now_ms):
             return Effects()
         return self._complete_join(now_ms)
 
     def _complete_join(self, now_ms: int) -> Effects:
         """Every member rejoined, or the rebalance timeout passed: the next generation (§17.4)."""
-        effects = Effects(rebalanced=True)
-        for member in [m for m in self.roster.members.values() if not m.awaiting_join]:
-            effects.expired.append(member.member_id)
-            self.roster.remove(member)
-        self.rebalance_deadline_ms = self.initial_delay_deadline_ms = NO_DEADLINE
+        effects = Effects(rebalanced=True, expired=self.rebalance.complete(now_ms))
         self.generation += 1
         if not self.roster.members:
             self.state = GroupState.EMPTY
@@ -273,9 +255,7 @@ class Group:
         if self.roster.leader not in self.roster.members:
             self.roster.leader = next(iter(self.roster.members))
         for member in self.roster.members.values():
-            member.awaiting_join = False
             member.assignment = b""
-            member.touch(now_ms)
             effects.joins[member.member_id] = self._join_answer(member)
         return effects  # the metadata is written with the leader's assignment (SyncGroup)
 
@@ -394,18 +374,12 @@ class Group:
     def next_deadline_ms(self) -> int:
         """When ``tick`` must next run (NO_DEADLINE: nothing to time)."""
         deadlines = [m.session_deadline_ms for m in self.roster.members.values() if not m.awaiting_join]
-        deadlines += list(self.pending_ids.values())
-        if self.state is GroupState.PREPARING_REBALANCE:
-            deadlines.append(self.rebalance_deadline_ms)
-            if self.initial_delay_deadline_ms != NO_DEADLINE:
-                deadlines.append(self.initial_delay_deadline_ms)
+        deadlines += self.rebalance.deadlines(joining=self.state is GroupState.PREPARING_REBALANCE)
         deadlines = [d for d in deadlines if d != NO_DEADLINE]
         return min(deadlines) if deadlines else NO_DEADLINE
 
     def tick(self, now_ms: int) -> Effects:
         """Fire every deadline at or before ``now_ms``: expired sessions, the rebalance's end."""
-        for member_id in [m for m, deadline in self.pending_ids.items() if deadline <= now_ms]:
-            del self.pending_ids[member_id]
         effects = Effects()
         expired = [m for m in self.roster.members.values()
                    if not m.awaiting_join and m.session_deadline_ms != NO_DEADLINE and m.session_deadline_ms <= now_ms]
@@ -415,8 +389,7 @@ class Group:
             self.roster.remove(member)
         if expired:
             effects.merge(self._member_gone(now_ms))
-        if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms >= self.initial_delay_deadline_ms:
-            self.initial_delay_deadline_ms = NO_DEADLINE
+        self.rebalance.tick(now_ms)
         return effects.merge(self._try_complete_join(now_ms))
 
     # ----------------------------------------------------------------- offsets (§17.5)

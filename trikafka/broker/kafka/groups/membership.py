@@ -24,8 +24,8 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.group_records import GroupValue
 
 from .effects import Effects
-from .group import NO_DEADLINE, Group
-from .member import JoinAnswer, SyncAnswer
+from .group import Group
+from .member import NO_DEADLINE, JoinAnswer, SyncAnswer
 from .state import OffsetsPartition
 
 logger = logging.getLogger(__name__)
