@@ -16,10 +16,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
-from trikafka.kafka.consumer_protocol import decode_subscription
-from trikafka.kafka.errors import KafkaCodecError
-from trikafka.kafka.group_records import GroupValue, MemberValue
+from trikafka.kafka.group_records import NO_TIMESTAMP, GroupValue
 
 from .committed import CommittedOffsets
 from .effects import Effects
@@ -75,30 +72,20 @@ class Group:
     def activate(self, now_ms: int) -> None:
         """After a load: the membership the last metadata record names, every session from now (§17.3)."""
         value = self.metadata
-        self.roster.clear()
         if value is None:
+            self.roster.clear()
             self.state = GroupState.EMPTY
             return
         self.generation = value.generation
-        self.roster.protocol_type = value.protocol_type
         self.protocol = value.protocol
-        self.roster.leader = value.leader
         self.state_timestamp_ms = value.current_state_timestamp_ms
-        for stored in value.members:
-            member = Member(stored.member_id, stored.group_instance_id, stored.client_id, stored.client_host,
-                            stored.session_timeout_ms, stored.rebalance_timeout_ms, value.protocol_type,
-                            ((value.protocol or "", stored.subscription),), stored.assignment)
-            member.touch(now_ms)
-            self.roster.add(member)
+        self.roster.load(value, now_ms)
         self.state = GroupState.STABLE if self.roster.members else GroupState.EMPTY
 
     def metadata_value(self, wall_ms: int) -> GroupValue:
         """The metadata record of the group as it is now (§17.2)."""
-        roster = self.roster
-        return GroupValue(roster.protocol_type or "", self.generation, self.protocol, roster.leader, wall_ms, tuple(
-            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                        m.session_timeout_ms, m.metadata_for(self.protocol), m.assignment)
-            for m in roster.members.values()))
+        return GroupValue(self.roster.protocol_type or "", self.generation, self.protocol, self.roster.leader, wall_ms,
+                          self.roster.records(self.protocol))
 
     @property
     def forgettable(self) -> bool:
@@ -184,13 +171,10 @@ class Group:
         """KIP-345: a static member comes back under a new member id, keeping its assignment."""
         effects = Effects()
         effects.refuse(old, ErrorCode.fenced_instance_id)
-        del self.roster.members[old.member_id]
         changed = old.protocols != protocols
         member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, session_timeout_ms,
                         rebalance_timeout_ms, old.protocol_type, protocols, old.assignment)
-        self.roster.add(member)
-        if self.roster.leader == old.member_id:
-            self.roster.leader = new_id
+        self.roster.replace(old, member)
         member.touch(now_ms)
         if self.state is GroupState.STABLE and not changed:
             effects.store = True  # the new member id is written before the member is answered
@@ -260,23 +244,15 @@ class Group:
         return effects  # the metadata is written with the leader's assignment (SyncGroup)
 
     def _join_answer(self, member: Member) -> JoinAnswer:
-        members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if member.member_id == self.roster.leader:
-            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(self.protocol))
-                            for m in self.roster.members.values())
+        members = self.roster.join_metadata(self.protocol) if member.member_id == self.roster.leader else ()
         return JoinAnswer(ErrorCode.none, member.member_id, self.generation, self.roster.protocol_type, self.protocol,
                           self.roster.leader or "", members)
 
     def _member_check(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode | Member:
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        owner = self.roster.instances.get(instance_id) if instance_id is not None else None
-        if owner is not None and owner != member_id:
-            return ErrorCode.fenced_instance_id
-        member = self.roster.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if generation != self.generation:
+        member = self.roster.named(member_id, instance_id)
+        if isinstance(member, Member) and generation != self.generation:
             return ErrorCode.illegal_generation
         return member
 
@@ -343,18 +319,9 @@ class Group:
         effects = Effects()
         removed = False
         for member_id, instance_id in leaving:
-            if instance_id is not None:
-                current = self.roster.instances.get(instance_id)
-                if current is None:
-                    errors.append(ErrorCode.unknown_member_id)
-                    continue
-                if member_id and member_id != current:
-                    errors.append(ErrorCode.fenced_instance_id)
-                    continue
-                member_id = current
-            member = self.roster.members.get(member_id)
-            if member is None:
-                errors.append(ErrorCode.unknown_member_id)
+            member = self.roster.leaving(member_id, instance_id)
+            if isinstance(member, ErrorCode):
+                errors.append(member)
                 continue
             effects.refuse(member, ErrorCode.unknown_member_id)
             self.roster.remove(member)
@@ -373,7 +340,7 @@ class Group:
 
     def next_deadline_ms(self) -> int:
         """When ``tick`` must next run (NO_DEADLINE: nothing to time)."""
-        deadlines = [m.session_deadline_ms for m in self.roster.members.values() if not m.awaiting_join]
+        deadlines = self.roster.session_deadlines()
         deadlines += self.rebalance.deadlines(joining=self.state is GroupState.PREPARING_REBALANCE)
         deadlines = [d for d in deadlines if d != NO_DEADLINE]
         return min(deadlines) if deadlines else NO_DEADLINE
@@ -381,8 +348,7 @@ class Group:
     def tick(self, now_ms: int) -> Effects:
         """Fire every deadline at or before ``now_ms``: expired sessions, the rebalance's end."""
         effects = Effects()
-        expired = [m for m in self.roster.members.values()
-                   if not m.awaiting_join and m.session_deadline_ms != NO_DEADLINE and m.session_deadline_ms <= now_ms]
+        expired = self.roster.expired(now_ms)
         for member in expired:
             effects.expired.append(member.member_id)
             effects.refuse(member, ErrorCode.unknown_member_id)  # its JoinGroup does not wait: it has a session
@@ -399,23 +365,13 @@ class Group:
         Empty when its metadata says so, else from each commit (§17.5)."""
         if self.state is not GroupState.EMPTY or self.roster.members or self.offsets.pending:
             return []
-        emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else -1
-        if emptied_ms >= 0:
-            return list(self.offsets) if emptied_ms + retention_ms <= wall_ms else []
-        return self.offsets.expired(wall_ms - retention_ms)
+        emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else NO_TIMESTAMP
+        return self.offsets.expired(wall_ms - retention_ms, emptied_ms)
 
     def subscribed_topics(self) -> set[str] | None:
         """The topics a ``consumer`` group's members subscribe to; None for another protocol type
         (the broker cannot read their subscriptions)."""
-        if self.roster.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return None
-        topics: set[str] = set()
-        for member in self.roster.members.values():
-            try:
-                topics.update(decode_subscription(member.metadata_for(self.protocol))[1].topics)
-            except KafkaCodecError:
-                return None
-        return topics
+        return self.roster.subscribed_topics(self.protocol)
 
     def delete(self) -> None:
         """The group is deleted (its tombstones written): Dead until forgotten (§17.6)."""
