@@ -58,8 +58,6 @@ class Group:
         self.protocol: str | None = None
         self.roster = Roster()
         self.rebalance = Rebalance(self.roster, self.settings.initial_rebalance_delay_ms)
-        self.state_timestamp_ms = -1  # wall time of the last state change, for the metadata record
-        self._joined_id = ""  # the member id the JoinGroup being handled ends up with
 
     # ----------------------------------------------------------------- records (§17.3)
 
@@ -78,7 +76,6 @@ class Group:
             return
         self.generation = value.generation
         self.protocol = value.protocol
-        self.state_timestamp_ms = value.current_state_timestamp_ms
         self.roster.load(value, now_ms)
         self.state = GroupState.STABLE if self.roster.members else GroupState.EMPTY
 
@@ -95,10 +92,6 @@ class Group:
             return not self.offsets.pending
         return (not self.offsets and self.metadata is None and not self.roster.members
                 and not self.rebalance.pending_ids and self.state is GroupState.EMPTY)
-
-    @property
-    def has_members(self) -> bool:
-        return bool(self.roster.members)
 
     @property
     def members(self) -> dict[str, Member]:
@@ -120,60 +113,46 @@ class Group:
              require_known_member_id: bool) -> tuple[str, JoinAnswer | None, Effects]:
         """A JoinGroup: the member's id, and its answer now, or None when it waits for the rebalance
         (its answer then comes in an ``Effects.joins`` under that member id)."""
-        answer, effects = self._join(now_ms, member_id, instance_id, client_id, client_host, session_timeout_ms,
-                                     rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
-        if answer is not None:
-            return answer.member_id or member_id, answer, effects
-        return self._joined_id, None, effects
-
-    def _join(self, now_ms: int, member_id: str, instance_id: str | None, client_id: str, client_host: str,
-              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
-              require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
-        self._joined_id = member_id
+        joining = Member("", instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                         protocol_type, protocols)  # named below, once its member id is decided
         settings = self.settings
         if not settings.min_session_timeout_ms <= session_timeout_ms <= settings.max_session_timeout_ms:
-            return JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
         if self.state is GroupState.DEAD:
-            return JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
         if not self.roster.compatible(protocol_type, protocols):
-            return JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
         if not member_id:
-            return self._join_new(now_ms, instance_id, client_id, client_host, session_timeout_ms,
-                                  rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
+            return self._join_new(now_ms, joining, require_known_member_id)
         if instance_id is not None and self.roster.instances.get(instance_id, member_id) != member_id:
-            return JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
         if self.rebalance.take_id(member_id):
-            return None, self._add_and_rebalance(now_ms, Member(
-                member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                protocol_type, protocols))
+            return member_id, None, self._add_and_rebalance(now_ms, joining.named(member_id))
         known = self.roster.members.get(member_id)
         if known is None:
-            return JoinAnswer(ErrorCode.unknown_member_id, member_id), Effects()
-        return self._join_known(now_ms, known, protocols, session_timeout_ms, rebalance_timeout_ms)
+            return member_id, JoinAnswer(ErrorCode.unknown_member_id, member_id), Effects()
+        return (member_id, *self._join_known(now_ms, known, joining))
 
-    def _join_new(self, now_ms: int, instance_id: str | None, client_id: str, client_host: str,
-                  session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
-                  require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
-        new_id = self._joined_id = f"{client_id}-{uuid.uuid4()}"
+    def _join_new(self, now_ms: int, joining: Member,
+                  require_known_member_id: bool) -> tuple[str, JoinAnswer | None, Effects]:
+        new_id = f"{joining.client_id}-{uuid.uuid4()}"
+        instance_id = joining.group_instance_id
         if instance_id is not None and instance_id in self.roster.instances:
             old = self.roster.members[self.roster.instances[instance_id]]
-            return self._replace_static(now_ms, old, new_id, protocols,
-                                        session_timeout_ms, rebalance_timeout_ms)
+            return (new_id, *self._replace_static(now_ms, old, new_id, joining))
         if require_known_member_id and instance_id is None:  # KIP-394
-            self.rebalance.give_id(new_id, now_ms + session_timeout_ms)
-            return JoinAnswer(ErrorCode.member_id_required, new_id), Effects()
-        member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                        protocol_type, protocols)
-        return None, self._add_and_rebalance(now_ms, member)
+            self.rebalance.give_id(new_id, now_ms + joining.session_timeout_ms)
+            return new_id, JoinAnswer(ErrorCode.member_id_required, new_id), Effects()
+        return new_id, None, self._add_and_rebalance(now_ms, joining.named(new_id))
 
-    def _replace_static(self, now_ms: int, old: Member, new_id: str, protocols: Protocols, session_timeout_ms: int,
-                        rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
+    def _replace_static(self, now_ms: int, old: Member, new_id: str,
+                        joining: Member) -> tuple[JoinAnswer | None, Effects]:
         """KIP-345: a static member comes back under a new member id, keeping its assignment."""
         effects = Effects()
         effects.refuse(old, ErrorCode.fenced_instance_id)
-        changed = old.protocols != protocols
-        member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, session_timeout_ms,
-                        rebalance_timeout_ms, old.protocol_type, protocols, old.assignment)
+        changed = old.protocols != joining.protocols
+        member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, joining.session_timeout_ms,
+                        joining.rebalance_timeout_ms, old.protocol_type, joining.protocols, old.assignment)
         self.roster.replace(old, member)
         member.touch(now_ms)
         if self.state is GroupState.STABLE and not changed:
@@ -182,12 +161,12 @@ class Group:
         member.awaiting_join = True
         return None, effects.merge(self._prepare_rebalance(now_ms))
 
-    def _join_known(self, now_ms: int, member: Member, protocols: Protocols, session_timeout_ms: int,
-                    rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
+    def _join_known(self, now_ms: int, member: Member, joining: Member) -> tuple[JoinAnswer | None, Effects]:
         member.touch(now_ms)
-        changed = member.protocols != protocols
-        member.protocols = protocols
-        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        changed = member.protocols != joining.protocols
+        member.protocols = joining.protocols
+        member.session_timeout_ms = joining.session_timeout_ms
+        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
         if self.state is GroupState.PREPARING_REBALANCE:
             member.awaiting_join = True
             return None, self._try_complete_join(now_ms)

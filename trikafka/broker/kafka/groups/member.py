@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -31,6 +32,11 @@ class Member:
     def metadata_for(self, protocol: str | None) -> bytes:
         """The member's metadata for ``protocol`` (empty when it does not list it)."""
         return next((data for name, data in self.protocols if name == protocol), b"")
+
+    def named(self, member_id: str) -> Member:
+        """A copy of this member under ``member_id`` (a JoinGroup describes its member before the
+        group decides which id it has)."""
+        return dataclasses.replace(self, member_id=member_id)
 
     def touch(self, now_ms: int) -> None:
         """The member was heard from: its session runs again from now."""
