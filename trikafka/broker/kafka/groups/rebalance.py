@@ -1,5 +1,5 @@
-"""When a group's join phase may end (docs/protocol.md §17.4), sans I/O: the rebalance's deadlines, and
-the member ids handed out with MEMBER_ID_REQUIRED that have not joined yet (KIP-394)."""
+"""A group's join phase (docs/protocol.md §17.4), sans I/O: when it may end and who leaves when it does,
+and the member ids handed out with MEMBER_ID_REQUIRED that have not joined yet (KIP-394)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .roster import Roster
 
 
 class Rebalance:
-    """One group's rebalance timing, over the group's roster.
+    """One group's join phase and pending member ids, over the group's roster.
 
     The join phase (PreparingRebalance) ends once every member's JoinGroup waits, or at its deadline,
     the largest rebalance timeout of the members from when it began; an Empty group's first join phase
