@@ -20,8 +20,9 @@ from typing import Any, Callable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.broker.kafka.groups.group import NO_DEADLINE, Effects, Group, GroupSettings
-from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
+from trikafka.broker.kafka.groups.effects import Effects
+from trikafka.broker.kafka.groups.group import Group, GroupSettings
+from trikafka.broker.kafka.groups.member import NO_DEADLINE, JoinAnswer, SyncAnswer
 from trikafka.broker.kafka.groups.membership import WAIT_MARGIN_S
 from trikafka.broker.kafka.groups.state import OffsetsPartition
 from trikafka.kafka.consumer_protocol import PROTOCOL_TYPE

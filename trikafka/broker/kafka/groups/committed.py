@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from trikafka.kafka.group_records import OffsetValue
+from trikafka.kafka.group_records import NO_TIMESTAMP, OffsetValue
 
 TopicPartition = tuple[str, int]
 
@@ -49,7 +49,10 @@ class CommittedOffsets:
         else:
             self._by_partition[key] = Committed(value, log_offset)
 
-    def expired(self, cutoff_ms: int) -> list[TopicPartition]:
-        """The partitions whose offset was committed at or before ``cutoff_ms`` (wall ms, §17.5)."""
+    def expired(self, cutoff_ms: int, emptied_ms: int = NO_TIMESTAMP) -> list[TopicPartition]:
+        """The partitions whose offset expired by ``cutoff_ms`` (wall ms, §17.5): every one when the group
+        became Empty at or before it (``emptied_ms``, known), else those committed at or before it."""
+        if emptied_ms >= 0:
+            return list(self._by_partition) if emptied_ms <= cutoff_ms else []
         return [key for key, committed in self._by_partition.items()
                 if committed.value.commit_timestamp_ms <= cutoff_ms]

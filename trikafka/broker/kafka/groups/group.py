@@ -3,28 +3,26 @@
 Every method takes the time it happens at (``now_ms``, monotonic; the group
 has no clock) and returns what it decided: JoinGroup and SyncGroup answers
 that are now ready (``Effects``), and whether the group's metadata must be
-written (§17.3).  Deadlines (sessions, the rebalance, the initial delay) are
-kept here; ``next_deadline_ms`` says when ``tick`` must next run.
+written (§17.3).  Each deadline is kept with what it times: a session on its
+member, the join phase's and the pending member ids' by the ``Rebalance``;
+``next_deadline_ms`` says when ``tick`` must next run.
 """
 
 from __future__ import annotations
 
 import enum
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.consumer_protocol import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
-from trikafka.kafka.consumer_protocol import decode_subscription
-from trikafka.kafka.errors import KafkaCodecError
-from trikafka.kafka.group_records import GroupValue, MemberValue
+from trikafka.kafka.group_records import NO_TIMESTAMP, GroupValue
 
 from .committed import CommittedOffsets
-from .member import JoinAnswer, Member, Protocols, SyncAnswer
+from .effects import Effects
+from .member import NO_DEADLINE, JoinAnswer, Member, Protocols, SyncAnswer
+from .rebalance import Rebalance
 from .roster import Roster
-
-NO_DEADLINE = -1
 
 
 class GroupState(enum.Enum):
@@ -46,25 +44,6 @@ class GroupSettings:
     max_session_timeout_ms: int = 1800000
 
 
-@dataclass(slots=True)
-class Effects:
-    """What one call decided: answers now ready, whether to write the metadata, a rebalance done."""
-
-    joins: dict[str, JoinAnswer] = field(default_factory=dict)
-    syncs: dict[str, SyncAnswer] = field(default_factory=dict)
-    store: bool = False
-    rebalanced: bool = False
-    expired: list[str] = field(default_factory=list)  # members removed by their deadline (session, rebalance)
-
-    def merge(self, other: Effects) -> Effects:
-        self.expired += other.expired
-        self.joins.update(other.joins)
-        self.syncs.update(other.syncs)
-        self.store = self.store or other.store
-        self.rebalanced = self.rebalanced or other.rebalanced
-        return self
-
-
 class Group:
     """One group: its committed offsets, its stored metadata, and its live membership."""
 
@@ -78,11 +57,7 @@ class Group:
         self.generation = 0
         self.protocol: str | None = None
         self.roster = Roster()
-        self.pending_ids: dict[str, int] = {}  # member ids given with MEMBER_ID_REQUIRED -> their deadline
-        self.rebalance_deadline_ms = NO_DEADLINE
-        self.initial_delay_deadline_ms = NO_DEADLINE
-        self.state_timestamp_ms = -1  # wall time of the last state change, for the metadata record
-        self._joined_id = ""  # the member id the JoinGroup being handled ends up with
+        self.rebalance = Rebalance(self.roster, self.settings.initial_rebalance_delay_ms)
 
     # ----------------------------------------------------------------- records (§17.3)
 
@@ -95,30 +70,19 @@ class Group:
     def activate(self, now_ms: int) -> None:
         """After a load: the membership the last metadata record names, every session from now (§17.3)."""
         value = self.metadata
-        self.roster.clear()
         if value is None:
+            self.roster.clear()
             self.state = GroupState.EMPTY
             return
         self.generation = value.generation
-        self.roster.protocol_type = value.protocol_type
         self.protocol = value.protocol
-        self.roster.leader = value.leader
-        self.state_timestamp_ms = value.current_state_timestamp_ms
-        for stored in value.members:
-            member = Member(stored.member_id, stored.group_instance_id, stored.client_id, stored.client_host,
-                            stored.session_timeout_ms, stored.rebalance_timeout_ms, value.protocol_type,
-                            ((value.protocol or "", stored.subscription),), stored.assignment)
-            member.touch(now_ms)
-            self.roster.add(member)
+        self.roster.load(value, now_ms)
         self.state = GroupState.STABLE if self.roster.members else GroupState.EMPTY
 
     def metadata_value(self, wall_ms: int) -> GroupValue:
         """The metadata record of the group as it is now (§17.2)."""
-        roster = self.roster
-        return GroupValue(roster.protocol_type or "", self.generation, self.protocol, roster.leader, wall_ms, tuple(
-            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                        m.session_timeout_ms, m.metadata_for(self.protocol), m.assignment)
-            for m in roster.members.values()))
+        return GroupValue(self.roster.protocol_type or "", self.generation, self.protocol, self.roster.leader, wall_ms,
+                          self.roster.records(self.protocol))
 
     @property
     def forgettable(self) -> bool:
@@ -126,12 +90,8 @@ class Group:
         being written."""
         if self.state is GroupState.DEAD:
             return not self.offsets.pending
-        return (not self.offsets and self.metadata is None and not self.roster.members and not self.pending_ids
-                and self.state is GroupState.EMPTY)
-
-    @property
-    def has_members(self) -> bool:
-        return bool(self.roster.members)
+        return (not self.offsets and self.metadata is None and not self.roster.members
+                and not self.rebalance.pending_ids and self.state is GroupState.EMPTY)
 
     @property
     def members(self) -> dict[str, Member]:
@@ -153,68 +113,47 @@ class Group:
              require_known_member_id: bool) -> tuple[str, JoinAnswer | None, Effects]:
         """A JoinGroup: the member's id, and its answer now, or None when it waits for the rebalance
         (its answer then comes in an ``Effects.joins`` under that member id)."""
-        answer, effects = self._join(now_ms, member_id, instance_id, client_id, client_host, session_timeout_ms,
-                                     rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
-        if answer is not None:
-            return answer.member_id or member_id, answer, effects
-        return self._joined_id, None, effects
-
-    def _join(self, now_ms: int, member_id: str, instance_id: str | None, client_id: str, client_host: str,
-              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
-              require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
-        self._joined_id = member_id
+        joining = Member("", instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                         protocol_type, protocols)  # named below, once its member id is decided
         settings = self.settings
         if not settings.min_session_timeout_ms <= session_timeout_ms <= settings.max_session_timeout_ms:
-            return JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
         if self.state is GroupState.DEAD:
-            return JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
         if not self.roster.compatible(protocol_type, protocols):
-            return JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
+            return member_id, JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
         if not member_id:
-            return self._join_new(now_ms, instance_id, client_id, client_host, session_timeout_ms,
-                                  rebalance_timeout_ms, protocol_type, protocols, require_known_member_id)
+            return self._join_new(now_ms, joining, require_known_member_id)
         if instance_id is not None and self.roster.instances.get(instance_id, member_id) != member_id:
-            return JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
-        if member_id in self.pending_ids:
-            del self.pending_ids[member_id]
-            return None, self._add_and_rebalance(now_ms, Member(
-                member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                protocol_type, protocols))
+            return member_id, JoinAnswer(ErrorCode.fenced_instance_id, member_id), Effects()
+        if self.rebalance.take_id(member_id):
+            return member_id, None, self._add_and_rebalance(now_ms, joining.named(member_id))
         known = self.roster.members.get(member_id)
         if known is None:
-            return JoinAnswer(ErrorCode.unknown_member_id, member_id), Effects()
-        return self._join_known(now_ms, known, protocols, session_timeout_ms, rebalance_timeout_ms)
+            return member_id, JoinAnswer(ErrorCode.unknown_member_id, member_id), Effects()
+        return (member_id, *self._join_known(now_ms, known, joining))
 
-    def _join_new(self, now_ms: int, instance_id: str | None, client_id: str, client_host: str,
-                  session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
-                  require_known_member_id: bool) -> tuple[JoinAnswer | None, Effects]:
-        new_id = self._joined_id = f"{client_id}-{uuid.uuid4()}"
+    def _join_new(self, now_ms: int, joining: Member,
+                  require_known_member_id: bool) -> tuple[str, JoinAnswer | None, Effects]:
+        new_id = f"{joining.client_id}-{uuid.uuid4()}"
+        instance_id = joining.group_instance_id
         if instance_id is not None and instance_id in self.roster.instances:
             old = self.roster.members[self.roster.instances[instance_id]]
-            return self._replace_static(now_ms, old, new_id, protocols,
-                                        session_timeout_ms, rebalance_timeout_ms)
+            return (new_id, *self._replace_static(now_ms, old, new_id, joining))
         if require_known_member_id and instance_id is None:  # KIP-394
-            self.pending_ids[new_id] = now_ms + session_timeout_ms
-            return JoinAnswer(ErrorCode.member_id_required, new_id), Effects()
-        member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
-                        protocol_type, protocols)
-        return None, self._add_and_rebalance(now_ms, member)
+            self.rebalance.give_id(new_id, now_ms + joining.session_timeout_ms)
+            return new_id, JoinAnswer(ErrorCode.member_id_required, new_id), Effects()
+        return new_id, None, self._add_and_rebalance(now_ms, joining.named(new_id))
 
-    def _replace_static(self, now_ms: int, old: Member, new_id: str, protocols: Protocols, session_timeout_ms: int,
-                        rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
+    def _replace_static(self, now_ms: int, old: Member, new_id: str,
+                        joining: Member) -> tuple[JoinAnswer | None, Effects]:
         """KIP-345: a static member comes back under a new member id, keeping its assignment."""
         effects = Effects()
-        if old.awaiting_join:
-            effects.joins[old.member_id] = JoinAnswer(ErrorCode.fenced_instance_id, old.member_id)
-        if old.awaiting_sync:
-            effects.syncs[old.member_id] = SyncAnswer(ErrorCode.fenced_instance_id)
-        del self.roster.members[old.member_id]
-        changed = old.protocols != protocols
-        member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, session_timeout_ms,
-                        rebalance_timeout_ms, old.protocol_type, protocols, old.assignment)
-        self.roster.add(member)
-        if self.roster.leader == old.member_id:
-            self.roster.leader = new_id
+        effects.refuse(old, ErrorCode.fenced_instance_id)
+        changed = old.protocols != joining.protocols
+        member = Member(new_id, old.group_instance_id, old.client_id, old.client_host, joining.session_timeout_ms,
+                        joining.rebalance_timeout_ms, old.protocol_type, joining.protocols, old.assignment)
+        self.roster.replace(old, member)
         member.touch(now_ms)
         if self.state is GroupState.STABLE and not changed:
             effects.store = True  # the new member id is written before the member is answered
@@ -222,12 +161,12 @@ class Group:
         member.awaiting_join = True
         return None, effects.merge(self._prepare_rebalance(now_ms))
 
-    def _join_known(self, now_ms: int, member: Member, protocols: Protocols, session_timeout_ms: int,
-                    rebalance_timeout_ms: int) -> tuple[JoinAnswer | None, Effects]:
+    def _join_known(self, now_ms: int, member: Member, joining: Member) -> tuple[JoinAnswer | None, Effects]:
         member.touch(now_ms)
-        changed = member.protocols != protocols
-        member.protocols = protocols
-        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        changed = member.protocols != joining.protocols
+        member.protocols = joining.protocols
+        member.session_timeout_ms = joining.session_timeout_ms
+        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
         if self.state is GroupState.PREPARING_REBALANCE:
             member.awaiting_join = True
             return None, self._try_complete_join(now_ms)
@@ -245,9 +184,7 @@ class Group:
         if self.roster.leader is None:
             self.roster.leader = member.member_id
         if self.state is GroupState.PREPARING_REBALANCE:
-            if self.initial_delay_deadline_ms != NO_DEADLINE:  # each join extends the initial delay
-                self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
-                                                     self.rebalance_deadline_ms)
+            self.rebalance.member_added(now_ms)
             return self._try_complete_join(now_ms)
         return self._prepare_rebalance(now_ms)
 
@@ -257,34 +194,19 @@ class Group:
         effects = Effects()
         if self.state is GroupState.COMPLETING_REBALANCE:
             for member in self.roster.members.values():  # the leader's assignment will not come for this generation
-                if member.awaiting_sync:
-                    member.awaiting_sync = False
-                    effects.syncs[member.member_id] = SyncAnswer(ErrorCode.rebalance_in_progress)
-        was_empty = self.state is GroupState.EMPTY
+                effects.refuse(member, ErrorCode.rebalance_in_progress, join=False)
+        self.rebalance.begin(now_ms, first=self.state is GroupState.EMPTY)
         self.state = GroupState.PREPARING_REBALANCE
-        timeout_ms = max((m.rebalance_timeout_ms for m in self.roster.members.values()), default=0)
-        self.rebalance_deadline_ms = now_ms + timeout_ms
-        if was_empty and self.settings.initial_rebalance_delay_ms > 0:
-            self.initial_delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
-                                                 self.rebalance_deadline_ms)
         return effects.merge(self._try_complete_join(now_ms))
 
     def _try_complete_join(self, now_ms: int) -> Effects:
-        if self.state is not GroupState.PREPARING_REBALANCE:
-            return Effects()
-        if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms < self.initial_delay_deadline_ms:
-            return Effects()
-        if any(not m.awaiting_join for m in self.roster.members.values()) and now_ms < self.rebalance_deadline_ms:
+        if self.state is not GroupState.PREPARING_REBALANCE or not self.rebalance.due(now_ms):
             return Effects()
         return self._complete_join(now_ms)
 
     def _complete_join(self, now_ms: int) -> Effects:
         """Every member rejoined, or the rebalance timeout passed: the next generation (§17.4)."""
-        effects = Effects(rebalanced=True)
-        for member in [m for m in self.roster.members.values() if not m.awaiting_join]:
-            effects.expired.append(member.member_id)
-            self.roster.remove(member)
-        self.rebalance_deadline_ms = self.initial_delay_deadline_ms = NO_DEADLINE
+        effects = Effects(rebalanced=True, expired=self.rebalance.complete(now_ms))
         self.generation += 1
         if not self.roster.members:
             self.state = GroupState.EMPTY
@@ -296,30 +218,20 @@ class Group:
         if self.roster.leader not in self.roster.members:
             self.roster.leader = next(iter(self.roster.members))
         for member in self.roster.members.values():
-            member.awaiting_join = False
             member.assignment = b""
-            member.touch(now_ms)
             effects.joins[member.member_id] = self._join_answer(member)
         return effects  # the metadata is written with the leader's assignment (SyncGroup)
 
     def _join_answer(self, member: Member) -> JoinAnswer:
-        members: tuple[tuple[str, str | None, bytes], ...] = ()
-        if member.member_id == self.roster.leader:
-            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(self.protocol))
-                            for m in self.roster.members.values())
+        members = self.roster.join_metadata(self.protocol) if member.member_id == self.roster.leader else ()
         return JoinAnswer(ErrorCode.none, member.member_id, self.generation, self.roster.protocol_type, self.protocol,
                           self.roster.leader or "", members)
 
     def _member_check(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode | Member:
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        owner = self.roster.instances.get(instance_id) if instance_id is not None else None
-        if owner is not None and owner != member_id:
-            return ErrorCode.fenced_instance_id
-        member = self.roster.members.get(member_id)
-        if member is None:
-            return ErrorCode.unknown_member_id
-        if generation != self.generation:
+        member = self.roster.named(member_id, instance_id)
+        if isinstance(member, Member) and generation != self.generation:
             return ErrorCode.illegal_generation
         return member
 
@@ -354,19 +266,17 @@ class Group:
         effects = Effects()
         if self.generation != generation or self.state is not GroupState.COMPLETING_REBALANCE:
             return effects
-        waiting = [m for m in self.roster.members.values() if m.awaiting_sync]
         if error != ErrorCode.none:
-            for member in waiting:
-                member.awaiting_sync = False
-                effects.syncs[member.member_id] = SyncAnswer(error)
             for member in self.roster.members.values():
+                effects.refuse(member, error, join=False)
                 member.assignment = b""
             return effects.merge(self._prepare_rebalance(now_ms))
         self.state = GroupState.STABLE
-        for member in waiting:
-            member.awaiting_sync = False
-            effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol,
-                                                         member.assignment)
+        for member in self.roster.members.values():
+            if member.awaiting_sync:
+                member.awaiting_sync = False
+                effects.syncs[member.member_id] = SyncAnswer(ErrorCode.none, self.roster.protocol_type, self.protocol,
+                                                             member.assignment)
         return effects
 
     def heartbeat(self, now_ms: int, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
@@ -388,23 +298,11 @@ class Group:
         effects = Effects()
         removed = False
         for member_id, instance_id in leaving:
-            if instance_id is not None:
-                current = self.roster.instances.get(instance_id)
-                if current is None:
-                    errors.append(ErrorCode.unknown_member_id)
-                    continue
-                if member_id and member_id != current:
-                    errors.append(ErrorCode.fenced_instance_id)
-                    continue
-                member_id = current
-            member = self.roster.members.get(member_id)
-            if member is None:
-                errors.append(ErrorCode.unknown_member_id)
+            member = self.roster.leaving(member_id, instance_id)
+            if isinstance(member, ErrorCode):
+                errors.append(member)
                 continue
-            if member.awaiting_join:
-                effects.joins[member_id] = JoinAnswer(ErrorCode.unknown_member_id, member_id)
-            if member.awaiting_sync:
-                effects.syncs[member_id] = SyncAnswer(ErrorCode.unknown_member_id)
+            effects.refuse(member, ErrorCode.unknown_member_id)
             self.roster.remove(member)
             removed = True
             errors.append(ErrorCode.none)
@@ -421,31 +319,22 @@ class Group:
 
     def next_deadline_ms(self) -> int:
         """When ``tick`` must next run (NO_DEADLINE: nothing to time)."""
-        deadlines = [m.session_deadline_ms for m in self.roster.members.values() if not m.awaiting_join]
-        deadlines += list(self.pending_ids.values())
-        if self.state is GroupState.PREPARING_REBALANCE:
-            deadlines.append(self.rebalance_deadline_ms)
-            if self.initial_delay_deadline_ms != NO_DEADLINE:
-                deadlines.append(self.initial_delay_deadline_ms)
+        deadlines = self.roster.session_deadlines()
+        deadlines += self.rebalance.deadlines(joining=self.state is GroupState.PREPARING_REBALANCE)
         deadlines = [d for d in deadlines if d != NO_DEADLINE]
         return min(deadlines) if deadlines else NO_DEADLINE
 
     def tick(self, now_ms: int) -> Effects:
         """Fire every deadline at or before ``now_ms``: expired sessions, the rebalance's end."""
-        for member_id in [m for m, deadline in self.pending_ids.items() if deadline <= now_ms]:
-            del self.pending_ids[member_id]
         effects = Effects()
-        expired = [m for m in self.roster.members.values()
-                   if not m.awaiting_join and m.session_deadline_ms != NO_DEADLINE and m.session_deadline_ms <= now_ms]
+        expired = self.roster.expired(now_ms)
         for member in expired:
             effects.expired.append(member.member_id)
-            if member.awaiting_sync:
-                effects.syncs[member.member_id] = SyncAnswer(ErrorCode.unknown_member_id)
+            effects.refuse(member, ErrorCode.unknown_member_id)  # its JoinGroup does not wait: it has a session
             self.roster.remove(member)
         if expired:
             effects.merge(self._member_gone(now_ms))
-        if self.initial_delay_deadline_ms != NO_DEADLINE and now_ms >= self.initial_delay_deadline_ms:
-            self.initial_delay_deadline_ms = NO_DEADLINE
+        self.rebalance.tick(now_ms)
         return effects.merge(self._try_complete_join(now_ms))
 
     # ----------------------------------------------------------------- offsets (§17.5)
@@ -455,23 +344,13 @@ class Group:
         Empty when its metadata says so, else from each commit (§17.5)."""
         if self.state is not GroupState.EMPTY or self.roster.members or self.offsets.pending:
             return []
-        emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else -1
-        if emptied_ms >= 0:
-            return list(self.offsets) if emptied_ms + retention_ms <= wall_ms else []
-        return self.offsets.expired(wall_ms - retention_ms)
+        emptied_ms = self.metadata.current_state_timestamp_ms if self.metadata is not None else NO_TIMESTAMP
+        return self.offsets.expired(wall_ms - retention_ms, emptied_ms)
 
     def subscribed_topics(self) -> set[str] | None:
         """The topics a ``consumer`` group's members subscribe to; None for another protocol type
         (the broker cannot read their subscriptions)."""
-        if self.roster.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            return None
-        topics: set[str] = set()
-        for member in self.roster.members.values():
-            try:
-                topics.update(decode_subscription(member.metadata_for(self.protocol))[1].topics)
-            except KafkaCodecError:
-                return None
-        return topics
+        return self.roster.subscribed_topics(self.protocol)
 
     def delete(self) -> None:
         """The group is deleted (its tombstones written): Dead until forgotten (§17.6)."""

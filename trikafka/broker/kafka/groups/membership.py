@@ -23,8 +23,9 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.group_records import GroupValue
 
-from .group import NO_DEADLINE, Effects, Group
-from .member import JoinAnswer, SyncAnswer
+from .effects import Effects
+from .group import Group
+from .member import NO_DEADLINE, JoinAnswer, SyncAnswer
 from .state import OffsetsPartition
 
 logger = logging.getLogger(__name__)
