@@ -110,22 +110,24 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
 
 
 def kafka_python_member(bootstrap: str, group: str, topic: str, listener: Any = None, **settings: Any) -> Any:
-    """A kafka-python consumer subscribed to ``topic`` in ``group`` that knows the topic's partitions
-    before it first joins.  ``Any``: kafka-python ships no types.
+    """A kafka-python consumer subscribed to ``topic`` in ``group`` whose coordinator knows the topic's
+    partitions before it first joins.  ``Any``: kafka-python ships no types.
 
     kafka-python 3.0.12 loses a rebalance that a metadata change started when ``poll`` returns before
     the JoinGroup answer: the leader's assignment makes its metadata snapshots equal again, so the next
     ``poll`` sees no rejoin needed and never finishes the join in flight (coordinator/base.py
     ``join_group_async``); the member keeps no partitions and sends no heartbeat until its session
-    expires.  A member that joins before it has the topic's metadata always takes that path (it
-    assigns nothing, then rejoins once the metadata arrives), so the metadata is fetched first.
+    expires.  A member whose coordinator took its snapshot before the topic's metadata arrived always
+    takes that path (it assigns nothing, then rejoins once the metadata arrives).  The coordinator
+    rebuilds its snapshot on a metadata answer received after ``subscribe``, so the subscription comes
+    first and ``topics()`` then fetches the metadata, before ``poll`` can start the first join.
     """
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **settings)
-    assert consumer.partitions_for_topic(topic), f"no partitions known for {topic}"
     if listener is None:
         consumer.subscribe([topic])
     else:
         consumer.subscribe([topic], listener=listener)
+    assert topic in consumer.topics(), f"{topic} is not in the cluster's metadata"
     return consumer
