@@ -103,7 +103,8 @@ def tier_markers(item: pytest.Item) -> set[str]:
 
 def starts_processes(function: Callable[..., Any], seen: set[types.CodeType] | None = None) -> bool:
     """Whether ``function`` calls a ``PROCESS_HELPERS`` function or starts a subprocess, directly or
-    through the functions of ``tests`` modules it names (followed through their globals)."""
+    through the functions and classes (their methods) of ``tests`` modules it names (followed through
+    their globals; a name imported inside a function is not followed)."""
     seen = set() if seen is None else seen
     target = inspect.unwrap(function)
     code = getattr(target, "__code__", None)
@@ -121,6 +122,9 @@ def starts_processes(function: Callable[..., Any], seen: set[types.CodeType] | N
         if f"{value.__module__}.{value.__qualname__}" in PROCESS_HELPERS:
             return True
         if inspect.isfunction(inspect.unwrap(value)) and starts_processes(value, seen):
+            return True
+        if inspect.isclass(value) and any(starts_processes(method, seen) for method in vars(value).values()
+                                          if inspect.isfunction(method)):
             return True
     return False
 

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 import trio
 
+from tests.helpers.broker_testing import child_process, serve_process
 from tests.helpers.kafka_clients import create_topic, read_with_confluent, read_with_kafka_python
 from trikafka.client.kafka import (EARLIEST, LATEST, MAX_TIMESTAMP, BrokerNode, KafkaAdmin, KafkaClient,
                                    KafkaOffsetOutOfRange, KafkaProducer, KafkaResponseError, NewTopic,
@@ -308,8 +309,6 @@ async def test_records_of_other_clients_read_back_on_the_partition_of_their_key(
 
 async def _cli(cwd: object, *args: str, stdin: bytes | None = None) -> tuple[bytes, bytes]:
     """Run one ``trikafka`` command in ``cwd`` to a zero exit; (stdout, stderr)."""
-    from tests.helpers.broker_testing import child_process
-
     async with child_process(*args, cwd=cwd, stdin=None if stdin is None else subprocess.PIPE,
                              stdout=subprocess.PIPE) as child:
         if stdin is not None:
@@ -319,8 +318,6 @@ async def _cli(cwd: object, *args: str, stdin: bytes | None = None) -> tuple[byt
 
 
 async def test_the_cli_creates_produces_consumes_and_lists_kafka_format_topics(tmp_path) -> None:
-    from tests.helpers.broker_testing import serve_process
-
     # Run where `serve` keeps its default data dir, so `--kafka` alone finds the listener (§7.1).
     async with serve_process(tmp_path / "trikafka-data", cwd=tmp_path) as (broker, _port):
         listener = (tmp_path / "trikafka-data" / ".trikafka-listener").read_text().splitlines()
