@@ -74,6 +74,7 @@ def add_parser(commands) -> None:
                        help="any setting, 0.7 or snake_case name (repeatable)")
     serve.set_defaults(func=cmd_serve)
 
+
 def _serve_config(args: argparse.Namespace) -> BrokerConfig:
     overrides: dict[str, object] = {}
     for item in args.set or ():
