@@ -17,9 +17,10 @@ from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates
 PID = 42
 
 
-def idempotent(seq: int, count: int = 1, *, epoch: int = 0, pid: int = PID, attributes: int = 0) -> bytearray:
+def idempotent(seq: int, count: int = 1, *, epoch: int = 0, pid: int = PID, attributes: int = 0,
+               timestamp_ms: int = 1) -> bytearray:
     return bytearray(build_batch([f"{pid}-{epoch}-{seq + k}".encode() for k in range(count)], producer_id=pid,
-                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=1,
+                                 producer_epoch=epoch, base_sequence=seq, timestamp_ms=timestamp_ms,
                                  control_attributes=attributes))
 
 
@@ -124,12 +125,12 @@ def test_batches_without_a_producer_take_no_part():
 # -- transactions (§19.6) ---------------------------------------------------------------------------
 
 
-def txn_batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0) -> bytearray:
-    return idempotent(seq, count, epoch=epoch, pid=pid, attributes=TRANSACTIONAL)
+def txn_batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0, timestamp_ms: int = 1) -> bytearray:
+    return idempotent(seq, count, epoch=epoch, pid=pid, attributes=TRANSACTIONAL, timestamp_ms=timestamp_ms)
 
 
-def marker(commit: bool, *, pid: int = PID, epoch: int = 0) -> bytearray:
-    return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=3, timestamp_ms=1))
+def marker(commit: bool, *, pid: int = PID, epoch: int = 0, timestamp_ms: int = 1) -> bytearray:
+    return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=3, timestamp_ms=timestamp_ms))
 
 
 def lead_txn(log: Log, data: bytearray):
@@ -218,3 +219,111 @@ def test_the_cleaner_keeps_markers_and_transactions_batches_and_lets_them_supers
     segment = log.segments.segments[-1]
     entries = list(scan_batches(segment.file, segment.size, Throttler(0)))
     assert [e.keys for e in entries][:2] == [None, None] and entries[2].keys
+
+
+# -- expiration (§19.2.1) -----------------------------------------------------------------------------
+
+DAY_MS = 86_400_000
+
+
+def last_writes(log: Log) -> dict[int, int]:
+    return {pid: entry.last_timestamp_ms for pid, entry in log.producers.entries.items()}
+
+
+def test_a_producer_silent_for_the_expiration_leaves_the_state_and_others_stay():
+    log, *_ = v2_log()
+    lead(log, idempotent(0, timestamp_ms=1_000))
+    lead(log, idempotent(1, timestamp_ms=3_000))  # its last write counts
+    lead(log, idempotent(0, pid=7, timestamp_ms=5_000))
+    assert last_writes(log) == {PID: 3_000, 7: 5_000}
+    assert log.producers.remove_expired(now_ms=3_000 + DAY_MS - 1, expiration_ms=DAY_MS) == []
+    assert log.producers.remove_expired(now_ms=3_000 + DAY_MS, expiration_ms=DAY_MS) == [PID]
+    assert set(log.producers.entries) == {7}
+    assert log.producers.remove_expired(now_ms=10**12, expiration_ms=DAY_MS) == [7]
+    assert len(log.producers) == 0
+
+
+def test_an_expired_producers_next_batch_starts_its_state_again_and_a_retry_is_no_duplicate():
+    log, *_ = v2_log()
+    lead(log, idempotent(0, 2))
+    log.producers.remove_expired(now_ms=1 + DAY_MS, expiration_ms=DAY_MS)
+    assert lead(log, idempotent(0, 2)).logical_offset == 2  # written again: nothing tells it is a retry
+    log.producers.remove_expired(now_ms=1 + DAY_MS, expiration_ms=DAY_MS)
+    assert lead(log, idempotent(5)).logical_offset == 4  # any sequence starts a producer new here (§19.3)
+    assert kind_of(log, idempotent(7)) == BatchError.OUT_OF_ORDER_SEQUENCE  # and is checked from there on
+
+
+def test_a_producer_with_an_open_transaction_is_kept_and_its_marker_is_its_last_write():
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0, timestamp_ms=10))
+    assert log.producers.remove_expired(now_ms=10**12, expiration_ms=DAY_MS) == []
+    lead_marker(log, marker(True, timestamp_ms=2_000))
+    assert last_writes(log) == {PID: 2_000}
+    assert log.producers.remove_expired(now_ms=2_000 + DAY_MS - 1, expiration_ms=DAY_MS) == []
+    assert log.producers.remove_expired(now_ms=2_000 + DAY_MS, expiration_ms=DAY_MS) == [PID]
+
+
+def test_an_aborted_transaction_outlives_its_producers_state():
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0, timestamp_ms=10))
+    lead_marker(log, marker(False, timestamp_ms=20))
+    log.producers.remove_expired(now_ms=20 + DAY_MS, expiration_ms=DAY_MS)
+    assert len(log.producers) == 0 and txn_view(log) == ({}, [(PID, 0, 1)])
+
+
+def test_the_log_expires_by_its_clock_and_config():
+    log, _, _, clock = v2_log(producer_id_expiration_ms=500)
+    lead(log, idempotent(0, timestamp_ms=clock()))
+    lead(log, idempotent(0, pid=7, timestamp_ms=clock() + 100))
+    clock.advance(499)
+    assert log.expire_producers() == []
+    clock.advance(1)
+    assert log.expire_producers() == [PID] and set(log.producers.entries) == {7}
+
+
+def test_a_reopened_log_keeps_only_the_producers_not_expired_at_open():
+    log, manager, fs, clock = v2_log(segment_bytes=300, producer_id_expiration_ms=DAY_MS)
+    for seq in range(8):
+        lead(log, idempotent(seq, timestamp_ms=clock() - DAY_MS))  # expired already, still in state until a pass
+    lead(log, idempotent(0, pid=7, timestamp_ms=clock()))
+    assert len(log.segments.segments) > 1 and set(log.producers.entries) == {PID, 7}
+    manager.close()
+    reopened = Log.open(fs, log.dir_path, "t", 0, log.config, clock, True)
+    assert last_writes(reopened) == {7: clock()}
+    assert lead(reopened, idempotent(7)).logical_offset == 9  # no longer a duplicate
+
+
+def test_a_truncation_folds_again_without_the_expired_producers():
+    log, _, _, clock = v2_log(producer_id_expiration_ms=DAY_MS)
+    lead(log, idempotent(0, timestamp_ms=clock() - DAY_MS))
+    lead(log, idempotent(0, pid=7, timestamp_ms=clock()))
+    lead(log, idempotent(1, pid=7, timestamp_ms=clock() + 1))
+    log.truncate_to(log.kafka_offsets.position_of(2))
+    assert last_writes(log) == {7: clock()}  # PID expired; 7's last write is its last batch kept
+
+
+def test_a_truncated_segment_gives_the_last_write_it_keeps():
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0, timestamp_ms=10))  # 0
+    lead_marker(log, marker(True, timestamp_ms=30))  # 1
+    lead(log, idempotent(1, timestamp_ms=40))  # 2
+    lead_marker(log, marker(True, pid=7, timestamp_ms=50))  # 3: another producer's
+    log.truncate_to(log.kafka_offsets.position_of(3))
+    assert last_writes(log) == {PID: 40}
+    log.truncate_to(log.kafka_offsets.position_of(2))
+    assert last_writes(log) == {PID: 30}  # the marker after its last kept batch
+    log.truncate_to(log.kafka_offsets.position_of(1))
+    assert last_writes(log) == {PID: 10}
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10**6)), min_size=1, max_size=30))
+def test_a_fold_finds_the_last_write_times_the_appends_left(steps):
+    log, *_ = v2_log(segment_bytes=250)
+    next_seq = {pid: 0 for pid in range(4)}
+    last = {}
+    for pid, timestamp_ms in steps:
+        lead(log, idempotent(next_seq[pid], pid=pid, timestamp_ms=timestamp_ms))
+        next_seq[pid] += 1
+        last[pid] = timestamp_ms
+    folded = ProducerStates.fold(s.batches.producers for s in log.segments.segments)
+    assert {p: e.last_timestamp_ms for p, e in folded.entries.items()} == last_writes(log) == last

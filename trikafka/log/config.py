@@ -24,10 +24,13 @@ class LogConfig:
     # record.format (docs/protocol.md §16.6): what a new partition of the topic stores, "0.7" or "v2";
     # an existing log keeps the format its directory names.
     record_format: str = "0.7"
+    # producer.id.expiration.ms (docs/protocol.md §19.2.1): a producer silent this long, with no open
+    # transaction, leaves a Kafka-format log's producer state.
+    producer_id_expiration_ms: int = 24 * HOUR_MS
 
     def __post_init__(self) -> None:
         for name in ("segment_bytes", "roll_ms", "flush_interval_messages", "max_message_size",
-                     "recovery_chunk_bytes"):
+                     "recovery_chunk_bytes", "producer_id_expiration_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"LogConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.record_format not in RECORD_FORMATS:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Sequence
 
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
@@ -83,7 +83,7 @@ class Log:
         self._format = record_format
         assert all((s.batches is not None) == record_format.logical_offsets for s in segments), segments
         self._kafka_offsets = KafkaOffsets(self._segments) if record_format.logical_offsets else None
-        self._producers = ProducerStates.fold(s.batches.producers for s in segments if s.batches is not None)
+        self._producers = self._fold_producers(segments)
         self._roll_on_append = roll_on_append
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
         self._gate = Gate(f"{topic}-{partition}", {
@@ -349,10 +349,19 @@ class Log:
         ticket.run()
         self._truncation.complete(ticket)
 
+    def expire_producers(self) -> list[int]:
+        """Drop the producers expired by now from the producer state (§19.2.1); their ids."""
+        return self._producers.remove_expired(self._clock_ms(), self.config.producer_id_expiration_ms)
+
+    def _fold_producers(self, segments: Sequence[Segment]) -> ProducerStates:
+        """The producer state the segments' batches give, less the producers expired by now (§19.2.1)."""
+        states = ProducerStates.fold(s.batches.producers for s in segments if s.batches is not None)
+        states.remove_expired(self._clock_ms(), self.config.producer_id_expiration_ms)
+        return states
+
     def _refold_producers(self) -> None:
         if self._kafka_offsets is not None:  # the cut batches leave the producer state (§19.2)
-            self._producers = ProducerStates.fold(s.batches.producers for s in self._segments.view.segments
-                                                  if s.batches is not None)
+            self._producers = self._fold_producers(self._segments.view.segments)
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Per-partition producer state of a Kafka-format log (docs/protocol.md §19.2, §19.3, §19.6).
 
-For each producer id that wrote to the log: its epoch and its last
-``CACHED_BATCHES`` batches' sequence numbers and offsets; its open
+For each producer id that wrote to the log: its epoch, its last
+``CACHED_BATCHES`` batches' sequence numbers and offsets, and its last write
+time (the newest batch's or marker's ``maxTimestamp``, §19.2.1); its open
 transaction's first offset; and the log's aborted transactions.  Everything
 here is derived from the log's batches: each segment's ``BatchIndex`` keeps
 its own producers' batches and transaction events (``SegmentProducers``), and
@@ -16,7 +17,10 @@ Invariants:
   transactional batch after its last marker; ``aborted`` is ordered by
   the markers' offsets (``last_offset``);
 * ``check`` changes nothing: the append that it allows records the batches
-  (``record``) once they are written.
+  (``record``) once they are written;
+* an entry's ``last_timestamp_ms`` is the ``maxTimestamp`` of the producer's
+  last batch or marker in log order (-1 when none is known); ``remove_expired``
+  drops only entries without an open transaction (§19.2.1).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class ProducerBatch(NamedTuple):
     last_seq: int
     base_offset: int
     last_offset: int
+    max_timestamp_ms: int = -1  # the batch header's maxTimestamp; -1 for a batch not yet written
 
 
 BEGIN, ABORT, COMMIT = "begin", "abort", "commit"  # the kinds of a transaction event
@@ -51,6 +56,7 @@ class TxnEvent(NamedTuple):
     offset: int
     producer_id: int
     kind: str
+    timestamp_ms: int = -1  # the batch's maxTimestamp: a marker's is its producer's last write time (§19.2.1)
 
 
 class AbortedTxn(NamedTuple):
@@ -68,9 +74,10 @@ def txn_event(header: BatchHeader, data: Buffer | None) -> TxnEvent | None:
     if is_marker(header):
         if data is None:
             raise ValueError(f"the marker at offset {header.base_offset} needs its bytes to be read")
-        return TxnEvent(header.base_offset, header.producer_id, COMMIT if read_marker(data, header).commit else ABORT)
+        return TxnEvent(header.base_offset, header.producer_id, COMMIT if read_marker(data, header).commit else ABORT,
+                        header.max_timestamp_ms)
     if is_transactional_data(header):
-        return TxnEvent(header.base_offset, header.producer_id, BEGIN)
+        return TxnEvent(header.base_offset, header.producer_id, BEGIN, header.max_timestamp_ms)
     return None
 
 
@@ -78,23 +85,25 @@ def producer_batch(header: BatchHeader) -> ProducerBatch:
     """What the state keeps of a batch that has its offsets."""
     return ProducerBatch(header.producer_epoch, header.base_sequence,
                          next_sequence(header.base_sequence, header.last_offset_delta),
-                         header.base_offset, header.base_offset + header.last_offset_delta)
+                         header.base_offset, header.base_offset + header.last_offset_delta, header.max_timestamp_ms)
 
 
 class ProducerEntry:
-    """One producer's epoch and last batches on one log."""
+    """One producer's epoch, last batches and last write time on one log."""
 
-    __slots__ = ("epoch", "batches")
+    __slots__ = ("epoch", "batches", "last_timestamp_ms")
 
     def __init__(self, epoch: int):
         self.epoch = epoch
         self.batches: list[ProducerBatch] = []
+        self.last_timestamp_ms = -1  # maxTimestamp of its last batch or marker (§19.2.1); -1: none known
 
     def add(self, batch: ProducerBatch) -> None:
         if batch.epoch != self.epoch:
             self.epoch = batch.epoch
             self.batches.clear()
         self.batches.append(batch)
+        self.last_timestamp_ms = batch.max_timestamp_ms
         if len(self.batches) > CACHED_BATCHES:
             del self.batches[0]
 
@@ -107,6 +116,7 @@ class ProducerEntry:
     def copy(self) -> ProducerEntry:
         twin = ProducerEntry(self.epoch)
         twin.batches = list(self.batches)
+        twin.last_timestamp_ms = self.last_timestamp_ms
         return twin
 
     def __repr__(self) -> str:
@@ -131,7 +141,9 @@ class SegmentProducers:
         if event is not None and event.kind != BEGIN:
             self.events.append(event)
             self._open.discard(producer_id)
-            _entry(self.entries, producer_id, header.producer_epoch).fence(header.producer_epoch)
+            entry = _entry(self.entries, producer_id, header.producer_epoch)
+            entry.fence(header.producer_epoch)
+            entry.last_timestamp_ms = header.max_timestamp_ms
             return
         if event is not None and producer_id not in self._open:
             self.events.append(event)
@@ -146,8 +158,13 @@ class SegmentProducers:
                 del self.entries[producer_id]
         self.events = [e for e in self.events if e.offset < next_offset]
         self._open = set()
+        for entry in self.entries.values():
+            entry.last_timestamp_ms = entry.batches[-1].max_timestamp_ms
         for event in self.events:
             (self._open.add if event.kind == BEGIN else self._open.discard)(event.producer_id)
+            kept = self.entries.get(event.producer_id)
+            if event.kind != BEGIN and kept is not None and event.offset > kept.batches[-1].last_offset:
+                kept.last_timestamp_ms = event.timestamp_ms  # a marker after its last kept batch
 
 
 def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> ProducerEntry:
@@ -175,6 +192,9 @@ class ProducerStates:
             for producer_id, entry in segment.entries.items():
                 for batch in entry.batches:
                     _entry(states.entries, producer_id, batch.epoch).add(batch)
+                folded = states.entries.get(producer_id)
+                if folded is not None:  # this segment holds the producer's latest write so far
+                    folded.last_timestamp_ms = entry.last_timestamp_ms
             for event in segment.events:
                 states._apply(event)
         return states
@@ -269,9 +289,22 @@ class ProducerStates:
             if event is not None:
                 self._apply(event)
             if event is not None and event.kind != BEGIN:
-                _entry(self.entries, header.producer_id, header.producer_epoch).fence(header.producer_epoch)
+                entry = _entry(self.entries, header.producer_id, header.producer_epoch)
+                entry.fence(header.producer_epoch)
+                entry.last_timestamp_ms = header.max_timestamp_ms
             else:
                 _entry(self.entries, header.producer_id, header.producer_epoch).add(producer_batch(header))
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Drop every producer without an open transaction here whose last write time is
+        ``expiration_ms`` or more before ``now_ms`` (§19.2.1); their ids, ascending.  The aborted
+        transactions stay: readers still need them (§19.7)."""
+        expired = sorted(producer_id for producer_id, entry in self.entries.items()
+                         if producer_id not in self.open_transactions
+                         and now_ms - entry.last_timestamp_ms >= expiration_ms)
+        for producer_id in expired:
+            del self.entries[producer_id]
+        return expired
 
     def _apply(self, event: TxnEvent) -> None:
         if event.kind == BEGIN:
