@@ -188,3 +188,14 @@ def test_the_kafka_security_protocol(tmp_path, capsys):
     assert BrokerConfig().connection_failed_authentication_delay_ms == 100
     with pytest.raises(ConfigError, match="sasl_handshake_timeout_ms"):
         load(None, {"sasl.handshake.timeout.ms": "0"})
+
+
+def test_producer_expiration_keys_have_kafkas_names_and_defaults_and_reach_the_logs():
+    config = load(overrides={"producer.id.expiration.ms": "5000", "producer.id.expiration.check.interval.ms": "70"})
+    assert (config.producer_id_expiration_ms, config.producer_id_expiration_check_interval_ms) == (5000, 70)
+    assert config.log_config("t").producer_id_expiration_ms == 5000
+    default = BrokerConfig()
+    assert (default.producer_id_expiration_ms, default.producer_id_expiration_check_interval_ms) == (86400000, 600000)
+    for name in ("producer_id_expiration_ms", "producer_id_expiration_check_interval_ms"):
+        with pytest.raises(ConfigError, match=name):
+            BrokerConfig(**{name: 0})

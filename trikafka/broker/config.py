@@ -151,6 +151,10 @@ class BrokerConfig:
     # An id at rest and unused this long is removed (a tombstone), and how often that is checked (§19.5.3).
     transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms: 7 days
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    # Idempotent producers (docs/protocol.md §19.2.1), Kafka's names and defaults: a producer silent
+    # this long on a partition, with no open transaction there, leaves its state; how often that is checked.
+    producer_id_expiration_ms: int = 86400000  # producer.id.expiration.ms: 1 day
+    producer_id_expiration_check_interval_ms: int = 600000  # producer.id.expiration.check.interval.ms: 10 min
     # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
@@ -191,6 +195,7 @@ class BrokerConfig:
             retention_ms=pick(self.topic_log_retention_hours, self.log_retention_hours) * HOUR_MS,
             retention_bytes=pick(self.topic_log_retention_size, self.log_retention_size),
             max_message_size=self.max_message_size,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
 
     def topic_log_configs(self) -> dict[str, LogConfig]:
@@ -266,6 +271,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_state_log_segment_bytes": 1, "transaction_max_timeout_ms": 1,
         "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1,
         "transactional_id_expiration_ms": 1, "transaction_remove_expired_transaction_cleanup_interval_ms": 1,
+        "producer_id_expiration_ms": 1, "producer_id_expiration_check_interval_ms": 1,
         "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
         "connection_failed_authentication_delay_ms": 0,
     }

@@ -39,6 +39,7 @@ from .transactions import api as transactions_api
 from .transactions import admin_api as transactions_admin_api
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.verification import RoutedVerifier
+from .producer_expiry import ProducerExpiry
 from .peer_connector import PeerConnector
 from .acl import api as acl_api
 from .acl.authorizer import Authorizer
@@ -136,6 +137,8 @@ class KafkaService:
                                                   lambda: self.producer_ids.new_id())
         self.transactions: TransactionCoordination | None = self.coordinator
         self.verifier: TransactionVerifier | None = RoutedVerifier(self, self.coordinator)
+        self.producer_expiry = ProducerExpiry(handler.directory.log_manager.logs,
+                                              config.producer_id_expiration_check_interval_ms)
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
         # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
@@ -165,6 +168,7 @@ class KafkaService:
         self.host, self.port = listener.host, listener.port
         self.groups.start(nursery)
         self.coordinator.start(nursery)
+        nursery.start_soon(self.producer_expiry.run)
         self.handler.metrics.watch_groups(self.groups)
         if self.handler.replicas is not None:
             self.handler.replicas.on_role = self._on_role
