@@ -2,7 +2,7 @@
 
 For each producer id that wrote to the log: its epoch, its last
 ``CACHED_BATCHES`` batches' sequence numbers and offsets, and its last write
-time (the newest batch's or marker's ``maxTimestamp``, §19.2.1); its open
+time (its last batch's or marker's ``maxTimestamp``, §19.2.1); its open
 transaction's first offset; and the log's aborted transactions.  Everything
 here is derived from the log's batches: each segment's ``BatchIndex`` keeps
 its own producers' batches and transaction events (``SegmentProducers``), and
