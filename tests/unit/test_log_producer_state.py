@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.helpers.kafka_batches import stored, v2_log
+from tests.helpers.kafka_batches import lead_verified, stored, v2_log
 from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import build_batch
@@ -132,10 +132,6 @@ def marker(commit: bool, *, pid: int = PID, epoch: int = 0) -> bytearray:
     return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=3, timestamp_ms=1))
 
 
-def lead_txn(log: Log, data: bytearray):
-    return log.append(data, assign=OffsetAssignment(1, transactional=True))
-
-
 def lead_marker(log: Log, data: bytearray):
     return log.append(data, assign=OffsetAssignment(1, markers=True))
 
@@ -147,9 +143,9 @@ def txn_view(log: Log) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
 def test_open_transactions_hold_the_lso_back_and_markers_close_them():
     log, *_ = v2_log()
     lead(log, idempotent(0, pid=99))  # offset 0: no transaction
-    lead_txn(log, txn_batch(0, 2))  # 1-2: PID's transaction opens at 1
-    lead_txn(log, txn_batch(0, pid=7))  # 3: producer 7's opens at 3
-    lead_txn(log, txn_batch(2))  # 4: PID's goes on
+    lead_verified(log, txn_batch(0, 2))  # 1-2: PID's transaction opens at 1
+    lead_verified(log, txn_batch(0, pid=7))  # 3: producer 7's opens at 3
+    lead_verified(log, txn_batch(2))  # 4: PID's goes on
     assert txn_view(log) == ({PID: 1, 7: 3}, [])
     assert log.producers.last_stable_offset(high_watermark=5) == 1
     assert lead_marker(log, marker(False)).logical_offset == 5  # PID aborts: 1..5
@@ -166,7 +162,7 @@ def test_open_transactions_hold_the_lso_back_and_markers_close_them():
 
 def test_a_marker_of_an_older_epoch_is_refused_and_a_newer_one_fences_the_sequence():
     log, *_ = v2_log()
-    lead_txn(log, txn_batch(0, epoch=2))
+    lead_verified(log, txn_batch(0, epoch=2))
     assert kind_of_marker(log, marker(False, epoch=1)) == BatchError.INVALID_PRODUCER_EPOCH
     lead_marker(log, marker(False, epoch=3))  # the coordinator bumped the epoch to abort it
     assert log.producers.entry(PID).epoch == 3
@@ -188,10 +184,10 @@ def test_producers_may_send_neither_markers_nor_unverified_transactions():
 def test_transactions_are_derived_again_at_open_on_a_follower_and_after_truncation():
     leader, manager, fs, clock = v2_log(segment_bytes=150)
     for seq in range(0, 6, 2):
-        lead_txn(leader, txn_batch(seq, 2))
+        lead_verified(leader, txn_batch(seq, 2))
     lead_marker(leader, marker(False))
-    lead_txn(leader, txn_batch(0, pid=7))
-    lead_txn(leader, txn_batch(6, epoch=0))
+    lead_verified(leader, txn_batch(0, pid=7))
+    lead_verified(leader, txn_batch(6, epoch=0))
     assert len(leader.segments.segments) > 2
     expected = txn_view(leader)
     assert expected == ({7: 7, PID: 8}, [(PID, 0, 6)])
@@ -211,10 +207,78 @@ def test_the_cleaner_keeps_markers_and_transactions_batches_and_lets_them_supers
 
     log, *_ = v2_log()
     keyed = [Record(0, 1, b"k", b"v")]
-    lead_txn(log, bytearray(build_batch(keyed, producer_id=PID, producer_epoch=0, base_sequence=0, timestamp_ms=1,
+    lead_verified(log, bytearray(build_batch(keyed, producer_id=PID, producer_epoch=0, base_sequence=0, timestamp_ms=1,
                                         control_attributes=TRANSACTIONAL)))
     lead_marker(log, marker(False))
     lead(log, bytearray(build_batch(keyed, timestamp_ms=1)))
     segment = log.segments.segments[-1]
     entries = list(scan_batches(segment.file, segment.size, Throttler(0)))
     assert [e.keys for e in entries][:2] == [None, None] and entries[2].keys
+
+
+# -- KIP-890's verification guard (§19.5.7) ---------------------------------------------------------
+
+
+def lead_with(log: Log, data: bytearray, guard):
+    return log.append(data, assign=OffsetAssignment(1, transactional=True, guard=guard))
+
+
+def refused_with(log: Log, data: bytearray, guard) -> str:
+    end = log.end_offset
+    with pytest.raises(BatchError) as caught:
+        lead_with(log, data, guard)
+    assert log.end_offset == end  # nothing appended
+    return caught.value.kind
+
+
+def test_a_verification_records_one_guard_per_producer_until_its_transaction_opens():
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    assert guard is not None and log.producers.start_verification(PID, 0) is guard  # one in flight: the same
+    other = log.producers.start_verification(7, 0)
+    assert other is not guard
+    lead_with(log, txn_batch(0, 2), guard)  # the first append after the verification is accepted
+    assert txn_view(log) == ({PID: 0}, [])
+    assert log.producers.start_verification(PID, 0) is None  # open here: no question, no guard
+    assert log.producers.start_verification(PID, 1) is not None  # another epoch's transaction is not open
+
+
+def test_later_batches_of_an_open_transaction_need_no_guard():
+    log, *_ = v2_log()
+    lead_verified(log, txn_batch(0))
+    lead_with(log, txn_batch(1), None)
+    assert txn_view(log) == ({PID: 0}, []) and log.end_offset > 0
+
+
+def test_an_unverified_batch_cannot_open_a_transaction():
+    log, *_ = v2_log()
+    assert refused_with(log, txn_batch(0), None) == BatchError.TXN_STATE
+    assert refused_with(log, txn_batch(0), log.producers.start_verification(7, 0)) == BatchError.TXN_STATE
+
+
+def test_a_marker_between_the_verification_and_the_append_clears_the_guard():
+    """The race KIP-890 closes: the transaction ends (its ABORT marker lands here) while the
+    producer's batch waits for the coordinator's answer; the batch must not open a transaction."""
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    lead_marker(log, marker(False))  # the abort reaches the partition first; nothing was open here
+    assert refused_with(log, txn_batch(0), guard) == BatchError.TXN_STATE
+    assert txn_view(log) == ({}, []) and log.producers.last_stable_offset(high_watermark=1) == 1
+
+
+def test_a_guard_is_spent_by_its_append_and_a_retry_after_the_commit_is_refused():
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    lead_with(log, txn_batch(0), guard)
+    lead_marker(log, marker(True))
+    assert refused_with(log, txn_batch(1), guard) == BatchError.TXN_STATE
+    assert len(log.producers.guards) == 0
+
+
+def test_the_batches_of_one_append_are_one_transaction_and_a_duplicate_stays_a_duplicate():
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    lead_with(log, txn_batch(0) + txn_batch(1), guard)  # the first opens it for the second
+    assert txn_view(log) == ({PID: 0}, [])
+    lead_marker(log, marker(False))
+    assert lead_with(log, txn_batch(1), None).logical_offset == 1  # a retry of an appended batch (§19.3)
