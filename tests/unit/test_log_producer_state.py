@@ -132,6 +132,10 @@ def marker(commit: bool, *, pid: int = PID, epoch: int = 0) -> bytearray:
     return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=3, timestamp_ms=1))
 
 
+def lead_txn(log: Log, data: bytearray):
+    return lead_verified(log, data)
+
+
 def lead_marker(log: Log, data: bytearray):
     return log.append(data, assign=OffsetAssignment(1, markers=True))
 
@@ -143,9 +147,9 @@ def txn_view(log: Log) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
 def test_open_transactions_hold_the_lso_back_and_markers_close_them():
     log, *_ = v2_log()
     lead(log, idempotent(0, pid=99))  # offset 0: no transaction
-    lead_verified(log, txn_batch(0, 2))  # 1-2: PID's transaction opens at 1
-    lead_verified(log, txn_batch(0, pid=7))  # 3: producer 7's opens at 3
-    lead_verified(log, txn_batch(2))  # 4: PID's goes on
+    lead_txn(log, txn_batch(0, 2))  # 1-2: PID's transaction opens at 1
+    lead_txn(log, txn_batch(0, pid=7))  # 3: producer 7's opens at 3
+    lead_txn(log, txn_batch(2))  # 4: PID's goes on
     assert txn_view(log) == ({PID: 1, 7: 3}, [])
     assert log.producers.last_stable_offset(high_watermark=5) == 1
     assert lead_marker(log, marker(False)).logical_offset == 5  # PID aborts: 1..5
@@ -162,7 +166,7 @@ def test_open_transactions_hold_the_lso_back_and_markers_close_them():
 
 def test_a_marker_of_an_older_epoch_is_refused_and_a_newer_one_fences_the_sequence():
     log, *_ = v2_log()
-    lead_verified(log, txn_batch(0, epoch=2))
+    lead_txn(log, txn_batch(0, epoch=2))
     assert kind_of_marker(log, marker(False, epoch=1)) == BatchError.INVALID_PRODUCER_EPOCH
     lead_marker(log, marker(False, epoch=3))  # the coordinator bumped the epoch to abort it
     assert log.producers.entry(PID).epoch == 3
@@ -184,10 +188,10 @@ def test_producers_may_send_neither_markers_nor_unverified_transactions():
 def test_transactions_are_derived_again_at_open_on_a_follower_and_after_truncation():
     leader, manager, fs, clock = v2_log(segment_bytes=150)
     for seq in range(0, 6, 2):
-        lead_verified(leader, txn_batch(seq, 2))
+        lead_txn(leader, txn_batch(seq, 2))
     lead_marker(leader, marker(False))
-    lead_verified(leader, txn_batch(0, pid=7))
-    lead_verified(leader, txn_batch(6, epoch=0))
+    lead_txn(leader, txn_batch(0, pid=7))
+    lead_txn(leader, txn_batch(6, epoch=0))
     assert len(leader.segments.segments) > 2
     expected = txn_view(leader)
     assert expected == ({7: 7, PID: 8}, [(PID, 0, 6)])
@@ -207,7 +211,7 @@ def test_the_cleaner_keeps_markers_and_transactions_batches_and_lets_them_supers
 
     log, *_ = v2_log()
     keyed = [Record(0, 1, b"k", b"v")]
-    lead_verified(log, bytearray(build_batch(keyed, producer_id=PID, producer_epoch=0, base_sequence=0, timestamp_ms=1,
+    lead_txn(log, bytearray(build_batch(keyed, producer_id=PID, producer_epoch=0, base_sequence=0, timestamp_ms=1,
                                         control_attributes=TRANSACTIONAL)))
     lead_marker(log, marker(False))
     lead(log, bytearray(build_batch(keyed, timestamp_ms=1)))
@@ -245,7 +249,7 @@ def test_a_verification_records_one_guard_per_producer_until_its_transaction_ope
 
 def test_later_batches_of_an_open_transaction_need_no_guard():
     log, *_ = v2_log()
-    lead_verified(log, txn_batch(0))
+    lead_txn(log, txn_batch(0))
     lead_with(log, txn_batch(1), None)
     assert txn_view(log) == ({PID: 0}, []) and log.end_offset > 0
 
