@@ -3,13 +3,15 @@
 ``make_batch`` spaces its records' timestamps ``timestamp_step_ms`` apart, as
 the log's time-index tests need; ``batches`` numbers consecutive batches;
 ``v2_log`` opens a Kafka-format log on a fake file system, ``stored`` reads
-its bytes back.
+its bytes back; ``lead_verified`` appends a transactional batch as a leader
+whose coordinator verified it (§19.5.7).
 """
 
 from __future__ import annotations
 
+from trikafka.kafka.batch import read_header
 from trikafka.kafka.records import Record, build_batch
-from trikafka.log import LogConfig, LogManager, ManualClock
+from trikafka.log import LogConfig, LogManager, ManualClock, OffsetAssignment
 from trikafka.testing import FakeFileSystem
 
 ROOT = "/logs"
@@ -55,3 +57,11 @@ def v2_log(**config):
 
 def stored(log):
     return b"".join(s.file.pread(0, s.size) for s in log.segments.segments)
+
+
+def lead_verified(log, data: bytearray, leader_epoch: int = 1):
+    """The leader's append of a transactional batch after its verification (§19.5.7): the check
+    starts (a guard, unless the transaction is open), the coordinator agrees, the append presents it."""
+    header = read_header(data)
+    guard = log.producers.start_verification(header.producer_id, header.producer_epoch)
+    return log.append(data, assign=OffsetAssignment(leader_epoch, transactional=True, guard=guard))

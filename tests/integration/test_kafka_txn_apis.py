@@ -5,16 +5,20 @@ TxnOffsetCommit against one broker, with the answers clients hide behind their r
 from __future__ import annotations
 
 import socket
+import threading
 import uuid
 from typing import Iterator
 
 import pytest
+import trio
 from kio.schema.errors import ErrorCode
 
 from tests.helpers.kafka_clients import create_topic, read_with_confluent
-from tests.helpers.kafka_wire import (add_offsets_to_txn, add_partitions_to_txn, end_txn, fetch_stable_offsets,
-                                      find_transaction_coordinator, init_producer_id, init_transactional,
-                                      produce_transactional, retry_while_retriable, txn_offset_commit)
+from tests.helpers.kafka_wire import (RETRY_FOR_S, add_offsets_to_txn, add_partitions_to_txn, end_txn,
+                                      fetch_stable_offsets, find_transaction_coordinator, init_producer_id,
+                                      init_transactional, list_offset, produce_transactional,
+                                      retry_while_retriable, txn_offset_commit)
+from trikafka.broker.kafka.offsets import LATEST, READ_COMMITTED
 from trikafka.broker.kafka.transactions.verification import RoutedVerifier
 from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.records import build_batch
@@ -157,6 +161,50 @@ def test_a_coordinator_that_cannot_be_reached_answers_what_clients_retry(kafka):
             0: ErrorCode.coordinator_not_available}
     finally:
         service.verifier = routed
+
+
+class _HeldAfterVerification:
+    """The broker's own verifier, holding a Produce between the coordinator's answer and the append
+    until the test releases it: the window KIP-890's guard closes (§19.5.7)."""
+
+    def __init__(self, routed):
+        self._routed = routed
+        self.answered = threading.Event()
+        self.release = threading.Event()
+
+    async def verify(self, *asked):
+        error = await self._routed.verify(*asked)
+        self.answered.set()
+        await trio.to_thread.run_sync(self.release.wait)
+        return error
+
+
+def test_an_abort_between_the_verification_and_the_append_leaves_no_hanging_transaction(kafka):
+    """§19.5.7's guard: the producer's first batch on a partition is verified, then its transaction
+    is aborted and the ABORT marker reaches the partition, then the batch arrives at the log.  It
+    is refused (INVALID_TXN_STATE) and the LSO is not held back by a transaction nobody will end."""
+    service, bootstrap, tid, out = kafka.broker.kafka, kafka.bootstrap, _tid(), ("txn-out", 1)
+    _, pid, epoch = init_transactional(bootstrap, tid)
+    assert retry_while_retriable(lambda: add_partitions_to_txn(bootstrap, tid, pid, epoch, [out])) == {
+        out: ErrorCode.none}
+    held = _HeldAfterVerification(service.verifier)
+    routed, service.verifier = service.verifier, held
+    answer: list[tuple[ErrorCode, int]] = []
+    producing = threading.Thread(target=lambda: answer.append(
+        produce_transactional(bootstrap, tid, *out, _records(pid, epoch, 0, b"late"))))
+    try:
+        producing.start()
+        assert held.answered.wait(RETRY_FOR_S)
+        assert end_txn(bootstrap, tid, pid, epoch, False) == ErrorCode.none
+        # A retry of the decision answers NONE once its markers are written (§19.5.4).
+        assert retry_while_retriable(lambda: end_txn(bootstrap, tid, pid, epoch, False)) == ErrorCode.none
+    finally:
+        held.release.set()
+        producing.join(RETRY_FOR_S)
+        service.verifier = routed
+    end = list_offset(bootstrap, *out, LATEST)
+    assert list_offset(bootstrap, *out, LATEST, isolation_level=READ_COMMITTED) == end
+    assert answer == [(ErrorCode.invalid_txn_state, -1)]
 
 
 def _stable(bootstrap: str, group: str) -> dict[int, tuple[int, ErrorCode]]:

@@ -61,7 +61,7 @@ def test_a_leader_without_producer_state_stores_a_retry_twice():
 
 
 def test_a_leader_that_checks_no_sequence_is_caught(monkeypatch):
-    monkeypatch.setattr(ProducerStates, "check", lambda states, headers: None)
+    monkeypatch.setattr(ProducerStates, "check", lambda states, headers, guard=None: None)
     assert run_seed(1).violation.promise == DUPLICATE
 
 

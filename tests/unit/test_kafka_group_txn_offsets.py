@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from tests.helpers.kafka_batches import v2_log
+from tests.helpers.kafka_batches import lead_verified, v2_log
 from trikafka.broker.kafka.groups.state import OffsetsPartition
 from trikafka.broker.kafka.groups.store import read_records
 from trikafka.broker.partition import ReadView
@@ -106,7 +106,7 @@ async def test_a_load_keeps_an_open_transactions_offsets_pending_until_its_marke
     plain = Record(0, 1, encode_key(OffsetKey("g", "in", 3)), encode_value(OffsetValue(1)))
     log.append(bytearray(build_batch([plain])), assign=OffsetAssignment(1))
     for pid, value, partition in ((A, 10, 0), (B, 20, 1), (C, 30, 2)):
-        log.append(_txn_offsets(pid, value, partition=partition), assign=OffsetAssignment(1, transactional=True))
+        lead_verified(log, _txn_offsets(pid, value, partition=partition))
     for pid, commit in ((A, True), (B, False)):  # C's transaction stays open
         log.append(bytearray(build_marker(pid, 0, commit, coordinator_epoch=0, timestamp_ms=1)),
                    assign=OffsetAssignment(1, markers=True))

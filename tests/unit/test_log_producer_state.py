@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.helpers.kafka_batches import stored, v2_log
+from tests.helpers.kafka_batches import lead_verified, stored, v2_log
 from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import build_batch
@@ -134,7 +134,7 @@ def marker(commit: bool, *, pid: int = PID, epoch: int = 0, timestamp_ms: int = 
 
 
 def lead_txn(log: Log, data: bytearray):
-    return log.append(data, assign=OffsetAssignment(1, transactional=True))
+    return lead_verified(log, data)
 
 
 def lead_marker(log: Log, data: bytearray):
@@ -327,3 +327,70 @@ def test_a_fold_finds_the_last_write_times_the_appends_left(steps):
         last[pid] = timestamp_ms
     folded = ProducerStates.fold(s.batches.producers for s in log.segments.segments)
     assert {p: e.last_timestamp_ms for p, e in folded.entries.items()} == last_writes(log) == last
+
+# -- KIP-890's verification guard (§19.5.7) ---------------------------------------------------------
+
+
+def lead_with(log: Log, data: bytearray, guard):
+    return log.append(data, assign=OffsetAssignment(1, transactional=True, guard=guard))
+
+
+def refused_with(log: Log, data: bytearray, guard) -> str:
+    end = log.end_offset
+    with pytest.raises(BatchError) as caught:
+        lead_with(log, data, guard)
+    assert log.end_offset == end  # nothing appended
+    return caught.value.kind
+
+
+def test_a_verification_records_one_guard_per_producer_until_its_transaction_opens():
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    assert guard is not None and log.producers.start_verification(PID, 0) is guard  # one in flight: the same
+    other = log.producers.start_verification(7, 0)
+    assert other is not guard
+    lead_with(log, txn_batch(0, 2), guard)  # the first append after the verification is accepted
+    assert txn_view(log) == ({PID: 0}, [])
+    assert log.producers.start_verification(PID, 0) is None  # open here: no question, no guard
+    assert log.producers.start_verification(PID, 1) is not None  # another epoch's transaction is not open
+
+
+def test_later_batches_of_an_open_transaction_need_no_guard():
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0))
+    lead_with(log, txn_batch(1), None)
+    assert txn_view(log) == ({PID: 0}, []) and log.end_offset > 0
+
+
+def test_an_unverified_batch_cannot_open_a_transaction():
+    log, *_ = v2_log()
+    assert refused_with(log, txn_batch(0), None) == BatchError.TXN_STATE
+    assert refused_with(log, txn_batch(0), log.producers.start_verification(7, 0)) == BatchError.TXN_STATE
+
+
+def test_a_marker_between_the_verification_and_the_append_clears_the_guard():
+    """The race KIP-890 closes: the transaction ends (its ABORT marker lands here) while the
+    producer's batch waits for the coordinator's answer; the batch must not open a transaction."""
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    lead_marker(log, marker(False))  # the abort reaches the partition first; nothing was open here
+    assert refused_with(log, txn_batch(0), guard) == BatchError.TXN_STATE
+    assert txn_view(log) == ({}, []) and log.producers.last_stable_offset(high_watermark=1) == 1
+
+
+def test_a_guard_is_spent_by_its_append_and_a_retry_after_the_commit_is_refused():
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    lead_with(log, txn_batch(0), guard)
+    lead_marker(log, marker(True))
+    assert refused_with(log, txn_batch(1), guard) == BatchError.TXN_STATE
+    assert len(log.producers.guards) == 0
+
+
+def test_the_batches_of_one_append_are_one_transaction_and_a_duplicate_stays_a_duplicate():
+    log, *_ = v2_log()
+    guard = log.producers.start_verification(PID, 0)
+    lead_with(log, txn_batch(0) + txn_batch(1), guard)  # the first opens it for the second
+    assert txn_view(log) == ({PID: 0}, [])
+    lead_marker(log, marker(False))
+    assert lead_with(log, txn_batch(1), None).logical_offset == 1  # a retry of an appended batch (§19.3)

@@ -21,6 +21,7 @@ from trikafka.log.producer_state import ProducerStates
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.truncation import Truncation
+from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress, TopicMetadata
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
@@ -45,15 +46,17 @@ __all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher"
 class KafkaAppend:
     """A Kafka-protocol append (§16.6): the leader numbers the batches; ``append_time_ms``
     is set under ``message.timestamp.type=LogAppendTime``; ``transactional``: a verified
-    transaction's batches, ``markers``: the leader's own transaction markers (§19.6)."""
+    transaction's batches, ``markers``: the leader's own transaction markers (§19.6);
+    ``guard``: the verification guard of the check that admitted the transaction (§19.5.7)."""
 
     append_time_ms: int | None = None
     transactional: bool = False
     markers: bool = False
+    guard: VerificationGuard | None = None
 
     def assignment(self, leader_epoch: int) -> OffsetAssignment:
         """How the leader of ``leader_epoch`` numbers and admits these batches."""
-        return OffsetAssignment(leader_epoch, self.append_time_ms, self.transactional, self.markers)
+        return OffsetAssignment(leader_epoch, self.append_time_ms, self.transactional, self.markers, self.guard)
 
 
 class BrokerLog(Protocol):

@@ -106,6 +106,7 @@ class BatchError(ValueError):
     OUT_OF_ORDER_SEQUENCE = "out_of_order_sequence"  # OUT_OF_ORDER_SEQUENCE_NUMBER (§19.3)
     INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"  # INVALID_PRODUCER_EPOCH (§19.3)
     TRANSACTIONAL = "transactional"  # a transactional batch the coordinator did not verify (§19.6)
+    TXN_STATE = "txn_state"  # INVALID_TXN_STATE: its transaction ended after its verification (§19.5.7)
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)

@@ -21,6 +21,10 @@ Invariants:
 * an entry's ``last_timestamp_ms`` is the ``maxTimestamp`` of the producer's
   last batch or marker in log order (-1 when none is known); ``remove_expired``
   drops only entries without an open transaction (§19.2.1).
+* ``guards`` holds a verification guard (§19.5.7) only for a producer with no
+  transaction open here at the guard's start; every transaction event of the
+  producer clears it.  Guards are not derived from the log: a fold starts
+  without them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from typing import Iterable, NamedTuple
 
 from trikafka.kafka.batch import NO_PRODUCER_ID, BatchError, BatchHeader, next_sequence
 from trikafka.kafka.markers import is_marker, is_transactional_data, read_marker
+
+from .verification_guard import VerificationGuard, VerificationGuards
 
 Buffer = bytes | bytearray | memoryview
 
@@ -177,12 +183,13 @@ def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> P
 class ProducerStates:
     """The producer state of one Kafka-format log (§19.2, §19.6); see the module docstring."""
 
-    __slots__ = ("entries", "open_transactions", "aborted")
+    __slots__ = ("entries", "open_transactions", "aborted", "guards")
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
         self.open_transactions: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.aborted: list[AbortedTxn] = []
+        self.guards = VerificationGuards()  # the leader's verifications in flight (§19.5.7)
 
     @classmethod
     def fold(cls, segments: Iterable[SegmentProducers]) -> ProducerStates:
@@ -221,6 +228,14 @@ class ProducerStates:
         entry = self.entries.get(producer_id)
         return entry is not None and entry.epoch == epoch and producer_id in self.open_transactions
 
+    def start_verification(self, producer_id: int, epoch: int) -> VerificationGuard | None:
+        """A transactional batch of ``producer_id`` at ``epoch`` is about to be verified (§19.5.7):
+        None when its transaction is open here (no question, no guard), else the guard its append
+        must present."""
+        if self.holds_open_transaction(producer_id, epoch):
+            return None
+        return self.guards.start(producer_id)
+
     def last_stable_offset(self, high_watermark: int) -> int:
         """The LSO (§19.6): the first offset of the oldest open transaction, or the high watermark."""
         return min(min(self.open_transactions.values(), default=high_watermark), high_watermark)
@@ -231,17 +246,20 @@ class ProducerStates:
         k = bisect_left(aborted, start_offset, key=lambda a: a.last_offset)
         return [a for a in aborted[k:] if a.first_offset < end_offset]
 
-    def check(self, headers: Iterable[BatchHeader]) -> int | None:
-        """The leader's check of a partition's batches before they are appended (§19.3).
+    def check(self, headers: Iterable[BatchHeader], guard: VerificationGuard | None = None) -> int | None:
+        """The leader's check of a partition's batches before they are appended (§19.3, §19.5.7).
 
         Returns None when every producer batch may be appended, or the base
         offset of the first batch when all of them are duplicates (nothing is
         to be appended).  Raises ``BatchError`` (``INVALID_PRODUCER_EPOCH``,
-        ``OUT_OF_ORDER_SEQUENCE``, ``INVALID``) for a batch that may not be.
+        ``OUT_OF_ORDER_SEQUENCE``, ``INVALID``, ``TXN_STATE``) for a batch that
+        may not be: ``TXN_STATE`` for a transactional batch whose transaction
+        is not open here and whose producer's recorded guard is not ``guard``.
         Changes nothing; batches after the first see the state the earlier
         ones would leave.
         """
         pending: dict[int, ProducerEntry] = {}
+        opened: set[int] = set()  # producers whose transaction an earlier batch here opens
         duplicates: list[int] = []
         fresh = 0
         for header in headers:
@@ -269,6 +287,9 @@ class ProducerStates:
             if duplicate is not None:
                 duplicates.append(duplicate)
                 continue
+            if is_transactional_data(header) and producer_id not in opened:
+                self._check_verified(header, guard, where)
+                opened.add(producer_id)
             fresh += 1
             entry.add(ProducerBatch(header.producer_epoch, header.base_sequence,
                                     next_sequence(header.base_sequence, header.last_offset_delta), -1, -1))
@@ -304,9 +325,19 @@ class ProducerStates:
                          and now_ms - entry.last_timestamp_ms >= expiration_ms)
         for producer_id in expired:
             del self.entries[producer_id]
+            self.guards.clear(producer_id)
         return expired
 
+    def _check_verified(self, header: BatchHeader, guard: VerificationGuard | None, where: str) -> None:
+        """§19.5.7: a transactional batch opens a transaction only with its verification's guard."""
+        producer_id = header.producer_id
+        if self.holds_open_transaction(producer_id, header.producer_epoch) or self.guards.admits(producer_id, guard):
+            return
+        raise BatchError(BatchError.TXN_STATE, f"{where}: no transaction of epoch {header.producer_epoch} is "
+                                               f"open here and its verification's guard is not the one recorded")
+
     def _apply(self, event: TxnEvent) -> None:
+        self.guards.clear(event.producer_id)
         if event.kind == BEGIN:
             self.open_transactions.setdefault(event.producer_id, event.offset)
             return

@@ -20,6 +20,7 @@ from trikafka.wire import messageset
 
 from .errors import LogLoadError, WrongFormatError
 from .fs import FileSystem
+from .verification_guard import VerificationGuard
 from .names import FORMAT_FILE
 
 Buffer = bytes | bytearray | memoryview
@@ -34,13 +35,16 @@ class OffsetAssignment:
 
     ``append_time_ms``: the LogAppendTime to stamp, or None to keep the
     producer's timestamps (CreateTime).  ``transactional`` and ``markers``
-    admit a verified transaction's batches and the leader's own markers.
+    admit a verified transaction's batches and the leader's own markers;
+    ``guard``: the verification guard a batch opening a transaction presents
+    (§19.5.7).
     """
 
     leader_epoch: int
     append_time_ms: int | None = None
     transactional: bool = False  # the coordinator verified the transaction (§19.6)
     markers: bool = False  # the leader's own transaction markers (§19.6)
+    guard: VerificationGuard | None = None
 
 
 class PreparedAppend(NamedTuple):

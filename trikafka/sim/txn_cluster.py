@@ -34,6 +34,7 @@ from trikafka.kafka.read_committed import committed_batches
 from trikafka.kafka.records import Record, decode_batches
 from trikafka.kafka.txn_records import TxnKey, TxnState, TxnValue, decode_record, encode_key, encode_value
 from trikafka.log.producer_state import ProducerStates, SegmentProducers
+from trikafka.log.verification_guard import VerificationGuard
 
 from .determinism import Trace
 from .kafka_coordinator import ReplicatedLog
@@ -83,14 +84,15 @@ class SimPartition:
     def high_watermark(self) -> int:
         return _next_offset(self.batches[self.replicated - 1]) if self.replicated else 0
 
-    def append(self, data: bytes, acked: Acked) -> None:
-        """The leader's append of produced batches or a marker (§19.3); ``acked`` once replicated."""
+    def append(self, data: bytes, acked: Acked, guard: VerificationGuard | None = None) -> None:
+        """The leader's append of produced batches or a marker (§19.3); ``acked`` once replicated.
+        ``guard``: the verification guard a batch opening a transaction presents (§19.5.7)."""
         if self.electing:
             acked(ErrorCode.not_leader_or_follower, -1)
             return
         headers = list(walk_headers(data))
         try:
-            duplicate = self.states.check(headers)
+            duplicate = self.states.check(headers, guard)
         except BatchError as exc:
             acked(BATCH_TO_KAFKA[exc.kind], -1)
             return

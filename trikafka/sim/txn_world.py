@@ -23,6 +23,7 @@ from trikafka.kafka.batch import TRANSACTIONAL, read_header
 from trikafka.kafka.records import Record, build_batch
 from trikafka.broker.kafka.transactions.machine import AT_REST
 from trikafka.kafka.txn_records import TxnState, TxnValue
+from trikafka.log.verification_guard import VerificationGuard
 
 from .checker import Violation
 from .event_world import EventWorld, WorldResult, judge, replay_command
@@ -224,23 +225,27 @@ class TransactionsWorld(EventWorld):
         target = self._by_name[partition]
 
         def deliver(reply: Callable[[Any], None]) -> None:
+            guard = None
             if transactional_id is not None:
-                error = self._verify(transactional_id, data, partition)
+                error, guard = self._verify(transactional_id, data, partition)
                 if error != ErrorCode.none:
                     reply((error, -1))
                     return
-            target.append(data, lambda e, offset: reply((e, offset)))
+            target.append(data, lambda e, offset: reply((e, offset)), guard)
 
         return repr(partition), deliver
 
-    def _verify(self, transactional_id: str, data: bytes, partition: tuple[str, int]) -> ErrorCode:
+    def _verify(self, transactional_id: str, data: bytes,
+                partition: tuple[str, int]) -> tuple[ErrorCode, VerificationGuard | None]:
+        """``verify_partition``'s answer: the error, and the guard the append presents (§19.5.7)."""
         header = read_header(data)
-        if self._by_name[partition].states.holds_open_transaction(header.producer_id, header.producer_epoch):
-            return ErrorCode.none  # verified at the transaction's first batch here (RoutedVerifier)
+        guard = self._by_name[partition].states.start_verification(header.producer_id, header.producer_epoch)
+        if guard is None:
+            return ErrorCode.none, None  # verified at the transaction's first batch here
         coordinator = self.coordinator
         if coordinator is None or not coordinator.loaded:
-            return ErrorCode.not_coordinator
-        return coordinator.verify(transactional_id, header.producer_id, header.producer_epoch, partition)
+            return ErrorCode.not_coordinator, guard
+        return coordinator.verify(transactional_id, header.producer_id, header.producer_epoch, partition), guard
 
     def commit_offset(self, source: int, producer_id: int, producer_epoch: int, transactional_id: str,
                       offset: int) -> Request:
@@ -253,11 +258,11 @@ class TransactionsWorld(EventWorld):
             data = build_batch([Record(0, 0, GROUP_KEY, str(offset).encode())], producer_id=producer_id,
                                producer_epoch=producer_epoch, base_sequence=sequence,
                                control_attributes=TRANSACTIONAL, timestamp_ms=0)
-            error = self._verify(transactional_id, data, target.name)
+            error, guard = self._verify(transactional_id, data, target.name)
             if error != ErrorCode.none:
                 reply((error, -1))
             else:
-                target.append(data, lambda e, at: reply((e, at)))
+                target.append(data, lambda e, at: reply((e, at)), guard)
 
         return repr(target.name), deliver
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.txn_records import TxnValue
+from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
@@ -79,7 +80,8 @@ class GroupCoordination(Protocol):
                     records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode: ...
 
     async def write_transactional(self, groups: OffsetsPartition, producer_id: int, producer_epoch: int,
-                                  records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode: ...
+                                  records: Sequence[tuple[RecordKey, RecordValue | None]],
+                                  guard: VerificationGuard | None) -> ErrorCode: ...
 
     def partition_index(self, group_id: str) -> int | None: ...
 

@@ -37,6 +37,7 @@ BATCH_TO_KAFKA: dict[str, ErrorCode] = {
     BatchError.OUT_OF_ORDER_SEQUENCE: ErrorCode.out_of_order_sequence_number,
     BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
     BatchError.TRANSACTIONAL: ErrorCode.transactional_id_authorization_failed,
+    BatchError.TXN_STATE: ErrorCode.invalid_txn_state,
 }
 
 

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.batch import TRANSACTIONAL, BatchError
 from trikafka.kafka.records import Record, build_batch
+from trikafka.log.verification_guard import VerificationGuard
 from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
@@ -49,6 +50,7 @@ _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
 _BATCH_ERRORS: dict[str, ErrorCode] = {
     BatchError.TOO_LARGE: ErrorCode.invalid_commit_offset_size,
     BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
+    BatchError.TXN_STATE: ErrorCode.invalid_txn_state,
 }
 
 
@@ -134,12 +136,13 @@ class InternalTopic:
         return ErrorCode.coordinator_not_available if address is None else address
 
     async def write(self, index: int, records: Sequence[tuple[bytes, bytes | None]],
-                    producer: tuple[int, int] | None = None) -> int | ErrorCode:
+                    producer: tuple[int, int] | None = None,
+                    guard: VerificationGuard | None = None) -> int | ErrorCode:
         """Append ``records`` (key and value bytes) as one uncompressed batch to partition ``index``
         and wait until it is committed (acks -1): the logical offset of the first record, or the
         error the client is answered (§17.3).  ``producer`` (id, epoch): a transactional batch of
         that producer, numbered after its batches in the partition, which fences an old epoch
-        (TxnOffsetCommit, §19.5.4)."""
+        (TxnOffsetCommit, §19.5.4), presenting its verification's ``guard`` (§19.5.7)."""
         service = self._service
         now_ms = service.clock_ms()
         target = await service.partition_for(self.name, index, write=True)
@@ -155,7 +158,7 @@ class InternalTopic:
                 batch = build_batch(listed, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
                                     control_attributes=TRANSACTIONAL)
             result = await target.append(bytearray(batch), ACKS_ALL,
-                                         kafka=KafkaAppend(None, transactional=producer is not None))
+                                         kafka=KafkaAppend(None, transactional=producer is not None, guard=guard))
         except Refused as exc:
             return write_error(exc.error)
         except BatchError as exc:

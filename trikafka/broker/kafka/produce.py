@@ -27,7 +27,7 @@ from ..partition import AckWait, KafkaAppend, Refused
 from .entities import NO_THROTTLE, Reply, kio_time
 from .errors import BATCH_TO_KAFKA, kafka_error
 from .context import KafkaContext
-from .transactions.verification import retriable_for
+from .transactions.verification import Verification, retriable_for, verify_partition
 
 
 logger = logging.getLogger(__name__)
@@ -66,12 +66,12 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
             if (denied := service.authorizer.denied(KafkaApi.PRODUCE, topic)) is not None:
                 row[2] = denied
                 continue
-            verified = False
+            verified: Verification | None = None
             if body.transactional_id is not None:
-                row[2] = await _verify(service, body.transactional_id, topic, part.index, part.records)
+                verified = await _verify(service, body.transactional_id, topic, part.index, part.records)
+                row[2] = verified.error
                 if row[2] != ErrorCode.none:
                     continue
-                verified = True
             wait = await _append(service, topic, part.index, part.records, acks, row, verified)
             if wait is not None:
                 waits.append((len(results) - 1, wait))
@@ -103,21 +103,23 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Ch
 
 
 async def _verify(service: KafkaContext, transactional_id: str, topic: str, index: int,
-                  records: bytes | None) -> ErrorCode:
+                  records: bytes | None) -> Verification:
     """A transactional Produce's partition, checked with its coordinator before anything is appended
     (KIP-890, §19.5.7); TRANSACTIONAL_ID_AUTHORIZATION_FAILED while no coordinator serves (§19.1)."""
     if service.verifier is None:
-        return ErrorCode.transactional_id_authorization_failed
+        return Verification(ErrorCode.transactional_id_authorization_failed, None)
     if not records or len(records) < HEADER_BYTES:
-        return ErrorCode.corrupt_message
+        return Verification(ErrorCode.corrupt_message, None)
     header = read_header(records)
-    error = await service.verifier.verify(transactional_id, header.producer_id, header.producer_epoch, topic, index)
-    return retriable_for(KafkaApi.PRODUCE, error)
+    verified = await verify_partition(service, service.verifier, transactional_id, header.producer_id,
+                                      header.producer_epoch, topic, index)
+    return verified._replace(error=retriable_for(KafkaApi.PRODUCE, verified.error))
 
 
 async def _append(service: KafkaContext, topic: str, index: int, records: bytes | None, acks: int,
-                  row: list[Any], verified: bool = False) -> AckWait | None:
-    """Append one partition's batches, filling ``row``; the acks -1 wait, if there is one."""
+                  row: list[Any], verified: Verification | None = None) -> AckWait | None:
+    """Append one partition's batches, filling ``row``; the acks -1 wait, if there is one.
+    ``verified``: a transactional Produce's verification, whose guard the append presents (§19.5.7)."""
     if topic in INTERNAL_TOPICS:  # only the broker writes them (§17.1)
         row[2] = ErrorCode.invalid_topic_exception
         return None
@@ -134,8 +136,9 @@ async def _append(service: KafkaContext, topic: str, index: int, records: bytes 
         return None
     append_time_ms = service.clock_ms() if service.timestamp_type(topic) == LOG_APPEND_TIME else None
     try:
-        result = await target.append(bytearray(records), acks, kafka=KafkaAppend(append_time_ms,
-                                                                                  transactional=verified))
+        kafka = KafkaAppend(append_time_ms, transactional=verified is not None,
+                            guard=None if verified is None else verified.guard)
+        result = await target.append(bytearray(records), acks, kafka=kafka)
     except Refused as exc:
         row[2] = kafka_error(exc.error)
         return None

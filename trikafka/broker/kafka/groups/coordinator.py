@@ -11,6 +11,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, OffsetKey, RecordKey, RecordValue
+from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
 from ...partition import ReadView
@@ -181,10 +182,12 @@ class GroupCoordinator:
         return ErrorCode.none
 
     async def write_transactional(self, groups: OffsetsPartition, producer_id: int, producer_epoch: int,
-                                  records: Sequence[tuple[RecordKey, RecordValue | None]]) -> ErrorCode:
-        """TxnOffsetCommit (§19.5.4): write ``records`` as a transactional batch of the producer; once
-        committed they are pending until its marker (``on_marker``)."""
-        written = await self.store.write(groups.index, records, (producer_id, producer_epoch))
+                                  records: Sequence[tuple[RecordKey, RecordValue | None]],
+                                  guard: VerificationGuard | None) -> ErrorCode:
+        """TxnOffsetCommit (§19.5.4): write ``records`` as a transactional batch of the producer, which
+        presents its verification's ``guard`` (§19.5.7); once committed they are pending until its
+        marker (``on_marker``)."""
+        written = await self.store.write(groups.index, records, (producer_id, producer_epoch), guard)
         if isinstance(written, ErrorCode):
             return written
         for i, (key, value) in enumerate(records):

@@ -17,6 +17,7 @@ from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchHeader
 from trikafka.kafka.group_records import RecordKey, RecordValue, decode_record, encode_key, encode_value
 from trikafka.kafka.records import decode_batches
 from trikafka.log.producer_state import ProducerStates
+from trikafka.log.verification_guard import VerificationGuard
 
 from ...partition import ReadView
 from ...seams import BrokerLog
@@ -39,12 +40,14 @@ class GroupStore:
         self._topic = topic
 
     async def write(self, index: int, records: Sequence[tuple[RecordKey, RecordValue | None]],
-                    producer: tuple[int, int] | None = None) -> int | ErrorCode:
+                    producer: tuple[int, int] | None = None,
+                    guard: VerificationGuard | None = None) -> int | ErrorCode:
         """Append ``records`` as one batch to partition ``index`` and wait until it is committed: the
         logical offset of the first record, or the error the client is answered (§17.3); with
-        ``producer`` (id, epoch) a transactional batch of that producer (§19.5.4)."""
+        ``producer`` (id, epoch) a transactional batch of that producer (§19.5.4), presenting its
+        verification's ``guard`` (§19.5.7)."""
         return await self._topic.write(index, [(encode_key(key), encode_value(value)) for key, value in records],
-                                       producer)
+                                       producer, guard)
 
     async def read(self, view: ReadView) -> list[LoadedRecord]:
         """Every record of a partition from its log start to its log end, in order (§17.3)."""

@@ -16,7 +16,7 @@ from ..acl.model import ResourceType
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
 from ..transactions.api import for_version
-from ..transactions.verification import retriable_for
+from ..transactions.verification import Verification, retriable_for, verify_partition
 from .access import group_partition
 from .offsets_api import commit_record
 
@@ -59,23 +59,25 @@ async def _commit(service: KafkaContext, request: Request, body: Any,
         errors[(name, int(part.partition_index))] = commit_record(service, api, body.group_id, name, part, refused,
                                                                   records)
     if records:
-        written = await _verify(service, body, groups.index)
+        verified = await _verify(service, body, groups.index)
+        written = verified.error
         if written == ErrorCode.none:
             written = await service.groups.write_transactional(groups, body.producer_id, body.producer_epoch,
-                                                               records)
+                                                               records, verified.guard)
         if written != ErrorCode.none:
             errors = {key: written if error == ErrorCode.none else error for key, error in errors.items()}
     groups.forget_if_empty(body.group_id)
     return errors
 
 
-async def _verify(service: KafkaContext, body: Any, index: int) -> ErrorCode:
+async def _verify(service: KafkaContext, body: Any, index: int) -> Verification:
     """KIP-890 for offsets (§19.5.7): the group's partition must be in the producer's ongoing
     transaction (AddOffsetsToTxn) before its offsets are written; a fenced epoch answers
     INVALID_PRODUCER_EPOCH, as the served versions of TxnOffsetCommit do; a coordinator that could not
-    answer, COORDINATOR_NOT_AVAILABLE."""
+    answer, COORDINATOR_NOT_AVAILABLE.  The write presents the verification's guard."""
     if service.verifier is None:
-        return ErrorCode.coordinator_not_available
-    error = await service.verifier.verify(body.transactional_id, body.producer_id, body.producer_epoch,
-                                          OFFSETS_TOPIC, index)
-    return for_version(retriable_for(KafkaApi.TXN_OFFSET_COMMIT, error), KafkaApi.TXN_OFFSET_COMMIT, 0)
+        return Verification(ErrorCode.coordinator_not_available, None)
+    verified = await verify_partition(service, service.verifier, body.transactional_id, body.producer_id,
+                                      body.producer_epoch, OFFSETS_TOPIC, index)
+    error = for_version(retriable_for(KafkaApi.TXN_OFFSET_COMMIT, verified.error), KafkaApi.TXN_OFFSET_COMMIT, 0)
+    return verified._replace(error=error)

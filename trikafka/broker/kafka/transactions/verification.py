@@ -1,17 +1,19 @@
 """KIP-890 part 1 from the partition side (docs/protocol.md §19.5.7): is this partition in the
 producer's ongoing transaction?
 
-``RoutedVerifier`` is the ``TransactionVerifier`` a Produce and a TxnOffsetCommit ask.  A
-partition whose producer state already holds this producer's open transaction at this epoch
-needs no question; otherwise the id's coordinator is asked, on this broker directly, on
-another through AddPartitionsToTxn v4 with ``verify_only``.  ``retriable_for`` turns a
-coordinator that could not answer into the error each api's clients retry.
+``verify_partition`` is what a Produce and a TxnOffsetCommit call: a partition whose producer
+state already holds this producer's open transaction at this epoch needs no question;
+otherwise it records the producer's verification guard and asks the ``TransactionVerifier``,
+and the append presents the guard.  ``RoutedVerifier`` is that verifier: the id's coordinator
+is asked, on this broker directly, on another through AddPartitionsToTxn v4 with
+``verify_only``.  ``retriable_for`` turns a coordinator that could not answer into the error
+each api's clients retry.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.add_partitions_to_txn.v4.request import (AddPartitionsToTxnRequest, AddPartitionsToTxnTopic,
                                                          AddPartitionsToTxnTransaction)
@@ -20,10 +22,11 @@ from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i16, i32
 
 from trikafka.kafka.apis import KafkaApi
+from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
 from ...partition import Refused
-from ..context import KafkaContext, TransactionCoordination
+from ..context import KafkaContext, TransactionCoordination, TransactionVerifier
 from ..peer_call import PeerCallError, peer_call
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,34 @@ def retriable_for(api: KafkaApi, error: ErrorCode) -> ErrorCode:
     return RETRIABLE_AS[api] if error in UNANSWERED else error
 
 
+class Verification(NamedTuple):
+    """A verification's answer: ``error`` (NONE: append) and the guard the append presents (§19.5.7)."""
+
+    error: ErrorCode
+    guard: VerificationGuard | None
+
+
+async def verify_partition(service: KafkaContext, verifier: TransactionVerifier, transactional_id: str,
+                           producer_id: int, producer_epoch: int, topic: str, partition: int) -> Verification:
+    """§19.5.7 for a transactional batch of ``producer_id`` at ``producer_epoch`` on this broker's
+    ``topic``-``partition``: no question when its transaction is open here; else the producer's
+    guard is recorded, then ``verifier`` asked.  A partition not served here records nothing
+    (its append is refused anyway)."""
+    guard = None
+    target = await service.partition_for(topic, partition, write=False)
+    if not isinstance(target, ErrorCode):
+        try:
+            producers = target.read_view().log.producers
+        except Refused:
+            pass
+        else:  # no wait between the look and the record: the guard is the state's own (§19.5.7)
+            guard = producers.start_verification(producer_id, producer_epoch)
+            if guard is None:
+                return Verification(ErrorCode.none, None)
+    error = await verifier.verify(transactional_id, producer_id, producer_epoch, topic, partition)
+    return Verification(error, guard)
+
+
 class RoutedVerifier:
     """The partition side's question to a transaction coordinator, here or on another broker."""
 
@@ -62,26 +93,12 @@ class RoutedVerifier:
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
                      partition: int) -> ErrorCode:
         """NONE when ``topic``-``partition`` is in the producer's ongoing transaction at this epoch."""
-        if await self._already_open(topic, partition, producer_id, producer_epoch):
-            return ErrorCode.none
         located = await self._local.coordinator_of(transactional_id)
         if isinstance(located, ErrorCode):
             return located
         if located.broker_id == self._service.broker_id:
             return await self._local.verify(transactional_id, producer_id, producer_epoch, topic, partition)
         return await self._remote(located, transactional_id, producer_id, producer_epoch, topic, partition)
-
-    async def _already_open(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> bool:
-        """Whether this broker's replica of the partition holds the producer's open transaction at
-        ``producer_epoch``: its first batch here was verified and no marker has closed it."""
-        target = await self._service.partition_for(topic, partition, write=False)
-        if isinstance(target, ErrorCode):
-            return False
-        try:
-            producers = target.read_view().log.producers
-        except Refused:
-            return False
-        return producers.holds_open_transaction(producer_id, producer_epoch)
 
     async def _remote(self, coordinator: BrokerAddress, transactional_id: str, producer_id: int,
                       producer_epoch: int, topic: str, partition: int) -> ErrorCode:
