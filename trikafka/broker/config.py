@@ -151,6 +151,9 @@ class BrokerConfig:
     # An id at rest and unused this long is removed (a tombstone), and how often that is checked (§19.5.3).
     transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms: 7 days
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    # trikafka's own: how long a request the coordinator would answer CONCURRENT_TRANSACTIONS waits for
+    # the id's write in flight or Complete* (§19.5.3); 0: answered at once, as Kafka does.
+    transaction_completion_wait_ms: int = 5000
     # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
@@ -266,6 +269,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_state_log_segment_bytes": 1, "transaction_max_timeout_ms": 1,
         "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1,
         "transactional_id_expiration_ms": 1, "transaction_remove_expired_transaction_cleanup_interval_ms": 1,
+        "transaction_completion_wait_ms": 0,
         "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
         "connection_failed_authentication_delay_ms": 0,
     }
