@@ -240,8 +240,7 @@ class TransactionCoordinator:
             if isinstance(part, ErrorCode):
                 return part
             outcome = await decide(part)
-            if isinstance(outcome, Write) or outcome != ErrorCode.concurrent_transactions \
-                    or not self._under_way(part, tid):
+            if not machine.waits(outcome, self._under_way(part, tid)):
                 return part, outcome
             change = self._changes.setdefault((part.index, tid), trio.Event())
             with trio.move_on_at(deadline):
