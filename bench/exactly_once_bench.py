@@ -1,7 +1,7 @@
 """The cost of exactly-once on trikafka's Kafka listener (docs/protocol.md §19): acks all, plain
 against idempotent and transactional, in one run.
 
-    python bench/exactly_once_bench.py [--messages N] [--size B] [--rounds R] [--no-rf3]
+    python bench/exactly_once_bench.py [--messages N] [--size B] [--rounds R] [--no-rf3] [--set KEY=VALUE]...
 
 With confluent-kafka (librdkafka), ``acks=all``, linger.ms 5, no compression:
 alternating rounds (default 3) of N (default 500,000) B-byte (default 200)
@@ -18,7 +18,10 @@ batch on the partition its leader verifies with the transaction coordinator,
 wherever that is (§19.5.7).  Each run ends
 when every delivery report is in (and the last transaction committed).
 Prints each run's msg/s and the broker CPU per message (from /proc), then the
-medians and each mode's ratio to its client's plain mode.
+medians and each mode's ratio to its client's plain mode.  ``--set`` passes a
+setting to the standalone broker (``trikafka serve --set``), e.g.
+``transaction.completion.wait.ms=0`` for Kafka's immediate
+CONCURRENT_TRANSACTIONS answers instead of trikafka's wait (§19.5.3).
 """
 
 from __future__ import annotations
@@ -120,10 +123,10 @@ def compare(bootstrap: str, pids: list[int], topic: str, messages: int, size: in
             print(f"{where + ' ' + name + ' / ' + baseline:34} {medians[name] / medians[baseline]:>12.0%}", flush=True)
 
 
-def standalone(root: Path, messages: int, size: int, rounds: int) -> None:
+def standalone(root: Path, messages: int, size: int, rounds: int, settings: list[str]) -> None:
     ready = root / "standalone.ready"
-    with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(root / "standalone")],
-                       ready) as (proc, _port):
+    with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(root / "standalone"),
+                        *(arg for setting in settings for arg in ("--set", setting))], ready) as (proc, _port):
         bootstrap = f"127.0.0.1:{read_ready_file(str(ready))[1]}"
         print(f"standalone broker pid {proc.pid}, {bootstrap}; {messages:,} messages of {size} B", flush=True)
         create_topic(bootstrap, "eos", 1)
@@ -147,11 +150,13 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200, help="value bytes")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per mode (median)")
     parser.add_argument("--no-rf3", action="store_true", help="skip the 3-broker ZooKeeper cluster")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the standalone broker (trikafka serve --set), repeatable")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     root = Path(tempfile.mkdtemp(prefix="trikafka-eos-bench-"))
     try:
-        standalone(root, args.messages, args.size, args.rounds)
+        standalone(root, args.messages, args.size, args.rounds, args.set)
         if not args.no_rf3:
             replicated(root, args.messages // 2, args.size, args.rounds)
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import trio
+import trio.testing
 from kio.schema.errors import ErrorCode
 
 from tests.helpers.broker_testing import make_config
@@ -135,4 +136,80 @@ async def test_an_id_unused_past_its_expiration_is_removed_and_comes_back_as_a_n
     # A coordinator loading the partition reads the tombstone: the removed id's first state is gone.
     reloaded = await start_coordinator(nursery, broker, RecordingMarkers())
     assert (await state_of(reloaded, "idle")).producer_id == new_pid
+    broker.shutdown()
+
+
+class GatedMarkers(RecordingMarkers):
+    """Markers written only once ``release`` is set (never, if it is not); ``asked`` is set at the
+    first call, when the decision is committed and its markers are under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = trio.Event()
+        self.release = trio.Event()
+
+    async def write_markers(self, producer_id, producer_epoch, commit, coordinator_epoch, partitions):
+        self.asked.set()
+        await self.release.wait()
+        return await super().write_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
+
+
+async def committed_with_markers_held(coordinator: TransactionCoordinator, markers: GatedMarkers, tid: str):
+    """A producer of ``tid`` whose transaction on OUT[0] is in PrepareCommit, its markers held."""
+    _, pid, epoch = await coordinator.init_producer_id(tid, 60_000)
+    assert await coordinator.add_partitions(tid, pid, epoch, OUT[:1]) == ErrorCode.none
+    assert await coordinator.end_transaction(tid, pid, epoch, True) == ErrorCode.none
+    await markers.asked.wait()
+    assert (await state_of(coordinator, tid)).state == TxnState.PREPARE_COMMIT
+    return pid, epoch
+
+
+async def test_requests_during_prepare_commit_wait_for_the_complete_commit(nursery, tmp_path):
+    """§19.5.3's wait: the next transaction's AddPartitionsToTxn, and a retried EndTxn, sent while the
+    markers are written are answered NONE once CompleteCommit is written, not CONCURRENT_TRANSACTIONS."""
+    broker = await nursery.start(serve, make_config(tmp_path, kafka_port=0, transaction_state_log_num_partitions=3))
+    markers = GatedMarkers()
+    coordinator = await start_coordinator(nursery, broker, markers)
+    pid, epoch = await committed_with_markers_held(coordinator, markers, "tx")
+    answers: dict[str, ErrorCode] = {}
+
+    async def ask(name, request) -> None:
+        answers[name] = await request()
+
+    async with trio.open_nursery() as requests:
+        requests.start_soon(ask, "add", lambda: coordinator.add_partitions("tx", pid, epoch, OUT[1:]))
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == {}  # held while the markers are written
+        assert (await state_of(coordinator, "tx")).state == TxnState.PREPARE_COMMIT
+        markers.release.set()
+    assert answers == {"add": ErrorCode.none}
+    value = await state_of(coordinator, "tx")
+    assert (value.state, value.partitions) == (TxnState.ONGOING, tuple(OUT[1:]))  # the next transaction
+
+    markers.asked, markers.release = trio.Event(), trio.Event()
+    assert await coordinator.end_transaction("tx", pid, epoch, True) == ErrorCode.none
+    await markers.asked.wait()
+    async with trio.open_nursery() as requests:
+        requests.start_soon(ask, "end again", lambda: coordinator.end_transaction("tx", pid, epoch, True))
+        await trio.testing.wait_all_tasks_blocked()
+        assert "end again" not in answers
+        markers.release.set()
+    assert answers["end again"] == ErrorCode.none  # a retry of the decision, answered once it is complete
+    assert (await state_of(coordinator, "tx")).state == TxnState.COMPLETE_COMMIT
+    broker.shutdown()
+
+
+async def test_a_completion_that_does_not_come_answers_concurrent_transactions_after_the_bound(nursery, tmp_path):
+    """§19.5.3: the wait is bounded by transaction.completion.wait.ms; then CONCURRENT_TRANSACTIONS, as Kafka."""
+    broker = await nursery.start(serve, make_config(tmp_path, kafka_port=0, transaction_state_log_num_partitions=3,
+                                                    transaction_completion_wait_ms=50))
+    markers = GatedMarkers()  # never released: the markers are never written
+    coordinator = await start_coordinator(nursery, broker, markers)
+    pid, epoch = await committed_with_markers_held(coordinator, markers, "stuck")
+    assert await coordinator.add_partitions("stuck", pid, epoch, OUT[1:]) == ErrorCode.concurrent_transactions
+    assert (await coordinator.init_producer_id("stuck", 60_000))[0] == ErrorCode.concurrent_transactions
+    assert await coordinator.end_transaction("stuck", pid, epoch, True) == ErrorCode.concurrent_transactions
+    # Another producer id is answered at once, whatever is under way.
+    assert await coordinator.add_partitions("stuck", pid + 1, epoch, OUT[1:]) == ErrorCode.invalid_producer_id_mapping
+    assert (await state_of(coordinator, "stuck")).state == TxnState.PREPARE_COMMIT
     broker.shutdown()

@@ -157,6 +157,21 @@ def test_only_a_prepared_transaction_completes(state: TxnState):
         machine.complete(at(state), NOW)
 
 
+def test_only_concurrent_transactions_with_something_under_way_waits():
+    """§19.5.3's wait: a request in Prepare* (or during a write) waits while the markers (or the write)
+    are under way; nothing else waits, and nothing waits when nothing will change the id."""
+    in_prepare = machine.add_partitions(at(S.PREPARE_COMMIT), False, PID, EPOCH, [P2], NOW)
+    assert in_prepare == E.concurrent_transactions
+    assert machine.waits(in_prepare, under_way=True) and not machine.waits(in_prepare, under_way=False)
+    assert machine.waits(machine.end_transaction(at(S.PREPARE_COMMIT), False, PID, EPOCH, True, NOW), True)
+    fenced = machine.add_partitions(at(S.PREPARE_COMMIT), False, PID, EPOCH - 1, [P2], NOW)
+    assert not machine.waits(fenced, under_way=True)
+    # InitProducerId of an Ongoing id writes its abort and answers CONCURRENT_TRANSACTIONS: no wait.
+    abort = machine.init_producer_id(at(S.ONGOING), False, TIMEOUT, NOW, None)
+    assert isinstance(abort, Write) and abort.answer == E.concurrent_transactions
+    assert not machine.waits(abort, under_way=True)
+
+
 def test_an_expired_transaction_is_aborted_with_the_epoch_bumped():
     ongoing = at(S.ONGOING, (P1,), NOW)
     assert machine.deadline_ms(ongoing) == NOW + TIMEOUT

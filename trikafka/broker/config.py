@@ -155,6 +155,9 @@ class BrokerConfig:
     # this long on a partition, with no open transaction there, leaves its state; how often that is checked.
     producer_id_expiration_ms: int = 86400000  # producer.id.expiration.ms: 1 day
     producer_id_expiration_check_interval_ms: int = 600000  # producer.id.expiration.check.interval.ms: 10 min
+    # trikafka's own: how long a request the coordinator would answer CONCURRENT_TRANSACTIONS waits for
+    # the id's write in flight or Complete* (§19.5.3); 0: answered at once, as Kafka does.
+    transaction_completion_wait_ms: int = 5000
     # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
@@ -272,6 +275,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1,
         "transactional_id_expiration_ms": 1, "transaction_remove_expired_transaction_cleanup_interval_ms": 1,
         "producer_id_expiration_ms": 1, "producer_id_expiration_check_interval_ms": 1,
+        "transaction_completion_wait_ms": 0,
         "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
         "connection_failed_authentication_delay_ms": 0,
     }

@@ -14,8 +14,11 @@ producer state again from those batches, as a recovering log does (``ProducerSta
 by the real ``machine`` on the real ``TxnPartition``; a ``Write`` is appended as real
 ``__transaction_state`` records to a ``ReplicatedLog`` and applied only once committed; a committed
 PrepareCommit/PrepareAbort starts its markers (real ``build_marker`` batches, as
-``broker/kafka/markers.py`` writes them) and then the Complete* write.  A coordinator built after a
-failover loads the committed records alone and resumes what they left undecided (§19.5.6).
+``broker/kafka/markers.py`` writes them) and then the Complete* write.  A request the machine answers
+CONCURRENT_TRANSACTIONS while a write of its id or its markers are under way waits for their end and
+is decided again, up to ``COMPLETION_WAIT_MS`` (§19.5.3).  A coordinator built after a failover loads
+the committed records alone and resumes what they left undecided (§19.5.6); the requests that waited
+on the one that died are never answered, as a killed broker's are not.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.broker.kafka.errors import BATCH_TO_KAFKA
 from trikafka.broker.kafka.transactions import machine
-from trikafka.broker.kafka.transactions.machine import Write
+from trikafka.broker.kafka.transactions.machine import Outcome, Write
 from trikafka.broker.kafka.transactions.state import TxnPartition
 from trikafka.kafka.batch import CONTROL, BatchError, BatchHeader, assign_offsets, walk_headers
 from trikafka.kafka.markers import build_marker
@@ -43,6 +46,8 @@ Acked = Callable[[ErrorCode, int], None]  # (error, base offset) once the in-syn
 Answer = Callable[[ErrorCode], None]
 MARKER_RETRY_MS = 300  # between two rounds of markers for the partitions that failed (MARKER_RETRY_S)
 EXPIRE_EVERY_MS = 500  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+# transaction.completion.wait.ms: below the clients' request timeout, as the real 5 s is below theirs.
+COMPLETION_WAIT_MS = 1000
 
 
 class ClusterWorld(Protocol):
@@ -176,6 +181,7 @@ class SimTxnCoordinator:
         self.loaded = False
         self.alive = True
         self._completing: set[str] = set()
+        self._waiting: dict[str, list[Callable[[], None]]] = {}  # id -> the requests deciding again at its change
 
     def load(self) -> int:
         """Apply the committed records, then finish what they left undecided (§19.5.6)."""
@@ -205,6 +211,7 @@ class SimTxnCoordinator:
             if machine.needs_markers(write.value):
                 self._start_completion(tid)
             answer(write.answer)
+            self._changed(tid)
 
         self.log.append_encoded([(encode_key(TxnKey(tid)), encode_value(write.value))], self.world, written)
 
@@ -236,6 +243,7 @@ class SimTxnCoordinator:
         value = self.part.value(tid)
         if value is None or not machine.needs_markers(value) or not self.alive:
             self._completing.discard(tid)
+            self._changed(tid)
             return
         todo = list(value.partitions) if remaining is None else remaining
 
@@ -259,31 +267,71 @@ class SimTxnCoordinator:
             self._commit(tid, write, _ignore)
         self.world.at(self.world.now_ms + EXPIRE_EVERY_MS, self._expire)
 
+    # ----------------------------------------------------------------- waiting for an id (§19.5.3)
+
+    def _changed(self, tid: str) -> None:
+        """A write of ``tid`` or its completion ended: its waiting requests are decided again."""
+        for attempt in self._waiting.pop(tid, []):
+            attempt()
+
+    def _decide(self, tid: str, decide: Callable[[], Outcome], act: Callable[[Outcome], None]) -> None:
+        """``act`` on ``decide``'s outcome, once it is not a CONCURRENT_TRANSACTIONS that a write or the
+        markers under way may change, or once ``COMPLETION_WAIT_MS`` have passed (coordinator._decide)."""
+        deadline_ms = self.world.now_ms + COMPLETION_WAIT_MS
+        answered = False
+
+        def attempt() -> None:
+            nonlocal answered
+            if answered or not self.alive:
+                return
+            outcome = decide()
+            if machine.waits(outcome, tid in self.part.writing or tid in self._completing) \
+                    and self.world.now_ms < deadline_ms:
+                self._waiting.setdefault(tid, []).append(attempt)
+                return
+            answered = True
+            act(outcome)
+
+        attempt()
+        if not answered:
+            self.world.at(deadline_ms, attempt)
+
     # ----------------------------------------------------------------- requests (§19.5.4)
 
     def init_producer_id(self, tid: str, timeout_ms: int, reply: Callable[[ErrorCode, int, int], None]) -> None:
-        current = self.part.value(tid)
-        fresh = self.world.new_producer_id() if machine.needs_new_producer_id(current) else None
-        outcome = machine.init_producer_id(current, tid in self.part.writing, timeout_ms, self.world.wall_ms(), fresh)
-        if isinstance(outcome, ErrorCode):
-            reply(outcome, -1, -1)
-            return
-        value = outcome.value
-        self._commit(tid, outcome, lambda error: reply(error, value.producer_id, value.producer_epoch)
-                     if error == ErrorCode.none else reply(error, -1, -1))
+        fresh: int | None = None
+
+        def decide() -> Outcome:
+            nonlocal fresh
+            current = self.part.value(tid)
+            if fresh is None and machine.needs_new_producer_id(current):
+                fresh = self.world.new_producer_id()
+            return machine.init_producer_id(current, tid in self.part.writing, timeout_ms, self.world.wall_ms(),
+                                            fresh)
+
+        def act(outcome: Outcome) -> None:
+            if isinstance(outcome, ErrorCode):
+                reply(outcome, -1, -1)
+                return
+            value = outcome.value
+            self._commit(tid, outcome, lambda error: reply(error, value.producer_id, value.producer_epoch)
+                         if error == ErrorCode.none else reply(error, -1, -1))
+
+        self._decide(tid, decide, act)
 
     def add_partitions(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
                        reply: Answer) -> None:
-        outcome = machine.add_partitions(self.part.value(tid), tid in self.part.writing, producer_id, producer_epoch,
-                                         partitions, self.world.wall_ms())
-        if isinstance(outcome, ErrorCode):
-            reply(outcome)
-        else:
-            self._commit(tid, outcome, reply)
+        self._decide(tid, lambda: machine.add_partitions(self.part.value(tid), tid in self.part.writing, producer_id,
+                                                         producer_epoch, partitions, self.world.wall_ms()),
+                     lambda outcome: self._act(tid, outcome, reply))
 
     def end_transaction(self, tid: str, producer_id: int, producer_epoch: int, commit: bool, reply: Answer) -> None:
-        outcome = machine.end_transaction(self.part.value(tid), tid in self.part.writing, producer_id,
-                                          producer_epoch, commit, self.world.wall_ms())
+        self._decide(tid, lambda: machine.end_transaction(self.part.value(tid), tid in self.part.writing, producer_id,
+                                                          producer_epoch, commit, self.world.wall_ms()),
+                     lambda outcome: self._act(tid, outcome, reply))
+
+    def _act(self, tid: str, outcome: Outcome, reply: Answer) -> None:
+        """Answer an error at once, or commit a write and answer once it is committed."""
         if isinstance(outcome, ErrorCode):
             reply(outcome)
         else:

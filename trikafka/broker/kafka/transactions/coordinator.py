@@ -7,12 +7,19 @@ changes or the client hears of it.  A committed decision (PrepareCommit,
 PrepareAbort) starts a task that writes its markers through the
 ``TransactionMarkers`` seam, retrying the partitions that fail, and then
 writes the Complete* state.  One task aborts expired transactions.
+
+A request the machine answers CONCURRENT_TRANSACTIONS while something under
+way will change its id (a write of the id in flight, its markers being
+written) waits for that change and is decided again, up to
+``transaction.completion.wait.ms`` (§19.5.3); each id's change is one
+``trio.Event`` here, set when a write of the id ends, when its completion task
+ends, and when its partition is dropped.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, Iterable, Sequence
+from typing import Awaitable, Callable, Iterable
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -26,7 +33,7 @@ from ..context import KafkaContext, TransactionMarkers
 from ..groups.store import read_records
 from ..partition_loads import PartitionLoads
 from . import machine
-from .machine import Write
+from .machine import Outcome, Write
 from .placement import transaction_partition, transaction_topic
 from .state import TxnPartition
 
@@ -46,9 +53,11 @@ class TransactionCoordinator:
         self._new_producer_id = new_producer_id
         self.topic = transaction_topic(service)
         self.loads: PartitionLoads[TxnPartition] = PartitionLoads(service, TRANSACTION_STATE_TOPIC, self._load,
-                                                                  on_loaded=self._resume)
+                                                                  on_loaded=self._resume, on_drop=self._dropped)
         self._nursery: trio.Nursery | None = None
         self._completing: set[tuple[int, str]] = set()  # (partition, id) whose markers a task writes
+        # (partition, id) -> set at the id's next change; only ids a request waits on have one.
+        self._changes: dict[tuple[int, str], trio.Event] = {}
 
     def start(self, nursery: trio.Nursery) -> None:
         """Loads, marker tasks and the timeout check run in ``nursery`` (the listener's)."""
@@ -123,12 +132,12 @@ class TransactionCoordinator:
         part.writing.add(tid)
         try:
             written = await self.topic.write(part.index, [(encode_key(TxnKey(tid)), encode_value(value))])
+            if not isinstance(written, ErrorCode):
+                part.apply(TxnKey(tid), value)
         finally:
             part.writing.discard(tid)
-        if isinstance(written, ErrorCode):
-            return written
-        part.apply(TxnKey(tid), value)
-        return ErrorCode.none
+            self._changed(part.index, tid)
+        return written if isinstance(written, ErrorCode) else ErrorCode.none
 
     def _start_completion(self, part: TxnPartition, tid: str) -> None:
         if self._nursery is not None and (part.index, tid) not in self._completing:
@@ -162,6 +171,7 @@ class TransactionCoordinator:
                 await trio.sleep(MARKER_RETRY_S)
         finally:
             self._completing.discard((part.index, tid))
+            self._changed(part.index, tid)
 
     async def _abort_expired_periodically(self) -> None:
         interval_s = self._service.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / MS_PER_S
@@ -201,18 +211,62 @@ class TransactionCoordinator:
                                 write.value.producer_epoch)
         return aborted
 
+    # ----------------------------------------------------------------- waiting for an id (§19.5.3)
+
+    def _changed(self, index: int, tid: str) -> None:
+        """Wake the requests waiting on ``tid``: a write of it ended, or its completion task did."""
+        event = self._changes.pop((index, tid), None)
+        if event is not None:
+            event.set()
+
+    def _dropped(self, part: TxnPartition) -> None:
+        """This broker no longer coordinates ``part``: its waiting requests are decided again (and
+        answer what a request arriving now answers, NOT_COORDINATOR or a load's error)."""
+        for key in [key for key in self._changes if key[0] == part.index]:
+            self._changed(*key)
+
+    def _under_way(self, part: TxnPartition, tid: str) -> bool:
+        """Whether something here will change ``tid``: a write of it in flight, or its markers."""
+        return tid in part.writing or (part.index, tid) in self._completing
+
+    async def _decide(self, tid: str, decide: Callable[[TxnPartition], Awaitable[Outcome]]
+                      ) -> tuple[TxnPartition, Outcome] | ErrorCode:
+        """The id's loaded partition and ``decide``'s outcome on it; while that is CONCURRENT_TRANSACTIONS
+        and something under way will change the id, wait for the change and decide again, up to
+        ``transaction.completion.wait.ms`` from now (§19.5.3).  An ErrorCode: the partition's error."""
+        deadline = trio.current_time() + self._service.config.transaction_completion_wait_ms / MS_PER_S
+        while True:
+            part = await self.partition_of(tid)
+            if isinstance(part, ErrorCode):
+                return part
+            outcome = await decide(part)
+            if not machine.waits(outcome, self._under_way(part, tid)):
+                return part, outcome
+            change = self._changes.setdefault((part.index, tid), trio.Event())
+            with trio.move_on_at(deadline):
+                await change.wait()
+                continue
+            return part, outcome
+
     # ----------------------------------------------------------------- requests (§19.5.4)
 
     async def init_producer_id(self, tid: str, timeout_ms: int,
                                expected: tuple[int, int] | None = None) -> tuple[ErrorCode, int, int]:
         """InitProducerId with a transactional id: (error, producer id, epoch)."""
-        part = await self.partition_of(tid)
-        if isinstance(part, ErrorCode):
-            return part, -1, -1
-        current = part.value(tid)
-        fresh = await self._new_producer_id() if machine.needs_new_producer_id(current) else None
-        outcome = machine.init_producer_id(current, tid in part.writing, timeout_ms, self._service.clock_ms(),
-                                           fresh, expected, self._service.config.transaction_max_timeout_ms)
+        fresh: int | None = None
+
+        async def decide(part: TxnPartition) -> Outcome:
+            nonlocal fresh
+            if fresh is None and machine.needs_new_producer_id(part.value(tid)):
+                fresh = await self._new_producer_id()
+            return machine.init_producer_id(part.value(tid), tid in part.writing, timeout_ms,
+                                            self._service.clock_ms(), fresh, expected,
+                                            self._service.config.transaction_max_timeout_ms)
+
+        decided = await self._decide(tid, decide)
+        if isinstance(decided, ErrorCode):
+            return decided, -1, -1
+        part, outcome = decided
         if isinstance(outcome, ErrorCode):
             return outcome, -1, -1
         error = await self._commit(part, tid, outcome)
@@ -223,20 +277,28 @@ class TransactionCoordinator:
     async def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[tuple[str, int]]) -> ErrorCode:
         """AddPartitionsToTxn (and AddOffsetsToTxn with the group's ``__consumer_offsets`` partition)."""
-        part = await self.partition_of(tid)
-        if isinstance(part, ErrorCode):
-            return part
-        outcome = machine.add_partitions(part.value(tid), tid in part.writing, producer_id, producer_epoch,
-                                         partitions, self._service.clock_ms())
-        return outcome if isinstance(outcome, ErrorCode) else await self._commit(part, tid, outcome)
+        asked = list(partitions)
+
+        async def decide(part: TxnPartition) -> Outcome:
+            return machine.add_partitions(part.value(tid), tid in part.writing, producer_id, producer_epoch,
+                                          asked, self._service.clock_ms())
+
+        return await self._answer(tid, decide)
 
     async def end_transaction(self, tid: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
         """EndTxn: the decision, answered once written; the markers follow (§19.5.3)."""
-        part = await self.partition_of(tid)
-        if isinstance(part, ErrorCode):
-            return part
-        outcome = machine.end_transaction(part.value(tid), tid in part.writing, producer_id, producer_epoch, commit,
-                                          self._service.clock_ms())
+        async def decide(part: TxnPartition) -> Outcome:
+            return machine.end_transaction(part.value(tid), tid in part.writing, producer_id, producer_epoch,
+                                           commit, self._service.clock_ms())
+
+        return await self._answer(tid, decide)
+
+    async def _answer(self, tid: str, decide: Callable[[TxnPartition], Awaitable[Outcome]]) -> ErrorCode:
+        """The error a request answers: ``decide``'s (after ``_decide``'s wait), or its write's."""
+        decided = await self._decide(tid, decide)
+        if isinstance(decided, ErrorCode):
+            return decided
+        part, outcome = decided
         return outcome if isinstance(outcome, ErrorCode) else await self._commit(part, tid, outcome)
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,

@@ -145,6 +145,13 @@ def end_transaction(current: TxnValue | None, writing: bool, producer_id: int, p
     return ErrorCode.invalid_txn_state
 
 
+def waits(outcome: Outcome, under_way: bool) -> bool:
+    """Whether a request decided ``outcome`` waits for its id's next change and is decided again
+    instead of being answered (§19.5.3): CONCURRENT_TRANSACTIONS while something ``under_way`` (a
+    write of the id, its markers) will change the id."""
+    return isinstance(outcome, ErrorCode) and outcome == ErrorCode.concurrent_transactions and under_way
+
+
 def complete(current: TxnValue, now_ms: int) -> TxnValue:
     """The value that ends a decided transaction once all its markers are written (§19.5.3)."""
     if current.state not in PREPARED:
