@@ -23,10 +23,10 @@ def _store(**passwords: str) -> dict[tuple[str, SaslMechanism], ScramCredential]
 
 def _vector_lookup(hash_name: str, salt_b64: str):
     """The credential of RFC 5802/7677's user "user" with password "pencil"."""
-    from trikafka.kafka.sasl import _keys  # the one derivation of the keys, shared with the server
+    from trikafka.kafka.sasl import scram_keys  # the one derivation of the keys, shared with the server
 
     salt = base64.b64decode(salt_b64)
-    _client, stored, server = _keys(hash_name, salted_password(hash_name, "pencil", salt, 4096))
+    _client, stored, server = scram_keys(hash_name, salted_password(hash_name, "pencil", salt, 4096))
     credential = ScramCredential(salt, 4096, stored, server)
     return lambda user, mechanism: credential if user == "user" else None
 

@@ -19,8 +19,8 @@ from typing import Any, Mapping, Protocol
 
 import trio
 
-from trikafka.kafka.sasl import (MIN_ITERATIONS, SCRAM_MECHANISMS, SaslMechanism, ScramCredential, check_user_name,
-                                 scram_credential)
+from trikafka.kafka.sasl import (MIN_ITERATIONS, SCRAM_MECHANISMS, SaslMechanism, ScramCredential, b64,
+                                 check_user_name, scram_credential)
 from trikafka.log.fs import OsFileSystem
 from trikafka.log.names import USERS_FILE
 from trikafka.zk import paths
@@ -49,8 +49,8 @@ def new_record(password: str, iterations: int = MIN_ITERATIONS) -> UserRecord:
 def _record_json(record: UserRecord) -> dict[str, Any]:  # Any: JSON values
     out: dict[str, Any] = {"version": RECORD_VERSION}
     for mechanism, c in record.items():
-        out[mechanism.value] = {"salt": _b64(c.salt), "iterations": c.iterations,
-                                "stored_key": _b64(c.stored_key), "server_key": _b64(c.server_key)}
+        out[mechanism.value] = {"salt": b64(c.salt), "iterations": c.iterations,
+                                "stored_key": b64(c.stored_key), "server_key": b64(c.server_key)}
     return out
 
 
@@ -85,10 +85,6 @@ def decode_record(data: bytes) -> UserRecord:
         return _record_from_json(json.loads(data))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CredentialError(f"credential record is not JSON: {exc}") from None
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def lookup_in(users: Mapping[str, UserRecord], user: str, mechanism: SaslMechanism) -> ScramCredential | None:

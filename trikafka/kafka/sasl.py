@@ -90,35 +90,37 @@ def salted_password(hash_name: str, password: str, salt: bytes, iterations: int)
     return hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
 
 
-def _hmac(hash_name: str, key: bytes, message: bytes) -> bytes:
+def scram_hmac(hash_name: str, key: bytes, message: bytes) -> bytes:
+    """RFC 5802's HMAC(key, message) with the mechanism's hash."""
     return hmac.new(key, message, hash_name).digest()
 
 
-def _keys(hash_name: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
+def scram_keys(hash_name: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
     """(ClientKey, StoredKey, ServerKey) of a SaltedPassword."""
-    client_key = _hmac(hash_name, salted, b"Client Key")
-    return client_key, hashlib.new(hash_name, client_key).digest(), _hmac(hash_name, salted, b"Server Key")
+    client_key = scram_hmac(hash_name, salted, b"Client Key")
+    return client_key, hashlib.new(hash_name, client_key).digest(), scram_hmac(hash_name, salted, b"Server Key")
 
 
 def scram_credential(mechanism: SaslMechanism, password: str, *, salt: bytes | None = None,
                      iterations: int = MIN_ITERATIONS) -> ScramCredential:
     """The stored record of ``password`` for a SCRAM ``mechanism`` (a fresh random salt unless given)."""
-    hash_name = _scram_hash(mechanism)
+    hash_name = scram_hash(mechanism)
     if iterations < MIN_ITERATIONS:
         raise ValueError(f"iterations {iterations} below the minimum {MIN_ITERATIONS}")
     salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
-    _client_key, stored_key, server_key = _keys(hash_name, salted_password(hash_name, password, salt, iterations))
+    _client_key, stored_key, server_key = scram_keys(hash_name, salted_password(hash_name, password, salt, iterations))
     return ScramCredential(salt, iterations, stored_key, server_key)
 
 
 def check_password(mechanism: SaslMechanism, credential: ScramCredential, password: str) -> bool:
     """Whether ``password`` derives ``credential``'s StoredKey (constant-time compare; PBKDF2 work)."""
-    hash_name = _scram_hash(mechanism)
+    hash_name = scram_hash(mechanism)
     salted = salted_password(hash_name, password, credential.salt, credential.iterations)
-    return hmac.compare_digest(_keys(hash_name, salted)[1], credential.stored_key)
+    return hmac.compare_digest(scram_keys(hash_name, salted)[1], credential.stored_key)
 
 
-def _scram_hash(mechanism: SaslMechanism) -> str:
+def scram_hash(mechanism: SaslMechanism) -> str:
+    """The hashlib name of a SCRAM ``mechanism``'s hash; ValueError for a mechanism that is not SCRAM."""
     if mechanism.hash_name is None:
         raise ValueError(f"{mechanism.value} is not a SCRAM mechanism")
     return mechanism.hash_name
@@ -137,7 +139,7 @@ def check_user_name(name: str) -> str:
 # ----------------------------------------------------------------- SCRAM messages
 
 
-def _attributes(message: str, what: str) -> list[tuple[str, str]]:
+def scram_attributes(message: str, what: str) -> list[tuple[str, str]]:
     """``a=value`` parts of a SCRAM message, in order; SaslFailed when one is not of that form."""
     parts = []
     for part in message.split(","):
@@ -163,29 +165,34 @@ def _decode_sasl_name(text: str) -> str:
     return "".join(out)
 
 
-def _encode_sasl_name(name: str) -> str:
+def encode_sasl_name(name: str) -> str:
+    """RFC 5802's saslname of ``name``: ``=`` as ``=3D``, ``,`` as ``=2C``."""
     return name.replace("=", "=3D").replace(",", "=2C")
 
 
-def _text(token: bytes, what: str) -> str:
+def scram_text(token: bytes, what: str) -> str:
+    """A SCRAM token as text; SaslFailed naming ``what`` when it is not UTF-8."""
     try:
         return token.decode("utf-8")
     except UnicodeDecodeError:
         raise SaslFailed(f"malformed SCRAM {what}: not UTF-8") from None
 
 
-def _b64decode(text: str, what: str) -> bytes:
+def scram_b64decode(text: str, what: str) -> bytes:
+    """Strict base64 of a SCRAM attribute; SaslFailed naming ``what`` when it is not base64."""
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise SaslFailed(f"malformed SCRAM {what}: not base64") from None
 
 
-def _b64(data: bytes) -> str:
+def b64(data: bytes) -> str:
+    """``data`` as base64 text (SCRAM attributes, the credential store's records)."""
     return base64.b64encode(data).decode("ascii")
 
 
-def _new_nonce() -> str:
+def new_nonce() -> str:
+    """A fresh random SCRAM nonce."""
     return secrets.token_urlsafe(_NONCE_BYTES)  # printable, no ','
 
 
@@ -211,9 +218,9 @@ class ScramServer:
                  server_nonce: str | None = None):
         self.mechanism = mechanism
         self.user: str | None = None
-        self._hash = hash_name or _scram_hash(mechanism)
+        self._hash = hash_name or scram_hash(mechanism)
         self._lookup = lookup
-        self._server_nonce = server_nonce or _new_nonce()
+        self._server_nonce = server_nonce or new_nonce()
         self._state = "first"
         self._candidate = ""
         self._credential: ScramCredential | None = None
@@ -224,11 +231,11 @@ class ScramServer:
     def step(self, token: bytes) -> bytes:
         state, self._state = self._state, "failed"  # an exception below leaves the exchange failed
         if state == "first":
-            answer = self._client_first(_text(token, "client-first message"))
+            answer = self._client_first(scram_text(token, "client-first message"))
             self._state = "final"
             return answer
         if state == "final":
-            answer = self._client_final(_text(token, "client-final message"))
+            answer = self._client_final(scram_text(token, "client-final message"))
             self._state = "done"
             return answer
         raise SaslFailed(f"SCRAM exchange already {'complete' if state == 'done' else 'failed'}")
@@ -247,7 +254,7 @@ class ScramServer:
             raise SaslFailed(f"malformed SCRAM client-first message: GS2 flag {flag[:8]!r}")
         if authzid and not authzid.startswith("a="):
             raise SaslFailed("malformed SCRAM client-first message: bad authzid")
-        attributes = _attributes(bare, "client-first message")
+        attributes = scram_attributes(bare, "client-first message")
         if [name for name, _ in attributes[:2]] != ["n", "r"]:
             raise SaslFailed("malformed SCRAM client-first message: expected n= then r=")
         if len(attributes) > 2:
@@ -264,7 +271,7 @@ class ScramServer:
         self._candidate, self._credential = user, credential
         self._gs2_header = f"{flag},{authzid},"
         self._nonce = client_nonce + self._server_nonce
-        server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
+        server_first = f"r={self._nonce},s={b64(credential.salt)},i={credential.iterations}"
         self._auth_prefix = f"{bare},{server_first}"
         return server_first.encode()
 
@@ -279,25 +286,25 @@ class ScramServer:
         without_proof, sep, proof_text = message.rpartition(",p=")
         if not sep:
             raise SaslFailed("malformed SCRAM client-final message: no proof")
-        attributes = _attributes(without_proof, "client-final message")
+        attributes = scram_attributes(without_proof, "client-final message")
         if [name for name, _ in attributes] != ["c", "r"]:
             raise SaslFailed("malformed SCRAM client-final message: expected c=, r=, p=")
-        if _b64decode(attributes[0][1], "channel binding") != self._gs2_header.encode():
+        if scram_b64decode(attributes[0][1], "channel binding") != self._gs2_header.encode():
             raise SaslFailed("SCRAM channel binding differs from the client-first message's GS2 header")
         if not self._nonce_matches(attributes[1][1]):
             raise SaslFailed("SCRAM nonce is not this exchange's")
-        proof = _b64decode(proof_text, "proof")
+        proof = scram_b64decode(proof_text, "proof")
         credential = self._credential
         assert credential is not None  # set by the client-first step
         auth_message = f"{self._auth_prefix},{without_proof}".encode()
-        signature = _hmac(self._hash, credential.stored_key, auth_message)
+        signature = scram_hmac(self._hash, credential.stored_key, auth_message)
         if len(proof) != len(signature):
             raise self._failed_credentials()
         client_key = bytes(a ^ b for a, b in zip(proof, signature))
         if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(), credential.stored_key):
             raise self._failed_credentials()
         self.user = self._candidate
-        return f"v={_b64(_hmac(self._hash, credential.server_key, auth_message))}".encode()
+        return f"v={b64(scram_hmac(self._hash, credential.server_key, auth_message))}".encode()
 
 
 class PlainServer:

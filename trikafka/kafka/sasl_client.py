@@ -14,8 +14,8 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .sasl import (MIN_ITERATIONS, SaslFailed, SaslMechanism, _attributes, _b64, _b64decode, _encode_sasl_name, _hmac,
-                   _keys, _new_nonce, _scram_hash, _text, salted_password)
+from .sasl import (MIN_ITERATIONS, SaslFailed, SaslMechanism, b64, encode_sasl_name, new_nonce, salted_password,
+                   scram_attributes, scram_b64decode, scram_hash, scram_hmac, scram_keys, scram_text)
 
 @dataclass(frozen=True)
 class SaslLogin:
@@ -70,9 +70,9 @@ class ScramClient:
     def __init__(self, mechanism: SaslMechanism, user: str, password: str, *, hash_name: str | None = None,
                  client_nonce: str | None = None):
         self.mechanism = mechanism
-        self._hash = hash_name or _scram_hash(mechanism)
+        self._hash = hash_name or scram_hash(mechanism)
         self._password = password
-        self._bare = f"n={_encode_sasl_name(user)},r={client_nonce or _new_nonce()}"
+        self._bare = f"n={encode_sasl_name(user)},r={client_nonce or new_nonce()}"
         self._client_nonce = self._bare.rpartition(",r=")[2]
         self._server_signature = b""
         self._finals_sent = False
@@ -88,8 +88,8 @@ class ScramClient:
         return None
 
     def final(self, server_first: bytes) -> bytes:
-        message = _text(server_first, "server-first message")
-        attributes = dict(_attributes(message, "server-first message"))
+        message = scram_text(server_first, "server-first message")
+        attributes = dict(scram_attributes(message, "server-first message"))
         try:
             nonce, salt_text, iterations = attributes["r"], attributes["s"], int(attributes["i"])
         except (KeyError, ValueError):
@@ -98,21 +98,21 @@ class ScramClient:
             raise SaslFailed("SCRAM server nonce does not extend the client's")
         if iterations < MIN_ITERATIONS and self._hash != "sha1":
             raise SaslFailed(f"SCRAM iterations {iterations} below {MIN_ITERATIONS}")
-        salted = salted_password(self._hash, self._password, _b64decode(salt_text, "salt"), iterations)
-        client_key, stored_key, server_key = _keys(self._hash, salted)
-        without_proof = f"c={_b64(b'n,,')},r={nonce}"
+        salted = salted_password(self._hash, self._password, scram_b64decode(salt_text, "salt"), iterations)
+        client_key, stored_key, server_key = scram_keys(self._hash, salted)
+        without_proof = f"c={b64(b'n,,')},r={nonce}"
         auth_message = f"{self._bare},{message},{without_proof}".encode()
-        signature = _hmac(self._hash, stored_key, auth_message)
-        self._server_signature = _hmac(self._hash, server_key, auth_message)
+        signature = scram_hmac(self._hash, stored_key, auth_message)
+        self._server_signature = scram_hmac(self._hash, server_key, auth_message)
         proof = bytes(a ^ b for a, b in zip(client_key, signature))
-        return f"{without_proof},p={_b64(proof)}".encode()
+        return f"{without_proof},p={b64(proof)}".encode()
 
     def verify(self, server_final: bytes) -> None:
-        message = _text(server_final, "server-final message")
-        attributes = dict(_attributes(message, "server-final message"))
+        message = scram_text(server_final, "server-final message")
+        attributes = dict(scram_attributes(message, "server-final message"))
         if "e" in attributes:
             raise SaslFailed(f"SCRAM server error: {attributes['e']}")
-        if not hmac.compare_digest(_b64decode(attributes.get("v", ""), "server signature"), self._server_signature):
+        if not hmac.compare_digest(scram_b64decode(attributes.get("v", ""), "server signature"), self._server_signature):
             raise SaslFailed("SCRAM server signature does not verify")
 
 
