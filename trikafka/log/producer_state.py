@@ -20,7 +20,7 @@ Invariants:
   (``record``) once they are written;
 * an entry's ``last_timestamp_ms`` is the ``maxTimestamp`` of the producer's
   last batch or marker in log order (-1 when none is known); ``remove_expired``
-  drops only entries without an open transaction (§19.2.1).
+  drops only entries without an open transaction (§19.2.1);
 * ``guards`` holds a verification guard (§19.5.7) only for a producer with no
   transaction open here at the guard's start; every transaction event of the
   producer clears it.  Guards are not derived from the log: a fold starts

@@ -15,7 +15,6 @@ from typing import Callable, Iterable
 import trio
 
 from ..seams import BrokerLog
-from .transactions.coordinator import MS_PER_S
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +22,9 @@ logger = logging.getLogger(__name__)
 class ProducerExpiry:
     """The periodic expiration pass over the logs ``logs()`` lists."""
 
-    def __init__(self, logs: Callable[[], Iterable[BrokerLog]], interval_ms: int):
+    def __init__(self, logs: Callable[[], Iterable[BrokerLog]], interval_s: float):
         self._logs = logs
-        self.interval_s = interval_ms / MS_PER_S
+        self.interval_s = interval_s
 
     def expire(self) -> int:
         """One pass over every log; how many producer states were dropped."""

@@ -138,7 +138,7 @@ class KafkaService:
         self.transactions: TransactionCoordination | None = self.coordinator
         self.verifier: TransactionVerifier | None = RoutedVerifier(self, self.coordinator)
         self.producer_expiry = ProducerExpiry(handler.directory.log_manager.logs,
-                                              config.producer_id_expiration_check_interval_ms)
+                                              config.producer_id_expiration_check_interval_ms / 1000)
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
         # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
