@@ -121,13 +121,11 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
     """ZooKeeper on ``port``, or on a free port for 0: a port ``free_port`` picks is free only when
     picked, so a server that exits at start (or does not serve) is stopped and started again on
     another pick, ``PORT_ATTEMPTS`` times in all."""
-    from trikafka.zk.server_setup import (PORT_ATTEMPTS, ZooKeeperConfig, build_command, find_classpath, find_java,
-                                          free_port)
+    from trikafka.zk.server_setup import ZooKeeperConfig, build_command, find_classpath, find_java, port_choices
 
     zk_dir = directory / "zookeeper"
     log_path = zk_dir / "zookeeper.log"
-    for attempt in range(1 if port else PORT_ATTEMPTS):
-        chosen = port or free_port()
+    for chosen, last in port_choices(port):
         command = build_command(ZooKeeperConfig(zk_dir, chosen).write(), find_classpath(), find_java(),
                                 die_with_parent=False)
         member = Member("zookeeper", _spawn(command, log_path, zk_dir), "127.0.0.1", chosen)
@@ -137,7 +135,7 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
         except LocalClusterError:
             if _alive(member):
                 os.kill(member.pid, signal.SIGKILL)
-            if port or attempt == PORT_ATTEMPTS - 1:
+            if last:
                 raise
     raise AssertionError("unreachable")
 

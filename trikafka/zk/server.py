@@ -35,7 +35,6 @@ from .server_setup import (
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_TICK_TIME_MS,
-    PORT_ATTEMPTS,
     PROBE_INTERVAL_S,
     ZooKeeperConfig,
     ZooKeeperStartError,
@@ -45,7 +44,7 @@ from .server_setup import (
     find_java,
     four_letter_word,
     four_letter_word_async,
-    free_port,
+    port_choices,
 )
 
 _LIVE_PIDS: set[int] = set()
@@ -112,17 +111,14 @@ class ZooKeeperProcess:
         """Launch and wait until the server serves.  Raises ZooKeeperStartError."""
         if self.running:
             raise RuntimeError(f"ZooKeeper already running (pid {self.pid})")
-        pick_port = self.port == 0
-        for attempt in range(PORT_ATTEMPTS if pick_port else 1):
-            if pick_port:
-                self.port = free_port(self.host)
+        for self.port, last in port_choices(self.port, self.host):
             self.spawn()
             try:
                 self._wait_ready_blocking()
                 return
             except ZooKeeperStartError:
                 self.stop()
-                if not pick_port or attempt == PORT_ATTEMPTS - 1:
+                if last:
                     raise
         raise AssertionError("unreachable")
 
@@ -255,18 +251,15 @@ async def run_zookeeper(
     server = ZooKeeperProcess(data_dir, port, host=host, tick_time_ms=tick_time_ms,
                               max_session_timeout_ms=max_session_timeout_ms,
                               ready_timeout_s=ready_timeout_s)
-    pick_port = port == 0
     try:
-        for attempt in range(PORT_ATTEMPTS if pick_port else 1):
-            if pick_port:
-                server.port = free_port(host)
+        for server.port, last in port_choices(port, host):
             server.spawn()  # on the Trio thread on purpose: see the module docstring
             try:
                 await server.wait_ready()
                 break
             except ZooKeeperStartError:
                 server.stop()
-                if not pick_port or attempt == PORT_ATTEMPTS - 1:
+                if last:
                     raise
         assert server.pid is not None and server.startup_s is not None
         task_status.started(ZooKeeperEndpoint(host, server.port, server.pid, server.data_dir,

@@ -11,6 +11,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import trio
 
@@ -91,6 +92,15 @@ def find_java() -> str:
 # Below the kernel's ephemeral range, from here up: ports no connection is given as its source port.
 _FIXED_PORTS_FROM = 10_000
 _EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def port_choices(port: int, host: str = "127.0.0.1") -> Iterator[tuple[int, bool]]:
+    """The ports to start a server on, each with whether it is the last try: ``port`` once, or for
+    0 a port ``free_port`` picks, up to ``PORT_ATTEMPTS`` times.  A picked port is free only when
+    picked, so a server that cannot start on it is stopped and started again on another pick."""
+    attempts = PORT_ATTEMPTS if port == 0 else 1
+    for attempt in range(attempts):
+        yield port or free_port(host), attempt == attempts - 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:
