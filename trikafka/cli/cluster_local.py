@@ -128,13 +128,14 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
     for chosen, last in port_choices(port):
         command = build_command(ZooKeeperConfig(zk_dir, chosen).write(), find_classpath(), find_java(),
                                 die_with_parent=False)
-        member = Member("zookeeper", _spawn(command, log_path, zk_dir), "127.0.0.1", chosen)
+        process = _spawn(command, log_path, zk_dir)
+        member = Member("zookeeper", process.pid, "127.0.0.1", chosen)
         try:
-            _wait_zookeeper(member, log_path)
+            _wait_zookeeper(member, process, log_path)
             return member
         except LocalClusterError:
-            if _alive(member):
-                os.kill(member.pid, signal.SIGKILL)
+            if process.poll() is None:
+                process.kill()
             if last:
                 raise
     raise AssertionError("unreachable")
@@ -152,12 +153,12 @@ def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planne
                "--broker-id", str(broker_id), "--port", str(planned.port), "--kafka-port", str(planned.kafka_port),
                "--log-dir", str(directory / name),
                "--ready-file", str(ready_file), *extra]
-    starting = Member(name, _spawn(command, directory / f"{name}.log", directory), "127.0.0.1", planned.port,
-                      planned.kafka_port)
+    process = _spawn(command, directory / f"{name}.log", directory)
+    starting = Member(name, process.pid, "127.0.0.1", planned.port, planned.kafka_port)
     members = list(cluster.brokers)
     members[broker_id] = starting
     LocalCluster(directory, cluster.zookeeper, tuple(members)).save()
-    port, kafka_port = _wait_ready_file(ready_file, starting, directory / f"{name}.log")
+    port, kafka_port = _wait_ready_file(ready_file, starting, process, directory / f"{name}.log")
     return Member(name, starting.pid, "127.0.0.1", port, kafka_port)
 
 
@@ -181,17 +182,19 @@ def stop(directory: Path) -> LocalCluster:
     return cluster
 
 
-def _spawn(command: list[str], log_path: Path, cwd: Path) -> int:
+def _spawn(command: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
     """A detached process (its own session: Ctrl-C in the shell does not reach it), output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=cwd, start_new_session=True)
-    return process.pid
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=cwd, start_new_session=True)
 
 
 def _alive(member: Member) -> bool:
-    """Whether ``member``'s PID still runs the process started (not a reused PID, not a zombie)."""
+    """Whether ``member``'s PID still runs the process started (not a reused PID, not a zombie),
+    for a process some earlier command started.  Not for one this command is starting: while it
+    executes its program, its command line reads empty for a moment, so it would look gone;
+    ``_exit_status`` asks the child itself."""
     try:
         with open(f"/proc/{member.pid}/stat") as f:
             state = f.read().rpartition(")")[2].split()[0]
@@ -203,13 +206,27 @@ def _alive(member: Member) -> bool:
     return state != "Z" and marker in cmdline
 
 
-def _wait_zookeeper(member: Member, log_path: Path) -> None:
+def _exit_status(process: subprocess.Popen[bytes]) -> str | None:
+    """How a child this command started ended (``None`` while it runs), for the one-line error."""
+    status = process.poll()
+    if status is None:
+        return None
+    if status >= 0:
+        return f"status {status}"
+    try:
+        return f"signal {signal.Signals(-status).name}"
+    except ValueError:
+        return f"signal {-status}"
+
+
+def _wait_zookeeper(member: Member, process: subprocess.Popen[bytes], log_path: Path) -> None:
     from trikafka.zk.server_setup import _serving, four_letter_word
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        if not _alive(member):
-            raise LocalClusterError(f"ZooKeeper exited at start: {_log_summary(log_path)} (see {log_path})")
+        if (status := _exit_status(process)) is not None:
+            raise LocalClusterError(f"ZooKeeper exited at start ({status}): {_log_summary(log_path)} "
+                                    f"(see {log_path})")
         try:
             if _serving(four_letter_word(member.host, member.port, "srvr")):
                 return
@@ -220,7 +237,8 @@ def _wait_zookeeper(member: Member, log_path: Path) -> None:
                             f"see {log_path}")
 
 
-def _wait_ready_file(path: Path, member: Member, log_path: Path) -> tuple[int, int]:
+def _wait_ready_file(path: Path, member: Member, process: subprocess.Popen[bytes],
+                     log_path: Path) -> tuple[int, int]:
     """(port, Kafka port) once the broker wrote its ready file."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -230,8 +248,9 @@ def _wait_ready_file(path: Path, member: Member, log_path: Path) -> tuple[int, i
                 return port, kafka_port
         except (FileNotFoundError, ValueError):
             pass
-        if not _alive(member):
-            raise LocalClusterError(f"{member.name} exited at start: {_log_summary(log_path)} (see {log_path})")
+        if (status := _exit_status(process)) is not None:
+            raise LocalClusterError(f"{member.name} exited at start ({status}): {_log_summary(log_path)} "
+                                    f"(see {log_path})")
         time.sleep(POLL_INTERVAL_S)
     raise LocalClusterError(f"{member.name} did not serve within {READY_TIMEOUT_S:.0f} s; see {log_path}")
 
