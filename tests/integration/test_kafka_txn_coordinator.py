@@ -99,12 +99,13 @@ async def test_fencing_an_ongoing_transaction_and_a_timeout_abort(nursery, tmp_p
 
     _, pid, epoch = await coordinator.init_producer_id("zombie", 60_000)
     assert await coordinator.add_partitions("zombie", pid, epoch, OUT[:1]) == ErrorCode.none
-    # A new producer of the id: the old epoch's transaction is aborted first, at the next epoch.
-    assert (await coordinator.init_producer_id("zombie", 60_000))[0] == ErrorCode.concurrent_transactions
-    await wait_state(coordinator, "zombie", TxnState.COMPLETE_ABORT)
-    assert markers.calls[-1] == (pid, epoch + 1, False, markers.calls[-1][3], tuple(OUT[:1]))
-    assert await coordinator.end_transaction("zombie", pid, epoch, True) == ErrorCode.producer_fenced
+    # A new producer of the id: the old epoch's transaction is aborted first, at the next epoch (the
+    # fence), and the request is answered once that abort is complete (§19.5.3), at the epoch after it.
     assert await coordinator.init_producer_id("zombie", 60_000) == (ErrorCode.none, pid, epoch + 2)
+    assert markers.calls[-1] == (pid, epoch + 1, False, markers.calls[-1][3], tuple(OUT[:1]))
+    assert (await state_of(coordinator, "zombie")).state == TxnState.EMPTY
+    for old_epoch in (epoch, epoch + 1):  # the fenced producer's, and the fence's, never handed out
+        assert await coordinator.end_transaction("zombie", pid, old_epoch, True) == ErrorCode.producer_fenced
 
     _, pid2, epoch2 = await coordinator.init_producer_id("slow", 1)
     assert await coordinator.add_partitions("slow", pid2, epoch2, OUT) == ErrorCode.none
@@ -212,4 +213,11 @@ async def test_a_completion_that_does_not_come_answers_concurrent_transactions_a
     # Another producer id is answered at once, whatever is under way.
     assert await coordinator.add_partitions("stuck", pid + 1, epoch, OUT[1:]) == ErrorCode.invalid_producer_id_mapping
     assert (await state_of(coordinator, "stuck")).state == TxnState.PREPARE_COMMIT
+    # A new producer of an Ongoing id: the fence is written, its abort never completes, and after the
+    # bound the request answers CONCURRENT_TRANSACTIONS as Kafka does (the client retries).
+    _, open_pid, open_epoch = await coordinator.init_producer_id("open", 60_000)
+    assert await coordinator.add_partitions("open", open_pid, open_epoch, OUT[:1]) == ErrorCode.none
+    assert (await coordinator.init_producer_id("open", 60_000))[0] == ErrorCode.concurrent_transactions
+    fence = await state_of(coordinator, "open")
+    assert (fence.state, fence.producer_epoch) == (TxnState.PREPARE_ABORT, open_epoch + 1)
     broker.shutdown()

@@ -20,6 +20,9 @@ CAUGHT = {
     "lso-ignores-open": (1, UNCOMMITTED_READ),
     "dup-after-failover": (1, ABORTED_READ),
 }
+# The clean seeds that go through every event below between them (measured: 15 is the first of 1..20
+# where a copier's commit goes unanswered and it aborts instead).
+EVENT_SEEDS = (1, 2, 3, 4, 15)
 DUPLICATE_SEED = 4  # dup-after-failover with partition-failover,lost-answers only: the retried batch twice
 
 
@@ -35,7 +38,7 @@ def test_every_promise_holds_on_clean_seeds(seed):
 
 
 def test_clean_seeds_go_through_failovers_fences_zombies_and_timeouts():
-    results = [run_seed(seed) for seed in SEEDS[:5]]
+    results = [run_seed(seed) for seed in EVENT_SEEDS]
     lines = [line for r in results for line in r.trace_lines]
     assert sum(r.counts["failovers"] for r in results) >= 5  # coordinator failovers, the state loaded again
     assert sum(r.counts["duplicates"] for r in results) >= 5  # retries the producer state stored once

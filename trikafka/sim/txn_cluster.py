@@ -274,10 +274,13 @@ class SimTxnCoordinator:
         for attempt in self._waiting.pop(tid, []):
             attempt()
 
-    def _decide(self, tid: str, decide: Callable[[], Outcome], act: Callable[[Outcome], None]) -> None:
+    def _decide(self, tid: str, decide: Callable[[], Outcome], act: Callable[[Outcome], None],
+                deadline_ms: int | None = None) -> None:
         """``act`` on ``decide``'s outcome, once it is not a CONCURRENT_TRANSACTIONS that a write or the
-        markers under way may change, or once ``COMPLETION_WAIT_MS`` have passed (coordinator._decide)."""
-        deadline_ms = self.world.now_ms + COMPLETION_WAIT_MS
+        markers under way may change, or once ``deadline_ms`` (default: ``COMPLETION_WAIT_MS`` from now)
+        has passed (coordinator._decide)."""
+        if deadline_ms is None:
+            deadline_ms = self.world.now_ms + COMPLETION_WAIT_MS
         answered = False
 
         def attempt() -> None:
@@ -309,15 +312,24 @@ class SimTxnCoordinator:
             return machine.init_producer_id(current, tid in self.part.writing, timeout_ms, self.world.wall_ms(),
                                             fresh)
 
+        deadline_ms = self.world.now_ms + COMPLETION_WAIT_MS
+
         def act(outcome: Outcome) -> None:
             if isinstance(outcome, ErrorCode):
                 reply(outcome, -1, -1)
                 return
-            value = outcome.value
-            self._commit(tid, outcome, lambda error: reply(error, value.producer_id, value.producer_epoch)
-                         if error == ErrorCode.none else reply(error, -1, -1))
 
-        self._decide(tid, decide, act)
+            def committed(error: ErrorCode) -> None:
+                if machine.fenced(outcome, error) and self.world.now_ms < deadline_ms:
+                    self._decide(tid, decide, act, deadline_ms)  # the fence's abort is under way
+                elif error == ErrorCode.none:
+                    reply(error, outcome.value.producer_id, outcome.value.producer_epoch)
+                else:
+                    reply(error, -1, -1)
+
+            self._commit(tid, outcome, committed)
+
+        self._decide(tid, decide, act, deadline_ms)
 
     def add_partitions(self, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]],
                        reply: Answer) -> None:

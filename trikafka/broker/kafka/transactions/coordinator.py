@@ -229,12 +229,18 @@ class TransactionCoordinator:
         """Whether something here will change ``tid``: a write of it in flight, or its markers."""
         return tid in part.writing or (part.index, tid) in self._completing
 
-    async def _decide(self, tid: str, decide: Callable[[TxnPartition], Awaitable[Outcome]]
-                      ) -> tuple[TxnPartition, Outcome] | ErrorCode:
+    def _wait_deadline(self) -> float:
+        """When a request arriving now stops waiting for its id's changes (§19.5.3), in Trio time."""
+        return trio.current_time() + self._service.config.transaction_completion_wait_ms / MS_PER_S
+
+    async def _decide(self, tid: str, decide: Callable[[TxnPartition], Awaitable[Outcome]],
+                      deadline: float | None = None) -> tuple[TxnPartition, Outcome] | ErrorCode:
         """The id's loaded partition and ``decide``'s outcome on it; while that is CONCURRENT_TRANSACTIONS
         and something under way will change the id, wait for the change and decide again, up to
-        ``transaction.completion.wait.ms`` from now (§19.5.3).  An ErrorCode: the partition's error."""
-        deadline = trio.current_time() + self._service.config.transaction_completion_wait_ms / MS_PER_S
+        ``deadline`` (default: ``transaction.completion.wait.ms`` from now, §19.5.3).  An ErrorCode: the
+        partition's error."""
+        if deadline is None:
+            deadline = self._wait_deadline()
         while True:
             part = await self.partition_of(tid)
             if isinstance(part, ErrorCode):
@@ -252,8 +258,10 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, tid: str, timeout_ms: int,
                                expected: tuple[int, int] | None = None) -> tuple[ErrorCode, int, int]:
-        """InitProducerId with a transactional id: (error, producer id, epoch)."""
+        """InitProducerId with a transactional id: (error, producer id, epoch).  Fencing an Ongoing
+        transaction writes its abort and then waits for it like any change under way (§19.5.3)."""
         fresh: int | None = None
+        deadline = self._wait_deadline()
 
         async def decide(part: TxnPartition) -> Outcome:
             nonlocal fresh
@@ -263,16 +271,19 @@ class TransactionCoordinator:
                                             self._service.clock_ms(), fresh, expected,
                                             self._service.config.transaction_max_timeout_ms)
 
-        decided = await self._decide(tid, decide)
-        if isinstance(decided, ErrorCode):
-            return decided, -1, -1
-        part, outcome = decided
-        if isinstance(outcome, ErrorCode):
-            return outcome, -1, -1
-        error = await self._commit(part, tid, outcome)
-        if error != ErrorCode.none:
-            return error, -1, -1
-        return ErrorCode.none, outcome.value.producer_id, outcome.value.producer_epoch
+        while True:
+            decided = await self._decide(tid, decide, deadline)
+            if isinstance(decided, ErrorCode):
+                return decided, -1, -1
+            part, outcome = decided
+            if isinstance(outcome, ErrorCode):
+                return outcome, -1, -1
+            error = await self._commit(part, tid, outcome)
+            if machine.fenced(outcome, error) and trio.current_time() < deadline:
+                continue  # the fence's abort is now under way: decided again once it completes
+            if error != ErrorCode.none:
+                return error, -1, -1
+            return ErrorCode.none, outcome.value.producer_id, outcome.value.producer_epoch
 
     async def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[tuple[str, int]]) -> ErrorCode:

@@ -94,6 +94,12 @@ def init_producer_id(current: TxnValue | None, writing: bool, timeout_ms: int, n
     return Write(TxnValue(producer_id, epoch, timeout_ms, TxnState.EMPTY, (), now_ms, NO_TIMESTAMP))
 
 
+def fenced(outcome: Write, answer: ErrorCode) -> bool:
+    """Whether an InitProducerId's committed ``outcome`` (its commit answered ``answer``) fenced an
+    Ongoing transaction: its abort is then under way and the request is decided again (§19.5.3)."""
+    return answer == ErrorCode.concurrent_transactions and outcome.value.state == TxnState.PREPARE_ABORT
+
+
 def _fence_and_abort(current: TxnValue, now_ms: int) -> TxnValue:
     """PrepareAbort at the next epoch (the same one when the epoch cannot grow), §19.5.3."""
     epoch = current.producer_epoch + 1 if current.producer_epoch < MAX_EPOCH else current.producer_epoch
