@@ -14,7 +14,9 @@ from kio.schema.errors import ErrorCode
 from tests.helpers.broker_testing import make_config
 from trikafka.broker import serve
 from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
-from trikafka.kafka.txn_records import TxnState
+from trikafka.broker.partition import Refused
+from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC, TxnState
+from trikafka.wire.errors import ErrorCode as EngineError
 
 OUT = [("out", 0), ("out", 1)]
 WAIT_S = 30
@@ -220,4 +222,41 @@ async def test_a_completion_that_does_not_come_answers_concurrent_transactions_a
     assert (await coordinator.init_producer_id("open", 60_000))[0] == ErrorCode.concurrent_transactions
     fence = await state_of(coordinator, "open")
     assert (fence.state, fence.producer_epoch) == (TxnState.PREPARE_ABORT, open_epoch + 1)
+    broker.shutdown()
+
+
+class NotLedHere:
+    """A partition this broker no longer leads, as the partition directory answers for it."""
+
+    def read_view(self):
+        raise Refused(EngineError.NOT_LEADER_FOR_PARTITION, "led elsewhere now")
+
+
+async def test_a_request_waiting_when_leadership_moves_answers_not_coordinator(nursery, tmp_path, monkeypatch):
+    """§19.5.3: a request waiting on an id whose partition this broker stops coordinating answers what
+    a request arriving then answers, NOT_COORDINATOR, when the partition is dropped: the wait's bound
+    here is far beyond the test's."""
+    broker = await nursery.start(serve, make_config(tmp_path, kafka_port=0, transaction_state_log_num_partitions=3,
+                                                    transaction_completion_wait_ms=3_600_000))
+    markers = GatedMarkers()  # held: the id stays in PrepareCommit, its markers under way
+    coordinator = await start_coordinator(nursery, broker, markers)
+    pid, epoch = await committed_with_markers_held(coordinator, markers, "moved")
+    index = (await coordinator.partition_of("moved")).index
+    answers: dict[str, ErrorCode] = {}
+
+    async def ask() -> None:
+        answers["add"] = await coordinator.add_partitions("moved", pid, epoch, OUT[1:])
+
+    directory = broker.kafka.handler.directory
+    led_here = directory.partition
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as requests:
+            requests.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            assert answers == {}  # waiting for the markers
+            monkeypatch.setattr(directory, "partition", lambda topic, partition: NotLedHere()
+                                if (topic, partition) == (TRANSACTION_STATE_TOPIC, index) else
+                                led_here(topic, partition))
+            coordinator.on_role(TRANSACTION_STATE_TOPIC, index, "follower")
+    assert answers == {"add": ErrorCode.not_coordinator}
     broker.shutdown()
