@@ -185,8 +185,13 @@ def check_exactly_once(acked: list[Acked], seen: list[Seen], partitions: int) ->
 async def leader_of(bootstrap: str, topic: str, partition: int, *, isr: int = 3, not_on: int | None = None,
                     wait_s: float = 120.0) -> int:
     """The broker Metadata names as the partition's leader, once it names one (other than ``not_on``)
-    with an ISR of ``isr`` replicas."""
+    with an ISR of ``isr`` replicas and that broker serves the partition as its leader: Metadata may
+    name a new leader before that broker has taken the role, and a client then retries on
+    NOT_LEADER_OR_FOLLOWER (a step that sends one request to it must not see that window)."""
     from confluent_kafka.admin import AdminClient
+    from kio.schema.errors import ErrorCode
+
+    from tests.helpers.kafka_wire import list_offset_answer
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     with trio.fail_after(wait_s):
@@ -194,5 +199,8 @@ async def leader_of(bootstrap: str, topic: str, partition: int, *, isr: int = 3,
             metadata = await trio.to_thread.run_sync(functools.partial(admin.list_topics, topic, timeout=10))
             found = metadata.topics[topic].partitions.get(partition)
             if found is not None and found.leader >= 0 and found.leader != not_on and len(found.isrs) == isr:
-                return int(found.leader)
+                at = metadata.brokers[found.leader]
+                served = await trio.to_thread.run_sync(list_offset_answer, f"{at.host}:{at.port}", topic, partition, -1)
+                if served[0] == ErrorCode.none:
+                    return int(found.leader)
             await trio.sleep(0.1)

@@ -102,6 +102,12 @@ def write_txn_marker(bootstrap: str, producer_id: int, epoch: int, commit: bool,
 
 def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int, *, isolation_level: int = 0) -> int:
     """ListOffsets v7 of one partition (-1 latest, -2 earliest): the offset it answers."""
+    return list_offset_answer(bootstrap, topic, partition, timestamp, isolation_level=isolation_level)[1]
+
+
+def list_offset_answer(bootstrap: str, topic: str, partition: int, timestamp: int, *,
+                       isolation_level: int = 0) -> tuple[ErrorCode, int]:
+    """ListOffsets v7 of one partition (-1 latest, -2 earliest): (error, offset)."""
     from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
     from kio.schema.types import BrokerId, TopicName
     from kio.static.primitive import i8, i32, i64
@@ -110,7 +116,8 @@ def list_offset(bootstrap: str, topic: str, partition: int, timestamp: int, *, i
         replica_id=BrokerId(-1), isolation_level=i8(isolation_level), topics=(ListOffsetsTopic(
             name=TopicName(topic), partitions=(ListOffsetsPartition(
                 partition_index=i32(partition), current_leader_epoch=i32(-1), timestamp=i64(timestamp)),)),)))
-    return int(answer.topics[0].partitions[0].offset)
+    found = answer.topics[0].partitions[0]
+    return ErrorCode(found.error_code), int(found.offset)
 
 
 def fetch_once(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int, bytes]:
