@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from tests.helpers.certificates import CertificateFiles
 from trikafka.broker.credentials import CredentialFile, new_record
 from trikafka.broker.kafka.peer_call import PeerCallError, peer_call
+from trikafka.broker.kafka.peer_connections import PeerConnections
 from trikafka.broker.kafka.peer_connector import PeerConnector
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.sasl import SaslMechanism
@@ -53,7 +54,7 @@ def _settings_connector(certificates: CertificateFiles, tmp_path: Any, password:
 def _describe_cluster(connector: PeerConnector, port: int) -> Any:  # Any: kio's response class
     address = BrokerAddress(0, "127.0.0.1", port)
     body = DescribeClusterRequest(include_cluster_authorized_operations=False)
-    return trio.run(lambda: peer_call(connector, address, KafkaApi.DESCRIBE_CLUSTER, 0, body,
+    return trio.run(lambda: peer_call(PeerConnections(connector), address, KafkaApi.DESCRIBE_CLUSTER, 0, body,
                                       timeout_s=CALL_TIMEOUT_S))
 
 

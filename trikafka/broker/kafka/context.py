@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .acl.authorizer import Authorizer
     from .acl.model import AclSet
     from .acl.store import Edit
-    from .peer_connector import PeerConnector
+    from .peer_connections import PeerConnections
     from .groups.membership import Membership
     from .producer_id_blocks import ProducerIds
     from .groups.state import OffsetsPartition
@@ -142,7 +142,7 @@ class KafkaContext(Protocol):
     verifier: TransactionVerifier | None  # the partition side's KIP-890 check (§19.5.7); None with no coordinator
     run_blocking: RunBlocking
     authorizer: Authorizer
-    peer_connector: PeerConnector  # how this broker's own calls reach other brokers (§18.5)
+    peer_connections: PeerConnections  # how this broker's own calls reach other brokers (§18.5)
 
     @property
     def groups(self) -> GroupCoordination: ...

@@ -148,7 +148,7 @@ class RoutedMarkers:
             coordinator_epoch=i32(coordinator_epoch)),))
         try:
             # Any: kio's response class
-            answer: Any = await peer_call(self._service.peer_connector, address, api, api.max_version, body)
+            answer: Any = await peer_call(self._service.peer_connections, address, api, api.max_version, body)
         except PeerCallError as exc:
             logger.info("markers for producer %d not written on broker %d: %s", producer_id, leader, exc)
             return {where: ErrorCode.network_exception for where in led}

@@ -2,10 +2,12 @@
 
 The transaction coordinator reaches partition leaders on other brokers
 (WriteTxnMarkers), and leaders reach coordinators (AddPartitionsToTxn
-``verify_only``), over the same codec clients use.  One connection a call:
-these requests are few (one per transaction and leader), and a broker never
-keeps a connection to a peer that may have died.  The connection is the
-``PeerConnector``'s: TCP or TLS, logged in with SASL where the listener asks.
+``verify_only``), over the same codec clients use.  A call runs on a
+connection ``PeerConnections`` keeps from an earlier call to the same peer,
+or on a new one its ``PeerConnector`` opens (TCP or TLS, logged in with SASL
+where the listener asks).  A kept connection the peer closed meanwhile fails
+before any answer, and the call is sent once more on a new one: both apis are
+safe to repeat (§18.5).
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ CLOSED = "the peer closed the connection"
 
 class PeerCallError(Exception):
     """The peer could not be reached, refused the login, or answered something that is not the api's response."""
+
+
+class PeerClosed(PeerCallError):
+    """The peer closed the connection before its answer was whole."""
 
 
 class PeerStream:
@@ -60,7 +66,7 @@ class PeerStream:
         while len(got) < n:
             chunk = await self._stream.receive_some(n - len(got))
             if not chunk:
-                raise PeerCallError(CLOSED)
+                raise PeerClosed(CLOSED)
             got += chunk
         return bytes(got)
 
@@ -82,15 +88,37 @@ class Connector(Protocol):
         """The connection; raises ``PeerCallError``, ``OSError`` or ``trio.BrokenResourceError``."""
 
 
-async def peer_call(connector: Connector, address: BrokerAddress, api: KafkaApi, version: int,
+class Connections(Protocol):
+    """Where a call takes a connection and gives it back once answered (``peer_connections.PeerConnections``)."""
+
+    async def take(self, address: BrokerAddress) -> tuple[PeerStream, bool]:
+        """A connection to ``address``, and whether an earlier call kept it; raises as ``Connector.connect``."""
+
+    async def give_back(self, stream: PeerStream) -> None:
+        """``stream``'s call was answered: keep it for the next call, or close it."""
+
+
+async def peer_call(connections: Connections, address: BrokerAddress, api: KafkaApi, version: int,
                     body: RequestPayload, *, timeout_s: float = PEER_CALL_TIMEOUT_S) -> ResponsePayload:
-    """Send ``body`` to the Kafka listener at ``address`` over a connection of ``connector``; its decoded
-    answer.  Raises ``PeerCallError`` naming the api, the peer and the reason (one line)."""
+    """Send ``body`` to the Kafka listener at ``address`` over a kept or new connection of ``connections``;
+    its decoded answer.  Raises ``PeerCallError`` naming the api, the peer and the reason (one line)."""
     where = f"{api.label} to broker {address.broker_id} at {address.host}:{address.port}"
     try:
         with trio.fail_after(timeout_s):
-            async with await connector.connect(address) as peer:
-                return await peer.request(api, version, body)
+            while True:
+                peer, kept = await connections.take(address)
+                try:
+                    answer = await peer.request(api, version, body)
+                except (PeerClosed, trio.BrokenResourceError, OSError):
+                    await peer.aclose()
+                    if kept:
+                        continue  # the peer closed a kept connection: once more on a new one (``kept`` False)
+                    raise
+                except BaseException:
+                    await peer.aclose()
+                    raise
+                await connections.give_back(peer)
+                return answer
     except PeerCallError as exc:
         raise PeerCallError(f"{where}: {exc}") from None
     except trio.TooSlowError:

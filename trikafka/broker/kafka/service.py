@@ -40,6 +40,7 @@ from .transactions import admin_api as transactions_admin_api
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.verification import RoutedVerifier
 from .producer_expiry import ProducerExpiry
+from .peer_connections import PeerConnections
 from .peer_connector import PeerConnector
 from .acl import api as acl_api
 from .acl.authorizer import Authorizer
@@ -145,7 +146,7 @@ class KafkaService:
         self.security = config.kafka_security
         self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
         # Its own calls to other brokers (§18.5): plaintext until start() reads the listener's security.
-        self.peer_connector = PeerConnector()
+        self.peer_connections = PeerConnections(PeerConnector())
         self._latency = handler.metrics.kafka_requests
 
     @property
@@ -174,8 +175,10 @@ class KafkaService:
             self.handler.replicas.on_role = self._on_role
         if self.security.sasl:
             await self._start_credentials(nursery, zookeeper)
-        self.peer_connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
-        if self.security.sasl and zookeeper is not None and self.peer_connector.login is None:
+        connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
+        self.peer_connections = PeerConnections(connector)
+        nursery.start_soon(self.peer_connections.run)
+        if self.security.sasl and zookeeper is not None and connector.login is None:
             logger.warning("kafka.security.protocol %s without sasl.inter.broker.username: if another broker joins "
                            "this ZooKeeper, neither can log in to the other and transactions across them fail (§18.5)",
                            self.security.name)

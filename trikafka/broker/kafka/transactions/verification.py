@@ -109,7 +109,7 @@ class RoutedVerifier:
             topics=(AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(partition),)),)),))
         try:
             # Any: kio's response class
-            answer: Any = await peer_call(self._service.peer_connector, coordinator, api, VERIFY_VERSION, body)
+            answer: Any = await peer_call(self._service.peer_connections, coordinator, api, VERIFY_VERSION, body)
         except PeerCallError as exc:
             logger.info("transaction %s: could not verify %s-%d with broker %d: %s", transactional_id, topic,
                         partition, coordinator.broker_id, exc)
