@@ -71,14 +71,8 @@ class PeerStream:
         return bytes(got)
 
     async def aclose(self) -> None:
-        """Close the connection at once (a call's connection has nothing left to say)."""
+        """Close the connection at once, without waiting on the peer."""
         await trio.aclose_forcefully(self._stream)
-
-    async def __aenter__(self) -> PeerStream:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 class Connector(Protocol):
@@ -109,13 +103,10 @@ async def peer_call(connections: Connections, address: BrokerAddress, api: Kafka
                 peer, kept = await connections.take(address)
                 try:
                     answer = await peer.request(api, version, body)
-                except (PeerClosed, trio.BrokenResourceError, OSError):
+                except BaseException as exc:
                     await peer.aclose()
-                    if kept:
+                    if kept and isinstance(exc, (PeerClosed, trio.BrokenResourceError, OSError)):
                         continue  # the peer closed a kept connection: once more on a new one (``kept`` False)
-                    raise
-                except BaseException:
-                    await peer.aclose()
                     raise
                 await connections.give_back(peer)
                 return answer
