@@ -12,8 +12,9 @@ three-broker ZooKeeper cluster with a replication-factor-3 topic
 same alternation: confluent-kafka's transactional producer committing
 transactions of 1000 and of 100 records (``init_transactions`` before the
 clock, as a long-lived producer calls it once; one transaction before the
-rounds creates ``__transaction_state``, and its time is printed on its own), and trikafka's own Trio ``KafkaProducer`` (acks -1, linger 5 ms)
-plain, idempotent and in transactions of 1000 records.  The cluster runs
+rounds creates ``__transaction_state``, and its time is printed on its own),
+and trikafka's own Trio ``KafkaProducer`` (acks -1, linger 5 ms) plain,
+idempotent and in transactions of 1000 records.  The cluster runs
 confluent-kafka's plain, idempotent and transactions of 1000, whose first
 batch on the partition its leader verifies with the transaction coordinator,
 wherever that is (§19.5.7).  Each run ends
