@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 
 import pytest
 from kafka.protocol.broker_version_data import BROKER_API_VERSIONS, infer_broker_version_from_api_versions
 
-from trikafka.kafka.apis import KafkaApi, api_versions_entries, lookup
+from trikafka.kafka.apis import KRAFT_ONLY, NOT_SERVED, KafkaApi, api_versions_entries, lookup
+from trikafka.kafka.errors import UnsupportedRequest
+from trikafka.kafka.framing import parse_request
 
 PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # Metadata v12 (topic ids in the request) is Kafka 3.1's; §16.3's table lists it, and no
@@ -103,3 +106,54 @@ def test_aiokafka_finds_a_version_it_speaks_in_every_api_of_the_table_it_knows()
     for api_key, cls in requests.items():
         low, high = versions[api_key]
         assert any(low <= struct.API_VERSION <= high for struct in cls._CLASSES), cls.__name__
+
+
+README_MD = PROTOCOL_MD.parents[1] / "README.md"
+
+
+def _versions(api: KafkaApi) -> str:
+    if api.min_version == api.max_version:
+        return str(api.min_version)
+    return f"{api.min_version}–{api.max_version}"
+
+
+def test_every_api_kio_knows_is_served_or_said_why_not():
+    from kio.schema.index import api_key_map
+
+    served = {int(api) for api in KafkaApi}
+    assert served.isdisjoint(NOT_SERVED)
+    assert served | NOT_SERVED.keys() == api_key_map.keys()
+    for key, (name, why) in NOT_SERVED.items():
+        assert name == "".join(word.capitalize() for word in api_key_map[key].split("_")), key
+        assert why
+
+
+def test_the_contracts_table_of_apis_not_served_is_the_codes():
+    text = PROTOCOL_MD.read_text()
+    section = text[text.index("### 16.3"):text.index("### 16.4")]
+    table = section[section.index("| key | api | why not served |"):]
+    rows = re.findall(r"^\| (\d+) \| (\w+) \| (.+) \|$", table, re.M)
+    assert {int(key): (name, why) for key, name, why in rows} == NOT_SERVED
+
+
+def test_the_readme_lists_every_api_a_client_may_send_with_its_versions_or_why_not():
+    text = README_MD.read_text()
+    section = text[text.index("### Every Kafka api, served or not"):]
+    start = section.index("| key | api | trikafka |")
+    table = section[start:section.index("\n\n", start)]
+    rows = {int(key): (name, what) for key, name, what in re.findall(r"^\| (\d+) \| (\w+) \| (.+) \|$", table, re.M)}
+    expected = {int(api): (api.label, _versions(api)) for api in KafkaApi}
+    expected |= {key: (name, f"not served: {why}") for key, (name, why) in NOT_SERVED.items() if why != KRAFT_ONLY}
+    assert rows == expected
+    for key, (name, why) in NOT_SERVED.items():  # the apis only brokers send are named below the table's intro
+        if why == KRAFT_ONLY:
+            assert name in section[:section.index("| key |")], name
+
+
+def test_an_api_not_served_is_refused_with_its_reason():
+    frame = struct.pack(">hhi", 68, 0, 7) + struct.pack(">h", 3) + b"app"
+    with pytest.raises(UnsupportedRequest, match=r"ConsumerGroupHeartbeat \(api key 68\) v0 is not served: "
+                                                 r"not yet: Kafka 4's consumer protocol \(KIP-848\)"):
+        parse_request(frame)
+    with pytest.raises(UnsupportedRequest, match=r"api key 999 \(api key 999\) v0 is not served"):
+        parse_request(struct.pack(">hhi", 999, 0, 7) + struct.pack(">h", -1))

@@ -123,6 +123,73 @@ class KafkaApi(enum.IntEnum):
             raise ValueError(f"{self.label} v{version} is not served (v{self.min_version}-v{self.broker_max_version})")
 
 
+KRAFT_ONLY = ("a KRaft controller's or quorum's api, sent by brokers and controllers, not clients; "
+              "trikafka's brokers coordinate through ZooKeeper (§8, §12)")
+_SHARE = "share groups (KIP-932) are not built"
+_TOKENS = "delegation tokens (KIP-48) are not built"
+_STREAMS = "the Streams group protocol (KIP-1071) is not built; Kafka Streams uses classic groups"
+
+# Every other api of Apache Kafka 4.1 (the apis kio models), by key: its name as Kafka spells it
+# and why this listener does not serve it (§16.3's second table).  Invariant: its keys and
+# KafkaApi's are disjoint and together every key kio knows.
+NOT_SERVED: dict[int, tuple[str, str]] = {
+    21: ("DeleteRecords", "not yet: a partition's log start moves only by retention (§7)"),
+    33: ("AlterConfigs", "not yet: `trikafka topics alter NAME --config KEY=VALUE --zookeeper Z` changes a topic's settings"),
+    34: ("AlterReplicaLogDirs", "not yet: a broker has one log directory"),
+    35: ("DescribeLogDirs", "not yet: `trikafka topics NAME` shows each partition's bytes"),
+    38: ("CreateDelegationToken", "delegation tokens (KIP-48) are not built; SCRAM and PLAIN are (§18.2)"),
+    39: ("RenewDelegationToken", _TOKENS),
+    40: ("ExpireDelegationToken", _TOKENS),
+    41: ("DescribeDelegationToken", _TOKENS),
+    43: ("ElectLeaders", "not yet: the controller elects leaders itself (§12)"),
+    44: ("IncrementalAlterConfigs", "not yet: `trikafka topics alter NAME --config KEY=VALUE --zookeeper Z` changes a topic's settings"),
+    45: ("AlterPartitionReassignments", "not yet: `trikafka topics reassign NAME --partition P --replicas IDS --zookeeper Z` moves a partition"),
+    46: ("ListPartitionReassignments", "not yet: `trikafka topics describe NAME --zookeeper Z` shows replicas"),
+    48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),
+    49: ("AlterClientQuotas", "not yet: the broker has no client quotas"),
+    50: ("DescribeUserScramCredentials", "not yet: `trikafka users list` lists the credential store (§18.2)"),
+    51: ("AlterUserScramCredentials", "not yet: `trikafka users add` and `users delete` change the credential store (§18.2)"),
+    52: ("Vote", KRAFT_ONLY),
+    53: ("BeginQuorumEpoch", KRAFT_ONLY),
+    54: ("EndQuorumEpoch", KRAFT_ONLY),
+    55: ("DescribeQuorum", "there is no KRaft quorum: the cluster's metadata lives in ZooKeeper (§8, §12)"),
+    56: ("AlterPartition", KRAFT_ONLY),
+    57: ("UpdateFeatures", "no feature flags (KIP-584): each release serves the fixed table above"),
+    58: ("Envelope", KRAFT_ONLY),
+    59: ("FetchSnapshot", KRAFT_ONLY),
+    61: ("DescribeProducers", "not yet: `trikafka transactions --kafka` lists transactional producers (§19.5.4)"),
+    62: ("BrokerRegistration", KRAFT_ONLY),
+    63: ("BrokerHeartbeat", KRAFT_ONLY),
+    64: ("UnregisterBroker", "brokers register in ZooKeeper, and a stopped broker's node goes with its session (§8)"),
+    67: ("AllocateProducerIds", "brokers take blocks of producer ids from ZooKeeper (§19.1)"),
+    68: ("ConsumerGroupHeartbeat", "not yet: Kafka 4's consumer protocol (KIP-848); a client must use `group.protocol=classic`"),
+    69: ("ConsumerGroupDescribe", "not yet: Kafka 4's consumer protocol (KIP-848)"),
+    70: ("ControllerRegistration", KRAFT_ONLY),
+    71: ("GetTelemetrySubscriptions", "client metrics (KIP-714) are not built; clients take the api's absence as no subscription"),
+    72: ("PushTelemetry", "client metrics (KIP-714) are not built"),
+    73: ("AssignReplicasToDirs", KRAFT_ONLY),
+    74: ("ListConfigResources", "not yet: client-metrics resources are not built"),
+    75: ("DescribeTopicPartitions", "not yet: Metadata describes every partition"),
+    76: ("ShareGroupHeartbeat", _SHARE),
+    77: ("ShareGroupDescribe", _SHARE),
+    78: ("ShareFetch", _SHARE),
+    79: ("ShareAcknowledge", _SHARE),
+    80: ("AddRaftVoter", KRAFT_ONLY),
+    81: ("RemoveRaftVoter", KRAFT_ONLY),
+    82: ("UpdateRaftVoter", KRAFT_ONLY),
+    83: ("InitializeShareGroupState", _SHARE),
+    84: ("ReadShareGroupState", _SHARE),
+    85: ("WriteShareGroupState", _SHARE),
+    86: ("DeleteShareGroupState", _SHARE),
+    87: ("ReadShareGroupStateSummary", _SHARE),
+    88: ("StreamsGroupHeartbeat", _STREAMS),
+    89: ("StreamsGroupDescribe", _STREAMS),
+    90: ("DescribeShareGroupOffsets", _SHARE),
+    91: ("AlterShareGroupOffsets", _SHARE),
+    92: ("DeleteShareGroupOffsets", _SHARE),
+}
+
+
 def lookup(api_key: int) -> KafkaApi | None:
     """The table's entry for ``api_key``, None for an api this listener does not serve."""
     return _BY_KEY.get(api_key)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .apis import KafkaApi
+from .apis import NOT_SERVED, KafkaApi
 
 
 class KafkaCodecError(ValueError):
@@ -38,8 +35,12 @@ class UnsupportedRequest(KafkaCodecError):
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
                  api: KafkaApi | None):
-        what = api.label if api is not None else f"api key {api_key}"
-        super().__init__(f"{what} v{api_version} is not served")
+        if api is not None:
+            message = f"{api.label} v{api_version} is not served"
+        else:
+            name, why = NOT_SERVED.get(api_key, (f"api key {api_key}", "not an api of Apache Kafka 4.1"))
+            message = f"{name} (api key {api_key}) v{api_version} is not served: {why}"
+        super().__init__(message)
         self.api_key = api_key
         self.api_version = api_version
         self.correlation_id = correlation_id
