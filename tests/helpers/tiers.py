@@ -52,6 +52,9 @@ MARK_BY_TEST = {
     "unit/test_broker_services.py::test_an_idle_broker_never_wakes_the_flush_scheduler": "slow",
     # Hundreds of topics created and rolled under a loop instrument (35 s there).
     "integration/test_broker_loop_stalls.py::test_topic_creation_and_retention_never_stall_the_loop": "slow",
+    # librdkafka's mock cluster holds each join for seconds (its initial delay, a left member's timeouts).
+    "integration/test_kafka_trio_client_conformance.py::"
+    "test_a_group_member_reads_every_partition_commits_and_the_next_member_resumes": "slow",
 }
 
 MARK_BY_FIXTURE = {

@@ -59,8 +59,8 @@ def api_versions_answer(request: Request, **max_versions: int) -> ResponsePayloa
                                     max_version=min(entry.max_version, max_versions.get(KafkaApi(entry.api_key).name,
                                                                                         entry.max_version)))
                     for entry in api_versions_entries(request.api_version))
-    return request.api.response_class(request.api_version)(error_code=ErrorCode.none, api_keys=entries,
-                                                           throttle_time=datetime.timedelta(0))
+    throttle = {} if request.api_version == 0 else {"throttle_time": datetime.timedelta(0)}  # v0 has none
+    return request.api.response_class(request.api_version)(error_code=ErrorCode.none, api_keys=entries, **throttle)
 
 
 def metadata_answer(request: Request, controller_id: int) -> ResponsePayload:
@@ -113,6 +113,33 @@ async def test_an_unsupported_api_versions_version_is_asked_again_at_the_brokers
 
     await with_broker(answer, test)
 
+
+
+async def test_a_refusal_that_names_no_api_versions_range_is_asked_again_at_v0() -> None:
+    """librdkafka's mock cluster (ApiVersions v0-2) refuses v3 with these bytes: error 35, one entry
+    (ApiVersions 0-2) after a one-byte count, a throttle time; neither a whole v3 nor a v0 body (§16.2)."""
+    def answer(request: Request) -> ResponsePayload | bytes:
+        if request.api_version == 3:
+            body = request.correlation_id.to_bytes(4, "big") + bytes.fromhex("0023 01 0012 0000 0002 00000000")
+            return len(body).to_bytes(4, "big") + body
+        return api_versions_answer(request)
+
+    async def test(connection: KafkaConnection, broker: ScriptedBroker) -> None:
+        await connection.negotiate()
+        assert [r.api_version for r in broker.requests] == [3, 0]
+        assert connection.versions[KafkaApi.PRODUCE] == KafkaApi.PRODUCE.max_version
+
+    await with_broker(answer, test)
+
+
+async def test_max_versions_caps_what_is_sent_and_drops_an_api_capped_below_its_range() -> None:
+    async def test(connection: KafkaConnection, broker: ScriptedBroker) -> None:
+        await connection.negotiate(max_versions={KafkaApi.JOIN_GROUP: 5, KafkaApi.PRODUCE: 1})
+        assert connection.versions[KafkaApi.JOIN_GROUP] == 5
+        assert KafkaApi.PRODUCE not in connection.versions  # v1 is below the v3 this client speaks
+        assert connection.versions[KafkaApi.FETCH] == KafkaApi.FETCH.max_version
+
+    await with_broker(api_versions_answer, test)
 
 async def test_pipelined_requests_get_their_own_answers_in_order() -> None:
     def answer(request: Request) -> ResponsePayload:  # echoes the number in the topic asked for

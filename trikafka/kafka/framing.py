@@ -197,10 +197,13 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     return _prefixed(out)
 
 
-def decode_response(api_key: int, version: int, frame: bytes | bytearray | memoryview) -> tuple[int, ResponsePayload]:
+def decode_response(api_key: int, version: int, frame: bytes | bytearray | memoryview, *,
+                    whole: bool = False) -> tuple[int, ResponsePayload]:
     """A client's reading of a response frame (the bytes after its size prefix): its correlation id and body.
 
-    Raises ``MalformedResponse`` when the bytes do not decode as that api and version.
+    Raises ``MalformedResponse`` when the bytes do not decode as that api and version; bytes
+    after a whole body are ignored, as in a request (§16.2), unless ``whole`` (the body must end
+    the frame: how an ApiVersions reader tells the version of an answer apart).
     """
     api = _served(api_key, version)
     frame = _read_only(frame)
@@ -212,11 +215,10 @@ def decode_response(api_key: int, version: int, frame: bytes | bytearray | memor
             (correlation_id,) = _INT32.unpack_from(frame, 0)
             offset = _INT32.size
         body, size = entity_reader(api.response_class(version))(frame, offset)
-        end = offset + size
     except Exception as exc:  # kio's readers raise their own errors, struct.error, UnicodeDecodeError
         raise MalformedResponse(f"{api.label} v{version} response: {exc}") from None
-    if end != len(frame):
-        raise MalformedResponse(f"{api.label} v{version} response: {len(frame) - end} bytes after the body")
+    if whole and offset + size != len(frame):
+        raise MalformedResponse(f"{api.label} v{version} response: {len(frame) - offset - size} bytes after the body")
     return correlation_id, body
 
 

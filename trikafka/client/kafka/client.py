@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Iterable, TypeVar
+from typing import Awaitable, Callable, Iterable, Mapping, TypeVar
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -27,7 +27,7 @@ from trikafka.client.errors import BrokerConnectionError
 from trikafka.kafka.apis import KafkaApi
 
 from . import schema
-from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S,
+from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, NO_CAPS,
                          UNKNOWN_SOFTWARE_VERSION, KafkaConnection, SaslLogin, open_kafka_connection)
 from .errors import KafkaResponseError
 
@@ -90,6 +90,8 @@ class KafkaClient:
     ``software_version``: this application's version, told to brokers in ApiVersions.
     ``ssl_context``: connect with TLS (listeners with ``SSL``, docs/protocol.md §18.1).
     ``sasl``: the login every connection makes on a SASL listener (§18.2).
+    ``max_versions``: the highest version to send of each api named (for a broker that
+    mis-reads a version it advertises), else the highest both sides serve.
     """
 
     def __init__(self, bootstrap: str, *, client_id: str = DEFAULT_CLIENT_ID,
@@ -97,7 +99,8 @@ class KafkaClient:
                  request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
                  max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
                  allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION,
-                 ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None):
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None,
+                 max_versions: Mapping[KafkaApi, int] = NO_CAPS):
         self.bootstrap = tuple((a.host, a.port) for a in parse_broker_addresses(bootstrap))
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -108,6 +111,7 @@ class KafkaClient:
         self.software_version = software_version
         self.ssl_context = ssl_context
         self.sasl = sasl
+        self.max_versions = dict(max_versions)
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
         self._connections: dict[tuple[str, int, str], KafkaConnection] = {}  # by (host, port, lane)
         self._connecting: dict[tuple[str, int, str], trio.Lock] = {}
@@ -136,7 +140,7 @@ class KafkaClient:
                 connection = await open_kafka_connection(
                     host, port, connect_timeout_s=self.connect_timeout_s, client_id=self.client_id,
                     request_timeout_s=self.request_timeout_s, software_version=self.software_version,
-                    ssl_context=self.ssl_context, sasl=self.sasl)
+                    ssl_context=self.ssl_context, sasl=self.sasl, max_versions=self.max_versions)
                 self._connections[address] = connection
             return connection
 

@@ -23,7 +23,7 @@ import collections
 import math
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -48,6 +48,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _RECEIVE_BYTES = 256 * 1024
 _CORRELATION_IDS = 1 << 31
 SOFTWARE_NAME = "trikafka"
+NO_CAPS: Mapping[KafkaApi, int] = {}  # negotiate's default: every api at the highest version both serve
 UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version when the caller names none
 
 
@@ -196,12 +197,16 @@ class KafkaConnection:
                 await self._break(f"bad frame: {exc}")
                 raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
 
-    async def negotiate(self, software_version: str = UNKNOWN_SOFTWARE_VERSION) -> None:
-        """Ask ApiVersions and keep, per api, the highest version both sides serve (§16.3).
+    async def negotiate(self, software_version: str = UNKNOWN_SOFTWARE_VERSION,
+                        max_versions: Mapping[KafkaApi, int] = NO_CAPS) -> None:
+        """Ask ApiVersions and keep, per api, the highest version both sides serve (§16.3), at most
+        ``max_versions[api]`` for an api named there (an api whose cap is below its range is dropped).
 
         A broker that does not serve ApiVersions v3 answers UNSUPPORTED_VERSION
         with its table in a v0 body (§16.2); the question is then asked again at
-        the highest version both serve.
+        the highest version both serve; one whose refusal names no version of
+        ApiVersions (librdkafka's mock cluster) is asked again at v0, which
+        every broker serves.
         """
         api = KafkaApi.API_VERSIONS
         version = api.max_version
@@ -212,14 +217,14 @@ class KafkaConnection:
             answer: Any = await self.send(api, version, body, decode=_api_versions_decoder(version))
             if answer.error_code == ErrorCode.none:
                 break
-            theirs = {int(e.api_key): int(e.max_version) for e in answer.api_keys}
-            if answer.error_code != ErrorCode.unsupported_version or int(api) not in theirs:
+            if answer.error_code != ErrorCode.unsupported_version or version == 0:
                 raise BrokerProtocolError(f"{self._peer()}: ApiVersions answered {answer.error_code!r}")
-            version = min(version, theirs[int(api)])
+            theirs = {int(e.api_key): int(e.max_version) for e in answer.api_keys}
+            version = min(version - 1, theirs.get(int(api), 0))
         else:
             raise BrokerProtocolError(f"{self._peer()}: ApiVersions did not settle on a version")
         self.versions = shared_versions(
-            (int(e.api_key), int(e.min_version), int(e.max_version)) for e in answer.api_keys)
+            ((int(e.api_key), int(e.min_version), int(e.max_version)) for e in answer.api_keys), max_versions)
 
     async def authenticate(self, login: SaslLogin) -> None:
         """SaslHandshake, then the mechanism's tokens in SaslAuthenticate requests (§18.2).
@@ -261,14 +266,16 @@ class KafkaConnection:
         await trio.aclose_forcefully(self._stream)
 
 
-def shared_versions(theirs: Iterable[tuple[int, int, int]]) -> dict[KafkaApi, int]:
-    """Per api of §16.3, the highest version in both ranges; ``theirs`` is (api_key, min, max) rows."""
+def shared_versions(theirs: Iterable[tuple[int, int, int]],
+                    max_versions: Mapping[KafkaApi, int] = NO_CAPS) -> dict[KafkaApi, int]:
+    """Per api of §16.3, the highest version in both ranges and at most ``max_versions[api]``;
+    ``theirs`` is (api_key, min, max) rows."""
     versions: dict[KafkaApi, int] = {}
     for api_key, low, high in theirs:
         api = lookup(api_key)
         if api is None:
             continue
-        version = min(api.max_version, high)
+        version = min(api.max_version, high, max_versions.get(api, api.max_version))
         if version >= max(api.min_version, low):
             versions[api] = version
     return versions
@@ -284,14 +291,21 @@ def _decoder(api: KafkaApi, version: int, correlation_id: int) -> Callable[[memo
 
 
 def _api_versions_decoder(version: int) -> Callable[[memoryview], ResponsePayload]:
-    """ApiVersions' reader: the asked version's body, or the v0 body an UNSUPPORTED_VERSION answer has."""
+    """ApiVersions' reader: the asked version's body, or the v0 body an UNSUPPORTED_VERSION answer has.
+
+    Each is tried whole (a v0 body partly decodes as a flexible one); then the asked version with
+    bytes after it, as every response is read (librdkafka's mock cluster refuses v3 so, §16.2).
+    """
+    api_key = int(KafkaApi.API_VERSIONS)
+
     def decode(frame: memoryview) -> ResponsePayload:
-        try:
-            return decode_response(int(KafkaApi.API_VERSIONS), version, frame)[1]
-        except KafkaCodecError:
-            if version == 0:
-                raise
-            return decode_response(int(KafkaApi.API_VERSIONS), 0, frame)[1]
+        for tried, whole in ((version, True), (0, True), (version, False)):
+            try:
+                return decode_response(api_key, tried, frame, whole=whole)[1]
+            except KafkaCodecError:
+                if (tried, whole) == (version, False):
+                    raise
+        raise AssertionError("unreachable: the last reading raises")
     return decode
 
 
@@ -301,11 +315,14 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
                                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                                 software_version: str = UNKNOWN_SOFTWARE_VERSION,
                                 ssl_context: ssl.SSLContext | None = None,
-                                sasl: SaslLogin | None = None) -> KafkaConnection:
+                                sasl: SaslLogin | None = None,
+                                max_versions: Mapping[KafkaApi, int] = NO_CAPS) -> KafkaConnection:
     """Connect to a Kafka-protocol listener (with TLS over ``ssl_context``), negotiate versions and
     (``sasl``) authenticate; close it with ``aclose``.
 
-    ``software_version`` is what ApiVersions v3 tells the broker of this client's version.
+    ``software_version`` is what ApiVersions v3 tells the broker of this client's version;
+    ``max_versions`` caps the version sent of the apis it names (a broker that mis-reads a version
+    it advertises: librdkafka's mock cluster, JoinGroup v6).
     ``ssl_context``: speak TLS (a listener with ``SSL``, docs/protocol.md §18.1), checking the
     broker's certificate against ``host``; the handshake counts against ``connect_timeout_s``.
     """
@@ -321,7 +338,7 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
     connection = KafkaConnection(stream, address=(host, port), client_id=client_id,
                                  request_timeout_s=request_timeout_s, max_response_bytes=max_response_bytes)
     try:
-        await connection.negotiate(software_version)
+        await connection.negotiate(software_version, max_versions)
         if sasl is not None:
             await connection.authenticate(sasl)
     except BaseException:
