@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trikafka.broker.partition import Refused
+from trikafka.broker.engine.partition import Refused
 from trikafka.broker.replication import serving
 from trikafka.wire import ErrorCode, FetchPart, OffsetsRequest
 from trikafka.zk.replication_values import PartitionState

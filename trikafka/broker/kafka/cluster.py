@@ -82,7 +82,7 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, d
         return topic(ErrorCode.leader_not_available)  # §16.5: the client asks again
     if service.topic_format(name) is None:
         return topic(ErrorCode.unknown_topic_or_partition)
-    described = service.admin.topic_metadata(name, service.broker_id)
+    described = service.engine.admin.topic_metadata(name, service.broker_id)
     if described.error != WireError.NO_ERROR:
         return topic(_ERRORS.get(described.error, ErrorCode.unknown_server_error))
     partitions = tuple(

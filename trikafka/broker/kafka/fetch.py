@@ -53,7 +53,7 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
              for t in body.topics for p in t.partitions]
     deadline = trio.current_time() + max(body.max_wait.total_seconds(), 0.0)
     keys = [(a.topic, a.partition) for a in asked]
-    waiters = service.waiters
+    waiters = service.engine.waiters
     while True:
         answers = [await _answer(service, a) for a in asked]
         _apply_request_budget(answers, body.max_bytes)
@@ -68,7 +68,7 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
             break
     for a, answer in zip(asked, answers):
         if answer.records is not None:
-            service.handler.metrics.topic(a.topic).bytes_out += len(answer.records)
+            service.engine.metrics.topic(a.topic).bytes_out += len(answer.records)
     chunks: list[Chunk] = []
     for chunk in encode_fetch_response(request.api_version, request.correlation_id, 0, ErrorCode.none, 0, answers):
         # Records are a file region, or several chunks back to back; the rest is bytes.

@@ -24,7 +24,7 @@ from trikafka.kafka.errors import KafkaCodecError
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.wire.errors import ErrorCode as EngineError
 
-from ..partition import ReadView, Refused
+from ..engine.partition import ReadView, Refused
 from .context import KafkaContext
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class PartitionLoads(Generic[T]):
     def _current(self, index: int) -> T | ErrorCode | _LoadAt:
         """The loaded state; an error; or the leader epoch a load must be at."""
         try:
-            view = self._service.handler.directory.partition(self._topic, index).read_view()
+            view = self._service.engine.directory.partition(self._topic, index).read_view()
         except Refused as exc:
             self.drop(index)
             return _NOT_SERVED.get(exc.error, ErrorCode.coordinator_not_available)
@@ -146,7 +146,7 @@ class PartitionLoads(Generic[T]):
             logger.info("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
 
     def _view(self, index: int) -> ReadView:
-        return self._service.handler.directory.partition(self._topic, index).read_view()
+        return self._service.engine.directory.partition(self._topic, index).read_view()
 
     async def _load(self, index: int, epoch: int, done: trio.Event) -> None:
         try:

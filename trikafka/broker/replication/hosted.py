@@ -2,7 +2,7 @@
 
 A ``HostedPartition`` is owned by the replica manager, which feeds it every
 state read from ZooKeeper (``apply_state``) and runs its follower task.  The
-request handler asks it to append as leader, to wait for an acks -1 commit,
+listeners ask it (through the engine) to append as leader, to wait for an acks -1 commit,
 where consumers' reads end (the high watermark), and to answer REPLICA_FETCH
 and EPOCH_END_OFFSET (docs/protocol.md §12).
 
@@ -31,10 +31,10 @@ from ...wire.replication import (
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
 from ...log.epochs import EpochHistory
-from ..partition import LocalPartition
+from ..engine.partition import LocalPartition
 from ..seams import KafkaAppend
 from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
-from ..waiters import VisibleEndWaiters
+from ..engine.waiters import VisibleEndWaiters
 from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
 from .fetcher import FollowerStopped
 from .isr import LeaderPartition

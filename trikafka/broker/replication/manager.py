@@ -36,8 +36,8 @@ from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, Session
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
+from ..engine.waiters import VisibleEndWaiters
 from ..seams import Flusher, LogDirectory, RunBlocking
-from ..waiters import VisibleEndWaiters
 from .controller import Controller
 from .followers import FollowerTasks
 from .hosted import HostedPartition
@@ -47,7 +47,7 @@ from .membership import controlled_shutdown, register_membership, registered_bef
 from .tail import TailStatus, forget_tail_lost
 
 if TYPE_CHECKING:
-    from ..handlers import RequestHandler
+    from ..engine.directory import PartitionDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +57,11 @@ TopicPartition = tuple[str, int]
 
 
 class ReplicaManager:
-    """Hosts this broker's replicas, tells the handler who leads, and runs the controller."""
+    """Hosts this broker's replicas, tells the engine who leads, and runs the controller."""
 
     _nursery: trio.Nursery  # run()'s: the watches and follower tasks start in it
 
-    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, handler: RequestHandler,
+    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, directory: PartitionDirectory,
                  log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
@@ -70,7 +70,7 @@ class ReplicaManager:
         self.kafka_port = kafka_port  # published in /trikafka/brokers/<id> (§16.1)
         self._zk = zk
         self.address = address
-        self._handler, self._log_manager, self._flusher = handler, log_manager, flusher
+        self._directory, self._log_manager, self._flusher = directory, log_manager, flusher
         self._waiters = waiters
         self._run_blocking = run_blocking
         self.tail = TailStatus(broker_id, tail_intact)
@@ -91,7 +91,7 @@ class ReplicaManager:
         # coordinator loads a __consumer_offsets partition it now leads (docs/protocol.md §17.3).
         self.on_role: Callable[[str, int, str], None] = lambda topic, partition, role: None
 
-    # ----------------------------------------------------------------- what the handler asks
+    # ----------------------------------------------------------------- what the engine asks
 
     def is_replicated(self, topic: str) -> bool:
         return topic in self.topics
@@ -243,7 +243,7 @@ class ReplicaManager:
         self.topics[topic] = assignment
         if new:
             self._on_replicated_topic(topic)
-            self._handler.directory.forget_partition_count(topic)
+            self._directory.forget_partition_count(topic)
         for partition in range(len(assignment.replicas)):
             key = (topic, partition)
             if key not in self._watched_partitions:
@@ -269,7 +269,7 @@ class ReplicaManager:
             await hosted.retire()
             self._start_or_stop_follower(hosted)
             await self._run_blocking(hosted.epochs.close)
-        count = await self._handler.directory.delete_topic_logs(topic)
+        count = await self._directory.delete_topic_logs(topic)
         self._note_progress()
         logger.info("topic %s deleted: %d logs removed from this broker", topic, count)
 
@@ -316,7 +316,7 @@ class ReplicaManager:
         config = self._log_manager.config_for(topic)
         if record_format is not None and config.record_format != record_format:
             self._log_manager.override_topic_config(topic, dataclasses.replace(config, record_format=record_format))
-        log = await self._handler.directory.log_for_write(topic, partition)
+        log = await self._directory.log_for_write(topic, partition)
         epochs = await self._run_blocking(functools.partial(EpochFile.open, self._log_manager.fs, log.dir_path,
                                                             log.end_offset))
         hosted = HostedPartition(topic, partition, self.broker_id, log, epochs, flusher=self._flusher,

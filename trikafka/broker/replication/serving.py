@@ -1,8 +1,8 @@
 """Client requests on replicated partitions (docs/protocol.md §12.6).
 
-The request handler asks ``partition(manager, topic, partition)`` for every
+The engine's directory asks ``partition(manager, topic, partition)`` for every
 partition of a replicated topic and gets one of two ``Partition``s
-(``broker/partition.py``): the replica this broker holds, or ``NotHosted``.
+(``broker/engine/partition.py``): the replica this broker holds, or ``NotHosted``.
 Their answers follow §12.6: writes only at the leader (the 0.7 PRODUCE at a
 follower closes the connection, PRODUCE_ACKED answers NOT_LEADER), acks -1
 waits for the high watermark, and consumers on any replica read up to the
@@ -17,7 +17,7 @@ from ...wire.errors import ErrorCode
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 from ...wire.requests import FetchPart, OffsetsRequest
 from ...wire.responses import Chunk
-from ..partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
+from ..engine.partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
                          TopicPartition)
 from ..seams import AppendResult, Replica, Replicas
 from .hosted import NotLeaderError

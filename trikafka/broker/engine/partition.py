@@ -1,9 +1,9 @@
-"""The ``Partition`` seam: one topic-partition as the request handler uses it.
+"""The ``Partition`` seam: one topic-partition as both listeners use it.
 
-The handler checks a request's topic and partition (docs/protocol.md §5.1,
-§5.2, §9.2), asks for the partition (``RequestHandler.partition`` to read,
-``partition_for_write`` to append) and calls it; which kind it is decides
-the rest:
+A listener checks a request's topic and partition (docs/protocol.md §5.1,
+§5.2, §9.2, §16.4), asks the engine's directory for the partition
+(``PartitionDirectory.partition`` to read, ``partition_for_write`` to append)
+and calls it; which kind it is decides the rest:
 
 * ``LocalPartition``: an unreplicated 0.7 log (§5, §7.2).  Appends roll,
   append and request a flush here; reads and OFFSETS stop at the visible end.
@@ -30,12 +30,12 @@ from trikafka.wire.errors import ErrorCode
 from trikafka.wire.requests import FetchPart, OffsetsRequest
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
-from .seams import AppendResult, BrokerLog, Flusher, KafkaAppend
-from .topic_settings import FORMAT_V2
+from ..seams import AppendResult, BrokerLog, Flusher, KafkaAppend
+from ..topic_settings import FORMAT_V2
 
 TopicPartition = tuple[str, int]
 FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
-# How OFFSETS reads a log's answer (the handler's: off the loop, retried while retention
+# How OFFSETS reads a log's answer (the 0.7 handler's: off the loop, retried while retention
 # deletes segments); the partition chooses the log and clamps what it returns.
 OffsetsReader = Callable[[BrokerLog, OffsetsRequest], Awaitable[list[int]]]
 

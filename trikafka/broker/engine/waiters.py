@@ -14,7 +14,7 @@ from typing import Iterable
 
 import trio
 
-from .seams import BrokerLog
+from ..seams import BrokerLog
 
 TopicPartition = tuple[str, int]
 # What a wait is keyed by: (topic, partition) for visible-end (and high-watermark) advances, and
