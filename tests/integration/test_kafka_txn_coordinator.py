@@ -16,7 +16,7 @@ from trikafka.broker import serve
 from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
 from trikafka.broker.engine.partition import Refused
 from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC, TxnState
-from trikafka.wire.errors import ErrorCode as EngineError
+from trikafka.broker.engine.errors import EngineError
 
 OUT = [("out", 0), ("out", 1)]
 WAIT_S = 30

@@ -30,7 +30,14 @@ import trio
 
 from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
 from trikafka.wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
-from trikafka.wire.metadata import encode_create_topic_response, encode_metadata_response
+from trikafka.wire.metadata import (
+    CreateTopicResult,
+    Metadata,
+    PartitionMetadata,
+    TopicMetadata,
+    encode_create_topic_response,
+    encode_metadata_response,
+)
 from trikafka.wire.requests import (
     CreateTopicRequest,
     FetchPart,
@@ -54,12 +61,33 @@ from trikafka.wire.responses import (
 )
 
 from .engine.engine import Engine
-from .engine.partition import FetchOutcome, Partition, Refused
+from .engine.errors import EngineError
+from .engine.metadata import TopicView
+from .engine.partition import Partition, Refused
 from .seams import BrokerLog, RunBlocking
 
 logger = logging.getLogger(__name__)
 
 OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
+
+# The one table from the engine's errors to the 0.7 listener's codes (§6, §9, §12.5).
+ENGINE_TO_07: dict[EngineError, ErrorCode] = {
+    EngineError.NO_ERROR: ErrorCode.NO_ERROR,
+    EngineError.OFFSET_OUT_OF_RANGE: ErrorCode.OFFSET_OUT_OF_RANGE,
+    EngineError.WRONG_PARTITION: ErrorCode.WRONG_PARTITION,
+    EngineError.INVALID_FETCH_SIZE: ErrorCode.INVALID_FETCH_SIZE,
+    EngineError.REQUEST_TIMED_OUT: ErrorCode.REQUEST_TIMED_OUT,
+    EngineError.INVALID_TOPIC: ErrorCode.INVALID_TOPIC,
+    EngineError.UNKNOWN_TOPIC: ErrorCode.UNKNOWN_TOPIC,
+    EngineError.TOPIC_ALREADY_EXISTS: ErrorCode.TOPIC_ALREADY_EXISTS,
+    EngineError.INVALID_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
+    EngineError.INVALID_CONFIG: ErrorCode.INVALID_CONFIG,
+    EngineError.SETTINGS_NOT_KEPT: ErrorCode.UNKNOWN,  # created, settings not kept (§9.5)
+    EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.NOT_LEADER_FOR_PARTITION,
+    EngineError.LEADER_NOT_AVAILABLE: ErrorCode.LEADER_NOT_AVAILABLE,
+    EngineError.NOT_ENOUGH_REPLICAS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    EngineError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+}
 
 
 class CloseConnection(Exception):
@@ -120,7 +148,7 @@ class RequestHandler:
 
     # ----------------------------------------------------------------- FETCH / MULTIFETCH
 
-    def fetch_part(self, part: FetchPart) -> FetchOutcome:
+    def fetch_part(self, part: FetchPart) -> tuple[ErrorCode, FetchData]:
         """One FETCH or MULTIFETCH part, checked in the order of the §5.2 table."""
         count = self._directory.partitions_if_valid(part.topic)
         if count is None:
@@ -129,7 +157,8 @@ class RequestHandler:
             return ErrorCode.WRONG_PARTITION, None
         if self._directory.kafka_format(part.topic):
             return ErrorCode.WRONG_FORMAT, None
-        return self._directory.partition(part.topic, part.partition).fetch(part)
+        code, data = self._directory.partition(part.topic, part.partition).fetch(part)
+        return ENGINE_TO_07[code], data
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
         outcome = self.fetch_part(request.part)
@@ -198,8 +227,8 @@ class RequestHandler:
             statuses = await self.engine.wait_acks([target.ack_wait(results[i].next_offset) for i, target in appended],
                                             deadline)
             for (i, _), status in zip(appended, statuses):
-                if status != ErrorCode.NO_ERROR:
-                    results[i] = _failed(results[i], status)
+                if status != EngineError.NO_ERROR:
+                    results[i] = _failed(results[i], ENGINE_TO_07[status])
         await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
@@ -220,7 +249,7 @@ class RequestHandler:
             target = await self._directory.partition_for_write(part.topic, partition)
             appended = await target.append(part.messages, acks)
         except Refused as exc:
-            return failed(exc.error)
+            return failed(ENGINE_TO_07[exc.error])
         except MessageSizeTooLargeError:
             return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
         except (InvalidMessageError, MessageError):
@@ -260,12 +289,21 @@ class RequestHandler:
 
     def metadata(self, request: MetadataRequest) -> bytes:
         """The METADATA response: every topic this broker knows, or those asked."""
-        return encode_metadata_response(self.engine.admin.metadata(request.topics))
+        admin = self.engine.admin
+        brokers, topics = admin.metadata(request.topics)
+        return encode_metadata_response(Metadata(admin.max_message_size, brokers, tuple(map(_topic_07, topics))))
 
     async def create_topic(self, request: CreateTopicRequest) -> bytes:
         """CREATE_TOPIC: the topic's logs created here (a replicated one: only its count checked)."""
-        result = await self.engine.admin.create_topic(request.topic, request.partitions, dict(request.settings))
-        return encode_create_topic_response(result)
+        created = await self.engine.admin.create_topic(request.topic, request.partitions, dict(request.settings))
+        return encode_create_topic_response(CreateTopicResult(ENGINE_TO_07[created.error], created.partitions))
+
+
+def _topic_07(topic: TopicView) -> TopicMetadata:
+    """The engine's view of a topic in METADATA's terms (§9.4)."""
+    return TopicMetadata(topic.name, tuple(
+        PartitionMetadata(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, ENGINE_TO_07[p.error])
+        for p in topic.partitions), ENGINE_TO_07[topic.error])
 
 
 def _failed(result: ProduceAckedResult, code: ErrorCode) -> ProduceAckedResult:

@@ -22,11 +22,12 @@ from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.truncation import Truncation
 from trikafka.log.verification_guard import VerificationGuard
-from trikafka.wire.errors import ErrorCode
-from trikafka.wire.metadata import BrokerAddress, TopicMetadata
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 from trikafka.wire.responses import Chunk, ChunkSequence, FileRegion
 
+from .engine.errors import EngineError
+from .engine.metadata import TopicView
 from .replication.isr import LeaderPartition
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class Replica(Protocol):
 
     def consumer_end(self) -> int: ...
 
-    def check_acks_all(self) -> ErrorCode: ...
+    def check_acks_all(self) -> EngineError: ...
 
     @property
     def leader_epoch(self) -> int: ...
@@ -226,7 +227,7 @@ class Replicas(Protocol):
 
     def partition_count(self, topic: str) -> int | None: ...
 
-    def topic_metadata(self, topic: str) -> TopicMetadata | None: ...
+    def topic_metadata(self, topic: str) -> TopicView | None: ...
 
     def peers(self) -> list[BrokerAddress]: ...
 

@@ -10,11 +10,10 @@ Built once, in the broker's composition root (``server.py``).
 
 from __future__ import annotations
 
-from trikafka.wire.errors import ErrorCode
-
 from ..metrics import BrokerMetrics
 from ..seams import Replicas
 from .directory import PartitionDirectory
+from .errors import EngineError
 from .partition import AckWait
 from .topic_admin import TopicAdmin
 from .waiters import VisibleEndWaiters
@@ -35,13 +34,13 @@ class Engine:
         """With ZooKeeper, the replica manager: replicated topics' partitions are its (§12)."""
         return self.directory.replicas
 
-    async def wait_acks(self, waits: list[AckWait], deadline: float) -> list[ErrorCode]:
+    async def wait_acks(self, waits: list[AckWait], deadline: float) -> list[EngineError]:
         """Wait for every acknowledgement: each one's final status, in order.
 
         NO_ERROR, the error a wait ended with, or REQUEST_TIMED_OUT for one still
         pending at ``deadline``.
         """
-        statuses: list[ErrorCode | None] = [None] * len(waits)
+        statuses: list[EngineError | None] = [None] * len(waits)
         pending = list(enumerate(waits))
         while True:
             still = []
@@ -59,4 +58,4 @@ class Engine:
                 for i, wait in pending:
                     statuses[i] = wait.status()
                 break
-        return [ErrorCode.REQUEST_TIMED_OUT if s is None else s for s in statuses]
+        return [EngineError.REQUEST_TIMED_OUT if s is None else s for s in statuses]

@@ -26,15 +26,15 @@ from trikafka.log.epochs import EpochHistory
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.wire import OFFSETS_EARLIEST, OFFSETS_LATEST
-from trikafka.wire.errors import ErrorCode
 from trikafka.wire.requests import FetchPart, OffsetsRequest
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from ..seams import AppendResult, BrokerLog, Flusher, KafkaAppend
 from ..topic_settings import FORMAT_V2
+from .errors import EngineError
 
 TopicPartition = tuple[str, int]
-FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
+FetchOutcome = tuple[EngineError, FileRegion | ChunkSequence | None]
 # How OFFSETS reads a log's answer (the 0.7 handler's: off the loop, retried while retention
 # deletes segments); the partition chooses the log and clamps what it returns.
 OffsetsReader = Callable[[BrokerLog, OffsetsRequest], Awaitable[list[int]]]
@@ -43,7 +43,7 @@ OffsetsReader = Callable[[BrokerLog, OffsetsRequest], Awaitable[list[int]]]
 class Refused(Exception):
     """This broker may not serve the request on this partition (§12.6); ``error`` says why."""
 
-    def __init__(self, error: ErrorCode, detail: str):
+    def __init__(self, error: EngineError, detail: str):
         super().__init__(detail)
         self.error = error
 
@@ -68,7 +68,7 @@ class AckWait(Protocol):
 
     key: TopicPartition
 
-    def status(self) -> ErrorCode | None:
+    def status(self) -> EngineError | None:
         """None while pending; then NO_ERROR or the error the part answers (it never changes again)."""
 
 
@@ -192,13 +192,13 @@ class LocalPartition:
     def fetch(self, part: FetchPart) -> FetchOutcome:
         log = self.log
         if not log.start_offset <= part.offset <= log.visible_end:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            return EngineError.OFFSET_OUT_OF_RANGE, None
         if part.max_bytes < 0:
-            return ErrorCode.INVALID_FETCH_SIZE, None  # (trikafka) §5.2
+            return EngineError.INVALID_FETCH_SIZE, None  # (trikafka) §5.2
         try:
-            return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes)
+            return EngineError.NO_ERROR, log.read(part.offset, part.max_bytes)
         except OffsetOutOfRangeError:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            return EngineError.OFFSET_OUT_OF_RANGE, None
 
     async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
         return await read(self.log, request)
@@ -212,8 +212,8 @@ class _Visible:
     def __init__(self, key: TopicPartition, log: BrokerLog, next_offset: int):
         self.key, self._log, self._next_offset = key, log, next_offset
 
-    def status(self) -> ErrorCode | None:
-        return ErrorCode.NO_ERROR if self._log.visible_end >= self._next_offset else None
+    def status(self) -> EngineError | None:
+        return EngineError.NO_ERROR if self._log.visible_end >= self._next_offset else None
 
 
 class NoLog:
@@ -226,13 +226,13 @@ class NoLog:
         raise AssertionError(f"{self.key}: append before the log exists (partition_for_write creates it)")
 
     def read_view(self) -> ReadView:
-        raise Refused(ErrorCode.WRONG_PARTITION, f"{self.key[0]}-{self.key[1]} has no log on this broker")
+        raise Refused(EngineError.WRONG_PARTITION, f"{self.key[0]}-{self.key[1]} has no log on this broker")
 
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{self.key}: nothing was appended")
 
     def fetch(self, part: FetchPart) -> FetchOutcome:
-        return ErrorCode.NO_ERROR, None
+        return EngineError.NO_ERROR, None
 
     async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
         return [0] if request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST) else []

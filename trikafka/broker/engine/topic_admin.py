@@ -14,22 +14,30 @@ The 0.7 listener encodes METADATA and CREATE_TOPIC from what this answers
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, NamedTuple, Sequence
 
 import trio
 
-from trikafka.wire.errors import ErrorCode
-from trikafka.wire.metadata import BrokerAddress, CreateTopicResult, Metadata, PartitionMetadata, TopicMetadata
+from trikafka.wire.metadata import BrokerAddress
 
 from ..seams import LogDirectory
 from ..topic_settings import TopicConfigError, check_topic_config
 from .directory import PartitionDirectory
+from .errors import EngineError
+from .metadata import PartitionView, TopicView
 
 logger = logging.getLogger(__name__)
 
 # A created topic's upper bound: every partition is a directory and an open segment file.
 MAX_CREATED_PARTITIONS = 1024
 UNREPLICATED_EPOCH = 0  # an unreplicated partition has one leader, never changed
+
+
+class TopicCreated(NamedTuple):
+    """What a creation ended with, and the topic's partition count afterwards (-1: none)."""
+
+    error: EngineError
+    partitions: int
 
 
 class TopicAdmin:
@@ -59,26 +67,25 @@ class TopicAdmin:
             names |= set(replicas.topics)
         return sorted(names)
 
-    def metadata(self, names: Sequence[str]) -> Metadata:
-        """The brokers and ``names`` (every topic when empty) as METADATA describes them (§9.4)."""
+    def metadata(self, names: Sequence[str]) -> tuple[tuple[BrokerAddress, ...], tuple[TopicView, ...]]:
+        """The brokers, this one first, and ``names`` (every topic when empty) as METADATA describes them (§9.4)."""
         me = self.self_broker
         assert me is not None, "METADATA before the broker knows its address"
         brokers = (me, *(b for b in self.peers() if b.broker_id != me.broker_id))
-        topics = tuple(self.topic_metadata(name, me.broker_id) for name in names or self.topic_names())
-        return Metadata(self.max_message_size, brokers, topics)
+        return brokers, tuple(self.topic_metadata(name, me.broker_id) for name in names or self.topic_names())
 
-    def topic_metadata(self, name: str, broker_id: int) -> TopicMetadata:
+    def topic_metadata(self, name: str, broker_id: int) -> TopicView:
         """One topic as METADATA describes it (both listeners: §9.4, §16.4)."""
         replicas = self._directory.replicas
         if replicas is not None and (replicated := replicas.topic_metadata(name)) is not None:
             return replicated
         count = self._directory.partitions_if_valid(name)
         if count is None:
-            return TopicMetadata(name, error=ErrorCode.INVALID_TOPIC)
+            return TopicView(name, error=EngineError.INVALID_TOPIC)
         if not self._has_logs(name):
-            return TopicMetadata(name, error=ErrorCode.UNKNOWN_TOPIC)
-        return TopicMetadata(name, tuple(
-            PartitionMetadata(p, leader=broker_id, leader_epoch=UNREPLICATED_EPOCH,
+            return TopicView(name, error=EngineError.UNKNOWN_TOPIC)
+        return TopicView(name, tuple(
+            PartitionView(p, leader=broker_id, leader_epoch=UNREPLICATED_EPOCH,
                               replicas=(broker_id,), isr=(broker_id,))
             for p in range(count)))
 
@@ -113,7 +120,7 @@ class TopicAdmin:
             await self.forget_settings(topic)
         logger.info("deleted topic %s (%d partition logs)", topic, count)
 
-    async def create_topic(self, topic: str, partitions: int, settings: dict[str, str]) -> CreateTopicResult:
+    async def create_topic(self, topic: str, partitions: int, settings: dict[str, str]) -> TopicCreated:
         """CREATE_TOPIC (§9.5): every partition log of the topic (durably) and the resulting count.
 
         Settings are checked first (INVALID_CONFIG: nothing created), then stored
@@ -125,32 +132,32 @@ class TopicAdmin:
                     check_topic_config(settings, replicated=False)
                 except TopicConfigError as exc:
                     logger.warning("CREATE_TOPIC %s refused: %s", topic, exc)
-                    return CreateTopicResult(ErrorCode.INVALID_CONFIG, -1)
+                    return TopicCreated(EngineError.INVALID_CONFIG, -1)
             result = await self._create(topic, partitions)
-            if settings and result.error == ErrorCode.NO_ERROR and not await self.store_settings(topic, settings):
-                result = CreateTopicResult(ErrorCode.UNKNOWN, result.partitions)  # created, settings not kept
+            if settings and result.error == EngineError.NO_ERROR and not await self.store_settings(topic, settings):
+                result = TopicCreated(EngineError.SETTINGS_NOT_KEPT, result.partitions)  # created, settings not kept
         return result
 
-    async def _create(self, topic: str, partitions: int) -> CreateTopicResult:
+    async def _create(self, topic: str, partitions: int) -> TopicCreated:
         directory, manager = self._directory, self._log_manager
         if directory.partitions_if_valid(topic) is None:
-            return CreateTopicResult(ErrorCode.INVALID_TOPIC, -1)
+            return TopicCreated(EngineError.INVALID_TOPIC, -1)
         replicas = directory.replicas
         if replicas is not None and (count := replicas.partition_count(topic)) is not None:
             # A replicated topic is created through ZooKeeper (`topics create --replication-factor`).
-            return CreateTopicResult(ErrorCode.NO_ERROR if count == partitions else ErrorCode.TOPIC_ALREADY_EXISTS,
+            return TopicCreated(EngineError.NO_ERROR if count == partitions else EngineError.TOPIC_ALREADY_EXISTS,
                                      count)
         if self._has_logs(topic):
             current = manager.partitions_for(topic)
             if current != partitions:
-                return CreateTopicResult(ErrorCode.TOPIC_ALREADY_EXISTS, current)
+                return TopicCreated(EngineError.TOPIC_ALREADY_EXISTS, current)
         elif not manager.configured_partitions(topic) <= partitions <= MAX_CREATED_PARTITIONS:
-            return CreateTopicResult(ErrorCode.INVALID_PARTITIONS, -1)
+            return TopicCreated(EngineError.INVALID_PARTITIONS, -1)
         had = {p for p in range(partitions) if manager.get(topic, p) is not None}
         await self.create_logs(topic, partitions)
         if len(had) < partitions:
             logger.info("created topic %s with %d partitions", topic, partitions)
-        return CreateTopicResult(ErrorCode.NO_ERROR, manager.partitions_for(topic))
+        return TopicCreated(EngineError.NO_ERROR, manager.partitions_for(topic))
 
     async def create_logs(self, topic: str, partitions: int, *, first: int = 0) -> None:
         """Raise ``topic``'s count to ``partitions`` and create each missing log from ``first`` on:

@@ -19,9 +19,9 @@ from trikafka.kafka.batch import TRANSACTIONAL, BatchError
 from trikafka.kafka.records import Record, build_batch
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.util.java_hash import java_string_hash
-from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
 
+from ..engine.errors import EngineError
 from ..engine.partition import Refused
 from ..seams import KafkaAppend
 from ..topic_settings import CLEANUP_POLICY, SEGMENT_BYTES
@@ -40,8 +40,6 @@ ACKS_ALL = -1
 # What a failed write answers the client (§17.3), as Kafka maps a coordinator's append error.
 _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
-    EngineError.FENCED_LEADER_EPOCH: ErrorCode.not_coordinator,
-    EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.invalid_commit_offset_size,
 }
 
 

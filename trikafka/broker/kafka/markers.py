@@ -25,8 +25,8 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import BatchError
 from trikafka.kafka.framing import Request
 from trikafka.kafka.markers import build_marker
-from trikafka.wire.errors import ErrorCode as EngineError
 
+from ..engine.errors import EngineError
 from ..engine.partition import Refused
 from ..seams import KafkaAppend
 from .context import KafkaContext

@@ -22,8 +22,8 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.errors import KafkaCodecError
 from trikafka.log.errors import OffsetOutOfRangeError
-from trikafka.wire.errors import ErrorCode as EngineError
 
+from ..engine.errors import EngineError
 from ..engine.partition import ReadView, Refused
 from .context import KafkaContext
 
@@ -35,7 +35,6 @@ LOAD_WAIT_S = 0.5
 # What a partition this broker cannot serve answers (§17.3).
 _NOT_SERVED: dict[EngineError, ErrorCode] = {
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
-    EngineError.NOT_REPLICA: ErrorCode.not_coordinator,
 }
 
 T = TypeVar("T")

@@ -20,9 +20,9 @@ from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.framing import Request, encode_response
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.kafka.records import decode_batches
-from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.responses import Chunk
 
+from ..engine.errors import EngineError
 from ..engine.partition import AckWait, KafkaAppend, Refused
 from .entities import NO_THROTTLE, Reply, kio_time
 from .errors import BATCH_TO_KAFKA, kafka_error

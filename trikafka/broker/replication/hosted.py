@@ -31,6 +31,7 @@ from ...wire.replication import (
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
 from ...log.epochs import EpochHistory
+from ..engine.errors import EngineError
 from ..engine.partition import LocalPartition
 from ..seams import KafkaAppend
 from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
@@ -217,10 +218,10 @@ class HostedPartition:
         self._waiters.notify(self.end_key)  # followers' long polls
         return result
 
-    def check_acks_all(self) -> ErrorCode:
+    def check_acks_all(self) -> EngineError:
         """Before an acks -1 append: NO_ERROR, NOT_LEADER_FOR_PARTITION or NOT_ENOUGH_REPLICAS."""
         if self.leader is None:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION
+            return EngineError.NOT_LEADER_FOR_PARTITION
         return self.leader.check_acks_all()
 
     # ----------------------------------------------------------------- leader: serving followers

@@ -28,14 +28,15 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import trio
 
 from ...log.epochs import EpochFile
-from ...wire.errors import ErrorCode
-from ...wire.metadata import BrokerAddress, PartitionMetadata, TopicMetadata
+from ...wire.metadata import BrokerAddress
 from ...zk import paths
 from ...zk.coordinator import Coordinator
 from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, SessionExpiredError
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
+from ..engine.errors import EngineError
+from ..engine.metadata import PartitionView, TopicView
 from ..engine.waiters import VisibleEndWaiters
 from ..seams import Flusher, LogDirectory, RunBlocking
 from .controller import Controller
@@ -100,7 +101,7 @@ class ReplicaManager:
         assignment = self.topics.get(topic)
         return None if assignment is None else len(assignment.replicas)
 
-    def topic_metadata(self, topic: str) -> TopicMetadata | None:
+    def topic_metadata(self, topic: str) -> TopicView | None:
         """METADATA's view of a replicated topic (None: not replicated)."""
         assignment = self.topics.get(topic)
         if assignment is None:
@@ -109,11 +110,11 @@ class ReplicaManager:
         for p, replicas in enumerate(assignment.replicas):
             state = self.states.get((topic, p))
             if state is None:
-                parts.append(PartitionMetadata(p, -1, -1, replicas, (), ErrorCode.LEADER_NOT_AVAILABLE))
+                parts.append(PartitionView(p, -1, -1, replicas, (), EngineError.LEADER_NOT_AVAILABLE))
                 continue
-            error = ErrorCode.NO_ERROR if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
-            parts.append(PartitionMetadata(p, state.leader, state.leader_epoch, replicas, state.isr, error))
-        return TopicMetadata(topic, tuple(parts))
+            error = EngineError.NO_ERROR if state.leader >= 0 else EngineError.LEADER_NOT_AVAILABLE
+            parts.append(PartitionView(p, state.leader, state.leader_epoch, replicas, state.isr, error))
+        return TopicView(topic, tuple(parts))
 
     def peers(self) -> list[BrokerAddress]:
         return sorted(self.brokers.values())

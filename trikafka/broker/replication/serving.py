@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from ...log.errors import OffsetOutOfRangeError
 from ...wire import ACKS_FLUSHED, OFFSETS_LATEST
-from ...wire.errors import ErrorCode
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
 from ...wire.requests import FetchPart, OffsetsRequest
 from ...wire.responses import Chunk
+from ..engine.errors import EngineError
 from ..engine.partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
                          TopicPartition)
 from ..seams import AppendResult, Replica, Replicas
@@ -48,7 +48,7 @@ class ReplicatedPartition:
         hosted = self._hosted
         if acks == ACKS_FLUSHED:
             code = hosted.check_acks_all()
-            if code != ErrorCode.NO_ERROR:
+            if code != EngineError.NO_ERROR:
                 raise Refused(code, f"{_name(self.key)}: {code.name}")
         try:
             return await hosted.append_as_leader(messages, kafka=kafka)
@@ -73,17 +73,17 @@ class ReplicatedPartition:
         # end, only the acting leader knows the offset does not exist (docs/protocol.md §12.6).
         log_end = max(end, log.end_offset)
         if part.offset > log_end and hosted.leader is None:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION, None
+            return EngineError.NOT_LEADER_FOR_PARTITION, None
         if not log.start_offset <= part.offset <= max(log_end, log.start_offset):
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            return EngineError.OFFSET_OUT_OF_RANGE, None
         if part.max_bytes < 0:
-            return ErrorCode.INVALID_FETCH_SIZE, None
+            return EngineError.INVALID_FETCH_SIZE, None
         if part.offset >= end:
-            return ErrorCode.NO_ERROR, None
+            return EngineError.NO_ERROR, None
         try:
-            return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes, end=end)
+            return EngineError.NO_ERROR, log.read(part.offset, part.max_bytes, end=end)
         except OffsetOutOfRangeError:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            return EngineError.OFFSET_OUT_OF_RANGE, None
 
     async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
         """The replica's OFFSETS answer, never past the committed end (taken before the read);
@@ -105,10 +105,10 @@ class _Committed:
         self.key, self._hosted, self._next_offset = key, hosted, next_offset
         self._leader: LeaderPartition | None = hosted.leader
 
-    def status(self) -> ErrorCode | None:
+    def status(self) -> EngineError | None:
         leader = self._leader
         if leader is None or self._hosted.leader is not leader:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION
+            return EngineError.NOT_LEADER_FOR_PARTITION
         return leader.commit_status(self._next_offset)
 
 
@@ -130,15 +130,15 @@ class NotHosted:
         raise AssertionError(f"{_name(self.key)}: nothing was appended")
 
     def fetch(self, part: FetchPart) -> FetchOutcome:
-        return ErrorCode.NOT_LEADER_FOR_PARTITION, None
+        return EngineError.NOT_LEADER_FOR_PARTITION, None
 
     async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        raise Refused(ErrorCode.NOT_LEADER_FOR_PARTITION, f"{_name(self.key)}, which this broker holds no replica of")
+        raise Refused(EngineError.NOT_LEADER_FOR_PARTITION, f"{_name(self.key)}, which this broker holds no replica of")
 
 
 def _not_led(manager: Replicas, key: TopicPartition) -> Refused:
     state = manager.states.get(key)
-    code = ErrorCode.LEADER_NOT_AVAILABLE if state is None or state.leader < 0 else ErrorCode.NOT_LEADER_FOR_PARTITION
+    code = EngineError.LEADER_NOT_AVAILABLE if state is None or state.leader < 0 else EngineError.NOT_LEADER_FOR_PARTITION
     return Refused(code, f"{_name(key)}, which this broker does not lead")
 
 
