@@ -10,7 +10,7 @@ import pytest
 from trikafka.broker.engine.errors import EngineError
 from trikafka.broker.engine.partition import Refused
 from trikafka.broker.replication import serving
-from trikafka.wire import FetchPart, OffsetsRequest
+from trikafka.wire import FetchPart
 from trikafka.zk.replication_values import PartitionState
 
 
@@ -30,7 +30,7 @@ def manager_with(high_watermark, *, leading=True):
 
 def fetch(manager, part):
     """A consumer's fetch part, asked of the replicated topic's partition as the request handler asks it."""
-    return serving.partition(manager, part.topic, part.partition).fetch(part)
+    return serving.partition(manager, part.topic, part.partition).fetch(part.offset, part.max_bytes)
 
 
 def test_a_replica_serves_consumers_up_to_its_high_watermark():
@@ -61,12 +61,12 @@ def test_past_its_log_end_a_replica_that_does_not_lead_sends_the_consumer_to_the
 async def test_a_broker_without_a_replica_sends_every_client_elsewhere():
     led_elsewhere = SimpleNamespace(hosted={}, states={("t", 0): PartitionState(2, 5, (2, 3), 1)})
     partition = serving.partition(led_elsewhere, "t", 0)
-    assert partition.fetch(FetchPart("t", 0, 0, 1000)) == (EngineError.NOT_LEADER_FOR_PARTITION, None)
+    assert partition.fetch(0, 1000) == (EngineError.NOT_LEADER_FOR_PARTITION, None)
     with pytest.raises(Refused) as refused:
         await partition.append(b"", 1)
     assert refused.value.error == EngineError.NOT_LEADER_FOR_PARTITION
     with pytest.raises(Refused):  # OFFSETS has no error code: the handler closes the connection
-        await partition.offsets(OffsetsRequest("t", 0, -1, 1), read=None)
+        await partition.offsets(-1, 1, read=None)
     leaderless = SimpleNamespace(hosted={}, states={})
     with pytest.raises(Refused) as refused:
         await serving.partition(leaderless, "t", 0).append(b"", 1)
@@ -74,10 +74,10 @@ async def test_a_broker_without_a_replica_sends_every_client_elsewhere():
 
 
 async def test_a_replica_answers_offsets_no_later_than_its_committed_end():
-    async def read(log, request):
+    async def read(log):
         return [450, 400, 100]
 
-    answer = await serving.partition(manager_with(300), "t", 0).offsets(OffsetsRequest("t", 0, -1, 3), read)
+    answer = await serving.partition(manager_with(300), "t", 0).offsets(-1, 3, read)
     assert answer == [300, 100]
 
 

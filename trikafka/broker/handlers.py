@@ -157,7 +157,7 @@ class RequestHandler:
             return ErrorCode.WRONG_PARTITION, None
         if self._directory.kafka_format(part.topic):
             return ErrorCode.WRONG_FORMAT, None
-        code, data = self._directory.partition(part.topic, part.partition).fetch(part)
+        code, data = self._directory.partition(part.topic, part.partition).fetch(part.offset, part.max_bytes)
         return ENGINE_TO_07[code], data
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
@@ -187,7 +187,8 @@ class RequestHandler:
             raise CloseConnection(f"0.7 offsets of the Kafka-format topic {_short(request.topic)}")
         try:
             partition = self._directory.partition(request.topic, request.partition)
-            found = await partition.offsets(request, self._offsets_before)
+            found = await partition.offsets(request.time_ms, request.max_offsets,
+                                            functools.partial(self._offsets_before, request=request))
         except Refused as exc:  # a replicated partition this broker holds no replica of (§12.6)
             raise CloseConnection(f"offsets for {exc}") from None
         return encode_offsets_response(found)

@@ -26,7 +26,6 @@ from trikafka.log.epochs import EpochHistory
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.wire import OFFSETS_EARLIEST, OFFSETS_LATEST
-from trikafka.wire.requests import FetchPart, OffsetsRequest
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
 from ..seams import AppendResult, BrokerLog, Flusher, KafkaAppend
@@ -37,7 +36,7 @@ TopicPartition = tuple[str, int]
 FetchOutcome = tuple[EngineError, FileRegion | ChunkSequence | None]
 # How OFFSETS reads a log's answer (the 0.7 handler's: off the loop, retried while retention
 # deletes segments); the partition chooses the log and clamps what it returns.
-OffsetsReader = Callable[[BrokerLog, OffsetsRequest], Awaitable[list[int]]]
+OffsetsReader = Callable[[BrokerLog], Awaitable[list[int]]]
 
 
 class Refused(Exception):
@@ -92,11 +91,12 @@ class Partition(Protocol):
     def ack_wait(self, next_offset: int) -> AckWait:
         """Start the acks -1 wait for the bytes below ``next_offset``, after ``append``."""
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
-        """A consumer's FETCH part (already checked for topic and partition count)."""
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
+        """A consumer's read of up to ``max_bytes`` from ``offset`` (topic and partition checked already)."""
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        """The OFFSETS answer (§5.5); raises ``Refused`` where this broker cannot answer."""
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        """The offsets before ``time_ms`` (§5.5: at most ``max_offsets``), ``read`` from the log this
+        partition chooses; raises ``Refused`` where this broker cannot answer."""
 
 
 class LocalPartition:
@@ -189,19 +189,19 @@ class LocalPartition:
         self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now
         return _Visible(self.key, self.log, next_offset)
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         log = self.log
-        if not log.start_offset <= part.offset <= log.visible_end:
+        if not log.start_offset <= offset <= log.visible_end:
             return EngineError.OFFSET_OUT_OF_RANGE, None
-        if part.max_bytes < 0:
+        if max_bytes < 0:
             return EngineError.INVALID_FETCH_SIZE, None  # (trikafka) §5.2
         try:
-            return EngineError.NO_ERROR, log.read(part.offset, part.max_bytes)
+            return EngineError.NO_ERROR, log.read(offset, max_bytes)
         except OffsetOutOfRangeError:
             return EngineError.OFFSET_OUT_OF_RANGE, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        return await read(self.log, request)
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        return await read(self.log)
 
 
 class _Visible:
@@ -231,8 +231,8 @@ class NoLog:
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{self.key}: nothing was appended")
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         return EngineError.NO_ERROR, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        return [0] if request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST) else []
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        return [0] if time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST) else []

@@ -14,7 +14,6 @@ from __future__ import annotations
 from ...log.errors import OffsetOutOfRangeError
 from ...wire import ACKS_FLUSHED, OFFSETS_LATEST
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
-from ...wire.requests import FetchPart, OffsetsRequest
 from ...wire.responses import Chunk
 from ..engine.errors import EngineError
 from ..engine.partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
@@ -65,34 +64,34 @@ class ReplicatedPartition:
     def ack_wait(self, next_offset: int) -> AckWait:
         return _Committed(self.key, self._hosted, next_offset)
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
-        """A consumer's FETCH part: served by any replica, up to the high watermark."""
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
+        """A consumer's read: served by any replica, up to the high watermark."""
         hosted = self._hosted
         log, end = hosted.log, hosted.consumer_end()
         # Above the HW but within the log: committed elsewhere, committed here soon; past the log
         # end, only the acting leader knows the offset does not exist (docs/protocol.md §12.6).
         log_end = max(end, log.end_offset)
-        if part.offset > log_end and hosted.leader is None:
+        if offset > log_end and hosted.leader is None:
             return EngineError.NOT_LEADER_FOR_PARTITION, None
-        if not log.start_offset <= part.offset <= max(log_end, log.start_offset):
+        if not log.start_offset <= offset <= max(log_end, log.start_offset):
             return EngineError.OFFSET_OUT_OF_RANGE, None
-        if part.max_bytes < 0:
+        if max_bytes < 0:
             return EngineError.INVALID_FETCH_SIZE, None
-        if part.offset >= end:
+        if offset >= end:
             return EngineError.NO_ERROR, None
         try:
-            return EngineError.NO_ERROR, log.read(part.offset, part.max_bytes, end=end)
+            return EngineError.NO_ERROR, log.read(offset, max_bytes, end=end)
         except OffsetOutOfRangeError:
             return EngineError.OFFSET_OUT_OF_RANGE, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
         """The replica's OFFSETS answer, never past the committed end (taken before the read);
         ``latest`` is that end, which consumers read to whether or not it was flushed (§12.6)."""
         end = self._hosted.consumer_end()
-        found = await read(self._hosted.log, request)
-        if request.time_ms == OFFSETS_LATEST and request.max_offsets > 0:
+        found = await read(self._hosted.log)
+        if time_ms == OFFSETS_LATEST and max_offsets > 0:
             # The log's own answer starts at its flushed end; the replica's at the committed one.
-            return clamp_offsets([end, *(o for o in found if o < end)], end)[:request.max_offsets]
+            return clamp_offsets([end, *(o for o in found if o < end)], end)[:max_offsets]
         return clamp_offsets(found, end)
 
 
@@ -129,10 +128,10 @@ class NotHosted:
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{_name(self.key)}: nothing was appended")
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         return EngineError.NOT_LEADER_FOR_PARTITION, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
         raise Refused(EngineError.NOT_LEADER_FOR_PARTITION, f"{_name(self.key)}, which this broker holds no replica of")
 
 
