@@ -1,4 +1,10 @@
-"""The broker: one nursery tree, which owns every task it runs.
+"""The broker: the composition root and one nursery tree, which owns every task it runs.
+
+``_run_tree`` builds the broker top down: the flusher, retention and cleaner,
+then the engine (``engine/``: the partition directory, the topic admin, the
+waiters, the metrics), then the two listeners it is given (the 0.7
+``RequestHandler`` and the Kafka ``KafkaService``), then replication.
+docs/architecture.md draws the layers and follows a produce and a fetch.
 
 ::
 
@@ -6,9 +12,14 @@
     ├── root nursery              the metrics and health HTTP server (``metrics_port``), up
     │                             before recovery so ``/readyz`` can answer 503 meanwhile
     └── services nursery          flush scheduler, retention deleter, cleaner, signal watcher,
-        │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py)
-        └── server nursery        N processors, each with its connections
-            └── front nursery     acceptor + shutdown watcher
+        │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py),
+        │                         replication (replication/manager.py), topic settings watcher,
+        │                         and the Kafka listener's services (``KafkaService.start``:
+        │                         group and transaction coordinators, producer expiry, peer
+        │                         connections, credentials, registry, live group marks, ACLs)
+        └── server nursery        N processors of the 0.7 listener and N of the Kafka
+            │                     listener, each with its connections
+            └── front nursery     both acceptors + shutdown watcher
 
 Every long-lived service is started with ``nursery.start`` so readiness is
 explicit; ``task_status.started`` hands the caller a ``Broker`` whose
