@@ -211,9 +211,6 @@ class Replica(Protocol):
 class Replicas(Protocol):
     """This broker's replicated topics and the replicas it holds (``ReplicaManager``, §12)."""
 
-    # Told (topic, partition, role) after each partition state this broker applies (§17.3).
-    on_role: Callable[[str, int, str], None]
-
     @property
     def topics(self) -> Mapping[str, TopicAssignment]: ...
 

@@ -358,7 +358,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, engine=engine,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking, open_stream=open_to_broker,
-                        kafka_port=kafka_addresses[0].port if kafka_addresses else None)
+                        kafka_port=kafka_addresses[0].port if kafka_addresses else None,
+                        on_role=None if kafka is None else kafka.on_role)
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
                     admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 if kafka is not None:

@@ -48,8 +48,6 @@ class TopicAdmin:
         self._log_manager = log_manager
         self.max_message_size = max_message_size  # METADATA names it (§9.4)
         self.self_broker: BrokerAddress | None = None  # set once the broker has bound its port
-        # Other live brokers, for a broker that watches the registry (replication).
-        self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self._create_lock = trio.Lock()  # one creation or deletion at a time: checks and changes stay atomic
         # Where a created topic's settings go (docs/protocol.md §9.5): set by the broker's wiring.
         self.store_settings: Callable[[str, dict[str, str]], Awaitable[bool]] = _settings_not_kept
@@ -71,7 +69,9 @@ class TopicAdmin:
         """The brokers, this one first, and ``names`` (every topic when empty) as METADATA describes them (§9.4)."""
         me = self.self_broker
         assert me is not None, "METADATA before the broker knows its address"
-        brokers = (me, *(b for b in self.peers() if b.broker_id != me.broker_id))
+        replicas = self._directory.replicas  # with replication, the live brokers it watches
+        peers = replicas.peers() if replicas is not None else ()
+        brokers = (me, *(b for b in peers if b.broker_id != me.broker_id))
         return brokers, tuple(self.topic_metadata(name, me.broker_id) for name in names or self.topic_names())
 
     def topic_metadata(self, name: str, broker_id: int) -> TopicView:

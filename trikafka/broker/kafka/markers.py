@@ -46,9 +46,9 @@ MarkerListener = Callable[[str, int, int, bool, int], None]
 class MarkerWriter:
     """Appends transaction markers to partitions this broker leads."""
 
-    def __init__(self, service: KafkaContext):
+    def __init__(self, service: KafkaContext, listeners: list[MarkerListener]):
         self._service = service
-        self.listeners: list[MarkerListener] = []  # the group coordinator's pending offsets (§19.5)
+        self.listeners = listeners  # the group coordinator's pending offsets (§19.5)
 
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: Sequence[TopicPartition]) -> dict[TopicPartition, ErrorCode]:

@@ -126,8 +126,7 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
-        self.markers = markers.MarkerWriter(self)
-        self.markers.listeners.append(self.groups.on_marker)
+        self.markers = markers.MarkerWriter(self, listeners=[self.groups.on_marker])
         self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
             self.run_blocking, functools.partial(producer_id_blocks.take_file_block, engine.directory.log_manager.fs,
                                                  config.log_dir)))
@@ -165,8 +164,6 @@ class KafkaService:
         self.coordinator.start(nursery)
         nursery.start_soon(self.producer_expiry.run)
         self.engine.metrics.watch_groups(self.groups)
-        if self.engine.replicas is not None:
-            self.engine.replicas.on_role = self._on_role
         if self.security.sasl:
             await self._start_credentials(nursery, zookeeper)
         connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
@@ -212,8 +209,9 @@ class KafkaService:
             await local.refresh()
             self.credentials = local
 
-    def _on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of a partition here: both coordinators hear of it."""
+    def on_role(self, topic: str, index: int, role: str) -> None:
+        """The replica manager applied a state of a partition here: both coordinators hear of it
+        (a coordinator not started yet loads a partition it leads on its first request)."""
         self.groups.on_role(topic, index, role)
         self.coordinator.on_role(topic, index, role)
 

@@ -66,7 +66,8 @@ class ReplicaManager:
                  log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
-                 reconcile_interval_s: float | None = None, kafka_port: int | None = None):
+                 reconcile_interval_s: float | None = None, kafka_port: int | None = None,
+                 on_role: Callable[[str, int, str], None] | None = None):
         self.broker_id = broker_id
         self.kafka_port = kafka_port  # published in /trikafka/brokers/<id> (§16.1)
         self._zk = zk
@@ -88,9 +89,9 @@ class ReplicaManager:
         self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
-        # Told (topic, partition, role) after each state this broker applies: the Kafka listener's group
-        # coordinator loads a __consumer_offsets partition it now leads (docs/protocol.md §17.3).
-        self.on_role: Callable[[str, int, str], None] = lambda topic, partition, role: None
+        # Told (topic, partition, role) after each state this broker applies: the Kafka listener's
+        # coordinators load a partition of their internal topic they now lead (docs/protocol.md §17.3).
+        self._on_role = on_role if on_role is not None else _ignore_role
 
     # ----------------------------------------------------------------- what the engine asks
 
@@ -308,7 +309,7 @@ class ReplicaManager:
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
         role = await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
         self._start_or_stop_follower(hosted)
-        self.on_role(topic, partition, role)
+        self._on_role(topic, partition, role)
 
     async def _host(self, topic: str, partition: int, count: int, record_format: str | None) -> HostedPartition:
         """Open (or create) this broker's replica of ``topic``-``partition`` and its epoch file;
@@ -387,6 +388,10 @@ class ReplicaManager:
             self.states[hosted.key] = current.state
             await self._apply(topic, partition, current.state, current.version)
         self._waiters.notify(hosted.key)
+
+
+def _ignore_role(topic: str, partition: int, role: str) -> None:
+    """No one to tell of a role (a broker without the Kafka listener)."""
 
 
 def _trio_ms() -> int:

@@ -32,8 +32,10 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                             waiters: VisibleEndWaiters,
                             run_blocking: RunBlocking,
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
-                            kafka_port: int | None = None) -> ReplicaManager:
-    """Start the replica manager once the broker is registered; it, running."""
+                            kafka_port: int | None = None,
+                            on_role: Callable[[str, int, str], None] | None = None) -> ReplicaManager:
+    """Start the replica manager once the broker is registered; it, running.  ``on_role``: told
+    (topic, partition, role) after each partition state it applies (the Kafka listener's coordinators)."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
     # A log dir that held no logs had no tail to lose.
@@ -45,8 +47,8 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=address,
                              directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
-                             on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port)
+                             on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,
+                             on_role=on_role)
     engine.directory.replicas = manager
-    engine.admin.peers = manager.peers
     engine.metrics.watch_replication(manager)
     return await nursery.start(manager.run)
