@@ -269,18 +269,16 @@ class RequestHandler:
         an error answers at once: waiting cannot fix it.
         """
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
-        keys = [(p.topic, p.partition) for p in request.parts]
-        while True:
-            outcomes = [self.fetch_part(p) for p in request.parts]
-            available = sum(len(data) for _, data in outcomes if data is not None)
-            if (available >= request.min_bytes or self._waiters.closing
-                    or any(code != ErrorCode.NO_ERROR for code, _ in outcomes)
-                    or trio.current_time() >= deadline):
-                break
-            del outcomes  # the regions are recomputed after the wait
-            if not await self._waiters.wait_any(keys, deadline):
-                outcomes = [self.fetch_part(p) for p in request.parts]
-                break
+
+        async def attempt() -> list[tuple[ErrorCode, FetchData]]:
+            return [self.fetch_part(p) for p in request.parts]
+
+        def ready(outcomes: list[tuple[ErrorCode, FetchData]]) -> bool:
+            return (sum(len(data) for _, data in outcomes if data is not None) >= request.min_bytes
+                    or any(code != ErrorCode.NO_ERROR for code, _ in outcomes))
+
+        outcomes = await self._waiters.long_poll([(p.topic, p.partition) for p in request.parts], deadline,
+                                                 attempt, ready)
         await trio.lowlevel.checkpoint()
         self._metrics.count_out(request.parts, outcomes)
         return encode_multifetch_response(outcomes)

@@ -36,7 +36,7 @@ from ..engine.partition import LocalPartition
 from ..seams import KafkaAppend
 from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
 from ..engine.waiters import VisibleEndWaiters
-from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
+from .fetch_rules import FollowerPartition, ReplicaFetchAnswer, serve_epoch_end_offset, serve_replica_fetch
 from .fetcher import FollowerStopped
 from .isr import LeaderPartition
 
@@ -229,7 +229,9 @@ class HostedPartition:
     async def replica_fetch(self, request: ReplicaFetchRequest) -> list[Chunk]:
         """Answer a follower's REPLICA_FETCH, holding it up to ``max_wait_ms`` when nothing is new."""
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
-        while True:
+
+        async def attempt() -> ReplicaFetchAnswer:
+            # Every pass records the fetch (the follower's end and time, §12.6), the last one too.
             leader = self.leader
             before = leader.high_watermark if leader is not None else -1
             answer = serve_replica_fetch(request, leader=leader, leader_epoch=self.leader_epoch,
@@ -237,11 +239,12 @@ class HostedPartition:
                                          now_ms=self._clock_ms(), ack_fsync=self.config.replica_ack_fsync)
             if leader is not None and answer.error == ErrorCode.NO_ERROR and leader.high_watermark != before:
                 self._waiters.notify(self.key)  # acks -1 and consumers
-            if (answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
-                    or trio.current_time() >= deadline or self._waiters.closing):
-                break
-            if not await self._waiters.wait_any([self.end_key], deadline):
-                continue  # one more pass records the fetch and answers empty
+            return answer
+
+        def ready(answer: ReplicaFetchAnswer) -> bool:
+            return answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
+
+        answer = await self._waiters.long_poll([self.end_key], deadline, attempt, ready)
         data = None
         if answer.max_bytes > 0:
             data = self.log.read(answer.offset, answer.max_bytes, end=self.log.end_offset)
