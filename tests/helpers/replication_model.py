@@ -29,6 +29,7 @@ from trikafka.broker.replication.isr import LeaderPartition
 from trikafka.zk.replication_values import NO_LEADER, PartitionState, TopicConfig
 from trikafka.broker.replication.truncation import resolve
 from trikafka.log.epochs import EpochHistory
+from trikafka.broker.engine.errors import EngineError
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.messageset import build_message_set
 from trikafka.wire.replication import ReplicaFetchRequest, ReplicaFetchResult
@@ -120,7 +121,7 @@ class World:
             status = leader.leading.commit_status(end)
             if status is None:
                 still.append((msg, offset, end, lid, epoch))
-            elif status == ErrorCode.NO_ERROR:
+            elif status == EngineError.NO_ERROR:
                 self.acked[msg] = offset
         self.pending = still
 
@@ -163,13 +164,13 @@ class World:
             r.leading, r.leading_epoch = None, -1
         r.view, r.view_version = state, version
 
-    def produce(self, i: int) -> ErrorCode | None:
+    def produce(self, i: int) -> EngineError | None:
         """A producer sends one acks -1 message to broker ``i``."""
         r = self.r[i]
         if not r.running or r.leading is None:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION
+            return EngineError.NOT_LEADER_FOR_PARTITION
         code = r.leading.check_acks_all()
-        if code != ErrorCode.NO_ERROR:
+        if code != EngineError.NO_ERROR:
             return code
         prior = self.appender.setdefault(r.leading_epoch, i)
         assert prior == i, f"{prior} and {i} both appended in epoch {r.leading_epoch}"

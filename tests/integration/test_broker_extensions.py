@@ -161,7 +161,7 @@ async def test_fetch_wait_sleeps_until_a_flush_makes_data_visible(nursery, tmp_p
     assert elapsed == pytest.approx(5.0)
     assert decode_multifetch_payload(frame.payload) == [(ErrorCode.NO_ERROR, data)]
     assert len(calls) == 2  # one look before waiting, one after the wake: no polling
-    assert broker.handler._waiters.waiting_count() == 0
+    assert broker.engine.waiters.waiting_count() == 0
 
 
 async def test_fetch_wait_answers_at_max_wait_with_what_there_is(nursery, tmp_path, fake_fs, autojump_clock):
@@ -171,7 +171,7 @@ async def test_fetch_wait_answers_at_max_wait_with_what_there_is(nursery, tmp_pa
     frame = await client.call(FetchWaitRequest(1_500, 1, (FetchPart("t", 0, 0, 100), FetchPart("t", 1, 0, 100))))
     assert trio.current_time() - started == pytest.approx(1.5)
     assert decode_multifetch_payload(frame.payload) == [(ErrorCode.NO_ERROR, b""), (ErrorCode.NO_ERROR, b"")]
-    assert broker.handler._waiters.waiting_count() == 0
+    assert broker.engine.waiters.waiting_count() == 0
 
 
 async def test_fetch_wait_counts_min_bytes_across_parts(nursery, tmp_path, fake_fs, autojump_clock):

@@ -14,9 +14,9 @@ from kio.schema.errors import ErrorCode
 from tests.helpers.broker_testing import make_config
 from trikafka.broker import serve
 from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
-from trikafka.broker.partition import Refused
+from trikafka.broker.engine.partition import Refused
 from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC, TxnState
-from trikafka.wire.errors import ErrorCode as EngineError
+from trikafka.broker.engine.errors import EngineError
 
 OUT = [("out", 0), ("out", 1)]
 WAIT_S = 30
@@ -247,7 +247,7 @@ async def test_a_request_waiting_when_leadership_moves_answers_not_coordinator(n
     async def ask() -> None:
         answers["add"] = await coordinator.add_partitions("moved", pid, epoch, OUT[1:])
 
-    directory = broker.kafka.handler.directory
+    directory = broker.engine.directory
     led_here = directory.partition
     with trio.fail_after(WAIT_S):
         async with trio.open_nursery() as requests:

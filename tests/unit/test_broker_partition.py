@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trikafka.broker.flusher import FlushScheduler
-from trikafka.broker.partition import LocalPartition
+from trikafka.broker.engine.partition import LocalPartition
 from trikafka.broker.server import inline_blocking
 from trikafka.log.clock import ManualClock
 from trikafka.log.config import LogConfig

@@ -86,6 +86,27 @@ MODULE_THIRD_PARTY = {
 # Known exceptions, each named and justified.  Nothing else may be added here.
 KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
+# The broker's own layers (docs/architecture.md): the engine below both listeners, the
+# listeners beside each other, replication and the coordinators below the listeners.
+# Each part is its modules' dotted prefixes under trikafka.broker.
+BROKER_PARTS: dict[str, tuple[str, ...]] = {
+    "the engine": ("engine",),
+    "replication": ("replication",),
+    "the 0.7 listener": ("handlers", "connection", "short_circuit"),
+    "the Kafka listener": ("kafka",),
+    "the Kafka listener's dispatch": ("kafka.service", "kafka.connection"),
+    "a coordinator": ("kafka.groups.coordinator", "kafka.transactions.coordinator"),
+    "the composition root": ("server",),
+}
+# part -> the parts it may not import.
+BROKER_MAY_NOT_IMPORT: dict[str, tuple[str, ...]] = {
+    "the engine": ("the 0.7 listener", "the Kafka listener", "the composition root"),
+    "replication": ("the 0.7 listener", "the Kafka listener", "the composition root"),
+    "the 0.7 listener": ("the Kafka listener", "the composition root"),
+    "the Kafka listener": ("the 0.7 listener", "the composition root"),
+    "a coordinator": ("the Kafka listener's dispatch",),
+}
+
 # Generic helpers -> the one util module that defines them.  wire/ holds only the
 # codec; a helper every layer needs lives in util/, and nowhere else defines it again.
 GENERIC_HELPERS = {
@@ -183,8 +204,29 @@ def violations(root: Path) -> list[str]:
         if allowed_third is EVERYTHING or top in allowed_third or top in MODULE_THIRD_PARTY.get(imp.module, ()):
             continue
         found.append(f"{where}: third-party {top!r} not allowed in {layer}/")
+    found.extend(broker_layer_violations(root.name, imports))
     found.extend(f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(modules, imports))
     found.extend(misplaced_helpers(root))
+    return found
+
+
+def broker_parts_of(package: str, module: str) -> set[str]:
+    """The ``BROKER_PARTS`` that ``module`` belongs to (none, one, or a part and the part inside it)."""
+    name = module.removeprefix(f"{package}.broker.")
+    if name == module:
+        return set()
+    return {part for part, prefixes in BROKER_PARTS.items()
+            if any(name == p or name.startswith(p + ".") for p in prefixes)}
+
+
+def broker_layer_violations(package: str, imports: list[Import]) -> list[str]:
+    """Every import across the broker's layers that ``BROKER_MAY_NOT_IMPORT`` forbids, one line each."""
+    found = []
+    for imp in imports:
+        for part in broker_parts_of(package, imp.module):
+            banned = set(BROKER_MAY_NOT_IMPORT.get(part, ())) & broker_parts_of(package, imp.target)
+            found.extend(f"{imp.module}:{imp.line} imports {imp.target}: {part} may not import {other}"
+                         for other in sorted(banned))
     return found
 
 
@@ -263,6 +305,21 @@ def test_every_layer_has_a_rule():
     (("util/planted.py", "import trio\n"), "third-party 'trio' not allowed in util/"),
     (("util/planted.py", "from trikafka.wire import crc32\n"), "util/ may not import wire/"),
     (("wire/planted.py", "def parse_bool(value):\n    return value\n"), "generic helpers live in trikafka.util"),
+    (("broker/engine/planted.py", "from trikafka.broker.handlers import RequestHandler\n"),
+     "the engine may not import the 0.7 listener"),
+    (("broker/engine/planted.py", "from trikafka.broker.kafka import service\n"),
+     "the engine may not import the Kafka listener"),
+    (("broker/engine/planted.py", "from ..server import serve\n"), "the engine may not import the composition root"),
+    (("broker/kafka/planted.py", "from ..handlers import RequestHandler\n"),
+     "the Kafka listener may not import the 0.7 listener"),
+    (("broker/short_circuit.py", "from trikafka.broker.kafka.produce import produce\n"),
+     "the 0.7 listener may not import the Kafka listener"),
+    (("broker/replication/planted.py", "from trikafka.broker.connection import Connection\n"),
+     "replication may not import the 0.7 listener"),
+    (("broker/replication/planted.py", "from trikafka.broker.kafka.markers import MarkerWriter\n"),
+     "replication may not import the Kafka listener"),
+    (("broker/kafka/groups/coordinator.py", "from ..service import KafkaService\n"),
+     "a coordinator may not import the Kafka listener's dispatch"),
 ])
 def test_a_planted_violation_is_found(tmp_path, plant, expected):
     copy = tmp_path / "trikafka"

@@ -8,7 +8,7 @@ import trio
 from tests.helpers.kafka_batches import lead_verified, v2_log
 from trikafka.broker.kafka.groups.state import OffsetsPartition
 from trikafka.broker.kafka.groups.store import read_records
-from trikafka.broker.partition import ReadView
+from trikafka.broker.engine.partition import ReadView
 from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.group_records import (GroupKey, GroupValue, OffsetKey, OffsetValue, decode_record, encode_key,
                                           encode_value)

@@ -11,7 +11,7 @@ from trikafka.zk.replication_values import (
 )
 from trikafka.broker.replication.truncation import AskLeader, TruncateTo, first_step, next_step, resolve
 from trikafka.log.epochs import EpochEntry, EpochHistory
-from trikafka.wire.errors import ErrorCode
+from trikafka.broker.engine.errors import EngineError
 
 
 def leader(isr=(1, 2, 3), min_isr=2, start=0, hw=0):
@@ -26,7 +26,7 @@ def test_hw_is_the_minimum_over_the_isr_and_never_moves_back():
     assert lp.high_watermark == 0
     lp.on_follower_fetch(3, 20, now_ms=10)
     assert lp.high_watermark == 20
-    assert lp.commit_status(30) is None and lp.commit_status(20) == ErrorCode.NO_ERROR
+    assert lp.commit_status(30) is None and lp.commit_status(20) == EngineError.NO_ERROR
     lp.apply_isr((1, 2))
     assert lp.high_watermark == 30
     lp.apply_isr((1, 2, 3))
@@ -55,11 +55,11 @@ def test_a_follower_that_never_fetched_in_this_epoch_does_not_rejoin():
 
 def test_acks_all_needs_min_insync_replicas():
     lp = leader(isr=(1, 2), min_isr=2)
-    assert lp.check_acks_all() == ErrorCode.NO_ERROR
+    assert lp.check_acks_all() == EngineError.NO_ERROR
     lp.on_local_append(10)
     lp.apply_isr((1,))
-    assert lp.check_acks_all() == ErrorCode.NOT_ENOUGH_REPLICAS
-    assert lp.commit_status(10) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert lp.check_acks_all() == EngineError.NOT_ENOUGH_REPLICAS
+    assert lp.commit_status(10) == EngineError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 def test_ack_fsync_counts_durable_ends():

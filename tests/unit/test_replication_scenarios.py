@@ -7,7 +7,7 @@ replicas in an earlier system, and shows trikafka's rule closing it.
 from __future__ import annotations
 
 from tests.helpers.replication_model import MSG_BYTES, World, message
-from trikafka.wire.errors import ErrorCode
+from trikafka.broker.engine.errors import EngineError
 
 
 def _start(**kwargs) -> World:
@@ -41,7 +41,7 @@ def test_jepsen_2013_isr_of_one_refuses_acks_all_with_min_insync_2():
     _commit_one(w)
     w.tick(1500)  # both followers silent past replica.lag.time.max.ms
     assert w.leader_isr(0) and w.zk.isr == (0,)
-    assert w.produce(0) == ErrorCode.NOT_ENOUGH_REPLICAS  # nothing appended, nothing acknowledged
+    assert w.produce(0) == EngineError.NOT_ENOUGH_REPLICAS  # nothing appended, nothing acknowledged
     assert len(w.r[0].log) == MSG_BYTES
 
 

@@ -69,17 +69,17 @@ async def _fetch_wait(conn: Connection, request: FetchWaitRequest) -> None:
 
 
 async def _create_topic(conn: Connection, request: CreateTopicRequest) -> None:
-    await send_chunks(conn.stream, [await conn.handler.admin.create_topic(request)])
+    await send_chunks(conn.stream, [await conn.handler.create_topic(request)])
 
 
 async def _replica_fetch(conn: Connection, request: ReplicaFetchRequest) -> None:
-    replicas = conn.handler.replicas
+    replicas = conn.handler.engine.replicas
     await send_chunks(conn.stream, await replicated.replica_fetch(replicas, request) if replicas
                       else not_a_replica(request))
 
 
 def _epoch_end_offset(conn: Connection, request: EpochEndOffsetRequest) -> Awaitable[None]:
-    replicas = conn.handler.replicas
+    replicas = conn.handler.engine.replicas
     return _answer(conn, replicated.epoch_end_offset(replicas, request) if replicas else not_a_replica(request))
 
 
@@ -94,7 +94,7 @@ HANDLERS: dict[RequestType, Handle] = {
     RequestType.OFFSETS: _offsets,
     RequestType.PRODUCE_ACKED: _produce_acked,
     RequestType.FETCH_WAIT: _fetch_wait,
-    RequestType.METADATA: lambda conn, request: _answer(conn, [conn.handler.admin.metadata(request)]),
+    RequestType.METADATA: lambda conn, request: _answer(conn, [conn.handler.metadata(request)]),
     RequestType.CREATE_TOPIC: _create_topic,
     RequestType.FETCH_LOCAL: lambda conn, request: answer_fetch_local(conn.stream, request, conn.handler,
                                                                       descriptors=conn.descriptors),
@@ -118,7 +118,7 @@ class Connection:
         self.descriptors: bool = passes_descriptors(stream)  # FETCH_LOCAL may answer with a descriptor
         # Each request class's type, handler and latency histogram, found once per connection.
         self._dispatch: dict[type, tuple[RequestType, Handle, LatencyHistogram]] = {
-            kind.api.request_class: (kind, HANDLERS[kind], handler.metrics.requests[kind.label])
+            kind.api.request_class: (kind, HANDLERS[kind], handler.engine.metrics.requests[kind.label])
             for kind in RequestType
         }
 

@@ -5,10 +5,11 @@ returns what to send (``None``, ``bytes`` or a list of chunks), or raises
 ``CloseConnection`` for the conditions of §2.  Only the extension
 requests wait (for a flush, or for data), so only they are coroutines.
 
-The handler checks a request's topic and partition, then asks its
-``PartitionDirectory`` (``partition_directory.py``) for the ``Partition``
-(``partition.py``) and calls it: an unreplicated log, or a replicated topic's
-replica (§12.6); it does not branch on which.
+This is the 0.7 listener's side of the engine (``broker/engine/``): the
+handler checks a request's topic and partition, then asks the engine's
+``PartitionDirectory`` for the ``Partition`` and calls it: an unreplicated
+log, or a replicated topic's replica (§12.6); it does not branch on which.
+METADATA and CREATE_TOPIC are the engine's ``TopicAdmin``'s answers, encoded.
 
 The three topic rules meet here:
 
@@ -29,10 +30,20 @@ import trio
 
 from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
 from trikafka.wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
+from trikafka.wire.metadata import (
+    CreateTopicResult,
+    Metadata,
+    PartitionMetadata,
+    TopicMetadata,
+    encode_create_topic_response,
+    encode_metadata_response,
+)
 from trikafka.wire.requests import (
+    CreateTopicRequest,
     FetchPart,
     FetchRequest,
     FetchWaitRequest,
+    MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
@@ -49,15 +60,34 @@ from trikafka.wire.responses import (
     encode_produce_acked_response,
 )
 
-from .metrics import BrokerMetrics
-from .partition import AckWait, FetchOutcome, Partition, Refused
-from .partition_directory import PartitionDirectory
-from .seams import Admin, BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
-from .waiters import VisibleEndWaiters
+from .engine.engine import Engine
+from .engine.errors import EngineError
+from .engine.metadata import TopicView
+from .engine.partition import Partition, Refused
+from .seams import BrokerLog, RunBlocking
 
 logger = logging.getLogger(__name__)
 
 OFFSETS_ATTEMPTS = 3  # an OFFSETS by time retried when retention deleted a segment mid-answer
+
+# The one table from the engine's errors to the 0.7 listener's codes (§6, §9, §12.5).
+ENGINE_TO_07: dict[EngineError, ErrorCode] = {
+    EngineError.NO_ERROR: ErrorCode.NO_ERROR,
+    EngineError.OFFSET_OUT_OF_RANGE: ErrorCode.OFFSET_OUT_OF_RANGE,
+    EngineError.WRONG_PARTITION: ErrorCode.WRONG_PARTITION,
+    EngineError.INVALID_FETCH_SIZE: ErrorCode.INVALID_FETCH_SIZE,
+    EngineError.REQUEST_TIMED_OUT: ErrorCode.REQUEST_TIMED_OUT,
+    EngineError.INVALID_TOPIC: ErrorCode.INVALID_TOPIC,
+    EngineError.UNKNOWN_TOPIC: ErrorCode.UNKNOWN_TOPIC,
+    EngineError.TOPIC_ALREADY_EXISTS: ErrorCode.TOPIC_ALREADY_EXISTS,
+    EngineError.INVALID_PARTITIONS: ErrorCode.INVALID_PARTITIONS,
+    EngineError.INVALID_CONFIG: ErrorCode.INVALID_CONFIG,
+    EngineError.SETTINGS_NOT_KEPT: ErrorCode.UNKNOWN,  # created, settings not kept (§9.5)
+    EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.NOT_LEADER_FOR_PARTITION,
+    EngineError.LEADER_NOT_AVAILABLE: ErrorCode.LEADER_NOT_AVAILABLE,
+    EngineError.NOT_ENOUGH_REPLICAS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    EngineError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+}
 
 
 class CloseConnection(Exception):
@@ -65,39 +95,24 @@ class CloseConnection(Exception):
 
 
 class RequestHandler:
-    """Applies requests to the partitions of one broker; shared by every connection."""
+    """Applies 0.7 requests to the engine of one broker; shared by every connection of the 0.7 listener."""
 
-    admin: Admin  # METADATA and CREATE_TOPIC: the broker's wiring sets it before serving
-
-    def __init__(self, *, log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters,
-                 partitions: Callable[[str], int], max_topic_name_length: int = 255,
-                 rng: random.Random | None = None, clock_ms: Callable[[], int],
-                 metrics: BrokerMetrics | None = None,
-                 run_blocking: RunBlocking = trio.to_thread.run_sync):
-        self.directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
-                                            partitions=partitions, max_topic_name_length=max_topic_name_length,
-                                            run_blocking=run_blocking)
-        self._waiters = waiters
+    def __init__(self, *, engine: Engine, clock_ms: Callable[[], int], rng: random.Random | None = None,
+                 run_blocking: RunBlocking = trio.to_thread.run_sync, refused_types: frozenset[int] = frozenset()):
+        self.engine = engine
+        self._directory = engine.directory  # the hot path skips one attribute lookup
+        self._metrics = engine.metrics
+        self._waiters = engine.waiters
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
         # Request types this broker closes the connection on, as a 0.7 broker does for
         # every extension: lets tests play a plain 0.7 broker (serve(refuse_requests=...)).
-        self.refused_types: frozenset[int] = frozenset()
-        self.metrics = metrics if metrics is not None else BrokerMetrics()
+        self.refused_types = refused_types
         self._run_blocking = run_blocking
-
-    @property
-    def replicas(self) -> Replicas | None:
-        """With ZooKeeper, the replica manager: replicated topics' partitions are its (§12)."""
-        return self.directory.replicas
-
-    @replicas.setter
-    def replicas(self, replicas: Replicas | None) -> None:
-        self.directory.replicas = replicas
 
     def _resolve_partition(self, topic: str, partition: int) -> tuple[int | None, int]:
         """(partitions(topic) or None if the name is rejected, the concrete partition)."""
-        count = self.directory.partitions_if_valid(topic)  # a replicated topic's count comes from its assignment
+        count = self._directory.partitions_if_valid(topic)  # a replicated topic's count comes from its assignment
         if count is not None and partition == -1:
             partition = self._rng.randrange(count)  # §5.1 step 1: once per request
         return count, partition
@@ -111,10 +126,10 @@ class RequestHandler:
             raise CloseConnection(f"produce to an invalid topic name {_short(part.topic)}")
         if not 0 <= partition < count:
             raise CloseConnection(f"produce to partition {partition} of {part.topic!r}, which has {count}")
-        if self.directory.kafka_format(part.topic):  # PRODUCE has no answer to carry WrongFormat (§16.6)
+        if self._directory.kafka_format(part.topic):  # PRODUCE has no answer to carry WrongFormat (§16.6)
             raise CloseConnection(f"0.7 produce to the Kafka-format topic {_short(part.topic)}")
         try:
-            target = await self.directory.partition_for_write(part.topic, partition)
+            target = await self._directory.partition_for_write(part.topic, partition)
             result = await target.append(part.messages, ACKS_APPENDED)
         except Refused as exc:  # 0.7 produce at a follower (§12.6)
             raise CloseConnection(f"0.7 produce to {exc}") from None
@@ -124,7 +139,7 @@ class RequestHandler:
             return
         except MessageError as exc:
             raise CloseConnection(f"invalid message set for {part.topic}-{partition}: {exc}") from None
-        self.metrics.count_in(part.topic, result.message_count, result.next_offset - result.base_offset)
+        self._metrics.count_in(part.topic, result.message_count, result.next_offset - result.base_offset)
 
     async def multiproduce(self, request: MultiProduceRequest) -> None:
         """MULTIPRODUCE, §5.4: parts in order; a closing part aborts the rest."""
@@ -133,45 +148,47 @@ class RequestHandler:
 
     # ----------------------------------------------------------------- FETCH / MULTIFETCH
 
-    def fetch_part(self, part: FetchPart) -> FetchOutcome:
+    def fetch_part(self, part: FetchPart) -> tuple[ErrorCode, FetchData]:
         """One FETCH or MULTIFETCH part, checked in the order of the §5.2 table."""
-        count = self.directory.partitions_if_valid(part.topic)
+        count = self._directory.partitions_if_valid(part.topic)
         if count is None:
             return ErrorCode.UNKNOWN, None
         if not 0 <= part.partition < count:
             return ErrorCode.WRONG_PARTITION, None
-        if self.directory.kafka_format(part.topic):
+        if self._directory.kafka_format(part.topic):
             return ErrorCode.WRONG_FORMAT, None
-        return self.directory.partition(part.topic, part.partition).fetch(part)
+        code, data = self._directory.partition(part.topic, part.partition).fetch(part.offset, part.max_bytes)
+        return ENGINE_TO_07[code], data
 
     def fetch(self, request: FetchRequest) -> list[Chunk]:
         outcome = self.fetch_part(request.part)
-        self.metrics.count_out((request.part,), (outcome,))
+        self._metrics.count_out((request.part,), (outcome,))
         return encode_fetch_response(*outcome)
 
     def count_fetched(self, part: FetchPart, outcome: tuple[ErrorCode, FetchData]) -> None:
         """Count one answer sent (FETCH_LOCAL, ``broker.short_circuit``, decides which)."""
-        self.metrics.count_out((part,), (outcome,))
+        self._metrics.count_out((part,), (outcome,))
 
     def multifetch(self, request: MultiFetchRequest) -> list[Chunk]:
         outcomes = [self.fetch_part(p) for p in request.parts]
-        self.metrics.count_out(request.parts, outcomes)
+        self._metrics.count_out(request.parts, outcomes)
         return encode_multifetch_response(outcomes)
 
     # ----------------------------------------------------------------- OFFSETS
 
     async def offsets(self, request: OffsetsRequest) -> bytes:
         """OFFSETS, §5.5; it has no error code, so bad input closes the connection."""
-        count = self.directory.partitions_if_valid(request.topic)
+        count = self._directory.partitions_if_valid(request.topic)
         if count is None:
             raise CloseConnection(f"offsets for an invalid topic name {_short(request.topic)}")
         if not 0 <= request.partition < count:
             raise CloseConnection(f"offsets for partition {request.partition} of {request.topic!r}")
-        if self.directory.kafka_format(request.topic):  # OFFSETS has no error code (§16.6)
+        if self._directory.kafka_format(request.topic):  # OFFSETS has no error code (§16.6)
             raise CloseConnection(f"0.7 offsets of the Kafka-format topic {_short(request.topic)}")
         try:
-            partition = self.directory.partition(request.topic, request.partition)
-            found = await partition.offsets(request, self._offsets_before)
+            partition = self._directory.partition(request.topic, request.partition)
+            found = await partition.offsets(request.time_ms, request.max_offsets,
+                                            functools.partial(self._offsets_before, request=request))
         except Refused as exc:  # a replicated partition this broker holds no replica of (§12.6)
             raise CloseConnection(f"offsets for {exc}") from None
         return encode_offsets_response(found)
@@ -208,11 +225,11 @@ class RequestHandler:
                 appended.append((len(results), target))
             results.append(result)
         if appended:  # every part appended first: one flush of a log covers all its parts
-            statuses = await self.wait_acks([target.ack_wait(results[i].next_offset) for i, target in appended],
+            statuses = await self.engine.wait_acks([target.ack_wait(results[i].next_offset) for i, target in appended],
                                             deadline)
             for (i, _), status in zip(appended, statuses):
-                if status != ErrorCode.NO_ERROR:
-                    results[i] = _failed(results[i], status)
+                if status != EngineError.NO_ERROR:
+                    results[i] = _failed(results[i], ENGINE_TO_07[status])
         await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
@@ -227,47 +244,21 @@ class RequestHandler:
             return failed(ErrorCode.INVALID_TOPIC)
         if not 0 <= partition < count:
             return failed(ErrorCode.WRONG_PARTITION)
-        if self.directory.kafka_format(part.topic):
+        if self._directory.kafka_format(part.topic):
             return failed(ErrorCode.WRONG_FORMAT)
         try:
-            target = await self.directory.partition_for_write(part.topic, partition)
+            target = await self._directory.partition_for_write(part.topic, partition)
             appended = await target.append(part.messages, acks)
         except Refused as exc:
-            return failed(exc.error)
+            return failed(ENGINE_TO_07[exc.error])
         except MessageSizeTooLargeError:
             return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
         except (InvalidMessageError, MessageError):
             return failed(ErrorCode.INVALID_MESSAGE)
-        self.metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
+        self._metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
         result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR,
                                     appended.base_offset, appended.next_offset)
         return result, target
-
-    async def wait_acks(self, waits: list[AckWait], deadline: float) -> list[ErrorCode]:
-        """Wait for every acknowledgement (both listeners): each one's final status, in order.
-
-        NO_ERROR, the error a wait ended with, or REQUEST_TIMED_OUT for one still
-        pending at ``deadline``.
-        """
-        statuses: list[ErrorCode | None] = [None] * len(waits)
-        pending = list(enumerate(waits))
-        while True:
-            still = []
-            for i, wait in pending:
-                status = wait.status()
-                if status is None:
-                    still.append((i, wait))
-                else:
-                    statuses[i] = status
-            pending = still
-            if not pending:
-                break
-            # Not woken by shutdown: the flusher keeps running while the broker drains.
-            if not await self._waiters.wait_any([wait.key for _, wait in pending], deadline, wake_on_close=False):
-                for i, wait in pending:
-                    statuses[i] = wait.status()
-                break
-        return [ErrorCode.REQUEST_TIMED_OUT if s is None else s for s in statuses]
 
     # ----------------------------------------------------------------- FETCH_WAIT (§9.3)
 
@@ -278,21 +269,40 @@ class RequestHandler:
         an error answers at once: waiting cannot fix it.
         """
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
-        keys = [(p.topic, p.partition) for p in request.parts]
-        while True:
-            outcomes = [self.fetch_part(p) for p in request.parts]
-            available = sum(len(data) for _, data in outcomes if data is not None)
-            if (available >= request.min_bytes or self._waiters.closing
-                    or any(code != ErrorCode.NO_ERROR for code, _ in outcomes)
-                    or trio.current_time() >= deadline):
-                break
-            del outcomes  # the regions are recomputed after the wait
-            if not await self._waiters.wait_any(keys, deadline):
-                outcomes = [self.fetch_part(p) for p in request.parts]
-                break
+
+        async def attempt() -> list[tuple[ErrorCode, FetchData]]:
+            return [self.fetch_part(p) for p in request.parts]
+
+        def ready(outcomes: list[tuple[ErrorCode, FetchData]]) -> bool:
+            return (sum(len(data) for _, data in outcomes if data is not None) >= request.min_bytes
+                    or any(code != ErrorCode.NO_ERROR for code, _ in outcomes))
+
+        outcomes = await self._waiters.long_poll([(p.topic, p.partition) for p in request.parts], deadline,
+                                                 attempt, ready)
         await trio.lowlevel.checkpoint()
-        self.metrics.count_out(request.parts, outcomes)
+        self._metrics.count_out(request.parts, outcomes)
         return encode_multifetch_response(outcomes)
+
+
+    # ----------------------------------------------------------------- METADATA, CREATE_TOPIC (§9.4, §9.5)
+
+    def metadata(self, request: MetadataRequest) -> bytes:
+        """The METADATA response: every topic this broker knows, or those asked."""
+        admin = self.engine.admin
+        brokers, topics = admin.metadata(request.topics)
+        return encode_metadata_response(Metadata(admin.max_message_size, brokers, tuple(map(_topic_07, topics))))
+
+    async def create_topic(self, request: CreateTopicRequest) -> bytes:
+        """CREATE_TOPIC: the topic's logs created here (a replicated one: only its count checked)."""
+        created = await self.engine.admin.create_topic(request.topic, request.partitions, dict(request.settings))
+        return encode_create_topic_response(CreateTopicResult(ENGINE_TO_07[created.error], created.partitions))
+
+
+def _topic_07(topic: TopicView) -> TopicMetadata:
+    """The engine's view of a topic in METADATA's terms (§9.4)."""
+    return TopicMetadata(topic.name, tuple(
+        PartitionMetadata(p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, ENGINE_TO_07[p.error])
+        for p in topic.partitions), ENGINE_TO_07[topic.error])
 
 
 def _failed(result: ProduceAckedResult, code: ErrorCode) -> ProduceAckedResult:

@@ -1,9 +1,9 @@
 """What the broker's request path depends on, as ``typing.Protocol``s.
 
-The request handler, the partitions (``partition.py``), the replicated
-partitions (``replication/``), the flusher and the admin are written against
+The engine (``engine/``), the 0.7 request handler, the replicated
+partitions (``replication/``) and the flusher are written against
 these, not against the classes that implement them (``trikafka.log.Log``,
-``LogManager``, ``FlushScheduler``, ``ReplicaManager``, ``TopicAdmin``), so a
+``LogManager``, ``FlushScheduler``, ``ReplicaManager``), so a
 test can hand any of them a small fake and mypy checks both.
 """
 
@@ -22,12 +22,12 @@ from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
 from trikafka.log.truncation import Truncation
 from trikafka.log.verification_guard import VerificationGuard
-from trikafka.wire.errors import ErrorCode
-from trikafka.wire.metadata import BrokerAddress, TopicMetadata
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
-from trikafka.wire.requests import CreateTopicRequest, MetadataRequest
 from trikafka.wire.responses import Chunk, ChunkSequence, FileRegion
 
+from .engine.errors import EngineError
+from .engine.metadata import TopicView
 from .replication.isr import LeaderPartition
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # of ``fn`` (log loads, fsyncs, stats, unlinks), so the result stays ``Any``.
 RunBlocking = Callable[..., Awaitable[Any]]
 
-__all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher", "Replica", "Replicas", "Admin"]
+__all__ = ["AppendResult", "RunBlocking", "BrokerLog", "LogDirectory", "Flusher", "Replica", "Replicas"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +193,7 @@ class Replica(Protocol):
 
     def consumer_end(self) -> int: ...
 
-    def check_acks_all(self) -> ErrorCode: ...
+    def check_acks_all(self) -> EngineError: ...
 
     @property
     def leader_epoch(self) -> int: ...
@@ -211,9 +211,6 @@ class Replica(Protocol):
 class Replicas(Protocol):
     """This broker's replicated topics and the replicas it holds (``ReplicaManager``, §12)."""
 
-    # Told (topic, partition, role) after each partition state this broker applies (§17.3).
-    on_role: Callable[[str, int, str], None]
-
     @property
     def topics(self) -> Mapping[str, TopicAssignment]: ...
 
@@ -227,28 +224,9 @@ class Replicas(Protocol):
 
     def partition_count(self, topic: str) -> int | None: ...
 
-    def topic_metadata(self, topic: str) -> TopicMetadata | None: ...
+    def topic_metadata(self, topic: str) -> TopicView | None: ...
 
     def peers(self) -> list[BrokerAddress]: ...
-
-
-class Admin(Protocol):
-    """METADATA and CREATE_TOPIC (``TopicAdmin``, §9.4, §9.5)."""
-
-    self_broker: BrokerAddress | None
-    peers: Callable[[], Sequence[BrokerAddress]]
-    store_settings: Callable[[str, dict[str, str]], Awaitable[bool]]
-    read_settings: Callable[[str], dict[str, str]]
-
-    def topic_metadata(self, name: str, broker_id: int) -> TopicMetadata: ...
-
-    def partition_leader(self, name: str, index: int, broker_id: int) -> int: ...
-
-    async def delete_local_topic(self, topic: str) -> None: ...
-
-    def metadata(self, request: MetadataRequest) -> bytes: ...
-
-    async def create_topic(self, request: CreateTopicRequest) -> bytes: ...
 
 
 class ConnectionCounts(Protocol):

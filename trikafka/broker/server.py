@@ -1,4 +1,10 @@
-"""The broker: one nursery tree, which owns every task it runs.
+"""The broker: the composition root and one nursery tree, which owns every task it runs.
+
+``_run_tree`` builds the broker top down: the flusher, retention and cleaner,
+then the engine (``engine/``: the partition directory, the topic admin, the
+waiters, the metrics), then the two listeners it is given (the 0.7
+``RequestHandler`` and the Kafka ``KafkaService``), then replication.
+docs/architecture.md draws the layers and follows a produce and a fetch.
 
 ::
 
@@ -6,9 +12,14 @@
     ├── root nursery              the metrics and health HTTP server (``metrics_port``), up
     │                             before recovery so ``/readyz`` can answer 503 meanwhile
     └── services nursery          flush scheduler, retention deleter, cleaner, signal watcher,
-        │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py)
-        └── server nursery        N processors, each with its connections
-            └── front nursery     acceptor + shutdown watcher
+        │                         ZooKeeper registration (``enable_zookeeper``, zookeeper.py),
+        │                         replication (replication/manager.py), topic settings watcher,
+        │                         and the Kafka listener's services (``KafkaService.start``:
+        │                         group and transaction coordinators, producer expiry, peer
+        │                         connections, credentials, registry, live group marks, ACLs)
+        └── server nursery        N processors of the 0.7 listener and N of the Kafka
+            │                     listener, each with its connections
+            └── front nursery     both acceptors + shutdown watcher
 
 Every long-lived service is started with ``nursery.start`` so readiness is
 explicit; ``task_status.started`` hands the caller a ``Broker`` whose
@@ -52,11 +63,14 @@ from trikafka.wire.requests import RequestType
 from trikafka.zk.coordinator import Coordinator
 
 from .acceptor import Acceptor, BoundAddress, ConnectionQuota
-from .admin import TopicAdmin
 from .cleaner import CleanerService
 from .config import BrokerConfig, published_host
 from .flusher import FlushScheduler
 from .connection import Connection
+from .engine.directory import PartitionDirectory
+from .engine.engine import Engine
+from .engine.topic_admin import TopicAdmin
+from .engine.waiters import VisibleEndWaiters
 from .handlers import RequestHandler
 from .kafka.service import KafkaService
 from .http import HttpServer, Routes
@@ -68,7 +82,6 @@ from .seams import RunBlocking
 from .security import SecurityProtocol, TlsAcceptance, TlsContexts
 from .topic_config import TopicOverrides, watch_topic_configs, zookeeper_settings_store
 from .topic_settings_file import LocalTopicSettings
-from .waiters import VisibleEndWaiters
 
 if TYPE_CHECKING:
     from .replication.manager import ReplicaManager
@@ -90,7 +103,8 @@ class Broker:
     log_manager: LogManager
     flusher: FlushScheduler
     retention: RetentionDeleter
-    handler: RequestHandler
+    handler: RequestHandler  # the 0.7 listener's
+    engine: Engine  # what both listeners share (broker/engine/)
     processors: list[Processor]
     _shutdown_requested: trio.Event = field(default_factory=trio.Event, repr=False)
     _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
@@ -287,26 +301,26 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
             run_blocking=run_blocking).run)
         await services.start(cleaner.run)
-        handler = RequestHandler(log_manager=log_manager, flusher=flusher, waiters=waiters,
-                                 partitions=log_manager.partitions_for,
-                                 max_topic_name_length=config.max_topic_name_length,
-                                 rng=rng, clock_ms=clock_ms, metrics=wiring.metrics, run_blocking=run_blocking)
-        handler.refused_types = wiring.refuse_requests
-        handler.admin = TopicAdmin(handler=handler, log_manager=log_manager,
-                                   max_message_size=config.max_message_size)
+        directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
+                                       partitions=log_manager.partitions_for,
+                                       max_topic_name_length=config.max_topic_name_length, run_blocking=run_blocking)
+        admin = TopicAdmin(directory=directory, log_manager=log_manager, max_message_size=config.max_message_size)
         if local_settings is not None:
-            handler.admin.store_settings = local_settings.store
-            handler.admin.forget_settings = local_settings.forget
-            handler.admin.read_settings = local_settings.read
+            admin.store_settings = local_settings.store
+            admin.forget_settings = local_settings.forget
+            admin.read_settings = local_settings.read
+        engine = Engine(directory=directory, admin=admin, waiters=waiters, metrics=wiring.metrics)
         for log in log_manager.logs():
-            handler.directory.adopt(log)
+            directory.adopt(log)
+        handler = RequestHandler(engine=engine, clock_ms=clock_ms, rng=rng, run_blocking=run_blocking,
+                                 refused_types=wiring.refuse_requests)
         async with trio.open_nursery() as server:
             serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
             processors = [await server.start(Processor(i, serve_07, port_secure).run)
                           for i in range(config.num_threads)]
             kafka = None
             if config.serves_kafka:  # §16.1: the second listener, with its own processors
-                kafka = KafkaService(handler=handler, config=config, waiters=waiters, clock_ms=clock_ms,
+                kafka = KafkaService(engine=engine, config=config, clock_ms=clock_ms,
                                      run_blocking=run_blocking)
                 kafka_processors = [await server.start(Processor(config.num_threads + i, kafka.connection,
                                                                  kafka_secure).run)
@@ -325,12 +339,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                               hold_connections=True, quota=quota)
                     kafka_addresses = await front.start(kafka_acceptor.run)
                     processors += kafka_processors
-                broker = Broker(config, addresses, log_manager, flusher, retention, handler, processors,
+                broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,
                                 cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
                 host = await published_host(config)  # looked up once, for both listeners
-                handler.admin.self_broker = BrokerAddress(config.broker_id, host, broker.port)
+                admin.self_broker = BrokerAddress(config.broker_id, host, broker.port)
                 broker_box.append(broker)
                 broker._grace_scope = server.cancel_scope
                 if handle_signals:
@@ -341,12 +355,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     broker.zookeeper = await services.start(functools.partial(
                         run_broker_zookeeper, config, log_manager, broker.port, coordinator=wiring.coordinator))
                     broker.replicas = await start_replication(
-                        nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, handler=handler,
+                        nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, engine=engine,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking, open_stream=open_to_broker,
-                        kafka_port=kafka_addresses[0].port if kafka_addresses else None)
+                        kafka_port=kafka_addresses[0].port if kafka_addresses else None,
+                        on_role=None if kafka is None else kafka.on_role)
                     await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
-                    handler.admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
+                    admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 if kafka is not None:
                     await kafka.start(services, broker.zookeeper,
                                       BrokerAddress(config.broker_id, host, kafka_addresses[0].port))

@@ -44,7 +44,7 @@ Outcome = TypeVar("Outcome", bound=tuple[ErrorCode, FetchData])
 
 
 class FetchAnswers(Protocol[Outcome]):
-    """What FETCH_LOCAL asks of the request handler."""
+    """What FETCH_LOCAL asks of the 0.7 request handler."""
 
     def fetch_part(self, part: FetchPart) -> Outcome: ...
 

@@ -21,7 +21,7 @@ from trikafka.broker.replication import controller, election, fetcher, hosted, i
 from trikafka.group import commits
 from trikafka.log.producer_state import ProducerStates
 from trikafka.zk.ops import CheckOp
-from trikafka.wire.errors import ErrorCode
+from trikafka.broker.engine.errors import EngineError
 
 from .names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
 from .txn_cluster import Answer, SimTxnCoordinator
@@ -34,9 +34,9 @@ async def _truncate_to_high_watermark(log, link) -> int:
     return log.end_offset
 
 
-def _commit_at_once(self, required_end: int) -> ErrorCode | None:
+def _commit_at_once(self, required_end: int) -> EngineError | None:
     # Acknowledge acks -1 once the leader appended, before the ISR has the bytes.
-    return ErrorCode.NO_ERROR
+    return EngineError.NO_ERROR
 
 
 def _elect_any_live_replica(state, replicas, cluster, config, controller_epoch):

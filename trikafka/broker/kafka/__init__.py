@@ -1,4 +1,4 @@
-"""The Apache Kafka protocol listener (docs/protocol.md §16), on the broker's engine.
+"""The Apache Kafka protocol listener (docs/protocol.md §16), on the broker's engine (``broker/engine/``).
 
 ``connection``: one client connection (frames in, answers out in order);
 ``service``: the per-broker state the apis share and the table of handlers;

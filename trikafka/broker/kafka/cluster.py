@@ -15,24 +15,17 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
-from trikafka.wire.errors import ErrorCode as WireError
 
 from .acl.table import AUTO_CREATE
 from .entities import NO_THROTTLE, Reply
+from ..engine.errors import EngineError
 from .context import KafkaContext
+from .errors import kafka_error
 
 
 NO_TOPIC_ID = uuid.UUID(int=0)
 # Kafka's "authorized operations not asked for" value.
 OPERATIONS_NOT_ASKED = -2147483648
-# What a 0.7 METADATA error means for a Kafka client (§16.4).
-_ERRORS = {
-    WireError.NO_ERROR: ErrorCode.none,
-    WireError.INVALID_TOPIC: ErrorCode.invalid_topic_exception,
-    WireError.UNKNOWN_TOPIC: ErrorCode.unknown_topic_or_partition,
-    WireError.LEADER_NOT_AVAILABLE: ErrorCode.leader_not_available,
-    WireError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_leader_or_follower,
-}
 
 
 def new_cluster_id() -> str:
@@ -82,11 +75,11 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, d
         return topic(ErrorCode.leader_not_available)  # §16.5: the client asks again
     if service.topic_format(name) is None:
         return topic(ErrorCode.unknown_topic_or_partition)
-    described = service.admin.topic_metadata(name, service.broker_id)
-    if described.error != WireError.NO_ERROR:
-        return topic(_ERRORS.get(described.error, ErrorCode.unknown_server_error))
+    described = service.engine.admin.topic_metadata(name, service.broker_id)
+    if described.error != EngineError.NO_ERROR:
+        return topic(kafka_error(described.error))
     partitions = tuple(
-        reply.nested("MetadataResponsePartition", error_code=_ERRORS.get(p.error, ErrorCode.unknown_server_error),
+        reply.nested("MetadataResponsePartition", error_code=kafka_error(p.error),
                      partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
                      replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=())
         for p in described.partitions)

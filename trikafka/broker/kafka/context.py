@@ -7,7 +7,7 @@ dispatches to them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -16,11 +16,10 @@ from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
-from ..partition import Partition, ReadView
-from ..waiters import VisibleEndWaiters
+from ..engine.partition import Partition, ReadView
 
 if TYPE_CHECKING:
-    from ..handlers import RequestHandler
+    from ..engine.engine import Engine
     from trikafka.kafka.group_records import RecordKey, RecordValue
 
     from ..seams import RunBlocking
@@ -130,9 +129,8 @@ class TransactionCoordination(TransactionVerifier, Protocol):
 class KafkaContext(Protocol):
     """One broker as its Kafka handlers see it."""
 
-    handler: RequestHandler
+    engine: Engine  # the partitions, topics, waiters and metrics both listeners share (broker/engine/)
     config: BrokerConfig
-    waiters: VisibleEndWaiters
     clock_ms: Callable[[], int]
     broker_id: int
     cluster_id: str
@@ -152,9 +150,6 @@ class KafkaContext(Protocol):
 
     @property
     def markers(self) -> TransactionMarkers: ...
-
-    @property
-    def admin(self) -> Any: ...  # Any: the broker's TopicAdmin (its METADATA view and settings store)
 
     def kafka_brokers(self) -> list[BrokerAddress]: ...
 

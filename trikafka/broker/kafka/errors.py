@@ -1,9 +1,8 @@
 """What the engine's errors answer on the Kafka listener (docs/protocol.md §16.3).
 
-The engine speaks the 0.7 listener's codes (section 6, 12.5); this table says
-which Apache Kafka code each one is on this listener, and which code a bad
-batch (``BatchError``) answers.  A code with no entry answers
-``UNKNOWN_SERVER_ERROR``.
+The one table from the engine's errors (``broker/engine/errors.py``) to Apache
+Kafka's codes on this listener, and which code a bad batch (``BatchError``)
+answers.  Every engine error has an entry (``tests/unit/test_broker_engine_errors.py``).
 """
 
 from __future__ import annotations
@@ -11,23 +10,25 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.batch import BatchError
-from trikafka.wire.errors import ErrorCode as EngineError
+
+from ..engine.errors import EngineError
 
 ENGINE_TO_KAFKA: dict[EngineError, ErrorCode] = {
     EngineError.NO_ERROR: ErrorCode.none,
     EngineError.OFFSET_OUT_OF_RANGE: ErrorCode.offset_out_of_range,
     EngineError.WRONG_PARTITION: ErrorCode.unknown_topic_or_partition,
-    EngineError.UNKNOWN_TOPIC: ErrorCode.unknown_topic_or_partition,
-    EngineError.INVALID_TOPIC: ErrorCode.invalid_topic_exception,
-    EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.message_too_large,
+    EngineError.INVALID_FETCH_SIZE: ErrorCode.invalid_request,
     EngineError.REQUEST_TIMED_OUT: ErrorCode.request_timed_out,
+    EngineError.INVALID_TOPIC: ErrorCode.invalid_topic_exception,
+    EngineError.UNKNOWN_TOPIC: ErrorCode.unknown_topic_or_partition,
+    EngineError.TOPIC_ALREADY_EXISTS: ErrorCode.topic_already_exists,
+    EngineError.INVALID_PARTITIONS: ErrorCode.invalid_partitions,
+    EngineError.INVALID_CONFIG: ErrorCode.invalid_config,
+    EngineError.SETTINGS_NOT_KEPT: ErrorCode.unknown_server_error,
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_leader_or_follower,
     EngineError.LEADER_NOT_AVAILABLE: ErrorCode.leader_not_available,
-    EngineError.FENCED_LEADER_EPOCH: ErrorCode.fenced_leader_epoch,
-    EngineError.UNKNOWN_LEADER_EPOCH: ErrorCode.unknown_leader_epoch,
     EngineError.NOT_ENOUGH_REPLICAS: ErrorCode.not_enough_replicas,
     EngineError.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.not_enough_replicas_after_append,
-    EngineError.INVALID_MESSAGE: ErrorCode.corrupt_message,
 }
 
 BATCH_TO_KAFKA: dict[str, ErrorCode] = {
@@ -42,5 +43,5 @@ BATCH_TO_KAFKA: dict[str, ErrorCode] = {
 
 
 def kafka_error(code: EngineError) -> ErrorCode:
-    """The Kafka code that an engine code answers on this listener."""
-    return ENGINE_TO_KAFKA.get(code, ErrorCode.unknown_server_error)
+    """The Kafka code that an engine error answers on this listener."""
+    return ENGINE_TO_KAFKA[code]

@@ -52,23 +52,21 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
                     getattr(p, "current_leader_epoch", -1), committed)
              for t in body.topics for p in t.partitions]
     deadline = trio.current_time() + max(body.max_wait.total_seconds(), 0.0)
-    keys = [(a.topic, a.partition) for a in asked]
-    waiters = service.waiters
-    while True:
+
+    async def attempt() -> list[FetchPartition]:
         answers = [await _answer(service, a) for a in asked]
         _apply_request_budget(answers, body.max_bytes)
-        available = sum(len(a.records) for a in answers if a.records is not None)
-        if (available >= body.min_bytes or waiters.closing or trio.current_time() >= deadline
-                or any(a.error_code != ErrorCode.none for a in answers)):
-            break
-        del answers
-        if not await waiters.wait_any(keys, deadline):
-            answers = [await _answer(service, a) for a in asked]
-            _apply_request_budget(answers, body.max_bytes)
-            break
+        return answers
+
+    def ready(answers: list[FetchPartition]) -> bool:
+        return (sum(len(a.records) for a in answers if a.records is not None) >= body.min_bytes
+                or any(a.error_code != ErrorCode.none for a in answers))
+
+    answers = await service.engine.waiters.long_poll([(a.topic, a.partition) for a in asked], deadline,
+                                                     attempt, ready)
     for a, answer in zip(asked, answers):
         if answer.records is not None:
-            service.handler.metrics.topic(a.topic).bytes_out += len(answer.records)
+            service.engine.metrics.topic(a.topic).bytes_out += len(answer.records)
     chunks: list[Chunk] = []
     for chunk in encode_fetch_response(request.api_version, request.correlation_id, 0, ErrorCode.none, 0, answers):
         # Records are a file region, or several chunks back to back; the rest is bytes.

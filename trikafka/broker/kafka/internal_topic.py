@@ -19,10 +19,10 @@ from trikafka.kafka.batch import TRANSACTIONAL, BatchError
 from trikafka.kafka.records import Record, build_batch
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.util.java_hash import java_string_hash
-from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.metadata import BrokerAddress
 
-from ..partition import Refused
+from ..engine.errors import EngineError
+from ..engine.partition import Refused
 from ..seams import KafkaAppend
 from ..topic_settings import CLEANUP_POLICY, SEGMENT_BYTES
 from .context import KafkaContext
@@ -40,8 +40,6 @@ ACKS_ALL = -1
 # What a failed write answers the client (§17.3), as Kafka maps a coordinator's append error.
 _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
-    EngineError.FENCED_LEADER_EPOCH: ErrorCode.not_coordinator,
-    EngineError.MESSAGE_SIZE_TOO_LARGE: ErrorCode.invalid_commit_offset_size,
 }
 
 
@@ -97,7 +95,7 @@ class InternalTopic:
         service = self._service
         if self._creating.locked() or service.topic_format(self.name) is None:
             return None
-        return service.handler.directory.partitions_if_valid(self.name)
+        return service.engine.directory.partitions_if_valid(self.name)
 
     async def ensure(self) -> int | None:
         """The partition count, creating the topic if no broker has (None: not available yet)."""
@@ -125,7 +123,7 @@ class InternalTopic:
     def coordinator(self, index: int) -> BrokerAddress | None:
         """The Kafka address of the leader of partition ``index``, None while it has none."""
         service = self._service
-        leader = service.admin.partition_leader(self.name, index, service.broker_id)
+        leader = service.engine.admin.partition_leader(self.name, index, service.broker_id)
         return next((b for b in service.kafka_brokers() if b.broker_id == leader), None)
 
     async def coordinator_of(self, key: str) -> BrokerAddress | ErrorCode:
@@ -166,7 +164,7 @@ class InternalTopic:
             return _BATCH_ERRORS.get(exc.kind, ErrorCode.unknown_server_error)
         service.appended(self.name, index)
         wait = target.ack_wait(result.next_offset)
-        (status,) = await service.handler.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)
+        (status,) = await service.engine.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)
         if status != EngineError.NO_ERROR:
             return write_error(status)
         return result.logical_offset

@@ -25,9 +25,9 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import BatchError
 from trikafka.kafka.framing import Request
 from trikafka.kafka.markers import build_marker
-from trikafka.wire.errors import ErrorCode as EngineError
 
-from ..partition import Refused
+from ..engine.errors import EngineError
+from ..engine.partition import Refused
 from ..seams import KafkaAppend
 from .context import KafkaContext
 from .entities import Reply
@@ -46,9 +46,9 @@ MarkerListener = Callable[[str, int, int, bool, int], None]
 class MarkerWriter:
     """Appends transaction markers to partitions this broker leads."""
 
-    def __init__(self, service: KafkaContext):
+    def __init__(self, service: KafkaContext, listeners: list[MarkerListener]):
         self._service = service
-        self.listeners: list[MarkerListener] = []  # the group coordinator's pending offsets (§19.5)
+        self.listeners = listeners  # the group coordinator's pending offsets (§19.5)
 
     async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: Sequence[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -74,7 +74,7 @@ class MarkerWriter:
             service.appended(topic, index)
             waits.append(((topic, index), result.logical_offset, target.ack_wait(result.next_offset)))
         deadline = trio.current_time() + MARKER_ACK_TIMEOUT_S
-        statuses = await service.handler.wait_acks([w for _, _, w in waits], deadline)
+        statuses = await service.engine.wait_acks([w for _, _, w in waits], deadline)
         for (where, offset, _), status in zip(waits, statuses):
             errors[where] = ErrorCode.none if status == EngineError.NO_ERROR else kafka_error(status)
             if status == EngineError.NO_ERROR:
@@ -130,7 +130,7 @@ class RoutedMarkers:
         return errors
 
     def _leader_of(self, topic: str, index: int) -> int:
-        return self._service.admin.partition_leader(topic, index, self._service.broker_id)
+        return self._service.engine.admin.partition_leader(topic, index, self._service.broker_id)
 
     async def _remote(self, leader: int, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, led: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:

@@ -22,9 +22,9 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.errors import KafkaCodecError
 from trikafka.log.errors import OffsetOutOfRangeError
-from trikafka.wire.errors import ErrorCode as EngineError
 
-from ..partition import ReadView, Refused
+from ..engine.errors import EngineError
+from ..engine.partition import ReadView, Refused
 from .context import KafkaContext
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,6 @@ LOAD_WAIT_S = 0.5
 # What a partition this broker cannot serve answers (§17.3).
 _NOT_SERVED: dict[EngineError, ErrorCode] = {
     EngineError.NOT_LEADER_FOR_PARTITION: ErrorCode.not_coordinator,
-    EngineError.NOT_REPLICA: ErrorCode.not_coordinator,
 }
 
 T = TypeVar("T")
@@ -116,7 +115,7 @@ class PartitionLoads(Generic[T]):
     def _current(self, index: int) -> T | ErrorCode | _LoadAt:
         """The loaded state; an error; or the leader epoch a load must be at."""
         try:
-            view = self._service.handler.directory.partition(self._topic, index).read_view()
+            view = self._service.engine.directory.partition(self._topic, index).read_view()
         except Refused as exc:
             self.drop(index)
             return _NOT_SERVED.get(exc.error, ErrorCode.coordinator_not_available)
@@ -146,7 +145,7 @@ class PartitionLoads(Generic[T]):
             logger.info("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
 
     def _view(self, index: int) -> ReadView:
-        return self._service.handler.directory.partition(self._topic, index).read_view()
+        return self._service.engine.directory.partition(self._topic, index).read_view()
 
     async def _load(self, index: int, epoch: int, done: trio.Event) -> None:
         try:

@@ -20,10 +20,10 @@ from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.framing import Request, encode_response
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.kafka.records import decode_batches
-from trikafka.wire.errors import ErrorCode as EngineError
 from trikafka.wire.responses import Chunk
 
-from ..partition import AckWait, KafkaAppend, Refused
+from ..engine.errors import EngineError
+from ..engine.partition import AckWait, KafkaAppend, Refused
 from .entities import NO_THROTTLE, Reply, kio_time
 from .errors import BATCH_TO_KAFKA, kafka_error
 from .context import KafkaContext
@@ -81,7 +81,7 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
         return _answer(request, reply, results)
 
     async def acknowledged() -> list[Chunk]:
-        statuses = await service.handler.wait_acks([w for _, w in waits], deadline)
+        statuses = await service.engine.wait_acks([w for _, w in waits], deadline)
         for (i, _), status in zip(waits, statuses):
             if status != EngineError.NO_ERROR:
                 results[i][2] = kafka_error(status)
@@ -146,7 +146,7 @@ async def _append(service: KafkaContext, topic: str, index: int, records: bytes 
         logger.info("produce to %s-%d refused: %s", topic, index, exc)
         row[2] = BATCH_TO_KAFKA[exc.kind]
         return None
-    service.handler.metrics.count_in(topic, result.message_count, result.next_offset - result.base_offset)
+    service.engine.metrics.count_in(topic, result.message_count, result.next_offset - result.base_offset)
     service.appended(topic, index)
     row[3] = result.logical_offset
     row[4] = service.log_start_offset(target)

@@ -3,9 +3,9 @@
 One ``KafkaService`` per broker: every Kafka connection hands its decoded
 requests to ``handle``, which looks the api up in ``KAFKA_HANDLERS`` (one
 entry per api of the codec's table, ``trikafka.kafka.apis``) and encodes the
-answer.  The service reaches the engine through the 0.7 request handler's
-``Partition`` seam, so both listeners share logs, replication, the flusher
-and the waiters.
+answer.  The service is given the broker's ``Engine`` (``broker/engine/``),
+the same one the 0.7 listener is given: both listeners share its partitions,
+topics, waiters and metrics, and neither imports the other.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from trikafka.wire.responses import Chunk
 
 from ..cleaner import compaction_policy
 from ..config import BrokerConfig
-from ..partition import Partition, ReadView, Refused
+from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from ..waiters import VisibleEndWaiters
 from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, topics
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
@@ -53,7 +52,7 @@ from .context import TopicCreation, TopicRegistry, TransactionCoordination, Tran
 from .errors import kafka_error
 
 if TYPE_CHECKING:
-    from ..handlers import RequestHandler
+    from ..engine.engine import Engine
     from ..zookeeper import BrokerZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -111,11 +110,10 @@ _RAW_ANSWERS = frozenset({KafkaApi.PRODUCE, KafkaApi.FETCH})
 class KafkaService:
     """What the Kafka listener's connections share; see the module docstring."""
 
-    def __init__(self, *, handler: RequestHandler, config: BrokerConfig, waiters: VisibleEndWaiters,
-                 clock_ms: Callable[[], int], run_blocking: RunBlocking):
-        self.handler = handler
+    def __init__(self, *, engine: Engine, config: BrokerConfig, clock_ms: Callable[[], int],
+                 run_blocking: RunBlocking):
+        self.engine = engine
         self.config = config
-        self.waiters = waiters
         self.clock_ms = clock_ms
         self.run_blocking = run_blocking
         self.max_request_bytes = config.max_socket_request_bytes
@@ -128,30 +126,25 @@ class KafkaService:
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
         self.groups = GroupCoordinator(self)
-        self.markers = markers.MarkerWriter(self)
-        self.markers.listeners.append(self.groups.on_marker)
+        self.markers = markers.MarkerWriter(self, listeners=[self.groups.on_marker])
         self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
-            self.run_blocking, functools.partial(producer_id_blocks.take_file_block, handler.directory.log_manager.fs,
+            self.run_blocking, functools.partial(producer_id_blocks.take_file_block, engine.directory.log_manager.fs,
                                                  config.log_dir)))
         # The coordinator takes ids from whichever ``producer_ids`` start() leaves in place.
         self.coordinator = TransactionCoordinator(self, markers.RoutedMarkers(self, self.markers),
                                                   lambda: self.producer_ids.new_id())
         self.transactions: TransactionCoordination | None = self.coordinator
         self.verifier: TransactionVerifier | None = RoutedVerifier(self, self.coordinator)
-        self.producer_expiry = ProducerExpiry(handler.directory.log_manager.logs,
+        self.producer_expiry = ProducerExpiry(engine.directory.log_manager.logs,
                                               config.producer_id_expiration_check_interval_ms / 1000)
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
         # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
-        self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(handler.directory.log_manager.fs, config.log_dir)
+        self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(engine.directory.log_manager.fs, config.log_dir)
         self.security = config.kafka_security
         self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
         # Its own calls to other brokers (§18.5): plaintext until start() reads the listener's security.
         self.peer_connections = PeerConnections(PeerConnector())
-        self._latency = handler.metrics.kafka_requests
-
-    @property
-    def admin(self) -> Any:  # Any: the broker's TopicAdmin (set once the broker is wired)
-        return self.handler.admin
+        self._latency = engine.metrics.kafka_requests
 
     def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
         """A processor's connection factory for this listener."""
@@ -170,9 +163,7 @@ class KafkaService:
         self.groups.start(nursery)
         self.coordinator.start(nursery)
         nursery.start_soon(self.producer_expiry.run)
-        self.handler.metrics.watch_groups(self.groups)
-        if self.handler.replicas is not None:
-            self.handler.replicas.on_role = self._on_role
+        self.engine.metrics.watch_groups(self.groups)
         if self.security.sasl:
             await self._start_credentials(nursery, zookeeper)
         connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
@@ -202,7 +193,7 @@ class KafkaService:
                 await nursery.start(follow_znode, zookeeper.coordinator, self.authorizer.replace)
         else:
             self.cluster_id = await self.run_blocking(functools.partial(
-                _standalone_cluster_id, self.handler.directory.log_manager.fs, self.config.log_dir))
+                _standalone_cluster_id, self.engine.directory.log_manager.fs, self.config.log_dir))
             if self.authorizer.enabled:
                 assert isinstance(self.acl_store, FileAcls)
                 await nursery.start(follow_file, self.acl_store, self.run_blocking, self.authorizer.replace)
@@ -218,8 +209,9 @@ class KafkaService:
             await local.refresh()
             self.credentials = local
 
-    def _on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of a partition here: both coordinators hear of it."""
+    def on_role(self, topic: str, index: int, role: str) -> None:
+        """The replica manager applied a state of a partition here: both coordinators hear of it
+        (a coordinator not started yet loads a partition it leads on its first request)."""
         self.groups.on_role(topic, index, role)
         self.coordinator.on_role(topic, index, role)
 
@@ -273,15 +265,11 @@ class KafkaService:
 
     def topic_names(self) -> list[str]:
         """Every topic this broker knows, sorted."""
-        replicas = self.handler.replicas
-        names = set(self.handler.directory.log_manager.topics())
-        if replicas is not None:
-            names |= set(replicas.topics)
-        return sorted(names)
+        return self.engine.admin.topic_names()
 
     def topic_format(self, topic: str) -> str | None:
         """``"v2"``, ``"0.7"``, or None for a topic this broker does not know (§16.6)."""
-        return self.handler.directory.topic_format(topic)
+        return self.engine.directory.topic_format(topic)
 
     # ----------------------------------------------------------------- partitions
 
@@ -292,12 +280,12 @@ class KafkaService:
             return ErrorCode.unknown_topic_or_partition
         if fmt != FORMAT_V2:
             return ErrorCode.unsupported_for_message_format
-        count = self.handler.directory.partitions_if_valid(topic)
+        count = self.engine.directory.partitions_if_valid(topic)
         if count is None or not 0 <= index < count:
             return ErrorCode.unknown_topic_or_partition
         if write:
-            return await self.handler.directory.partition_for_write(topic, index)
-        return self.handler.directory.partition(topic, index)
+            return await self.engine.directory.partition_for_write(topic, index)
+        return self.engine.directory.partition(topic, index)
 
     async def read_view(self, topic: str, index: int, current_leader_epoch: int) -> ReadView | ErrorCode:
         """What a reader of the partition sees, or the Kafka error that answers it: as
@@ -317,7 +305,7 @@ class KafkaService:
 
     def appended(self, topic: str, index: int) -> None:
         """Wake the long polls of a partition whose log end is its high watermark (unreplicated, §16.6)."""
-        self.waiters.notify((topic, index))
+        self.engine.waiters.notify((topic, index))
 
     def log_start_offset(self, partition: Partition) -> int:
         try:
@@ -327,10 +315,7 @@ class KafkaService:
 
     def stored_settings(self, topic: str) -> dict[str, str]:
         """The settings stored for ``topic`` (§12.12.1)."""
-        replicas = self.handler.replicas
-        if replicas is not None and (assignment := replicas.topics.get(topic)) is not None:
-            return dict(assignment.config)
-        return self.handler.admin.read_settings(topic)
+        return self.engine.admin.stored_settings(topic)
 
     def timestamp_type(self, topic: str) -> str:
         return self.stored_settings(topic).get(MESSAGE_TIMESTAMP_TYPE, "CreateTime")
@@ -354,7 +339,7 @@ class KafkaService:
         if self.registry is not None:
             await self.registry.delete_topic(topic)
             return
-        await self.handler.admin.delete_local_topic(topic)
+        await self.engine.admin.delete_local_topic(topic)
 
 
 def _standalone_cluster_id(fs: FileSystem, log_dir: str) -> str:

@@ -18,7 +18,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 
-from ..admin import MAX_CREATED_PARTITIONS
+from ..engine.topic_admin import MAX_CREATED_PARTITIONS
 from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, MESSAGE_TIMESTAMP_TYPE, MIN_COMPACTION_LAG_MS,
                               RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES, TopicConfigError,
                               check_topic_config, log_overrides)
@@ -101,9 +101,8 @@ class TopicService:
                      validate_only: bool = False) -> tuple[int, int]:
         """Create a Kafka-format topic; (partitions, replication factor).  Raises TopicError."""
         service = self._service
-        handler = service.handler
         _refuse_internal(topic)
-        if handler.directory.partitions_if_valid(topic) is None:
+        if service.engine.directory.partitions_if_valid(topic) is None:
             raise TopicError(ErrorCode.invalid_topic_exception, f"{topic!r} is not a valid topic name")
         if service.topic_format(topic) is not None:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists")
@@ -144,15 +143,10 @@ class TopicService:
         await registry.create_topic(topic, partitions, replication_factor, stored, validate_only=False)
 
     async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
-        service = self._service
-        handler = service.handler
-        manager = handler.directory.log_manager
-        if not await handler.admin.store_settings(topic, stored):
+        admin = self._service.engine.admin
+        if not await admin.store_settings(topic, stored):
             raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
-        manager.raise_partition_count(topic, partitions)
-        handler.directory.forget_partition_count(topic)
-        for partition in range(partitions):
-            await handler.directory.log_for_write(topic, partition)
+        await admin.create_logs(topic, partitions)
         logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
 
     async def auto_create(self, topics: list[str]) -> set[str]:
@@ -172,14 +166,13 @@ class TopicService:
     async def add_partitions(self, topic: str, count: int, *, validate_only: bool) -> None:
         """CreatePartitions: raise ``topic``'s count to ``count``.  Raises TopicError."""
         service = self._service
-        handler = service.handler
         _refuse_internal(topic)
         fmt = service.topic_format(topic)
         if fmt is None:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
         if fmt != "v2":
             raise TopicError(ErrorCode.unsupported_for_message_format, f"{topic!r} is a 0.7 topic")
-        current = handler.directory.partitions_if_valid(topic) or 0
+        current = service.engine.directory.partitions_if_valid(topic) or 0
         if count <= current:
             raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {current} partitions; the count can "
                                                             f"only grow")
@@ -191,11 +184,7 @@ class TopicService:
             assert service.registry is not None
             await service.registry.add_partitions(topic, count)
             return
-        manager = handler.directory.log_manager
-        manager.raise_partition_count(topic, count)
-        handler.directory.forget_partition_count(topic)
-        for partition in range(current, count):
-            await handler.directory.log_for_write(topic, partition)
+        await service.engine.admin.create_logs(topic, count, first=current)
 
     def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[tuple[str, str, bool, bool]]:
         """(name, value, read only, is default) of ``topic``'s settings."""

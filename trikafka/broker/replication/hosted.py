@@ -2,7 +2,7 @@
 
 A ``HostedPartition`` is owned by the replica manager, which feeds it every
 state read from ZooKeeper (``apply_state``) and runs its follower task.  The
-request handler asks it to append as leader, to wait for an acks -1 commit,
+listeners ask it (through the engine) to append as leader, to wait for an acks -1 commit,
 where consumers' reads end (the high watermark), and to answer REPLICA_FETCH
 and EPOCH_END_OFFSET (docs/protocol.md §12).
 
@@ -31,11 +31,12 @@ from ...wire.replication import (
 from ...wire.responses import Chunk
 from ...zk.replication_values import PartitionState, TopicConfig
 from ...log.epochs import EpochHistory
-from ..partition import LocalPartition
+from ..engine.errors import EngineError
+from ..engine.partition import LocalPartition
 from ..seams import KafkaAppend
 from ..seams import AppendResult, BrokerLog, Flusher, RunBlocking
-from ..waiters import VisibleEndWaiters
-from .fetch_rules import FollowerPartition, serve_epoch_end_offset, serve_replica_fetch
+from ..engine.waiters import VisibleEndWaiters
+from .fetch_rules import FollowerPartition, ReplicaFetchAnswer, serve_epoch_end_offset, serve_replica_fetch
 from .fetcher import FollowerStopped
 from .isr import LeaderPartition
 
@@ -217,10 +218,10 @@ class HostedPartition:
         self._waiters.notify(self.end_key)  # followers' long polls
         return result
 
-    def check_acks_all(self) -> ErrorCode:
+    def check_acks_all(self) -> EngineError:
         """Before an acks -1 append: NO_ERROR, NOT_LEADER_FOR_PARTITION or NOT_ENOUGH_REPLICAS."""
         if self.leader is None:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION
+            return EngineError.NOT_LEADER_FOR_PARTITION
         return self.leader.check_acks_all()
 
     # ----------------------------------------------------------------- leader: serving followers
@@ -228,7 +229,9 @@ class HostedPartition:
     async def replica_fetch(self, request: ReplicaFetchRequest) -> list[Chunk]:
         """Answer a follower's REPLICA_FETCH, holding it up to ``max_wait_ms`` when nothing is new."""
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
-        while True:
+
+        async def attempt() -> ReplicaFetchAnswer:
+            # Every pass records the fetch (the follower's end and time, §12.6), the last one too.
             leader = self.leader
             before = leader.high_watermark if leader is not None else -1
             answer = serve_replica_fetch(request, leader=leader, leader_epoch=self.leader_epoch,
@@ -236,11 +239,12 @@ class HostedPartition:
                                          now_ms=self._clock_ms(), ack_fsync=self.config.replica_ack_fsync)
             if leader is not None and answer.error == ErrorCode.NO_ERROR and leader.high_watermark != before:
                 self._waiters.notify(self.key)  # acks -1 and consumers
-            if (answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
-                    or trio.current_time() >= deadline or self._waiters.closing):
-                break
-            if not await self._waiters.wait_any([self.end_key], deadline):
-                continue  # one more pass records the fetch and answers empty
+            return answer
+
+        def ready(answer: ReplicaFetchAnswer) -> bool:
+            return answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
+
+        answer = await self._waiters.long_poll([self.end_key], deadline, attempt, ready)
         data = None
         if answer.max_bytes > 0:
             data = self.log.read(answer.offset, answer.max_bytes, end=self.log.end_offset)

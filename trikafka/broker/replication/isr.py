@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...wire.errors import ErrorCode
+from ..engine.errors import EngineError
 
 
 @dataclass(slots=True)
@@ -164,20 +164,20 @@ class LeaderPartition:
         kept = tuple(r for r in isr if r == self.leader_id or self._followers[r].caught_up)
         return kept if len(kept) >= self.min_insync_replicas else isr
 
-    def check_acks_all(self) -> ErrorCode:
+    def check_acks_all(self) -> EngineError:
         """May an acks -1 write be appended now? NO_ERROR or NOT_ENOUGH_REPLICAS."""
         if len(self.isr) < self.min_insync_replicas:
-            return ErrorCode.NOT_ENOUGH_REPLICAS
-        return ErrorCode.NO_ERROR
+            return EngineError.NOT_ENOUGH_REPLICAS
+        return EngineError.NO_ERROR
 
-    def commit_status(self, required_end: int) -> ErrorCode | None:
+    def commit_status(self, required_end: int) -> EngineError | None:
         """Outcome of an acks -1 write ending at ``required_end``: None while it must wait.
 
         Committed once the HW covers it and the ISR still has the minimum size;
         if the ISR fell below the minimum first, NOT_ENOUGH_REPLICAS_AFTER_APPEND.
         """
         if len(self.isr) < self.min_insync_replicas:
-            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return EngineError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         if self.high_watermark >= required_end:
-            return ErrorCode.NO_ERROR
+            return EngineError.NO_ERROR
         return None

@@ -28,16 +28,17 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import trio
 
 from ...log.epochs import EpochFile
-from ...wire.errors import ErrorCode
-from ...wire.metadata import BrokerAddress, PartitionMetadata, TopicMetadata
+from ...wire.metadata import BrokerAddress
 from ...zk import paths
 from ...zk.coordinator import Coordinator
 from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, SessionExpiredError
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
+from ..engine.errors import EngineError
+from ..engine.metadata import PartitionView, TopicView
+from ..engine.waiters import VisibleEndWaiters
 from ..seams import Flusher, LogDirectory, RunBlocking
-from ..waiters import VisibleEndWaiters
 from .controller import Controller
 from .followers import FollowerTasks
 from .hosted import HostedPartition
@@ -47,7 +48,7 @@ from .membership import controlled_shutdown, register_membership, registered_bef
 from .tail import TailStatus, forget_tail_lost
 
 if TYPE_CHECKING:
-    from ..handlers import RequestHandler
+    from ..engine.directory import PartitionDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -57,20 +58,21 @@ TopicPartition = tuple[str, int]
 
 
 class ReplicaManager:
-    """Hosts this broker's replicas, tells the handler who leads, and runs the controller."""
+    """Hosts this broker's replicas, tells the engine who leads, and runs the controller."""
 
     _nursery: trio.Nursery  # run()'s: the watches and follower tasks start in it
 
-    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, handler: RequestHandler,
+    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, directory: PartitionDirectory,
                  log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
-                 reconcile_interval_s: float | None = None, kafka_port: int | None = None):
+                 reconcile_interval_s: float | None = None, kafka_port: int | None = None,
+                 on_role: Callable[[str, int, str], None] | None = None):
         self.broker_id = broker_id
         self.kafka_port = kafka_port  # published in /trikafka/brokers/<id> (§16.1)
         self._zk = zk
         self.address = address
-        self._handler, self._log_manager, self._flusher = handler, log_manager, flusher
+        self._directory, self._log_manager, self._flusher = directory, log_manager, flusher
         self._waiters = waiters
         self._run_blocking = run_blocking
         self.tail = TailStatus(broker_id, tail_intact)
@@ -87,11 +89,11 @@ class ReplicaManager:
         self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
-        # Told (topic, partition, role) after each state this broker applies: the Kafka listener's group
-        # coordinator loads a __consumer_offsets partition it now leads (docs/protocol.md §17.3).
-        self.on_role: Callable[[str, int, str], None] = lambda topic, partition, role: None
+        # Told (topic, partition, role) after each state this broker applies: the Kafka listener's
+        # coordinators load a partition of their internal topic they now lead (docs/protocol.md §17.3).
+        self._on_role = on_role if on_role is not None else _ignore_role
 
-    # ----------------------------------------------------------------- what the handler asks
+    # ----------------------------------------------------------------- what the engine asks
 
     def is_replicated(self, topic: str) -> bool:
         return topic in self.topics
@@ -100,7 +102,7 @@ class ReplicaManager:
         assignment = self.topics.get(topic)
         return None if assignment is None else len(assignment.replicas)
 
-    def topic_metadata(self, topic: str) -> TopicMetadata | None:
+    def topic_metadata(self, topic: str) -> TopicView | None:
         """METADATA's view of a replicated topic (None: not replicated)."""
         assignment = self.topics.get(topic)
         if assignment is None:
@@ -109,11 +111,11 @@ class ReplicaManager:
         for p, replicas in enumerate(assignment.replicas):
             state = self.states.get((topic, p))
             if state is None:
-                parts.append(PartitionMetadata(p, -1, -1, replicas, (), ErrorCode.LEADER_NOT_AVAILABLE))
+                parts.append(PartitionView(p, -1, -1, replicas, (), EngineError.LEADER_NOT_AVAILABLE))
                 continue
-            error = ErrorCode.NO_ERROR if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
-            parts.append(PartitionMetadata(p, state.leader, state.leader_epoch, replicas, state.isr, error))
-        return TopicMetadata(topic, tuple(parts))
+            error = EngineError.NO_ERROR if state.leader >= 0 else EngineError.LEADER_NOT_AVAILABLE
+            parts.append(PartitionView(p, state.leader, state.leader_epoch, replicas, state.isr, error))
+        return TopicView(topic, tuple(parts))
 
     def peers(self) -> list[BrokerAddress]:
         return sorted(self.brokers.values())
@@ -243,7 +245,7 @@ class ReplicaManager:
         self.topics[topic] = assignment
         if new:
             self._on_replicated_topic(topic)
-            self._handler.directory.forget_partition_count(topic)
+            self._directory.forget_partition_count(topic)
         for partition in range(len(assignment.replicas)):
             key = (topic, partition)
             if key not in self._watched_partitions:
@@ -269,7 +271,7 @@ class ReplicaManager:
             await hosted.retire()
             self._start_or_stop_follower(hosted)
             await self._run_blocking(hosted.epochs.close)
-        count = await self._handler.directory.delete_topic_logs(topic)
+        count = await self._directory.delete_topic_logs(topic)
         self._note_progress()
         logger.info("topic %s deleted: %d logs removed from this broker", topic, count)
 
@@ -307,7 +309,7 @@ class ReplicaManager:
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
         role = await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
         self._start_or_stop_follower(hosted)
-        self.on_role(topic, partition, role)
+        self._on_role(topic, partition, role)
 
     async def _host(self, topic: str, partition: int, count: int, record_format: str | None) -> HostedPartition:
         """Open (or create) this broker's replica of ``topic``-``partition`` and its epoch file;
@@ -316,7 +318,7 @@ class ReplicaManager:
         config = self._log_manager.config_for(topic)
         if record_format is not None and config.record_format != record_format:
             self._log_manager.override_topic_config(topic, dataclasses.replace(config, record_format=record_format))
-        log = await self._handler.directory.log_for_write(topic, partition)
+        log = await self._directory.log_for_write(topic, partition)
         epochs = await self._run_blocking(functools.partial(EpochFile.open, self._log_manager.fs, log.dir_path,
                                                             log.end_offset))
         hosted = HostedPartition(topic, partition, self.broker_id, log, epochs, flusher=self._flusher,
@@ -386,6 +388,10 @@ class ReplicaManager:
             self.states[hosted.key] = current.state
             await self._apply(topic, partition, current.state, current.version)
         self._waiters.notify(hosted.key)
+
+
+def _ignore_role(topic: str, partition: int, role: str) -> None:
+    """No one to tell of a role (a broker without the Kafka listener)."""
 
 
 def _trio_ms() -> int:

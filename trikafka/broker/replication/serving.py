@@ -1,8 +1,8 @@
 """Client requests on replicated partitions (docs/protocol.md §12.6).
 
-The request handler asks ``partition(manager, topic, partition)`` for every
+The engine's directory asks ``partition(manager, topic, partition)`` for every
 partition of a replicated topic and gets one of two ``Partition``s
-(``broker/partition.py``): the replica this broker holds, or ``NotHosted``.
+(``broker/engine/partition.py``): the replica this broker holds, or ``NotHosted``.
 Their answers follow §12.6: writes only at the leader (the 0.7 PRODUCE at a
 follower closes the connection, PRODUCE_ACKED answers NOT_LEADER), acks -1
 waits for the high watermark, and consumers on any replica read up to the
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from ...log.errors import OffsetOutOfRangeError
 from ...wire import ACKS_FLUSHED, OFFSETS_LATEST
-from ...wire.errors import ErrorCode
 from ...wire.replication import EpochEndOffsetRequest, ReplicaFetchRequest
-from ...wire.requests import FetchPart, OffsetsRequest
 from ...wire.responses import Chunk
-from ..partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
+from ..engine.errors import EngineError
+from ..engine.partition import (AckWait, FetchOutcome, KafkaAppend, OffsetsReader, Partition, ReadView, Refused,
                          TopicPartition)
 from ..seams import AppendResult, Replica, Replicas
 from .hosted import NotLeaderError
@@ -48,7 +47,7 @@ class ReplicatedPartition:
         hosted = self._hosted
         if acks == ACKS_FLUSHED:
             code = hosted.check_acks_all()
-            if code != ErrorCode.NO_ERROR:
+            if code != EngineError.NO_ERROR:
                 raise Refused(code, f"{_name(self.key)}: {code.name}")
         try:
             return await hosted.append_as_leader(messages, kafka=kafka)
@@ -65,34 +64,34 @@ class ReplicatedPartition:
     def ack_wait(self, next_offset: int) -> AckWait:
         return _Committed(self.key, self._hosted, next_offset)
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
-        """A consumer's FETCH part: served by any replica, up to the high watermark."""
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
+        """A consumer's read: served by any replica, up to the high watermark."""
         hosted = self._hosted
         log, end = hosted.log, hosted.consumer_end()
         # Above the HW but within the log: committed elsewhere, committed here soon; past the log
         # end, only the acting leader knows the offset does not exist (docs/protocol.md §12.6).
         log_end = max(end, log.end_offset)
-        if part.offset > log_end and hosted.leader is None:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION, None
-        if not log.start_offset <= part.offset <= max(log_end, log.start_offset):
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
-        if part.max_bytes < 0:
-            return ErrorCode.INVALID_FETCH_SIZE, None
-        if part.offset >= end:
-            return ErrorCode.NO_ERROR, None
+        if offset > log_end and hosted.leader is None:
+            return EngineError.NOT_LEADER_FOR_PARTITION, None
+        if not log.start_offset <= offset <= max(log_end, log.start_offset):
+            return EngineError.OFFSET_OUT_OF_RANGE, None
+        if max_bytes < 0:
+            return EngineError.INVALID_FETCH_SIZE, None
+        if offset >= end:
+            return EngineError.NO_ERROR, None
         try:
-            return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes, end=end)
+            return EngineError.NO_ERROR, log.read(offset, max_bytes, end=end)
         except OffsetOutOfRangeError:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            return EngineError.OFFSET_OUT_OF_RANGE, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
         """The replica's OFFSETS answer, never past the committed end (taken before the read);
         ``latest`` is that end, which consumers read to whether or not it was flushed (§12.6)."""
         end = self._hosted.consumer_end()
-        found = await read(self._hosted.log, request)
-        if request.time_ms == OFFSETS_LATEST and request.max_offsets > 0:
+        found = await read(self._hosted.log)
+        if time_ms == OFFSETS_LATEST and max_offsets > 0:
             # The log's own answer starts at its flushed end; the replica's at the committed one.
-            return clamp_offsets([end, *(o for o in found if o < end)], end)[:request.max_offsets]
+            return clamp_offsets([end, *(o for o in found if o < end)], end)[:max_offsets]
         return clamp_offsets(found, end)
 
 
@@ -105,10 +104,10 @@ class _Committed:
         self.key, self._hosted, self._next_offset = key, hosted, next_offset
         self._leader: LeaderPartition | None = hosted.leader
 
-    def status(self) -> ErrorCode | None:
+    def status(self) -> EngineError | None:
         leader = self._leader
         if leader is None or self._hosted.leader is not leader:
-            return ErrorCode.NOT_LEADER_FOR_PARTITION
+            return EngineError.NOT_LEADER_FOR_PARTITION
         return leader.commit_status(self._next_offset)
 
 
@@ -129,16 +128,16 @@ class NotHosted:
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{_name(self.key)}: nothing was appended")
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
-        return ErrorCode.NOT_LEADER_FOR_PARTITION, None
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
+        return EngineError.NOT_LEADER_FOR_PARTITION, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        raise Refused(ErrorCode.NOT_LEADER_FOR_PARTITION, f"{_name(self.key)}, which this broker holds no replica of")
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        raise Refused(EngineError.NOT_LEADER_FOR_PARTITION, f"{_name(self.key)}, which this broker holds no replica of")
 
 
 def _not_led(manager: Replicas, key: TopicPartition) -> Refused:
     state = manager.states.get(key)
-    code = ErrorCode.LEADER_NOT_AVAILABLE if state is None or state.leader < 0 else ErrorCode.NOT_LEADER_FOR_PARTITION
+    code = EngineError.LEADER_NOT_AVAILABLE if state is None or state.leader < 0 else EngineError.NOT_LEADER_FOR_PARTITION
     return Refused(code, f"{_name(key)}, which this broker does not lead")
 
 

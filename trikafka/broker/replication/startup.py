@@ -2,7 +2,7 @@
 
 ``start_replication`` works out whether this broker's unflushed tail survived
 its last stop (§12.2 ``tail_intact``: a clean stop, or a crash without a
-reboot), wires the manager into the request handler and starts it in the
+reboot), wires the manager into the engine (``broker/engine/``) and starts it in the
 broker's services nursery.
 """
 
@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 import trio
 
+from ..engine.waiters import VisibleEndWaiters
 from ..seams import Flusher, LogDirectory, RunBlocking
-from ..waiters import VisibleEndWaiters
 from .manager import ReplicaManager
 from .membership import record_boot_id, tail_intact
 from .tail import keep_tail_status
 
 if TYPE_CHECKING:
-    from ..handlers import RequestHandler
+    from ..engine.engine import Engine
     from ..zookeeper import BrokerZooKeeper
 
 # How long a broker asked to stop waits for the controller to move its leaderships away.
@@ -28,25 +28,27 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
 async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper: BrokerZooKeeper,
-                            handler: RequestHandler, log_manager: LogDirectory, flusher: Flusher,
+                            engine: Engine, log_manager: LogDirectory, flusher: Flusher,
                             waiters: VisibleEndWaiters,
                             run_blocking: RunBlocking,
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
-                            kafka_port: int | None = None) -> ReplicaManager:
-    """Start the replica manager once the broker is registered; it, running."""
+                            kafka_port: int | None = None,
+                            on_role: Callable[[str, int, str], None] | None = None) -> ReplicaManager:
+    """Start the replica manager once the broker is registered; it, running.  ``on_role``: told
+    (topic, partition, role) after each partition state it applies (the Kafka listener's coordinators)."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
     # A log dir that held no logs had no tail to lose.
     clean = not log_manager.recovered or not log_manager.logs()
     intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
     intact = await run_blocking(functools.partial(keep_tail_status, log_manager.fs, log_manager.log_dir, intact))
-    address = handler.admin.self_broker
+    address = engine.admin.self_broker
     assert address is not None, "replication starts once the broker knows its address"
     manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=address,
-                             handler=handler, log_manager=log_manager, flusher=flusher, waiters=waiters,
+                             directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
-                             on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port)
-    handler.replicas = manager
-    handler.admin.peers = manager.peers
-    handler.metrics.watch_replication(manager)
+                             on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,
+                             on_role=on_role)
+    engine.directory.replicas = manager
+    engine.metrics.watch_replication(manager)
     return await nursery.start(manager.run)

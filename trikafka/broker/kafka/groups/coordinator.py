@@ -14,7 +14,7 @@ from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, Of
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
-from ...partition import ReadView
+from ...engine.partition import ReadView
 from ..context import KafkaContext
 from ..partition_loads import PartitionLoads
 from .group import GroupSettings, GroupState

@@ -93,7 +93,7 @@ def commit_record(service: KafkaContext, api: KafkaApi, group_id: str, topic: st
     """One partition of an OffsetCommit or TxnOffsetCommit (``part``, Any: its request entity at the
     request's version): its error, and when NONE its record appended to ``records`` (§17.5).
     ``refused``: the group's answer to the member's commit, NONE when it may write."""
-    count = service.handler.directory.partitions_if_valid(topic) if service.topic_format(topic) is not None else None
+    count = service.engine.directory.partitions_if_valid(topic) if service.topic_format(topic) is not None else None
     if (denied := topic_denied(service, api, topic)) is not None:
         return denied
     if refused != ErrorCode.none:

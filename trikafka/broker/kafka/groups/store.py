@@ -19,7 +19,7 @@ from trikafka.kafka.records import decode_batches
 from trikafka.log.producer_state import ProducerStates
 from trikafka.log.verification_guard import VerificationGuard
 
-from ...partition import ReadView
+from ...engine.partition import ReadView
 from ...seams import BrokerLog
 from ..context import KafkaContext
 from ..internal_topic import InternalTopic

@@ -126,7 +126,7 @@ async def _add_partitions(service: KafkaContext, request: Request, transactional
 def _partition_exists(service: KafkaContext, topic: str, index: int) -> bool:
     if service.topic_format(topic) is None:
         return False
-    count = service.handler.directory.partitions_if_valid(topic)
+    count = service.engine.directory.partitions_if_valid(topic)
     return count is not None and 0 <= index < count
 
 

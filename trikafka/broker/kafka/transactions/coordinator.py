@@ -28,7 +28,7 @@ from trikafka.kafka.txn_records import (TRANSACTION_STATE_TOPIC, TxnKey, TxnStat
                                         encode_key, encode_value)
 from trikafka.wire.metadata import BrokerAddress
 
-from ...partition import ReadView
+from ...engine.partition import ReadView
 from ..context import KafkaContext, TransactionMarkers
 from ..groups.store import read_records
 from ..partition_loads import PartitionLoads

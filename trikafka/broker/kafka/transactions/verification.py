@@ -25,7 +25,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
-from ...partition import Refused
+from ...engine.partition import Refused
 from ..context import KafkaContext, TransactionCoordination, TransactionVerifier
 from ..peer_call import PeerCallError, peer_call
 

@@ -1,9 +1,9 @@
-"""The ``Partition`` seam: one topic-partition as the request handler uses it.
+"""The ``Partition`` seam: one topic-partition as both listeners use it.
 
-The handler checks a request's topic and partition (docs/protocol.md §5.1,
-§5.2, §9.2), asks for the partition (``RequestHandler.partition`` to read,
-``partition_for_write`` to append) and calls it; which kind it is decides
-the rest:
+A listener checks a request's topic and partition (docs/protocol.md §5.1,
+§5.2, §9.2, §16.4), asks the engine's directory for the partition
+(``PartitionDirectory.partition`` to read, ``partition_for_write`` to append)
+and calls it; which kind it is decides the rest:
 
 * ``LocalPartition``: an unreplicated 0.7 log (§5, §7.2).  Appends roll,
   append and request a flush here; reads and OFFSETS stop at the visible end.
@@ -26,24 +26,23 @@ from trikafka.log.epochs import EpochHistory
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.wire import OFFSETS_EARLIEST, OFFSETS_LATEST
-from trikafka.wire.errors import ErrorCode
-from trikafka.wire.requests import FetchPart, OffsetsRequest
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
-from .seams import AppendResult, BrokerLog, Flusher, KafkaAppend
-from .topic_settings import FORMAT_V2
+from ..seams import AppendResult, BrokerLog, Flusher, KafkaAppend
+from ..topic_settings import FORMAT_V2
+from .errors import EngineError
 
 TopicPartition = tuple[str, int]
-FetchOutcome = tuple[ErrorCode, FileRegion | ChunkSequence | None]
-# How OFFSETS reads a log's answer (the handler's: off the loop, retried while retention
+FetchOutcome = tuple[EngineError, FileRegion | ChunkSequence | None]
+# How OFFSETS reads a log's answer (the 0.7 handler's: off the loop, retried while retention
 # deletes segments); the partition chooses the log and clamps what it returns.
-OffsetsReader = Callable[[BrokerLog, OffsetsRequest], Awaitable[list[int]]]
+OffsetsReader = Callable[[BrokerLog], Awaitable[list[int]]]
 
 
 class Refused(Exception):
     """This broker may not serve the request on this partition (§12.6); ``error`` says why."""
 
-    def __init__(self, error: ErrorCode, detail: str):
+    def __init__(self, error: EngineError, detail: str):
         super().__init__(detail)
         self.error = error
 
@@ -68,7 +67,7 @@ class AckWait(Protocol):
 
     key: TopicPartition
 
-    def status(self) -> ErrorCode | None:
+    def status(self) -> EngineError | None:
         """None while pending; then NO_ERROR or the error the part answers (it never changes again)."""
 
 
@@ -92,11 +91,12 @@ class Partition(Protocol):
     def ack_wait(self, next_offset: int) -> AckWait:
         """Start the acks -1 wait for the bytes below ``next_offset``, after ``append``."""
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
-        """A consumer's FETCH part (already checked for topic and partition count)."""
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
+        """A consumer's read of up to ``max_bytes`` from ``offset`` (topic and partition checked already)."""
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        """The OFFSETS answer (§5.5); raises ``Refused`` where this broker cannot answer."""
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        """The offsets before ``time_ms`` (§5.5: at most ``max_offsets``), ``read`` from the log this
+        partition chooses; raises ``Refused`` where this broker cannot answer."""
 
 
 class LocalPartition:
@@ -189,19 +189,19 @@ class LocalPartition:
         self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now
         return _Visible(self.key, self.log, next_offset)
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         log = self.log
-        if not log.start_offset <= part.offset <= log.visible_end:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
-        if part.max_bytes < 0:
-            return ErrorCode.INVALID_FETCH_SIZE, None  # (trikafka) §5.2
+        if not log.start_offset <= offset <= log.visible_end:
+            return EngineError.OFFSET_OUT_OF_RANGE, None
+        if max_bytes < 0:
+            return EngineError.INVALID_FETCH_SIZE, None  # (trikafka) §5.2
         try:
-            return ErrorCode.NO_ERROR, log.read(part.offset, part.max_bytes)
+            return EngineError.NO_ERROR, log.read(offset, max_bytes)
         except OffsetOutOfRangeError:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            return EngineError.OFFSET_OUT_OF_RANGE, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        return await read(self.log, request)
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        return await read(self.log)
 
 
 class _Visible:
@@ -212,8 +212,8 @@ class _Visible:
     def __init__(self, key: TopicPartition, log: BrokerLog, next_offset: int):
         self.key, self._log, self._next_offset = key, log, next_offset
 
-    def status(self) -> ErrorCode | None:
-        return ErrorCode.NO_ERROR if self._log.visible_end >= self._next_offset else None
+    def status(self) -> EngineError | None:
+        return EngineError.NO_ERROR if self._log.visible_end >= self._next_offset else None
 
 
 class NoLog:
@@ -226,13 +226,13 @@ class NoLog:
         raise AssertionError(f"{self.key}: append before the log exists (partition_for_write creates it)")
 
     def read_view(self) -> ReadView:
-        raise Refused(ErrorCode.WRONG_PARTITION, f"{self.key[0]}-{self.key[1]} has no log on this broker")
+        raise Refused(EngineError.WRONG_PARTITION, f"{self.key[0]}-{self.key[1]} has no log on this broker")
 
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{self.key}: nothing was appended")
 
-    def fetch(self, part: FetchPart) -> FetchOutcome:
-        return ErrorCode.NO_ERROR, None
+    def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
+        return EngineError.NO_ERROR, None
 
-    async def offsets(self, request: OffsetsRequest, read: OffsetsReader) -> list[int]:
-        return [0] if request.time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST) else []
+    async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
+        return [0] if time_ms in (OFFSETS_LATEST, OFFSETS_EARLIEST) else []

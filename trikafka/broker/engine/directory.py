@@ -19,9 +19,9 @@ from trikafka.log.errors import InvalidTopicError
 from trikafka.log.names import validate_topic
 
 from .partition import LocalPartition, NoLog, Partition
-from .replication import serving as replicated
-from .seams import BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
-from .topic_settings import FORMAT_07, FORMAT_V2, RECORD_FORMAT
+from ..replication import serving as replicated
+from ..seams import BrokerLog, Flusher, LogDirectory, Replicas, RunBlocking
+from ..topic_settings import FORMAT_07, FORMAT_V2, RECORD_FORMAT
 from .waiters import VisibleEndWaiters
 
 # Valid topic names remembered so the hot path skips the regex; bounded because

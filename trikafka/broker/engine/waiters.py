@@ -1,4 +1,4 @@
-"""Wake-ups when a log's visible end advances (for FETCH_WAIT and acks=-1, spec §9.2-§9.3).
+"""Wake-ups when a log's visible end advances, and the one long poll (spec §9.2-§9.3, §12.6, §16.4).
 
 Waiters are keyed by ``(topic, partition)`` rather than by ``Log`` so that a
 long poll on a partition that has no log yet is woken when a produce creates
@@ -10,11 +10,13 @@ the visible end, and every task waiting on that partition wakes once.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from typing import Awaitable, Callable, Iterable, TypeVar
 
 import trio
 
-from .seams import BrokerLog
+from ..seams import BrokerLog
+
+T = TypeVar("T")
 
 TopicPartition = tuple[str, int]
 # What a wait is keyed by: (topic, partition) for visible-end (and high-watermark) advances, and
@@ -86,6 +88,21 @@ class VisibleEndWaiters:
                     waiting.discard(event)
                     if not waiting:
                         del self._events[key]
+
+    async def long_poll(self, keys: Iterable[WaitKey], deadline: float, attempt: Callable[[], Awaitable[T]],
+                        ready: Callable[[T], bool]) -> T:
+        """The one long poll (0.7 FETCH_WAIT, Kafka Fetch, REPLICA_FETCH): ``attempt`` until its
+        answer is ``ready``, the broker shuts down or ``deadline`` passes, waiting between
+        attempts for one of ``keys`` to advance (no polling).  An attempt runs once more
+        after the deadline, so the answer says what is there when the wait ends.
+        """
+        keys = list(keys)
+        while True:
+            answer = await attempt()
+            if ready(answer) or self._closing or trio.current_time() >= deadline:
+                return answer
+            del answer  # an attempt's answer may hold file regions: recomputed after the wait
+            await self.wait_any(keys, deadline)
 
     def waiting_count(self) -> int:
         """How many (key, waiter) registrations exist (tests check nothing leaks)."""
