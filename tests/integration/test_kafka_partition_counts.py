@@ -42,3 +42,56 @@ def test_a_topic_created_with_fewer_partitions_than_the_default_has_its_own_coun
         assert _partitions(admin, "one") == [0, 1]  # the directories keep the count across a restart
         assert produce_records(kafka.bootstrap, "one", 2, make_batch([b"x"]))[0] == ErrorCode.unknown_topic_or_partition
         assert _dirs(log_dir, "one") == ["one-0", "one-1"]
+
+
+def test_the_default_count_is_num_partitions_for_creation_with_minus_one_and_auto_creation() -> None:
+    from kafka import KafkaProducer
+
+    with running_kafka_broker(num_partitions=2) as kafka:
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        # KIP-464: -1 partitions and -1 replication factor take the broker's defaults.
+        admin.create_topics([NewTopic("by-default", num_partitions=-1, replication_factor=-1)])["by-default"].result(
+            timeout=30)
+        assert _partitions(admin, "by-default") == [0, 1]
+        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)  # its Metadata allows auto-creation
+        try:
+            producer.send("auto", b"first").get(timeout=30)
+        finally:
+            producer.close()
+        assert _partitions(admin, "auto") == [0, 1]
+    with running_kafka_broker() as kafka:  # Kafka's default num.partitions: 1
+        producer = Producer({"bootstrap.servers": kafka.bootstrap})
+        producer.produce("auto-one", value=b"first")
+        assert producer.flush(10) == 0
+        assert _partitions(AdminClient({"bootstrap.servers": kafka.bootstrap}), "auto-one") == [0]
+
+
+def test_auto_creation_off_creates_nothing(tmp_path) -> None:
+    log_dir = str(tmp_path / "logs")
+    with running_kafka_broker(log_dir, num_partitions=2, auto_create_topics_enable=False) as kafka:
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        metadata = admin.list_topics("never", timeout=10)
+        assert metadata.topics["never"].error is not None and metadata.topics["never"].error.code() == 3
+        assert _dirs(log_dir, "never") == []
+
+
+def test_the_07_side_keeps_num_partitions_per_topic_beside_a_smaller_kafka_topic() -> None:
+    import trio
+
+    from trikafka.client import connect
+    from trikafka.wire import build_message_set
+    from trikafka.wire.errors import ErrorCode as Error07
+
+    with running_kafka_broker(num_partitions=3) as kafka:
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        admin.create_topics([NewTopic("kafka-one", num_partitions=1, replication_factor=1)])["kafka-one"].result(
+            timeout=30)
+
+        async def with_07_client() -> None:
+            async with await connect("127.0.0.1", kafka.port) as conn:
+                produced = await conn.produce_acked([("plain", 2, build_message_set([b"on partition 2"]))])
+                assert produced[0].error == Error07.NO_ERROR  # a 0.7 topic: num.partitions on this broker
+                assert (await conn.fetch("kafka-one", 0, 0, 4096)).error == Error07.WRONG_FORMAT
+                assert (await conn.fetch("kafka-one", 2, 0, 4096)).error == Error07.WRONG_PARTITION
+
+        trio.run(with_07_client)
