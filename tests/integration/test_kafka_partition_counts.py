@@ -95,3 +95,24 @@ def test_the_07_side_keeps_num_partitions_per_topic_beside_a_smaller_kafka_topic
                 assert (await conn.fetch("kafka-one", 2, 0, 4096)).error == Error07.WRONG_PARTITION
 
         trio.run(with_07_client)
+
+
+async def test_serve_with_num_partitions_on_zookeeper_gives_a_created_topic_its_own_count(zk_chroot, tmp_path) -> None:
+    """The issue's own steps on processes: ``trikafka serve --num-partitions 3`` (ZooKeeper mode, one broker)."""
+    import functools
+
+    import trio
+
+    from tests.helpers.kafka_processes import kafka_cluster
+
+    def steps(bootstrap: str) -> None:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("one", num_partitions=1, replication_factor=1)])["one"].result(timeout=30)
+        assert _partitions(admin, "one") == [0]
+        assert produce_records(bootstrap, "one", 2, make_batch([b"x"]))[0] == ErrorCode.unknown_topic_or_partition
+        admin.create_topics([NewTopic("dflt", num_partitions=-1, replication_factor=-1)])["dflt"].result(timeout=30)
+        assert _partitions(admin, "dflt") == [0, 1, 2]
+
+    async with kafka_cluster(tmp_path, zk_chroot, 1, "--num-partitions", "3") as cluster:
+        await trio.to_thread.run_sync(functools.partial(steps, cluster.bootstrap()))
+        assert not [d for d in (tmp_path / "broker-1").iterdir() if d.name.startswith("one-") and d.name != "one-0"]
