@@ -84,15 +84,17 @@ class KafkaOffsets:
                 return batches.offsets[k], batches.max_timestamps_ms[k]
         return None
 
-    def batch_at_time(self, time_ms: int) -> tuple[int, int, int] | None:
-        """``(base offset, byte start, byte end)`` of the batch ``offset_for_time`` finds, whose records
-        a reader scans for the first one stamped ``>= time_ms`` (docs/protocol.md §16.4); None if none."""
+    def batch_at_time(self, time_ms: int) -> tuple[int, int, int, int] | None:
+        """``(base offset, maxTimestamp, byte start, byte end)`` of the batch ``offset_for_time`` finds,
+        whose records a reader scans for the first one stamped ``>= time_ms`` (docs/protocol.md §16.4);
+        None if none."""
         for segment in self._segments.view.segments:
             batches = batches_of(segment)
             k = batches.batch_at_time(time_ms)
             if k is not None:
                 end = batches.positions[k + 1] if k + 1 < len(batches) else batches.size_bytes
-                return batches.offsets[k], segment.start + batches.positions[k], segment.start + end
+                return (batches.offsets[k], batches.max_timestamps_ms[k], segment.start + batches.positions[k],
+                        segment.start + end)
         return None
 
     def max_timestamp(self) -> tuple[int, int]:

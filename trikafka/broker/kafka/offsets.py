@@ -17,6 +17,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.records import decode_batches
+from trikafka.log.errors import OffsetOutOfRangeError
 
 from ..seams import BrokerLog
 from .entities import NO_THROTTLE, Reply
@@ -72,16 +73,22 @@ async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: in
     batch = index_.batch_at_time(timestamp)
     if batch is None or batch[0] >= hw:
         return ErrorCode.none, -1, -1, epoch
-    data = await service.run_blocking(functools.partial(_read_bytes, view.log, batch[1], batch[2]))
-    found = _first_record_at_or_after(data, timestamp)
-    if found is None or found[0] >= hw:
+    base_offset, max_timestamp_ms, start, end = batch
+    data = await service.run_blocking(functools.partial(_read_bytes, view.log, start, end))
+    # A batch gone meanwhile (retention) or unreadable answers at its own granularity.
+    offset, found_ms = _first_record_at_or_after(data, timestamp) or (base_offset, max_timestamp_ms)
+    if offset >= hw:
         return ErrorCode.none, -1, -1, epoch
-    return ErrorCode.none, found[0], found[1], epoch
+    return ErrorCode.none, offset, found_ms, epoch
 
 
 def _read_bytes(log: BrokerLog, start: int, end: int) -> bytes:
-    """The log's bytes ``[start, end)``, one segment's whole batches (blocking: a worker thread's)."""
-    region = log.read(start, end - start, end=end)
+    """The log's bytes ``[start, end)``, one segment's whole batches, or none once retention removed
+    them (blocking: a worker thread's)."""
+    try:
+        region = log.read(start, end - start, end=end)
+    except OffsetOutOfRangeError:
+        return b""
     return b"" if region is None else region.read()
 
 
