@@ -76,6 +76,28 @@ def test_a_second_producer_of_the_id_fences_the_first(kafka):
     assert b"zombie" not in {s.value for s in seen}
 
 
+@pytest.mark.parametrize("produce_after_fence", [None, 0, 1], ids=["commit", "produce-then-commit",
+                                                                    "new-partition-then-commit"])
+def test_librdkafkas_fenced_producer_gets_a_fatal_error(kafka, produce_after_fence: int | None) -> None:
+    """librdkafka's 0103_transactions do_test_fenced_txn: the commit of a fenced producer fails fatally,
+    whether or not it produced after the fence (partition 0 is in its transaction already, 1 is added first)."""
+    from confluent_kafka import KafkaException
+
+    transactional_id = f"fenced-{uuid.uuid4().hex[:6]}"
+    first = confluent_transactional_producer(kafka.bootstrap, transactional_id)
+    first.begin_transaction()
+    for n in range(10):
+        first.produce("out", value=b"zombie-%d" % n, partition=0)
+    first.flush(CLIENT_TIMEOUT_S)
+    confluent_transactional_producer(kafka.bootstrap, transactional_id)  # fences the first
+    if produce_after_fence is not None:
+        for n in range(10):
+            first.produce("out", value=b"late-%d" % n, partition=produce_after_fence)
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(CLIENT_TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.fatal() and not error.retriable() and not error.txn_requires_abort(), error
+
 
 def _kafka_python(bootstrap: str, transactional_id: str, topic: str, group: str) -> None:
     kafka_python_abort_then_commit(bootstrap, transactional_id, topic, group, "in")

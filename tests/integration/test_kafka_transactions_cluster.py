@@ -2,7 +2,7 @@
 brokers, topics of replication factor 3 with ``min.insync.replicas`` 2, and a transactional id whose
 coordinator, the group's coordinator and an output partition's leader are three different brokers,
 so every KIP-890 check of a Produce or a TxnOffsetCommit goes to another broker (AddPartitionsToTxn
-v4 ``verify_only``)."""
+v4 ``verify_only``), and a fenced producer's is answered with the error librdkafka takes as fatal."""
 
 from __future__ import annotations
 
@@ -72,6 +72,29 @@ def _kafka_python_across_brokers(bootstrap: str) -> None:
     assert committed_offset(bootstrap, topic, "in") == 11
 
 
+def _fenced_across_brokers(bootstrap: str, out_leaders: dict[int, int]) -> None:
+    """(d) librdkafka's 0103 do_test_fenced_txn: a producer fenced by a second of its id, then producing to a
+    partition led away from its coordinator, fails fatally (the leader's verification, §19.5.7)."""
+    from confluent_kafka import KafkaException
+
+    partition, leader = next(iter(out_leaders.items()))
+    tid, _, _ = key_coordinated_outside(bootstrap, f"fenced-{uuid.uuid4().hex[:6]}", TRANSACTION_KEY, {leader})
+    first = confluent_transactional_producer(bootstrap, tid)
+    first.begin_transaction()
+    for n in range(10):
+        first.produce("out", value=b"zombie-%d" % n, partition=partition)
+    first.flush(CLIENT_TIMEOUT_S)
+    confluent_transactional_producer(bootstrap, tid)  # fences the first
+    for n in range(10):
+        first.produce("out", value=b"late-%d" % n, partition=partition)
+    try:
+        first.commit_transaction(CLIENT_TIMEOUT_S)
+    except KafkaException as exc:
+        assert exc.args[0].fatal(), exc.args[0]
+    else:
+        raise AssertionError("a fenced producer committed")
+
+
 async def test_transactions_whose_coordinators_and_leaders_are_on_different_brokers(zk_chroot, tmp_path):
     async with kafka_cluster(tmp_path, zk_chroot, 3, *FLAGS) as cluster:
         bootstrap = cluster.bootstrap()
@@ -81,3 +104,4 @@ async def test_transactions_whose_coordinators_and_leaders_are_on_different_brok
         out_leaders = await trio.to_thread.run_sync(partition_leaders, bootstrap, "out")
         await trio.to_thread.run_sync(_confluent_across_brokers, bootstrap, out_leaders)
         await trio.to_thread.run_sync(_kafka_python_across_brokers, bootstrap)
+        await trio.to_thread.run_sync(_fenced_across_brokers, bootstrap, out_leaders)

@@ -242,3 +242,18 @@ def test_an_abort_drops_the_offsets_and_a_new_epoch_fences_the_old(kafka):
     assert txn_offset_commit(bootstrap, tid, pid, epoch, group, "txn-out", {0: 9}) == {
         0: ErrorCode.invalid_producer_epoch}
     assert end_txn(bootstrap, tid, pid + 1, epoch + 2, True) == ErrorCode.invalid_producer_id_mapping
+
+
+def test_a_fenced_producers_produce_answers_invalid_producer_epoch(kafka):
+    """§19.3, §19.5.7: whether the partition knows the newer epoch (its abort marker) or asks the coordinator,
+    the old epoch's Produce answers INVALID_PRODUCER_EPOCH, as Kafka does, never PRODUCER_FENCED (which
+    librdkafka takes as abortable in a Produce)."""
+    bootstrap, tid = kafka.bootstrap, _tid()
+    _, pid, old = init_transactional(bootstrap, tid)
+    assert retry_while_retriable(lambda: add_partitions_to_txn(bootstrap, tid, pid, old, [("txn-out", 0)])) == {
+        ("txn-out", 0): ErrorCode.none}
+    assert produce_transactional(bootstrap, tid, "txn-out", 0, _records(pid, old, 0, b"zombie"))[0] == ErrorCode.none
+    assert init_transactional(bootstrap, tid)[:2] == (ErrorCode.none, pid)  # aborts the open one first
+    for partition in (0, 1):
+        answer = produce_transactional(bootstrap, tid, "txn-out", partition, _records(pid, old, 1 - partition, b"x"))
+        assert answer[0] == ErrorCode.invalid_producer_epoch, (partition, answer)

@@ -198,6 +198,9 @@ def test_lookups_by_offset_position_and_time():
     assert k.offset_for_time(1000) == (0, 1000)
     assert k.offset_for_time(1002) == (1, 1002)
     assert k.offset_for_time(1003) is None
+    assert k.batch_at_time(1002) == (1, 1002, p1, p2)  # what ListOffsets reads and scans (§16.4)
+    assert k.batch_at_time(1001) == (1, 1002, p1, p2)  # batch 0's max 1000 is below it
+    assert k.batch_at_time(1003) is None
     assert k.max_timestamp() == (3, 1002)
 
 

@@ -192,6 +192,17 @@ def test_partition_count_never_drops_below_the_directories_on_disk():
     assert again.get_or_create("t", 5).partition == 5
 
 
+def test_a_kafka_format_topic_has_its_own_count_and_a_07_topic_the_settings_floor():
+    fs = FakeFileSystem()
+    mgr = manager(fs, partitions=3, topic_configs={"kafka": LogConfig(record_format="v2")})
+    mgr.create_topic("kafka", 1)
+    assert mgr.partitions_for("kafka") == 1  # num.partitions is only the default of its creation (§9.6)
+    with pytest.raises(WrongPartitionError):
+        mgr.get_or_create("kafka", 2)
+    assert mgr.partitions_for("old") == 3  # a 0.7 topic: every valid name has num.partitions
+    mgr.get_or_create("old", 2)
+
+
 def test_a_new_partition_is_not_recovered(caplog):
     import logging
 

@@ -176,10 +176,12 @@ class BatchIndex:
         first_end = positions[k + 1] if k + 1 < len(positions) else self.size_bytes
         return first_end if first_end <= limit else start
 
-    def retained_spans(self, start: int, max_bytes: int, limit: int) -> list[tuple[int, int]]:
+    def retained_spans(self, start: int, max_bytes: int, limit: int,
+                       at_least_one: bool = True) -> list[tuple[int, int]]:
         """The byte ranges of whole retained batches from ``start`` (a batch boundary, maybe inside a
         padding run) up to ``limit``, padding runs left out, together within ``max_bytes``: at least
-        the first retained batch when it ends by ``limit`` (docs/protocol.md §16.6.1)."""
+        the first retained batch when it ends by ``limit`` (docs/protocol.md §16.6.1), unless not
+        ``at_least_one`` (a Fetch's later partitions, §16.4)."""
         spans: list[tuple[int, int]] = []
         starts, ends = self.padding_starts, self.padding_ends
         pos, budget = start, max_bytes
@@ -189,7 +191,7 @@ class BatchIndex:
                 pos = ends[k]  # inside a run: on to the batch after it
                 continue
             stretch_end = min(starts[k + 1] if k + 1 < len(starts) else self.size_bytes, limit)
-            end = self.end_within(pos, budget, stretch_end, at_least_one=not spans)
+            end = self.end_within(pos, budget, stretch_end, at_least_one=at_least_one and not spans)
             if end <= pos:
                 break
             spans.append((pos, end))

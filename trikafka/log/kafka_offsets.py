@@ -59,18 +59,20 @@ class KafkaOffsets:
         segment = view.find(byte_position)
         return batches_of(segment).offset_at(byte_position - segment.start)
 
-    def retained_spans(self, byte_start: int, max_bytes: int, byte_limit: int) -> list[tuple[int, int]]:
+    def retained_spans(self, byte_start: int, max_bytes: int, byte_limit: int,
+                       at_least_one: bool = True) -> list[tuple[int, int]]:
         """Byte ranges ``[a, b)`` of the whole retained batches from ``byte_start`` (a batch boundary,
         maybe inside a padding run), padding runs left out, within ``max_bytes`` together, bounded by
         ``byte_limit`` and ``byte_start``'s segment: at least the first retained batch when it ends by
-        ``byte_limit`` (docs/protocol.md §16.6.1); empty when nothing can be sent."""
+        ``byte_limit`` unless not ``at_least_one`` (docs/protocol.md §16.4, §16.6.1); empty when
+        nothing can be sent."""
         segment = self._segments.view.find(byte_start)
         limit = min(byte_limit, segment.end) - segment.start
         rel = byte_start - segment.start
         if limit <= rel:
             return []
         return [(segment.start + a, segment.start + b)
-                for a, b in batches_of(segment).retained_spans(rel, max_bytes, limit)]
+                for a, b in batches_of(segment).retained_spans(rel, max_bytes, limit, at_least_one)]
 
     def offset_for_time(self, time_ms: int) -> tuple[int, int] | None:
         """``(base offset, maxTimestamp)`` of the first batch whose ``maxTimestamp`` is ``>= time_ms``
@@ -80,6 +82,19 @@ class KafkaOffsets:
             k = batches.batch_at_time(time_ms)
             if k is not None:
                 return batches.offsets[k], batches.max_timestamps_ms[k]
+        return None
+
+    def batch_at_time(self, time_ms: int) -> tuple[int, int, int, int] | None:
+        """``(base offset, maxTimestamp, byte start, byte end)`` of the batch ``offset_for_time`` finds,
+        whose records a reader scans for the first one stamped ``>= time_ms`` (docs/protocol.md §16.4);
+        None if none."""
+        for segment in self._segments.view.segments:
+            batches = batches_of(segment)
+            k = batches.batch_at_time(time_ms)
+            if k is not None:
+                end = batches.positions[k + 1] if k + 1 < len(batches) else batches.size_bytes
+                return (batches.offsets[k], batches.max_timestamps_ms[k], segment.start + batches.positions[k],
+                        segment.start + end)
         return None
 
     def max_timestamp(self) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from .fs import FileSystem, OsFileSystem
 from .log import Log
 from .names import (BOOT_ID_FILE, CLEAN_SHUTDOWN_MARKER, LISTENER_FILE, TAIL_LOST_FILE, TOPIC_SETTINGS_FILE, USERS_FILE,
                     parse_partition_dir_name, partition_dir_name, validate_topic)
-from .record_format import record_format, write_record_format
+from .record_format import FORMAT_V2, record_format, write_record_format
 
 logger = logging.getLogger("trikafka.log")
 
@@ -85,8 +85,12 @@ class LogManager:
 
     def partitions_for(self, topic: str) -> int:
         """``partitions(topic)``: the configured count, or more if the topic was created
-        with more or has directories beyond it (docs/protocol.md §9.6)."""
-        return max(self.configured_partitions(topic), self._created_counts.get(topic, 0))
+        with more or has directories beyond it; a Kafka-format topic's own count only
+        (docs/protocol.md §9.6)."""
+        created = self._created_counts.get(topic, 0)
+        if created and self.config_for(topic).record_format == FORMAT_V2.name:
+            return created  # the settings' count is the default of its creation, never a floor
+        return max(self.configured_partitions(topic), created)
 
     def raise_partition_count(self, topic: str, partitions: int) -> None:
         """CREATE_TOPIC: ``topic`` has at least ``partitions`` from now on (its logs are

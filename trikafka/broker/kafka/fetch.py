@@ -1,9 +1,9 @@
 """Fetch (docs/protocol.md §16.4): whole batches from the one holding the fetch offset, by sendfile.
 
 A partition's answer starts at the batch that holds the fetch offset (or the
-first after it) and ends at a batch boundary within the partition's and the
-request's byte budgets, at least one batch when there is one below the high
-watermark; on a compacted topic the padding runs between retained batches
+first after it) and ends at a batch boundary within the partition's budget and
+what the request's budget leaves after the partitions before it (KIP-74): only
+the first partition with records gets at least one batch, however large; on a compacted topic the padding runs between retained batches
 are left out (docs/protocol.md §16.6.1), the records then being several file
 regions back to back.  The request waits, woken by appends and high-watermark advances
 (no polling), until ``min_bytes`` are available or ``max_wait_ms`` passes;
@@ -52,11 +52,8 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
                     getattr(p, "current_leader_epoch", -1), committed)
              for t in body.topics for p in t.partitions]
     deadline = trio.current_time() + max(body.max_wait.total_seconds(), 0.0)
-
     async def attempt() -> list[FetchPartition]:
-        answers = [await _answer(service, a) for a in asked]
-        _apply_request_budget(answers, body.max_bytes)
-        return answers
+        return await _answer_all(service, asked, body.max_bytes)
 
     def ready(answers: list[FetchPartition]) -> bool:
         return (sum(len(a.records) for a in answers if a.records is not None) >= body.min_bytes
@@ -74,7 +71,23 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
     return chunks
 
 
-async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
+async def _answer_all(service: KafkaContext, asked: list[_Asked], max_bytes: int) -> list[FetchPartition]:
+    """Every partition's answer in request order within the request's ``max_bytes`` (KIP-74, §16.4): each
+    gets what the ones before it left, and only the first that has records may exceed it by its first batch."""
+    answers = []
+    left, first = max_bytes, True
+    for a in asked:
+        answer = await _answer(service, a, left, first)
+        size = len(answer.records) if answer.records is not None else 0
+        first = first and not size
+        left = max(left - size, 0)
+        answers.append(answer)
+    return answers
+
+
+async def _answer(service: KafkaContext, asked: _Asked, request_left: int, first: bool) -> FetchPartition:
+    """One partition's answer within ``partition_max_bytes`` and ``request_left`` bytes; its first batch
+    whole beyond both when ``first`` (no partition before it had records)."""
     def failed(code: ErrorCode, hw: int = -1, start: int = -1) -> FetchPartition:
         return FetchPartition(asked.topic, asked.partition, code, hw, hw, start, NO_RECORDS)
 
@@ -97,12 +110,13 @@ async def _answer(service: KafkaContext, asked: _Asked) -> FetchPartition:
     def answer(records: Sized, aborted: tuple[tuple[int, int], ...] = ()) -> FetchPartition:
         return FetchPartition(asked.topic, asked.partition, ErrorCode.none, hw, stable, start, records, aborted)
 
-    if asked.offset >= visible or asked.max_bytes <= 0:
+    limit = min(asked.max_bytes, request_left)
+    if asked.offset >= visible or asked.max_bytes <= 0 or (limit <= 0 and not first):
         return answer(NO_RECORDS)
     position = index.position_of(asked.offset)
     if position is None or position >= end:
         return answer(NO_RECORDS)
-    spans = index.retained_spans(position, asked.max_bytes, end)
+    spans = index.retained_spans(position, limit, end, at_least_one=first)
     chunks: list[Chunk] = []
     try:
         for a, b in spans:
@@ -123,19 +137,3 @@ def _position(index: KafkaOffsets, offset: int, end: int) -> int:
     """The byte position of the batch at ``offset`` (a batch's base offset), at most ``end``."""
     found = index.position_of(offset)
     return end if found is None else min(found, end)
-
-
-def _apply_request_budget(answers: list[FetchPartition], max_bytes: int) -> None:
-    """The request's ``max_bytes`` across partitions: the first with data always keeps its batches."""
-    used = 0
-    for i, answer in enumerate(answers):
-        if not answer.records:
-            continue
-        size = len(answer.records)
-        if used and used + size > max_bytes:
-            answers[i] = answer._replace(records=NO_RECORDS)
-            continue
-        used += size
-
-
-

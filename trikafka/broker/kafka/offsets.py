@@ -2,18 +2,24 @@
 
 Both are answered from memory: the log's batch index (§16.6) and, for leader
 epochs, the partition's epoch history (§12.3), whose byte offsets the index
-turns into logical ones.
+turns into logical ones; a lookup by time then reads the one batch the index
+found, in a worker thread, for its first record at or after the time.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
+from trikafka.kafka.errors import CorruptRecords
+from trikafka.kafka.records import decode_batches
+from trikafka.log.errors import OffsetOutOfRangeError
 
+from ..seams import BrokerLog
 from .entities import NO_THROTTLE, Reply
 from .context import KafkaContext
 
@@ -64,10 +70,38 @@ async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: in
         if offset >= hw:
             return ErrorCode.none, -1, -1, epoch
         return ErrorCode.none, offset, found_ms, epoch
-    found = index_.offset_for_time(timestamp)
-    if found is None or found[0] >= hw:
+    batch = index_.batch_at_time(timestamp)
+    if batch is None or batch[0] >= hw:
         return ErrorCode.none, -1, -1, epoch
-    return ErrorCode.none, found[0], found[1], epoch
+    base_offset, max_timestamp_ms, start, end = batch
+    data = await service.run_blocking(functools.partial(_read_bytes, view.log, start, end))
+    # A batch gone meanwhile (retention) or unreadable answers at its own granularity.
+    offset, found_ms = _first_record_at_or_after(data, timestamp) or (base_offset, max_timestamp_ms)
+    if offset >= hw:
+        return ErrorCode.none, -1, -1, epoch
+    return ErrorCode.none, offset, found_ms, epoch
+
+
+def _read_bytes(log: BrokerLog, start: int, end: int) -> bytes:
+    """The log's bytes ``[start, end)``, one segment's whole batches, or none once retention removed
+    them (blocking: a worker thread's)."""
+    try:
+        region = log.read(start, end - start, end=end)
+    except OffsetOutOfRangeError:
+        return b""
+    return b"" if region is None else region.read()
+
+
+def _first_record_at_or_after(data: bytes, time_ms: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record in ``data``'s batches stamped ``>= time_ms`` (§16.4)."""
+    try:
+        for _header, records in decode_batches(data, check_crc=False):
+            for record in records:
+                if record.timestamp_ms >= time_ms:
+                    return record.offset, record.timestamp_ms
+    except CorruptRecords:
+        return None
+    return None
 
 
 async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> Any:

@@ -50,9 +50,14 @@ RETRIABLE_AS: dict[KafkaApi, ErrorCode] = {
 }
 
 
+# A fenced producer's verification as its Produce or TxnOffsetCommit answers it: the error clients treat
+# as fatal there, as Kafka answers it (§19.5.7).
+FENCED_AS = {ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch}
+
+
 def retriable_for(api: KafkaApi, error: ErrorCode) -> ErrorCode:
     """``error`` of a verification as ``api`` answers it (§19.5.7)."""
-    return RETRIABLE_AS[api] if error in UNANSWERED else error
+    return RETRIABLE_AS[api] if error in UNANSWERED else FENCED_AS.get(error, error)
 
 
 class Verification(NamedTuple):
