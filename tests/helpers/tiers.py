@@ -16,6 +16,9 @@ A test gets its tier marker from these tables, not by hand:
   helpers it calls (``process``).
 
 A marker set by hand (``pytest.mark.slow`` on a long run) adds to these.
+
+A tier may need Python packages beyond the ``test`` extra (``OPTIONAL_PACKAGES``,
+the Spark tier's ``spark`` extra).
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ MARK_BY_FIXTURE = {
     "dedicated_zookeeper_server": "zookeeper",
     "spark": "spark",
     "broker_cluster": "spark",  # two real serve processes shared by the Spark tests
+}
+
+# Top-level packages tests import that the ``test`` extra does not install -> the extra of
+# pyproject.toml that does (tests/unit/test_tiers.py checks that it names them).
+OPTIONAL_PACKAGES = {
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "py4j": "spark",
 }
 
 # Functions (module.qualname) that start a child process.
