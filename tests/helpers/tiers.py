@@ -18,13 +18,16 @@ A test gets its tier marker from these tables, not by hand:
 A marker set by hand (``pytest.mark.slow`` on a long run) adds to these.
 
 A tier may need Python packages beyond the ``test`` extra (``OPTIONAL_PACKAGES``,
-the Spark tier's ``spark`` extra).
+the Spark tier's ``spark`` extra).  Where one is absent, a test module that
+imports it is skipped with the reason, not a collection error; a test that
+imports one in its body says so with ``pytest.importorskip``.
 """
 
 from __future__ import annotations
 
 import inspect
 import subprocess
+import traceback
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -92,6 +95,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in tier_markers(item):
             item.add_marker(marker)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """A test module whose import fails for want of an ``OPTIONAL_PACKAGES`` package is skipped with
+    the reason; any other module (or other failure) is left to pytest's own collection."""
+    if not isinstance(collector, pytest.Module):
+        return None
+    try:
+        collector.obj  # imports the module; pytest's collection reuses it
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # pytest's collection imports it again and reports any other outcome
+        missing = error.__cause__
+        if isinstance(missing, ModuleNotFoundError) and (missing.name or "").partition(".")[0] in OPTIONAL_PACKAGES:
+            package = (missing.name or "").partition(".")[0]
+            lines = [line for frame, line in traceback.walk_tb(missing.__traceback__)
+                     if frame.f_code.co_filename == str(collector.path)]
+            reason = f"needs {package}, which the {OPTIONAL_PACKAGES[package]} extra installs"
+            return pytest.CollectReport(collector.nodeid, "skipped",
+                                        (str(collector.path), (lines or [1])[-1], reason), [])
+    return None
 
 
 def tier_markers(item: pytest.Item) -> set[str]:

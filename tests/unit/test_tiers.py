@@ -22,6 +22,8 @@ from tests.helpers.tiers import (
     starts_processes,
 )
 
+pytest_plugins = ["pytester"]
+
 
 def test_every_table_entry_names_what_exists_and_a_known_marker():
     for directory, marker in MARK_BY_DIRECTORY.items():
@@ -69,6 +71,17 @@ NOT_STARTING = (_in_process,)
 def test_process_helpers_are_found_directly_and_through_calls():
     assert [starts_processes(f) for f in STARTING] == [True] * len(STARTING)
     assert [starts_processes(f) for f in NOT_STARTING] == [False] * len(NOT_STARTING)
+
+
+def test_a_module_importing_an_absent_optional_package_is_skipped_with_the_extra_named(pytester):
+    """``pytest`` with the test extra alone (issue 43, item 16): a module importing a Spark package
+    that is not installed is skipped and says why; an absent package of no tier stays an error."""
+    pytester.makepyfile(
+        test_needs_spark="import pyspark.no_such_module\n\ndef test_x():\n    pass\n",
+        test_broken="import no_such_package_of_any_extra\n\ndef test_y():\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "tests.helpers.tiers", "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1, errors=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_needs_spark.py:1: needs pyspark, which the spark extra installs"])
 
 
 def test_every_package_a_test_imports_is_named_by_the_extra_that_installs_it():
