@@ -152,7 +152,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     budget = [item for item in items if item.nodeid == BUDGET_TEST]
     if budget:
         items[:] = [item for item in items if item.nodeid != BUDGET_TEST] + budget
-        start_budget()
+        if not config.option.collectonly:
+            start_budget()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
