@@ -1,39 +1,111 @@
 """CI's budget of simulated cluster time (docs/simulation.md, "In CI"), run behind the rest of the suite
 (a pytest plugin loaded by ``tests/conftest.py``).
 
-The budget is CPU work alone: two ``trikafka sim --seeds`` processes that need no port, file or
-clock of the other tests.  When the budget test is among the collected tests, they start as soon
-as collection ends, at the lowest CPU priority (nice 19), so they take the time the other tests
-leave idle (their child processes waiting on ZooKeeper sessions, timeouts, Spark) and barely
-any from a test that computes.  The budget test is moved to the end of the run and judges their
-output there; a session that ends earlier stops them.
+The budget is CPU work alone: ``trikafka sim --seeds`` processes that need no port, file or clock
+of the other tests.  When the budget test is among the collected tests, they start as soon as
+collection ends, at the lowest CPU priority (nice 19), so they take the time the other tests leave
+idle (their child processes waiting on ZooKeeper sessions, timeouts, Spark) and barely any from a
+test that computes.  The budget test is moved to the end of the run and judges their output there;
+a session that ends earlier stops them.
+
+How much runs is what the machine can give beside the other tiers, so that the suite's time does
+not grow with the budget: one process a core beyond the first (one on a 2-core machine, which
+leaves the other core to the suite), and when the rest of the suite is done the budget test stops
+them (SIGINT) and judges every seed that finished, waiting only for the first ``FLOOR_SEEDS`` of
+each.  At most ``BUDGET_CAP_MINUTES`` simulated cluster-minutes run.  Two settings (environment):
+
+* ``TRIKAFKA_SIM_BUDGET_MINUTES=N``: a fixed budget instead, N simulated cluster-minutes that the
+  budget test waits for (``1000`` is the whole cap, as CI ran it before; seeds replay exactly, so a
+  fixed budget runs the same seeds on every machine);
+* ``TRIKAFKA_SIM_BUDGET_PROCESSES=N``: N processes instead of one a core beyond the first.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Mapping
 
 import pytest
 
-BUDGET_TEST = "tests/integration/test_sim.py::test_a_thousand_simulated_cluster_minutes_keep_every_promise"
-# 200 seeds x 300 simulated s = 1,000 simulated cluster-minutes, in two processes (the machine's two cores).
-BUDGET_SEEDS = (range(1001, 1101), range(1101, 1201))
-BUDGET_DURATION_S = 300
+BUDGET_TEST = "tests/integration/test_sim.py::test_the_simulation_budget_keeps_every_promise"
+FIRST_SEED = 1001
+BUDGET_DURATION_S = 300  # simulated seconds a seed
+BUDGET_CAP_MINUTES = 1000  # 200 seeds
+FLOOR_SEEDS = 2  # a process's seeds the budget test always waits for (10 simulated cluster-minutes)
+MINUTES_ENV = "TRIKAFKA_SIM_BUDGET_MINUTES"
+PROCESSES_ENV = "TRIKAFKA_SIM_BUDGET_PROCESSES"
 LOWEST_PRIORITY = 19
+SEED_LINE = re.compile(r"^\[\d+/\d+\] seed (\d+): (ok|FAILED)", re.MULTILINE)
+POLL_S = 1.0  # how often the budget test looks at a process's output while it waits for the floor
+STOP_TIMEOUT_S = 60.0  # a SIGINTed process abandons its seed and prints its tally
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How much of the budget runs, in how many processes, and whether the budget test waits for all of it."""
+
+    seeds: int
+    processes: int
+    fixed: bool
+
+    def ranges(self) -> list[range]:
+        """The seeds of each process: consecutive, split evenly."""
+        share = math.ceil(self.seeds / self.processes)
+        return [range(FIRST_SEED + i * share, FIRST_SEED + min(self.seeds, (i + 1) * share))
+                for i in range(self.processes) if i * share < self.seeds]
+
+
+def budget_plan(environ: Mapping[str, str] = os.environ, cpu_count: int | None = None) -> BudgetPlan:
+    """The budget from the environment (``MINUTES_ENV``, ``PROCESSES_ENV``) and the machine's cores."""
+    cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    processes = _positive(environ, PROCESSES_ENV) or max(1, cores - 1)
+    minutes = _positive(environ, MINUTES_ENV)
+    seeds = math.ceil((minutes or BUDGET_CAP_MINUTES) * 60 / BUDGET_DURATION_S)
+    return BudgetPlan(seeds=seeds, processes=min(processes, seeds), fixed=minutes is not None)
+
+
+def _positive(environ: Mapping[str, str], name: str) -> int | None:
+    text = environ.get(name)
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise pytest.UsageError(f"{name} takes a whole number above 0, not {text!r}")
+    return int(text)
 
 
 @dataclass
 class BudgetRun:
-    """One ``trikafka sim --seeds`` process of the budget and the seeds it runs."""
+    """One ``trikafka sim --seeds`` process of the budget, the seeds it runs and its output files."""
 
     seeds: range
     process: subprocess.Popen[str]
+    stdout: IO[str]
+    stderr: IO[str]
 
     def command_line(self) -> str:
         return f"trikafka sim --seeds {self.seeds.start}..{self.seeds.stop - 1} --duration-s {BUDGET_DURATION_S}"
+
+    def finished(self) -> dict[int, str]:
+        """Seed -> ``ok`` or ``FAILED`` for every seed that has finished so far."""
+        return {int(seed): outcome for seed, outcome in SEED_LINE.findall(Path(self.stdout.name).read_text())}
+
+    def output(self) -> tuple[str, str]:
+        return Path(self.stdout.name).read_text(), Path(self.stderr.name).read_text()
+
+    def stop(self) -> None:
+        """SIGINT: the process abandons the seed it runs and exits with its tally."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.wait(timeout=STOP_TIMEOUT_S)
 
 
 _runs: list[BudgetRun] = []
@@ -46,13 +118,33 @@ def _lowest_priority() -> None:
 def start_budget() -> list[BudgetRun]:
     """The budget's processes, started now unless they already run."""
     if not _runs:
-        for seeds in BUDGET_SEEDS:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")  # every finished seed's line is in the file at once
+        for seeds in budget_plan().ranges():
+            stdout = tempfile.NamedTemporaryFile("w+", prefix="trikafka-sim-budget-", suffix=".out")
+            stderr = tempfile.NamedTemporaryFile("w+", prefix="trikafka-sim-budget-", suffix=".err")
             process = subprocess.Popen(
                 [sys.executable, "-m", "trikafka", "sim", "--seeds", f"{seeds.start}..{seeds.stop - 1}",
                  "--duration-s", str(BUDGET_DURATION_S)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_lowest_priority)
-            _runs.append(BudgetRun(seeds, process))
+                stdout=stdout, stderr=stderr, text=True, env=env, preexec_fn=_lowest_priority)
+            _runs.append(BudgetRun(seeds, process, stdout, stderr))
     return _runs
+
+
+def finish_budget(timeout_s: float) -> list[BudgetRun]:
+    """Waits for what the budget test judges: a fixed budget whole, else each process's first
+    ``FLOOR_SEEDS`` (or its end), then stops what still runs."""
+    runs = start_budget()
+    deadline = time.monotonic() + timeout_s
+    plan = budget_plan()
+    for run in runs:
+        if plan.fixed:
+            run.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        while run.process.poll() is None and len(run.finished()) < min(FLOOR_SEEDS, len(run.seeds)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{run.command_line()}: fewer than {FLOOR_SEEDS} seeds in {timeout_s:.0f} s")
+            time.sleep(POLL_S)  # a wait for a condition, bounded by the deadline
+        run.stop()
+    return runs
 
 
 @pytest.hookimpl(trylast=True)  # after the tiers' markers and ``-m`` have deselected what will not run
@@ -60,7 +152,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     budget = [item for item in items if item.nodeid == BUDGET_TEST]
     if budget:
         items[:] = [item for item in items if item.nodeid != BUDGET_TEST] + budget
-        start_budget()
+        if not config.option.collectonly:
+            start_budget()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _runs:
+        return
+    finished = {seed: outcome for run in _runs for seed, outcome in run.finished().items()}
+    failed = sorted(seed for seed, outcome in finished.items() if outcome != "ok")
+    minutes = len(finished) * BUDGET_DURATION_S / 60
+    terminalreporter.write_line(
+        f"simulation budget: {len(finished)} seeds of {BUDGET_DURATION_S} simulated s ({minutes:.0f} simulated "
+        f"cluster-minutes) in {len(_runs)} process{'es' if len(_runs) > 1 else ''}, {len(failed)} failed{' ' + str(failed) if failed else ''}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -16,12 +16,18 @@ A test gets its tier marker from these tables, not by hand:
   helpers it calls (``process``).
 
 A marker set by hand (``pytest.mark.slow`` on a long run) adds to these.
+
+A tier may need Python packages beyond the ``test`` extra (``OPTIONAL_PACKAGES``,
+the Spark tier's ``spark`` extra).  Where one is absent, a test module that
+imports it is skipped with the reason, not a collection error; a test that
+imports one in its body says so with ``pytest.importorskip``.
 """
 
 from __future__ import annotations
 
 import inspect
 import subprocess
+import traceback
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -64,6 +70,14 @@ MARK_BY_FIXTURE = {
     "broker_cluster": "spark",  # two real serve processes shared by the Spark tests
 }
 
+# Top-level packages tests import that the ``test`` extra does not install -> the extra of
+# pyproject.toml that does (tests/unit/test_tiers.py checks that it names them).
+OPTIONAL_PACKAGES = {
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "py4j": "spark",
+}
+
 # Functions (module.qualname) that start a child process.
 PROCESS_HELPERS = frozenset({
     "tests.helpers.broker_testing.child_process",
@@ -84,6 +98,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for marker in tier_markers(item):
             item.add_marker(marker)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """A test module whose import fails for want of an ``OPTIONAL_PACKAGES`` package is skipped with
+    the reason; any other module (or other failure) is left to pytest's own collection."""
+    if not isinstance(collector, pytest.Module):
+        return None
+    try:
+        collector.obj  # imports the module; pytest's collection reuses it
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # pytest's collection imports it again and reports any other outcome
+        missing = error.__cause__
+        if isinstance(missing, ModuleNotFoundError) and (missing.name or "").partition(".")[0] in OPTIONAL_PACKAGES:
+            package = (missing.name or "").partition(".")[0]
+            lines = [line for frame, line in traceback.walk_tb(missing.__traceback__)
+                     if frame.f_code.co_filename == str(collector.path)]
+            reason = f"needs {package}, which the {OPTIONAL_PACKAGES[package]} extra installs"
+            return pytest.CollectReport(collector.nodeid, "skipped",
+                                        (str(collector.path), (lines or [1])[-1], reason), [])
+    return None
 
 
 def tier_markers(item: pytest.Item) -> set[str]:

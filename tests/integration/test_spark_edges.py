@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -135,8 +136,11 @@ _DISCOVERY_SCRIPT = textwrap.dedent("""
 def test_an_editable_install_is_discovered_from_any_directory(tmp_path):
     """The README's ``pip install -e '.[spark]'``, then ``format("trikafka")`` from elsewhere.
 
-    The venv sees this interpreter's pyspark and pyarrow (system site packages);
-    trikafka itself comes only from the editable install of a copy of the sources.
+    The venv sees this interpreter's pyspark and pyarrow (its site-packages, named by a .pth line;
+    this interpreter may itself be a venv's, such as ./scripts/test-all's, so the base interpreter's
+    system site packages need not have them); trikafka itself comes only from the editable install of
+    a copy of the sources: a directory a .pth line adds is not searched for .pth files, so this
+    checkout's own editable install there is not read.
     """
     source = tmp_path / "checkout"
     source.mkdir()
@@ -146,8 +150,12 @@ def test_an_editable_install_is_discovered_from_any_directory(tmp_path):
         subprocess.run(["cp", "-r", str(REPO_ROOT / name), str(source / name)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, env=env)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     python = str(venv / "bin" / "python")
+    venv_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True, env=env).stdout.strip()
+    suite_site = dict.fromkeys(sysconfig.get_path(name) for name in ("purelib", "platlib"))
+    (Path(venv_site) / "suite-site-packages.pth").write_text("".join(f"{path}\n" for path in suite_site))
     install = subprocess.run([python, "-m", "pip", "install", "--no-deps", "-e", str(source)],
                              capture_output=True, text=True, env=env, timeout=LOAD_TIMEOUT_S)
     assert install.returncode == 0, install.stderr[-3000:]

@@ -383,6 +383,8 @@ def test_spark_readers_load_without_trio_or_kazoo():
     from them is Trio- and kazoo-free, so no query start pays for an event loop it never runs."""
     import subprocess
 
+    pytest.importorskip("pyspark")
+
     code = ("import sys, trikafka.spark.source, trikafka.spark.stream, trikafka.spark.tasks; "
             "print(sorted(m for m in ('trio', 'trio_util', 'kazoo', 'pyarrow.compute') if m in sys.modules))")
     # kio imports Hypothesis where it is installed (the test extra), and Hypothesis then runs its
