@@ -158,10 +158,10 @@ def _write_connect_file(config: BrokerConfig, connect_string: str) -> None:
 
 def _private_port_taken(config: BrokerConfig) -> str | None:
     """Why the private ZooKeeper cannot have its port (None: it can, or there is none)."""
-    from trikafka.broker.zookeeper import _port_is_free
+    from trikafka.zk.server_setup import port_is_free
 
     port = config.private_zookeeper_port
-    if not config.enable_zookeeper or config.zk_connect or not port or _port_is_free(port):
+    if not config.enable_zookeeper or config.zk_connect or not port or port_is_free(port):
         return None
     return (f"port {port} for the private ZooKeeper is taken (another ZooKeeper?): give --zookeeper-port PORT "
             f"(0: any free port), or --zookeeper 127.0.0.1:{port} to join the one listening there")
