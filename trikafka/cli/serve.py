@@ -172,6 +172,12 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
 
     async with trio.open_nursery() as nursery:
         broker = await nursery.start(functools.partial(serve, config, handle_signals=True))
+        # A signal during start-up asked for a shutdown the broker begins once started: nothing is
+        # announced then (a script waiting for the ready line must not take a stopping broker for a
+        # serving one).  Checked again after each await, and no await between the last check and the
+        # ready line, so a signal is either seen here or handled after the line.
+        if broker.shutting_down:
+            return
         if broker.zookeeper is not None:
             zk = broker.zookeeper
             where = (f"private ZooKeeper {zk.connect_string} (pid {zk.private_server.pid}, "
@@ -185,6 +191,9 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
         # Files before the ready line, so a reader of the line finds them.
         listener_file = await trio.to_thread.run_sync(_write_listener_file, config, broker.host, broker.port,
                                                       broker.kafka_port)
+        if broker.shutting_down:
+            await trio.to_thread.run_sync(_remove_quietly, listener_file)
+            return
         if ready_file:
             _write_ready_file(ready_file, broker.port, broker.kafka_port)
         line = READY_LINE.format(host=broker.host, port=broker.port)
