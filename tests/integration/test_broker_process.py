@@ -117,3 +117,22 @@ async def test_a_signal_during_start_up_never_prints_the_ready_line(tmp_path, zo
     assert b"clean shutdown marker written" in broker.stderr  # start-up went on to the end, then stopped
     assert READY_MARKER not in broker.stderr, broker.stderr.decode()
     assert not ready_file.exists()
+
+
+async def test_a_failed_start_says_why_and_nothing_about_stopping(tmp_path):
+    """A broker that never served (its port taken) reports the reason, not a 'broker stopped (no
+    clean marker)' that would alarm about a broker that was never up."""
+    import socket
+
+    from tests.helpers.broker_testing import child_process
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with child_process("serve", "--port", str(port), "--zookeeper-port", "0",
+                                 "--log-dir", str(tmp_path / "data")) as broker:
+            assert await broker.wait() == 1
+    err = broker.stderr.decode()
+    assert f"trikafka: [Errno 98] broker port 127.0.0.1:{port}: Address already in use\n" in err, err
+    assert "broker stopped" not in err and "clean marker" not in err, err
