@@ -24,6 +24,7 @@ from trikafka.kafka.errors import KafkaCodecError
 from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.wire.errors import ErrorCode as EngineError
 
+from ..log_tally import Tally
 from ..partition import ReadView, Refused
 from .context import KafkaContext
 
@@ -70,6 +71,8 @@ class PartitionLoads(Generic[T]):
         self._loading: dict[int, trio.Event] = {}
         self._failed: set[tuple[int, int]] = set()  # (partition, epoch) whose records did not decode
         self._nursery: trio.Nursery | None = None
+        self._loaded_tally = Tally(logger, "coordinator partitions loaded")
+        self._dropped = Tally(logger, "coordinator partitions dropped (no longer led here)")
 
     def start(self, nursery: trio.Nursery) -> None:
         """Loads run in ``nursery`` (the listener's), so a client that gives up cancels none."""
@@ -143,7 +146,8 @@ class PartitionLoads(Generic[T]):
         dropped = self._loaded.pop(index, None)
         if dropped is not None:
             self._on_drop(dropped.state)
-            logger.info("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
+            logger.debug("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
+            self._dropped.note(self._topic, index)
 
     def _view(self, index: int) -> ReadView:
         return self._service.handler.directory.partition(self._topic, index).read_view()
@@ -164,8 +168,9 @@ class PartitionLoads(Generic[T]):
             if self._view(index).leader_epoch == epoch:
                 self._loaded[index] = _Loaded(epoch, state)
                 self._on_loaded(state)
-                logger.info("%s-%d loaded at leader epoch %d in %.3f s", self._topic, index, epoch,
-                            trio.current_time() - started_s)
+                logger.debug("%s-%d loaded at leader epoch %d in %.3f s", self._topic, index, epoch,
+                             trio.current_time() - started_s)
+                self._loaded_tally.note(self._topic, index)
         except Refused:
             return
         finally:

@@ -37,6 +37,7 @@ from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
 from ..seams import Flusher, LogDirectory, RunBlocking
+from ..log_tally import Tally
 from ..waiters import VisibleEndWaiters
 from .controller import Controller
 from .followers import FollowerTasks
@@ -87,6 +88,7 @@ class ReplicaManager:
         self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
+        self._leading = Tally(logger, f"broker {broker_id}: partitions it now leads")
         # Told (topic, partition, role) after each state this broker applies: the Kafka listener's group
         # coordinator loads a __consumer_offsets partition it now leads (docs/protocol.md §17.3).
         self.on_role: Callable[[str, int, str], None] = lambda topic, partition, role: None
@@ -305,7 +307,10 @@ class ReplicaManager:
             hosted = await self._host(topic, partition, len(assignment.replicas),
                                       assignment.config.get(RECORD_FORMAT))
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
+        was_leading = hosted.leader is not None
         role = await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
+        if hosted.leader is not None and not was_leading:
+            self._leading.note(topic, partition)
         self._start_or_stop_follower(hosted)
         self.on_role(topic, partition, role)
 
