@@ -93,3 +93,46 @@ async def test_a_taken_port_is_a_loud_failure(tmp_path):
             assert b"trikafka: " in second.stderr and b"serving on" not in second.stderr
         first.signal(signal.SIGTERM)
         assert await first.wait() == 0
+
+
+async def test_a_signal_during_start_up_never_prints_the_ready_line(tmp_path, zookeeper_server):
+    """SIGINT while the broker waits for ZooKeeper (its signal handler installed, its registration
+    not yet done): start-up completes and the broker stops, and the ready line, which a script
+    waits for, is never printed, nor the ready file written."""
+    from tests.helpers.broker_testing import READY_MARKER, child_process
+    from tests.helpers.fault_proxy import FaultMode
+    from tests.helpers.zookeeper_server import open_zookeeper_proxy
+
+    async with open_zookeeper_proxy(zookeeper_server.connect_string) as proxy:
+        proxy.set_mode(FaultMode.STALL)
+        ready_file = tmp_path / "port"
+        async with child_process("--log-level", "debug", "serve", "--zookeeper", proxy.connect_string,
+                                 "--port", "0", "--log-dir", str(tmp_path / "data"),
+                                 "--ready-file", str(ready_file)) as broker:
+            await broker.wait_for_stderr(b"kazoo.client: Connecting to")  # signals are handled by now
+            broker.signal(signal.SIGINT)
+            await broker.wait_for_stderr(b"received SIGINT")
+            proxy.set_mode(FaultMode.FORWARD)
+            assert await broker.wait() == 0, broker.stderr.decode()
+    assert b"clean shutdown marker written" in broker.stderr  # start-up went on to the end, then stopped
+    assert READY_MARKER not in broker.stderr, broker.stderr.decode()
+    assert not ready_file.exists()
+
+
+async def test_a_failed_start_says_why_and_nothing_about_stopping(tmp_path):
+    """A broker that never served (its port taken) reports the reason, not a 'broker stopped (no
+    clean marker)' that would alarm about a broker that was never up."""
+    import socket
+
+    from tests.helpers.broker_testing import child_process
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with child_process("serve", "--port", str(port), "--zookeeper-port", "0",
+                                 "--log-dir", str(tmp_path / "data")) as broker:
+            assert await broker.wait() == 1
+    err = broker.stderr.decode()
+    assert f"trikafka: [Errno 98] broker port 127.0.0.1:{port}: Address already in use\n" in err, err
+    assert "broker stopped" not in err and "clean marker" not in err, err

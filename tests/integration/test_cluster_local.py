@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from tests.helpers.broker_testing import child_process
+from trikafka.zk import server_setup
 
 pytestmark = pytest.mark.zookeeper
 
@@ -25,12 +26,14 @@ def running(pid: int) -> bool:
         return False
 
 
-async def trikafka(*args: str, stdin: bytes | None = None, status: int = 0) -> str:
+async def trikafka(*args: str, stdin: bytes | None = None, status: int | None = 0) -> str:
+    """The command's stdout then stderr; ``status`` is the exit status it must have (None: any)."""
     async with child_process(*args, stdin=subprocess.PIPE if stdin is not None else None,
                              stdout=subprocess.PIPE) as child:
         if stdin is not None:
             await child.send_stdin(stdin)
-        assert await child.wait() == status, child.stderr.decode(errors="replace")
+        code = await child.wait()
+        assert status is None or code == status, child.stderr.decode(errors="replace")
     return bytes(child.stdout).decode() + child.stderr.decode(errors="replace")
 
 
@@ -102,3 +105,48 @@ def test_up_picks_another_zookeeper_port_when_the_picked_one_is_taken_meanwhile(
         finally:
             cluster_local.stop(directory)
     assert "Address already in use" in (directory / "zookeeper" / "zookeeper.log").read_text()
+
+
+async def test_up_on_a_port_another_zookeeper_holds_is_one_line_naming_the_port(tmp_path, zookeeper_server):
+    """A stranger ZooKeeper answers on the port: `up` never takes it for its own (whose JVM would
+    die with a BindException while brokers registered in the stranger), and starts nothing."""
+    port = str(zookeeper_server.port)
+    where = ("--dir", str(tmp_path / "cluster"))
+    try:
+        out = await trikafka("cluster", "up", *where, "--brokers", "1", "--first-port", "0", "--zookeeper-port", port,
+                             status=1)
+    finally:
+        down = await trikafka("cluster", "down", *where, status=None)
+    assert out.count("\n") == 1 and out.startswith("trikafka: ") and f"port {port} " in out, out
+    assert "no cluster was started" in down, down
+    assert server_setup._serving(server_setup.four_letter_word("127.0.0.1", zookeeper_server.port, "srvr"))
+
+
+def test_up_never_takes_a_stranger_answering_on_its_port_for_its_own_zookeeper(tmp_path, monkeypatch,
+                                                                                zookeeper_server):
+    """The port looked free when checked and a stranger took it before the JVM bound it: the
+    ZooKeeper that answers is not the one `up` started (its data directory is another), and
+    `up` says so instead of waiting on the stranger."""
+    from trikafka.cli import cluster_local
+
+    monkeypatch.setattr(server_setup, "port_is_free", lambda port, host="127.0.0.1": True)
+    with pytest.raises(cluster_local.LocalClusterError, match=f"^port {zookeeper_server.port} "):
+        cluster_local.start(tmp_path / "cluster", brokers=0, zookeeper_port=zookeeper_server.port, first_port=0,
+                            first_kafka_port=0, extra=[])
+    state = cluster_local.LocalCluster.load(tmp_path / "cluster")
+    assert state is None or not cluster_local._alive(state.zookeeper)
+
+
+async def test_down_reports_only_what_it_stopped(tmp_path):
+    """A cluster whose processes all died (a ZooKeeper that never bound its port, brokers that failed):
+    `down` stopped nothing and says so, and forgets the state file."""
+    directory = tmp_path / "cluster"
+    directory.mkdir()
+    dead_pid = 2 ** 22 + 1  # above the largest pid_max Linux allows: never a live process
+    (directory / "cluster.json").write_text(json.dumps({
+        "version": 1, "zookeeper": {"name": "zookeeper", "pid": dead_pid, "host": "127.0.0.1", "port": 2181},
+        "brokers": [{"name": f"broker-{i}", "pid": dead_pid, "host": "127.0.0.1", "port": 9092 + i,
+                     "kafka_port": 9192 + i} for i in range(3)]}))
+    down = await trikafka("cluster", "down", "--dir", str(directory))
+    assert down == f"trikafka: cluster down: nothing ran of the cluster in {directory}\n", down
+    assert not (directory / "cluster.json").exists()

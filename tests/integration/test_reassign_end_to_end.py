@@ -51,7 +51,7 @@ async def test_a_partition_moves_to_a_new_replica_and_leaves_the_old_one(zk_chro
         assert status == 0, err
         first = await describe(zk_chroot)
         assert (first["replicas"], first["leader"]) == ([1, 2], 1)
-        await b1.wait_for_stderr(b"moving-0: leader in epoch 0")  # broker 1 acts on the state it was given
+        await b1.wait_for_stderr(b"broker 1: partitions it now leads: 1 (moving 1)")  # it acts on its state
         await produce(ports[1], "moving", lines(*(f"message {i}" for i in range(100))), "--acks", "-1")
 
         status, out, err = await cli("topics", "reassign", "moving", "--partition", "0", "--replicas", "3,2",
@@ -80,5 +80,5 @@ async def test_a_partition_moves_to_a_new_replica_and_leaves_the_old_one(zk_chro
         assert copies[0].count(b"message ") == 100
         status, out, err = await cli("cluster", "--json", "--zookeeper", zk_chroot)
         assert status == 0 and json.loads(out)["under_replicated"] == []
-        await b3.wait_for_stderr(b"moving-0: leader in epoch")
+        await b3.wait_for_stderr(b"broker 3: partitions it now leads: 1 (moving 1)")
         await produce(ports[3], "moving", lines("after the move"), "--acks", "-1")  # the new leader takes writes

@@ -210,3 +210,20 @@ def test_a_new_partition_is_not_recovered(caplog):
     with caplog.at_level(logging.INFO, "trikafka.log"):
         mgr.get_or_create("orders", 0)
     assert "recovery" not in caplog.text  # an empty directory has nothing to scan
+
+
+def test_the_broker_s_own_files_in_the_log_dir_are_not_warned_about(caplog):
+    """The ACL and user stores, the listener and settings files live beside the partition
+    directories; only a stranger is worth a warning."""
+    from trikafka.broker.kafka.acl.store import FileAcls
+    from trikafka.log.names import BROKER_FILES
+
+    fs = FakeFileSystem()
+    fs.makedirs(ROOT)
+    FileAcls(fs, ROOT).update(lambda acls: acls)  # the file `trikafka acls add` writes
+    for name in BROKER_FILES:
+        fs.write_synced(f"{ROOT}/{name}", b"")
+    fs.write_synced(f"{ROOT}/stray.txt", b"")
+    with caplog.at_level("WARNING", logger="trikafka.log"):
+        manager(fs)
+    assert [r.getMessage() for r in caplog.records] == [f"ignoring {ROOT}/stray.txt: not a partition directory"]

@@ -238,7 +238,11 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
             marker = await run_blocking(functools.partial(log_manager.close, clean))
         if broker_box:
             broker_box[0].clean_shutdown = marker
-        logger.info("broker stopped (%s)", "clean shutdown marker written" if marker else "no clean marker")
+        served = bool(broker_box) and broker_box[0].serving
+        # A start that failed was reported (critical, above): a "stopped" line would speak of a
+        # broker that was never up.
+        logger.log(logging.INFO if marker or served else logging.DEBUG, "broker stopped (%s)",
+                   "clean shutdown marker written" if marker else "no clean marker")
 
 
 async def inline_blocking(fn: Callable[[], T]) -> T:

@@ -22,7 +22,6 @@ import functools
 import logging
 import math
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from trikafka.zk.registry import BrokerRegistration
 from trikafka.zk.registry_values import parse_broker_registration
 from trikafka.zk.replication_store import replicated_topics
 from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
-from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port
+from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port, port_is_free
 
 from .config import WILDCARD_HOSTS, BrokerConfig, published_host  # noqa: F401 (re-exported)
 
@@ -86,17 +85,6 @@ def private_zookeeper_dir(config: BrokerConfig) -> Path:
     return log_dir.with_name(log_dir.name + PRIVATE_DIR_SUFFIX)
 
 
-def _port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As the JVM binds: connections of a previous run in TIME_WAIT don't count.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 async def start_private_zookeeper(config: BrokerConfig, nursery: trio.Nursery,
                                   stopper: PrivateServerStopper | None = None) -> ZooKeeperEndpoint:
     """Launch the private server in ``nursery``.  With ``stopper`` it is shielded
@@ -111,7 +99,7 @@ async def start_private_zookeeper(config: BrokerConfig, nursery: trio.Nursery,
     """
     data_dir = private_zookeeper_dir(config)
     port = config.private_zookeeper_port
-    if port and not _port_is_free(port):
+    if port and not port_is_free(port):
         fallback = free_port()
         logger.warning("port %d is taken: the private ZooKeeper uses %d instead", port, fallback)
         port = fallback

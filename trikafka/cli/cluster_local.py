@@ -121,17 +121,20 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
     """ZooKeeper on ``port``, or on a free port for 0: a port ``free_port`` picks is free only when
     picked, so a server that exits at start (or does not serve) is stopped and started again on
     another pick, ``PORT_ATTEMPTS`` times in all."""
+    from trikafka.zk import server_setup
     from trikafka.zk.server_setup import ZooKeeperConfig, build_command, find_classpath, find_java, port_choices
 
+    if port and not server_setup.port_is_free(port):
+        raise LocalClusterError(_port_taken(port))
     zk_dir = directory / "zookeeper"
     log_path = zk_dir / "zookeeper.log"
     for chosen, last in port_choices(port):
-        command = build_command(ZooKeeperConfig(zk_dir, chosen).write(), find_classpath(), find_java(),
-                                die_with_parent=False)
+        config = ZooKeeperConfig(zk_dir, chosen)
+        command = build_command(config.write(), find_classpath(), find_java(), die_with_parent=False)
         process = _spawn(command, log_path, zk_dir)
         member = Member("zookeeper", process.pid, "127.0.0.1", chosen)
         try:
-            _wait_zookeeper(member, process, log_path)
+            _wait_zookeeper(member, process, log_path, config.data_dir)
             return member
         except LocalClusterError:
             if process.poll() is None:
@@ -162,16 +165,19 @@ def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planne
     return Member(name, starting.pid, "127.0.0.1", port, kafka_port)
 
 
-def stop(directory: Path) -> LocalCluster:
+def stop(directory: Path) -> tuple[Member, ...]:
     """Stop what ``start`` recorded in ``directory``: brokers (SIGTERM, then SIGKILL after
-    ``STOP_TIMEOUT_S``), then ZooKeeper; removes the state file."""
+    ``STOP_TIMEOUT_S``), then ZooKeeper; removes the state file.  Returns the members that were
+    running (the others had already stopped)."""
     cluster = LocalCluster.load(directory)
     if cluster is None:
         raise LocalClusterError(f"no cluster was started in {directory} (no {STATE_FILE})")
+    stopped: list[Member] = []
     for group in (cluster.brokers, (cluster.zookeeper,)):
         for member in group:
             if _alive(member):
                 os.kill(member.pid, signal.SIGTERM)
+                stopped.append(member)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for member in group:
             while _alive(member) and time.monotonic() < deadline:
@@ -179,7 +185,15 @@ def stop(directory: Path) -> LocalCluster:
             if _alive(member):
                 os.kill(member.pid, signal.SIGKILL)
     (directory / STATE_FILE).unlink()
-    return cluster
+    return tuple(stopped)
+
+
+def _stopped_summary(directory: Path, stopped: tuple[Member, ...]) -> str:
+    """``down``'s line: what it stopped, never what the state file merely recorded."""
+    brokers = sum(1 for m in stopped if m.name != "zookeeper")
+    parts = [f"{brokers} broker{'' if brokers == 1 else 's'}"] if brokers else []
+    parts += [f"ZooKeeper {m.host}:{m.port}" for m in stopped if m.name == "zookeeper"]
+    return f"stopped {' and '.join(parts)}" if parts else f"nothing ran of the cluster in {directory}"
 
 
 def _spawn(command: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
@@ -219,19 +233,28 @@ def _exit_status(process: subprocess.Popen[bytes]) -> str | None:
         return f"signal {-status}"
 
 
-def _wait_zookeeper(member: Member, process: subprocess.Popen[bytes], log_path: Path) -> None:
-    from trikafka.zk.server_setup import _serving, four_letter_word
+def _port_taken(port: int) -> str:
+    return (f"port {port} for ZooKeeper is taken (another ZooKeeper?): give --zookeeper-port PORT "
+            f"(0: a free port)")
+
+
+def _wait_zookeeper(member: Member, process: subprocess.Popen[bytes], log_path: Path, data_dir: Path) -> None:
+    """Until the ZooKeeper ``process`` serves on ``member``'s port.  A server answering there is
+    taken for it only while ``process`` runs and the server's data directory is ``data_dir``: a
+    stranger that holds the port answers at once, while ours dies of a BindException."""
+    from trikafka.zk.server_setup import _serving, four_letter_word, served_data_dir
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if (status := _exit_status(process)) is not None:
             raise LocalClusterError(f"ZooKeeper exited at start ({status}): {_log_summary(log_path)} "
                                     f"(see {log_path})")
-        try:
-            if _serving(four_letter_word(member.host, member.port, "srvr")):
+        if _serving(four_letter_word(member.host, member.port, "srvr")):
+            served = served_data_dir(member.host, member.port)
+            if served is not None and served.resolve() != data_dir.resolve():
+                raise LocalClusterError(_port_taken(member.port))
+            if served is not None and _exit_status(process) is None:
                 return
-        except OSError:
-            pass
         time.sleep(POLL_INTERVAL_S)
     raise LocalClusterError(f"ZooKeeper did not serve on {member.host}:{member.port} within {READY_TIMEOUT_S:.0f} s; "
                             f"see {log_path}")
@@ -299,9 +322,7 @@ def cmd_up_down(args: argparse.Namespace) -> int:
                   f"{cluster.broker_list}, Kafka protocol bootstrap {cluster.kafka_bootstrap}; stop it with "
                   f"`trikafka cluster down --dir {args.dir}`")
             return 0
-        cluster = stop(directory)
-        print(f"trikafka: cluster down: stopped {len(cluster.brokers)} brokers and ZooKeeper "
-              f"{cluster.zookeeper_connect}")
+        print(f"trikafka: cluster down: {_stopped_summary(directory, stop(directory))}")
         return 0
     except LocalClusterError as exc:
         print(f"trikafka: {exc}", file=sys.stderr)

@@ -158,10 +158,10 @@ def _write_connect_file(config: BrokerConfig, connect_string: str) -> None:
 
 def _private_port_taken(config: BrokerConfig) -> str | None:
     """Why the private ZooKeeper cannot have its port (None: it can, or there is none)."""
-    from trikafka.broker.zookeeper import _port_is_free
+    from trikafka.zk.server_setup import port_is_free
 
     port = config.private_zookeeper_port
-    if not config.enable_zookeeper or config.zk_connect or not port or _port_is_free(port):
+    if not config.enable_zookeeper or config.zk_connect or not port or port_is_free(port):
         return None
     return (f"port {port} for the private ZooKeeper is taken (another ZooKeeper?): give --zookeeper-port PORT "
             f"(0: any free port), or --zookeeper 127.0.0.1:{port} to join the one listening there")
@@ -172,6 +172,12 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
 
     async with trio.open_nursery() as nursery:
         broker = await nursery.start(functools.partial(serve, config, handle_signals=True))
+        # A signal during start-up asked for a shutdown the broker begins once started: nothing is
+        # announced then (a script waiting for the ready line must not take a stopping broker for a
+        # serving one).  Checked again after each await, and no await between the last check and the
+        # ready line, so a signal is either seen here or handled after the line.
+        if broker.shutting_down:
+            return
         if broker.zookeeper is not None:
             zk = broker.zookeeper
             where = (f"private ZooKeeper {zk.connect_string} (pid {zk.private_server.pid}, "
@@ -185,6 +191,9 @@ async def _serve_main(config: BrokerConfig, ready_file: str | None) -> None:
         # Files before the ready line, so a reader of the line finds them.
         listener_file = await trio.to_thread.run_sync(_write_listener_file, config, broker.host, broker.port,
                                                       broker.kafka_port)
+        if broker.shutting_down:
+            await trio.to_thread.run_sync(_remove_quietly, listener_file)
+            return
         if ready_file:
             _write_ready_file(ready_file, broker.port, broker.kafka_port)
         line = READY_LINE.format(host=broker.host, port=broker.port)

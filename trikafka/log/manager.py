@@ -27,8 +27,7 @@ from .config import LogConfig
 from .errors import LogClosedError, LogError, LogLoadError, WrongPartitionError
 from .fs import FileSystem, OsFileSystem
 from .log import Log
-from .names import (BOOT_ID_FILE, CLEAN_SHUTDOWN_MARKER, LISTENER_FILE, TAIL_LOST_FILE, TOPIC_SETTINGS_FILE, USERS_FILE,
-                    parse_partition_dir_name, partition_dir_name, validate_topic)
+from .names import BROKER_FILES, CLEAN_SHUTDOWN_MARKER, parse_partition_dir_name, partition_dir_name, validate_topic
 from .record_format import FORMAT_V2, record_format, write_record_format
 
 logger = logging.getLogger("trikafka.log")
@@ -119,9 +118,7 @@ class LogManager:
         for name in sorted(fs.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
             if not fs.is_dir(path):
-                if name not in (CLEAN_SHUTDOWN_MARKER, BOOT_ID_FILE, TAIL_LOST_FILE, TOPIC_SETTINGS_FILE,
-                                TOPIC_SETTINGS_FILE + ".tmp", LISTENER_FILE, LISTENER_FILE + ".tmp", USERS_FILE,
-                                USERS_FILE + ".tmp"):
+                if name not in BROKER_FILES:
                     logger.warning("ignoring %s: not a partition directory", path)
                 continue
             topic, partition = parse_partition_dir_name(name)

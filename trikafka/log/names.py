@@ -27,6 +27,15 @@ FORMAT_FILE = ".trikafka-format"
 LISTENER_FILE = ".trikafka-listener"
 # A standalone broker's SASL users (docs/protocol.md §18.2), written by `trikafka users`.
 USERS_FILE = ".trikafka-users.json"
+# A standalone broker's ACLs (docs/protocol.md §18.3), written by `trikafka acls`.
+ACL_FILE = ".trikafka-acls.json"
+# The files the broker and its commands keep beside the partition directories, each with the
+# temporary twin it is written through: the log dir's loader passes them over without a warning.
+BROKER_FILES = frozenset(
+    name + suffix
+    for name in (CLEAN_SHUTDOWN_MARKER, BOOT_ID_FILE, TAIL_LOST_FILE, TOPIC_SETTINGS_FILE, LISTENER_FILE, USERS_FILE,
+                 ACL_FILE)
+    for suffix in ("", ".tmp"))
 # Leftovers of interrupted file operations (ours or a modern Kafka's); swept at load.
 TEMPORARY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 

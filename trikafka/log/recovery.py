@@ -131,7 +131,8 @@ def _recover_newest(fs: FileSystem, dir_path: str, segment: Segment, chunk_bytes
     except CheckpointRejected as exc:
         start, rejected = 0, True
         # A missing checkpoint is ordinary (a log from 0.7, or never flushed); a bad one is worth a warning.
-        level = logging.WARNING if fs.exists(checkpoint_path) else logging.INFO
+        # Missing, it is at DEBUG: a restart after a crash meets it in every log never flushed since.
+        level = logging.WARNING if fs.exists(checkpoint_path) else logging.DEBUG
         logger.log(level, "recovery scans all %d bytes of %s: checkpoint not used (%s)", size, segment.path, exc)
     valid = scan_file_valid_prefix(file, size, start=start, chunk_bytes=chunk_bytes, label=segment.path, fmt=fmt)
     assert start <= valid <= size, (start, valid, size)

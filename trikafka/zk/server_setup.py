@@ -126,6 +126,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could bind ``port`` now (as the JVM binds: connections of a previous run in
+    TIME_WAIT don't count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def _ephemeral_low() -> int:
     """The first port of the kernel's ephemeral range (0 where unknown: not Linux)."""
     try:
@@ -214,6 +226,17 @@ async def four_letter_word_async(host: str, port: int, word: str, timeout_s: flo
 
 def _serving(reply: str) -> bool:
     return "Mode:" in reply
+
+
+def served_data_dir(host: str, port: int) -> Path | None:
+    """The data directory of the ZooKeeper answering on ``port`` (its ``conf``: ``dataDir`` is
+    ``<ZooKeeperConfig.data_dir>/data/version-2``), so a caller tells its own server from another
+    on the same port; None when no server answers ``conf``."""
+    for line in four_letter_word(host, port, "conf").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "dataDir":
+            return Path(value.strip()).parent.parent
+    return None
 
 
 # -- the process ------------------------------------------------------------------

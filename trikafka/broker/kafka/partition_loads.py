@@ -25,6 +25,7 @@ from trikafka.log.errors import OffsetOutOfRangeError
 
 from ..engine.errors import EngineError
 from ..engine.partition import ReadView, Refused
+from ..log_tally import Tally
 from .context import KafkaContext
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class PartitionLoads(Generic[T]):
         self._loading: dict[int, trio.Event] = {}
         self._failed: set[tuple[int, int]] = set()  # (partition, epoch) whose records did not decode
         self._nursery: trio.Nursery | None = None
+        self._loaded_tally = Tally(logger, "coordinator partitions loaded")
+        self._dropped = Tally(logger, "coordinator partitions dropped (no longer led here)")
 
     def start(self, nursery: trio.Nursery) -> None:
         """Loads run in ``nursery`` (the listener's), so a client that gives up cancels none."""
@@ -142,7 +145,8 @@ class PartitionLoads(Generic[T]):
         dropped = self._loaded.pop(index, None)
         if dropped is not None:
             self._on_drop(dropped.state)
-            logger.info("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
+            logger.debug("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
+            self._dropped.note(self._topic, index)
 
     def _view(self, index: int) -> ReadView:
         return self._service.engine.directory.partition(self._topic, index).read_view()
@@ -163,8 +167,9 @@ class PartitionLoads(Generic[T]):
             if self._view(index).leader_epoch == epoch:
                 self._loaded[index] = _Loaded(epoch, state)
                 self._on_loaded(state)
-                logger.info("%s-%d loaded at leader epoch %d in %.3f s", self._topic, index, epoch,
-                            trio.current_time() - started_s)
+                logger.debug("%s-%d loaded at leader epoch %d in %.3f s", self._topic, index, epoch,
+                             trio.current_time() - started_s)
+                self._loaded_tally.note(self._topic, index)
         except Refused:
             return
         finally:

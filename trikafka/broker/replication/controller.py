@@ -30,6 +30,7 @@ from ...zk.replication_store import (
     claim_controller, read_assignment_versioned, read_state, replicated_topics, write_assignment, write_state,
 )
 from ...zk.replication_values import NO_LEADER, PartitionState, ReplicationValueError, TopicAssignment, TopicConfig
+from ..log_tally import Tally
 from .assignment import finished
 from .election import Cluster, announce, elect, finish_reassignment, prune_to_replicas
 from .membership import decode_tail_copied
@@ -65,6 +66,9 @@ class Controller:
         self._announced: dict[tuple[str, int], tuple[int, ...]] = {}
         self._pending_seen: dict[int, int] = {}  # broker -> czxid of its registration, this pass
         self._tail_copied: dict[int, frozenset[tuple[str, int]]] = {}  # tail-lost broker -> copied again
+        # A restart elects a leader for every partition: one line per burst, by topic (each at DEBUG).
+        self._elected = Tally(logger, f"controller {broker_id}: partitions given a leader")
+        self._offline = Tally(logger, f"controller {broker_id}: partitions left without a leader")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Contend for the role forever (cancel to stop).
@@ -200,8 +204,9 @@ class Controller:
                     continue
                 self._announced[(topic, partition)] = replicas
                 self.stats.elections += 1
-                logger.info("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader,
-                            new.leader_epoch, list(new.isr))
+                logger.debug("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader,
+                             new.leader_epoch, list(new.isr))
+                (self._offline if new.leader == NO_LEADER else self._elected).note(topic, partition)
                 if finish:
                     assignment, version = await self._finish(topic, partition, assignment, version)
         self.stats.seen_registrations = self._pending_seen

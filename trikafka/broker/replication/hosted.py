@@ -171,8 +171,10 @@ class HostedPartition:
             min_insync_replicas=self.config.min_insync_replicas, now_ms=now_ms,
             durable_end=self.log.visible_end if ack_fsync else None)
         self.leader.on_local_append(end, durable_end=self.log.visible_end if ack_fsync else None)
-        logger.info("%s-%d: leader in epoch %d from offset %d (isr %s)", self.topic, self.partition,
-                    state.leader_epoch, end, list(state.isr))
+        # At DEBUG: the replica manager counts the partitions that start leading (a restart leads
+        # them all at once).
+        logger.debug("%s-%d: leader in epoch %d from offset %d (isr %s)", self.topic, self.partition,
+                     state.leader_epoch, end, list(state.isr))
 
     def _stop_leading(self) -> None:
         if self.leader is not None:

@@ -38,6 +38,7 @@ from ...zk.replication_values import PartitionState, ReplicationValueError, Topi
 from ..engine.errors import EngineError
 from ..engine.metadata import PartitionView, TopicView
 from ..engine.waiters import VisibleEndWaiters
+from ..log_tally import Tally
 from ..seams import Flusher, LogDirectory, RunBlocking
 from .controller import Controller
 from .followers import FollowerTasks
@@ -89,6 +90,7 @@ class ReplicaManager:
         self._watched_partitions: dict[TopicPartition, trio.CancelScope] = {}  # the state watches
         self.isr_changes = 0  # ISR shrinks and expands written as leader (metrics)
         self.leaving: frozenset[int] = frozenset()  # brokers in a controlled shutdown
+        self._leading = Tally(logger, f"broker {broker_id}: partitions it now leads")
         # Told (topic, partition, role) after each state this broker applies: the Kafka listener's
         # coordinators load a partition of their internal topic they now lead (docs/protocol.md §17.3).
         self._on_role = on_role if on_role is not None else _ignore_role
@@ -307,7 +309,10 @@ class ReplicaManager:
             hosted = await self._host(topic, partition, len(assignment.replicas),
                                       assignment.config.get(RECORD_FORMAT))
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
+        was_leading = hosted.leader is not None
         role = await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
+        if hosted.leader is not None and not was_leading:
+            self._leading.note(topic, partition)
         self._start_or_stop_follower(hosted)
         self._on_role(topic, partition, role)
 

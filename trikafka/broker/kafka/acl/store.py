@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 import trio
 
 from trikafka.log.fs import FileSystem
+from trikafka.log.names import ACL_FILE  # under the log dir, standalone (§18.3)
 from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import BadVersionError, NodeExistsError, NoNodeError
@@ -27,7 +28,6 @@ from .model import AclBinding, AclSet
 logger = logging.getLogger(__name__)
 FILE_POLL_S = 1.0  # how often a standalone broker reads the ACL file for changes
 
-ACL_FILE = ".trikafka-acls.json"  # under the log dir, standalone (§18.3)
 ACL_ZNODE = paths.ACLS  # in a cluster (§18.3)
 
 # Where a followed store delivers each new set (the authorizer's ``replace``).

@@ -150,7 +150,7 @@ class GroupCoordinator:
             if offset > last_read:
                 groups.on_marker(producer_id, commit)
         groups.activate(self.membership.now_ms())
-        logger.info("%s-%d: %d records, %d groups", OFFSETS_TOPIC, index, len(records), len(groups.groups))
+        logger.debug("%s-%d: %d records, %d groups", OFFSETS_TOPIC, index, len(records), len(groups.groups))
         return groups
 
     def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool, offset: int) -> None:
