@@ -14,7 +14,7 @@ from trikafka.cli.message_format import FORMAT_HELP, MessageFormat, Printed
 
 def add_parser(commands) -> None:
     """Register ``consume`` on the ``trikafka`` subparsers."""
-    consume = commands.add_parser("consume", help="print messages, one per line")
+    consume = commands.add_parser("consume")
     consume.add_argument("topic", metavar="TOPIC", help="the topic (with --whitelist/--blacklist: a regex)")
     add_broker(consume)
     consume.add_argument("--partition", "-p", type=int, default=None, metavar="N",

@@ -14,8 +14,7 @@ from trikafka.cli.common import (LOCAL_KAFKA, add_kafka, add_zookeeper, plural, 
 
 def add_parser(commands) -> None:
     """Register ``groups`` on the ``trikafka`` subparsers."""
-    groups = commands.add_parser("groups", help="list consumer groups, or show one: members, owners, "
-                                                "committed offsets, log ends and lag")
+    groups = commands.add_parser("groups")
     groups.add_argument("group", nargs="?", metavar="GROUP", help="show this group (default: list the groups)")
     add_zookeeper(groups, "the ZooKeeper holding the groups")
     add_kafka(groups)

@@ -18,7 +18,7 @@ LEADER_WAIT_S = 60.0  # a replicated partition: how long a batch may wait for a 
 
 def add_parser(commands) -> None:
     """Register ``produce`` on the ``trikafka`` subparsers."""
-    produce = commands.add_parser("produce", help="send stdin lines as messages")
+    produce = commands.add_parser("produce")
     produce.add_argument("topic", metavar="TOPIC", help="the topic to send to")
     add_broker(produce)
     produce.add_argument("--partition", "-p", type=int, default=None, metavar="N",

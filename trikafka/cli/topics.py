@@ -17,7 +17,7 @@ HEADER = "topic\tpartition\tbroker\tstart\tvisible_end\tbytes"
 def add_parser(commands) -> None:
     """Register ``topics`` on the ``trikafka`` subparsers."""
     topics = commands.add_parser(
-        "topics", help="list a broker's topics, show named topics' offsets, or `topics create NAME`",
+        "topics",
         description="With no TOPIC: one line per topic (NAME, partitions, bytes).  With TOPICs: one line per "
                     "partition (topic, partition, broker, start, visible_end, bytes).  `topics create NAME "
                     "--partitions N` creates a topic (with --replication-factor R a replicated one); `topics "
