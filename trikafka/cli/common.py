@@ -283,6 +283,11 @@ def message_format(args: argparse.Namespace) -> MessageFormat:
     return MessageFormat.parse(DEFAULT_FORMAT)
 
 
+def kafka_format_hint(topic: str) -> str:
+    """What a 0.7 command says of a Kafka-format topic (docs/protocol.md §16.6), which only ``--kafka`` reads."""
+    return f"{topic} is a Kafka-format topic: add --kafka"
+
+
 def plural(count: int, noun: str) -> str:
     """``1 message``, ``2 messages``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

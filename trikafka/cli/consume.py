@@ -83,14 +83,16 @@ async def _partitions_to_read(args: argparse.Namespace) -> tuple[list[int], str 
     Without ``--partition`` every partition the broker reports; a topic it does not have
     yet is waited for at partition 0, as 0.7's consumer does, unless ``--exit-at-end``.
     """
-    from trikafka.cli.common import plural
+    from trikafka.cli.common import kafka_format_hint, plural
     from trikafka.client import partition_counts
     from trikafka.wire import ErrorCode
 
     host, port = args.broker
-    found = (await partition_counts(host, port, [args.topic])).topics[args.topic]
+    found = (await partition_counts(host, port, [args.topic], formats=True)).topics[args.topic]
     if found.error == ErrorCode.INVALID_TOPIC:
         return [], f"the broker at {host}:{port} rejects the topic name {args.topic!r} (INVALID_TOPIC)"
+    if found.kafka_format:
+        return [], kafka_format_hint(args.topic)
     if found.error != ErrorCode.NO_ERROR or found.count == 0:
         if args.exit_at_end:
             return [], f"topic {args.topic!r} does not exist on {host}:{port}"

@@ -8,8 +8,8 @@ import sys
 
 import trio
 
-from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, plural, read_lines, run_client,
-                                 run_until_signal, split_keyed_lines, validate_kafka)
+from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, kafka_format_hint, plural, read_lines,
+                                 run_client, run_until_signal, split_keyed_lines, validate_kafka)
 from trikafka.util.errors import leaf_exceptions
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
@@ -70,7 +70,11 @@ async def _produce_main(args: argparse.Namespace) -> int:
     from trikafka.client import partition_counts
 
     host, port = args.broker
-    counts = await partition_counts(host, port, [args.topic])  # max.message.size and the partition count
+    # max.message.size, the partition count, and the format: 0.7 requests cannot write a Kafka-format topic
+    counts = await partition_counts(host, port, [args.topic], formats=True)
+    if counts.topics[args.topic].kafka_format:
+        print(f"trikafka: {kafka_format_hint(args.topic)}", file=sys.stderr)
+        return 1
     router = _Router(args, counts.topics[args.topic].count)
     if router.note:
         print(f"trikafka: {router.note}", file=sys.stderr)
