@@ -31,7 +31,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 
 async def _groups_main(args: argparse.Namespace) -> int:
     from trikafka.group.inspect import describe_group, list_groups, measure_lag
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooCoordinator, paths
 
     async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
         if not args.group:
@@ -39,6 +39,9 @@ async def _groups_main(args: argparse.Namespace) -> int:
             for group, members in sorted((await list_groups(zk)).items()):
                 print(f"{group}\t{members}")
             return 0
+        if await zk.exists(paths.consumer_group(args.group)) is None:  # as `groups G --kafka` answers
+            print(f"trikafka: no group {args.group!r}", file=sys.stderr)
+            return 1
         description = await measure_lag(zk, await describe_group(zk, args.group))
     print(f"group {description.group}: {plural(len(description.members), 'member')}")
     print("member\tsubscription")
