@@ -61,3 +61,17 @@ async def test_a_07_command_on_a_kafka_format_topic_says_to_add_kafka(tmp_path, 
         status, out, err = await cli("consume", "greetings-v2", "--kafka", serve.bootstrap, "--max-messages", "5",
                                      "--exit-at-end")
         assert (status, out) == (0, "hello\n"), err  # nothing of the refused produce was written
+
+
+@pytest.mark.zookeeper
+async def test_topics_from_zookeeper_marks_kafka_format_topics(tmp_path, zk_chroot):
+    """``topics --zookeeper``, what a cluster's operator runs: every broker's topics, the Kafka-format
+    ones without 0.7 offsets."""
+    async with kafka_serve(tmp_path / "broker", broker_id=1, zookeeper=zk_chroot) as serve:
+        await _with_both_formats(serve)
+        status, out, err = await cli("topics", "--zookeeper", zk_chroot)
+        assert status == 0, err
+        rows = {tuple(line.split("\t")[:2]): line.split("\t")[3:] for line in out.splitlines()[1:]}
+        assert rows[("greetings", "0")] == ["0", "30", "30"]
+        assert rows[("greetings-v2", "0")] == ["-", "-", "-"]
+        assert HINT in err
