@@ -34,7 +34,8 @@ def add_parser(commands) -> None:
                         help="partitions to query per named topic (default: ask the broker how many); "
                              "with create: the new topic's partition count")
     topics.add_argument("--json", action="store_true",
-                        help='print {"topics": [{"topic": NAME, "partitions": [...]}]} instead of a table')
+                        help='print {"topics": [{"topic": NAME, "format": "0.7" or "kafka", "partitions": [...]}]} '
+                             'instead of a table')
     topics_admin.add_options(topics)
     topics.set_defaults(func=cmd_topics, validate=_validate)
 
