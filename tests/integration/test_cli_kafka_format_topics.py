@@ -75,3 +75,12 @@ async def test_topics_from_zookeeper_marks_kafka_format_topics(tmp_path, zk_chro
         assert rows[("greetings", "0")] == ["0", "30", "30"]
         assert rows[("greetings-v2", "0")] == ["-", "-", "-"]
         assert HINT in err
+
+
+@pytest.mark.zookeeper
+async def test_produce_through_zookeeper_to_a_kafka_format_topic_says_to_add_kafka(tmp_path, zk_chroot):
+    async with kafka_serve(tmp_path / "broker", broker_id=1, zookeeper=zk_chroot) as serve:
+        status, _, err = await cli("produce", "greetings-v2", "--kafka", serve.bootstrap, stdin=lines("hello"))
+        assert status == 0, err
+        status, out, err = await cli("produce", "greetings-v2", "--zookeeper", zk_chroot, stdin=lines("more"))
+        assert (status, out, err.splitlines()[-1:]) == (1, "", [f"trikafka: {HINT}"])

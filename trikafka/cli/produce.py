@@ -289,7 +289,8 @@ def _too_large(message_set: bytes, max_message_size: int | None) -> str | None:
 
 async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §8.5) and batches."""
-    from trikafka.producer import MessageTooLargeError, Producer, ProducerError
+    from trikafka.producer import BrokerRejectedError, MessageTooLargeError, Producer, ProducerError
+    from trikafka.wire import ErrorCode
     from trikafka.zk import CoordinatorError
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -320,6 +321,9 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
         if isinstance(leaves[0], MessageTooLargeError):
             print(f"trikafka: not sent to {args.topic}: {leaves[0]}; {plural(sent, 'message')} sent before it",
                   file=sys.stderr)
+        elif any(isinstance(e, BrokerRejectedError) and e.error_code == ErrorCode.WRONG_FORMAT
+                 for e in (leaves[0], *(r.error for r in getattr(leaves[0], "results", ())))):
+            print(f"trikafka: {kafka_format_hint(args.topic)}", file=sys.stderr)
         else:
             print(f"trikafka: sending to {args.topic} failed: {leaves[0]}", file=sys.stderr)
         return 1
