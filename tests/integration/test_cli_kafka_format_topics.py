@@ -84,3 +84,13 @@ async def test_produce_through_zookeeper_to_a_kafka_format_topic_says_to_add_kaf
         assert status == 0, err
         status, out, err = await cli("produce", "greetings-v2", "--zookeeper", zk_chroot, stdin=lines("more"))
         assert (status, out, err.splitlines()[-1:]) == (1, "", [f"trikafka: {HINT}"])
+
+
+@pytest.mark.zookeeper
+async def test_a_zookeeper_group_on_a_kafka_format_topic_says_to_add_kafka(tmp_path, zk_chroot):
+    async with kafka_serve(tmp_path / "broker", broker_id=1, zookeeper=zk_chroot) as serve:
+        status, _, err = await cli("produce", "greetings-v2", "--kafka", serve.bootstrap, stdin=lines("hello"))
+        assert status == 0, err
+        status, out, err = await cli("consume", "greetings-v2", "--group", "readers", "--zookeeper", zk_chroot,
+                                     "--max-messages", "1")
+        assert (status, out, err) == (1, "", f"trikafka: {HINT}\n")
