@@ -142,3 +142,10 @@ async def test_two_group_members_split_the_partitions_and_groups_shows_owners(zk
             a.signal(signal.SIGTERM)
             b.signal(signal.SIGTERM)
             assert await a.wait() == 0 and await b.wait() == 0
+
+
+@pytest.mark.zookeeper
+async def test_groups_of_a_group_that_does_not_exist_is_an_error_as_with_kafka(zk_chroot):
+    """``groups G`` of a G nobody used: the one line ``groups G --kafka`` prints too, and status 1."""
+    done = await run_cli("groups", "nosuchgroup", "--zookeeper", zk_chroot)
+    assert (done.returncode, done.stdout, done.stderr) == (1, b"", b"trikafka: no group 'nosuchgroup'\n")

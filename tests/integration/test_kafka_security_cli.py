@@ -48,3 +48,9 @@ async def test_users_acls_and_a_sasl_ssl_broker_from_the_command_line(tmp_path, 
         assert await trio.to_thread.run_sync(functools.partial(produce, "orders", "alice", "alice-secret")) is None
         denied = await trio.to_thread.run_sync(functools.partial(produce, "payroll", "alice", "alice-secret"))
         assert denied is not None and denied.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+        # The CLI without what the listener expects names the likely cause, not only "closed the connection".
+        status, _, err = await cli("topics", "--kafka", serve.bootstrap)
+        assert status == 1 and "does its listener expect TLS or SASL" in err, err
+        status, _, err = await cli("topics", "--kafka", serve.bootstrap, "--tls-ca", certificates.ca_path)
+        assert status == 1 and "does its listener expect SASL" in err, err

@@ -17,15 +17,13 @@ import trio
 
 from trikafka.kafka.sasl import SaslMechanism, check_user_name
 from trikafka.log.config import HOUR_MS, LogConfig
+from trikafka.wire.ports import DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT
 
 from .kafka.acl.model import check_settings as check_acl_settings
 
 if TYPE_CHECKING:
     from .security import SecurityProtocol
 
-DEFAULT_PORT = 9092  # the shipped server.properties and both Python clients (spec §14.1) [T]
-DEFAULT_HOST = "127.0.0.1"  # loopback unless told otherwise [T]
-DEFAULT_KAFKA_PORT = 9093  # the Kafka listener beside the default 0.7 port (docs/protocol.md §16.1) [T]
 KAFKA_PORT_OFF = -1  # --kafka-port -1: no Kafka listener
 DEFAULT_LOG_DIR = "./trikafka-data"
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # bind addresses that mean every interface

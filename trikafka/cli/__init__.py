@@ -27,8 +27,10 @@ topic), the partitions of named topics, what a log directory holds
 line on stderr and a non-zero exit.
 
 One module per command family, each registering its own subcommand
-(``add_parser``); ``app`` builds the parser and runs ``main``; ``common`` holds
-the defaults and runners the families share.
+(``add_parser``); ``app`` holds the table of commands (``COMMANDS``), builds the
+parser with only the family of the command that runs (so ``trikafka --version``
+imports neither Trio nor the broker) and runs ``main``; ``common`` holds the
+defaults and runners the families share.
 """
 
 from trikafka.cli.app import build_parser, main

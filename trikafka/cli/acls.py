@@ -22,7 +22,7 @@ RESOURCE_FLAGS = {"topic": "Topic", "group": "Group", "transactional_id": "Trans
 
 def add_parser(commands) -> None:
     """Register ``acls`` on the ``trikafka`` subparsers."""
-    acls = commands.add_parser("acls", help="add, remove or list the ACLs of the Kafka listener (authorizer=acl)")
+    acls = commands.add_parser("acls")
     acls.add_argument("action", choices=ACTIONS, help="add or remove one ACL, or list them all")
     acls.add_argument("--principal", metavar="User:NAME", help="who the ACL is for (User:* for everyone)")
     acls.add_argument("--operation", metavar="OP",

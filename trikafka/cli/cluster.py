@@ -13,7 +13,7 @@ from trikafka.cli.common import add_zookeeper, run_client_value
 def add_parser(commands) -> None:
     """Register ``cluster`` on the ``trikafka`` subparsers."""
     cluster = commands.add_parser(
-        "cluster", help="the cluster's brokers, controller, and under-replicated or offline partitions",
+        "cluster",
         description="What ZooKeeper says about the cluster: each live broker (id, host:port, whether its "
                     "unflushed tail survived its last stop), the controller and its epoch, and the partitions of "
                     "replicated topics that are under-replicated (fewer in-sync replicas than replicas) or "

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, TypeVar
 
 import trio
 
-from trikafka.broker.config import DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT
 from trikafka.cli.message_format import DEFAULT_FORMAT, MessageFormat, Printed
 from trikafka.kafka.sasl import SaslMechanism, enabled_mechanisms
 from trikafka.util.errors import leaf_exceptions
 from trikafka.util.settings import read_secret
+from trikafka.wire.ports import DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from trikafka.kafka.sasl_client import SaslLogin
@@ -283,6 +283,11 @@ def message_format(args: argparse.Namespace) -> MessageFormat:
     return MessageFormat.parse(DEFAULT_FORMAT)
 
 
+def kafka_format_hint(topic: str) -> str:
+    """What a 0.7 command says of a Kafka-format topic (docs/protocol.md §16.6), which only ``--kafka`` reads."""
+    return f"{topic} is a Kafka-format topic: add --kafka"
+
+
 def plural(count: int, noun: str) -> str:
     """``1 message``, ``2 messages``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
@@ -329,13 +334,16 @@ def run_client_value(fn: Callable[[ArgsT], Awaitable[ResultT]], args: ArgsT) -> 
         return trio.run(fn, args)
     except KeyboardInterrupt:
         return None
+    except BrokenPipeError:
+        raise  # a closed stdout: trikafka.cli.app.main's to handle
     except (ClientError, CoordinatorError, OSError) as exc:
         print(f"trikafka: {exc}", file=sys.stderr)
         return None
 
 
 def run_client(fn, args: argparse.Namespace) -> int:
-    """``trio.run(fn, args)`` as an exit status: interrupts and closed pipes are a clean stop."""
+    """``trio.run(fn, args)`` as an exit status: an interrupt is a clean stop (and a closed stdout,
+    ``trikafka.cli.app.main``'s to handle for every command)."""
     from trikafka.client import ClientError
 
     try:
@@ -343,14 +351,16 @@ def run_client(fn, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0  # interrupting a consumer is how it is meant to stop
     except BrokenPipeError:
-        return 0  # stdout closed (e.g. piped into head)
+        raise
     except (ClientError, OSError) as exc:
         print(f"trikafka: {exc}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:  # the same, raised inside a nursery
         leaves = leaf_exceptions(group)
-        if all(isinstance(e, (KeyboardInterrupt, BrokenPipeError)) for e in leaves):
+        if all(isinstance(e, KeyboardInterrupt) for e in leaves):
             return 0
+        if all(isinstance(e, (KeyboardInterrupt, BrokenPipeError)) for e in leaves):
+            raise
         if all(isinstance(e, (ClientError, OSError, KeyboardInterrupt)) for e in leaves):
             for message in dict.fromkeys(str(e) for e in leaves if not isinstance(e, KeyboardInterrupt)):
                 print(f"trikafka: {message}", file=sys.stderr)

@@ -14,7 +14,7 @@ from trikafka.cli.message_format import FORMAT_HELP, MessageFormat, Printed
 
 def add_parser(commands) -> None:
     """Register ``consume`` on the ``trikafka`` subparsers."""
-    consume = commands.add_parser("consume", help="print messages, one per line")
+    consume = commands.add_parser("consume")
     consume.add_argument("topic", metavar="TOPIC", help="the topic (with --whitelist/--blacklist: a regex)")
     add_broker(consume)
     consume.add_argument("--partition", "-p", type=int, default=None, metavar="N",
@@ -83,14 +83,16 @@ async def _partitions_to_read(args: argparse.Namespace) -> tuple[list[int], str 
     Without ``--partition`` every partition the broker reports; a topic it does not have
     yet is waited for at partition 0, as 0.7's consumer does, unless ``--exit-at-end``.
     """
-    from trikafka.cli.common import plural
+    from trikafka.cli.common import kafka_format_hint, plural
     from trikafka.client import partition_counts
     from trikafka.wire import ErrorCode
 
     host, port = args.broker
-    found = (await partition_counts(host, port, [args.topic])).topics[args.topic]
+    found = (await partition_counts(host, port, [args.topic], formats=True)).topics[args.topic]
     if found.error == ErrorCode.INVALID_TOPIC:
         return [], f"the broker at {host}:{port} rejects the topic name {args.topic!r} (INVALID_TOPIC)"
+    if found.kafka_format:
+        return [], kafka_format_hint(args.topic)
     if found.error != ErrorCode.NO_ERROR or found.count == 0:
         if args.exit_at_end:
             return [], f"topic {args.topic!r} does not exist on {host}:{port}"
@@ -175,6 +177,22 @@ async def _consume_partition(args: argparse.Namespace, partition: int, printer: 
                 return
 
 
+async def _kafka_format_in_zookeeper(zk, topic: str) -> bool:
+    """Whether a live broker of ZooKeeper's registry has ``topic`` in Kafka format (§16.6), which the
+    group's OFFSETS and fetches cannot read."""
+    from trikafka.client import ClientError, partition_counts
+    from trikafka.zk.registry import live_brokers
+
+    for broker in (await live_brokers(zk)).values():
+        try:
+            counts = await partition_counts(broker.host, broker.port, [topic], formats=True)
+        except (ClientError, OSError):
+            continue  # a broker going away is the group's to handle, as without this check
+        if counts.topics[topic].kafka_format:
+            return True
+    return False
+
+
 async def _consume_group_main(args: argparse.Namespace) -> int:
     """``consume --group``: a GroupConsumer member; commits as it goes and when stopped."""
     import signal
@@ -191,6 +209,11 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
                          autocommit_interval_s=args.commit_interval_ms / 1000, num_streams=args.streams)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with KazooCoordinator(args.zookeeper) as zk, trio.open_nursery() as nursery:
+            if not (args.whitelist or args.blacklist) and await _kafka_format_in_zookeeper(zk, args.topic):
+                from trikafka.cli.common import kafka_format_hint
+
+                print(f"trikafka: {kafka_format_hint(args.topic)}", file=sys.stderr)
+                return 1
             async def stop_on_signal(scope: trio.CancelScope) -> None:
                 async for signum in signals:
                     print(f"trikafka: {signal.Signals(signum).name}: committing and leaving the group",

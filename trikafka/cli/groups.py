@@ -14,8 +14,7 @@ from trikafka.cli.common import (LOCAL_KAFKA, add_kafka, add_zookeeper, plural, 
 
 def add_parser(commands) -> None:
     """Register ``groups`` on the ``trikafka`` subparsers."""
-    groups = commands.add_parser("groups", help="list consumer groups, or show one: members, owners, "
-                                                "committed offsets, log ends and lag")
+    groups = commands.add_parser("groups")
     groups.add_argument("group", nargs="?", metavar="GROUP", help="show this group (default: list the groups)")
     add_zookeeper(groups, "the ZooKeeper holding the groups")
     add_kafka(groups)
@@ -32,7 +31,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 
 async def _groups_main(args: argparse.Namespace) -> int:
     from trikafka.group.inspect import describe_group, list_groups, measure_lag
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooCoordinator, paths
 
     async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
         if not args.group:
@@ -40,6 +39,9 @@ async def _groups_main(args: argparse.Namespace) -> int:
             for group, members in sorted((await list_groups(zk)).items()):
                 print(f"{group}\t{members}")
             return 0
+        if await zk.exists(paths.consumer_group(args.group)) is None:  # as `groups G --kafka` answers
+            print(f"trikafka: no group {args.group!r}", file=sys.stderr)
+            return 1
         description = await measure_lag(zk, await describe_group(zk, args.group))
     print(f"group {description.group}: {plural(len(description.members), 'member')}")
     print("member\tsubscription")

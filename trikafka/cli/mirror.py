@@ -8,8 +8,7 @@ from trikafka.mirror.mirror import DEFAULT_GROUP
 
 def add_parser(commands) -> None:
     """Register ``mirror`` on the ``trikafka`` subparsers."""
-    mirror = commands.add_parser("mirror", help="copy topics of source clusters into a target cluster, "
-                                                "at least once; runs until SIGINT/SIGTERM")
+    mirror = commands.add_parser("mirror")
     mirror.add_argument("--source-zookeeper", action="append", required=True, metavar="HOST:PORT[,...][/CHROOT]",
                         help="a source cluster's ZooKeeper, host:port[/chroot] (repeatable)")
     mirror.add_argument("--target-zookeeper", required=True, metavar="HOST:PORT[,...][/CHROOT]",

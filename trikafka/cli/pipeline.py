@@ -8,9 +8,7 @@ from typing import Sequence
 
 def add_parser(commands) -> None:
     """Register ``pipeline`` on the ``trikafka`` subparsers (its own parser owns every option)."""
-    pipeline = commands.add_parser(
-        "pipeline", add_help=False,
-        help="the page-view pipeline on Spark: generate | load (needs trikafka[spark]; --help for more)")
+    pipeline = commands.add_parser("pipeline", add_help=False)
     pipeline.add_argument("pipeline_args", nargs=argparse.REMAINDER)
     pipeline.set_defaults(func=cmd_pipeline)
 

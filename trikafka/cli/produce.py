@@ -8,8 +8,8 @@ import sys
 
 import trio
 
-from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, plural, read_lines, run_client,
-                                 run_until_signal, split_keyed_lines, validate_kafka)
+from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, kafka_format_hint, plural, read_lines,
+                                 run_client, run_until_signal, split_keyed_lines, validate_kafka)
 from trikafka.util.errors import leaf_exceptions
 
 PRODUCE_BATCH_MESSAGES = 200  # 0.7's async producer batch.size
@@ -18,7 +18,7 @@ LEADER_WAIT_S = 60.0  # a replicated partition: how long a batch may wait for a 
 
 def add_parser(commands) -> None:
     """Register ``produce`` on the ``trikafka`` subparsers."""
-    produce = commands.add_parser("produce", help="send stdin lines as messages")
+    produce = commands.add_parser("produce")
     produce.add_argument("topic", metavar="TOPIC", help="the topic to send to")
     add_broker(produce)
     produce.add_argument("--partition", "-p", type=int, default=None, metavar="N",
@@ -70,7 +70,11 @@ async def _produce_main(args: argparse.Namespace) -> int:
     from trikafka.client import partition_counts
 
     host, port = args.broker
-    counts = await partition_counts(host, port, [args.topic])  # max.message.size and the partition count
+    # max.message.size, the partition count, and the format: 0.7 requests cannot write a Kafka-format topic
+    counts = await partition_counts(host, port, [args.topic], formats=True)
+    if counts.topics[args.topic].kafka_format:
+        print(f"trikafka: {kafka_format_hint(args.topic)}", file=sys.stderr)
+        return 1
     router = _Router(args, counts.topics[args.topic].count)
     if router.note:
         print(f"trikafka: {router.note}", file=sys.stderr)
@@ -285,7 +289,8 @@ def _too_large(message_set: bytes, max_message_size: int | None) -> str | None:
 
 async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §8.5) and batches."""
-    from trikafka.producer import MessageTooLargeError, Producer, ProducerError
+    from trikafka.producer import BrokerRejectedError, MessageTooLargeError, Producer, ProducerError
+    from trikafka.wire import ErrorCode
     from trikafka.zk import CoordinatorError
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
@@ -316,6 +321,9 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
         if isinstance(leaves[0], MessageTooLargeError):
             print(f"trikafka: not sent to {args.topic}: {leaves[0]}; {plural(sent, 'message')} sent before it",
                   file=sys.stderr)
+        elif any(isinstance(e, BrokerRejectedError) and e.error_code == ErrorCode.WRONG_FORMAT
+                 for e in (leaves[0], *(r.error for r in getattr(leaves[0], "results", ())))):
+            print(f"trikafka: {kafka_format_hint(args.topic)}", file=sys.stderr)
         else:
             print(f"trikafka: sending to {args.topic} failed: {leaves[0]}", file=sys.stderr)
         return 1

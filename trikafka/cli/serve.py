@@ -24,7 +24,7 @@ KAFKA_READY_SUFFIX = " (Kafka protocol on {host}:{port})"
 
 def add_parser(commands) -> None:
     """Register ``serve`` on the ``trikafka`` subparsers."""
-    serve = commands.add_parser("serve", help="run a broker")
+    serve = commands.add_parser("serve")
     serve.add_argument("--config", metavar="FILE", help="TOML file, or a 0.7 server.properties")
     serve.add_argument("--host", metavar="HOST", help=f"address to bind (default {DEFAULT_HOST})")
     serve.add_argument("--port", type=int, metavar="PORT", help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")

@@ -25,7 +25,7 @@ WORLDS = {"cluster": ("trikafka.sim.faults", PLANT_NAMES, 30.0),
 def add_parser(commands) -> None:
     """Register ``sim`` on the ``trikafka`` subparsers."""
     sim = commands.add_parser(
-        "sim", help="simulate a replicated cluster under faults from a seed, and check its promises",
+        "sim",
         description="Runs three real brokers on a virtual clock (fake disks, fake ZooKeeper, in-memory network) "
                     "with an acks -1 producer, a consumer, a consumer group and seeded faults, then checks "
                     "that acknowledged writes survive, replicas agree, one leader leads each epoch, no consumer "

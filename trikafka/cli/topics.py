@@ -8,8 +8,8 @@ import sys
 from typing import Iterable
 
 from trikafka.cli import topics_admin
-from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, run_client, run_client_value,
-                                 validate_kafka)
+from trikafka.cli.common import (add_broker, add_kafka, add_zookeeper, kafka_format_hint, run_client,
+                                 run_client_value, validate_kafka)
 
 HEADER = "topic\tpartition\tbroker\tstart\tvisible_end\tbytes"
 
@@ -17,7 +17,7 @@ HEADER = "topic\tpartition\tbroker\tstart\tvisible_end\tbytes"
 def add_parser(commands) -> None:
     """Register ``topics`` on the ``trikafka`` subparsers."""
     topics = commands.add_parser(
-        "topics", help="list a broker's topics, show named topics' offsets, or `topics create NAME`",
+        "topics",
         description="With no TOPIC: one line per topic (NAME, partitions, bytes).  With TOPICs: one line per "
                     "partition (topic, partition, broker, start, visible_end, bytes).  `topics create NAME "
                     "--partitions N` creates a topic (with --replication-factor R a replicated one); `topics "
@@ -34,7 +34,8 @@ def add_parser(commands) -> None:
                         help="partitions to query per named topic (default: ask the broker how many); "
                              "with create: the new topic's partition count")
     topics.add_argument("--json", action="store_true",
-                        help='print {"topics": [{"topic": NAME, "partitions": [...]}]} instead of a table')
+                        help='print {"topics": [{"topic": NAME, "format": "0.7" or "kafka", "partitions": [...]}]} '
+                             'instead of a table')
     topics_admin.add_options(topics)
     topics.set_defaults(func=cmd_topics, validate=_validate)
 
@@ -78,7 +79,26 @@ def _topics_from_log_dir(log_dir: str) -> list[tuple[str, int, int, int, int]]:
     return rows
 
 
-TopicRow = tuple[str, str, str, int, int]  # topic, partition name, broker HOST:PORT, start, visible end
+# topic, partition name, broker HOST:PORT, start, visible end; start and end are None for a Kafka-format
+# partition (§16.6), which 0.7's OFFSETS cannot ask
+TopicRow = tuple[str, str, str, int | None, int | None]
+KAFKA_FORMAT = "kafka"  # a topic's format in `topics --json`; 0.7 topics are "0.7"
+
+
+async def _offset_rows(conn, broker: str, partitions: list[tuple[str, int]]) -> list[TopicRow]:
+    """One row per partition on ``conn``'s broker: OFFSETS of the 0.7 ones, the Kafka-format ones
+    (found first, as OFFSETS on them closes the connection) marked by no offsets."""
+    from trikafka.client import earliest_offset, kafka_format_partitions, latest_offset
+
+    kafka = await kafka_format_partitions(conn, partitions)
+    rows: list[TopicRow] = []
+    for topic, partition in partitions:
+        if (topic, partition) in kafka:
+            rows.append((topic, str(partition), broker, None, None))
+        else:
+            rows.append((topic, str(partition), broker, await earliest_offset(conn, topic, partition),
+                         await latest_offset(conn, topic, partition)))
+    return rows
 
 
 async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow], bool]:
@@ -87,7 +107,7 @@ async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow],
     Partition counts come from METADATA, or from the FETCH probe on a plain
     0.7 broker, which cannot list topics or tell a missing topic from an empty one.
     """
-    from trikafka.client import connect, earliest_offset, latest_offset, partition_counts
+    from trikafka.client import connect, partition_counts
     from trikafka.wire import ErrorCode
 
     host, port = args.broker
@@ -99,21 +119,20 @@ async def _topics_from_broker(args: argparse.Namespace) -> tuple[list[TopicRow],
               "name the topics, or give --zookeeper CONNECT or --log-dir DIR", file=sys.stderr)
         return rows, False
     names = list(args.topic) if args.topic or counts is None else list(counts.topics)
+    partitions: list[tuple[str, int]] = []
+    for topic in names:
+        found = counts.topics[topic] if counts is not None else None
+        if found is not None and found.error == ErrorCode.INVALID_TOPIC:
+            print(f"trikafka: the broker rejects the topic name {topic!r}", file=sys.stderr)
+            all_found = False
+            continue
+        if found is not None and found.error == ErrorCode.UNKNOWN_TOPIC:
+            print(f"trikafka: topic {topic!r} does not exist on {host}:{port}", file=sys.stderr)
+            all_found = False
+            continue
+        partitions.extend((topic, p) for p in range(args.partitions if found is None else found.count))
     async with await connect(host, port) as conn:
-        for topic in names:
-            found = counts.topics[topic] if counts is not None else None
-            if found is not None and found.error == ErrorCode.INVALID_TOPIC:
-                print(f"trikafka: the broker rejects the topic name {topic!r}", file=sys.stderr)
-                all_found = False
-                continue
-            if found is not None and found.error == ErrorCode.UNKNOWN_TOPIC:
-                print(f"trikafka: topic {topic!r} does not exist on {host}:{port}", file=sys.stderr)
-                all_found = False
-                continue
-            count = args.partitions if found is None else found.count
-            for partition in range(count):
-                rows.append((topic, str(partition), f"{host}:{port}", await earliest_offset(conn, topic, partition),
-                             await latest_offset(conn, topic, partition)))
+        rows = await _offset_rows(conn, f"{host}:{port}", partitions)
     return rows, all_found
 
 
@@ -124,7 +143,7 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     partitions per broker); a broker that does not answer is reported on
     stderr and skipped.
     """
-    from trikafka.client import ClientError, connect, earliest_offset, latest_offset
+    from trikafka.client import ClientError, connect
     from trikafka.zk import KazooCoordinator, NoNodeError, parse_partition_count
     from trikafka.zk import paths
     from trikafka.zk.registry import live_brokers
@@ -167,11 +186,8 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
         host, port = brokers[broker_id]
         try:
             async with await connect(host, port) as conn:
-                for topic, partitions in registered:
-                    for partition in partitions:
-                        rows.append((topic, str(partition), f"{broker_id}:{host}:{port}",
-                                     await earliest_offset(conn, topic, partition),
-                                     await latest_offset(conn, topic, partition)))
+                rows.extend(await _offset_rows(conn, f"{broker_id}:{host}:{port}",
+                                               [(topic, p) for topic, partitions in registered for p in partitions]))
         except (ClientError, OSError) as exc:
             print(f"trikafka: broker {broker_id} at {host}:{port}: {exc}", file=sys.stderr)
     return sorted(rows)
@@ -189,28 +205,43 @@ def _partitions(count: int) -> str:
     return plural(count, "partition")
 
 
+def _size(start: int | None, end: int | None) -> int | None:
+    return None if start is None or end is None else end - start
+
+
 def _print_rows(rows: list[TopicRow], *, summary: bool, as_json: bool) -> None:
+    """The rows as JSON, one line per topic (``summary``) or one per partition.  A Kafka-format topic
+    is marked as one (its offsets are Kafka's, shown by ``--kafka``): ``"format": "kafka"`` in JSON,
+    ``Kafka format`` in place of the bytes, ``-`` for each offset."""
+    kafka = {topic for topic, _partition, _broker, start, _end in rows if start is None}
     if as_json:
         import json
 
         by_topic: dict[str, list[dict]] = {}
         for topic, partition, broker, start, end in rows:
             by_topic.setdefault(topic, []).append({"partition": int(partition), "broker": broker, "start": start,
-                                                   "visible_end": end, "bytes": end - start})
-        print(json.dumps({"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]}))
+                                                   "visible_end": end, "bytes": _size(start, end)})
+        print(json.dumps({"topics": [{"topic": t, "format": KAFKA_FORMAT if t in kafka else "0.7", "partitions": p}
+                                     for t, p in by_topic.items()]}))
         return
     if summary:  # one line per topic, starting with its name: what scripts read
         totals: dict[str, list[int]] = {}
         for topic, _partition, _broker, start, end in rows:
             total = totals.setdefault(topic, [0, 0])
             total[0] += 1
-            total[1] += end - start
+            total[1] += _size(start, end) or 0
         for topic, (count, size) in totals.items():
-            print(f"{topic}\t{_partitions(count)}\t{size} bytes")
+            shown = "Kafka format (--kafka reads it)" if topic in kafka else f"{size} bytes"
+            print(f"{topic}\t{_partitions(count)}\t{shown}")
         return
     print(HEADER)
     for topic, partition, broker, start, end in rows:
-        print(f"{topic}\t{partition}\t{broker}\t{start}\t{end}\t{end - start}")
+        def text(value: int | None) -> str:
+            return "-" if value is None else str(value)
+
+        print(f"{topic}\t{partition}\t{broker}\t{text(start)}\t{text(end)}\t{text(_size(start, end))}")
+    for topic in sorted(kafka):
+        print(f"trikafka: {kafka_format_hint(topic)}", file=sys.stderr)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:

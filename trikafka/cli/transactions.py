@@ -14,8 +14,7 @@ LIST_HEADER = "transactional_id\tproducer_id\tstate"
 
 def add_parser(commands) -> None:
     """Register ``transactions`` on the ``trikafka`` subparsers."""
-    transactions = commands.add_parser("transactions", help="list the transactional ids of the Kafka listener, "
-                                                            "or show one: state, producer, open partitions")
+    transactions = commands.add_parser("transactions")
     transactions.add_argument("transactional_id", nargs="?", metavar="ID",
                               help="show this transactional id (default: list them)")
     transactions.add_argument("--state", action="append", default=[], metavar="STATE",

@@ -19,7 +19,7 @@ from trikafka.kafka.sasl import MIN_ITERATIONS
 
 def add_parser(commands) -> None:
     """Register ``users`` on the ``trikafka`` subparsers."""
-    users = commands.add_parser("users", help="SASL users (SCRAM credentials) of the Kafka listener")
+    users = commands.add_parser("users")
     actions = users.add_subparsers(dest="users_action", required=True, metavar="ACTION",
                                    help="add, delete or list users")
     add = actions.add_parser("add", help="store a user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials "

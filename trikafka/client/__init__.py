@@ -22,8 +22,8 @@ _EXPORTS = {  # module -> the names this package re-exports from it
                 "ExtensionNotSupported", "MessageTooLargeForFetch", "OffsetOutOfRange"),
     ".leader_cache": ("LeaderCache",),
     ".leaders": ("LeaderDirectory", "LeaderNotAvailableError"),
-    ".topics": ("PartitionCounts", "PartitionProbe", "TopicPartitions", "counts_from_metadata", "partition_counts",
-                "probe_partition_count"),
+    ".topics": ("PartitionCounts", "PartitionProbe", "TopicPartitions", "counts_from_metadata",
+                "kafka_format_partitions", "partition_counts", "probe_partition_count"),
     "trikafka.wire": ("BrokerAddress", "ConsumedMessage", "CreateTopicResult", "FetchPart", "Metadata",
                       "ProduceAckedResult", "ProducePart"),
 }

@@ -14,7 +14,7 @@ helpers; ``partition_counts`` (Trio) and the blocking Spark client
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from trikafka.wire import ErrorCode, FetchPart, Metadata
@@ -35,13 +35,15 @@ class TopicPartitions:
     ``count`` is its partition count (0 when ``error`` is not 0).  ``error`` is
     NO_ERROR, INVALID_TOPIC (the broker rejects the name) or UNKNOWN_TOPIC
     (METADATA only).  ``exists`` is None after a probe: a 0.7 broker gives every
-    valid name ``num.partitions`` partitions, so it cannot say.
+    valid name ``num.partitions`` partitions, so it cannot say.  ``kafka_format``
+    comes from ``kafka_format_partitions`` (always False from a plain 0.7 broker).
     """
 
     topic: str
     count: int
     error: ErrorCode = ErrorCode.NO_ERROR
     exists: bool | None = True
+    kafka_format: bool = False  # some partition is Kafka-format (§16.6): 0.7 requests cannot read or write it
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,22 @@ def counts_from_metadata(metadata: Metadata, topics: Iterable[str]) -> Partition
     return PartitionCounts(found, metadata)
 
 
+async def kafka_format_partitions(conn: Connection, partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The ``(topic, partition)`` pairs of ``partitions`` that are Kafka-format (docs/protocol.md §16.6).
+
+    One MULTIFETCH of ``maxSize`` 0 parts at offset 0: a Kafka-format partition answers
+    WrongFormat (27), any other part reads nothing and creates nothing (§9.4's probe), and
+    unlike OFFSETS, which closes the connection on a Kafka-format partition, it keeps the
+    connection usable.
+    """
+    parts = [FetchPart(topic, partition, 0, 0) for topic, partition in partitions]
+    if not parts:
+        return set()
+    results = await conn.multifetch(parts)
+    return {(part.topic, part.partition) for part, result in zip(parts, results)
+            if result.error == ErrorCode.WRONG_FORMAT}
+
+
 async def probe_partition_count(conn: Connection, topic: str) -> TopicPartitions:
     """The FETCH probe over ``conn`` (works against any 0.7 broker)."""
     probe = PartitionProbe(topic)
@@ -114,19 +132,27 @@ async def probe_partition_count(conn: Connection, topic: str) -> TopicPartitions
     return probe.result
 
 
-async def partition_counts(host: str, port: int, topics: Iterable[str] = (), **connect_kwargs) -> PartitionCounts:
+async def partition_counts(host: str, port: int, topics: Iterable[str] = (), *, formats: bool = False,
+                           **connect_kwargs) -> PartitionCounts:
     """Partition counts of ``topics`` on the broker at ``host:port``.
 
     METADATA first; against a plain 0.7 broker, a new connection and the FETCH
     probe.  With no ``topics``, METADATA lists every topic; a 0.7 broker cannot
-    list topics, so then the answer is empty and ``metadata`` is None.
+    list topics, so then the answer is empty and ``metadata`` is None.  With
+    ``formats``, each topic's ``kafka_format`` is asked too (``kafka_format_partitions``).
     """
     from .connection import connect  # here: the probe's values above serve blocking readers without Trio
 
     topics = list(topics)
     try:
         async with await connect(host, port, **connect_kwargs) as conn:
-            return counts_from_metadata(await conn.metadata(topics), topics)
+            counts = counts_from_metadata(await conn.metadata(topics), topics)
+            if formats:
+                kafka = {topic for topic, _partition in await kafka_format_partitions(
+                    conn, [(t.topic, p) for t in counts.topics.values() for p in range(t.count)])}
+                counts = PartitionCounts({name: replace(t, kafka_format=name in kafka)
+                                          for name, t in counts.topics.items()}, counts.metadata)
+            return counts
     except ExtensionNotSupported:
         pass
     found = {}

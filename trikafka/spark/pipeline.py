@@ -45,6 +45,9 @@ from .cluster import (BrokerAddress, ClusterConfigError, StaticCluster, ZooKeepe
                       parse_broker_list)
 
 
+NEW_TOPIC_PARTITIONS_PER_BROKER = 1  # generate --brokers: a topic no broker has gets this many on each
+
+
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--brokers", "--broker", metavar="[ID:]HOST:PORT[,...]",
@@ -53,15 +56,18 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                        help="ZooKeeper connect string of the registry")
     parser.add_argument("--topic", required=True, help="topic name")
     parser.add_argument("--partitions-per-broker", type=int, default=None,
-                        help="with --brokers: partitions of the topic on each broker "
-                             "(default: what each broker reports)")
+                        help="with --brokers: partitions of the topic on each broker (default: what each "
+                             f"broker reports; generate gives a topic no broker has {NEW_TOPIC_PARTITIONS_PER_BROKER} "
+                             "on each)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trikafka pipeline", description=__doc__.split("\n")[0])
+    # allow_abbrev off, as every `trikafka` parser: an option is spelled out whole
+    parser = argparse.ArgumentParser(prog="trikafka pipeline", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    gen = commands.add_parser("generate", help="produce page-view events")
+    gen = commands.add_parser("generate", help="produce page-view events", allow_abbrev=False)
     _add_cluster_arguments(gen)
     gen.add_argument("--count", type=int, required=True, help="number of events")
     gen.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
@@ -71,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=int, default=500, help="messages per produce request (default 500)")
     gen.add_argument("--compression", choices=["none", "gzip", "snappy"], default="none")
 
-    load = commands.add_parser("load", help="load the topic into Parquet (exactly once)")
+    load = commands.add_parser("load", help="load the topic into Parquet (exactly once)", allow_abbrev=False)
     _add_cluster_arguments(load)
     load.add_argument("--output", required=True, help="output directory")
     load.add_argument("--checkpoint", required=True, help="checkpoint directory (keep it with the output)")
@@ -127,6 +133,13 @@ def create_static_topic(brokers: dict[int, BrokerAddress], topic: str, partition
 def run_generate(args: argparse.Namespace) -> int:
     from .pageviews import generate_pageviews, wall_clock_ms
 
+    if args.partitions_per_broker is None and not args.zookeeper:
+        brokers = parse_broker_list(args.brokers)
+        if not StaticCluster(brokers, allow_missing_topics=True).partitions(args.topic):
+            # What a first produce would do, declared: the README's first command runs on a fresh `serve`.
+            args.partitions_per_broker = NEW_TOPIC_PARTITIONS_PER_BROKER
+            print(f"trikafka: topic {args.topic!r} does not exist: creating it with "
+                  f"{NEW_TOPIC_PARTITIONS_PER_BROKER} partition on each broker", file=sys.stderr)
     if args.partitions_per_broker is not None and not args.zookeeper:
         create_static_topic(parse_broker_list(args.brokers), args.topic, args.partitions_per_broker)
     cluster = _open_cluster(args)

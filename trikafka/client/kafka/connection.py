@@ -86,6 +86,9 @@ class KafkaConnection:
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.versions: dict[KafkaApi, int] = {}
+        self.tls = False  # open_kafka_connection: the stream speaks TLS
+        self.authenticated = False  # authenticate succeeded
+        self._frames_received = 0
 
     @property
     def closed(self) -> bool:
@@ -181,16 +184,18 @@ class KafkaConnection:
                 await self._break(f"bad frame: {exc}")
                 raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
             if frame is not None:
+                self._frames_received += 1
                 return frame
             try:
                 data = await self._stream.receive_some(_RECEIVE_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 await self._break(f"receiving failed: {exc!r}")
                 # A TLS stream's error names OpenSSL's reason (the broker's alert) only in its cause.
-                raise BrokerConnectionError(f"{self._peer()}: receiving failed: {exc.__cause__ or exc!r}") from exc
+                raise BrokerConnectionError(f"{self._peer()}: receiving failed: {exc.__cause__ or exc!r}"
+                                            f"{self._security_hint()}") from exc
             if not data:
                 await self._break("closed by the broker")
-                raise BrokerConnectionError(f"{self._peer()} closed the connection")
+                raise BrokerConnectionError(f"{self._peer()} closed the connection{self._security_hint()}")
             try:
                 self._reader.feed(data)
             except KafkaCodecError as exc:
@@ -243,12 +248,24 @@ class KafkaConnection:
         except SaslFailed as exc:
             await self._break(f"SASL: {exc}")
             raise BrokerProtocolError(f"{self._peer()}: SASL {login.mechanism.value}: {exc}") from None
+        self.authenticated = True
 
     async def _sasl_step(self, login: SaslLogin, token: bytes) -> bytes:
         answer: Any = await self.request(KafkaApi.SASL_AUTHENTICATE, auth_bytes=token)
         check(answer.error_code, f"{self._peer()} SASL {login.mechanism.value} as {login.username}",
               answer.error_message)
         return bytes(answer.auth_bytes)
+
+    def _security_hint(self) -> str:
+        """Why a broker closes a new connection, as far as what it answered tells (§18): a TLS
+        listener closes a plaintext client at its first request, a SASL listener answers ApiVersions
+        and closes at the first request that comes before authentication."""
+        if self._frames_received == 0 and not self.tls:
+            return (" at the first request: does its listener expect TLS or SASL (security protocol SSL, "
+                    "SASL_SSL or SASL_PLAINTEXT)?")
+        if self._frames_received <= 1 and not self.authenticated:
+            return " before authentication: does its listener expect SASL (SASL_PLAINTEXT or SASL_SSL)?"
+        return ""
 
     def _check_open(self) -> None:
         if self._closed_reason is not None:
@@ -337,6 +354,7 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
         raise BrokerConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
     connection = KafkaConnection(stream, address=(host, port), client_id=client_id,
                                  request_timeout_s=request_timeout_s, max_response_bytes=max_response_bytes)
+    connection.tls = ssl_context is not None
     try:
         await connection.negotiate(software_version, max_versions)
         if sasl is not None:
