@@ -85,6 +85,31 @@ async def test_submitted_records_keep_their_order_across_many_batches(kafka: Run
     assert [r.value for r in records] == [b"%04d" % i for i in range(300)]
 
 
+async def test_batches_hand_out_each_record_batch_as_a_list_and_move_the_position_past_it(
+        kafka: RunningKafkaBroker) -> None:
+    topic = "trio-batches"
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        async with KafkaProducer.open(client, acks=1, linger_s=1.0) as producer:
+            for size in (3, 4, 5):  # three record batches: offsets 0-2, 3-6, 7-11
+                for i in range(size):
+                    await producer.submit(topic, b"%d" % i)
+                await producer.flush()
+        async with PartitionConsumer(client, topic, 0, 1, max_wait_s=0.2) as consumer:
+            seen = []
+            async for batch in consumer.batches():
+                seen.append([r.offset for r in batch])
+                if batch[-1].offset == 6:
+                    break
+            assert seen == [[1, 2], [3, 4, 5, 6]]  # from offset 1: the first batch's records from 1 on
+            assert consumer.position == 3  # a batch is passed when the next is asked for
+            async for batch in consumer.batches():  # the rest of the fetch comes again
+                assert [r.offset for r in batch] == [3, 4, 5, 6]
+                break
+            assert [r.offset for r in await consumer.fetch()] == [3, 4, 5, 6, 7, 8, 9, 10, 11]
+            assert consumer.position == 12
+
+
 async def test_acks_zero_answers_no_offset_and_appends(kafka: RunningKafkaBroker) -> None:
     async with KafkaClient(kafka.bootstrap) as client:
         await _create(client, "trio-acks0", 1)

@@ -228,7 +228,10 @@ def _read_records(header: BatchHeader, records: bytes | memoryview) -> list[Reco
     rest of the record's rules are checked once at its end (its length must
     match what its fields took).
     """
-    data = records if isinstance(records, bytes) else bytes(records)
+    if isinstance(records, memoryview) and isinstance(records.obj, bytes) and records.nbytes == len(records.obj):
+        data = records.obj  # decompress's view of whole bytes: no copy
+    else:
+        data = records if isinstance(records, bytes) else bytes(records)
     size = len(data)
     base_offset = header.base_offset
     append_time = header.max_timestamp_ms if header.log_append_time else None
