@@ -13,8 +13,10 @@ process of its own (this script with ``--worker CLIENT``, under ``nice``):
    value, until N records came;
 3. and 4. the same with an idempotent producer (acks all).
 
-Prints msg/s per client and column, and each column's ratio of trikafka's
-client to aiokafka's (the goal of issue 42 is 2x).  The load average is
+Prints msg/s per client and column, each column's ratio of trikafka's
+client to aiokafka's (the goal of issue 42 is 2x), and the CPU time per
+message of the client process (every thread) and of the broker in each
+column: what bounds a rate.  The load average is
 printed before and after: the machine is shared, figures move with it.
 """
 
@@ -41,30 +43,52 @@ LINGER_MS = 5
 WORKER_TIMEOUT_S = 300.0
 
 
+Measure = tuple[float, float, float]  # seconds, the client's CPU seconds, the broker's CPU seconds
+
+
+class Meter:
+    """Times one column: wall clock, this process's CPU (every thread) and the broker's (/proc)."""
+
+    def __init__(self, broker_pid: int):
+        self.broker_pid = broker_pid
+        self._started: Measure = (0.0, 0.0, 0.0)
+
+    def _now(self) -> Measure:
+        from kafka_bench import cpu_seconds
+        return time.perf_counter(), time.process_time(), cpu_seconds([self.broker_pid])
+
+    def start(self) -> None:
+        self._started = self._now()
+
+    def stop(self) -> Measure:
+        now = self._now()
+        return now[0] - self._started[0], now[1] - self._started[1], now[2] - self._started[2]
+
+
 # ---------------------------------------------------------------------- workers (one process each)
 
-def trikafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int) -> list[float]:
+def trikafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int, meter: Meter) -> list[Measure]:
     import trio
 
     from trikafka.client.kafka import KafkaClient, KafkaProducer, PartitionConsumer
 
     value = b"v" * size
 
-    async def produce(topic: str, idempotent: bool) -> float:
+    async def produce(topic: str, idempotent: bool) -> Measure:
         async with KafkaClient(bootstrap) as client:
             await client.partition_count(topic)  # metadata before the clock starts
             async with KafkaProducer.open(client, acks=-1 if idempotent else 1, idempotent=idempotent,
                                           linger_s=LINGER_MS / 1000) as producer:
-                started = time.perf_counter()
+                meter.start()
                 for _ in range(messages):
                     await producer.submit(topic, value, partition=0)
                 await producer.flush()
-                return time.perf_counter() - started
+                return meter.stop()
 
-    async def consume(topic: str) -> float:
+    async def consume(topic: str) -> Measure:
         async with KafkaClient(bootstrap) as client, PartitionConsumer(client, topic, 0, 0) as consumer:
             await client.partition_count(topic)
-            started = time.perf_counter()
+            meter.start()
             count = value_bytes = 0
             if hasattr(consumer, "batches"):  # the batch API, where this checkout has it
                 async for batch in consumer.batches():
@@ -80,9 +104,9 @@ def trikafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size:
                         value_bytes += len(record.value)
                     count += len(records)
             assert value_bytes == count * size
-            return time.perf_counter() - started
+            return meter.stop()
 
-    async def run() -> list[float]:
+    async def run() -> list[Measure]:
         plain, idempotent = topics
         return [await produce(plain, False), await consume(plain), await produce(idempotent, True),
                 await consume(idempotent)]
@@ -90,34 +114,34 @@ def trikafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size:
     return trio.run(run)
 
 
-def aiokafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int) -> list[float]:
+def aiokafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int, meter: Meter) -> list[Measure]:
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     value = b"v" * size
 
-    async def produce(topic: str, idempotent: bool) -> float:
+    async def produce(topic: str, idempotent: bool) -> Measure:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all" if idempotent else 1,
                                     enable_idempotence=idempotent, linger_ms=LINGER_MS)
         await producer.start()
         try:
             await producer.partitions_for(topic)
-            started = time.perf_counter()
+            meter.start()
             for _ in range(messages):
                 await producer.send(topic, value, partition=0)
             await producer.flush()
-            return time.perf_counter() - started
+            return meter.stop()
         finally:
             await producer.stop()
 
-    async def consume(topic: str) -> float:
+    async def consume(topic: str) -> Measure:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                     auto_offset_reset="earliest")
         await consumer.start()
         try:
             consumer.assign([TopicPartition(topic, 0)])
-            started = time.perf_counter()
+            meter.start()
             count = value_bytes = 0
             while count < messages:
                 for records in (await consumer.getmany(timeout_ms=1000)).values():
@@ -125,11 +149,11 @@ def aiokafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size:
                         value_bytes += len(record.value)
                     count += len(records)
             assert value_bytes == count * size
-            return time.perf_counter() - started
+            return meter.stop()
         finally:
             await consumer.stop()
 
-    async def run() -> list[float]:
+    async def run() -> list[Measure]:
         plain, idempotent = topics
         return [await produce(plain, False), await consume(plain), await produce(idempotent, True),
                 await consume(idempotent)]
@@ -137,30 +161,30 @@ def aiokafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size:
     return asyncio.run(run())
 
 
-def kafka_python_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int) -> list[float]:
+def kafka_python_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int, meter: Meter) -> list[Measure]:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     value = b"v" * size
 
-    def produce(topic: str, idempotent: bool) -> float:
+    def produce(topic: str, idempotent: bool) -> Measure:
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all" if idempotent else 1,
                                  enable_idempotence=idempotent, linger_ms=LINGER_MS)
         try:
             producer.partitions_for(topic)
-            started = time.perf_counter()
+            meter.start()
             for _ in range(messages):
                 producer.send(topic, value, partition=0)
             producer.flush()
-            return time.perf_counter() - started
+            return meter.stop()
         finally:
             producer.close()
 
-    def consume(topic: str) -> float:
+    def consume(topic: str) -> Measure:
         consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                  auto_offset_reset="earliest")
         try:
             consumer.assign([TopicPartition(topic, 0)])
-            started = time.perf_counter()
+            meter.start()
             count = value_bytes = 0
             while count < messages:
                 for records in consumer.poll(timeout_ms=1000).values():
@@ -168,7 +192,7 @@ def kafka_python_rates(bootstrap: str, topics: tuple[str, str], messages: int, s
                         value_bytes += len(record.value)
                     count += len(records)
             assert value_bytes == count * size
-            return time.perf_counter() - started
+            return meter.stop()
         finally:
             consumer.close()
 
@@ -176,16 +200,17 @@ def kafka_python_rates(bootstrap: str, topics: tuple[str, str], messages: int, s
     return [produce(plain, False), consume(plain), produce(idempotent, True), consume(idempotent)]
 
 
-WORKERS: dict[str, Callable[[str, tuple[str, str], int, int], list[float]]] = {
+WORKERS: dict[str, Callable[[str, tuple[str, str], int, int, Meter], list[Measure]]] = {
     "trikafka": trikafka_rates, "aiokafka": aiokafka_rates, "kafka-python": kafka_python_rates}
 
 
 # ---------------------------------------------------------------------- the driver
 
-def run_worker(client: str, bootstrap: str, messages: int, size: int) -> list[float] | str:
-    """msg/s of each column for ``client``, measured in a process of its own; or why it failed."""
+def run_worker(client: str, bootstrap: str, broker_pid: int, messages: int, size: int) -> list[Measure] | str:
+    """Each column's (seconds, client CPU s, broker CPU s) for ``client``, measured in a process of its
+    own; or why it failed."""
     cmd = ["nice", "-n", "5", sys.executable, __file__, "--worker", client, "--bootstrap", bootstrap,
-           "--messages", str(messages), "--size", str(size)]
+           "--broker-pid", str(broker_pid), "--messages", str(messages), "--size", str(size)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
@@ -193,12 +218,18 @@ def run_worker(client: str, bootstrap: str, messages: int, size: int) -> list[fl
         return f"no answer within {WORKER_TIMEOUT_S:.0f} s"
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-    seconds = json.loads(done.stdout.strip().splitlines()[-1])
-    return [messages / s for s in seconds]
+    return [tuple(m) for m in json.loads(done.stdout.strip().splitlines()[-1])]  # type: ignore[misc]
 
 
 def topics_of(client: str) -> tuple[str, str]:
     return f"{client}-plain", f"{client}-idempotent"
+
+
+def table(title: str, measured: dict[str, list[Measure] | str], cell: Callable[[Measure], float],
+          fmt: str) -> None:
+    print(f"{title:20}" + "".join(f"{c:>20}" for c in COLUMNS))
+    for client, row in measured.items():
+        print(f"{client:20}" + (row if isinstance(row, str) else "".join(format(cell(m), fmt) for m in row)))
 
 
 def main() -> None:
@@ -208,9 +239,12 @@ def main() -> None:
     parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated, of " + ", ".join(CLIENTS))
     parser.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(WORKERS[args.worker](args.bootstrap, topics_of(args.worker), args.messages, args.size)))
+        meter = Meter(args.broker_pid)
+        print(json.dumps(WORKERS[args.worker](args.bootstrap, topics_of(args.worker), args.messages, args.size,
+                                              meter)))
         return
     clients = [c for c in args.clients.split(",") if c]
     unknown = set(clients) - set(CLIENTS)
@@ -224,23 +258,25 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
           f"{args.messages:,} messages of {args.size} B, one partition", flush=True)
     root = Path(tempfile.mkdtemp(prefix="trikafka-client-bench-"))
-    rates: dict[str, list[float] | str] = {}
+    measured: dict[str, list[Measure] | str] = {}
     try:
         ready = root / "broker.ready"
-        with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(root / "log")], ready):
+        with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(root / "log")], ready) as (proc, _):
             bootstrap = f"127.0.0.1:{read_ready_file(str(ready))[1]}"
             for client in clients:
                 for topic in topics_of(client):
                     create_topic(bootstrap, topic, 1)
-                rates[client] = run_worker(client, bootstrap, args.messages, args.size)
+                measured[client] = run_worker(client, bootstrap, proc.pid, args.messages, args.size)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"{'client (msg/s)':14}" + "".join(f"{c:>20}" for c in COLUMNS))
-    for client, row in rates.items():
-        print(f"{client:14}" + (row if isinstance(row, str) else "".join(f"{r:>20,.0f}" for r in row)))
-    ours, theirs = rates.get("trikafka"), rates.get("aiokafka")
+    per_message_us = 1e6 / args.messages
+    table("msg/s", measured, lambda m: args.messages / m[0], ">20,.0f")
+    ours, theirs = measured.get("trikafka"), measured.get("aiokafka")
     if isinstance(ours, list) and isinstance(theirs, list):
-        print(f"{'trikafka/aio':14}" + "".join(f"{a / b:>19.2f}x" for a, b in zip(ours, theirs)) + "  (goal 2x)")
+        print(f"{'trikafka/aiokafka':20}" + "".join(f"{b[0] / a[0]:>19.2f}x" for a, b in zip(ours, theirs))
+              + "  (goal 2x)")
+    table("client CPU us/msg", measured, lambda m: m[1] * per_message_us, ">20.1f")
+    table("broker CPU us/msg", measured, lambda m: m[2] * per_message_us, ">20.1f")
     print(f"load average after: {os.getloadavg()[0]:.2f}", flush=True)
 
 
