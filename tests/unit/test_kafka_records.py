@@ -188,8 +188,9 @@ def test_records_that_do_not_fit_their_batch(tamper):
 
 
 def test_a_batch_builder_encodes_as_build_batch_does():
-    records = [Record(i, 1_700_000_000_000 + i * 3, b"k" if i % 2 else None, b"v" * i * 50,
-                      (("trace", b"x"),) if i == 3 else ()) for i in range(10)]
+    values = [b"v" * i * 50 for i in range(8)] + [None, b"w" * 9000]  # the table's fast path and the general one
+    records = [Record(i, 1_700_000_000_000 + i * 3 - (i == 5) * 100, b"k" * i if i % 2 else None, value,
+                      (("trace", b"x"),) if i == 3 else ()) for i, value in enumerate(values)]
     builder = BatchBuilder()
     for record in records:
         assert builder.append(record.timestamp_ms, record.key, record.value, record.headers) == record.offset

@@ -98,7 +98,25 @@ class BatchBuilder:
             self._base_timestamp_ms = self._max_timestamp_ms = timestamp_ms
         elif timestamp_ms > self._max_timestamp_ms:
             self._max_timestamp_ms = timestamp_ms
-        _write_record(self._body, index, timestamp_ms - self._base_timestamp_ms, key, value, headers)
+        delta = timestamp_ms - self._base_timestamp_ms
+        # The common record (no headers, a value, small numbers) is written from the table in four appends;
+        # _write_record writes any record.
+        if (headers or value is None or index >= _SMALL_MAX or not 0 <= delta < _SMALL_MAX
+                or len(value) >= _SMALL_MAX or key is not None and len(key) >= _SMALL_MAX):
+            _write_record(self._body, index, delta, key, value, headers)
+        else:
+            small = _SMALL
+            if key is None:
+                fields = _ATTRIBUTES + small[delta + 1] + small[index + 1] + _NULL + small[len(value) + 1]
+            else:
+                fields = (_ATTRIBUTES + small[delta + 1] + small[index + 1] + small[len(key) + 1] + key
+                          + small[len(value) + 1])
+            length = len(fields) + len(value) + 1
+            body = self._body
+            body += _varlong_bytes(length)
+            body += fields
+            body += value
+            body += _NO_HEADERS
         self.count = index + 1
         return index
 
@@ -167,6 +185,7 @@ _SMALL_MAX = 1 << 13
 _SMALL = [_zigzag_bytes(v) for v in range(-1, _SMALL_MAX)]
 _ATTRIBUTES = b"\x00"  # a record's attributes: unused
 _NO_HEADERS = _SMALL[1]  # header count 0
+_NULL = _SMALL[0]  # the length of a null key or value
 
 
 def _varlong_bytes(value: int) -> bytes:
