@@ -186,6 +186,7 @@ _SMALL = [_zigzag_bytes(v) for v in range(-1, _SMALL_MAX)]
 _ATTRIBUTES = b"\x00"  # a record's attributes: unused
 _NO_HEADERS = _SMALL[1]  # header count 0
 _NULL = _SMALL[0]  # the length of a null key or value
+_NULL_BYTE = _NULL[0]
 
 
 def _varlong_bytes(value: int) -> bytes:
@@ -260,24 +261,41 @@ def _read_records(header: BatchHeader, records: bytes | memoryview) -> list[Reco
     append = out.append
     pos = 0
     try:
+        # A zigzag varint of one byte (below 0x80) is read here; longer ones by kio.
         for _ in range(header.record_count):
-            length, n = varint(data, pos)
-            pos += n
+            byte = data[pos]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            else:
+                length, n = varint(data, pos)
+                pos += n
             end = pos + length
             if length < 0 or end > size:
                 raise CorruptRecords(f"batch at {header.position}: record of {length} bytes at {pos} runs past "
                                      f"its batch")
-            timestamp_delta, n = varlong(data, pos + 1)  # after the attributes byte
-            pos += 1 + n
-            offset_delta, n = varint(data, pos)
-            pos += n
-            key_length, n = varint(data, pos)
-            pos += n
-            if key_length < 0:
-                key = None
+            byte = data[pos + 1]  # after the attributes byte
+            if byte < 0x80:
+                timestamp_delta = (byte >> 1) ^ -(byte & 1)
+                pos += 2
             else:
-                key = data[pos:pos + key_length]
-                pos += key_length
+                timestamp_delta, n = varlong(data, pos + 1)
+                pos += 1 + n
+            byte = data[pos]
+            if byte < 0x80:
+                offset_delta = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            else:
+                offset_delta, n = varint(data, pos)
+                pos += n
+            if data[pos] == _NULL_BYTE:
+                key = None
+                pos += 1
+            else:
+                key_length, n = varint(data, pos)
+                pos += n
+                key = None if key_length < 0 else data[pos:pos + key_length]
+                pos += max(key_length, 0)
             value_length, n = varint(data, pos)
             pos += n
             if value_length < 0:
@@ -285,11 +303,12 @@ def _read_records(header: BatchHeader, records: bytes | memoryview) -> list[Reco
             else:
                 value = data[pos:pos + value_length]
                 pos += value_length
-            header_count, n = varint(data, pos)
-            pos += n
             headers: Headers = ()
-            if header_count:
-                headers, pos = _read_headers(header, data, pos, end, header_count)
+            if data[pos] == 0:
+                pos += 1
+            else:
+                header_count, n = varint(data, pos)
+                headers, pos = _read_headers(header, data, pos + n, end, header_count)
             if pos != end:
                 raise CorruptRecords(f"batch at {header.position}: a record of {length} bytes holds "
                                      f"{pos - end + length}")
