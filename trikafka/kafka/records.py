@@ -222,7 +222,7 @@ def _write_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: 
     else:
         value_length, value_part = _varlong_bytes(len(value)), value
     if headers:
-        parts = []
+        parts: list[bytes] = []
         for name, header_value in headers:
             parts += _field_bytes(name.encode())
             parts += _field_bytes(header_value)
