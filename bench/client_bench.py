@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -67,6 +67,17 @@ class Meter:
 
 # ---------------------------------------------------------------------- workers (one process each)
 
+def tally(batches: Iterable[Sequence[Any]], size: int) -> int:
+    """How many records ``batches`` (lists of any client's records) hold, each value read and checked."""
+    count = value_bytes = 0
+    for records in batches:
+        for record in records:
+            value_bytes += len(record.value)
+        count += len(records)
+    assert value_bytes == count * size
+    return count
+
+
 def trikafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size: int, meter: Meter) -> list[Measure]:
     import trio
 
@@ -89,21 +100,15 @@ def trikafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size:
         async with KafkaClient(bootstrap) as client, PartitionConsumer(client, topic, 0, 0) as consumer:
             await client.partition_count(topic)
             meter.start()
-            count = value_bytes = 0
+            count = 0
             if hasattr(consumer, "batches"):  # the batch API, where this checkout has it
                 async for batch in consumer.batches():
-                    for record in batch:
-                        value_bytes += len(record.value)
-                    count += len(batch)
+                    count += tally((batch,), size)
                     if count >= messages:
                         break
             else:
                 while count < messages:
-                    records = await consumer.fetch()
-                    for record in records:
-                        value_bytes += len(record.value)
-                    count += len(records)
-            assert value_bytes == count * size
+                    count += tally((await consumer.fetch(),), size)
             return meter.stop()
 
     async def run() -> list[Measure]:
@@ -142,13 +147,9 @@ def aiokafka_rates(bootstrap: str, topics: tuple[str, str], messages: int, size:
         try:
             consumer.assign([TopicPartition(topic, 0)])
             meter.start()
-            count = value_bytes = 0
+            count = 0
             while count < messages:
-                for records in (await consumer.getmany(timeout_ms=1000)).values():
-                    for record in records:
-                        value_bytes += len(record.value)
-                    count += len(records)
-            assert value_bytes == count * size
+                count += tally((await consumer.getmany(timeout_ms=1000)).values(), size)
             return meter.stop()
         finally:
             await consumer.stop()
@@ -185,13 +186,9 @@ def kafka_python_rates(bootstrap: str, topics: tuple[str, str], messages: int, s
         try:
             consumer.assign([TopicPartition(topic, 0)])
             meter.start()
-            count = value_bytes = 0
+            count = 0
             while count < messages:
-                for records in consumer.poll(timeout_ms=1000).values():
-                    for record in records:
-                        value_bytes += len(record.value)
-                    count += len(records)
-            assert value_bytes == count * size
+                count += tally(consumer.poll(timeout_ms=1000).values(), size)
             return meter.stop()
         finally:
             consumer.close()
