@@ -41,6 +41,8 @@ COLUMNS = ("produce acks=1", "consume", "produce idempotent", "consume idempoten
 CLIENTS = ("trikafka", "aiokafka", "kafka-python")
 LINGER_MS = 5
 WORKER_TIMEOUT_S = 300.0
+SETTLE_S = 5.0  # the longest wait for the broker's deferred work after a column
+SETTLE_POLL_S = 0.2
 
 
 Measure = tuple[float, float, float]  # seconds, the client's CPU seconds, the broker's CPU seconds
@@ -62,7 +64,21 @@ class Meter:
 
     def stop(self) -> Measure:
         now = self._now()
-        return now[0] - self._started[0], now[1] - self._started[1], now[2] - self._started[2]
+        return now[0] - self._started[0], now[1] - self._started[1], self._broker_settled() - self._started[2]
+
+    def _broker_settled(self) -> float:
+        """The broker's CPU seconds once it stops using CPU (at most SETTLE_S): work it defers past an
+        answer (an acks 1 append's flush) counts in the column that caused it, not in the next."""
+        from kafka_bench import cpu_seconds
+        deadline = time.monotonic() + SETTLE_S
+        last = cpu_seconds([self.broker_pid])
+        while time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+            now = cpu_seconds([self.broker_pid])
+            if now == last:
+                break
+            last = now
+        return last
 
 
 # ---------------------------------------------------------------------- workers (one process each)
