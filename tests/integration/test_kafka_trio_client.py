@@ -21,6 +21,8 @@ from tests.helpers.kafka_clients import create_topic, read_with_confluent, read_
 from trikafka.client.kafka import (EARLIEST, LATEST, MAX_TIMESTAMP, BrokerNode, KafkaAdmin, KafkaClient,
                                    KafkaOffsetOutOfRange, KafkaProducer, KafkaResponseError, NewTopic,
                                    PartitionConsumer, key_partition)
+from trikafka.client.kafka.connection import KafkaConnection
+from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.compression import Compression
 from trikafka.kafka.records import Record
 from trikafka.testing import running_kafka_broker
@@ -83,6 +85,74 @@ async def test_submitted_records_keep_their_order_across_many_batches(kafka: Run
         assert delivered == [(0, i) for i in range(300)]
         records = await _read(client, topic, 0, 300)
     assert [r.value for r in records] == [b"%04d" % i for i in range(300)]
+
+
+async def test_batches_hand_out_each_record_batch_as_a_list_and_move_the_position_past_it(
+        kafka: RunningKafkaBroker) -> None:
+    topic = "trio-batches"
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        async with KafkaProducer.open(client, acks=1, linger_s=1.0) as producer:
+            for size in (3, 4, 5):  # three record batches: offsets 0-2, 3-6, 7-11
+                for i in range(size):
+                    await producer.submit(topic, b"%d" % i)
+                await producer.flush()
+        async with PartitionConsumer(client, topic, 0, 1, max_wait_s=0.2) as consumer:
+            seen = []
+            async for batch in consumer.batches():
+                seen.append([r.offset for r in batch])
+                if batch[-1].offset == 6:
+                    break
+            assert seen == [[1, 2], [3, 4, 5, 6]]  # from offset 1: the first batch's records from 1 on
+            assert consumer.position == 3  # a batch is passed when the next is asked for
+            async for batch in consumer.batches():  # the rest of the fetch comes again
+                assert [r.offset for r in batch] == [3, 4, 5, 6]
+                break
+            assert [r.offset for r in await consumer.fetch()] == [3, 4, 5, 6, 7, 8, 9, 10, 11]
+            assert consumer.position == 12
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 5])
+@pytest.mark.parametrize("acks", [1, -1])
+async def test_a_partitions_batches_are_pipelined_up_to_max_in_flight_and_stored_in_order(
+        kafka: RunningKafkaBroker, monkeypatch: pytest.MonkeyPatch, max_in_flight: int, acks: int) -> None:
+    topic = f"trio-in-flight-{max_in_flight}-{acks}"
+    unanswered, most = 0, 0
+    send = KafkaConnection.send
+
+    async def counting_send(self: KafkaConnection, api: KafkaApi, *args: object, **kwargs: object) -> object:
+        nonlocal unanswered, most
+        if api is not KafkaApi.PRODUCE:
+            return await send(self, api, *args, **kwargs)  # type: ignore[arg-type]
+        unanswered += 1
+        most = max(most, unanswered)
+        try:
+            return await send(self, api, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            unanswered -= 1
+
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1)
+        monkeypatch.setattr(KafkaConnection, "send", counting_send)
+        async with KafkaProducer.open(client, acks=acks, batch_max_bytes=200, max_in_flight=max_in_flight,
+                                      linger_s=1.0) as producer:
+            pending = [await producer.submit(topic, b"%04d" % i) for i in range(500)]
+            delivered = [await p.delivered() for p in pending]
+        monkeypatch.undo()
+        assert delivered == [(0, i) for i in range(500)]
+        assert most == max_in_flight
+        records = await _read(client, topic, 0, 500)
+    assert [r.value for r in records] == [b"%04d" % i for i in range(500)]
+
+
+async def test_max_in_flight_is_bounded_by_idempotence() -> None:
+    async with KafkaClient("127.0.0.1:1") as client:
+        for settings in ({"max_in_flight": 6}, {"max_in_flight": 0, "acks": 1}):
+            with pytest.raises(ValueError, match="max_in_flight"):
+                async with KafkaProducer.open(client, **settings):  # type: ignore[arg-type]
+                    pass
+        async with KafkaProducer.open(client, acks=1, max_in_flight=6):
+            pass
 
 
 async def test_acks_zero_answers_no_offset_and_appends(kafka: RunningKafkaBroker) -> None:

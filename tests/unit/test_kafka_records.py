@@ -10,7 +10,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from trikafka.kafka.batch import HEADER_BYTES, LOG_OVERHEAD, encode_header, read_header, write_crc
 from trikafka.kafka.compression import Compression, compress, decompress
 from trikafka.kafka.errors import CorruptRecords
-from trikafka.kafka.records import LOG_APPEND_TIME, Record, build_batch, decode_batches
+from trikafka.kafka.records import LOG_APPEND_TIME, BatchBuilder, Record, build_batch, decode_batches
 from trikafka.wire import compression as wire_compression
 
 CODECS = list(Compression)
@@ -185,3 +185,19 @@ def test_records_that_do_not_fit_their_batch(tamper):
         data = bytearray(rebuilt(plain, bytes([0x7E]) + plain[HEADER_BYTES + 1:], 0))  # length 63: past the end
     with pytest.raises(CorruptRecords):
         decode_all(bytes(data))
+
+
+def test_a_batch_builder_encodes_as_build_batch_does():
+    values = [b"v" * i * 50 for i in range(8)] + [None, b"w" * 9000]  # the table's fast path and the general one
+    records = [Record(i, 1_700_000_000_000 + i * 3 - (i == 5) * 100, b"k" * i if i % 2 else None, value,
+                      (("trace", b"x"),) if i == 3 else ()) for i, value in enumerate(values)]
+    builder = BatchBuilder()
+    for record in records:
+        assert builder.append(record.timestamp_ms, record.key, record.value, record.headers) == record.offset
+    assert builder.count == 10
+    data = builder.build(producer_id=3, producer_epoch=1, base_sequence=7)
+    assert builder.size_bytes == len(build_batch(records))
+    assert data == build_batch(records, producer_id=3, producer_epoch=1, base_sequence=7)
+    assert [r.value for r in DefaultRecordBatch(data)] == [r.value for r in records]
+    with pytest.raises(ValueError):
+        BatchBuilder().build()

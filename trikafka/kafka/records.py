@@ -13,12 +13,14 @@ from __future__ import annotations
 import time
 from typing import Iterable, Iterator, NamedTuple
 
+from kio._kio_native import read_signed_varint, read_signed_varlong
+
 from .batch import (COMPRESSION_MASK, CONTROL, HEADER_BYTES, LOG_OVERHEAD, MAGIC, NO_PRODUCER_ID,
                     TIMESTAMP_TYPE_LOG_APPEND, TRANSACTIONAL, BatchHeader, batch_crc, encode_header, walk_headers,
                     write_crc)
 from .compression import Compression, compress, decompress
 from .errors import CorruptRecords
-from .varint import read_varint, read_varlong, write_varint, write_varlong
+from .varint import read_varint, write_varlong
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
@@ -50,8 +52,7 @@ def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 
     ``maxTimestamp`` for its readers.  ``control_attributes``: the
     transactional (0x10) and control (0x20) bits to set (§19.6).
     """
-    if control_attributes & ~(TRANSACTIONAL | CONTROL):
-        raise ValueError(f"control_attributes {control_attributes:#x}: only 0x10 and 0x20")
+    _check_control_attributes(control_attributes)
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000)
     listed = [item if isinstance(item, Record) else Record(base_offset + index, timestamp_ms, None, item)
@@ -61,15 +62,92 @@ def build_batch(records: Iterable[Record | bytes | None], *, base_offset: int = 
     base_timestamp_ms = listed[0].timestamp_ms
     body = bytearray()
     for record in listed:
-        _write_record(body, record, base_offset, base_timestamp_ms)
+        _write_record(body, record.offset - base_offset, record.timestamp_ms - base_timestamp_ms, record.key,
+                      record.value, record.headers)
+    return _seal(body, compression=compression, timestamp_type=timestamp_type, base_offset=base_offset,
+                 last_offset_delta=max(record.offset for record in listed) - base_offset,
+                 base_timestamp_ms=base_timestamp_ms, max_timestamp_ms=max(r.timestamp_ms for r in listed),
+                 record_count=len(listed), leader_epoch=leader_epoch, producer_id=producer_id,
+                 producer_epoch=producer_epoch, base_sequence=base_sequence, control_attributes=control_attributes)
+
+
+class BatchBuilder:
+    """One batch's records encoded as they are appended (a producer's open batch), sealed by ``build``.
+
+    Each record takes the next offset delta (0, 1, ...); its time is kept as
+    a delta from the first record's.  ``size_bytes`` is what the batch holds
+    so far, uncompressed, header included.
+    """
+
+    __slots__ = ("_body", "count", "_base_timestamp_ms", "_max_timestamp_ms")
+
+    def __init__(self) -> None:
+        self._body = bytearray()
+        self.count = 0
+        self._base_timestamp_ms = 0
+        self._max_timestamp_ms = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return HEADER_BYTES + len(self._body)
+
+    def append(self, timestamp_ms: int, key: bytes | None, value: bytes | None, headers: Headers = ()) -> int:
+        """Encode one record; its offset delta in the batch."""
+        index = self.count
+        if index == 0:
+            self._base_timestamp_ms = self._max_timestamp_ms = timestamp_ms
+        elif timestamp_ms > self._max_timestamp_ms:
+            self._max_timestamp_ms = timestamp_ms
+        delta = timestamp_ms - self._base_timestamp_ms
+        # The common record (no headers, a value, small numbers) is written from the table in four appends;
+        # _write_record writes any record.
+        if (headers or value is None or index >= _SMALL_MAX or not 0 <= delta < _SMALL_MAX
+                or len(value) >= _SMALL_MAX or key is not None and len(key) >= _SMALL_MAX):
+            _write_record(self._body, index, delta, key, value, headers)
+        else:
+            small = _SMALL
+            if key is None:
+                fields = _ATTRIBUTES + small[delta + 1] + small[index + 1] + _NULL + small[len(value) + 1]
+            else:
+                fields = (_ATTRIBUTES + small[delta + 1] + small[index + 1] + small[len(key) + 1] + key
+                          + small[len(value) + 1])
+            length = len(fields) + len(value) + 1
+            body = self._body
+            body += _varlong_bytes(length)
+            body += fields
+            body += value
+            body += _NO_HEADERS
+        self.count = index + 1
+        return index
+
+    def build(self, *, compression: int = 0, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
+              base_sequence: int = -1, control_attributes: int = 0) -> bytes:
+        """The batch's bytes (base offset 0, as a producer sends it); raises ``ValueError`` when empty."""
+        if not self.count:
+            raise ValueError("a batch holds at least one record")
+        _check_control_attributes(control_attributes)
+        return _seal(self._body, compression=compression, timestamp_type=CREATE_TIME, base_offset=0,
+                     last_offset_delta=self.count - 1, base_timestamp_ms=self._base_timestamp_ms,
+                     max_timestamp_ms=self._max_timestamp_ms, record_count=self.count, leader_epoch=-1,
+                     producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                     control_attributes=control_attributes)
+
+
+def _check_control_attributes(control_attributes: int) -> None:
+    if control_attributes & ~(TRANSACTIONAL | CONTROL):
+        raise ValueError(f"control_attributes {control_attributes:#x}: only 0x10 and 0x20")
+
+
+def _seal(body: bytearray, *, compression: int, timestamp_type: int, base_offset: int, last_offset_delta: int,
+          base_timestamp_ms: int, max_timestamp_ms: int, record_count: int, leader_epoch: int, producer_id: int,
+          producer_epoch: int, base_sequence: int, control_attributes: int) -> bytes:
+    """The batch around the encoded records ``body``: compressed, its header written and its CRC set."""
     region = compress(compression, body)
     attributes = (Compression(compression) | (TIMESTAMP_TYPE_LOG_APPEND if timestamp_type == LOG_APPEND_TIME else 0)
                   | control_attributes)
-    last_offset_delta = max(record.offset for record in listed) - base_offset
-    max_timestamp_ms = max(record.timestamp_ms for record in listed)
     header = BatchHeader(0, base_offset, HEADER_BYTES - LOG_OVERHEAD + len(region), leader_epoch, MAGIC, 0,
                          attributes, last_offset_delta, base_timestamp_ms, max_timestamp_ms, producer_id,
-                         producer_epoch, base_sequence, len(listed))
+                         producer_epoch, base_sequence, record_count)
     data = bytearray(encode_header(header))
     data += region
     write_crc(data, 0, len(data))
@@ -95,63 +173,174 @@ def decode_batches(data: bytes | bytearray | memoryview, *,
         yield header, _read_records(header, decompress(header.attributes & COMPRESSION_MASK, region))
 
 
-def _write_record(out: bytearray, record: Record, base_offset: int, base_timestamp_ms: int) -> None:
-    body = bytearray(b"\x00")  # attributes: unused by records
-    write_varlong(body, record.timestamp_ms - base_timestamp_ms)
-    write_varint(body, record.offset - base_offset)
-    _write_bytes(body, record.key)
-    _write_bytes(body, record.value)
-    write_varint(body, len(record.headers))
-    for key, value in record.headers:
-        _write_bytes(body, key.encode())
-        _write_bytes(body, value)
-    write_varint(out, len(body))
-    out += body
+def _zigzag_bytes(value: int) -> bytes:
+    out = bytearray()
+    write_varlong(out, value)
+    return bytes(out)
 
 
-def _write_bytes(out: bytearray, value: bytes | None) -> None:
+# Zigzag varints of -1 .. _SMALL_MAX - 1 (null lengths, offset and time deltas, lengths of small fields), made
+# once: encoding a record looks its numbers up instead of building them byte by byte.
+_SMALL_MAX = 1 << 13
+_SMALL = [_zigzag_bytes(v) for v in range(-1, _SMALL_MAX)]
+_ATTRIBUTES = b"\x00"  # a record's attributes: unused
+_NO_HEADERS = _SMALL[1]  # header count 0
+_NULL = _SMALL[0]  # the length of a null key or value
+_NULL_BYTE = _NULL[0]
+
+
+def _varlong_bytes(value: int) -> bytes:
+    return _SMALL[value + 1] if -1 <= value < _SMALL_MAX else _zigzag_bytes(value)
+
+
+def _field_bytes(value: bytes | None) -> tuple[bytes, ...]:
     if value is None:
-        write_varint(out, -1)
+        return (_SMALL[0],)
+    return _varlong_bytes(len(value)), value
+
+
+def _write_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Headers) -> None:
+    """Append one record: ``length attributes timestampDelta offsetDelta key value headers``."""
+    small = _SMALL
+    if -1 <= offset_delta < _SMALL_MAX:
+        offset_part = small[offset_delta + 1]
+    elif -(1 << 31) <= offset_delta < 1 << 31:
+        offset_part = _zigzag_bytes(offset_delta)
     else:
-        write_varint(out, len(value))
-        out += value
+        raise ValueError(f"varint {offset_delta} out of the int32 range")
+    if -1 <= timestamp_delta < _SMALL_MAX:
+        timestamp_part = small[timestamp_delta + 1]
+    elif -(1 << 63) <= timestamp_delta < 1 << 63:
+        timestamp_part = _zigzag_bytes(timestamp_delta)
+    else:
+        raise ValueError(f"varlong {timestamp_delta} out of the int64 range")
+    head = _ATTRIBUTES + timestamp_part + offset_part
+    key_part = small[0] if key is None else _varlong_bytes(len(key)) + key
+    if value is None:
+        value_length, value_part = small[0], b""
+    else:
+        value_length, value_part = _varlong_bytes(len(value)), value
+    if headers:
+        parts: list[bytes] = []
+        for name, header_value in headers:
+            parts += _field_bytes(name.encode())
+            parts += _field_bytes(header_value)
+        tail = _varlong_bytes(len(headers)) + b"".join(parts)
+    else:
+        tail = _NO_HEADERS
+    length = len(head) + len(key_part) + len(value_length) + len(value_part) + len(tail)
+    out += _varlong_bytes(length)
+    out += head
+    out += key_part
+    out += value_length
+    out += value_part
+    out += tail
 
 
-def _read_records(header: BatchHeader, records: memoryview) -> list[Record]:
-    out = []
+_new_tuple = tuple.__new__  # builds a Record without its Python-level __new__
+
+
+def _read_records(header: BatchHeader, records: bytes | memoryview) -> list[Record]:
+    """The batch's ``record_count`` records from its (decompressed) region.
+
+    One pass, native varint readers, one bytes slice per key and value; the
+    rest of the record's rules are checked once at its end (its length must
+    match what its fields took).
+    """
+    if isinstance(records, memoryview) and isinstance(records.obj, bytes) and records.nbytes == len(records.obj):
+        data = records.obj  # decompress's view of whole bytes: no copy
+    else:
+        data = records if isinstance(records, bytes) else bytes(records)
+    size = len(data)
+    base_offset = header.base_offset
+    append_time = header.max_timestamp_ms if header.log_append_time else None
+    base_timestamp = header.base_timestamp_ms
+    varint, varlong = read_signed_varint, read_signed_varlong
+    out: list[Record] = []
+    append = out.append
     pos = 0
-    for _ in range(header.record_count):
-        length, pos = read_varint(records, pos)
-        end = pos + length
-        if length < 0 or end > len(records):
-            raise CorruptRecords(f"batch at {header.position}: record of {length} bytes at {pos} runs past its batch")
-        pos += 1  # attributes
-        timestamp_delta, pos = read_varlong(records, pos)
-        offset_delta, pos = read_varint(records, pos)
-        key, pos = _read_bytes(records, pos, end)
-        value, pos = _read_bytes(records, pos, end)
-        count, pos = read_varint(records, pos)
-        headers = []
-        for _ in range(count):
-            name, pos = _read_bytes(records, pos, end)
-            if name is None:
-                raise CorruptRecords(f"batch at {header.position}: a record header without a key")
-            header_value, pos = _read_bytes(records, pos, end)
-            try:
-                headers.append((name.decode(), header_value))
-            except UnicodeDecodeError:
-                raise CorruptRecords(f"batch at {header.position}: a record header key is not UTF-8") from None
-        if pos != end:
-            raise CorruptRecords(f"batch at {header.position}: a record of {length} bytes holds {pos - end + length}")
-        timestamp_ms = header.max_timestamp_ms if header.log_append_time else header.base_timestamp_ms + timestamp_delta
-        out.append(Record(header.base_offset + offset_delta, timestamp_ms, key, value, tuple(headers)))
+    try:
+        # A zigzag varint of one byte (below 0x80) is read here, inline on purpose (a call per field would
+        # cost what it saves); longer ones by kio.
+        for _ in range(header.record_count):
+            byte = data[pos]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            else:
+                length, n = varint(data, pos)
+                pos += n
+            end = pos + length
+            if length < 0 or end > size:
+                raise CorruptRecords(f"batch at {header.position}: record of {length} bytes at {pos} runs past "
+                                     f"its batch")
+            byte = data[pos + 1]  # after the attributes byte
+            if byte < 0x80:
+                timestamp_delta = (byte >> 1) ^ -(byte & 1)
+                pos += 2
+            else:
+                timestamp_delta, n = varlong(data, pos + 1)
+                pos += 1 + n
+            byte = data[pos]
+            if byte < 0x80:
+                offset_delta = (byte >> 1) ^ -(byte & 1)
+                pos += 1
+            else:
+                offset_delta, n = varint(data, pos)
+                pos += n
+            if data[pos] == _NULL_BYTE:
+                key = None
+                pos += 1
+            else:
+                key_length, n = varint(data, pos)
+                pos += n
+                key = None if key_length < 0 else data[pos:pos + key_length]
+                pos += max(key_length, 0)
+            value_length, n = varint(data, pos)
+            pos += n
+            if value_length < 0:
+                value = None
+            else:
+                value = data[pos:pos + value_length]
+                pos += value_length
+            headers: Headers = ()
+            if data[pos] == 0:
+                pos += 1
+            else:
+                header_count, n = varint(data, pos)
+                headers, pos = _read_headers(header, data, pos + n, end, header_count)
+            if pos != end:
+                raise CorruptRecords(f"batch at {header.position}: a record of {length} bytes holds "
+                                     f"{pos - end + length}")
+            append(_new_tuple(Record, (base_offset + offset_delta,
+                                       base_timestamp + timestamp_delta if append_time is None else append_time,
+                                       key, value, headers)))
+    except CorruptRecords:
+        raise
+    except Exception as exc:  # kio raises BufferUnderflow, or ValueError for an over-long varint
+        raise CorruptRecords(f"batch at {header.position}: a varint at {pos}: {exc}") from None
     return out
 
 
-def _read_bytes(records: memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
+def _read_headers(header: BatchHeader, data: bytes, pos: int, end: int, count: int) -> tuple[Headers, int]:
+    headers = []
+    for _ in range(count):
+        name, pos = _read_bytes(data, pos, end)
+        if name is None:
+            raise CorruptRecords(f"batch at {header.position}: a record header without a key")
+        header_value, pos = _read_bytes(data, pos, end)
+        try:
+            headers.append((name.decode(), header_value))
+        except UnicodeDecodeError:
+            raise CorruptRecords(f"batch at {header.position}: a record header key is not UTF-8") from None
+    return tuple(headers), pos
+
+
+def _read_bytes(records: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
     length, pos = read_varint(records, pos)
     if length < 0:
         return None, pos
     if pos + length > end:
         raise CorruptRecords(f"a field of {length} bytes at {pos} runs past its record")
-    return bytes(records[pos:pos + length]), pos + length
+    return records[pos:pos + length], pos + length

@@ -122,16 +122,23 @@ class KafkaConnection:
 
     async def send(self, api: KafkaApi, version: int, body: RequestPayload, *, expect_answer: bool = True,
                    extra_wait_s: float = 0.0,
-                   decode: Callable[[memoryview], ResponsePayload] | None = None) -> ResponsePayload | None:
+                   decode: Callable[[memoryview], ResponsePayload] | None = None,
+                   sent: trio.Event | None = None) -> ResponsePayload | None:
         """Send one request; its decoded answer, or None when ``expect_answer`` is off (Produce, acks 0).
 
         ``extra_wait_s`` lengthens the timeout for a request the broker may
         hold on purpose (a long-poll Fetch, Produce waiting for acks).
+        ``sent`` is set once the request is on the wire (or failed to get
+        there): a caller that pipelines sends the next request after it.
         """
         timeout_s = math.inf if self.request_timeout_s is None else self.request_timeout_s + extra_wait_s
         try:
             with trio.fail_after(timeout_s):
-                waiting = await self._send(api, version, body, expect_answer, decode)
+                try:
+                    waiting = await self._send(api, version, body, expect_answer, decode)
+                finally:
+                    if sent is not None:
+                        sent.set()
                 if waiting is None:
                     return None
                 return await self._receive(waiting)

@@ -1,13 +1,14 @@
 """An idempotent producer's identity: its producer id, epoch and sequence per partition
 (docs/protocol.md §19.1, §19.4).
 
-The id comes from InitProducerId on first use.  A batch carries its
-partition's next sequence, and a retry of it the same bytes (so the leader
-answers a retry whose first answer was lost with the first offset); the
-sequence advances only when the batch is acknowledged.  When a batch fails
-for good, its sequence is lost to the broker's view, so the next batch asks
-for the next epoch (KIP-360: the same id, epoch + 1) and every partition's
-sequence starts again at 0, which the leader accepts under a new epoch.
+The id comes from InitProducerId on first use.  A batch takes its
+partition's next sequence when it is sent (batches of a partition go out in
+order, several in flight, §19.4), and a retry of it the same bytes (so the
+leader answers a retry whose first answer was lost with the first offset).
+When a batch fails for good, its sequence is lost to the broker's view, so
+the next batch asks for the next epoch (KIP-360: the same id, epoch + 1) and
+every partition's sequence starts again at 0, which the leader accepts under
+a new epoch.
 
 A transactional producer's identity is *managed*: its transaction manager
 asks the transaction coordinator for it (§19.8) and hands it over with
@@ -72,10 +73,12 @@ class Idempotence:
         """The base sequence of the partition's next batch."""
         return self._sequences.get(where, 0)
 
-    def acknowledged(self, where: Where, epoch: int, records: int) -> None:
-        """The partition's batch of ``records`` stamped with ``epoch`` is stored."""
-        if epoch == self.epoch:
-            self._sequences[where] = next_sequence(self.sequence(where), records)
+    def take(self, where: Where, records: int) -> int:
+        """The base sequence of the partition's batch of ``records`` being sent now; the next batch's
+        follows it.  Call it right after ``stamp``, with no await between, in the order batches go out."""
+        sequence = self.sequence(where)
+        self._sequences[where] = next_sequence(sequence, records)
+        return sequence
 
     def failed(self) -> None:
         """A batch failed for good: the next one starts a new epoch."""

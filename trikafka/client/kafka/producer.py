@@ -1,10 +1,11 @@
 """A Trio producer of the Apache Kafka protocol: batches per partition, acks 0/1/-1, compression (§16.4, §16.6).
 
 ``send`` puts a record in its partition's open batch and waits for the batch's
-answer.  A batch goes out when it reaches ``batch_max_bytes`` or when
-``linger_s`` has passed since its first record; batches of one partition go
-out one at a time, in the order they closed, each as a v2 record batch built by
-``trikafka.kafka.records``.  A batch whose leader moved is sent again to the
+answer.  A record is encoded into its batch as it is put there
+(``trikafka.kafka.records.BatchBuilder``).  A batch goes out when it reaches
+``batch_max_bytes`` or when ``linger_s`` has passed since its first record;
+batches of one partition go out in the order they closed, up to
+``max_in_flight`` of them awaiting their answers at once (§19.4).  A batch whose leader moved is sent again to the
 new leader (``KafkaClient.call_leader``).  Under acks -1 the producer is
 idempotent unless told otherwise (§19.4): its batches carry a producer id
 and per-partition sequences (``Idempotence``), so a retry is stored once.
@@ -28,7 +29,7 @@ from trikafka.client.errors import BrokerProtocolError
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.compression import Compression
-from trikafka.kafka.records import Headers, Record, build_batch
+from trikafka.kafka.records import BatchBuilder, Headers
 
 from . import schema
 from .client import KafkaClient
@@ -47,16 +48,20 @@ ACKS_NONE = 0
 ACKS_LEADER = 1
 ACKS_ALL = -1
 DEFAULT_LINGER_S = 0.005
-DEFAULT_BATCH_MAX_BYTES = 16 * 1024
+# Larger than Kafka's Java default (16 KiB) and below librdkafka's (1 MB) and the broker's default
+# max.message.bytes (1 MiB): a request costs both sides far more than a record (client_bench's CPU figures).
+DEFAULT_BATCH_MAX_BYTES = 256 * 1024
 DEFAULT_ACK_TIMEOUT_S = 30.0
+DEFAULT_MAX_IN_FLIGHT = 5  # Kafka's max.in.flight.requests.per.connection, the most idempotence allows
 UNKNOWN_OFFSET = -1  # what acks 0 answers: the broker says nothing
-# Per record: Kafka's record framing (length, attributes, deltas, lengths) is at most this many bytes.
-_RECORD_OVERHEAD_BYTES = 21
 
 
-def _check_settings(acks: int, idempotent: bool | None, transactional_id: str | None) -> None:
+def _check_settings(acks: int, idempotent: bool | None, transactional_id: str | None,
+                    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
+    if not 1 <= max_in_flight <= (DEFAULT_MAX_IN_FLIGHT if idempotent is not False and acks == ACKS_ALL else 1000):
+        raise ValueError(f"max_in_flight must be 1 to 5 with idempotence (1 to 1000 without), not {max_in_flight}")
     if idempotent and acks != ACKS_ALL:
         raise ValueError(f"an idempotent producer needs acks -1, not {acks}")
     if transactional_id is not None and (acks != ACKS_ALL or idempotent is False):
@@ -65,17 +70,27 @@ def _check_settings(acks: int, idempotent: bool | None, transactional_id: str | 
 
 @dataclass
 class _Batch:
-    """Records waiting for one partition, and the answer they all wait for."""
+    """Records waiting for one partition, encoded, and the answer they all wait for."""
 
-    records: list[Record] = field(default_factory=list)
-    size_bytes: int = 0
+    records: BatchBuilder = field(default_factory=BatchBuilder)
     sent: trio.Event = field(default_factory=trio.Event)
     base_offset: int = UNKNOWN_OFFSET
     error: BaseException | None = None
 
 
+@dataclass
+class _Lane:
+    """A partition's closed batches, oldest first, and its sends awaiting answers (at most ``slots``)."""
+
+    slots: trio.Semaphore
+    queue: collections.deque[_Batch] = field(default_factory=collections.deque)
+    draining: bool = False  # a task is sending the queue's batches
+
+
 class PendingRecord:
     """A record submitted to its partition's batch: ``await delivered()`` for its (partition, offset)."""
+
+    __slots__ = ("partition", "_batch", "_index")
 
     def __init__(self, partition: int, batch: _Batch, index: int):
         self.partition = partition
@@ -100,7 +115,8 @@ class KafkaProducer:
     replicas under acks -1.  ``idempotent``: number batches so that retries
     are stored once (§19.4); None means "when acks is -1", as Kafka's clients
     default; True with another acks raises ``ValueError``.
-    ``transactional_id`` (with ``transaction_timeout_ms``) makes it
+    ``max_in_flight``: batches of one partition sent and not yet answered
+    (1-5 when idempotent).  ``transactional_id`` (with ``transaction_timeout_ms``) makes it
     transactional (§19.8): ``await init_transactions()`` once, then records
     are sent inside ``async with producer.transaction()``.
     """
@@ -109,8 +125,9 @@ class KafkaProducer:
                  compression: int = Compression.NONE, linger_s: float = DEFAULT_LINGER_S,
                  batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES, ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
                  idempotent: bool | None = None, transactional_id: str | None = None,
-                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS):
-        _check_settings(acks, idempotent, transactional_id)
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT):
+        _check_settings(acks, idempotent, transactional_id, max_in_flight)
         self.idempotence = (Idempotence(client, managed=transactional_id is not None)
                             if idempotent or (idempotent is None and acks == ACKS_ALL) else None)
         self.transactional_id = transactional_id
@@ -122,11 +139,11 @@ class KafkaProducer:
         self.linger_s = linger_s
         self.batch_max_bytes = batch_max_bytes
         self.ack_timeout_s = ack_timeout_s
+        self.max_in_flight = max_in_flight
         self.partitioner = DefaultPartitioner()
         self._nursery = nursery
         self._open: dict[tuple[str, int], _Batch] = {}
-        # Closed batches per partition, oldest first; one task drains each non-empty queue.
-        self._queues: dict[tuple[str, int], collections.deque[_Batch]] = {}
+        self._lanes: dict[tuple[str, int], _Lane] = {}
         self._in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -137,13 +154,16 @@ class KafkaProducer:
                    linger_s: float = DEFAULT_LINGER_S, batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
                    ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
                    idempotent: bool | None = None, transactional_id: str | None = None,
-                   transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS) -> AsyncIterator[KafkaProducer]:
+                   transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                   max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> AsyncIterator[KafkaProducer]:
         """``async with KafkaProducer.open(client, acks=1) as producer``; leaving it flushes."""
-        _check_settings(acks, idempotent, transactional_id)  # raised here, not from inside the nursery's group
+        # raised here, not from inside the nursery's group
+        _check_settings(acks, idempotent, transactional_id, max_in_flight)
         async with trio.open_nursery() as nursery:
             producer = cls(client, nursery, acks=acks, compression=compression, linger_s=linger_s,
                            batch_max_bytes=batch_max_bytes, ack_timeout_s=ack_timeout_s, idempotent=idempotent,
-                           transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms)
+                           transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                           max_in_flight=max_in_flight)
             try:
                 yield producer
                 await producer.flush()
@@ -168,12 +188,22 @@ class KafkaProducer:
 
         Records submitted one after another by one task keep that order in
         their partition; ``await pending.delivered()`` gives (partition, offset).
+        It is a checkpoint only when it closes a batch (to let the batch go out).
         """
         if self.transactions is not None:
             self.transactions.state.check_open()
         if partition is None:
             partition = self.partitioner.partition(topic, key, await self.client.partition_count(topic))
-        batch, index = self._append(topic, partition, key, value, headers, timestamp_ms)
+        where = (topic, partition)
+        batch = self._open.get(where)
+        if batch is None:
+            batch = self._open_batch(where)
+        records = batch.records
+        index = records.append(int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, key, value,
+                               headers)
+        if records.size_bytes >= self.batch_max_bytes:
+            self._ship(where)
+            await trio.lowlevel.checkpoint()  # let the batch's sender run
         return PendingRecord(partition, batch, index)
 
     # ------------------------------------------------------------------ transactions (§19.8)
@@ -224,22 +254,11 @@ class KafkaProducer:
             self._ship(key)
         await self._idle.wait()
 
-    def _append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Headers,
-                timestamp_ms: int | None) -> tuple[_Batch, int]:
-        where = (topic, partition)
-        batch = self._open.get(where)
-        if batch is None:
-            batch = self._open[where] = _Batch()
-            self._started()
-            self._nursery.start_soon(self._linger, where, batch)
-        index = len(batch.records)
-        when_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-        batch.records.append(Record(index, when_ms, key, value, headers))
-        batch.size_bytes += _RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"") + sum(
-            len(k) + len(v or b"") + 10 for k, v in headers)
-        if batch.size_bytes >= self.batch_max_bytes:
-            self._ship(where)
-        return batch, index
+    def _open_batch(self, where: tuple[str, int]) -> _Batch:
+        batch = self._open[where] = _Batch()
+        self._started()
+        self._nursery.start_soon(self._linger, where, batch)
+        return batch
 
     async def _linger(self, where: tuple[str, int], batch: _Batch) -> None:
         await trio.sleep(self.linger_s)
@@ -248,42 +267,55 @@ class KafkaProducer:
 
     def _ship(self, where: tuple[str, int]) -> None:
         """Close the open batch of ``where``: queue it behind the partition's earlier batches."""
-        queue = self._queues.setdefault(where, collections.deque())
-        queue.append(self._open.pop(where))
-        if len(queue) == 1:  # no sender is draining this partition's queue: start one
-            self._nursery.start_soon(self._drain, where, queue)
+        lane = self._lanes.get(where)
+        if lane is None:
+            lane = self._lanes[where] = _Lane(trio.Semaphore(self.max_in_flight))
+        lane.queue.append(self._open.pop(where))
+        if not lane.draining:
+            lane.draining = True
+            self._nursery.start_soon(self._drain, where, lane)
 
-    async def _drain(self, where: tuple[str, int], queue: collections.deque[_Batch]) -> None:
-        """Send the partition's batches one at a time, in the order they closed."""
+    async def _drain(self, where: tuple[str, int], lane: _Lane) -> None:
+        """Send the partition's batches in the order they closed, each once the one before is on the
+        wire (so sequences and the wire keep one order), at most ``max_in_flight`` unanswered."""
+        try:
+            while lane.queue:
+                await lane.slots.acquire()
+                on_wire = trio.Event()
+                self._nursery.start_soon(self._send, where, lane, lane.queue.popleft(), on_wire)
+                await on_wire.wait()
+        finally:
+            lane.draining = False
+
+    async def _send(self, where: tuple[str, int], lane: _Lane, batch: _Batch, on_wire: trio.Event) -> None:
+        """Stamp, encode and send one batch, then wait for its answer; every waiting send gets it."""
         topic, partition = where
         idempotence = self.idempotence
         transactions = self.transactions
-        while queue:
-            batch = queue[0]
-            stamped = False
-            try:
-                if transactions is not None:
-                    await transactions.ready_to_send(where)
-                producer_id, epoch = await idempotence.stamp() if idempotence is not None else (-1, -1)
-                sequence = idempotence.sequence(where) if idempotence is not None else -1
-                stamped = True
-                data = build_batch(batch.records, compression=self.compression, producer_id=producer_id,
-                                   producer_epoch=epoch, base_sequence=sequence,
-                                   control_attributes=0 if transactions is None else TRANSACTIONAL)
-                batch.base_offset = await self.client.call_leader(
-                    topic, partition, lambda connection: self._produce(connection, topic, partition, data))
-                if idempotence is not None:
-                    idempotence.acknowledged(where, epoch, len(batch.records))
-            except Exception as exc:  # every waiting send raises it
-                batch.error = exc if transactions is None else transactions.batch_failed(exc)
-                if idempotence is not None and stamped:  # a batch never stamped took no sequence
-                    idempotence.failed()
-            finally:
-                queue.popleft()
-                batch.sent.set()
-                self._finished()
+        stamped = False
+        try:
+            if transactions is not None:
+                await transactions.ready_to_send(where)
+            producer_id, epoch = await idempotence.stamp() if idempotence is not None else (-1, -1)
+            sequence = idempotence.take(where, batch.records.count) if idempotence is not None else -1
+            stamped = True
+            data = batch.records.build(compression=self.compression, producer_id=producer_id,
+                                       producer_epoch=epoch, base_sequence=sequence,
+                                       control_attributes=0 if transactions is None else TRANSACTIONAL)
+            batch.base_offset = await self.client.call_leader(
+                topic, partition, lambda connection: self._produce(connection, topic, partition, data, on_wire))
+        except Exception as exc:  # every waiting send raises it
+            batch.error = exc if transactions is None else transactions.batch_failed(exc)
+            if idempotence is not None and stamped:  # a batch never stamped took no sequence
+                idempotence.failed()
+        finally:
+            on_wire.set()
+            lane.slots.release()
+            batch.sent.set()
+            self._finished()
 
-    async def _produce(self, connection: KafkaConnection, topic: str, partition: int, data: bytes) -> int:
+    async def _produce(self, connection: KafkaConnection, topic: str, partition: int, data: bytes,
+                       on_wire: trio.Event) -> int:
         """One Produce of one batch; the base offset the broker assigned (-1 under acks 0)."""
         api = KafkaApi.PRODUCE
         version = connection.version(api)
@@ -291,7 +323,7 @@ class KafkaProducer:
                             timeout=datetime.timedelta(seconds=self.ack_timeout_s),
                             topic_data=[{"name": topic, "partition_data": [{"index": partition, "records": data}]}])
         answer = await connection.send(api, version, body, expect_answer=self.acks != ACKS_NONE,
-                                       extra_wait_s=self.ack_timeout_s)
+                                       extra_wait_s=self.ack_timeout_s, sent=on_wire)
         if answer is None:
             return UNKNOWN_OFFSET
         for topic_answer in schema.field(answer, "responses", ()):
