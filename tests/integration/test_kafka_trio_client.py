@@ -119,6 +119,10 @@ async def test_a_partitions_batches_are_pipelined_up_to_max_in_flight_and_stored
     topic = f"trio-in-flight-{max_in_flight}-{acks}"
     unanswered, most = 0, 0
     send = KafkaConnection.send
+    # The answers are held from the producer until max_in_flight requests are out: how many it sends
+    # before an answer comes back is then the producer's doing, not the broker's speed. A producer
+    # that never pipelined would wait here for ever (the fail_after below).
+    all_out = trio.Event()
 
     async def counting_send(self: KafkaConnection, api: KafkaApi, *args: object, **kwargs: object) -> object:
         nonlocal unanswered, most
@@ -126,18 +130,23 @@ async def test_a_partitions_batches_are_pipelined_up_to_max_in_flight_and_stored
             return await send(self, api, *args, **kwargs)  # type: ignore[arg-type]
         unanswered += 1
         most = max(most, unanswered)
+        if unanswered == max_in_flight:
+            all_out.set()
         try:
-            return await send(self, api, *args, **kwargs)  # type: ignore[arg-type]
+            answer = await send(self, api, *args, **kwargs)  # type: ignore[arg-type]
+            await all_out.wait()
+            return answer
         finally:
             unanswered -= 1
 
     async with KafkaClient(kafka.bootstrap) as client:
         await _create(client, topic, 1)
         monkeypatch.setattr(KafkaConnection, "send", counting_send)
-        async with KafkaProducer.open(client, acks=acks, batch_max_bytes=200, max_in_flight=max_in_flight,
-                                      linger_s=1.0) as producer:
-            pending = [await producer.submit(topic, b"%04d" % i) for i in range(500)]
-            delivered = [await p.delivered() for p in pending]
+        with trio.fail_after(30):
+            async with KafkaProducer.open(client, acks=acks, batch_max_bytes=200, max_in_flight=max_in_flight,
+                                          linger_s=1.0) as producer:
+                pending = [await producer.submit(topic, b"%04d" % i) for i in range(500)]
+                delivered = [await p.delivered() for p in pending]
         monkeypatch.undo()
         assert delivered == [(0, i) for i in range(500)]
         assert most == max_in_flight
