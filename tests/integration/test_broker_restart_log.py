@@ -32,11 +32,16 @@ def commit_an_offset(bootstrap: str) -> None:
 
 async def test_a_restart_with_many_partitions_writes_a_line_a_phase(tmp_path, zk_chroot):
     ready_file = tmp_path / "port"
-    serve = ("serve", "--zookeeper", zk_chroot, "--broker-id", "0", *ZK_FLAGS, "--port", "0", "--kafka-port", "0",
-             "--log-dir", str(tmp_path / "data"), "--ready-file", str(ready_file))
-    async with child_process(*serve) as broker:
+
+    def serve(port: int, kafka_port: int) -> tuple[str, ...]:
+        return ("serve", "--zookeeper", zk_chroot, "--broker-id", "0", *ZK_FLAGS, "--port", str(port),
+                "--kafka-port", str(kafka_port), "--log-dir", str(tmp_path / "data"), "--ready-file", str(ready_file))
+
+    async with child_process(*serve(0, 0)) as broker:
         await broker.wait_for_stderr(READY_MARKER)
-        bootstrap = f"127.0.0.1:{read_ready_file(str(ready_file))[1]}"
+        port, kafka_port = read_ready_file(str(ready_file))
+        assert kafka_port is not None
+        bootstrap = f"127.0.0.1:{kafka_port}"
         async with child_process("topics", "create", "events", "--partitions", str(PARTITIONS),
                                  "--replication-factor", "1", "--kafka", bootstrap) as create:
             assert await create.wait() == 0, create.stderr.decode()
@@ -44,7 +49,9 @@ async def test_a_restart_with_many_partitions_writes_a_line_a_phase(tmp_path, zk
         broker.signal(signal.SIGKILL)  # the restart recovers every log, without a checkpoint in most
         await broker.wait()
     ready_file.unlink()
-    async with child_process(*serve) as broker:
+    # The same ports, as a restarted broker has: its previous session's registration, which names
+    # them, is then known for its own and waited out (§8), not taken for another broker's.
+    async with child_process(*serve(port, kafka_port)) as broker:
         with trio.fail_after(START_TIMEOUT_S):
             await broker.wait_for_stderr(READY_MARKER)
         bootstrap = f"127.0.0.1:{read_ready_file(str(ready_file))[1]}"
