@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from trikafka.kafka.batch import (HEADER_BYTES, BatchError, assign_offsets, check_follows, encode_header, read_header,
-                                  scan_valid_prefix, validate_batches, walk_headers, write_crc)
+from trikafka.kafka.batch import (CONTROL, HEADER_BYTES, TRANSACTIONAL, BatchError, assign_offsets, check_follows,
+                                  encode_header, padding_batch_head, read_header, scan_valid_prefix, validate_batches,
+                                  walk_headers, write_crc)
 from trikafka.kafka.compression import Compression
+from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import Record, build_batch, decode_batches
 
 LIMIT = 1 << 20
@@ -44,6 +46,43 @@ def test_a_partial_batch_is_corrupt_on_append_and_cut_by_recovery():
     assert scan_valid_prefix(data) == len(data)
 
 
+def test_a_part_that_ends_inside_its_last_batch_keeps_only_the_whole_ones():
+    # Every cut of the last batch, those shorter than its header included: an append refuses the
+    # part as corrupt (never a struct error), recovery and the index walk keep the batches before it.
+    data = three_batches()
+    last = list(walk_headers(data))[-1]
+    for cut in range(last.position + 1, len(data)):
+        with pytest.raises(BatchError) as caught:
+            validate_batches(data[:cut], max_batch_bytes=LIMIT)
+        assert caught.value.kind == BatchError.CORRUPT, cut
+        assert scan_valid_prefix(data[:cut]) == last.position, cut
+        assert [h.end for h in walk_headers(data[:cut])][-1] == last.position, cut
+
+
+@pytest.mark.parametrize("size", [HEADER_BYTES, HEADER_BYTES + 1, HEADER_BYTES + 7])
+def test_a_batch_of_its_header_alone_or_a_few_bytes_more_is_whole(size):
+    # The smallest batch is its 61-byte header (a cleaner's padding batch with no body, §16.6.1);
+    # at the end of the bytes it is read as whole by the append, recovery and the index walk, and
+    # its CRC covers every zero after the header.
+    padding = padding_batch_head(6, 1, 0, size) + bytes(size - HEADER_BYTES)
+    data = three_batches() + padding
+    headers = validate_batches(data, max_batch_bytes=LIMIT, allow_padding=True)
+    assert [h.end for h in headers][-2:] == [len(data) - size, len(data)]
+    assert scan_valid_prefix(data) == len(data)
+    assert [h.end for h in walk_headers(data)] == [h.end for h in headers]
+
+
+def test_a_length_past_the_end_is_cut_even_with_a_matching_crc():
+    # A torn write whose length field promises more bytes than the segment holds: recovery never
+    # keeps bytes past the end of the data, whatever the CRC over the bytes there says.
+    whole = three_batches()
+    torn = bytearray(build_batch([b"x" * 30], timestamp_ms=1))
+    torn[8:12] = (len(torn) - 12 + 100).to_bytes(4, "big")  # batchLength: 100 bytes more than written
+    write_crc(torn, 0, len(torn))
+    assert scan_valid_prefix(whole + torn) == len(whole)
+    assert [h.end for h in walk_headers(whole + torn)][-1] == len(whole)
+
+
 def test_too_large():
     data = build_batch([b"x" * 500], timestamp_ms=1)
     with pytest.raises(BatchError) as caught:
@@ -68,6 +107,19 @@ def test_fields_that_break_a_rule_are_refused(field, value, kind):
     with pytest.raises(BatchError) as caught:
         validate_batches(_with(**{field: value}), max_batch_bytes=LIMIT)
     assert caught.value.kind == kind
+
+
+def test_the_leaders_markers_pass_and_nothing_else_escapes_the_rules():
+    # A marker is a control batch with records (§19.6), one record as a leader writes it: the
+    # leader's own markers are let through; an empty control batch that is not the cleaner's
+    # padding, and a data batch beside the markers, are still held to §16.6's rules.
+    marker = build_marker(7, 0, True, coordinator_epoch=1, timestamp_ms=1)
+    [header] = validate_batches(marker, max_batch_bytes=LIMIT, allow_markers=True)
+    assert header.record_count == 1
+    for data in (_with(attributes=CONTROL | TRANSACTIONAL, record_count=0), _with(last_offset_delta=5)):
+        with pytest.raises(BatchError) as caught:
+            validate_batches(marker + data, max_batch_bytes=LIMIT, allow_markers=True)
+        assert caught.value.kind == BatchError.INVALID
 
 
 def test_an_idempotent_batch_passes_the_codec_the_log_checks_its_sequence():
