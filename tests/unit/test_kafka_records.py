@@ -96,6 +96,17 @@ def test_kafka_python_reads_our_batches(codec):
     assert got == RECORDS
 
 
+def test_an_uncompressed_batch_is_kafka_pythons_byte_for_byte():
+    # The records' wire form (§16.6) as another implementation writes it: a null key, value or
+    # header value is the length -1, an empty one 0; the header fields and the CRC agree too.
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for record in RECORDS:
+        builder.append(record.offset - 10, record.timestamp_ms, record.key, record.value, list(record.headers))
+    ours = build_batch([r._replace(offset=r.offset - 10) for r in RECORDS], leader_epoch=0)
+    assert ours == bytes(builder.build())
+
+
 def rebuilt(data: bytes, region: bytes, compression: int) -> bytes:
     """``data``'s batch with ``region`` as its records bytes and ``compression`` in its attributes."""
     header = read_header(data)
