@@ -12,7 +12,7 @@ from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import build_batch
 from trikafka.log import Log, OffsetAssignment
-from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates
+from trikafka.log.producer_state import ProducerStates
 
 PID = 42
 
@@ -53,10 +53,14 @@ def test_the_leaders_table():
 
 
 def test_only_the_last_five_batches_are_remembered():
+    # Five, as Kafka: a producer has at most five requests in flight (max.in.flight.requests.per.
+    # connection), so a retry is of one of its last five batches and is answered as a duplicate.
     log, *_ = v2_log()
-    for seq in range(CACHED_BATCHES + 1):
+    for seq in range(6):
         lead(log, idempotent(seq))
-    assert lead(log, idempotent(CACHED_BATCHES)).logical_offset == CACHED_BATCHES  # still cached
+    assert [b.first_seq for b in log.producers.entry(PID).batches] == [1, 2, 3, 4, 5]
+    assert lead(log, idempotent(1)).logical_offset == 1  # the oldest still cached
+    assert lead(log, idempotent(5)).logical_offset == 5
     assert kind_of(log, idempotent(0)) == BatchError.OUT_OF_ORDER_SEQUENCE  # too old to tell
 
 
@@ -112,6 +116,23 @@ def test_a_fold_of_the_segments_is_the_state_the_appends_left(steps):
         {p: (e.epoch, e.batches) for p, e in log.producers.entries.items()}
     for pid, entry in log.producers.entries.items():
         assert entry.batches[-1].last_seq == next_seq[pid] - 1
+
+
+def test_the_next_base_sequence_continues_the_producers_last_batch():
+    # What the broker numbers its own batches of a producer with (TxnOffsetCommit, §19.5.4): 0 for a
+    # producer new here, at another epoch, or whose sequence is no longer known; else the sequence
+    # after its last batch's last one, wrapping after the largest int32.
+    log, *_ = v2_log()
+    assert log.producers.next_base_sequence(PID, 0) == 0
+    lead(log, idempotent(0, 3))
+    assert log.producers.next_base_sequence(PID, 0) == 3
+    assert log.producers.next_base_sequence(PID, 1) == 0
+    lead(log, idempotent(2**31 - 2, 2, pid=7))
+    assert log.producers.next_base_sequence(7, 0) == 0
+    lead(log, idempotent(0, pid=7))
+    assert log.producers.next_base_sequence(7, 0) == 1
+    lead_marker(log, marker(False, epoch=1))  # the coordinator's bump: the next epoch starts over
+    assert log.producers.entry(PID).batches == [] and log.producers.next_base_sequence(PID, 1) == 0
 
 
 def test_batches_without_a_producer_take_no_part():
@@ -306,9 +327,11 @@ def test_a_truncated_segment_gives_the_last_write_it_keeps():
     log, *_ = v2_log()
     lead_txn(log, txn_batch(0, timestamp_ms=10))  # 0
     lead_marker(log, marker(True, timestamp_ms=30))  # 1
-    lead(log, idempotent(1, timestamp_ms=40))  # 2
-    lead_marker(log, marker(True, pid=7, timestamp_ms=50))  # 3: another producer's
-    log.truncate_to(log.kafka_offsets.position_of(3))
+    lead(log, idempotent(1, 3, timestamp_ms=40))  # 2..4: one batch of three records
+    lead_marker(log, marker(True, pid=7, timestamp_ms=50))  # 5: another producer's
+    # a batch's last offset is its base plus lastOffsetDelta: the marker at 1 is before it
+    assert [(b.base_offset, b.last_offset) for b in log.producers.entry(PID).batches] == [(0, 0), (2, 4)]
+    log.truncate_to(log.kafka_offsets.position_of(5))
     assert last_writes(log) == {PID: 40}
     log.truncate_to(log.kafka_offsets.position_of(2))
     assert last_writes(log) == {PID: 30}  # the marker after its last kept batch
