@@ -4,10 +4,12 @@ leader's rewrite of offsets, epoch and append time, and what crash recovery keep
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from trikafka.kafka.batch import (CONTROL, HEADER_BYTES, TRANSACTIONAL, BatchError, assign_offsets, check_follows,
-                                  encode_header, padding_batch_head, read_header, scan_valid_prefix, validate_batches,
-                                  walk_headers, write_crc)
+from trikafka.kafka.batch import (CONTROL, HEADER_BYTES, PADDING, TRANSACTIONAL, BatchError, assign_offsets, batch_crc,
+                                  check_follows, encode_header, is_padding, padding_batch_head, read_header,
+                                  scan_valid_prefix, validate_batches, walk_headers, whole_batches_bytes, write_crc)
 from trikafka.kafka.compression import Compression
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import Record, build_batch, decode_batches
@@ -35,6 +37,12 @@ def test_a_corrupt_byte_is_corrupt(position):
     assert scan_valid_prefix(data) == 0
 
 
+@pytest.mark.parametrize("codec", list(Compression), ids=lambda c: c.name)
+def test_every_codec_is_accepted(codec):
+    [header] = validate_batches(build_batch([b"x", b"y"], compression=codec, timestamp_ms=1), max_batch_bytes=LIMIT)
+    assert header.compression == codec
+
+
 def test_a_partial_batch_is_corrupt_on_append_and_cut_by_recovery():
     data = three_batches()
     whole = len(data) - 5
@@ -57,6 +65,8 @@ def test_a_part_that_ends_inside_its_last_batch_keeps_only_the_whole_ones():
         assert caught.value.kind == BatchError.CORRUPT, cut
         assert scan_valid_prefix(data[:cut]) == last.position, cut
         assert [h.end for h in walk_headers(data[:cut])][-1] == last.position, cut
+        assert whole_batches_bytes(data[:cut]) == last.position, cut  # a follower's read: the cut tail
+    assert whole_batches_bytes(data) == len(data)
 
 
 @pytest.mark.parametrize("size", [HEADER_BYTES, HEADER_BYTES + 1, HEADER_BYTES + 7])
@@ -146,3 +156,29 @@ def test_assign_offsets_rewrites_what_the_leader_owns(append_time_ms):
     decoded = [(r.offset, r.timestamp_ms, r.value) for _, records in decode_batches(data) for r in records]
     times = [9_999] * 6 if append_time_ms else [101, 101, 102, 102, 103, 103]
     assert decoded == [(40 + i, t, v) for i, (t, v) in enumerate(zip(times, [b"a", b"b", b"aa", b"b", b"aaa", b"b"]))]
+
+
+# -- the cleaner's padding batches (§16.6.1) -------------------------------------------------------
+
+
+@given(base=st.integers(0, 1 << 40), covered=st.integers(1, 1000), epoch=st.integers(-1, 1 << 20),
+       size=st.integers(HEADER_BYTES, 5000))
+@settings(max_examples=60, deadline=None)
+def test_a_padding_batch_is_a_valid_batch_covering_its_offsets(base, covered, epoch, size):
+    data = padding_batch_head(base, covered, epoch, size) + bytes(size - HEADER_BYTES)
+    header = read_header(data)
+    assert header.size == size and header.base_offset == base and header.next_offset == base + covered
+    assert header.leader_epoch == epoch and header.record_count == 0 and header.max_timestamp_ms == -1
+    assert header.attributes == CONTROL | PADDING and is_padding(header)
+    assert batch_crc(data, 0, size) == header.crc  # the CRC covers the zeros
+    assert scan_valid_prefix(data) == size  # the recovery scan keeps it
+    assert validate_batches(data, max_batch_bytes=size, allow_padding=True) == [header]
+    with pytest.raises(BatchError):  # a producer may never send one
+        validate_batches(data, max_batch_bytes=size)
+
+
+def test_a_padding_batch_needs_its_header_and_one_offset():
+    with pytest.raises(ValueError):
+        padding_batch_head(0, 1, 0, HEADER_BYTES - 1)
+    with pytest.raises(ValueError):
+        padding_batch_head(0, 0, 0, 100)
