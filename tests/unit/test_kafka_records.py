@@ -3,6 +3,8 @@ every codec."""
 
 from __future__ import annotations
 
+import time
+
 import cramjam
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -39,6 +41,12 @@ def test_round_trip(codec):
 def test_bare_values_get_the_next_offsets_and_one_time():
     data = build_batch([b"a", None, b"c"], base_offset=7, timestamp_ms=1234)
     assert decode_all(data) == [Record(7, 1234, None, b"a"), Record(8, 1234, None, None), Record(9, 1234, None, b"c")]
+
+
+def test_bare_values_without_a_time_are_stamped_now_in_ms():
+    before_ms = int(time.time() * 1000)
+    [record] = decode_all(build_batch([b"a"]))
+    assert before_ms <= record.timestamp_ms <= int(time.time() * 1000)
 
 
 def test_log_append_time_gives_every_record_the_batch_time():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.helpers.kafka_batches import lead_verified, stored, v2_log
-from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header
+from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header, validate_batches
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import build_batch
 from trikafka.log import Log, OffsetAssignment
@@ -79,6 +79,25 @@ def test_a_request_with_duplicates_and_new_batches_appends_nothing():
     assert kind_of(log, idempotent(0) + idempotent(1)) == BatchError.OUT_OF_ORDER_SEQUENCE
     assert stored(log) == before
     assert lead(log, idempotent(1) + idempotent(2)).logical_offset == 1  # in order within one part
+
+
+def test_a_retried_request_is_answered_with_its_first_batchs_offset():
+    # A request of several batches retried whole (§19.3): every batch is a duplicate, nothing is
+    # written, and the answer is the base offset of the first; a marker is no duplicate, so beside one
+    # the part is out of order.
+    log, *_ = v2_log()
+    lead(log, idempotent(0, pid=7))
+    request = idempotent(0, 2) + idempotent(2, 3)
+    assert lead(log, request).logical_offset == 1
+    before = stored(log)
+    assert lead(log, request).logical_offset == 1
+    assert stored(log) == before
+    duplicate, fresh = idempotent(0, pid=7), idempotent(1, pid=7)
+    assert log.producers.check(validate_batches(duplicate, max_batch_bytes=1 << 20)) == 0  # alone: a duplicate
+    for part in (marker(True) + duplicate, marker(True) + duplicate + fresh):
+        with pytest.raises(BatchError) as caught:
+            log.producers.check(validate_batches(part, max_batch_bytes=1 << 20, allow_markers=True))
+        assert caught.value.kind == BatchError.OUT_OF_ORDER_SEQUENCE
 
 
 def test_the_state_is_rebuilt_from_the_log_when_it_opens():
