@@ -35,6 +35,8 @@ def test_varint_round_trip(value, before):
 @given(int64s)
 @example(2**63 - 1)
 @example(-2**63)
+@example(-64)  # zigzag 127: the largest value of one byte
+@example(64)  # zigzag 128: the smallest of two
 def test_varlong_round_trip_and_kafka_pythons_bytes(value):
     out = bytearray()
     write_varlong(out, value)
@@ -46,11 +48,14 @@ def test_varlong_round_trip_and_kafka_pythons_bytes(value):
 
 @given(st.integers(0, UINT32_MAX))
 @example(2**32 - 1)
+@example(127)
+@example(128)
 def test_uvarint_round_trip(value):
     out = bytearray()
     write_uvarint(out, value)
     assert read_uvarint(bytes(out), 0) == (value, len(out))
     assert all(b & 0x80 for b in out[:-1]) and not out[-1] & 0x80
+    assert len(out) == max(1, -(-value.bit_length() // 7))  # the shortest form: 7 bits a byte
 
 
 @given(st.one_of(st.integers(max_value=INT32_MIN - 1), st.integers(min_value=INT32_MAX + 1)))

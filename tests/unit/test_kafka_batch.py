@@ -168,7 +168,9 @@ def test_a_padding_batch_is_a_valid_batch_covering_its_offsets(base, covered, ep
     data = padding_batch_head(base, covered, epoch, size) + bytes(size - HEADER_BYTES)
     header = read_header(data)
     assert header.size == size and header.base_offset == base and header.next_offset == base + covered
-    assert header.leader_epoch == epoch and header.record_count == 0 and header.max_timestamp_ms == -1
+    assert header.leader_epoch == epoch and header.record_count == 0
+    assert (header.base_timestamp_ms, header.max_timestamp_ms) == (-1, -1)  # no time, no producer
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (-1, -1, -1)
     assert header.attributes == CONTROL | PADDING and is_padding(header)
     assert batch_crc(data, 0, size) == header.crc  # the CRC covers the zeros
     assert scan_valid_prefix(data) == size  # the recovery scan keeps it

@@ -49,7 +49,8 @@ def test_the_leaders_table():
     assert kind_of(log, idempotent(5, epoch=0)) == BatchError.INVALID_PRODUCER_EPOCH  # fenced
     assert kind_of(log, idempotent(0, epoch=-1)) == BatchError.INVALID
     assert lead(log, idempotent(0, pid=7)).logical_offset == 6  # another producer has its own sequence
-    assert stored(log)[len(before):].count(b"42-0-") == 0 and log.kafka_offsets.next_offset == 7
+    assert lead(log, idempotent(9, epoch=2, pid=8)).logical_offset == 7  # new here: any epoch and sequence
+    assert stored(log)[len(before):].count(b"42-0-") == 0 and log.kafka_offsets.next_offset == 8
 
 
 def test_only_the_last_five_batches_are_remembered():
