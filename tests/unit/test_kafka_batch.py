@@ -161,6 +161,17 @@ def test_assign_offsets_rewrites_what_the_leader_owns(append_time_ms):
 # -- the cleaner's padding batches (§16.6.1) -------------------------------------------------------
 
 
+def test_only_a_padding_batch_escapes_the_rules_in_a_followers_part():
+    # Padding is the control and padding bits on a batch of no records (§16.6.1); a follower's part
+    # may hold it, but neither an empty data batch nor a batch with the padding bits and records.
+    padding = padding_batch_head(0, 1, 0, HEADER_BYTES)
+    for impostor in (_with(record_count=0), _with(attributes=CONTROL | PADDING)):
+        assert not is_padding(read_header(impostor))
+        with pytest.raises(BatchError) as caught:
+            validate_batches(padding + impostor, max_batch_bytes=LIMIT, allow_padding=True)
+        assert caught.value.kind == BatchError.INVALID
+
+
 @given(base=st.integers(0, 1 << 40), covered=st.integers(1, 1000), epoch=st.integers(-1, 1 << 20),
        size=st.integers(HEADER_BYTES, 5000))
 @settings(max_examples=60, deadline=None)
