@@ -58,28 +58,14 @@ def test_uvarint_round_trip(value):
     assert len(out) == max(1, -(-value.bit_length() // 7))  # the shortest form: 7 bits a byte
 
 
-@given(st.one_of(st.integers(max_value=INT32_MIN - 1), st.integers(min_value=INT32_MAX + 1)))
-@example(2**31)
-@example(-2**31 - 1)
-def test_a_varint_out_of_range_is_refused(value):
-    with pytest.raises(ValueError):
-        write_varint(bytearray(), value)
-
-
-@given(st.one_of(st.integers(max_value=INT64_MIN - 1), st.integers(min_value=INT64_MAX + 1)))
-@example(2**63)
-@example(-2**63 - 1)
-def test_a_varlong_out_of_range_is_refused(value):
-    with pytest.raises(ValueError):
-        write_varlong(bytearray(), value)
-
-
-@given(st.one_of(st.integers(max_value=-1), st.integers(min_value=UINT32_MAX + 1)))
-@example(2**32)
-@example(-1)
-def test_an_unsigned_varint_out_of_range_is_refused(value):
-    with pytest.raises(ValueError):
-        write_uvarint(bytearray(), value)
+@pytest.mark.parametrize("write, low, high", [(write_varint, -2**31, 2**31 - 1), (write_varlong, -2**63, 2**63 - 1),
+                                               (write_uvarint, 0, 2**32 - 1)], ids=["varint", "varlong", "uvarint"])
+@given(st.data())
+def test_a_value_out_of_its_range_is_refused(write, low, high, data):
+    drawn = data.draw(st.one_of(st.integers(max_value=low - 1), st.integers(min_value=high + 1)))
+    for value in (low - 1, high + 1, drawn):
+        with pytest.raises(ValueError):
+            write(bytearray(), value)
 
 
 @given(int32s, st.data())
