@@ -12,7 +12,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from trikafka.kafka.batch import HEADER_BYTES, LOG_OVERHEAD, encode_header, read_header, write_crc
 from trikafka.kafka.compression import Compression, compress, decompress
 from trikafka.kafka.errors import CorruptRecords
-from trikafka.kafka.records import LOG_APPEND_TIME, Record, build_batch, decode_batches
+from trikafka.kafka.records import CREATE_TIME, LOG_APPEND_TIME, Record, build_batch, decode_batches
 from trikafka.wire import compression as wire_compression
 
 CODECS = list(Compression)
@@ -54,6 +54,13 @@ def test_log_append_time_gives_every_record_the_batch_time():
     [(header, records)] = list(decode_batches(data))
     assert header.log_append_time
     assert {r.timestamp_ms for r in records} == {header.max_timestamp_ms}
+
+
+@pytest.mark.parametrize("timestamp_type", [CREATE_TIME, LOG_APPEND_TIME])
+def test_the_timestamp_types_are_kafkas_codes(timestamp_type):
+    # 0 CreateTime, 1 LogAppendTime, as Kafka's clients report them (and Spark's timestampType column)
+    data = build_batch(RECORDS, base_offset=10, timestamp_type=timestamp_type)
+    assert DefaultRecordBatch(data).timestamp_type == timestamp_type
 
 
 def test_producer_fields():
