@@ -111,8 +111,8 @@ def _with(**fields):
 
 @pytest.mark.parametrize("field, value, kind", [
     ("record_count", 0, BatchError.INVALID), ("last_offset_delta", 5, BatchError.INVALID),
-    ("attributes", 0x20, BatchError.INVALID), ("attributes", 6, BatchError.INVALID),
-    ("attributes", 0x10, BatchError.TRANSACTIONAL)])
+    ("attributes", 0x20, BatchError.INVALID), ("attributes", 0x10, BatchError.TRANSACTIONAL),
+    *[("attributes", codec, BatchError.INVALID) for codec in (5, 6, 7)]])  # codecs past zstd (4)
 def test_fields_that_break_a_rule_are_refused(field, value, kind):
     with pytest.raises(BatchError) as caught:
         validate_batches(_with(**{field: value}), max_batch_bytes=LIMIT)
@@ -141,6 +141,9 @@ def test_a_compressed_batch_may_have_gaps_in_its_offset_deltas():
     data = build_batch([Record(0, 1, None, b"a"), Record(4, 1, None, b"b")], compression=Compression.GZIP)
     [header] = validate_batches(data, max_batch_bytes=LIMIT)
     assert (header.record_count, header.last_offset_delta, header.next_offset) == (2, 4, 5)
+    with pytest.raises(BatchError) as caught:  # gaps, but never before the base offset
+        validate_batches(_with(attributes=Compression.GZIP, last_offset_delta=-1), max_batch_bytes=LIMIT)
+    assert caught.value.kind == BatchError.INVALID
 
 
 @pytest.mark.parametrize("append_time_ms", [None, 9_999])

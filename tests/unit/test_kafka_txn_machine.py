@@ -53,6 +53,11 @@ def test_an_ongoing_transaction_is_aborted_at_the_next_epoch_and_the_client_told
     assert outcome == Write(replace(at(S.ONGOING), producer_epoch=EPOCH + 1, state=S.PREPARE_ABORT,
                                     last_update_timestamp_ms=NOW), E.concurrent_transactions)
     assert isinstance(outcome, Write) and machine.needs_markers(outcome.value)
+    # once committed, the coordinator sees the fence and decides the request again after the abort;
+    # a fence whose write failed is no fence: the request gets the write's error
+    assert machine.fenced(outcome, outcome.answer) and not machine.fenced(outcome, E.not_coordinator)
+    plain = machine.init_producer_id(at(S.EMPTY), False, TIMEOUT, NOW, None)
+    assert isinstance(plain, Write) and not machine.fenced(plain, plain.answer)
 
 
 @pytest.mark.parametrize("current, writing, timeout_ms, expected, error", [

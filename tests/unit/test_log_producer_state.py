@@ -84,8 +84,8 @@ def test_a_request_with_duplicates_and_new_batches_appends_nothing():
 
 def test_a_retried_request_is_answered_with_its_first_batchs_offset():
     # A request of several batches retried whole (§19.3): every batch is a duplicate, nothing is
-    # written, and the answer is the base offset of the first; a marker is no duplicate, so beside one
-    # the part is out of order.
+    # written, and the answer is the base offset of the first; a marker or a batch without a producer
+    # is no duplicate, so beside one the part is out of order.
     log, *_ = v2_log()
     lead(log, idempotent(0, pid=7))
     request = idempotent(0, 2) + idempotent(2, 3)
@@ -95,7 +95,9 @@ def test_a_retried_request_is_answered_with_its_first_batchs_offset():
     assert stored(log) == before
     duplicate, fresh = idempotent(0, pid=7), idempotent(1, pid=7)
     assert log.producers.check(validate_batches(duplicate, max_batch_bytes=1 << 20)) == 0  # alone: a duplicate
-    for part in (marker(True) + duplicate, marker(True) + duplicate + fresh):
+    plain = bytearray(build_batch([b"x"], timestamp_ms=1))
+    for part in (marker(True) + duplicate, marker(True) + duplicate + fresh, plain + duplicate,
+                 plain + duplicate + fresh):
         with pytest.raises(BatchError) as caught:
             log.producers.check(validate_batches(part, max_batch_bytes=1 << 20, allow_markers=True))
         assert caught.value.kind == BatchError.OUT_OF_ORDER_SEQUENCE
