@@ -84,13 +84,17 @@ def test_a_batch_of_its_header_alone_or_a_few_bytes_more_is_whole(size):
 
 def test_a_length_past_the_end_is_cut_even_with_a_matching_crc():
     # A torn write whose length field promises more bytes than the segment holds: recovery never
-    # keeps bytes past the end of the data, whatever the CRC over the bytes there says.
+    # keeps bytes past the end of the data, whatever the CRC over the bytes there says, and an
+    # append refuses such a part.
     whole = three_batches()
     torn = bytearray(build_batch([b"x" * 30], timestamp_ms=1))
     torn[8:12] = (len(torn) - 12 + 100).to_bytes(4, "big")  # batchLength: 100 bytes more than written
     write_crc(torn, 0, len(torn))
     assert scan_valid_prefix(whole + torn) == len(whole)
     assert [h.end for h in walk_headers(whole + torn)][-1] == len(whole)
+    with pytest.raises(BatchError) as caught:
+        validate_batches(whole + torn, max_batch_bytes=LIMIT)
+    assert caught.value.kind == BatchError.CORRUPT
 
 
 def test_too_large():

@@ -69,7 +69,8 @@ def test_sequences_wrap_after_the_largest_int32():
     log, *_ = v2_log()
     top = 2**31 - 1
     lead(log, idempotent(top - 1, 2))
-    assert next_sequence(top) == 0
+    assert (next_sequence(top - 1), next_sequence(top), next_sequence(top, 3)) == (top, 0, 2)
+    assert next_sequence(2**30 - 1) == 2**30  # no wrap before the largest int32
     assert lead(log, idempotent(0)).logical_offset == 2
 
 
