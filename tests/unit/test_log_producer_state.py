@@ -48,6 +48,7 @@ def test_the_leaders_table():
     assert lead(log, idempotent(0, epoch=1)).logical_offset == 5  # a new epoch starts over at 0
     assert kind_of(log, idempotent(5, epoch=0)) == BatchError.INVALID_PRODUCER_EPOCH  # fenced
     assert kind_of(log, idempotent(0, epoch=-1)) == BatchError.INVALID
+    assert kind_of(log, idempotent(-1, pid=8)) == BatchError.INVALID  # a producer id needs a sequence
     assert lead(log, idempotent(0, pid=7)).logical_offset == 6  # another producer has its own sequence
     assert lead(log, idempotent(9, epoch=2, pid=8)).logical_offset == 7  # new here: any epoch and sequence
     assert stored(log)[len(before):].count(b"42-0-") == 0 and log.kafka_offsets.next_offset == 8
@@ -247,6 +248,20 @@ def test_transactions_are_derived_again_at_open_on_a_follower_and_after_truncati
     assert txn_view(follower) == expected
     follower.truncate_to(follower.kafka_offsets.position_of(6))  # the ABORT marker and what follows go
     assert txn_view(follower) == ({PID: 0}, [])
+
+
+def test_a_transaction_opened_after_a_truncation_is_in_the_segments_fold():
+    # The truncated segment knows which of its producers' transactions are still open: one that a
+    # kept marker closed is not, so the producer's next transaction is recorded as it begins and a
+    # fold of the segments (a reopen, a later truncation) finds it open.
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0))  # 0
+    lead_marker(log, marker(True))  # 1
+    lead(log, idempotent(0, pid=7))  # 2: cut below
+    log.truncate_to(log.kafka_offsets.position_of(2))
+    lead_txn(log, txn_batch(1))  # 2: PID's next transaction
+    assert txn_view(log) == ({PID: 2}, [])
+    assert ProducerStates.fold(s.batches.producers for s in log.segments.segments).open_transactions == {PID: 2}
 
 
 def test_the_cleaner_keeps_markers_and_transactions_batches_and_lets_them_supersede_nothing():
