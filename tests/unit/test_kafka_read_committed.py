@@ -46,3 +46,22 @@ def test_an_aborted_transaction_starting_inside_a_batch_counts_from_that_batch()
            batch(4, 1, producer_id=3, attributes=TRANSACTIONAL | CONTROL, marker=ABORT_MARKER)]
     assert offsets(committed_batches(log, aborted=[(3, 2)])) == []
     assert offsets(committed_batches(log, aborted=[])) == [0, 1, 2, 3]
+
+
+def test_each_aborted_transaction_is_skipped_from_its_own_first_offset() -> None:
+    # Several aborted transactions, listed in any order, each open from its own first offset to
+    # its producer's ABORT marker; a producer's batches outside a transaction (not transactional)
+    # are delivered even while its aborted transaction is open, as Kafka's reader does.
+    txn, ctl = TRANSACTIONAL, TRANSACTIONAL | CONTROL
+    log = [
+        batch(0, 2, producer_id=7, attributes=txn),    # 7's aborted transaction opens at 0
+        batch(2, 1, producer_id=7),                    # 7's idempotent batch, no transaction
+        batch(3, 1, producer_id=8, attributes=txn),    # 8's aborted transaction opens at 3, its last offset
+        batch(4, 1, producer_id=9, attributes=txn),    # 9's, committed
+        batch(5, 1, producer_id=7, attributes=ctl, marker=ABORT_MARKER),
+        batch(6, 1, producer_id=8, attributes=txn),
+        batch(7, 1, producer_id=8, attributes=ctl, marker=ABORT_MARKER),
+        batch(8, 1, producer_id=9, attributes=ctl, marker=COMMIT_MARKER),
+    ]
+    for aborted in ([(7, 0), (8, 3)], [(8, 3), (7, 0)]):
+        assert offsets(committed_batches(log, aborted=aborted)) == [2, 4]

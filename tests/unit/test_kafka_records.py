@@ -3,6 +3,8 @@ every codec."""
 
 from __future__ import annotations
 
+import time
+
 import cramjam
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -10,7 +12,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from trikafka.kafka.batch import HEADER_BYTES, LOG_OVERHEAD, encode_header, read_header, write_crc
 from trikafka.kafka.compression import Compression, compress, decompress
 from trikafka.kafka.errors import CorruptRecords
-from trikafka.kafka.records import LOG_APPEND_TIME, BatchBuilder, Record, build_batch, decode_batches
+from trikafka.kafka.records import CREATE_TIME, LOG_APPEND_TIME, BatchBuilder, Record, build_batch, decode_batches
 from trikafka.wire import compression as wire_compression
 
 CODECS = list(Compression)
@@ -41,11 +43,24 @@ def test_bare_values_get_the_next_offsets_and_one_time():
     assert decode_all(data) == [Record(7, 1234, None, b"a"), Record(8, 1234, None, None), Record(9, 1234, None, b"c")]
 
 
+def test_bare_values_without_a_time_are_stamped_now_in_ms():
+    before_ms = int(time.time() * 1000)
+    [record] = decode_all(build_batch([b"a"]))
+    assert before_ms <= record.timestamp_ms <= int(time.time() * 1000)
+
+
 def test_log_append_time_gives_every_record_the_batch_time():
     data = build_batch(RECORDS, base_offset=10, timestamp_type=LOG_APPEND_TIME)
     [(header, records)] = list(decode_batches(data))
     assert header.log_append_time
     assert {r.timestamp_ms for r in records} == {header.max_timestamp_ms}
+
+
+@pytest.mark.parametrize("timestamp_type", [CREATE_TIME, LOG_APPEND_TIME])
+def test_the_timestamp_types_are_kafkas_codes(timestamp_type):
+    # 0 CreateTime, 1 LogAppendTime, as Kafka's clients report them (and Spark's timestampType column)
+    data = build_batch(RECORDS, base_offset=10, timestamp_type=timestamp_type)
+    assert DefaultRecordBatch(data).timestamp_type == timestamp_type
 
 
 def test_producer_fields():
@@ -94,6 +109,17 @@ def test_kafka_python_reads_our_batches(codec):
     assert batch.validate_crc() and batch.compression_type == codec and batch.base_offset == 10
     got = [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in batch]
     assert got == RECORDS
+
+
+def test_an_uncompressed_batch_is_kafka_pythons_byte_for_byte():
+    # The records' wire form (§16.6) as another implementation writes it: a null key, value or
+    # header value is the length -1, an empty one 0; the header fields and the CRC agree too.
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for record in RECORDS:
+        builder.append(record.offset - 10, record.timestamp_ms, record.key, record.value, list(record.headers))
+    ours = build_batch([r._replace(offset=r.offset - 10) for r in RECORDS], leader_epoch=0)
+    assert ours == bytes(builder.build())
 
 
 def rebuilt(data: bytes, region: bytes, compression: int) -> bytes:

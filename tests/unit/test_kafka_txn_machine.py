@@ -53,6 +53,11 @@ def test_an_ongoing_transaction_is_aborted_at_the_next_epoch_and_the_client_told
     assert outcome == Write(replace(at(S.ONGOING), producer_epoch=EPOCH + 1, state=S.PREPARE_ABORT,
                                     last_update_timestamp_ms=NOW), E.concurrent_transactions)
     assert isinstance(outcome, Write) and machine.needs_markers(outcome.value)
+    # once committed, the coordinator sees the fence and decides the request again after the abort;
+    # a fence whose write failed is no fence: the request gets the write's error
+    assert machine.fenced(outcome, outcome.answer) and not machine.fenced(outcome, E.not_coordinator)
+    plain = machine.init_producer_id(at(S.EMPTY), False, TIMEOUT, NOW, None)
+    assert isinstance(plain, Write) and not machine.fenced(plain, plain.answer)
 
 
 @pytest.mark.parametrize("current, writing, timeout_ms, expected, error", [
@@ -67,6 +72,15 @@ def test_an_ongoing_transaction_is_aborted_at_the_next_epoch_and_the_client_told
 ])
 def test_init_producer_id_errors(current, writing, timeout_ms, expected, error):
     assert machine.init_producer_id(current, writing, timeout_ms, NOW, 1, expected) == error
+
+
+def test_the_timeout_may_be_1_ms_up_to_the_limit_kafkas_15_minutes_by_default():
+    # transaction.max.timeout.ms defaults to 900 000 in Kafka (§19.5.4); the broker's setting moves it.
+    for timeout_ms in (1, 900_000):
+        assert isinstance(machine.init_producer_id(None, False, timeout_ms, NOW, 1), Write)
+    assert machine.init_producer_id(None, False, 900_001, NOW, 1) == E.invalid_transaction_timeout
+    assert isinstance(machine.init_producer_id(None, False, 5000, NOW, 1, max_timeout_ms=5000), Write)
+    assert machine.init_producer_id(None, False, 5001, NOW, 1, max_timeout_ms=5000) == E.invalid_transaction_timeout
 
 
 def test_kip_360_with_the_ids_own_producer_bumps_as_a_plain_init():

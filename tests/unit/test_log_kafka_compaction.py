@@ -10,9 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.compaction import crash_run
-from trikafka.kafka.batch import (CONTROL, HEADER_BYTES, PADDING, BatchError, batch_crc, is_padding,
-                                  padding_batch_head, read_header, scan_valid_prefix, validate_batches,
-                                  walk_headers)
+from trikafka.kafka.batch import HEADER_BYTES, is_padding, padding_batch_head, scan_valid_prefix, walk_headers
 from trikafka.kafka.records import Record, build_batch, decode_batches
 from trikafka.log import Log, LogConfig, ManualClock, OffsetAssignment
 from trikafka.log.batch_index import build_batch_index
@@ -30,29 +28,6 @@ DAY_MS = 24 * 3600 * 1000
 
 
 # -- padding batches ------------------------------------------------------------------------
-
-
-@given(base=st.integers(0, 1 << 40), covered=st.integers(1, 1000), epoch=st.integers(-1, 1 << 20),
-       size=st.integers(HEADER_BYTES, 5000))
-@settings(max_examples=60, deadline=None)
-def test_a_padding_batch_is_a_valid_batch_covering_its_offsets(base, covered, epoch, size):
-    data = padding_batch_head(base, covered, epoch, size) + bytes(size - HEADER_BYTES)
-    header = read_header(data)
-    assert header.size == size and header.base_offset == base and header.next_offset == base + covered
-    assert header.leader_epoch == epoch and header.record_count == 0 and header.max_timestamp_ms == -1
-    assert header.attributes == CONTROL | PADDING and is_padding(header)
-    assert batch_crc(data, 0, size) == header.crc  # the CRC covers the zeros
-    assert scan_valid_prefix(data) == size  # the recovery scan keeps it
-    assert validate_batches(data, max_batch_bytes=size, allow_padding=True) == [header]
-    with pytest.raises(BatchError):  # a producer may never send one
-        validate_batches(data, max_batch_bytes=size)
-
-
-def test_a_padding_batch_needs_its_header_and_one_offset():
-    with pytest.raises(ValueError):
-        padding_batch_head(0, 1, 0, HEADER_BYTES - 1)
-    with pytest.raises(ValueError):
-        padding_batch_head(0, 0, 0, 100)
 
 
 @given(run_bytes=st.integers(HEADER_BYTES, 20_000), offsets=st.integers(1, 300), max_bytes=st.integers(122, 3000))

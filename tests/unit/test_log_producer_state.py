@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.helpers.kafka_batches import lead_verified, stored, v2_log
-from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header
+from trikafka.kafka.batch import TRANSACTIONAL, BatchError, next_sequence, read_header, validate_batches
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import build_batch
 from trikafka.log import Log, OffsetAssignment
-from trikafka.log.producer_state import CACHED_BATCHES, ProducerStates
+from trikafka.log.producer_state import ProducerStates
 
 PID = 42
 
@@ -48,15 +48,21 @@ def test_the_leaders_table():
     assert lead(log, idempotent(0, epoch=1)).logical_offset == 5  # a new epoch starts over at 0
     assert kind_of(log, idempotent(5, epoch=0)) == BatchError.INVALID_PRODUCER_EPOCH  # fenced
     assert kind_of(log, idempotent(0, epoch=-1)) == BatchError.INVALID
+    assert kind_of(log, idempotent(-1, pid=8)) == BatchError.INVALID  # a producer id needs a sequence
     assert lead(log, idempotent(0, pid=7)).logical_offset == 6  # another producer has its own sequence
-    assert stored(log)[len(before):].count(b"42-0-") == 0 and log.kafka_offsets.next_offset == 7
+    assert lead(log, idempotent(9, epoch=2, pid=8)).logical_offset == 7  # new here: any epoch and sequence
+    assert stored(log)[len(before):].count(b"42-0-") == 0 and log.kafka_offsets.next_offset == 8
 
 
 def test_only_the_last_five_batches_are_remembered():
+    # Five, as Kafka: a producer has at most five requests in flight (max.in.flight.requests.per.
+    # connection), so a retry is of one of its last five batches and is answered as a duplicate.
     log, *_ = v2_log()
-    for seq in range(CACHED_BATCHES + 1):
+    for seq in range(6):
         lead(log, idempotent(seq))
-    assert lead(log, idempotent(CACHED_BATCHES)).logical_offset == CACHED_BATCHES  # still cached
+    assert [b.first_seq for b in log.producers.entry(PID).batches] == [1, 2, 3, 4, 5]
+    assert lead(log, idempotent(1)).logical_offset == 1  # the oldest still cached
+    assert lead(log, idempotent(5)).logical_offset == 5
     assert kind_of(log, idempotent(0)) == BatchError.OUT_OF_ORDER_SEQUENCE  # too old to tell
 
 
@@ -64,7 +70,8 @@ def test_sequences_wrap_after_the_largest_int32():
     log, *_ = v2_log()
     top = 2**31 - 1
     lead(log, idempotent(top - 1, 2))
-    assert next_sequence(top) == 0
+    assert (next_sequence(top - 1), next_sequence(top), next_sequence(top, 3)) == (top, 0, 2)
+    assert next_sequence(2**30 - 1) == 2**30  # no wrap before the largest int32
     assert lead(log, idempotent(0)).logical_offset == 2
 
 
@@ -75,6 +82,27 @@ def test_a_request_with_duplicates_and_new_batches_appends_nothing():
     assert kind_of(log, idempotent(0) + idempotent(1)) == BatchError.OUT_OF_ORDER_SEQUENCE
     assert stored(log) == before
     assert lead(log, idempotent(1) + idempotent(2)).logical_offset == 1  # in order within one part
+
+
+def test_a_retried_request_is_answered_with_its_first_batchs_offset():
+    # A request of several batches retried whole (§19.3): every batch is a duplicate, nothing is
+    # written, and the answer is the base offset of the first; a marker or a batch without a producer
+    # is no duplicate, so beside one the part is out of order.
+    log, *_ = v2_log()
+    lead(log, idempotent(0, pid=7))
+    request = idempotent(0, 2) + idempotent(2, 3)
+    assert lead(log, request).logical_offset == 1
+    before = stored(log)
+    assert lead(log, request).logical_offset == 1
+    assert stored(log) == before
+    duplicate, fresh = idempotent(0, pid=7), idempotent(1, pid=7)
+    assert log.producers.check(validate_batches(duplicate, max_batch_bytes=1 << 20)) == 0  # alone: a duplicate
+    plain = bytearray(build_batch([b"x"], timestamp_ms=1))
+    for part in (marker(True) + duplicate, marker(True) + duplicate + fresh, plain + duplicate,
+                 plain + duplicate + fresh):
+        with pytest.raises(BatchError) as caught:
+            log.producers.check(validate_batches(part, max_batch_bytes=1 << 20, allow_markers=True))
+        assert caught.value.kind == BatchError.OUT_OF_ORDER_SEQUENCE
 
 
 def test_the_state_is_rebuilt_from_the_log_when_it_opens():
@@ -112,6 +140,23 @@ def test_a_fold_of_the_segments_is_the_state_the_appends_left(steps):
         {p: (e.epoch, e.batches) for p, e in log.producers.entries.items()}
     for pid, entry in log.producers.entries.items():
         assert entry.batches[-1].last_seq == next_seq[pid] - 1
+
+
+def test_the_next_base_sequence_continues_the_producers_last_batch():
+    # What the broker numbers its own batches of a producer with (TxnOffsetCommit, §19.5.4): 0 for a
+    # producer new here, at another epoch, or whose sequence is no longer known; else the sequence
+    # after its last batch's last one, wrapping after the largest int32.
+    log, *_ = v2_log()
+    assert log.producers.next_base_sequence(PID, 0) == 0
+    lead(log, idempotent(0, 3))
+    assert log.producers.next_base_sequence(PID, 0) == 3
+    assert log.producers.next_base_sequence(PID, 1) == 0
+    lead(log, idempotent(2**31 - 2, 2, pid=7))
+    assert log.producers.next_base_sequence(7, 0) == 0
+    lead(log, idempotent(0, pid=7))
+    assert log.producers.next_base_sequence(7, 0) == 1
+    lead_marker(log, marker(False, epoch=1))  # the coordinator's bump: the next epoch starts over
+    assert log.producers.entry(PID).batches == [] and log.producers.next_base_sequence(PID, 1) == 0
 
 
 def test_batches_without_a_producer_take_no_part():
@@ -203,6 +248,20 @@ def test_transactions_are_derived_again_at_open_on_a_follower_and_after_truncati
     assert txn_view(follower) == expected
     follower.truncate_to(follower.kafka_offsets.position_of(6))  # the ABORT marker and what follows go
     assert txn_view(follower) == ({PID: 0}, [])
+
+
+def test_a_transaction_opened_after_a_truncation_is_in_the_segments_fold():
+    # The truncated segment knows which of its producers' transactions are still open: one that a
+    # kept marker closed is not, so the producer's next transaction is recorded as it begins and a
+    # fold of the segments (a reopen, a later truncation) finds it open.
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0))  # 0
+    lead_marker(log, marker(True))  # 1
+    lead(log, idempotent(0, pid=7))  # 2: cut below
+    log.truncate_to(log.kafka_offsets.position_of(2))
+    lead_txn(log, txn_batch(1))  # 2: PID's next transaction
+    assert txn_view(log) == ({PID: 2}, [])
+    assert ProducerStates.fold(s.batches.producers for s in log.segments.segments).open_transactions == {PID: 2}
 
 
 def test_the_cleaner_keeps_markers_and_transactions_batches_and_lets_them_supersede_nothing():
@@ -306,9 +365,11 @@ def test_a_truncated_segment_gives_the_last_write_it_keeps():
     log, *_ = v2_log()
     lead_txn(log, txn_batch(0, timestamp_ms=10))  # 0
     lead_marker(log, marker(True, timestamp_ms=30))  # 1
-    lead(log, idempotent(1, timestamp_ms=40))  # 2
-    lead_marker(log, marker(True, pid=7, timestamp_ms=50))  # 3: another producer's
-    log.truncate_to(log.kafka_offsets.position_of(3))
+    lead(log, idempotent(1, 3, timestamp_ms=40))  # 2..4: one batch of three records
+    lead_marker(log, marker(True, pid=7, timestamp_ms=50))  # 5: another producer's
+    # a batch's last offset is its base plus lastOffsetDelta: the marker at 1 is before it
+    assert [(b.base_offset, b.last_offset) for b in log.producers.entry(PID).batches] == [(0, 0), (2, 4)]
+    log.truncate_to(log.kafka_offsets.position_of(5))
     assert last_writes(log) == {PID: 40}
     log.truncate_to(log.kafka_offsets.position_of(2))
     assert last_writes(log) == {PID: 30}  # the marker after its last kept batch
