@@ -121,6 +121,7 @@ zk.stop()
 assert committed and any(committed.values()), committed
 """),
     Claim("open_cluster(2, num_partitions=2)", prints=r"\A\[b'order 0', b'order 1', .*b'order 9'\]\n\Z"),
+    Claim("cluster.kafka_client() as client", prints=r"\A\[b'payment 0', b'payment 1', .*b'payment 5'\]\n\Z"),
 )
 
 

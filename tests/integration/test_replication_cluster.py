@@ -210,9 +210,20 @@ async def test_a_power_cut_loses_the_unflushed_tail_and_a_kill_keeps_it(autojump
         crashes = cluster.brokers[index].fs.crash_count
         await cluster.crash(index, power_cut=True)
         assert cluster.brokers[index].fs.crash_count == crashes + 1  # what was not fsynced may be gone
+        other = cluster.brokers[1 - index]
+        released = trio.Event()
+
+        async def hold_copies(request):
+            if request.type == RequestType.REPLICA_FETCH:
+                await released.wait()
+
+        # Its copying again is held until its word is read: once caught up it says "intact" again,
+        # and a start that takes longer (a Kafka listener's) would otherwise be caught up already.
+        cluster.network.before_request[other.address] = hold_copies
         back = await cluster.restart(index)
         assert await _tail_intact_of(zk, index) is False
-        other = cluster.brokers[1 - index]
+        del cluster.network.before_request[other.address]
+        released.set()
         with trio.fail_after(WAIT_S):  # whatever the cut left, the replica copies the leader again
             while back.stored(TOPIC, 0) != other.stored(TOPIC, 0):
                 await trio.sleep(0.05)

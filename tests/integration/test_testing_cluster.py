@@ -52,3 +52,30 @@ async def test_without_loopback_a_restart_gets_its_port_back_and_a_failed_one_sa
                                                        r"OSError\(\d+, 'broker port [\d.]+:\d+: Address already in use'\)$"):
                 await cluster.restart(0)
             squatter.close()
+
+
+async def test_the_kafka_bootstrap_of_a_loopback_cluster_serves_a_client_that_opens_tcp():
+    """``kafka_bootstrap`` names where Metadata says the brokers are; with ``loopback`` (the default) that
+    is where their Kafka listeners are bound, so confluent-kafka, which opens TCP, reaches them too."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from trikafka.client.kafka import KafkaAdmin, KafkaProducer, NewTopic
+
+    with trio.fail_after(EXCHANGE_TIMEOUT_S):
+        async with open_cluster(2) as cluster, cluster.kafka_client() as client:
+            assert await KafkaAdmin(client).create_topics([NewTopic("orders", 1, 2)]) == {"orders": None}
+            async with KafkaProducer.open(client) as producer:
+                await producer.send("orders", b"order 1", partition=0)
+
+            def read_one() -> bytes | None:
+                consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "g",
+                                     "enable.auto.commit": False})
+                try:
+                    consumer.assign([TopicPartition("orders", 0, 0)])
+                    message = consumer.poll(30)
+                    assert message is not None and message.error() is None, message and message.error()
+                    return message.value()
+                finally:
+                    consumer.close()
+
+            assert await trio.to_thread.run_sync(read_one) == b"order 1"

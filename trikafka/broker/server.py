@@ -92,6 +92,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The broker's listeners, as ``Broker.connect_stream`` names them.
+LISTENER_07 = "0.7"
+LISTENER_KAFKA = "kafka"
 
 
 @dataclass
@@ -105,7 +108,7 @@ class Broker:
     retention: RetentionDeleter
     handler: RequestHandler  # the 0.7 listener's
     engine: Engine  # what both listeners share (broker/engine/)
-    processors: list[Processor]
+    processors: list[Processor]  # every listener's
     _shutdown_requested: trio.Event = field(default_factory=trio.Event, repr=False)
     _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
     clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
@@ -115,9 +118,11 @@ class Broker:
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
     replicas: ReplicaManager | None = None  # with ZooKeeper (docs/protocol.md §12)
-    _next_processor: int = field(default=0, repr=False)
     kafka_addresses: list[BoundAddress] = field(default_factory=list)  # the Kafka listener's (§16.1)
     kafka: KafkaService | None = None
+    # Each listener's processors (LISTENER_07, LISTENER_KAFKA): where connect_stream hands a stream.
+    listener_processors: dict[str, list[Processor]] = field(default_factory=dict, repr=False)
+    _next_processor: int = field(default=0, repr=False)
 
     @property
     def kafka_port(self) -> int | None:
@@ -154,9 +159,14 @@ class Broker:
     def connection_count(self) -> int:
         return sum(len(p.connections) for p in self.processors)
 
-    async def connect_stream(self, stream: trio.abc.Stream, peer: str = "in-process") -> None:
-        """Serve ``stream`` as if it had been accepted (tests use memory streams)."""
-        processor = self.processors[self._next_processor % len(self.processors)]
+    async def connect_stream(self, stream: trio.abc.Stream, peer: str = "in-process", *,
+                             listener: str = LISTENER_07) -> None:
+        """Serve ``stream`` as if ``listener`` (``LISTENER_07`` or ``LISTENER_KAFKA``) had accepted it
+        (tests use memory streams).  Raises ``ValueError`` for a listener the broker does not serve."""
+        processors = self.listener_processors.get(listener)
+        if not processors:
+            raise ValueError(f"broker {self.config.broker_id} serves no {listener} listener")
+        processor = processors[self._next_processor % len(processors)]
         self._next_processor += 1
         await processor.hand_off(stream, peer)
 
@@ -185,7 +195,8 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     ``coordinator`` (with ``enable_zookeeper``; tests) replaces the connection
     to ``config.zk_connect``: an open ``Coordinator`` the broker registers in
     and does not close.  ``open_stream(host, port)`` is how followers reach
-    their leaders (tests pass an in-memory network's).
+    their leaders and the Kafka listener's own calls reach other brokers (§18.5;
+    tests pass an in-memory network's).
     """
     run_blocking = run_blocking or trio.to_thread.run_sync
     wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator,
@@ -325,7 +336,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             kafka = None
             if config.serves_kafka:  # §16.1: the second listener, with its own processors
                 kafka = KafkaService(engine=engine, config=config, clock_ms=clock_ms,
-                                     run_blocking=run_blocking)
+                                     run_blocking=run_blocking, open_stream=wiring.open_stream)
                 kafka_processors = [await server.start(Processor(config.num_threads + i, kafka.connection,
                                                                  kafka_secure).run)
                                     for i in range(config.num_threads)]
@@ -343,9 +354,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                               hold_connections=True, quota=quota)
                     kafka_addresses = await front.start(kafka_acceptor.run)
                     processors += kafka_processors
+                listener_processors = {LISTENER_07: processors[:config.num_threads]}
+                if kafka is not None:
+                    listener_processors[LISTENER_KAFKA] = kafka_processors
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
                                 metrics=wiring.metrics, metrics_address=wiring.metrics_address,
-                                cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka)
+                                cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
+                                listener_processors=listener_processors)
                 wiring.metrics.watch(log_manager=log_manager, processors=processors)
                 host = await published_host(config)  # looked up once, for both listeners
                 admin.self_broker = BrokerAddress(config.broker_id, host, broker.port)

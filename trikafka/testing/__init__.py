@@ -9,7 +9,9 @@
 * :func:`open_broker` and :func:`open_cluster` (``broker``): the real broker
   in-process on a fake file system, reached over in-memory streams
   (``InMemoryNetwork``, in ``network``); a cluster
-  registers its brokers in a ``FakeZooKeeper``; ``FakeListeners``
+  registers its brokers in a ``FakeZooKeeper``, and each serves the Kafka
+  protocol over the same network (``cluster.kafka_client()``, a Trio
+  ``KafkaClient``; ``cluster.kafka_bootstrap``); ``FakeListeners``
   (``fake_listeners``) lets them listen without binding a real port.
 * :func:`kafka_broker` (``kafka_broker``): a real broker on loopback, in a
   thread, serving the Apache Kafka protocol for apps written with

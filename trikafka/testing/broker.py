@@ -15,6 +15,15 @@ Clients reach the brokers through ``open_stream(host, port)`` (give it to
 ``trikafka.client.connect``) or ``connector`` (a ``Producer``'s
 ``connector=``).  ``kill``/``revive`` cut one broker off the in-memory network
 and bring it back, as a network partition would.
+
+A cluster's brokers also serve the Apache Kafka protocol (``kafka_port``,
+docs/protocol.md §16.1) over the same network: ``cluster.kafka_client()`` is a
+``trikafka.client.kafka.KafkaClient`` bootstrapped from ``cluster.kafka_bootstrap``
+whose connections are in-memory streams, for the Kafka producer, consumers
+and admin::
+
+    async with open_cluster(3) as cluster, cluster.kafka_client() as client:
+        await KafkaAdmin(client).create_topics([NewTopic("events", 2, 3)])
 """
 
 from __future__ import annotations
@@ -32,13 +41,14 @@ from trikafka.broker import BrokerConfig
 from trikafka.broker.server import Broker, inline_blocking, serve
 from trikafka.util.errors import leaf_exceptions
 from trikafka.client import Connection
+from trikafka.client.kafka import KafkaClient
 from trikafka.wire import Request, RequestType
 
 from .fake_coordinator import FakeCoordinator
 from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem
-from .network import InMemoryNetwork
+from .network import InMemoryNetwork, kafka_address
 
 __all__ = ["EXTENSION_REQUESTS", "BrokerStartError", "IN_PROCESS_HOST", "InMemoryNetwork", "InProcessBroker",
            "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory"]
@@ -96,12 +106,23 @@ class InProcessBroker:
         return b"".join(self.fs.read_file(f"{directory}/{name}") for name in names)
 
     @property
+    def kafka_address(self) -> tuple[str, int] | None:
+        """Its Kafka listener on the in-memory network, as Metadata names it (None: it serves none)."""
+        return kafka_address(self.broker)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every address of this broker on the in-memory network: the 0.7 listener's, then the Kafka one's."""
+        kafka = self.kafka_address
+        return [self.address] if kafka is None else [self.address, kafka]
+
+    @property
     def connector(self) -> Callable[..., Any]:
         return self.network.connector
 
     @property
     def requests(self) -> list[Request]:
-        """Every request clients sent this broker over the in-memory network, decoded, in order."""
+        """Every 0.7 request clients sent this broker over the in-memory network, decoded, in order."""
         return self.network.requests[self.address]
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -213,13 +234,16 @@ class InProcessCluster:
             fs.thaw()
 
     async def restart(self, index: int) -> InProcessBroker:
-        """Stop broker ``index`` (if running) and start it again: same id, same fake disk, same port
+        """Stop broker ``index`` (if running) and start it again: same id, same fake disk, same ports
         (so its registration left over from a crash is recognised as its own and waited out)."""
         if not self._stopped[index].is_set():
             await self.stop(index)
         self._stopped[index] = trio.Event()
         self._scopes[index] = trio.CancelScope()
-        settings = {**self._member_settings[index], "port": self.brokers[index].broker.port}
+        previous = self.brokers[index].broker
+        settings = {**self._member_settings[index], "port": previous.port}
+        if previous.kafka_port is not None:  # where clients' cached metadata says it is
+            settings["kafka_port"] = previous.kafka_port
         try:
             member = await self._nursery.start(functools.partial(
                 _run_member, self, index, self.brokers[index].fs, self._clock_ms, settings, None))
@@ -240,12 +264,28 @@ class InProcessCluster:
         """A ZooKeeper client of this cluster's server (``async with cluster.coordinator() as zk``)."""
         return FakeCoordinator(self.zookeeper, **kwargs)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``HOST:PORT,...``: every broker's Kafka listener on the in-memory network (``kafka_client``
+        reaches them; a client that opens TCP reaches them only with ``loopback``, the default)."""
+        addresses = [member.kafka_address for member in self.brokers]
+        if None in addresses:
+            raise ValueError("the cluster's brokers serve no Kafka listener (kafka_port=None)")
+        return ",".join(f"{host}:{port}" for host, port in filter(None, addresses))
+
+    def kafka_client(self, **kwargs: Any) -> KafkaClient:
+        """A Kafka-protocol client of this cluster over the in-memory network (``async with`` it);
+        ``kwargs`` go to ``KafkaClient`` (``client_id``, ``request_timeout_s``, ...)."""
+        return KafkaClient(self.kafka_bootstrap, open_stream=self.network.open_stream, **kwargs)
+
     async def kill(self, index: int) -> None:
-        """Cut broker ``index`` off the network (see ``InMemoryNetwork.kill``)."""
-        await self.network.kill(*self.brokers[index].address)
+        """Cut broker ``index`` off the network, both listeners (see ``InMemoryNetwork.kill``)."""
+        for address in self.brokers[index].addresses:
+            await self.network.kill(*address)
 
     def revive(self, index: int) -> None:
-        self.network.revive(*self.brokers[index].address)
+        for address in self.brokers[index].addresses:
+            self.network.revive(*address)
 
 
 @asynccontextmanager
@@ -260,11 +300,14 @@ async def open_cluster(n: int, *, zookeeper: FakeZooKeeper | None = None, seed: 
     process would exit (``cluster.failures[i]`` says why; ``restart(i)``).
     A broker that fails before it serves raises from ``add``/``restart``
     either way (``BrokerStartError`` from ``restart``, naming the cause).
+    Every broker serves the Kafka protocol too (``kafka_port`` defaults to 0,
+    a free port; ``kafka_port=None`` turns it off): ``cluster.kafka_client()``.
     With ``loopback=False`` the brokers bind no real port: the block's Trio
     run gets a ``FakeListeners`` socket factory (every socket it creates is a
     fake), and the in-memory network is the only way to reach them.
     """
     settings.setdefault("enable_zookeeper", True)
+    settings.setdefault("kafka_port", 0)
     with contextlib.ExitStack() as sockets:
         if not loopback:
             sockets.enter_context(FakeListeners().installed())

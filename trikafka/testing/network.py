@@ -1,10 +1,13 @@
 """The in-memory network in-process brokers are reached over (``trikafka.testing.broker``).
 
-Brokers are named by ``(host, port)``; a client's ``open_stream(host, port)``
-gets one end of a ``trio.testing.memory_stream_pair`` and the broker the
-other.  Every request a client sends is decoded on the way (``requests``), and
-a hook per address may hold it first (``before_request``: to stall or slow a
-broker).
+Each listener of a broker is named by ``(host, port)``: its 0.7 listener where
+``add`` says, its Kafka listener (when it serves one) where its Metadata
+answers say it is, so the Kafka clients follow the addresses they are told.
+A client's ``open_stream(host, port)`` gets one end of a
+``trio.testing.memory_stream_pair`` and the listener the other.  Every 0.7
+request a client sends is decoded on the way (``requests``), and a hook per
+address may hold it first (``before_request``: to stall or slow a broker);
+Kafka streams go through as they are.
 """
 
 from __future__ import annotations
@@ -15,17 +18,18 @@ from typing import Any, Awaitable, Callable
 import trio
 import trio.testing
 
-from trikafka.broker.server import Broker
+from trikafka.broker.server import LISTENER_07, LISTENER_KAFKA, Broker
 from trikafka.client import Connection, connect
 from trikafka.wire import RemoteProtocolError, Request, RequestReader
 from trikafka.wire.framing import _NeedData  # what a reader returns between requests (isinstance narrows it)
 
 
 class InMemoryNetwork:
-    """Brokers by ``(host, port)``, reached through in-memory stream pairs."""
+    """Brokers' listeners by ``(host, port)``, reached through in-memory stream pairs."""
 
     def __init__(self) -> None:
-        self.brokers: dict[tuple[str, int], Broker] = {}
+        self.brokers: dict[tuple[str, int], Broker] = {}  # whose listener is at an address
+        self.listeners: dict[tuple[str, int], str] = {}  # which one (LISTENER_07, LISTENER_KAFKA)
         self.down: set[tuple[str, int]] = set()
         self.connects: dict[tuple[str, int], int] = defaultdict(int)  # streams handed out, by address
         self._server_streams: dict[tuple[str, int], list[trio.abc.Stream]] = defaultdict(list)
@@ -34,13 +38,18 @@ class InMemoryNetwork:
         self.before_request: dict[tuple[str, int], Callable[[Request], Awaitable[None]]] = {}
 
     def add(self, broker: Broker, address: tuple[str, int] | None = None) -> tuple[str, int]:
-        """Reach ``broker`` at ``address`` (default: where it listens); returns the address."""
+        """Reach ``broker``'s 0.7 listener at ``address`` (default: where it listens) and its Kafka
+        listener, if it serves one, at ``kafka_address(broker)``; returns the 0.7 address."""
         address = address if address is not None else (broker.host, broker.port)
-        self.brokers[address] = broker
+        kafka = kafka_address(broker)
+        for where, listener in ((address, LISTENER_07), (kafka, LISTENER_KAFKA)):
+            if where is not None:
+                self.brokers[where] = broker
+                self.listeners[where] = listener
         return address
 
     async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
-        """A stream to the broker at ``(host, port)``; OSError (refused) if none is there or it is down."""
+        """A stream to the listener at ``(host, port)``; OSError (refused) if none is there or it is down."""
         await trio.lowlevel.checkpoint()
         address = (host, port)
         broker = self.brokers.get(address)
@@ -49,7 +58,10 @@ class InMemoryNetwork:
         self.connects[address] += 1
         client, server = trio.testing.memory_stream_pair()
         self._server_streams[address].append(server)
-        await broker.connect_stream(server)
+        listener = self.listeners[address]
+        await broker.connect_stream(server, listener=listener)
+        if listener != LISTENER_07:
+            return client
         return _RecordingStream(client, self.requests[address], lambda: self.before_request.get(address))
 
     def connect_kwargs(self) -> dict[str, Any]:
@@ -71,6 +83,13 @@ class InMemoryNetwork:
     def revive(self, host: str, port: int) -> None:
         """Accept connections to ``(host, port)`` again."""
         self.down.discard((host, port))
+
+
+def kafka_address(broker: Broker) -> tuple[str, int] | None:
+    """Where ``broker``'s Kafka listener is, as its Metadata answers name it (None: it serves none)."""
+    if broker.kafka is None:
+        return None
+    return broker.kafka.host, broker.kafka.port
 
 
 class _RecordingStream(trio.abc.Stream):

@@ -17,7 +17,10 @@ for consumer-group tests, a group's first rebalance not delayed).  ``trikafka_br
 ``InProcessCluster`` of ``trikafka_cluster_size`` brokers (default 3; override
 the fixture to change it) registered in a ``FakeZooKeeper`` — give
 ``trikafka_cluster.coordinator()`` to a ``Producer`` or ``GroupConsumer``, and
-``connector=trikafka_cluster.connector`` to a ``Producer``.  Override
+``connector=trikafka_cluster.connector`` to a ``Producer``; its brokers serve the
+Kafka protocol too: ``trikafka_cluster.kafka_client()`` is a ``KafkaClient`` for
+trikafka's Trio Kafka producer, consumers and admin over in-memory streams
+(``trikafka_cluster.kafka_bootstrap`` names its listeners).  Override
 ``trikafka_broker_settings`` to pass ``BrokerConfig`` fields.
 """
 

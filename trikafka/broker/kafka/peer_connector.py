@@ -5,14 +5,15 @@ protocol asks of a caller: a TLS client context (``ssl.ca.location``, the
 broker's own certificate for mutual TLS) and the inter-broker SASL login
 (``sasl.mechanism.inter.broker.protocol``, ``sasl.inter.broker.username``,
 the password from ``sasl.inter.broker.password.file`` or the environment).
-``connect`` opens TCP, then TLS, then logs in (SaslHandshake,
-SaslAuthenticate) before ``peer_call`` sends its request.
+``connect`` opens TCP (or whatever stream its ``open_stream`` opens: the
+in-memory network of ``trikafka.testing``), then TLS, then logs in
+(SaslHandshake, SaslAuthenticate) before ``peer_call`` sends its request.
 """
 
 from __future__ import annotations
 
 import ssl
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -60,24 +61,29 @@ def inter_broker_login(config: BrokerConfig, environ: Mapping[str, str] | None =
 class PeerConnector:
     """Opens an authenticated connection to another broker's Kafka listener; see the module docstring.
 
-    ``tls``: speak TLS with this client context (None: plaintext); ``login``: log in with SASL (None: not).
+    ``tls``: speak TLS with this client context (None: plaintext); ``login``: log in with SASL (None: not);
+    ``open_stream(host, port)``: how the connection is opened (default TCP).
     """
 
-    def __init__(self, *, tls: ssl.SSLContext | None = None, login: SaslLogin | None = None):
+    def __init__(self, *, tls: ssl.SSLContext | None = None, login: SaslLogin | None = None,
+                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream):
         self.tls = tls
         self.login = login
+        self.open_stream = open_stream
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> PeerConnector:
+    def from_config(cls, config: BrokerConfig,
+                    open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream,
+                    ) -> PeerConnector:
         """What the Kafka listener's security protocol asks of a caller (blocking: reads PEM and password
         files).  Raises ``PeerSettingError`` or ``security.TlsSettingError`` (one line)."""
         tls = broker_client_context(config) if config.kafka_security.tls else None
-        return cls(tls=tls, login=inter_broker_login(config))
+        return cls(tls=tls, login=inter_broker_login(config), open_stream=open_stream)
 
     async def connect(self, address: BrokerAddress) -> PeerStream:
         """A connection to ``address``'s Kafka listener, ready for a request.  Raises ``PeerCallError`` (a
         refused login), ``OSError`` or ``trio.BrokenResourceError`` (no connection, a failed handshake)."""
-        stream: trio.abc.Stream = await trio.open_tcp_stream(address.host, address.port)
+        stream: trio.abc.Stream = await self.open_stream(address.host, address.port)
         if self.tls is not None:
             stream = await client_handshake(stream, self.tls, address.host, address.port)
         peer = PeerStream(stream, address)

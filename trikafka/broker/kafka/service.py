@@ -111,7 +111,8 @@ class KafkaService:
     """What the Kafka listener's connections share; see the module docstring."""
 
     def __init__(self, *, engine: Engine, config: BrokerConfig, clock_ms: Callable[[], int],
-                 run_blocking: RunBlocking):
+                 run_blocking: RunBlocking,
+                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream):
         self.engine = engine
         self.config = config
         self.clock_ms = clock_ms
@@ -142,8 +143,10 @@ class KafkaService:
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(engine.directory.log_manager.fs, config.log_dir)
         self.security = config.kafka_security
         self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
-        # Its own calls to other brokers (§18.5): plaintext until start() reads the listener's security.
-        self.peer_connections = PeerConnections(PeerConnector())
+        # Its own calls to other brokers (§18.5), over ``open_stream`` (TCP, or a test's in-memory
+        # network): plaintext until start() reads the listener's security.
+        self.open_stream = open_stream
+        self.peer_connections = PeerConnections(PeerConnector(open_stream=open_stream))
         self._latency = engine.metrics.kafka_requests
 
     def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
@@ -166,7 +169,8 @@ class KafkaService:
         self.engine.metrics.watch_groups(self.groups)
         if self.security.sasl:
             await self._start_credentials(nursery, zookeeper)
-        connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config))
+        connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config,
+                                                                        self.open_stream))
         self.peer_connections = PeerConnections(connector)
         nursery.start_soon(self.peer_connections.run)
         if self.security.sasl and zookeeper is not None and connector.login is None:

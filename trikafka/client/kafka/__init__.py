@@ -20,7 +20,7 @@ _EXPORTS = {  # module -> the names this package re-exports from it
                "TransactionDescription", "TransactionListing"),
     ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
     ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "PartitionMetadata", "TopicMetadata"),
-    ".connection": ("KafkaConnection", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
+    ".connection": ("KafkaConnection", "OpenStream", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
     ".consumer": ("PartitionConsumer",),
     ".group": ("GroupConsumer", "GroupMessage"),
     ".group_offsets": ("ConsumerGroupMetadata", "TopicPartition"),

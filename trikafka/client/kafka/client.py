@@ -28,7 +28,7 @@ from trikafka.kafka.apis import KafkaApi
 
 from . import schema
 from .connection import (DEFAULT_CLIENT_ID, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_REQUEST_TIMEOUT_S, NO_CAPS,
-                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, SaslLogin, open_kafka_connection)
+                         UNKNOWN_SOFTWARE_VERSION, KafkaConnection, OpenStream, SaslLogin, open_kafka_connection)
 from .errors import KafkaResponseError
 
 T = TypeVar("T")
@@ -92,6 +92,8 @@ class KafkaClient:
     ``sasl``: the login every connection makes on a SASL listener (§18.2).
     ``max_versions``: the highest version to send of each api named (for a broker that
     mis-reads a version it advertises), else the highest both sides serve.
+    ``open_stream(host, port)``: how every connection is opened, TCP by default (an in-process
+    cluster's, ``trikafka.testing.InProcessCluster.kafka_client``, reaches its brokers in memory).
     """
 
     def __init__(self, bootstrap: str, *, client_id: str = DEFAULT_CLIENT_ID,
@@ -100,7 +102,7 @@ class KafkaClient:
                  max_retries: int = DEFAULT_MAX_RETRIES, retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
                  allow_auto_topic_creation: bool = True, software_version: str = UNKNOWN_SOFTWARE_VERSION,
                  ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None,
-                 max_versions: Mapping[KafkaApi, int] = NO_CAPS):
+                 max_versions: Mapping[KafkaApi, int] = NO_CAPS, open_stream: OpenStream = trio.open_tcp_stream):
         self.bootstrap = tuple((a.host, a.port) for a in parse_broker_addresses(bootstrap))
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -112,6 +114,7 @@ class KafkaClient:
         self.ssl_context = ssl_context
         self.sasl = sasl
         self.max_versions = dict(max_versions)
+        self.open_stream = open_stream
         self.metadata = ClusterMetadata(None, NO_LEADER, {}, {})
         self._connections: dict[tuple[str, int, str], KafkaConnection] = {}  # by (host, port, lane)
         self._connecting: dict[tuple[str, int, str], trio.Lock] = {}
@@ -140,7 +143,8 @@ class KafkaClient:
                 connection = await open_kafka_connection(
                     host, port, connect_timeout_s=self.connect_timeout_s, client_id=self.client_id,
                     request_timeout_s=self.request_timeout_s, software_version=self.software_version,
-                    ssl_context=self.ssl_context, sasl=self.sasl, max_versions=self.max_versions)
+                    ssl_context=self.ssl_context, sasl=self.sasl, max_versions=self.max_versions,
+                    open_stream=self.open_stream)
                 self._connections[address] = connection
             return connection
 

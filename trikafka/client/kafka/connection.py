@@ -23,7 +23,7 @@ import collections
 import math
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -50,6 +50,9 @@ _CORRELATION_IDS = 1 << 31
 SOFTWARE_NAME = "trikafka"
 NO_CAPS: Mapping[KafkaApi, int] = {}  # negotiate's default: every api at the highest version both serve
 UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version when the caller names none
+# How a connection's stream is opened: ``open_stream(host, port)``, TCP unless a caller gives another
+# (``trikafka.testing``'s in-memory network), as ``trikafka.client.connect`` takes it for the 0.7 protocol.
+OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
 class UnsupportedApi(BrokerConnectionError):
@@ -340,7 +343,8 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
                                 software_version: str = UNKNOWN_SOFTWARE_VERSION,
                                 ssl_context: ssl.SSLContext | None = None,
                                 sasl: SaslLogin | None = None,
-                                max_versions: Mapping[KafkaApi, int] = NO_CAPS) -> KafkaConnection:
+                                max_versions: Mapping[KafkaApi, int] = NO_CAPS,
+                                open_stream: OpenStream = trio.open_tcp_stream) -> KafkaConnection:
     """Connect to a Kafka-protocol listener (with TLS over ``ssl_context``), negotiate versions and
     (``sasl``) authenticate; close it with ``aclose``.
 
@@ -349,10 +353,12 @@ async def open_kafka_connection(host: str, port: int, *, connect_timeout_s: floa
     it advertises: librdkafka's mock cluster, JoinGroup v6).
     ``ssl_context``: speak TLS (a listener with ``SSL``, docs/protocol.md §18.1), checking the
     broker's certificate against ``host``; the handshake counts against ``connect_timeout_s``.
+    ``open_stream(host, port)`` replaces ``trio.open_tcp_stream`` (``trikafka.testing``'s
+    in-process clusters hand out in-memory streams through it).
     """
     try:
         with trio.fail_after(connect_timeout_s):
-            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+            stream: trio.abc.Stream = await open_stream(host, port)
             if ssl_context is not None:
                 stream = await tls_handshake(stream, ssl_context, host, port)
     except trio.TooSlowError:
