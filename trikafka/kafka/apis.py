@@ -91,7 +91,7 @@ class KafkaApi(enum.IntEnum):
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)
     OFFSET_DELETE = (47, 0, 0, 1)
-    DESCRIBE_CLUSTER = (60, 0, 0, 0)
+    DESCRIBE_CLUSTER = (60, 0, 1, 0)
     DESCRIBE_TRANSACTIONS = (65, 0, 0, 0)
     LIST_TRANSACTIONS = (66, 0, 0, 0)
 
