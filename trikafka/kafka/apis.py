@@ -71,7 +71,7 @@ class KafkaApi(enum.IntEnum):
     LEAVE_GROUP = (13, 0, 4, 4)
     SYNC_GROUP = (14, 0, 5, 4)
     DESCRIBE_GROUPS = (15, 0, 5, 5)
-    LIST_GROUPS = (16, 0, 4, 3)
+    LIST_GROUPS = (16, 0, 5, 3)
     SASL_HANDSHAKE = (17, 0, 1, 2)
     API_VERSIONS = (18, 0, 3, 3)
     CREATE_TOPICS = (19, 2, 7, 5)
