@@ -11,7 +11,10 @@ from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from tests.helpers.kafka_clients import running_sasl_broker, sasl_settings
 from tests.helpers.kafka_wire import exchange
+from trikafka.broker.credentials import CredentialFile
+from trikafka.kafka.sasl import SaslMechanism
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -52,3 +55,102 @@ def test_describe_cluster_of_controllers_is_a_mismatched_endpoint_type(kafka):
             include_cluster_authorized_operations=False, endpoint_type=i8(endpoint_type)))
         assert (answer.error_code, answer.endpoint_type) == (error, 1)
         assert len(answer.brokers) == (1 if error == ErrorCode.none else 0)
+
+
+# ----------------------------------------------------------------- SCRAM credentials (§18.2)
+
+ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-secret"
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKafkaBroker]:
+    with running_sasl_broker(str(tmp_path_factory.mktemp("scram-broker")), ADMIN_USER, ADMIN_PASSWORD) as running:
+        yield running
+
+
+def _logs_in(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
+    """Whether a librdkafka admin client with this login can describe the cluster."""
+    from confluent_kafka import KafkaException
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **sasl_settings(mechanism, user, password)})
+    try:
+        admin.describe_cluster(request_timeout=5).result(10)
+    except KafkaException:
+        return False
+    return True
+
+
+def test_confluent_adds_a_user_who_then_logs_in_and_describes_it(sasl_kafka):
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": sasl_kafka.bootstrap,
+                         **sasl_settings("SCRAM-SHA-512", ADMIN_USER, ADMIN_PASSWORD)})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion("bob", info, b"bob-secret")])
+    assert futures["bob"].result(TIMEOUT_S) is None
+    assert _logs_in(sasl_kafka.bootstrap, "SCRAM-SHA-256", "bob", "bob-secret")
+    assert not _logs_in(sasl_kafka.bootstrap, "SCRAM-SHA-256", "bob", "wrong")
+    assert not _logs_in(sasl_kafka.bootstrap, "SCRAM-SHA-512", "bob", "bob-secret")  # only SHA-256 stored
+    described = admin.describe_user_scram_credentials(["bob"])["bob"].result(TIMEOUT_S)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)]
+    stored = CredentialFile(sasl_kafka.log_dir).read()  # the store `trikafka users` reads
+    assert set(stored) >= {ADMIN_USER, "bob"} and stored["bob"][SaslMechanism.SCRAM_SHA_256].iterations == 8192
+    every = admin.describe_user_scram_credentials().result(TIMEOUT_S)
+    assert {ADMIN_USER, "bob"} <= set(every)
+    too_few = UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 100), b"x")
+    with pytest.raises(Exception, match="iterations"):
+        admin.alter_user_scram_credentials([too_few])["bob"].result(TIMEOUT_S)
+
+
+def test_kafka_python_alters_deletes_and_sees_errors(sasl_kafka):
+    from kafka.admin import ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion
+
+    admin = KafkaAdminClient(bootstrap_servers=sasl_kafka.bootstrap, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=ADMIN_USER,
+                             sasl_plain_password=ADMIN_PASSWORD)
+    try:
+        assert admin.alter_user_scram_credentials([
+            UserScramCredentialUpsertion("carol", ScramMechanism.SCRAM_SHA_512, "carol-secret"),
+            UserScramCredentialUpsertion("carol", ScramMechanism.SCRAM_SHA_256, "carol-secret")]) == {"carol": None}
+        assert _logs_in(sasl_kafka.bootstrap, "SCRAM-SHA-512", "carol", "carol-secret")
+        assert _logs_in(sasl_kafka.bootstrap, "PLAIN", "carol", "carol-secret")
+        described = admin.describe_user_scram_credentials(["carol", "nobody"])
+        assert [(i["mechanism"], i["iterations"]) for i in described["carol"]["credential_infos"]] == [
+            (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 4096)]
+        assert "does not exist" in described["nobody"]["error"]
+        errors = admin.alter_user_scram_credentials([
+            UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256),
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512),
+            UserScramCredentialUpsertion("carol", ScramMechanism.SCRAM_SHA_512, "again")])
+        assert "does not exist" in errors["nobody"] and "twice" in errors["carol"]
+        assert _logs_in(sasl_kafka.bootstrap, "SCRAM-SHA-512", "carol", "carol-secret")  # nothing applied
+        assert admin.alter_user_scram_credentials([
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512),
+            UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)]) == {"carol": None}
+        assert not _logs_in(sasl_kafka.bootstrap, "SCRAM-SHA-512", "carol", "carol-secret")
+        assert "carol" not in CredentialFile(sasl_kafka.log_dir).read()  # the last mechanism took the user
+    finally:
+        admin.close()
+
+
+def test_scram_apis_need_the_cluster_describe_and_alter(tmp_path):
+    """librdkafka 2.x frees an alloca'd string on a DescribeUserScramCredentials answer with a top-level
+    error and crashes the process (against Kafka too), so that denial is checked with kafka-python."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    with running_kafka_broker(str(tmp_path), authorizer="acl") as running:  # ANONYMOUS, no ACLs
+        python_admin = KafkaAdminClient(bootstrap_servers=running.bootstrap)
+        try:
+            with pytest.raises(ClusterAuthorizationFailedError, match="Cluster authorization failed"):
+                python_admin.describe_user_scram_credentials()
+        finally:
+            python_admin.close()
+        admin = AdminClient({"bootstrap.servers": running.bootstrap})
+        upsertion = UserScramCredentialUpsertion("eve", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"x")
+        with pytest.raises(KafkaException) as refused:
+            admin.alter_user_scram_credentials([upsertion])["eve"].result(TIMEOUT_S)
+        assert refused.value.args[0].code() == ErrorCode.cluster_authorization_failed
+        assert CredentialFile(str(tmp_path)).read() == {}

@@ -91,6 +91,8 @@ class KafkaApi(enum.IntEnum):
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)
     OFFSET_DELETE = (47, 0, 0, 1)
+    DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
+    ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
     DESCRIBE_CLUSTER = (60, 0, 1, 0)
     DESCRIBE_TRANSACTIONS = (65, 0, 0, 0)
     LIST_TRANSACTIONS = (66, 0, 0, 0)
@@ -147,8 +149,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     46: ("ListPartitionReassignments", "not yet: `trikafka topics describe NAME --zookeeper Z` shows replicas"),
     48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),
     49: ("AlterClientQuotas", "not yet: the broker has no client quotas"),
-    50: ("DescribeUserScramCredentials", "not yet: `trikafka users list` lists the credential store (§18.2)"),
-    51: ("AlterUserScramCredentials", "not yet: `trikafka users add` and `users delete` change the credential store (§18.2)"),
     52: ("Vote", KRAFT_ONLY),
     53: ("BeginQuorumEpoch", KRAFT_ONLY),
     54: ("EndQuorumEpoch", KRAFT_ONLY),
