@@ -134,18 +134,21 @@ def test_kafka_python_alters_deletes_and_sees_errors(sasl_kafka):
         admin.close()
 
 
-def test_scram_apis_need_the_cluster_describe_and_alter(tmp_path):
+def test_scram_and_producer_apis_need_their_acls(tmp_path):
     """librdkafka 2.x frees an alloca'd string on a DescribeUserScramCredentials answer with a top-level
     error and crashes the process (against Kafka too), so that denial is checked with kafka-python."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-    from kafka.errors import ClusterAuthorizationFailedError
+    from kafka import TopicPartition
+    from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 
     with running_kafka_broker(str(tmp_path), authorizer="acl") as running:  # ANONYMOUS, no ACLs
         python_admin = KafkaAdminClient(bootstrap_servers=running.bootstrap)
         try:
             with pytest.raises(ClusterAuthorizationFailedError, match="Cluster authorization failed"):
                 python_admin.describe_user_scram_credentials()
+            with pytest.raises(TopicAuthorizationFailedError):  # DescribeProducers: Read on the topic
+                python_admin.describe_producers([TopicPartition("any", 0)], broker_id=0)
         finally:
             python_admin.close()
         admin = AdminClient({"bootstrap.servers": running.bootstrap})
@@ -154,3 +157,37 @@ def test_scram_apis_need_the_cluster_describe_and_alter(tmp_path):
             admin.alter_user_scram_credentials([upsertion])["eve"].result(TIMEOUT_S)
         assert refused.value.args[0].code() == ErrorCode.cluster_authorization_failed
         assert CredentialFile(str(tmp_path)).read() == {}
+
+
+# ----------------------------------------------------------------- DescribeProducers (§19.2.2)
+
+def test_kafka_python_describes_an_idempotent_and_a_transactional_producer(kafka, python_admin):
+    from confluent_kafka import Producer
+    from kafka import TopicPartition
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    from tests.helpers.kafka_clients import create_topic
+    from tests.helpers.kafka_transactions import confluent_transactional_producer
+
+    create_topic(kafka.bootstrap, "produced", partitions=1)
+    idempotent = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True})
+    for i in range(5):
+        idempotent.produce("produced", value=b"%d" % i, partition=0)
+    assert idempotent.flush(TIMEOUT_S) == 0
+    transactional = confluent_transactional_producer(kafka.bootstrap, "describe-producers")
+    transactional.begin_transaction()
+    transactional.produce("produced", value=b"in a transaction", partition=0)
+    assert transactional.flush(TIMEOUT_S) == 0
+    partition = TopicPartition("produced", 0)
+
+    def producers() -> list[tuple[int, int, int]]:
+        """(epoch, last sequence, transaction start offset) of each producer, by id."""
+        state = python_admin.describe_producers([partition])[partition].active_producers
+        assert all(p.last_timestamp > 0 and p.coordinator_epoch == -1 for p in state)
+        return [(p.producer_epoch, p.last_sequence, p.current_transaction_start_offset) for p in state]
+
+    assert sorted(producers()) == [(0, 0, 5), (0, 4, -1)]
+    transactional.commit_transaction(TIMEOUT_S)
+    assert sorted(producers()) == [(0, 0, -1), (0, 4, -1)]
+    with pytest.raises(UnknownTopicOrPartitionError):
+        python_admin.describe_producers([TopicPartition("produced", 3)], broker_id=0)

@@ -93,6 +93,7 @@ class KafkaApi(enum.IntEnum):
     OFFSET_DELETE = (47, 0, 0, 1)
     DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
     ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
+    DESCRIBE_PRODUCERS = (61, 0, 0, 0)
     DESCRIBE_CLUSTER = (60, 0, 1, 0)
     DESCRIBE_TRANSACTIONS = (65, 0, 0, 0)
     LIST_TRANSACTIONS = (66, 0, 0, 0)
@@ -157,7 +158,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     57: ("UpdateFeatures", "no feature flags (KIP-584): each release serves the fixed table above"),
     58: ("Envelope", KRAFT_ONLY),
     59: ("FetchSnapshot", KRAFT_ONLY),
-    61: ("DescribeProducers", "not yet: `trikafka transactions --kafka` lists transactional producers (§19.5.4)"),
     62: ("BrokerRegistration", KRAFT_ONLY),
     63: ("BrokerHeartbeat", KRAFT_ONLY),
     64: ("UnregisterBroker", "brokers register in ZooKeeper, and a stopped broker's node goes with its session (§8)"),

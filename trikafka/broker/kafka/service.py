@@ -31,7 +31,8 @@ from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, scram_users, topics
+from . import (cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
+               scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .transactions import api as transactions_api
@@ -103,6 +104,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
     KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.describe_user_scram_credentials,
     KafkaApi.ALTER_USER_SCRAM_CREDENTIALS: scram_users.alter_user_scram_credentials,
+    KafkaApi.DESCRIBE_PRODUCERS: producers.describe_producers,
     KafkaApi.DESCRIBE_TRANSACTIONS: transactions_admin_api.describe_transactions,
     KafkaApi.LIST_TRANSACTIONS: transactions_admin_api.list_transactions,
 }

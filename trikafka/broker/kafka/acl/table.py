@@ -92,6 +92,7 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.WRITE_TXN_MARKERS: (_cluster(Operation.CLUSTER_ACTION),),
         KafkaApi.DESCRIBE_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
         KafkaApi.LIST_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
+        KafkaApi.DESCRIBE_PRODUCERS: (_topic(Operation.READ),),
     }.items()
 }
 # Auto-creation by Metadata (§16.5) is CreateTopics' check.
