@@ -191,3 +191,31 @@ def test_kafka_python_describes_an_idempotent_and_a_transactional_producer(kafka
     assert sorted(producers()) == [(0, 0, -1), (0, 4, -1)]
     with pytest.raises(UnknownTopicOrPartitionError):
         python_admin.describe_producers([TopicPartition("produced", 3)], broker_id=0)
+
+
+async def test_scram_credentials_altered_on_one_broker_are_in_zookeeper_for_all(zk_chroot, tmp_path) -> None:
+    """ZooKeeper mode (§18.2): the users' znodes are the store, as for `trikafka users --zookeeper`."""
+    import functools
+
+    import trio
+    from kafka.admin import ScramMechanism, UserScramCredentialUpsertion
+
+    from tests.helpers.cli import cli
+    from tests.helpers.kafka_processes import kafka_cluster
+
+    def alter_then_describe(alter_at: str, describe_at: str) -> dict:
+        one, two = (KafkaAdminClient(bootstrap_servers=b) for b in (alter_at, describe_at))
+        try:
+            assert one.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "dave", ScramMechanism.SCRAM_SHA_512, "dave-secret", iterations=5000)]) == {"dave": None}
+            return two.describe_user_scram_credentials(["dave"])["dave"]
+        finally:
+            one.close()
+            two.close()
+
+    async with kafka_cluster(tmp_path, zk_chroot, 2) as cluster:
+        first, second = (cluster.brokers[i].bootstrap for i in (1, 2))
+        described = await trio.to_thread.run_sync(functools.partial(alter_then_describe, first, second))
+        assert described["credential_infos"] == [{"mechanism": ScramMechanism.SCRAM_SHA_512, "iterations": 5000}]
+        status, out, err = await cli("users", "list", "--zookeeper", zk_chroot)
+        assert status == 0 and out.split() == ["dave", "SCRAM-SHA-512"], (out, err)
