@@ -6,14 +6,18 @@ kcat); these helpers only drive them, so each test states what it checks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import trio
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
+
+if TYPE_CHECKING:
+    from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 CLIENT_TIMEOUT_S = 30.0
 
@@ -204,3 +208,20 @@ async def leader_of(bootstrap: str, topic: str, partition: int, *, isr: int = 3,
                 if served[0] == ErrorCode.none:
                     return int(found.leader)
             await trio.sleep(0.1)
+
+
+def sasl_settings(mechanism: str, user: str, password: str) -> dict[str, Any]:
+    """librdkafka's settings for a SASL_PLAINTEXT login."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": mechanism, "sasl.username": user,
+            "sasl.password": password}
+
+
+@contextlib.contextmanager
+def running_sasl_broker(log_dir: str, user: str, password: str) -> Iterator[RunningKafkaBroker]:
+    """A SASL_PLAINTEXT broker on ``log_dir`` whose users file holds ``user`` (both SCRAM mechanisms)."""
+    from trikafka.broker.credentials import CredentialFile, new_record
+    from trikafka.testing import running_kafka_broker
+
+    CredentialFile(log_dir).add(user, new_record(password))
+    with running_kafka_broker(log_dir, kafka_security_protocol="SASL_PLAINTEXT") as running:
+        yield running

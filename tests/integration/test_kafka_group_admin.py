@@ -97,3 +97,30 @@ def test_an_empty_groups_offsets_and_the_group_can_be_deleted(kafka):
     assert _describe(admin, "admin-gone").state.name == "DEAD"
     assert _delete_error(admin, "admin-gone") == ErrorCode.group_id_not_found
     assert _offset_delete(kafka.bootstrap, "never-was", "watched", range(1))[0] == ErrorCode.group_id_not_found
+
+
+def test_list_groups_v5_filters_by_group_type(kafka):
+    """§17.6: every group here is classic; confluent-kafka and kafka-python send ListGroups v5 for a types filter."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    from kafka.admin import KafkaAdminClient
+
+    group = ConfluentGroup(kafka.bootstrap, "admin-typed", "other")
+    group.add("a")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    try:
+        assert group.poll_until(lambda: group.balanced(1, 1))
+
+        def listed(**filters):
+            return {g.group_id: g.type for g in admin.list_consumer_groups(**filters).result(TIMEOUT_S).valid}
+
+        assert listed(types={ConsumerGroupType.CLASSIC})["admin-typed"] == ConsumerGroupType.CLASSIC
+        assert listed(types={ConsumerGroupType.CONSUMER}) == {}
+        assert "admin-typed" in listed(types={ConsumerGroupType.CLASSIC}, states={ConsumerGroupState.STABLE})
+        assert "admin-typed" not in listed(types={ConsumerGroupType.CLASSIC}, states={ConsumerGroupState.EMPTY})
+        typed = {g["group_id"]: g["group_type"] for g in python_admin.list_groups(types_filter=["Classic"])}
+        assert typed["admin-typed"] == "classic"
+        assert python_admin.list_groups(types_filter=["consumer"]) == []
+    finally:
+        python_admin.close()
+        group.close_all()

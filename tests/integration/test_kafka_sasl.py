@@ -20,9 +20,9 @@ import pytest
 import trio
 
 from tests.helpers.cli import cli
-from tests.helpers.kafka_clients import read_with_confluent
+from tests.helpers.kafka_clients import read_with_confluent, running_sasl_broker
+from tests.helpers.kafka_clients import sasl_settings as client_sasl_settings
 from tests.helpers.kafka_processes import kafka_cluster
-from trikafka.broker.credentials import CredentialFile, new_record
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -32,16 +32,13 @@ USER, PASSWORD = "alice", "alice-secret"
 
 
 def sasl_settings(mechanism: str, user: str = USER, password: str = PASSWORD) -> dict[str, Any]:
-    """librdkafka's settings for a SASL_PLAINTEXT login."""
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": mechanism, "sasl.username": user,
-            "sasl.password": password}
+    """librdkafka's settings for a SASL_PLAINTEXT login (alice's unless told)."""
+    return client_sasl_settings(mechanism, user, password)
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKafkaBroker]:
-    log_dir = str(tmp_path_factory.mktemp("sasl-broker"))
-    CredentialFile(log_dir).add(USER, new_record(PASSWORD))
-    with running_kafka_broker(log_dir, kafka_security_protocol="SASL_PLAINTEXT") as running:
+    with running_sasl_broker(str(tmp_path_factory.mktemp("sasl-broker")), USER, PASSWORD) as running:
         yield running
 
 

@@ -14,9 +14,11 @@ from trikafka.kafka.errors import UnsupportedRequest
 from trikafka.kafka.framing import parse_request
 
 PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
-# Metadata v12 (topic ids in the request) is Kafka 3.1's; §16.3's table lists it, and no
-# client's version inference turns on it (kafka-python tells 3.1 by Fetch v13).
-BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12}
+# Metadata v12 (topic ids in the request) is Kafka 3.1's, DescribeCluster v1 (endpoint_type) 3.7's,
+# ListGroups v5 (types_filter) 3.8's; §16.3's table lists them, and no client's version inference
+# turns on them (kafka-python tells 3.1 by Fetch v13, 3.7 by Fetch v16, 3.8 by Produce v11):
+# test_kafka_python_infers_a_3_0_broker_from_our_api_versions.
+BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12, KafkaApi.DESCRIBE_CLUSTER: 1, KafkaApi.LIST_GROUPS: 5}
 # Accepted but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
 BROKERS_ONLY_UP_TO = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
 

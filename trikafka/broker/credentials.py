@@ -27,6 +27,8 @@ from trikafka.zk import paths
 from trikafka.zk.coordinator import Coordinator
 from trikafka.zk.errors import NodeExistsError, NoNodeError
 
+from .seams import RunBlocking
+
 logger = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
@@ -134,10 +136,19 @@ class CredentialFile:
 
     def add(self, name: str, record: UserRecord) -> None:
         """Store (or replace) ``name``'s record."""
-        _checked_name(name)
+        self.apply({name: record})
+
+    def apply(self, changes: Mapping[str, UserRecord | None]) -> None:
+        """Store each user's new record, or delete the user (None), in one write of the file."""
+        for name in changes:
+            _checked_name(name)
         os.makedirs(self.log_dir, exist_ok=True)
         users = self.read()
-        users[name] = record
+        for name, record in changes.items():
+            if record is None:
+                users.pop(name, None)
+            else:
+                users[name] = record
         self._write(users)
 
     def delete(self, name: str) -> bool:
@@ -154,6 +165,49 @@ def _checked_name(name: str) -> str:
         return check_user_name(name)
     except ValueError as exc:
         raise CredentialError(str(exc)) from None
+
+
+class CredentialStore(Protocol):
+    """Where a broker reads and changes the stored users over the Kafka protocol (§18.2, KIP-554)."""
+
+    async def users(self) -> dict[str, UserRecord]:
+        """Every stored user's record."""
+
+    async def apply(self, changes: Mapping[str, UserRecord | None]) -> None:
+        """Store each user's new record, or delete the user (None); returns once stored."""
+
+
+class FileCredentialStore:
+    """A standalone broker's users file, read and written in worker threads."""
+
+    def __init__(self, log_dir: str, run_blocking: RunBlocking):
+        self.file = CredentialFile(log_dir)
+        self._run_blocking = run_blocking
+        self._lock = trio.Lock()  # one read-modify-write of the file at a time
+
+    async def users(self) -> dict[str, UserRecord]:
+        return await self._run_blocking(self.file.read)  # type: ignore[no-any-return]
+
+    async def apply(self, changes: Mapping[str, UserRecord | None]) -> None:
+        async with self._lock:
+            await self._run_blocking(self.file.apply, changes)
+
+
+class ZooKeeperCredentialStore:
+    """The users' znodes of a cluster: one znode per user, each set or deleted on its own."""
+
+    def __init__(self, zk: Coordinator):
+        self._zk = zk
+
+    async def users(self) -> dict[str, UserRecord]:
+        return await zk_users(self._zk)
+
+    async def apply(self, changes: Mapping[str, UserRecord | None]) -> None:
+        for name, record in changes.items():
+            if record is None:
+                await zk_delete_user(self._zk, name)
+            else:
+                await zk_add_user(self._zk, name, record)
 
 
 class Credentials(Protocol):

@@ -71,7 +71,7 @@ class KafkaApi(enum.IntEnum):
     LEAVE_GROUP = (13, 0, 4, 4)
     SYNC_GROUP = (14, 0, 5, 4)
     DESCRIBE_GROUPS = (15, 0, 5, 5)
-    LIST_GROUPS = (16, 0, 4, 3)
+    LIST_GROUPS = (16, 0, 5, 3)
     SASL_HANDSHAKE = (17, 0, 1, 2)
     API_VERSIONS = (18, 0, 3, 3)
     CREATE_TOPICS = (19, 2, 7, 5)
@@ -91,7 +91,10 @@ class KafkaApi(enum.IntEnum):
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)
     OFFSET_DELETE = (47, 0, 0, 1)
-    DESCRIBE_CLUSTER = (60, 0, 0, 0)
+    DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
+    ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
+    DESCRIBE_PRODUCERS = (61, 0, 0, 0)
+    DESCRIBE_CLUSTER = (60, 0, 1, 0)
     DESCRIBE_TRANSACTIONS = (65, 0, 0, 0)
     LIST_TRANSACTIONS = (66, 0, 0, 0)
 
@@ -147,8 +150,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     46: ("ListPartitionReassignments", "not yet: `trikafka topics describe NAME --zookeeper Z` shows replicas"),
     48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),
     49: ("AlterClientQuotas", "not yet: the broker has no client quotas"),
-    50: ("DescribeUserScramCredentials", "not yet: `trikafka users list` lists the credential store (§18.2)"),
-    51: ("AlterUserScramCredentials", "not yet: `trikafka users add` and `users delete` change the credential store (§18.2)"),
     52: ("Vote", KRAFT_ONLY),
     53: ("BeginQuorumEpoch", KRAFT_ONLY),
     54: ("EndQuorumEpoch", KRAFT_ONLY),
@@ -157,7 +158,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     57: ("UpdateFeatures", "no feature flags (KIP-584): each release serves the fixed table above"),
     58: ("Envelope", KRAFT_ONLY),
     59: ("FetchSnapshot", KRAFT_ONLY),
-    61: ("DescribeProducers", "not yet: `trikafka transactions --kafka` lists transactional producers (§19.5.4)"),
     62: ("BrokerRegistration", KRAFT_ONLY),
     63: ("BrokerHeartbeat", KRAFT_ONLY),
     64: ("UnregisterBroker", "brokers register in ZooKeeper, and a stopped broker's node goes with its session (§8)"),

@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 
 from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.framing import Request
@@ -26,6 +27,8 @@ from .errors import kafka_error
 NO_TOPIC_ID = uuid.UUID(int=0)
 # Kafka's "authorized operations not asked for" value.
 OPERATIONS_NOT_ASKED = -2147483648
+# DescribeCluster v1's endpoint type of brokers (2 is KRaft controllers').
+BROKER_ENDPOINTS = 1
 
 
 def new_cluster_id() -> str:
@@ -88,11 +91,19 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, d
 
 def describe_cluster(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
-    if (denied := service.authorizer.denied(KafkaApi.DESCRIBE_CLUSTER)) is not None:
-        return reply.response(throttle_time=NO_THROTTLE, error_code=denied, error_message=None, cluster_id="",
-                              controller_id=-1, brokers=(), cluster_authorized_operations=OPERATIONS_NOT_ASKED)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    # v1's endpoint type (v0 has none: brokers); every listener here is a broker's (§16.4).
+    wanted = getattr(body, "endpoint_type", BROKER_ENDPOINTS)
+    error = service.authorizer.denied(KafkaApi.DESCRIBE_CLUSTER)
+    if error is None and wanted != BROKER_ENDPOINTS:
+        error = ErrorCode.mismatched_endpoint_type
+    if error is not None:
+        return reply.response(throttle_time=NO_THROTTLE, error_code=error, error_message=None, cluster_id="",
+                              controller_id=-1, brokers=(), cluster_authorized_operations=OPERATIONS_NOT_ASKED,
+                              endpoint_type=i8(BROKER_ENDPOINTS))
     brokers = tuple(reply.nested("DescribeClusterBroker", broker_id=b.broker_id, host=b.host, port=b.port, rack=None)
                     for b in service.kafka_brokers())
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                           cluster_id=service.cluster_id, controller_id=service.controller_id(), brokers=brokers,
-                          cluster_authorized_operations=OPERATIONS_NOT_ASKED)
+                          cluster_authorized_operations=OPERATIONS_NOT_ASKED,
+                          endpoint_type=i8(BROKER_ENDPOINTS))

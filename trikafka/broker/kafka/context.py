@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..engine.engine import Engine
     from trikafka.kafka.group_records import RecordKey, RecordValue
 
+    from ..credentials import CredentialStore
     from ..seams import RunBlocking
     from .acl.authorizer import Authorizer
     from .acl.model import AclSet
@@ -141,6 +142,7 @@ class KafkaContext(Protocol):
     run_blocking: RunBlocking
     authorizer: Authorizer
     peer_connections: PeerConnections  # how this broker's own calls reach other brokers (§18.5)
+    credential_store: CredentialStore  # the SCRAM users (§18.2)
 
     @property
     def groups(self) -> GroupCoordination: ...

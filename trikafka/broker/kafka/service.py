@@ -31,7 +31,8 @@ from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, topics
+from . import (cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
+               scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .transactions import api as transactions_api
@@ -45,7 +46,8 @@ from .acl import api as acl_api
 from .acl.authorizer import Authorizer
 from .acl.model import AclSet
 from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
-from ..credentials import Credentials, FileCredentials, ZooKeeperCredentials
+from ..credentials import (CredentialStore, Credentials, FileCredentials, FileCredentialStore,
+                           ZooKeeperCredentials, ZooKeeperCredentialStore)
 from .authentication import SaslGate, sasl_not_enabled
 from .connection import Deferred, KafkaConnection
 from .context import TopicCreation, TopicRegistry, TransactionCoordination, TransactionVerifier
@@ -100,6 +102,9 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
     KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.describe_user_scram_credentials,
+    KafkaApi.ALTER_USER_SCRAM_CREDENTIALS: scram_users.alter_user_scram_credentials,
+    KafkaApi.DESCRIBE_PRODUCERS: producers.describe_producers,
     KafkaApi.DESCRIBE_TRANSACTIONS: transactions_admin_api.describe_transactions,
     KafkaApi.LIST_TRANSACTIONS: transactions_admin_api.list_transactions,
 }
@@ -143,6 +148,9 @@ class KafkaService:
         self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(engine.directory.log_manager.fs, config.log_dir)
         self.security = config.kafka_security
         self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
+        # The users the SCRAM credential apis read and change (§18.2): the file, or (ZooKeeper mode, set by
+        # start) the znodes; a listener without SASL has them too, as Kafka's does.
+        self.credential_store: CredentialStore = FileCredentialStore(config.log_dir, run_blocking)
         # Its own calls to other brokers (§18.5), over ``open_stream`` (TCP, or a test's in-memory
         # network): plaintext until start() reads the listener's security.
         self.open_stream = open_stream
@@ -193,6 +201,7 @@ class KafkaService:
             self.groups.membership.on_change = marks.changed
             nursery.start_soon(marks.run)
             self.acl_store = ZooKeeperAcls(zookeeper.coordinator)
+            self.credential_store = ZooKeeperCredentialStore(zookeeper.coordinator)
             if self.authorizer.enabled:
                 await nursery.start(follow_znode, zookeeper.coordinator, self.authorizer.replace)
         else:

@@ -79,6 +79,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DESCRIBE_ACLS: (_cluster(Operation.DESCRIBE),),
         KafkaApi.CREATE_ACLS: (_cluster(Operation.ALTER),),
         KafkaApi.DELETE_ACLS: (_cluster(Operation.ALTER),),
+        KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS: (_cluster(Operation.DESCRIBE),),
+        KafkaApi.ALTER_USER_SCRAM_CREDENTIALS: (_cluster(Operation.ALTER),),
         KafkaApi.INIT_PRODUCER_ID: (_cluster(Operation.IDEMPOTENT_WRITE),
                                     Need(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED)),
         KafkaApi.ADD_PARTITIONS_TO_TXN: (_transactional_id(Operation.WRITE), _topic(Operation.WRITE),
@@ -90,6 +92,7 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.WRITE_TXN_MARKERS: (_cluster(Operation.CLUSTER_ACTION),),
         KafkaApi.DESCRIBE_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
         KafkaApi.LIST_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
+        KafkaApi.DESCRIBE_PRODUCERS: (_topic(Operation.READ),),
     }.items()
 }
 # Auto-creation by Metadata (§16.5) is CreateTopics' check.

@@ -17,6 +17,8 @@ from .access import group_denied, group_partition, lists_every_group, topic_deni
 from .group import Group, GroupState
 
 OPERATIONS_NOT_ASKED = -2147483648  # Kafka's "authorized operations not asked for"
+# ListGroups v5's group type of every group here: Kafka 4's "consumer" groups (KIP-848) are not built (§17.6).
+CLASSIC_GROUP_TYPE = "classic"
 # States whose members' metadata and assignment DescribeGroups shows (Kafka shows them only then).
 _DESCRIBED_WITH_ASSIGNMENTS = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
 
@@ -25,13 +27,16 @@ def list_groups(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     wanted = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
+    types = {kind.lower() for kind in getattr(body, "types_filter", ()) or ()}
+    if types and CLASSIC_GROUP_TYPE not in types:
+        return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=())
     every = lists_every_group(service, request.api)
     listed = [group for groups in service.groups.loaded() for group in groups.groups.values()
               if group.state is not GroupState.DEAD and (not wanted or group.state.value.lower() in wanted)
               and (every or group_denied(service, request.api, group.group_id) is None)]
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
         reply.nested("ListedGroup", group_id=group.group_id, protocol_type=group.protocol_type or "",
-                     group_state=group.state.value)
+                     group_state=group.state.value, group_type=CLASSIC_GROUP_TYPE)
         for group in sorted(listed, key=lambda g: g.group_id)))
 
 
