@@ -195,3 +195,18 @@ async def test_an_alter_on_one_broker_is_stored_in_zookeeper_and_seen_by_another
                     break
                 await trio.sleep(0.05)
         assert seen["retention.ms"].value == "600000" and not seen["retention.ms"].is_default
+
+
+def test_concurrent_alters_of_one_topic_each_keep_their_change(kafka: RunningKafkaBroker) -> None:
+    """Two clients change different keys at once: neither read-modify-write may undo the other's."""
+    import concurrent.futures
+
+    topic = "alter-concurrent"
+    make_topic(kafka.bootstrap, topic)
+    keys = ["retention.ms", "delete.retention.ms", "min.compaction.lag.ms", "retention.bytes"]
+    with concurrent.futures.ThreadPoolExecutor(len(keys)) as pool:
+        for round_ in range(5):
+            value = str(100000 + round_)
+            list(pool.map(lambda key: incremental(kafka.bootstrap, topic, (key, AlterConfigOpType.SET, value)), keys))
+            entries = described(kafka.bootstrap, topic)
+            assert {key: entries[key].value for key in keys} == dict.fromkeys(keys, value)

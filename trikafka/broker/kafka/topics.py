@@ -150,8 +150,7 @@ class TopicService:
             change(service.stored_settings(topic))
             return
         if service.registry is None:
-            if not await service.engine.admin.store_settings(topic, change(service.stored_settings(topic))):
-                raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
+            await service.engine.admin.update_settings(topic, change)
         else:
             stored = await service.registry.alter_topic_config(topic, change)
             await service.wait_settings_seen(topic, stored, SETTINGS_SEEN_TIMEOUT_S)
