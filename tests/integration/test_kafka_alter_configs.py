@@ -210,3 +210,21 @@ def test_concurrent_alters_of_one_topic_each_keep_their_change(kafka: RunningKaf
             list(pool.map(lambda key: incremental(kafka.bootstrap, topic, (key, AlterConfigOpType.SET, value)), keys))
             entries = described(kafka.bootstrap, topic)
             assert {key: entries[key].value for key in keys} == dict.fromkeys(keys, value)
+
+
+def test_a_broker_setting_of_its_own_is_reported_as_static_broker_config(tmp_path: Any) -> None:
+    topic = "described-static"
+    with running_kafka_broker(str(tmp_path), log_retention_hours=2) as kafka:
+        make_topic(kafka.bootstrap, topic)
+        entries = described(kafka.bootstrap, topic)
+        retention = entries["retention.ms"]
+        assert retention.value == str(2 * 3600 * 1000) and not retention.is_default
+        assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert [(s.name, s.source) for s in retention.synonyms.values()] == [
+            ("log.retention.ms", ConfigSource.STATIC_BROKER_CONFIG.value)]
+        assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+        incremental(kafka.bootstrap, topic, ("retention.ms", AlterConfigOpType.SET, "1000"))
+        retention = described(kafka.bootstrap, topic)["retention.ms"]
+        assert [(s.name, s.value, s.source) for s in retention.synonyms.values()] == [
+            ("retention.ms", "1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
+            ("log.retention.ms", str(2 * 3600 * 1000), ConfigSource.STATIC_BROKER_CONFIG.value)]

@@ -19,13 +19,14 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 
+from ..config import BrokerConfig
 from ..engine.topic_admin import MAX_CREATED_PARTITIONS
 from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, MESSAGE_TIMESTAMP_TYPE,
                               MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
                               TopicConfigError, check_topic_config, log_overrides)
 from .acl.model import CLUSTER_NAME, ResourceType
 from .cluster import NO_TOPIC_ID
-from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
+from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
 from .context import KafkaContext
 
 
@@ -41,7 +42,10 @@ SETTINGS_SEEN_TIMEOUT_S = 5.0  # how long an alter waits for this broker's view 
 
 def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
     """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
-    config = service.config
+    return _broker_values(service.config, topic)
+
+
+def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
     log = config.log_config(topic)
     return {
         CLEANUP_POLICY: config.topic_cleanup_policy_map.get(topic, config.log_cleanup_policy),
@@ -57,10 +61,13 @@ def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
 
 
 # Read-only facts DescribeConfigs lists beside the settings.
-_READ_ONLY: dict[str, Callable[[KafkaContext], str]] = {
-    MAX_MESSAGE_BYTES: lambda service: str(service.config.max_message_size),
-    RECORD_FORMAT: lambda service: "v2",
+_READ_ONLY: dict[str, Callable[[BrokerConfig], str]] = {
+    MAX_MESSAGE_BYTES: lambda config: str(config.max_message_size),
+    RECORD_FORMAT: lambda config: "v2",
 }
+# What a broker started with no setting of its own answers: a value that differs came from its
+# settings (file or flags), DescribeConfigs' STATIC_BROKER_CONFIG.
+_BUILT_IN = BrokerConfig()
 
 # Each topic key's broker-wide synonym, under Kafka's broker setting name (DescribeConfigs' synonyms, §16.4).
 BROKER_SYNONYMS = {
@@ -249,17 +256,20 @@ class TopicService:
         """``topic``'s settings as DescribeConfigs lists them (§16.4), with Kafka's synonyms."""
         service = self._service
         stored = service.stored_settings(topic)
+        built_in = _broker_values(_BUILT_IN, topic)
         values = [(k, default, False) for k, default in _defaults(service, topic).items()]
-        values += [(k, value(service), True) for k, value in _READ_ONLY.items()]
+        values += [(k, value(service.config), True) for k, value in _READ_ONLY.items()]
+        built_in.update((k, value(_BUILT_IN)) for k, value in _READ_ONLY.items())
         rows = []
         for key, default, read_only in values:
             if keys is not None and key not in keys:
                 continue
             synonyms: tuple[tuple[str, str, int], ...] = (
                 ((key, stored[key], CONFIG_SOURCE_TOPIC),) if key in stored and not read_only else ())
+            broker_source = CONFIG_SOURCE_DEFAULT if default == built_in[key] else CONFIG_SOURCE_STATIC
             if key in BROKER_SYNONYMS:
-                synonyms += ((BROKER_SYNONYMS[key], default, CONFIG_SOURCE_DEFAULT),)
-            value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, CONFIG_SOURCE_DEFAULT)
+                synonyms += ((BROKER_SYNONYMS[key], default, broker_source),)
+            value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, broker_source)
             rows.append(ConfigRow(key, value, read_only, source, synonyms))
         return rows
 
@@ -359,8 +369,9 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
             else:
                 configs = service.topics.describe(resource.resource_name, keys)
         elif resource.resource_type == RESOURCE_BROKER:
-            configs = [ConfigRow(k, v, True, CONFIG_SOURCE_DEFAULT, ()) for k, v in _defaults(service, "").items()
-                       if keys is None or k in keys]
+            built_in = _broker_values(_BUILT_IN, "")
+            configs = [ConfigRow(k, v, True, CONFIG_SOURCE_DEFAULT if v == built_in[k] else CONFIG_SOURCE_STATIC, ())
+                       for k, v in _defaults(service, "").items() if keys is None or k in keys]
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
         results.append(reply.nested(
