@@ -229,3 +229,35 @@ def test_a_broker_setting_of_its_own_is_reported_as_static_broker_config(tmp_pat
         assert [(s.name, s.value, s.source) for s in retention.synonyms.values()] == [
             ("retention.ms", "1000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value),
             ("log.retention.ms", str(2 * 3600 * 1000), ConfigSource.STATIC_BROKER_CONFIG.value)]
+
+
+@pytest.mark.parametrize("api, version", [("INCREMENTAL_ALTER_CONFIGS", 0), ("INCREMENTAL_ALTER_CONFIGS", 1),
+                                          ("ALTER_CONFIGS", 0), ("ALTER_CONFIGS", 1), ("ALTER_CONFIGS", 2)])
+async def test_every_version_answers_and_a_key_named_twice_or_an_unknown_operation_is_refused(
+        kafka: RunningKafkaBroker, api: str, version: int) -> None:
+    from kio.schema.errors import ErrorCode
+
+    from trikafka.client.kafka import schema
+    from trikafka.kafka.apis import KafkaApi
+
+    topic = f"alter-raw-{api.lower()}-{version}"
+    await trio.to_thread.run_sync(make_topic, kafka.bootstrap, topic)
+    which = KafkaApi[api]
+    incremental_api = which is KafkaApi.INCREMENTAL_ALTER_CONFIGS
+
+    def entry(name: str, value: str, operation: int = 0) -> dict[str, Any]:
+        return {"name": name, "value": value, **({"config_operation": operation} if incremental_api else {})}
+
+    resources = [{"resource_type": 2, "resource_name": topic, "configs": [entry("retention.ms", "5000")]},
+                 {"resource_type": 2, "resource_name": topic,
+                  "configs": [entry("retention.ms", "1"), entry("retention.ms", "2")]}]
+    if incremental_api:
+        resources.append({"resource_type": 2, "resource_name": topic, "configs": [entry("retention.ms", "1", 9)]})
+    async with KafkaClient(kafka.bootstrap) as client:
+        connection = await client.any_connection()
+        body = schema.build(which, version, resources=resources, validate_only=False)
+        answer: Any = await connection.send(which, version, body)
+        codes = [(r.error_code, r.resource_name) for r in answer.responses]
+        settings = await KafkaAdmin(client).describe_configs(topic)
+    assert codes == [(ErrorCode.none, topic)] + [(ErrorCode.invalid_request, topic)] * (len(resources) - 1)
+    assert settings["retention.ms"].value == "5000"
