@@ -261,3 +261,36 @@ async def test_every_version_answers_and_a_key_named_twice_or_an_unknown_operati
         settings = await KafkaAdmin(client).describe_configs(topic)
     assert codes == [(ErrorCode.none, topic)] + [(ErrorCode.invalid_request, topic)] * (len(resources) - 1)
     assert settings["retention.ms"].value == "5000"
+
+
+def test_kafka_python_describes_types_and_synonyms_and_documentation_when_asked(kafka: RunningKafkaBroker) -> None:
+    topic = "described-types"
+    make_topic(kafka.bootstrap, topic, {"cleanup.policy": "compact"})
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    try:
+        entries = admin.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, topic)], include_synonyms=True,
+                                         config_filter="all")["topic"][topic]
+    finally:
+        admin.close()
+    policy = entries["cleanup.policy"]
+    assert policy["config_type"] == "LIST" and entries["retention.ms"]["config_type"] == "LONG"
+    assert entries["unclean.leader.election.enable"]["config_type"] == "BOOLEAN"
+    assert [(s["name"], s["value"], s["source"]) for s in policy["synonyms"]] == [
+        ("cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"), ("log.cleanup.policy", "delete", "DEFAULT_CONFIG")]
+
+
+async def test_documentation_is_answered_only_when_asked(kafka: RunningKafkaBroker) -> None:
+    from trikafka.kafka.apis import KafkaApi
+
+    topic = "described-docs"
+    await trio.to_thread.run_sync(make_topic, kafka.bootstrap, topic)
+    async with KafkaClient(kafka.bootstrap) as client:
+        connection = await client.any_connection()
+        documented = {}
+        for asked in (False, True):
+            answer: Any = await connection.request(
+                KafkaApi.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=asked,
+                resources=[{"resource_type": 2, "resource_name": topic, "configuration_keys": ["retention.ms"]}])
+            (entry,) = answer.results[0].configs
+            documented[asked] = entry.documentation
+    assert documented[False] is None and "retention" in documented[True]

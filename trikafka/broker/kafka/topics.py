@@ -69,6 +69,26 @@ _READ_ONLY: dict[str, Callable[[BrokerConfig], str]] = {
 # settings (file or flags), DescribeConfigs' STATIC_BROKER_CONFIG.
 _BUILT_IN = BrokerConfig()
 
+# DescribeConfigs' config_type codes (v3+) and each topic key's type and documentation, as Kafka
+# types them (include_documentation, §16.4).
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+CONFIG_DOCS: dict[str, tuple[int, str]] = {
+    CLEANUP_POLICY: (LIST, "delete, compact or both: whether old segments are deleted by retention, "
+                           "compacted to each key's latest record, or both"),
+    RETENTION_MS: (LONG, "How long a segment is kept after its last record, in ms, before retention deletes it"),
+    RETENTION_BYTES: (LONG, "The size a partition may reach before retention deletes its oldest segments "
+                            "(-1: no limit)"),
+    SEGMENT_BYTES: (INT, "The size at which a partition rolls to a new segment file"),
+    MIN_INSYNC_REPLICAS: (INT, "The in-sync replicas an acks=all produce needs, else NOT_ENOUGH_REPLICAS"),
+    DELETE_RETENTION_MS: (LONG, "How long compaction keeps a tombstone (a null value), in ms"),
+    MIN_COMPACTION_LAG_MS: (LONG, "The age a record must reach, in ms, before compaction may remove it"),
+    UNCLEAN_ELECTION: (BOOLEAN, "Whether a replica outside the ISR may become leader when no in-sync replica "
+                                "is left (acknowledged records may be lost)"),
+    MESSAGE_TIMESTAMP_TYPE: (STRING, "CreateTime (the producer's stamp) or LogAppendTime (the broker's)"),
+    MAX_MESSAGE_BYTES: (INT, "The largest record batch the broker accepts (the broker's message.max.bytes)"),
+    RECORD_FORMAT: (STRING, "trikafka's own: v2 (Kafka record batches) or 0.7; fixed at creation"),
+}
+
 # Each topic key's broker-wide synonym, under Kafka's broker setting name (DescribeConfigs' synonyms, §16.4).
 BROKER_SYNONYMS = {
     CLEANUP_POLICY: "log.cleanup.policy",
@@ -353,6 +373,7 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
     synonyms = getattr(body, "include_synonyms", False)
+    documentation = getattr(body, "include_documentation", False)
     for resource in body.resources:
         keys = resource.configuration_keys
         code, message, configs = ErrorCode.none, None, []
@@ -382,5 +403,6 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
                 is_default=row.is_default, config_source=row.source, is_sensitive=False,
                 synonyms=tuple(reply.nested("DescribeConfigsSynonym", name=name, value=value, source=source)
                                for name, value, source in row.synonyms) if synonyms else (),
-                config_type=0, documentation=None) for row in configs)))
+                config_type=CONFIG_DOCS[row.name][0],
+                documentation=CONFIG_DOCS[row.name][1] if documentation else None) for row in configs)))
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
