@@ -183,6 +183,8 @@ async def test_an_alter_on_one_broker_is_stored_in_zookeeper_and_seen_by_another
         first, second = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
         await trio.to_thread.run_sync(functools.partial(make_topic, first, topic, replication_factor=2))
         await trio.to_thread.run_sync(functools.partial(
+            incremental, first, topic, ("retention.bytes", AlterConfigOpType.SET, "4096"), validate_only=True))
+        await trio.to_thread.run_sync(functools.partial(
             incremental, first, topic, ("min.insync.replicas", AlterConfigOpType.SET, "2"),
             ("retention.ms", AlterConfigOpType.SET, "600000")))
         async with KafkaClient(first) as client:  # the answering broker's own view has it already
@@ -196,6 +198,7 @@ async def test_an_alter_on_one_broker_is_stored_in_zookeeper_and_seen_by_another
                     break
                 await trio.sleep(0.05)
         assert seen["retention.ms"].value == "600000" and not seen["retention.ms"].is_default
+        assert seen["retention.bytes"].is_default  # the validate_only change was not stored
 
 
 def test_concurrent_alters_of_one_topic_each_keep_their_change(kafka: RunningKafkaBroker) -> None:
