@@ -306,3 +306,23 @@ def test_the_transaction_apis_need_their_acls(secured: RunningKafkaBroker) -> No
     assert txn_offset_commit(bootstrap, "tx", pid, epoch, "g", "txn-acl", {0: 1}) == {
         0: ErrorCode.topic_authorization_failed}  # Read on the topic, not Write
     assert end_txn(bootstrap, "tx", pid, epoch, False) == ErrorCode.none
+
+
+def test_altering_a_topics_settings_needs_alter_configs_on_it(secured: RunningKafkaBroker) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    create_topic(secured.bootstrap, "tuned")
+    admin = AdminClient({"bootstrap.servers": secured.bootstrap})
+
+    def alter() -> None:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "tuned", incremental_configs=[
+            ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+        (future,) = admin.incremental_alter_configs([resource]).values()
+        future.result(timeout=CLIENT_TIMEOUT_S)
+
+    with pytest.raises(KafkaException) as refused:
+        alter()
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(secured.log_dir, "AlterConfigs", "--topic", "tuned")
+    wait_for_acls(secured, 2)
+    alter()

@@ -324,6 +324,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             admin.store_settings = local_settings.store
             admin.forget_settings = local_settings.forget
             admin.read_settings = local_settings.read
+            admin.update_settings = local_settings.update
         engine = Engine(directory=directory, admin=admin, waiters=waiters, metrics=wiring.metrics)
         for log in log_manager.logs():
             directory.adopt(log)

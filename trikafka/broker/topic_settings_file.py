@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
+
+import trio
 
 from trikafka.log.fs import FileSystem
 from trikafka.log.names import TOPIC_SETTINGS_FILE
@@ -55,6 +57,9 @@ class LocalTopicSettings:
         self._overrides = overrides
         self._run_blocking = run_blocking
         self.topics: dict[str, dict[str, str]] = {}
+        # One change of the file at a time: each starts from the topics the last one wrote, and no
+        # two writers share the temporary file.
+        self._lock = trio.Lock()
 
     def load(self) -> None:
         """Read the file (blocking) and apply every topic's settings; a bad file is logged and ignored."""
@@ -68,13 +73,21 @@ class LocalTopicSettings:
 
     async def store(self, topic: str, settings: dict[str, str]) -> bool:
         """Keep ``settings`` for ``topic`` (durably, off the loop), then put them in force; True."""
-        if self.topics.get(topic) == settings:
-            return True
-        topics = {**self.topics, topic: dict(settings)}
-        await self._run_blocking(lambda: self._write(encode_settings_file(topics)))
-        self.topics = topics
-        self._overrides.apply(topic, settings)
+        await self.update(topic, lambda current: dict(settings))
         return True
+
+    async def update(self, topic: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace ``topic``'s settings by ``change(current)`` (which may raise to give up), keep them
+        (durably, off the loop) and put them in force; the settings kept."""
+        async with self._lock:
+            settings = change(self.read(topic))
+            if self.topics.get(topic) == settings:
+                return settings
+            topics = {**self.topics, topic: dict(settings)}
+            await self._run_blocking(lambda: self._write(encode_settings_file(topics)))
+            self.topics = topics
+            self._overrides.apply(topic, settings)
+            return settings
 
     def read(self, topic: str) -> dict[str, str]:
         """A copy of ``topic``'s stored settings (empty: none)."""
@@ -82,12 +95,13 @@ class LocalTopicSettings:
 
     async def forget(self, topic: str) -> None:
         """Drop ``topic``'s settings (durably, off the loop) and put the broker's own back in force."""
-        if topic not in self.topics:
-            return
-        topics = {t: s for t, s in self.topics.items() if t != topic}
-        await self._run_blocking(lambda: self._write(encode_settings_file(topics)))
-        self.topics = topics
-        self._overrides.apply(topic, {})
+        async with self._lock:
+            if topic not in self.topics:
+                return
+            topics = {t: s for t, s in self.topics.items() if t != topic}
+            await self._run_blocking(lambda: self._write(encode_settings_file(topics)))
+            self.topics = topics
+            self._overrides.apply(topic, {})
 
     def _write(self, data: bytes) -> None:
         temp = self._path + ".tmp"

@@ -87,9 +87,11 @@ class KafkaApi(enum.IntEnum):
     CREATE_ACLS = (30, 1, 2, 2)
     DELETE_ACLS = (31, 1, 2, 2)
     DESCRIBE_CONFIGS = (32, 1, 4, 4)
+    ALTER_CONFIGS = (33, 0, 2, 2)
     SASL_AUTHENTICATE = (36, 0, 2, 2)
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)
+    INCREMENTAL_ALTER_CONFIGS = (44, 0, 1, 1)
     OFFSET_DELETE = (47, 0, 0, 1)
     DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
     ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
@@ -137,7 +139,6 @@ _STREAMS = "the Streams group protocol (KIP-1071) is not built; Kafka Streams us
 # KafkaApi's are disjoint and together every key kio knows.
 NOT_SERVED: dict[int, tuple[str, str]] = {
     21: ("DeleteRecords", "not yet: a partition's log start moves only by retention (§7)"),
-    33: ("AlterConfigs", "not yet: `trikafka topics alter NAME --config KEY=VALUE --zookeeper Z` changes a topic's settings"),
     34: ("AlterReplicaLogDirs", "not yet: a broker has one log directory"),
     35: ("DescribeLogDirs", "not yet: `trikafka topics NAME` shows each partition's bytes"),
     38: ("CreateDelegationToken", "delegation tokens (KIP-48) are not built; SCRAM and PLAIN are (§18.2)"),
@@ -145,7 +146,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     40: ("ExpireDelegationToken", _TOKENS),
     41: ("DescribeDelegationToken", _TOKENS),
     43: ("ElectLeaders", "not yet: the controller elects leaders itself (§12)"),
-    44: ("IncrementalAlterConfigs", "not yet: `trikafka topics alter NAME --config KEY=VALUE --zookeeper Z` changes a topic's settings"),
     45: ("AlterPartitionReassignments", "not yet: `trikafka topics reassign NAME --partition P --replicas IDS --zookeeper Z` moves a partition"),
     46: ("ListPartitionReassignments", "not yet: `trikafka topics describe NAME --zookeeper Z` shows replicas"),
     48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),

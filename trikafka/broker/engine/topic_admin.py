@@ -54,6 +54,10 @@ class TopicAdmin:
         # A standalone broker's stored settings of a topic, and their removal (§16.4).
         self.read_settings: Callable[[str], dict[str, str]] = lambda topic: {}
         self.forget_settings: Callable[[str], Awaitable[None]] = _nothing_to_forget
+        # A standalone broker's read-modify-write of a topic's stored settings (Alter*Configs, §16.4):
+        # ``update_settings(topic, change)`` keeps ``change(current)`` and answers it.
+        self.update_settings: Callable[[str, Callable[[dict[str, str]], dict[str, str]]],
+                                       Awaitable[dict[str, str]]] = _settings_not_updated
 
     # ----------------------------------------------------------------- the metadata view
 
@@ -176,6 +180,10 @@ class TopicAdmin:
 
 async def _nothing_to_forget(topic: str) -> None:
     return None
+
+
+async def _settings_not_updated(topic: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+    raise AssertionError(f"no place to keep the settings of {topic!r}")  # a standalone broker wires one
 
 
 async def _settings_not_kept(topic: str, settings: dict[str, str]) -> bool:

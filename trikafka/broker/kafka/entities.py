@@ -12,12 +12,30 @@ import dataclasses
 import datetime
 from functools import lru_cache
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
 NO_THROTTLE = datetime.timedelta(0)
+CONFIG_SOURCE_TOPIC = 1  # DescribeConfigs' DYNAMIC_TOPIC_CONFIG
+CONFIG_SOURCE_STATIC = 4  # DescribeConfigs' STATIC_BROKER_CONFIG
+CONFIG_SOURCE_DEFAULT = 5  # DescribeConfigs' DEFAULT_CONFIG
+
+
+class ConfigRow(NamedTuple):
+    """One setting as DescribeConfigs lists it (§16.4); ``synonyms`` are (name, value, source), most
+    specific first."""
+
+    name: str
+    value: str
+    read_only: bool
+    source: int
+    synonyms: tuple[tuple[str, str, int], ...]
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == CONFIG_SOURCE_DEFAULT
 
 
 def kio_time(ms: int) -> datetime.datetime | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from typing import Callable
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -25,6 +26,7 @@ from trikafka.zk.registry import live_brokers
 from trikafka.zk.replication_store import (TopicExistsError, add_assigned_partitions, create_assigned_topic,
                                           delete_replicated_topic)
 from trikafka.zk.replication_values import TopicAssignment
+from trikafka.zk.topic_config_store import update_topic_config
 
 from ..replication.assignment import AssignmentError, assign_replicas
 from .cluster import new_cluster_id
@@ -102,6 +104,16 @@ class KafkaRegistry:
         logger.info("created Kafka-format topic %s: %d partitions, replication factor %d", topic, partitions, factor)
         await self._service.wait_topic_known(topic)
         return partitions, factor
+
+    async def alter_topic_config(self, topic: str, change: Callable[[dict[str, str], bool], dict[str, str]]
+                                 ) -> dict[str, str]:
+        """Alter*Configs in ZooKeeper mode (§16.4): the topic's settings become ``change(current, replicated)``
+        by the versioned write `trikafka topics alter` does; every broker's watch applies them.  The
+        settings written; ``change`` may raise TopicError to give up."""
+        try:
+            return (await update_topic_config(self._zk, topic, change)).config
+        except CoordinatorError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
 
     async def has_07_consumers(self, group_id: str) -> bool:
         """Whether 0.7 consumers of ``group_id`` are registered under ``/consumers/<group>/ids`` (§17.7)."""

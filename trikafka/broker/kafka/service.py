@@ -31,7 +31,7 @@ from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import (cluster, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
+from . import (cluster, configs, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
                scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
@@ -97,6 +97,8 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.CREATE_ACLS: acl_api.create_acls,
     KafkaApi.DELETE_ACLS: acl_api.delete_acls,
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
+    KafkaApi.ALTER_CONFIGS: configs.alter_configs,
+    KafkaApi.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     KafkaApi.SASL_AUTHENTICATE: sasl_not_enabled,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
@@ -342,6 +344,13 @@ class KafkaService:
         a client that asks right after CreateTopics then finds it (clients retry anyway)."""
         with trio.move_on_after(timeout_s):
             while self.topic_format(topic) is None:
+                await trio.sleep(TOPIC_KNOWN_POLL_S)
+
+    async def wait_settings_seen(self, topic: str, settings: dict[str, str], timeout_s: float) -> None:
+        """Return once this broker's view of ``topic``'s settings is ``settings`` (its ZooKeeper watch
+        applied them), or after ``timeout_s``: a DescribeConfigs sent here next then sees them."""
+        with trio.move_on_after(timeout_s):
+            while self.stored_settings(topic) != settings:
                 await trio.sleep(TOPIC_KNOWN_POLL_S)
 
     async def delete_topic(self, topic: str) -> None:

@@ -1,4 +1,5 @@
-"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs (docs/protocol.md §16.4, §16.5).
+"""CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and the topic side of the
+Alter*Configs apis (docs/protocol.md §16.4, §16.5).
 
 Topics created here are Kafka-format (``record.format=v2``, §16.6).  A
 standalone broker keeps their settings in its settings file (§9.5) and creates
@@ -18,13 +19,14 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 
+from ..config import BrokerConfig
 from ..engine.topic_admin import MAX_CREATED_PARTITIONS
-from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, MESSAGE_TIMESTAMP_TYPE, MIN_COMPACTION_LAG_MS,
-                              RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES, TopicConfigError,
-                              check_topic_config, log_overrides)
+from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, MESSAGE_TIMESTAMP_TYPE,
+                              MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
+                              TopicConfigError, check_topic_config, log_overrides)
 from .acl.model import CLUSTER_NAME, ResourceType
 from .cluster import NO_TOPIC_ID
-from .entities import NO_THROTTLE, Reply
+from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
 from .context import KafkaContext
 
 
@@ -35,13 +37,15 @@ UNCLEAN_ELECTION = "unclean.leader.election.enable"
 MAX_MESSAGE_BYTES = "max.message.bytes"
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-CONFIG_SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
-CONFIG_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+SETTINGS_SEEN_TIMEOUT_S = 5.0  # how long an alter waits for this broker's view to show what it stored
 
 
 def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
     """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
-    config = service.config
+    return _broker_values(service.config, topic)
+
+
+def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
     log = config.log_config(topic)
     return {
         CLEANUP_POLICY: config.topic_cleanup_policy_map.get(topic, config.log_cleanup_policy),
@@ -57,9 +61,46 @@ def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
 
 
 # Read-only facts DescribeConfigs lists beside the settings.
-_READ_ONLY: dict[str, Callable[[KafkaContext], str]] = {
-    MAX_MESSAGE_BYTES: lambda service: str(service.config.max_message_size),
-    RECORD_FORMAT: lambda service: "v2",
+_READ_ONLY: dict[str, Callable[[BrokerConfig], str]] = {
+    MAX_MESSAGE_BYTES: lambda config: str(config.max_message_size),
+    RECORD_FORMAT: lambda config: "v2",
+}
+# What a broker started with no setting of its own answers: a value that differs came from its
+# settings (file or flags), DescribeConfigs' STATIC_BROKER_CONFIG.
+_BUILT_IN = BrokerConfig()
+
+# DescribeConfigs' config_type codes (v3+) and each topic key's type and documentation, as Kafka
+# types them (include_documentation, §16.4).
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+CONFIG_DOCS: dict[str, tuple[int, str]] = {
+    CLEANUP_POLICY: (LIST, "delete, compact or both: whether old segments are deleted by retention, "
+                           "compacted to each key's latest record, or both"),
+    RETENTION_MS: (LONG, "How long a segment is kept after its last record, in ms, before retention deletes it"),
+    RETENTION_BYTES: (LONG, "The size a partition may reach before retention deletes its oldest segments "
+                            "(-1: no limit)"),
+    SEGMENT_BYTES: (INT, "The size at which a partition rolls to a new segment file"),
+    MIN_INSYNC_REPLICAS: (INT, "The in-sync replicas an acks=all produce needs, else NOT_ENOUGH_REPLICAS"),
+    DELETE_RETENTION_MS: (LONG, "How long compaction keeps a tombstone (a null value), in ms"),
+    MIN_COMPACTION_LAG_MS: (LONG, "The age a record must reach, in ms, before compaction may remove it"),
+    UNCLEAN_ELECTION: (BOOLEAN, "Whether a replica outside the ISR may become leader when no in-sync replica "
+                                "is left (acknowledged records may be lost)"),
+    MESSAGE_TIMESTAMP_TYPE: (STRING, "CreateTime (the producer's stamp) or LogAppendTime (the broker's)"),
+    MAX_MESSAGE_BYTES: (INT, "The largest record batch the broker accepts (the broker's message.max.bytes)"),
+    RECORD_FORMAT: (STRING, "trikafka's own: v2 (Kafka record batches) or 0.7; fixed at creation"),
+}
+
+# Each topic key's broker-wide synonym, under Kafka's broker setting name (DescribeConfigs' synonyms, §16.4).
+BROKER_SYNONYMS = {
+    CLEANUP_POLICY: "log.cleanup.policy",
+    RETENTION_MS: "log.retention.ms",
+    RETENTION_BYTES: "log.retention.bytes",
+    SEGMENT_BYTES: "log.segment.bytes",
+    MIN_INSYNC_REPLICAS: "min.insync.replicas",
+    DELETE_RETENTION_MS: "log.cleaner.delete.retention.ms",
+    MIN_COMPACTION_LAG_MS: "log.cleaner.min.compaction.lag.ms",
+    UNCLEAN_ELECTION: "unclean.leader.election.enable",
+    MESSAGE_TIMESTAMP_TYPE: "log.message.timestamp.type",
+    MAX_MESSAGE_BYTES: "message.max.bytes",
 }
 
 
@@ -79,6 +120,10 @@ class TopicService:
 
     def check_settings(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
         """The settings a new topic stores, ``record.format=v2`` added; TopicError(INVALID_CONFIG) on a bad one."""
+        return {**self._checked(topic, settings, replicated), RECORD_FORMAT: FORMAT_V2}
+
+    def _checked(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
+        """``settings`` as a topic stores them (standalone: without the replication keys); TopicError on a bad one."""
         allowed = set(_defaults(self._service, topic))
         for key in settings:
             if key not in allowed:
@@ -95,7 +140,48 @@ class TopicService:
             check_topic_config(stored, replicated=replicated)
         except TopicConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
-        return {**stored, RECORD_FORMAT: "v2"}
+        return stored
+
+    def check_alterable(self, topic: str, key: str) -> None:
+        """TopicError(INVALID_CONFIG) unless an Alter*Configs may name ``key`` for ``topic`` (§16.4)."""
+        if key in _READ_ONLY:
+            raise TopicError(ErrorCode.invalid_config, f"topic config {key!r} is read-only")
+        allowed = _defaults(self._service, topic)
+        if key not in allowed:
+            raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
+                                                        f"(accepted: {', '.join(sorted(allowed))})")
+
+    def effective(self, topic: str, settings: dict[str, str], key: str) -> str:
+        """``key``'s value for ``topic`` given its stored ``settings``: the stored one, else the broker's."""
+        return settings.get(key, _defaults(self._service, topic)[key])
+
+    async def alter(self, topic: str, edit: Callable[[dict[str, str]], dict[str, str]], *,
+                    validate_only: bool) -> None:
+        """Alter*Configs on a topic (§16.4): its stored settings become ``edit(current)``, checked as
+        CreateTopics checks them, stored where `trikafka topics alter` keeps them.  Raises TopicError."""
+        service = self._service
+        _refuse_internal(topic)
+        fmt = service.topic_format(topic)
+        if fmt is None:
+            raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+        if fmt != FORMAT_V2:
+            raise TopicError(ErrorCode.unsupported_for_message_format,
+                             f"{topic!r} is a 0.7 topic: change its settings with `trikafka topics alter`")
+        replicated = service.config.enable_zookeeper  # with ZooKeeper a Kafka-format topic is replicated
+
+        def change(current: dict[str, str], _replicated: bool = replicated) -> dict[str, str]:
+            edited = edit({k: v for k, v in current.items() if k != RECORD_FORMAT})
+            return {**self._checked(topic, edited, replicated), RECORD_FORMAT: current.get(RECORD_FORMAT, FORMAT_V2)}
+
+        if validate_only:
+            change(service.stored_settings(topic))
+            return
+        if service.registry is None:
+            await service.engine.admin.update_settings(topic, change)
+        else:
+            stored = await service.registry.alter_topic_config(topic, change)
+            await service.wait_settings_seen(topic, stored, SETTINGS_SEEN_TIMEOUT_S)
+        logger.info("topic %s: settings altered over the Kafka protocol", topic)
 
     async def create(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
                      validate_only: bool = False) -> tuple[int, int]:
@@ -186,13 +272,26 @@ class TopicService:
             return
         await service.engine.admin.create_logs(topic, count, first=current)
 
-    def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[tuple[str, str, bool, bool]]:
-        """(name, value, read only, is default) of ``topic``'s settings."""
+    def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[ConfigRow]:
+        """``topic``'s settings as DescribeConfigs lists them (§16.4), with Kafka's synonyms."""
         service = self._service
         stored = service.stored_settings(topic)
-        rows = [(k, stored.get(k, default), False, k not in stored) for k, default in _defaults(service, topic).items()]
-        rows += [(k, value(service), True, True) for k, value in _READ_ONLY.items()]
-        return [row for row in rows if keys is None or row[0] in keys]
+        built_in = _broker_values(_BUILT_IN, topic)
+        values = [(k, default, False) for k, default in _defaults(service, topic).items()]
+        values += [(k, value(service.config), True) for k, value in _READ_ONLY.items()]
+        built_in.update((k, value(_BUILT_IN)) for k, value in _READ_ONLY.items())
+        rows = []
+        for key, default, read_only in values:
+            if keys is not None and key not in keys:
+                continue
+            synonyms: tuple[tuple[str, str, int], ...] = (
+                ((key, stored[key], CONFIG_SOURCE_TOPIC),) if key in stored and not read_only else ())
+            broker_source = CONFIG_SOURCE_DEFAULT if default == built_in[key] else CONFIG_SOURCE_STATIC
+            if key in BROKER_SYNONYMS:
+                synonyms += ((BROKER_SYNONYMS[key], default, broker_source),)
+            value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, broker_source)
+            rows.append(ConfigRow(key, value, read_only, source, synonyms))
+        return rows
 
 
 def _refuse_internal(topic: str) -> None:
@@ -200,7 +299,7 @@ def _refuse_internal(topic: str) -> None:
         raise TopicError(ErrorCode.invalid_request, f"{topic!r} is internal: the broker keeps it (§17.1)")
 
 
-def _authorize(service: KafkaContext, api: KafkaApi, name: str,
+def authorize(service: KafkaContext, api: KafkaApi, name: str,
                resource_type: ResourceType = ResourceType.TOPIC) -> None:
     """Raise TopicError with the table's denial unless the principal may do ``api`` on ``name`` (§18.3)."""
     if (denied := service.authorizer.denied(api, name, resource_type)) is not None:
@@ -219,7 +318,7 @@ async def create_topics(service: KafkaContext, request: Request) -> Any:
     for topic in body.topics:
         code, message, partitions, factor = ErrorCode.none, None, -1, -1
         try:
-            _authorize(service, KafkaApi.CREATE_TOPICS, topic.name)
+            authorize(service, KafkaApi.CREATE_TOPICS, topic.name)
             if topic.assignments:
                 raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
             partitions, factor = await service.topics.create(
@@ -241,7 +340,7 @@ async def delete_topics(service: KafkaContext, request: Request) -> Any:
     for name in names:
         code, message = ErrorCode.none, None
         try:
-            _authorize(service, KafkaApi.DELETE_TOPICS, name)
+            authorize(service, KafkaApi.DELETE_TOPICS, name)
             _refuse_internal(name)
             await service.delete_topic(name)
         except TopicError as exc:
@@ -258,7 +357,7 @@ async def create_partitions(service: KafkaContext, request: Request) -> Any:
     for topic in body.topics:
         code, message = ErrorCode.none, None
         try:
-            _authorize(service, KafkaApi.CREATE_PARTITIONS, topic.name)
+            authorize(service, KafkaApi.CREATE_PARTITIONS, topic.name)
             if topic.assignments:
                 raise TopicError(ErrorCode.invalid_request, "manual replica assignments are not served")
             await service.topics.add_partitions(topic.name, topic.count, validate_only=body.validate_only)
@@ -273,6 +372,8 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
+    synonyms = getattr(body, "include_synonyms", False)
+    documentation = getattr(body, "include_documentation", False)
     for resource in body.resources:
         keys = resource.configuration_keys
         code, message, configs = ErrorCode.none, None, []
@@ -289,16 +390,19 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
             else:
                 configs = service.topics.describe(resource.resource_name, keys)
         elif resource.resource_type == RESOURCE_BROKER:
-            configs = [(k, v, True, True) for k, v in _defaults(service, "").items()
-                       if keys is None or k in keys]
+            built_in = _broker_values(_BUILT_IN, "")
+            configs = [ConfigRow(k, v, True, CONFIG_SOURCE_DEFAULT if v == built_in[k] else CONFIG_SOURCE_STATIC, ())
+                       for k, v in _defaults(service, "").items() if keys is None or k in keys]
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
         results.append(reply.nested(
             "DescribeConfigsResult", error_code=code, error_message=message, resource_type=resource.resource_type,
             resource_name=resource.resource_name,
-            configs=tuple(reply.nested("DescribeConfigsResourceResult", name=name, value=value, read_only=read_only,
-                                       is_default=is_default,
-                                       config_source=CONFIG_SOURCE_DEFAULT if is_default else CONFIG_SOURCE_TOPIC,
-                                       is_sensitive=False, synonyms=(), config_type=0, documentation=None)
-                          for name, value, read_only, is_default in configs)))
+            configs=tuple(reply.nested(
+                "DescribeConfigsResourceResult", name=row.name, value=row.value, read_only=row.read_only,
+                is_default=row.is_default, config_source=row.source, is_sensitive=False,
+                synonyms=tuple(reply.nested("DescribeConfigsSynonym", name=name, value=value, source=source)
+                               for name, value, source in row.synonyms) if synonyms else (),
+                config_type=CONFIG_DOCS[row.name][0],
+                documentation=CONFIG_DOCS[row.name][1] if documentation else None) for row in configs)))
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))

@@ -72,6 +72,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DELETE_TOPICS: (_topic(Operation.DELETE),),
         KafkaApi.OFFSET_FOR_LEADER_EPOCH: (_topic(Operation.DESCRIBE),),
         KafkaApi.DESCRIBE_CONFIGS: (_topic(Operation.DESCRIBE_CONFIGS), _cluster(Operation.DESCRIBE_CONFIGS)),
+        KafkaApi.ALTER_CONFIGS: (_topic(Operation.ALTER_CONFIGS), _cluster(Operation.ALTER_CONFIGS)),
+        KafkaApi.INCREMENTAL_ALTER_CONFIGS: (_topic(Operation.ALTER_CONFIGS), _cluster(Operation.ALTER_CONFIGS)),
         KafkaApi.CREATE_PARTITIONS: (_topic(Operation.ALTER),),
         KafkaApi.DELETE_GROUPS: (_group(Operation.DELETE),),
         KafkaApi.OFFSET_DELETE: (_group(Operation.DELETE), _topic(Operation.READ)),

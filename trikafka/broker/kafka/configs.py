@@ -1,0 +1,126 @@
+"""AlterConfigs and IncrementalAlterConfigs (docs/protocol.md §16.4).
+
+Each resource's request becomes one edit of a topic's stored settings, which
+``topics.TopicService.alter`` checks (as CreateTopics does) and stores (the
+settings file standalone, ZooKeeper in a cluster).  No broker setting changes
+at run time: a broker resource naming one is INVALID_CONFIG.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.framing import Request
+
+from ..topic_settings import CLEANUP_POLICY
+from .acl.model import CLUSTER_NAME, ResourceType
+from .context import KafkaContext
+from .entities import NO_THROTTLE, Reply
+from .topics import RESOURCE_BROKER, RESOURCE_TOPIC, TopicError, authorize
+
+# An edit of a topic's stored settings (keys as stored, without record.format).
+Edit = Callable[[dict[str, str]], dict[str, str]]
+# The settings whose value is a comma-separated list: the only ones APPEND and SUBTRACT apply to.
+LIST_KEYS = frozenset({CLEANUP_POLICY})
+
+
+def _set(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+    if value is None:
+        raise TopicError(ErrorCode.invalid_config, f"SET of topic config {key!r} needs a value")
+    settings[key] = value
+
+
+def _delete(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+    settings.pop(key, None)
+
+
+def _list_items(service: KafkaContext, topic: str, settings: dict[str, str], key: str, verb: str) -> list[str]:
+    if key not in LIST_KEYS:
+        raise TopicError(ErrorCode.invalid_config, f"{verb} is not allowed for topic config {key!r}: it is not a list")
+    current = service.topics.effective(topic, settings, key)
+    return [item.strip() for item in current.split(",") if item.strip()]
+
+
+def _values(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _append(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+    items = _list_items(service, topic, settings, key, "APPEND")
+    settings[key] = ",".join(items + [v for v in _values(value) if v not in items])
+
+
+def _subtract(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+    removed = set(_values(value))
+    settings[key] = ",".join(item for item in _list_items(service, topic, settings, key, "SUBTRACT")
+                             if item not in removed)
+
+
+# IncrementalAlterConfigs' config_operation -> what it does to the stored settings.
+_OPERATIONS: dict[int, Callable[[KafkaContext, str, dict[str, str], str, str | None], None]] = {
+    0: _set, 1: _delete, 2: _append, 3: _subtract,
+}
+
+
+def _incremental_edit(service: KafkaContext, topic: str, configs: Iterable[Any]) -> Edit:
+    for config in configs:
+        if config.config_operation not in _OPERATIONS:
+            raise TopicError(ErrorCode.invalid_request, f"unknown config operation {config.config_operation} "
+                                                        f"for {config.name!r}")
+
+    def edit(current: dict[str, str]) -> dict[str, str]:
+        settings = dict(current)
+        for config in configs:
+            _OPERATIONS[config.config_operation](service, topic, settings, config.name, config.value)
+        return settings
+    return edit
+
+
+def _replacing_edit(service: KafkaContext, topic: str, configs: Iterable[Any]) -> Edit:
+    new = {config.name: config.value for config in configs if config.value is not None}
+    return lambda current: dict(new)
+
+
+async def _alter(service: KafkaContext, request: Request, api: KafkaApi,
+                 edit_of: Callable[[KafkaContext, str, Iterable[Any]], Edit]) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    results = []
+    for resource in body.resources:
+        code, message = ErrorCode.none, None
+        name = resource.resource_name
+        keys = [config.name for config in resource.configs]
+        try:
+            if len(set(keys)) != len(keys):
+                raise TopicError(ErrorCode.invalid_request, f"a config key is named twice for {name!r}")
+            if resource.resource_type == RESOURCE_TOPIC:
+                authorize(service, api, name)
+                for key in keys:
+                    service.topics.check_alterable(name, key)
+                await service.topics.alter(name, edit_of(service, name, resource.configs),
+                                           validate_only=body.validate_only)
+            elif resource.resource_type == RESOURCE_BROKER:
+                authorize(service, api, CLUSTER_NAME, ResourceType.CLUSTER)
+                if keys:
+                    raise TopicError(ErrorCode.invalid_config, f"broker config {keys[0]!r} cannot change at run "
+                                                                "time: the broker reads its settings at start")
+            else:
+                raise TopicError(ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served")
+        except TopicError as exc:
+            code, message = exc.code, str(exc)
+        results.append(reply.nested("AlterConfigsResourceResponse", error_code=code, error_message=message,
+                                    resource_type=resource.resource_type, resource_name=name))
+    return reply.response(throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def incremental_alter_configs(service: KafkaContext, request: Request) -> Any:
+    """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT on each resource's stored settings."""
+    return await _alter(service, request, KafkaApi.INCREMENTAL_ALTER_CONFIGS, _incremental_edit)
+
+
+async def alter_configs(service: KafkaContext, request: Request) -> Any:
+    """AlterConfigs: each resource's stored settings become exactly those the request names."""
+    return await _alter(service, request, KafkaApi.ALTER_CONFIGS, _replacing_edit)
