@@ -21,9 +21,10 @@ from trikafka.log.verification_guard import VerificationGuard
 from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.metadata import BrokerAddress
 
+from ..engine.engine import ACKS_ALL, Write
 from ..engine.errors import EngineError
 from ..engine.partition import Refused
-from ..seams import KafkaAppend
+from ..seams import AppendResult, KafkaAppend
 from ..topic_settings import CLEANUP_POLICY, SEGMENT_BYTES
 from .context import KafkaContext
 from .topics import MIN_INSYNC_REPLICAS, TopicError
@@ -35,7 +36,6 @@ CLEANUP = "compact"
 MIN_INSYNC_AT_FULL_REPLICATION = 2  # min.insync.replicas when the factor is 3 or more (§17.1)
 FULL_REPLICATION = 3
 WRITE_TIMEOUT_S = 30.0  # how long a write waits for the ISR before answering REQUEST_TIMED_OUT's mapping
-ACKS_ALL = -1
 
 # What a failed write answers the client (§17.3), as Kafka maps a coordinator's append error.
 _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
@@ -45,7 +45,7 @@ _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
 
 # What a refused batch answers: a too-large one as Kafka's coordinator does, a TxnOffsetCommit of a
 # fenced producer epoch as its Produce would.
-_BATCH_ERRORS: dict[str, ErrorCode] = {
+_BATCH_ERRORS: dict[str | None, ErrorCode] = {
     BatchError.TOO_LARGE: ErrorCode.invalid_commit_offset_size,
     BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
     BatchError.TXN_STATE: ErrorCode.invalid_txn_state,
@@ -155,16 +155,15 @@ class InternalTopic:
                 sequence = target.read_view().log.producers.next_base_sequence(producer_id, epoch)
                 batch = build_batch(listed, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
                                     control_attributes=TRANSACTIONAL)
-            result = await target.append(bytearray(batch), ACKS_ALL,
-                                         kafka=KafkaAppend(None, transactional=producer is not None, guard=guard))
         except Refused as exc:
             return write_error(exc.error)
-        except BatchError as exc:
-            logger.warning("%s-%d refused the coordinator's batch: %s", self.name, index, exc)
-            return _BATCH_ERRORS.get(exc.kind, ErrorCode.unknown_server_error)
-        service.appended(self.name, index)
-        wait = target.ack_wait(result.next_offset)
-        (status,) = await service.engine.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)
-        if status != EngineError.NO_ERROR:
-            return write_error(status)
+        write = Write(target, bytearray(batch), KafkaAppend(None, transactional=producer is not None, guard=guard),
+                      client=False)
+        (result,) = await service.engine.append([write], ACKS_ALL, trio.current_time() + WRITE_TIMEOUT_S)
+        if isinstance(result, EngineError):
+            return write_error(result)
+        if not isinstance(result, AppendResult):
+            logger.warning("%s-%d refused the coordinator's batch: %s", self.name, index, result)
+            kind = result.kind if isinstance(result, BatchError) else None
+            return _BATCH_ERRORS.get(kind, ErrorCode.unknown_server_error)
         return result.logical_offset

@@ -303,10 +303,6 @@ class KafkaService:
                     else ErrorCode.unknown_leader_epoch)
         return view
 
-    def appended(self, topic: str, index: int) -> None:
-        """Wake the long polls of a partition whose log end is its high watermark (unreplicated, §16.6)."""
-        self.engine.waiters.notify((topic, index))
-
     def log_start_offset(self, partition: Partition) -> int:
         try:
             return partition.read_view().log.kafka_offsets.start_offset
