@@ -17,6 +17,7 @@ from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView
+from .coordinator_seams import TransactionMarkers
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -83,14 +84,6 @@ class GroupCoordination(Protocol):
                                   guard: VerificationGuard | None) -> ErrorCode: ...
 
     def partition_index(self, group_id: str) -> int | None: ...
-
-
-class TransactionMarkers(Protocol):
-    """How a transaction's decision reaches its partitions (§19.5, §19.6; ``markers.MarkerWriter``)."""
-
-    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        """Append a COMMIT or ABORT marker to each partition with acks -1; each partition's error."""
 
 
 class TransactionVerifier(Protocol):
