@@ -299,7 +299,7 @@ def test_every_layer_has_a_rule():
     (("wire/planted.py", "import cramjam\n"), "third-party 'cramjam' not allowed in wire/"),
     (("log/planted.py", "from trikafka.zk import paths\n"), "log/ may not import zk/"),
     (("log/planted.py", "from trikafka.testing import FakeFileSystem\n"), "log/ may not import testing/"),
-    (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooCoordinator\n"), "registry API"),
+    (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooZooKeeperClient\n"), "registry API"),
     (("spark/planted.py", "import kazoo\n"), "third-party 'kazoo' not allowed in spark/"),
     (("zk/planted.py", "from trikafka.zk import planted_too\n"), "import cycle"),
     (("kafka/planted.py", "import trio\n"), "third-party 'trio' not allowed in kafka/"),
