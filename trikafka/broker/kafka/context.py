@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .acl.model import AclSet
     from .acl.store import Edit
     from .peer_connections import PeerConnections
-    from .groups.membership import Membership
+    from .groups.membership import CoordinatorMembership
     from .producer_id_blocks import ProducerIds
     from .groups.state import OffsetsPartition
 
@@ -66,7 +66,7 @@ class GroupCoordination(Protocol):
     """The group coordinator (``groups.coordinator.GroupCoordinator``, §17.3) as handlers reach it."""
 
     @property
-    def membership(self) -> Membership: ...
+    def membership(self) -> CoordinatorMembership: ...
 
     def loaded(self) -> list[OffsetsPartition]: ...
 

@@ -48,7 +48,7 @@ class BrokerNode:
 
 
 @dataclass(frozen=True)
-class PartitionMetadata:
+class KafkaPartitionMetadata:
     """One partition as Metadata describes it; ``leader_id`` is -1 while it has no leader."""
 
     topic: str
@@ -66,7 +66,7 @@ class TopicMetadata:
 
     name: str
     error_code: int
-    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+    partitions: dict[int, KafkaPartitionMetadata] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ def _cluster_metadata(answer: object) -> ClusterMetadata:
     for t in schema.field(answer, "topics", ()):
         name = str(t.name)
         partitions = {
-            int(p.partition_index): PartitionMetadata(
+            int(p.partition_index): KafkaPartitionMetadata(
                 name, int(p.partition_index), int(p.error_code), int(p.leader_id),
                 int(schema.field(p, "leader_epoch", -1)), tuple(map(int, p.replica_nodes)),
                 tuple(map(int, p.isr_nodes)))

@@ -20,7 +20,7 @@ from ..coordinator_seams import ZooKeeperGroups
 from ..internal_topic import InternalTopic
 from ..partition_loads import PartitionLoads
 from .group import GroupSettings, GroupState
-from .membership import Membership
+from .membership import CoordinatorMembership
 from .placement import group_partition
 from .state import OffsetsPartition
 from .store import GroupStore
@@ -48,7 +48,7 @@ class GroupCoordinator:
         self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
         self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
                                       config.group_max_session_timeout_ms)
-        self.membership = Membership(self._write_metadata, self.loaded, clock_ms)
+        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms)
         self.loads: PartitionLoads[OffsetsPartition] = PartitionLoads(
             topic, self._load, on_loaded=lambda _: self.membership.poke(),
             on_drop=self.membership.drop)
