@@ -4,11 +4,13 @@ the writes visible; a refused or bad write is that write's outcome alone."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import trio
 
-from trikafka.broker.engine.engine import ACKS_ALL, Engine, Write
+from trikafka.broker.engine.engine import ACKS_ALL, Engine, PartitionWrite
 from trikafka.broker.engine.errors import EngineError
-from trikafka.broker.engine.partition import LocalPartition, Refused
+from trikafka.broker.engine.partition import LocalPartition, Partition, Refused
 from trikafka.broker.engine.waiters import VisibleEndWaiters
 from trikafka.broker.flusher import FlushScheduler
 from trikafka.broker.metrics import BrokerMetrics
@@ -51,8 +53,8 @@ async def _engine_and_partitions(nursery: trio.Nursery, config: LogConfig) -> tu
 async def test_acks_all_returns_once_every_write_is_visible_and_counts_the_clients_messages():
     async with trio.open_nursery() as nursery:
         engine, (p0, p1) = await _engine_and_partitions(nursery, LogConfig(flush_interval_messages=10_000))
-        outcomes = await engine.append([Write(p0, SET), Write(p1, SET), Write(p0, SET, client=False)],
-                                       ACKS_ALL, trio.current_time() + 10)
+        writes = [PartitionWrite(p0, SET), PartitionWrite(p1, SET), PartitionWrite(p0, SET, client=False)]
+        outcomes = await engine.append(writes, ACKS_ALL, trio.current_time() + 10)
         assert [type(o) for o in outcomes] == [AppendResult] * 3
         assert [o.base_offset for o in outcomes] == [0, 0, len(SET)]  # type: ignore[union-attr]
         assert p0.log.visible_end == 2 * len(SET) and p1.log.visible_end == len(SET)
@@ -63,8 +65,8 @@ async def test_acks_all_returns_once_every_write_is_visible_and_counts_the_clien
 async def test_pipelined_writes_are_all_appended_before_the_acknowledgement_is_awaited():
     async with trio.open_nursery() as nursery:
         engine, (p0, _) = await _engine_and_partitions(nursery, LogConfig(flush_interval_messages=10_000))
-        first = await engine.append_pipelined([Write(p0, SET)], ACKS_ALL, trio.current_time() + 10)
-        second = await engine.append_pipelined([Write(p0, SET)], ACKS_ALL, trio.current_time() + 10)
+        first = await engine.append_pipelined([PartitionWrite(p0, SET)], ACKS_ALL, trio.current_time() + 10)
+        second = await engine.append_pipelined([PartitionWrite(p0, SET)], ACKS_ALL, trio.current_time() + 10)
         assert p0.log.end_offset == 2 * len(SET)  # both appended, neither acknowledged yet
         assert [type(o) for o in await first.acknowledged() + await second.acknowledged()] == [AppendResult] * 2
         nursery.cancel_scope.cancel()
@@ -73,8 +75,9 @@ async def test_pipelined_writes_are_all_appended_before_the_acknowledgement_is_a
 async def test_a_refused_or_bad_write_is_its_own_outcome_and_the_others_are_appended():
     async with trio.open_nursery() as nursery:
         engine, (p0, p1) = await _engine_and_partitions(nursery, LogConfig(max_message_size=20))
-        outcomes = await engine.append([Write(_Refusing(), SET), Write(p0, SET), Write(p1, b"")],  # type: ignore[arg-type]
-                                       ACKS_ALL, trio.current_time() + 10)
+        refusing = cast(Partition, _Refusing())
+        writes = [PartitionWrite(refusing, SET), PartitionWrite(p0, SET), PartitionWrite(p1, b"")]
+        outcomes = await engine.append(writes, ACKS_ALL, trio.current_time() + 10)
         assert outcomes[0] == EngineError.WRONG_PARTITION
         assert isinstance(outcomes[1], MessageSizeTooLargeError)
         assert type(outcomes[2]) is AppendResult  # an empty set appends nothing and is acknowledged at once

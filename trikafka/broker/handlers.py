@@ -60,7 +60,7 @@ from trikafka.wire.responses import (
     encode_produce_acked_response,
 )
 
-from .engine.engine import Engine, Write
+from .engine.engine import Engine, PartitionWrite
 from .engine.errors import EngineError
 from .engine.metadata import TopicView
 from .engine.partition import Partition, Refused
@@ -218,11 +218,11 @@ class RequestHandler:
             raise CloseConnection(f"PRODUCE_ACKED with unsupported acks {request.acks}")
         deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
         results: list[ProduceAckedResult] = []
-        writes: list[tuple[int, Write]] = []  # (index in results, the part's write)
+        writes: list[tuple[int, PartitionWrite]] = []  # (index in results, the part's write)
         for part in request.parts:
             result, target = await self._produce_acked_part(part)
             if target is not None:
-                writes.append((len(results), Write(target, part.messages)))
+                writes.append((len(results), PartitionWrite(target, part.messages)))
             results.append(result)
         outcomes = await self.engine.append([w for _, w in writes], request.acks, deadline)
         for (i, _), outcome in zip(writes, outcomes):

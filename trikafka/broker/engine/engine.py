@@ -31,7 +31,7 @@ ACKS_ALL = -1
 
 
 @dataclass(frozen=True, slots=True)
-class Write:
+class PartitionWrite:
     """One partition's records for ``Engine.append``.
 
     ``kafka``: v2 record batches the leader numbers (§16.6), readable at once,
@@ -50,20 +50,20 @@ class Write:
 # an ``EngineError`` (the partition refused it, or its acknowledgement failed or timed out);
 # or the exception a bad set raised (``MessageError``, ``BatchError``: nothing appended),
 # which each listener answers in its own words.
-Outcome = AppendResult | EngineError | MessageError | BatchError
+AppendOutcome = AppendResult | EngineError | MessageError | BatchError
 
 
 class Appending:
     """``Engine.append_pipelined``'s writes, appended; ``acknowledged`` waits for their acks."""
 
-    def __init__(self, waiters: VisibleEndWaiters, outcomes: list[Outcome], waits: list[tuple[int, AckWait]],
+    def __init__(self, waiters: VisibleEndWaiters, outcomes: list[AppendOutcome], waits: list[tuple[int, AckWait]],
                  deadline: float):
         self.outcomes = outcomes  # as appended; ``acknowledged`` replaces the parts whose acks failed
         self._waiters = waiters
         self._waits = waits
         self._deadline = deadline
 
-    async def acknowledged(self) -> list[Outcome]:
+    async def acknowledged(self) -> list[AppendOutcome]:
         """Every write's final outcome, once each acknowledgement is met, failed or timed out
         (REQUEST_TIMED_OUT for one still pending at the deadline)."""
         pending = self._waits
@@ -103,7 +103,7 @@ class Engine:
         """With ZooKeeper, the replica manager: replicated topics' partitions are its (§12)."""
         return self.directory.replicas
 
-    async def append(self, writes: Sequence[Write], acks: int, deadline: float) -> list[Outcome]:
+    async def append(self, writes: Sequence[PartitionWrite], acks: int, deadline: float) -> list[AppendOutcome]:
         """Append every write in order and return once ``acks`` are met: each write's outcome.
 
         acks ``ACKS_ALL`` waits until the ISR (an unreplicated partition: a
@@ -112,14 +112,14 @@ class Engine:
         appending = await self.append_pipelined(writes, acks, deadline)
         return await appending.acknowledged()
 
-    async def append_pipelined(self, writes: Sequence[Write], acks: int, deadline: float) -> Appending:
+    async def append_pipelined(self, writes: Sequence[PartitionWrite], acks: int, deadline: float) -> Appending:
         """``append``, returning once the writes are appended; ``Appending.acknowledged`` waits.
 
         A listener that pipelines (the Kafka Produce, §16.2) appends the
         requests that follow before it awaits this one's acknowledgement, so
         one flush or one follower round covers them all.
         """
-        outcomes: list[Outcome] = []
+        outcomes: list[AppendOutcome] = []
         appended: list[tuple[int, Partition, int]] = []  # (index in outcomes, partition, next offset)
         for write in writes:
             target = write.partition

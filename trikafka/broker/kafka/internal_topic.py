@@ -29,7 +29,7 @@ from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
-from ..engine.engine import ACKS_ALL, Engine, Write
+from ..engine.engine import ACKS_ALL, Engine, PartitionWrite
 from ..engine.errors import EngineError
 from ..engine.partition import Partition, ReadView, Refused
 from ..seams import AppendResult, BrokerLog, KafkaAppend, RunBlocking
@@ -207,8 +207,8 @@ class InternalTopic:
                                     control_attributes=TRANSACTIONAL)
         except Refused as exc:
             return write_error(exc.error)
-        write = Write(target, bytearray(batch), KafkaAppend(None, transactional=producer is not None, guard=guard),
-                      client=False)
+        kafka = KafkaAppend(None, transactional=producer is not None, guard=guard)
+        write = PartitionWrite(target, bytearray(batch), kafka, client=False)
         (result,) = await service.engine.append([write], ACKS_ALL, trio.current_time() + WRITE_TIMEOUT_S)
         if isinstance(result, EngineError):
             return write_error(result)

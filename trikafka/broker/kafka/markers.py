@@ -25,7 +25,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.markers import build_marker
 
-from ..engine.engine import ACKS_ALL, Write
+from ..engine.engine import ACKS_ALL, PartitionWrite
 from ..engine.errors import EngineError
 from ..seams import AppendResult, KafkaAppend
 from .context import KafkaContext
@@ -54,14 +54,15 @@ class MarkerWriter:
         """Append the marker to each partition; each partition's error (NONE once the ISR holds it)."""
         service = self._service
         errors: dict[TopicPartition, ErrorCode] = {}
-        writes: list[tuple[TopicPartition, Write]] = []
+        writes: list[tuple[TopicPartition, PartitionWrite]] = []
         marker = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, service.clock_ms())
         for topic, index in partitions:
             target = await service.partition_for(topic, index, write=True)
             if isinstance(target, ErrorCode):
                 errors[(topic, index)] = target
                 continue
-            writes.append(((topic, index), Write(target, bytearray(marker), KafkaAppend(markers=True), client=False)))
+            write = PartitionWrite(target, bytearray(marker), KafkaAppend(markers=True), client=False)
+            writes.append(((topic, index), write))
         deadline = trio.current_time() + MARKER_ACK_TIMEOUT_S
         outcomes = await service.engine.append([w for _, w in writes], ACKS_ALL, deadline)
         for (where, _), outcome in zip(writes, outcomes):

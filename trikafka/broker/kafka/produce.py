@@ -23,7 +23,7 @@ from trikafka.kafka.records import decode_batches
 from trikafka.wire.responses import Chunk
 
 from ..engine.errors import EngineError
-from ..engine.engine import ACKS_ALL, Outcome, Write
+from ..engine.engine import ACKS_ALL, AppendOutcome, PartitionWrite
 from ..engine.partition import KafkaAppend
 from ..seams import AppendResult
 from .entities import NO_THROTTLE, Reply, kio_time
@@ -56,7 +56,7 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
     deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)
     # (topic, partition index, error, base offset, log start, append time ms)
     results: list[list[Any]] = []
-    writes: list[tuple[int, Write]] = []  # (index in results, the partition's write)
+    writes: list[tuple[int, PartitionWrite]] = []  # (index in results, the partition's write)
     for topic_data in body.topic_data:
         topic = topic_data.name
         for part in topic_data.partition_data:
@@ -121,7 +121,7 @@ async def _verify(service: KafkaContext, transactional_id: str, topic: str, inde
 
 
 async def _write(service: KafkaContext, topic: str, index: int, records: bytes | None,
-                 row: list[Any], verified: Verification | None = None) -> Write | None:
+                 row: list[Any], verified: Verification | None = None) -> PartitionWrite | None:
     """One partition's batches checked: the write to append, or None with ``row``'s error set.
     ``verified``: a transactional Produce's verification, whose guard the append presents (§19.5.7)."""
     if topic in INTERNAL_TOPICS:  # only the broker writes them (§17.1)
@@ -142,10 +142,10 @@ async def _write(service: KafkaContext, topic: str, index: int, records: bytes |
     row[5] = -1 if append_time_ms is None else append_time_ms
     kafka = KafkaAppend(append_time_ms, transactional=verified is not None,
                         guard=None if verified is None else verified.guard)
-    return Write(target, bytearray(records), kafka)
+    return PartitionWrite(target, bytearray(records), kafka)
 
 
-def _appended(service: KafkaContext, row: list[Any], write: Write, outcome: Outcome) -> None:
+def _appended(service: KafkaContext, row: list[Any], write: PartitionWrite, outcome: AppendOutcome) -> None:
     """Fill ``row`` with one partition's append: its offsets, or its error."""
     if isinstance(outcome, AppendResult):
         row[3] = outcome.logical_offset
