@@ -32,7 +32,7 @@ async def main(args: argparse.Namespace) -> None:
     config = GroupConfig(**{k: v for k, v in wanted.items() if k in known})
     retry = dict(max_tries=-1, delay=0.05, backoff=1.5, max_delay=0.5, max_jitter=0.1)
     async with KazooZooKeeperClient(args.zookeeper, session_timeout_s=args.session_timeout_s,
-                                connection_retry=retry, ensure_chroot=False) as zk:
+                                    connection_retry=retry, ensure_chroot=False) as zk:
         async with GroupConsumer(zk, args.group, {args.topic: 1}, consumer_id=args.consumer_id,
                                  config=config) as consumer:
             print(f"ready {consumer.consumer_id}", flush=True)

@@ -118,7 +118,7 @@ class KazooBackend:
     async def open_coordinator(self, *, admin: bool = False) -> KazooZooKeeperClient:
         # The admin coordinator opens first and creates the chroot if needed.
         zk = KazooZooKeeperClient(self.connect_string, session_timeout_s=self.session_timeout_s,
-                              connection_retry=dict(FAST_RETRY), ensure_chroot=admin)
+                                  connection_retry=dict(FAST_RETRY), ensure_chroot=admin)
         await zk.start()
         return zk
 

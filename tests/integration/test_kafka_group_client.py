@@ -62,7 +62,7 @@ class Member:
 
 def _members(bootstrap: str, group: str, topic: str, count: int) -> list[Member]:
     return [Member(KafkaGroupConsumer(bootstrap, group, [topic], auto_offset_reset="earliest", max_wait_s=0.1,
-                                 heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0))
+                                      heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0))
             for _ in range(count)]
 
 
@@ -154,7 +154,7 @@ async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) 
     async with KafkaClient(kafka.bootstrap) as client:
         await _topic(client, "described", 2, 10)
     member = Member(KafkaGroupConsumer(kafka.bootstrap, "described-group", ["described"], auto_offset_reset="earliest",
-                                  enable_auto_commit=False, max_wait_s=0.1))
+                                       enable_auto_commit=False, max_wait_s=0.1))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(member.run)
         await _until(lambda: len(member.seen) >= 4)

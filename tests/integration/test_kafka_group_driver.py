@@ -153,7 +153,7 @@ async def test_consumes_commits_and_a_new_member_starts_from_the_commits(
 
         await _produce(client, "driver-a", 2, 4, first=10)
         async with KafkaGroupConsumer(client, "g-a", ["driver-a"], auto_offset_reset="earliest",
-                                 max_wait_s=0.1) as consumer:
+                                      max_wait_s=0.1) as consumer:
             again = await _take(consumer, 5)
         assert sorted(m.record.value for m in again) == sorted([last.record.value] + [
             f"m{i}".encode() for i in range(10, 14)])

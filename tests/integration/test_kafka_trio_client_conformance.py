@@ -131,7 +131,7 @@ async def test_a_group_member_reads_every_partition_commits_and_the_next_member_
         seen: list[bytes] = []
         with trio.fail_after(30):
             async with KafkaGroupConsumer(client, "conformance", [topic], on_assigned=on_assigned,
-                                     **settings) as consumer:  # type: ignore[arg-type]
+                                          **settings) as consumer:  # type: ignore[arg-type]
                 async for message in consumer:
                     seen.append(message.record.value or b"")
                     if len(seen) == len(values):

@@ -238,7 +238,7 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
     session_timeout_s = config.zk_sessiontimeout_ms / 1000
     connect_timeout_s = (config.zk_connectiontimeout_ms or config.zk_sessiontimeout_ms) / 1000
     zk = KazooZooKeeperClient(connect_string, session_timeout_s=session_timeout_s,
-                          connect_timeout_s=max(connect_timeout_s, 1.0))
+                              connect_timeout_s=max(connect_timeout_s, 1.0))
     try:
         await zk.start()
     except ZooKeeperClientError as exc:
