@@ -19,7 +19,7 @@ _EXPORTS = {  # module -> the names this package re-exports from it
                "GroupDescription", "GroupListing", "GroupMemberDescription", "KafkaAdmin", "NewTopic", "OffsetAt",
                "TransactionDescription", "TransactionListing"),
     ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
-    ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "KafkaPartitionMetadata", "TopicMetadata"),
+    ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "KafkaPartitionMetadata", "KafkaTopicMetadata"),
     ".connection": ("KafkaConnection", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
     ".consumer": ("PartitionConsumer",),
     ".group": ("KafkaGroupConsumer", "KafkaGroupMessage"),
