@@ -44,7 +44,7 @@ from trikafka.group import GroupConfig, GroupConsumer
 from trikafka.group.assign import assign_group, partition_owners
 from trikafka.group.registry import decode_offset, decode_owner, decode_topic_count
 from trikafka.wire import ErrorCode, build_message_set
-from trikafka.zk import KazooCoordinator, NoNodeError, ZooKeeperProcess
+from trikafka.zk import KazooZooKeeperClient, NoNodeError, ZooKeeperProcess
 
 TOPIC = "bench"
 PARTITIONS = 8
@@ -77,7 +77,7 @@ async def produce(port: int, messages: int, payload_bytes: int) -> dict[int, int
         return {p: await latest_offset(conn, TOPIC, p) for p in range(PARTITIONS)}
 
 
-async def committed_total(zk: KazooCoordinator, group: str) -> int:
+async def committed_total(zk: KazooZooKeeperClient, group: str) -> int:
     base = f"/consumers/{group}/offsets/{TOPIC}"
     try:
         names = await zk.children(base)
@@ -96,7 +96,7 @@ async def throughput(zk_connect: str, members: int, ends: dict[int, int]) -> flo
     target = sum(ends.values())
     cmd = [sys.executable, "-m", "trikafka", "--log-level", "WARNING", "consume", TOPIC, "--group", group,
            "--zookeeper", zk_connect, "--no-flush", "--commit-interval-ms", str(COMMIT_INTERVAL_MS)]
-    async with KazooCoordinator(zk_connect) as zk:
+    async with KazooZooKeeperClient(zk_connect) as zk:
         start = time.perf_counter()
         procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL) for _ in range(members)]
         try:
@@ -112,7 +112,7 @@ async def throughput(zk_connect: str, members: int, ends: dict[int, int]) -> flo
                 proc.wait(30)
 
 
-async def settled(admin: KazooCoordinator, group: str, members: list[GroupConsumer]) -> bool:
+async def settled(admin: KazooZooKeeperClient, group: str, members: list[GroupConsumer]) -> bool:
     """Owner nodes == assign() of the registered members, and every member settled."""
     ids = f"/consumers/{group}/ids"
     counts = {}
@@ -144,7 +144,7 @@ async def settled(admin: KazooCoordinator, group: str, members: list[GroupConsum
                for m in members)
 
 
-async def wait_settled(admin: KazooCoordinator, group: str, members: list[GroupConsumer]) -> float:
+async def wait_settled(admin: KazooZooKeeperClient, group: str, members: list[GroupConsumer]) -> float:
     start = time.perf_counter()
     with trio.fail_after(60):
         while not await settled(admin, group, members):
@@ -156,11 +156,11 @@ async def join_leave(zk_connect: str, rounds: int, config: GroupConfig, label: s
     """Join and leave latencies (seconds) of a 4th member next to 3 settled ones."""
     group = f"join-leave-{label}"
     joins, leaves = [], []
-    async with KazooCoordinator(zk_connect) as admin, trio.open_nursery() as nursery:
+    async with KazooZooKeeperClient(zk_connect) as admin, trio.open_nursery() as nursery:
         members: list[GroupConsumer] = []
 
         async def member(name: str, stop: trio.Event, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-            async with KazooCoordinator(zk_connect) as zk:
+            async with KazooZooKeeperClient(zk_connect) as zk:
                 async with GroupConsumer(zk, group, {TOPIC: 1}, consumer_id=name, config=config) as consumer:
                     members.append(consumer)
                     task_status.started(consumer)

@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from served_broker import served_broker  # noqa: E402
 from trikafka.client import ClientError, connect  # noqa: E402
 from trikafka.wire import ErrorCode, build_message_set  # noqa: E402
-from trikafka.zk import KazooCoordinator, ZooKeeperProcess  # noqa: E402
+from trikafka.zk import KazooZooKeeperClient, ZooKeeperProcess  # noqa: E402
 from trikafka.zk.replication_store import create_topic, read_state  # noqa: E402
 from trikafka.zk.replication_values import PartitionState, TopicAssignment  # noqa: E402
 from trikafka.zk.server_setup import free_port  # noqa: E402
@@ -130,7 +130,7 @@ async def _first_ack(ports: dict[int, int], gone: int, t0: float) -> float:
 
 
 async def wait_healthy(zk_connect: str) -> PartitionState:
-    async with KazooCoordinator(zk_connect) as zk:
+    async with KazooZooKeeperClient(zk_connect) as zk:
         with trio.fail_after(120):
             while True:
                 state = (await read_state(zk, TOPIC, 0)).state
@@ -141,7 +141,7 @@ async def wait_healthy(zk_connect: str) -> PartitionState:
 
 
 async def create_replicated(zk_connect: str) -> None:
-    async with KazooCoordinator(zk_connect) as zk:
+    async with KazooZooKeeperClient(zk_connect) as zk:
         await create_topic(zk, TOPIC, TopicAssignment((BROKER_IDS,), {"min.insync.replicas": "2"}),
                            [PartitionState(1, 0, BROKER_IDS, 0)])
 

@@ -23,7 +23,7 @@ import trio
 
 async def main(args: argparse.Namespace) -> None:
     from trikafka.group import GroupConfig, GroupConsumer
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooZooKeeperClient
 
     wanted = dict(rebalance_retries_max=40, rebalance_backoff_s=0.2, autocommit_enable=True,
                   autocommit_interval_s=args.autocommit_interval_s, autooffset_reset="smallest",
@@ -31,8 +31,8 @@ async def main(args: argparse.Namespace) -> None:
     known = {f.name for f in dataclasses.fields(GroupConfig)}
     config = GroupConfig(**{k: v for k, v in wanted.items() if k in known})
     retry = dict(max_tries=-1, delay=0.05, backoff=1.5, max_delay=0.5, max_jitter=0.1)
-    async with KazooCoordinator(args.zookeeper, session_timeout_s=args.session_timeout_s,
-                                connection_retry=retry, ensure_chroot=False) as zk:
+    async with KazooZooKeeperClient(args.zookeeper, session_timeout_s=args.session_timeout_s,
+                                    connection_retry=retry, ensure_chroot=False) as zk:
         async with GroupConsumer(zk, args.group, {args.topic: 1}, consumer_id=args.consumer_id,
                                  config=config) as consumer:
             print(f"ready {consumer.consumer_id}", flush=True)

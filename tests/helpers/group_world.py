@@ -41,9 +41,9 @@ from trikafka.broker.server import inline_blocking
 from trikafka.client import ACKS_FLUSHED, connect
 from trikafka.group.assign import assign_group, partition_owners
 from trikafka.group.registry import decode_offset, decode_owner, decode_topic_count
-from trikafka.testing import FakeCoordinator, FakeFileSystem, FakeZooKeeper
+from trikafka.testing import FakeZooKeeperClient, FakeFileSystem, FakeZooKeeper
 from trikafka.wire import ErrorCode, ProducePart, build_message_set
-from trikafka.zk import CoordinatorClosedError, KazooCoordinator, NoNodeError
+from trikafka.zk import ZooKeeperClientClosedError, KazooZooKeeperClient, NoNodeError
 from trikafka.zk.registry import BrokerRegistration
 
 from tests.helpers.fault_proxy import FaultProxy
@@ -61,7 +61,7 @@ FAST_RETRY = dict(max_tries=-1, delay=0.05, backoff=1.5, max_delay=0.5, max_jitt
 
 
 class FakeBackend:
-    """FakeZooKeeper + FakeCoordinator; every timeout is Trio (mock) time."""
+    """FakeZooKeeper + FakeZooKeeperClient; every timeout is Trio (mock) time."""
 
     kind = "fake"
     settle_timeout_s = 300.0
@@ -72,8 +72,8 @@ class FakeBackend:
     def __init__(self) -> None:
         self.server = FakeZooKeeper()
 
-    async def open_coordinator(self, *, admin: bool = False) -> FakeCoordinator:
-        zk = FakeCoordinator(self.server, session_timeout_s=self.session_timeout_s, chroot=FAKE_CHROOT)
+    async def open_coordinator(self, *, admin: bool = False) -> FakeZooKeeperClient:
+        zk = FakeZooKeeperClient(self.server, session_timeout_s=self.session_timeout_s, chroot=FAKE_CHROOT)
         await zk.start()
         return zk
 
@@ -83,18 +83,18 @@ class FakeBackend:
     def broker_serve_kwargs(self, fs: Any) -> dict[str, Any]:
         return dict(fs=fs, run_blocking=inline_blocking, clock_ms=lambda: int(trio.current_time() * 1000))
 
-    async def expire(self, zk: FakeCoordinator) -> None:
+    async def expire(self, zk: FakeZooKeeperClient) -> None:
         generation = zk.session_generation.value
         zk.expire()
         with trio.fail_after(self.settle_timeout_s):
             await zk.session_generation.wait_value(lambda g: g > generation)
 
-    def cut_off(self, zk: FakeCoordinator) -> None:
+    def cut_off(self, zk: FakeZooKeeperClient) -> None:
         """A crashed process: its connection is gone, the server expires the
         session after the timeout (the expiry timer runs in ``zk``)."""
         zk.disconnect()
 
-    async def linger_after_crash(self, zk: FakeCoordinator) -> None:
+    async def linger_after_crash(self, zk: FakeZooKeeperClient) -> None:
         # Keep the (disconnected) coordinator open until the server has
         # expired the session, so the ephemerals linger like a dead process's.
         await trio.sleep(self.session_timeout_s + 0.5)
@@ -115,10 +115,10 @@ class KazooBackend:
         self.tmp_dir = tmp_dir
         self._dirs = itertools.count()
 
-    async def open_coordinator(self, *, admin: bool = False) -> KazooCoordinator:
+    async def open_coordinator(self, *, admin: bool = False) -> KazooZooKeeperClient:
         # The admin coordinator opens first and creates the chroot if needed.
-        zk = KazooCoordinator(self.connect_string, session_timeout_s=self.session_timeout_s,
-                              connection_retry=dict(FAST_RETRY), ensure_chroot=admin)
+        zk = KazooZooKeeperClient(self.connect_string, session_timeout_s=self.session_timeout_s,
+                                  connection_retry=dict(FAST_RETRY), ensure_chroot=admin)
         await zk.start()
         return zk
 
@@ -128,15 +128,15 @@ class KazooBackend:
     def broker_serve_kwargs(self, fs: Any) -> dict[str, Any]:
         return {}
 
-    async def expire(self, zk: KazooCoordinator) -> None:
+    async def expire(self, zk: KazooZooKeeperClient) -> None:
         from tests.helpers.zookeeper_server import expire_session
 
         await expire_session(zk, self.server_hosts, timeout_s=self.settle_timeout_s)
 
-    def cut_off(self, zk: KazooCoordinator) -> None:
+    def cut_off(self, zk: KazooZooKeeperClient) -> None:
         pass  # closing the kazoo session (below) ends it at once
 
-    async def linger_after_crash(self, zk: KazooCoordinator) -> None:
+    async def linger_after_crash(self, zk: KazooZooKeeperClient) -> None:
         pass
 
 
@@ -150,7 +150,7 @@ _OPERATIONS = frozenset({
 
 class CrashableCoordinator:
     """Delegates to a real coordinator until :meth:`crash`; then every
-    operation raises ``CoordinatorClosedError`` at once."""
+    operation raises ``ZooKeeperClientClosedError`` at once."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -168,14 +168,14 @@ class CrashableCoordinator:
             @functools.wraps(attr)
             async def guarded(*args: Any, **kwargs: Any) -> Any:
                 if self.crashed:
-                    raise CoordinatorClosedError("the consumer process crashed")
+                    raise ZooKeeperClientClosedError("the consumer process crashed")
                 self.operations += 1
                 if self.before_op is not None:
                     await self.before_op(name)
                 return await attr(*args, **kwargs)
             return guarded
         if name in ("watch_data", "watch_children") and self.crashed:
-            raise CoordinatorClosedError("the consumer process crashed")
+            raise ZooKeeperClientClosedError("the consumer process crashed")
         return attr
 
 

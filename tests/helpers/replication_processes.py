@@ -36,7 +36,7 @@ from trikafka.wire import ErrorCode
 from trikafka.wire.messageset import build_message_set
 from trikafka.wire.reading import iter_messages
 from trikafka.zk.server_setup import free_port
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 from trikafka.zk import paths
 from trikafka.zk.connect import parse_connect_string
 from trikafka.zk.replication_store import create_topic, read_state
@@ -85,7 +85,7 @@ class History:
 class ReplicatedWorld:
     """See the module docstring.  Open with :func:`open_world`."""
 
-    def __init__(self, nursery: trio.Nursery, zk: KazooCoordinator, chroot_connect: str, root: Path,
+    def __init__(self, nursery: trio.Nursery, zk: KazooZooKeeperClient, chroot_connect: str, root: Path,
                  rng: random.Random) -> None:
         self.nursery = nursery
         self.zk = zk
@@ -355,7 +355,7 @@ async def open_world(zk_chroot: str, root: Path, rng: random.Random, *, running:
     ZooKeeper proxy; the others can be started later with :meth:`ReplicatedWorld.start`)."""
     async with contextlib.AsyncExitStack() as stack:
         proxies = [await stack.enter_async_context(open_zookeeper_proxy(zk_chroot)) for _ in BROKER_IDS]
-        zk = await stack.enter_async_context(KazooCoordinator(zk_chroot, session_timeout_s=10.0))
+        zk = await stack.enter_async_context(KazooZooKeeperClient(zk_chroot, session_timeout_s=10.0))
         nursery = await stack.enter_async_context(trio.open_nursery())
         world = ReplicatedWorld(nursery, zk, zk_chroot, root, rng)
         for broker_id, proxy in zip(BROKER_IDS, proxies):

@@ -275,10 +275,10 @@ async def test_an_interrupted_produce_says_what_it_sent(tmp_path):
 @pytest.mark.zookeeper
 async def test_produce_through_zookeeper_refuses_an_oversized_line_in_one_line(nursery, tmp_path, zk_chroot):
     from trikafka.broker import serve
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooZooKeeperClient
 
     broker = await nursery.start(serve, make_config(tmp_path, broker_id=4, num_partitions=1))
-    async with KazooCoordinator(zk_chroot) as session:
+    async with KazooZooKeeperClient(zk_chroot) as session:
         await session.create("/brokers/ids/4", f"127.0.0.1-1:127.0.0.1:{broker.port}".encode(),
                              ephemeral=True, makepath=True)
         _, stderr = await run("produce", "big", "--zookeeper", zk_chroot, "--acks", "0",

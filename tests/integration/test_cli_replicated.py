@@ -14,7 +14,7 @@ import trio
 
 from tests.helpers.broker_testing import child_process, make_config
 from trikafka.broker import serve
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 from trikafka.zk.replication_store import create_topic
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
@@ -26,7 +26,7 @@ WAIT_S = 30.0
 async def test_cli_produce_and_consume_at_followers_reach_the_leader(nursery, tmp_path, zk_chroot):
     brokers = [await nursery.start(serve, make_config(tmp_path / f"b{i}", broker_id=i, enable_zookeeper=True,
                                                       zk_connect=zk_chroot)) for i in range(3)]
-    async with KazooCoordinator(zk_chroot) as zk:
+    async with KazooZooKeeperClient(zk_chroot) as zk:
         await create_topic(zk, "rt", TopicAssignment(((0, 1, 2),), {"min.insync.replicas": "2"}),
                            [PartitionState(0, 0, (0, 1, 2), 0)])
         with trio.fail_after(WAIT_S):
@@ -46,7 +46,7 @@ async def test_cli_produce_and_consume_at_followers_reach_the_leader(nursery, tm
             assert await child.wait() == 0, child.stderr
     assert child.stdout.splitlines() == lines
     # A group's committed offset of the replicated partition "0" (§12.9), and its lag at the leader.
-    async with KazooCoordinator(zk_chroot) as zk:
+    async with KazooZooKeeperClient(zk_chroot) as zk:
         await zk.create("/consumers/g/offsets/rt/0", b"100", makepath=True)
     async with child_process("groups", "g", "--zookeeper", zk_chroot, stdout=subprocess.PIPE) as child:
         with trio.fail_after(WAIT_S):

@@ -26,7 +26,7 @@ from trikafka.broker import BrokerConfig, serve
 from trikafka.client import connect
 from trikafka.producer import BrokerPartition, HashPartitioner, Producer
 from trikafka.wire import ErrorCode, OffsetsRequest, iter_messages
-from trikafka.zk import KazooCoordinator, parse_broker_registration
+from trikafka.zk import KazooZooKeeperClient, parse_broker_registration
 from trikafka.zk.server_setup import free_port
 
 from tests.helpers.broker_testing import RawClient, child_process
@@ -51,12 +51,12 @@ async def two_brokers(tmp_path, zk_connect: str) -> AsyncIterator[dict[int, Brok
 
 
 @contextlib.asynccontextmanager
-async def observer(zk_connect: str) -> AsyncIterator[KazooCoordinator]:
-    async with KazooCoordinator(zk_connect, ensure_chroot=False) as zk:
+async def observer(zk_connect: str) -> AsyncIterator[KazooZooKeeperClient]:
+    async with KazooZooKeeperClient(zk_connect, ensure_chroot=False) as zk:
         yield zk
 
 
-async def wait_for_znode(zk: KazooCoordinator, path: str, predicate: Callable) -> object:
+async def wait_for_znode(zk: KazooZooKeeperClient, path: str, predicate: Callable) -> object:
     """The first watch value (``(data, stat)`` or None) at ``path`` satisfying ``predicate``."""
     with trio.fail_after(WAIT_S):
         async for value in zk.watch_data(path):
@@ -65,7 +65,7 @@ async def wait_for_znode(zk: KazooCoordinator, path: str, predicate: Callable) -
     raise AssertionError(f"the watch on {path} ended")
 
 
-async def wait_for_children(zk: KazooCoordinator, path: str, expected: set[str]) -> None:
+async def wait_for_children(zk: KazooZooKeeperClient, path: str, expected: set[str]) -> None:
     with trio.fail_after(WAIT_S):
         async for children in zk.watch_children(path):
             if set(children or ()) == expected:

@@ -15,7 +15,7 @@ import trio
 from tests.helpers.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_env, child_process, trikafka_command
 from trikafka.client import connect, latest_offset
 from trikafka.wire import ErrorCode, build_message_set
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 from trikafka.cli.serve import read_ready_file
 
 TOPIC = "clicks"
@@ -30,7 +30,7 @@ async def produce(port: int, partition: int, payloads: list[bytes]) -> None:
 
 
 async def wait_for_registration(zk_chroot: str) -> None:
-    async with KazooCoordinator(zk_chroot) as zk:
+    async with KazooZooKeeperClient(zk_chroot) as zk:
         with trio.fail_after(PROCESS_TIMEOUT_S):
             async for children in zk.watch_children(f"/brokers/topics/{TOPIC}"):
                 if children:
@@ -70,7 +70,7 @@ async def test_group_consume_commits_on_signals_resumes_and_groups_shows_the_lag
             assert await member.wait() == 0
             assert b"SIGTERM: committing and leaving the group" in member.stderr
 
-        async with KazooCoordinator(zk_chroot) as zk:
+        async with KazooZooKeeperClient(zk_chroot) as zk:
             assert await zk.children("/consumers/pipeline/ids") == []
             assert await zk.children("/consumers/pipeline/owners/clicks") == []
             async with await connect("127.0.0.1", port) as conn:

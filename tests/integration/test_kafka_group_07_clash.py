@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 from tests.helpers.kafka_processes import kafka_cluster
 from tests.helpers.kafka_wire import exchange
 from trikafka.group import GroupConsumer, KafkaGroupClash
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 
 WAIT_S = 60.0
 SESSION_S = 6  # group.min.session.timeout.ms: the member below expires this long after its join
@@ -87,7 +87,7 @@ async def test_07_consumer_refuses_a_group_with_kafka_members(zk_chroot, zk_admi
         value = await trio.to_thread.run_sync(_wait_mark, zk_admin, mark, True)
         assert value == b'{"broker_id":1,"version":1}'
 
-        async with KazooCoordinator(zk_chroot) as zk:
+        async with KazooZooKeeperClient(zk_chroot) as zk:
             with pytest.raises(KafkaGroupClash, match="group held is a Kafka consumer group coordinated by broker "
                                                       "1; a 0.7 consumer cannot join it"):
                 async with GroupConsumer(zk, "held", {"t": 1}):

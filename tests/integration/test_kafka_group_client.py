@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaProducer, NewTopic
-from trikafka.client.kafka.group import GroupConsumer, GroupMessage
+from trikafka.client.kafka.group import KafkaGroupConsumer, KafkaGroupMessage
 from trikafka.client.kafka.group_offsets import TopicPartition
 from trikafka.testing import running_kafka_group_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
@@ -40,11 +40,11 @@ async def _until(condition: object) -> None:
 
 
 class Member:
-    """A ``GroupConsumer`` reading in its own task into ``seen`` until ``stop``."""
+    """A ``KafkaGroupConsumer`` reading in its own task into ``seen`` until ``stop``."""
 
-    def __init__(self, consumer: GroupConsumer):
+    def __init__(self, consumer: KafkaGroupConsumer):
         self.consumer = consumer
-        self.seen: list[GroupMessage] = []
+        self.seen: list[KafkaGroupMessage] = []
         self.stopped = trio.Event()
         self.scope = trio.CancelScope()
 
@@ -61,8 +61,8 @@ class Member:
 
 
 def _members(bootstrap: str, group: str, topic: str, count: int) -> list[Member]:
-    return [Member(GroupConsumer(bootstrap, group, [topic], auto_offset_reset="earliest", max_wait_s=0.1,
-                                 heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0))
+    return [Member(KafkaGroupConsumer(bootstrap, group, [topic], auto_offset_reset="earliest", max_wait_s=0.1,
+                                      heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0))
             for _ in range(count)]
 
 
@@ -153,8 +153,8 @@ async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(k
 async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) -> None:
     async with KafkaClient(kafka.bootstrap) as client:
         await _topic(client, "described", 2, 10)
-    member = Member(GroupConsumer(kafka.bootstrap, "described-group", ["described"], auto_offset_reset="earliest",
-                                  enable_auto_commit=False, max_wait_s=0.1))
+    member = Member(KafkaGroupConsumer(kafka.bootstrap, "described-group", ["described"], auto_offset_reset="earliest",
+                                       enable_auto_commit=False, max_wait_s=0.1))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(member.run)
         await _until(lambda: len(member.seen) >= 4)

@@ -1,4 +1,4 @@
-"""``GroupConsumer``'s Trio driver against a scripted one-member coordinator (docs/protocol.md §17.8).
+"""``KafkaGroupConsumer``'s Trio driver against a scripted one-member coordinator (docs/protocol.md §17.8).
 
 The records come from a real trikafka broker; the group apis are answered in
 process by ``ScriptedCoordinator`` with ``kio`` response bodies, so the
@@ -17,7 +17,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaProducer, NewTopic, schema
-from trikafka.client.kafka.group import GroupConsumer, GroupMessage
+from trikafka.client.kafka.group import KafkaGroupConsumer, KafkaGroupMessage
 from trikafka.client.kafka.group_offsets import TopicPartition
 from trikafka.client.kafka.membership import GroupRequest
 from trikafka.testing import running_kafka_broker
@@ -99,11 +99,11 @@ def kafka() -> Iterator[RunningKafkaBroker]:
 def coordinator(kafka: RunningKafkaBroker, monkeypatch: pytest.MonkeyPatch) -> ScriptedCoordinator:
     scripted = ScriptedCoordinator("127.0.0.1", kafka.kafka_port)
 
-    async def answer(self: GroupConsumer, request: GroupRequest) -> object:
+    async def answer(self: KafkaGroupConsumer, request: GroupRequest) -> object:
         await trio.lowlevel.checkpoint()
         return scripted.answer(request)
-    monkeypatch.setattr(GroupConsumer, "_coordinator_request", answer)
-    monkeypatch.setattr(GroupConsumer, "_any_request", answer)
+    monkeypatch.setattr(KafkaGroupConsumer, "_coordinator_request", answer)
+    monkeypatch.setattr(KafkaGroupConsumer, "_any_request", answer)
     return scripted
 
 
@@ -113,8 +113,8 @@ async def _produce(client: KafkaClient, topic: str, partitions: int, count: int,
             await producer.send(topic, f"m{i}".encode(), partition=i % partitions)
 
 
-async def _take(consumer: GroupConsumer, count: int) -> list[GroupMessage]:
-    taken: list[GroupMessage] = []
+async def _take(consumer: KafkaGroupConsumer, count: int) -> list[KafkaGroupMessage]:
+    taken: list[KafkaGroupMessage] = []
     async for message in consumer:
         taken.append(message)
         if len(taken) == count:
@@ -135,8 +135,9 @@ async def test_consumes_commits_and_a_new_member_starts_from_the_commits(
 
         async def on_revoked(partitions: list[TopicPartition]) -> None:
             revoked.append(partitions)
-        async with GroupConsumer(client, "g-a", ["driver-a"], auto_offset_reset="earliest", enable_auto_commit=False,
-                                 on_assigned=on_assigned, on_revoked=on_revoked, max_wait_s=0.1) as consumer:
+        async with KafkaGroupConsumer(client, "g-a", ["driver-a"], auto_offset_reset="earliest",
+                                      enable_auto_commit=False, on_assigned=on_assigned, on_revoked=on_revoked,
+                                      max_wait_s=0.1) as consumer:
             taken = await _take(consumer, 10)
             await consumer.commit()
         both = [TopicPartition("driver-a", 0), TopicPartition("driver-a", 1)]
@@ -151,8 +152,8 @@ async def test_consumes_commits_and_a_new_member_starts_from_the_commits(
         assert coordinator.asked[-1] == "LEAVE_GROUP"
 
         await _produce(client, "driver-a", 2, 4, first=10)
-        async with GroupConsumer(client, "g-a", ["driver-a"], auto_offset_reset="earliest",
-                                 max_wait_s=0.1) as consumer:
+        async with KafkaGroupConsumer(client, "g-a", ["driver-a"], auto_offset_reset="earliest",
+                                      max_wait_s=0.1) as consumer:
             again = await _take(consumer, 5)
         assert sorted(m.record.value for m in again) == sorted([last.record.value] + [
             f"m{i}".encode() for i in range(10, 14)])
@@ -167,8 +168,8 @@ async def test_a_rebalance_revokes_commits_and_assigns_again(
 
         async def on_assigned(partitions: list[TopicPartition]) -> None:
             generations.append(coordinator.generation_id)
-        async with GroupConsumer(client, "g-b", ["driver-b"], auto_offset_reset="earliest", heartbeat_interval_s=0.01,
-                                 on_assigned=on_assigned, max_wait_s=0.1) as consumer:
+        async with KafkaGroupConsumer(client, "g-b", ["driver-b"], auto_offset_reset="earliest",
+                                      heartbeat_interval_s=0.01, on_assigned=on_assigned, max_wait_s=0.1) as consumer:
             first = await _take(consumer, 2)  # the first message is consumed
             coordinator.heartbeat_errors.append(ErrorCode.rebalance_in_progress)
             with trio.fail_after(10):
@@ -189,7 +190,7 @@ async def test_starting_offsets_are_asked_again_while_the_coordinator_loads(
         await _produce(client, "driver-c", 1, 4)
         coordinator.committed[TopicPartition("driver-c", 0)] = 2
         coordinator.fetch_errors = [ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_load_in_progress]
-        async with GroupConsumer(client, "g-c", ["driver-c"], max_wait_s=0.1) as consumer:
+        async with KafkaGroupConsumer(client, "g-c", ["driver-c"], max_wait_s=0.1) as consumer:
             taken = await _take(consumer, 2)
         assert [m.record.offset for m in taken] == [2, 3]
         assert coordinator.asked.count("OFFSET_FETCH") == 3

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from tests.helpers.kafka_mock_cluster import LIBRDKAFKA_GROUP_VERSIONS, MOCK_PARTITIONS, librdkafka_mock_cluster
-from trikafka.client.kafka import (EARLIEST, LATEST, GroupConsumer, KafkaAdmin, KafkaClient, KafkaProducer,
+from trikafka.client.kafka import (EARLIEST, LATEST, KafkaGroupConsumer, KafkaAdmin, KafkaClient, KafkaProducer,
                                    NewTopic, PartitionConsumer)
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.records import Record
@@ -130,8 +130,8 @@ async def test_a_group_member_reads_every_partition_commits_and_the_next_member_
                     "session_timeout_s": 6.0}
         seen: list[bytes] = []
         with trio.fail_after(30):
-            async with GroupConsumer(client, "conformance", [topic], on_assigned=on_assigned,
-                                     **settings) as consumer:  # type: ignore[arg-type]
+            async with KafkaGroupConsumer(client, "conformance", [topic], on_assigned=on_assigned,
+                                          **settings) as consumer:  # type: ignore[arg-type]
                 async for message in consumer:
                     seen.append(message.record.value or b"")
                     if len(seen) == len(values):
@@ -144,7 +144,8 @@ async def test_a_group_member_reads_every_partition_commits_and_the_next_member_
         assert [offset for _, offset in later] == [len(values) // PARTITIONS] * PARTITIONS
         resumed: list[bytes] = []
         with trio.fail_after(30):
-            async with GroupConsumer(client, "conformance", [topic], **settings) as consumer:  # type: ignore[arg-type]
+            async with KafkaGroupConsumer(client, "conformance", [topic],
+                                          **settings) as consumer:  # type: ignore[arg-type]
                 async for message in consumer:
                     resumed.append(message.record.value or b"")
                     if len(resumed) == PARTITIONS + 1:

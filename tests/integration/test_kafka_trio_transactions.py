@@ -18,7 +18,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from tests.helpers.kafka_clients import read_with_confluent
-from trikafka.client.kafka import (GroupConsumer, KafkaAdmin, KafkaClient, KafkaProducer, KafkaResponseError,
+from trikafka.client.kafka import (KafkaGroupConsumer, KafkaAdmin, KafkaClient, KafkaProducer, KafkaResponseError,
                                    NewTopic, PartitionConsumer, ProducerFencedError, TopicPartition,
                                    TransactionStateError)
 from trikafka.testing import running_kafka_broker
@@ -127,7 +127,7 @@ async def test_consume_transform_produce_commits_offsets_with_the_output(kafka: 
         async with KafkaProducer.open(client) as plain:
             for i in range(10):
                 await plain.submit(source, b"in-%d" % i)
-        async with KafkaProducer.open(client, transactional_id=_name("copier")) as producer, GroupConsumer(
+        async with KafkaProducer.open(client, transactional_id=_name("copier")) as producer, KafkaGroupConsumer(
                 client, group, [source], auto_offset_reset="earliest", enable_auto_commit=False,
                 read_committed=True, max_wait_s=0.2) as consumer:
             await producer.init_transactions()

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from tests.helpers.broker_testing import make_config
 from trikafka.broker import serve
 from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
+from trikafka.broker.kafka.transactions.placement import transaction_topic
 from trikafka.broker.engine.partition import Refused
 from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC, TxnState
 from trikafka.broker.engine.errors import EngineError
@@ -39,7 +40,9 @@ class RecordingMarkers:
 
 
 async def start_coordinator(nursery, broker, markers) -> TransactionCoordinator:
-    coordinator = TransactionCoordinator(broker.kafka, markers, broker.kafka.producer_ids.new_id)
+    kafka = broker.kafka
+    coordinator = TransactionCoordinator(transaction_topic(kafka), kafka.config, kafka.clock_ms, markers,
+                                         kafka.producer_ids.new_id)
     coordinator.start(nursery)
     with trio.fail_after(WAIT_S):
         while isinstance(await coordinator.coordinator_of("any"), ErrorCode):  # creates __transaction_state

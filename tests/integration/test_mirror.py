@@ -22,7 +22,7 @@ from trikafka.mirror.topics import live_brokers
 from trikafka.producer import Producer
 from trikafka.wire import Codec
 from trikafka.wire.envelope import decode_envelope
-from trikafka.zk import KazooCoordinator, paths
+from trikafka.zk import KazooZooKeeperClient, paths
 from trikafka.zk.errors import NoNodeError
 
 from tests.helpers.broker_testing import child_process
@@ -48,7 +48,7 @@ async def cluster(tmp_path, zk_connect: str, name: str) -> AsyncIterator[None]:
 async def partitions_of(zk_connect: str, topic: str) -> dict[int, list]:
     """``{partition: [ConsumedMessage, ...]}`` of ``topic`` on a cluster, as of now."""
     held: dict[int, list] = defaultdict(list)
-    async with KazooCoordinator(zk_connect) as zk:
+    async with KazooZooKeeperClient(zk_connect) as zk:
         async for _broker, partition, message in read_topic(zk, topic):
             held[partition].append(message)
     return held
@@ -71,7 +71,7 @@ def mirror_args(source: str, target: str) -> list[str]:
 
 
 async def committed_offsets(zk_connect: str) -> dict[int, int]:
-    async with KazooCoordinator(zk_connect) as zk:
+    async with KazooZooKeeperClient(zk_connect) as zk:
         offsets = {}
         for partition in range(2):
             try:
@@ -182,7 +182,7 @@ async def test_compressed_sets_pass_through_byte_identical(tmp_path, zk_chroot, 
                 while stats.total_messages < 150:
                     await trio.sleep(POLL_S)
             nursery.cancel_scope.cancel()
-        async with KazooCoordinator(source) as szk, KazooCoordinator(target) as tzk:
+        async with KazooZooKeeperClient(source) as szk, KazooZooKeeperClient(target) as tzk:
             [source_address] = (await live_brokers(szk)).values()
             [target_address] = (await live_brokers(tzk)).values()
         ends = []

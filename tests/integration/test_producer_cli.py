@@ -10,14 +10,14 @@ from tests.helpers.broker_testing import child_process, make_config
 from trikafka.broker import serve
 from trikafka.client import connect
 from trikafka.wire import iter_messages
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 
 pytestmark = pytest.mark.zookeeper
 
 
 async def test_produce_with_zookeeper_discovery_and_acks(nursery, tmp_path, zk_chroot):
     broker = await nursery.start(serve, make_config(tmp_path, broker_id=4, num_partitions=1))
-    async with KazooCoordinator(zk_chroot) as session:
+    async with KazooZooKeeperClient(zk_chroot) as session:
         await session.create("/brokers/ids/4", f"127.0.0.1-1:127.0.0.1:{broker.port}".encode(),
                              ephemeral=True, makepath=True)
         async with child_process("produce", "lines", "--zookeeper", zk_chroot, "--acks", "-1",

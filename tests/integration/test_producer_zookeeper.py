@@ -18,7 +18,7 @@ from trikafka.broker import serve
 from trikafka.client import connect
 from trikafka.producer import Producer
 from trikafka.wire import iter_messages
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 
 pytestmark = pytest.mark.zookeeper
 
@@ -28,7 +28,7 @@ WAIT_S = 20.0  # bound on waiting for a watch to deliver; a hang fails instead o
 class RunningBroker:
     """An in-process broker plus the ZooKeeper session that registers it."""
 
-    def __init__(self, broker_id: int, config, broker, session: KazooCoordinator, scope: trio.CancelScope):
+    def __init__(self, broker_id: int, config, broker, session: KazooZooKeeperClient, scope: trio.CancelScope):
         self.broker_id, self.config, self.broker, self.session, self.scope = broker_id, config, broker, session, scope
 
     async def register(self, topic: str, partitions: int) -> None:
@@ -45,7 +45,7 @@ async def start_broker(nursery, tmp_path, zk_connect: str, broker_id: int, parti
             await serve(config, task_status=task_status)
 
     broker = await nursery.start(run)
-    session = KazooCoordinator(zk_connect)
+    session = KazooZooKeeperClient(zk_connect)
     await session.start()
     value = f"127.0.0.1-1349990000123:127.0.0.1:{broker.port}".encode()  # §8.2
     await session.create(f"/brokers/ids/{broker_id}", value, ephemeral=True, makepath=True)

@@ -12,7 +12,7 @@ import trio
 
 from tests.helpers.broker_testing import READY_MARKER, child_process
 from tests.helpers.cli import cli, lines, produce
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 from trikafka.cli.serve import read_ready_file
 
 pytestmark = pytest.mark.zookeeper
@@ -41,7 +41,7 @@ async def test_a_partition_moves_to_a_new_replica_and_leaves_the_old_one(zk_chro
                              "--ready-file", str(tmp_path / f"port-{broker_id}"),
                              "--set", "log.default.flush.scheduler.interval.ms=20")
 
-    async with serve(1) as b1, serve(2) as b2, serve(3) as b3, KazooCoordinator(zk_chroot) as zk:
+    async with serve(1) as b1, serve(2) as b2, serve(3) as b3, KazooZooKeeperClient(zk_chroot) as zk:
         for broker in (b1, b2, b3):
             await broker.wait_for_stderr(READY_MARKER)
         ports = {i: read_ready_file(str(tmp_path / f"port-{i}"))[0] for i in (1, 2, 3)}

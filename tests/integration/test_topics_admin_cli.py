@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.helpers.cli import cli
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 from trikafka.zk.replication_store import read_assignment, read_state, write_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 from trikafka.zk.topic_config_store import read_topic_settings
@@ -24,7 +24,7 @@ async def register(zk, *broker_ids: int) -> None:
 
 async def test_create_describe_alter_and_refusals(zk_chroot, no_kazoo_thread_leaks):
     zk_flag = ("--zookeeper", zk_chroot)
-    async with KazooCoordinator(zk_chroot) as zk:
+    async with KazooZooKeeperClient(zk_chroot) as zk:
         await register(zk, 3, 1, 2)
         await zk.create("/trikafka/controller_epoch", b"7", makepath=True)
         status, out, err = await cli("topics", "create", "orders", "--partitions", "3", "--replication-factor", "2",
@@ -104,7 +104,7 @@ async def test_create_describe_alter_and_refusals(zk_chroot, no_kazoo_thread_lea
 
 async def test_reassign_and_the_cluster_view(zk_chroot, no_kazoo_thread_leaks):
     zk_flag = ("--zookeeper", zk_chroot)
-    async with KazooCoordinator(zk_chroot) as zk:
+    async with KazooZooKeeperClient(zk_chroot) as zk:
         await register(zk, 1, 2, 3, 4)
         assert (await cli("topics", "create", "t", "--partitions", "2", "--replication-factor", "3", *zk_flag))[0] == 0
         status, out, err = await cli("topics", "reassign", "t", "--partition", "0", "--replicas", "2,3,4", *zk_flag)

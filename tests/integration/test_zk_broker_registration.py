@@ -23,7 +23,7 @@ from tests.helpers.zookeeper_server import expire_session
 from trikafka.broker import BrokerConfig, serve
 from trikafka.broker.zookeeper import private_zookeeper_dir, published_host, run_broker_zookeeper
 from trikafka.log.manager import LogManager
-from trikafka.zk import DuplicateBrokerIdError, KazooCoordinator, SessionState, parse_broker_registration
+from trikafka.zk import DuplicateBrokerIdError, KazooZooKeeperClient, SessionState, parse_broker_registration
 
 WAIT_S = 15.0
 HOST = "127.0.0.1"
@@ -223,7 +223,7 @@ async def test_a_broker_registers_on_startup_watches_see_it_and_shutdown_removes
         zk_chroot, tmp_path, no_kazoo_thread_leaks):
     config = broker_config(tmp_path, enable_zookeeper=True, zk_connect=zk_chroot, zk_sessiontimeout_ms=4000)
     open_logs(config, "on-disk").close()
-    async with KazooCoordinator(zk_chroot) as observer:
+    async with KazooZooKeeperClient(zk_chroot) as observer:
         ids = observer.watch_children("/brokers/ids")
         with trio.fail_after(WAIT_S):
             assert await ids.__anext__() is None
@@ -251,7 +251,7 @@ async def test_a_broker_registers_on_startup_watches_see_it_and_shutdown_removes
 async def test_a_broker_whose_session_expires_re_registers(zk_chroot, zookeeper_server, tmp_path,
                                                            no_kazoo_thread_leaks):
     config = broker_config(tmp_path, enable_zookeeper=True, zk_connect=zk_chroot, zk_sessiontimeout_ms=4000)
-    async with KazooCoordinator(zk_chroot) as observer, trio.open_nursery() as nursery:
+    async with KazooZooKeeperClient(zk_chroot) as observer, trio.open_nursery() as nursery:
         broker = await nursery.start(serve, config)
         await produce_acked(broker.port, "t", 0, b"x")
         await wait_for_value(observer, "/brokers/topics/t/3")
@@ -298,7 +298,7 @@ async def test_zookeeper_restarted_under_load(dedicated_zookeeper_server, tmp_pa
         sent_during_outage = sent
         server.spawn()  # same port and data; on this (main) thread for PDEATHSIG
         await server.wait_ready()
-        async with KazooCoordinator(server.connect_string + "/kafka") as observer:
+        async with KazooZooKeeperClient(server.connect_string + "/kafka") as observer:
             data, _ = await wait_for_value(observer, "/brokers/ids/3")
             assert parse_broker_registration(data).port == broker.port
             for topic in ("load", "during-outage"):

@@ -21,7 +21,7 @@ from tests.helpers.broker_testing import (
     trikafka_command,
 )
 from tests.helpers.registry import wait_for_value
-from trikafka.zk import KazooCoordinator, parse_broker_registration
+from trikafka.zk import KazooZooKeeperClient, parse_broker_registration
 from trikafka.zk.server_setup import free_port
 from trikafka.cli.serve import read_ready_file
 
@@ -48,7 +48,7 @@ async def test_two_brokers_join_one_ensemble_and_a_duplicate_id_is_refused(zk_ch
         await first.wait_for_stderr(READY_MARKER)
         await second.wait_for_stderr(READY_MARKER)
         ports = {1: await read_port(tmp_path / "port-1"), 2: await read_port(tmp_path / "port-2")}
-        async with KazooCoordinator(zk_chroot) as observer:
+        async with KazooZooKeeperClient(zk_chroot) as observer:
             assert await observer.children("/brokers/ids") == ["1", "2"]
             for broker_id, port in ports.items():
                 info = parse_broker_registration((await observer.get(f"/brokers/ids/{broker_id}"))[0])
@@ -100,7 +100,7 @@ async def test_plain_serve_runs_its_own_zookeeper_and_stops_it(tmp_path, no_kazo
         zk_connect, zk_pid, zk_data = match.group(1).decode(), int(match.group(2)), Path(match.group(3).decode())
         assert zk_data == tmp_path / "logs-zookeeper" and (zk_data / "zoo.cfg").exists()
         assert not process_gone(zk_pid)
-        async with KazooCoordinator(zk_connect) as observer:
+        async with KazooZooKeeperClient(zk_connect) as observer:
             info = parse_broker_registration((await observer.get("/brokers/ids/0"))[0])
             assert (info.host, info.port) == ("127.0.0.1", port)
             await produce_acked(port, "clicks", 0, b"one")
@@ -153,7 +153,7 @@ async def test_a_killed_broker_restarts_on_its_private_zookeeper(tmp_path, no_ka
         await broker.wait_for_stderr(READY_MARKER)
         port = await read_port(tmp_path / "port")
         zk_connect = PRIVATE_LINE.search(bytes(broker.stderr)).group(1).decode()
-        async with KazooCoordinator(zk_connect) as observer:
+        async with KazooZooKeeperClient(zk_connect) as observer:
             info = parse_broker_registration((await observer.get("/brokers/ids/0"))[0])
             assert info.port == port
         broker.signal(signal.SIGTERM)
@@ -167,7 +167,7 @@ async def test_a_broker_restarted_after_sigkill_comes_back_by_itself(zk_chroot, 
     port = free_port()  # a fixed port: the registration names it
     args = ["serve", "--zookeeper", zk_chroot, "--broker-id", "1", "--port", str(port), "--host", "127.0.0.1",
             "--log-dir", str(tmp_path / "logs"), "--set", "zk.sessiontimeout.ms=4000"]
-    async with KazooCoordinator(zk_chroot) as observer:
+    async with KazooZooKeeperClient(zk_chroot) as observer:
         async with child_process(*args) as first:
             await first.wait_for_stderr(READY_MARKER)
             _data, old = await wait_for_value(observer, "/brokers/ids/1")

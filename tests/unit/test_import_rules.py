@@ -96,7 +96,10 @@ BROKER_PARTS: dict[str, tuple[str, ...]] = {
     "the 0.7 listener": ("handlers", "connection", "short_circuit"),
     "the Kafka listener": ("kafka",),
     "the Kafka listener's dispatch": ("kafka.service", "kafka.connection"),
-    "a coordinator": ("kafka.groups.coordinator", "kafka.transactions.coordinator"),
+    "the Kafka handlers' context": ("kafka.context",),
+    # A coordinator and its internal topic, which is all of the broker it reaches (docs/architecture.md).
+    "a coordinator": ("kafka.groups.coordinator", "kafka.transactions.coordinator", "kafka.internal_topic",
+                      "kafka.partition_loads", "kafka.groups.store", "kafka.coordinator_seams"),
     "the composition root": ("server",),
 }
 # part -> the parts it may not import.
@@ -105,7 +108,7 @@ BROKER_MAY_NOT_IMPORT: dict[str, tuple[str, ...]] = {
     "replication": ("the 0.7 listener", "the Kafka listener", "the composition root"),
     "the 0.7 listener": ("the Kafka listener", "the composition root"),
     "the Kafka listener": ("the 0.7 listener", "the composition root"),
-    "a coordinator": ("the Kafka listener's dispatch",),
+    "a coordinator": ("the Kafka listener's dispatch", "the Kafka handlers' context"),
 }
 
 # Generic helpers -> the one util module that defines them.  wire/ holds only the
@@ -296,7 +299,7 @@ def test_every_layer_has_a_rule():
     (("wire/planted.py", "import cramjam\n"), "third-party 'cramjam' not allowed in wire/"),
     (("log/planted.py", "from trikafka.zk import paths\n"), "log/ may not import zk/"),
     (("log/planted.py", "from trikafka.testing import FakeFileSystem\n"), "log/ may not import testing/"),
-    (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooCoordinator\n"), "registry API"),
+    (("spark/planted.py", "from trikafka.zk.kazoo_bridge import KazooZooKeeperClient\n"), "registry API"),
     (("spark/planted.py", "import kazoo\n"), "third-party 'kazoo' not allowed in spark/"),
     (("zk/planted.py", "from trikafka.zk import planted_too\n"), "import cycle"),
     (("kafka/planted.py", "import trio\n"), "third-party 'trio' not allowed in kafka/"),
@@ -321,6 +324,8 @@ def test_every_layer_has_a_rule():
      "replication may not import the Kafka listener"),
     (("broker/kafka/groups/coordinator.py", "from ..service import KafkaService\n"),
      "a coordinator may not import the Kafka listener's dispatch"),
+    (("broker/kafka/transactions/coordinator.py", "from ..context import KafkaContext\n"),
+     "a coordinator may not import the Kafka handlers' context"),
 ])
 def test_a_planted_violation_is_found(tmp_path, plant, expected):
     copy = tmp_path / "trikafka"

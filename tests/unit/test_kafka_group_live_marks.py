@@ -11,7 +11,7 @@ import trio
 
 from tests.helpers.registry import wait_for_value
 from trikafka.broker.kafka.groups.live_marks import LiveGroupMarks
-from trikafka.testing import FakeCoordinator
+from trikafka.testing import FakeZooKeeperClient
 from trikafka.zk import kafka_groups
 
 MARK = "/trikafka/kafka-groups/g"
@@ -27,13 +27,13 @@ class _Groups:
         self.groups[group_id] = SimpleNamespace(roster=SimpleNamespace(members=dict.fromkeys(member_ids)))
 
 
-async def _marked(zk: FakeCoordinator, present: bool) -> Any:
+async def _marked(zk: FakeZooKeeperClient, present: bool) -> Any:
     return await wait_for_value(zk, MARK, lambda value: (value is not None) == present)
 
 
 async def test_a_mark_exists_while_the_group_has_members_and_follows_the_session(autojump_clock):
     groups = _Groups()
-    async with FakeCoordinator() as zk, trio.open_nursery() as nursery:
+    async with FakeZooKeeperClient() as zk, trio.open_nursery() as nursery:
         marks = LiveGroupMarks(zk, 7, lambda: [groups])  # type: ignore[list-item]
         nursery.start_soon(marks.run)
         groups.members("g", "m1")
@@ -56,7 +56,7 @@ async def test_a_mark_exists_while_the_group_has_members_and_follows_the_session
 
 
 async def test_the_new_coordinator_takes_the_mark_over_and_the_old_one_leaves_it(autojump_clock):
-    async with FakeCoordinator() as old_zk, FakeCoordinator(old_zk.server) as new_zk:
+    async with FakeZooKeeperClient() as old_zk, FakeZooKeeperClient(old_zk.server) as new_zk:
         await kafka_groups.mark(old_zk, "g", 1)
         await kafka_groups.mark(new_zk, "g", 2)
         data, stat = await new_zk.get(MARK)

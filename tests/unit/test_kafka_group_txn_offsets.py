@@ -7,7 +7,7 @@ import trio
 
 from tests.helpers.kafka_batches import lead_verified, v2_log
 from trikafka.broker.kafka.groups.state import OffsetsPartition
-from trikafka.broker.kafka.groups.store import read_records
+from trikafka.broker.kafka.internal_topic import read_records
 from trikafka.broker.engine.partition import ReadView
 from trikafka.kafka.batch import TRANSACTIONAL
 from trikafka.kafka.group_records import (GroupKey, GroupValue, OffsetKey, OffsetValue, decode_record, encode_key,
@@ -88,11 +88,9 @@ def test_group_metadata_in_a_transactional_batch_applies_as_read():
 
 # ------------------------------------------------------------------ loading (§17.3, §19.5.4)
 
-class _WorkerThreads:
+async def _worker_thread(fn, *args):
     """The one thing ``read_records`` needs of its broker: a way to run the read off the loop."""
-
-    async def run_blocking(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args)
+    return await trio.to_thread.run_sync(fn, *args)
 
 
 def _txn_offsets(pid: int, value: int, *, group: str = "g", partition: int = 0) -> bytearray:
@@ -113,7 +111,7 @@ async def test_a_load_keeps_an_open_transactions_offsets_pending_until_its_marke
 
     part = OffsetsPartition(0)
     for key, value, log_offset, open_producer in await read_records(
-            _WorkerThreads(), ReadView(log, log.end_offset, 0), decode_record):  # type: ignore[arg-type]
+            _worker_thread, ReadView(log, log.end_offset, 0), decode_record):
         part.apply_read(key, value, log_offset, open_producer)
 
     assert [offset(part, "g", index=i) for i in range(4)] == [10, None, None, 1]  # A committed, B aborted

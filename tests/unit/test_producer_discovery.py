@@ -1,4 +1,4 @@
-"""ZooKeeper discovery (spec §8.2, §8.5) on FakeCoordinator, and routing through it."""
+"""ZooKeeper discovery (spec §8.2, §8.5) on FakeZooKeeperClient, and routing through it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio
 from trikafka.producer import BrokerPartition, Producer, ZooKeeperDiscovery
 from trikafka.producer.discovery import StaticDiscovery
 from trikafka.producer.partitioner import hash_index, java_hash
-from trikafka.testing import FakeCoordinator, FakeZooKeeper, open_cluster
+from trikafka.testing import FakeZooKeeperClient, FakeZooKeeper, open_cluster
 from trikafka.zk import CreateOp, DeleteOp
 
 BP = BrokerPartition
@@ -37,7 +37,7 @@ async def until(predicate, timeout_s: float = 5.0) -> None:
 
 @pytest.fixture
 async def zk():
-    async with FakeCoordinator(FakeZooKeeper()) as coordinator:
+    async with FakeZooKeeperClient(FakeZooKeeper()) as coordinator:
         yield coordinator
 
 
@@ -97,7 +97,7 @@ async def test_a_topic_registration_of_a_dead_broker_is_not_a_target(zk, discove
 
 async def test_a_session_expiry_of_the_broker_removes_it(discovery, autojump_clock):
     server = discovery._zk.server
-    async with FakeCoordinator(server) as broker_session:
+    async with FakeZooKeeperClient(server) as broker_session:
         await register_broker(broker_session, 5, "h5", 9092)
         await register_topic(broker_session, "t", 5, 2)
         await until(lambda: 5 in discovery.view.brokers)

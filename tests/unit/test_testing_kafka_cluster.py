@@ -10,7 +10,7 @@ import random
 import pytest
 import trio
 
-from trikafka.client.kafka import (EARLIEST, GroupConsumer, KafkaAdmin, KafkaClient, KafkaProducer, NewTopic,
+from trikafka.client.kafka import (EARLIEST, KafkaAdmin, KafkaClient, KafkaGroupConsumer, KafkaProducer, NewTopic,
                                    PartitionConsumer)
 from trikafka.client.errors import BrokerConnectionError
 from trikafka.testing import open_broker, open_cluster
@@ -64,7 +64,7 @@ async def test_the_trio_kafka_clients_create_produce_and_read_back_over_the_in_m
                 assert await read_partition(client, partition, len(expected)) == expected
 
             values: set[bytes | None] = set()
-            async with GroupConsumer(client, "readers", [TOPIC], auto_offset_reset="earliest",
+            async with KafkaGroupConsumer(client, "readers", [TOPIC], auto_offset_reset="earliest",
                                      session_timeout_s=10, heartbeat_interval_s=1) as group:
                 async for message in group:
                     values.add(message.record.value)

@@ -24,7 +24,7 @@ from trikafka.kafka.sasl import (MIN_ITERATIONS, SCRAM_MECHANISMS, SaslMechanism
 from trikafka.log.fs import OsFileSystem
 from trikafka.log.names import USERS_FILE
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import NodeExistsError, NoNodeError
 
 from .seams import RunBlocking
@@ -196,7 +196,7 @@ class FileCredentialStore:
 class ZooKeeperCredentialStore:
     """The users' znodes of a cluster: one znode per user, each set or deleted on its own."""
 
-    def __init__(self, zk: Coordinator):
+    def __init__(self, zk: ZooKeeperClient):
         self._zk = zk
 
     async def users(self) -> dict[str, UserRecord]:
@@ -252,7 +252,7 @@ class FileCredentials:
 class ZooKeeperCredentials:
     """A broker's view of ``/trikafka/config/users``: a children watch, and a data watch per user (§18.2)."""
 
-    def __init__(self, zk: Coordinator):
+    def __init__(self, zk: ZooKeeperClient):
         self._zk = zk
         self._users: dict[str, UserRecord] = {}
 
@@ -301,7 +301,7 @@ class ZooKeeperCredentials:
                     first = False
 
 
-async def zk_add_user(zk: Coordinator, name: str, record: UserRecord) -> None:
+async def zk_add_user(zk: ZooKeeperClient, name: str, record: UserRecord) -> None:
     """Store (or replace) ``name``'s record in ZooKeeper."""
     path = paths.user_config(_checked_name(name))
     data = encode_record(record)
@@ -311,7 +311,7 @@ async def zk_add_user(zk: Coordinator, name: str, record: UserRecord) -> None:
         await zk.set(path, data)
 
 
-async def zk_delete_user(zk: Coordinator, name: str) -> bool:
+async def zk_delete_user(zk: ZooKeeperClient, name: str) -> bool:
     """Remove ``name`` from ZooKeeper; False when there was no such user."""
     try:
         await zk.delete(paths.user_config(_checked_name(name)))
@@ -320,7 +320,7 @@ async def zk_delete_user(zk: Coordinator, name: str) -> bool:
     return True
 
 
-async def zk_users(zk: Coordinator) -> dict[str, UserRecord]:
+async def zk_users(zk: ZooKeeperClient) -> dict[str, UserRecord]:
     """Every user stored in ZooKeeper (a znode that does not parse is skipped, with a warning)."""
     try:
         names = await zk.children(paths.USER_CONFIGS)

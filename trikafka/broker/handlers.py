@@ -29,7 +29,7 @@ from typing import Callable
 import trio
 
 from trikafka.wire import ACKS_APPENDED, ACKS_FLUSHED, OFFSETS_EARLIEST, OFFSETS_LATEST
-from trikafka.wire.errors import ErrorCode, InvalidMessageError, MessageError, MessageSizeTooLargeError
+from trikafka.wire.errors import ErrorCode, MessageError, MessageSizeTooLargeError
 from trikafka.wire.metadata import (
     CreateTopicResult,
     Metadata,
@@ -60,11 +60,11 @@ from trikafka.wire.responses import (
     encode_produce_acked_response,
 )
 
-from .engine.engine import Engine
+from .engine.engine import Engine, PartitionWrite
 from .engine.errors import EngineError
 from .engine.metadata import TopicView
 from .engine.partition import Partition, Refused
-from .seams import BrokerLog, RunBlocking
+from .seams import AppendResult, BrokerLog, RunBlocking
 
 logger = logging.getLogger(__name__)
 
@@ -218,23 +218,25 @@ class RequestHandler:
             raise CloseConnection(f"PRODUCE_ACKED with unsupported acks {request.acks}")
         deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
         results: list[ProduceAckedResult] = []
-        appended: list[tuple[int, Partition]] = []  # (index in results, partition written)
+        writes: list[tuple[int, PartitionWrite]] = []  # (index in results, the part's write)
         for part in request.parts:
-            result, target = await self._produce_acked_part(part, request.acks)
-            if target is not None and request.acks == ACKS_FLUSHED:
-                appended.append((len(results), target))
+            result, target = await self._produce_acked_part(part)
+            if target is not None:
+                writes.append((len(results), PartitionWrite(target, part.messages)))
             results.append(result)
-        if appended:  # every part appended first: one flush of a log covers all its parts
-            statuses = await self.engine.wait_acks([target.ack_wait(results[i].next_offset) for i, target in appended],
-                                            deadline)
-            for (i, _), status in zip(appended, statuses):
-                if status != EngineError.NO_ERROR:
-                    results[i] = _failed(results[i], ENGINE_TO_07[status])
+        outcomes = await self.engine.append([w for _, w in writes], request.acks, deadline)
+        for (i, _), outcome in zip(writes, outcomes):
+            row = results[i]
+            if isinstance(outcome, AppendResult):
+                results[i] = ProduceAckedResult(row.topic, row.partition, ErrorCode.NO_ERROR,
+                                                outcome.base_offset, outcome.next_offset)
+            else:
+                results[i] = _failed(row, _append_error(outcome))
         await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
-    async def _produce_acked_part(self, part: ProducePart, acks: int) -> tuple[ProduceAckedResult, Partition | None]:
-        """Append one part: its result, and the partition written (None: nothing appended)."""
+    async def _produce_acked_part(self, part: ProducePart) -> tuple[ProduceAckedResult, Partition | None]:
+        """One part checked: its result so far, and the partition to append it to (None: refused)."""
         count, partition = self._resolve_partition(part.topic, part.partition)
 
         def failed(code: ErrorCode) -> tuple[ProduceAckedResult, None]:
@@ -248,17 +250,9 @@ class RequestHandler:
             return failed(ErrorCode.WRONG_FORMAT)
         try:
             target = await self._directory.partition_for_write(part.topic, partition)
-            appended = await target.append(part.messages, acks)
         except Refused as exc:
             return failed(ENGINE_TO_07[exc.error])
-        except MessageSizeTooLargeError:
-            return failed(ErrorCode.MESSAGE_SIZE_TOO_LARGE)
-        except (InvalidMessageError, MessageError):
-            return failed(ErrorCode.INVALID_MESSAGE)
-        self._metrics.count_in(part.topic, appended.message_count, appended.next_offset - appended.base_offset)
-        result = ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR,
-                                    appended.base_offset, appended.next_offset)
-        return result, target
+        return ProduceAckedResult(part.topic, partition, ErrorCode.NO_ERROR, -1, -1), target
 
     # ----------------------------------------------------------------- FETCH_WAIT (§9.3)
 
@@ -307,6 +301,17 @@ def _topic_07(topic: TopicView) -> TopicMetadata:
 
 def _failed(result: ProduceAckedResult, code: ErrorCode) -> ProduceAckedResult:
     return ProduceAckedResult(result.topic, result.partition, code, -1, -1)
+
+
+# A message set the log refused (nothing appended): its code; any other bad set is INVALID_MESSAGE.
+_BAD_SET_TO_07: dict[type, ErrorCode] = {MessageSizeTooLargeError: ErrorCode.MESSAGE_SIZE_TOO_LARGE}
+
+
+def _append_error(outcome: EngineError | Exception) -> ErrorCode:
+    """The code a part answers for an append the engine refused (§9.2)."""
+    if isinstance(outcome, EngineError):
+        return ENGINE_TO_07[outcome]
+    return _BAD_SET_TO_07.get(type(outcome), ErrorCode.INVALID_MESSAGE)
 
 
 def _short(topic: str, limit: int = 40) -> str:

@@ -60,7 +60,7 @@ from trikafka.log.manager import LogManager
 
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire.requests import RequestType
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 
 from .acceptor import Acceptor, BoundAddress, ConnectionQuota
 from .cleaner import CleanerService
@@ -180,7 +180,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
                 fs: FileSystem | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                 rng: random.Random | None = None, handle_signals: bool = False,
                 run_blocking: RunBlocking | None = None,
-                refuse_requests: Iterable[RequestType] = (), coordinator: Coordinator | None = None,
+                refuse_requests: Iterable[RequestType] = (), coordinator: ZooKeeperClient | None = None,
                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream) -> None:
     """Run a broker until ``Broker.shutdown()``, a signal (with ``handle_signals``), or cancellation.
 
@@ -193,7 +193,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     ``refuse_requests`` lists request types the broker closes the connection on,
     as a plain 0.7 broker does for every extension (tests of clients' fallbacks).
     ``coordinator`` (with ``enable_zookeeper``; tests) replaces the connection
-    to ``config.zk_connect``: an open ``Coordinator`` the broker registers in
+    to ``config.zk_connect``: an open ``ZooKeeperClient`` the broker registers in
     and does not close.  ``open_stream(host, port)`` is how followers reach
     their leaders and the Kafka listener's own calls reach other brokers (§18.5;
     tests pass an in-memory network's).
@@ -271,7 +271,7 @@ class _Wiring:
     metrics_address: tuple[str, int] | None = None
     broker_box: list[Broker] = field(default_factory=list)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
-    coordinator: Coordinator | None = None  # an open Coordinator to register in instead of config.zk_connect (tests)
+    coordinator: ZooKeeperClient | None = None  # an open ZooKeeperClient to register in instead of config.zk_connect (tests)
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream  # to other brokers
 
     def ready(self) -> bool:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError, InvalidPathError
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.errors import ZooKeeperClientError, InvalidPathError
 from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 from trikafka.zk.topic_config_store import decode_topic_config, update_topic_config
 
@@ -51,7 +51,7 @@ class TopicConfigWatcher:
 
     _nursery: trio.Nursery  # run()'s: one watch task per topic starts in it
 
-    def __init__(self, zk: Coordinator, config: BrokerConfig, log_manager: LogManager, cleaner: CleanerService):
+    def __init__(self, zk: ZooKeeperClient, config: BrokerConfig, log_manager: LogManager, cleaner: CleanerService):
         self._zk = zk
         self._overrides = TopicOverrides(config, log_manager, cleaner)
         self._plain: dict[str, dict[str, str]] = {}
@@ -172,13 +172,13 @@ async def watch_topic_configs(zookeeper: BrokerZooKeeper, config: BrokerConfig, 
     await TopicConfigWatcher(zookeeper.coordinator, config, log_manager, cleaner).run(task_status=task_status)
 
 
-def zookeeper_settings_store(zk: Coordinator) -> Callable[[str, dict[str, str]], Awaitable[bool]]:
+def zookeeper_settings_store(zk: ZooKeeperClient) -> Callable[[str, dict[str, str]], Awaitable[bool]]:
     """CREATE_TOPIC's settings on a broker with ZooKeeper: into the topic's settings znode (every
     broker's watcher applies them); False when ZooKeeper could not be written."""
     async def store(topic: str, settings: dict[str, str]) -> bool:
         try:
             await update_topic_config(zk, topic, lambda current, replicated: {**current, **settings})
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             logger.error("topic %s: settings not stored in ZooKeeper: %s", topic, exc)
             return False
         return True

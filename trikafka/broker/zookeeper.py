@@ -30,9 +30,9 @@ import trio
 from trikafka.util.errors import leaf_exceptions
 from trikafka.log.manager import LogManager
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError, DuplicateBrokerIdError, NoNodeError
-from trikafka.zk.kazoo_bridge import KazooCoordinator, TrioBridge
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.errors import ZooKeeperClientError, DuplicateBrokerIdError, NoNodeError
+from trikafka.zk.kazoo_bridge import KazooZooKeeperClient, TrioBridge
 from trikafka.zk.registry import BrokerRegistration
 from trikafka.zk.registry_values import parse_broker_registration
 from trikafka.zk.replication_store import replicated_topics
@@ -64,7 +64,7 @@ class BrokerZooKeeper:
     """What :func:`run_broker_zookeeper` reports once the broker is registered."""
 
     connect_string: str  # what clients use: host:port[,host:port][/chroot]
-    coordinator: Coordinator
+    coordinator: ZooKeeperClient
     registration: BrokerRegistration
     private_server: ZooKeeperEndpoint | None = None
     topics_registered: int = field(default=0)  # topics registered after startup
@@ -185,7 +185,7 @@ async def run_broker_zookeeper(
     log_manager: LogManager,
     port: int,
     *,
-    coordinator: Coordinator | None = None,
+    coordinator: ZooKeeperClient | None = None,
     task_status: trio.TaskStatus[BrokerZooKeeper] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Register the broker listening on ``port`` and keep it registered until cancelled.
@@ -204,12 +204,12 @@ async def run_broker_zookeeper(
     except BaseExceptionGroup as group:
         # Nurseries wrap; a startup failure is one error and reads better unwrapped.
         leaves = leaf_exceptions(group)
-        if len(leaves) == 1 and isinstance(leaves[0], (CoordinatorError, ZooKeeperSetupError)):
+        if len(leaves) == 1 and isinstance(leaves[0], (ZooKeeperClientError, ZooKeeperSetupError)):
             raise leaves[0] from None
         raise
 
 
-async def _run(config: BrokerConfig, log_manager: LogManager, port: int, coordinator: Coordinator | None,
+async def _run(config: BrokerConfig, log_manager: LogManager, port: int, coordinator: ZooKeeperClient | None,
                task_status: trio.TaskStatus[BrokerZooKeeper]) -> None:
     if coordinator is not None:
         connect_string = str(getattr(coordinator, "connect", "(in-process)"))
@@ -237,11 +237,11 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
                                 task_status: trio.TaskStatus[BrokerZooKeeper]) -> None:
     session_timeout_s = config.zk_sessiontimeout_ms / 1000
     connect_timeout_s = (config.zk_connectiontimeout_ms or config.zk_sessiontimeout_ms) / 1000
-    zk = KazooCoordinator(connect_string, session_timeout_s=session_timeout_s,
-                          connect_timeout_s=max(connect_timeout_s, 1.0))
+    zk = KazooZooKeeperClient(connect_string, session_timeout_s=session_timeout_s,
+                              connect_timeout_s=max(connect_timeout_s, 1.0))
     try:
         await zk.start()
-    except CoordinatorError as exc:
+    except ZooKeeperClientError as exc:
         raise ZooKeeperSetupError(
             f"{exc} (is the ensemble running? "
             "--standalone runs without ZooKeeper)") from exc
@@ -252,7 +252,7 @@ async def _connect_and_register(config: BrokerConfig, log_manager: LogManager, p
             await zk.aclose()  # closes the session: the server drops what is left of ours
 
 
-async def _serve_registration(config: BrokerConfig, log_manager: LogManager, port: int, zk: Coordinator,
+async def _serve_registration(config: BrokerConfig, log_manager: LogManager, port: int, zk: ZooKeeperClient,
                               connect_string: str, private: ZooKeeperEndpoint | None,
                               task_status: trio.TaskStatus[BrokerZooKeeper]) -> None:
     registration = BrokerRegistration(zk, config.broker_id, await published_host(config), port)
@@ -287,7 +287,7 @@ def _offer(send_channel: trio.MemorySendChannel[str], topic: str) -> None:
 
 
 async def _start_registration(config: BrokerConfig, registration: BrokerRegistration, log_manager: LogManager,
-                              zk: Coordinator, private: ZooKeeperEndpoint | None, nursery: trio.Nursery,
+                              zk: ZooKeeperClient, private: ZooKeeperEndpoint | None, nursery: trio.Nursery,
                               replicated: set[str]) -> None:
     try:
         await nursery.start(registration.run, topics_on_disk(log_manager, replicated))
@@ -308,14 +308,14 @@ async def _start_registration(config: BrokerConfig, registration: BrokerRegistra
     await nursery.start(registration.run, topics_on_disk(log_manager, replicated))
 
 
-async def _held_by_our_previous_run(zk: Coordinator, registration: BrokerRegistration) -> bool:
+async def _held_by_our_previous_run(zk: ZooKeeperClient, registration: BrokerRegistration) -> bool:
     """True when ``/brokers/ids/<id>`` names this broker's own host and port."""
     try:
         data, _stat = await zk.get(paths.broker_id(registration.broker_id))
         holder = parse_broker_registration(data)
     except NoNodeError:
         return True  # it went away meanwhile: waiting ends at once, then we register
-    except (CoordinatorError, ValueError):
+    except (ZooKeeperClientError, ValueError):
         return False  # not a value we can judge: refuse rather than wait on a stranger
     return holder.host == registration.host and holder.port == registration.port
 
@@ -330,5 +330,5 @@ async def _register_new_topics(state: BrokerZooKeeper, log_manager: LogManager,
         try:
             await state.registration.register_topic(topic, log_manager.partitions_for(topic))
             state.topics_registered += 1
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             logger.error("could not register topic %r in ZooKeeper: %s", topic, exc)

@@ -118,10 +118,10 @@ def _in_file(log_dir: str, edit):
 
 async def _in_zookeeper(call):
     from trikafka.broker.kafka.acl.store import ZooKeeperAcls
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooZooKeeperClient
 
     connect, edit = call
-    async with KazooCoordinator(connect) as zk:
+    async with KazooZooKeeperClient(connect) as zk:
         store = ZooKeeperAcls(zk)
         before = await store.read()
         return before, before if edit is None else await store.update(edit)

@@ -31,13 +31,13 @@ def add_parser(commands) -> None:
 
 async def cluster_view(args: argparse.Namespace) -> dict:
     """The JSON view of the cluster, read from ZooKeeper."""
-    from trikafka.zk import KazooCoordinator, NoNodeError, paths
+    from trikafka.zk import KazooZooKeeperClient, NoNodeError, paths
     from trikafka.zk.registry import live_brokers
     from trikafka.zk.replication_store import partition_states
     from trikafka.zk.replication_values import NO_LEADER
 
     view: dict = {"brokers": [], "controller": None, "under_replicated": [], "offline": []}
-    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
+    async with KazooZooKeeperClient(args.zookeeper, ensure_chroot=False) as zk:
         for broker_id, info in (await live_brokers(zk)).items():
             try:
                 tail_intact = json.loads((await zk.get(paths.replication_broker(broker_id)))[0]).get("tail_intact")

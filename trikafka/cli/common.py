@@ -328,7 +328,7 @@ async def stop_on_sigterm(fn, *args):
 def run_client_value(fn: Callable[[ArgsT], Awaitable[ResultT]], args: ArgsT) -> ResultT | None:
     """``trio.run(fn, args)``; None (after a one-line error) if a broker or ZooKeeper failed."""
     from trikafka.client import ClientError
-    from trikafka.zk import CoordinatorError
+    from trikafka.zk import ZooKeeperClientError
 
     try:
         return trio.run(fn, args)
@@ -336,7 +336,7 @@ def run_client_value(fn: Callable[[ArgsT], Awaitable[ResultT]], args: ArgsT) -> 
         return None
     except BrokenPipeError:
         raise  # a closed stdout: trikafka.cli.app.main's to handle
-    except (ClientError, CoordinatorError, OSError) as exc:
+    except (ClientError, ZooKeeperClientError, OSError) as exc:
         print(f"trikafka: {exc}", file=sys.stderr)
         return None
 
@@ -371,9 +371,9 @@ def run_client(fn, args: argparse.Namespace) -> int:
 def run_group_client(fn, args: argparse.Namespace) -> int:
     """Like ``run_client``, for commands that talk to ZooKeeper too."""
     from trikafka.group import ConsumerIdTakenOver, KafkaGroupClash, RebalanceFailedError
-    from trikafka.zk import CoordinatorError
+    from trikafka.zk import ZooKeeperClientError
 
-    expected = (CoordinatorError, RebalanceFailedError, ConsumerIdTakenOver, KafkaGroupClash)
+    expected = (ZooKeeperClientError, RebalanceFailedError, ConsumerIdTakenOver, KafkaGroupClash)
     try:
         return run_client(fn, args)
     except expected as exc:

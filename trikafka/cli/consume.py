@@ -198,7 +198,7 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
     import signal
 
     from trikafka.group import GroupConfig, GroupConsumer, TopicFilter, blacklist, whitelist
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooZooKeeperClient
 
     subscription: TopicFilter | dict[str, int]
     if args.whitelist or args.blacklist:
@@ -208,7 +208,7 @@ async def _consume_group_main(args: argparse.Namespace) -> int:
     config = GroupConfig(autooffset_reset="largest" if args.from_ == "latest" else "smallest",
                          autocommit_interval_s=args.commit_interval_ms / 1000, num_streams=args.streams)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with KazooCoordinator(args.zookeeper) as zk, trio.open_nursery() as nursery:
+        async with KazooZooKeeperClient(args.zookeeper) as zk, trio.open_nursery() as nursery:
             if not (args.whitelist or args.blacklist) and await _kafka_format_in_zookeeper(zk, args.topic):
                 from trikafka.cli.common import kafka_format_hint
 

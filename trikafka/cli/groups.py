@@ -31,9 +31,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 
 async def _groups_main(args: argparse.Namespace) -> int:
     from trikafka.group.inspect import describe_group, list_groups, measure_lag
-    from trikafka.zk import KazooCoordinator, paths
+    from trikafka.zk import KazooZooKeeperClient, paths
 
-    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
+    async with KazooZooKeeperClient(args.zookeeper, ensure_chroot=False) as zk:
         if not args.group:
             print("group\tmembers")
             for group, members in sorted((await list_groups(zk)).items()):

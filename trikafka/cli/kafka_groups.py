@@ -4,7 +4,7 @@
 assignor, members with their client id, host and decoded assignment, and per
 partition the committed offset, the log end and the lag in records) or, with
 ``--delete``, deletes one.  ``consume --kafka --group`` runs a
-``GroupConsumer`` and prints what the group hands this member.
+``KafkaGroupConsumer`` and prints what the group hands this member.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import trio
 from trikafka.cli.common import Printer, plural, stop_on_sigterm
 from trikafka.cli.kafka_protocol import kafka_client
 from trikafka.cli.message_format import Printed
-from trikafka.client.kafka import LATEST, GroupConsumer, GroupDescription, KafkaAdmin, TopicPartition
+from trikafka.client.kafka import LATEST, KafkaGroupConsumer, GroupDescription, KafkaAdmin, TopicPartition
 from trikafka.client.kafka.group_offsets import NO_OFFSET
 
 MEMBERS_HEADER = "member\tinstance\tclient_id\thost\tassignment"
@@ -85,9 +85,9 @@ async def consume(args: argparse.Namespace) -> int:
 
     async def read() -> None:
         async with kafka_client(args, auto_create=False) as client:
-            async with GroupConsumer(client, args.group, [args.topic], auto_offset_reset=args.from_,
-                                     auto_commit_interval_s=args.commit_interval_ms / 1000,
-                                     on_assigned=on_assigned, read_committed=args.read_committed) as consumer:
+            async with KafkaGroupConsumer(client, args.group, [args.topic], auto_offset_reset=args.from_,
+                                          auto_commit_interval_s=args.commit_interval_ms / 1000,
+                                          on_assigned=on_assigned, read_committed=args.read_committed) as consumer:
                 with trio.CancelScope() as scope:
                     printer.stop = scope.cancel
                     async for message in consumer:

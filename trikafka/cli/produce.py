@@ -291,7 +291,7 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
     """``--zookeeper``: the Producer finds brokers and partitions (spec §8.5) and batches."""
     from trikafka.producer import BrokerRejectedError, MessageTooLargeError, Producer, ProducerError
     from trikafka.wire import ErrorCode
-    from trikafka.zk import CoordinatorError
+    from trikafka.zk import ZooKeeperClientError
 
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     sent = 0
@@ -311,7 +311,7 @@ async def _produce_with_producer(args: argparse.Namespace) -> int:
                 else:
                     await producer.send_batch(args.topic, lines)
                 sent += len(lines)
-    except CoordinatorError as exc:
+    except ZooKeeperClientError as exc:
         print(f"trikafka: ZooKeeper at {args.zookeeper}: {exc}", file=sys.stderr)
         return 1
     except (ProducerError, BaseExceptionGroup) as exc:  # the producer's, raised directly or from its tasks

@@ -234,7 +234,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"trikafka: bad configuration: {exc}", file=sys.stderr)
         return 2
     from trikafka.broker.zookeeper import ZooKeeperSetupError
-    from trikafka.zk import CoordinatorError
+    from trikafka.zk import ZooKeeperClientError
 
     taken = _private_port_taken(config)
     if taken is not None:
@@ -250,7 +250,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         trio.run(_serve_main, config, args.ready_file)
-    except* (CoordinatorError, ZooKeeperSetupError) as group:  # e.g. the broker id is taken
+    except* (ZooKeeperClientError, ZooKeeperSetupError) as group:  # e.g. the broker id is taken
         os_errors.extend(leaf_exceptions(group))
     except* OSError as group:  # e.g. the port is taken, the log dir is not writable
         os_errors.extend(leaf_exceptions(group))

@@ -144,7 +144,7 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
     stderr and skipped.
     """
     from trikafka.client import ClientError, connect
-    from trikafka.zk import KazooCoordinator, NoNodeError, parse_partition_count
+    from trikafka.zk import KazooZooKeeperClient, NoNodeError, parse_partition_count
     from trikafka.zk import paths
     from trikafka.zk.registry import live_brokers
     from trikafka.zk.replication_store import partition_states
@@ -153,7 +153,7 @@ async def _topics_from_zookeeper(args: argparse.Namespace) -> list[TopicRow]:
         print(f"trikafka: skipping broker {name}: {exc}", file=sys.stderr)
 
     rows: list[TopicRow] = []
-    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
+    async with KazooZooKeeperClient(args.zookeeper, ensure_chroot=False) as zk:
         brokers = {i: (info.host, info.port) for i, info in (await live_brokers(zk, skipping)).items()}
         wanted = set(args.topic)
         counts: dict[int, list[tuple[str, Iterable[int]]]] = {}  # broker -> (topic, partitions)

@@ -121,9 +121,9 @@ def _settings(args: argparse.Namespace, *, replicated: bool) -> dict[str, str]:
 
 
 def _zookeeper(args: argparse.Namespace):
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooZooKeeperClient
 
-    return KazooCoordinator(args.zookeeper)
+    return KazooZooKeeperClient(args.zookeeper)
 
 
 async def _create(args: argparse.Namespace) -> int:

@@ -79,10 +79,10 @@ def _on_file(args: argparse.Namespace, record: UserRecord | None) -> int:
 
 
 async def _on_zookeeper(work: tuple[argparse.Namespace, UserRecord | None]) -> int:
-    from trikafka.zk import KazooCoordinator
+    from trikafka.zk import KazooZooKeeperClient
 
     args, record = work
-    async with KazooCoordinator(args.zookeeper, ensure_chroot=False) as zk:
+    async with KazooZooKeeperClient(args.zookeeper, ensure_chroot=False) as zk:
         if args.users_action == "add":
             assert record is not None
             await zk_add_user(zk, args.name, record)

@@ -7,12 +7,12 @@ from collections.abc import Iterable
 
 import trio
 
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.ops import CheckOp, CreateOp, DeleteOp, Op, SetOp
 from trikafka.zk.errors import (
     BadVersionError,
     ConnectionLossError,
-    CoordinatorError,
+    ZooKeeperClientError,
     NodeExistsError,
     NoNodeError,
     SessionExpiredError,
@@ -36,7 +36,7 @@ class FencedCommits:
     ``lock`` is the consumer's: commits, registrations and rebalances take turns.
     """
 
-    def __init__(self, zk: Coordinator, group: str, config: GroupConfig, *, lock: trio.Lock,
+    def __init__(self, zk: ZooKeeperClient, group: str, config: GroupConfig, *, lock: trio.Lock,
                  membership: Membership, ownership: Ownership):
         self._zk = zk
         self._group = group
@@ -106,7 +106,7 @@ class FencedCommits:
             if deregister:
                 membership.registered = False
             return not lost
-        raise CoordinatorError(f"consumer {membership.consumer_id}: offsets nodes keep changing under the commit")
+        raise ZooKeeperClientError(f"consumer {membership.consumer_id}: offsets nodes keep changing under the commit")
 
     async def autocommit_loop(self) -> None:
         """Commit every ``autocommit_interval_s`` (when ``autocommit_enable``)."""

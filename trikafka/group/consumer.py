@@ -2,7 +2,7 @@
 
 Usage::
 
-    async with KazooCoordinator("127.0.0.1:2181") as zk:
+    async with KazooZooKeeperClient("127.0.0.1:2181") as zk:
         async with GroupConsumer(zk, "my-group", {"events": 1}) as consumer:
             async for message in consumer:
                 handle(message.topic, message.partition, message.offset, message.payload)
@@ -55,8 +55,8 @@ from typing import Awaitable, Callable
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.errors import ZooKeeperClientError
 
 from .batches import GroupBatch
 from .commits import FencedCommits
@@ -108,7 +108,7 @@ class GroupConsumer:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: ZooKeeperClient,
         group: str,
         topics: Subscription,
         *,
@@ -205,7 +205,7 @@ class GroupConsumer:
                 if self._membership.registered:
                     await self._commits.commit_and_release(self._ownership.owned,
                                                            release=self._ownership.unrecorded, deregister=True)
-            except (CoordinatorError, ConsumerIdTakenOver) as exc:
+            except (ZooKeeperClientError, ConsumerIdTakenOver) as exc:
                 log.warning("consumer %s left without a clean release: %s", self.consumer_id, exc)
             finally:
                 self._drop_ownership()

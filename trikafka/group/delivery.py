@@ -9,8 +9,8 @@ import trio
 from trio_util import AsyncBool
 
 from trikafka.wire.keyed import split_key
-from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.errors import ZooKeeperClientError
 from trikafka.zk.ops import SessionState
 
 from .batches import GroupBatch
@@ -64,7 +64,7 @@ class Delivery:
     generation that continues the partition's position.
     """
 
-    def __init__(self, zk: Coordinator, config: GroupConfig, *, membership: Membership, ownership: Ownership,
+    def __init__(self, zk: ZooKeeperClient, config: GroupConfig, *, membership: Membership, ownership: Ownership,
                  fetchers: Fetchers, rebalancing: AsyncBool):
         self._zk = zk
         self._config = config
@@ -128,7 +128,7 @@ class Delivery:
             if not self._membership.confirmed():
                 try:
                     await self._membership.confirm_registration()
-                except CoordinatorError:
+                except ZooKeeperClientError:
                     await trio.sleep(self._config.fetcher_backoff_s)
                 continue
             chunk = self._current

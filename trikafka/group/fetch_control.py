@@ -10,7 +10,7 @@ import trio
 
 from trikafka.client.leaders import LeaderDirectory
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import NoNodeError
 from trikafka.zk.ops import SessionState
 from trikafka.zk.registry_values import parse_broker_registration
@@ -27,7 +27,7 @@ class Fetchers:
     ``attach(nursery)`` gives them the nursery to run in; until then ``start`` does nothing.
     """
 
-    def __init__(self, zk: Coordinator, config: GroupConfig,
+    def __init__(self, zk: ZooKeeperClient, config: GroupConfig,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None):
         self._zk = zk
         self._config = config

@@ -37,7 +37,7 @@ from trikafka.client import (
 from trikafka.client.errors import MessageTooLargeForFetch, OffsetOutOfRange
 from trikafka.client.leaders import LeaderDirectory
 from trikafka.wire import ConsumedMessage, ErrorCode, InvalidMessageError, grown_fetch_size, iter_messages
-from trikafka.zk.errors import CoordinatorError, NoNodeError
+from trikafka.zk.errors import ZooKeeperClientError, NoNodeError
 
 from .config import LARGEST, SMALLEST, GroupConfig
 
@@ -128,7 +128,7 @@ async def run_fetcher(
                 await _fetch_loop(simple, target, config, queue, cursor, wait_until_fetching_allowed)
         except (BrokerConnectionError, OSError, NoNodeError) as exc:
             log.info("fetching %s/%s: %s; retrying in %.2f s", topic, target.key[1], exc, delay_s)
-        except (BrokerError, CoordinatorError) as exc:
+        except (BrokerError, ZooKeeperClientError) as exc:
             log.warning("fetching %s/%s failed: %s; retrying in %.2f s", topic, target.key[1], exc, delay_s)
         except _Fatal as fatal:
             await queue.send(Chunk(target.generation, target.key, target.broker_id, target.partition, fatal.at,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from trikafka.client import ClientError, LeaderDirectory, connect, latest_offset
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import NoNodeError
 from trikafka.zk.registry_values import parse_broker_registration, parse_partition_count
 from trikafka.zk.replication_store import read_assignment
@@ -30,7 +30,7 @@ from .registry import (
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionState:
+class PartitionLag:
     """One partition of a topic the group consumes (or has consumed)."""
 
     topic: str
@@ -49,13 +49,13 @@ class PartitionState:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupDescription:
+class GroupLagReport:
     group: str
     members: dict[str, TopicCount | str]  # consumer id -> subscription (or why it is unreadable)
-    partitions: list[PartitionState] = field(default_factory=list)
+    partitions: list[PartitionLag] = field(default_factory=list)
 
 
-async def list_groups(zk: Coordinator) -> dict[str, int]:
+async def list_groups(zk: ZooKeeperClient) -> dict[str, int]:
     """Every group under ``/consumers`` with its number of live members."""
     try:
         groups = await zk.children(paths.CONSUMERS)
@@ -70,14 +70,14 @@ async def list_groups(zk: Coordinator) -> dict[str, int]:
     return result
 
 
-async def _children(zk: Coordinator, path: str) -> list[str]:
+async def _children(zk: ZooKeeperClient, path: str) -> list[str]:
     try:
         return await zk.children(path)
     except NoNodeError:
         return []
 
 
-async def _get(zk: Coordinator, path: str) -> bytes | None:
+async def _get(zk: ZooKeeperClient, path: str) -> bytes | None:
     try:
         data, _stat = await zk.get(path)
         return data
@@ -85,7 +85,7 @@ async def _get(zk: Coordinator, path: str) -> bytes | None:
         return None
 
 
-async def describe_group(zk: Coordinator, group: str) -> GroupDescription:
+async def describe_group(zk: ZooKeeperClient, group: str) -> GroupLagReport:
     """Members and, for every topic the group subscribes to, owns or has offsets for,
     each registered partition's owner and committed offset."""
     base = paths.consumer_group(group)
@@ -122,10 +122,10 @@ async def describe_group(zk: Coordinator, group: str) -> GroupDescription:
         for name in sorted(names, key=_partition_sort_key):
             owner = await _get(zk, f"{base}/owners/{topic}/{name}")
             offset = await _get(zk, f"{base}/offsets/{topic}/{name}")
-            partitions.append(PartitionState(
+            partitions.append(PartitionLag(
                 topic, name, None if owner is None else decode_owner(owner),
                 None if offset is None else decode_offset(offset)))
-    return GroupDescription(group, members, partitions)
+    return GroupLagReport(group, members, partitions)
 
 
 def _partition_sort_key(name: str) -> tuple[float, float | str]:
@@ -136,8 +136,8 @@ def _partition_sort_key(name: str) -> tuple[float, float | str]:
     return (-1 if broker is None else broker, part)
 
 
-async def measure_lag(zk: Coordinator, description: GroupDescription,
-                      connect_timeout_s: float = 5.0) -> GroupDescription:
+async def measure_lag(zk: ZooKeeperClient, description: GroupLagReport,
+                      connect_timeout_s: float = 5.0) -> GroupLagReport:
     """The description with each partition's visible end asked from its broker."""
     addresses: dict[int, tuple[str, int] | str] = {}
     for state in description.partitions:
@@ -189,7 +189,7 @@ async def measure_lag(zk: Coordinator, description: GroupDescription,
     return replace(description, partitions=partitions)
 
 
-async def _replicated_lag(zk: Coordinator, partitions: list[PartitionState], indexes: list[int],
+async def _replicated_lag(zk: ZooKeeperClient, partitions: list[PartitionLag], indexes: list[int],
                           timeout_s: float) -> None:
     """Log ends of replicated partitions, asked of each one's current leader (METADATA first)."""
     bootstrap = []

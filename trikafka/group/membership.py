@@ -6,7 +6,7 @@ import logging
 from typing import Callable
 
 from trikafka.zk import kafka_groups, paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.ops import CreateOp, DeleteOp, Op, SessionState, SetOp, Stat
 from trikafka.zk.errors import (
     BadVersionError,
@@ -24,7 +24,7 @@ log = logging.getLogger("trikafka.group.consumer")  # one logger for the whole c
 STALE_TAKEOVERS_MAX = 8
 
 
-async def take_over_stale(zk: Coordinator, path: str, expected_value: bytes | None, value: bytes,
+async def take_over_stale(zk: ZooKeeperClient, path: str, expected_value: bytes | None, value: bytes,
                           consumer_id: str) -> tuple[str, int | None]:
     """Replace ``path`` if another session with our consumer id left it.
 
@@ -66,7 +66,7 @@ class Membership:
     caller then stops with ``ConsumerIdTakenOver``).
     """
 
-    def __init__(self, zk: Coordinator, group: str, consumer_id: str, topic_count: TopicCount, *,
+    def __init__(self, zk: ZooKeeperClient, group: str, consumer_id: str, topic_count: TopicCount, *,
                  on_session_lost: Callable[[], None], on_taken_over: Callable[[], None]):
         self._zk = zk
         self.group = group
@@ -168,7 +168,7 @@ class Membership:
         have taken over our ids node and then our partitions; the watch that
         says so can arrive after the reconnect.  So delivery waits for this
         read.  Raises ``ConsumerIdTakenOver`` (dropping ownership first); a
-        ``CoordinatorError`` leaves the gate closed for another try.
+        ``ZooKeeperClientError`` leaves the gate closed for another try.
         """
         disconnects = self._disconnects
         try:

@@ -11,7 +11,7 @@ from trio_util import AsyncBool
 
 from trikafka.client.leaders import LeaderDirectory
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.ops import CheckOp, CreateOp, Op
 from trikafka.zk.replication_store import read_assignment, replicated_topics
 from trikafka.zk.replication_values import ReplicationValueError
@@ -52,7 +52,7 @@ class Rebalancer:
     ownership (delivery waits); ``rebalances`` counts those that did.
     """
 
-    def __init__(self, zk: Coordinator, group: str, config: GroupConfig, *, lock: trio.Lock,
+    def __init__(self, zk: ZooKeeperClient, group: str, config: GroupConfig, *, lock: trio.Lock,
                  membership: Membership, ownership: Ownership, commits: FencedCommits, fetchers: Fetchers,
                  leaders: LeaderDirectory):
         self._zk = zk

@@ -7,7 +7,7 @@ from typing import Callable
 import trio
 
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 
 from .registry import StaticTopicCount, TopicCount
 
@@ -17,7 +17,7 @@ class RebalanceTriggers:
     topics, their brokers or (replicated topics, docs/protocol.md §12.9) their
     assignments change.  ``start(nursery)`` starts the watches there."""
 
-    def __init__(self, zk: Coordinator, group: str, topic_count: TopicCount,
+    def __init__(self, zk: ZooKeeperClient, group: str, topic_count: TopicCount,
                  request_rebalance: Callable[[], None]):
         self._zk = zk
         self._group = group

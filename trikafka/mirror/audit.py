@@ -15,14 +15,14 @@ from trikafka.client import SimpleConsumer
 from trikafka.wire import ConsumedMessage
 from trikafka.wire.audit import AUDIT_TOPIC, decode_event
 from trikafka.wire.envelope import decode_envelope
-from trikafka.zk import KazooCoordinator
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk import KazooZooKeeperClient
+from trikafka.zk.client import ZooKeeperClient
 
 from .tally import AuditRow, AuditTally
 from .topics import live_brokers, registered_counts
 
 
-async def read_topic(zk: Coordinator, topic: str, *, connect_timeout_s: float = 5.0
+async def read_topic(zk: ZooKeeperClient, topic: str, *, connect_timeout_s: float = 5.0
                      ) -> AsyncIterator[tuple[int, int, ConsumedMessage]]:
     """``(broker id, partition, message)`` for every message of ``topic`` on a cluster,
     from each partition's start to its end as of now."""
@@ -44,7 +44,7 @@ async def read_topic(zk: Coordinator, topic: str, *, connect_timeout_s: float = 
                         break
 
 
-async def tally_clusters(clusters: list[str], *, open_zk: Callable[[str], KazooCoordinator] = KazooCoordinator
+async def tally_clusters(clusters: list[str], *, open_zk: Callable[[str], KazooZooKeeperClient] = KazooZooKeeperClient
                          ) -> AuditTally:
     """Read the audit events of ``clusters[0]`` and the audited topics of every cluster."""
     tally = AuditTally()

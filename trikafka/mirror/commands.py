@@ -58,9 +58,9 @@ def audit_command(args: argparse.Namespace) -> int:
 def _run(fn, arg) -> int:
     from trikafka.client import ClientError
     from trikafka.group import ConsumerIdTakenOver, RebalanceFailedError
-    from trikafka.zk import CoordinatorError
+    from trikafka.zk import ZooKeeperClientError
 
-    expected = (ClientError, CoordinatorError, OSError, RebalanceFailedError, ConsumerIdTakenOver)
+    expected = (ClientError, ZooKeeperClientError, OSError, RebalanceFailedError, ConsumerIdTakenOver)
     try:
         return trio.run(fn, arg)
     except KeyboardInterrupt:

@@ -22,7 +22,7 @@ import trio
 
 from trikafka.group import GroupConfig, GroupConsumer, whitelist
 from trikafka.producer import Producer
-from trikafka.zk import KazooCoordinator
+from trikafka.zk import KazooZooKeeperClient
 
 from .topics import TargetTopics
 
@@ -74,7 +74,7 @@ async def run_mirror(config: MirrorConfig, stats: MirrorStats | None = None, *,
     """Mirror until cancelled; on the way out every source commits what the target acknowledged."""
     stats = stats if stats is not None else MirrorStats()
     consumer_id = config.consumer_id or socket.gethostname()
-    async with KazooCoordinator(config.target, session_timeout_s=config.zk_session_timeout_s) as target_zk:
+    async with KazooZooKeeperClient(config.target, session_timeout_s=config.zk_session_timeout_s) as target_zk:
         async with Producer(coordinator=target_zk, acks=config.acks, close_timeout_s=5.0) as producer:
             topics = TargetTopics(target_zk)
             async with trio.open_nursery() as nursery:
@@ -89,7 +89,7 @@ async def _mirror_source(config: MirrorConfig, source: str, consumer_id: str, pr
     group_config = GroupConfig(autocommit_interval_s=config.commit_interval_s,
                                zk_session_timeout_s=config.zk_session_timeout_s,
                                fetch_max_bytes=config.fetch_max_bytes)
-    async with KazooCoordinator(source, session_timeout_s=config.zk_session_timeout_s) as source_zk:
+    async with KazooZooKeeperClient(source, session_timeout_s=config.zk_session_timeout_s) as source_zk:
         async with GroupConsumer(source_zk, config.group, whitelist(config.whitelist), consumer_id=consumer_id,
                                  config=group_config) as consumer:
             task_status.started()

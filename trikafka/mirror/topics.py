@@ -9,14 +9,14 @@ import trio
 from trikafka.client import ClientError, ExtensionNotSupported, connect
 from trikafka.wire import ErrorCode
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import NoNodeError
 from trikafka.zk.registry_values import parse_broker_registration, parse_partition_count
 
 log = logging.getLogger(__name__)
 
 
-async def registered_counts(zk: Coordinator, topic: str) -> dict[int, int]:
+async def registered_counts(zk: ZooKeeperClient, topic: str) -> dict[int, int]:
     """``{broker id: partitions}`` that a cluster's brokers register for ``topic``."""
     try:
         children = await zk.children(paths.broker_topic(topic))
@@ -34,7 +34,7 @@ async def registered_counts(zk: Coordinator, topic: str) -> dict[int, int]:
     return counts
 
 
-async def live_brokers(zk: Coordinator) -> dict[int, tuple[str, int]]:
+async def live_brokers(zk: ZooKeeperClient) -> dict[int, tuple[str, int]]:
     """``{broker id: (host, port)}`` of a cluster's registered brokers."""
     brokers: dict[int, tuple[str, int]] = {}
     try:
@@ -63,7 +63,7 @@ class TargetTopics:
     (or after ``register_timeout_s``), so the producer sees its partitions.
     """
 
-    def __init__(self, target_zk: Coordinator, *, connect_timeout_s: float = 5.0,
+    def __init__(self, target_zk: ZooKeeperClient, *, connect_timeout_s: float = 5.0,
                  register_timeout_s: float = 10.0) -> None:
         self._zk = target_zk
         self._done: set[str] = set()
@@ -71,7 +71,7 @@ class TargetTopics:
         self.connect_timeout_s = connect_timeout_s
         self.register_timeout_s = register_timeout_s
 
-    async def ensure(self, topic: str, source_zk: Coordinator) -> None:
+    async def ensure(self, topic: str, source_zk: ZooKeeperClient) -> None:
         if topic in self._done:
             return
         async with self._lock:

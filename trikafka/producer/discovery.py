@@ -34,7 +34,7 @@ import trio
 
 from trikafka.client.leader_cache import LeaderCache
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import (
     ConnectionLossError,
     NoNodeError,
@@ -140,7 +140,7 @@ class ZooKeeperDiscovery:
     known; ``await discovery.ensure_topic(t)`` once ``t``'s registrations are.
     """
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: ZooKeeperClient) -> None:
         self.view = ClusterView()
         self._zk = coordinator
         self._nursery: trio.Nursery | None = None

@@ -53,7 +53,7 @@ import trio
 from trikafka.client.leaders import Connector
 from trikafka.wire.keyed import KeyedPayload
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import InvalidPathError
 
 from .async_queue import SendQueue
@@ -77,7 +77,7 @@ class Producer:
 
     Exactly one of ``brokers`` (static list), ``zk_connect`` (a ZooKeeper
     connect string; the producer owns the session) or ``coordinator`` (an
-    open ``Coordinator``, e.g. ``FakeCoordinator``; not closed by the
+    open ``ZooKeeperClient``, e.g. ``FakeZooKeeperClient``; not closed by the
     producer) must be given.  ``rng`` drives the random partitioning and
     ``connector`` opens connections (see ``BrokerPool``); both are for tests.
     ``close_timeout_s`` bounds the flush when the producer closes.
@@ -87,7 +87,7 @@ class Producer:
         self,
         config: ProducerConfig | None = None,
         *,
-        coordinator: Coordinator | None = None,
+        coordinator: ZooKeeperClient | None = None,
         rng: random.Random | None = None,
         close_timeout_s: float = 30.0,
         connector: Connector | None = None,
@@ -164,9 +164,9 @@ class Producer:
             async with contextlib.AsyncExitStack() as stack:
                 coordinator = self._coordinator
                 if self.config.zk_connect is not None:
-                    from trikafka.zk import KazooCoordinator
+                    from trikafka.zk import KazooZooKeeperClient
 
-                    coordinator = await stack.enter_async_context(KazooCoordinator(
+                    coordinator = await stack.enter_async_context(KazooZooKeeperClient(
                         self.config.zk_connect, session_timeout_s=self.config.zk_session_timeout_s))
                 discovery: StaticDiscovery | ZooKeeperDiscovery
                 if coordinator is not None:

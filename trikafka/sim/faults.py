@@ -22,8 +22,8 @@ from trikafka.zk import NoNodeError, paths
 from trikafka.zk.replication_store import read_state
 
 if TYPE_CHECKING:  # (types only: the command line reads this table before any broker code loads)
-    from trikafka.testing import FakeCoordinator, InProcessCluster
-    from trikafka.zk.coordinator import Coordinator
+    from trikafka.testing import FakeZooKeeperClient, InProcessCluster
+    from trikafka.zk.client import ZooKeeperClient
 
     from .determinism import Streams, Trace
     from .groups import GroupMembers
@@ -40,7 +40,7 @@ class World(Protocol):
     """What a fault sees of the simulated world (``world.World``, which imports this table)."""
 
     cluster: InProcessCluster
-    zk: Coordinator
+    zk: ZooKeeperClient
     streams: Streams
     trace: Trace
     members: GroupMembers
@@ -131,14 +131,14 @@ async def _fsync_error(world: World, broker: int, duration_s: float) -> None:
             await world.restart(broker)
 
 
-def _session_of(world: World, broker: int) -> FakeCoordinator:
+def _session_of(world: World, broker: int) -> FakeZooKeeperClient:
     """The ZooKeeper client a running broker registered with: the in-process cluster gives
-    every broker its own ``FakeCoordinator``, whose session a fault can expire or sever."""
-    from trikafka.testing import FakeCoordinator  # (broker code: loaded by the time a fault runs)
+    every broker its own ``FakeZooKeeperClient``, whose session a fault can expire or sever."""
+    from trikafka.testing import FakeZooKeeperClient  # (broker code: loaded by the time a fault runs)
 
     zookeeper = world.cluster.brokers[broker].broker.zookeeper
     assert zookeeper is not None, f"broker {broker} is not registered in ZooKeeper"
-    assert isinstance(zookeeper.coordinator, FakeCoordinator), zookeeper.coordinator
+    assert isinstance(zookeeper.coordinator, FakeZooKeeperClient), zookeeper.coordinator
     return zookeeper.coordinator
 
 

@@ -25,7 +25,7 @@ import trio.testing
 
 from trikafka.client import ClientError, connect
 from trikafka.testing import InProcessCluster, open_cluster
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.wire import ErrorCode, RemoteProtocolError, build_message_set
 from trikafka.wire.reading import parse_entries
 from trikafka.zk.replication_store import create_topic, read_state
@@ -137,7 +137,7 @@ class World:
         self.busy: dict[int, list[str]] = {}  # brokers under a fault right now -> the faults
         self.topic = TOPIC
         self.cluster: InProcessCluster  # set once run() opened it
-        self.zk: Coordinator
+        self.zk: ZooKeeperClient
         self.latency: Hook
         self.members = GroupMembers(self, TOPIC)
 

@@ -22,7 +22,7 @@ from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartiti
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
 from trikafka.zk import paths
-from trikafka.zk.errors import CoordinatorError
+from trikafka.zk.errors import ZooKeeperClientError
 from trikafka.zk.registry_values import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
 from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 
@@ -187,7 +187,7 @@ class ZooKeeperCluster:
         self.connect = connect
         try:
             self._registry = BlockingRegistry(connect, timeout_s=timeout_s)
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             raise ClusterConfigError(str(exc)) from exc
 
     def close(self) -> None:

@@ -2,8 +2,8 @@
 
 * :class:`FakeFileSystem` (``fakefs``): an in-memory ``trikafka.log.FileSystem``
   with a crash model, deterministic from a seed.
-* :class:`FakeZooKeeper` (``fake_zookeeper``) and :class:`FakeCoordinator`
-  (``fake_coordinator``): an in-process ZooKeeper server and its clients with
+* :class:`FakeZooKeeper` (``fake_zookeeper``) and :class:`FakeZooKeeperClient`
+  (``fake_zookeeper_client``): an in-process ZooKeeper server and its clients with
   kazoo's session behaviour, on Trio time.
 
 * :func:`open_broker` and :func:`open_cluster` (``broker``): the real broker
@@ -24,7 +24,7 @@
   ``pytest_plugins = ["trikafka.testing.pytest_plugin"]``.
 
 Production packages never import this one; tests inject these doubles where
-production code takes a ``FileSystem`` or a ``Coordinator``.
+production code takes a ``FileSystem`` or a ``ZooKeeperClient``.
 """
 
 from .broker import (
@@ -38,7 +38,7 @@ from .broker import (
     open_cluster,
     start_in_memory,
 )
-from .fake_coordinator import FakeCoordinator
+from .fake_zookeeper_client import FakeZooKeeperClient
 from .kafka_broker import (kafka_broker, kafka_group_broker, running_kafka_broker,
                            running_kafka_group_broker, running_tls_kafka_broker)
 from .fake_listeners import FakeListeners
@@ -46,7 +46,7 @@ from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
 
 __all__ = [
-    "EXTENSION_REQUESTS", "BrokerStartError", "FakeCoordinator", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
+    "EXTENSION_REQUESTS", "BrokerStartError", "FakeZooKeeperClient", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",
     "InProcessCluster", "in_process_config", "kafka_broker", "kafka_group_broker", "open_broker", "open_cluster",
     "running_kafka_broker", "running_kafka_group_broker", "running_tls_kafka_broker",
     "start_in_memory",

@@ -44,7 +44,7 @@ from trikafka.client import Connection
 from trikafka.client.kafka import KafkaClient
 from trikafka.wire import Request, RequestType
 
-from .fake_coordinator import FakeCoordinator
+from .fake_zookeeper_client import FakeZooKeeperClient
 from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem
@@ -188,7 +188,7 @@ class InProcessCluster:
         self._member_settings: list[dict[str, Any]] = []
         self._stopped: list[trio.Event] = []  # set once broker i's serve() returned
         self._scopes: list[trio.CancelScope] = []  # broker i's run, cancelled by crash(i)
-        self._coordinators: dict[int, FakeCoordinator] = {}  # broker i's ZooKeeper client
+        self._coordinators: dict[int, FakeZooKeeperClient] = {}  # broker i's ZooKeeper client
         self.survive_failures = False  # see open_cluster
         self.failures: dict[int, Exception] = {}  # broker i's last failure, when survived
 
@@ -260,9 +260,9 @@ class InProcessCluster:
     async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
         return await self.network.open_stream(host, port)
 
-    def coordinator(self, **kwargs: Any) -> FakeCoordinator:
+    def coordinator(self, **kwargs: Any) -> FakeZooKeeperClient:
         """A ZooKeeper client of this cluster's server (``async with cluster.coordinator() as zk``)."""
-        return FakeCoordinator(self.zookeeper, **kwargs)
+        return FakeZooKeeperClient(self.zookeeper, **kwargs)
 
     @property
     def kafka_bootstrap(self) -> str:

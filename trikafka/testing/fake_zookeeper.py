@@ -1,6 +1,6 @@
 """The server side of the in-process ZooKeeper: one znode tree, sessions, ephemerals, watches.
 
-:class:`FakeZooKeeper` is the "ensemble" that :class:`~trikafka.testing.fake_coordinator.FakeCoordinator`
+:class:`FakeZooKeeper` is the "ensemble" that :class:`~trikafka.testing.fake_zookeeper_client.FakeZooKeeperClient`
 clients talk to.  Operations are synchronous and atomic; all timing is Trio time.
 """
 
@@ -16,7 +16,7 @@ import trio
 from trikafka.zk.ops import CheckOp, CreateOp, DeleteOp, Op, OpResult, SetOp, Stat, WatchCallback
 from trikafka.zk.errors import (
     BadVersionError,
-    CoordinatorError,
+    ZooKeeperClientError,
     InvalidPathError,
     NoChildrenForEphemeralsError,
     NodeExistsError,
@@ -64,7 +64,7 @@ def _trio_clock_ms() -> int:
 
 
 class FakeZooKeeper:
-    """The server side: one znode tree shared by every FakeCoordinator on it.
+    """The server side: one znode tree shared by every FakeZooKeeperClient on it.
 
     Operations are synchronous and atomic; watch callbacks are invoked after
     the operation has been applied.  Paths here are absolute (chroot applied).
@@ -189,7 +189,7 @@ class FakeZooKeeper:
         for index, op in enumerate(ops):
             try:
                 results.append(self._apply_op(session_id, op))
-            except CoordinatorError as exc:
+            except ZooKeeperClientError as exc:
                 self._restore(saved)
                 exc.op_index = index
                 raise

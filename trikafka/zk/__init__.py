@@ -1,7 +1,7 @@
-"""Coordination for trikafka: one async ZooKeeper interface, two implementations.
+"""ZooKeeper for trikafka: one async client interface, two implementations.
 
-* :class:`KazooCoordinator`: the real one, kazoo bridged into Trio.
-* ``trikafka.testing.FakeCoordinator`` on a ``FakeZooKeeper``: in-process and deterministic.
+* :class:`KazooZooKeeperClient`: the real one, kazoo bridged into Trio.
+* ``trikafka.testing.FakeZooKeeperClient`` on a ``FakeZooKeeper``: in-process and deterministic.
 * :mod:`trikafka.zk.paths`: the Kafka 0.7 registry layout (§8.1).
 * :class:`BrokerRegistration`: §8.2, kept alive across session expiry.
 * :mod:`trikafka.zk.server`: a private ZooKeeper server for tests and development.
@@ -17,11 +17,11 @@ from trikafka.util.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".connect": ("ConnectString", "parse_connect_string"),
-    ".coordinator": ("BaseCoordinator", "Coordinator"),
-    ".errors": ("BadVersionError", "ConnectionLossError", "CoordinatorClosedError", "CoordinatorError",
+    ".client": ("BaseZooKeeperClient", "ZooKeeperClient"),
+    ".errors": ("BadVersionError", "ConnectionLossError", "ZooKeeperClientClosedError", "ZooKeeperClientError",
                "DuplicateBrokerIdError", "InvalidPathError", "NoChildrenForEphemeralsError", "NodeExistsError",
                "NoNodeError", "NotEmptyError", "SessionExpiredError"),
-    ".kazoo_bridge": ("KazooCoordinator",),
+    ".kazoo_bridge": ("KazooZooKeeperClient",),
     ".ops": ("CheckOp", "CreateOp", "DeleteOp", "Op", "OpResult", "SessionState", "SetOp", "Stat"),
     ".registry": ("BrokerRegistration",),
     ".registry_values": ("BrokerInfo", "parse_broker_registration", "parse_partition_count"),

@@ -2,7 +2,7 @@
 
 Only the calls those processes need, behind one small class; every path and
 value goes through ``trikafka.zk.paths`` and ``trikafka.zk.registry_values`` as in
-the Trio ``Coordinator``.  The commit of an offset by a process that is not a
+the Trio ``ZooKeeperClient``.  The commit of an offset by a process that is not a
 group member is fenced like a member's: see ``commit_offset_if_unowned``.
 """
 
@@ -12,7 +12,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from . import paths
-from .errors import CoordinatorError
+from .errors import ZooKeeperClientError
 
 # The owner value a non-member holds for the instant of its fenced commit (never seen: same multi).
 NON_MEMBER_OWNER = b"trikafka-non-member-commit"
@@ -23,7 +23,7 @@ COMMIT_ATTEMPTS_MAX = 16
 class BlockingRegistry:
     """One blocking ZooKeeper session; ``connect`` may carry a chroot (``host:2181/kafka``).
 
-    Raises ``CoordinatorError`` when ZooKeeper cannot be reached.  Use as a
+    Raises ``ZooKeeperClientError`` when ZooKeeper cannot be reached.  Use as a
     context manager, or call ``close``.
     """
 
@@ -34,7 +34,7 @@ class BlockingRegistry:
             self._zk.start(timeout=timeout_s)
         except Exception as exc:  # kazoo raises its own timeout type
             self._zk.close()
-            raise CoordinatorError(f"cannot reach ZooKeeper at {connect!r}: {exc}") from exc
+            raise ZooKeeperClientError(f"cannot reach ZooKeeper at {connect!r}: {exc}") from exc
 
     def close(self) -> None:
         self._zk.stop()
@@ -93,6 +93,6 @@ class BlockingRegistry:
                 continue
             failed = [r for r in results if isinstance(r, Exception)]
             if failed:
-                raise CoordinatorError(f"commit to {path} failed: {failed[0]!r}")
+                raise ZooKeeperClientError(f"commit to {path} failed: {failed[0]!r}")
             return True
-        raise CoordinatorError(f"the offsets node {path} keeps changing under the commit")
+        raise ZooKeeperClientError(f"the offsets node {path} keeps changing under the commit")

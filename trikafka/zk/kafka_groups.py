@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from . import paths
-from .coordinator import Coordinator
+from .client import ZooKeeperClient
 from .errors import BadVersionError, InvalidPathError, NoNodeError
 
 VERSION = 1
@@ -40,7 +40,7 @@ def mark_path(group: str) -> str | None:
         return None
 
 
-async def mark(zk: Coordinator, group: str, broker_id: int) -> None:
+async def mark(zk: ZooKeeperClient, group: str, broker_id: int) -> None:
     """Hold ``group``'s mark in this session: a mark of another session (the group's previous
     coordinator, whose session may outlive its role) is replaced, so the mark lives and dies with the
     current coordinator's session."""
@@ -49,7 +49,7 @@ async def mark(zk: Coordinator, group: str, broker_id: int) -> None:
         await zk.hold_ephemeral(path, encode_mark(broker_id))
 
 
-async def unmark(zk: Coordinator, group: str) -> None:
+async def unmark(zk: ZooKeeperClient, group: str) -> None:
     """Delete ``group``'s mark if this session holds it; one of another session is its holder's."""
     path = mark_path(group)
     if path is None:
@@ -62,7 +62,7 @@ async def unmark(zk: Coordinator, group: str) -> None:
         pass
 
 
-async def coordinator_of_live_group(zk: Coordinator, group: str) -> int | None:
+async def coordinator_of_live_group(zk: ZooKeeperClient, group: str) -> int | None:
     """The broker coordinating Kafka group ``group`` while it has members (-1 when its mark does not
     say which); None when it is not a live Kafka group."""
     path = mark_path(group)

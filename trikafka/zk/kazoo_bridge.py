@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, ZnodeStat
 
 from .connect import ConnectString, parse_connect_string
-from .coordinator import BaseCoordinator
+from .client import BaseZooKeeperClient
 from .ops import (
     CheckOp,
     CreateOp,
@@ -46,8 +46,8 @@ from .ops import (
 from .errors import (
     BadVersionError,
     ConnectionLossError,
-    CoordinatorClosedError,
-    CoordinatorError,
+    ZooKeeperClientClosedError,
+    ZooKeeperClientError,
     NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
@@ -64,13 +64,13 @@ DEFAULT_CONNECTION_RETRY: dict[str, Any] = dict(
 )
 DEFAULT_MAX_THREADS = 4
 
-_ERROR_MAP: dict[type, type[CoordinatorError]] = {
+_ERROR_MAP: dict[type, type[ZooKeeperClientError]] = {
     kazoo_errors.NoNodeError: NoNodeError,
     kazoo_errors.NodeExistsError: NodeExistsError,
     kazoo_errors.BadVersionError: BadVersionError,
     kazoo_errors.NotEmptyError: NotEmptyError,
     kazoo_errors.NoChildrenForEphemeralsError: NoChildrenForEphemeralsError,
-    kazoo_errors.ConnectionClosedError: CoordinatorClosedError,
+    kazoo_errors.ConnectionClosedError: ZooKeeperClientClosedError,
     kazoo_errors.SessionExpiredError: SessionExpiredError,
     kazoo_errors.ConnectionLoss: ConnectionLossError,
     kazoo_errors.ConnectionDropped: ConnectionLossError,
@@ -79,13 +79,13 @@ _ERROR_MAP: dict[type, type[CoordinatorError]] = {
 _ROLLBACK_ERRORS = (kazoo_errors.RolledBackError, kazoo_errors.RuntimeInconsistency)
 
 
-def map_kazoo_error(exc: BaseException) -> CoordinatorError:
+def map_kazoo_error(exc: BaseException) -> ZooKeeperClientError:
     """The trikafka error for a kazoo exception (most specific class wins)."""
     for cls in type(exc).__mro__:
         mapped = _ERROR_MAP.get(cls)
         if mapped is not None:
             return mapped(str(exc) or type(exc).__name__)
-    return CoordinatorError(f"{type(exc).__name__}: {exc}")
+    return ZooKeeperClientError(f"{type(exc).__name__}: {exc}")
 
 
 def to_stat(stat: ZnodeStat) -> Stat:
@@ -123,10 +123,10 @@ class TrioBridge:
             log.exception("callback delivered from a kazoo thread failed")
 
 
-class KazooCoordinator(BaseCoordinator):
+class KazooZooKeeperClient(BaseZooKeeperClient):
     """The real coordinator: a kazoo client on ``connect_string``.
 
-    Use as ``async with KazooCoordinator("127.0.0.1:2181/kafka") as zk:``.
+    Use as ``async with KazooZooKeeperClient("127.0.0.1:2181/kafka") as zk:``.
     ``session_timeout_s`` is a request; the server clamps it to its
     [min, max] session timeout.  With ``ensure_chroot`` the chroot of the
     connect string is created first if missing.
@@ -174,7 +174,7 @@ class KazooCoordinator(BaseCoordinator):
         """The underlying client, for tools and tests.  Call only its ``*_async``
         methods from the Trio thread."""
         if self._client is None:
-            raise CoordinatorClosedError("coordinator not started")
+            raise ZooKeeperClientClosedError("the ZooKeeper client is not started")
         return self._client
 
     @property
@@ -183,7 +183,7 @@ class KazooCoordinator(BaseCoordinator):
 
     # -- lifecycle ----------------------------------------------------------------
 
-    async def __aenter__(self) -> "KazooCoordinator":
+    async def __aenter__(self) -> "KazooZooKeeperClient":
         await self.start()
         return self
 
@@ -191,7 +191,7 @@ class KazooCoordinator(BaseCoordinator):
         """Connect (bootstrapping the chroot if asked) and wait for CONNECTED."""
         self._check_open()
         if self._client is not None:
-            raise RuntimeError("KazooCoordinator already started")
+            raise RuntimeError("KazooZooKeeperClient already started")
         self._bridge = TrioBridge(trio.lowlevel.current_trio_token())
         self._limiter = trio.CapacityLimiter(self._max_threads)
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from . import paths
-from .coordinator import Coordinator
+from .client import ZooKeeperClient
 from .errors import BadVersionError, NodeExistsError, NoNodeError, RegistryValueError
 
 VERSION = 1
@@ -31,7 +31,7 @@ def decode_next(data: bytes) -> int:
     return found
 
 
-async def take_block(zk: Coordinator, size: int) -> int:
+async def take_block(zk: ZooKeeperClient, size: int) -> int:
     """Take the next ``size`` producer ids for this broker; the first of them."""
     while True:
         try:

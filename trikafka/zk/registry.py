@@ -27,13 +27,13 @@ from typing import Callable, Mapping
 import trio
 
 from . import paths
-from .coordinator import Coordinator
+from .client import ZooKeeperClient
 from .registry_values import BrokerInfo, parse_broker_registration
 from .errors import (
     BadVersionError,
     ConnectionLossError,
-    CoordinatorClosedError,
-    CoordinatorError,
+    ZooKeeperClientClosedError,
+    ZooKeeperClientError,
     DuplicateBrokerIdError,
     NodeExistsError,
     NoNodeError,
@@ -51,7 +51,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def live_brokers(zk: Coordinator,
+async def live_brokers(zk: ZooKeeperClient,
                        on_error: Callable[[str, Exception], None] = lambda name, exc: None) -> dict[int, BrokerInfo]:
     """Every broker registered under ``/brokers/ids``, by id; a child that vanishes or cannot be
     parsed is skipped (``on_error(name, exc)`` is told)."""
@@ -95,7 +95,7 @@ class BrokerRegistration:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: ZooKeeperClient,
         broker_id: int,
         host: str,
         port: int,
@@ -174,7 +174,7 @@ class BrokerRegistration:
             for path in [*targets, paths.broker_id(self.broker_id)]:
                 try:
                     await self._release(path)
-                except CoordinatorError as exc:  # the session's end removes them anyway
+                except ZooKeeperClientError as exc:  # the session's end removes them anyway
                     log.info("could not deregister %s: %s", path, exc)
             self._creator_id = None
 
@@ -250,7 +250,7 @@ class BrokerRegistration:
                 continue
             if outcome is not None:
                 return outcome
-        raise CoordinatorError(f"could not settle ownership of {path} after {CLAIM_ATTEMPTS} attempts")
+        raise ZooKeeperClientError(f"could not settle ownership of {path} after {CLAIM_ATTEMPTS} attempts")
 
     async def _claim_once(self, path: str, value: bytes, is_id_node: bool) -> bool | None:
         """One attempt: True/False as :meth:`_claim`, None to try again."""
@@ -287,7 +287,7 @@ class BrokerRegistration:
     async def _release(self, path: str) -> None:
         try:
             _data, stat = await self._zk.get(path)
-        except (NoNodeError, CoordinatorClosedError):
+        except (NoNodeError, ZooKeeperClientClosedError):
             return
         if stat.ephemeral_owner != self._zk.session_id:
             return  # not ours (any more): leave it alone

@@ -1,4 +1,4 @@
-"""Reads and conditional writes of the replication znodes, through the Coordinator API.
+"""Reads and conditional writes of the replication znodes, through the ZooKeeperClient API.
 
 Every write that decides something is versioned: a controller sets a state
 with the version it read, a leader changes the ISR with the version it read,
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Collection
 
 from . import paths
-from .coordinator import Coordinator
+from .client import ZooKeeperClient
 from .ops import CreateOp, DeleteOp, Op, SetOp, Stat
 from .errors import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from .replication_values import PartitionState, ReplicationValueError, TopicAssignment
@@ -33,7 +33,7 @@ class VersionedState:
     mzxid: int = 0  # the zxid of its last write: a leader registered after it lost its in-memory leadership
 
 
-async def create_topic(zk: Coordinator, topic: str, assignment: TopicAssignment,
+async def create_topic(zk: ZooKeeperClient, topic: str, assignment: TopicAssignment,
                        states: list[PartitionState]) -> None:
     """Create a replicated topic and its partitions' first states in one transaction.
 
@@ -53,7 +53,7 @@ async def create_topic(zk: Coordinator, topic: str, assignment: TopicAssignment,
         raise TopicExistsError(f"topic {topic!r} already exists") from None
 
 
-async def create_assigned_topic(zk: Coordinator, topic: str, assignment: TopicAssignment) -> None:
+async def create_assigned_topic(zk: ZooKeeperClient, topic: str, assignment: TopicAssignment) -> None:
     """§12.12.2: create a replicated topic whose partitions start led by their first replica,
     at epoch 0, in the current controller epoch.  Raises TopicExistsError."""
     controller_epoch = await _controller_epoch(zk)
@@ -61,14 +61,14 @@ async def create_assigned_topic(zk: Coordinator, topic: str, assignment: TopicAs
     await create_topic(zk, topic, assignment, states)
 
 
-async def _controller_epoch(zk: Coordinator) -> int:
+async def _controller_epoch(zk: ZooKeeperClient) -> int:
     try:
         return int((await zk.get(paths.CONTROLLER_EPOCH))[0])
     except NoNodeError:
         return 0
 
 
-async def add_assigned_partitions(zk: Coordinator, topic: str,
+async def add_assigned_partitions(zk: ZooKeeperClient, topic: str,
                                   plan: Callable[[TopicAssignment], TopicAssignment]) -> TopicAssignment:
     """Grow a replicated topic (docs/protocol.md §16.4, CreatePartitions): ``plan(current)`` gives the
     longer assignment; one transaction sets the topic znode at the version read and creates the new
@@ -96,7 +96,7 @@ async def add_assigned_partitions(zk: Coordinator, topic: str,
         return grown
 
 
-async def delete_replicated_topic(zk: Coordinator, topic: str, attempts: int = 5) -> None:
+async def delete_replicated_topic(zk: ZooKeeperClient, topic: str, attempts: int = 5) -> None:
     """Delete ``/trikafka/topics/<t>`` with its partitions and their states in one transaction
     (docs/protocol.md §16.4, DeleteTopics); brokers see it gone through their topic watch.
     NoNodeError when the topic is not replicated."""
@@ -116,7 +116,7 @@ async def delete_replicated_topic(zk: Coordinator, topic: str, attempts: int = 5
             # a partition came or went between the reads and the transaction: read again
 
 
-async def _subtree(zk: Coordinator, path: str) -> list[str]:
+async def _subtree(zk: ZooKeeperClient, path: str) -> list[str]:
     """``path`` and every node under it, children before their parents; [] when absent."""
     try:
         children = await zk.children(path)
@@ -128,7 +128,7 @@ async def _subtree(zk: Coordinator, path: str) -> list[str]:
     return nodes + [path]
 
 
-async def replicated_topics(zk: Coordinator) -> list[str]:
+async def replicated_topics(zk: ZooKeeperClient) -> list[str]:
     """Names of the replicated topics (sorted)."""
     try:
         return sorted(await zk.children(paths.REPLICATED_TOPICS))
@@ -136,7 +136,7 @@ async def replicated_topics(zk: Coordinator) -> list[str]:
         return []
 
 
-async def partition_states(zk: Coordinator, on_bad_topic: Callable[[str, Exception], None],
+async def partition_states(zk: ZooKeeperClient, on_bad_topic: Callable[[str, Exception], None],
                            topics: Collection[str] = ()
                            ) -> AsyncIterator[tuple[str, int, tuple[int, ...], PartitionState | None]]:
     """``(topic, partition, replicas, state)`` of every replicated partition (of ``topics`` only,
@@ -158,7 +158,7 @@ async def partition_states(zk: Coordinator, on_bad_topic: Callable[[str, Excepti
             yield topic, partition, replicas, state
 
 
-async def read_assignment(zk: Coordinator, topic: str) -> TopicAssignment | None:
+async def read_assignment(zk: ZooKeeperClient, topic: str) -> TopicAssignment | None:
     """The topic's assignment, or None for a topic that is not replicated."""
     try:
         data, _stat = await zk.get(paths.replicated_topic(topic))
@@ -167,7 +167,7 @@ async def read_assignment(zk: Coordinator, topic: str) -> TopicAssignment | None
     return TopicAssignment.decode(data)
 
 
-async def read_assignment_versioned(zk: Coordinator, topic: str) -> tuple[TopicAssignment, int] | None:
+async def read_assignment_versioned(zk: ZooKeeperClient, topic: str) -> tuple[TopicAssignment, int] | None:
     """The topic's assignment and its znode version, or None for a topic that is not replicated."""
     try:
         data, stat = await zk.get(paths.replicated_topic(topic))
@@ -176,25 +176,25 @@ async def read_assignment_versioned(zk: Coordinator, topic: str) -> tuple[TopicA
     return TopicAssignment.decode(data), stat.version
 
 
-async def write_assignment(zk: Coordinator, topic: str, assignment: TopicAssignment, version: int) -> int:
+async def write_assignment(zk: ZooKeeperClient, topic: str, assignment: TopicAssignment, version: int) -> int:
     """Set the topic znode if it is still at ``version``; the new version.  BadVersionError if not."""
     stat: Stat = await zk.set(paths.replicated_topic(topic), assignment.encode(), version)
     return stat.version
 
 
-async def read_state(zk: Coordinator, topic: str, partition: int) -> VersionedState:
+async def read_state(zk: ZooKeeperClient, topic: str, partition: int) -> VersionedState:
     """The partition's state and its version; NoNodeError if there is none."""
     data, stat = await zk.get(paths.partition_state(topic, partition))
     return VersionedState(PartitionState.decode(data), stat.version, stat.mzxid)
 
 
-async def write_state(zk: Coordinator, topic: str, partition: int, state: PartitionState, version: int) -> int:
+async def write_state(zk: ZooKeeperClient, topic: str, partition: int, state: PartitionState, version: int) -> int:
     """Set the state if it is still at ``version``; the new version.  BadVersionError if not."""
     stat: Stat = await zk.set(paths.partition_state(topic, partition), state.encode(), version)
     return stat.version
 
 
-async def claim_controller(zk: Coordinator, broker_id: int) -> int | None:
+async def claim_controller(zk: ZooKeeperClient, broker_id: int) -> int | None:
     """Try to become the controller; its new controller epoch, or None if someone else is.
 
     The epoch is bumped only after the ephemeral ``/trikafka/controller`` is

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import paths
-from .coordinator import Coordinator
+from .client import ZooKeeperClient
 from .errors import BadVersionError, NodeExistsError, NoNodeError
 from .replication_values import VALUE_VERSION, ReplicationValueError, TopicAssignment
 
@@ -46,7 +46,7 @@ def decode_topic_config(raw: bytes) -> dict[str, str]:
     return dict(config)
 
 
-async def read_topic_settings(zk: Coordinator, topic: str) -> TopicSettings | None:
+async def read_topic_settings(zk: ZooKeeperClient, topic: str) -> TopicSettings | None:
     """The topic's settings from the replicated topic znode, else from its config znode; None if neither."""
     try:
         data, stat = await zk.get(paths.replicated_topic(topic))
@@ -60,13 +60,13 @@ async def read_topic_settings(zk: Coordinator, topic: str) -> TopicSettings | No
     return TopicSettings(decode_topic_config(data), False, stat.version)
 
 
-async def create_topic_config(zk: Coordinator, topic: str, config: dict[str, str]) -> None:
+async def create_topic_config(zk: ZooKeeperClient, topic: str, config: dict[str, str]) -> None:
     """Create a plain topic's config znode; NodeExistsError if it exists."""
     await zk.ensure_path(paths.TOPIC_CONFIGS)
     await zk.create(paths.topic_config(topic), encode_topic_config(config))
 
 
-async def update_topic_config(zk: Coordinator, topic: str,
+async def update_topic_config(zk: ZooKeeperClient, topic: str,
                               change: Callable[[dict[str, str], bool], dict[str, str]]) -> TopicSettings:
     """Replace the topic's settings by ``change(current, replicated)``, a versioned read-modify-write.
 

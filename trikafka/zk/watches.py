@@ -6,7 +6,7 @@ from typing import Any, Generic, Union
 
 import trio
 
-from .errors import ConnectionLossError, CoordinatorClosedError, NoNodeError, SessionExpiredError
+from .errors import ConnectionLossError, ZooKeeperClientClosedError, NoNodeError, SessionExpiredError
 from .ops import Stat, T, WatchCallback
 
 
@@ -20,7 +20,7 @@ class _Watch(Generic[T]):
     stays on a stale one.
     """
 
-    def __init__(self, coordinator: Any,  # a BaseCoordinator (which imports this module)
+    def __init__(self, coordinator: Any,  # a BaseZooKeeperClient (which imports this module)
         path: str) -> None:
         self._coordinator = coordinator
         self.path = path
@@ -35,7 +35,7 @@ class _Watch(Generic[T]):
     async def __anext__(self) -> T:
         try:
             return await self._next_change()
-        except CoordinatorClosedError:
+        except ZooKeeperClientClosedError:
             if self._stopped:
                 raise StopAsyncIteration from None
             raise

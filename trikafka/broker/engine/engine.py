@@ -3,20 +3,89 @@
 It holds the partition directory (which ``Partition`` serves a topic-partition
 here), the topic admin (lifecycle and metadata view), the waiters (wake-ups
 when a partition advances) and the broker's metrics, and it owns the one
-append-then-acknowledge wait (``wait_acks``) that the 0.7 PRODUCE_ACKED, the
+append-then-acknowledge path (``append``) that the 0.7 PRODUCE_ACKED, the
 Kafka Produce, transaction markers and the coordinators' internal topics use.
 Built once, in the broker's composition root (``server.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
+from trikafka.kafka.batch import BatchError
+from trikafka.wire.errors import MessageError
+
 from ..metrics import BrokerMetrics
-from ..seams import Replicas
+from ..seams import AppendResult, KafkaAppend, Replicas
 from .directory import PartitionDirectory
 from .errors import EngineError
-from .partition import AckWait
+from .partition import AckWait, Partition, Refused
 from .topic_admin import TopicAdmin
 from .waiters import VisibleEndWaiters
+
+# Both protocols' "acknowledge once the ISR holds it" (unreplicated: once a flush made it
+# visible): PRODUCE_ACKED's acks -1 (§9.2) and Kafka's acks -1 (§16.4).  Other acks answer
+# once appended.
+ACKS_ALL = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWrite:
+    """One partition's records for ``Engine.append``.
+
+    ``kafka``: v2 record batches the leader numbers (§16.6), readable at once,
+    so the partition's long polls are woken.  ``client``: a client's records
+    count in the broker's messages-in metrics; the broker's own (transaction
+    markers, the coordinators' internal topics) do not.
+    """
+
+    partition: Partition
+    records: bytes | bytearray
+    kafka: KafkaAppend | None = None
+    client: bool = True
+
+
+# One write's outcome: its ``AppendResult`` (appended, and acknowledged when acks asked it);
+# an ``EngineError`` (the partition refused it, or its acknowledgement failed or timed out);
+# or the exception a bad set raised (``MessageError``, ``BatchError``: nothing appended),
+# which each listener answers in its own words.
+AppendOutcome = AppendResult | EngineError | MessageError | BatchError
+
+
+class Appending:
+    """``Engine.append_pipelined``'s writes, appended; ``acknowledged`` waits for their acks."""
+
+    def __init__(self, waiters: VisibleEndWaiters, outcomes: list[AppendOutcome], waits: list[tuple[int, AckWait]],
+                 deadline: float):
+        self.outcomes = outcomes  # as appended; ``acknowledged`` replaces the parts whose acks failed
+        self._waiters = waiters
+        self._waits = waits
+        self._deadline = deadline
+
+    async def acknowledged(self) -> list[AppendOutcome]:
+        """Every write's final outcome, once each acknowledgement is met, failed or timed out
+        (REQUEST_TIMED_OUT for one still pending at the deadline)."""
+        pending = self._waits
+        self._waits = []
+        while pending:
+            still = []
+            for i, wait in pending:
+                status = wait.status()
+                if status is None:
+                    still.append((i, wait))
+                elif status != EngineError.NO_ERROR:
+                    self.outcomes[i] = status
+            pending = still
+            # Not woken by shutdown: the flusher keeps running while the broker drains.
+            if pending and not await self._waiters.wait_any([wait.key for _, wait in pending], self._deadline,
+                                                            wake_on_close=False):
+                for i, wait in pending:
+                    status = wait.status()
+                    if status != EngineError.NO_ERROR:
+                        self.outcomes[i] = EngineError.REQUEST_TIMED_OUT if status is None else status
+                break
+        return self.outcomes
 
 
 class Engine:
@@ -34,28 +103,41 @@ class Engine:
         """With ZooKeeper, the replica manager: replicated topics' partitions are its (§12)."""
         return self.directory.replicas
 
-    async def wait_acks(self, waits: list[AckWait], deadline: float) -> list[EngineError]:
-        """Wait for every acknowledgement: each one's final status, in order.
+    async def append(self, writes: Sequence[PartitionWrite], acks: int, deadline: float) -> list[AppendOutcome]:
+        """Append every write in order and return once ``acks`` are met: each write's outcome.
 
-        NO_ERROR, the error a wait ended with, or REQUEST_TIMED_OUT for one still
-        pending at ``deadline``.
+        acks ``ACKS_ALL`` waits until the ISR (an unreplicated partition: a
+        flush) holds every write, or ``deadline`` (REQUEST_TIMED_OUT).
         """
-        statuses: list[EngineError | None] = [None] * len(waits)
-        pending = list(enumerate(waits))
-        while True:
-            still = []
-            for i, wait in pending:
-                status = wait.status()
-                if status is None:
-                    still.append((i, wait))
-                else:
-                    statuses[i] = status
-            pending = still
-            if not pending:
-                break
-            # Not woken by shutdown: the flusher keeps running while the broker drains.
-            if not await self.waiters.wait_any([wait.key for _, wait in pending], deadline, wake_on_close=False):
-                for i, wait in pending:
-                    statuses[i] = wait.status()
-                break
-        return [EngineError.REQUEST_TIMED_OUT if s is None else s for s in statuses]
+        appending = await self.append_pipelined(writes, acks, deadline)
+        return await appending.acknowledged()
+
+    async def append_pipelined(self, writes: Sequence[PartitionWrite], acks: int, deadline: float) -> Appending:
+        """``append``, returning once the writes are appended; ``Appending.acknowledged`` waits.
+
+        A listener that pipelines (the Kafka Produce, §16.2) appends the
+        requests that follow before it awaits this one's acknowledgement, so
+        one flush or one follower round covers them all.
+        """
+        outcomes: list[AppendOutcome] = []
+        appended: list[tuple[int, Partition, int]] = []  # (index in outcomes, partition, next offset)
+        for write in writes:
+            target = write.partition
+            try:
+                result = await target.append(write.records, acks, kafka=write.kafka)
+            except Refused as exc:
+                outcomes.append(exc.error)
+                continue
+            except (MessageError, BatchError) as exc:
+                outcomes.append(exc)
+                continue
+            if write.client:
+                self.metrics.count_in(target.key[0], result.message_count, result.next_offset - result.base_offset)
+            if write.kafka is not None:  # readable to the log end at once (unreplicated, §16.6)
+                self.waiters.notify(target.key)
+            if acks == ACKS_ALL:
+                appended.append((len(outcomes), target, result.next_offset))
+            outcomes.append(result)
+        # Every write appended before any wait starts: one flush of a log covers all its parts.
+        waits = [(i, target.ack_wait(next_offset)) for i, target, next_offset in appended]
+        return Appending(self.waiters, outcomes, waits, deadline)

@@ -17,6 +17,7 @@ from trikafka.wire.metadata import BrokerAddress
 
 from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView
+from .coordinator_seams import TransactionMarkers
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .acl.model import AclSet
     from .acl.store import Edit
     from .peer_connections import PeerConnections
-    from .groups.membership import Membership
+    from .groups.membership import CoordinatorMembership
     from .producer_id_blocks import ProducerIds
     from .groups.state import OffsetsPartition
     from .entities import ConfigRow
@@ -77,7 +78,7 @@ class GroupCoordination(Protocol):
     """The group coordinator (``groups.coordinator.GroupCoordinator``, §17.3) as handlers reach it."""
 
     @property
-    def membership(self) -> Membership: ...
+    def membership(self) -> CoordinatorMembership: ...
 
     def loaded(self) -> list[OffsetsPartition]: ...
 
@@ -95,14 +96,6 @@ class GroupCoordination(Protocol):
                                   guard: VerificationGuard | None) -> ErrorCode: ...
 
     def partition_index(self, group_id: str) -> int | None: ...
-
-
-class TransactionMarkers(Protocol):
-    """How a transaction's decision reaches its partitions (§19.5, §19.6; ``markers.MarkerWriter``)."""
-
-    async def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        """Append a COMMIT or ABORT marker to each partition with acks -1; each partition's error."""
 
 
 class TransactionVerifier(Protocol):
@@ -173,8 +166,6 @@ class KafkaContext(Protocol):
     def topic_format(self, topic: str) -> str | None: ...
 
     async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode: ...
-
-    def appended(self, topic: str, index: int) -> None: ...
 
     def log_start_offset(self, partition: Partition) -> int: ...
 

@@ -45,3 +45,9 @@ BATCH_TO_KAFKA: dict[str, ErrorCode] = {
 def kafka_error(code: EngineError) -> ErrorCode:
     """The Kafka code that an engine error answers on this listener."""
     return ENGINE_TO_KAFKA[code]
+
+
+def refused_set_error(refusal: Exception) -> ErrorCode:
+    """The Kafka code for a set the log refused (``Engine.append``'s ``MessageError`` or
+    ``BatchError`` outcome: nothing appended)."""
+    return BATCH_TO_KAFKA[refusal.kind] if isinstance(refusal, BatchError) else ErrorCode.corrupt_message

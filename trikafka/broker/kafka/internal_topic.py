@@ -1,6 +1,11 @@
 """A topic the broker keeps for itself (``__consumer_offsets`` §17.1, ``__transaction_state``
-§19.5.1): its settings, its creation on first need, a key's partition and coordinator, and the
-coordinator's committed writes to it (§17.3).
+§19.5.1): its settings, its creation on first need, a key's partition and coordinator, the
+coordinator's committed writes to it (§17.3) and its reads of a partition back (§17.3, §19.5.6).
+
+This is a coordinator's seam to the broker: a coordinator is given its ``InternalTopic`` and
+reaches partitions through nothing else.  A read walks the partition from its log start to its
+log end, batch by batch, in a worker thread (the segment reads and the decoding stay off the
+event loop).
 
 The two topics differ only in their name and their settings (``InternalTopicSpec``); everything
 else here serves both.
@@ -8,24 +13,27 @@ else here serves both.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import TRANSACTIONAL, BatchError
-from trikafka.kafka.records import Record, build_batch
+from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchError, BatchHeader
+from trikafka.kafka.records import Record, build_batch, decode_batches
+from trikafka.log.producer_state import ProducerStates
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.metadata import BrokerAddress
 
+from ..config import BrokerConfig
+from ..engine.engine import ACKS_ALL, Engine, PartitionWrite
 from ..engine.errors import EngineError
-from ..engine.partition import Refused
-from ..seams import KafkaAppend
+from ..engine.partition import Partition, ReadView, Refused
+from ..seams import AppendResult, BrokerLog, KafkaAppend, RunBlocking
 from ..topic_settings import CLEANUP_POLICY, SEGMENT_BYTES
-from .context import KafkaContext
 from .topics import MIN_INSYNC_REPLICAS, TopicError
 
 logger = logging.getLogger(__name__)
@@ -34,8 +42,8 @@ logger = logging.getLogger(__name__)
 CLEANUP = "compact"
 MIN_INSYNC_AT_FULL_REPLICATION = 2  # min.insync.replicas when the factor is 3 or more (§17.1)
 FULL_REPLICATION = 3
+LOAD_CHUNK_BYTES = 1 << 20  # bytes read per worker-thread call while loading
 WRITE_TIMEOUT_S = 30.0  # how long a write waits for the ISR before answering REQUEST_TIMED_OUT's mapping
-ACKS_ALL = -1
 
 # What a failed write answers the client (§17.3), as Kafka maps a coordinator's append error.
 _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
@@ -45,7 +53,7 @@ _WRITE_ERRORS: dict[EngineError, ErrorCode] = {
 
 # What a refused batch answers: a too-large one as Kafka's coordinator does, a TxnOffsetCommit of a
 # fenced producer epoch as its Produce would.
-_BATCH_ERRORS: dict[str, ErrorCode] = {
+_BATCH_ERRORS: dict[str | None, ErrorCode] = {
     BatchError.TOO_LARGE: ErrorCode.invalid_commit_offset_size,
     BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
     BatchError.TXN_STATE: ErrorCode.invalid_txn_state,
@@ -80,10 +88,41 @@ class InternalTopicSpec:
         return settings
 
 
-class InternalTopic:
-    """Creates an internal topic on first need and says who coordinates a key."""
+K = TypeVar("K")
+V = TypeVar("V")
 
-    def __init__(self, service: KafkaContext, spec: InternalTopicSpec):
+
+class InternalTopicCreation(Protocol):
+    """How an internal topic is created (``topics.TopicService``, §17.1, §19.5.1)."""
+
+    async def create_internal(self, topic: str, partitions: int, replication_factor: int,
+                              settings: dict[str, str]) -> None: ...
+
+
+class InternalTopicHost(Protocol):
+    """What an internal topic needs of its broker (``KafkaService``): the engine its partitions
+    live in, the topic creation and the Kafka brokers that decide its replication, a way to run
+    its reads off the loop, the clock its records are stamped with."""
+
+    engine: Engine
+    config: BrokerConfig
+    broker_id: int
+    clock_ms: Callable[[], int]
+    run_blocking: RunBlocking
+
+    @property
+    def topics(self) -> InternalTopicCreation: ...
+
+    def kafka_brokers(self) -> list[BrokerAddress]: ...
+
+    async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode: ...
+
+
+class InternalTopic:
+    """Creates an internal topic on first need, says who coordinates a key, appends a coordinator's
+    records and reads a partition back."""
+
+    def __init__(self, service: InternalTopicHost, spec: InternalTopicSpec):
         self._service = service
         self.spec = spec
         self.name = spec.name
@@ -93,7 +132,7 @@ class InternalTopic:
         """The topic's partition count, None while it does not exist here or this broker is creating it
         (its partitions' logs are not all made yet)."""
         service = self._service
-        if self._creating.locked() or service.topic_format(self.name) is None:
+        if self._creating.locked() or service.engine.directory.topic_format(self.name) is None:
             return None
         return service.engine.directory.partitions_if_valid(self.name)
 
@@ -105,7 +144,7 @@ class InternalTopic:
         service = self._service
         spec = self.spec
         async with self._creating:
-            if service.topic_format(self.name) is None:
+            if service.engine.directory.topic_format(self.name) is None:
                 live = len(service.kafka_brokers()) if service.config.enable_zookeeper else 1
                 factor = max(1, min(spec.replication_factor, live))
                 settings = spec.settings(factor)
@@ -133,6 +172,17 @@ class InternalTopic:
         address = None if count is None else self.coordinator(key_partition(key, count))
         return ErrorCode.coordinator_not_available if address is None else address
 
+    def read_view(self, index: int) -> ReadView:
+        """Partition ``index`` as its leader reads it; ``Refused`` where this broker does not lead it."""
+        return self._service.engine.directory.partition(self.name, index).read_view()
+
+    async def read(self, view: ReadView,
+                   decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
+        """Every keyed record of the partition ``view`` shows, decoded (``read_records``)."""
+        # The leader's log end, not its high watermark: everything in the leader's log is what the
+        # partition commits, and a new leader's high watermark may still lag its predecessor's (§12.6).
+        return await read_records(self._service.run_blocking, view, decode)
+
     async def write(self, index: int, records: Sequence[tuple[bytes, bytes | None]],
                     producer: tuple[int, int] | None = None,
                     guard: VerificationGuard | None = None) -> int | ErrorCode:
@@ -155,16 +205,71 @@ class InternalTopic:
                 sequence = target.read_view().log.producers.next_base_sequence(producer_id, epoch)
                 batch = build_batch(listed, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
                                     control_attributes=TRANSACTIONAL)
-            result = await target.append(bytearray(batch), ACKS_ALL,
-                                         kafka=KafkaAppend(None, transactional=producer is not None, guard=guard))
         except Refused as exc:
             return write_error(exc.error)
-        except BatchError as exc:
-            logger.warning("%s-%d refused the coordinator's batch: %s", self.name, index, exc)
-            return _BATCH_ERRORS.get(exc.kind, ErrorCode.unknown_server_error)
-        service.appended(self.name, index)
-        wait = target.ack_wait(result.next_offset)
-        (status,) = await service.engine.wait_acks([wait], trio.current_time() + WRITE_TIMEOUT_S)
-        if status != EngineError.NO_ERROR:
-            return write_error(status)
+        kafka = KafkaAppend(None, transactional=producer is not None, guard=guard)
+        write = PartitionWrite(target, bytearray(batch), kafka, client=False)
+        (result,) = await service.engine.append([write], ACKS_ALL, trio.current_time() + WRITE_TIMEOUT_S)
+        if isinstance(result, EngineError):
+            return write_error(result)
+        if not isinstance(result, AppendResult):
+            logger.warning("%s-%d refused the coordinator's batch: %s", self.name, index, result)
+            kind = result.kind if isinstance(result, BatchError) else None
+            return _BATCH_ERRORS.get(kind, ErrorCode.unknown_server_error)
         return result.logical_offset
+
+
+def _aborted(producers: ProducerStates, header: BatchHeader) -> bool:
+    """Whether a transactional batch belongs to an aborted transaction (§19.6)."""
+    return any(a.producer_id == header.producer_id
+               for a in producers.aborted_between(header.base_offset, header.base_offset + 1))
+
+
+def _open_producer(producers: ProducerStates, header: BatchHeader) -> int | None:
+    """The producer id when a transactional batch belongs to its still-open transaction (no marker
+    yet), else None (§19.6)."""
+    opened = producers.open_transactions.get(header.producer_id)
+    return header.producer_id if opened is not None and header.base_offset >= opened else None
+
+
+async def read_records(run_blocking: RunBlocking, view: ReadView,
+                       decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
+    """Every keyed record of an internal topic's partition from its log start to its log end, in
+    order, each decoded by ``decode`` (§17.3, §19.5.6), read in a worker thread: (key, value,
+    offset, producer id of the open transaction that holds it or None).  An aborted transaction's
+    records are left out; a committed one's count where they lie; an open one's are returned with
+    their producer, pending until its marker (§19.5.4)."""
+    end = view.log.end_offset
+    return await run_blocking(functools.partial(_read_all, view.log, end, decode))
+
+
+def _read_all(log: BrokerLog, end: int,
+              decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
+    """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
+    no state)."""
+    index = log.kafka_offsets
+    position = index.position_of(index.start_offset)
+    loaded: list[tuple[K, V, int, int | None]] = []
+    while position is not None and position < end:
+        # The retained batches only: the cleaner's padding (§16.6.1) holds no records.
+        spans = index.retained_spans(position, LOAD_CHUNK_BYTES, end)
+        if not spans:
+            break
+        for start, stop in spans:
+            region = log.read(start, stop - start, end=end)
+            data = b"" if region is None else region.read()
+            for header, records in decode_batches(data):
+                if header.attributes & CONTROL:
+                    continue
+                open_producer = None
+                if header.attributes & TRANSACTIONAL:
+                    if _aborted(log.producers, header):
+                        continue
+                    open_producer = _open_producer(log.producers, header)
+                for record in records:
+                    if record.key is None:
+                        continue
+                    key, value = decode(record.key, record.value)
+                    loaded.append((key, value, record.offset, open_producer))
+        position = spans[-1][1]
+    return loaded

@@ -22,16 +22,15 @@ from kio.schema.write_txn_markers.v1.request import (WritableTxnMarker, Writable
 from kio.static.primitive import i16, i32
 
 from trikafka.kafka.apis import KafkaApi
-from trikafka.kafka.batch import BatchError
 from trikafka.kafka.framing import Request
 from trikafka.kafka.markers import build_marker
 
+from ..engine.engine import ACKS_ALL, PartitionWrite
 from ..engine.errors import EngineError
-from ..engine.partition import Refused
-from ..seams import KafkaAppend
+from ..seams import AppendResult, KafkaAppend
 from .context import KafkaContext
 from .entities import Reply
-from .errors import BATCH_TO_KAFKA, kafka_error
+from .errors import kafka_error, refused_set_error
 from .peer_call import PeerCallError, peer_call
 
 logger = logging.getLogger(__name__)
@@ -55,31 +54,27 @@ class MarkerWriter:
         """Append the marker to each partition; each partition's error (NONE once the ISR holds it)."""
         service = self._service
         errors: dict[TopicPartition, ErrorCode] = {}
-        waits = []
+        writes: list[tuple[TopicPartition, PartitionWrite]] = []
         marker = build_marker(producer_id, producer_epoch, commit, coordinator_epoch, service.clock_ms())
         for topic, index in partitions:
             target = await service.partition_for(topic, index, write=True)
             if isinstance(target, ErrorCode):
                 errors[(topic, index)] = target
                 continue
-            try:
-                result = await target.append(bytearray(marker), -1, kafka=KafkaAppend(markers=True))
-            except Refused as exc:
-                errors[(topic, index)] = kafka_error(exc.error)
-                continue
-            except BatchError as exc:
-                logger.info("marker for producer %d on %s-%d refused: %s", producer_id, topic, index, exc)
-                errors[(topic, index)] = BATCH_TO_KAFKA[exc.kind]
-                continue
-            service.appended(topic, index)
-            waits.append(((topic, index), result.logical_offset, target.ack_wait(result.next_offset)))
+            write = PartitionWrite(target, bytearray(marker), KafkaAppend(markers=True), client=False)
+            writes.append(((topic, index), write))
         deadline = trio.current_time() + MARKER_ACK_TIMEOUT_S
-        statuses = await service.engine.wait_acks([w for _, _, w in waits], deadline)
-        for (where, offset, _), status in zip(waits, statuses):
-            errors[where] = ErrorCode.none if status == EngineError.NO_ERROR else kafka_error(status)
-            if status == EngineError.NO_ERROR:
+        outcomes = await service.engine.append([w for _, w in writes], ACKS_ALL, deadline)
+        for (where, _), outcome in zip(writes, outcomes):
+            if isinstance(outcome, AppendResult):
+                errors[where] = ErrorCode.none
                 for listener in self.listeners:
-                    listener(where[0], where[1], producer_id, commit, offset)
+                    listener(where[0], where[1], producer_id, commit, outcome.logical_offset)
+            elif isinstance(outcome, EngineError):
+                errors[where] = kafka_error(outcome)
+            else:
+                logger.info("marker for producer %d on %s-%d refused: %s", producer_id, *where, outcome)
+                errors[where] = refused_set_error(outcome)
         return errors
 
 

@@ -26,7 +26,7 @@ from trikafka.log.errors import OffsetOutOfRangeError
 from ..engine.errors import EngineError
 from ..engine.partition import ReadView, Refused
 from ..log_tally import Tally
-from .context import KafkaContext
+from .internal_topic import InternalTopic
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +59,10 @@ class PartitionLoads(Generic[T]):
     from its log (a codec error stops that partition until a new leader epoch), ``on_drop`` hears
     of a state dropped, ``on_loaded`` of one that starts serving."""
 
-    def __init__(self, service: KafkaContext, topic: str, load: Callable[[int, ReadView], Awaitable[T]],
+    def __init__(self, topic: InternalTopic, load: Callable[[int, ReadView], Awaitable[T]],
                  on_loaded: Callable[[T], None] = lambda _: None, on_drop: Callable[[T], None] = lambda _: None):
-        self._service = service
         self._topic = topic
+        self._name = topic.name
         self._load_state = load
         self._on_loaded = on_loaded
         self._on_drop = on_drop
@@ -118,7 +118,7 @@ class PartitionLoads(Generic[T]):
     def _current(self, index: int) -> T | ErrorCode | _LoadAt:
         """The loaded state; an error; or the leader epoch a load must be at."""
         try:
-            view = self._service.engine.directory.partition(self._topic, index).read_view()
+            view = self._topic.read_view(index)
         except Refused as exc:
             self.drop(index)
             return _NOT_SERVED.get(exc.error, ErrorCode.coordinator_not_available)
@@ -145,11 +145,11 @@ class PartitionLoads(Generic[T]):
         dropped = self._loaded.pop(index, None)
         if dropped is not None:
             self._on_drop(dropped.state)
-            logger.debug("%s-%d: no longer its coordinator, its state dropped", self._topic, index)
-            self._dropped.note(self._topic, index)
+            logger.debug("%s-%d: no longer its coordinator, its state dropped", self._name, index)
+            self._dropped.note(self._name, index)
 
     def _view(self, index: int) -> ReadView:
-        return self._service.engine.directory.partition(self._topic, index).read_view()
+        return self._topic.read_view(index)
 
     async def _load(self, index: int, epoch: int, done: trio.Event) -> None:
         try:
@@ -161,15 +161,15 @@ class PartitionLoads(Generic[T]):
                 state = await self._load_state(index, view)
             except (KafkaCodecError, OffsetOutOfRangeError) as exc:
                 logger.error("%s-%d: load stopped: %s; it answers COORDINATOR_NOT_AVAILABLE until a restart",
-                             self._topic, index, exc)
+                             self._name, index, exc)
                 self._failed.add((index, epoch))
                 return
             if self._view(index).leader_epoch == epoch:
                 self._loaded[index] = _Loaded(epoch, state)
                 self._on_loaded(state)
-                logger.debug("%s-%d loaded at leader epoch %d in %.3f s", self._topic, index, epoch,
+                logger.debug("%s-%d loaded at leader epoch %d in %.3f s", self._name, index, epoch,
                              trio.current_time() - started_s)
-                self._loaded_tally.note(self._topic, index)
+                self._loaded_tally.note(self._name, index)
         except Refused:
             return
         finally:

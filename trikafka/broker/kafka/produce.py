@@ -23,9 +23,11 @@ from trikafka.kafka.records import decode_batches
 from trikafka.wire.responses import Chunk
 
 from ..engine.errors import EngineError
-from ..engine.partition import AckWait, KafkaAppend, Refused
+from ..engine.engine import ACKS_ALL, AppendOutcome, PartitionWrite
+from ..engine.partition import KafkaAppend
+from ..seams import AppendResult
 from .entities import NO_THROTTLE, Reply, kio_time
-from .errors import BATCH_TO_KAFKA, kafka_error
+from .errors import kafka_error, refused_set_error
 from .context import KafkaContext
 from .transactions.verification import Verification, retriable_for, verify_partition
 
@@ -54,7 +56,7 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
     deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)
     # (topic, partition index, error, base offset, log start, append time ms)
     results: list[list[Any]] = []
-    waits: list[tuple[int, AckWait]] = []
+    writes: list[tuple[int, PartitionWrite]] = []  # (index in results, the partition's write)
     for topic_data in body.topic_data:
         topic = topic_data.name
         for part in topic_data.partition_data:
@@ -72,19 +74,21 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
                 row[2] = verified.error
                 if row[2] != ErrorCode.none:
                     continue
-            wait = await _append(service, topic, part.index, part.records, acks, row, verified)
-            if wait is not None:
-                waits.append((len(results) - 1, wait))
+            write = await _write(service, topic, part.index, part.records, row, verified)
+            if write is not None:
+                writes.append((len(results) - 1, write))
+    appending = await service.engine.append_pipelined([w for _, w in writes], acks, deadline)
+    for (i, write), outcome in zip(writes, appending.outcomes):
+        _appended(service, results[i], write, outcome)
     if acks == 0:
         return None
-    if not waits:
+    if acks != ACKS_ALL or not writes:
         return _answer(request, reply, results)
 
     async def acknowledged() -> list[Chunk]:
-        statuses = await service.engine.wait_acks([w for _, w in waits], deadline)
-        for (i, _), status in zip(waits, statuses):
-            if status != EngineError.NO_ERROR:
-                results[i][2] = kafka_error(status)
+        for (i, _), outcome in zip(writes, await appending.acknowledged()):
+            if isinstance(outcome, EngineError):
+                results[i][2] = kafka_error(outcome)
                 results[i][3] = -1
         return _answer(request, reply, results)
 
@@ -116,9 +120,9 @@ async def _verify(service: KafkaContext, transactional_id: str, topic: str, inde
     return verified._replace(error=retriable_for(KafkaApi.PRODUCE, verified.error))
 
 
-async def _append(service: KafkaContext, topic: str, index: int, records: bytes | None, acks: int,
-                  row: list[Any], verified: Verification | None = None) -> AckWait | None:
-    """Append one partition's batches, filling ``row``; the acks -1 wait, if there is one.
+async def _write(service: KafkaContext, topic: str, index: int, records: bytes | None,
+                 row: list[Any], verified: Verification | None = None) -> PartitionWrite | None:
+    """One partition's batches checked: the write to append, or None with ``row``'s error set.
     ``verified``: a transactional Produce's verification, whose guard the append presents (§19.5.7)."""
     if topic in INTERNAL_TOPICS:  # only the broker writes them (§17.1)
         row[2] = ErrorCode.invalid_topic_exception
@@ -135,23 +139,24 @@ async def _append(service: KafkaContext, topic: str, index: int, records: bytes 
         row[2] = ErrorCode.invalid_record
         return None
     append_time_ms = service.clock_ms() if service.timestamp_type(topic) == LOG_APPEND_TIME else None
-    try:
-        kafka = KafkaAppend(append_time_ms, transactional=verified is not None,
-                            guard=None if verified is None else verified.guard)
-        result = await target.append(bytearray(records), acks, kafka=kafka)
-    except Refused as exc:
-        row[2] = kafka_error(exc.error)
-        return None
-    except BatchError as exc:
-        logger.info("produce to %s-%d refused: %s", topic, index, exc)
-        row[2] = BATCH_TO_KAFKA[exc.kind]
-        return None
-    service.engine.metrics.count_in(topic, result.message_count, result.next_offset - result.base_offset)
-    service.appended(topic, index)
-    row[3] = result.logical_offset
-    row[4] = service.log_start_offset(target)
     row[5] = -1 if append_time_ms is None else append_time_ms
-    return target.ack_wait(result.next_offset) if acks == -1 else None
+    kafka = KafkaAppend(append_time_ms, transactional=verified is not None,
+                        guard=None if verified is None else verified.guard)
+    return PartitionWrite(target, bytearray(records), kafka)
+
+
+def _appended(service: KafkaContext, row: list[Any], write: PartitionWrite, outcome: AppendOutcome) -> None:
+    """Fill ``row`` with one partition's append: its offsets, or its error."""
+    if isinstance(outcome, AppendResult):
+        row[3] = outcome.logical_offset
+        row[4] = service.log_start_offset(write.partition)
+        return
+    row[5] = -1
+    if isinstance(outcome, EngineError):
+        row[2] = kafka_error(outcome)
+        return
+    logger.info("produce to %s-%d refused: %s", row[0], row[1], outcome)
+    row[2] = refused_set_error(outcome)
 
 
 def _has_null_key(records: bytes) -> bool:

@@ -20,8 +20,8 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError, NodeExistsError, NoNodeError
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.errors import ZooKeeperClientError, NodeExistsError, NoNodeError
 from trikafka.zk.registry import live_brokers
 from trikafka.zk.replication_store import (TopicExistsError, add_assigned_partitions, create_assigned_topic,
                                           delete_replicated_topic)
@@ -43,7 +43,7 @@ DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live
 class KafkaRegistry:
     """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
 
-    def __init__(self, service: KafkaContext, zk: Coordinator):
+    def __init__(self, service: KafkaContext, zk: ZooKeeperClient):
         self._service = service
         self._zk = zk
         self._peers: dict[int, BrokerAddress] = {}
@@ -99,7 +99,7 @@ class KafkaRegistry:
             await create_assigned_topic(self._zk, topic, TopicAssignment(replicas, settings))
         except TopicExistsError:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists") from None
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("created Kafka-format topic %s: %d partitions, replication factor %d", topic, partitions, factor)
         await self._service.wait_topic_known(topic)
@@ -112,7 +112,7 @@ class KafkaRegistry:
         settings written; ``change`` may raise TopicError to give up."""
         try:
             return (await update_topic_config(self._zk, topic, change)).config
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
 
     async def has_07_consumers(self, group_id: str) -> bool:
@@ -123,7 +123,7 @@ class KafkaRegistry:
             return False
         try:
             return bool(await self._zk.children(path))
-        except (NoNodeError, CoordinatorError):
+        except (NoNodeError, ZooKeeperClientError):
             return False
 
     async def delete_topic(self, topic: str) -> None:
@@ -134,7 +134,7 @@ class KafkaRegistry:
         except NoNodeError:
             raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: a 0.7 topic's "
                                                         f"partitions live on each broker separately") from None
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("deleted Kafka-format topic %s", topic)
 
@@ -160,6 +160,6 @@ class KafkaRegistry:
         except NoNodeError:
             raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: a 0.7 topic's "
                                                         f"partitions live on each broker separately") from None
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("topic %s grown to %d partitions", topic, count)

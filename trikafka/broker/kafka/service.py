@@ -35,9 +35,11 @@ from . import (cluster, configs, fetch, markers, offsets, produce, producer_id_b
                scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
+from .groups.placement import offsets_topic
 from .transactions import api as transactions_api
 from .transactions import admin_api as transactions_admin_api
 from .transactions.coordinator import TransactionCoordinator
+from .transactions.placement import transaction_topic
 from .transactions.verification import RoutedVerifier
 from .producer_expiry import ProducerExpiry
 from .peer_connections import PeerConnections
@@ -133,13 +135,15 @@ class KafkaService:
         # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
-        self.groups = GroupCoordinator(self)
+        # Each coordinator reaches the broker through its internal topic alone (internal_topic.py).
+        self.groups = GroupCoordinator(offsets_topic(self), config, clock_ms, self)
         self.markers = markers.MarkerWriter(self, listeners=[self.groups.on_marker])
         self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
             self.run_blocking, functools.partial(producer_id_blocks.take_file_block, engine.directory.log_manager.fs,
                                                  config.log_dir)))
         # The coordinator takes ids from whichever ``producer_ids`` start() leaves in place.
-        self.coordinator = TransactionCoordinator(self, markers.RoutedMarkers(self, self.markers),
+        self.coordinator = TransactionCoordinator(transaction_topic(self), config, clock_ms,
+                                                  markers.RoutedMarkers(self, self.markers),
                                                   lambda: self.producer_ids.new_id())
         self.transactions: TransactionCoordination | None = self.coordinator
         self.verifier: TransactionVerifier | None = RoutedVerifier(self, self.coordinator)
@@ -223,6 +227,10 @@ class KafkaService:
             local = FileCredentials(self.config.log_dir)
             await local.refresh()
             self.credentials = local
+
+    async def has_07_consumers(self, group_id: str) -> bool:
+        """Whether ``group_id`` has 0.7 consumers registered in ZooKeeper (§17.7); False without it."""
+        return self.registry is not None and await self.registry.has_07_consumers(group_id)
 
     def on_role(self, topic: str, index: int, role: str) -> None:
         """The replica manager applied a state of a partition here: both coordinators hear of it
@@ -317,10 +325,6 @@ class KafkaService:
             return (ErrorCode.fenced_leader_epoch if current_leader_epoch < view.leader_epoch
                     else ErrorCode.unknown_leader_epoch)
         return view
-
-    def appended(self, topic: str, index: int) -> None:
-        """Wake the long polls of a partition whose log end is its high watermark (unreplicated, §16.6)."""
-        self.engine.waiters.notify((topic, index))
 
     def log_start_offset(self, partition: Partition) -> int:
         try:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import trio
 
 from ...zk import paths
-from ...zk.coordinator import Coordinator
-from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError
+from ...zk.client import ZooKeeperClient
+from ...zk.errors import BadVersionError, ZooKeeperClientError, NoNodeError
 from ...zk.replication_store import (
     claim_controller, read_assignment_versioned, read_state, replicated_topics, write_assignment, write_state,
 )
@@ -54,7 +54,7 @@ class ControllerStats:
 class Controller:
     """Claims the controller role and reconciles partition states while it holds it."""
 
-    def __init__(self, zk: Coordinator, broker_id: int, *, reconcile_interval_s: float = RECONCILE_INTERVAL_S):
+    def __init__(self, zk: ZooKeeperClient, broker_id: int, *, reconcile_interval_s: float = RECONCILE_INTERVAL_S):
         self._zk = zk
         self.broker_id = broker_id
         self.reconcile_interval_s = reconcile_interval_s
@@ -107,7 +107,7 @@ class Controller:
                 self._wake = trio.Event()
                 try:
                     await self.reconcile(epoch)
-                except CoordinatorError as exc:
+                except ZooKeeperClientError as exc:
                     logger.warning("controller pass failed (%s); retrying", exc)
 
     async def _wake_on_children(self, path: str) -> None:

@@ -30,8 +30,8 @@ import trio
 from ...log.epochs import EpochFile
 from ...wire.metadata import BrokerAddress
 from ...zk import paths
-from ...zk.coordinator import Coordinator
-from ...zk.errors import BadVersionError, CoordinatorError, NoNodeError, SessionExpiredError
+from ...zk.client import ZooKeeperClient
+from ...zk.errors import BadVersionError, ZooKeeperClientError, NoNodeError, SessionExpiredError
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
@@ -63,7 +63,7 @@ class ReplicaManager:
 
     _nursery: trio.Nursery  # run()'s: the watches and follower tasks start in it
 
-    def __init__(self, *, broker_id: int, zk: Coordinator, address: BrokerAddress, directory: PartitionDirectory,
+    def __init__(self, *, broker_id: int, zk: ZooKeeperClient, address: BrokerAddress, directory: PartitionDirectory,
                  log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
@@ -167,7 +167,7 @@ class ReplicaManager:
         with trio.move_on_after(timeout_s):  # ZooKeeper may be unreachable: never hang the stop
             try:
                 return await controlled_shutdown(self._zk, self.broker_id, timeout_s)
-            except CoordinatorError as exc:
+            except ZooKeeperClientError as exc:
                 logger.warning("controlled shutdown not possible (%s); stopping anyway", exc)
         return False
 
@@ -362,7 +362,7 @@ class ReplicaManager:
                 if proposal is not None:
                     try:
                         await self._write_isr(hosted, leader, proposal)
-                    except CoordinatorError as exc:
+                    except ZooKeeperClientError as exc:
                         logger.warning("%s-%d: ISR change not written (%s); retrying", hosted.topic,
                                        hosted.partition, exc)
 

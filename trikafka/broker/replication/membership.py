@@ -19,7 +19,7 @@ import trio
 from ...log.fs import FileSystem
 from ...log.names import BOOT_ID_FILE
 from ...zk import paths
-from ...zk.coordinator import Coordinator
+from ...zk.client import ZooKeeperClient
 from ...zk.errors import NodeExistsError, NoNodeError
 from ...zk.replication_store import read_assignment, read_state, replicated_topics
 
@@ -45,7 +45,7 @@ def record_boot_id(fs: FileSystem, log_dir: str, boot_id_now: str | None) -> str
     return previous
 
 
-async def register_membership(zk: Coordinator, broker_id: int, host: str, port: int, *, intact: bool,
+async def register_membership(zk: ZooKeeperClient, broker_id: int, host: str, port: int, *, intact: bool,
                               copied: Iterable[tuple[str, int]] = (), kafka_port: int | None = None) -> None:
     """Write ``/trikafka/brokers/<id>`` (ephemeral, this session); while the tail is lost, ``copied``
     names the replicas copied again since this start (§12.2 ``tail_copied``); ``kafka_port``: the
@@ -77,7 +77,7 @@ def decode_tail_copied(value: Any) -> frozenset[tuple[str, int]]:
                      for p in parts if isinstance(p, int) and not isinstance(p, bool))
 
 
-async def registered_before(zk: Coordinator, broker_id: int, mzxid: int | None) -> bool:
+async def registered_before(zk: ZooKeeperClient, broker_id: int, mzxid: int | None) -> bool:
     """Whether a state written at ``mzxid`` names this broker's current incarnation (§12.7):
     this session's ``/brokers/ids/<id>`` existed when it was written (None: not known, trust it)."""
     if mzxid is None:
@@ -86,7 +86,7 @@ async def registered_before(zk: Coordinator, broker_id: int, mzxid: int | None) 
     return stat is not None and stat.ephemeral_owner == zk.session_id and stat.czxid < mzxid
 
 
-async def partitions_led_by(zk: Coordinator, broker_id: int) -> list[tuple[str, int]]:
+async def partitions_led_by(zk: ZooKeeperClient, broker_id: int) -> list[tuple[str, int]]:
     """The replicated partitions whose state names ``broker_id`` as leader."""
     led = []
     for topic in await replicated_topics(zk):
@@ -100,7 +100,7 @@ async def partitions_led_by(zk: Coordinator, broker_id: int) -> list[tuple[str, 
     return led
 
 
-async def controlled_shutdown(zk: Coordinator, broker_id: int, timeout_s: float) -> bool:
+async def controlled_shutdown(zk: ZooKeeperClient, broker_id: int, timeout_s: float) -> bool:
     """Ask the controller to move every leadership away; True once this broker leads nothing.
 
     False when ``timeout_s`` passed first (the broker then stops anyway: its

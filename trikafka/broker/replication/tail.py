@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Mapping
 
 from ...log.fs import FileSystem
 from ...log.names import TAIL_LOST_FILE
-from ...zk.errors import CoordinatorError
+from ...zk.errors import ZooKeeperClientError
 
 if TYPE_CHECKING:
     from .hosted import HostedPartition
@@ -98,6 +98,6 @@ class TailStatus:
         try:
             await register()
             return True
-        except CoordinatorError as exc:
+        except ZooKeeperClientError as exc:
             logger.warning("could not say how much of the tail is copied again (%s); retrying", exc)
             return False

@@ -4,7 +4,7 @@ It talks to trikafka's Kafka listener and to any Kafka broker, without
 asyncio: ``KafkaClient`` (bootstrap, metadata, leader routing) over
 ``KafkaConnection`` (version negotiation, pipelined requests), a
 ``KafkaProducer`` (idempotent, or transactional with a ``TransactionManager``,
-§19.8), a ``PartitionConsumer``, a ``GroupConsumer`` and ``KafkaAdmin`` calls.  The
+§19.8), a ``PartitionConsumer``, a ``KafkaGroupConsumer`` and ``KafkaAdmin`` calls.  The
 bytes are ``trikafka.kafka``'s codec; nothing here encodes a record.
 
 Each name below is imported from its module on first use.
@@ -19,10 +19,10 @@ _EXPORTS = {  # module -> the names this package re-exports from it
                "GroupDescription", "GroupListing", "GroupMemberDescription", "KafkaAdmin", "NewTopic", "OffsetAt",
                "TransactionDescription", "TransactionListing"),
     ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
-    ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "PartitionMetadata", "TopicMetadata"),
+    ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "KafkaPartitionMetadata", "KafkaTopicMetadata"),
     ".connection": ("KafkaConnection", "OpenStream", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
     ".consumer": ("PartitionConsumer",),
-    ".group": ("GroupConsumer", "GroupMessage"),
+    ".group": ("KafkaGroupConsumer", "KafkaGroupMessage"),
     ".group_offsets": ("ConsumerGroupMetadata", "TopicPartition"),
     ".membership": ("GroupMembership",),
     ".errors": ("KafkaOffsetOutOfRange", "KafkaResponseError", "ProducerFencedError", "TransactionFatalError",

@@ -48,7 +48,7 @@ class BrokerNode:
 
 
 @dataclass(frozen=True)
-class PartitionMetadata:
+class KafkaPartitionMetadata:
     """One partition as Metadata describes it; ``leader_id`` is -1 while it has no leader."""
 
     topic: str
@@ -61,12 +61,12 @@ class PartitionMetadata:
 
 
 @dataclass(frozen=True)
-class TopicMetadata:
+class KafkaTopicMetadata:
     """One topic as Metadata describes it: its error code and partitions by index."""
 
     name: str
     error_code: int
-    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+    partitions: dict[int, KafkaPartitionMetadata] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class ClusterMetadata:
     cluster_id: str | None
     controller_id: int
     brokers: dict[int, BrokerNode]
-    topics: dict[str, TopicMetadata]
+    topics: dict[str, KafkaTopicMetadata]
 
 
 class KafkaClient:
@@ -205,7 +205,7 @@ class KafkaClient:
         self.metadata = ClusterMetadata(fresh.cluster_id, fresh.controller_id, fresh.brokers, cached)
         return fresh
 
-    async def topic(self, name: str) -> TopicMetadata:
+    async def topic(self, name: str) -> KafkaTopicMetadata:
         """The topic's metadata, asked for when not cached or not yet led (and created if
         ``allow_auto_topic_creation`` and the broker agree, §16.5).
 
@@ -263,15 +263,15 @@ class KafkaClient:
 def _cluster_metadata(answer: object) -> ClusterMetadata:
     brokers = {int(b.node_id): BrokerNode(int(b.node_id), b.host, int(b.port))
                for b in schema.field(answer, "brokers", ())}
-    topics: dict[str, TopicMetadata] = {}
+    topics: dict[str, KafkaTopicMetadata] = {}
     for t in schema.field(answer, "topics", ()):
         name = str(t.name)
         partitions = {
-            int(p.partition_index): PartitionMetadata(
+            int(p.partition_index): KafkaPartitionMetadata(
                 name, int(p.partition_index), int(p.error_code), int(p.leader_id),
                 int(schema.field(p, "leader_epoch", -1)), tuple(map(int, p.replica_nodes)),
                 tuple(map(int, p.isr_nodes)))
             for p in t.partitions}
-        topics[name] = TopicMetadata(name, int(t.error_code), partitions)
+        topics[name] = KafkaTopicMetadata(name, int(t.error_code), partitions)
     return ClusterMetadata(schema.field(answer, "cluster_id"), int(schema.field(answer, "controller_id", NO_LEADER)),
                            brokers, topics)

@@ -1,9 +1,9 @@
 """trikafka's group consumer over the Kafka protocol (docs/protocol.md §17.8).
 
-``GroupConsumer`` joins a group through the group's coordinator and reads the
+``KafkaGroupConsumer`` joins a group through the group's coordinator and reads the
 partitions the group hands it::
 
-    async with GroupConsumer("localhost:9092", "billing", ["orders"]) as consumer:
+    async with KafkaGroupConsumer("localhost:9092", "billing", ["orders"]) as consumer:
         async for message in consumer:
             ...
 
@@ -51,7 +51,7 @@ RebalanceCallback = Callable[[list[TopicPartition]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
-class GroupMessage:
+class KafkaGroupMessage:
     """A record and the partition it came from."""
 
     topic: str
@@ -59,7 +59,7 @@ class GroupMessage:
     record: Record
 
 
-class GroupConsumer:
+class KafkaGroupConsumer:
     """A member of ``group_id`` consuming ``topics``; see the module docstring.
 
     ``bootstrap`` is ``HOST:PORT[,...]`` (the consumer opens and closes its
@@ -101,7 +101,7 @@ class GroupConsumer:
         self.max_wait_s = max_wait_s
         self.read_committed = read_committed  # §19.7: only committed transactions' records
         self.consumed: dict[TopicPartition, int] = {}  # the next offset to deliver, per assigned partition
-        self._send, self._receive = trio.open_memory_channel[GroupMessage](0)
+        self._send, self._receive = trio.open_memory_channel[KafkaGroupMessage](0)
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._fetching: trio.CancelScope | None = None
@@ -118,7 +118,7 @@ class GroupConsumer:
         m = self.membership
         return ConsumerGroupMetadata(self.group_id, m.generation_id, m.member_id, m.group_instance_id)
 
-    async def __aenter__(self) -> GroupConsumer:
+    async def __aenter__(self) -> KafkaGroupConsumer:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         self._nursery.start_soon(self._drive)
@@ -142,7 +142,7 @@ class GroupConsumer:
                 await self.client.aclose()
         return suppressed
 
-    async def __aiter__(self) -> AsyncIterator[GroupMessage]:
+    async def __aiter__(self) -> AsyncIterator[KafkaGroupMessage]:
         async for message in self._receive:
             tp = TopicPartition(message.topic, message.partition)
             position = self.consumed.get(tp)
@@ -258,7 +258,7 @@ class GroupConsumer:
                                      reset=self.reset, max_wait_s=self.max_wait_s,
                                      read_committed=self.read_committed) as consumer:
             async for record in consumer:
-                await self._send.send(GroupMessage(tp.topic, tp.partition, record))
+                await self._send.send(KafkaGroupMessage(tp.topic, tp.partition, record))
 
     async def _committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """OffsetFetch, asked again after a backoff while the coordinator is loading, moving or unreachable."""

@@ -42,7 +42,7 @@ from .transaction_state import Phase
 from .transactions import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionManager
 
 if TYPE_CHECKING:
-    from .group import GroupConsumer
+    from .group import KafkaGroupConsumer
 
 ACKS_NONE = 0
 ACKS_LEADER = 1
@@ -228,11 +228,11 @@ class KafkaProducer:
         if manager.state.phase is not Phase.READY:  # READY: abort() ended it inside the block
             await manager.commit(self.flush)
 
-    async def send_offsets(self, group: ConsumerGroupMetadata | GroupConsumer,
+    async def send_offsets(self, group: ConsumerGroupMetadata | KafkaGroupConsumer,
                            offsets: Mapping[TopicPartition, int]) -> None:
         """Commit a group's ``offsets`` (the next offset to consume per partition) with the transaction.
 
-        ``group`` is a ``GroupConsumer`` (its current generation and member
+        ``group`` is a ``KafkaGroupConsumer`` (its current generation and member
         id fence a commit of a member that lost the partitions) or a
         ``ConsumerGroupMetadata``.
         """

@@ -19,7 +19,7 @@ import trio
 from trikafka.log.fs import FileSystem
 from trikafka.log.names import ACL_FILE  # under the log dir, standalone (§18.3)
 from trikafka.zk import paths
-from trikafka.zk.coordinator import Coordinator
+from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 
 from ...seams import RunBlocking
@@ -99,7 +99,7 @@ class FileAcls:
 class ZooKeeperAcls:
     """The cluster store, the znode ``/trikafka/acls``, through the project's coordinator."""
 
-    def __init__(self, zk: Coordinator):
+    def __init__(self, zk: ZooKeeperClient):
         self.zk = zk
 
     async def read(self) -> AclSet:
@@ -152,7 +152,7 @@ async def follow_file(store: FileAcls, run_blocking: RunBlocking, apply: Apply, 
         await trio.sleep(FILE_POLL_S)
 
 
-async def follow_znode(zk: Coordinator, apply: Apply, *,
+async def follow_znode(zk: ZooKeeperClient, apply: Apply, *,
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Deliver ``/trikafka/acls``'s ACLs now, then on every change (a ZooKeeper data watch)."""
     async for value in zk.watch_data(ACL_ZNODE):

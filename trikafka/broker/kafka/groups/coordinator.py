@@ -5,7 +5,7 @@ transaction markers of TxnOffsetCommit (§19.5.4)."""
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Callable, Sequence
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -14,12 +14,14 @@ from trikafka.kafka.group_records import OFFSETS_TOPIC, GroupKey, GroupValue, Of
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
+from ...config import BrokerConfig
 from ...engine.partition import ReadView
-from ..context import KafkaContext
+from ..coordinator_seams import ZooKeeperGroups
+from ..internal_topic import InternalTopic
 from ..partition_loads import PartitionLoads
 from .group import GroupSettings, GroupState
-from .membership import Membership
-from .placement import group_partition, offsets_topic
+from .membership import CoordinatorMembership
+from .placement import group_partition
 from .state import OffsetsPartition
 from .store import GroupStore
 
@@ -34,19 +36,21 @@ MS_PER_MINUTE = 60_000
 class GroupCoordinator:
     """The groups of the ``__consumer_offsets`` partitions this broker leads."""
 
-    def __init__(self, service: KafkaContext):
-        self._service = service
-        self.topic = offsets_topic(service)
-        self.store = GroupStore(service, self.topic)
+    def __init__(self, topic: InternalTopic, config: BrokerConfig, clock_ms: Callable[[], int],
+                 zookeeper_groups: ZooKeeperGroups):
+        self.topic = topic  # __consumer_offsets: the coordinator's one way to its partitions
+        self._config = config
+        self._clock_ms = clock_ms
+        self._zookeeper_groups = zookeeper_groups
+        self.store = GroupStore(topic)
         self._clashes_logged: set[str] = set()
         # Markers (producer id, commit, offset) that reached a partition while it was loading (§19.5.4).
         self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
-        config = service.config
         self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
                                       config.group_max_session_timeout_ms)
-        self.membership = Membership(self._write_metadata, self.loaded, service.clock_ms)
+        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms)
         self.loads: PartitionLoads[OffsetsPartition] = PartitionLoads(
-            service, OFFSETS_TOPIC, self._load, on_loaded=lambda _: self.membership.poke(),
+            topic, self._load, on_loaded=lambda _: self.membership.poke(),
             on_drop=self.membership.drop)
 
     def start(self, nursery: trio.Nursery) -> None:
@@ -63,11 +67,11 @@ class GroupCoordinator:
     async def expire_offsets(self) -> int:
         """Write the tombstones of Empty groups' offsets older than ``offsets.retention.minutes``, and of
         a group whose last offset goes (§17.5); the number of offsets removed."""
-        retention_ms = self._service.config.offsets_retention_minutes * MS_PER_MINUTE
+        retention_ms = self._config.offsets_retention_minutes * MS_PER_MINUTE
         removed = 0
         for groups in self.loaded():
             for group in list(groups.groups.values()):
-                expired = group.expired_offsets(self._service.clock_ms(), retention_ms)
+                expired = group.expired_offsets(self._clock_ms(), retention_ms)
                 if not expired:
                     continue
                 records: list[tuple[RecordKey, RecordValue | None]] = [
@@ -104,10 +108,7 @@ class GroupCoordinator:
     async def clash(self, group_id: str) -> str | None:
         """Why ``group_id`` may not be a Kafka group here: it has 0.7 consumers registered in
         ZooKeeper (§17.7); None when it may."""
-        registry = self._service.registry
-        if registry is None:
-            return None
-        if not await registry.has_07_consumers(group_id):
+        if not await self._zookeeper_groups.has_07_consumers(group_id):
             return None
         message = f"group {group_id} has 0.7 consumers registered in ZooKeeper"
         if group_id not in self._clashes_logged:

@@ -16,8 +16,8 @@ from typing import Callable, Iterable
 import trio
 
 from trikafka.zk import kafka_groups
-from trikafka.zk.coordinator import Coordinator
-from trikafka.zk.errors import CoordinatorError
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.errors import ZooKeeperClientError
 
 from .state import OffsetsPartition
 
@@ -30,7 +30,7 @@ RETRY_S = 1.0
 class LiveGroupMarks:
     """Keeps ``/trikafka/kafka-groups/<g>`` equal to this broker's groups that have members."""
 
-    def __init__(self, zk: Coordinator, broker_id: int, loaded: Callable[[], Iterable[OffsetsPartition]]):
+    def __init__(self, zk: ZooKeeperClient, broker_id: int, loaded: Callable[[], Iterable[OffsetsPartition]]):
         self._zk = zk
         self._broker_id = broker_id
         self._loaded = loaded
@@ -53,7 +53,7 @@ class LiveGroupMarks:
             self._wake = trio.Event()
             try:
                 await self._apply()
-            except CoordinatorError as exc:
+            except ZooKeeperClientError as exc:
                 logger.warning("live Kafka group marks not written (ZooKeeper: %s); trying again", exc)
                 with trio.move_on_after(RETRY_S):
                     await self._wake.wait()

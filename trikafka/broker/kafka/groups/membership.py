@@ -47,7 +47,7 @@ def _nothing() -> None:
     pass
 
 
-class Membership:
+class CoordinatorMembership:
     """Carries out the groups' decisions for one broker's coordinator."""
 
     def __init__(self, write: Callable[[OffsetsPartition, GroupValue, str], Awaitable[ErrorCode]],

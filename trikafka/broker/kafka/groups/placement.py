@@ -6,8 +6,7 @@ from __future__ import annotations
 from trikafka.kafka.group_records import OFFSETS_TOPIC
 
 from ...config import BrokerConfig
-from ..context import KafkaContext
-from ..internal_topic import InternalTopic, InternalTopicSpec, key_partition
+from ..internal_topic import InternalTopic, InternalTopicHost, InternalTopicSpec, key_partition
 
 
 def group_partition(group_id: str, partitions: int) -> int:
@@ -21,6 +20,6 @@ def offsets_topic_spec(config: BrokerConfig) -> InternalTopicSpec:
                              config.offsets_topic_replication_factor, config.offsets_topic_segment_bytes)
 
 
-def offsets_topic(service: KafkaContext) -> InternalTopic:
+def offsets_topic(service: InternalTopicHost) -> InternalTopic:
     """``__consumer_offsets`` as this broker creates and places it."""
     return InternalTopic(service, offsets_topic_spec(service.config))

@@ -28,13 +28,14 @@ from trikafka.kafka.txn_records import (TRANSACTION_STATE_TOPIC, TxnKey, TxnStat
                                         encode_key, encode_value)
 from trikafka.wire.metadata import BrokerAddress
 
+from ...config import BrokerConfig
 from ...engine.partition import ReadView
-from ..context import KafkaContext, TransactionMarkers
-from ..groups.store import read_records
+from ..coordinator_seams import TransactionMarkers
+from ..internal_topic import InternalTopic
 from ..partition_loads import PartitionLoads
 from . import machine
 from .machine import Outcome, Write
-from .placement import transaction_partition, transaction_topic
+from .placement import transaction_partition
 from .state import TxnPartition
 
 logger = logging.getLogger(__name__)
@@ -46,14 +47,15 @@ MS_PER_S = 1000
 class TransactionCoordinator:
     """The transactional ids of the ``__transaction_state`` partitions this broker leads."""
 
-    def __init__(self, service: KafkaContext, markers: TransactionMarkers,
-                 new_producer_id: Callable[[], Awaitable[int]]):
-        self._service = service
+    def __init__(self, topic: InternalTopic, config: BrokerConfig, clock_ms: Callable[[], int],
+                 markers: TransactionMarkers, new_producer_id: Callable[[], Awaitable[int]]):
+        self.topic = topic  # __transaction_state: the coordinator's one way to its partitions
+        self._config = config
+        self._clock_ms = clock_ms
         self._markers = markers
         self._new_producer_id = new_producer_id
-        self.topic = transaction_topic(service)
-        self.loads: PartitionLoads[TxnPartition] = PartitionLoads(service, TRANSACTION_STATE_TOPIC, self._load,
-                                                                  on_loaded=self._resume, on_drop=self._dropped)
+        self.loads: PartitionLoads[TxnPartition] = PartitionLoads(topic, self._load, on_loaded=self._resume,
+                                                                  on_drop=self._dropped)
         self._nursery: trio.Nursery | None = None
         self._completing: set[tuple[int, str]] = set()  # (partition, id) whose markers a task writes
         # (partition, id) -> set at the id's next change; only ids a request waits on have one.
@@ -102,7 +104,7 @@ class TransactionCoordinator:
 
     async def _load(self, index: int, view: ReadView) -> TxnPartition:
         part = TxnPartition(index, view.leader_epoch)
-        for key, value, _, _ in await read_records(self._service, view, decode_record):
+        for key, value, _, _ in await self.topic.read(view, decode_record):
             part.apply(key, value)
         return part
 
@@ -110,7 +112,7 @@ class TransactionCoordinator:
         """After a load: finish what the previous coordinator decided (§19.5.6)."""
         if self._nursery is None:
             return
-        for tid, write in part.rewrites_after_load(self._service.clock_ms()):
+        for tid, write in part.rewrites_after_load(self._clock_ms()):
             self._nursery.start_soon(self._commit, part, tid, write)
         for tid in part.undecided_markers():
             self._start_completion(part, tid)
@@ -165,7 +167,7 @@ class TransactionCoordinator:
                         if self.loads.get(part.index) is not part:
                             return
                         await trio.sleep(MARKER_RETRY_S)
-                if await self._commit(part, tid, Write(machine.complete(value, self._service.clock_ms()))) \
+                if await self._commit(part, tid, Write(machine.complete(value, self._clock_ms()))) \
                         == ErrorCode.none:
                     return
                 await trio.sleep(MARKER_RETRY_S)
@@ -174,13 +176,13 @@ class TransactionCoordinator:
             self._changed(part.index, tid)
 
     async def _abort_expired_periodically(self) -> None:
-        interval_s = self._service.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / MS_PER_S
+        interval_s = self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms / MS_PER_S
         while True:
             await trio.sleep(interval_s)
             await self.abort_expired()
 
     async def _remove_expired_ids_periodically(self) -> None:
-        config = self._service.config
+        config = self._config
         interval_s = config.transaction_remove_expired_transaction_cleanup_interval_ms / MS_PER_S
         while True:
             await trio.sleep(interval_s)
@@ -190,8 +192,8 @@ class TransactionCoordinator:
         """Write a tombstone for every id at rest and unused for ``transactional.id.expiration.ms``
         (§19.5.3); how many were removed.  A later InitProducerId of the id starts it afresh."""
         removed = 0
-        now_ms = self._service.clock_ms()
-        expiration_ms = self._service.config.transactional_id_expiration_ms
+        now_ms = self._clock_ms()
+        expiration_ms = self._config.transactional_id_expiration_ms
         for part in self.loads.states():
             for tid in part.expired_ids(now_ms, expiration_ms):
                 if await self._write(part, tid, None) == ErrorCode.none:
@@ -202,7 +204,7 @@ class TransactionCoordinator:
     async def abort_expired(self) -> int:
         """Abort every Ongoing transaction past its timeout, bumping its epoch (§19.5.3); how many."""
         aborted = 0
-        now_ms = self._service.clock_ms()
+        now_ms = self._clock_ms()
         for part in self.loads.states():
             for tid, write in part.expired(now_ms):
                 if await self._commit(part, tid, write) == ErrorCode.none:
@@ -231,7 +233,7 @@ class TransactionCoordinator:
 
     def _wait_deadline(self) -> float:
         """When a request arriving now stops waiting for its id's changes (§19.5.3), in Trio time."""
-        return trio.current_time() + self._service.config.transaction_completion_wait_ms / MS_PER_S
+        return trio.current_time() + self._config.transaction_completion_wait_ms / MS_PER_S
 
     async def _decide(self, tid: str, decide: Callable[[TxnPartition], Awaitable[Outcome]],
                       deadline: float | None = None) -> tuple[TxnPartition, Outcome] | ErrorCode:
@@ -268,8 +270,8 @@ class TransactionCoordinator:
             if fresh is None and machine.needs_new_producer_id(part.value(tid)):
                 fresh = await self._new_producer_id()
             return machine.init_producer_id(part.value(tid), tid in part.writing, timeout_ms,
-                                            self._service.clock_ms(), fresh, expected,
-                                            self._service.config.transaction_max_timeout_ms)
+                                            self._clock_ms(), fresh, expected,
+                                            self._config.transaction_max_timeout_ms)
 
         while True:
             decided = await self._decide(tid, decide, deadline)
@@ -292,7 +294,7 @@ class TransactionCoordinator:
 
         async def decide(part: TxnPartition) -> Outcome:
             return machine.add_partitions(part.value(tid), tid in part.writing, producer_id, producer_epoch,
-                                          asked, self._service.clock_ms())
+                                          asked, self._clock_ms())
 
         return await self._answer(tid, decide)
 
@@ -300,7 +302,7 @@ class TransactionCoordinator:
         """EndTxn: the decision, answered once written; the markers follow (§19.5.3)."""
         async def decide(part: TxnPartition) -> Outcome:
             return machine.end_transaction(part.value(tid), tid in part.writing, producer_id, producer_epoch,
-                                           commit, self._service.clock_ms())
+                                           commit, self._clock_ms())
 
         return await self._answer(tid, decide)
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC
 
 from ...config import BrokerConfig
-from ..context import KafkaContext
-from ..internal_topic import InternalTopic, InternalTopicSpec, key_partition
+from ..internal_topic import InternalTopic, InternalTopicHost, InternalTopicSpec, key_partition
 
 
 def transaction_partition(transactional_id: str, partitions: int) -> int:
@@ -22,6 +21,6 @@ def transaction_topic_spec(config: BrokerConfig) -> InternalTopicSpec:
                              config.transaction_state_log_segment_bytes)
 
 
-def transaction_topic(service: KafkaContext) -> InternalTopic:
+def transaction_topic(service: InternalTopicHost) -> InternalTopic:
     """``__transaction_state`` as this broker creates and places it."""
     return InternalTopic(service, transaction_topic_spec(service.config))

@@ -1,7 +1,7 @@
 """The client side of the in-process, deterministic ZooKeeper for unit tests and simulations.
 
 :class:`FakeZooKeeper` is the "ensemble": the znode tree, sessions, ephemerals
-and one-shot server-side watches.  :class:`FakeCoordinator` is a client with
+and one-shot server-side watches.  :class:`FakeZooKeeperClient` is a client with
 kazoo's behaviour: requests made while SUSPENDED wait for the reconnect; a
 disconnect fires and drops every watch of the client; a session that stays
 disconnected for ``session_timeout_s`` of Trio time is expired by the server
@@ -9,9 +9,9 @@ disconnected for ``session_timeout_s`` of Trio time is expired by the server
 client only learns it on reconnect (LOST, then CONNECTED with a new session).
 
 All timing is Trio time, so tests run under ``autojump_clock`` with no real sleeps.
-Fault injection: :meth:`FakeCoordinator.disconnect`, :meth:`~FakeCoordinator.reconnect`,
-:meth:`~FakeCoordinator.sever`, :meth:`~FakeCoordinator.expire`,
-:meth:`~FakeCoordinator.lose_next_response`, :meth:`~FakeCoordinator.crash`.
+Fault injection: :meth:`FakeZooKeeperClient.disconnect`, :meth:`~FakeZooKeeperClient.reconnect`,
+:meth:`~FakeZooKeeperClient.sever`, :meth:`~FakeZooKeeperClient.expire`,
+:meth:`~FakeZooKeeperClient.lose_next_response`, :meth:`~FakeZooKeeperClient.crash`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import trio
 from trio_util import wait_any
 
 from trikafka.testing.fake_zookeeper import FakeZooKeeper
-from trikafka.zk.coordinator import BaseCoordinator
+from trikafka.zk.client import BaseZooKeeperClient
 from trikafka.zk.ops import Op, OpResult, SessionState, Stat, WatchCallback
 from trikafka.zk.errors import ConnectionLossError, SessionExpiredError
 from trikafka.zk.paths import validate_path
@@ -35,10 +35,10 @@ log = logging.getLogger(__name__)
 DEFAULT_RECONNECT_DELAY_S = 0.05
 
 
-class FakeCoordinator(BaseCoordinator):
+class FakeZooKeeperClient(BaseZooKeeperClient):
     """A client of :class:`FakeZooKeeper` with kazoo's session behaviour.
 
-    Use as ``async with FakeCoordinator(server) as zk:``.  With no ``server`` a
+    Use as ``async with FakeZooKeeperClient(server) as zk:``.  With no ``server`` a
     private one is created (``.server``).  ``chroot`` prefixes every path, like
     the chroot suffix of a connect string (created on start if missing).
     """
@@ -79,14 +79,14 @@ class FakeCoordinator(BaseCoordinator):
         """Open the session (CONNECTED, generation 1)."""
         self._check_open()
         if self._started:
-            raise RuntimeError("FakeCoordinator already started")
+            raise RuntimeError("FakeZooKeeperClient already started")
         self._started = True
         await trio.lowlevel.checkpoint()
         if self._chroot and self.server.exists(0, self._chroot, None) is None:
             self.server.create(0, self._chroot, b"", False, False, True)
         self._new_session()
 
-    async def __aenter__(self) -> "FakeCoordinator":
+    async def __aenter__(self) -> "FakeZooKeeperClient":
         await self.start()
         return self
 
@@ -118,7 +118,7 @@ class FakeCoordinator(BaseCoordinator):
                 await trio.sleep(timeout_s)
                 server.expire_session(session)
 
-            trio.lowlevel.spawn_system_task(expire_later, name="FakeCoordinator.crash.expire_later")
+            trio.lowlevel.spawn_system_task(expire_later, name="FakeZooKeeperClient.crash.expire_later")
 
     # -- fault injection ------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class FakeCoordinator(BaseCoordinator):
         scope = scope if scope is not None else trio.CancelScope()
         self._background_scopes.add(scope)
         trio.lowlevel.spawn_system_task(self._run_background, fn, args, scope,
-                                        name=f"FakeCoordinator.{fn.__name__}")
+                                        name=f"FakeZooKeeperClient.{fn.__name__}")
 
     async def _run_background(self, fn: Callable[..., Awaitable[None]], args: tuple,
                               scope: trio.CancelScope) -> None:

@@ -1,9 +1,9 @@
-"""The one coordination interface trikafka uses: async, Trio-native ZooKeeper.
+"""The ZooKeeper client interface trikafka uses: async, Trio-native.
 
-Two implementations share :class:`BaseCoordinator`:
+Two implementations share :class:`BaseZooKeeperClient`:
 
-* :class:`~trikafka.zk.kazoo_bridge.KazooCoordinator`, kazoo bridged into Trio;
-* :class:`~trikafka.testing.FakeCoordinator`, an in-process, deterministic model.
+* :class:`~trikafka.zk.kazoo_bridge.KazooZooKeeperClient`, kazoo bridged into Trio;
+* :class:`~trikafka.testing.FakeZooKeeperClient`, an in-process, deterministic model.
 
 Session model (kazoo's, which mirrors ZooKeeper's):
 
@@ -14,7 +14,7 @@ Session model (kazoo's, which mirrors ZooKeeper's):
 * ``LOST`` is followed by ``CONNECTED`` within milliseconds, so "current
   state" is a poor way to learn about expiry.  Owners of ephemerals watch
   ``session_generation`` (bumped once per new session) or subscribe to
-  :meth:`BaseCoordinator.state_changes`, which never coalesces.
+  :meth:`BaseZooKeeperClient.state_changes`, which never coalesces.
 
 Watches are surfaced as async iterators that re-arm ZooKeeper's one-shot
 watches themselves and yield the *current* value whenever it changed: a
@@ -33,7 +33,7 @@ from typing import Iterator, Protocol, Sequence
 import trio
 from trio_util import AsyncValue, wait_any
 
-from .errors import BadVersionError, CoordinatorClosedError, NodeExistsError, NoNodeError, NotEmptyError
+from .errors import BadVersionError, ZooKeeperClientClosedError, NodeExistsError, NoNodeError, NotEmptyError
 from .ops import Op, OpResult, SessionState, Stat, WatchCallback, _check_bytes, _validate_op
 from .paths import join, validate_path
 from .watches import ChildrenWatch, DataWatch, _Watch
@@ -48,7 +48,7 @@ EXPECT_CONFLICT_ATTEMPTS = 10
 TREE_DELETE_ATTEMPTS = 10
 
 
-class Coordinator(Protocol):
+class ZooKeeperClient(Protocol):
     """What trikafka needs from ZooKeeper.  All paths are absolute, chroot-relative."""
 
     state: AsyncValue[SessionState]
@@ -93,7 +93,7 @@ class Coordinator(Protocol):
     async def aclose(self) -> None: ...
 
 
-class BaseCoordinator:
+class BaseZooKeeperClient:
     """Shared behaviour: validation, session bookkeeping, watches, composite ops.
 
     Subclasses implement the ``_create/_get/_set/_delete/_exists/_children/_multi``
@@ -177,7 +177,7 @@ class BaseCoordinator:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise CoordinatorClosedError("coordinator is closed")
+            raise ZooKeeperClientClosedError("the ZooKeeper client is closed")
 
     # -- public operations --------------------------------------------------------
 

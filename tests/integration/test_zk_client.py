@@ -1,5 +1,5 @@
-"""Coordinator conformance: the same tests against FakeCoordinator and against
-KazooCoordinator on a real ZooKeeper server (``zk_harness`` runs each twice)."""
+"""Coordinator conformance: the same tests against FakeZooKeeperClient and against
+KazooZooKeeperClient on a real ZooKeeper server (``zk_harness`` runs each twice)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import trio.testing
 from trikafka.zk import (
     BadVersionError,
     CheckOp,
-    CoordinatorClosedError,
+    ZooKeeperClientClosedError,
     CreateOp,
     DeleteOp,
     InvalidPathError,
@@ -24,7 +24,7 @@ from trikafka.zk import (
     SetOp,
 )
 from trikafka.zk.connect import parse_connect_string
-from trikafka.zk.kazoo_bridge import KazooCoordinator
+from trikafka.zk.kazoo_bridge import KazooZooKeeperClient
 
 WAIT_S = 10.0
 
@@ -287,9 +287,9 @@ async def test_closed_coordinator_refuses_work_and_ends_watches(zk_harness, zk_c
                 with trio.fail_after(WAIT_S):
                     await ended.wait()
         assert zk.closed and zk.state.value is SessionState.LOST
-        with pytest.raises(CoordinatorClosedError):
+        with pytest.raises(ZooKeeperClientClosedError):
             await zk.get("/n")
-        with pytest.raises(CoordinatorClosedError):
+        with pytest.raises(ZooKeeperClientClosedError):
             await zk.wait_connected()
 
 
@@ -379,7 +379,7 @@ def test_kazoo_callbacks_after_the_trio_run_are_dropped_not_fatal(zk_chroot, zk_
     box = {}
 
     async def arm_a_watch_and_leave():
-        zk = KazooCoordinator(zk_chroot, ensure_chroot=False)
+        zk = KazooZooKeeperClient(zk_chroot, ensure_chroot=False)
         await zk.start()
         await zk.create("/w", b"0")
         assert (await zk.watch_data("/w").__anext__())[0] == b"0"  # a kazoo watch is now armed
