@@ -17,6 +17,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
 if TYPE_CHECKING:
+    from trikafka.client.kafka import KafkaClient
+    from trikafka.kafka.records import Record
     from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 CLIENT_TIMEOUT_S = 30.0
@@ -225,3 +227,21 @@ def running_sasl_broker(log_dir: str, user: str, password: str) -> Iterator[Runn
     CredentialFile(log_dir).add(user, new_record(password))
     with running_kafka_broker(log_dir, kafka_security_protocol="SASL_PLAINTEXT") as running:
         yield running
+
+
+async def read_partition(client: KafkaClient, topic: str, partition: int, count: int,
+                         offset: int | None = None) -> list[Record]:
+    """The first ``count`` records of ``topic``-``partition`` from ``offset`` (the earliest by
+    default), read with trikafka's Trio client; none for a ``count`` of 0."""
+    from trikafka.client.kafka import EARLIEST, PartitionConsumer
+
+    records: list[Record] = []
+    if count == 0:
+        return records
+    async with PartitionConsumer(client, topic, partition, EARLIEST if offset is None else offset,
+                                 max_wait_s=0.2) as consumer:
+        async for record in consumer:
+            records.append(record)
+            if len(records) == count:
+                break
+    return records

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from tests.helpers.broker_testing import child_process, serve_process
-from tests.helpers.kafka_clients import create_topic, read_with_confluent, read_with_kafka_python
+from tests.helpers.kafka_clients import create_topic, read_partition, read_with_confluent, read_with_kafka_python
 from trikafka.client.kafka import (EARLIEST, LATEST, MAX_TIMESTAMP, BrokerNode, KafkaAdmin, KafkaClient,
                                    KafkaOffsetOutOfRange, KafkaProducer, KafkaResponseError, NewTopic,
                                    PartitionConsumer, key_partition)
@@ -40,16 +40,6 @@ async def _create(client: KafkaClient, topic: str, partitions: int, **configs: s
     assert errors == {topic: None}
 
 
-async def _read(client: KafkaClient, topic: str, partition: int, count: int, offset: int = EARLIEST) -> list[Record]:
-    records: list[Record] = []
-    async with PartitionConsumer(client, topic, partition, offset, max_wait_s=0.2) as consumer:
-        async for record in consumer:
-            records.append(record)
-            if len(records) == count:
-                break
-    return records
-
-
 @pytest.mark.parametrize("codec", list(Compression))
 @pytest.mark.parametrize("acks", [1, -1])
 async def test_round_trip_with_keys_headers_and_every_codec(kafka: RunningKafkaBroker, codec: Compression,
@@ -68,7 +58,7 @@ async def test_round_trip_with_keys_headers_and_every_codec(kafka: RunningKafkaB
                 for item in sent:
                     nursery.start_soon(send, *item)
         assert sorted(offsets) == [(0, i) for i in range(100)]  # one partition, dense offsets
-        records = await _read(client, topic, 0, 100)
+        records = await read_partition(client, topic, 0, 100)
     # Every value is unique: each record read back is the one sent with that value.
     assert {r.value: (r.key, r.headers, r.timestamp_ms) for r in records} == {
         value: (key, headers, timestamp_ms) for key, value, headers, timestamp_ms in sent}
@@ -83,7 +73,7 @@ async def test_submitted_records_keep_their_order_across_many_batches(kafka: Run
             pending = [await producer.submit(topic, b"%04d" % i) for i in range(300)]
             delivered = [await p.delivered() for p in pending]
         assert delivered == [(0, i) for i in range(300)]
-        records = await _read(client, topic, 0, 300)
+        records = await read_partition(client, topic, 0, 300)
     assert [r.value for r in records] == [b"%04d" % i for i in range(300)]
 
 
@@ -150,7 +140,7 @@ async def test_a_partitions_batches_are_pipelined_up_to_max_in_flight_and_stored
         monkeypatch.undo()
         assert delivered == [(0, i) for i in range(500)]
         assert most == max_in_flight
-        records = await _read(client, topic, 0, 500)
+        records = await read_partition(client, topic, 0, 500)
     assert [r.value for r in records] == [b"%04d" % i for i in range(500)]
 
 
@@ -169,7 +159,7 @@ async def test_acks_zero_answers_no_offset_and_appends(kafka: RunningKafkaBroker
         await _create(client, "trio-acks0", 1)
         async with KafkaProducer.open(client, acks=0) as producer:
             assert await producer.send("trio-acks0", b"fire") == (0, -1)
-        records = await _read(client, "trio-acks0", 0, 1)
+        records = await read_partition(client, "trio-acks0", 0, 1)
     assert [r.value for r in records] == [b"fire"]
 
 
@@ -255,7 +245,7 @@ async def test_keys_route_by_murmur2_across_two_partitions(kafka: RunningKafkaBr
         assert set(placed.values()) == {0, 1}
         for partition in (0, 1):
             mine = [k for k in keys if placed[k] == partition]
-            records = await _read(client, topic, partition, len(mine))
+            records = await read_partition(client, topic, partition, len(mine))
             assert [r.key for r in records] == mine
 
 
@@ -378,7 +368,7 @@ async def test_records_of_other_clients_read_back_on_the_partition_of_their_key(
     await trio.to_thread.run_sync(produce_with_kafka_python_and_librdkafka)
     async with KafkaClient(kafka.bootstrap) as client:
         counts = {p: (await KafkaAdmin(client).list_offsets(topic, {p: LATEST}))[p].offset for p in range(3)}
-        seen = {p: await _read(client, topic, p, counts[p]) for p in range(3)}
+        seen = {p: await read_partition(client, topic, p, counts[p]) for p in range(3)}
     assert sorted(r.key for records in seen.values() for r in records if r.key) == sorted(keys)
     for partition, records in seen.items():
         assert all(key_partition(r.key, 3) == partition for r in records if r.key)

@@ -17,11 +17,10 @@ from typing import Iterator
 import pytest
 import trio
 
+from tests.helpers.kafka_clients import read_partition
 from tests.helpers.kafka_mock_cluster import LIBRDKAFKA_GROUP_VERSIONS, MOCK_PARTITIONS, librdkafka_mock_cluster
-from trikafka.client.kafka import (EARLIEST, LATEST, KafkaGroupConsumer, KafkaAdmin, KafkaClient, KafkaProducer,
-                                   NewTopic, PartitionConsumer)
+from trikafka.client.kafka import EARLIEST, LATEST, KafkaAdmin, KafkaClient, KafkaGroupConsumer, KafkaProducer, NewTopic
 from trikafka.kafka.apis import KafkaApi
-from trikafka.kafka.records import Record
 from trikafka.testing import running_kafka_broker
 
 PARTITIONS = MOCK_PARTITIONS
@@ -63,19 +62,6 @@ def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
         yield running
 
 
-async def _read_partition(client: KafkaClient, topic: str, partition: int, count: int) -> list[Record]:
-    records: list[Record] = []
-    if count == 0:
-        return records
-    with trio.fail_after(20):
-        async with PartitionConsumer(client, topic, partition, EARLIEST, max_wait_s=0.2) as consumer:
-            async for record in consumer:
-                records.append(record)
-                if len(records) == count:
-                    break
-    return records
-
-
 async def test_metadata_names_the_brokers_and_every_partition_s_leader(broker: Broker) -> None:
     async with broker.client() as client:
         metadata = await client.refresh_metadata(None)
@@ -102,7 +88,8 @@ async def test_keyed_records_are_stored_in_order_and_read_back_whole(broker: Bro
         # The key decides the partition: one key, one partition.
         assert all(len({placed[i][0] for i in range(k, 60, 7)}) == 1 for k in range(7))
         for partition in range(PARTITIONS):
-            records = await _read_partition(client, topic, partition, len(by_partition.get(partition, [])))
+            with trio.fail_after(20):
+                records = await read_partition(client, topic, partition, len(by_partition.get(partition, [])))
             assert [(r.key, r.value, r.headers) for r in records] == [
                 sent[i] for i in by_partition.get(partition, [])]
             assert [r.offset for r in records] == list(range(len(records)))
