@@ -30,8 +30,7 @@ TOPICS = ("conformance-acks1", "conformance-acksall", "conformance-idempotent", 
 class Broker:
     """A bootstrap address, and the api versions a client must stay under there."""
 
-    def __init__(self, name: str, bootstrap: str, max_versions: dict[KafkaApi, int]):
-        self.name = name
+    def __init__(self, bootstrap: str, max_versions: dict[KafkaApi, int]):
         self.bootstrap = bootstrap
         self.max_versions = max_versions
 
@@ -47,13 +46,13 @@ def _trikafka() -> Iterator[Broker]:
                 errors = await KafkaAdmin(client).create_topics([NewTopic(t, PARTITIONS) for t in TOPICS])
                 assert errors == {t: None for t in TOPICS}
         trio.run(create)
-        yield Broker("trikafka", running.bootstrap, {})
+        yield Broker(running.bootstrap, {})
 
 
 @contextmanager
 def _mock() -> Iterator[Broker]:
     with librdkafka_mock_cluster(3, TOPICS) as bootstrap:
-        yield Broker("librdkafka-mock", bootstrap, dict(LIBRDKAFKA_GROUP_VERSIONS))
+        yield Broker(bootstrap, dict(LIBRDKAFKA_GROUP_VERSIONS))
 
 
 @pytest.fixture(scope="module", params=["trikafka", "librdkafka-mock"])
