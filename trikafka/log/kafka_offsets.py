@@ -1,9 +1,10 @@
 """A Kafka-format log's logical offsets and times, answered from its segments' batch indexes
 (docs/protocol.md §16.6).
 
-``KafkaOffsets`` holds no state of its own: each lookup takes the log's
-current segment snapshot and binary-searches the ``BatchIndex`` of its
-segments, in memory, so it may run on the event loop.  Byte positions are
+``KafkaOffsets`` holds no state of its own but the log start offset that
+DeleteRecords set (``log_start``): each lookup takes the log's current
+segment snapshot and binary-searches the ``BatchIndex`` of its segments, in
+memory, so it may run on the event loop.  Byte positions are
 the log's (a segment's start plus the position in it), as ``Log.read`` takes them.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_right
 
 from .batch_index import BatchIndex
+from .log_start import LogStart
 from .segment import Segment
 from .segment_list import SegmentList
 
@@ -26,10 +28,11 @@ def batches_of(segment: Segment) -> BatchIndex:
 class KafkaOffsets:
     """Lookups by logical offset, byte position and time over one log's segments."""
 
-    __slots__ = ("_segments",)
+    __slots__ = ("_segments", "log_start")
 
-    def __init__(self, segments: SegmentList):
+    def __init__(self, segments: SegmentList, log_start: LogStart):
         self._segments = segments
+        self.log_start = log_start  # DeleteRecords' offset, stored in the partition directory
 
     @property
     def next_offset(self) -> int:
@@ -38,8 +41,10 @@ class KafkaOffsets:
 
     @property
     def start_offset(self) -> int:
-        """The first batch's base offset; ``next_offset`` while the log holds no batch."""
-        return batches_of(self._segments.first).start_offset
+        """The log start offset: the first batch's base offset or, when larger, DeleteRecords'
+        (§16.6), never past ``next_offset``; ``next_offset`` while the log holds no batch."""
+        first = batches_of(self._segments.first).start_offset
+        return min(max(first, self.log_start.offset), self.next_offset)
 
     def position_of(self, offset: int) -> int | None:
         """Byte position of the batch holding ``offset``, or of the first batch after it; None past the end."""

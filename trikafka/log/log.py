@@ -38,6 +38,7 @@ from .flushing import Flushing
 from .fs import FileSystem
 from .gate import APPEND, FLUSH, INLINE_RETENTION, RETENTION, ROLL, TRUNCATION, Gate
 from .kafka_offsets import KafkaOffsets
+from .log_start import LogStart
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
 from .retention import Retention
@@ -71,7 +72,7 @@ class Log:
 
     def __init__(self, topic: str, partition: int, dir_path: str, segments: list[Segment],
                  config: LogConfig, fs: FileSystem, clock_ms: Callable[[], int], *, roll_on_append: bool = True,
-                 record_format: RecordFormat = FORMAT_07):
+                 record_format: RecordFormat = FORMAT_07, log_start: LogStart | None = None):
         self.topic = topic
         self.partition = partition
         self.dir_path = dir_path
@@ -82,7 +83,8 @@ class Log:
         assert all(s.fully_flushed for s in segments[:-1]), segments
         self._format = record_format
         assert all((s.batches is not None) == record_format.logical_offsets for s in segments), segments
-        self._kafka_offsets = KafkaOffsets(self._segments) if record_format.logical_offsets else None
+        self._kafka_offsets = (KafkaOffsets(self._segments, log_start or LogStart(fs, dir_path))
+                               if record_format.logical_offsets else None)
         self._producers = self._fold_producers(segments)
         self._roll_on_append = roll_on_append
         self._checkpointer = RecoveryCheckpointer(fs, dir_path, clock_ms)  # written by flush tickets
@@ -91,7 +93,7 @@ class Log:
             RETENTION: lambda: self._retention.busy, TRUNCATION: lambda: self._truncation.busy})
         self._flushing = Flushing(fs, dir_path, self._segments, self._checkpointer, self._gate, repr(self))
         self._retention = Retention(fs, dir_path, self._segments, self._gate, self._flushing, lambda: self.config,
-                                    repr(self))
+                                    repr(self), self._deleted_below)
         self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, self._gate, self._flushing,
                                       lambda: self.config, self._refold_producers, repr(self))
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
@@ -109,8 +111,9 @@ class Log:
         """
         fmt = read_record_format(fs, dir_path)
         segments, checked_from = load_segments(fs, dir_path, needs_recovery, config.recovery_chunk_bytes, fmt)
+        log_start = LogStart.load(fs, dir_path) if fmt.logical_offsets else None
         log = cls(topic, partition, dir_path, segments, config, fs, clock_ms, roll_on_append=roll_on_append,
-                  record_format=fmt)
+                  record_format=fmt, log_start=log_start)
         log.crc_checked_from = checked_from
         return log
 
@@ -352,6 +355,10 @@ class Log:
     def expire_producers(self) -> list[int]:
         """Drop the producers expired by now from the producer state (§19.2.1); their ids."""
         return self._producers.remove_expired(self._clock_ms(), self.config.producer_id_expiration_ms)
+
+    def _deleted_below(self) -> int:
+        # The logical offset below which DeleteRecords deleted the records (§16.6); 0 in a 0.7 log.
+        return self._kafka_offsets.log_start.offset if self._kafka_offsets is not None else 0
 
     def _fold_producers(self, segments: Sequence[Segment]) -> ProducerStates:
         """The producer state the segments' batches give, less the producers expired by now (§19.2.1)."""

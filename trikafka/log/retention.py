@@ -62,6 +62,18 @@ def retention_times_ms(segments: Sequence[Segment], mtimes_ms: Sequence[int]) ->
             for s, mtime_ms in zip(segments, mtimes_ms)]
 
 
+def count_below_start(segments: Sequence[Segment], log_start: int) -> int:
+    """How many of the oldest segments of a Kafka-format log hold only batches below ``log_start``,
+    the offset DeleteRecords set (docs/protocol.md §16.6); 0 in a 0.7 log."""
+    count = 0
+    for segment in segments:
+        batches = segment.batches
+        if batches is None or batches.next_offset > log_start:
+            break
+        count += 1
+    return count
+
+
 def deletable(segments: Sequence[Segment]) -> int:
     """How many of the oldest segments retention may delete at most.
 
@@ -100,8 +112,9 @@ class RetentionTicket(Ticket):
         self.error: BaseException | None = None
         super().__init__()
 
-    def count(self, segments: tuple[Segment, ...], config: LogConfig) -> int:
-        """How many of the oldest of ``segments`` (the log's now) the time rule, then the size rule delete.
+    def count(self, segments: tuple[Segment, ...], config: LogConfig, log_start: int = 0) -> int:
+        """How many of the oldest of ``segments`` (the log's now) the time rule, then the size rule delete,
+        or, when more, those wholly below ``log_start`` (DeleteRecords', §16.6).
 
         Only retention removes segments, one pass at a time, so the snapshot is
         still their prefix; segments rolled since it was taken were not
@@ -114,7 +127,7 @@ class RetentionTicket(Ticket):
         assert segments[:len(self.segments)] == self.segments, (self, segments)
         expired = count_expired(retention_times_ms(self.segments, self.mtimes_ms), self.now_ms, config.retention_ms)
         count = expired + count_over_size([s.visible_size for s in segments[expired:]], config.retention_bytes)
-        return min(count, deletable(segments))
+        return min(max(count, count_below_start(segments, log_start)), deletable(segments))
 
     def stat(self) -> None:
         """Read the mtime of every segment of the snapshot (one ``stat`` each)."""
@@ -169,10 +182,10 @@ class Retention:
     the last segment always stays.
     """
 
-    __slots__ = ("_fs", "_dir_path", "_segments", "_gate", "_flushing", "_config", "_name", "ticket")
+    __slots__ = ("_fs", "_dir_path", "_segments", "_gate", "_flushing", "_config", "_name", "_log_start", "ticket")
 
     def __init__(self, fs: FileSystem, dir_path: str, segments: SegmentList, gate: Gate, flushing: Flushing,
-                 config: Callable[[], LogConfig], name: str):
+                 config: Callable[[], LogConfig], name: str, log_start: Callable[[], int] = lambda: 0):
         self._fs = fs
         self._dir_path = dir_path
         self._segments = segments
@@ -180,6 +193,7 @@ class Retention:
         self._flushing = flushing  # a flush in flight keeps the file of a segment it fsyncs open
         self._config = config  # the log's settings at each look (the broker replaces them on a config change)
         self._name = name  # the log's name, for error messages
+        self._log_start = log_start  # DeleteRecords' offset at each look (§16.6)
         self.ticket: RetentionTicket | None = None  # the pass in flight
 
     @property
@@ -239,7 +253,7 @@ class Retention:
     def _count(self, ticket: RetentionTicket) -> int:
         # How many of the oldest segments the rules delete now (0 after a stat() error).
         self._check_own(ticket)
-        count = ticket.count(self._segments.view.segments, self._config())
+        count = ticket.count(self._segments.view.segments, self._config(), self._log_start())
         self._gate.check_writable()
         return count
 
