@@ -23,9 +23,11 @@ A, B, C, X = (build_message_set([p * 20]) for p in (b"a", b"b", b"c", b"x"))
 class MemoryReplica:
     """A ReplicaLog in memory."""
 
-    def __init__(self, data: bytes = b"", entries=()):
+    def __init__(self, data: bytes = b"", entries=(), log_start_offset: int = -1):
         self.data = bytearray(data)
         self.history = EpochHistory(list(entries))
+        self.log_start_offset = log_start_offset  # a Kafka-format log's (§12.4.1); -1: a 0.7 log's
+        self.log_starts_followed: list[int] = []
 
     @property
     def end_offset(self) -> int:
@@ -44,6 +46,10 @@ class MemoryReplica:
 
     async def append_verbatim(self, data: bytes) -> None:
         self.data += data
+
+    async def follow_log_start(self, offset: int) -> None:
+        self.log_starts_followed.append(offset)
+        self.log_start_offset = max(self.log_start_offset, offset)
 
 
 class MemoryLeader:
@@ -76,7 +82,8 @@ class MemoryLeader:
         data = bytes(r.data[answer.offset:answer.offset + answer.max_bytes])
         return encode_replica_fetch_response(answer.error, leader_epoch=answer.leader_epoch,
                                              chunk_epoch=answer.chunk_epoch, high_watermark=answer.high_watermark,
-                                             log_end=answer.log_end, isr=answer.isr, data=data)
+                                             log_end=answer.log_end, isr=answer.isr, data=data,
+                                             log_start_offset=r.log_start_offset)
 
 
 async def test_a_divergent_follower_truncates_by_epoch_then_copies_the_leader_verbatim():
@@ -118,3 +125,19 @@ async def test_a_follower_without_bytes_of_the_leaders_epoch_is_caught_up_once_i
         nursery.cancel_scope.cancel()
     assert bytes(follower_log.data) == A + B and state.caught_up
 
+
+
+@pytest.mark.parametrize("leader_start, followed", [(7, 7), (-1, -1)])
+async def test_the_follower_takes_the_leaders_log_start_offset_and_a_07_leader_sends_none(leader_start, followed):
+    leader_log = MemoryReplica(A + B, [EpochEntry(0, 0)], log_start_offset=leader_start)
+    leader = MemoryLeader(leader_log, epoch=0)
+    left, right = trio.testing.memory_stream_pair()
+    follower_log = MemoryReplica()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(leader.serve, right)
+        link = StreamLeaderLink(left, replica_id=2, leader_epoch=0, topic="t", partition=0)
+        with pytest.raises(FollowerStopped), trio.fail_after(5):
+            await follow(follower_log, link, FollowerPartition(leader_id=1, leader_epoch=0), max_bytes=1000)
+        nursery.cancel_scope.cancel()
+    assert follower_log.log_start_offset == followed
+    assert set(follower_log.log_starts_followed) <= ({followed} - {-1})  # a 0.7 leader's -1 is never followed

@@ -68,13 +68,15 @@ class _Source:
 
 def test_replica_fetch_response_round_trip_with_a_file_region():
     chunks = encode_replica_fetch_response(ErrorCode.NO_ERROR, leader_epoch=7, chunk_epoch=6, high_watermark=100,
-                                           log_end=140, isr=(1, 2), data=FileRegion(_Source(b"xxabcdef"), 2, 6))
+                                           log_end=140, isr=(1, 2), data=FileRegion(_Source(b"xxabcdef"), 2, 6),
+                                           log_start_offset=12)
     wire = chunks[0] + chunks[1].read()
     assert int.from_bytes(wire[:4], "big") == len(wire) - 4
     error = int.from_bytes(wire[4:6], "big", signed=True)
     result = decode_replica_fetch_response(error, wire[6:])
     assert (result.error, result.leader_epoch, result.chunk_epoch, result.high_watermark, result.log_end,
-            result.isr, result.data) == (ErrorCode.NO_ERROR, 7, 6, 100, 140, (1, 2), b"abcdef")
+            result.log_start_offset, result.isr, result.data) == (ErrorCode.NO_ERROR, 7, 6, 100, 140, 12, (1, 2),
+                                                                  b"abcdef")
 
 
 def test_responses_refuse_malformed_payloads():

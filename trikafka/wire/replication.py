@@ -22,7 +22,7 @@ _FETCH_HEAD = struct.Struct(">iii")  # replica_id, leader_epoch, max_wait_ms
 _FETCH_TAIL = struct.Struct(">iqqi")  # partition, fetch_offset, durable_offset, max_bytes
 _EPOCH_HEAD = struct.Struct(">ii")  # replica_id, leader_epoch
 _EPOCH_TAIL = struct.Struct(">ii")  # partition, requested_epoch
-_FETCH_RESPONSE_HEAD = struct.Struct(">iiqqi")  # leader_epoch, chunk_epoch, hw, log_end, isr count
+_FETCH_RESPONSE_HEAD = struct.Struct(">iiqqqi")  # leader_epoch, chunk_epoch, hw, log_end, log_start_offset, isr count
 _EPOCH_RESPONSE = struct.Struct(">iq")  # epoch, end_offset
 
 
@@ -108,7 +108,7 @@ def decode_epoch_end_offset(cur: FieldCursor, version: int = 0) -> EpochEndOffse
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFetchResult:
-    """A decoded REPLICA_FETCH response."""
+    """A decoded REPLICA_FETCH response; ``log_start_offset`` is logical, -1 for a 0.7 log (§12.4.1)."""
 
     error: ErrorCode
     leader_epoch: int
@@ -117,12 +117,15 @@ class ReplicaFetchResult:
     log_end: int
     isr: tuple[int, ...]
     data: bytes
+    log_start_offset: int = -1
 
 
 def encode_replica_fetch_response(error: ErrorCode, *, leader_epoch: int, chunk_epoch: int, high_watermark: int,
-                                  log_end: int, isr: tuple[int, ...], data: FetchData) -> list[Chunk]:
+                                  log_end: int, isr: tuple[int, ...], data: FetchData,
+                                  log_start_offset: int = -1) -> list[Chunk]:
     """Header chunk plus the data chunk (bytes or a FileRegion for sendfile), if any."""
-    head = _FETCH_RESPONSE_HEAD.pack(leader_epoch, chunk_epoch, high_watermark, log_end, len(isr))
+    head = _FETCH_RESPONSE_HEAD.pack(leader_epoch, chunk_epoch, high_watermark, log_end,
+                                     _int64("log_start_offset", log_start_offset), len(isr))
     head += b"".join(_INT32.pack(_int32("isr member", r)) for r in isr)
     chunks = _data_chunks(data)
     header = _response_header(error, len(head) + sum(len(c) for c in chunks)) + head
@@ -133,13 +136,13 @@ def decode_replica_fetch_response(error: int, payload: bytes) -> ReplicaFetchRes
     """Decode the payload after ``size, errorCode``; RemoteProtocolError if malformed."""
     if len(payload) < _FETCH_RESPONSE_HEAD.size:
         raise RemoteProtocolError("replica fetch response shorter than its header")
-    leader_epoch, chunk_epoch, hw, log_end, count = _FETCH_RESPONSE_HEAD.unpack_from(payload)
+    leader_epoch, chunk_epoch, hw, log_end, log_start, count = _FETCH_RESPONSE_HEAD.unpack_from(payload)
     pos = _FETCH_RESPONSE_HEAD.size
     if count < 0 or len(payload) < pos + 4 * count:
         raise RemoteProtocolError(f"replica fetch response with a bad ISR count {count}")
     isr = tuple(_INT32.unpack_from(payload, pos + 4 * i)[0] for i in range(count))
     return ReplicaFetchResult(ErrorCode.from_wire(error), leader_epoch, chunk_epoch, hw, log_end, isr,
-                              bytes(payload[pos + 4 * count:]))
+                              bytes(payload[pos + 4 * count:]), log_start)
 
 
 def encode_epoch_end_offset_response(error: ErrorCode, epoch: int, end_offset: int) -> bytes:

@@ -48,6 +48,7 @@ class ReplicaLog(Protocol):
     async def assign_epoch(self, epoch: int, start_offset: int) -> None: ...  # fsynced
     async def truncate_to(self, offset: int) -> None: ...  # the log, then the epoch file
     async def append_verbatim(self, data: bytes) -> None: ...
+    async def follow_log_start(self, offset: int) -> None: ...  # the leader's log start offset, stored (§12.4.1)
 
 
 class LeaderLink(Protocol):
@@ -104,6 +105,8 @@ async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
             await log.append_verbatim(action.data)
         elif not isinstance(action, (TruncateFirst, Nothing)):
             raise AssertionError(action)
+        if result.log_start_offset >= 0:  # a Kafka-format log's, moved by DeleteRecords or retention
+            await log.follow_log_start(result.log_start_offset)
         # Caught up (§12.2): it holds all the leader held when elected (bytes of the leader's
         # epoch, or the leader's whole log: the answer's log_end) and the HW.
         holds_all = log.history.latest_epoch == state.leader_epoch or log.end_offset >= result.log_end

@@ -23,7 +23,7 @@ from typing import Callable
 import trio
 
 from ...log.epochs import UNDEFINED_EPOCH, EpochFile
-from ...log.record_format import record_format
+from ...log.record_format import FORMAT_V2, record_format
 from ...wire.errors import ErrorCode
 from ...wire.replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, encode_epoch_end_offset_response, encode_replica_fetch_response,
@@ -251,9 +251,13 @@ class HostedPartition:
         if answer.max_bytes > 0:
             data = self.log.read(answer.offset, answer.max_bytes, end=self.log.end_offset)
         await trio.lowlevel.checkpoint()
+        log_start = -1
+        if answer.error == ErrorCode.NO_ERROR and self.log.record_format == FORMAT_V2.name:
+            log_start = self.log.kafka_offsets.start_offset  # followers take it (§12.4.1)
         return encode_replica_fetch_response(answer.error, leader_epoch=answer.leader_epoch,
                                              chunk_epoch=answer.chunk_epoch, high_watermark=answer.high_watermark,
-                                             log_end=answer.log_end, isr=answer.isr, data=data)
+                                             log_end=answer.log_end, isr=answer.isr, data=data,
+                                             log_start_offset=log_start)
 
     def epoch_end_offset(self, request: EpochEndOffsetRequest) -> bytes:
         """Answer EPOCH_END_OFFSET from this replica's epoch history."""
@@ -323,6 +327,17 @@ class FollowerLog:
                 offset = min(offset, hosted.copy_again_from)
                 hosted.copy_again_from = None
             await hosted.truncate_log(offset)
+
+    async def follow_log_start(self, offset: int) -> None:
+        """Take the leader's log start offset when above this replica's, stored before the next
+        fetch (§12.4.1, §16.6); a 0.7 log has none."""
+        log = self._hosted.log
+        if log.record_format != FORMAT_V2.name:
+            return
+        log_start = log.kafka_offsets.log_start
+        if log_start.raise_to(offset):
+            with trio.CancelScope(shield=True):
+                await self._hosted._run_blocking(log_start.store)
 
     async def append_verbatim(self, data: bytes) -> None:
         hosted = self._hosted
