@@ -76,6 +76,7 @@ class KafkaApi(enum.IntEnum):
     API_VERSIONS = (18, 0, 3, 3)
     CREATE_TOPICS = (19, 2, 7, 5)
     DELETE_TOPICS = (20, 1, 6, 4)
+    DELETE_RECORDS = (21, 0, 2, 2)
     INIT_PRODUCER_ID = (22, 0, 4, 2)
     ADD_PARTITIONS_TO_TXN = (24, 0, 3, 3, 4)  # v4: brokers' verify_only calls (§19.5.7)
     ADD_OFFSETS_TO_TXN = (25, 0, 3, 3)
@@ -138,7 +139,6 @@ _STREAMS = "the Streams group protocol (KIP-1071) is not built; Kafka Streams us
 # and why this listener does not serve it (§16.3's second table).  Invariant: its keys and
 # KafkaApi's are disjoint and together every key kio knows.
 NOT_SERVED: dict[int, tuple[str, str]] = {
-    21: ("DeleteRecords", "not yet: a partition's log start moves only by retention (§7)"),
     34: ("AlterReplicaLogDirs", "not yet: a broker has one log directory"),
     35: ("DescribeLogDirs", "not yet: `trikafka topics NAME` shows each partition's bytes"),
     38: ("CreateDelegationToken", "delegation tokens (KIP-48) are not built; SCRAM and PLAIN are (§18.2)"),

@@ -31,8 +31,8 @@ from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import (cluster, configs, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
-               scram_users, topics)
+from . import (cluster, configs, delete_records, fetch, markers, offsets, produce, producer_id_blocks, producer_ids,
+               producers, scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
@@ -88,6 +88,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.API_VERSIONS: cluster.api_versions,
     KafkaApi.CREATE_TOPICS: topics.create_topics,
     KafkaApi.DELETE_TOPICS: topics.delete_topics,
+    KafkaApi.DELETE_RECORDS: delete_records.delete_records,
     KafkaApi.INIT_PRODUCER_ID: producer_ids.init_producer_id,
     KafkaApi.ADD_PARTITIONS_TO_TXN: transactions_api.add_partitions_to_txn,
     KafkaApi.ADD_OFFSETS_TO_TXN: transactions_api.add_offsets_to_txn,
