@@ -89,6 +89,8 @@ class KafkaApi(enum.IntEnum):
     DELETE_ACLS = (31, 1, 2, 2)
     DESCRIBE_CONFIGS = (32, 1, 4, 4)
     ALTER_CONFIGS = (33, 0, 2, 2)
+    ALTER_REPLICA_LOG_DIRS = (34, 1, 2, 2)
+    DESCRIBE_LOG_DIRS = (35, 1, 2, 2)
     SASL_AUTHENTICATE = (36, 0, 2, 2)
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)
@@ -139,8 +141,6 @@ _STREAMS = "the Streams group protocol (KIP-1071) is not built; Kafka Streams us
 # and why this listener does not serve it (§16.3's second table).  Invariant: its keys and
 # KafkaApi's are disjoint and together every key kio knows.
 NOT_SERVED: dict[int, tuple[str, str]] = {
-    34: ("AlterReplicaLogDirs", "not yet: a broker has one log directory"),
-    35: ("DescribeLogDirs", "not yet: `trikafka topics NAME` shows each partition's bytes"),
     38: ("CreateDelegationToken", "delegation tokens (KIP-48) are not built; SCRAM and PLAIN are (§18.2)"),
     39: ("RenewDelegationToken", _TOKENS),
     40: ("ExpireDelegationToken", _TOKENS),

@@ -31,8 +31,8 @@ from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import (cluster, configs, delete_records, fetch, markers, offsets, produce, producer_id_blocks, producer_ids,
-               producers, scram_users, topics)
+from . import (cluster, configs, delete_records, fetch, log_dirs, markers, offsets, produce, producer_id_blocks,
+               producer_ids, producers, scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
@@ -102,6 +102,8 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DESCRIBE_CONFIGS: topics.describe_configs,
     KafkaApi.ALTER_CONFIGS: configs.alter_configs,
     KafkaApi.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+    KafkaApi.ALTER_REPLICA_LOG_DIRS: log_dirs.alter_replica_log_dirs,
+    KafkaApi.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
     KafkaApi.SASL_AUTHENTICATE: sasl_not_enabled,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,

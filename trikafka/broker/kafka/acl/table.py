@@ -71,6 +71,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.CREATE_TOPICS: (_topic(Operation.CREATE, or_cluster=True),),
         KafkaApi.DELETE_TOPICS: (_topic(Operation.DELETE),),
         KafkaApi.DELETE_RECORDS: (_topic(Operation.DELETE),),
+        KafkaApi.DESCRIBE_LOG_DIRS: (_cluster(Operation.DESCRIBE),),
+        KafkaApi.ALTER_REPLICA_LOG_DIRS: (_cluster(Operation.ALTER),),
         KafkaApi.OFFSET_FOR_LEADER_EPOCH: (_topic(Operation.DESCRIBE),),
         KafkaApi.DESCRIBE_CONFIGS: (_topic(Operation.DESCRIBE_CONFIGS), _cluster(Operation.DESCRIBE_CONFIGS)),
         KafkaApi.ALTER_CONFIGS: (_topic(Operation.ALTER_CONFIGS), _cluster(Operation.ALTER_CONFIGS)),
