@@ -18,7 +18,8 @@ PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # ListGroups v5 (types_filter) 3.8's; §16.3's table lists them, and no client's version inference
 # turns on them (kafka-python tells 3.1 by Fetch v13, 3.7 by Fetch v16, 3.8 by Produce v11):
 # test_kafka_python_infers_a_3_0_broker_from_our_api_versions.
-BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12, KafkaApi.DESCRIBE_CLUSTER: 1, KafkaApi.LIST_GROUPS: 5}
+BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12, KafkaApi.DESCRIBE_CLUSTER: 1, KafkaApi.LIST_GROUPS: 5,
+                    KafkaApi.API_VERSIONS: 4}
 # Accepted but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
 BROKERS_ONLY_UP_TO = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
 
@@ -79,7 +80,7 @@ def test_lookup():
     assert lookup(-1) is None
 
 
-@pytest.mark.parametrize("version", range(4))
+@pytest.mark.parametrize("version", range(5))
 def test_api_versions_entries(version):
     entries = api_versions_entries(version)
     assert [(e.api_key, e.min_version, e.max_version) for e in entries] == [

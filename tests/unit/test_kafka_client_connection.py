@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.protocol import ResponsePayload
 
 from trikafka.client.errors import BrokerConnectionError, BrokerProtocolError
-from trikafka.client.kafka.connection import KafkaConnection, shared_versions
+from trikafka.client.kafka.connection import ASKED_API_VERSIONS_VERSION, KafkaConnection, shared_versions
 from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.framing import FrameReader, Request, encode_response, parse_request
 
@@ -91,7 +91,7 @@ async def test_negotiation_keeps_the_highest_version_both_serve() -> None:
         assert connection.versions[KafkaApi.PRODUCE] == 7
         assert connection.versions[KafkaApi.FETCH] == 11
         assert connection.versions[KafkaApi.METADATA] == KafkaApi.METADATA.max_version
-        assert broker.requests[0].api_version == KafkaApi.API_VERSIONS.max_version
+        assert broker.requests[0].api_version == ASKED_API_VERSIONS_VERSION == 3  # §16.2: not v4
 
     await with_broker(answer, test)
 

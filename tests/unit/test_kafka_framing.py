@@ -9,6 +9,8 @@ import pytest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsRequestV3
 from kio.schema.api_versions.v3.response import ApiVersionsResponse as ApiVersionsResponseV3
+from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsRequestV4
+from kio.schema.api_versions.v4.response import ApiVersionsResponse as ApiVersionsResponseV4
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v1.request import MetadataRequest as MetadataRequestV1
 from kio.schema.metadata.v1.response import MetadataResponse as MetadataResponseV1
@@ -194,6 +196,17 @@ class TestResponses:
         assert data[4:7] == b"\x00\x00" + bytes([len(KafkaApi) + 1])
         assert decode_response(18, 3, data) == (1234, body)
 
+    def test_api_versions_v4_is_served_as_v3_is(self):
+        """Kafka 3.9's v4, which Kafka 4's Java client asks first (§16.3): answered at v4, header v0."""
+        parsed = parse_request(strip(encode_request(18, 4, 1234, "c", ApiVersionsRequestV4(
+            client_software_name="a", client_software_version="1"))))
+        assert (parsed.api_version, parsed.body.client_software_name) == (4, "a")
+        body = ApiVersionsResponseV4(error_code=ErrorCode.none, api_keys=api_versions_entries(4),
+                                     throttle_time=i32Timedelta.parse(timedelta(0)))
+        data = strip(encode_response(parsed, body))
+        assert data[4:7] == b"\x00\x00" + bytes([len(KafkaApi) + 1])
+        assert decode_response(18, 4, data) == (1234, body)
+
     def test_a_body_of_another_version_is_refused(self):
         request = self.request(3, 12, metadata_v12_request())
         with pytest.raises(TypeError):
@@ -208,7 +221,7 @@ class TestResponses:
         assert decode_response(3, 12, data + b"\x00") == decode_response(3, 12, data)
 
     def test_unsupported_api_versions_gets_the_table_in_a_v0_body(self):
-        data = struct.pack(">hhih", 18, 4, 99, 1) + b"c" + b"\x00\x01\x02"
+        data = struct.pack(">hhih", 18, 5, 99, 1) + b"c" + b"\x00\x01\x02"
         with pytest.raises(UnsupportedRequest) as caught:
             parse_request(data)
         answer = strip(unsupported_version_response(caught.value))

@@ -21,12 +21,13 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v1.response import ApiVersion as ApiVersionV1
 from kio.schema.api_versions.v2.response import ApiVersion as ApiVersionV2
 from kio.schema.api_versions.v3.response import ApiVersion as ApiVersionV3
+from kio.schema.api_versions.v4.response import ApiVersion as ApiVersionV4
 from kio.static.primitive import i16
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-ApiVersionEntry = ApiVersionV0 | ApiVersionV1 | ApiVersionV2 | ApiVersionV3
+ApiVersionEntry = ApiVersionV0 | ApiVersionV1 | ApiVersionV2 | ApiVersionV3 | ApiVersionV4
 _API_VERSION_CLASSES: dict[int, type[ApiVersionEntry]] = {
-    0: ApiVersionV0, 1: ApiVersionV1, 2: ApiVersionV2, 3: ApiVersionV3,
+    0: ApiVersionV0, 1: ApiVersionV1, 2: ApiVersionV2, 3: ApiVersionV3, 4: ApiVersionV4,
 }
 
 
@@ -73,7 +74,7 @@ class KafkaApi(enum.IntEnum):
     DESCRIBE_GROUPS = (15, 0, 5, 5)
     LIST_GROUPS = (16, 0, 5, 3)
     SASL_HANDSHAKE = (17, 0, 1, 2)
-    API_VERSIONS = (18, 0, 3, 3)
+    API_VERSIONS = (18, 0, 4, 3)
     CREATE_TOPICS = (19, 2, 7, 5)
     DELETE_TOPICS = (20, 1, 6, 4)
     DELETE_RECORDS = (21, 0, 2, 2)
@@ -199,7 +200,7 @@ _BY_KEY: dict[int, KafkaApi] = {int(api): api for api in KafkaApi}
 
 
 def api_versions_entries(version: int) -> tuple[ApiVersionEntry, ...]:
-    """The table as the ``api_keys`` of an ApiVersions response of ``version`` (0-3), by key: each
+    """The table as the ``api_keys`` of an ApiVersions response of ``version`` (0-4), by key: each
     api's ``min_version .. max_version`` (brokers' own versions are not named)."""
     return _api_versions_entries(version)
 

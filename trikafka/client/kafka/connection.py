@@ -50,6 +50,8 @@ _CORRELATION_IDS = 1 << 31
 SOFTWARE_NAME = "trikafka"
 NO_CAPS: Mapping[KafkaApi, int] = {}  # negotiate's default: every api at the highest version both serve
 UNKNOWN_SOFTWARE_VERSION = "unknown"  # ApiVersions v3's client_software_version when the caller names none
+# ApiVersions v4 (Kafka 3.9) adds nothing the client reads, and older brokers would refuse it (§16.2).
+ASKED_API_VERSIONS_VERSION = 3
 # How a connection's stream is opened: ``open_stream(host, port)``, TCP unless a caller gives another
 # (``trikafka.testing``'s in-memory network), as ``trikafka.client.connect`` takes it for the 0.7 protocol.
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
@@ -224,7 +226,7 @@ class KafkaConnection:
         every broker serves.
         """
         api = KafkaApi.API_VERSIONS
-        version = api.max_version
+        version = ASKED_API_VERSIONS_VERSION
         for _ in range(2):
             body = schema.build(api, version, client_software_name=SOFTWARE_NAME,
                                 client_software_version=software_version)
