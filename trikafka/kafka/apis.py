@@ -103,6 +103,7 @@ class KafkaApi(enum.IntEnum):
     DESCRIBE_CLUSTER = (60, 0, 1, 0)
     DESCRIBE_TRANSACTIONS = (65, 0, 0, 0)
     LIST_TRANSACTIONS = (66, 0, 0, 0)
+    DESCRIBE_TOPIC_PARTITIONS = (75, 0, 0, 0)
 
     @property
     def label(self) -> str:
@@ -170,7 +171,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     72: ("PushTelemetry", "client metrics (KIP-714) are not built"),
     73: ("AssignReplicasToDirs", KRAFT_ONLY),
     74: ("ListConfigResources", "not yet: client-metrics resources are not built"),
-    75: ("DescribeTopicPartitions", "not yet: Metadata describes every partition"),
     76: ("ShareGroupHeartbeat", _SHARE),
     77: ("ShareGroupDescribe", _SHARE),
     78: ("ShareFetch", _SHARE),

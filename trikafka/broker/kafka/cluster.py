@@ -1,6 +1,6 @@
-"""ApiVersions, Metadata and DescribeCluster (docs/protocol.md §16.3, §16.4, §16.5).
+"""ApiVersions, Metadata, DescribeTopicPartitions and DescribeCluster (docs/protocol.md §16.3, §16.4, §16.5).
 
-All three are answered from memory: the api table, the brokers that serve the
+All four are answered from memory: the api table, the brokers that serve the
 Kafka protocol, and the topics this broker knows.
 """
 
@@ -87,6 +87,57 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, d
                      replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=())
         for p in described.partitions)
     return topic(ErrorCode.none, partitions)
+
+
+def describe_topic_partitions(service: KafkaContext, request: Request) -> Any:
+    reply = Reply(request.api_key, request.api_version)
+    body: Any = request.body  # Any: this api's request class at the request's version
+    authorizer = service.authorizer
+    if body.topics:
+        names = sorted({t.name for t in body.topics})
+    else:  # every topic, as a Metadata listing: those the principal may not describe left out (§18.3)
+        names = [n for n in service.topic_names() if authorizer.denied(KafkaApi.DESCRIBE_TOPIC_PARTITIONS, n) is None]
+    cursor = body.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    live = {b.broker_id for b in service.kafka_brokers()}
+    left = max(int(body.response_partition_limit), 1)
+    topics, next_cursor = [], None
+
+    def topic(name: str, error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
+        return reply.nested("DescribeTopicPartitionsResponseTopic", error_code=error, name=name,
+                            topic_id=NO_TOPIC_ID, is_internal=name in INTERNAL_TOPICS, partitions=partitions,
+                            topic_authorized_operations=OPERATIONS_NOT_ASKED)
+
+    for name in names:
+        if left == 0:  # the limit was reached at the end of the topic before: this one is next
+            next_cursor = reply.nested("Cursor", topic_name=name, partition_index=0)
+            break
+        if (denied := authorizer.denied(KafkaApi.DESCRIBE_TOPIC_PARTITIONS, name)) is not None:
+            topics.append(topic(name, denied))
+            continue
+        if service.topic_format(name) is None:
+            topics.append(topic(name, ErrorCode.unknown_topic_or_partition))
+            continue
+        described = service.engine.admin.topic_metadata(name, service.broker_id)
+        if described.error != EngineError.NO_ERROR:
+            topics.append(topic(name, kafka_error(described.error)))
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        views = [p for p in described.partitions if p.partition >= first]
+        if len(views) > left:
+            next_cursor = reply.nested("Cursor", topic_name=name, partition_index=views[left].partition)
+            views = views[:left]
+        left -= len(views)
+        topics.append(topic(name, ErrorCode.none, tuple(
+            reply.nested("DescribeTopicPartitionsResponsePartition", error_code=kafka_error(p.error),
+                         partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
+                         replica_nodes=p.replicas, isr_nodes=p.isr, eligible_leader_replicas=(),
+                         last_known_elr=(), offline_replicas=tuple(r for r in p.replicas if r not in live))
+            for p in views)))
+        if next_cursor is not None:
+            break
+    return reply.response(throttle_time=NO_THROTTLE, topics=tuple(topics), next_cursor=next_cursor)
 
 
 def describe_cluster(service: KafkaContext, request: Request) -> Any:

@@ -114,6 +114,7 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DESCRIBE_PRODUCERS: producers.describe_producers,
     KafkaApi.DESCRIBE_TRANSACTIONS: transactions_admin_api.describe_transactions,
     KafkaApi.LIST_TRANSACTIONS: transactions_admin_api.list_transactions,
+    KafkaApi.DESCRIBE_TOPIC_PARTITIONS: cluster.describe_topic_partitions,
 }
 # Handlers that write their own answer (chunks, or nothing): the rest return an entity.
 _RAW_ANSWERS = frozenset({KafkaApi.PRODUCE, KafkaApi.FETCH})

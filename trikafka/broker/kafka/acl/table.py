@@ -72,6 +72,7 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DELETE_TOPICS: (_topic(Operation.DELETE),),
         KafkaApi.DELETE_RECORDS: (_topic(Operation.DELETE),),
         KafkaApi.DESCRIBE_LOG_DIRS: (_cluster(Operation.DESCRIBE),),
+        KafkaApi.DESCRIBE_TOPIC_PARTITIONS: (_topic(Operation.DESCRIBE),),
         KafkaApi.ALTER_REPLICA_LOG_DIRS: (_cluster(Operation.ALTER),),
         KafkaApi.OFFSET_FOR_LEADER_EPOCH: (_topic(Operation.DESCRIBE),),
         KafkaApi.DESCRIBE_CONFIGS: (_topic(Operation.DESCRIBE_CONFIGS), _cluster(Operation.DESCRIBE_CONFIGS)),
