@@ -9,6 +9,7 @@ import trio
 from tests.helpers.registry import WAIT_S, register_broker, wait_for_state
 from trikafka.broker.replication.controller import Controller
 from trikafka.broker.replication.membership import register_membership
+from trikafka.zk import paths
 from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
@@ -94,3 +95,27 @@ async def test_a_broker_is_not_elected_before_it_says_whether_its_tail_survived(
                 state = await wait_for_state(admin, lambda s: s.leader == 3)
                 assert state.isr == (3,) and state.leader_epoch == offline.leader_epoch + 1
             nursery.cancel_scope.cancel()
+
+
+async def test_an_unclean_election_asked_for_elects_a_replica_outside_the_isr_and_is_answered(zk_harness, zk_clock):
+    """ElectLeaders' unclean request (§12.7): the controller elects as if the topic allowed it, once,
+    and deletes the request; a partition that is not offline is left alone."""
+    async with zk_harness.client() as admin, zk_harness.client() as b2, trio.open_nursery() as nursery:
+        await register_broker(b2, 2)
+        await create_topic(admin, "orders", TopicAssignment(((1, 2), (2, 1)), {}),
+                           [PartitionState(-1, 4, (1,), 0), PartitionState(2, 0, (2,), 0)])
+        controller = Controller(b2, 2, reconcile_interval_s=0.2)
+        await nursery.start(controller.run)
+        with trio.fail_after(WAIT_S):
+            while controller.stats.passes == 0:
+                await controller.reconciled.wait()
+        assert (await read_state(admin, "orders", 0)).state.leader == -1  # unclean election is off
+        for partition in (0, 1):
+            await admin.create(paths.unclean_election("orders", partition), b"", makepath=True)
+        state = await wait_for_state(admin, lambda s: s.leader != -1)
+        assert state == PartitionState(2, 5, (2,), controller.stats.epoch)
+        assert (await read_state(admin, "orders", 1)).state == PartitionState(2, 0, (2,), 0)  # it had a leader
+        with trio.fail_after(WAIT_S):
+            while await admin.children(paths.UNCLEAN_ELECTIONS):
+                await controller.reconciled.wait()
+        nursery.cancel_scope.cancel()

@@ -203,6 +203,7 @@ CONTROLLER = "/trikafka/controller"
 CONTROLLER_EPOCH = "/trikafka/controller_epoch"
 REPLICATION_BROKERS = "/trikafka/brokers"
 SHUTTING_DOWN = "/trikafka/shutting_down"
+UNCLEAN_ELECTIONS = "/trikafka/unclean_elections"  # ElectLeaders' unclean requests (docs: §12.2, §12.7)
 TOPIC_CONFIGS = "/trikafka/config/topics"
 KAFKA_GROUPS = "/trikafka/kafka-groups"
 PRODUCER_IDS = "/trikafka/producer-ids"  # the next free block of producer ids (docs: §19.1)
@@ -228,6 +229,17 @@ def replication_broker(broker_id: int) -> str:
 def shutting_down(broker_id: int) -> str:
     """``/trikafka/shutting_down/<id>``: the broker asks for a controlled shutdown."""
     return f"{SHUTTING_DOWN}/{validate_broker_id(broker_id)}"
+
+
+def unclean_election(topic: str, partition: int) -> str:
+    """``/trikafka/unclean_elections/<t>-<p>``: an unclean election asked for (docs: §12.7)."""
+    return f"{UNCLEAN_ELECTIONS}/{validate_topic(topic)}-{_validate_partition(partition)}"
+
+
+def parse_unclean_election(name: str) -> tuple[str, int] | None:
+    """The partition a child of ``UNCLEAN_ELECTIONS`` names (split at the last hyphen); None if none."""
+    topic, _, partition = name.rpartition("-")
+    return (topic, int(partition)) if topic and partition.isdigit() else None
 
 
 def topic_config(topic: str) -> str:

@@ -98,7 +98,8 @@ class Controller:
 
     async def _control(self, epoch: int) -> None:
         async with trio.open_nursery() as nursery:
-            for path in (paths.BROKER_IDS, paths.REPLICATION_BROKERS, paths.REPLICATED_TOPICS, paths.SHUTTING_DOWN):
+            for path in (paths.BROKER_IDS, paths.REPLICATION_BROKERS, paths.REPLICATED_TOPICS, paths.SHUTTING_DOWN,
+                         paths.UNCLEAN_ELECTIONS):
                 nursery.start_soon(self._wake_on_children, path)
             nursery.start_soon(self._wake_on_loss_of_role, nursery.cancel_scope)
             while True:
@@ -163,9 +164,19 @@ class Controller:
         except (ValueError, AttributeError):
             return False, frozenset()
 
+    async def _unclean_requests(self) -> dict[tuple[str, int], str]:
+        """The partitions ElectLeaders asked an unclean election for (§12.7), with their request znodes."""
+        try:
+            names = await self._zk.children(paths.UNCLEAN_ELECTIONS)
+        except NoNodeError:
+            return {}
+        return {key: f"{paths.UNCLEAN_ELECTIONS}/{name}" for name in names
+                if (key := paths.parse_unclean_election(name)) is not None}
+
     async def reconcile(self, epoch: int) -> None:
         """One pass over every replicated partition."""
         cluster = await self._cluster()
+        unclean = await self._unclean_requests()
         for topic in await replicated_topics(self._zk):
             try:
                 read = await read_assignment_versioned(self._zk, topic)
@@ -192,8 +203,9 @@ class Controller:
                 part_cluster = dataclasses.replace(cluster, registered_after_state=newer,
                                                    restarted=cluster.restarted | (newer & {leader}),
                                                    tail_intact=cluster.tail_intact | copied_here)
-                new, finish = self._decide(topic, partition, assignment, current.state, part_cluster, config,
-                                           epoch)
+                asked = dataclasses.replace(config, unclean_leader_election=True)
+                new, finish = self._decide(topic, partition, assignment, current.state, part_cluster,
+                                           asked if (topic, partition) in unclean else config, epoch)
                 if new is None:
                     continue
                 try:
@@ -209,6 +221,11 @@ class Controller:
                 (self._offline if new.leader == NO_LEADER else self._elected).note(topic, partition)
                 if finish:
                     assignment, version = await self._finish(topic, partition, assignment, version)
+        for path in unclean.values():  # answered by this pass, whatever it decided (§12.7)
+            try:
+                await self._zk.delete(path)
+            except NoNodeError:
+                pass
         self.stats.seen_registrations = self._pending_seen
         self.stats.passes += 1
         self.reconciled.set()
