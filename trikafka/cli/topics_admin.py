@@ -332,10 +332,9 @@ async def _alter(args: argparse.Namespace) -> int:
 
 
 async def _reassign(args: argparse.Namespace) -> int:
-    from trikafka.broker.replication.assignment import AssignmentError, plan_reassignment
-    from trikafka.zk import BadVersionError, paths
-    from trikafka.zk.registry import live_brokers
-    from trikafka.zk.replication_store import read_assignment_versioned, write_assignment
+    from trikafka.broker.replication.assignment import AssignmentError
+    from trikafka.broker.replication.reassign import start_reassignment
+    from trikafka.zk import paths
 
     name = paths.validate_topic(args.topic[1])
     try:
@@ -343,22 +342,12 @@ async def _reassign(args: argparse.Namespace) -> int:
     except ValueError:
         raise AssignmentError(f"--replicas takes broker ids like 1,2,3, not {args.replicas!r}") from None
     async with _zookeeper(args) as zk:
-        live = set(await live_brokers(zk))
-        while True:
-            read = await read_assignment_versioned(zk, name)
-            if read is None:
-                raise AdminError(f"no replicated topic {name!r} in ZooKeeper at {args.zookeeper}")
-            assignment, version = read
-            plan = plan_reassignment(assignment, args.partition, target, live)
-            if plan is None:
-                break
-            try:
-                await write_assignment(zk, name, plan, version)
-            except BadVersionError:
-                continue  # someone wrote meanwhile: decide again on what is there now
-            break
+        started = await start_reassignment(zk, name, args.partition, target)
+    if started is None:
+        raise AdminError(f"no replicated topic {name!r} in ZooKeeper at {args.zookeeper}")
+    assignment, planned = started
     current = assignment.replicas[args.partition]
-    if plan is None and current == target:
+    if not planned and current == target:
         print(f"trikafka: {name}-{args.partition} already has replicas {_ids(target)}")
     else:
         print(f"trikafka: {name}-{args.partition} moving from {_ids(current)} to {_ids(target)}; the controller "
