@@ -95,7 +95,10 @@ class KafkaApi(enum.IntEnum):
     SASL_AUTHENTICATE = (36, 0, 2, 2)
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)
+    ELECT_LEADERS = (43, 0, 2, 2)
     INCREMENTAL_ALTER_CONFIGS = (44, 0, 1, 1)
+    ALTER_PARTITION_REASSIGNMENTS = (45, 0, 0, 0)
+    LIST_PARTITION_REASSIGNMENTS = (46, 0, 0, 0)
     OFFSET_DELETE = (47, 0, 0, 1)
     DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
     ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
@@ -147,9 +150,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     39: ("RenewDelegationToken", _TOKENS),
     40: ("ExpireDelegationToken", _TOKENS),
     41: ("DescribeDelegationToken", _TOKENS),
-    43: ("ElectLeaders", "not yet: the controller elects leaders itself (§12)"),
-    45: ("AlterPartitionReassignments", "not yet: `trikafka topics reassign NAME --partition P --replicas IDS --zookeeper Z` moves a partition"),
-    46: ("ListPartitionReassignments", "not yet: `trikafka topics describe NAME --zookeeper Z` shows replicas"),
     48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),
     49: ("AlterClientQuotas", "not yet: the broker has no client quotas"),
     52: ("Vote", KRAFT_ONLY),

@@ -29,6 +29,7 @@ from trikafka.zk.replication_values import TopicAssignment
 from trikafka.zk.topic_config_store import update_topic_config
 
 from ..replication.assignment import AssignmentError, assign_replicas
+from ..replication.reassign import start_reassignment
 from .cluster import new_cluster_id
 from .topics import TopicError
 from .context import KafkaContext
@@ -112,6 +113,30 @@ class KafkaRegistry:
         settings written; ``change`` may raise TopicError to give up."""
         try:
             return (await update_topic_config(self._zk, topic, change)).config
+        except ZooKeeperClientError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+
+    async def reassign(self, topic: str, partition: int, target: tuple[int, ...]) -> None:
+        """AlterPartitionReassignments of one partition (§16.4): the move `trikafka topics reassign`
+        starts (§12.12.3); raises TopicError with Kafka's error."""
+        try:
+            started = await start_reassignment(self._zk, topic, partition, target)
+        except AssignmentError as exc:
+            raise TopicError(ErrorCode.invalid_replica_assignment, str(exc)) from None
+        except ZooKeeperClientError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+        if started is None:
+            raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic")
+        if started[1]:
+            logger.info("%s-%d: moving to %s", topic, partition, list(target))
+
+    async def ask_unclean_election(self, topic: str, partition: int) -> None:
+        """ElectLeaders' unclean election of one partition (§16.4): the request znode the controller
+        answers (§12.7); raises TopicError if ZooKeeper fails."""
+        try:
+            await self._zk.create(paths.unclean_election(topic, partition), b"", makepath=True)
+        except NodeExistsError:
+            pass  # asked already; the controller's next pass answers both
         except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
 

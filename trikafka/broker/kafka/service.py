@@ -31,8 +31,8 @@ from ..config import BrokerConfig
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import (cluster, configs, delete_records, fetch, log_dirs, markers, offsets, produce, producer_id_blocks,
-               producer_ids, producers, scram_users, topics)
+from . import (cluster, configs, delete_records, fetch, log_dirs, markers, offsets, partition_admin, produce,
+               producer_id_blocks, producer_ids, producers, scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
@@ -107,6 +107,9 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.SASL_AUTHENTICATE: sasl_not_enabled,
     KafkaApi.CREATE_PARTITIONS: topics.create_partitions,
     KafkaApi.DELETE_GROUPS: admin_api.delete_groups,
+    KafkaApi.ELECT_LEADERS: partition_admin.elect_leaders,
+    KafkaApi.ALTER_PARTITION_REASSIGNMENTS: partition_admin.alter_partition_reassignments,
+    KafkaApi.LIST_PARTITION_REASSIGNMENTS: partition_admin.list_partition_reassignments,
     KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
     KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.describe_user_scram_credentials,
