@@ -1,0 +1,117 @@
+"""ElectLeaders and Alter/ListPartitionReassignments (docs/protocol.md §16.4) on ZooKeeper brokers, through
+kafka-python (which has all three) and confluent-kafka (which has ElectLeaders)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import signal
+from typing import Any
+
+import trio
+from confluent_kafka import ElectionType
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import InvalidReplicationAssignmentError
+
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic
+from tests.helpers.kafka_processes import KafkaCluster
+
+WAIT_S = 60.0
+POLL_S = 0.1
+
+
+async def _partition(bootstrap: str, topic: str) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, ISR) of the topic's partition 0, as Metadata names them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    metadata = await trio.to_thread.run_sync(functools.partial(admin.list_topics, topic, timeout=10))
+    found = metadata.topics[topic].partitions[0]
+    return int(found.leader), list(found.replicas), sorted(found.isrs)
+
+
+async def _until(bootstrap: str, topic: str, done: Any) -> tuple[int, list[int], list[int]]:
+    with trio.fail_after(WAIT_S):
+        while not done(seen := await _partition(bootstrap, topic)):
+            await trio.sleep(POLL_S)  # polling a condition: the deadline fails the test
+    return seen
+
+
+def _python_admin(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+
+
+async def test_a_reassignment_started_by_kafka_python_shows_its_progress_and_finishes(zk_chroot, tmp_path):
+    async with contextlib.AsyncExitStack() as stack:
+        cluster = KafkaCluster(tmp_path, zk_chroot, stack)
+        for broker_id in (1, 2, 3):
+            await cluster.start(broker_id)
+        bootstrap = cluster.bootstrap()
+        await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, "moved", replication_factor=2))
+        _leader, old, _isr = await _until(bootstrap, "moved", lambda p: len(p[2]) == 2)
+        (new,) = {1, 2, 3} - set(old)
+        target = [old[1], new]
+        admin = await trio.to_thread.run_sync(_python_admin, cluster.brokers[old[0]].bootstrap)
+        try:
+            with trio.fail_after(WAIT_S):  # a refusal carries the reason
+                refused = await trio.to_thread.run_sync(admin.alter_partition_reassignments,
+                                                        {TopicPartition("moved", 0): [new, new]})
+            assert refused == {TopicPartition("moved", 0): InvalidReplicationAssignmentError}
+            # The new replica is stopped, so the move waits for it (its registration outlives the stop
+            # by the session timeout, long enough to be accepted as live).
+            cluster.brokers[new].child.signal(signal.SIGSTOP)
+            try:
+                started = await trio.to_thread.run_sync(admin.alter_partition_reassignments,
+                                                        {TopicPartition("moved", 0): target})
+                assert started == {TopicPartition("moved", 0): None}
+                with trio.fail_after(WAIT_S):
+                    while not (listed := await trio.to_thread.run_sync(admin.list_partition_reassignments)):
+                        await trio.sleep(POLL_S)
+                assert listed == {TopicPartition("moved", 0): {
+                    "replicas": [*old, new], "adding_replicas": [new], "removing_replicas": [old[0]]}}
+            finally:
+                cluster.brokers[new].child.signal(signal.SIGCONT)
+            await _until(bootstrap, "moved", lambda p: sorted(p[1]) == sorted(target) and sorted(p[2]) == sorted(target))
+            assert await trio.to_thread.run_sync(admin.list_partition_reassignments) == {}
+        finally:
+            admin.close()
+
+
+async def test_elections_preferred_and_unclean(zk_chroot, tmp_path):
+    """Preferred: not needed while the preferred replica leads.  Unclean: a partition whose only ISR member
+    is gone gets the live replica outside the ISR as its leader, though the topic does not allow it."""
+    async with contextlib.AsyncExitStack() as stack:
+        cluster = KafkaCluster(tmp_path, zk_chroot, stack)
+        for broker_id in (1, 2):
+            await cluster.start(broker_id)
+        bootstrap = cluster.bootstrap()
+        await trio.to_thread.run_sync(functools.partial(
+            create_topic, bootstrap, "elected", replication_factor=2))
+        leader, replicas, _isr = await _until(bootstrap, "elected", lambda p: len(p[2]) == 2 and p[0] >= 0)
+        assert leader == replicas[0]
+        confluent = AdminClient({"bootstrap.servers": bootstrap})
+        future = confluent.elect_leaders(ElectionType.PREFERRED, [ConfluentPartition("elected", 0)])
+        answered = await trio.to_thread.run_sync(future.result, CLIENT_TIMEOUT_S)
+        assert "ELECTION_NOT_NEEDED" in str(answered[ConfluentPartition("elected", 0)])
+
+        follower = replicas[1]
+        await cluster.brokers[follower].kill()
+        # The leader shrinks the ISR to itself (replica.lag.time.max.ms), then goes too: offline.
+        await _until(cluster.bootstrap(without=(follower,)), "elected", lambda p: p[2] == [leader])
+        await cluster.brokers[leader].kill()
+        async with trio.open_nursery() as nursery:
+            await cluster.restart_in(nursery, follower)
+            at = cluster.brokers[follower].bootstrap
+            assert (await _until(at, "elected", lambda p: p[0] == -1))[2] == [leader]  # clean rules: offline
+            admin = await trio.to_thread.run_sync(_python_admin, at)
+            try:
+                with trio.fail_after(WAIT_S):
+                    answer = await trio.to_thread.run_sync(functools.partial(
+                        admin.elect_leaders, 1, {"elected": [0]}, timeout_ms=int(WAIT_S * 1000)))
+            finally:
+                admin.close()
+            (result,) = answer.replica_election_results
+            assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, 0)]
+            assert await _partition(at, "elected") == (follower, replicas, [follower])
+            nursery.cancel_scope.cancel()
