@@ -15,10 +15,11 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 
-from ..seams import BrokerLog, LogDirectory
+from ..seams import BrokerLog
 from .entities import NO_THROTTLE, Reply
 
 if TYPE_CHECKING:
+    from ..engine.engine import Engine
     from .acl.authorizer import Authorizer
 
 # A current log's lag (Kafka: high watermark minus log end, at least 0) is never positive here: no
@@ -26,23 +27,13 @@ if TYPE_CHECKING:
 CURRENT_LOG_LAG = 0
 
 
-class _Directory(Protocol):
-    @property
-    def log_manager(self) -> LogDirectory: ...
-
-
-class _Engine(Protocol):
-    @property
-    def directory(self) -> _Directory: ...
-
-
 class LogDirsOwner(Protocol):
-    """What the log-directory apis need of their broker: the ACL check and its logs."""
+    """What the log-directory apis need of their broker: the ACL check and its logs (the engine's)."""
 
     authorizer: Authorizer
 
     @property
-    def engine(self) -> _Engine: ...
+    def engine(self) -> Engine: ...
 
 
 def _own_dir(service: LogDirsOwner) -> str:

@@ -21,34 +21,18 @@ from trikafka.wire.metadata import BrokerAddress
 from trikafka.zk.replication_values import NO_LEADER, PartitionState, TopicAssignment
 
 from ..engine.errors import EngineError
-from ..engine.metadata import PartitionView, TopicView
+from ..engine.metadata import PartitionView
 from .entities import NO_THROTTLE, Reply
 from .topics import TopicError
 
 if TYPE_CHECKING:
+    from ..engine.engine import Engine
     from ..seams import Replicas
     from .acl.authorizer import Authorizer
     from .context import TopicRegistry
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election_type (v0: preferred)
 ELECTION_POLL_S = 0.05  # how often a waiting ElectLeaders looks at the partition states again
-
-
-class _Admin(Protocol):
-    def topic_metadata(self, name: str, broker_id: int) -> TopicView: ...
-
-
-class _Directory(Protocol):
-    @property
-    def replicas(self) -> Replicas | None: ...
-
-
-class _Engine(Protocol):
-    @property
-    def admin(self) -> _Admin: ...
-
-    @property
-    def directory(self) -> _Directory: ...
 
 
 class PartitionAdmin(Protocol):
@@ -58,7 +42,7 @@ class PartitionAdmin(Protocol):
     broker_id: int
 
     @property
-    def engine(self) -> _Engine: ...
+    def engine(self) -> Engine: ...
 
     @property
     def registry(self) -> TopicRegistry | None: ...
