@@ -18,8 +18,11 @@ from kio.schema.errors import ErrorCode
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, leader_of
 from tests.helpers.kafka_processes import KafkaCluster
 from tests.helpers.kafka_wire import fetch_once, list_offset_answer
+from trikafka.client import connect
 from trikafka.log.log_start import LOG_START_FILE
 from trikafka.testing import running_kafka_broker
+from trikafka.wire import build_message_set
+from trikafka.wire.errors import ErrorCode as ErrorCode07
 
 EARLIEST, LATEST = -2, -1
 RECORDS = 10
@@ -80,6 +83,21 @@ def test_kafka_python_deletes_up_to_the_high_watermark(tmp_path):
             admin.close()
         assert list_offset_answer(kafka.bootstrap, "emptied", 0, EARLIEST) == (ErrorCode.none, 3)
         assert list_offset_answer(kafka.bootstrap, "emptied", 0, LATEST) == (ErrorCode.none, 3)
+
+
+def test_a_07_topics_partition_is_refused_with_unsupported_for_message_format(tmp_path):
+    """A 0.7 partition's offsets are byte positions only retention moves (§16.4): refused, nothing stored."""
+    with running_kafka_broker(str(tmp_path), num_partitions=1) as kafka:
+
+        async def produce_07() -> None:
+            async with await connect("127.0.0.1", kafka.port) as conn:
+                produced = await conn.produce_acked([("plain", 0, build_message_set([b"one", b"two"]))])
+                assert produced[0].error == ErrorCode07.NO_ERROR
+
+        trio.run(produce_07)
+        with pytest.raises(KafkaException, match="UNSUPPORTED_FOR_MESSAGE_FORMAT"):
+            _confluent_delete(kafka.bootstrap, "plain", 1)
+        assert not (tmp_path / "plain-0" / LOG_START_FILE).exists()
 
 
 # ----------------------------------------------------------------- replicated (§12.4.1)
