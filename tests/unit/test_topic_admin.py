@@ -7,7 +7,8 @@ import pytest
 
 from trikafka.broker.cleaner import compaction_policy
 from trikafka.broker.config import BrokerConfig
-from trikafka.broker.replication.assignment import AssignmentError, assign_replicas, finished, plan_reassignment
+from trikafka.broker.replication.assignment import (AssignmentError, assign_replicas, cancelled, finished,
+                                                   plan_reassignment)
 from trikafka.broker.replication.election import Cluster, announce, finish_reassignment, prune_to_replicas
 from trikafka.broker.topic_settings import (
     UNCLEAN_WARNING, LogOverrides, TopicConfigError, check_topic_config, log_overrides, parse_config_items,
@@ -49,11 +50,25 @@ def test_placement_refuses_more_replicas_than_live_brokers_in_one_line():
 def test_a_plan_appends_the_new_replicas_and_records_the_target():
     topic = TopicAssignment(((1, 2, 3), (2, 3, 1)), {"min.insync.replicas": "2"})
     plan = plan_reassignment(topic, 0, (2, 3, 4), {1, 2, 3, 4})
-    assert plan == TopicAssignment(((1, 2, 3, 4), (2, 3, 1)), {"min.insync.replicas": "2"}, {0: (2, 3, 4)})
+    assert plan == TopicAssignment(((1, 2, 3, 4), (2, 3, 1)), {"min.insync.replicas": "2"}, {0: (2, 3, 4)},
+                                   {0: (1, 2, 3)})
     assert TopicAssignment.decode(plan.encode()) == plan
     assert plan_reassignment(plan, 0, (2, 3, 4), {1, 2, 3, 4}) is None  # under way already
     assert finished(plan, 0) == TopicAssignment(((2, 3, 4), (2, 3, 1)), {"min.insync.replicas": "2"})
     assert plan_reassignment(topic, 1, (2, 3, 1), {1, 2, 3}) is None  # already there
+
+
+def test_a_cancelled_move_goes_back_to_its_list_from_before():
+    topic = TopicAssignment(((1, 2, 3, 4), (2, 3, 1)), {}, {0: (2, 3, 4)}, {0: (1, 2, 3, 4)})
+    plan = plan_reassignment(TopicAssignment(((1, 2, 3, 4),), {}), 0, (2, 3, 4), {1, 2, 3, 4})
+    assert plan is not None and plan.replicas == ((1, 2, 3, 4),)  # the list reads the same as a move to more
+    assert cancelled(plan, 0) == TopicAssignment(((1, 2, 3, 4),), {})
+    grown = plan_reassignment(TopicAssignment(((1, 2, 3),), {}), 0, (2, 3, 4), {1, 2, 3, 4})
+    assert grown is not None and grown.replicas == plan.replicas and cancelled(grown, 0) == TopicAssignment(
+        ((1, 2, 3),), {})
+    assert cancelled(topic, 1) is None  # not moving
+    with pytest.raises(AssignmentError, match="earlier release"):
+        cancelled(TopicAssignment(((1, 2, 3),), {}, {0: (2, 3)}), 0)
 
 
 def test_plans_that_cannot_be_made_say_why():
@@ -75,7 +90,8 @@ def test_an_assignment_without_targets_encodes_as_before_and_bad_targets_are_ref
     assert plain.encode() == b'{"config":{},"partitions":{"0":[1,2]},"version":1}'
     from trikafka.zk.replication_values import ReplicationValueError
 
-    for raw in (b'{"partitions":{"0":[1]},"targets":{"1":[2]}}', b'{"partitions":{"0":[1]},"targets":{"0":"x"}}'):
+    for raw in (b'{"partitions":{"0":[1]},"targets":{"1":[2]}}', b'{"partitions":{"0":[1]},"targets":{"0":"x"}}',
+                b'{"partitions":{"0":[1]},"origins":{"1":[2]}}'):
         with pytest.raises(ReplicationValueError):
             TopicAssignment.decode(raw)
 

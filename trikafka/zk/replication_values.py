@@ -89,17 +89,20 @@ class TopicAssignment:
     config: dict[str, str] = field(default_factory=dict)
     # Pending reassignments (docs: §12.12.3): partition -> the replica list it moves to.
     targets: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # And the list it had before (what a cancel goes back to); absent in a move of an earlier release.
+    origins: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def settings(self) -> TopicConfig:
         """The parsed replication settings."""
         return TopicConfig.from_strings(self.config)
 
     def encode(self) -> bytes:
-        """The znode value (``targets`` only while one is pending)."""
+        """The znode value (``targets`` and ``origins`` only while a move is pending)."""
         parts = {str(p): list(r) for p, r in enumerate(self.replicas)}
         value = {"version": VALUE_VERSION, "partitions": parts, "config": dict(self.config)}
-        if self.targets:
-            value["targets"] = {str(p): list(r) for p, r in sorted(self.targets.items())}
+        for key, lists in (("targets", self.targets), ("origins", self.origins)):
+            if lists:
+                value[key] = {str(p): list(r) for p, r in sorted(lists.items())}
         return _dumps(value)
 
     @classmethod
@@ -113,11 +116,16 @@ class TopicAssignment:
         config = obj.get("config", {})
         if not isinstance(config, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
             raise ReplicationValueError("topic assignment: config must map strings to strings")
-        raw_targets = obj.get("targets", {})
-        if not isinstance(raw_targets, dict) or not all(k.isdigit() and int(k) < len(replicas) for k in raw_targets):
-            raise ReplicationValueError("topic assignment: targets must map partition numbers to lists")
-        targets = {int(k): _int_list(v, f"target of partition {k}") for k, v in raw_targets.items()}
-        return cls(replicas, dict(config), targets)
+        targets, origins = (_partition_lists(obj, key, len(replicas)) for key in ("targets", "origins"))
+        return cls(replicas, dict(config), targets, origins)
+
+
+def _partition_lists(obj: dict, key: str, partitions: int) -> dict[int, tuple[int, ...]]:
+    """The ``{"<p>": [ids]}`` map under ``key`` of a topic znode (empty when absent)."""
+    raw = obj.get(key, {})
+    if not isinstance(raw, dict) or not all(k.isdigit() and int(k) < partitions for k in raw):
+        raise ReplicationValueError(f"topic assignment: {key} must map partition numbers to lists")
+    return {int(k): _int_list(v, f"{key[:-1]} of partition {k}") for k, v in raw.items()}
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,8 @@ def plan_reassignment(assignment: TopicAssignment, partition: int, target: tuple
     """The topic znode that starts moving ``partition`` to ``target``; None if it is there already.
 
     The replica list becomes the old one followed by the new replicas (so the
-    preferred leader stays until the controller finishes) and ``targets``
-    records where it goes.
+    preferred leader stays until the controller finishes), ``targets``
+    records where it goes and ``origins`` where it came from.
     """
     if not 0 <= partition < len(assignment.replicas):
         raise AssignmentError(f"the topic has partitions 0..{len(assignment.replicas) - 1}, not {partition}")
@@ -63,12 +63,29 @@ def plan_reassignment(assignment: TopicAssignment, partition: int, target: tuple
         return None  # already under way
     union = current + tuple(r for r in target if r not in current)
     replicas = assignment.replicas[:partition] + (union,) + assignment.replicas[partition + 1:]
-    return dataclasses.replace(assignment, replicas=replicas, targets={**assignment.targets, partition: target})
+    return dataclasses.replace(assignment, replicas=replicas, targets={**assignment.targets, partition: target},
+                               origins={**assignment.origins, partition: current})
 
 
 def finished(assignment: TopicAssignment, partition: int) -> TopicAssignment:
-    """The topic znode once ``partition`` reached its target (the target list, the target removed)."""
-    target = assignment.targets[partition]
-    replicas = assignment.replicas[:partition] + (target,) + assignment.replicas[partition + 1:]
-    targets = {p: t for p, t in assignment.targets.items() if p != partition}
-    return dataclasses.replace(assignment, replicas=replicas, targets=targets)
+    """The topic znode once ``partition`` reached its target (the target list, the move's entries removed)."""
+    return _settled(assignment, partition, assignment.targets[partition])
+
+
+def cancelled(assignment: TopicAssignment, partition: int) -> TopicAssignment | None:
+    """The topic znode with ``partition``'s move undone (its list from before, the move's entries removed);
+    None when it is not moving.  Raises ``AssignmentError`` for a move that recorded no list from before."""
+    if partition not in assignment.targets:
+        return None
+    origin = assignment.origins.get(partition)
+    if origin is None:
+        raise AssignmentError(f"partition {partition}'s move was started by an earlier release, which did not "
+                              "record its replicas from before: it cannot be cancelled")
+    return _settled(assignment, partition, origin)
+
+
+def _settled(assignment: TopicAssignment, partition: int, replicas: tuple[int, ...]) -> TopicAssignment:
+    lists = assignment.replicas[:partition] + (replicas,) + assignment.replicas[partition + 1:]
+    return dataclasses.replace(assignment, replicas=lists,
+                               targets={p: t for p, t in assignment.targets.items() if p != partition},
+                               origins={p: o for p, o in assignment.origins.items() if p != partition})
