@@ -1,11 +1,13 @@
 """ElectLeaders and Alter/ListPartitionReassignments (docs/protocol.md §16.4) on ZooKeeper brokers, through
-kafka-python (which has all three) and confluent-kafka (which has ElectLeaders)."""
+kafka-python (which has all three) and confluent-kafka (which has ElectLeaders); while a broker is stopped,
+the wire, sent to one broker that serves."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import signal
+from datetime import timedelta
 from typing import Any
 
 import trio
@@ -14,10 +16,16 @@ from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
-from kafka.errors import InvalidReplicationAssignmentError
+from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError
+from kio.schema.alter_partition_reassignments.v0 import request as alter
+from kio.schema.errors import ErrorCode
+from kio.schema.list_partition_reassignments.v0 import request as listing
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic
 from tests.helpers.kafka_processes import KafkaCluster
+from tests.helpers.kafka_wire import exchange
 
 WAIT_S = 60.0
 POLL_S = 0.1
@@ -42,7 +50,26 @@ def _python_admin(bootstrap: str) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
 
 
-async def test_a_reassignment_started_by_kafka_python_shows_its_progress_and_finishes(zk_chroot, tmp_path):
+def _alter_on(at: str, topic: str, replicas: list[int] | None) -> ErrorCode:
+    """AlterPartitionReassignments of partition 0 sent to the broker at ``at`` (the wire: a client would
+    refresh its metadata from any broker, the stopped one too)."""
+    answer = exchange(at, 45, 0, alter.AlterPartitionReassignmentsRequest(
+        timeout=i32Timedelta.parse(timedelta(seconds=10)), topics=(alter.ReassignableTopic(
+            name=TopicName(topic), partitions=(alter.ReassignablePartition(
+                partition_index=i32(0), replicas=None if replicas is None else tuple(map(BrokerId, replicas))),)),)))
+    assert answer.error_code == ErrorCode.none
+    return answer.responses[0].partitions[0].error_code
+
+
+def _listed_on(at: str) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+    """ListPartitionReassignments of every topic, from the broker at ``at``: (replicas, adding, removing)."""
+    answer = exchange(at, 46, 0, listing.ListPartitionReassignmentsRequest(
+        timeout=i32Timedelta.parse(timedelta(seconds=10)), topics=None))
+    return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in answer.topics for p in t.partitions}
+
+
+async def test_a_reassignment_shows_its_progress_is_cancelled_and_finishes(zk_chroot, tmp_path):
     async with contextlib.AsyncExitStack() as stack:
         cluster = KafkaCluster(tmp_path, zk_chroot, stack)
         for broker_id in (1, 2, 3):
@@ -52,28 +79,43 @@ async def test_a_reassignment_started_by_kafka_python_shows_its_progress_and_fin
         _leader, old, _isr = await _until(bootstrap, "moved", lambda p: len(p[2]) == 2)
         (new,) = {1, 2, 3} - set(old)
         target = [old[1], new]
-        admin = await trio.to_thread.run_sync(_python_admin, cluster.brokers[old[0]].bootstrap)
+        at = cluster.brokers[old[0]].bootstrap
+        # The new replica is stopped, so the move waits for it. Its registration outlives the stop by the
+        # session timeout (1.5 s), and the move is asked at once: the new replica is accepted as live.
+        cluster.brokers[new].child.signal(signal.SIGSTOP)
         try:
-            with trio.fail_after(WAIT_S):  # a refusal carries the reason
-                refused = await trio.to_thread.run_sync(admin.alter_partition_reassignments,
-                                                        {TopicPartition("moved", 0): [new, new]})
+            assert await trio.to_thread.run_sync(_alter_on, at, "moved", target) == ErrorCode.none
+            with trio.fail_after(WAIT_S):
+                while not (listed := await trio.to_thread.run_sync(_listed_on, at)):
+                    await trio.sleep(POLL_S)  # the answering broker's watch brings the znode
+            assert listed == {("moved", 0): ([*old, new], [new], [old[0]])}
+            assert await trio.to_thread.run_sync(_alter_on, at, "moved", None) == ErrorCode.none  # cancel
+            await _until(cluster.bootstrap(without=(new,)), "moved", lambda p: p[1] == old)  # the list from before
+            with trio.fail_after(WAIT_S):
+                while await trio.to_thread.run_sync(_listed_on, at):
+                    await trio.sleep(POLL_S)
+            assert await trio.to_thread.run_sync(_alter_on, at, "moved", None) == ErrorCode.no_reassignment_in_progress
+        finally:
+            cluster.brokers[new].child.signal(signal.SIGCONT)
+
+        admin = await trio.to_thread.run_sync(_python_admin, at)
+        try:
+            refused = await trio.to_thread.run_sync(admin.alter_partition_reassignments,
+                                                    {TopicPartition("moved", 0): [new, new]})
             assert refused == {TopicPartition("moved", 0): InvalidReplicationAssignmentError}
-            # The new replica is stopped, so the move waits for it (its registration outlives the stop
-            # by the session timeout, long enough to be accepted as live).
-            cluster.brokers[new].child.signal(signal.SIGSTOP)
-            try:
-                started = await trio.to_thread.run_sync(admin.alter_partition_reassignments,
-                                                        {TopicPartition("moved", 0): target})
-                assert started == {TopicPartition("moved", 0): None}
-                with trio.fail_after(WAIT_S):
-                    while not (listed := await trio.to_thread.run_sync(admin.list_partition_reassignments)):
-                        await trio.sleep(POLL_S)
-                assert listed == {TopicPartition("moved", 0): {
-                    "replicas": [*old, new], "adding_replicas": [new], "removing_replicas": [old[0]]}}
-            finally:
-                cluster.brokers[new].child.signal(signal.SIGCONT)
+            with trio.fail_after(WAIT_S):  # refused until the resumed broker registered again (a new session)
+                while (started := await trio.to_thread.run_sync(admin.alter_partition_reassignments, {
+                        TopicPartition("moved", 0): target})) != {TopicPartition("moved", 0): None}:
+                    assert started == {TopicPartition("moved", 0): InvalidReplicationAssignmentError}
+                    await trio.sleep(POLL_S)
             await _until(bootstrap, "moved", lambda p: sorted(p[1]) == sorted(target) and sorted(p[2]) == sorted(target))
-            assert await trio.to_thread.run_sync(admin.list_partition_reassignments) == {}
+            with trio.fail_after(WAIT_S):
+                while listed := await trio.to_thread.run_sync(admin.list_partition_reassignments):
+                    assert list(listed) == [TopicPartition("moved", 0)]  # until the controller finished
+                    await trio.sleep(POLL_S)
+            again = await trio.to_thread.run_sync(admin.alter_partition_reassignments,
+                                                  {TopicPartition("moved", 0): None})
+            assert again == {TopicPartition("moved", 0): NoReassignmentInProgressError}
         finally:
             admin.close()
 

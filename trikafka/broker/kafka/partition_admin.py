@@ -166,19 +166,16 @@ async def alter_partition_reassignments(service: PartitionAdmin, request: Reques
 async def _reassign(service: PartitionAdmin, topic: str, index: int,
                     target: Sequence[int] | None) -> tuple[ErrorCode, str | None]:
     """One partition's move (§16.4, §12.12.3): (error, message)."""
-    replicas, registry = _replicas(service, topic), service.registry
+    registry = service.registry
     if _partition(service, topic, index) is None:
         return ErrorCode.unknown_topic_or_partition, None
-    if replicas is None or registry is None:
+    if _replicas(service, topic) is None or registry is None:
         return ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: its partitions do not move"
-    assignment = replicas.topics.get(topic)
-    if target is None:
-        if assignment is None or index not in assignment.targets:
-            return ErrorCode.no_reassignment_in_progress, None
-        return ErrorCode.invalid_request, ("a move cannot be cancelled: the topic znode does not keep the replicas "
-                                           "from before it (§12.12.3)")
     try:
-        await registry.reassign(topic, index, tuple(int(r) for r in target))
+        if target is None:
+            await registry.cancel_reassignment(topic, index)
+        else:
+            await registry.reassign(topic, index, tuple(int(r) for r in target))
     except TopicError as exc:
         return exc.code, str(exc)
     return ErrorCode.none, None

@@ -29,7 +29,7 @@ from trikafka.zk.replication_values import TopicAssignment
 from trikafka.zk.topic_config_store import update_topic_config
 
 from ..replication.assignment import AssignmentError, assign_replicas
-from ..replication.reassign import start_reassignment
+from ..replication.reassign import cancel_reassignment, start_reassignment
 from .cluster import new_cluster_id
 from .topics import TopicError
 from .context import KafkaContext
@@ -129,6 +129,21 @@ class KafkaRegistry:
             raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic")
         if started[1]:
             logger.info("%s-%d: moving to %s", topic, partition, list(target))
+
+    async def cancel_reassignment(self, topic: str, partition: int) -> None:
+        """AlterPartitionReassignments' cancel of one partition (§16.4, §12.12.3); raises TopicError with
+        Kafka's error (NO_REASSIGNMENT_IN_PROGRESS when it is not moving)."""
+        try:
+            undone = await cancel_reassignment(self._zk, topic, partition)
+        except AssignmentError as exc:
+            raise TopicError(ErrorCode.invalid_request, str(exc)) from None
+        except ZooKeeperClientError as exc:
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+        if undone is None:
+            raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic")
+        if not undone:
+            raise TopicError(ErrorCode.no_reassignment_in_progress, f"{topic}-{partition} is not moving")
+        logger.info("%s-%d: move cancelled", topic, partition)
 
     async def ask_unclean_election(self, topic: str, partition: int) -> None:
         """ElectLeaders' unclean election of one partition (§16.4): the request znode the controller
