@@ -57,6 +57,13 @@ def owned_twice(group: ConsumerGroup) -> bool:
     return False
 
 
+def settle(clients: list[Client], meta: dict[str, tuple[uuid.UUID, int]], rounds: int = 4) -> None:
+    """Each client heartbeats ``rounds`` times, in turn, at times 0, 1, ...: the group reaches its target."""
+    for now in range(rounds):
+        for client in clients:
+            client.beat(now, meta)
+
+
 def new_group() -> ConsumerGroup:
     return ConsumerGroup("g", ConsumerSettings(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=100))
 
@@ -93,9 +100,7 @@ def test_a_partition_moves_only_after_its_owner_revokes_it():
 def test_a_leaving_member_s_partitions_go_to_the_others():
     group, meta = new_group(), topics(t=4)
     a, b = Client(group, "a"), Client(group, "b")
-    for now in range(4):
-        a.beat(now, meta)
-        b.beat(now, meta)
+    settle([a, b], meta)
     assert len(a.partitions()) == len(b.partitions()) == 2
     answer = group.heartbeat(10, Heartbeat("b", -1), meta)
     assert (answer.error, answer.member_epoch) == (ErrorCode.none, -1)
@@ -106,9 +111,7 @@ def test_a_leaving_member_s_partitions_go_to_the_others():
 def test_a_silent_member_is_removed_at_its_session_timeout():
     group, meta = new_group(), topics(t=2)
     a, b = Client(group, "a"), Client(group, "b")
-    for now in range(4):
-        a.beat(now, meta)
-        b.beat(now, meta)
+    settle([a, b], meta)
     assert group.next_deadline_ms() == 3 + SESSION_MS
     assert group.tick(SESSION_MS) == []
     a.beat(SESSION_MS, meta)
@@ -136,9 +139,7 @@ def test_epochs_are_fenced_but_a_lost_answer_is_forgiven():
 def test_a_static_member_comes_back_with_its_partitions_and_no_new_epoch():
     group, meta = new_group(), topics(t=4)
     a, b = Client(group, "a", instance_id="ia"), Client(group, "b", instance_id="ib")
-    for now in range(4):
-        a.beat(now, meta)
-        b.beat(now, meta)
+    settle([a, b], meta)
     mine, epoch = a.partitions(), group.group_epoch
     again = Client(group, "a2", instance_id="ia")
     assert again.beat(5, meta) == ErrorCode.unreleased_instance_id  # a is still active

@@ -349,8 +349,8 @@ class FieldReader:
     def int64(self) -> int:
         return int(_INT64.unpack_from(self._data, self._take(8))[0])
 
-    def nullable_string(self) -> str | None:
-        length = self.int16()
+    def _utf8(self, length: int) -> str | None:
+        """The next ``length`` bytes as UTF-8; None for length -1 (a null string)."""
         if length == -1:
             return None
         start = self._take(length)
@@ -359,11 +359,16 @@ class FieldReader:
         except UnicodeDecodeError:
             raise self._error(f"{self._what}: a string at {start} is not UTF-8") from None
 
-    def string(self) -> str:
-        text = self.nullable_string()
+    def _required(self, text: str | None) -> str:
         if text is None:
             raise self._error(f"{self._what}: a null string where the schema has none")
         return text
+
+    def nullable_string(self) -> str | None:
+        return self._utf8(self.int16())
+
+    def string(self) -> str:
+        return self._required(self.nullable_string())
 
     def bytes_(self) -> bytes:
         length = self.int32()
@@ -379,20 +384,10 @@ class FieldReader:
         return value
 
     def compact_nullable_string(self) -> str | None:
-        length = self.uvarint() - 1
-        if length == -1:
-            return None
-        start = self._take(length)
-        try:
-            return self._data[start:start + length].decode("utf-8")
-        except UnicodeDecodeError:
-            raise self._error(f"{self._what}: a string at {start} is not UTF-8") from None
+        return self._utf8(self.uvarint() - 1)
 
     def compact_string(self) -> str:
-        text = self.compact_nullable_string()
-        if text is None:
-            raise self._error(f"{self._what}: a null string where the schema has none")
-        return text
+        return self._required(self.compact_nullable_string())
 
     def compact_count(self) -> int:
         """A compact array's length (a null array reads as empty)."""
