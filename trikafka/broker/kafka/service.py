@@ -33,7 +33,7 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from . import (cluster, configs, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
                scram_users, topics)
-from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
+from .groups import admin_api, consumer_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
 from .transactions import api as transactions_api
@@ -111,6 +111,8 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DESCRIBE_PRODUCERS: producers.describe_producers,
     KafkaApi.DESCRIBE_TRANSACTIONS: transactions_admin_api.describe_transactions,
     KafkaApi.LIST_TRANSACTIONS: transactions_admin_api.list_transactions,
+    KafkaApi.CONSUMER_GROUP_HEARTBEAT: consumer_api.consumer_group_heartbeat,
+    KafkaApi.CONSUMER_GROUP_DESCRIBE: consumer_api.consumer_group_describe,
 }
 # Handlers that write their own answer (chunks, or nothing): the rest return an entity.
 _RAW_ANSWERS = frozenset({KafkaApi.PRODUCE, KafkaApi.FETCH})
