@@ -10,9 +10,11 @@ from typing import Any, Iterator
 
 import pytest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v3.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_commit.v9.request import (OffsetCommitRequest, OffsetCommitRequestPartition,
                                                  OffsetCommitRequestTopic)
@@ -125,3 +127,20 @@ def test_the_group_is_kafka_4s_records_in_the_offsets_topic(kafka):
     assert (ConsumerRecord.MEMBER_METADATA, False) in kinds and (ConsumerRecord.CURRENT_ASSIGNMENT, False) in kinds
     assert kinds[-4:] == [(ConsumerRecord.CURRENT_ASSIGNMENT, True), (ConsumerRecord.TARGET_MEMBER, True),
                           (ConsumerRecord.MEMBER_METADATA, True), (ConsumerRecord.GROUP_METADATA, False)]
+
+
+def test_list_groups_tells_the_types_apart_and_delete_groups_needs_an_empty_group(kafka):
+    assert _heartbeat(kafka.bootstrap, "r6", "m1", 0, topics=(TOPIC,)).error_code == ErrorCode.none
+
+    def listed(*types: str) -> dict[str, tuple[str, str, str]]:
+        response = exchange(kafka.bootstrap, 16, 5, ListGroupsRequest(states_filter=(), types_filter=types))
+        return {g.group_id: (g.group_type, g.protocol_type, g.group_state) for g in response.groups}
+
+    assert listed("consumer")["r6"] == ("consumer", "consumer", "Stable")
+    assert "r6" not in listed("classic") and "r6" in listed()
+    delete = DeleteGroupsRequest(groups_names=("r6",))
+    assert exchange(kafka.bootstrap, 42, 2, delete).results[0].error_code == ErrorCode.non_empty_group
+    assert _heartbeat(kafka.bootstrap, "r6", "m1", -1).error_code == ErrorCode.none
+    assert listed("consumer")["r6"][2] == "Empty"
+    assert exchange(kafka.bootstrap, 42, 2, delete).results[0].error_code == ErrorCode.none
+    assert "r6" not in listed()

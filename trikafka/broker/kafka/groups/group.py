@@ -26,6 +26,10 @@ from .rebalance import Rebalance
 from .roster import Roster
 
 
+CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
+
+
 class GroupState(enum.Enum):
     """Kafka's group states (§17.4); the value is the name DescribeGroups and ListGroups answer."""
 
@@ -74,6 +78,12 @@ class Group:
     def is_classic(self) -> bool:
         """Whether the classic protocol holds the group now: it has classic members or rebalances."""
         return bool(self.roster.members) or self.state not in (GroupState.EMPTY, GroupState.DEAD)
+
+    @property
+    def group_type(self) -> str:
+        """ListGroups v5's type (§17.6, §17.9): ``consumer`` while Kafka 4's protocol holds the group's
+        id (it has its records and no classic member), else ``classic``."""
+        return CONSUMER_GROUP_TYPE if self.consumer is not None and not self.is_classic else CLASSIC_GROUP_TYPE
 
     @property
     def is_consumer(self) -> bool:
