@@ -202,6 +202,9 @@ def test_the_records_rebuild_the_group():
     loaded.activate(100)
     assert loaded.view() == group.view()
     assert loaded.instances == {"ia": "a"} and loaded.next_deadline_ms() == 100 + SESSION_MS
+    epoch = loaded.group_epoch  # the members go on at the new coordinator with the epochs they had
+    assert loaded.heartbeat(101, Heartbeat("b", b.epoch, owned=dict(b.owned)), meta).error == ErrorCode.none
+    assert loaded.group_epoch == epoch
     group.heartbeat(3, Heartbeat("b", -1), meta)
     tombstones = [key for key, value in group.changes()[0] if value is None]
     assert [k.kind.name for k in tombstones] == ["CURRENT_ASSIGNMENT", "TARGET_MEMBER", "MEMBER_METADATA"]

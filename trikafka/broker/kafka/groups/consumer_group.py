@@ -171,7 +171,8 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}
         self.instances: dict[str, str] = {}  # instance id -> member id
         self.assignor = DEFAULT_ASSIGNOR
-        self._subscribed: dict[str, tuple[uuid.UUID, int]] = {}  # the subscribed topics at the group epoch
+        # The subscribed topics at the group epoch; None after a load, whose records do not say them.
+        self._subscribed: dict[str, tuple[uuid.UUID, int]] | None = None if loading else {}
         # Invariant: _written is what the log holds of this group (what was read, or last written).
         self._written: RecordView = {}
         # Records read at a load, until ``activate``; None once the group is live.
@@ -398,8 +399,8 @@ class ConsumerGroup:
         wanted = set().union(*self._subscriptions(topics).values()) if self.members else set()
         subscribed = {name: topics[name] for name in sorted(wanted)}
         if subscribed != self._subscribed:
-            if self.group_epoch == self.assignment_epoch:  # else a new target is due anyway
-                self.group_epoch += 1
+            if self._subscribed is not None and self.group_epoch == self.assignment_epoch:
+                self.group_epoch += 1  # (else a new target is due anyway, or a load: taken as they are)
             self._subscribed = subscribed
 
     def _assign(self, topics: TopicsMetadata) -> None:
