@@ -160,6 +160,13 @@ def test_bad_joins_are_refused():
     assert refused.error == ErrorCode.unsupported_assignor
 
 
+def test_a_refused_heartbeat_to_a_new_group_leaves_nothing_to_write():
+    group = new_group()
+    assert group.heartbeat(0, Heartbeat("ghost", -1), topics(t=1)).error == ErrorCode.unknown_member_id
+    assert group.heartbeat(0, Heartbeat("ghost", 3, owned={}), topics(t=1)).error == ErrorCode.unknown_member_id
+    assert group.changes()[0] == [] and group.forgettable
+
+
 def test_commits_check_the_member_epoch():
     group, meta = new_group(), topics(t=1)
     a = Client(group, "a")

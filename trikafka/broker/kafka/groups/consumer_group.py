@@ -235,8 +235,11 @@ class ConsumerGroup:
         return member
 
     def view(self) -> RecordView:
-        """Every record of the group's state, by key."""
+        """Every record of the group's state, by key; none for a group that never had a member (a
+        heartbeat refused before any join leaves nothing behind)."""
         group = self.group_id
+        if self.group_epoch == 0 and not self.members:
+            return {}
         view: RecordView = {ConsumerKey(ConsumerRecord.GROUP_METADATA, group): EpochValue(self.group_epoch),
                             ConsumerKey(ConsumerRecord.TARGET_METADATA, group): EpochValue(self.assignment_epoch)}
         for member_id, member in self.members.items():
