@@ -150,3 +150,25 @@ def test_commits_and_the_group_survive_a_restart():
             assert b.position([TopicPartition("kip848c", p) for p in range(PARTITIONS)]) is not None
         finally:
             b.close()
+
+
+def test_a_static_member_comes_back_to_its_partitions(kafka):
+    create_topic(kafka.bootstrap, "kip848s", partitions=PARTITIONS)
+    a = member(kafka.bootstrap, "g4", **{"group.instance.id": "ia"})
+    b = member(kafka.bootstrap, "g4", **{"group.instance.id": "ib"})
+    revoked_b: list[int] = []
+    a.subscribe(["kip848s"])
+    b.subscribe(["kip848s"], on_revoke=lambda _c, partitions: revoked_b.extend(p.partition for p in partitions))
+    try:
+        assert poll_until([a, b], lambda: len(owned(a)) == len(owned(b)) == PARTITIONS // 2)
+        mine = owned(a)
+        a.close()  # a static member's leave (epoch -2): it keeps its partitions until its session ends
+        again = member(kafka.bootstrap, "g4", **{"group.instance.id": "ia"})
+        again.subscribe(["kip848s"])
+        try:
+            assert poll_until([again, b], lambda: owned(again) == mine)
+            assert owned(b) == set(range(PARTITIONS)) - mine and revoked_b == []
+        finally:
+            again.close()
+    finally:
+        b.close()
