@@ -16,7 +16,7 @@ from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
 from .access import group_partition, topic_denied
 from .assignors import Assignment, TopicsMetadata
-from .consumer_group import ConsumerGroup, Heartbeat, HeartbeatAnswer, from_topic_partitions, to_topic_partitions
+from .consumer_group import JOIN_EPOCH, ConsumerGroup, Heartbeat, HeartbeatAnswer, from_topic_partitions, to_topic_partitions
 from .membership_api import client_host
 
 SERVER_NAMES_MEMBER_BEFORE = 1  # v0: an empty member id is given one by the coordinator (v1: KIP-1082)
@@ -47,6 +47,8 @@ async def consumer_group_heartbeat(service: KafkaContext, request: Request) -> A
     for name in body.subscribed_topic_names or ():
         if (denied := topic_denied(service, request.api, name)) is not None:
             return _heartbeat_reply(reply, service, _with(refused, denied, f"topic {name!r} is not authorized"))
+    if body.member_epoch == JOIN_EPOCH and (clash := await service.groups.clash(body.group_id)) is not None:
+        return _heartbeat_reply(reply, service, _with(refused, ErrorCode.inconsistent_group_protocol, clash))
     group = groups.group_or_new(body.group_id)
     if group.is_classic:
         groups.forget_if_empty(body.group_id)

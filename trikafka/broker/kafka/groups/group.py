@@ -80,6 +80,11 @@ class Group:
         return bool(self.roster.members) or self.state not in (GroupState.EMPTY, GroupState.DEAD)
 
     @property
+    def has_members(self) -> bool:
+        """Whether the group has members of either protocol (§17.7's live mark, §17.9)."""
+        return bool(self.roster.members) or self.is_consumer
+
+    @property
     def group_type(self) -> str:
         """ListGroups v5's type (§17.6, §17.9): ``consumer`` while Kafka 4's protocol holds the group's
         id (it has its records and no classic member), else ``classic``."""
