@@ -176,3 +176,15 @@ def test_a_static_member_comes_back_to_its_partitions(kafka):
             again.close()
     finally:
         b.close()
+
+
+def test_a_regex_subscription_is_resolved_by_the_coordinator(kafka):
+    for name, partitions in (("rx-a", 2), ("rx-b", 1), ("other", 1)):
+        create_topic(kafka.bootstrap, name, partitions=partitions)
+    consumer = member(kafka.bootstrap, "g5")
+    consumer.subscribe(["^rx-.*"])  # sent as subscribed_topic_regex (§17.9)
+    try:
+        assert poll_until([consumer], lambda: {(p.topic, p.partition) for p in consumer.assignment()}
+                          == {("rx-a", 0), ("rx-a", 1), ("rx-b", 0)})
+    finally:
+        consumer.close()

@@ -265,3 +265,16 @@ def test_no_partition_is_ever_owned_twice_and_the_group_settles(steps, partition
     if active:
         assert group.state == "Stable"
         assert sorted(p for c in active for p in c.partitions()) == list(range(partitions))
+
+
+def test_records_not_written_are_carried_by_the_next_write():
+    group, meta = new_group(), topics(t=2)
+    a = Client(group, "a")
+    a.beat(0, meta)
+    lost, _ = group.changes()  # this write fails: ``written`` is not called
+    b = Client(group, "b")
+    b.beat(1, meta)
+    again, view = group.changes()
+    assert {k for k, _ in lost} <= {k for k, _ in again}
+    group.written(view)
+    assert group.changes()[0] == []
