@@ -266,10 +266,6 @@ class ConsumerGroup:
         """``view``'s records are committed: the log now says that."""
         self._written = view
 
-    @property
-    def loading(self) -> bool:
-        return self._loading is not None
-
     # ----------------------------------------------------------------- ConsumerGroupHeartbeat
 
     def heartbeat(self, now_ms: int, request: Heartbeat, topics: TopicsMetadata) -> HeartbeatAnswer:
