@@ -278,3 +278,12 @@ def test_records_not_written_are_carried_by_the_next_write():
     assert {k for k, _ in lost} <= {k for k, _ in again}
     group.written(view)
     assert group.changes()[0] == []
+
+
+def test_a_consumer_group_is_listed_and_counted_by_its_own_state():
+    from trikafka.broker.kafka.groups.group import Group
+
+    classic, consumer = Group("c"), Group("k")
+    consumer.consumer_or_new().heartbeat(0, Heartbeat("m", 0, subscribed_topic_names=("t",)), topics(t=1))
+    assert (classic.group_type, classic.listed_state) == ("classic", "Empty")
+    assert (consumer.group_type, consumer.listed_state) == ("consumer", "Stable")

@@ -28,20 +28,13 @@ def list_groups(service: KafkaContext, request: Request) -> Any:
     types = {kind.lower() for kind in getattr(body, "types_filter", ()) or ()}
     every = lists_every_group(service, request.api)
     listed = [group for groups in service.groups.loaded() for group in groups.groups.values()
-              if group.state is not GroupState.DEAD and (not wanted or _state(group).lower() in wanted)
+              if group.state is not GroupState.DEAD and (not wanted or group.listed_state.lower() in wanted)
               and (not types or group.group_type in types)
               and (every or group_denied(service, request.api, group.group_id) is None)]
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
         reply.nested("ListedGroup", group_id=group.group_id, protocol_type=_protocol_type(group),
-                     group_state=_state(group), group_type=group.group_type)
+                     group_state=group.listed_state, group_type=group.group_type)
         for group in sorted(listed, key=lambda g: g.group_id)))
-
-
-def _state(group: Group) -> str:
-    """The state ListGroups names: a consumer group's own (§17.9), else the classic one's."""
-    if group.group_type == CONSUMER_GROUP_TYPE and group.consumer is not None:
-        return group.consumer.state
-    return group.state.value
 
 
 def _protocol_type(group: Group) -> str:

@@ -87,11 +87,11 @@ class GroupCoordinator:
         return removed
 
     def states(self) -> dict[str, int]:
-        """How many groups this broker coordinates, by state (§17.6)."""
+        """How many groups this broker coordinates, by state (§17.6; a consumer group's own, §17.9)."""
         counts = {state.value: 0 for state in GroupState}
         for groups in self.loaded():
             for group in groups.groups.values():
-                counts[group.state.value] += 1
+                counts[group.listed_state] = counts.get(group.listed_state, 0) + 1
         return counts
 
     @property

@@ -91,6 +91,14 @@ class Group:
         return CONSUMER_GROUP_TYPE if self.consumer is not None and not self.is_classic else CLASSIC_GROUP_TYPE
 
     @property
+    def listed_state(self) -> str:
+        """The state ListGroups and the metrics name (§17.6): a consumer group's own (§17.9), else the
+        classic one's."""
+        if self.group_type == CONSUMER_GROUP_TYPE and self.consumer is not None:
+            return self.consumer.state
+        return self.state.value
+
+    @property
     def is_consumer(self) -> bool:
         """Whether Kafka 4's consumer protocol holds the group now: it has members of it (§17.9)."""
         return self.consumer is not None and bool(self.consumer.members)
