@@ -8,9 +8,8 @@ from hypothesis import given, settings, strategies as st
 from kio.schema.errors import ErrorCode
 
 from trikafka.broker.kafka.groups.assignors import range_, uniform
-from trikafka.broker.kafka.groups.consumer_group import (ConsumerGroup, ConsumerSettings, Heartbeat, MemberState,
-                                                         to_topic_partitions)
-from trikafka.kafka.group_records import ConsumerKey, decode_record, encode_key, encode_value
+from trikafka.broker.kafka.groups.consumer_group import ConsumerGroup, ConsumerSettings, Heartbeat, to_topic_partitions
+from trikafka.kafka.group_records import ConsumerKey, MemberState, decode_record, encode_key, encode_value
 from trikafka.kafka.topic_ids import topic_id
 
 SESSION_MS = 10_000

@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from trikafka.kafka.group_records import (ConsumerKey, ConsumerRecord, CurrentAssignmentValue, EpochValue,
-                                          GroupRecordError, IgnoredValue, MemberMetadataValue, TargetValue,
+                                          GroupRecordError, IgnoredValue, MemberMetadataValue, MemberState,
+                                          TargetValue,
                                           decode_record, encode_key, encode_value)
 from trikafka.kafka.topic_ids import names_by_id, topic_id
 
@@ -18,8 +19,9 @@ TOPIC = uuid.UUID("12345678-1234-5678-1234-567812345678")
 
 def test_a_current_assignment_is_kafkas_bytes():
     key = ConsumerKey(ConsumerRecord.CURRENT_ASSIGNMENT, "g", "m")
-    value = CurrentAssignmentValue(5, 4, 2, ((TOPIC, (0, 1)),), ())
+    value = CurrentAssignmentValue(5, 4, MemberState.UNRELEASED_PARTITIONS, ((TOPIC, (0, 1)),), ())
     assert encode_key(key) == struct.pack(">hh", 8, 1) + b"g" + struct.pack(">h", 1) + b"m"
+    # Kafka's MemberState: STABLE 0, UNREVOKED_PARTITIONS 1, UNRELEASED_PARTITIONS 2.
     assert encode_value(value) == (struct.pack(">hiib", 0, 5, 4, 2) + b"\x02" + TOPIC.bytes + b"\x03"
                                    + struct.pack(">ii", 0, 1) + b"\x00" + b"\x01" + b"\x00")
 
@@ -38,7 +40,7 @@ def test_group_and_target_metadata_are_an_epoch_and_no_tags():
      MemberMetadataValue(None, "rack", "c", "", (), None, -1, None)),
     (ConsumerKey(ConsumerRecord.TARGET_MEMBER, "g", "m1"), TargetValue(((TOPIC, (0, 2, 4)),))),
     (ConsumerKey(ConsumerRecord.CURRENT_ASSIGNMENT, "g", "m1"),
-     CurrentAssignmentValue(3, 2, 0, ((TOPIC, (1,)),), ((TOPIC, (2, 3)),))),
+     CurrentAssignmentValue(3, 2, MemberState.UNREVOKED_PARTITIONS, ((TOPIC, (1,)),), ((TOPIC, (2, 3)),))),
 ])
 def test_every_record_reads_back(key, value):
     assert decode_record(encode_key(key), encode_value(value)) == (key, value)
@@ -63,6 +65,12 @@ def test_kafka_4_0s_partition_metadata_and_regex_records_are_read_and_ignored():
 def test_a_share_group_key_is_an_error():
     with pytest.raises(GroupRecordError, match="key version 9"):
         decode_record(struct.pack(">hh", 9, 1) + b"g", None)
+
+
+def test_an_unknown_member_state_is_an_error():
+    key = encode_key(ConsumerKey(ConsumerRecord.CURRENT_ASSIGNMENT, "g", "m"))
+    with pytest.raises(GroupRecordError, match="member state 127"):
+        decode_record(key, struct.pack(">hiib", 0, 1, 0, 127) + b"\x01\x01\x00")
 
 
 def test_a_truncated_value_is_an_error():

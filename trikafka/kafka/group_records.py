@@ -113,10 +113,19 @@ class ConsumerRecord(enum.IntEnum):
     REGULAR_EXPRESSION = 16  # Kafka 4.0's resolved regular expressions; read and ignored
 
 
+class MemberState(enum.IntEnum):
+    """Kafka's consumer group member states (§17.9); the int is the current assignment record's."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+
+
 # The record types whose key names a member; the others name only the group.
 _MEMBER_KEYED = frozenset({ConsumerRecord.MEMBER_METADATA, ConsumerRecord.TARGET_MEMBER,
                            ConsumerRecord.CURRENT_ASSIGNMENT})
 _CONSUMER_KEY_VERSIONS = frozenset(int(kind) for kind in ConsumerRecord)
+_MEMBER_STATES = frozenset(int(state) for state in MemberState)
 IGNORED_CONSUMER_RECORDS = frozenset({ConsumerRecord.PARTITION_METADATA, ConsumerRecord.REGULAR_EXPRESSION})
 CONSUMER_VALUE_VERSION = 0
 
@@ -170,7 +179,7 @@ class CurrentAssignmentValue:
 
     member_epoch: int
     previous_member_epoch: int
-    state: int
+    state: MemberState
     assigned: TopicPartitions
     pending_revocation: TopicPartitions
 
@@ -508,8 +517,11 @@ def decode_consumer_value(kind: ConsumerRecord, data: bytes) -> ConsumerValue:
     elif kind is ConsumerRecord.TARGET_MEMBER:
         value = TargetValue(_read_topic_partitions(reader))
     else:
-        value = CurrentAssignmentValue(reader.int32(), reader.int32(), reader.int8(),
-                                       _read_topic_partitions(reader), _read_topic_partitions(reader))
+        epoch, previous, state = reader.int32(), reader.int32(), reader.int8()
+        if state not in _MEMBER_STATES:
+            raise GroupRecordError(f"{what}: member state {state}, not one of {sorted(_MEMBER_STATES)}")
+        value = CurrentAssignmentValue(epoch, previous, MemberState(state), _read_topic_partitions(reader),
+                                       _read_topic_partitions(reader))
     reader.skip_tagged_fields()
     reader.done()
     return value

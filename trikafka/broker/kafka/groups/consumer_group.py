@@ -12,7 +12,6 @@ what was last written.
 
 from __future__ import annotations
 
-import enum
 import re
 import uuid
 from collections import Counter
@@ -22,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.group_records import (INTERNAL_TOPICS, ConsumerKey, ConsumerRecord, ConsumerValue,
                                           CurrentAssignmentValue, EpochValue, IgnoredValue, MemberMetadataValue,
-                                          RecordKey, RecordValue, TargetValue, TopicPartitions)
+                                          MemberState, RecordKey, RecordValue, TargetValue, TopicPartitions)
 
 from .assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, TopicsMetadata
 from .member import NO_DEADLINE
@@ -34,14 +33,6 @@ NO_EPOCH = -1
 
 Records = list[tuple[RecordKey, RecordValue | None]]
 RecordView = dict[ConsumerKey, ConsumerValue]
-
-
-class MemberState(enum.IntEnum):
-    """Kafka's member states (the int is the record's ``state``)."""
-
-    UNREVOKED_PARTITIONS = 0
-    UNRELEASED_PARTITIONS = 1
-    STABLE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +101,7 @@ class ConsumerMember:
                                    self.rebalance_timeout_ms, self.server_assignor)
 
     def current_value(self) -> CurrentAssignmentValue:
-        return CurrentAssignmentValue(self.member_epoch, self.previous_member_epoch, int(self.state),
+        return CurrentAssignmentValue(self.member_epoch, self.previous_member_epoch, self.state,
                                       to_topic_partitions(self.assigned), to_topic_partitions(self.pending_revocation))
 
     def subscribes(self, name: str) -> bool:
@@ -216,7 +207,7 @@ class ConsumerGroup:
             elif isinstance(value, CurrentAssignmentValue):
                 member = self._member_record(key.member_id)
                 member.member_epoch, member.previous_member_epoch = value.member_epoch, value.previous_member_epoch
-                member.state = MemberState(value.state)
+                member.state = value.state
                 member.assigned = from_topic_partitions(value.assigned)
                 member.pending_revocation = from_topic_partitions(value.pending_revocation)
         # A member is one with metadata; a target or current record without it is a leftover.
