@@ -170,11 +170,12 @@ def test_commits_check_the_member_epoch():
     group, meta = new_group(), topics(t=1)
     a = Client(group, "a")
     a.beat(0, meta)
-    assert group.check_commit("a", 1) == ErrorCode.none
+    assert group.check_commit("a", 1, commit_version=9) == ErrorCode.none
     assert group.check_commit("a", 0) == ErrorCode.stale_member_epoch
-    assert group.check_commit("a", 2) == ErrorCode.fenced_member_epoch
+    assert group.check_commit("a", 2) == ErrorCode.stale_member_epoch  # Kafka 4: any other epoch is stale
     assert group.check_commit("x", 1) == ErrorCode.unknown_member_id
     assert group.check_commit("", -1) == ErrorCode.unknown_member_id  # a simple commit needs an empty group
+    assert group.check_commit("a", 1, commit_version=8) == ErrorCode.unsupported_version
 
 
 def test_a_new_partition_raises_the_group_epoch_and_is_assigned():

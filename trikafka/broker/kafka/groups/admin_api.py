@@ -94,9 +94,9 @@ async def _delete_group(service: KafkaContext, api: KafkaApi, group_id: str) -> 
     records: list[tuple[RecordKey, RecordValue | None]] = [
         (OffsetKey(group_id, topic, partition), None) for topic, partition in group.offsets]
     records.append((GroupKey(group_id), None))
-    if group.consumer is not None:  # an Empty consumer group's own records (§17.9)
-        records += [(ConsumerKey(kind, group_id), None)
-                    for kind in (ConsumerRecord.TARGET_METADATA, ConsumerRecord.GROUP_METADATA)]
+    if group.consumer is not None:  # an Empty consumer group's own records, in Kafka 4's order (§17.9)
+        records += [(ConsumerKey(kind, group_id), None) for kind in (
+            ConsumerRecord.TARGET_METADATA, ConsumerRecord.PARTITION_METADATA, ConsumerRecord.GROUP_METADATA)]
     error = await service.groups.write(groups, records)
     if error == ErrorCode.none:
         group.consumer = None

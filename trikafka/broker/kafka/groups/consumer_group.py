@@ -30,6 +30,7 @@ JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2  # a static member's temporary leave: it keeps its assignment until its session ends
 NO_EPOCH = -1
+MEMBER_EPOCH_COMMIT_VERSION = 9  # OffsetCommit v9+: what a consumer-protocol member commits with (§17.9)
 
 Records = list[tuple[RecordKey, RecordValue | None]]
 RecordView = dict[ConsumerKey, ConsumerValue]
@@ -473,17 +474,18 @@ class ConsumerGroup:
 
     # ----------------------------------------------------------------- offsets, description
 
-    def check_commit(self, member_id: str, epoch: int, now_ms: int = -1) -> ErrorCode:
-        """Whether an OffsetCommit (or, with a member epoch, OffsetFetch) of this member and epoch
-        may go on (§17.9)."""
-        if not member_id and epoch < 0:
-            return ErrorCode.none if not self.members else ErrorCode.unknown_member_id
+    def check_commit(self, member_id: str, epoch: int, now_ms: int = -1, commit_version: int | None = None) -> ErrorCode:
+        """Whether an OffsetCommit of ``commit_version`` (or, with a member epoch, an OffsetFetch:
+        None) of this member and epoch may go on (§17.9): as Kafka 4, a simple commit only while
+        the group has no members, then the member, the version, the epoch (any other is stale)."""
+        if epoch < 0 and not self.members:
+            return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if epoch > member.member_epoch:
-            return ErrorCode.fenced_member_epoch
-        if epoch < member.member_epoch:
+        if commit_version is not None and commit_version < MEMBER_EPOCH_COMMIT_VERSION:
+            return ErrorCode.unsupported_version
+        if epoch != member.member_epoch:
             return ErrorCode.stale_member_epoch
         if now_ms >= 0:
             member.session_deadline_ms = now_ms + self.settings.session_timeout_ms

@@ -411,13 +411,15 @@ class Group:
         """The group is deleted (its tombstones written): Dead until forgotten (§17.6)."""
         self.state = GroupState.DEAD
 
-    def check_commit(self, member_id: str, generation: int, instance_id: str | None, now_ms: int = -1) -> ErrorCode:
-        """Whether an OffsetCommit of this member and generation may write (§17.5)."""
+    def check_commit(self, member_id: str, generation: int, instance_id: str | None, now_ms: int = -1,
+                     commit_version: int | None = None) -> ErrorCode:
+        """Whether an OffsetCommit of this member and generation may write (§17.5); a consumer group's
+        member needs an OffsetCommit ``commit_version`` with member epochs (§17.9)."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
         if self.is_consumer:
             assert self.consumer is not None
-            return self.consumer.check_commit(member_id, generation, now_ms)
+            return self.consumer.check_commit(member_id, generation, now_ms, commit_version)
         if generation < 0 and not member_id and not self.roster.members:
             return ErrorCode.none  # a simple commit: allowed while the group has no members
         if self.state is GroupState.COMPLETING_REBALANCE:

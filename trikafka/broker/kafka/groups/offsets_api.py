@@ -70,7 +70,8 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
         return _commit_answer(reply, body, errors)
     group = groups.group_or_new(body.group_id)
     refused = group.check_commit(body.member_id, body.generation_id_or_member_epoch,
-                                 getattr(body, "group_instance_id", None), service.groups.membership.now_ms())
+                                 getattr(body, "group_instance_id", None), service.groups.membership.now_ms(),
+                                 request.api_version)
     records: list[tuple[RecordKey, RecordValue | None]] = []
     for name, part in asked:
         errors[(name, part.partition_index)] = commit_record(service, request.api, body.group_id, name, part,
