@@ -8,12 +8,14 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+from typing import Any
 
 import trio
+from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.join_group.v7.request import JoinGroupRequest, JoinGroupRequestProtocol
-from kio.static.primitive import i8
+from kio.static.primitive import i8, i32, i32Timedelta
 
 import pytest
 from kazoo.client import KazooClient
@@ -61,6 +63,14 @@ def _join(bootstrap: str, group: str, member_id: str = "") -> tuple[ErrorCode, s
     raise AssertionError(f"the coordinator of {group!r} did not load within {WAIT_S} s")
 
 
+def _consumer_join(bootstrap: str, group: str) -> Any:
+    """A ConsumerGroupHeartbeat join (epoch 0, §17.9) to the coordinator; its answer."""
+    return exchange(bootstrap, 68, 1, ConsumerGroupHeartbeatRequest(
+        group_id=group, member_id="m1", member_epoch=i32(0), instance_id=None, rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)), subscribed_topic_names=("t",),
+        subscribed_topic_regex=None, server_assignor=None, topic_partitions=None))
+
+
 async def test_join_group_of_a_group_with_07_consumers_is_refused(zk_chroot, zk_admin, tmp_path):
     chroot = "/" + zk_chroot.split("/", 1)[1]
     zk_admin.create(f"{chroot}/consumers/shared/ids/old-consumer-1", b'{"clicks": 1}', makepath=True)
@@ -72,6 +82,10 @@ async def test_join_group_of_a_group_with_07_consumers_is_refused(zk_chroot, zk_
                                                                             "")
         error, member_id = await trio.to_thread.run_sync(_join, bootstrap, "kafka-only")
         assert error == ErrorCode.member_id_required and member_id
+        # Kafka 4's consumer protocol (§17.9) is refused the same way.
+        refused = await trio.to_thread.run_sync(_consumer_join, bootstrap, "shared")
+        assert (refused.error_code, refused.error_message) == (
+            ErrorCode.inconsistent_group_protocol, "group shared has 0.7 consumers registered in ZooKeeper")
 
 
 async def test_07_consumer_refuses_a_group_with_kafka_members(zk_chroot, zk_admin, tmp_path):

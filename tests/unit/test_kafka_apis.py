@@ -18,10 +18,10 @@ PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # ListGroups v5 (types_filter) 3.8's; §16.3's table lists them, and no client's version inference
 # turns on them (kafka-python tells 3.1 by Fetch v13, 3.7 by Fetch v16, 3.8 by Produce v11):
 # test_kafka_python_infers_a_3_0_broker_from_our_api_versions.
+# OffsetCommit and OffsetFetch v9 (member epochs) are Kafka 4.0's, for its consumer protocol (§17.9);
+# ApiVersions v4 is Kafka 3.9's (§16.3).
 BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12, KafkaApi.DESCRIBE_CLUSTER: 1, KafkaApi.LIST_GROUPS: 5,
-                    KafkaApi.API_VERSIONS: 4}
-# Apis Kafka 3.0 does not have at all, with the range of the release that brought them (§16.3).
-NEWER_THAN_KAFKA_3_0 = {KafkaApi.DESCRIBE_TOPIC_PARTITIONS: (0, 0)}
+                    KafkaApi.OFFSET_COMMIT: 9, KafkaApi.OFFSET_FETCH: 9, KafkaApi.API_VERSIONS: 4}
 # Accepted but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
 BROKERS_ONLY_UP_TO = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
 
@@ -46,7 +46,8 @@ def test_the_table_is_the_contracts():
 
 @pytest.mark.parametrize("api", list(KafkaApi), ids=lambda api: api.label)
 def test_advertised_ranges_are_kafka_3_0s(api):
-    kafka_min, kafka_max = BROKER_API_VERSIONS[(3, 0)].get(int(api)) or NEWER_THAN_KAFKA_3_0[api]
+    """An api Kafka 3.0 lacks (KIP-848's, §17.9; DescribeTopicPartitions, §16.4) has Kafka 4.0's range."""
+    kafka_min, kafka_max = BROKER_API_VERSIONS[(3, 0)].get(int(api)) or BROKER_API_VERSIONS[(4, 0)][int(api)]
     assert kafka_min <= api.min_version <= api.max_version <= api.broker_max_version
     assert api.max_version == BEYOND_KAFKA_3_0.get(api, kafka_max)
     assert api.broker_max_version == BROKERS_ONLY_UP_TO.get(api, api.max_version)
@@ -156,9 +157,9 @@ def test_the_readme_lists_every_api_a_client_may_send_with_its_versions_or_why_n
 
 
 def test_an_api_not_served_is_refused_with_its_reason():
-    frame = struct.pack(">hhi", 68, 0, 7) + struct.pack(">h", 3) + b"app"
-    with pytest.raises(UnsupportedRequest, match=r"ConsumerGroupHeartbeat \(api key 68\) v0 is not served: "
-                                                 r"not yet: Kafka 4's consumer protocol \(KIP-848\)"):
+    frame = struct.pack(">hhi", 76, 0, 7) + struct.pack(">h", 3) + b"app"
+    with pytest.raises(UnsupportedRequest, match=r"ShareGroupHeartbeat \(api key 76\) v0 is not served: "
+                                                 r"share groups \(KIP-932\) are not built"):
         parse_request(frame)
     with pytest.raises(UnsupportedRequest, match=r"api key 999 \(api key 999\) v0 is not served"):
         parse_request(struct.pack(">hhi", 999, 0, 7) + struct.pack(">h", -1))

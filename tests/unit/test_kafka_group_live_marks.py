@@ -10,6 +10,8 @@ from typing import Any
 import trio
 
 from tests.helpers.registry import wait_for_value
+from trikafka.broker.kafka.groups.consumer_group import Heartbeat
+from trikafka.broker.kafka.groups.group import Group
 from trikafka.broker.kafka.groups.live_marks import LiveGroupMarks
 from trikafka.testing import FakeZooKeeperClient
 from trikafka.zk import kafka_groups
@@ -24,7 +26,7 @@ class _Groups:
         self.groups: dict[str, Any] = {}
 
     def members(self, group_id: str, *member_ids: str) -> None:
-        self.groups[group_id] = SimpleNamespace(roster=SimpleNamespace(members=dict.fromkeys(member_ids)))
+        self.groups[group_id] = SimpleNamespace(has_members=bool(member_ids))
 
 
 async def _marked(zk: FakeZooKeeperClient, present: bool) -> Any:
@@ -63,6 +65,14 @@ async def test_the_new_coordinator_takes_the_mark_over_and_the_old_one_leaves_it
         assert kafka_groups.decode_mark(data) == 2 and stat.ephemeral_owner == new_zk.session_id
         await kafka_groups.unmark(old_zk, "g")  # the old coordinator drops the group late
         assert await kafka_groups.coordinator_of_live_group(new_zk, "g") == 2
+
+
+def test_a_consumer_protocol_group_with_members_is_live():
+    group = Group("c")
+    group.consumer_or_new().heartbeat(0, Heartbeat("m1", 0, subscribed_topic_names=("t",)), {})
+    partition = SimpleNamespace(groups={"c": group, "empty": Group("empty")})
+    marks = LiveGroupMarks(FakeZooKeeperClient(), 7, lambda: [partition])  # type: ignore[list-item]
+    assert marks.live() == {"c"}
 
 
 def test_group_ids_that_cannot_be_znodes_have_no_mark():

@@ -128,6 +128,8 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms (§17.4)
     group_min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms (§17.4)
     group_max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms (§17.4)
+    group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms (§17.9)
+    group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms (§17.9)
     # Security (docs/protocol.md §18.1, §18.4).  The protocols are SecurityProtocol names.
     kafka_security_protocol: str = "PLAINTEXT"  # kafka.security.protocol: the Kafka listener's
     port_security_protocol: str = "PLAINTEXT"  # port.security.protocol: the 0.7 port's (and replica traffic)
@@ -267,6 +269,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1, "offsets_retention_minutes": 1,
         "offsets_topic_segment_bytes": 1,
         "group_initial_rebalance_delay_ms": 0, "group_min_session_timeout_ms": 1, "group_max_session_timeout_ms": 1,
+        "group_consumer_session_timeout_ms": 1, "group_consumer_heartbeat_interval_ms": 1,
         "ssl_handshake_timeout_ms": 1, "max_connections_per_ip": 1,
         "transaction_state_log_num_partitions": 1, "transaction_state_log_replication_factor": 1,
         "transaction_state_log_segment_bytes": 1, "transaction_max_timeout_ms": 1,

@@ -64,8 +64,8 @@ class KafkaApi(enum.IntEnum):
     FETCH = (1, 4, 12, 12)
     LIST_OFFSETS = (2, 1, 7, 6)
     METADATA = (3, 0, 12, 9)
-    OFFSET_COMMIT = (8, 2, 8, 8)
-    OFFSET_FETCH = (9, 1, 8, 6)
+    OFFSET_COMMIT = (8, 2, 9, 8)
+    OFFSET_FETCH = (9, 1, 9, 6)
     FIND_COORDINATOR = (10, 0, 4, 3)
     JOIN_GROUP = (11, 0, 7, 6)
     HEARTBEAT = (12, 0, 4, 4)
@@ -106,6 +106,8 @@ class KafkaApi(enum.IntEnum):
     DESCRIBE_CLUSTER = (60, 0, 1, 0)
     DESCRIBE_TRANSACTIONS = (65, 0, 0, 0)
     LIST_TRANSACTIONS = (66, 0, 0, 0)
+    CONSUMER_GROUP_HEARTBEAT = (68, 0, 1, 0)
+    CONSUMER_GROUP_DESCRIBE = (69, 0, 1, 0)
     DESCRIBE_TOPIC_PARTITIONS = (75, 0, 0, 0)
 
     @property
@@ -164,8 +166,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     63: ("BrokerHeartbeat", KRAFT_ONLY),
     64: ("UnregisterBroker", "brokers register in ZooKeeper, and a stopped broker's node goes with its session (§8)"),
     67: ("AllocateProducerIds", "brokers take blocks of producer ids from ZooKeeper (§19.1)"),
-    68: ("ConsumerGroupHeartbeat", "not yet: Kafka 4's consumer protocol (KIP-848); a client must use `group.protocol=classic`"),
-    69: ("ConsumerGroupDescribe", "not yet: Kafka 4's consumer protocol (KIP-848)"),
     70: ("ControllerRegistration", KRAFT_ONLY),
     71: ("GetTelemetrySubscriptions", "client metrics (KIP-714) are not built; clients take the api's absence as no subscription"),
     72: ("PushTelemetry", "client metrics (KIP-714) are not built"),

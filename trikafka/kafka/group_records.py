@@ -6,7 +6,11 @@ and UTF-8 (-1: null), bytes ``int32`` length and bytes.
 
 * offset commit: key v0/v1 ``group topic partition:int32``; value v0-v3
   (v3 written: ``offset:int64 leader_epoch:int32 metadata commit_timestamp:int64``);
-* group metadata: key v2 ``group``; value v0-v3 (v3 written, see ``GroupValue``).
+* group metadata: key v2 ``group``; value v0-v3 (v3 written, see ``GroupValue``);
+* Kafka 4's consumer groups (KIP-848, §17.9): keys v3, v5-v8 (``ConsumerKey``), values
+  version 0 in flexible encoding (``EpochValue``, ``MemberMetadataValue``, ``TargetValue``,
+  ``CurrentAssignmentValue``); keys v4 and v16 (Kafka 4.0's partition metadata and regular
+  expressions) are read and ignored.
 
 A null value is a tombstone.  Anything that does not decode raises
 ``GroupRecordError``.
@@ -14,10 +18,13 @@ A null value is a tombstone.  Anything that does not decode raises
 
 from __future__ import annotations
 
+import enum
 import struct
+import uuid
 from dataclasses import dataclass, field
 
 from .errors import KafkaCodecError
+from .varint import read_uvarint, write_uvarint
 
 OFFSETS_TOPIC = "__consumer_offsets"  # the topic these records live in (§17.1)
 TRANSACTION_STATE_TOPIC = "__transaction_state"  # the transaction coordinator's topic (§19.5.1, txn_records)
@@ -94,8 +101,97 @@ class GroupValue:
     members: tuple[MemberValue, ...] = field(default=())
 
 
-RecordKey = OffsetKey | GroupKey
-RecordValue = OffsetValue | GroupValue
+class ConsumerRecord(enum.IntEnum):
+    """A consumer group's record types (§17.9); the int is the key's version."""
+
+    GROUP_METADATA = 3
+    PARTITION_METADATA = 4  # Kafka 4.0's; read and ignored
+    MEMBER_METADATA = 5
+    TARGET_METADATA = 6
+    TARGET_MEMBER = 7
+    CURRENT_ASSIGNMENT = 8
+    REGULAR_EXPRESSION = 16  # Kafka 4.0's resolved regular expressions; read and ignored
+
+
+class MemberState(enum.IntEnum):
+    """Kafka's consumer group member states (§17.9); the int is the current assignment record's."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+
+
+# The record types whose key names a member; the others name only the group.
+_MEMBER_KEYED = frozenset({ConsumerRecord.MEMBER_METADATA, ConsumerRecord.TARGET_MEMBER,
+                           ConsumerRecord.CURRENT_ASSIGNMENT})
+_CONSUMER_KEY_VERSIONS = frozenset(int(kind) for kind in ConsumerRecord)
+_MEMBER_STATES = frozenset(int(state) for state in MemberState)
+IGNORED_CONSUMER_RECORDS = frozenset({ConsumerRecord.PARTITION_METADATA, ConsumerRecord.REGULAR_EXPRESSION})
+CONSUMER_VALUE_VERSION = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerKey:
+    """The key of a consumer group's record (§17.9): its type, the group, and the member (or "");
+    ``extra`` is the regular expression of a key v16."""
+
+    kind: ConsumerRecord
+    group: str
+    member_id: str = ""
+    extra: str = ""
+
+
+# Partitions by topic id, sorted: how the records and the protocol name an assignment.
+TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochValue:
+    """The group epoch (group metadata) or the assignment epoch (target metadata)."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataValue:
+    """A consumer group member's metadata (§17.9)."""
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetValue:
+    """A member's target assignment."""
+
+    partitions: TopicPartitions
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentValue:
+    """A member's current assignment: its epochs, state, owned and pending-revocation partitions."""
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: MemberState
+    assigned: TopicPartitions
+    pending_revocation: TopicPartitions
+
+
+@dataclass(frozen=True, slots=True)
+class IgnoredValue:
+    """The value of a record type read and ignored (Kafka 4.0's partition metadata, regexes)."""
+
+
+ConsumerValue = EpochValue | MemberMetadataValue | TargetValue | CurrentAssignmentValue | IgnoredValue
+RecordKey = OffsetKey | GroupKey | ConsumerKey
+RecordValue = OffsetValue | GroupValue | ConsumerValue
 
 
 # ----------------------------------------------------------------- encoding
@@ -120,7 +216,14 @@ def _bytes(out: bytearray, data: bytes) -> None:
 def encode_key(key: RecordKey) -> bytes:
     """The record key of ``key``, at the version the broker writes."""
     out = bytearray()
-    if isinstance(key, OffsetKey):
+    if isinstance(key, ConsumerKey):
+        out += _INT16.pack(key.kind)
+        write_string(out, key.group)
+        if key.kind in _MEMBER_KEYED:
+            write_string(out, key.member_id)
+        elif key.kind is ConsumerRecord.REGULAR_EXPRESSION:
+            write_string(out, key.extra)
+    elif isinstance(key, OffsetKey):
         out += _INT16.pack(OFFSET_KEY_VERSION)
         write_string(out, key.group)
         write_string(out, key.topic)
@@ -162,13 +265,64 @@ def encode_group_value(value: GroupValue) -> bytes:
     return bytes(out)
 
 
+def _compact_string(out: bytearray, text: str | None) -> None:
+    if text is None:
+        write_uvarint(out, 0)
+        return
+    raw = text.encode("utf-8")
+    write_uvarint(out, len(raw) + 1)
+    out += raw
+
+
+def _topic_partitions(out: bytearray, partitions: TopicPartitions) -> None:
+    write_uvarint(out, len(partitions) + 1)
+    for topic_id, indexes in partitions:
+        out += topic_id.bytes
+        write_uvarint(out, len(indexes) + 1)
+        for index in indexes:
+            out += _INT32.pack(index)
+        write_uvarint(out, 0)  # the struct's tagged fields: none
+
+
+def encode_consumer_value(value: ConsumerValue) -> bytes:
+    """A consumer group record's value, version 0, flexible (§17.9)."""
+    out = bytearray(_INT16.pack(CONSUMER_VALUE_VERSION))
+    if isinstance(value, EpochValue):
+        out += _INT32.pack(value.epoch)
+    elif isinstance(value, MemberMetadataValue):
+        _compact_string(out, value.instance_id)
+        _compact_string(out, value.rack_id)
+        _compact_string(out, value.client_id)
+        _compact_string(out, value.client_host)
+        write_uvarint(out, len(value.subscribed_topic_names) + 1)
+        for name in value.subscribed_topic_names:
+            _compact_string(out, name)
+        _compact_string(out, value.subscribed_topic_regex)
+        out += _INT32.pack(value.rebalance_timeout_ms)
+        _compact_string(out, value.server_assignor)
+    elif isinstance(value, TargetValue):
+        _topic_partitions(out, value.partitions)
+    elif isinstance(value, CurrentAssignmentValue):
+        out += _INT32.pack(value.member_epoch)
+        out += _INT32.pack(value.previous_member_epoch)
+        out += _INT8.pack(value.state)
+        _topic_partitions(out, value.assigned)
+        _topic_partitions(out, value.pending_revocation)
+    else:
+        raise GroupRecordError("an ignored record type is never written")
+    write_uvarint(out, 0)  # the value's tagged fields: none
+    return bytes(out)
+
+
 def encode_value(value: RecordValue | None) -> bytes | None:
     """The record value of ``value``; None (a tombstone) for None."""
     if value is None:
         return None
     if isinstance(value, OffsetValue):
         return encode_offset_value(value)
-    return encode_group_value(value)
+    if isinstance(value, GroupValue):
+        return encode_group_value(value)
+    return encode_consumer_value(value)
 
 
 # ----------------------------------------------------------------- decoding
@@ -204,8 +358,8 @@ class FieldReader:
     def int64(self) -> int:
         return int(_INT64.unpack_from(self._data, self._take(8))[0])
 
-    def nullable_string(self) -> str | None:
-        length = self.int16()
+    def _utf8(self, length: int) -> str | None:
+        """The next ``length`` bytes as UTF-8; None for length -1 (a null string)."""
         if length == -1:
             return None
         start = self._take(length)
@@ -214,16 +368,49 @@ class FieldReader:
         except UnicodeDecodeError:
             raise self._error(f"{self._what}: a string at {start} is not UTF-8") from None
 
-    def string(self) -> str:
-        text = self.nullable_string()
+    def _required(self, text: str | None) -> str:
         if text is None:
             raise self._error(f"{self._what}: a null string where the schema has none")
         return text
+
+    def nullable_string(self) -> str | None:
+        return self._utf8(self.int16())
+
+    def string(self) -> str:
+        return self._required(self.nullable_string())
 
     def bytes_(self) -> bytes:
         length = self.int32()
         start = self._take(length)
         return bytes(self._data[start:start + length])
+
+    def uvarint(self) -> int:
+        try:
+            value, end = read_uvarint(self._data, self._pos)
+        except KafkaCodecError as exc:
+            raise self._error(f"{self._what}: {exc}") from None
+        self._pos = end
+        return value
+
+    def compact_nullable_string(self) -> str | None:
+        return self._utf8(self.uvarint() - 1)
+
+    def compact_string(self) -> str:
+        return self._required(self.compact_nullable_string())
+
+    def compact_count(self) -> int:
+        """A compact array's length (a null array reads as empty)."""
+        return max(self.uvarint() - 1, 0)
+
+    def uuid(self) -> uuid.UUID:
+        start = self._take(16)
+        return uuid.UUID(bytes=bytes(self._data[start:start + 16]))
+
+    def skip_tagged_fields(self) -> None:
+        """Skip a flexible struct's tagged fields (each: tag, size, bytes)."""
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self._take(self.uvarint())
 
     def done(self) -> None:
         if self._pos != len(self._data):
@@ -231,7 +418,7 @@ class FieldReader:
 
 
 def decode_key(data: bytes) -> RecordKey:
-    """An offset-commit key (v0, v1) or a group-metadata key (v2)."""
+    """An offset-commit key (v0, v1), a group-metadata key (v2) or a consumer group's (§17.9)."""
     reader = FieldReader(bytes(data), "__consumer_offsets key")
     version = reader.int16()
     key: RecordKey
@@ -239,8 +426,15 @@ def decode_key(data: bytes) -> RecordKey:
         key = OffsetKey(reader.string(), reader.string(), reader.int32())
     elif version == GROUP_KEY_VERSION:
         key = GroupKey(reader.string())
+    elif version in _CONSUMER_KEY_VERSIONS:
+        kind = ConsumerRecord(version)
+        group = reader.string()
+        member_id = reader.string() if kind in _MEMBER_KEYED else ""
+        extra = reader.string() if kind is ConsumerRecord.REGULAR_EXPRESSION else ""
+        key = ConsumerKey(kind, group, member_id, extra)
     else:
-        raise GroupRecordError(f"__consumer_offsets key version {version}: 0-2 are read")
+        raise GroupRecordError(f"__consumer_offsets key version {version}: 0-8 and 16 are read, "
+                               f"not share or streams groups' records")
     reader.done()
     return key
 
@@ -292,6 +486,47 @@ def decode_group_value(data: bytes) -> GroupValue:
     return GroupValue(protocol_type, generation, protocol, leader, timestamp_ms, tuple(members))
 
 
+def _read_topic_partitions(reader: FieldReader) -> TopicPartitions:
+    topics = []
+    for _ in range(reader.compact_count()):
+        topic_id = reader.uuid()
+        indexes = tuple(reader.int32() for _ in range(reader.compact_count()))
+        reader.skip_tagged_fields()
+        topics.append((topic_id, indexes))
+    return tuple(topics)
+
+
+def decode_consumer_value(kind: ConsumerRecord, data: bytes) -> ConsumerValue:
+    """A consumer group record's value of version 0 (§17.9); tagged fields are skipped."""
+    if kind in IGNORED_CONSUMER_RECORDS:
+        return IgnoredValue()
+    what = f"consumer group record {kind.name.lower()} value"
+    reader, _ = _value_reader(data, what, CONSUMER_VALUE_VERSION)
+    value: ConsumerValue
+    if kind in (ConsumerRecord.GROUP_METADATA, ConsumerRecord.TARGET_METADATA):
+        value = EpochValue(reader.int32())
+    elif kind is ConsumerRecord.MEMBER_METADATA:
+        instance_id = reader.compact_nullable_string()
+        rack_id = reader.compact_nullable_string()
+        client_id = reader.compact_string()
+        client_host = reader.compact_string()
+        names = tuple(reader.compact_string() for _ in range(reader.compact_count()))
+        value = MemberMetadataValue(instance_id, rack_id, client_id, client_host, names,
+                                    reader.compact_nullable_string(), reader.int32(),
+                                    reader.compact_nullable_string())
+    elif kind is ConsumerRecord.TARGET_MEMBER:
+        value = TargetValue(_read_topic_partitions(reader))
+    else:
+        epoch, previous, state = reader.int32(), reader.int32(), reader.int8()
+        if state not in _MEMBER_STATES:
+            raise GroupRecordError(f"{what}: member state {state}, not one of {sorted(_MEMBER_STATES)}")
+        value = CurrentAssignmentValue(epoch, previous, MemberState(state), _read_topic_partitions(reader),
+                                       _read_topic_partitions(reader))
+    reader.skip_tagged_fields()
+    reader.done()
+    return value
+
+
 def decode_record(key: bytes, value: bytes | None) -> tuple[RecordKey, RecordValue | None]:
     """One record of ``__consumer_offsets``: its key and its value (None: a tombstone)."""
     decoded_key = decode_key(key)
@@ -299,4 +534,6 @@ def decode_record(key: bytes, value: bytes | None) -> tuple[RecordKey, RecordVal
         return decoded_key, None
     if isinstance(decoded_key, OffsetKey):
         return decoded_key, decode_offset_value(value)
+    if isinstance(decoded_key, ConsumerKey):
+        return decoded_key, decode_consumer_value(decoded_key.kind, value)
     return decoded_key, decode_group_value(value)

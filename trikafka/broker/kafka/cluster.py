@@ -16,6 +16,7 @@ from kio.static.primitive import i8
 from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
+from trikafka.kafka.topic_ids import NO_TOPIC_ID, names_by_id, topic_id
 
 from .acl.table import AUTO_CREATE
 from .entities import NO_THROTTLE, Reply
@@ -23,8 +24,6 @@ from ..engine.errors import EngineError
 from .context import KafkaContext
 from .errors import kafka_error
 
-
-NO_TOPIC_ID = uuid.UUID(int=0)
 # Kafka's "authorized operations not asked for" value.
 OPERATIONS_NOT_ASKED = -2147483648
 # DescribeCluster v1's endpoint type of brokers (2 is KRaft controllers').
@@ -47,6 +46,7 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = body.topics
     authorizer = service.authorizer
+    unknown_ids: list[uuid.UUID] = []
     if asked is None or (request.api_version == 0 and not asked):
         # A listing of all topics leaves out those the principal may not describe (§18.3).
         names = [n for n in service.topic_names() if authorizer.denied(KafkaApi.METADATA, n) is None]
@@ -54,11 +54,20 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
     else:
         names = [t.name for t in asked if t.name is not None]
         auto_create = getattr(body, "allow_auto_topic_creation", True)
+        by_id = [t.topic_id for t in asked if t.name is None and t.topic_id not in (None, NO_TOPIC_ID)]
+        if by_id:  # v12 names topics by id (§17.9): each id's topic, UNKNOWN_TOPIC_ID for none
+            known = names_by_id(service.topic_names())
+            unknown_ids = [i for i in by_id if i not in known]
+            names += [known[i] for i in by_id if i in known]
     denied = {n: code for n in names if (code := authorizer.denied(KafkaApi.METADATA, n)) is not None}
     unknown = [n for n in names if n not in denied and service.topic_format(n) is None]
     creatable = [n for n in unknown if authorizer.allows(AUTO_CREATE, n)]
     created = await service.topics.auto_create(creatable) if auto_create and creatable else set()
     topics = tuple(_topic(service, reply, name, name in created, denied.get(name)) for name in names)
+    topics += tuple(reply.nested("MetadataResponseTopic", error_code=ErrorCode.unknown_topic_id, name=None,
+                                 topic_id=i, is_internal=False, partitions=(),
+                                 topic_authorized_operations=OPERATIONS_NOT_ASKED)
+                    for i in unknown_ids)
     brokers = tuple(reply.nested("MetadataResponseBroker", node_id=b.broker_id, host=b.host, port=b.port, rack=None)
                     for b in service.kafka_brokers())
     return reply.response(throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=service.cluster_id,
@@ -68,7 +77,7 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
 
 def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
-        return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=NO_TOPIC_ID,
+        return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=topic_id(name),
                             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
                             topic_authorized_operations=OPERATIONS_NOT_ASKED)
 

@@ -33,7 +33,7 @@ from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
 from . import (cluster, configs, delete_records, fetch, log_dirs, markers, offsets, partition_admin, produce,
                producer_id_blocks, producer_ids, producers, scram_users, topics)
-from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
+from .groups import admin_api, consumer_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
 from .transactions import api as transactions_api
@@ -117,6 +117,8 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.DESCRIBE_PRODUCERS: producers.describe_producers,
     KafkaApi.DESCRIBE_TRANSACTIONS: transactions_admin_api.describe_transactions,
     KafkaApi.LIST_TRANSACTIONS: transactions_admin_api.list_transactions,
+    KafkaApi.CONSUMER_GROUP_HEARTBEAT: consumer_api.consumer_group_heartbeat,
+    KafkaApi.CONSUMER_GROUP_DESCRIBE: consumer_api.consumer_group_describe,
     KafkaApi.DESCRIBE_TOPIC_PARTITIONS: cluster.describe_topic_partitions,
 }
 # Handlers that write their own answer (chunks, or nothing): the rest return an entity.

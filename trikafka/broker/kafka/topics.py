@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
+from trikafka.kafka.topic_ids import NO_TOPIC_ID
 
 from ..config import BrokerConfig
 from ..engine.topic_admin import MAX_CREATED_PARTITIONS
@@ -25,7 +26,6 @@ from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, ME
                               MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
                               TopicConfigError, check_topic_config, log_overrides)
 from .acl.model import CLUSTER_NAME, ResourceType
-from .cluster import NO_TOPIC_ID
 from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
 from .context import KafkaContext
 

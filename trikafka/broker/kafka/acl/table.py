@@ -102,6 +102,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DESCRIBE_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
         KafkaApi.LIST_TRANSACTIONS: (_transactional_id(Operation.DESCRIBE),),
         KafkaApi.DESCRIBE_PRODUCERS: (_topic(Operation.READ),),
+        KafkaApi.CONSUMER_GROUP_HEARTBEAT: (_group(Operation.READ), _topic(Operation.DESCRIBE)),
+        KafkaApi.CONSUMER_GROUP_DESCRIBE: (_group(Operation.DESCRIBE),),
     }.items()
 }
 # Auto-creation by Metadata (§16.5) is CreateTopics' check.

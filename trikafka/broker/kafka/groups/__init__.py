@@ -6,4 +6,6 @@
 * ``coordinator``: which partitions this broker serves, loading them;
 * ``offsets_api``: FindCoordinator, OffsetCommit, OffsetFetch;
 * ``txn_offsets``: offsets of open transactions, pending until their marker (§19.5.4).
+* ``consumer_group``, ``assignors``, ``consumer_api``: Kafka 4's consumer groups (KIP-848, §17.9):
+  the state machine, its server-side assignors, ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 """

@@ -7,18 +7,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.framing import Request
-from trikafka.kafka.group_records import GroupKey, OffsetKey, RecordKey, RecordValue
+from trikafka.kafka.group_records import ConsumerKey, ConsumerRecord, GroupKey, OffsetKey, RecordKey, RecordValue
 
 from trikafka.kafka.apis import KafkaApi
 
 from ..context import KafkaContext
 from ..entities import NO_THROTTLE, Reply
 from .access import group_denied, group_partition, lists_every_group, topic_denied
-from .group import Group, GroupState
+from .group import CONSUMER_GROUP_TYPE, Group, GroupState
 
 OPERATIONS_NOT_ASKED = -2147483648  # Kafka's "authorized operations not asked for"
-# ListGroups v5's group type of every group here: Kafka 4's "consumer" groups (KIP-848) are not built (§17.6).
-CLASSIC_GROUP_TYPE = "classic"
 # States whose members' metadata and assignment DescribeGroups shows (Kafka shows them only then).
 _DESCRIBED_WITH_ASSIGNMENTS = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
 
@@ -28,16 +26,19 @@ def list_groups(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     wanted = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
     types = {kind.lower() for kind in getattr(body, "types_filter", ()) or ()}
-    if types and CLASSIC_GROUP_TYPE not in types:
-        return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=())
     every = lists_every_group(service, request.api)
     listed = [group for groups in service.groups.loaded() for group in groups.groups.values()
-              if group.state is not GroupState.DEAD and (not wanted or group.state.value.lower() in wanted)
+              if group.state is not GroupState.DEAD and (not wanted or group.listed_state.lower() in wanted)
+              and (not types or group.group_type in types)
               and (every or group_denied(service, request.api, group.group_id) is None)]
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
-        reply.nested("ListedGroup", group_id=group.group_id, protocol_type=group.protocol_type or "",
-                     group_state=group.state.value, group_type=CLASSIC_GROUP_TYPE)
+        reply.nested("ListedGroup", group_id=group.group_id, protocol_type=_protocol_type(group),
+                     group_state=group.listed_state, group_type=group.group_type)
         for group in sorted(listed, key=lambda g: g.group_id)))
+
+
+def _protocol_type(group: Group) -> str:
+    return CONSUMER_GROUP_TYPE if group.group_type == CONSUMER_GROUP_TYPE else group.protocol_type or ""
 
 
 async def describe_groups(service: KafkaContext, request: Request) -> Any:
@@ -49,7 +50,9 @@ async def describe_groups(service: KafkaContext, request: Request) -> Any:
         if isinstance(groups, ErrorCode):
             described.append(_described(reply, group_id, groups, None))
         else:
-            described.append(_described(reply, group_id, ErrorCode.none, groups.group(group_id)))
+            group = groups.group(group_id)  # a consumer group is not one DescribeGroups describes (§17.9)
+            described.append(_described(reply, group_id, ErrorCode.none,
+                                        None if group is None or group.group_type == CONSUMER_GROUP_TYPE else group))
     return reply.response(throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
@@ -86,13 +89,17 @@ async def _delete_group(service: KafkaContext, api: KafkaApi, group_id: str) -> 
     group = groups.group(group_id)
     if group is None or group.state is GroupState.DEAD:
         return ErrorCode.group_id_not_found
-    if group.members or group.state is not GroupState.EMPTY:
+    if group.members or group.state is not GroupState.EMPTY or group.is_consumer:
         return ErrorCode.non_empty_group
     records: list[tuple[RecordKey, RecordValue | None]] = [
         (OffsetKey(group_id, topic, partition), None) for topic, partition in group.offsets]
     records.append((GroupKey(group_id), None))
+    if group.consumer is not None:  # an Empty consumer group's own records, in Kafka 4's order (§17.9)
+        records += [(ConsumerKey(kind, group_id), None) for kind in (
+            ConsumerRecord.TARGET_METADATA, ConsumerRecord.PARTITION_METADATA, ConsumerRecord.GROUP_METADATA)]
     error = await service.groups.write(groups, records)
     if error == ErrorCode.none:
+        group.consumer = None
         group.delete()
         groups.forget_if_empty(group_id)
     return error
@@ -111,7 +118,7 @@ async def offset_delete(service: KafkaContext, request: Request) -> Any:
     elif group is None or group.state is GroupState.DEAD:
         error = ErrorCode.group_id_not_found
     else:
-        subscribed = group.subscribed_topics() if group.members else set()
+        subscribed = group.subscribed_topics() if group.members or group.is_consumer else set()
         if subscribed is None:
             error = ErrorCode.non_empty_group  # members of a protocol whose subscriptions the broker cannot read
         else:

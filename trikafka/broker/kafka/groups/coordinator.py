@@ -19,6 +19,7 @@ from ...engine.partition import ReadView
 from ..coordinator_seams import ZooKeeperGroups
 from ..internal_topic import InternalTopic
 from ..partition_loads import PartitionLoads
+from .consumer_group import ConsumerSettings
 from .group import GroupSettings, GroupState
 from .membership import CoordinatorMembership
 from .placement import group_partition
@@ -47,8 +48,10 @@ class GroupCoordinator:
         # Markers (producer id, commit, offset) that reached a partition while it was loading (§19.5.4).
         self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
         self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
-                                      config.group_max_session_timeout_ms)
-        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms)
+                                      config.group_max_session_timeout_ms,
+                                      ConsumerSettings(config.group_consumer_session_timeout_ms,
+                                                       config.group_consumer_heartbeat_interval_ms))
+        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms, self.write)
         self.loads: PartitionLoads[OffsetsPartition] = PartitionLoads(
             topic, self._load, on_loaded=lambda _: self.membership.poke(),
             on_drop=self.membership.drop)
@@ -84,11 +87,11 @@ class GroupCoordinator:
         return removed
 
     def states(self) -> dict[str, int]:
-        """How many groups this broker coordinates, by state (§17.6)."""
+        """How many groups this broker coordinates, by state (§17.6; a consumer group's own, §17.9)."""
         counts = {state.value: 0 for state in GroupState}
         for groups in self.loaded():
             for group in groups.groups.values():
-                counts[group.state.value] += 1
+                counts[group.listed_state] = counts.get(group.listed_state, 0) + 1
         return counts
 
     @property

@@ -20,6 +20,7 @@ class Effects:
     store: bool = False
     rebalanced: bool = False
     expired: list[str] = field(default_factory=list)  # members removed by their deadline (session, rebalance)
+    consumer_changed: bool = False  # the group's consumer-protocol state changed: write its records (§17.9)
 
     def merge(self, other: Effects) -> Effects:
         self.expired += other.expired
@@ -27,6 +28,7 @@ class Effects:
         self.syncs.update(other.syncs)
         self.store = self.store or other.store
         self.rebalanced = self.rebalanced or other.rebalanced
+        self.consumer_changed = self.consumer_changed or other.consumer_changed
         return self
 
     def refuse(self, member: Member, error: ErrorCode, join: bool = True) -> None:

@@ -19,10 +19,15 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.group_records import NO_TIMESTAMP, GroupValue
 
 from .committed import CommittedOffsets
+from .consumer_group import ConsumerGroup, ConsumerSettings
 from .effects import Effects
 from .member import NO_DEADLINE, JoinAnswer, Member, Protocols, SyncAnswer
 from .rebalance import Rebalance
 from .roster import Roster
+
+
+CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 class GroupState(enum.Enum):
@@ -42,6 +47,7 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
+    consumer: ConsumerSettings = ConsumerSettings()  # Kafka 4's consumer groups' (§17.9)
 
 
 class Group:
@@ -58,6 +64,44 @@ class Group:
         self.protocol: str | None = None
         self.roster = Roster()
         self.rebalance = Rebalance(self.roster, self.settings.initial_rebalance_delay_ms)
+        # The group's Kafka 4 consumer-protocol state (§17.9), None for a group that never had one.
+        self.consumer: ConsumerGroup | None = None
+
+    def consumer_or_new(self, loading: bool = False) -> ConsumerGroup:
+        """The group's consumer-protocol state, a new one (reading records at a load: ``loading``)
+        when it has none."""
+        if self.consumer is None:
+            self.consumer = ConsumerGroup(self.group_id, self.settings.consumer, loading)
+        return self.consumer
+
+    @property
+    def is_classic(self) -> bool:
+        """Whether the classic protocol holds the group now: it has classic members or rebalances."""
+        return bool(self.roster.members) or self.state not in (GroupState.EMPTY, GroupState.DEAD)
+
+    @property
+    def has_members(self) -> bool:
+        """Whether the group has members of either protocol (§17.7's live mark, §17.9)."""
+        return bool(self.roster.members) or self.is_consumer
+
+    @property
+    def group_type(self) -> str:
+        """ListGroups v5's type (§17.6, §17.9): ``consumer`` while Kafka 4's protocol holds the group's
+        id (it has its records and no classic member), else ``classic``."""
+        return CONSUMER_GROUP_TYPE if self.consumer is not None and not self.is_classic else CLASSIC_GROUP_TYPE
+
+    @property
+    def listed_state(self) -> str:
+        """The state ListGroups and the metrics name (§17.6): a consumer group's own (§17.9), else the
+        classic one's."""
+        if self.group_type == CONSUMER_GROUP_TYPE and self.consumer is not None:
+            return self.consumer.state
+        return self.state.value
+
+    @property
+    def is_consumer(self) -> bool:
+        """Whether Kafka 4's consumer protocol holds the group now: it has members of it (§17.9)."""
+        return self.consumer is not None and bool(self.consumer.members)
 
     # ----------------------------------------------------------------- records (§17.3)
 
@@ -69,6 +113,8 @@ class Group:
 
     def activate(self, now_ms: int) -> None:
         """After a load: the membership the last metadata record names, every session from now (§17.3)."""
+        if self.consumer is not None:
+            self.consumer.activate(now_ms)
         value = self.metadata
         if value is None:
             self.roster.clear()
@@ -91,7 +137,8 @@ class Group:
         if self.state is GroupState.DEAD:
             return not self.offsets.pending
         return (not self.offsets and self.metadata is None and not self.roster.members
-                and not self.rebalance.pending_ids and self.state is GroupState.EMPTY)
+                and not self.rebalance.pending_ids and self.state is GroupState.EMPTY
+                and (self.consumer is None or self.consumer.forgettable))
 
     @property
     def members(self) -> dict[str, Member]:
@@ -120,7 +167,7 @@ class Group:
             return member_id, JoinAnswer(ErrorCode.invalid_session_timeout, member_id), Effects()
         if self.state is GroupState.DEAD:
             return member_id, JoinAnswer(ErrorCode.coordinator_not_available, member_id), Effects()
-        if not self.roster.compatible(protocol_type, protocols):
+        if self.is_consumer or not self.roster.compatible(protocol_type, protocols):  # §17.9: one type per group id
             return member_id, JoinAnswer(ErrorCode.inconsistent_group_protocol, member_id), Effects()
         if not member_id:
             return self._join_new(now_ms, joining, require_known_member_id)
@@ -321,6 +368,8 @@ class Group:
         """When ``tick`` must next run (NO_DEADLINE: nothing to time)."""
         deadlines = self.roster.session_deadlines()
         deadlines += self.rebalance.deadlines(joining=self.state is GroupState.PREPARING_REBALANCE)
+        if self.consumer is not None:
+            deadlines.append(self.consumer.next_deadline_ms())
         deadlines = [d for d in deadlines if d != NO_DEADLINE]
         return min(deadlines) if deadlines else NO_DEADLINE
 
@@ -334,6 +383,9 @@ class Group:
             self.roster.remove(member)
         if expired:
             effects.merge(self._member_gone(now_ms))
+        if self.consumer is not None and (gone := self.consumer.tick(now_ms)):
+            effects.expired += gone
+            effects.consumer_changed = True
         self.rebalance.tick(now_ms)
         return effects.merge(self._try_complete_join(now_ms))
 
@@ -350,16 +402,24 @@ class Group:
     def subscribed_topics(self) -> set[str] | None:
         """The topics a ``consumer`` group's members subscribe to; None for another protocol type
         (the broker cannot read their subscriptions)."""
+        if self.is_consumer:
+            assert self.consumer is not None
+            return self.consumer.subscribed_topics()
         return self.roster.subscribed_topics(self.protocol)
 
     def delete(self) -> None:
         """The group is deleted (its tombstones written): Dead until forgotten (§17.6)."""
         self.state = GroupState.DEAD
 
-    def check_commit(self, member_id: str, generation: int, instance_id: str | None, now_ms: int = -1) -> ErrorCode:
-        """Whether an OffsetCommit of this member and generation may write (§17.5)."""
+    def check_commit(self, member_id: str, generation: int, instance_id: str | None, now_ms: int = -1,
+                     commit_version: int | None = None) -> ErrorCode:
+        """Whether an OffsetCommit of this member and generation may write (§17.5); a consumer group's
+        member needs an OffsetCommit ``commit_version`` with member epochs (§17.9)."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
+        if self.is_consumer:
+            assert self.consumer is not None
+            return self.consumer.check_commit(member_id, generation, now_ms, commit_version)
         if generation < 0 and not member_id and not self.roster.members:
             return ErrorCode.none  # a simple commit: allowed while the group has no members
         if self.state is GroupState.COMPLETING_REBALANCE:

@@ -45,7 +45,7 @@ class LiveGroupMarks:
     def live(self) -> set[str]:
         """The groups that must have a mark now."""
         return {group_id for groups in self._loaded() for group_id, group in groups.groups.items()
-                if group.roster.members}
+                if group.has_members}
 
     async def run(self) -> None:
         """Apply the difference after every change, until cancelled."""

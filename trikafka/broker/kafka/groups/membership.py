@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable, Sequence
 
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.group_records import GroupValue
+from trikafka.kafka.group_records import GroupValue, RecordKey, RecordValue
 
 from .effects import Effects
 from .group import Group
@@ -51,8 +51,11 @@ class CoordinatorMembership:
     """Carries out the groups' decisions for one broker's coordinator."""
 
     def __init__(self, write: Callable[[OffsetsPartition, GroupValue, str], Awaitable[ErrorCode]],
-                 loaded: Callable[[], Iterable[OffsetsPartition]], wall_ms: Callable[[], int]):
+                 loaded: Callable[[], Iterable[OffsetsPartition]], wall_ms: Callable[[], int],
+                 write_records: Callable[[OffsetsPartition, Sequence[tuple[RecordKey, RecordValue | None]]],
+                                         Awaitable[ErrorCode]] | None = None):
         self._write = write
+        self._write_records = write_records  # a consumer group's records (§17.9)
         self._loaded = loaded
         self._wall_ms = wall_ms
         self._slots: dict[_SlotKey, _Slot] = {}
@@ -134,6 +137,24 @@ class CoordinatorMembership:
         self._answer(group.group_id, effects)
         if effects.store and self._nursery is not None:
             self._nursery.start_soon(self.store, groups, group)
+        if effects.consumer_changed and self._nursery is not None:
+            self._nursery.start_soon(self.store_consumer, groups, group)
+
+    async def store_consumer(self, groups: OffsetsPartition, group: Group) -> ErrorCode:
+        """Write the records that make the log say what the group's consumer-protocol state says
+        (§17.9); nothing when it says that already."""
+        consumer = group.consumer
+        if consumer is None or self._write_records is None:
+            return ErrorCode.none
+        records, view = consumer.changes()
+        if not records:
+            return ErrorCode.none
+        error = await self._write_records(groups, records)
+        if error == ErrorCode.none:
+            consumer.written(view)
+        else:
+            logger.info("group %s: consumer group records not written: %s", group.group_id, error.name)
+        return error
 
     async def store(self, groups: OffsetsPartition, group: Group) -> ErrorCode:
         """Write the group's metadata as it is now, then tell the group how the write ended."""

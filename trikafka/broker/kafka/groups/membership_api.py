@@ -18,7 +18,7 @@ REQUIRE_KNOWN_MEMBER_ID_FROM = 4  # JoinGroup v4+: an empty member id is answere
 BATCHED_LEAVE_FROM = 3  # LeaveGroup v3+: a list of members
 
 
-def _client_host() -> str:
+def client_host() -> str:
     """The requesting connection's host as Kafka names a member's: ``/<address>`` ("" when unknown)."""
     peer = CLIENT_PEER.get()
     return "" if peer == "?" else "/" + peer.rsplit(":", 1)[0]
@@ -45,7 +45,7 @@ async def join_group(service: KafkaContext, request: Request) -> Any:
     group = groups.group_or_new(body.group_id)
     member_id, answer, effects = group.join(
         membership.now_ms(), body.member_id, getattr(body, "group_instance_id", None), request.client_id or "",
-        _client_host(), session_ms, rebalance_ms, body.protocol_type,
+        client_host(), session_ms, rebalance_ms, body.protocol_type,
         tuple((p.name, p.metadata) for p in body.protocols),
         request.api_version >= REQUIRE_KNOWN_MEMBER_ID_FROM)
     answer = await membership.join(groups, group, member_id, answer, effects, rebalance_ms)

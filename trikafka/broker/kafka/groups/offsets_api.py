@@ -21,6 +21,7 @@ KEY_TYPE_TRANSACTION = 1
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes (§17.5)
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
+NO_MEMBER_EPOCH = -1  # OffsetFetch v9: no member named (§17.9)
 NO_METADATA = ""
 FIRST_GROUP_LEVEL_ERROR_VERSION = 2  # OffsetFetch: v1 answers a group's error in each partition
 
@@ -69,7 +70,8 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
         return _commit_answer(reply, body, errors)
     group = groups.group_or_new(body.group_id)
     refused = group.check_commit(body.member_id, body.generation_id_or_member_epoch,
-                                 getattr(body, "group_instance_id", None), service.groups.membership.now_ms())
+                                 getattr(body, "group_instance_id", None), service.groups.membership.now_ms(),
+                                 request.api_version)
     records: list[tuple[RecordKey, RecordValue | None]] = []
     for name, part in asked:
         errors[(name, part.partition_index)] = commit_record(service, request.api, body.group_id, name, part,
@@ -121,7 +123,8 @@ async def offset_fetch(service: KafkaContext, request: Request) -> Any:
     body: Any = request.body  # Any: this api's request class at the request's version
     require_stable = getattr(body, "require_stable", False)
     if request.api_version >= 8:
-        answers = [await _fetch_group(service, reply, request, g.group_id, g.topics, require_stable)
+        answers = [await _fetch_group(service, reply, request, g.group_id, g.topics, require_stable,
+                                      getattr(g, "member_id", None), getattr(g, "member_epoch", NO_MEMBER_EPOCH))
                    for g in body.groups]
         return reply.response(throttle_time=NO_THROTTLE, groups=tuple(
             reply.nested("OffsetFetchResponseGroup", group_id=g.group_id, topics=topics, error_code=error)
@@ -132,15 +135,21 @@ async def offset_fetch(service: KafkaContext, request: Request) -> Any:
 
 
 async def _fetch_group(service: KafkaContext, reply: Reply, request: Request, group_id: str, asked: Any,
-                       require_stable: bool) -> tuple[tuple[Any, ...], ErrorCode]:
+                       require_stable: bool, member_id: str | None = None,
+                       member_epoch: int = NO_MEMBER_EPOCH) -> tuple[tuple[Any, ...], ErrorCode]:
     """One group's answer: its topics and its group-level error (§17.5).  ``asked`` (Any: this
     version's request entities) None means every partition the group has an offset for, of the
-    topics the principal may describe (§18.3)."""
+    topics the principal may describe (§18.3).  v9's member of a consumer group (an epoch not -1)
+    is checked as a commit's (§17.9)."""
     version = request.api_version
     topic_class, partition_class = _FETCH_CLASSES[version >= 8]
     groups = await group_partition(service, request.api, group_id)
     group = None if isinstance(groups, ErrorCode) else groups.group(group_id)
     error = groups if isinstance(groups, ErrorCode) else ErrorCode.none
+    if member_epoch != NO_MEMBER_EPOCH and group is not None and group.consumer is not None and group.is_consumer:
+        error = group.consumer.check_commit(member_id or "", member_epoch)
+        if error != ErrorCode.none:
+            return (), error
     if asked is None:
         wanted: dict[str, list[int]] = {}
         for topic, index in sorted(group.offsets if group is not None else ()):

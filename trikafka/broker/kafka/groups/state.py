@@ -9,7 +9,8 @@ overwrites a later one.
 
 from __future__ import annotations
 
-from trikafka.kafka.group_records import GroupKey, GroupValue, OffsetKey, OffsetValue, RecordKey, RecordValue
+from trikafka.kafka.group_records import (ConsumerKey, GroupKey, GroupValue, OffsetKey, OffsetValue, RecordKey,
+                                          RecordValue)
 
 from .group import Group, GroupSettings
 from .txn_offsets import PendingOffset, PendingTxnOffsets
@@ -23,6 +24,7 @@ class OffsetsPartition:
         self.settings = settings or GroupSettings()
         self.groups: dict[str, Group] = {}
         self.txn_offsets = PendingTxnOffsets()  # offsets of open transactions (§19.5.4)
+        self.live = False  # activated: records now come from the groups' own state (§17.9)
 
     def group(self, group_id: str) -> Group | None:
         """The group, None when the partition holds nothing of it."""
@@ -38,7 +40,11 @@ class OffsetsPartition:
     def apply(self, key: RecordKey, value: RecordValue | None, log_offset: int) -> None:
         """One record of the partition, at ``log_offset``: the last record of a key wins."""
         group = self.group_or_new(key.group)
-        if isinstance(key, OffsetKey):
+        if isinstance(key, ConsumerKey):
+            # A live consumer group's records are its state's own; only a load reads them (§17.9).
+            assert value is None or not isinstance(value, (OffsetValue, GroupValue))
+            group.consumer_or_new(loading=not self.live).load_record(key, value)
+        elif isinstance(key, OffsetKey):
             assert value is None or isinstance(value, OffsetValue)
             group.offsets.apply(key.topic, key.partition, value, log_offset)
         else:
@@ -80,6 +86,7 @@ class OffsetsPartition:
         """After a load: every group's membership from its metadata, sessions from ``now_ms`` (§17.3)."""
         for group in self.groups.values():
             group.activate(now_ms)
+        self.live = True
 
     def forget_if_empty(self, group_id: str) -> None:
         """Drop the group when nothing of it remains (a tombstone removed its last key)."""
