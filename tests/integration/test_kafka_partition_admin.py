@@ -26,6 +26,7 @@ from kio.static.primitive import i32, i32Timedelta
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic
 from tests.helpers.kafka_processes import KafkaCluster
 from tests.helpers.kafka_wire import exchange
+from trikafka.testing import running_kafka_broker
 
 WAIT_S = 60.0
 POLL_S = 0.1
@@ -157,3 +158,18 @@ async def test_elections_preferred_and_unclean(zk_chroot, tmp_path):
             assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, 0)]
             assert await _partition(at, "elected") == (follower, replicas, [follower])
             nursery.cancel_scope.cancel()
+
+
+def test_a_standalone_brokers_partitions_need_no_election_and_do_not_move():
+    with running_kafka_broker(num_partitions=1) as kafka:
+        create_topic(kafka.bootstrap, "alone")
+        admin = _python_admin(kafka.bootstrap)
+        try:
+            answer = admin.elect_leaders(0, {"alone": [0, 5]}, raise_errors=False)
+            (result,) = answer.replica_election_results
+            assert [(p.partition_id, p.error_code) for p in result.partition_result] == [
+                (0, ErrorCode.election_not_needed), (5, ErrorCode.unknown_topic_or_partition)]
+            assert _alter_on(kafka.bootstrap, "alone", [0]) == ErrorCode.invalid_request
+            assert admin.list_partition_reassignments() == {}
+        finally:
+            admin.close()
