@@ -20,7 +20,7 @@ from trikafka.client.errors import BrokerProtocolError
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import BatchHeader
 from trikafka.kafka.read_committed import committed_batches
-from trikafka.kafka.records import Record, decode_batches
+from trikafka.kafka.records import Record, RecordBatch, read_batches
 
 from . import schema
 from .admin import EARLIEST, LATEST, KafkaAdmin
@@ -37,8 +37,8 @@ _LANES = itertools.count()
 class PartitionConsumer:
     """Records of ``topic``-``partition`` from ``offset`` (an offset, ``EARLIEST`` or ``LATEST``).
 
-    ``async for record in consumer`` runs until cancelled, ``async for records
-    in consumer.batches()`` the same a list per record batch; ``fetch()`` is one
+    ``async for record in consumer`` runs until cancelled, ``async for batch
+    in consumer.batches()`` the same a ``RecordBatch`` at a time; ``fetch()`` is one
     round.  Transaction markers are never records; ``read_committed`` reads
     up to the last stable offset and drops aborted transactions (§19.7).  Its fetches have connections of their own (``lane``), closed by
     ``aclose`` or ``async with``, else with the client.  ``position`` is the offset of the next record to deliver;
@@ -91,13 +91,15 @@ class PartitionConsumer:
             records += batch
         return records
 
-    async def batches(self) -> AsyncIterator[list[Record]]:
-        """``async for records in consumer.batches()``: the records in lists, one per record batch
-        fetched (never empty), until cancelled.
+    async def batches(self) -> AsyncIterator[RecordBatch]:
+        """``async for batch in consumer.batches()``: the records of each record batch fetched (never
+        empty), until cancelled.
 
-        A batch is decoded when it is asked for, and ``position`` passes it
-        then: after a ``break`` the rest of the fetch is fetched again.  The
-        way to read fast: no await per record.
+        A ``RecordBatch`` is a sequence of ``Record`` and also columns: a reader
+        of ``batch.values`` (or keys) alone gets no object per record.  Its
+        records are decoded when first read; ``position`` passes it when the
+        next one is asked for: after a ``break`` the rest of the fetch is
+        fetched again.  The way to read fast: no await per record.
         """
         while True:
             data, aborted, position = await self._fetch_data()
@@ -125,20 +127,20 @@ class PartitionConsumer:
             return b"", [], self.position
         return data, aborted, position
 
-    def _delivered(self, data: bytes, aborted: list[tuple[int, int]], position: int) -> Iterator[list[Record]]:
-        """The records of each batch of ``data`` a reader gets, decoded one batch at a time; ``position``
-        passes a batch (a control batch, one skipped, one delivered) once the next one is asked for."""
-        def passed() -> Iterator[tuple[BatchHeader, list[Record]]]:
-            for header, records in decode_batches(data):
-                yield header, records
-                if self.position is None or header.next_offset > self.position:
-                    self.position = header.next_offset
+    def _delivered(self, data: bytes, aborted: list[tuple[int, int]], position: int) -> Iterator[RecordBatch]:
+        """The batches of ``data`` a reader gets; ``position`` passes a batch (a control batch, one
+        skipped, one delivered) once the next one is asked for."""
+        def passed() -> Iterator[tuple[BatchHeader, RecordBatch]]:
+            for batch in read_batches(data):
+                yield batch.header, batch
+                if self.position is None or batch.header.next_offset > self.position:
+                    self.position = batch.header.next_offset
 
-        for header, records in committed_batches(passed(), aborted):
+        for header, batch in committed_batches(passed(), aborted):
             if header.base_offset < position:  # a fetch from inside a batch gets all of it (§16.4)
-                records = [r for r in records if r.offset >= position]
-            if records:
-                yield records
+                batch = batch.since(position)
+            if batch:
+                yield batch
 
     async def _fetch_once(self, connection: KafkaConnection) -> tuple[bytes, list[tuple[int, int]]]:
         """One Fetch: the partition's records and its aborted transactions (producer id, first offset)."""
