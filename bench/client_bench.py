@@ -272,7 +272,8 @@ def ratios(what: str, measured: dict[str, list[Measure] | str], ratio: Callable[
     for client in ("trikafka", "trikafka-values"):
         ours = measured.get(client)
         if isinstance(ours, list) and isinstance(theirs, list):
-            print(f"{client.replace('trikafka-', '') + '/aiokafka':20}" + "".join(f"{ratio(a, b):>19.2f}x" for a, b in zip(ours, theirs))
+            label = client.replace("trikafka-", "") + "/aiokafka"
+            print(f"{label:20}" + "".join(f"{ratio(a, b):>19.2f}x" for a, b in zip(ours, theirs))
                   + f"  ({what}, goal 2x)")
 
 
