@@ -258,14 +258,13 @@ class RecordBatch(Sequence[Record]):
 
     The first read decodes every record in one pass and raises
     ``CorruptRecords`` if one does not decode.  Read first, ``keys`` or
-    ``values`` leave the offsets and timestamps for later (a reader of values
-    alone never pays for them, nor for an object per record); anything else
-    read first decodes all fields at once.  ``Record`` objects are made once,
-    all together.
+    ``values`` skip the offsets and timestamps (a reader of values alone never
+    pays for them, nor for an object per record; one that asks for them after
+    pays a second pass); anything else read first decodes all fields at once.
+    ``Record`` objects are made once, all together.
     """
 
-    __slots__ = ("header", "_data", "_starts", "_keys", "_values", "_offsets", "_timestamps_ms", "_headers",
-                 "_records")
+    __slots__ = ("header", "_data", "_keys", "_values", "_offsets", "_timestamps_ms", "_headers", "_records")
 
     def __init__(self, header: BatchHeader, records: bytes | memoryview):
         self.header = header
@@ -273,7 +272,6 @@ class RecordBatch(Sequence[Record]):
             records = records.obj  # decompress's view of whole bytes: no copy
         # The (decompressed) records, until every field is read from them.
         self._data = records if isinstance(records, bytes) else bytes(records)
-        self._starts: list[int] = []  # where each record's attributes byte is in _data, when its times wait
         self._keys: list[bytes | None] | None = None
         self._values: list[bytes | None] = []
         self._offsets: list[int] | None = None
@@ -305,12 +303,9 @@ class RecordBatch(Sequence[Record]):
         return self._timestamps_ms
 
     def _read_offsets(self) -> list[int]:
-        """Read the offsets and timestamps: with everything else if nothing is read yet, else from
-        where the keys' and values' pass left each record."""
-        if self._keys is None:
-            _read_columns(self, defer_offsets=False)
-        else:
-            self._read_offsets_and_times()
+        """Read the offsets and timestamps, in a pass over every field (one that read the keys and
+        values first reads them again and keeps its lists: rare, the consumer's readers never do)."""
+        _read_columns(self, defer_offsets=False)
         assert self._offsets is not None
         return self._offsets
 
@@ -344,43 +339,11 @@ class RecordBatch(Sequence[Record]):
         rest._headers = {i - cut: h for i, h in self._headers.items() if i >= cut}
         return rest
 
-    def _read_offsets_and_times(self) -> None:
-        """Each record's timestampDelta and offsetDelta, at its attributes byte + 1: the varints the
-        batch's reading checked (so nothing here raises)."""
-        header, data = self.header, self._data
-        base_offset, base_timestamp = header.base_offset, header.base_timestamp_ms
-        varint, varlong = read_signed_varint, read_signed_varlong
-        offsets: list[int] = []
-        stamps: list[int] = []
-        add_offset, add_stamp = offsets.append, stamps.append
-        for pos in self._starts:
-            b0 = data[pos + 1]
-            if b0 < 0x80:
-                add_stamp(base_timestamp + ((b0 >> 1) ^ -(b0 & 1)))
-                pos += 2
-            elif (b1 := data[pos + 2]) < 0x80:
-                u = (b0 & 0x7f) | (b1 << 7)
-                add_stamp(base_timestamp + ((u >> 1) ^ -(u & 1)))
-                pos += 3
-            else:
-                delta, n = varlong(data, pos + 1)
-                add_stamp(base_timestamp + delta)
-                pos += 1 + n
-            b0 = data[pos]
-            if b0 < 0x80:
-                add_offset(base_offset + ((b0 >> 1) ^ -(b0 & 1)))
-            elif (b1 := data[pos + 1]) < 0x80:
-                u = (b0 & 0x7f) | (b1 << 7)
-                add_offset(base_offset + ((u >> 1) ^ -(u & 1)))
-            else:
-                add_offset(base_offset + varint(data, pos)[0])
-        self._set_offsets_and_times(offsets, stamps)
-
     def _set_offsets_and_times(self, offsets: list[int], stamps: list[int]) -> None:
         if self.header.log_append_time:  # every record's time is the batch's maxTimestamp
             stamps = [self.header.max_timestamp_ms] * len(stamps)
         self._offsets, self._timestamps_ms = offsets, stamps
-        self._data, self._starts = b"", []  # every field is read: the records' bytes are not kept
+        self._data = b""  # every field is read: the records' bytes are not kept
 
     def __len__(self) -> int:
         return self.header.record_count if self._keys is None else len(self._keys)
@@ -415,13 +378,12 @@ def _read_columns(batch: RecordBatch, defer_offsets: bool) -> None:
     size = len(data)
     varint, varlong = read_signed_varint, read_signed_varlong
     base_offset, base_timestamp = header.base_offset, header.base_timestamp_ms
-    starts: list[int] = []
     offsets: list[int] = []
     stamps: list[int] = []
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     headers: dict[int, Headers] = {}
-    add_start, add_offset, add_stamp = starts.append, offsets.append, stamps.append
+    add_offset, add_stamp = offsets.append, stamps.append
     add_key, add_value = keys.append, values.append
     pos = 0
     try:
@@ -441,9 +403,8 @@ def _read_columns(batch: RecordBatch, defer_offsets: bool) -> None:
             if length < 0 or end > size:
                 raise CorruptRecords(f"batch at {header.position}: record of {length} bytes at {pos} runs past "
                                      f"its batch")
-            # attributes, then timestampDelta and offsetDelta: skipped when deferred (_read_offsets_and_times)
+            # attributes, then timestampDelta and offsetDelta: skipped when deferred
             if defer_offsets:
-                add_start(pos)
                 if data[pos + 1] < 0x80:
                     pos += 2
                 elif data[pos + 2] < 0x80:
@@ -520,10 +481,9 @@ def _read_columns(batch: RecordBatch, defer_offsets: bool) -> None:
         raise
     except Exception as exc:  # IndexError past the region; kio's BufferUnderflow, or ValueError (over-long varint)
         raise CorruptRecords(f"batch at {header.position}: a varint at {pos}: {exc}") from None
-    batch._keys, batch._values, batch._headers = keys, values, headers
-    if defer_offsets:
-        batch._starts = starts
-    else:
+    if batch._keys is None:  # a pass after one that read the keys and values leaves their lists
+        batch._keys, batch._values, batch._headers = keys, values, headers
+    if not defer_offsets:
         batch._set_offsets_and_times(offsets, stamps)
 
 
