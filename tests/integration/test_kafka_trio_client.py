@@ -77,16 +77,21 @@ async def test_submitted_records_keep_their_order_across_many_batches(kafka: Run
     assert [r.value for r in records] == [b"%04d" % i for i in range(300)]
 
 
-async def test_batches_hand_out_each_record_batch_as_a_list_and_move_the_position_past_it(
+async def _three_batches(client: KafkaClient, topic: str) -> None:
+    """A new one-partition ``topic`` holding three record batches: offsets 0-2, 3-6, 7-11."""
+    await _create(client, topic, 1)
+    async with KafkaProducer.open(client, acks=1, linger_s=1.0) as producer:
+        for size in (3, 4, 5):
+            for i in range(size):
+                await producer.submit(topic, b"%d" % i)
+            await producer.flush()
+
+
+async def test_batches_hand_out_each_record_batch_and_move_the_position_past_it(
         kafka: RunningKafkaBroker) -> None:
     topic = "trio-batches"
     async with KafkaClient(kafka.bootstrap) as client:
-        await _create(client, topic, 1)
-        async with KafkaProducer.open(client, acks=1, linger_s=1.0) as producer:
-            for size in (3, 4, 5):  # three record batches: offsets 0-2, 3-6, 7-11
-                for i in range(size):
-                    await producer.submit(topic, b"%d" % i)
-                await producer.flush()
+        await _three_batches(client, topic)
         async with PartitionConsumer(client, topic, 0, 1, max_wait_s=0.2) as consumer:
             seen = []
             async for batch in consumer.batches():
@@ -100,6 +105,36 @@ async def test_batches_hand_out_each_record_batch_as_a_list_and_move_the_positio
                 break
             assert [r.offset for r in await consumer.fetch()] == [3, 4, 5, 6, 7, 8, 9, 10, 11]
             assert consumer.position == 12
+
+
+async def test_batches_send_the_next_fetch_ahead_and_a_seek_drops_it(
+        kafka: RunningKafkaBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = "trio-fetch-ahead"
+    sent_ahead: list[int] = []
+    request_ahead = KafkaConnection.request_ahead
+
+    async def recording(self: KafkaConnection, api: KafkaApi, **values: object):  # type: ignore[no-untyped-def]
+        sent_ahead.append(values["topics"][0]["partitions"][0]["fetch_offset"])  # type: ignore[index]
+        return await request_ahead(self, api, **values)
+
+    monkeypatch.setattr(KafkaConnection, "request_ahead", recording)
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _three_batches(client, topic)
+        # A partition_max_bytes below a batch: each fetch answers one batch (the first is always whole).
+        async with PartitionConsumer(client, topic, 0, 0, max_wait_s=0.2, partition_max_bytes=1) as consumer:
+            seen = []
+            async for batch in consumer.batches():
+                seen.append(batch.offsets)
+                if len(seen) == 2:
+                    break
+            assert sent_ahead == [3, 7]  # each fetch's successor left before its batch was handed out
+            await consumer.seek(1)  # the fetch sent ahead asked for 7: dropped
+            async for batch in consumer.batches():
+                seen.append(batch.offsets)
+                if batch.offsets[-1] == 11:
+                    break
+        assert seen == [[0, 1, 2], [3, 4, 5, 6], [1, 2], [3, 4, 5, 6], [7, 8, 9, 10, 11]]
+        assert sent_ahead == [3, 7, 3, 7, 12]
 
 
 @pytest.mark.parametrize("max_in_flight", [1, 5])

@@ -11,7 +11,7 @@ from kafka.record.util import encode_varint
 
 from trikafka.kafka.compression import Compression
 from trikafka.kafka.errors import CorruptRecords
-from trikafka.kafka.records import LOG_APPEND_TIME, Record, build_batch, decode_batches
+from trikafka.kafka.records import LOG_APPEND_TIME, Record, build_batch, decode_batches, read_batches
 from trikafka.kafka.varint import (INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX, read_uvarint, read_varint,
                                    read_varlong, write_uvarint, write_varint, write_varlong)
 
@@ -119,3 +119,100 @@ def test_a_cut_stream_yields_its_whole_batches(batch, data):
     stream = one + one
     cut = data.draw(st.integers(0, len(stream)))
     assert len(list(decode_batches(stream[:cut]))) == cut // len(one)
+
+
+# Field sizes on each side of a varint's width (one byte up to 63, two up to 8191, three beyond; zigzag), so
+# that every inline reading of a one- or two-byte varint and kio's of longer ones is taken.
+WIDTH_EDGES = (0, 1, 63, 64, 65, 127, 128, 8191, 8192, 8193)
+edge_bytes = st.one_of(st.none(), st.binary(max_size=70), st.sampled_from(WIDTH_EDGES).map(lambda n: b"k" * n))
+edge_deltas = st.one_of(st.integers(-70, 70), st.sampled_from(WIDTH_EDGES).flatmap(
+    lambda n: st.sampled_from([n, -n, n + 1, -n - 1])), st.integers(-(1 << 40), 1 << 40))
+
+# A batch's columns can be read first in any order; each order takes another path through the lazy reading.
+READ_ORDERS = (("values", "offsets"), ("keys", "timestamps_ms"), ("offsets", "values"), ("records",),
+               ("timestamps_ms", "keys"), ("headers", "offsets"))
+
+
+@st.composite
+def wide_batches(draw):
+    """A batch whose records' fields cross every varint width: keys, values, time deltas, offset gaps."""
+    base_offset = draw(st.integers(0, 1 << 40))
+    base_time = draw(st.integers(0, 1 << 42))
+    count = draw(st.integers(1, 6))
+    gaps = draw(st.lists(st.sampled_from((1, 1, 2, 63, 64, 8191, 8192)), min_size=count - 1, max_size=count - 1))
+    offsets = [base_offset + sum(gaps[:i]) for i in range(count)]
+    records = [Record(offset, base_time + draw(edge_deltas), draw(edge_bytes), draw(edge_bytes), draw(headers))
+               for offset in offsets]
+    return base_offset, records
+
+
+def columns_of(records):
+    return {"offsets": [r.offset for r in records], "timestamps_ms": [r.timestamp_ms for r in records],
+            "keys": [r.key for r in records], "values": [r.value for r in records],
+            "headers": [r.headers for r in records], "records": list(records)}
+
+
+@given(wide_batches(), st.sampled_from([Compression.NONE, Compression.GZIP]), st.booleans(),
+       st.sampled_from(READ_ORDERS))
+def test_a_batchs_columns_read_in_any_order_are_its_records(batch, codec, log_append_time, order):
+    base_offset, records = batch
+    if codec == Compression.NONE:
+        records = [r._replace(offset=base_offset + i) for i, r in enumerate(records)]  # no gaps uncompressed
+    data = build_batch(records, base_offset=base_offset, compression=codec,
+                       timestamp_type=LOG_APPEND_TIME if log_append_time else 0)
+    [read] = list(read_batches(data))
+    if log_append_time:
+        records = [r._replace(timestamp_ms=read.header.max_timestamp_ms) for r in records]
+    expected = columns_of(records)
+    assert len(read) == len(records)
+    for name in order:
+        assert getattr(read, name) == expected[name], name
+    for name, column in expected.items():
+        assert getattr(read, name) == column, name
+    assert list(read) == records and read[-1] == records[-1]
+
+
+@given(wide_batches(), st.data(), st.booleans())
+def test_since_drops_the_records_below_an_offset(batch, data, values_first):
+    base_offset, records = batch
+    [read] = list(read_batches(build_batch(records, base_offset=base_offset, compression=Compression.GZIP)))
+    if values_first:
+        assert read.values == [r.value for r in records]
+    offset = data.draw(st.integers(base_offset - 1, records[-1].offset + 1))
+    kept = [r for r in records if r.offset >= offset]
+    rest = read.since(offset)
+    assert list(rest) == kept and rest.values == [r.value for r in kept] and len(rest) == len(kept)
+    assert rest.headers == [r.headers for r in kept]
+
+
+@given(wide_batches(), st.data())
+def test_a_damaged_batch_reads_the_same_whichever_column_comes_first(batch, data):
+    base_offset, records = batch
+    records = [r._replace(offset=base_offset + i) for i, r in enumerate(records)]
+    built = bytearray(build_batch(records, base_offset=base_offset))
+    at = data.draw(st.integers(61, len(built) - 1))  # a byte of the records, not of the batch header
+    built[at] = data.draw(st.integers(0, 255))
+
+    def read(first):
+        [one] = list(read_batches(bytes(built), check_crc=False))
+        try:
+            getattr(one, first)
+        except CorruptRecords:
+            return "corrupt"
+        return columns_of(one.records)
+
+    assert read("values") == read("records") == read("offsets")
+
+
+# Every field at one, two and three bytes of varint (gzip: offsets may have gaps).
+EDGE_RECORDS = [Record(1000, 5_000, None, b"v"), Record(1064, 5_064, b"k" * 64, b"v" * 64, (("h", b"x"),)),
+                Record(1065, 5_000 - 65, b"", None), Record(9300, 5_000 + 8192, b"k" * 8192, b"v" * 8192),
+                Record(9301, 5_000 - 8193, None, b"")]
+
+
+@pytest.mark.parametrize("order", READ_ORDERS, ids="-".join)
+def test_a_batch_with_fields_of_every_varint_width_reads_back_in_any_order(order):
+    [read] = list(read_batches(build_batch(EDGE_RECORDS, base_offset=1000, compression=Compression.GZIP)))
+    expected = columns_of(EDGE_RECORDS)
+    for name in (*order, *expected):
+        assert getattr(read, name) == expected[name], name

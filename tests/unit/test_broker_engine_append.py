@@ -83,3 +83,25 @@ async def test_a_refused_or_bad_write_is_its_own_outcome_and_the_others_are_appe
         assert type(outcomes[2]) is AppendResult  # an empty set appends nothing and is acknowledged at once
         assert p0.log.end_offset == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_one_flush_per_partition_answers_every_connections_acks_all_write():
+    """Group commit (§12.6): acks -1 requests of many connections, to two partitions, appended while
+    no flush has started, are all answered by one flush of each partition."""
+    async with trio.open_nursery() as nursery:
+        engine, (p0, p1) = await _engine_and_partitions(nursery, LogConfig(flush_interval_messages=10_000))
+        flusher = cast(FlushScheduler, p0._flusher)
+        flushes = flusher.flushes_completed
+        outcomes: list[list[object]] = []
+
+        async def connection(writes: list[PartitionWrite]) -> None:
+            outcomes.append(list(await engine.append(writes, ACKS_ALL, trio.current_time() + 10)))
+
+        async with trio.open_nursery() as connections:
+            for index in range(8):  # connections to p0, to p1, to both
+                connections.start_soon(connection, [PartitionWrite((p0, p1, p0)[index % 3], SET)]
+                                       + ([PartitionWrite(p1, SET)] if index % 3 == 2 else []))
+        assert sorted(type(o).__name__ for row in outcomes for o in row) == ["AppendResult"] * 10
+        assert p0.log.visible_end == p0.log.end_offset and p1.log.visible_end == p1.log.end_offset
+        assert flusher.flushes_completed - flushes == 2
+        nursery.cancel_scope.cancel()

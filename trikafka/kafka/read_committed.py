@@ -9,15 +9,18 @@ cleaner's padding), no batch of a transaction the list names as aborted.
 from __future__ import annotations
 
 import heapq
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence, TypeVar
 
 from .batch import CONTROL, TRANSACTIONAL, BatchHeader
 from .markers import ABORT, marker_type
 from .records import Record
 
 
-def committed_batches(batches: Iterable[tuple[BatchHeader, list[Record]]],
-                      aborted: Iterable[tuple[int, int]]) -> Iterator[tuple[BatchHeader, list[Record]]]:
+Records = TypeVar("Records", bound=Sequence[Record])  # a batch's records: a list, a RecordBatch
+
+
+def committed_batches(batches: Iterable[tuple[BatchHeader, Records]],
+                      aborted: Iterable[tuple[int, int]]) -> Iterator[tuple[BatchHeader, Records]]:
     """The data batches of ``batches`` a ``read_committed`` reader delivers.
 
     ``aborted`` is the Fetch answer's (producer id, first offset) list.

@@ -11,7 +11,9 @@ The batch header around them is ``batch``'s; their compression
 from __future__ import annotations
 
 import time
-from typing import Iterable, Iterator, NamedTuple
+from bisect import bisect_left
+from itertools import repeat
+from typing import Iterable, Iterator, NamedTuple, Sequence, overload
 
 from kio._kio_native import read_signed_varint, read_signed_varlong
 
@@ -154,14 +156,14 @@ def _seal(body: bytearray, *, compression: int, timestamp_type: int, base_offset
     return bytes(data)
 
 
-def decode_batches(data: bytes | bytearray | memoryview, *,
-                   check_crc: bool = True) -> Iterator[tuple[BatchHeader, list[Record]]]:
-    """Each whole batch in ``data`` with its records, in order.
+def read_batches(data: bytes | bytearray | memoryview, *, check_crc: bool = True) -> Iterator[RecordBatch]:
+    """Each whole batch in ``data`` (a ``RecordBatch``, its records decoded when first read), in order.
 
     A partial batch at the end (a fetch may stop inside one) ends the walk
     without an error.  Raises ``CorruptRecords`` for a batch of another magic,
     a CRC that does not match (unless ``check_crc`` is off), or records that
-    do not decode or decompress.
+    do not decompress; records that do not decode raise it when the batch is
+    first read.
     """
     view = memoryview(data).toreadonly()
     for header in walk_headers(view):
@@ -170,7 +172,15 @@ def decode_batches(data: bytes | bytearray | memoryview, *,
         if check_crc and batch_crc(view, header.position, header.size) != header.crc:
             raise CorruptRecords(f"batch at {header.position}: CRC-32C does not match")
         region = view[header.position + HEADER_BYTES:header.end]
-        yield header, _read_records(header, decompress(header.attributes & COMPRESSION_MASK, region))
+        yield RecordBatch(header, decompress(header.attributes & COMPRESSION_MASK, region))
+
+
+def decode_batches(data: bytes | bytearray | memoryview, *,
+                   check_crc: bool = True) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Each whole batch in ``data`` with its records as a list, in order (``read_batches``' batches and
+    rules; every record is decoded here)."""
+    for batch in read_batches(data, check_crc=check_crc):
+        yield batch.header, batch.records
 
 
 def _zigzag_bytes(value: int) -> bytes:
@@ -241,33 +251,151 @@ def _write_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: 
 _new_tuple = tuple.__new__  # builds a Record without its Python-level __new__
 
 
-def _read_records(header: BatchHeader, records: bytes | memoryview) -> list[Record]:
-    """The batch's ``record_count`` records from its (decompressed) region.
+class RecordBatch(Sequence[Record]):
+    """The records of one batch, decoded when first read: as columns (``keys``, ``values``,
+    ``offsets``, ``timestamps_ms``, ``headers``: index i of each is record i) or as ``Record``
+    objects (``records``, indexing, iterating); ``header`` is the batch's.
 
-    One pass, native varint readers, one bytes slice per key and value; the
-    rest of the record's rules are checked once at its end (its length must
-    match what its fields took).
+    The first read decodes every record in one pass and raises
+    ``CorruptRecords`` if one does not decode.  Read first, ``keys`` or
+    ``values`` skip the offsets and timestamps (a reader of values alone never
+    pays for them, nor for an object per record; one that asks for them after
+    pays a second pass); anything else read first decodes all fields at once.
+    ``Record`` objects are made once, all together.
     """
-    if isinstance(records, memoryview) and isinstance(records.obj, bytes) and records.nbytes == len(records.obj):
-        data = records.obj  # decompress's view of whole bytes: no copy
-    else:
-        data = records if isinstance(records, bytes) else bytes(records)
+
+    __slots__ = ("header", "_data", "_keys", "_values", "_offsets", "_timestamps_ms", "_headers", "_records")
+
+    def __init__(self, header: BatchHeader, records: bytes | memoryview):
+        self.header = header
+        if isinstance(records, memoryview) and isinstance(records.obj, bytes) and records.nbytes == len(records.obj):
+            records = records.obj  # decompress's view of whole bytes: no copy
+        # The (decompressed) records, until every field is read from them.
+        self._data = records if isinstance(records, bytes) else bytes(records)
+        self._keys: list[bytes | None] | None = None
+        self._values: list[bytes | None] = []
+        self._offsets: list[int] | None = None
+        self._timestamps_ms: list[int] = []
+        self._headers: dict[int, Headers] = {}  # only the records with headers, by index: most have none
+        self._records: list[Record] | None = None
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        if self._keys is None:
+            _read_columns(self, defer_offsets=True)
+        assert self._keys is not None
+        return self._keys
+
+    @property
+    def values(self) -> list[bytes | None]:
+        if self._keys is None:
+            _read_columns(self, defer_offsets=True)
+        return self._values
+
+    @property
+    def offsets(self) -> list[int]:
+        return self._offsets if self._offsets is not None else self._read_offsets()
+
+    @property
+    def timestamps_ms(self) -> list[int]:
+        if self._offsets is None:
+            self._read_offsets()
+        return self._timestamps_ms
+
+    def _read_offsets(self) -> list[int]:
+        """Read the offsets and timestamps, in a pass over every field (one that read the keys and
+        values first reads them again and keeps its lists: rare, the consumer's readers never do)."""
+        _read_columns(self, defer_offsets=False)
+        assert self._offsets is not None
+        return self._offsets
+
+    @property
+    def headers(self) -> list[Headers]:
+        count = len(self.keys)
+        if not self._headers:
+            return [()] * count
+        return [self._headers.get(index, ()) for index in range(count)]
+
+    @property
+    def records(self) -> list[Record]:
+        """The batch's ``Record`` objects (made on the first call, the same list after)."""
+        if self._records is None:
+            offsets = self.offsets
+            self._records = list(map(_new_tuple, repeat(Record), zip(
+                offsets, self._timestamps_ms, self.keys, self._values,
+                self.headers if self._headers else repeat(()))))
+        return self._records
+
+    def since(self, offset: int) -> RecordBatch:
+        """This batch without its records below ``offset`` (itself when it has none; offsets ascend in a
+        batch, §16.6)."""
+        offsets = self.offsets
+        if not offsets or offsets[0] >= offset:
+            return self
+        cut = bisect_left(offsets, offset)
+        rest = RecordBatch(self.header, b"")
+        rest._keys, rest._values = self.keys[cut:], self._values[cut:]
+        rest._offsets, rest._timestamps_ms = offsets[cut:], self._timestamps_ms[cut:]
+        rest._headers = {i - cut: h for i, h in self._headers.items() if i >= cut}
+        return rest
+
+    def _set_offsets_and_times(self, offsets: list[int], stamps: list[int]) -> None:
+        if self.header.log_append_time:  # every record's time is the batch's maxTimestamp
+            stamps = [self.header.max_timestamp_ms] * len(stamps)
+        self._offsets, self._timestamps_ms = offsets, stamps
+        self._data = b""  # every field is read: the records' bytes are not kept
+
+    def __len__(self) -> int:
+        return self.header.record_count if self._keys is None else len(self._keys)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        return self.records[index]
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    def __repr__(self) -> str:
+        return f"RecordBatch({self.records!r})"
+
+
+def _read_columns(batch: RecordBatch, defer_offsets: bool) -> None:
+    """Decode ``batch``'s ``record_count`` records from its (decompressed) region: cut their keys and
+    values, read their offsets and timestamps unless ``defer_offsets``, check every field's varint.
+
+    One pass; the rest of the record's rules are checked once at its end (its
+    length must match what its fields took).  A zigzag varint of one or two
+    bytes (lengths and offset deltas below 8 KiB) is read, or skipped, inline
+    on purpose: a call per field would cost what it saves.  Longer ones are
+    kio's.
+    """
+    header, data = batch.header, batch._data
     size = len(data)
-    base_offset = header.base_offset
-    append_time = header.max_timestamp_ms if header.log_append_time else None
-    base_timestamp = header.base_timestamp_ms
     varint, varlong = read_signed_varint, read_signed_varlong
-    out: list[Record] = []
-    append = out.append
+    base_offset, base_timestamp = header.base_offset, header.base_timestamp_ms
+    offsets: list[int] = []
+    stamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: dict[int, Headers] = {}
+    add_offset, add_stamp = offsets.append, stamps.append
+    add_key, add_value = keys.append, values.append
     pos = 0
     try:
-        # A zigzag varint of one byte (below 0x80) is read here, inline on purpose (a call per field would
-        # cost what it saves); longer ones by kio.
-        for _ in range(header.record_count):
-            byte = data[pos]
-            if byte < 0x80:
-                length = (byte >> 1) ^ -(byte & 1)
+        for index in range(header.record_count):
+            b0 = data[pos]
+            if b0 < 0x80:
+                length = (b0 >> 1) ^ -(b0 & 1)
                 pos += 1
+            elif (b1 := data[pos + 1]) < 0x80:
+                u = (b0 & 0x7f) | (b1 << 7)
+                length = (u >> 1) ^ -(u & 1)
+                pos += 2
             else:
                 length, n = varint(data, pos)
                 pos += n
@@ -275,52 +403,88 @@ def _read_records(header: BatchHeader, records: bytes | memoryview) -> list[Reco
             if length < 0 or end > size:
                 raise CorruptRecords(f"batch at {header.position}: record of {length} bytes at {pos} runs past "
                                      f"its batch")
-            byte = data[pos + 1]  # after the attributes byte
-            if byte < 0x80:
-                timestamp_delta = (byte >> 1) ^ -(byte & 1)
-                pos += 2
+            # attributes, then timestampDelta and offsetDelta: skipped when deferred
+            if defer_offsets:
+                if data[pos + 1] < 0x80:
+                    pos += 2
+                elif data[pos + 2] < 0x80:
+                    pos += 3
+                else:
+                    pos += 1 + varlong(data, pos + 1)[1]
+                if data[pos] < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    pos += 2
+                else:
+                    pos += varint(data, pos)[1]
             else:
-                timestamp_delta, n = varlong(data, pos + 1)
-                pos += 1 + n
-            byte = data[pos]
-            if byte < 0x80:
-                offset_delta = (byte >> 1) ^ -(byte & 1)
-                pos += 1
-            else:
-                offset_delta, n = varint(data, pos)
-                pos += n
+                b0 = data[pos + 1]
+                if b0 < 0x80:
+                    add_stamp(base_timestamp + ((b0 >> 1) ^ -(b0 & 1)))
+                    pos += 2
+                elif (b1 := data[pos + 2]) < 0x80:
+                    u = (b0 & 0x7f) | (b1 << 7)
+                    add_stamp(base_timestamp + ((u >> 1) ^ -(u & 1)))
+                    pos += 3
+                else:
+                    delta, n = varlong(data, pos + 1)
+                    add_stamp(base_timestamp + delta)
+                    pos += 1 + n
+                b0 = data[pos]
+                if b0 < 0x80:
+                    add_offset(base_offset + ((b0 >> 1) ^ -(b0 & 1)))
+                    pos += 1
+                elif (b1 := data[pos + 1]) < 0x80:
+                    u = (b0 & 0x7f) | (b1 << 7)
+                    add_offset(base_offset + ((u >> 1) ^ -(u & 1)))
+                    pos += 2
+                else:
+                    delta, n = varint(data, pos)
+                    add_offset(base_offset + delta)
+                    pos += n
             if data[pos] == _NULL_BYTE:
-                key = None
+                add_key(None)
                 pos += 1
             else:
                 key_length, n = varint(data, pos)
                 pos += n
-                key = None if key_length < 0 else data[pos:pos + key_length]
-                pos += max(key_length, 0)
-            value_length, n = varint(data, pos)
-            pos += n
-            if value_length < 0:
-                value = None
+                if key_length < 0:
+                    add_key(None)
+                else:
+                    add_key(data[pos:pos + key_length])
+                    pos += key_length
+            b0 = data[pos]
+            if b0 < 0x80:
+                value_length = (b0 >> 1) ^ -(b0 & 1)
+                pos += 1
+            elif (b1 := data[pos + 1]) < 0x80:
+                u = (b0 & 0x7f) | (b1 << 7)
+                value_length = (u >> 1) ^ -(u & 1)
+                pos += 2
             else:
-                value = data[pos:pos + value_length]
+                value_length, n = varint(data, pos)
+                pos += n
+            if value_length < 0:
+                add_value(None)
+            else:
+                add_value(data[pos:pos + value_length])
                 pos += value_length
-            headers: Headers = ()
             if data[pos] == 0:
                 pos += 1
             else:
                 header_count, n = varint(data, pos)
-                headers, pos = _read_headers(header, data, pos + n, end, header_count)
+                headers[index], pos = _read_headers(header, data, pos + n, end, header_count)
             if pos != end:
                 raise CorruptRecords(f"batch at {header.position}: a record of {length} bytes holds "
                                      f"{pos - end + length}")
-            append(_new_tuple(Record, (base_offset + offset_delta,
-                                       base_timestamp + timestamp_delta if append_time is None else append_time,
-                                       key, value, headers)))
     except CorruptRecords:
         raise
-    except Exception as exc:  # kio raises BufferUnderflow, or ValueError for an over-long varint
+    except Exception as exc:  # IndexError past the region; kio's BufferUnderflow, or ValueError (over-long varint)
         raise CorruptRecords(f"batch at {header.position}: a varint at {pos}: {exc}") from None
-    return out
+    if batch._keys is None:  # a pass after one that read the keys and values leaves their lists
+        batch._keys, batch._values, batch._headers = keys, values, headers
+    if not defer_offsets:
+        batch._set_offsets_and_times(offsets, stamps)
 
 
 def _read_headers(header: BatchHeader, data: bytes, pos: int, end: int, count: int) -> tuple[Headers, int]:

@@ -23,7 +23,7 @@ import collections
 import math
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping, TypeVar
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -39,6 +39,8 @@ from trikafka.kafka.sasl_client import SaslLogin, sasl_client
 
 from . import schema
 from .errors import check
+
+T = TypeVar("T")
 
 DEFAULT_CLIENT_ID = "trikafka"
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -136,17 +138,42 @@ class KafkaConnection:
         ``sent`` is set once the request is on the wire (or failed to get
         there): a caller that pipelines sends the next request after it.
         """
+        async def send_and_receive() -> ResponsePayload | None:
+            try:
+                waiting = await self._send(api, version, body, expect_answer, decode)
+            finally:
+                if sent is not None:
+                    sent.set()
+            return None if waiting is None else await self._receive(waiting)
+
+        return await self._within_timeout(api, extra_wait_s, send_and_receive)
+
+    async def request_ahead(self, api: KafkaApi, *, extra_wait_s: float = 0.0,
+                            **values: object) -> Callable[[], Awaitable[ResponsePayload]]:
+        """Send ``api`` as ``request`` does, returning once it is on the wire: what to await for its
+        answer, later.
+
+        Answers are read in request order, so the broker works on this one
+        while the caller does something else; one never awaited is read, and
+        dropped, by the next request's wait.  The timeout runs from the await.
+        """
+        version = self.version(api)
+        body = schema.build(api, version, **values)
+        waiting = await self._within_timeout(api, 0.0, lambda: self._send(api, version, body, True, None))
+        assert waiting is not None
+
+        async def answer() -> ResponsePayload:
+            return await self._within_timeout(api, extra_wait_s, lambda: self._receive(waiting))
+
+        return answer
+
+    async def _within_timeout(self, api: KafkaApi, extra_wait_s: float, steps: Callable[[], Awaitable[T]]) -> T:
+        """``steps`` within the request timeout plus ``extra_wait_s``; past it the connection breaks
+        (its answers would be out of step) and ``BrokerTimeoutError`` is raised."""
         timeout_s = math.inf if self.request_timeout_s is None else self.request_timeout_s + extra_wait_s
         try:
             with trio.fail_after(timeout_s):
-                try:
-                    waiting = await self._send(api, version, body, expect_answer, decode)
-                finally:
-                    if sent is not None:
-                        sent.set()
-                if waiting is None:
-                    return None
-                return await self._receive(waiting)
+                return await steps()
         except trio.TooSlowError:
             await self._break("request timed out")
             raise BrokerTimeoutError(f"{self._peer()}: no answer to {api.label} within {timeout_s} s") from None
