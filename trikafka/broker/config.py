@@ -156,6 +156,9 @@ class BrokerConfig:
     # trikafka's own: how long a request the coordinator would answer CONCURRENT_TRANSACTIONS waits for
     # the id's write in flight or Complete* (§19.5.3); 0: answered at once, as Kafka does.
     transaction_completion_wait_ms: int = 5000
+    # Client quotas (docs/protocol.md §20.2), Kafka's names and defaults: the rates' windows.
+    quota_window_num: int = 11  # quota.window.num
+    quota_window_size_seconds: int = 1  # quota.window.size.seconds
     # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
@@ -276,6 +279,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_completion_wait_ms": 0,
         "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
         "connection_failed_authentication_delay_ms": 0,
+        "quota_window_num": 1, "quota_window_size_seconds": 1,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:

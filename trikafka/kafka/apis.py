@@ -93,6 +93,8 @@ class KafkaApi(enum.IntEnum):
     DELETE_GROUPS = (42, 0, 2, 2)
     INCREMENTAL_ALTER_CONFIGS = (44, 0, 1, 1)
     OFFSET_DELETE = (47, 0, 0, 1)
+    DESCRIBE_CLIENT_QUOTAS = (48, 0, 1, 1)
+    ALTER_CLIENT_QUOTAS = (49, 0, 1, 1)
     DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
     ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
     DESCRIBE_PRODUCERS = (61, 0, 0, 0)
@@ -148,8 +150,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     43: ("ElectLeaders", "not yet: the controller elects leaders itself (§12)"),
     45: ("AlterPartitionReassignments", "not yet: `trikafka topics reassign NAME --partition P --replicas IDS --zookeeper Z` moves a partition"),
     46: ("ListPartitionReassignments", "not yet: `trikafka topics describe NAME --zookeeper Z` shows replicas"),
-    48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),
-    49: ("AlterClientQuotas", "not yet: the broker has no client quotas"),
     52: ("Vote", KRAFT_ONLY),
     53: ("BeginQuorumEpoch", KRAFT_ONLY),
     54: ("EndQuorumEpoch", KRAFT_ONLY),

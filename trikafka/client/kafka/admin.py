@@ -118,6 +118,25 @@ class TransactionDescription:
     partitions: tuple[TopicPartition, ...]
 
 
+class QuotaEntity(NamedTuple):
+    """A client quota entity (§20.1): its (entity type, name) pairs, ``user`` before ``client-id``; a
+    name None is the default of its type."""
+
+    components: tuple[tuple[str, str | None], ...]
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str | None]]) -> "QuotaEntity":
+        return cls(tuple(sorted(pairs, key=lambda pair: pair[0] != "user")))
+
+
+class QuotaFilter(NamedTuple):
+    """One DescribeClientQuotas component: ``match_type`` 0 exact (``match``), 1 the default, 2 any name."""
+
+    entity_type: str
+    match_type: int = 2
+    match: str | None = None
+
+
 class KafkaAdmin:
     """Administrative calls through ``client``."""
 
@@ -189,6 +208,39 @@ class KafkaAdmin:
                               else bool(schema.field(entry, "is_default", False)))
                 settings[str(entry.name)] = ConfigValue(entry.value, is_default, bool(entry.read_only))
         return settings
+
+    # ------------------------------------------------------------------ client quotas (§20.3)
+
+    async def describe_client_quotas(self, components: Iterable[QuotaFilter] = (), *,
+                                     strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+        """The stored quotas of the entities matching every filter, by entity (see ``QuotaEntity``)."""
+        connection = await self.client.any_connection()
+        answer = await connection.request(
+            KafkaApi.DESCRIBE_CLIENT_QUOTAS, strict=strict,
+            components=[{"entity_type": f.entity_type, "match_type": f.match_type, "match": f.match}
+                        for f in components])
+        check(schema.field(answer, "error_code"), "describe client quotas", schema.field(answer, "error_message"))
+        return {QuotaEntity.of((str(e.entity_type), e.entity_name) for e in entry.entity):
+                {str(v.key): float(v.value) for v in entry.values}
+                for entry in schema.field(answer, "entries", None) or ()}
+
+    async def alter_client_quotas(self, changes: Mapping[QuotaEntity, Mapping[str, float | None]], *,
+                                  validate_only: bool = False) -> dict[QuotaEntity, KafkaResponseError | None]:
+        """Set (a value) or remove (None) quota keys of each entity; per entity, None or its error."""
+        connection = await self.client.any_connection()
+        answer = await connection.request(
+            KafkaApi.ALTER_CLIENT_QUOTAS, validate_only=validate_only,
+            entries=[{"entity": [{"entity_type": t, "entity_name": n} for t, n in entity.components],
+                      "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                              for k, v in ops.items()]}
+                     for entity, ops in changes.items()])
+        results: dict[QuotaEntity, KafkaResponseError | None] = {}
+        for entry in schema.field(answer, "entries", ()):
+            entity = QuotaEntity.of((str(e.entity_type), e.entity_name) for e in entry.entity)
+            code = int(entry.error_code)
+            results[entity] = None if code == ErrorCode.none else KafkaResponseError(
+                code, f"client quotas of {entity}", schema.field(entry, "error_message"))
+        return results
 
     # ------------------------------------------------------------------ groups (§17.8)
 
