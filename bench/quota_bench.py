@@ -1,0 +1,111 @@
+"""Client quotas (docs/protocol.md §20.2): a throttled producer's measured rate against its quota,
+beside an unthrottled producer on the same broker.
+
+    python bench/quota_bench.py [--quota-bytes-per-s N] [--seconds S] [--skip-s S] [--value-bytes B]
+
+Starts an in-process standalone broker (``trikafka.testing.running_kafka_broker``), sets
+``producer_byte_rate`` = N (default 1,000,000) for client id ``throttled`` through AlterClientQuotas
+(the Trio admin client), then runs two confluent-kafka producers at once for S seconds (default 25),
+each sending B-byte values (default 10,000) as fast as its client allows, acks 1, in batches of at
+most 64 kB: ``throttled`` and ``free`` (no quota).  A producer's rate is the bytes of the requests the broker acknowledged between
+``--skip-s`` (default 5) and the end, over that time; the first seconds are left out because a quota's
+rate is taken over 10 windows at least, so a new client's first burst is spread over them (Kafka's
+measure).  Prints both rates, the throttled one's ratio to its quota (the goal: within 20%), and the
+throttle times the throttled client was told.  Not a test: no figure is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+import trio
+from confluent_kafka import Producer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from trikafka.client.kafka.admin import KafkaAdmin, QuotaEntity  # noqa: E402
+from trikafka.client.kafka.client import KafkaClient  # noqa: E402
+from trikafka.testing import running_kafka_broker  # noqa: E402
+
+TOPIC = "quota-bench"
+THROTTLED, FREE = "throttled", "free"
+# Each producer's batches: Kafka's Java client's default is 16 kB, librdkafka's 1 MB; a 1 MB request is
+# a second of a 1 MB/s quota by itself, so the rate is measured in steps of that size.
+BATCH_BYTES = 65536
+
+
+def run_producer(bootstrap: str, client_id: str, value_bytes: int, until_s: float, skip_until_s: float,
+                 out: dict[str, float]) -> None:
+    """Send until ``until_s``; ``out``: acknowledged value bytes after ``skip_until_s``, throttle events."""
+    acked = {"bytes": 0.0, "throttles": 0.0, "throttle_ms": 0.0}
+
+    def delivered(error: object, message: object) -> None:
+        if error is None and time.monotonic() >= skip_until_s:
+            acked["bytes"] += value_bytes
+
+    def throttled(event: object) -> None:
+        acked["throttles"] += 1
+        acked["throttle_ms"] += getattr(event, "throttle_time", 0.0) * 1000
+
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1, "linger.ms": 5,
+                         "queue.buffering.max.kbytes": 4096, "batch.size": BATCH_BYTES, "throttle_cb": throttled})
+    value = b"v" * value_bytes
+    while time.monotonic() < until_s:
+        try:
+            producer.produce(TOPIC, value, on_delivery=delivered)
+        except BufferError:  # the client's queue is full: wait for deliveries
+            producer.poll(0.01)
+            continue
+        producer.poll(0)
+    # What is still queued after the end is not counted: stop the clock first.
+    counted = acked["bytes"]
+    producer.purge()
+    producer.flush(10)
+    out.update(bytes=counted, throttles=acked["throttles"], throttle_ms=acked["throttle_ms"])
+
+
+async def set_quota(bootstrap: str, quota: int) -> None:
+    async with KafkaClient(bootstrap) as client:
+        errors = await KafkaAdmin(client).alter_client_quotas(
+            {QuotaEntity.of([("client-id", THROTTLED)]): {"producer_byte_rate": quota}})
+    assert all(error is None for error in errors.values()), errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quota-bytes-per-s", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--skip-s", type=float, default=5.0)
+    parser.add_argument("--value-bytes", type=int, default=10_000)
+    args = parser.parse_args()
+    with running_kafka_broker(num_partitions=1) as kafka:
+        trio.run(set_quota, kafka.bootstrap, args.quota_bytes_per_s)
+        start_s = time.monotonic()
+        until_s, skip_until_s = start_s + args.seconds, start_s + args.skip_s
+        results: dict[str, dict[str, float]] = {THROTTLED: {}, FREE: {}}
+        threads = [threading.Thread(target=run_producer, args=(kafka.bootstrap, client_id, args.value_bytes, until_s,
+                                                               skip_until_s, results[client_id]))
+                   for client_id in results]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    measured_s = args.seconds - args.skip_s
+    print(f"quota: producer_byte_rate {args.quota_bytes_per_s:,} B/s for client id {THROTTLED!r}; "
+          f"{args.value_bytes:,}-byte values; rates over seconds {args.skip_s:g}-{args.seconds:g}")
+    for client_id, result in results.items():
+        rate = result["bytes"] / measured_s
+        line = f"{client_id:>9}: {rate / 1e6:8.3f} MB/s of values"
+        if client_id == THROTTLED:
+            line += (f" = {rate / args.quota_bytes_per_s:.2f} x quota; told to wait {result['throttles']:.0f} times, "
+                     f"{result['throttle_ms'] / 1000:.1f} s in all")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
