@@ -31,7 +31,8 @@ from trikafka.wire.responses import Chunk
 
 from ..cleaner import compaction_policy
 from ..config import BrokerConfig
-from ..entity_configs import EntityConfigStore, FileEntityConfigs, ZooKeeperEntityConfigs
+from ..dynamic_config import BrokerSettings
+from ..entity_configs import Entities, EntityConfigStore, FileEntityConfigs, ZooKeeperEntityConfigs
 from ..quotas import REQUEST_CHARGE, ClientQuotas
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
@@ -169,10 +170,13 @@ class KafkaService:
         self.open_stream = open_stream
         self.peer_connections = PeerConnections(PeerConnector(open_stream=open_stream))
         self._latency = engine.metrics.kafka_requests
-        # Client quotas (§20.2) and the entities they come from (§20.1): the log dir's file, or (ZooKeeper
-        # mode, set by start) Kafka's znodes.
+        # Client quotas (§20.2) and dynamic broker settings (§20.4), and the entities they come from (§20.1):
+        # the log dir's file, or (ZooKeeper mode, set by start) Kafka's znodes.
         self.quotas = ClientQuotas(samples=config.quota_window_num, window_s=config.quota_window_size_seconds)
-        self.entity_configs: EntityConfigStore = FileEntityConfigs(config.log_dir, run_blocking, self.quotas.replace)
+        self.broker_settings = BrokerSettings(config)
+        self.broker_settings.listeners.append(self._reconfigure)
+        self.entity_configs: EntityConfigStore = FileEntityConfigs(config.log_dir, run_blocking,
+                                                                   self._entities_changed)
 
     def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
         """A processor's connection factory for this listener."""
@@ -218,7 +222,7 @@ class KafkaService:
             self.groups.membership.on_change = marks.changed
             nursery.start_soon(marks.run)
             self.acl_store = ZooKeeperAcls(zookeeper.coordinator)
-            entity_configs = ZooKeeperEntityConfigs(zookeeper.coordinator, self.quotas.replace)
+            entity_configs = ZooKeeperEntityConfigs(zookeeper.coordinator, self._entities_changed)
             await nursery.start(entity_configs.run)
             self.entity_configs = entity_configs
             self.credential_store = ZooKeeperCredentialStore(zookeeper.coordinator)
@@ -243,6 +247,16 @@ class KafkaService:
             local = FileCredentials(self.config.log_dir)
             await local.refresh()
             self.credentials = local
+
+    def _entities_changed(self, entities: Entities) -> None:
+        """The entity settings in force changed (§20.1): the quotas and the broker's settings follow."""
+        self.broker_settings.apply(entities)  # may change the quotas' windows first
+        self.quotas.replace(entities)
+
+    def _reconfigure(self, config: BrokerConfig) -> None:
+        """The broker's dynamic settings changed (§20.4): what this listener reads of them."""
+        self.config = config
+        self.quotas.samples, self.quotas.window_s = config.quota_window_num, config.quota_window_size_seconds
 
     async def has_07_consumers(self, group_id: str) -> bool:
         """Whether ``group_id`` has 0.7 consumers registered in ZooKeeper (§17.7); False without it."""

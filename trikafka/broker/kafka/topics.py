@@ -27,7 +27,7 @@ from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, ME
 from .acl.model import CLUSTER_NAME, ResourceType
 from .cluster import NO_TOPIC_ID
 from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
-from .context import KafkaContext
+from .context import ConfigsHost, KafkaContext
 
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
         RETENTION_MS: str(log.retention_ms),
         RETENTION_BYTES: str(log.retention_bytes),
         SEGMENT_BYTES: str(log.segment_bytes),
-        MIN_INSYNC_REPLICAS: "1",
+        MIN_INSYNC_REPLICAS: str(config.min_insync_replicas),
         DELETE_RETENTION_MS: str(config.topic_delete_retention_ms_map.get(topic, config.delete_retention_ms)),
         MIN_COMPACTION_LAG_MS: str(config.topic_min_compaction_lag_ms_map.get(topic, config.min_compaction_lag_ms)),
         UNCLEAN_ELECTION: "false",
@@ -71,7 +71,7 @@ _BUILT_IN = BrokerConfig()
 
 # DescribeConfigs' config_type codes (v3+) and each topic key's type and documentation, as Kafka
 # types them (include_documentation, §16.4).
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 CONFIG_DOCS: dict[str, tuple[int, str]] = {
     CLEANUP_POLICY: (LIST, "delete, compact or both: whether old segments are deleted by retention, "
                            "compacted to each key's latest record, or both"),
@@ -88,6 +88,16 @@ CONFIG_DOCS: dict[str, tuple[int, str]] = {
     MAX_MESSAGE_BYTES: (INT, "The largest record batch the broker accepts (the broker's message.max.bytes)"),
     RECORD_FORMAT: (STRING, "trikafka's own: v2 (Kafka record batches) or 0.7; fixed at creation"),
 }
+
+# A broker key's type (§20.4), as Kafka types it, where CONFIG_DOCS has no topic key of its name.
+_BROKER_TYPES = {"log.cleanup.policy": LIST, "log.cleaner.min.cleanable.ratio": DOUBLE, "log.dirs": STRING}
+
+
+def _config_type(name: str) -> int:
+    if name in CONFIG_DOCS:
+        return CONFIG_DOCS[name][0]
+    return _BROKER_TYPES.get(name, LONG if name.endswith((".ms", ".bytes")) else INT)
+
 
 # Each topic key's broker-wide synonym, under Kafka's broker setting name (DescribeConfigs' synonyms, §16.4).
 BROKER_SYNONYMS = {
@@ -368,7 +378,7 @@ async def create_partitions(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def describe_configs(service: KafkaContext, request: Request) -> Any:
+def describe_configs(service: ConfigsHost, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -390,9 +400,11 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
             else:
                 configs = service.topics.describe(resource.resource_name, keys)
         elif resource.resource_type == RESOURCE_BROKER:
-            built_in = _broker_values(_BUILT_IN, "")
-            configs = [ConfigRow(k, v, True, CONFIG_SOURCE_DEFAULT if v == built_in[k] else CONFIG_SOURCE_STATIC, ())
-                       for k, v in _defaults(service, "").items() if keys is None or k in keys]
+            if resource.resource_name not in ("", str(service.broker_id)):
+                code, message = ErrorCode.invalid_request, (f"broker {resource.resource_name!r} is described by "
+                                                            f"itself; this is broker {service.broker_id}")
+            else:
+                configs = service.broker_settings.describe(resource.resource_name, keys)
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
         results.append(reply.nested(
@@ -403,6 +415,7 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
                 is_default=row.is_default, config_source=row.source, is_sensitive=False,
                 synonyms=tuple(reply.nested("DescribeConfigsSynonym", name=name, value=value, source=source)
                                for name, value, source in row.synonyms) if synonyms else (),
-                config_type=CONFIG_DOCS[row.name][0],
-                documentation=CONFIG_DOCS[row.name][1] if documentation else None) for row in configs)))
+                config_type=_config_type(row.name),
+                documentation=CONFIG_DOCS[row.name][1] if documentation and row.name in CONFIG_DOCS else None)
+                for row in configs)))
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))

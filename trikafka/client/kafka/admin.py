@@ -38,6 +38,7 @@ DEFAULT_ADMIN_TIMEOUT_S = 30.0
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 _DEFAULT_CONFIG_SOURCE = 5
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs' config_operation
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,19 @@ class KafkaAdmin:
                               else bool(schema.field(entry, "is_default", False)))
                 settings[str(entry.name)] = ConfigValue(entry.value, is_default, bool(entry.read_only))
         return settings
+
+    async def incremental_alter_configs(self, name: str, changes: Mapping[str, str | None], *,
+                                        resource_type: int = RESOURCE_TOPIC, validate_only: bool = False) -> None:
+        """SET (a value) or DELETE (None) settings of a topic, or with ``RESOURCE_BROKER`` of a broker id or
+        ``""``, every broker's default (§20.4, which confluent-kafka and kafka-python cannot name)."""
+        connection = await self.client.any_connection()
+        answer = await connection.request(
+            KafkaApi.INCREMENTAL_ALTER_CONFIGS, validate_only=validate_only,
+            resources=[{"resource_type": resource_type, "resource_name": name,
+                        "configs": [{"name": k, "config_operation": _SET if v is not None else _DELETE, "value": v}
+                                    for k, v in changes.items()]}])
+        for result in schema.field(answer, "responses", ()):
+            check(result.error_code, f"configs of {name!r}", schema.field(result, "error_message"))
 
     # ------------------------------------------------------------------ client quotas (§20.3)
 
