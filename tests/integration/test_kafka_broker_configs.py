@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 import trio
 from kio.schema.errors import ErrorCode
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
@@ -57,6 +57,22 @@ def described_broker(bootstrap: str, name: str) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     (future,) = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, name)]).values()
     return future.result(timeout=WAIT_S)
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (created,) = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values()
+    created.result(timeout=WAIT_S)
+
+
+def produce_acks_all(bootstrap: str, topic: str) -> str | None:
+    """One acks -1 record through confluent-kafka, not retried: None, or the error's name."""
+    outcome: list[Any] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0,
+                         "enable.idempotence": False, "message.timeout.ms": int(WAIT_S * 1000)})
+    producer.produce(topic, b"value", on_delivery=lambda error, message: outcome.append(error))
+    producer.flush(WAIT_S)
+    return None if outcome[0] is None else outcome[0].name()
 
 
 def refused(call: Any) -> Any:
@@ -166,6 +182,8 @@ async def test_the_default_altered_on_one_broker_is_kafkas_znode_and_applied_by_
         zk_chroot, zk_admin, tmp_path) -> None:
     async with kafka_cluster(tmp_path, zk_chroot, 2) as cluster:
         first, second = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
+        await trio.to_thread.run_sync(create_topic, first, "one-replica")
+        assert await trio.to_thread.run_sync(produce_acks_all, cluster.bootstrap(), "one-replica") is None
         await alter_default(first, {"log.retention.bytes": "8388608", "min.insync.replicas": "2"})
         await trio.to_thread.run_sync(functools.partial(
             alter_broker, first, "2", ("log.segment.bytes", AlterConfigOpType.SET, "4194304")))
@@ -181,6 +199,9 @@ async def test_the_default_altered_on_one_broker_is_kafkas_znode_and_applied_by_
         assert entries["log.segment.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
         mine = await trio.to_thread.run_sync(described_broker, first, "1")
         assert mine["log.segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value  # broker 2's own only
+        # Its one replica is below the new default minimum, on whichever broker leads it.
+        refused_produce = await trio.to_thread.run_sync(produce_acks_all, cluster.bootstrap(), "one-replica")
+        assert refused_produce == "NOT_ENOUGH_REPLICAS"
     chroot = "/" + zk_chroot.split("/", 1)[1]
     data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/config/brokers/<default>")
     assert json.loads(data) == {"version": 1, "config": {"log.retention.bytes": "8388608",

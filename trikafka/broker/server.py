@@ -387,7 +387,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 if kafka is not None:
                     kafka.broker_settings.listeners.append(functools.partial(
-                        _apply_broker_settings, log_manager, cleaner, topic_overrides))
+                        _apply_broker_settings, log_manager, cleaner, topic_overrides, broker.replicas))
                     await kafka.start(services, broker.zookeeper,
                                       BrokerAddress(config.broker_id, host, kafka_addresses[0].port))
                     kafka_acceptor.start_accepting()
@@ -407,13 +407,16 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
 
 
 def _apply_broker_settings(log_manager: LogManager, cleaner: CleanerService, topic_overrides: TopicOverrides | None,
-                           config: BrokerConfig) -> None:
+                           replicas: ReplicaManager | None, config: BrokerConfig) -> None:
     """Dynamic broker settings changed (§20.4): the logs' configs, the topics' overrides on them, the
-    cleaner's policies.  Retention, rolls and flushes read their log's config at their next look."""
+    cleaner's policies, the replicated partitions' default min.insync.replicas.  Retention, rolls and
+    flushes read their log's config at their next look."""
     log_manager.reconfigure(config.log_config(), config.topic_log_configs())
     if topic_overrides is not None:
         topic_overrides.rebase(config)
     cleaner.reconfigure(config)
+    if replicas is not None:
+        replicas.set_min_insync_default(config.min_insync_replicas)
 
 
 def _secure(tls: TlsContexts, config: BrokerConfig, protocol: str) -> Secure | None:
