@@ -112,7 +112,8 @@ def test_confluent_changes_this_brokers_and_the_default_settings_and_the_logs_fo
     assert entries["log.cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
     assert entries["broker.id"].is_read_only and entries["broker.id"].value == "0"
     (topic_configs,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "dyn")]).values()
-    assert topic_configs.result(timeout=WAIT_S)["retention.ms"].value == "3600000"  # the broker's, in force
+    topic_retention = topic_configs.result(timeout=WAIT_S)["retention.ms"]  # the broker's, in force
+    assert (topic_retention.value, topic_retention.source) == ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     alter_broker(kafka.bootstrap, "0", ("log.retention.ms", AlterConfigOpType.DELETE, None))
     assert manager.config_for("dyn").retention_ms == 7200000  # the default's value applies again
     with open(os.path.join(kafka.log_dir, ENTITY_CONFIGS_FILE)) as f:

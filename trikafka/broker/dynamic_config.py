@@ -100,6 +100,12 @@ class BrokerSettings:
         for listener in self.listeners:
             listener(config)
 
+    def level_source(self, name: str) -> int | None:
+        """The source of the dynamic level that sets ``name`` for this broker (§20.4), None: neither."""
+        own, default = self.levels
+        return (CONFIG_SOURCE_BROKER if name in own else CONFIG_SOURCE_DEFAULT_BROKER if name in default
+                else None)
+
     def describe(self, resource_name: str, keys: tuple[str, ...] | None) -> list[ConfigRow]:
         """DescribeConfigs of a broker resource: ``""`` the default level, else this broker's settings."""
         own, default = self.levels

@@ -125,7 +125,7 @@ class TopicError(Exception):
 class TopicService:
     """Creates and changes Kafka-format topics for one broker."""
 
-    def __init__(self, service: KafkaContext):
+    def __init__(self, service: ConfigsHost):
         self._service = service
 
     def check_settings(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
@@ -296,7 +296,8 @@ class TopicService:
                 continue
             synonyms: tuple[tuple[str, str, int], ...] = (
                 ((key, stored[key], CONFIG_SOURCE_TOPIC),) if key in stored and not read_only else ())
-            broker_source = CONFIG_SOURCE_DEFAULT if default == built_in[key] else CONFIG_SOURCE_STATIC
+            broker_source = service.broker_settings.level_source(BROKER_SYNONYMS.get(key, key)) or (
+                CONFIG_SOURCE_DEFAULT if default == built_in[key] else CONFIG_SOURCE_STATIC)
             if key in BROKER_SYNONYMS:
                 synonyms += ((BROKER_SYNONYMS[key], default, broker_source),)
             value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, broker_source)
