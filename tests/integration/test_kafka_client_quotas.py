@@ -8,22 +8,27 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import time
 from typing import Any, Iterator
 
 import pytest
 import trio
 from confluent_kafka import Consumer, Producer
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 
 from tests.helpers.kafka_processes import kafka_cluster
 from trikafka.broker.entity_configs import ENTITY_CONFIGS_FILE
+from trikafka.kafka.framing import decode_response, encode_request
 from trikafka.client.kafka.admin import KafkaAdmin, QuotaEntity, QuotaFilter
 from trikafka.client.kafka.client import KafkaClient
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 WAIT_S = 30.0
+DESCRIBE_CLUSTER = 60
 ALICE_APP = QuotaEntity.of([("user", "alice"), ("client-id", "app")])
 DEFAULT_USER = QuotaEntity.of([("user", None)])
 SLOW = QuotaEntity.of([("client-id", "slow")])
@@ -125,6 +130,49 @@ def test_a_throttled_consumer_is_told_throttle_time(kafka: RunningKafkaBroker) -
             read += 1
     consumer.close()
     assert read == 5 and max(seen) > 0
+
+
+def test_a_request_quota_answers_throttle_time_then_mutes_the_connection_and_spares_other_clients(
+        tmp_path: Any) -> None:
+    """KIP-219 (§20.2): the throttled answer comes at once, the next request of that connection only after
+    the throttle time; windows of 1 s keep the throttle (capped at the window span) short."""
+    request = DescribeClusterRequest(include_cluster_authorized_operations=False)
+    with running_kafka_broker(str(tmp_path), quota_window_num=2, quota_window_size_seconds=1) as kafka:
+        trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "trikafka-test")]):
+                                          {"request_percentage": 0.000001}})
+        host, port = kafka.bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+            sock.sendall(encode_request(DESCRIBE_CLUSTER, 0, 1, "trikafka-test", request) +
+                         encode_request(DESCRIBE_CLUSTER, 0, 2, "trikafka-test", request))
+            first = read_answer(sock)
+            answered_s = time.monotonic()
+            second = read_answer(sock)
+            waited_s = time.monotonic() - answered_s
+        assert first.throttle_time.total_seconds() > 0 and second.throttle_time.total_seconds() > 0
+        assert waited_s >= first.throttle_time.total_seconds() * 0.9  # muted: read only after the throttle
+        other = exchange_as(kafka.bootstrap, "someone-else", request)
+        assert other.throttle_time.total_seconds() == 0
+
+
+def read_answer(sock: socket.socket) -> Any:
+    size = struct.unpack(">i", read_exactly(sock, 4))[0]
+    return decode_response(DESCRIBE_CLUSTER, 0, read_exactly(sock, size))[1]
+
+
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
+
+
+def exchange_as(bootstrap: str, client_id: str, request: Any) -> Any:
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+        sock.sendall(encode_request(DESCRIBE_CLUSTER, 0, 1, client_id, request))
+        return read_answer(sock)
 
 
 async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_another(zk_chroot, zk_admin,
