@@ -52,7 +52,8 @@ def test_an_unknown_key_or_a_value_out_of_range_is_refused(key: str, value: floa
         check_quota(key, value)
 
 
-def test_the_most_specific_entity_with_the_key_applies_and_the_rate_is_shared_as_kip_55_says() -> None:
+def test_the_most_specific_entity_with_the_key_applies_and_the_rate_is_shared_as_kip_55_says(
+        caplog: pytest.LogCaptureFixture) -> None:
     quotas = ClientQuotas()
     quotas.replace({
         "users/alice/clients/app": {PRODUCER_BYTE_RATE: "100"},
@@ -67,6 +68,9 @@ def test_the_most_specific_entity_with_the_key_applies_and_the_rate_is_shared_as
     assert quotas.quota_of(PRODUCER_BYTE_RATE, "bob", "app") == (400.0, "bob", "")
     assert quotas.quota_of(CONSUMER_BYTE_RATE, "bob", "app") == (500.0, "", "app")
     assert quotas.quota_of(REQUEST_PERCENTAGE, "bob", "app") is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "entity clients/bad: quota producer_byte_rate='not a number' ignored: could not convert string to float: "
+        "'not a number'"]
 
 
 def test_the_rate_never_divides_by_less_than_the_windows_but_one() -> None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import logging
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
 from .entity_configs import DEFAULT_NAME, sanitize
+
+logger = logging.getLogger(__name__)
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
@@ -97,8 +100,8 @@ class ClientQuotas:
                 if key in QUOTA_KEYS:
                     try:
                         quotas.setdefault(path, {})[key] = float(check_quota(key, float(value)))
-                    except (QuotaError, ValueError):
-                        continue
+                    except (QuotaError, ValueError) as exc:
+                        logger.error("entity %s: quota %s=%r ignored: %s", path, key, value, exc)
         self._quotas = quotas
         self._rates.clear()  # Kafka starts new sensors when a quota changes
 
