@@ -7,13 +7,15 @@ Starts an in-process standalone broker (``trikafka.testing.running_kafka_broker`
 ``producer_byte_rate`` = N (default 1,000,000) for client id ``throttled`` through AlterClientQuotas
 (the Trio admin client), then runs two confluent-kafka producers at once for S seconds (default 54),
 each sending B-byte values (default 10,000) as fast as its client allows, acks 1, in batches of at
-most ``--batch-bytes`` (default 64 kB): ``throttled`` and, unless ``--no-free``, ``free`` (no quota).  A producer's rate is the bytes of the requests the broker acknowledged between
-``--skip-s`` (default 11) and the end, over that time.  A quota's rate is taken over 10 to 11 windows
-of 1 s (Kafka's measure), so a client that sends as fast as it may gets about 10 s of its quota at
-once whenever its oldest window expires, then waits: over 20 s its rate swings by ±25% with the
-phase of those bursts (0.73 x the quota over seconds 5-25 with 1 MB batches), over 43 s, starting
-once the first burst's window has expired, it is within a few percent.  Prints both rates, the throttled one's ratio to its quota (the goal: within 20%), and the
-throttle times the throttled client was told.  Not a test: no figure is asserted.
+most ``--batch-bytes`` (default 64 kB): ``throttled`` and, unless ``--no-free``, ``free`` (no
+quota).  A producer's rate is the bytes of the values the broker acknowledged between ``--skip-s``
+(default 11) and the end, over that time.  A quota's rate is taken over 10 to 11 windows of 1 s
+(Kafka's measure), so a client that sends as fast as it may gets about 10 s of its quota at once
+whenever its oldest window expires, then waits: over 20 s its rate swings by ±25% with the phase of
+those bursts (0.73 x the quota over seconds 5-25 with 1 MB batches); over 43 s, starting once the
+first burst's window has expired, it is within a few percent.  Prints both rates, the throttled
+one's ratio to its quota (the goal: within 20%), and the throttle times the throttled client was
+told.  Not a test: no figure is asserted.
 """
 
 from __future__ import annotations

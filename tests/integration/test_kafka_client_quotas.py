@@ -54,7 +54,8 @@ async def describe(bootstrap: str, *filters: QuotaFilter, strict: bool = False) 
 
 async def test_alter_stores_and_describe_matches_exact_default_and_specified_names(kafka: RunningKafkaBroker) -> None:
     results = await alter(kafka.bootstrap, {ALICE_APP: {"producer_byte_rate": 1024, "request_percentage": 12.5},
-                                            DEFAULT_USER: {"consumer_byte_rate": 2048}, SLOW: {"producer_byte_rate": 1}})
+                                            DEFAULT_USER: {"consumer_byte_rate": 2048},
+                                            SLOW: {"producer_byte_rate": 1}})
     assert results == dict.fromkeys((ALICE_APP, DEFAULT_USER, SLOW))
     everything = {ALICE_APP: {"producer_byte_rate": 1024.0, "request_percentage": 12.5},
                   DEFAULT_USER: {"consumer_byte_rate": 2048.0}, SLOW: {"producer_byte_rate": 1.0}}

@@ -45,7 +45,8 @@ def test_this_brokers_level_wins_over_the_default_which_wins_over_the_static_set
     assert seen == [settings.current]
     rows = {row.name: row for row in settings.describe("1", None)}
     assert rows["log.segment.bytes"].synonyms == (
-        ("log.segment.bytes", "4096", CONFIG_SOURCE_BROKER), ("log.segment.bytes", "2048", CONFIG_SOURCE_DEFAULT_BROKER),
+        ("log.segment.bytes", "4096", CONFIG_SOURCE_BROKER),
+        ("log.segment.bytes", "2048", CONFIG_SOURCE_DEFAULT_BROKER),
         ("log.segment.bytes", str(1 << 30), CONFIG_SOURCE_DEFAULT))
     assert rows["log.roll.hours"].source == CONFIG_SOURCE_DEFAULT_BROKER
     assert rows["log.roll.hours"].synonyms[-1] == ("log.roll.hours", "5", CONFIG_SOURCE_STATIC)

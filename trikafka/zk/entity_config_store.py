@@ -1,6 +1,7 @@
 """Kafka's entity configs in ZooKeeper (docs/protocol.md §20.1, §20.4): ``/config/users``,
-``/config/clients``, ``/config/users/<u>/clients`` and ``/config/brokers``, each znode ``{"version":1,"config":{...}}``, and the change
-notifications under ``/config/changes`` that tell every broker to read them again.
+``/config/clients``, ``/config/users/<u>/clients`` and ``/config/brokers``, each znode
+``{"version":1,"config":{...}}``, and the change notifications under ``/config/changes`` that tell
+every broker to read them again.
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]], throttle_m
                                         log_start_offset=start, record_errors=(), error_message=None)
                            for _, index, error, base, start, append_ms in rows)
         responses.append(reply.nested("TopicProduceResponse", name=topic, partition_responses=partitions))
-    return [encode_response(request, reply.response(responses=tuple(responses), throttle_time=datetime.timedelta(milliseconds=throttle_ms)))]
+    return [encode_response(request, reply.response(responses=tuple(responses),
+                                                    throttle_time=datetime.timedelta(milliseconds=throttle_ms)))]
 
 
 async def _verify(service: KafkaContext, transactional_id: str, topic: str, index: int,

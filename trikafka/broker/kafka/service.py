@@ -37,8 +37,8 @@ from ..quotas import REQUEST_CHARGE, ClientQuotas
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import (client_quotas, cluster, configs, fetch, markers, offsets, produce, producer_id_blocks, producer_ids, producers,
-               scram_users, topics)
+from . import (client_quotas, cluster, configs, fetch, markers, offsets, produce, producer_id_blocks, producer_ids,
+               producers, scram_users, topics)
 from .groups import admin_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
