@@ -24,6 +24,7 @@ from trikafka.broker.entity_configs import ENTITY_CONFIGS_FILE
 from trikafka.kafka.framing import decode_response, encode_request
 from trikafka.client.kafka.admin import KafkaAdmin, QuotaEntity, QuotaFilter
 from trikafka.client.kafka.client import KafkaClient
+from trikafka.client.kafka.errors import KafkaResponseError
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -86,6 +87,20 @@ async def test_a_bad_entry_is_invalid_request_naming_it_and_validate_only_stores
                     "consumer_byte_rate, request_percentage)")}
     assert await alter(kafka.bootstrap, {SLOW: {"producer_byte_rate": 5}}, validate_only=True) == {SLOW: None}
     assert await describe(kafka.bootstrap) == {}
+
+
+def test_without_the_cluster_acls_the_quota_apis_answer_cluster_authorization_failed(tmp_path: Any) -> None:
+    with running_kafka_broker(str(tmp_path), authorizer="acl") as kafka:
+        results = trio.run(alter, kafka.bootstrap, {SLOW: {"producer_byte_rate": 100}})
+        assert results[SLOW] is not None and results[SLOW].error_code == ErrorCode.cluster_authorization_failed
+
+        async def denied() -> KafkaResponseError:
+            with pytest.raises(KafkaResponseError) as caught:
+                await describe(kafka.bootstrap)
+            return caught.value
+
+        assert trio.run(denied).error_code == ErrorCode.cluster_authorization_failed
+        assert kafka.broker.kafka.entity_configs.entities == {}
 
 
 def test_quotas_survive_a_restart(tmp_path: Any) -> None:
@@ -191,3 +206,8 @@ async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_anothe
                          ("config/users/<default>", {"request_percentage": "50.0"})]:
         data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/{path}")
         assert json.loads(data) == {"version": 1, "config": config}
+    # Kafka's change notification of the last change is left; the older ones were deleted by their writer.
+    (notification,) = await trio.to_thread.run_sync(zk_admin.get_children, f"{chroot}/config/changes")
+    data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/config/changes/{notification}")
+    assert notification.startswith("config_change_")
+    assert json.loads(data) == {"version": 2, "entity_path": "users/<default>"}
