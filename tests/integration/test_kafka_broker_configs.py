@@ -19,7 +19,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
-from tests.helpers.kafka_processes import kafka_cluster
+from tests.helpers.cli import cli
+from tests.helpers.kafka_processes import kafka_cluster, kafka_serve
 from trikafka.broker.entity_configs import ENTITY_CONFIGS_FILE
 from trikafka.client.kafka.admin import RESOURCE_BROKER, KafkaAdmin
 from trikafka.client.kafka.client import KafkaClient
@@ -207,3 +208,21 @@ async def test_the_default_altered_on_one_broker_is_kafkas_znode_and_applied_by_
     data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/config/brokers/<default>")
     assert json.loads(data) == {"version": 1, "config": {"log.retention.bytes": "8388608",
                                                          "min.insync.replicas": "2"}}
+
+
+async def test_serve_takes_kafkas_names_at_start_and_describe_names_them_static(tmp_path: Any) -> None:
+    async with kafka_serve(tmp_path / "broker", "--set", "log.segment.bytes=1048576",
+                           "--set", "log.retention.ms=90000") as serve:
+        entries = await trio.to_thread.run_sync(described_broker, serve.bootstrap, "0")
+    assert (entries["log.segment.bytes"].value, entries["log.segment.bytes"].source) == (
+        "1048576", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert entries["log.retention.ms"].value == "90000"
+
+
+async def test_serve_refuses_min_insync_replicas_above_one_when_standalone_in_one_line(tmp_path: Any) -> None:
+    status, _out, err = await cli("serve", "--standalone", "--port", "0", "--kafka-port", "0", "--log-dir",
+                                  str(tmp_path / "broker"), "--set", "min.insync.replicas=2")
+    assert status != 0
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "trikafka: bad configuration: command line: min_insync_replicas above 1 needs replicas: this broker is "
+        "standalone (got 2)"]
