@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 import time
 from typing import Any, Iterator
 
@@ -20,8 +19,9 @@ from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 
 from tests.helpers.kafka_processes import kafka_cluster
+from tests.helpers.kafka_wire import exchange, receive_answer
 from trikafka.broker.entity_configs import ENTITY_CONFIGS_FILE
-from trikafka.kafka.framing import decode_response, encode_request
+from trikafka.kafka.framing import encode_request
 from trikafka.client.kafka.admin import KafkaAdmin, QuotaEntity, QuotaFilter
 from trikafka.client.kafka.client import KafkaClient
 from trikafka.client.kafka.errors import KafkaResponseError
@@ -160,35 +160,14 @@ def test_a_request_quota_answers_throttle_time_then_mutes_the_connection_and_spa
         with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
             sock.sendall(encode_request(DESCRIBE_CLUSTER, 0, 1, "trikafka-test", request) +
                          encode_request(DESCRIBE_CLUSTER, 0, 2, "trikafka-test", request))
-            first = read_answer(sock)
+            first = receive_answer(sock, DESCRIBE_CLUSTER, 0)[1]
             answered_s = time.monotonic()
-            second = read_answer(sock)
+            second = receive_answer(sock, DESCRIBE_CLUSTER, 0)[1]
             waited_s = time.monotonic() - answered_s
         assert first.throttle_time.total_seconds() > 0 and second.throttle_time.total_seconds() > 0
         assert waited_s >= first.throttle_time.total_seconds() * 0.9  # muted: read only after the throttle
-        other = exchange_as(kafka.bootstrap, "someone-else", request)
+        other = exchange(kafka.bootstrap, DESCRIBE_CLUSTER, 0, request, client_id="someone-else")
         assert other.throttle_time.total_seconds() == 0
-
-
-def read_answer(sock: socket.socket) -> Any:
-    size = struct.unpack(">i", read_exactly(sock, 4))[0]
-    return decode_response(DESCRIBE_CLUSTER, 0, read_exactly(sock, size))[1]
-
-
-def read_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
-
-
-def exchange_as(bootstrap: str, client_id: str, request: Any) -> Any:
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
-        sock.sendall(encode_request(DESCRIBE_CLUSTER, 0, 1, client_id, request))
-        return read_answer(sock)
 
 
 async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_another(zk_chroot, zk_admin,
