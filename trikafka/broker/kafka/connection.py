@@ -80,11 +80,17 @@ class KafkaConnection:
         self.requests_handled = 0
         self.close_reason: str | None = None
         self.principal = ANONYMOUS  # CLIENT_PRINCIPAL as the connection's task set it (§18)
-        # KIP-219's mute (§20.2): no request of this connection is read or handled before this time.
+        # KIP-219's mute (§20.2): no request of this connection is read or handled before this time;
+        # a graceful shutdown lifts it (the requests already received are finished at once).
         self._muted_until_s = -math.inf
+        self._mute_scope: trio.CancelScope | None = None  # the mute being waited out, if any
+        self._stopping = False
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
+        self._stopping = True
+        if self._mute_scope is not None:
+            self._mute_scope.cancel()
         self._receiving.stop()
 
     async def run(self) -> None:
@@ -176,9 +182,11 @@ class KafkaConnection:
 
     async def _wait_unmuted(self, pending: list[tuple[int, float, Deferred]]) -> None:
         """While throttled (§20.2): send the answers already due, then read nothing until the mute ends."""
-        if trio.current_time() < self._muted_until_s:
+        if trio.current_time() < self._muted_until_s and not self._stopping:
             await self._answer_pending(pending)
-            await trio.sleep_until(self._muted_until_s)
+            with trio.CancelScope() as self._mute_scope:
+                await trio.sleep_until(self._muted_until_s)
+            self._mute_scope = None
 
     async def _through_gate(self, gate: SaslGate, request: Request) -> list[Chunk] | None:
         """The gate's answer (None: the service answers); a failed authentication's answer is sent
