@@ -74,3 +74,9 @@ def test_check_refuses_the_first_key_that_cannot_change_or_does_not_check() -> N
         settings.check({"brokers/<default>": {"num.partitions": "3"}})
     with pytest.raises(ConfigError, match="min_insync_replicas above 1 needs replicas"):
         settings.check({"brokers/0": {"min.insync.replicas": "2"}})
+
+
+def test_every_broker_key_described_has_kafkas_type() -> None:
+    from trikafka.broker.kafka.topics import BROKER_CONFIG_TYPES
+
+    assert {row.name for row in BrokerSettings(BrokerConfig()).describe("0", None)} == set(BROKER_CONFIG_TYPES)

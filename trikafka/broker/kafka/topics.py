@@ -89,14 +89,19 @@ CONFIG_DOCS: dict[str, tuple[int, str]] = {
     RECORD_FORMAT: (STRING, "trikafka's own: v2 (Kafka record batches) or 0.7; fixed at creation"),
 }
 
-# A broker key's type (§20.4), as Kafka types it, where CONFIG_DOCS has no topic key of its name.
-_BROKER_TYPES = {"log.cleanup.policy": LIST, "log.cleaner.min.cleanable.ratio": DOUBLE, "log.dirs": STRING}
+# Each broker key's type (§20.4) as Kafka types it; a topic key's is CONFIG_DOCS'.
+BROKER_CONFIG_TYPES = {
+    "log.segment.bytes": INT, "log.roll.hours": INT, "log.retention.ms": LONG, "log.retention.hours": INT,
+    "log.retention.bytes": LONG, "log.flush.interval.messages": LONG, "log.flush.interval.ms": LONG,
+    "log.cleanup.policy": LIST, "log.cleaner.delete.retention.ms": LONG, "log.cleaner.min.compaction.lag.ms": LONG,
+    "log.cleaner.min.cleanable.ratio": DOUBLE, "min.insync.replicas": INT, "quota.window.num": INT,
+    "quota.window.size.seconds": INT, "broker.id": INT, "message.max.bytes": INT, "num.partitions": INT,
+    "log.dirs": STRING,
+}
 
 
 def _config_type(name: str) -> int:
-    if name in CONFIG_DOCS:
-        return CONFIG_DOCS[name][0]
-    return _BROKER_TYPES.get(name, LONG if name.endswith((".ms", ".bytes")) else INT)
+    return CONFIG_DOCS[name][0] if name in CONFIG_DOCS else BROKER_CONFIG_TYPES[name]
 
 
 # Each topic key's broker-wide synonym, under Kafka's broker setting name (DescribeConfigs' synonyms, §16.4).
