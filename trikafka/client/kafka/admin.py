@@ -1,9 +1,9 @@
 """Administration over the Apache Kafka protocol: topics, offsets, configs (docs/protocol.md §16.4), groups (§17.8),
-transactions (§19.5.4).
+transactions (§19.5.4), client quotas and broker settings (§20).
 
 ``KafkaAdmin`` wraps a ``KafkaClient``: ``create_topics`` goes to the
-controller, ``list_offsets`` to each partition's leader, ``describe_configs``
-and ``metadata`` to any broker; ``list_groups`` and ``list_transactions`` to
+controller, ``list_offsets`` to each partition's leader, ``describe_configs``,
+``incremental_alter_configs``, the client quota calls and ``metadata`` to any broker; ``list_groups`` and ``list_transactions`` to
 every broker, the other group calls to the group's coordinator and
 ``describe_transactions`` to each transactional id's.
 """
