@@ -201,6 +201,9 @@ async def test_the_default_altered_on_one_broker_is_kafkas_znode_and_applied_by_
         assert entries["log.segment.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
         mine = await trio.to_thread.run_sync(described_broker, first, "1")
         assert mine["log.segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value  # broker 2's own only
+        async with KafkaClient(first) as client:  # the Trio admin client asks broker 2 itself
+            theirs = await KafkaAdmin(client).describe_configs("2", resource_type=RESOURCE_BROKER)
+        assert theirs["log.segment.bytes"].value == "4194304"
         # Its one replica is below the new default minimum, on whichever broker leads it.
         refused_produce = await trio.to_thread.run_sync(produce_acks_all, cluster.bootstrap(), "one-replica")
         assert refused_produce == "NOT_ENOUGH_REPLICAS"

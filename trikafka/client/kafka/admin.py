@@ -195,8 +195,9 @@ class KafkaAdmin:
         raise KafkaResponseError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
 
     async def describe_configs(self, name: str, *, resource_type: int = RESOURCE_TOPIC) -> dict[str, ConfigValue]:
-        """Every setting of a topic (or, with ``RESOURCE_BROKER``, a broker id) with its value."""
-        connection = await self.client.any_connection()
+        """Every setting of a topic (or, with ``RESOURCE_BROKER``, a broker id, asked of that broker) with its
+        value."""
+        connection = await self._configs_connection(name, resource_type)
         answer = await connection.request(
             KafkaApi.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
             resources=[{"resource_type": resource_type, "resource_name": name, "configuration_keys": None}])
@@ -214,7 +215,7 @@ class KafkaAdmin:
                                         resource_type: int = RESOURCE_TOPIC, validate_only: bool = False) -> None:
         """SET (a value) or DELETE (None) settings of a topic, or with ``RESOURCE_BROKER`` of a broker id or
         ``""``, every broker's default (§20.4, which confluent-kafka and kafka-python cannot name)."""
-        connection = await self.client.any_connection()
+        connection = await self._configs_connection(name, resource_type)
         answer = await connection.request(
             KafkaApi.INCREMENTAL_ALTER_CONFIGS, validate_only=validate_only,
             resources=[{"resource_type": resource_type, "resource_name": name,
@@ -222,6 +223,14 @@ class KafkaAdmin:
                                     for k, v in changes.items()]}])
         for result in schema.field(answer, "responses", ()):
             check(result.error_code, f"configs of {name!r}", schema.field(result, "error_message"))
+
+    async def _configs_connection(self, name: str, resource_type: int) -> KafkaConnection:
+        """A broker resource's own broker (a broker describes only itself, §20.4), else any broker."""
+        if resource_type != RESOURCE_BROKER or not name.isdigit():
+            return await self.client.any_connection()
+        if int(name) not in self.client.metadata.brokers:
+            await self.client.refresh_metadata()
+        return await self.client.node_connection(int(name))
 
     # ------------------------------------------------------------------ client quotas (§20.3)
 
