@@ -16,15 +16,21 @@ from trikafka.kafka.framing import decode_response, encode_request
 TIMEOUT_S = 10.0
 
 
-def exchange(bootstrap: str, api_key: int, version: int, body: Any, *, correlation_id: int = 7) -> Any:
+def exchange(bootstrap: str, api_key: int, version: int, body: Any, *, correlation_id: int = 7,
+             client_id: str = "trikafka-test") -> Any:
     """Send ``body`` as one request to ``host:port``; the decoded response body."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
-        sock.sendall(encode_request(api_key, version, correlation_id, "trikafka-test", body))
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        got, response = decode_response(api_key, version, _read(sock, size))
+        sock.sendall(encode_request(api_key, version, correlation_id, client_id, body))
+        got, response = receive_answer(sock, api_key, version)
     assert got == correlation_id, (got, correlation_id)
     return response
+
+
+def receive_answer(sock: socket.socket, api_key: int, version: int) -> tuple[int, Any]:
+    """The next answer on ``sock``: (correlation id, decoded body)."""
+    size = struct.unpack(">i", _read(sock, 4))[0]
+    return decode_response(api_key, version, _read(sock, size))
 
 
 def pipeline(bootstrap: str, requests: list[tuple[int, int, Any]]) -> list[tuple[int, Any]]:
@@ -36,8 +42,7 @@ def pipeline(bootstrap: str, requests: list[tuple[int, int, Any]]) -> list[tuple
                               for i, (api, version, body) in enumerate(requests, 1)))
         answers = []
         for api, version, _ in requests:
-            size = struct.unpack(">i", _read(sock, 4))[0]
-            answers.append(decode_response(api, version, _read(sock, size)))
+            answers.append(receive_answer(sock, api, version))
     return answers
 
 

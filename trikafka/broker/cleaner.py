@@ -70,6 +70,10 @@ class CleanerService:
         self.pass_done = trio.Event()  # set (and replaced) after every pass: tests wait on it
         self.overrides: dict[str, LogOverrides] = {}  # topic settings from ZooKeeper (topic_config.py)
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """The broker's dynamic settings changed (§20.4): policies read ``config`` from now on."""
+        self._config = config
+
     def policy(self, topic: str) -> CompactionPolicy:
         return compaction_policy(self._config, topic, self.overrides.get(topic))
 

@@ -42,7 +42,26 @@ _TOPIC_MAP_FIELDS = (
 # Per-topic maps of text values (``t1:compact,t2:compact+delete``).
 _TOPIC_TEXT_MAP_FIELDS = ("topic_cleanup_policy_map",)
 _CLEANER_MAP_FIELDS = ("topic_min_compaction_lag_ms_map", "topic_delete_retention_ms_map")
-_RENAMED = {"brokerid": "broker_id"}
+# The broker settings a running broker applies when Alter*Configs change them (docs/protocol.md §20.4),
+# by Kafka's name: the field.  Kafka's names are accepted at start too (``_RENAMED``).
+DYNAMIC_SETTINGS: dict[str, str] = {
+    "log.segment.bytes": "log_file_size",
+    "log.roll.hours": "log_roll_hours",
+    "log.retention.ms": "log_retention_ms",
+    "log.retention.hours": "log_retention_hours",
+    "log.retention.bytes": "log_retention_size",
+    "log.flush.interval.messages": "log_flush_interval",
+    "log.flush.interval.ms": "log_default_flush_interval_ms",
+    "log.cleanup.policy": "log_cleanup_policy",
+    "log.cleaner.delete.retention.ms": "delete_retention_ms",
+    "log.cleaner.min.compaction.lag.ms": "min_compaction_lag_ms",
+    "log.cleaner.min.cleanable.ratio": "min_cleanable_dirty_ratio",
+    "min.insync.replicas": "min_insync_replicas",
+    "quota.window.num": "quota_window_num",
+    "quota.window.size.seconds": "quota_window_size_seconds",
+}
+_RENAMED = {"brokerid": "broker_id",
+            **{name: field for name, field in DYNAMIC_SETTINGS.items() if name.replace(".", "_") != field}}
 
 
 class ConfigError(ValueError):
@@ -85,6 +104,7 @@ class BrokerConfig:
     log_roll_hours: int = 168
     topic_log_roll_hours: Mapping[str, int] = field(default_factory=dict)
     log_retention_hours: int = 168
+    log_retention_ms: int | None = None  # Kafka's log.retention.ms: set, it wins over the hours [T]
     topic_log_retention_hours: Mapping[str, int] = field(default_factory=dict)
     log_retention_size: int = -1
     topic_log_retention_size: Mapping[str, int] = field(default_factory=dict)
@@ -130,6 +150,8 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms (§17.4)
     group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms (§17.9)
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms (§17.9)
+    # min.insync.replicas: the default of replicated topics that set none (§20.4); standalone only 1 [T]
+    min_insync_replicas: int = 1
     # Security (docs/protocol.md §18.1, §18.4).  The protocols are SecurityProtocol names.
     kafka_security_protocol: str = "PLAINTEXT"  # kafka.security.protocol: the Kafka listener's
     port_security_protocol: str = "PLAINTEXT"  # port.security.protocol: the 0.7 port's (and replica traffic)
@@ -158,6 +180,9 @@ class BrokerConfig:
     # trikafka's own: how long a request the coordinator would answer CONCURRENT_TRANSACTIONS waits for
     # the id's write in flight or Complete* (§19.5.3); 0: answered at once, as Kafka does.
     transaction_completion_wait_ms: int = 5000
+    # Client quotas (docs/protocol.md §20.2), Kafka's names and defaults: the rates' windows.
+    quota_window_num: int = 11  # quota.window.num
+    quota_window_size_seconds: int = 1  # quota.window.size.seconds
     # SASL limits (§18.4): a frame before authentication, the whole handshake, a failed attempt's answer.
     sasl_max_unauthenticated_request_bytes: int = 524288
     sasl_handshake_timeout_ms: int = 10000
@@ -179,6 +204,11 @@ class BrokerConfig:
         return self.topic_partition_count_map.get(topic, self.num_partitions)
 
     @property
+    def retention_ms(self) -> int:
+        """The broker's retention time: ``log.retention.ms`` when set, else ``log.retention.hours``."""
+        return self.log_retention_ms if self.log_retention_ms is not None else self.log_retention_hours * HOUR_MS
+
+    @property
     def flush_interval_ms(self) -> int:
         """``log.default.flush.interval.ms``, which defaults to the scheduler interval."""
         if self.log_default_flush_interval_ms is None:
@@ -195,7 +225,9 @@ class BrokerConfig:
             roll_ms=pick(self.topic_log_roll_hours, self.log_roll_hours) * HOUR_MS,
             flush_interval_messages=self.log_flush_interval,
             flush_interval_ms=pick(self.topic_flush_intervals_ms, self.flush_interval_ms),
-            retention_ms=pick(self.topic_log_retention_hours, self.log_retention_hours) * HOUR_MS,
+            retention_ms=(self.topic_log_retention_hours[topic] * HOUR_MS
+                          if topic is not None and topic in self.topic_log_retention_hours
+                          else self.retention_ms),
             retention_bytes=pick(self.topic_log_retention_size, self.log_retention_size),
             max_message_size=self.max_message_size,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
@@ -279,6 +311,7 @@ def _check_range(cfg: BrokerConfig) -> None:
         "transaction_completion_wait_ms": 0,
         "sasl_max_unauthenticated_request_bytes": 2, "sasl_handshake_timeout_ms": 1,
         "connection_failed_authentication_delay_ms": 0,
+        "quota_window_num": 1, "quota_window_size_seconds": 1, "min_insync_replicas": 1,
     }
     for name, low in at_least.items():
         if getattr(cfg, name) < low:
@@ -295,6 +328,11 @@ def _check_range(cfg: BrokerConfig) -> None:
         raise ConfigError(f"metrics_port must be in [0, 65535], got {cfg.metrics_port}")
     if cfg.log_default_flush_interval_ms is not None and cfg.log_default_flush_interval_ms < 0:
         raise ConfigError("log_default_flush_interval_ms must be >= 0")
+    if cfg.log_retention_ms is not None and cfg.log_retention_ms < 0:
+        raise ConfigError(f"log_retention_ms must be >= 0, got {cfg.log_retention_ms}")
+    if not cfg.enable_zookeeper and cfg.min_insync_replicas != 1:
+        raise ConfigError(f"min_insync_replicas above 1 needs replicas: this broker is standalone "
+                          f"(got {cfg.min_insync_replicas})")
     if cfg.graceful_shutdown_timeout_s < 0 or cfg.retention_first_run_delay_s < 0:
         raise ConfigError("timeouts and delays must be >= 0")
     if cfg.group_min_session_timeout_ms > cfg.group_max_session_timeout_ms:

@@ -307,9 +307,10 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
         cleaner = CleanerService(log_manager, config, fs, clock_ms,
                                  run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
         local_settings = None
+        topic_overrides = None  # the topics' stored settings in force here, rebased by dynamic settings (§20.4)
         if not config.enable_zookeeper:  # per-topic settings from CREATE_TOPIC live in the log dir (§9.5)
-            local_settings = LocalTopicSettings(fs, config.log_dir, TopicOverrides(config, log_manager, cleaner),
-                                                run_blocking)
+            topic_overrides = TopicOverrides(config, log_manager, cleaner)
+            local_settings = LocalTopicSettings(fs, config.log_dir, topic_overrides, run_blocking)
             await run_blocking(local_settings.load)
         retention = await services.start(RetentionDeleter(
             log_manager, flusher, interval_s=config.log_cleanup_interval_mins * 60,
@@ -380,9 +381,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         run_blocking=run_blocking, open_stream=open_to_broker,
                         kafka_port=kafka_addresses[0].port if kafka_addresses else None,
                         on_role=None if kafka is None else kafka.on_role)
-                    await services.start(watch_topic_configs, broker.zookeeper, config, log_manager, cleaner)
+                    watcher = await services.start(watch_topic_configs, broker.zookeeper, config, log_manager,
+                                                   cleaner)
+                    topic_overrides = watcher.overrides
                     admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
                 if kafka is not None:
+                    kafka.broker_settings.listeners.append(functools.partial(
+                        _apply_broker_settings, log_manager, cleaner, topic_overrides, broker.replicas))
                     await kafka.start(services, broker.zookeeper,
                                       BrokerAddress(config.broker_id, host, kafka_addresses[0].port))
                     kafka_acceptor.start_accepting()
@@ -399,6 +404,19 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
+
+
+def _apply_broker_settings(log_manager: LogManager, cleaner: CleanerService, topic_overrides: TopicOverrides | None,
+                           replicas: ReplicaManager | None, config: BrokerConfig) -> None:
+    """Dynamic broker settings changed (§20.4): the logs' configs, the topics' overrides on them, the
+    cleaner's policies, the replicated partitions' default min.insync.replicas.  Retention, rolls and
+    flushes read their log's config at their next look."""
+    log_manager.reconfigure(config.log_config(), config.topic_log_configs())
+    if topic_overrides is not None:
+        topic_overrides.rebase(config)
+    cleaner.reconfigure(config)
+    if replicas is not None:
+        replicas.set_min_insync_default(config.min_insync_replicas)
 
 
 def _secure(tls: TlsContexts, config: BrokerConfig, protocol: str) -> Secure | None:

@@ -53,10 +53,10 @@ class TopicConfigWatcher:
 
     def __init__(self, zk: ZooKeeperClient, config: BrokerConfig, log_manager: LogManager, cleaner: CleanerService):
         self._zk = zk
-        self._overrides = TopicOverrides(config, log_manager, cleaner)
+        self.overrides = TopicOverrides(config, log_manager, cleaner)  # dynamic settings rebase it (§20.4)
         self._plain: dict[str, dict[str, str]] = {}
         self._replicated: dict[str, dict[str, str]] = {}
-        self.applied = self._overrides.applied  # what is in force, per topic
+        self.applied = self.overrides.applied  # what is in force, per topic
         self.changed = trio.Event()  # set (and replaced) after each applied change: tests wait on it
 
     async def run(self, *, task_status: trio.TaskStatus["TopicConfigWatcher"] = trio.TASK_STATUS_IGNORED) -> None:
@@ -108,7 +108,7 @@ class TopicConfigWatcher:
 
     def _apply(self, topic: str) -> None:
         stored = self._replicated.get(topic, self._plain.get(topic, {}))  # a replicated topic's znode wins
-        if self._overrides.apply(topic, stored):
+        if self.overrides.apply(topic, stored):
             logger.info("topic %s: settings from ZooKeeper: %s", topic,
                         {k: v for k, v in stored.items() if k in LOG_KEYS} or "none (the broker's own)")
             self.changed.set()
@@ -137,18 +137,29 @@ class TopicOverrides:
             self.applied[topic] = overrides
             self._cleaner.overrides[topic] = overrides
         if overrides.changes_log_config:
-            base = self._config.log_config(topic)
-            self._log_manager.override_topic_config(topic, dataclasses.replace(
-                base, retention_ms=base.retention_ms if overrides.retention_ms is None else overrides.retention_ms,
-                retention_bytes=(base.retention_bytes if overrides.retention_bytes is None
-                                 else overrides.retention_bytes),
-                segment_bytes=base.segment_bytes if overrides.segment_bytes is None else overrides.segment_bytes,
-                record_format=base.record_format if overrides.record_format is None else overrides.record_format))
+            self._override_log_config(topic, overrides)
             self._retention_overridden.add(topic)
         elif topic in self._retention_overridden:
             self._log_manager.override_topic_config(topic, None)
             self._retention_overridden.discard(topic)
         return True
+
+    def _override_log_config(self, topic: str, overrides: LogOverrides) -> None:
+        base = self._config.log_config(topic)
+        self._log_manager.override_topic_config(topic, dataclasses.replace(
+            base, retention_ms=base.retention_ms if overrides.retention_ms is None else overrides.retention_ms,
+            retention_bytes=(base.retention_bytes if overrides.retention_bytes is None
+                             else overrides.retention_bytes),
+            segment_bytes=base.segment_bytes if overrides.segment_bytes is None else overrides.segment_bytes,
+            record_format=base.record_format if overrides.record_format is None else overrides.record_format))
+
+    def rebase(self, config: BrokerConfig) -> None:
+        """The broker's settings changed (§20.4): the topics' log configs again, on ``config``
+        (``LogManager.reconfigure`` ran first and dropped them)."""
+        self._config = config
+        for topic, overrides in self.applied.items():
+            if overrides.changes_log_config:
+                self._override_log_config(topic, overrides)
 
 
 def _parse_leniently(topic: str, stored: dict[str, str]) -> LogOverrides:

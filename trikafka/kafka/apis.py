@@ -100,6 +100,8 @@ class KafkaApi(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = (45, 0, 0, 0)
     LIST_PARTITION_REASSIGNMENTS = (46, 0, 0, 0)
     OFFSET_DELETE = (47, 0, 0, 1)
+    DESCRIBE_CLIENT_QUOTAS = (48, 0, 1, 1)
+    ALTER_CLIENT_QUOTAS = (49, 0, 1, 1)
     DESCRIBE_USER_SCRAM_CREDENTIALS = (50, 0, 0, 0)
     ALTER_USER_SCRAM_CREDENTIALS = (51, 0, 0, 0)
     DESCRIBE_PRODUCERS = (61, 0, 0, 0)
@@ -152,8 +154,6 @@ NOT_SERVED: dict[int, tuple[str, str]] = {
     39: ("RenewDelegationToken", _TOKENS),
     40: ("ExpireDelegationToken", _TOKENS),
     41: ("DescribeDelegationToken", _TOKENS),
-    48: ("DescribeClientQuotas", "not yet: the broker has no client quotas"),
-    49: ("AlterClientQuotas", "not yet: the broker has no client quotas"),
     52: ("Vote", KRAFT_ONLY),
     53: ("BeginQuorumEpoch", KRAFT_ONLY),
     54: ("EndQuorumEpoch", KRAFT_ONLY),

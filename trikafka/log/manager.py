@@ -63,6 +63,16 @@ class LogManager:
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.config)
 
+    def reconfigure(self, config: LogConfig, topic_configs: Mapping[str, LogConfig]) -> None:
+        """New settings the manager is built with (the broker's dynamic settings, docs/protocol.md
+        §20.4): every log takes its config from them.  Configs given by ``override_topic_config``
+        are dropped: their owner gives them again, built on the new settings.  No disk access."""
+        self.config = config
+        self._built_topic_configs = dict(topic_configs)
+        self._topic_configs = dict(topic_configs)
+        for (topic, _partition), log in self._logs.items():
+            log.config = self.config_for(topic)
+
     def override_topic_config(self, topic: str, config: LogConfig | None) -> None:
         """Give ``topic``'s logs, present and future, ``config`` (None: the one the manager was
         built with).  No disk access; retention and rolls read it at their next look."""

@@ -255,3 +255,16 @@ def kafka_group(group: str) -> str:
 def user_config(name: str) -> str:
     """``/trikafka/config/users/<name>``: one SASL user's salted credentials (docs: §18.2)."""
     return f"{USER_CONFIGS}/{validate_component(name, 'user name')}"
+
+
+# -- Kafka's entity configs (docs: §20.1), at Kafka's own paths outside trikafka's tree ----
+
+ENTITY_CONFIGS = "/config"
+ENTITY_CONFIG_CHANGES = "/config/changes"
+ENTITY_CONFIG_CHANGE_PREFIX = "config_change_"  # a sequential child of ENTITY_CONFIG_CHANGES
+
+
+def entity_config(entity_path: str) -> str:
+    """``/config/<entity path>`` (``users/<u>``, ``clients/<c>``, ``users/<u>/clients/<c>``), each
+    name already sanitized (URL-encoded, so it holds no ``/``)."""
+    return validate_path(f"{ENTITY_CONFIGS}/{entity_path}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from trikafka.util.settings import parse_bool
 
@@ -92,9 +93,10 @@ class TopicAssignment:
     # And the list it had before (what a cancel goes back to); absent in a move of an earlier release.
     origins: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
-    def settings(self) -> TopicConfig:
-        """The parsed replication settings."""
-        return TopicConfig.from_strings(self.config)
+    def settings(self, defaults: Mapping[str, str] | None = None) -> TopicConfig:
+        """The parsed replication settings; a key the topic does not set takes ``defaults``' value (the
+        brokers' dynamic settings, docs §20.4), else the built-in one."""
+        return TopicConfig.from_strings({**(defaults or {}), **self.config})
 
     def encode(self) -> bytes:
         """The znode value (``targets`` and ``origins`` only while a move is pending)."""

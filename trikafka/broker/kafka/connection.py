@@ -24,6 +24,7 @@ from trikafka.kafka.errors import KafkaCodecError, UnsupportedRequest
 from trikafka.kafka.framing import FrameReader, Request, parse_request, unsupported_version_response
 from trikafka.wire.responses import Chunk
 
+from ..quotas import NO_CHARGE, REQUEST_CHARGE, Charge, ClientQuotas
 from ..receive_loop import PEER_GONE, RECEIVE_BYTES, ReceiveLoop
 from ..sendfile import RegionTruncatedError, send_chunks
 from .authentication import SASL_APIS, SaslFailedAnswer, SaslGate, SaslRefused
@@ -53,6 +54,7 @@ class Dispatcher(Protocol):
     """Where a connection's requests go (``KafkaService``)."""
 
     max_request_bytes: int
+    quotas: ClientQuotas  # the client quotas in force (§20.2)
 
     async def handle(self, request: Request) -> list[Chunk] | None | Deferred:
         """The answer's chunks, None for a request that has none, or a deferred answer."""
@@ -78,9 +80,17 @@ class KafkaConnection:
         self.requests_handled = 0
         self.close_reason: str | None = None
         self.principal = ANONYMOUS  # CLIENT_PRINCIPAL as the connection's task set it (§18)
+        # KIP-219's mute (§20.2): no request of this connection is read or handled before this time;
+        # a graceful shutdown lifts it (the requests already received are finished at once).
+        self._muted_until_s = -math.inf
+        self._mute_scope: trio.CancelScope | None = None  # the mute being waited out, if any
+        self._stopping = False
 
     def stop(self) -> None:
         """Finish the requests already received, then close (graceful shutdown)."""
+        self._stopping = True
+        if self._mute_scope is not None:
+            self._mute_scope.cancel()
         self._receiving.stop()
 
     async def run(self) -> None:
@@ -127,6 +137,7 @@ class KafkaConnection:
         perf_counter = time.perf_counter
         pending: list[tuple[int, float, Deferred]] = []
         while (frame := self._reader.next_frame()) is not None:
+            await self._wait_unmuted(pending)
             try:
                 request = parse_request(frame)  # any other KafkaCodecError closes the connection
             except UnsupportedRequest as exc:
@@ -146,7 +157,11 @@ class KafkaConnection:
                 if gated is not None:
                     await send_chunks(self.stream, gated)
                     continue
+            charge = self._charge(request, len(frame))
+            REQUEST_CHARGE.set(charge)
             answer_or_later = await service.handle(request)
+            if charge.mute_ms:
+                self._muted_until_s = max(self._muted_until_s, trio.current_time() + charge.mute_ms / 1000)
             if callable(answer_or_later):
                 pending.append((request.api_key, started_s, answer_or_later))
                 continue
@@ -157,6 +172,21 @@ class KafkaConnection:
             finally:
                 service.observe(request.api_key, perf_counter() - started_s)
         await self._answer_pending(pending)
+        await self._wait_unmuted(pending)
+
+    def _charge(self, request: Request, request_bytes: int) -> Charge:
+        quotas = self._service.quotas
+        if not quotas.active:
+            return NO_CHARGE
+        return Charge(quotas, self.principal.partition(":")[2], request.client_id or "", request_bytes)
+
+    async def _wait_unmuted(self, pending: list[tuple[int, float, Deferred]]) -> None:
+        """While throttled (§20.2): send the answers already due, then read nothing until the mute ends."""
+        if trio.current_time() < self._muted_until_s and not self._stopping:
+            await self._answer_pending(pending)
+            with trio.CancelScope() as self._mute_scope:
+                await trio.sleep_until(self._muted_until_s)
+            self._mute_scope = None
 
     async def _through_gate(self, gate: SaslGate, request: Request) -> list[Chunk] | None:
         """The gate's answer (None: the service answers); a failed authentication's answer is sent

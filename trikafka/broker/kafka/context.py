@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from trikafka.kafka.group_records import RecordKey, RecordValue
 
     from ..credentials import CredentialStore
+    from ..dynamic_config import BrokerSettings
+    from ..entity_configs import EntityConfigStore
     from ..seams import RunBlocking
     from .acl.authorizer import Authorizer
     from .acl.model import AclSet
@@ -192,3 +194,10 @@ class KafkaContext(Protocol):
     async def read_acls(self) -> AclSet: ...
 
     async def update_acls(self, edit: Edit) -> AclSet: ...
+
+
+class ConfigsHost(KafkaContext, Protocol):
+    """The configs apis' broker: its topics, and its entities and dynamic settings (§20.1, §20.4)."""
+
+    entity_configs: EntityConfigStore
+    broker_settings: BrokerSettings

@@ -19,6 +19,8 @@ from kio.static.constants import EntityType
 
 NO_THROTTLE = datetime.timedelta(0)
 CONFIG_SOURCE_TOPIC = 1  # DescribeConfigs' DYNAMIC_TOPIC_CONFIG
+CONFIG_SOURCE_BROKER = 2  # DescribeConfigs' DYNAMIC_BROKER_CONFIG (§20.4)
+CONFIG_SOURCE_DEFAULT_BROKER = 3  # DescribeConfigs' DYNAMIC_DEFAULT_BROKER_CONFIG (§20.4)
 CONFIG_SOURCE_STATIC = 4  # DescribeConfigs' STATIC_BROKER_CONFIG
 CONFIG_SOURCE_DEFAULT = 5  # DescribeConfigs' DEFAULT_CONFIG
 

@@ -27,6 +27,7 @@ from trikafka.log.errors import OffsetOutOfRangeError
 from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.wire.responses import Chunk, ChunkSequence
 
+from ..quotas import REQUEST_CHARGE
 from .context import KafkaContext
 from .offsets import READ_COMMITTED
 
@@ -64,8 +65,12 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
     for a, answer in zip(asked, answers):
         if answer.records is not None:
             service.engine.metrics.topic(a.topic).bytes_out += len(answer.records)
+    # consumer_byte_rate (§20.2): the answer's records, measured before it is sent (Kafka counts the
+    # whole answer; the records are all of it but a few bytes per partition).
+    throttle_ms = REQUEST_CHARGE.get().fetched(sum(len(a.records) for a in answers if a.records is not None))
     chunks: list[Chunk] = []
-    for chunk in encode_fetch_response(request.api_version, request.correlation_id, 0, ErrorCode.none, 0, answers):
+    for chunk in encode_fetch_response(request.api_version, request.correlation_id, throttle_ms, ErrorCode.none, 0,
+                                       answers):
         # Records are a file region, or several chunks back to back; the rest is bytes.
         chunks.extend(chunk.chunks if isinstance(chunk, ChunkSequence) else (chunk,))  # type: ignore[arg-type]
     return chunks

@@ -8,6 +8,7 @@ record without a key (``INVALID_RECORD``, §16.6.1), as Kafka does.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -25,8 +26,9 @@ from trikafka.wire.responses import Chunk
 from ..engine.errors import EngineError
 from ..engine.engine import ACKS_ALL, AppendOutcome, PartitionWrite
 from ..engine.partition import KafkaAppend
+from ..quotas import REQUEST_CHARGE
 from ..seams import AppendResult
-from .entities import NO_THROTTLE, Reply, kio_time
+from .entities import Reply, kio_time
 from .errors import kafka_error, refused_set_error
 from .context import KafkaContext
 from .transactions.verification import Verification, retriable_for, verify_partition
@@ -52,6 +54,7 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
     """
     body: Any = request.body  # Any: this api's request class at the request's version
     reply = Reply(request.api_key, request.api_version)
+    throttle_ms = REQUEST_CHARGE.get().produced()  # producer_byte_rate (§20.2)
     acks = body.acks
     deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)
     # (topic, partition index, error, base offset, log start, append time ms)
@@ -83,19 +86,19 @@ async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None
     if acks == 0:
         return None
     if acks != ACKS_ALL or not writes:
-        return _answer(request, reply, results)
+        return _answer(request, reply, results, throttle_ms)
 
     async def acknowledged() -> list[Chunk]:
         for (i, _), outcome in zip(writes, await appending.acknowledged()):
             if isinstance(outcome, EngineError):
                 results[i][2] = kafka_error(outcome)
                 results[i][3] = -1
-        return _answer(request, reply, results)
+        return _answer(request, reply, results, throttle_ms)
 
     return acknowledged
 
 
-def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Chunk]:
+def _answer(request: Request, reply: Reply, results: list[list[Any]], throttle_ms: int) -> list[Chunk]:
     responses = []
     for topic, rows in _by_topic(results):
         partitions = tuple(reply.nested("PartitionProduceResponse", index=index, error_code=error, base_offset=base,
@@ -103,7 +106,8 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]]) -> list[Ch
                                         log_start_offset=start, record_errors=(), error_message=None)
                            for _, index, error, base, start, append_ms in rows)
         responses.append(reply.nested("TopicProduceResponse", name=topic, partition_responses=partitions))
-    return [encode_response(request, reply.response(responses=tuple(responses), throttle_time=NO_THROTTLE))]
+    return [encode_response(request, reply.response(responses=tuple(responses),
+                                                    throttle_time=datetime.timedelta(milliseconds=throttle_ms)))]
 
 
 async def _verify(service: KafkaContext, transactional_id: str, topic: str, index: int,

@@ -10,10 +10,13 @@ topics, waiters and metrics, and neither imports the other.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import functools
 import inspect
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence
 
 import trio
@@ -28,11 +31,14 @@ from trikafka.wire.responses import Chunk
 
 from ..cleaner import compaction_policy
 from ..config import BrokerConfig
+from ..dynamic_config import BrokerSettings
+from ..entity_configs import Entities, EntityConfigStore, FileEntityConfigs, ZooKeeperEntityConfigs
+from ..quotas import REQUEST_CHARGE, ClientQuotas
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
-from . import (cluster, configs, delete_records, fetch, log_dirs, markers, offsets, partition_admin, produce,
-               producer_id_blocks, producer_ids, producers, scram_users, topics)
+from . import (client_quotas, cluster, configs, delete_records, fetch, log_dirs, markers, offsets, partition_admin,
+               produce, producer_id_blocks, producer_ids, producers, scram_users, topics)
 from .groups import admin_api, consumer_api, membership_api, offsets_api, txn_offsets_api
 from .groups.coordinator import GroupCoordinator
 from .groups.placement import offsets_topic
@@ -112,6 +118,8 @@ KAFKA_HANDLERS: dict[KafkaApi, Handle] = {
     KafkaApi.LIST_PARTITION_REASSIGNMENTS: partition_admin.list_partition_reassignments,
     KafkaApi.OFFSET_DELETE: admin_api.offset_delete,
     KafkaApi.DESCRIBE_CLUSTER: cluster.describe_cluster,
+    KafkaApi.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
+    KafkaApi.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
     KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.describe_user_scram_credentials,
     KafkaApi.ALTER_USER_SCRAM_CREDENTIALS: scram_users.alter_user_scram_credentials,
     KafkaApi.DESCRIBE_PRODUCERS: producers.describe_producers,
@@ -171,6 +179,13 @@ class KafkaService:
         self.open_stream = open_stream
         self.peer_connections = PeerConnections(PeerConnector(open_stream=open_stream))
         self._latency = engine.metrics.kafka_requests
+        # Client quotas (§20.2) and dynamic broker settings (§20.4), and the entities they come from (§20.1):
+        # the log dir's file, or (ZooKeeper mode, set by start) Kafka's znodes.
+        self.quotas = ClientQuotas(samples=config.quota_window_num, window_s=config.quota_window_size_seconds)
+        self.broker_settings = BrokerSettings(config)
+        self.broker_settings.listeners.append(self._reconfigure)
+        self.entity_configs: EntityConfigStore = FileEntityConfigs(config.log_dir, run_blocking,
+                                                                   self._entities_changed)
 
     def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
         """A processor's connection factory for this listener."""
@@ -216,10 +231,15 @@ class KafkaService:
             self.groups.membership.on_change = marks.changed
             nursery.start_soon(marks.run)
             self.acl_store = ZooKeeperAcls(zookeeper.coordinator)
+            entity_configs = ZooKeeperEntityConfigs(zookeeper.coordinator, self._entities_changed)
+            await nursery.start(entity_configs.run)
+            self.entity_configs = entity_configs
             self.credential_store = ZooKeeperCredentialStore(zookeeper.coordinator)
             if self.authorizer.enabled:
                 await nursery.start(follow_znode, zookeeper.coordinator, self.authorizer.replace)
         else:
+            assert isinstance(self.entity_configs, FileEntityConfigs)
+            await self.entity_configs.load()
             self.cluster_id = await self.run_blocking(functools.partial(
                 _standalone_cluster_id, self.engine.directory.log_manager.fs, self.config.log_dir))
             if self.authorizer.enabled:
@@ -237,6 +257,16 @@ class KafkaService:
             await local.refresh()
             self.credentials = local
 
+    def _entities_changed(self, entities: Entities) -> None:
+        """The entity settings in force changed (§20.1): the quotas and the broker's settings follow."""
+        self.broker_settings.apply(entities)  # may change the quotas' windows first
+        self.quotas.replace(entities)
+
+    def _reconfigure(self, config: BrokerConfig) -> None:
+        """The broker's dynamic settings changed (§20.4): what this listener reads of them."""
+        self.config = config
+        self.quotas.samples, self.quotas.window_s = config.quota_window_num, config.quota_window_size_seconds
+
     async def has_07_consumers(self, group_id: str) -> bool:
         """Whether ``group_id`` has 0.7 consumers registered in ZooKeeper (§17.7); False without it."""
         return self.registry is not None and await self.registry.has_07_consumers(group_id)
@@ -253,11 +283,17 @@ class KafkaService:
         """Answer one request: its chunks, None when it has no answer, or (a Produce with acks -1,
         already appended) what awaits the acknowledgement and then gives the chunks."""
         handle = KAFKA_HANDLERS[request.api]
+        started_s = time.perf_counter()
         answer = handle(self, request)
         if inspect.isawaitable(answer):
             answer = await answer
+        # request_percentage (§20.2): Produce and Fetch answer their byte quota's throttle time, the
+        # others this one's.
+        throttle_ms = REQUEST_CHARGE.get().handled(time.perf_counter() - started_s)
         if request.api in _RAW_ANSWERS:
             return answer  # type: ignore[no-any-return]
+        if throttle_ms and hasattr(answer, "throttle_time"):
+            answer = dataclasses.replace(answer, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
         return [encode_response(request, answer)]
 
     # ----------------------------------------------------------------- ACLs (§18.3)

@@ -27,7 +27,7 @@ from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, ME
                               TopicConfigError, check_topic_config, log_overrides)
 from .acl.model import CLUSTER_NAME, ResourceType
 from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
-from .context import KafkaContext
+from .context import ConfigsHost, KafkaContext
 
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
         RETENTION_MS: str(log.retention_ms),
         RETENTION_BYTES: str(log.retention_bytes),
         SEGMENT_BYTES: str(log.segment_bytes),
-        MIN_INSYNC_REPLICAS: "1",
+        MIN_INSYNC_REPLICAS: str(config.min_insync_replicas),
         DELETE_RETENTION_MS: str(config.topic_delete_retention_ms_map.get(topic, config.delete_retention_ms)),
         MIN_COMPACTION_LAG_MS: str(config.topic_min_compaction_lag_ms_map.get(topic, config.min_compaction_lag_ms)),
         UNCLEAN_ELECTION: "false",
@@ -71,7 +71,7 @@ _BUILT_IN = BrokerConfig()
 
 # DescribeConfigs' config_type codes (v3+) and each topic key's type and documentation, as Kafka
 # types them (include_documentation, §16.4).
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
 CONFIG_DOCS: dict[str, tuple[int, str]] = {
     CLEANUP_POLICY: (LIST, "delete, compact or both: whether old segments are deleted by retention, "
                            "compacted to each key's latest record, or both"),
@@ -88,6 +88,21 @@ CONFIG_DOCS: dict[str, tuple[int, str]] = {
     MAX_MESSAGE_BYTES: (INT, "The largest record batch the broker accepts (the broker's message.max.bytes)"),
     RECORD_FORMAT: (STRING, "trikafka's own: v2 (Kafka record batches) or 0.7; fixed at creation"),
 }
+
+# Each broker key's type (§20.4) as Kafka types it; a topic key's is CONFIG_DOCS'.
+BROKER_CONFIG_TYPES = {
+    "log.segment.bytes": INT, "log.roll.hours": INT, "log.retention.ms": LONG, "log.retention.hours": INT,
+    "log.retention.bytes": LONG, "log.flush.interval.messages": LONG, "log.flush.interval.ms": LONG,
+    "log.cleanup.policy": LIST, "log.cleaner.delete.retention.ms": LONG, "log.cleaner.min.compaction.lag.ms": LONG,
+    "log.cleaner.min.cleanable.ratio": DOUBLE, "min.insync.replicas": INT, "quota.window.num": INT,
+    "quota.window.size.seconds": INT, "broker.id": INT, "message.max.bytes": INT, "num.partitions": INT,
+    "log.dirs": STRING,
+}
+
+
+def _config_type(name: str) -> int:
+    return CONFIG_DOCS[name][0] if name in CONFIG_DOCS else BROKER_CONFIG_TYPES[name]
+
 
 # Each topic key's broker-wide synonym, under Kafka's broker setting name (DescribeConfigs' synonyms, §16.4).
 BROKER_SYNONYMS = {
@@ -115,7 +130,7 @@ class TopicError(Exception):
 class TopicService:
     """Creates and changes Kafka-format topics for one broker."""
 
-    def __init__(self, service: KafkaContext):
+    def __init__(self, service: ConfigsHost):
         self._service = service
 
     def check_settings(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
@@ -286,7 +301,8 @@ class TopicService:
                 continue
             synonyms: tuple[tuple[str, str, int], ...] = (
                 ((key, stored[key], CONFIG_SOURCE_TOPIC),) if key in stored and not read_only else ())
-            broker_source = CONFIG_SOURCE_DEFAULT if default == built_in[key] else CONFIG_SOURCE_STATIC
+            broker_source = service.broker_settings.level_source(BROKER_SYNONYMS.get(key, key)) or (
+                CONFIG_SOURCE_DEFAULT if default == built_in[key] else CONFIG_SOURCE_STATIC)
             if key in BROKER_SYNONYMS:
                 synonyms += ((BROKER_SYNONYMS[key], default, broker_source),)
             value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, broker_source)
@@ -368,7 +384,7 @@ async def create_partitions(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def describe_configs(service: KafkaContext, request: Request) -> Any:
+def describe_configs(service: ConfigsHost, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -390,9 +406,11 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
             else:
                 configs = service.topics.describe(resource.resource_name, keys)
         elif resource.resource_type == RESOURCE_BROKER:
-            built_in = _broker_values(_BUILT_IN, "")
-            configs = [ConfigRow(k, v, True, CONFIG_SOURCE_DEFAULT if v == built_in[k] else CONFIG_SOURCE_STATIC, ())
-                       for k, v in _defaults(service, "").items() if keys is None or k in keys]
+            if resource.resource_name not in ("", str(service.broker_id)):
+                code, message = ErrorCode.invalid_request, (f"broker {resource.resource_name!r} is described by "
+                                                            f"itself; this is broker {service.broker_id}")
+            else:
+                configs = service.broker_settings.describe(resource.resource_name, keys)
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
         results.append(reply.nested(
@@ -403,6 +421,7 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
                 is_default=row.is_default, config_source=row.source, is_sensitive=False,
                 synonyms=tuple(reply.nested("DescribeConfigsSynonym", name=name, value=value, source=source)
                                for name, value, source in row.synonyms) if synonyms else (),
-                config_type=CONFIG_DOCS[row.name][0],
-                documentation=CONFIG_DOCS[row.name][1] if documentation else None) for row in configs)))
+                config_type=_config_type(row.name),
+                documentation=CONFIG_DOCS[row.name][1] if documentation and row.name in CONFIG_DOCS else None)
+                for row in configs)))
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))

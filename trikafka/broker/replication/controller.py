@@ -69,6 +69,8 @@ class Controller:
         # A restart elects a leader for every partition: one line per burst, by topic (each at DEBUG).
         self._elected = Tally(logger, f"controller {broker_id}: partitions given a leader")
         self._offline = Tally(logger, f"controller {broker_id}: partitions left without a leader")
+        # Replication settings a topic that sets none takes: the brokers' dynamic ones (§20.4).
+        self.setting_defaults: dict[str, str] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Contend for the role forever (cancel to stop).
@@ -183,7 +185,7 @@ class Controller:
                 if read is None:
                     continue
                 assignment, version = read
-                config = assignment.settings()
+                config = assignment.settings(self.setting_defaults)
             except ReplicationValueError as exc:
                 logger.error("replicated topic %r: %s", topic, exc)
                 continue

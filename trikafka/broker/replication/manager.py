@@ -34,7 +34,7 @@ from ...zk.client import ZooKeeperClient
 from ...zk.errors import BadVersionError, ZooKeeperClientError, NoNodeError, SessionExpiredError
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
-from ...zk.replication_values import PartitionState, ReplicationValueError, TopicAssignment
+from ...zk.replication_values import MIN_INSYNC_REPLICAS, PartitionState, ReplicationValueError, TopicAssignment
 from ..engine.errors import EngineError
 from ..engine.metadata import PartitionView, TopicView
 from ..engine.waiters import VisibleEndWaiters
@@ -94,6 +94,19 @@ class ReplicaManager:
         # Told (topic, partition, role) after each state this broker applies: the Kafka listener's
         # coordinators load a partition of their internal topic they now lead (docs/protocol.md §17.3).
         self._on_role = on_role if on_role is not None else _ignore_role
+
+    def set_min_insync_default(self, count: int) -> None:
+        """The brokers' dynamic ``min.insync.replicas`` (§20.4): the partitions hosted here whose topic
+        sets none take it at once (a leader's next acks -1 check and ISR shrink), the controller at
+        its next election."""
+        self.controller.setting_defaults[MIN_INSYNC_REPLICAS] = str(count)
+        for (topic, _partition), hosted in self.hosted.items():
+            assignment = self.topics.get(topic)
+            if assignment is None or MIN_INSYNC_REPLICAS in assignment.config:
+                continue
+            hosted.config = dataclasses.replace(hosted.config, min_insync_replicas=count)
+            if hosted.leader is not None:
+                hosted.leader.min_insync_replicas = count
 
     # ----------------------------------------------------------------- what the engine asks
 
@@ -310,7 +323,8 @@ class ReplicaManager:
                                       assignment.config.get(RECORD_FORMAT))
         may_lead = state.leader != self.broker_id or await registered_before(self._zk, self.broker_id, mzxid)
         was_leading = hosted.leader is not None
-        role = await hosted.apply_state(state, version, replicas, assignment.settings(), may_lead=may_lead)
+        role = await hosted.apply_state(state, version, replicas, assignment.settings(self.controller.setting_defaults),
+                                        may_lead=may_lead)
         if hosted.leader is not None and not was_leading:
             self._leading.note(topic, partition)
         self._start_or_stop_follower(hosted)

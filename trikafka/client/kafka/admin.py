@@ -1,9 +1,9 @@
 """Administration over the Apache Kafka protocol: topics, offsets, configs (docs/protocol.md §16.4), groups (§17.8),
-transactions (§19.5.4).
+transactions (§19.5.4), client quotas and broker settings (§20).
 
 ``KafkaAdmin`` wraps a ``KafkaClient``: ``create_topics`` goes to the
-controller, ``list_offsets`` to each partition's leader, ``describe_configs``
-and ``metadata`` to any broker; ``list_groups`` and ``list_transactions`` to
+controller, ``list_offsets`` to each partition's leader, ``describe_configs``,
+``incremental_alter_configs``, the client quota calls and ``metadata`` to any broker; ``list_groups`` and ``list_transactions`` to
 every broker, the other group calls to the group's coordinator and
 ``describe_transactions`` to each transactional id's.
 """
@@ -38,6 +38,7 @@ DEFAULT_ADMIN_TIMEOUT_S = 30.0
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 _DEFAULT_CONFIG_SOURCE = 5
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs' config_operation
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,25 @@ class TransactionDescription:
     partitions: tuple[TopicPartition, ...]
 
 
+class QuotaEntity(NamedTuple):
+    """A client quota entity (§20.1): its (entity type, name) pairs, ``user`` before ``client-id``; a
+    name None is the default of its type."""
+
+    components: tuple[tuple[str, str | None], ...]
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[str, str | None]]) -> "QuotaEntity":
+        return cls(tuple(sorted(pairs, key=lambda pair: pair[0] != "user")))
+
+
+class QuotaFilter(NamedTuple):
+    """One DescribeClientQuotas component: ``match_type`` 0 exact (``match``), 1 the default, 2 any name."""
+
+    entity_type: str
+    match_type: int = 2
+    match: str | None = None
+
+
 class KafkaAdmin:
     """Administrative calls through ``client``."""
 
@@ -175,8 +195,9 @@ class KafkaAdmin:
         raise KafkaResponseError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
 
     async def describe_configs(self, name: str, *, resource_type: int = RESOURCE_TOPIC) -> dict[str, ConfigValue]:
-        """Every setting of a topic (or, with ``RESOURCE_BROKER``, a broker id) with its value."""
-        connection = await self.client.any_connection()
+        """Every setting of a topic (or, with ``RESOURCE_BROKER``, a broker id, asked of that broker) with its
+        value."""
+        connection = await self._configs_connection(name, resource_type)
         answer = await connection.request(
             KafkaApi.DESCRIBE_CONFIGS, include_synonyms=False, include_documentation=False,
             resources=[{"resource_type": resource_type, "resource_name": name, "configuration_keys": None}])
@@ -189,6 +210,60 @@ class KafkaAdmin:
                               else bool(schema.field(entry, "is_default", False)))
                 settings[str(entry.name)] = ConfigValue(entry.value, is_default, bool(entry.read_only))
         return settings
+
+    async def incremental_alter_configs(self, name: str, changes: Mapping[str, str | None], *,
+                                        resource_type: int = RESOURCE_TOPIC, validate_only: bool = False) -> None:
+        """SET (a value) or DELETE (None) settings of a topic, or with ``RESOURCE_BROKER`` of a broker id or
+        ``""``, every broker's default (§20.4, which confluent-kafka and kafka-python cannot name)."""
+        connection = await self._configs_connection(name, resource_type)
+        answer = await connection.request(
+            KafkaApi.INCREMENTAL_ALTER_CONFIGS, validate_only=validate_only,
+            resources=[{"resource_type": resource_type, "resource_name": name,
+                        "configs": [{"name": k, "config_operation": _SET if v is not None else _DELETE, "value": v}
+                                    for k, v in changes.items()]}])
+        for result in schema.field(answer, "responses", ()):
+            check(result.error_code, f"configs of {name!r}", schema.field(result, "error_message"))
+
+    async def _configs_connection(self, name: str, resource_type: int) -> KafkaConnection:
+        """A broker resource's own broker (a broker describes only itself, §20.4), else any broker."""
+        if resource_type != RESOURCE_BROKER or not name.isdigit():
+            return await self.client.any_connection()
+        if int(name) not in self.client.metadata.brokers:
+            await self.client.refresh_metadata()
+        return await self.client.node_connection(int(name))
+
+    # ------------------------------------------------------------------ client quotas (§20.3)
+
+    async def describe_client_quotas(self, components: Iterable[QuotaFilter] = (), *,
+                                     strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+        """The stored quotas of the entities matching every filter, by entity (see ``QuotaEntity``)."""
+        connection = await self.client.any_connection()
+        answer = await connection.request(
+            KafkaApi.DESCRIBE_CLIENT_QUOTAS, strict=strict,
+            components=[{"entity_type": f.entity_type, "match_type": f.match_type, "match": f.match}
+                        for f in components])
+        check(schema.field(answer, "error_code"), "describe client quotas", schema.field(answer, "error_message"))
+        return {QuotaEntity.of((str(e.entity_type), e.entity_name) for e in entry.entity):
+                {str(v.key): float(v.value) for v in entry.values}
+                for entry in schema.field(answer, "entries", None) or ()}
+
+    async def alter_client_quotas(self, changes: Mapping[QuotaEntity, Mapping[str, float | None]], *,
+                                  validate_only: bool = False) -> dict[QuotaEntity, KafkaResponseError | None]:
+        """Set (a value) or remove (None) quota keys of each entity; per entity, None or its error."""
+        connection = await self.client.any_connection()
+        answer = await connection.request(
+            KafkaApi.ALTER_CLIENT_QUOTAS, validate_only=validate_only,
+            entries=[{"entity": [{"entity_type": t, "entity_name": n} for t, n in entity.components],
+                      "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                              for k, v in ops.items()]}
+                     for entity, ops in changes.items()])
+        results: dict[QuotaEntity, KafkaResponseError | None] = {}
+        for entry in schema.field(answer, "entries", ()):
+            entity = QuotaEntity.of((str(e.entity_type), e.entity_name) for e in entry.entity)
+            code = int(entry.error_code)
+            results[entity] = None if code == ErrorCode.none else KafkaResponseError(
+                code, f"client quotas of {entity}", schema.field(entry, "error_message"))
+        return results
 
     # ------------------------------------------------------------------ groups (§17.8)
 

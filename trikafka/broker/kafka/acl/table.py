@@ -90,6 +90,8 @@ API_NEEDS: Mapping[KafkaApi, Mapping[ResourceType, Need]] = {
         KafkaApi.DELETE_ACLS: (_cluster(Operation.ALTER),),
         KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS: (_cluster(Operation.DESCRIBE),),
         KafkaApi.ALTER_USER_SCRAM_CREDENTIALS: (_cluster(Operation.ALTER),),
+        KafkaApi.DESCRIBE_CLIENT_QUOTAS: (_cluster(Operation.DESCRIBE_CONFIGS),),
+        KafkaApi.ALTER_CLIENT_QUOTAS: (_cluster(Operation.ALTER_CONFIGS),),
         KafkaApi.INIT_PRODUCER_ID: (_cluster(Operation.IDEMPOTENT_WRITE),
                                     Need(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, TRANSACTIONAL_ID_DENIED)),
         KafkaApi.ADD_PARTITIONS_TO_TXN: (_transactional_id(Operation.WRITE), _topic(Operation.WRITE),

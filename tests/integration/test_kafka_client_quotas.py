@@ -1,0 +1,210 @@
+"""Client quotas from real clients (docs/protocol.md §20): DescribeClientQuotas and AlterClientQuotas
+through trikafka's Trio admin client (neither confluent-kafka 2.16 nor kafka-python 3.0 has them), the
+throttling a confluent-kafka producer and consumer see (their ``throttle_cb``), and the quotas' storage:
+the log directory's file standalone, Kafka's ``/config`` znodes with ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any, Iterator
+
+import pytest
+import trio
+from confluent_kafka import Consumer, Producer
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.errors import ErrorCode
+
+from tests.helpers.kafka_clients import running_sasl_broker, sasl_settings
+from tests.helpers.kafka_processes import kafka_cluster
+from tests.helpers.kafka_wire import exchange, receive_answer
+from trikafka.broker.entity_configs import ENTITY_CONFIGS_FILE
+from trikafka.kafka.framing import encode_request
+from trikafka.client.kafka.admin import KafkaAdmin, QuotaEntity, QuotaFilter
+from trikafka.client.kafka.client import KafkaClient
+from trikafka.client.kafka.errors import KafkaResponseError
+from trikafka.testing import running_kafka_broker
+from trikafka.testing.kafka_broker import RunningKafkaBroker
+
+WAIT_S = 30.0
+DESCRIBE_CLUSTER = 60
+ALICE_APP = QuotaEntity.of([("user", "alice"), ("client-id", "app")])
+DEFAULT_USER = QuotaEntity.of([("user", None)])
+SLOW = QuotaEntity.of([("client-id", "slow")])
+EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+
+
+@pytest.fixture
+def kafka(tmp_path: Any) -> Iterator[RunningKafkaBroker]:
+    with running_kafka_broker(str(tmp_path), num_partitions=1) as running:
+        yield running
+
+
+async def alter(bootstrap: str, changes: dict[QuotaEntity, dict[str, float | None]],
+                validate_only: bool = False) -> dict[QuotaEntity, Any]:
+    async with KafkaClient(bootstrap) as client:
+        return await KafkaAdmin(client).alter_client_quotas(changes, validate_only=validate_only)
+
+
+async def describe(bootstrap: str, *filters: QuotaFilter, strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+    async with KafkaClient(bootstrap) as client:
+        return await KafkaAdmin(client).describe_client_quotas(filters, strict=strict)
+
+
+async def test_alter_stores_and_describe_matches_exact_default_and_specified_names(kafka: RunningKafkaBroker) -> None:
+    results = await alter(kafka.bootstrap, {ALICE_APP: {"producer_byte_rate": 1024, "request_percentage": 12.5},
+                                            DEFAULT_USER: {"consumer_byte_rate": 2048},
+                                            SLOW: {"producer_byte_rate": 1}})
+    assert results == dict.fromkeys((ALICE_APP, DEFAULT_USER, SLOW))
+    everything = {ALICE_APP: {"producer_byte_rate": 1024.0, "request_percentage": 12.5},
+                  DEFAULT_USER: {"consumer_byte_rate": 2048.0}, SLOW: {"producer_byte_rate": 1.0}}
+    assert await describe(kafka.bootstrap) == everything
+    assert await describe(kafka.bootstrap, QuotaFilter("user", EXACT, "alice")) == {ALICE_APP: everything[ALICE_APP]}
+    assert await describe(kafka.bootstrap, QuotaFilter("user", EXACT, "alice"), strict=True) == {}
+    assert await describe(kafka.bootstrap, QuotaFilter("user", DEFAULT)) == {DEFAULT_USER: everything[DEFAULT_USER]}
+    assert await describe(kafka.bootstrap, QuotaFilter("user", SPECIFIED)) == {ALICE_APP: everything[ALICE_APP]}
+    assert await describe(kafka.bootstrap, QuotaFilter("client-id"), strict=True) == {SLOW: everything[SLOW]}
+    await alter(kafka.bootstrap, {ALICE_APP: {"request_percentage": None}, SLOW: {"producer_byte_rate": None}})
+    assert await describe(kafka.bootstrap) == {ALICE_APP: {"producer_byte_rate": 1024.0},
+                                               DEFAULT_USER: {"consumer_byte_rate": 2048.0}}
+    with open(os.path.join(kafka.log_dir, ENTITY_CONFIGS_FILE)) as f:
+        assert json.load(f) == {"version": 1, "entities": {"users/<default>": {"consumer_byte_rate": "2048"},
+                                                           "users/alice/clients/app": {"producer_byte_rate": "1024"}}}
+
+
+async def test_a_bad_entry_is_invalid_request_naming_it_and_validate_only_stores_nothing(
+        kafka: RunningKafkaBroker) -> None:
+    ip = QuotaEntity.of([("ip", "127.0.0.1")])
+    results = await alter(kafka.bootstrap, {ip: {"producer_byte_rate": 1}, SLOW: {"producer_byte_rate": 0.5},
+                                            ALICE_APP: {"controller_mutation_rate": 1}})
+    assert {entity: (error.error_code, str(error).split(': ', 2)[2]) for entity, error in results.items()} == {
+        ip: (ErrorCode.invalid_request, "entity type 'ip' is not served (user and client-id are)"),
+        SLOW: (ErrorCode.invalid_request, "quota producer_byte_rate = 0.5: a whole number >= 1 is needed"),
+        ALICE_APP: (ErrorCode.invalid_request,
+                    "unknown quota key 'controller_mutation_rate' (served: producer_byte_rate, "
+                    "consumer_byte_rate, request_percentage)")}
+    assert await alter(kafka.bootstrap, {SLOW: {"producer_byte_rate": 5}}, validate_only=True) == {SLOW: None}
+    assert await describe(kafka.bootstrap) == {}
+
+
+def test_without_the_cluster_acls_the_quota_apis_answer_cluster_authorization_failed(tmp_path: Any) -> None:
+    with running_kafka_broker(str(tmp_path), authorizer="acl") as kafka:
+        results = trio.run(alter, kafka.bootstrap, {SLOW: {"producer_byte_rate": 100}})
+        assert results[SLOW] is not None and results[SLOW].error_code == ErrorCode.cluster_authorization_failed
+
+        async def denied() -> KafkaResponseError:
+            with pytest.raises(KafkaResponseError) as caught:
+                await describe(kafka.bootstrap)
+            return caught.value
+
+        assert trio.run(denied).error_code == ErrorCode.cluster_authorization_failed
+        assert kafka.broker.kafka.entity_configs.entities == {}
+
+
+def test_quotas_survive_a_restart(tmp_path: Any) -> None:
+    with running_kafka_broker(str(tmp_path)) as first:
+        trio.run(alter, first.bootstrap, {SLOW: {"producer_byte_rate": 100}})
+    with running_kafka_broker(str(tmp_path)) as second:
+        assert trio.run(describe, second.bootstrap) == {SLOW: {"producer_byte_rate": 100.0}}
+        assert second.broker.kafka.quotas.quota_of("producer_byte_rate", "ANONYMOUS", "slow") == (100.0, "", "slow")
+
+
+def produce_throttles(bootstrap: str, client_id: str, topic: str, count: int, **settings: Any) -> list[int]:
+    """The throttle times (ms) confluent-kafka's producer was told while sending ``count`` 10 kB records."""
+    seen: list[int] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 0,
+                         "throttle_cb": lambda event: seen.append(int(event.throttle_time * 1000)), **settings})
+    for _ in range(count):
+        producer.produce(topic, b"x" * 10_000)
+        producer.poll(0)
+    assert producer.flush(WAIT_S) == 0
+    producer.poll(0.5)
+    return seen
+
+
+def test_a_throttled_producer_is_told_throttle_time_and_another_client_is_not(kafka: RunningKafkaBroker) -> None:
+    trio.run(alter, kafka.bootstrap, {SLOW: {"producer_byte_rate": 1000}})
+    assert max(produce_throttles(kafka.bootstrap, "slow", "quota-produce", 2), default=0) > 0
+    assert produce_throttles(kafka.bootstrap, "fast", "quota-produce", 3) == []
+
+
+def test_a_users_quota_throttles_that_sasl_user_and_not_another(tmp_path: Any) -> None:
+    """The user is the connection's principal (§18.2); the quota is read from the log dir's file at start."""
+    from trikafka.broker.credentials import CredentialFile, new_record
+
+    log_dir = str(tmp_path)
+    CredentialFile(log_dir).add("bob", new_record("bob-secret"))
+    with open(os.path.join(log_dir, ENTITY_CONFIGS_FILE), "w") as f:
+        json.dump({"version": 1, "entities": {"users/alice": {"producer_byte_rate": "1000"}}}, f)
+    with running_sasl_broker(log_dir, "alice", "alice-secret") as kafka:
+        alice = produce_throttles(kafka.bootstrap, "app", "quota-sasl", 2, **sasl_settings("SCRAM-SHA-512", "alice",
+                                                                                          "alice-secret"))
+        bob = produce_throttles(kafka.bootstrap, "app", "quota-sasl", 2, **sasl_settings("SCRAM-SHA-512", "bob",
+                                                                                        "bob-secret"))
+    assert max(alice, default=0) > 0 and bob == []
+
+
+def test_a_throttled_consumer_is_told_throttle_time(kafka: RunningKafkaBroker) -> None:
+    produce_throttles(kafka.bootstrap, "writer", "quota-fetch", 5)
+    trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]): {"consumer_byte_rate": 1000}})
+    seen: list[int] = []
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "client.id": "reader", "group.id": "quota-readers",
+                         "auto.offset.reset": "earliest",
+                         "throttle_cb": lambda event: seen.append(int(event.throttle_time * 1000))})
+    consumer.subscribe(["quota-fetch"])
+    read = 0
+    deadline_s = time.monotonic() + WAIT_S
+    while (read < 5 or not seen) and time.monotonic() < deadline_s:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            read += 1
+    consumer.close()
+    assert read == 5 and max(seen) > 0
+
+
+def test_a_request_quota_answers_throttle_time_then_mutes_the_connection_and_spares_other_clients(
+        tmp_path: Any) -> None:
+    """KIP-219 (§20.2): the throttled answer comes at once, the next request of that connection only after
+    the throttle time; windows of 1 s keep the throttle (capped at the window span) short."""
+    request = DescribeClusterRequest(include_cluster_authorized_operations=False)
+    with running_kafka_broker(str(tmp_path), quota_window_num=2, quota_window_size_seconds=1) as kafka:
+        trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "trikafka-test")]):
+                                          {"request_percentage": 0.000001}})
+        host, port = kafka.bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+            sock.sendall(b"".join(encode_request(DESCRIBE_CLUSTER, 0, i, "trikafka-test", request) for i in (1, 2, 3)))
+            answers, waited_s = [], []
+            for _ in range(3):  # each after the mute the one before it set
+                before_s = time.monotonic()
+                answers.append(receive_answer(sock, DESCRIBE_CLUSTER, 0)[1])
+                waited_s.append(time.monotonic() - before_s)
+        throttles_s = [answer.throttle_time.total_seconds() for answer in answers]
+        assert all(throttle_s > 0 for throttle_s in throttles_s)
+        assert waited_s[1] >= throttles_s[0] * 0.9 and waited_s[2] >= throttles_s[1] * 0.9
+        other = exchange(kafka.bootstrap, DESCRIBE_CLUSTER, 0, request, client_id="someone-else")
+        assert other.throttle_time.total_seconds() == 0
+
+
+async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_another(zk_chroot, zk_admin,
+                                                                                    tmp_path) -> None:
+    async with kafka_cluster(tmp_path, zk_chroot, 2) as cluster:
+        first, second = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
+        await alter(first, {ALICE_APP: {"producer_byte_rate": 1024}, DEFAULT_USER: {"request_percentage": 50}})
+        assert await describe(first) == {ALICE_APP: {"producer_byte_rate": 1024.0},
+                                         DEFAULT_USER: {"request_percentage": 50.0}}
+        with trio.fail_after(WAIT_S):
+            while await describe(second) != await describe(first):
+                await trio.sleep(0.05)
+    chroot = "/" + zk_chroot.split("/", 1)[1]
+    for path, config in [("config/users/alice/clients/app", {"producer_byte_rate": "1024"}),
+                         ("config/users/<default>", {"request_percentage": "50.0"})]:
+        data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/{path}")
+        assert json.loads(data) == {"version": 1, "config": config}
+    # Kafka's change notification of the last change is left; the older ones were deleted by their writer.
+    (notification,) = await trio.to_thread.run_sync(zk_admin.get_children, f"{chroot}/config/changes")
+    data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/config/changes/{notification}")
+    assert notification.startswith("config_change_")
+    assert json.loads(data) == {"version": 2, "entity_path": "users/<default>"}

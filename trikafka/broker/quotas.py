@@ -1,0 +1,174 @@
+"""Client quotas (KIP-13, KIP-55, KIP-124, KIP-219; docs/protocol.md §20.2): which quota applies to a
+request, the rates measured against it, and the throttle time a recording costs.
+
+Pure bookkeeping on an injected clock: the Kafka connection records what each
+request costs (``Charge``) and mutes itself for the throttle time it answers.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+from .entity_configs import DEFAULT_NAME, sanitize
+
+logger = logging.getLogger(__name__)
+
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+# Each quota key and whether its value must be a whole number (a byte rate).
+QUOTA_KEYS: dict[str, bool] = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False}
+PERCENT_PER_SECOND = 100.0  # request_percentage records 100 per second of handling
+
+
+class QuotaError(ValueError):
+    """A quota key or value that cannot be stored; the message names it."""
+
+
+def check_quota(key: str, value: float) -> str:
+    """``value`` as an entity stores it; QuotaError for an unknown key or a value out of range (§20.3)."""
+    whole = QUOTA_KEYS.get(key)
+    if whole is None:
+        raise QuotaError(f"unknown quota key {key!r} (served: {', '.join(QUOTA_KEYS)})")
+    if not math.isfinite(value) or value <= 0 or (whole and (value != int(value) or value < 1)):
+        raise QuotaError(f"quota {key} = {value}: {'a whole number >= 1' if whole else 'a number > 0'} is needed")
+    return str(int(value)) if whole else repr(float(value))
+
+
+def _candidates(user: str, client_id: str) -> Iterator[tuple[str, str, str]]:
+    """KIP-55's order: (entity path, user and client id the quota is shared by)."""
+    u, c, d = sanitize(user), sanitize(client_id), DEFAULT_NAME
+    yield f"users/{u}/clients/{c}", user, client_id
+    yield f"users/{u}/clients/{d}", user, client_id
+    yield f"users/{u}", user, ""
+    yield f"users/{d}/clients/{c}", user, client_id
+    yield f"users/{d}/clients/{d}", user, client_id
+    yield f"users/{d}", user, ""
+    yield f"clients/{c}", "", client_id
+    yield f"clients/{d}", "", client_id
+
+
+class Rate:
+    """Kafka's sampled rate: ``samples`` windows of ``window_s``; the total of the live windows over
+    the time since the oldest began, never less than ``samples - 1`` windows."""
+
+    def __init__(self, samples: int, window_s: float):
+        self._samples = samples
+        self._window_s = window_s
+        self._windows: collections.deque[list[float]] = collections.deque()  # [start_s, total]
+
+    def record(self, amount: float, now_s: float) -> None:
+        self._purge(now_s)
+        if not self._windows or now_s >= self._windows[-1][0] + self._window_s:
+            self._windows.append([now_s, 0.0])
+        self._windows[-1][1] += amount
+
+    def measure(self, now_s: float) -> tuple[float, float]:
+        """(rate per second, the span in seconds it was taken over)."""
+        self._purge(now_s)
+        elapsed = now_s - self._windows[0][0] if self._windows else 0.0
+        span = max(elapsed, (self._samples - 1) * self._window_s, self._window_s)
+        total = sum(total for _start, total in self._windows)
+        return total / span, span
+
+    def _purge(self, now_s: float) -> None:
+        while self._windows and self._windows[0][0] + self._samples * self._window_s <= now_s:
+            self._windows.popleft()
+
+
+@dataclass
+class ClientQuotas:
+    """The quotas in force and the rates measured against them, for one broker."""
+
+    samples: int = 11  # quota.window.num
+    window_s: float = 1.0  # quota.window.size.seconds
+    clock_s: Callable[[], float] = time.monotonic
+    _quotas: dict[str, dict[str, float]] = field(default_factory=dict)  # entity path -> key -> quota
+    _rates: dict[tuple[str, str, str], Rate] = field(default_factory=dict)  # (key, user, client id)
+
+    def replace(self, entities: Mapping[str, Mapping[str, str]]) -> None:
+        """Put ``entities``' quota keys in force (a value that does not parse is skipped)."""
+        quotas: dict[str, dict[str, float]] = {}
+        for path, config in entities.items():
+            for key, value in config.items():
+                if key in QUOTA_KEYS:
+                    try:
+                        quotas.setdefault(path, {})[key] = float(check_quota(key, float(value)))
+                    except (QuotaError, ValueError) as exc:
+                        logger.error("entity %s: quota %s=%r ignored: %s", path, key, value, exc)
+        self._quotas = quotas
+        self._rates.clear()  # Kafka starts new sensors when a quota changes
+
+    @property
+    def active(self) -> bool:
+        return bool(self._quotas)
+
+    def quota_of(self, key: str, user: str, client_id: str) -> tuple[float, str, str] | None:
+        """(quota, user, client id it is shared by) for ``key``, or None: no quota (§20.2)."""
+        for path, shared_user, shared_client in _candidates(user, client_id):
+            found = self._quotas.get(path, {}).get(key)
+            if found is not None:
+                return found, shared_user, shared_client
+        return None
+
+    def record(self, key: str, user: str, client_id: str, amount: float) -> int:
+        """Record ``amount`` against ``key``'s quota for the request's entity; the throttle time in ms."""
+        if not self._quotas:
+            return 0
+        applying = self.quota_of(key, user, client_id)
+        if applying is None:
+            return 0
+        quota, shared_user, shared_client = applying
+        rate = self._rates.get((key, shared_user, shared_client))
+        if rate is None:
+            rate = self._rates[(key, shared_user, shared_client)] = Rate(self.samples, self.window_s)
+        now_s = self.clock_s()
+        rate.record(amount, now_s)
+        observed, span_s = rate.measure(now_s)
+        if observed <= quota:
+            return 0
+        return round(min((observed - quota) / quota * span_s, span_s) * 1000)
+
+
+class Charge:
+    """What one request costs its entity: the connection makes one per request (§20.2)."""
+
+    __slots__ = ("_quotas", "user", "client_id", "request_bytes", "mute_ms")
+
+    def __init__(self, quotas: ClientQuotas | None, user: str, client_id: str, request_bytes: int):
+        self._quotas = quotas
+        self.user = user
+        self.client_id = client_id
+        self.request_bytes = request_bytes
+        self.mute_ms = 0  # the longest throttle recorded: the connection reads nothing for this long
+
+    def _record(self, key: str, amount: float) -> int:
+        if self._quotas is None:
+            return 0
+        throttle_ms = self._quotas.record(key, self.user, self.client_id, amount)
+        self.mute_ms = max(self.mute_ms, throttle_ms)
+        return throttle_ms
+
+    def produced(self) -> int:
+        """A Produce request's size against ``producer_byte_rate``; its throttle time (ms)."""
+        return self._record(PRODUCER_BYTE_RATE, self.request_bytes)
+
+    def fetched(self, answer_bytes: int) -> int:
+        """A Fetch answer's size against ``consumer_byte_rate``; its throttle time (ms)."""
+        return self._record(CONSUMER_BYTE_RATE, answer_bytes)
+
+    def handled(self, seconds: float) -> int:
+        """The request's handling time against ``request_percentage``; its throttle time (ms)."""
+        return self._record(REQUEST_PERCENTAGE, seconds * PERCENT_PER_SECOND)
+
+
+NO_CHARGE = Charge(None, "", "", 0)  # outside a connection (a bare service in tests): nothing recorded
+# What the request being handled costs its user and client id (§20.2): the Kafka connection's task
+# sets it per request; Produce and Fetch record their bytes on it, the dispatcher the handling time.
+REQUEST_CHARGE: contextvars.ContextVar[Charge] = contextvars.ContextVar("kafka_request_charge", default=NO_CHARGE)
