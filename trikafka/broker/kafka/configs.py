@@ -17,7 +17,7 @@ from trikafka.kafka.framing import Request
 
 from ..topic_settings import CLEANUP_POLICY
 from .acl.model import CLUSTER_NAME, ResourceType
-from .context import KafkaContext
+from .needs import TopicAdministration
 from .entities import NO_THROTTLE, Reply
 from .topics import RESOURCE_BROKER, RESOURCE_TOPIC, TopicError, authorize
 
@@ -27,17 +27,17 @@ Edit = Callable[[dict[str, str]], dict[str, str]]
 LIST_KEYS = frozenset({CLEANUP_POLICY})
 
 
-def _set(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+def _set(service: TopicAdministration, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
     if value is None:
         raise TopicError(ErrorCode.invalid_config, f"SET of topic config {key!r} needs a value")
     settings[key] = value
 
 
-def _delete(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+def _delete(service: TopicAdministration, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
     settings.pop(key, None)
 
 
-def _list_items(service: KafkaContext, topic: str, settings: dict[str, str], key: str, verb: str) -> list[str]:
+def _list_items(service: TopicAdministration, topic: str, settings: dict[str, str], key: str, verb: str) -> list[str]:
     if key not in LIST_KEYS:
         raise TopicError(ErrorCode.invalid_config, f"{verb} is not allowed for topic config {key!r}: it is not a list")
     current = service.topics.effective(topic, settings, key)
@@ -48,24 +48,24 @@ def _values(value: str | None) -> list[str]:
     return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
-def _append(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+def _append(service: TopicAdministration, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
     items = _list_items(service, topic, settings, key, "APPEND")
     settings[key] = ",".join(items + [v for v in _values(value) if v not in items])
 
 
-def _subtract(service: KafkaContext, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
+def _subtract(service: TopicAdministration, topic: str, settings: dict[str, str], key: str, value: str | None) -> None:
     removed = set(_values(value))
     settings[key] = ",".join(item for item in _list_items(service, topic, settings, key, "SUBTRACT")
                              if item not in removed)
 
 
 # IncrementalAlterConfigs' config_operation -> what it does to the stored settings.
-_OPERATIONS: dict[int, Callable[[KafkaContext, str, dict[str, str], str, str | None], None]] = {
+_OPERATIONS: dict[int, Callable[[TopicAdministration, str, dict[str, str], str, str | None], None]] = {
     0: _set, 1: _delete, 2: _append, 3: _subtract,
 }
 
 
-def _incremental_edit(service: KafkaContext, topic: str, configs: Iterable[Any]) -> Edit:
+def _incremental_edit(service: TopicAdministration, topic: str, configs: Iterable[Any]) -> Edit:
     for config in configs:
         if config.config_operation not in _OPERATIONS:
             raise TopicError(ErrorCode.invalid_request, f"unknown config operation {config.config_operation} "
@@ -79,13 +79,13 @@ def _incremental_edit(service: KafkaContext, topic: str, configs: Iterable[Any])
     return edit
 
 
-def _replacing_edit(service: KafkaContext, topic: str, configs: Iterable[Any]) -> Edit:
+def _replacing_edit(service: TopicAdministration, topic: str, configs: Iterable[Any]) -> Edit:
     new = {config.name: config.value for config in configs if config.value is not None}
     return lambda current: dict(new)
 
 
-async def _alter(service: KafkaContext, request: Request, api: KafkaApi,
-                 edit_of: Callable[[KafkaContext, str, Iterable[Any]], Edit]) -> Any:
+async def _alter(service: TopicAdministration, request: Request, api: KafkaApi,
+                 edit_of: Callable[[TopicAdministration, str, Iterable[Any]], Edit]) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -116,11 +116,11 @@ async def _alter(service: KafkaContext, request: Request, api: KafkaApi,
     return reply.response(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def incremental_alter_configs(service: KafkaContext, request: Request) -> Any:
+async def incremental_alter_configs(service: TopicAdministration, request: Request) -> Any:
     """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT on each resource's stored settings."""
     return await _alter(service, request, KafkaApi.INCREMENTAL_ALTER_CONFIGS, _incremental_edit)
 
 
-async def alter_configs(service: KafkaContext, request: Request) -> Any:
+async def alter_configs(service: TopicAdministration, request: Request) -> Any:
     """AlterConfigs: each resource's stored settings become exactly those the request names."""
     return await _alter(service, request, KafkaApi.ALTER_CONFIGS, _replacing_edit)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Callable
+from typing import Awaitable, Callable
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -31,7 +31,6 @@ from trikafka.zk.topic_config_store import update_topic_config
 from ..replication.assignment import AssignmentError, assign_replicas
 from .cluster import new_cluster_id
 from .topics import TopicError
-from .context import KafkaContext
 
 
 logger = logging.getLogger(__name__)
@@ -43,8 +42,8 @@ DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live
 class KafkaRegistry:
     """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
 
-    def __init__(self, service: KafkaContext, zk: ZooKeeperClient):
-        self._service = service
+    def __init__(self, zk: ZooKeeperClient, wait_topic_known: Callable[[str], Awaitable[None]]):
+        self._wait_topic_known = wait_topic_known  # a created topic is answered once this broker sees it
         self._zk = zk
         self._peers: dict[int, BrokerAddress] = {}
 
@@ -102,7 +101,7 @@ class KafkaRegistry:
         except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("created Kafka-format topic %s: %d partitions, replication factor %d", topic, partitions, factor)
-        await self._service.wait_topic_known(topic)
+        await self._wait_topic_known(topic)
         return partitions, factor
 
     async def alter_topic_config(self, topic: str, change: Callable[[dict[str, str], bool], dict[str, str]]

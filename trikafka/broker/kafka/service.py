@@ -52,7 +52,7 @@ from ..credentials import (CredentialStore, Credentials, FileCredentials, FileCr
                            ZooKeeperCredentials, ZooKeeperCredentialStore)
 from .authentication import SaslGate, sasl_not_enabled
 from .connection import Deferred, KafkaConnection
-from .context import TopicCreation, TopicRegistry, TransactionCoordination, TransactionVerifier
+from .needs import TopicCreation, TopicRegistry, TransactionCoordination, TransactionVerifier
 from .errors import kafka_error
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ CLUSTER_ID_FILE = ".trikafka-cluster-id"  # a standalone broker's cluster id (§
 
 # Any: each handler takes its own api's request entity and answers with its response entity
 # (or, for Fetch, chunks; for Produce with acks 0, None), which a table of many apis cannot name.
+# Each handler's first parameter is the Protocol of ``needs.py`` its family reads; typing it
+# here as taking a KafkaService makes the type check prove the service satisfies every one.
 Handle = Callable[["KafkaService", Request], Awaitable[Any] | Any]
 
 # The broker's side of the api table: one handler per api the codec serves (§16.3).
@@ -197,7 +199,7 @@ class KafkaService:
 
             from .registry import KafkaRegistry
 
-            registry = KafkaRegistry(self, zookeeper.coordinator)
+            registry = KafkaRegistry(zookeeper.coordinator, self.wait_topic_known)
             self.registry = registry
             self.cluster_id = await registry.cluster_id()
             self.peers = registry.peers
@@ -295,6 +297,12 @@ class KafkaService:
         return self.engine.directory.topic_format(topic)
 
     # ----------------------------------------------------------------- partitions
+
+    def partition_count(self, topic: str) -> int | None:
+        """``topic``'s partition count, None for a topic this broker does not know."""
+        if self.topic_format(topic) is None:
+            return None
+        return self.engine.directory.partitions_if_valid(topic)
 
     async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode:
         """The partition a Kafka request names, or the Kafka error that answers it (§16.4, §16.6)."""

@@ -11,7 +11,7 @@ replicas create their logs when they see it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -27,8 +27,10 @@ from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, ME
 from .acl.model import CLUSTER_NAME, ResourceType
 from .cluster import NO_TOPIC_ID
 from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
-from .context import KafkaContext
+from .needs import Authorizing, TopicAdministration, TopicRegistry
 
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +42,8 @@ RESOURCE_BROKER = 4
 SETTINGS_SEEN_TIMEOUT_S = 5.0  # how long an alter waits for this broker's view to show what it stored
 
 
-def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
-    """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
-    return _broker_values(service.config, topic)
-
-
 def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
+    """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
     log = config.log_config(topic)
     return {
         CLEANUP_POLICY: config.topic_cleanup_policy_map.get(topic, config.log_cleanup_policy),
@@ -112,10 +110,30 @@ class TopicError(Exception):
         self.code = code
 
 
+class TopicHost(Protocol):
+    """What ``TopicService`` needs of its broker: the settings, the engine's topic admin and
+    directory, the topics it knows, and (ZooKeeper mode) the registry and its watch."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def registry(self) -> TopicRegistry | None: ...
+
+    def topic_format(self, topic: str) -> str | None: ...
+
+    def stored_settings(self, topic: str) -> dict[str, str]: ...
+
+    async def wait_settings_seen(self, topic: str, settings: dict[str, str], timeout_s: float) -> None: ...
+
+
 class TopicService:
     """Creates and changes Kafka-format topics for one broker."""
 
-    def __init__(self, service: KafkaContext):
+    def __init__(self, service: TopicHost):
         self._service = service
 
     def check_settings(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
@@ -124,7 +142,7 @@ class TopicService:
 
     def _checked(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
         """``settings`` as a topic stores them (standalone: without the replication keys); TopicError on a bad one."""
-        allowed = set(_defaults(self._service, topic))
+        allowed = set(_broker_values(self._service.config, topic))
         for key in settings:
             if key not in allowed:
                 raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
@@ -146,14 +164,14 @@ class TopicService:
         """TopicError(INVALID_CONFIG) unless an Alter*Configs may name ``key`` for ``topic`` (§16.4)."""
         if key in _READ_ONLY:
             raise TopicError(ErrorCode.invalid_config, f"topic config {key!r} is read-only")
-        allowed = _defaults(self._service, topic)
+        allowed = _broker_values(self._service.config, topic)
         if key not in allowed:
             raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
                                                         f"(accepted: {', '.join(sorted(allowed))})")
 
     def effective(self, topic: str, settings: dict[str, str], key: str) -> str:
         """``key``'s value for ``topic`` given its stored ``settings``: the stored one, else the broker's."""
-        return settings.get(key, _defaults(self._service, topic)[key])
+        return settings.get(key, _broker_values(self._service.config, topic)[key])
 
     async def alter(self, topic: str, edit: Callable[[dict[str, str]], dict[str, str]], *,
                     validate_only: bool) -> None:
@@ -277,7 +295,7 @@ class TopicService:
         service = self._service
         stored = service.stored_settings(topic)
         built_in = _broker_values(_BUILT_IN, topic)
-        values = [(k, default, False) for k, default in _defaults(service, topic).items()]
+        values = [(k, default, False) for k, default in _broker_values(service.config, topic).items()]
         values += [(k, value(service.config), True) for k, value in _READ_ONLY.items()]
         built_in.update((k, value(_BUILT_IN)) for k, value in _READ_ONLY.items())
         rows = []
@@ -299,7 +317,7 @@ def _refuse_internal(topic: str) -> None:
         raise TopicError(ErrorCode.invalid_request, f"{topic!r} is internal: the broker keeps it (§17.1)")
 
 
-def authorize(service: KafkaContext, api: KafkaApi, name: str,
+def authorize(service: Authorizing, api: KafkaApi, name: str,
                resource_type: ResourceType = ResourceType.TOPIC) -> None:
     """Raise TopicError with the table's denial unless the principal may do ``api`` on ``name`` (§18.3)."""
     if (denied := service.authorizer.denied(api, name, resource_type)) is not None:
@@ -310,7 +328,7 @@ def _error(exc: TopicError) -> tuple[ErrorCode, str]:
     return exc.code, str(exc)
 
 
-async def create_topics(service: KafkaContext, request: Request) -> Any:
+async def create_topics(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -332,7 +350,7 @@ async def create_topics(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def delete_topics(service: KafkaContext, request: Request) -> Any:
+async def delete_topics(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     names = list(getattr(body, "topic_names", ()) or ()) + [t.name for t in getattr(body, "topics", ()) or ()]
@@ -350,7 +368,7 @@ async def delete_topics(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def create_partitions(service: KafkaContext, request: Request) -> Any:
+async def create_partitions(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -368,7 +386,7 @@ async def create_partitions(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-def describe_configs(service: KafkaContext, request: Request) -> Any:
+def describe_configs(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -392,7 +410,7 @@ def describe_configs(service: KafkaContext, request: Request) -> Any:
         elif resource.resource_type == RESOURCE_BROKER:
             built_in = _broker_values(_BUILT_IN, "")
             configs = [ConfigRow(k, v, True, CONFIG_SOURCE_DEFAULT if v == built_in[k] else CONFIG_SOURCE_STATIC, ())
-                       for k, v in _defaults(service, "").items() if keys is None or k in keys]
+                       for k, v in _broker_values(service.config, "").items() if keys is None or k in keys]
         else:
             code, message = ErrorCode.invalid_request, f"resource type {resource.resource_type} is not served"
         results.append(reply.nested(
