@@ -39,6 +39,15 @@ CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
 DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
 
 
+async def zookeeper_cluster_id(zk: ZooKeeperClient) -> str:
+    """The cluster's id in ZooKeeper, made by the first broker that asks (§16.7)."""
+    try:
+        await zk.create(CLUSTER_ID_PATH, new_cluster_id().encode(), makepath=True)
+    except NodeExistsError:
+        pass
+    return (await zk.get(CLUSTER_ID_PATH))[0].decode()
+
+
 class KafkaRegistry:
     """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
 
@@ -49,13 +58,6 @@ class KafkaRegistry:
 
     def peers(self) -> list[BrokerAddress]:
         return sorted(self._peers.values())
-
-    async def cluster_id(self) -> str:
-        try:
-            await self._zk.create(CLUSTER_ID_PATH, new_cluster_id().encode(), makepath=True)
-        except NodeExistsError:
-            pass
-        return (await self._zk.get(CLUSTER_ID_PATH))[0].decode()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the peers' Kafka addresses current until cancelled."""

@@ -195,7 +195,7 @@ class TopicService:
             change(service.stored_settings(topic))
             return
         if service.registry is None:
-            await service.engine.admin.update_settings(topic, change)
+            await service.engine.admin.settings.update(topic, change)
         else:
             stored = await service.registry.alter_topic_config(topic, change)
             await service.wait_settings_seen(topic, stored, SETTINGS_SEEN_TIMEOUT_S)
@@ -248,7 +248,7 @@ class TopicService:
 
     async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
         admin = self._service.engine.admin
-        if not await admin.store_settings(topic, stored):
+        if not await admin.settings.store(topic, stored):
             raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
         await admin.create_logs(topic, partitions)
         logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)

@@ -42,9 +42,7 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     clean = not log_manager.recovered or not log_manager.logs()
     intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
     intact = await run_blocking(functools.partial(keep_tail_status, log_manager.fs, log_manager.log_dir, intact))
-    address = engine.admin.self_broker
-    assert address is not None, "replication starts once the broker knows its address"
-    manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=address,
+    manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=engine.admin.self_broker,
                              directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,

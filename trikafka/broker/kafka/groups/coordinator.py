@@ -37,7 +37,9 @@ class GroupCoordinator:
     """The groups of the ``__consumer_offsets`` partitions this broker leads."""
 
     def __init__(self, topic: InternalTopic, config: BrokerConfig, clock_ms: Callable[[], int],
-                 zookeeper_groups: ZooKeeperGroups):
+                 zookeeper_groups: ZooKeeperGroups, on_membership_change: Callable[[], None] = lambda: None):
+        """``on_membership_change``: called whenever a group may have gained its first member or lost
+        its last (the live-group marks, §17.7)."""
         self.topic = topic  # __consumer_offsets: the coordinator's one way to its partitions
         self._config = config
         self._clock_ms = clock_ms
@@ -48,7 +50,7 @@ class GroupCoordinator:
         self._markers_while_loading: dict[int, list[tuple[int, bool, int]]] = {}
         self.settings = GroupSettings(config.group_initial_rebalance_delay_ms, config.group_min_session_timeout_ms,
                                       config.group_max_session_timeout_ms)
-        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms)
+        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms, on_membership_change)
         self.loads: PartitionLoads[OffsetsPartition] = PartitionLoads(
             topic, self._load, on_loaded=lambda _: self.membership.poke(),
             on_drop=self.membership.drop)

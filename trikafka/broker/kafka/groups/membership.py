@@ -51,7 +51,8 @@ class CoordinatorMembership:
     """Carries out the groups' decisions for one broker's coordinator."""
 
     def __init__(self, write: Callable[[OffsetsPartition, GroupValue, str], Awaitable[ErrorCode]],
-                 loaded: Callable[[], Iterable[OffsetsPartition]], wall_ms: Callable[[], int]):
+                 loaded: Callable[[], Iterable[OffsetsPartition]], wall_ms: Callable[[], int],
+                 on_change: Callable[[], None] = _nothing):
         self._write = write
         self._loaded = loaded
         self._wall_ms = wall_ms
@@ -60,7 +61,7 @@ class CoordinatorMembership:
         self._nursery: trio.Nursery | None = None
         self.rebalances = 0  # completed rebalances, for the metrics (§17.6)
         # Called whenever a group may have changed: the live-group marks (§17.7) compare again.
-        self.on_change: Callable[[], None] = _nothing
+        self._on_change = on_change
 
     @staticmethod
     def now_ms() -> int:
@@ -129,7 +130,7 @@ class CoordinatorMembership:
 
     def carry_out_soon(self, groups: OffsetsPartition, group: Group, effects: Effects) -> None:
         """As ``carry_out``, from a timer: a write runs in the background (no request waits on it)."""
-        self.on_change()
+        self._on_change()
         self._count(group, effects)
         self._answer(group.group_id, effects)
         if effects.store and self._nursery is not None:
@@ -166,7 +167,7 @@ class CoordinatorMembership:
 
     def drop(self, groups: OffsetsPartition) -> None:
         """The partition is no longer this broker's: its waiting requests answer NOT_COORDINATOR."""
-        self.on_change()
+        self._on_change()
         for (group_id, member_id, kind), slot in list(self._slots.items()):
             if group_id in groups.groups and not slot.done.is_set():
                 slot.answer = (JoinAnswer(ErrorCode.not_coordinator, member_id) if kind == "join"
@@ -178,7 +179,7 @@ class CoordinatorMembership:
     def poke(self) -> None:
         """A group changed: its deadlines may be earlier than the timer task's sleep."""
         self._wake.set()
-        self.on_change()
+        self._on_change()
 
     async def _run_timers(self) -> None:
         while True:
