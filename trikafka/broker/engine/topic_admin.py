@@ -172,10 +172,34 @@ class TopicAdmin:
             logger.info("created topic %s with %d partitions", topic, partitions)
         return TopicCreated(EngineError.NO_ERROR, manager.partitions_for(topic))
 
+    async def create_kafka_topic(self, topic: str, partitions: int, settings: dict[str, str]) -> EngineError:
+        """CreateTopics on a standalone broker (§16.4): ``settings`` (checked already, ``record.format``
+        among them) are kept first, so every log is made in the topic's format, then each log.
+        TOPIC_ALREADY_EXISTS when the topic appeared meanwhile; SETTINGS_NOT_KEPT: nothing made."""
+        async with self._create_lock:
+            if self._directory.topic_format(topic) is not None:
+                return EngineError.TOPIC_ALREADY_EXISTS
+            if not await self.settings.store(topic, settings):
+                return EngineError.SETTINGS_NOT_KEPT
+            await self.create_logs(topic, partitions)
+        logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
+        return EngineError.NO_ERROR
+
+    async def add_partitions(self, topic: str, count: int) -> EngineError:
+        """CreatePartitions on a standalone broker (§16.4): ``topic``'s count raised to ``count``
+        (checked already); INVALID_PARTITIONS when it is no longer a growth."""
+        async with self._create_lock:
+            current = self._directory.partitions_if_valid(topic) or 0
+            if count <= current:
+                return EngineError.INVALID_PARTITIONS
+            await self.create_logs(topic, count, first=current)
+        return EngineError.NO_ERROR
+
     async def create_logs(self, topic: str, partitions: int, *, first: int = 0) -> None:
         """Raise ``topic``'s count to ``partitions`` and create each missing log from ``first`` on:
         the one way a standalone broker makes a topic's logs (CREATE_TOPIC, CreateTopics,
-        CreatePartitions).  Names, counts and settings are checked already.
+        CreatePartitions), called with the creation lock held.  Names, counts and settings are
+        checked already.
 
         The count first, so the topic listeners (ZooKeeper registration) see the final count;
         then each missing log, created off the loop and shared with any produce that creates

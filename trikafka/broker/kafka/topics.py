@@ -20,6 +20,7 @@ from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 
 from ..config import BrokerConfig
+from ..engine.errors import EngineError
 from ..engine.topic_admin import MAX_CREATED_PARTITIONS
 from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, MESSAGE_TIMESTAMP_TYPE,
                               MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
@@ -247,11 +248,9 @@ class TopicService:
         await registry.create_topic(topic, partitions, replication_factor, stored, validate_only=False)
 
     async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
-        admin = self._service.engine.admin
-        if not await admin.settings.store(topic, stored):
-            raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
-        await admin.create_logs(topic, partitions)
-        logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
+        error = await self._service.engine.admin.create_kafka_topic(topic, partitions, stored)
+        if error != EngineError.NO_ERROR:
+            raise _local_change_error(error, topic)
 
     async def auto_create(self, topics: list[str]) -> set[str]:
         """§16.5: create the unknown ``topics`` with the defaults; the names created."""
@@ -288,7 +287,9 @@ class TopicService:
             assert service.registry is not None
             await service.registry.add_partitions(topic, count)
             return
-        await service.engine.admin.create_logs(topic, count, first=current)
+        error = await service.engine.admin.add_partitions(topic, count)
+        if error != EngineError.NO_ERROR:
+            raise _local_change_error(error, topic)
 
     def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[ConfigRow]:
         """``topic``'s settings as DescribeConfigs lists them (§16.4), with Kafka's synonyms."""
@@ -310,6 +311,19 @@ class TopicService:
             value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (default, broker_source)
             rows.append(ConfigRow(key, value, read_only, source, synonyms))
         return rows
+
+
+# What the topic admin's refusal of a standalone creation or growth answers (§16.4).
+_LOCAL_CHANGE_ERRORS: dict[EngineError, tuple[ErrorCode, str]] = {
+    EngineError.TOPIC_ALREADY_EXISTS: (ErrorCode.topic_already_exists, "topic {!r} already exists"),
+    EngineError.SETTINGS_NOT_KEPT: (ErrorCode.unknown_server_error, "the settings of {!r} could not be stored"),
+    EngineError.INVALID_PARTITIONS: (ErrorCode.invalid_partitions, "{!r} has that many partitions already"),
+}
+
+
+def _local_change_error(error: EngineError, topic: str) -> TopicError:
+    code, message = _LOCAL_CHANGE_ERRORS[error]
+    return TopicError(code, message.format(topic))
 
 
 def _refuse_internal(topic: str) -> None:
