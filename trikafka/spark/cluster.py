@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Protocol
 from trikafka.client.leader_cache import LeaderCache
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire.errors import ErrorCode
-from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.zk import paths
 from trikafka.zk.errors import ZooKeeperClientError
 from trikafka.zk.registry_values import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
