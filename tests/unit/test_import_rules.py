@@ -318,7 +318,7 @@ def test_every_layer_has_a_rule():
      "the Kafka listener may not import the 0.7 listener"),
     (("broker/short_circuit.py", "from trikafka.broker.kafka.produce import produce\n"),
      "the 0.7 listener may not import the Kafka listener"),
-    (("broker/replication/planted.py", "from trikafka.broker.connection import Connection\n"),
+    (("broker/replication/planted.py", "from trikafka.broker.connection import ServedConnection07\n"),
      "replication may not import the 0.7 listener"),
     (("broker/replication/planted.py", "from trikafka.broker.kafka.markers import MarkerWriter\n"),
      "replication may not import the Kafka listener"),

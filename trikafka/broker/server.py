@@ -74,7 +74,7 @@ from .acceptor import Acceptor, BoundAddress, ConnectionQuota
 from .cleaner import CleanerService
 from .config import BrokerConfig, published_host
 from .flusher import FlushScheduler
-from .connection import Connection
+from .connection import ServedConnection07
 from .engine.directory import PartitionDirectory
 from .engine.engine import Engine
 from .engine.topic_admin import TopicAdmin
@@ -447,8 +447,9 @@ def _secure(tls: TlsContexts, config: BrokerConfig, protocol: str) -> Secure | N
     return TlsAcceptance(tls.server, config.ssl_handshake_timeout_s).secure
 
 
-def _connection_07(handler: RequestHandler, max_request_bytes: int, stream: trio.abc.Stream, peer: str) -> Connection:
-    return Connection(stream, handler, max_request_bytes=max_request_bytes, peer=peer)
+def _connection_07(handler: RequestHandler, max_request_bytes: int, stream: trio.abc.Stream,
+                   peer: str) -> ServedConnection07:
+    return ServedConnection07(stream, handler, max_request_bytes=max_request_bytes, peer=peer)
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:

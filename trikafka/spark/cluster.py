@@ -15,7 +15,7 @@ log answers 0, so such a partition simply reads as empty until data arrives.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping
 
 from trikafka.client.leader_cache import LeaderCache
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
@@ -77,18 +77,6 @@ def format_broker_list(brokers: Iterable[BrokerAddress]) -> str:
     from trikafka.client.addresses import format_broker_addresses
 
     return format_broker_addresses(sorted(brokers))
-
-
-class Cluster(Protocol):
-    """What the planner needs to know about a cluster."""
-
-    def brokers(self) -> dict[int, BrokerAddress]: ...
-
-    def topics(self) -> list[str]: ...
-
-    def partitions(self, topic: str) -> list[PartitionKey]: ...
-
-    def close(self) -> None: ...
 
 
 class StaticCluster:

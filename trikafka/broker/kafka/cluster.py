@@ -20,7 +20,7 @@ from trikafka.kafka.group_records import INTERNAL_TOPICS
 from .acl.table import AUTO_CREATE
 from .entities import NO_THROTTLE, Reply
 from ..engine.errors import EngineError
-from .needs import ClusterView
+from .needs import ClusterApis
 from .errors import kafka_error
 
 
@@ -36,13 +36,13 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def api_versions(service: ClusterView, request: Request) -> Any:
+def api_versions(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     return reply.response(error_code=ErrorCode.none, api_keys=api_versions_entries(request.api_version),
                           throttle_time=NO_THROTTLE)
 
 
-async def metadata(service: ClusterView, request: Request) -> Any:
+async def metadata(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = body.topics
@@ -66,7 +66,7 @@ async def metadata(service: ClusterView, request: Request) -> Any:
                           cluster_authorized_operations=OPERATIONS_NOT_ASKED)
 
 
-def _topic(service: ClusterView, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
+def _topic(service: ClusterApis, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
         return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=NO_TOPIC_ID,
                             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
@@ -89,7 +89,7 @@ def _topic(service: ClusterView, reply: Reply, name: str, just_created: bool, de
     return topic(ErrorCode.none, partitions)
 
 
-def describe_cluster(service: ClusterView, request: Request) -> Any:
+def describe_cluster(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     # v1's endpoint type (v0 has none: brokers); every listener here is a broker's (§16.4).

@@ -2,7 +2,7 @@
 
 A handler's first parameter is typed with the narrowest Protocol here that has what it reads:
 ``PartitionWrites`` for Produce, ``PartitionReads`` for Fetch and the offset apis,
-``ClusterView`` for Metadata, ``TopicAdministration`` for the topic and config apis,
+``ClusterApis`` for Metadata, ``TopicAdministration`` for the topic and config apis,
 ``GroupApis``, ``TransactionApis``, ``MarkerApis``, ``AclApis``, ``ScramApis``.  Each is made of
 the small collaborator Protocols below it (the verifier, the group and transaction coordinators,
 the topic creation) and the ``Authorizing`` every handler shares.  ``KafkaService``
@@ -201,7 +201,7 @@ class PartitionWrites(Authorizing, PartitionLookup, Protocol):
     def compacts(self, topic: str) -> bool: ...
 
 
-class ClusterView(Authorizing, Protocol):
+class ClusterApis(Authorizing, Protocol):
     """ApiVersions, Metadata, DescribeCluster: the brokers, the cluster id, the topics known here,
     and Metadata's auto-creation (§16.5)."""
 

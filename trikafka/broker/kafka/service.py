@@ -55,7 +55,7 @@ from trikafka.zk.producer_ids import take_block as take_zookeeper_block
 from .authentication import SaslGate, sasl_not_enabled
 from .groups.live_marks import LiveGroupMarks
 from .registry import KafkaRegistry, zookeeper_cluster_id
-from .connection import Deferred, KafkaConnection
+from .connection import Deferred, ServedKafkaConnection
 from .needs import TopicCreation, TransactionCoordination, TransactionVerifier
 from .errors import kafka_error
 
@@ -187,7 +187,7 @@ class KafkaService:
         self.peer_connections = PeerConnections(peer_connector)
         self._latency = engine.metrics.kafka_requests
 
-    def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
+    def connection(self, stream: trio.abc.Stream, peer: str) -> ServedKafkaConnection:
         """A processor's connection factory for this listener."""
         gate = None
         if self.credentials is not None:
@@ -196,7 +196,7 @@ class KafkaService:
                             handshake_timeout_s=config.sasl_handshake_timeout_ms / 1000,
                             max_request_bytes=min(config.sasl_max_unauthenticated_request_bytes,
                                                   self.max_request_bytes))
-        return KafkaConnection(self, stream, peer, gate)
+        return ServedKafkaConnection(self, stream, peer, gate)
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Start the listener's tasks in ``nursery``: the coordinators, producer expiry, the users,
