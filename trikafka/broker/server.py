@@ -9,7 +9,7 @@ waiters, the metrics); the two listeners it is given (the 0.7
 ``RequestHandler``; the Kafka ``KafkaService`` with its cluster id, its
 ZooKeeper session and its peer connector, ``open_kafka_service``); replication;
 the processors; then accepting.  One link is closed after construction: the
-partition directory and the replica manager need each other, so
+partition directory and replication need each other, so
 ``start_replication`` gives the directory its manager
 (docs/architecture.md).  docs/architecture.md draws the layers and follows a
 produce and a fetch.
@@ -93,7 +93,7 @@ from .topic_config import TopicOverrides, ZooKeeperTopicSettings, watch_topic_co
 from .topic_settings_file import LocalTopicSettings
 
 if TYPE_CHECKING:
-    from .replication.manager import ReplicaManager
+    from .replication.manager import Replication
     from .zookeeper import BrokerZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class Broker:
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
-    replicas: ReplicaManager | None = None  # with ZooKeeper (docs/protocol.md §12)
+    replicas: Replication | None = None  # with ZooKeeper (docs/protocol.md §12)
     kafka_addresses: list[BoundAddress] = field(default_factory=list)  # the Kafka listener's (§16.1)
     kafka: KafkaService | None = None
     # Each listener's processors (LISTENER_07, LISTENER_KAFKA): where connect_stream hands a stream.

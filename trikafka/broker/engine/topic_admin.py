@@ -1,7 +1,7 @@
 """Topic lifecycle and the metadata view, for both listeners (docs/protocol.md §9.4-§9.6, §16.4).
 
 The metadata view is answered from memory (the log manager's topics and
-counts, the replica manager's assignments, the broker's own address): no
+counts, replication's assignments, the broker's own address): no
 disk access, no wait.  A standalone broker creates a topic's logs the way a
 produce does (``PartitionDirectory.log_for_write``: in a worker thread, one
 creation per log), never on the loop; a replicated topic is created through

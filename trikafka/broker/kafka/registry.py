@@ -1,7 +1,7 @@
 """The Kafka listener in ZooKeeper mode (docs/protocol.md §16.1, §16.4, §16.7).
 
 * peers: every broker's Kafka port, from the ``kafka_port`` field of its
-  ``/trikafka/brokers/<id>`` (written by the replica manager's membership);
+  ``/trikafka/brokers/<id>`` (written by replication's membership);
 * the cluster id in ``/trikafka/cluster-id``, created by the first broker
   that needs it;
 * CreateTopics: a replicated topic (§12.12.2) with ``record.format=v2``;

@@ -234,7 +234,7 @@ class KafkaService:
         return self.registry is not None and await self.registry.has_07_consumers(group_id)
 
     def on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of a partition here: both coordinators hear of it
+        """Replication applied a state of a partition here: both coordinators hear of it
         (a coordinator not started yet loads a partition it leads on its first request)."""
         self.groups.on_role(topic, index, role)
         self.coordinator.on_role(topic, index, role)

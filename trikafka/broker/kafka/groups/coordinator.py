@@ -131,7 +131,7 @@ class GroupCoordinator:
         return await self.loads.serve(index)
 
     def on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of ``topic``-``index`` here: a ``__consumer_offsets``
+        """Replication applied a state of ``topic``-``index`` here: a ``__consumer_offsets``
         partition this broker now leads is loaded at once, one it no longer leads dropped (§17.3)."""
         if topic == OFFSETS_TOPIC:
             self.loads.on_role(index, role)
