@@ -137,7 +137,7 @@ class Broker:
     log_manager: LogManager
     flusher: FlushScheduler
     retention: RetentionDeleter
-    handler: RequestHandler  # the 0.7 listener's
+    handler_07: RequestHandler  # the 0.7 listener's (the Kafka listener: ``kafka``)
     engine: Engine  # what both listeners share (broker/engine/)
     processors: list[Processor]  # every listener's
     shutdown_request: ShutdownRequest = field(repr=False)
