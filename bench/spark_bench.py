@@ -50,7 +50,8 @@ from pathlib import Path
 from served_broker import served_broker
 from spark_floor import register_synthetic_source
 from trikafka.spark.blocking_client import BrokerConnection
-from trikafka.spark.cluster import BrokerAddress, format_broker_list
+from trikafka.spark.cluster import format_broker_list
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.spark.offsets import PartitionKey
 from trikafka.spark.options import parse_options
 from trikafka.spark.planning import PartitionRange

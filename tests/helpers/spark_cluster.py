@@ -28,7 +28,8 @@ from typing import Iterator, Sequence
 import pytest
 
 from trikafka.spark.blocking_client import BrokerConnection
-from trikafka.spark.cluster import BrokerAddress, format_broker_list
+from trikafka.spark.cluster import format_broker_list
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.wire import Codec, ErrorCode, ProducePart, build_message_set
 from trikafka.cli.serve import read_ready_file
 

@@ -138,8 +138,8 @@ async def test_unsupported_acks_value_closes(nursery, tmp_path, fake_fs, autojum
 async def test_fetch_wait_sleeps_until_a_flush_makes_data_visible(nursery, tmp_path, fake_fs, autojump_clock):
     broker = await start(nursery, tmp_path, fake_fs)
     calls = []
-    original = broker.handler.fetch_part
-    broker.handler.fetch_part = lambda part: calls.append(part) or original(part)
+    original = broker.handler_07.fetch_part
+    broker.handler_07.fetch_part = lambda part: calls.append(part) or original(part)
     consumer, producer = await memory_client(broker), await memory_client(broker)
     data = messages(b"news")
     t0 = trio.current_time()

@@ -56,7 +56,7 @@ async def test_the_spark_source_uses_a_brokers_socket_where_it_exists_and_tcp_el
     pytest.importorskip("pyarrow")
     from trikafka.spark.options import OptionError, parse_options
     from trikafka.spark.planning import PartitionRange, open_connection, open_for_range
-    from trikafka.spark.cluster import BrokerAddress
+    from trikafka.wire.metadata import BrokerAddress
     from trikafka.spark.offsets import PartitionKey
     from trikafka.spark.tasks import RangePartition, read_partition
 

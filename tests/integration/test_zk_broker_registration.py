@@ -21,7 +21,8 @@ from tests.helpers.broker_testing import produce_acked
 from tests.helpers.registry import wait_for_value
 from tests.helpers.zookeeper_server import expire_session
 from trikafka.broker import BrokerConfig, serve
-from trikafka.broker.zookeeper import private_zookeeper_dir, published_host, run_broker_zookeeper
+from trikafka.broker.config import published_host
+from trikafka.broker.zookeeper import private_zookeeper_dir, run_broker_zookeeper
 from trikafka.log.manager import LogManager
 from trikafka.zk import DuplicateBrokerIdError, KazooZooKeeperClient, SessionState, parse_broker_registration
 

@@ -7,7 +7,8 @@ import trio
 from trikafka.broker.server import inline_blocking
 from trikafka.client import connect
 from trikafka.testing import FakeFileSystem
-from trikafka.testing.broker import InMemoryNetwork, in_process_config, start_in_memory
+from trikafka.testing.broker import in_process_config, start_in_memory
+from trikafka.testing.network import InMemoryNetwork
 from trikafka.wire import build_message_set
 
 

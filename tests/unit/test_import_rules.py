@@ -96,7 +96,7 @@ BROKER_PARTS: dict[str, tuple[str, ...]] = {
     "the 0.7 listener": ("handlers", "connection", "short_circuit"),
     "the Kafka listener": ("kafka",),
     "the Kafka listener's dispatch": ("kafka.service", "kafka.connection"),
-    "the Kafka handlers' context": ("kafka.context",),
+    "the Kafka handlers' needs": ("kafka.needs",),
     # A coordinator and its internal topic, which is all of the broker it reaches (docs/architecture.md).
     "a coordinator": ("kafka.groups.coordinator", "kafka.transactions.coordinator", "kafka.internal_topic",
                       "kafka.partition_loads", "kafka.groups.store", "kafka.coordinator_seams"),
@@ -108,7 +108,7 @@ BROKER_MAY_NOT_IMPORT: dict[str, tuple[str, ...]] = {
     "replication": ("the 0.7 listener", "the Kafka listener", "the composition root"),
     "the 0.7 listener": ("the Kafka listener", "the composition root"),
     "the Kafka listener": ("the 0.7 listener", "the composition root"),
-    "a coordinator": ("the Kafka listener's dispatch", "the Kafka handlers' context"),
+    "a coordinator": ("the Kafka listener's dispatch", "the Kafka handlers' needs"),
 }
 
 # Generic helpers -> the one util module that defines them.  wire/ holds only the
@@ -318,14 +318,14 @@ def test_every_layer_has_a_rule():
      "the Kafka listener may not import the 0.7 listener"),
     (("broker/short_circuit.py", "from trikafka.broker.kafka.produce import produce\n"),
      "the 0.7 listener may not import the Kafka listener"),
-    (("broker/replication/planted.py", "from trikafka.broker.connection import Connection\n"),
+    (("broker/replication/planted.py", "from trikafka.broker.connection import ServedConnection07\n"),
      "replication may not import the 0.7 listener"),
     (("broker/replication/planted.py", "from trikafka.broker.kafka.markers import MarkerWriter\n"),
      "replication may not import the Kafka listener"),
     (("broker/kafka/groups/coordinator.py", "from ..service import KafkaService\n"),
      "a coordinator may not import the Kafka listener's dispatch"),
-    (("broker/kafka/transactions/coordinator.py", "from ..context import KafkaContext\n"),
-     "a coordinator may not import the Kafka handlers' context"),
+    (("broker/kafka/transactions/coordinator.py", "from ..needs import GroupApis\n"),
+     "a coordinator may not import the Kafka handlers' needs"),
 ])
 def test_a_planted_violation_is_found(tmp_path, plant, expected):
     copy = tmp_path / "trikafka"

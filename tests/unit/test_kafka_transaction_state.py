@@ -7,19 +7,19 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.client.kafka.errors import (KafkaResponseError, ProducerFencedError, TransactionFatalError,
                                           TransactionStateError)
-from trikafka.client.kafka.transaction_state import TRANSITIONS, Action, Phase, TransactionState, action_of
+from trikafka.client.kafka.transaction_state import TRANSITIONS, Action, TransactionPhase, TransactionState, action_of
 
 
 def _ready() -> TransactionState:
     state = TransactionState()
-    state.move(Phase.INITIALIZING)
+    state.move(TransactionPhase.INITIALIZING)
     state.completed()
     return state
 
 
 def test_every_phase_has_its_transitions_and_fatal_is_final():
-    assert set(TRANSITIONS) == set(Phase)
-    assert TRANSITIONS[Phase.FATAL] == frozenset()
+    assert set(TRANSITIONS) == set(TransactionPhase)
+    assert TRANSITIONS[TransactionPhase.FATAL] == frozenset()
 
 
 def test_a_transaction_needs_init_first():
@@ -40,9 +40,9 @@ def test_partitions_are_added_once_and_forgotten_at_the_end():
     state.added([("t", 0), ("t", 1)])
     assert not state.needs(("t", 0))
     assert state.started_at_coordinator
-    state.move(Phase.COMMITTING)
+    state.move(TransactionPhase.COMMITTING)
     state.completed()
-    assert state.phase is Phase.READY and not state.partitions and not state.started_at_coordinator
+    assert state.phase is TransactionPhase.READY and not state.partitions and not state.started_at_coordinator
     with pytest.raises(TransactionStateError):
         state.needs(("t", 0))
 
@@ -52,7 +52,7 @@ def test_a_transaction_inside_another_is_refused():
     state.begin()
     with pytest.raises(TransactionStateError, match="in transaction"):
         state.begin()
-    assert state.phase is Phase.IN_TRANSACTION
+    assert state.phase is TransactionPhase.IN_TRANSACTION
 
 
 @pytest.mark.parametrize(("code", "action"), [
@@ -75,27 +75,27 @@ def test_an_abortable_error_allows_only_an_abort():
     state.begin()
     error = KafkaResponseError(ErrorCode.invalid_txn_state, "AddPartitionsToTxn")
     assert state.fail(error) is error
-    assert state.phase is Phase.ABORTABLE_ERROR
+    assert state.phase is TransactionPhase.ABORTABLE_ERROR
     with pytest.raises(KafkaResponseError) as raised:
         state.check_open()
     assert raised.value is error
     with pytest.raises(TransactionStateError):
-        state.move(Phase.COMMITTING)
-    state.move(Phase.ABORTING)
+        state.move(TransactionPhase.COMMITTING)
+    state.move(TransactionPhase.ABORTING)
     assert state.fail(KafkaResponseError(ErrorCode.invalid_txn_state, "a batch")) is not error  # no new phase
-    assert state.phase is Phase.ABORTING
+    assert state.phase is TransactionPhase.ABORTING
     state.completed()
-    assert state.phase is Phase.READY and state.error is None
+    assert state.phase is TransactionPhase.READY and state.error is None
 
 
 def test_a_fenced_producer_stays_fatal():
     state = _ready()
     state.begin()
     fenced = state.fail(KafkaResponseError(ErrorCode.producer_fenced, "Produce"))
-    assert isinstance(fenced, ProducerFencedError) and state.phase is Phase.FATAL
+    assert isinstance(fenced, ProducerFencedError) and state.phase is TransactionPhase.FATAL
     again = state.fail(KafkaResponseError(ErrorCode.invalid_producer_epoch, "EndTxn"))
     assert again is fenced  # the first fatal error is the producer's error
-    for attempt in (state.begin, state.check_open, state.completed, lambda: state.move(Phase.ABORTING)):
+    for attempt in (state.begin, state.check_open, state.completed, lambda: state.move(TransactionPhase.ABORTING)):
         with pytest.raises(ProducerFencedError):
             attempt()
     authorization = TransactionState().fail(KafkaResponseError(ErrorCode.transactional_id_authorization_failed, "x"))
@@ -105,9 +105,9 @@ def test_a_fenced_producer_stays_fatal():
 def test_an_abort_that_cannot_complete_makes_the_producer_fatal():
     state = _ready()
     state.begin()
-    state.move(Phase.ABORTING)
+    state.move(TransactionPhase.ABORTING)
     fatal = state.fatal(KafkaResponseError(ErrorCode.invalid_txn_state, "EndTxn abort"))
     assert type(fatal) is TransactionFatalError and fatal.error_code == ErrorCode.invalid_txn_state
-    assert state.phase is Phase.FATAL
+    assert state.phase is TransactionPhase.FATAL
     with pytest.raises(TransactionFatalError):
         state.begin()

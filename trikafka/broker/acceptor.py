@@ -76,22 +76,20 @@ class BoundAddress:
 class Acceptor:
     """Owns the listening sockets; ``nursery.start(acceptor.run)`` returns the addresses.
 
-    With ``hold_connections`` it listens but takes no connection off the backlog
-    until :meth:`start_accepting`: clients that connect early wait in the kernel
-    (the broker must be registered before it serves, and its registration,
-    docs/protocol.md §8.2, holds the bound port).
+    It listens from the start but takes no connection off the backlog until
+    :meth:`start_accepting` names the processors: clients that connect early wait
+    in the kernel.  So the broker binds first, and builds what serves the
+    connections once it knows its ports (its registration, docs/protocol.md §8.2,
+    holds the bound port).
     """
 
-    def __init__(self, host: str, port: int, processors: Sequence[Processor], *,
-                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0, hold_connections: bool = False,
+    def __init__(self, host: str, port: int, *,
+                 socket_send_buffer: int = 0, socket_receive_buffer: int = 0,
                  unix_socket_path: str | None = None, quota: ConnectionQuota | None = None):
-        assert processors, "at least one processor"
-        self._accepting = trio.Event()
-        if not hold_connections:
-            self._accepting.set()
+        # start_accepting hands the processors to the running accept loops, once.
+        self._give_processors, self._given_processors = trio.open_memory_channel[list[Processor]](1)
         self._host = host
         self._port = port
-        self._processors = list(processors)
         self._send_buffer = socket_send_buffer
         self._receive_buffer = socket_receive_buffer
         self._unix_path = unix_socket_path
@@ -112,11 +110,12 @@ class Acceptor:
                 unix_listener = await _open_unix_listener(self._unix_path)
                 self._tune(unix_listener.socket)
                 listeners.append(unix_listener)
-            next_processor = itertools.cycle(self._processors)
+            task_status.started(bound)
+            processors = await self._given_processors.receive()
+            next_processor = itertools.cycle(processors)
             async with trio.open_nursery() as nursery:
                 for listener in listeners:
                     nursery.start_soon(self._accept_loop, listener, next_processor)
-                task_status.started(bound)
         finally:
             # Usually reached by cancellation: shielded, so that the socket file is removed too.
             with trio.CancelScope(shield=True):
@@ -125,9 +124,10 @@ class Acceptor:
                 if unix_listener is not None and self._unix_path is not None:
                     await trio.to_thread.run_sync(_remove_socket_file, self._unix_path)
 
-    def start_accepting(self) -> None:
-        """Begin accepting (idempotent); only needed with ``hold_connections``."""
-        self._accepting.set()
+    def start_accepting(self, processors: Sequence[Processor]) -> None:
+        """Begin accepting, handing each connection to the next of ``processors`` (once)."""
+        assert processors, "at least one processor"
+        self._give_processors.send_nowait(list(processors))
 
     def _tune(self, sock: trio.socket.SocketType) -> None:
         # Set on the listening socket so accepted sockets inherit the sizes from
@@ -138,7 +138,6 @@ class Acceptor:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
 
     async def _accept_loop(self, listener: trio.SocketListener, next_processor: "itertools.cycle[Processor]") -> None:
-        await self._accepting.wait()
         while True:
             try:
                 stream = await listener.accept()

@@ -49,36 +49,36 @@ logger = logging.getLogger(__name__)
 # How the broker serves one request type: given the connection and the decoded request, an
 # awaitable that handles it and writes its answer, if it has one.  ``Any``: each handler takes
 # its own request class, which a table of many types cannot name.
-Handle = Callable[["Connection", Any], Awaitable[None]]
+Handle = Callable[["ServedConnection07", Any], Awaitable[None]]
 
 
-async def _answer(conn: Connection, response: Iterable[Chunk]) -> None:
+async def _answer(conn: ServedConnection07, response: Iterable[Chunk]) -> None:
     await send_chunks(conn.stream, response)
 
 
-async def _offsets(conn: Connection, request: OffsetsRequest) -> None:
+async def _offsets(conn: ServedConnection07, request: OffsetsRequest) -> None:
     await send_chunks(conn.stream, [await conn.handler.offsets(request)])
 
 
-async def _produce_acked(conn: Connection, request: ProduceAckedRequest) -> None:
+async def _produce_acked(conn: ServedConnection07, request: ProduceAckedRequest) -> None:
     await send_chunks(conn.stream, [await conn.handler.produce_acked(request)])
 
 
-async def _fetch_wait(conn: Connection, request: FetchWaitRequest) -> None:
+async def _fetch_wait(conn: ServedConnection07, request: FetchWaitRequest) -> None:
     await send_chunks(conn.stream, await conn.handler.fetch_wait(request))
 
 
-async def _create_topic(conn: Connection, request: CreateTopicRequest) -> None:
+async def _create_topic(conn: ServedConnection07, request: CreateTopicRequest) -> None:
     await send_chunks(conn.stream, [await conn.handler.create_topic(request)])
 
 
-async def _replica_fetch(conn: Connection, request: ReplicaFetchRequest) -> None:
+async def _replica_fetch(conn: ServedConnection07, request: ReplicaFetchRequest) -> None:
     replicas = conn.handler.engine.replicas
     await send_chunks(conn.stream, await replicated.replica_fetch(replicas, request) if replicas
                       else not_a_replica(request))
 
 
-def _epoch_end_offset(conn: Connection, request: EpochEndOffsetRequest) -> Awaitable[None]:
+def _epoch_end_offset(conn: ServedConnection07, request: EpochEndOffsetRequest) -> Awaitable[None]:
     replicas = conn.handler.engine.replicas
     return _answer(conn, replicated.epoch_end_offset(replicas, request) if replicas else not_a_replica(request))
 
@@ -103,7 +103,7 @@ HANDLERS: dict[RequestType, Handle] = {
 }
 
 
-class Connection:
+class ServedConnection07:
     """Serves one stream until the peer leaves, breaks the protocol, or shutdown."""
 
     def __init__(self, stream: trio.abc.Stream, handler: RequestHandler, *,

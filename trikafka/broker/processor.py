@@ -23,7 +23,8 @@ HANDOFF_QUEUE = 64
 
 
 class ServedConnection(Protocol):
-    """One connection of either listener (0.7's ``Connection``, the Kafka protocol's ``KafkaConnection``)."""
+    """One connection of either listener: 0.7's ``ServedConnection07``, the Kafka protocol's
+    ``ServedKafkaConnection``."""
 
     requests_handled: int
 

@@ -3,7 +3,7 @@
 The engine (``engine/``), the 0.7 request handler, the replicated
 partitions (``replication/``) and the flusher are written against
 these, not against the classes that implement them (``trikafka.log.Log``,
-``LogManager``, ``FlushScheduler``, ``ReplicaManager``), so a
+``LogManager``, ``FlushScheduler``, ``Replication``), so a
 test can hand any of them a small fake and mypy checks both.
 """
 
@@ -209,7 +209,7 @@ class Replica(Protocol):
 
 
 class Replicas(Protocol):
-    """This broker's replicated topics and the replicas it holds (``ReplicaManager``, §12)."""
+    """This broker's replicated topics and the replicas it holds (``Replication``, §12)."""
 
     @property
     def topics(self) -> Mapping[str, TopicAssignment]: ...
@@ -257,7 +257,7 @@ class ControllerStatus(Protocol):
 
 
 class ReplicationStatus(Protocol):
-    """The replica manager, as the metrics read it (``replication.manager.ReplicaManager``)."""
+    """This broker's replication, as the metrics read it (``replication.manager.Replication``)."""
 
     @property
     def hosted(self) -> Mapping[tuple[str, int], Replica]: ...

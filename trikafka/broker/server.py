@@ -1,10 +1,18 @@
 """The broker: the composition root and one nursery tree, which owns every task it runs.
 
-``_run_tree`` builds the broker top down: the flusher, retention and cleaner,
-then the engine (``engine/``: the partition directory, the topic admin, the
-waiters, the metrics), then the two listeners it is given (the 0.7
-``RequestHandler`` and the Kafka ``KafkaService``), then replication.
-docs/architecture.md draws the layers and follows a produce and a fetch.
+``_run_tree`` builds the broker top down, each object given what it needs at
+construction: the flusher, retention and cleaner; both listeners' sockets
+bound (connections wait in the backlog); the ZooKeeper registration, which
+holds the bound port; the engine (``engine/``: the partition directory, the
+topic admin with the broker's address and where settings are kept, the
+waiters, the metrics); the two listeners it is given (the 0.7
+``RequestHandler``; the Kafka ``KafkaService`` with its cluster id, its
+ZooKeeper session and its peer connector, ``open_kafka_service``); replication;
+the processors; then accepting.  One link is closed after construction: the
+partition directory and replication need each other, so
+``start_replication`` gives the directory its manager
+(docs/architecture.md).  docs/architecture.md draws the layers and follows a
+produce and a fetch.
 
 ::
 
@@ -66,13 +74,13 @@ from .acceptor import Acceptor, BoundAddress, ConnectionQuota
 from .cleaner import CleanerService
 from .config import BrokerConfig, published_host
 from .flusher import FlushScheduler
-from .connection import Connection
+from .connection import ServedConnection07
 from .engine.directory import PartitionDirectory
 from .engine.engine import Engine
 from .engine.topic_admin import TopicAdmin
 from .engine.waiters import VisibleEndWaiters
 from .handlers import RequestHandler
-from .kafka.service import KafkaService
+from .kafka.service import KafkaService, open_kafka_service
 from .http import HttpServer, Routes
 from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor, Secure
@@ -80,11 +88,12 @@ from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replicatio
 from .retention import RetentionDeleter
 from .seams import RunBlocking
 from .security import SecurityProtocol, TlsAcceptance, TlsContexts
-from .topic_config import TopicOverrides, watch_topic_configs, zookeeper_settings_store
+from .engine.topic_admin import TopicSettingsStore
+from .topic_config import TopicOverrides, ZooKeeperTopicSettings, watch_topic_configs
 from .topic_settings_file import LocalTopicSettings
 
 if TYPE_CHECKING:
-    from .replication.manager import ReplicaManager
+    from .replication.manager import Replication
     from .zookeeper import BrokerZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -97,6 +106,28 @@ LISTENER_07 = "0.7"
 LISTENER_KAFKA = "kafka"
 
 
+class ShutdownRequest:
+    """A graceful shutdown asked for (``Broker.shutdown``, SIGINT, SIGTERM): made as the server
+    nursery opens, so that a signal is heard while the rest of the broker is still being built."""
+
+    def __init__(self, grace_scope: trio.CancelScope):
+        self._requested = trio.Event()
+        self._grace_scope = grace_scope  # the server nursery's: its cancellation ends the grace period
+
+    def request(self) -> None:
+        """Ask for a shutdown (idempotent); asked twice, the rest of the grace period is skipped."""
+        if self._requested.is_set():
+            self._grace_scope.cancel()
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    async def wait(self) -> None:
+        await self._requested.wait()
+
+
 @dataclass
 class Broker:
     """A running broker, as returned by ``await nursery.start(serve, config)``."""
@@ -106,18 +137,17 @@ class Broker:
     log_manager: LogManager
     flusher: FlushScheduler
     retention: RetentionDeleter
-    handler: RequestHandler  # the 0.7 listener's
+    handler_07: RequestHandler  # the 0.7 listener's (the Kafka listener: ``kafka``)
     engine: Engine  # what both listeners share (broker/engine/)
     processors: list[Processor]  # every listener's
-    _shutdown_requested: trio.Event = field(default_factory=trio.Event, repr=False)
-    _grace_scope: trio.CancelScope | None = field(default=None, repr=False)
+    shutdown_request: ShutdownRequest = field(repr=False)
     clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
     zookeeper: BrokerZooKeeper | None = None  # once registered (enable_zookeeper)
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics, repr=False)
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
     serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
-    replicas: ReplicaManager | None = None  # with ZooKeeper (docs/protocol.md §12)
+    replicas: Replication | None = None  # with ZooKeeper (docs/protocol.md §12)
     kafka_addresses: list[BoundAddress] = field(default_factory=list)  # the Kafka listener's (§16.1)
     kafka: KafkaService | None = None
     # Each listener's processors (LISTENER_07, LISTENER_KAFKA): where connect_stream hands a stream.
@@ -139,17 +169,15 @@ class Broker:
 
     def shutdown(self) -> None:
         """Begin a graceful shutdown (idempotent); ``serve`` returns when it is done."""
-        if self._shutdown_requested.is_set() and self._grace_scope is not None:
-            self._grace_scope.cancel()  # asked twice: skip the rest of the grace period
-        self._shutdown_requested.set()
+        self.shutdown_request.request()
 
     @property
     def shutting_down(self) -> bool:
-        return self._shutdown_requested.is_set()
+        return self.shutdown_request.requested
 
     async def wait_shutdown_requested(self) -> None:
         """Return once ``shutdown()`` was called (or a signal asked for it)."""
-        await self._shutdown_requested.wait()
+        await self.shutdown_request.wait()
 
     @property
     def ready(self) -> bool:
@@ -317,81 +345,91 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
             run_blocking=run_blocking).run)
         await services.start(cleaner.run)
-        directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
-                                       partitions=log_manager.partitions_for,
-                                       max_topic_name_length=config.max_topic_name_length, run_blocking=run_blocking)
-        admin = TopicAdmin(directory=directory, log_manager=log_manager, max_message_size=config.max_message_size)
-        if local_settings is not None:
-            admin.store_settings = local_settings.store
-            admin.forget_settings = local_settings.forget
-            admin.read_settings = local_settings.read
-            admin.update_settings = local_settings.update
-        engine = Engine(directory=directory, admin=admin, waiters=waiters, metrics=wiring.metrics)
-        for log in log_manager.logs():
-            directory.adopt(log)
-        handler = RequestHandler(engine=engine, clock_ms=clock_ms, rng=rng, run_blocking=run_blocking,
-                                 refused_types=wiring.refuse_requests)
         async with trio.open_nursery() as server:
-            serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
-            processors = [await server.start(Processor(i, serve_07, port_secure).run)
-                          for i in range(config.num_threads)]
-            kafka = None
-            if config.serves_kafka:  # §16.1: the second listener, with its own processors
-                kafka = KafkaService(engine=engine, config=config, clock_ms=clock_ms,
-                                     run_blocking=run_blocking, open_stream=wiring.open_stream)
-                kafka_processors = [await server.start(Processor(config.num_threads + i, kafka.connection,
-                                                                 kafka_secure).run)
-                                    for i in range(config.num_threads)]
+            shutdown = ShutdownRequest(grace_scope=server.cancel_scope)
+            if handle_signals:
+                await services.start(_watch_signals, shutdown)
+            processors: list[Processor] = []
             async with trio.open_nursery() as front:
-                acceptor = Acceptor(config.host, config.port, processors,
-                                    socket_send_buffer=config.socket_send_buffer,
+                # Listening first (early clients wait in the backlog), then registered, then built
+                # and serving: the registration holds the bound port (§8.2), and what serves the
+                # connections is built knowing its addresses and its ZooKeeper session.
+                acceptor = Acceptor(config.host, config.port, socket_send_buffer=config.socket_send_buffer,
                                     socket_receive_buffer=config.socket_receive_buffer,
-                                    hold_connections=True, unix_socket_path=config.unix_socket_path, quota=quota)
+                                    unix_socket_path=config.unix_socket_path, quota=quota)
                 addresses = await front.start(acceptor.run)
+                kafka_acceptor = None
                 kafka_addresses: list[BoundAddress] = []
-                if kafka is not None:
-                    kafka_acceptor = Acceptor(config.host, config.kafka_port or 0, kafka_processors,
+                if config.serves_kafka:  # §16.1: the second listener, with its own processors
+                    kafka_acceptor = Acceptor(config.host, config.kafka_port or 0,
                                               socket_send_buffer=config.socket_send_buffer,
-                                              socket_receive_buffer=config.socket_receive_buffer,
-                                              hold_connections=True, quota=quota)
+                                              socket_receive_buffer=config.socket_receive_buffer, quota=quota)
                     kafka_addresses = await front.start(kafka_acceptor.run)
-                    processors += kafka_processors
-                listener_processors = {LISTENER_07: processors[:config.num_threads]}
-                if kafka is not None:
-                    listener_processors[LISTENER_KAFKA] = kafka_processors
-                broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
-                                metrics=wiring.metrics, metrics_address=wiring.metrics_address,
-                                cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
-                                listener_processors=listener_processors)
-                wiring.metrics.watch(log_manager=log_manager, processors=processors)
                 host = await published_host(config)  # looked up once, for both listeners
-                admin.self_broker = BrokerAddress(config.broker_id, host, broker.port)
-                broker_box.append(broker)
-                broker._grace_scope = server.cancel_scope
-                if handle_signals:
-                    await services.start(_watch_signals, broker)
-                if config.enable_zookeeper:  # §8.2: listening first, then registered, then serving
+                zookeeper = None
+                if config.enable_zookeeper:
                     from .zookeeper import run_broker_zookeeper
 
-                    broker.zookeeper = await services.start(functools.partial(
-                        run_broker_zookeeper, config, log_manager, broker.port, coordinator=wiring.coordinator))
-                    broker.replicas = await start_replication(
-                        nursery=services, broker_id=config.broker_id, zookeeper=broker.zookeeper, engine=engine,
+                    zookeeper = await services.start(functools.partial(
+                        run_broker_zookeeper, config, log_manager, addresses[0].port, coordinator=wiring.coordinator))
+                settings: TopicSettingsStore
+                if zookeeper is not None:
+                    settings = ZooKeeperTopicSettings(zookeeper.coordinator)
+                else:
+                    assert local_settings is not None
+                    settings = local_settings
+                directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
+                                               partitions=log_manager.partitions_for,
+                                               max_topic_name_length=config.max_topic_name_length,
+                                               run_blocking=run_blocking)
+                admin = TopicAdmin(directory=directory, log_manager=log_manager,
+                                   max_message_size=config.max_message_size,
+                                   self_broker=BrokerAddress(config.broker_id, host, addresses[0].port),
+                                   settings=settings)
+                engine = Engine(directory=directory, admin=admin, waiters=waiters, metrics=wiring.metrics)
+                for log in log_manager.logs():
+                    directory.adopt(log)
+                handler = RequestHandler(engine=engine, clock_ms=clock_ms, rng=rng, run_blocking=run_blocking,
+                                         refused_types=wiring.refuse_requests)
+                kafka = None
+                if kafka_acceptor is not None:
+                    kafka = await open_kafka_service(
+                        engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
+                        listener=BrokerAddress(config.broker_id, host, kafka_addresses[0].port),
+                        zookeeper=None if zookeeper is None else zookeeper.coordinator, open_stream=wiring.open_stream)
+                replicas = None
+                if zookeeper is not None:
+                    replicas = await start_replication(
+                        nursery=services, broker_id=config.broker_id, zookeeper=zookeeper, engine=engine,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking, open_stream=open_to_broker,
                         kafka_port=kafka_addresses[0].port if kafka_addresses else None,
                         on_role=None if kafka is None else kafka.on_role)
-                    watcher = await services.start(watch_topic_configs, broker.zookeeper, config, log_manager,
-                                                   cleaner)
+                    watcher = await services.start(watch_topic_configs, zookeeper, config, log_manager, cleaner)
                     topic_overrides = watcher.overrides
-                    admin.store_settings = zookeeper_settings_store(broker.zookeeper.coordinator)
+                serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
+                processors += [await server.start(Processor(i, serve_07, port_secure).run)
+                               for i in range(config.num_threads)]
+                listener_processors = {LISTENER_07: list(processors)}
                 if kafka is not None:
+                    listener_processors[LISTENER_KAFKA] = [
+                        await server.start(Processor(config.num_threads + i, kafka.connection, kafka_secure).run)
+                        for i in range(config.num_threads)]
+                    processors += listener_processors[LISTENER_KAFKA]
+                broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
+                                shutdown, metrics=wiring.metrics, metrics_address=wiring.metrics_address,
+                                cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
+                                listener_processors=listener_processors, zookeeper=zookeeper, replicas=replicas)
+                wiring.metrics.watch(log_manager=log_manager, processors=processors)
+                broker_box.append(broker)
+                if kafka is not None:
+                    assert kafka_acceptor is not None
+                    # Dynamic broker settings (§20.4) reach the logs, the cleaner and replication.
                     kafka.broker_settings.listeners.append(functools.partial(
-                        _apply_broker_settings, log_manager, cleaner, topic_overrides, broker.replicas))
-                    await kafka.start(services, broker.zookeeper,
-                                      BrokerAddress(config.broker_id, host, kafka_addresses[0].port))
-                    kafka_acceptor.start_accepting()
-                acceptor.start_accepting()  # early connections waited in the backlog until now
+                        _apply_broker_settings, log_manager, cleaner, topic_overrides, replicas))
+                    await kafka.start(services)
+                    kafka_acceptor.start_accepting(listener_processors[LISTENER_KAFKA])
+                acceptor.start_accepting(listener_processors[LISTENER_07])
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
                 logger.debug("serving on %s:%d", broker.host, broker.port)
@@ -407,7 +445,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
 
 
 def _apply_broker_settings(log_manager: LogManager, cleaner: CleanerService, topic_overrides: TopicOverrides | None,
-                           replicas: ReplicaManager | None, config: BrokerConfig) -> None:
+                           replicas: Replication | None, config: BrokerConfig) -> None:
     """Dynamic broker settings changed (§20.4): the logs' configs, the topics' overrides on them, the
     cleaner's policies, the replicated partitions' default min.insync.replicas.  Retention, rolls and
     flushes read their log's config at their next look."""
@@ -427,21 +465,23 @@ def _secure(tls: TlsContexts, config: BrokerConfig, protocol: str) -> Secure | N
     return TlsAcceptance(tls.server, config.ssl_handshake_timeout_s).secure
 
 
-def _connection_07(handler: RequestHandler, max_request_bytes: int, stream: trio.abc.Stream, peer: str) -> Connection:
-    return Connection(stream, handler, max_request_bytes=max_request_bytes, peer=peer)
+def _connection_07(handler: RequestHandler, max_request_bytes: int, stream: trio.abc.Stream,
+                   peer: str) -> ServedConnection07:
+    return ServedConnection07(stream, handler, max_request_bytes=max_request_bytes, peer=peer)
 
 
 async def _stop_front_on_shutdown(broker: Broker, front_scope: trio.CancelScope) -> None:
-    await broker._shutdown_requested.wait()
+    await broker.wait_shutdown_requested()
     if broker.replicas is not None:  # still serving while leadership moves away (§12.7)
         await broker.replicas.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
     logger.info("shutting down: no longer accepting connections")
     front_scope.cancel()
 
 
-async def _watch_signals(broker: Broker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def _watch_signals(shutdown: ShutdownRequest, *,
+                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(*SHUTDOWN_SIGNALS) as signals:
         task_status.started()
         async for signum in signals:
             logger.info("received %s", signal.Signals(signum).name)
-            broker.shutdown()
+            shutdown.request()

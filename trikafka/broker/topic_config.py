@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
@@ -183,14 +183,28 @@ async def watch_topic_configs(zookeeper: BrokerZooKeeper, config: BrokerConfig, 
     await TopicConfigWatcher(zookeeper.coordinator, config, log_manager, cleaner).run(task_status=task_status)
 
 
-def zookeeper_settings_store(zk: ZooKeeperClient) -> Callable[[str, dict[str, str]], Awaitable[bool]]:
-    """CREATE_TOPIC's settings on a broker with ZooKeeper: into the topic's settings znode (every
-    broker's watcher applies them); False when ZooKeeper could not be written."""
-    async def store(topic: str, settings: dict[str, str]) -> bool:
+class ZooKeeperTopicSettings:
+    """A topic's settings on a broker with ZooKeeper (``TopicSettingsStore``): CREATE_TOPIC's go into
+    the topic's settings znode (every broker's watcher applies them); a replicated topic's are read
+    from its assignment, so none is read, forgotten or updated here."""
+
+    def __init__(self, zk: ZooKeeperClient):
+        self._zk = zk
+
+    async def store(self, topic: str, settings: dict[str, str]) -> bool:
+        """False when ZooKeeper could not be written."""
         try:
-            await update_topic_config(zk, topic, lambda current, replicated: {**current, **settings})
+            await update_topic_config(self._zk, topic, lambda current, replicated: {**current, **settings})
         except ZooKeeperClientError as exc:
             logger.error("topic %s: settings not stored in ZooKeeper: %s", topic, exc)
             return False
         return True
-    return store
+
+    def read(self, topic: str) -> dict[str, str]:
+        return {}
+
+    async def forget(self, topic: str) -> None:
+        return None
+
+    async def update(self, topic: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        raise AssertionError(f"{topic!r}: with ZooKeeper, Alter*Configs goes through the registry")

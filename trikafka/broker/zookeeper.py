@@ -39,7 +39,7 @@ from trikafka.zk.replication_store import replicated_topics
 from trikafka.zk.server import ZooKeeperEndpoint, run_zookeeper
 from trikafka.zk.server_setup import ZooKeeperNotFoundError, ZooKeeperStartError, free_port, port_is_free
 
-from .config import WILDCARD_HOSTS, BrokerConfig, published_host  # noqa: F401 (re-exported)
+from .config import BrokerConfig, published_host
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ class LocalClusterError(Exception):
 
 
 @dataclass(frozen=True)
-class Member:
+class ClusterProcess:
     """One process of the cluster: what it is, its PID and where it listens."""
 
     name: str  # "zookeeper" or "broker-<id>"
@@ -49,8 +49,8 @@ class LocalCluster:
     """A ZooKeeper and brokers started by ``cluster up`` in ``directory``."""
 
     directory: Path
-    zookeeper: Member
-    brokers: tuple[Member, ...]
+    zookeeper: ClusterProcess
+    brokers: tuple[ClusterProcess, ...]
 
     @property
     def zookeeper_connect(self) -> str:
@@ -75,7 +75,8 @@ class LocalCluster:
     def load(cls, directory: Path) -> "LocalCluster | None":
         try:
             state = json.loads((directory / STATE_FILE).read_text())
-            return cls(directory, Member(**state["zookeeper"]), tuple(Member(**m) for m in state["brokers"]))
+            return cls(directory, ClusterProcess(**state["zookeeper"]),
+                       tuple(ClusterProcess(**m) for m in state["brokers"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
@@ -105,7 +106,7 @@ def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int
         ports = [(first_port + i if first_port else 0, first_kafka_port + i if first_kafka_port else 0)
                  for i in range(brokers)]
         running = {}
-    members = [running.get(i, Member(f"broker-{i}", 0, "127.0.0.1", port, kafka_port))
+    members = [running.get(i, ClusterProcess(f"broker-{i}", 0, "127.0.0.1", port, kafka_port))
                for i, (port, kafka_port) in enumerate(ports)]
     LocalCluster(directory, zookeeper, tuple(members)).save()  # from here on `down` can stop what started
     for broker_id, member in enumerate(members):
@@ -117,7 +118,7 @@ def start(directory: Path, *, brokers: int, zookeeper_port: int, first_port: int
     return cluster
 
 
-def _start_zookeeper(directory: Path, port: int) -> Member:
+def _start_zookeeper(directory: Path, port: int) -> ClusterProcess:
     """ZooKeeper on ``port``, or on a free port for 0: a port ``free_port`` picks is free only when
     picked, so a server that exits at start (or does not serve) is stopped and started again on
     another pick, ``PORT_ATTEMPTS`` times in all."""
@@ -132,7 +133,7 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
         config = ZooKeeperConfig(zk_dir, chosen)
         command = build_command(config.write(), find_classpath(), find_java(), die_with_parent=False)
         process = _spawn(command, log_path, zk_dir)
-        member = Member("zookeeper", process.pid, "127.0.0.1", chosen)
+        member = ClusterProcess("zookeeper", process.pid, "127.0.0.1", chosen)
         try:
             _wait_zookeeper(member, process, log_path, config.data_dir)
             return member
@@ -144,8 +145,8 @@ def _start_zookeeper(directory: Path, port: int) -> Member:
     raise AssertionError("unreachable")
 
 
-def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planned: Member,
-                  extra: list[str]) -> Member:
+def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planned: ClusterProcess,
+                  extra: list[str]) -> ClusterProcess:
     """Broker ``broker_id`` on ``planned``'s ports (0: a free one), recorded in the state file while it
     starts.  Both ports are given, so a broker never takes the fixed Kafka port 9093 that a broker on
     9092 would default to (§16.1) while another broker of the cluster listens there."""
@@ -157,22 +158,22 @@ def _start_broker(directory: Path, cluster: LocalCluster, broker_id: int, planne
                "--log-dir", str(directory / name),
                "--ready-file", str(ready_file), *extra]
     process = _spawn(command, directory / f"{name}.log", directory)
-    starting = Member(name, process.pid, "127.0.0.1", planned.port, planned.kafka_port)
+    starting = ClusterProcess(name, process.pid, "127.0.0.1", planned.port, planned.kafka_port)
     members = list(cluster.brokers)
     members[broker_id] = starting
     LocalCluster(directory, cluster.zookeeper, tuple(members)).save()
     port, kafka_port = _wait_ready_file(ready_file, starting, process, directory / f"{name}.log")
-    return Member(name, starting.pid, "127.0.0.1", port, kafka_port)
+    return ClusterProcess(name, starting.pid, "127.0.0.1", port, kafka_port)
 
 
-def stop(directory: Path) -> tuple[Member, ...]:
+def stop(directory: Path) -> tuple[ClusterProcess, ...]:
     """Stop what ``start`` recorded in ``directory``: brokers (SIGTERM, then SIGKILL after
     ``STOP_TIMEOUT_S``), then ZooKeeper; removes the state file.  Returns the members that were
     running (the others had already stopped)."""
     cluster = LocalCluster.load(directory)
     if cluster is None:
         raise LocalClusterError(f"no cluster was started in {directory} (no {STATE_FILE})")
-    stopped: list[Member] = []
+    stopped: list[ClusterProcess] = []
     for group in (cluster.brokers, (cluster.zookeeper,)):
         for member in group:
             if _alive(member):
@@ -188,7 +189,7 @@ def stop(directory: Path) -> tuple[Member, ...]:
     return tuple(stopped)
 
 
-def _stopped_summary(directory: Path, stopped: tuple[Member, ...]) -> str:
+def _stopped_summary(directory: Path, stopped: tuple[ClusterProcess, ...]) -> str:
     """``down``'s line: what it stopped, never what the state file merely recorded."""
     brokers = sum(1 for m in stopped if m.name != "zookeeper")
     parts = [f"{brokers} broker{'' if brokers == 1 else 's'}"] if brokers else []
@@ -204,7 +205,7 @@ def _spawn(command: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[by
                                 cwd=cwd, start_new_session=True)
 
 
-def _alive(member: Member) -> bool:
+def _alive(member: ClusterProcess) -> bool:
     """Whether ``member``'s PID still runs the process started (not a reused PID, not a zombie),
     for a process some earlier command started.  Not for one this command is starting: while it
     executes its program, its command line reads empty for a moment, so it would look gone;
@@ -238,7 +239,7 @@ def _port_taken(port: int) -> str:
             f"(0: a free port)")
 
 
-def _wait_zookeeper(member: Member, process: subprocess.Popen[bytes], log_path: Path, data_dir: Path) -> None:
+def _wait_zookeeper(member: ClusterProcess, process: subprocess.Popen[bytes], log_path: Path, data_dir: Path) -> None:
     """Until the ZooKeeper ``process`` serves on ``member``'s port.  A server answering there is
     taken for it only while ``process`` runs and the server's data directory is ``data_dir``: a
     stranger that holds the port answers at once, while ours dies of a BindException."""
@@ -260,7 +261,7 @@ def _wait_zookeeper(member: Member, process: subprocess.Popen[bytes], log_path: 
                             f"see {log_path}")
 
 
-def _wait_ready_file(path: Path, member: Member, process: subprocess.Popen[bytes],
+def _wait_ready_file(path: Path, member: ClusterProcess, process: subprocess.Popen[bytes],
                      log_path: Path) -> tuple[int, int]:
     """(port, Kafka port) once the broker wrote its ready file."""
     deadline = time.monotonic() + READY_TIMEOUT_S

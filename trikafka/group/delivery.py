@@ -8,7 +8,7 @@ from typing import NamedTuple
 import trio
 from trio_util import AsyncBool
 
-from trikafka.wire.keyed import split_key
+from trikafka.wire.keys import split_key
 from trikafka.zk.client import ZooKeeperClient
 from trikafka.zk.errors import ZooKeeperClientError
 from trikafka.zk.ops import SessionState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from trikafka.wire.requests import is_valid_topic
+from trikafka.wire.topics import is_valid_topic
 
 from .errors import InvalidTopicError, LogLoadError
 

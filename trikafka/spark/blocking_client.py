@@ -66,7 +66,7 @@ from trikafka.wire import (
 )
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.framing import RESPONSE_HEAD_BYTES
-from trikafka.wire.requests import INT32_MAX
+from trikafka.wire.cursor import INT32_MAX
 
 from .granted import GrantedRegion
 from .sockets import connect_unix, describe_error, receive_with_descriptors, use_kernel_timeouts

@@ -15,12 +15,12 @@ log answers 0, so such a partition simply reads as empty until data arrives.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Mapping, Protocol
+from typing import Iterable, Mapping
 
 from trikafka.client.leader_cache import LeaderCache
 from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire.errors import ErrorCode
-from trikafka.wire.metadata import BrokerAddress  # noqa: F401 (one broker address type, re-exported)
+from trikafka.wire.metadata import BrokerAddress
 from trikafka.zk import paths
 from trikafka.zk.errors import ZooKeeperClientError
 from trikafka.zk.registry_values import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
@@ -77,18 +77,6 @@ def format_broker_list(brokers: Iterable[BrokerAddress]) -> str:
     from trikafka.client.addresses import format_broker_addresses
 
     return format_broker_addresses(sorted(brokers))
-
-
-class Cluster(Protocol):
-    """What the planner needs to know about a cluster."""
-
-    def brokers(self) -> dict[int, BrokerAddress]: ...
-
-    def topics(self) -> list[str]: ...
-
-    def partitions(self, topic: str) -> list[PartitionKey]: ...
-
-    def close(self) -> None: ...
 
 
 class StaticCluster:

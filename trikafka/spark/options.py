@@ -45,8 +45,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from trikafka.util.settings import parse_bool
+from trikafka.wire.metadata import BrokerAddress
 
-from .cluster import BrokerAddress, ClusterConfigError, StaticCluster, ZooKeeperCluster, parse_broker_list
+from .cluster import ClusterConfigError, StaticCluster, ZooKeeperCluster, parse_broker_list
 from .offsets import EARLIEST, LATEST, OffsetSpec, OffsetSpecError, parse_offset_spec
 
 # 1 MiB (one fetch is one RecordBatch, ~5,000 rows of 200 B): with short-circuit reads a fetch

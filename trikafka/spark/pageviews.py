@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from trikafka.wire import Codec, ErrorCode, ProducePart, build_message_set
+from trikafka.wire.metadata import BrokerAddress
 
 from .blocking_client import BrokerConnection
-from .cluster import BrokerAddress
 from .offsets import PartitionKey
 
 PAGES = (

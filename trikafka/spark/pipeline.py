@@ -40,8 +40,9 @@ import time
 from typing import Sequence
 
 from trikafka.wire import Codec
+from trikafka.wire.metadata import BrokerAddress
 
-from .cluster import (BrokerAddress, ClusterConfigError, StaticCluster, ZooKeeperCluster, format_broker_list,
+from .cluster import (ClusterConfigError, StaticCluster, ZooKeeperCluster, format_broker_list,
                       parse_broker_list)
 
 

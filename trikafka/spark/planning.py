@@ -17,9 +17,10 @@ from typing import Iterable, Mapping
 
 from trikafka.client.leader_cache import LeaderCache
 from trikafka.wire import ErrorCode, InvalidMessageError, decode_message, parse_entries
+from trikafka.wire.metadata import BrokerAddress
 
 from .blocking_client import BrokerConnection, BrokerConnectionError
-from .cluster import BrokerAddress, StaticCluster, ZooKeeperCluster, format_broker_list
+from .cluster import StaticCluster, ZooKeeperCluster, format_broker_list
 from .offsets import EARLIEST, LATEST, OffsetSpec, PartitionKey, align_offsets
 from .options import SourceOptions
 

@@ -30,7 +30,6 @@ production code takes a ``FileSystem`` or a ``ZooKeeperClient``.
 from .broker import (
     EXTENSION_REQUESTS,
     BrokerStartError,
-    InMemoryNetwork,
     InProcessBroker,
     InProcessCluster,
     in_process_config,
@@ -44,6 +43,7 @@ from .kafka_broker import (kafka_broker, kafka_group_broker, running_kafka_broke
 from .fake_listeners import FakeListeners
 from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem, FakeSegmentFile
+from .network import InMemoryNetwork
 
 __all__ = [
     "EXTENSION_REQUESTS", "BrokerStartError", "FakeZooKeeperClient", "FakeListeners", "FakeFileSystem", "FakeSegmentFile", "FakeZooKeeper", "InMemoryNetwork", "InProcessBroker",

@@ -50,7 +50,7 @@ from .fake_zookeeper import FakeZooKeeper
 from .fakefs import FakeFileSystem
 from .network import InMemoryNetwork, kafka_address
 
-__all__ = ["EXTENSION_REQUESTS", "BrokerStartError", "IN_PROCESS_HOST", "InMemoryNetwork", "InProcessBroker",
+__all__ = ["EXTENSION_REQUESTS", "BrokerStartError", "IN_PROCESS_HOST", "InProcessBroker",
            "InProcessCluster", "in_process_config", "open_broker", "open_cluster", "start_in_memory"]
 
 IN_PROCESS_HOST = "127.0.0.1"

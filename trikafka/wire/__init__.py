@@ -50,12 +50,12 @@ from .metadata import (
     encode_create_topic_response,
     encode_metadata_response,
 )
+from .topics import TOPIC_NAME_MAX_CHARS, is_valid_topic
 from .requests import (
     ACKS_APPENDED,
     ACKS_FLUSHED,
     OFFSETS_EARLIEST,
     OFFSETS_LATEST,
-    TOPIC_NAME_MAX_CHARS,
     CreateTopicRequest,
     FetchPart,
     FetchLocalRequest,
@@ -72,7 +72,6 @@ from .requests import (
     RequestType,
     decode_request_body,
     encode_request,
-    is_valid_topic,
 )
 from .responses import (
     FETCH_LOCAL_INLINE,

@@ -19,7 +19,7 @@ from .errors import InvalidMessageError, LocalProtocolError
 from .message import MAGIC_1
 from .reading import parse_entries
 
-from .keys import KEYED, TOMBSTONE, split_key  # noqa: F401 (re-exported)
+from .keys import KEYED, TOMBSTONE, split_key
 PADDING = 0x10
 # The gzip member of the empty string, fixed (mtime 0, no flags, OS 3 = Unix):
 # header (10), an empty final fixed-Huffman block (03 00), CRC32 0 and ISIZE 0.

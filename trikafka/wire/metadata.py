@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
-from .requests import INT32_MAX, FieldCursor, encode_topic
+from .cursor import INT32_MAX, FieldCursor, encode_topic
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")

@@ -17,9 +17,7 @@ import struct
 from typing import Union
 
 from .apis import Api, BodyDecoder, ProtocolTable
-from .cursor import (  # noqa: F401 (re-exported: metadata.py and clients import them from here)
-    INT16_MAX, INT16_MIN, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, FieldCursor, check_int, encode_topic,
-)
+from .cursor import INT32_MAX, FieldCursor
 from .errors import LocalProtocolError, RemoteProtocolError
 from .replication import (
     EpochEndOffsetRequest, ReplicaFetchRequest, decode_epoch_end_offset, decode_replica_fetch,
@@ -33,7 +31,6 @@ from .request_bodies import (  # noqa: F401 (re-exported: callers import request
     decode_produce_acked, encode_create_topic, encode_fetch, encode_fetch_local, encode_fetch_wait, encode_metadata,
     encode_multifetch, encode_multiproduce, encode_offsets, encode_produce, encode_produce_acked,
 )
-from .topics import TOPIC_ENCODING, TOPIC_ERRORS, TOPIC_NAME_MAX_CHARS, is_valid_topic  # noqa: F401 (re-exported)
 
 _HEADER = struct.Struct(">ih")  # size, requestType
 _TYPE = struct.Struct(">h")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from trikafka.wire.requests import is_valid_topic
+from trikafka.wire.topics import is_valid_topic
 
 from .errors import InvalidPathError
 

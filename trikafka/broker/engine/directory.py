@@ -4,7 +4,7 @@ One ``PartitionDirectory`` per broker owns the topic-name rules' cache of
 partition counts, the logs it adopted (each as its ``LocalPartition``), the
 logs being created right now (one creation per log, in a worker thread:
 mkdir and directory fsyncs must not block the loop), and the deletion of a
-topic's logs.  A replicated topic's partitions are the replica manager's
+topic's logs.  A replicated topic's partitions are replication's
 (``replicas``); everything else is a local log.  Both listeners ask here.
 """
 
@@ -57,7 +57,7 @@ class PartitionDirectory:
         if count is not None:
             return count
         if self.replicas is not None and (count := self.replicas.partition_count(topic)) is not None:
-            return count  # not cached: the replica manager's map is the cache
+            return count  # not cached: replication's map is the cache
         try:
             validate_topic(topic)
         except InvalidTopicError:

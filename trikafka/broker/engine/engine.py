@@ -100,7 +100,7 @@ class Engine:
 
     @property
     def replicas(self) -> Replicas | None:
-        """With ZooKeeper, the replica manager: replicated topics' partitions are its (§12)."""
+        """With ZooKeeper, the broker's replication: replicated topics' partitions are its (§12)."""
         return self.directory.replicas
 
     async def append(self, writes: Sequence[PartitionWrite], acks: int, deadline: float) -> list[AppendOutcome]:

@@ -1,7 +1,7 @@
 """Topic lifecycle and the metadata view, for both listeners (docs/protocol.md §9.4-§9.6, §16.4).
 
 The metadata view is answered from memory (the log manager's topics and
-counts, the replica manager's assignments, the broker's own address): no
+counts, replication's assignments, the broker's own address): no
 disk access, no wait.  A standalone broker creates a topic's logs the way a
 produce does (``PartitionDirectory.log_for_write``: in a worker thread, one
 creation per log), never on the loop; a replicated topic is created through
@@ -14,7 +14,7 @@ The 0.7 listener encodes METADATA and CREATE_TOPIC from what this answers
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import trio
 
@@ -40,24 +40,34 @@ class TopicCreated(NamedTuple):
     partitions: int
 
 
+class TopicSettingsStore(Protocol):
+    """Where a topic's settings are kept (docs/protocol.md §9.5, §16.4): the standalone broker's
+    file (``topic_settings_file.LocalTopicSettings``) or ZooKeeper (``topic_config.ZooKeeperTopicSettings``)."""
+
+    async def store(self, topic: str, settings: dict[str, str]) -> bool:
+        """Keep ``settings`` for a created topic; False when they could not be kept."""
+
+    def read(self, topic: str) -> dict[str, str]:
+        """The settings kept here for ``topic`` (a replicated topic's are its assignment's)."""
+
+    async def forget(self, topic: str) -> None:
+        """A deleted topic's settings go."""
+
+    async def update(self, topic: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Keep ``change(current)`` (Alter*Configs on a standalone broker) and answer it."""
+
+
 class TopicAdmin:
     """Creates, grows and deletes a broker's local topics and describes every topic it knows."""
 
-    def __init__(self, *, directory: PartitionDirectory, log_manager: LogDirectory, max_message_size: int):
+    def __init__(self, *, directory: PartitionDirectory, log_manager: LogDirectory, max_message_size: int,
+                 self_broker: BrokerAddress, settings: TopicSettingsStore):
         self._directory = directory
         self._log_manager = log_manager
         self.max_message_size = max_message_size  # METADATA names it (§9.4)
-        self.self_broker: BrokerAddress | None = None  # set once the broker has bound its port
+        self.self_broker = self_broker  # the 0.7 listener's published address, this broker first in METADATA
         self._create_lock = trio.Lock()  # one creation or deletion at a time: checks and changes stay atomic
-        # Where a created topic's settings go (docs/protocol.md §9.5): set by the broker's wiring.
-        self.store_settings: Callable[[str, dict[str, str]], Awaitable[bool]] = _settings_not_kept
-        # A standalone broker's stored settings of a topic, and their removal (§16.4).
-        self.read_settings: Callable[[str], dict[str, str]] = lambda topic: {}
-        self.forget_settings: Callable[[str], Awaitable[None]] = _nothing_to_forget
-        # A standalone broker's read-modify-write of a topic's stored settings (Alter*Configs, §16.4):
-        # ``update_settings(topic, change)`` keeps ``change(current)`` and answers it.
-        self.update_settings: Callable[[str, Callable[[dict[str, str]], dict[str, str]]],
-                                       Awaitable[dict[str, str]]] = _settings_not_updated
+        self.settings = settings  # where a created topic's settings go (§9.5)
 
     # ----------------------------------------------------------------- the metadata view
 
@@ -72,7 +82,6 @@ class TopicAdmin:
     def metadata(self, names: Sequence[str]) -> tuple[tuple[BrokerAddress, ...], tuple[TopicView, ...]]:
         """The brokers, this one first, and ``names`` (every topic when empty) as METADATA describes them (§9.4)."""
         me = self.self_broker
-        assert me is not None, "METADATA before the broker knows its address"
         replicas = self._directory.replicas  # with replication, the live brokers it watches
         peers = replicas.peers() if replicas is not None else ()
         brokers = (me, *(b for b in peers if b.broker_id != me.broker_id))
@@ -110,7 +119,7 @@ class TopicAdmin:
         replicas = self._directory.replicas
         if replicas is not None and (assignment := replicas.topics.get(topic)) is not None:
             return dict(assignment.config)
-        return self.read_settings(topic)
+        return self.settings.read(topic)
 
     def _has_logs(self, topic: str) -> bool:
         return topic in self._log_manager.topics()
@@ -121,14 +130,14 @@ class TopicAdmin:
         """Delete a standalone broker's topic (§16.4): its logs, then its stored settings."""
         async with self._create_lock:
             count = await self._directory.delete_topic_logs(topic)
-            await self.forget_settings(topic)
+            await self.settings.forget(topic)
         logger.info("deleted topic %s (%d partition logs)", topic, count)
 
     async def create_topic(self, topic: str, partitions: int, settings: dict[str, str]) -> TopicCreated:
         """CREATE_TOPIC (§9.5): every partition log of the topic (durably) and the resulting count.
 
         Settings are checked first (INVALID_CONFIG: nothing created), then stored
-        by ``store_settings`` (ZooKeeper, or the standalone broker's file).
+        in ``settings`` (ZooKeeper, or the standalone broker's file).
         """
         async with self._create_lock:
             if settings:
@@ -138,7 +147,7 @@ class TopicAdmin:
                     logger.warning("CREATE_TOPIC %s refused: %s", topic, exc)
                     return TopicCreated(EngineError.INVALID_CONFIG, -1)
             result = await self._create(topic, partitions)
-            if settings and result.error == EngineError.NO_ERROR and not await self.store_settings(topic, settings):
+            if settings and result.error == EngineError.NO_ERROR and not await self.settings.store(topic, settings):
                 result = TopicCreated(EngineError.SETTINGS_NOT_KEPT, result.partitions)  # created, settings not kept
         return result
 
@@ -163,10 +172,34 @@ class TopicAdmin:
             logger.info("created topic %s with %d partitions", topic, partitions)
         return TopicCreated(EngineError.NO_ERROR, manager.partitions_for(topic))
 
+    async def create_kafka_topic(self, topic: str, partitions: int, settings: dict[str, str]) -> EngineError:
+        """CreateTopics on a standalone broker (§16.4): ``settings`` (checked already, ``record.format``
+        among them) are kept first, so every log is made in the topic's format, then each log.
+        TOPIC_ALREADY_EXISTS when the topic appeared meanwhile; SETTINGS_NOT_KEPT: nothing made."""
+        async with self._create_lock:
+            if self._directory.topic_format(topic) is not None:
+                return EngineError.TOPIC_ALREADY_EXISTS
+            if not await self.settings.store(topic, settings):
+                return EngineError.SETTINGS_NOT_KEPT
+            await self.create_logs(topic, partitions)
+        logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
+        return EngineError.NO_ERROR
+
+    async def add_partitions(self, topic: str, count: int) -> EngineError:
+        """CreatePartitions on a standalone broker (§16.4): ``topic``'s count raised to ``count``
+        (checked already); INVALID_PARTITIONS when it is no longer a growth."""
+        async with self._create_lock:
+            current = self._directory.partitions_if_valid(topic) or 0
+            if count <= current:
+                return EngineError.INVALID_PARTITIONS
+            await self.create_logs(topic, count, first=current)
+        return EngineError.NO_ERROR
+
     async def create_logs(self, topic: str, partitions: int, *, first: int = 0) -> None:
         """Raise ``topic``'s count to ``partitions`` and create each missing log from ``first`` on:
         the one way a standalone broker makes a topic's logs (CREATE_TOPIC, CreateTopics,
-        CreatePartitions).  Names, counts and settings are checked already.
+        CreatePartitions), called with the creation lock held.  Names, counts and settings are
+        checked already.
 
         The count first, so the topic listeners (ZooKeeper registration) see the final count;
         then each missing log, created off the loop and shared with any produce that creates
@@ -177,14 +210,3 @@ class TopicAdmin:
         for partition in range(first, partitions):
             await self._directory.log_for_write(topic, partition)
 
-
-async def _nothing_to_forget(topic: str) -> None:
-    return None
-
-
-async def _settings_not_updated(topic: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
-    raise AssertionError(f"no place to keep the settings of {topic!r}")  # a standalone broker wires one
-
-
-async def _settings_not_kept(topic: str, settings: dict[str, str]) -> bool:
-    raise AssertionError(f"no place to keep the settings of {topic!r}")  # the broker always wires one

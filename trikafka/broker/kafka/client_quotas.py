@@ -26,8 +26,11 @@ CLUSTER_DENIED_MESSAGE = "Cluster authorization failed."
 class QuotaHost(Protocol):
     """What these apis need of the broker."""
 
-    authorizer: Authorizer
-    entity_configs: EntityConfigStore
+    @property
+    def authorizer(self) -> Authorizer: ...
+
+    @property
+    def entity_configs(self) -> EntityConfigStore: ...
 
 
 def _matches(filters: list[Any], entity: list[Component], strict: bool) -> bool:

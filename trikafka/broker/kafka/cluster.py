@@ -21,7 +21,7 @@ from trikafka.kafka.topic_ids import NO_TOPIC_ID, names_by_id, topic_id
 from .acl.table import AUTO_CREATE
 from .entities import NO_THROTTLE, Reply
 from ..engine.errors import EngineError
-from .context import KafkaContext
+from .needs import ClusterApis
 from .errors import kafka_error
 
 # Kafka's "authorized operations not asked for" value.
@@ -35,13 +35,13 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def api_versions(service: KafkaContext, request: Request) -> Any:
+def api_versions(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     return reply.response(error_code=ErrorCode.none, api_keys=api_versions_entries(request.api_version),
                           throttle_time=NO_THROTTLE)
 
 
-async def metadata(service: KafkaContext, request: Request) -> Any:
+async def metadata(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = body.topics
@@ -75,7 +75,7 @@ async def metadata(service: KafkaContext, request: Request) -> Any:
                           cluster_authorized_operations=OPERATIONS_NOT_ASKED)
 
 
-def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
+def _topic(service: ClusterApis, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
         return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=topic_id(name),
                             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
@@ -98,7 +98,7 @@ def _topic(service: KafkaContext, reply: Reply, name: str, just_created: bool, d
     return topic(ErrorCode.none, partitions)
 
 
-def describe_topic_partitions(service: KafkaContext, request: Request) -> Any:
+def describe_topic_partitions(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     authorizer = service.authorizer
@@ -149,7 +149,7 @@ def describe_topic_partitions(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, topics=tuple(topics), next_cursor=next_cursor)
 
 
-def describe_cluster(service: KafkaContext, request: Request) -> Any:
+def describe_cluster(service: ClusterApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     # v1's endpoint type (v0 has none: brokers); every listener here is a broker's (§16.4).

@@ -22,7 +22,7 @@ from ..config import DYNAMIC_SETTINGS, ConfigError
 from ..dynamic_config import DEFAULT_BROKER_ENTITY, broker_entity, check_dynamic_key, text
 from ..topic_settings import CLEANUP_POLICY
 from .acl.model import CLUSTER_NAME, ResourceType
-from .context import ConfigsHost
+from .needs import ConfigsHost
 from .entities import NO_THROTTLE, Reply
 from .topics import RESOURCE_BROKER, RESOURCE_TOPIC, TopicError, authorize
 

@@ -50,7 +50,7 @@ FAILED_AUTHENTICATION_LINGER_S = 1.0
 CLIENT_PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_principal", default=ANONYMOUS)
 
 
-class Dispatcher(Protocol):
+class KafkaDispatch(Protocol):
     """Where a connection's requests go (``KafkaService``)."""
 
     max_request_bytes: int
@@ -63,10 +63,10 @@ class Dispatcher(Protocol):
         """One request's latency."""
 
 
-class KafkaConnection:
+class ServedKafkaConnection:
     """Serves one stream of the Kafka listener until the peer leaves, breaks the protocol, or shutdown."""
 
-    def __init__(self, service: Dispatcher, stream: trio.abc.Stream, peer: str = "?", gate: SaslGate | None = None):
+    def __init__(self, service: KafkaDispatch, stream: trio.abc.Stream, peer: str = "?", gate: SaslGate | None = None):
         self.stream = stream
         self.peer = peer
         self._service = service

@@ -28,7 +28,7 @@ from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.wire.responses import Chunk, ChunkSequence
 
 from ..quotas import REQUEST_CHARGE
-from .context import KafkaContext
+from .needs import PartitionReads
 from .offsets import READ_COMMITTED
 
 # A partition with nothing to send answers an empty records field, never a null one, as Kafka
@@ -46,7 +46,7 @@ class _Asked:
     committed: bool  # isolation_level 1, read_committed (§19.7)
 
 
-async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
+async def fetch(service: PartitionReads, request: Request) -> list[Chunk]:
     body: Any = request.body  # Any: this api's request class at the request's version
     committed = body.isolation_level == READ_COMMITTED
     asked = [_Asked(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
@@ -76,7 +76,7 @@ async def fetch(service: KafkaContext, request: Request) -> list[Chunk]:
     return chunks
 
 
-async def _answer_all(service: KafkaContext, asked: list[_Asked], max_bytes: int) -> list[FetchPartition]:
+async def _answer_all(service: PartitionReads, asked: list[_Asked], max_bytes: int) -> list[FetchPartition]:
     """Every partition's answer in request order within the request's ``max_bytes`` (KIP-74, §16.4): each
     gets what the ones before it left, and only the first that has records may exceed it by its first batch."""
     answers = []
@@ -90,7 +90,7 @@ async def _answer_all(service: KafkaContext, asked: list[_Asked], max_bytes: int
     return answers
 
 
-async def _answer(service: KafkaContext, asked: _Asked, request_left: int, first: bool) -> FetchPartition:
+async def _answer(service: PartitionReads, asked: _Asked, request_left: int, first: bool) -> FetchPartition:
     """One partition's answer within ``partition_max_bytes`` and ``request_left`` bytes; its first batch
     whole beyond both when ``first`` (no partition before it had records)."""
     def failed(code: ErrorCode, hw: int = -1, start: int = -1) -> FetchPartition:

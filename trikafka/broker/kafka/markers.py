@@ -12,7 +12,7 @@ moved, the peer is unreachable); the coordinator asks again.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -25,10 +25,10 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.markers import build_marker
 
-from ..engine.engine import ACKS_ALL, PartitionWrite
+from ..engine.engine import ACKS_ALL, Engine, PartitionWrite
 from ..engine.errors import EngineError
 from ..seams import AppendResult, KafkaAppend
-from .context import KafkaContext
+from .needs import MarkerApis, PartitionLookup, PeerReach
 from .entities import Reply
 from .errors import kafka_error, refused_set_error
 from .peer_call import PeerCallError, peer_call
@@ -42,10 +42,27 @@ TopicPartition = tuple[str, int]
 MarkerListener = Callable[[str, int, int, bool, int], None]
 
 
+class MarkerHost(PartitionLookup, Protocol):
+    """What ``MarkerWriter`` needs of its broker: the partitions, the engine's append, the clock."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def clock_ms(self) -> Callable[[], int]: ...
+
+
+class MarkerRoutes(PeerReach, Protocol):
+    """What ``RoutedMarkers`` needs of its broker: the other brokers, and each partition's leader."""
+
+    @property
+    def engine(self) -> Engine: ...  # its topic admin names a partition's leader
+
+
 class MarkerWriter:
     """Appends transaction markers to partitions this broker leads."""
 
-    def __init__(self, service: KafkaContext, listeners: list[MarkerListener]):
+    def __init__(self, service: MarkerHost, listeners: list[MarkerListener]):
         self._service = service
         self.listeners = listeners  # the group coordinator's pending offsets (§19.5)
 
@@ -78,7 +95,7 @@ class MarkerWriter:
         return errors
 
 
-async def write_txn_markers(service: KafkaContext, request: Request) -> Any:
+async def write_txn_markers(service: MarkerApis, request: Request) -> Any:
     """WriteTxnMarkers (api 27, §19.6): a coordinator's markers for partitions led here; the whole
     request answers CLUSTER_AUTHORIZATION_FAILED without ClusterAction (§18.3)."""
     body: Any = request.body  # Any: this api's request class at the request's version
@@ -104,7 +121,7 @@ class RoutedMarkers:
     """Markers to each partition's leader: this broker's own through ``local``, the others' by
     WriteTxnMarkers v1 (§19.6)."""
 
-    def __init__(self, service: KafkaContext, local: MarkerWriter):
+    def __init__(self, service: MarkerRoutes, local: MarkerWriter):
         self._service = service
         self._local = local
 

@@ -21,7 +21,7 @@ from trikafka.log.errors import OffsetOutOfRangeError
 
 from ..seams import BrokerLog
 from .entities import NO_THROTTLE, Reply
-from .context import KafkaContext
+from .needs import PartitionReads
 
 
 EARLIEST = -2
@@ -30,7 +30,7 @@ MAX_TIMESTAMP = -3  # v7 (KIP-734)
 READ_COMMITTED = 1  # isolation_level (§19.7)
 
 
-async def list_offsets(service: KafkaContext, request: Request) -> Any:
+async def list_offsets(service: PartitionReads, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     topics = []
@@ -48,7 +48,7 @@ async def list_offsets(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-async def _list_one(service: KafkaContext, topic: str, index: int, timestamp: int,
+async def _list_one(service: PartitionReads, topic: str, index: int, timestamp: int,
                     current_epoch: int, committed: bool) -> tuple[ErrorCode, int, int, int]:
     """One partition's answer; under read_committed (``committed``) nothing at or past the LSO (§19.7)."""
     if (denied := service.authorizer.denied(KafkaApi.LIST_OFFSETS, topic)) is not None:
@@ -104,7 +104,7 @@ def _first_record_at_or_after(data: bytes, time_ms: int) -> tuple[int, int] | No
     return None
 
 
-async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> Any:
+async def offset_for_leader_epoch(service: PartitionReads, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     topics = []
@@ -119,7 +119,7 @@ async def offset_for_leader_epoch(service: KafkaContext, request: Request) -> An
     return reply.response(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-async def _epoch_end(service: KafkaContext, topic: str, index: int, epoch: int,
+async def _epoch_end(service: PartitionReads, topic: str, index: int, epoch: int,
                      current_epoch: int) -> tuple[ErrorCode, int, int]:
     """(error, the largest epoch <= ``epoch``, its end offset) as KIP-101 and KIP-320 define them."""
     if (denied := service.authorizer.denied(KafkaApi.OFFSET_FOR_LEADER_EPOCH, topic)) is not None:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..engine.engine import Engine
     from ..seams import Replicas
     from .acl.authorizer import Authorizer
-    from .context import TopicRegistry
+    from .needs import TopicRegistry
 
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders' election_type (v0: preferred)
 ELECTION_POLL_S = 0.05  # how often a waiting ElectLeaders looks at the partition states again

@@ -130,7 +130,7 @@ class PartitionLoads(Generic[T]):
         return _LoadAt(view.leader_epoch)
 
     def on_role(self, index: int, role: str) -> None:
-        """The replica manager applied a state of partition ``index`` here: one this broker now leads
+        """Replication applied a state of partition ``index`` here: one this broker now leads
         is loaded at once, one it no longer leads dropped (§17.3)."""
         if role != "leader":
             self.drop(index)

@@ -30,7 +30,7 @@ from ..quotas import REQUEST_CHARGE
 from ..seams import AppendResult
 from .entities import Reply, kio_time
 from .errors import kafka_error, refused_set_error
-from .context import KafkaContext
+from .needs import PartitionWrites
 from .transactions.verification import Verification, retriable_for, verify_partition
 
 
@@ -44,7 +44,7 @@ LOG_APPEND_TIME = "LogAppendTime"
 Deferred = Callable[[], Awaitable[list[Chunk]]]
 
 
-async def produce(service: KafkaContext, request: Request) -> list[Chunk] | None | Deferred:
+async def produce(service: PartitionWrites, request: Request) -> list[Chunk] | None | Deferred:
     """Append every partition's batches; the answer, or (acks -1) what waits for it (§16.4).
 
     An acks -1 request returns as soon as its batches are appended, so the
@@ -110,7 +110,7 @@ def _answer(request: Request, reply: Reply, results: list[list[Any]], throttle_m
                                                     throttle_time=datetime.timedelta(milliseconds=throttle_ms)))]
 
 
-async def _verify(service: KafkaContext, transactional_id: str, topic: str, index: int,
+async def _verify(service: PartitionWrites, transactional_id: str, topic: str, index: int,
                   records: bytes | None) -> Verification:
     """A transactional Produce's partition, checked with its coordinator before anything is appended
     (KIP-890, §19.5.7); TRANSACTIONAL_ID_AUTHORIZATION_FAILED while no coordinator serves (§19.1)."""
@@ -124,7 +124,7 @@ async def _verify(service: KafkaContext, transactional_id: str, topic: str, inde
     return verified._replace(error=retriable_for(KafkaApi.PRODUCE, verified.error))
 
 
-async def _write(service: KafkaContext, topic: str, index: int, records: bytes | None,
+async def _write(service: PartitionWrites, topic: str, index: int, records: bytes | None,
                  row: list[Any], verified: Verification | None = None) -> PartitionWrite | None:
     """One partition's batches checked: the write to append, or None with ``row``'s error set.
     ``verified``: a transactional Produce's verification, whose guard the append presents (§19.5.7)."""
@@ -149,7 +149,7 @@ async def _write(service: KafkaContext, topic: str, index: int, records: bytes |
     return PartitionWrite(target, bytearray(records), kafka)
 
 
-def _appended(service: KafkaContext, row: list[Any], write: PartitionWrite, outcome: AppendOutcome) -> None:
+def _appended(service: PartitionWrites, row: list[Any], write: PartitionWrite, outcome: AppendOutcome) -> None:
     """Fill ``row`` with one partition's append: its offsets, or its error."""
     if isinstance(outcome, AppendResult):
         row[3] = outcome.logical_offset

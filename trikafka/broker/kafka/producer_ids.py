@@ -15,7 +15,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 
 from .acl.model import ResourceType
-from .context import KafkaContext
+from .needs import TransactionApis
 from .entities import NO_THROTTLE, Reply
 from .transactions.api import for_version
 
@@ -23,7 +23,7 @@ MAX_EPOCH = 32766  # an epoch bump past it starts a new producer id (§19.1)
 ONE_MS = datetime.timedelta(milliseconds=1)
 
 
-async def init_producer_id(service: KafkaContext, request: Request) -> Any:
+async def init_producer_id(service: TransactionApis, request: Request) -> Any:
     """InitProducerId (§19.1): a new id at epoch 0, or (v3+, KIP-360) the next epoch of the id the
     producer has."""
     body: Any = request.body  # Any: this api's request class at the request's version

@@ -12,14 +12,14 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.log.producer_state import ProducerStates
 
-from .context import KafkaContext
+from .needs import PartitionReads
 from .entities import NO_THROTTLE, Reply
 
 NO_LEADER_EPOCH = -1  # DescribeProducers names no leader epoch: any current one serves
 UNKNOWN = -1  # Kafka's "not known" of a sequence, time, coordinator epoch or offset
 
 
-async def describe_producers(service: KafkaContext, request: Request) -> Any:
+async def describe_producers(service: PartitionReads, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     topics = []

@@ -1,7 +1,7 @@
 """The Kafka listener in ZooKeeper mode (docs/protocol.md §16.1, §16.4, §16.7).
 
 * peers: every broker's Kafka port, from the ``kafka_port`` field of its
-  ``/trikafka/brokers/<id>`` (written by the replica manager's membership);
+  ``/trikafka/brokers/<id>`` (written by replication's membership);
 * the cluster id in ``/trikafka/cluster-id``, created by the first broker
   that needs it;
 * CreateTopics: a replicated topic (§12.12.2) with ``record.format=v2``;
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Callable
+from typing import Awaitable, Callable
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -32,7 +32,6 @@ from ..replication.assignment import AssignmentError, assign_replicas
 from ..replication.reassign import cancel_reassignment, start_reassignment
 from .cluster import new_cluster_id
 from .topics import TopicError
-from .context import KafkaContext
 
 
 logger = logging.getLogger(__name__)
@@ -41,23 +40,25 @@ CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
 DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
 
 
+async def zookeeper_cluster_id(zk: ZooKeeperClient) -> str:
+    """The cluster's id in ZooKeeper, made by the first broker that asks (§16.7)."""
+    try:
+        await zk.create(CLUSTER_ID_PATH, new_cluster_id().encode(), makepath=True)
+    except NodeExistsError:
+        pass
+    return (await zk.get(CLUSTER_ID_PATH))[0].decode()
+
+
 class KafkaRegistry:
     """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
 
-    def __init__(self, service: KafkaContext, zk: ZooKeeperClient):
-        self._service = service
+    def __init__(self, zk: ZooKeeperClient, wait_topic_known: Callable[[str], Awaitable[None]]):
+        self._wait_topic_known = wait_topic_known  # a created topic is answered once this broker sees it
         self._zk = zk
         self._peers: dict[int, BrokerAddress] = {}
 
     def peers(self) -> list[BrokerAddress]:
         return sorted(self._peers.values())
-
-    async def cluster_id(self) -> str:
-        try:
-            await self._zk.create(CLUSTER_ID_PATH, new_cluster_id().encode(), makepath=True)
-        except NodeExistsError:
-            pass
-        return (await self._zk.get(CLUSTER_ID_PATH))[0].decode()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the peers' Kafka addresses current until cancelled."""
@@ -103,7 +104,7 @@ class KafkaRegistry:
         except ZooKeeperClientError as exc:
             raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("created Kafka-format topic %s: %d partitions, replication factor %d", topic, partitions, factor)
-        await self._service.wait_topic_known(topic)
+        await self._wait_topic_known(topic)
         return partitions, factor
 
     async def alter_topic_config(self, topic: str, change: Callable[[dict[str, str], bool], dict[str, str]]

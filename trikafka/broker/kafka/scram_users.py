@@ -17,7 +17,7 @@ from trikafka.kafka.sasl import (MIN_ITERATIONS, SaslMechanism, ScramCredential,
                                  scram_keys)
 
 from ..credentials import UserRecord
-from .context import KafkaContext
+from .needs import ScramApis
 from .entities import NO_THROTTLE, Reply
 
 # Kafka's numbers of the SCRAM mechanisms (KIP-554's ScramMechanism); 0 is UNKNOWN.
@@ -33,7 +33,7 @@ CLUSTER_DENIED_MESSAGE = "Cluster authorization failed."
 Refusal = tuple[ErrorCode, str] | None
 
 
-async def describe_user_scram_credentials(service: KafkaContext, request: Request) -> Any:
+async def describe_user_scram_credentials(service: ScramApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     if (denied := service.authorizer.denied(KafkaApi.DESCRIBE_USER_SCRAM_CREDENTIALS)) is not None:
@@ -60,7 +60,7 @@ async def describe_user_scram_credentials(service: KafkaContext, request: Reques
                           results=tuple(results))
 
 
-async def alter_user_scram_credentials(service: KafkaContext, request: Request) -> Any:
+async def alter_user_scram_credentials(service: ScramApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     named = list(dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions]))

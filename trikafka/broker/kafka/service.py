@@ -32,7 +32,7 @@ from trikafka.wire.responses import Chunk
 from ..cleaner import compaction_policy
 from ..config import BrokerConfig
 from ..dynamic_config import BrokerSettings
-from ..entity_configs import Entities, EntityConfigStore, FileEntityConfigs, ZooKeeperEntityConfigs
+from ..entity_configs import Entities, FileEntityConfigs, ZooKeeperEntityConfigs
 from ..quotas import REQUEST_CHARGE, ClientQuotas
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
@@ -54,16 +54,19 @@ from .acl import api as acl_api
 from .acl.authorizer import Authorizer
 from .acl.model import AclSet
 from .acl.store import Edit, FileAcls, ZooKeeperAcls, follow_file, follow_znode
-from ..credentials import (CredentialStore, Credentials, FileCredentials, FileCredentialStore,
-                           ZooKeeperCredentials, ZooKeeperCredentialStore)
+from ..credentials import (CredentialStore, FileCredentials, FileCredentialStore, ZooKeeperCredentials,
+                           ZooKeeperCredentialStore)
+from trikafka.zk.client import ZooKeeperClient
+from trikafka.zk.producer_ids import take_block as take_zookeeper_block
 from .authentication import SaslGate, sasl_not_enabled
-from .connection import Deferred, KafkaConnection
-from .context import TopicCreation, TopicRegistry, TransactionCoordination, TransactionVerifier
+from .groups.live_marks import LiveGroupMarks
+from .registry import KafkaRegistry, zookeeper_cluster_id
+from .connection import Deferred, ServedKafkaConnection
+from .needs import TopicCreation, TransactionCoordination, TransactionVerifier
 from .errors import kafka_error
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
-    from ..zookeeper import BrokerZooKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ CLUSTER_ID_FILE = ".trikafka-cluster-id"  # a standalone broker's cluster id (§
 
 # Any: each handler takes its own api's request entity and answers with its response entity
 # (or, for Fetch, chunks; for Produce with acks 0, None), which a table of many apis cannot name.
+# Each handler's first parameter is the Protocol of ``needs.py`` its family reads; typing it
+# here as taking a KafkaService makes the type check prove the service satisfies every one.
 Handle = Callable[["KafkaService", Request], Awaitable[Any] | Any]
 
 # The broker's side of the api table: one handler per api the codec serves (§16.3).
@@ -137,57 +142,77 @@ class KafkaService:
     """What the Kafka listener's connections share; see the module docstring."""
 
     def __init__(self, *, engine: Engine, config: BrokerConfig, clock_ms: Callable[[], int],
-                 run_blocking: RunBlocking,
-                 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream):
+                 run_blocking: RunBlocking, listener: BrokerAddress, cluster_id: str, peer_connector: PeerConnector,
+                 zookeeper: ZooKeeperClient | None):
+        """``listener``: the listener's published address; ``zookeeper``: the broker's client in
+        ZooKeeper mode (§16.1), None for a standalone broker.  ``open_kafka_service`` reads what
+        the listener needs first (the cluster id, the peer connector's settings) and builds it."""
         self.engine = engine
         self.config = config
         self.clock_ms = clock_ms
         self.run_blocking = run_blocking
         self.max_request_bytes = config.max_socket_request_bytes
         self.broker_id = config.broker_id
-        self.host = config.host
-        self.port = 0  # set by start(), once bound
-        self.cluster_id = ""
+        self.host, self.port = listener.host, listener.port
+        self.cluster_id = cluster_id
+        self.zookeeper = zookeeper
         self.topics: TopicCreation = topics.TopicService(self)
-        # Other brokers' Kafka listeners (ZooKeeper mode, §16.1); a standalone broker names only itself.
+        # ZooKeeper mode: the other brokers' Kafka listeners and the topics' znodes (§16.1); a standalone
+        # broker names only itself.
+        self.registry: KafkaRegistry | None = None
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
-        self.registry: TopicRegistry | None = None  # ZooKeeper mode: registry.KafkaRegistry
+        if zookeeper is not None:
+            self.registry = KafkaRegistry(zookeeper, self.wait_topic_known)
+            self.peers = self.registry.peers
         # Each coordinator reaches the broker through its internal topic alone (internal_topic.py).
-        self.groups = GroupCoordinator(offsets_topic(self), config, clock_ms, self)
+        self.groups = GroupCoordinator(offsets_topic(self), config, clock_ms, self,
+                                       on_membership_change=self._group_membership_changed)
+        # ZooKeeper mode: the marks of the groups with members here (§17.7).
+        self.live_group_marks = (None if zookeeper is None
+                                 else LiveGroupMarks(zookeeper, self.broker_id, self.groups.loaded))
         self.markers = markers.MarkerWriter(self, listeners=[self.groups.on_marker])
-        self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(
-            self.run_blocking, functools.partial(producer_id_blocks.take_file_block, engine.directory.log_manager.fs,
-                                                 config.log_dir)))
-        # The coordinator takes ids from whichever ``producer_ids`` start() leaves in place.
+        # Producer ids come in blocks: from ZooKeeper, or from the log dir's file (§19.2).
+        take_block = (functools.partial(take_zookeeper_block, zookeeper) if zookeeper is not None
+                      else functools.partial(self.run_blocking, functools.partial(
+                          producer_id_blocks.take_file_block, engine.directory.log_manager.fs, config.log_dir)))
+        self.producer_ids = producer_id_blocks.ProducerIds(take_block)
         self.coordinator = TransactionCoordinator(transaction_topic(self), config, clock_ms,
-                                                  markers.RoutedMarkers(self, self.markers),
-                                                  lambda: self.producer_ids.new_id())
+                                                  markers.RoutedMarkers(self, self.markers), self.producer_ids.new_id)
         self.transactions: TransactionCoordination | None = self.coordinator
         self.verifier: TransactionVerifier | None = RoutedVerifier(self, self.coordinator)
         self.producer_expiry = ProducerExpiry(engine.directory.log_manager.logs,
                                               config.producer_id_expiration_check_interval_ms / 1000)
         self.authorizer = Authorizer.from_settings(config.authorizer, config.super_users)
-        # Where the ACLs are kept (§18.3): the log dir's file, or (ZooKeeper mode, set by start) the znode.
-        self.acl_store: FileAcls | ZooKeeperAcls = FileAcls(engine.directory.log_manager.fs, config.log_dir)
+        # Where the ACLs are kept (§18.3) and the users the SCRAM credential apis read and change
+        # (§18.2; a listener without SASL has them too, as Kafka's does): ZooKeeper's, or the log dir's.
+        self.acl_store: FileAcls | ZooKeeperAcls
+        self.credential_store: CredentialStore
+        if zookeeper is not None:
+            self.acl_store = ZooKeeperAcls(zookeeper)
+            self.credential_store = ZooKeeperCredentialStore(zookeeper)
+        else:
+            self.acl_store = FileAcls(engine.directory.log_manager.fs, config.log_dir)
+            self.credential_store = FileCredentialStore(config.log_dir, run_blocking)
         self.security = config.kafka_security
-        self.credentials: Credentials | None = None  # a SASL listener's users (§18.2), set by start()
-        # The users the SCRAM credential apis read and change (§18.2): the file, or (ZooKeeper mode, set by
-        # start) the znodes; a listener without SASL has them too, as Kafka's does.
-        self.credential_store: CredentialStore = FileCredentialStore(config.log_dir, run_blocking)
-        # Its own calls to other brokers (§18.5), over ``open_stream`` (TCP, or a test's in-memory
-        # network): plaintext until start() reads the listener's security.
-        self.open_stream = open_stream
-        self.peer_connections = PeerConnections(PeerConnector(open_stream=open_stream))
+        # A SASL listener's users (§18.2): watched in ZooKeeper, or the standalone users file.
+        self.credentials: ZooKeeperCredentials | FileCredentials | None = None
+        if self.security.sasl:
+            self.credentials = (ZooKeeperCredentials(zookeeper) if zookeeper is not None
+                                else FileCredentials(config.log_dir))
+        # Its own calls to other brokers (§18.5), through the connector ``open_kafka_service`` read.
+        self._peer_connector = peer_connector
+        self.peer_connections = PeerConnections(peer_connector)
         self._latency = engine.metrics.kafka_requests
         # Client quotas (§20.2) and dynamic broker settings (§20.4), and the entities they come from (§20.1):
-        # the log dir's file, or (ZooKeeper mode, set by start) Kafka's znodes.
+        # Kafka's znodes in ZooKeeper mode, else the log dir's file.
         self.quotas = ClientQuotas(samples=config.quota_window_num, window_s=config.quota_window_size_seconds)
         self.broker_settings = BrokerSettings(config)
         self.broker_settings.listeners.append(self._reconfigure)
-        self.entity_configs: EntityConfigStore = FileEntityConfigs(config.log_dir, run_blocking,
-                                                                   self._entities_changed)
+        self.entity_configs: ZooKeeperEntityConfigs | FileEntityConfigs = (
+            ZooKeeperEntityConfigs(zookeeper, self._entities_changed) if zookeeper is not None
+            else FileEntityConfigs(config.log_dir, run_blocking, self._entities_changed))
 
-    def connection(self, stream: trio.abc.Stream, peer: str) -> KafkaConnection:
+    def connection(self, stream: trio.abc.Stream, peer: str) -> ServedKafkaConnection:
         """A processor's connection factory for this listener."""
         gate = None
         if self.credentials is not None:
@@ -196,66 +221,42 @@ class KafkaService:
                             handshake_timeout_s=config.sasl_handshake_timeout_ms / 1000,
                             max_request_bytes=min(config.sasl_max_unauthenticated_request_bytes,
                                                   self.max_request_bytes))
-        return KafkaConnection(self, stream, peer, gate)
+        return ServedKafkaConnection(self, stream, peer, gate)
 
-    async def start(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None, listener: BrokerAddress) -> None:
-        """Learn the listener's published address and the cluster id (§16.7), before accepting."""
-        self.host, self.port = listener.host, listener.port
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Start the listener's tasks in ``nursery``: the coordinators, producer expiry, the users,
+        the peer connections, the registry, the live group marks, the ACLs; before accepting."""
         self.groups.start(nursery)
         self.coordinator.start(nursery)
         nursery.start_soon(self.producer_expiry.run)
         self.engine.metrics.watch_groups(self.groups)
-        if self.security.sasl:
-            await self._start_credentials(nursery, zookeeper)
-        connector = await self.run_blocking(functools.partial(PeerConnector.from_config, self.config,
-                                                                        self.open_stream))
-        self.peer_connections = PeerConnections(connector)
+        if isinstance(self.credentials, ZooKeeperCredentials):
+            await nursery.start(self.credentials.run)
+        elif self.credentials is not None:
+            await self.credentials.refresh()
         nursery.start_soon(self.peer_connections.run)
-        if self.security.sasl and zookeeper is not None and connector.login is None:
+        if self.security.sasl and self.zookeeper is not None and self._peer_connector.login is None:
             logger.warning("kafka.security.protocol %s without sasl.inter.broker.username: if another broker joins "
                            "this ZooKeeper, neither can log in to the other and transactions across them fail (§18.5)",
                            self.security.name)
-        if zookeeper is not None:
-            from .groups.live_marks import LiveGroupMarks
-            from trikafka.zk.producer_ids import take_block
-
-            from .registry import KafkaRegistry
-
-            registry = KafkaRegistry(self, zookeeper.coordinator)
-            self.registry = registry
-            self.cluster_id = await registry.cluster_id()
-            self.peers = registry.peers
-            await nursery.start(registry.run)
-            self.producer_ids = producer_id_blocks.ProducerIds(functools.partial(take_block, zookeeper.coordinator))
-            marks = LiveGroupMarks(zookeeper.coordinator, self.broker_id, self.groups.loaded)
-            self.groups.membership.on_change = marks.changed
-            nursery.start_soon(marks.run)
-            self.acl_store = ZooKeeperAcls(zookeeper.coordinator)
-            entity_configs = ZooKeeperEntityConfigs(zookeeper.coordinator, self._entities_changed)
-            await nursery.start(entity_configs.run)
-            self.entity_configs = entity_configs
-            self.credential_store = ZooKeeperCredentialStore(zookeeper.coordinator)
-            if self.authorizer.enabled:
-                await nursery.start(follow_znode, zookeeper.coordinator, self.authorizer.replace)
+        if self.registry is not None:
+            await nursery.start(self.registry.run)
+        if self.live_group_marks is not None:
+            nursery.start_soon(self.live_group_marks.run)
+        if isinstance(self.entity_configs, ZooKeeperEntityConfigs):
+            await nursery.start(self.entity_configs.run)
         else:
-            assert isinstance(self.entity_configs, FileEntityConfigs)
             await self.entity_configs.load()
-            self.cluster_id = await self.run_blocking(functools.partial(
-                _standalone_cluster_id, self.engine.directory.log_manager.fs, self.config.log_dir))
-            if self.authorizer.enabled:
-                assert isinstance(self.acl_store, FileAcls)
+        if self.authorizer.enabled:
+            if isinstance(self.acl_store, ZooKeeperAcls):
+                assert self.zookeeper is not None
+                await nursery.start(follow_znode, self.zookeeper, self.authorizer.replace)
+            else:
                 await nursery.start(follow_file, self.acl_store, self.run_blocking, self.authorizer.replace)
 
-    async def _start_credentials(self, nursery: trio.Nursery, zookeeper: BrokerZooKeeper | None) -> None:
-        """The users a SASL listener authenticates (§18.2): ZooKeeper's, or the standalone users file."""
-        if zookeeper is not None:
-            watched = ZooKeeperCredentials(zookeeper.coordinator)
-            await nursery.start(watched.run)
-            self.credentials = watched
-        else:
-            local = FileCredentials(self.config.log_dir)
-            await local.refresh()
-            self.credentials = local
+    def _group_membership_changed(self) -> None:
+        if self.live_group_marks is not None:
+            self.live_group_marks.changed()
 
     def _entities_changed(self, entities: Entities) -> None:
         """The entity settings in force changed (§20.1): the quotas and the broker's settings follow."""
@@ -272,7 +273,7 @@ class KafkaService:
         return self.registry is not None and await self.registry.has_07_consumers(group_id)
 
     def on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of a partition here: both coordinators hear of it
+        """Replication applied a state of a partition here: both coordinators hear of it
         (a coordinator not started yet loads a partition it leads on its first request)."""
         self.groups.on_role(topic, index, role)
         self.coordinator.on_role(topic, index, role)
@@ -340,6 +341,12 @@ class KafkaService:
         return self.engine.directory.topic_format(topic)
 
     # ----------------------------------------------------------------- partitions
+
+    def partition_count(self, topic: str) -> int | None:
+        """``topic``'s partition count, None for a topic this broker does not know."""
+        if self.topic_format(topic) is None:
+            return None
+        return self.engine.directory.partitions_if_valid(topic)
 
     async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode:
         """The partition a Kafka request names, or the Kafka error that answers it (§16.4, §16.6)."""
@@ -411,6 +418,21 @@ class KafkaService:
             await self.registry.delete_topic(topic)
             return
         await self.engine.admin.delete_local_topic(topic)
+
+
+async def open_kafka_service(*, engine: Engine, config: BrokerConfig, clock_ms: Callable[[], int],
+                             run_blocking: RunBlocking, listener: BrokerAddress, zookeeper: ZooKeeperClient | None,
+                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]) -> KafkaService:
+    """The Kafka listener, built once what it needs first is read: the cluster id (§16.7) and the
+    security of its own calls to other brokers over ``open_stream`` (§18.5)."""
+    connector = await run_blocking(functools.partial(PeerConnector.from_config, config, open_stream))
+    if zookeeper is not None:
+        cluster_id = await zookeeper_cluster_id(zookeeper)
+    else:
+        cluster_id = await run_blocking(functools.partial(
+            _standalone_cluster_id, engine.directory.log_manager.fs, config.log_dir))
+    return KafkaService(engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
+                        listener=listener, cluster_id=cluster_id, peer_connector=connector, zookeeper=zookeeper)
 
 
 def _standalone_cluster_id(fs: FileSystem, log_dir: str) -> str:

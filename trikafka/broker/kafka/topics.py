@@ -11,7 +11,7 @@ replicas create their logs when they see it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -21,14 +21,18 @@ from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.kafka.topic_ids import NO_TOPIC_ID
 
 from ..config import BrokerConfig
+from ..engine.errors import EngineError
 from ..engine.topic_admin import MAX_CREATED_PARTITIONS
 from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, MESSAGE_TIMESTAMP_TYPE,
                               MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
                               TopicConfigError, check_topic_config, log_overrides)
 from .acl.model import CLUSTER_NAME, ResourceType
 from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
-from .context import ConfigsHost, KafkaContext
+from .needs import Authorizing, ConfigsHost, TopicAdministration, TopicRegistry
 
+if TYPE_CHECKING:
+    from ..dynamic_config import BrokerSettings
+    from ..engine.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +44,8 @@ RESOURCE_BROKER = 4
 SETTINGS_SEEN_TIMEOUT_S = 5.0  # how long an alter waits for this broker's view to show what it stored
 
 
-def _defaults(service: KafkaContext, topic: str) -> dict[str, str]:
-    """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
-    return _broker_values(service.config, topic)
-
-
 def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
+    """Each key CreateTopics accepts (§16.4), with the value a topic gets when it is not set."""
     log = config.log_config(topic)
     return {
         CLEANUP_POLICY: config.topic_cleanup_policy_map.get(topic, config.log_cleanup_policy),
@@ -127,10 +127,33 @@ class TopicError(Exception):
         self.code = code
 
 
+class TopicHost(Protocol):
+    """What ``TopicService`` needs of its broker: the settings, the engine's topic admin and
+    directory, the topics it knows, and (ZooKeeper mode) the registry and its watch."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def registry(self) -> TopicRegistry | None: ...
+
+    def topic_format(self, topic: str) -> str | None: ...
+
+    def stored_settings(self, topic: str) -> dict[str, str]: ...
+
+    async def wait_settings_seen(self, topic: str, settings: dict[str, str], timeout_s: float) -> None: ...
+
+    @property
+    def broker_settings(self) -> BrokerSettings: ...  # a synonym's dynamic source (§20.4)
+
+
 class TopicService:
     """Creates and changes Kafka-format topics for one broker."""
 
-    def __init__(self, service: ConfigsHost):
+    def __init__(self, service: TopicHost):
         self._service = service
 
     def check_settings(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
@@ -139,7 +162,7 @@ class TopicService:
 
     def _checked(self, topic: str, settings: dict[str, str], replicated: bool) -> dict[str, str]:
         """``settings`` as a topic stores them (standalone: without the replication keys); TopicError on a bad one."""
-        allowed = set(_defaults(self._service, topic))
+        allowed = set(_broker_values(self._service.config, topic))
         for key in settings:
             if key not in allowed:
                 raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
@@ -161,14 +184,14 @@ class TopicService:
         """TopicError(INVALID_CONFIG) unless an Alter*Configs may name ``key`` for ``topic`` (§16.4)."""
         if key in _READ_ONLY:
             raise TopicError(ErrorCode.invalid_config, f"topic config {key!r} is read-only")
-        allowed = _defaults(self._service, topic)
+        allowed = _broker_values(self._service.config, topic)
         if key not in allowed:
             raise TopicError(ErrorCode.invalid_config, f"unknown or unsupported topic config {key!r} "
                                                         f"(accepted: {', '.join(sorted(allowed))})")
 
     def effective(self, topic: str, settings: dict[str, str], key: str) -> str:
         """``key``'s value for ``topic`` given its stored ``settings``: the stored one, else the broker's."""
-        return settings.get(key, _defaults(self._service, topic)[key])
+        return settings.get(key, _broker_values(self._service.config, topic)[key])
 
     async def alter(self, topic: str, edit: Callable[[dict[str, str]], dict[str, str]], *,
                     validate_only: bool) -> None:
@@ -192,7 +215,7 @@ class TopicService:
             change(service.stored_settings(topic))
             return
         if service.registry is None:
-            await service.engine.admin.update_settings(topic, change)
+            await service.engine.admin.settings.update(topic, change)
         else:
             stored = await service.registry.alter_topic_config(topic, change)
             await service.wait_settings_seen(topic, stored, SETTINGS_SEEN_TIMEOUT_S)
@@ -244,11 +267,9 @@ class TopicService:
         await registry.create_topic(topic, partitions, replication_factor, stored, validate_only=False)
 
     async def _create_local(self, topic: str, partitions: int, stored: dict[str, str]) -> None:
-        admin = self._service.engine.admin
-        if not await admin.store_settings(topic, stored):
-            raise TopicError(ErrorCode.unknown_server_error, f"the settings of {topic!r} could not be stored")
-        await admin.create_logs(topic, partitions)
-        logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
+        error = await self._service.engine.admin.create_kafka_topic(topic, partitions, stored)
+        if error != EngineError.NO_ERROR:
+            raise _local_change_error(error, topic)
 
     async def auto_create(self, topics: list[str]) -> set[str]:
         """§16.5: create the unknown ``topics`` with the defaults; the names created."""
@@ -285,14 +306,16 @@ class TopicService:
             assert service.registry is not None
             await service.registry.add_partitions(topic, count)
             return
-        await service.engine.admin.create_logs(topic, count, first=current)
+        error = await service.engine.admin.add_partitions(topic, count)
+        if error != EngineError.NO_ERROR:
+            raise _local_change_error(error, topic)
 
     def describe(self, topic: str, keys: tuple[str, ...] | None) -> list[ConfigRow]:
         """``topic``'s settings as DescribeConfigs lists them (§16.4), with Kafka's synonyms."""
         service = self._service
         stored = service.stored_settings(topic)
         built_in = _broker_values(_BUILT_IN, topic)
-        values = [(k, default, False) for k, default in _defaults(service, topic).items()]
+        values = [(k, default, False) for k, default in _broker_values(service.config, topic).items()]
         values += [(k, value(service.config), True) for k, value in _READ_ONLY.items()]
         built_in.update((k, value(_BUILT_IN)) for k, value in _READ_ONLY.items())
         rows = []
@@ -310,12 +333,25 @@ class TopicService:
         return rows
 
 
+# What the topic admin's refusal of a standalone creation or growth answers (§16.4).
+_LOCAL_CHANGE_ERRORS: dict[EngineError, tuple[ErrorCode, str]] = {
+    EngineError.TOPIC_ALREADY_EXISTS: (ErrorCode.topic_already_exists, "topic {!r} already exists"),
+    EngineError.SETTINGS_NOT_KEPT: (ErrorCode.unknown_server_error, "the settings of {!r} could not be stored"),
+    EngineError.INVALID_PARTITIONS: (ErrorCode.invalid_partitions, "{!r} has that many partitions already"),
+}
+
+
+def _local_change_error(error: EngineError, topic: str) -> TopicError:
+    code, message = _LOCAL_CHANGE_ERRORS[error]
+    return TopicError(code, message.format(topic))
+
+
 def _refuse_internal(topic: str) -> None:
     if topic in INTERNAL_TOPICS:
         raise TopicError(ErrorCode.invalid_request, f"{topic!r} is internal: the broker keeps it (§17.1)")
 
 
-def authorize(service: KafkaContext, api: KafkaApi, name: str,
+def authorize(service: Authorizing, api: KafkaApi, name: str,
                resource_type: ResourceType = ResourceType.TOPIC) -> None:
     """Raise TopicError with the table's denial unless the principal may do ``api`` on ``name`` (§18.3)."""
     if (denied := service.authorizer.denied(api, name, resource_type)) is not None:
@@ -326,7 +362,7 @@ def _error(exc: TopicError) -> tuple[ErrorCode, str]:
     return exc.code, str(exc)
 
 
-async def create_topics(service: KafkaContext, request: Request) -> Any:
+async def create_topics(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -348,7 +384,7 @@ async def create_topics(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-async def delete_topics(service: KafkaContext, request: Request) -> Any:
+async def delete_topics(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     names = list(getattr(body, "topic_names", ()) or ()) + [t.name for t in getattr(body, "topics", ()) or ()]
@@ -366,7 +402,7 @@ async def delete_topics(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-async def create_partitions(service: KafkaContext, request: Request) -> Any:
+async def create_partitions(service: TopicAdministration, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []

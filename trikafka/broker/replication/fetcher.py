@@ -4,7 +4,7 @@
 ends (EPOCH_END_OFFSET) down to where the two logs agree, cuts its log there,
 then fetches (REPLICA_FETCH) and appends the leader's bytes verbatim, recording
 each new epoch before its first byte.  It returns when the leader fences it
-or stops leading: the replica manager starts it again on the next state read
+or stops leading: replication starts it again on the next state read
 from ZooKeeper.
 
 The log and the leader are behind two small protocols so the loop is tested

@@ -1,6 +1,6 @@
 """One replicated partition this broker holds a replica of: its log, epoch file and role.
 
-A ``HostedPartition`` is owned by the replica manager, which feeds it every
+A ``HostedPartition`` is owned by ``Replication``, which feeds it every
 state read from ZooKeeper (``apply_state``) and runs its follower task.  The
 listeners ask it (through the engine) to append as leader, to wait for an acks -1 commit,
 where consumers' reads end (the high watermark), and to answer REPLICA_FETCH
@@ -171,7 +171,7 @@ class HostedPartition:
             min_insync_replicas=self.config.min_insync_replicas, now_ms=now_ms,
             durable_end=self.log.visible_end if ack_fsync else None)
         self.leader.on_local_append(end, durable_end=self.log.visible_end if ack_fsync else None)
-        # At DEBUG: the replica manager counts the partitions that start leading (a restart leads
+        # At DEBUG: replication counts the partitions that start leading (a restart leads
         # them all at once).
         logger.debug("%s-%d: leader in epoch %d from offset %d (isr %s)", self.topic, self.partition,
                      state.leader_epoch, end, list(state.isr))

@@ -1,9 +1,9 @@
-"""The replica manager: a broker's part in replicated topics (docs/protocol.md §12).
+"""Replication: a broker's part in replicated topics (docs/protocol.md §12).
 
 One service of the broker's nursery tree, started once the broker is
 registered in ZooKeeper::
 
-    ReplicaManager.run
+    Replication.run
     ├── broker addresses     children of /brokers/ids -> who listens where
     ├── topics               children of /trikafka/topics -> one task per topic
     │   └── partition states one data watch per partition state: every broker
@@ -58,7 +58,7 @@ ISR_CHECK_INTERVAL_S = 0.25
 TopicPartition = tuple[str, int]
 
 
-class ReplicaManager:
+class Replication:
     """Hosts this broker's replicas, tells the engine who leads, and runs the controller."""
 
     _nursery: trio.Nursery  # run()'s: the watches and follower tasks start in it
@@ -137,7 +137,7 @@ class ReplicaManager:
 
     # ----------------------------------------------------------------- the service
 
-    async def run(self, *, task_status: trio.TaskStatus["ReplicaManager"] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus["Replication"] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, load every replicated topic, then keep up with ZooKeeper until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery

@@ -1,4 +1,4 @@
-"""Starting a broker's replica manager (docs/protocol.md §12): what it must know first.
+"""Starting a broker's replication (docs/protocol.md §12): what it must know first.
 
 ``start_replication`` works out whether this broker's unflushed tail survived
 its last stop (§12.2 ``tail_intact``: a clean stop, or a crash without a
@@ -15,7 +15,7 @@ import trio
 
 from ..engine.waiters import VisibleEndWaiters
 from ..seams import Flusher, LogDirectory, RunBlocking
-from .manager import ReplicaManager
+from .manager import Replication
 from .membership import record_boot_id, tail_intact
 from .tail import keep_tail_status
 
@@ -33,8 +33,8 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                             run_blocking: RunBlocking,
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
                             kafka_port: int | None = None,
-                            on_role: Callable[[str, int, str], None] | None = None) -> ReplicaManager:
-    """Start the replica manager once the broker is registered; it, running.  ``on_role``: told
+                            on_role: Callable[[str, int, str], None] | None = None) -> Replication:
+    """Start replication once the broker is registered; it, running.  ``on_role``: told
     (topic, partition, role) after each partition state it applies (the Kafka listener's coordinators)."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
@@ -42,9 +42,7 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     clean = not log_manager.recovered or not log_manager.logs()
     intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
     intact = await run_blocking(functools.partial(keep_tail_status, log_manager.fs, log_manager.log_dir, intact))
-    address = engine.admin.self_broker
-    assert address is not None, "replication starts once the broker knows its address"
-    manager = ReplicaManager(broker_id=broker_id, zk=zookeeper.coordinator, address=address,
+    manager = Replication(broker_id=broker_id, zk=zookeeper.coordinator, address=engine.admin.self_broker,
                              directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,

@@ -1,6 +1,6 @@
 """Answers to replication requests on a broker that holds no replicated partition.
 
-Until a replica manager serves them, REPLICA_FETCH and EPOCH_END_OFFSET get
+Until replication serves them, REPLICA_FETCH and EPOCH_END_OFFSET get
 NOT_REPLICA (a clear "not here"), never a crash or a silent close.
 """
 

@@ -38,7 +38,7 @@ from .errors import TransactionStateError, check
 from .group_offsets import ConsumerGroupMetadata, TopicPartition
 from .idempotence import Idempotence
 from .partitioner import DefaultPartitioner
-from .transaction_state import Phase
+from .transaction_state import TransactionPhase
 from .transactions import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionManager
 
 if TYPE_CHECKING:
@@ -221,11 +221,11 @@ class KafkaProducer:
         try:
             yield
         except BaseException:
-            if manager.state.phase is not Phase.FATAL:
+            if manager.state.phase is not TransactionPhase.FATAL:
                 with trio.CancelScope(shield=True):  # a cancelled block still aborts; its retries are bounded
                     await manager.abort(self.flush)
             raise
-        if manager.state.phase is not Phase.READY:  # READY: abort() ended it inside the block
+        if manager.state.phase is not TransactionPhase.READY:  # READY: abort() ended it inside the block
             await manager.commit(self.flush)
 
     async def send_offsets(self, group: ConsumerGroupMetadata | KafkaGroupConsumer,

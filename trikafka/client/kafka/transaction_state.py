@@ -23,7 +23,7 @@ from .errors import FATAL_TRANSACTION_ERRORS, KafkaResponseError, TransactionFat
 Where = tuple[str, int]
 
 
-class Phase(enum.Enum):
+class TransactionPhase(enum.Enum):
     """Where a transactional producer stands."""
 
     UNINITIALIZED = "uninitialized"  # no producer id yet: init_transactions first
@@ -37,15 +37,16 @@ class Phase(enum.Enum):
 
 
 # Each phase and the phases it may move to (FATAL is reachable from every phase).
-TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.UNINITIALIZED: frozenset({Phase.INITIALIZING}),
-    Phase.INITIALIZING: frozenset({Phase.READY, Phase.UNINITIALIZED}),
-    Phase.READY: frozenset({Phase.IN_TRANSACTION}),
-    Phase.IN_TRANSACTION: frozenset({Phase.COMMITTING, Phase.ABORTING, Phase.ABORTABLE_ERROR}),
-    Phase.COMMITTING: frozenset({Phase.READY, Phase.ABORTABLE_ERROR}),
-    Phase.ABORTING: frozenset({Phase.READY, Phase.INITIALIZING}),
-    Phase.ABORTABLE_ERROR: frozenset({Phase.ABORTING}),
-    Phase.FATAL: frozenset(),
+TRANSITIONS: dict[TransactionPhase, frozenset[TransactionPhase]] = {
+    TransactionPhase.UNINITIALIZED: frozenset({TransactionPhase.INITIALIZING}),
+    TransactionPhase.INITIALIZING: frozenset({TransactionPhase.READY, TransactionPhase.UNINITIALIZED}),
+    TransactionPhase.READY: frozenset({TransactionPhase.IN_TRANSACTION}),
+    TransactionPhase.IN_TRANSACTION: frozenset({TransactionPhase.COMMITTING, TransactionPhase.ABORTING,
+                                                TransactionPhase.ABORTABLE_ERROR}),
+    TransactionPhase.COMMITTING: frozenset({TransactionPhase.READY, TransactionPhase.ABORTABLE_ERROR}),
+    TransactionPhase.ABORTING: frozenset({TransactionPhase.READY, TransactionPhase.INITIALIZING}),
+    TransactionPhase.ABORTABLE_ERROR: frozenset({TransactionPhase.ABORTING}),
+    TransactionPhase.FATAL: frozenset(),
 }
 
 
@@ -77,35 +78,35 @@ class TransactionState:
     """The phase, the ongoing transaction's partitions and the error of one transactional producer."""
 
     def __init__(self) -> None:
-        self.phase = Phase.UNINITIALIZED
+        self.phase = TransactionPhase.UNINITIALIZED
         self.error: KafkaResponseError | None = None  # what put it in ABORTABLE_ERROR or FATAL
         self.partitions: set[Where] = set()  # added to the ongoing transaction at the coordinator
         self.pending: set[Where] = set()  # waiting for the next AddPartitionsToTxn
         self.offsets_added = False  # AddOffsetsToTxn succeeded in this transaction
         self.bump_epoch = False  # a batch failed: after the abort, ask for the next epoch
 
-    def move(self, to: Phase) -> None:
+    def move(self, to: TransactionPhase) -> None:
         """Go to ``to``; ``TransactionStateError`` (or the fatal error) when the phase does not allow it."""
-        if self.phase is Phase.FATAL:
+        if self.phase is TransactionPhase.FATAL:
             assert self.error is not None
             raise self.error
-        if to is not Phase.FATAL and to not in TRANSITIONS[self.phase]:
+        if to is not TransactionPhase.FATAL and to not in TRANSITIONS[self.phase]:
             raise TransactionStateError(f"a transactional producer that is {self.phase.value} cannot become "
                                         f"{to.value}")
         self.phase = to
 
     def begin(self) -> None:
         """Start a transaction (READY only)."""
-        if self.phase is Phase.UNINITIALIZED:
+        if self.phase is TransactionPhase.UNINITIALIZED:
             raise TransactionStateError("call init_transactions() before the first transaction")
-        self.move(Phase.IN_TRANSACTION)
+        self.move(TransactionPhase.IN_TRANSACTION)
 
     def check_open(self) -> None:
         """Raise unless records may be sent now: the error of a failed transaction or producer,
         ``TransactionStateError`` outside a transaction."""
-        if self.phase is Phase.IN_TRANSACTION:
+        if self.phase is TransactionPhase.IN_TRANSACTION:
             return
-        if self.phase in (Phase.ABORTABLE_ERROR, Phase.FATAL) and self.error is not None:
+        if self.phase in (TransactionPhase.ABORTABLE_ERROR, TransactionPhase.FATAL) and self.error is not None:
             raise self.error
         raise TransactionStateError(f"records are sent inside a transaction; the producer is {self.phase.value}")
 
@@ -140,24 +141,24 @@ class TransactionState:
         """
         if error.error_code in FATAL_TRANSACTION_ERRORS:
             return self.fatal(error)
-        if self.phase in (Phase.IN_TRANSACTION, Phase.COMMITTING):
-            self.phase, self.error = Phase.ABORTABLE_ERROR, error
+        if self.phase in (TransactionPhase.IN_TRANSACTION, TransactionPhase.COMMITTING):
+            self.phase, self.error = TransactionPhase.ABORTABLE_ERROR, error
         return error
 
     def fatal(self, error: KafkaResponseError) -> TransactionFatalError:
         """Make the producer FATAL with ``error`` (as its fatal class, ``TransactionFatalError`` for a code
         that is not fatal by itself: an abort that could not be completed)."""
-        if self.phase is Phase.FATAL and isinstance(self.error, TransactionFatalError):
+        if self.phase is TransactionPhase.FATAL and isinstance(self.error, TransactionFatalError):
             return self.error
         if not isinstance(error, TransactionFatalError):
             fatal = FATAL_TRANSACTION_ERRORS.get(error.error_code, TransactionFatalError)
             error = fatal(int(error.error_code), error.what)
-        self.phase, self.error = Phase.FATAL, error
+        self.phase, self.error = TransactionPhase.FATAL, error
         return error
 
     def completed(self) -> None:
         """The transaction ended (committed or aborted): READY, with nothing added."""
-        self.move(Phase.READY)
+        self.move(TransactionPhase.READY)
         self.error = None
         self.partitions.clear()
         self.pending.clear()

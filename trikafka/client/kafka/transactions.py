@@ -29,7 +29,7 @@ from .group_offsets import ConsumerGroupMetadata, TopicPartition, by_topic, comm
 from .idempotence import BUMP_FROM_VERSION, Idempotence
 from .coordinators import find_coordinator
 from .membership import COORDINATOR_KEY_TYPE_GROUP, COORDINATOR_KEY_TYPE_TRANSACTION
-from .transaction_state import Action, Phase, TransactionState, Where, action_of
+from .transaction_state import Action, TransactionPhase, TransactionState, Where, action_of
 
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms
 DEFAULT_RETRY_TIMEOUT_S = 60.0  # Kafka's max.block.ms: how long one step retries
@@ -82,12 +82,12 @@ class TransactionManager:
 
     async def init(self) -> None:
         """InitProducerId at the transaction coordinator; the producer id and epoch stamp every batch after."""
-        self.state.move(Phase.INITIALIZING)
+        self.state.move(TransactionPhase.INITIALIZING)
         try:
             await self._init_producer_id()
         except BaseException:
-            if self.state.phase is Phase.INITIALIZING:
-                self.state.move(Phase.UNINITIALIZED)
+            if self.state.phase is TransactionPhase.INITIALIZING:
+                self.state.move(TransactionPhase.UNINITIALIZED)
             raise
         self.state.completed()
 
@@ -115,7 +115,7 @@ class TransactionManager:
         """A batch of the transaction failed for good; the exception its senders get."""
         if isinstance(error, KafkaResponseError):
             return self.state.fail(error)
-        if self.state.phase is Phase.IN_TRANSACTION:
+        if self.state.phase is TransactionPhase.IN_TRANSACTION:
             self.state.fail(KafkaResponseError(ErrorCode.unknown_server_error, "a batch of the transaction",
                                                str(error)))
         return error
@@ -137,11 +137,11 @@ class TransactionManager:
 
     async def commit(self, flush: Flush) -> None:
         """Send every open batch, then EndTxn commit; a failed transaction is aborted and its error raised."""
-        if self.state.phase not in (Phase.IN_TRANSACTION, Phase.ABORTABLE_ERROR):
-            self.state.move(Phase.COMMITTING)  # raises the reason
+        if self.state.phase not in (TransactionPhase.IN_TRANSACTION, TransactionPhase.ABORTABLE_ERROR):
+            self.state.move(TransactionPhase.COMMITTING)  # raises the reason
         await flush()
-        if self.state.phase is Phase.IN_TRANSACTION:
-            self.state.move(Phase.COMMITTING)
+        if self.state.phase is TransactionPhase.IN_TRANSACTION:
+            self.state.move(TransactionPhase.COMMITTING)
             try:
                 if self.state.started_at_coordinator:
                     await self._end(committed=True)
@@ -164,16 +164,16 @@ class TransactionManager:
         After a failed batch the epoch is bumped (InitProducerId with the
         current id and epoch), so the partitions' sequences restart at 0.
         """
-        self.state.move(Phase.ABORTING)
+        self.state.move(TransactionPhase.ABORTING)
         await flush()
-        if self.state.phase is Phase.FATAL:  # a batch in flight was fenced
+        if self.state.phase is TransactionPhase.FATAL:  # a batch in flight was fenced
             assert self.state.error is not None
             raise self.state.error
         try:
             if self.state.started_at_coordinator:
                 await self._end(committed=False)
             if self.idempotence.new_epoch_wanted:
-                self.state.move(Phase.INITIALIZING)
+                self.state.move(TransactionPhase.INITIALIZING)
                 await self._init_producer_id()
         except KafkaResponseError as exc:  # nothing is left to fall back on: the producer is done
             raise self.state.fatal(exc) from exc

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.framing import Request
 
-from ..context import KafkaContext
+from ..needs import AclApis
 from ..entities import NO_THROTTLE, Reply
 from .model import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from .store import added, removed
@@ -52,7 +52,7 @@ def _binding(creation: Any) -> AclBinding:
         raise _BadAcl(str(exc)) from None
 
 
-async def describe_acls(service: KafkaContext, request: Request) -> Any:
+async def describe_acls(service: AclApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     if (denied := service.authorizer.denied(request.api)) is not None:
         return reply.response(throttle_time=NO_THROTTLE, error_code=denied, error_message=None, resources=())
@@ -74,7 +74,7 @@ async def describe_acls(service: KafkaContext, request: Request) -> Any:
                           resources=resources)
 
 
-async def create_acls(service: KafkaContext, request: Request) -> Any:
+async def create_acls(service: AclApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     denied = service.authorizer.denied(request.api)
@@ -95,7 +95,7 @@ async def create_acls(service: KafkaContext, request: Request) -> Any:
         reply.nested("AclCreationResult", error_code=code, error_message=message) for code, message in results))
 
 
-async def delete_acls(service: KafkaContext, request: Request) -> Any:
+async def delete_acls(service: AclApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     denied = service.authorizer.denied(request.api)

@@ -11,7 +11,7 @@ from trikafka.kafka.group_records import ConsumerKey, ConsumerRecord, GroupKey, 
 
 from trikafka.kafka.apis import KafkaApi
 
-from ..context import KafkaContext
+from ..needs import GroupApis
 from ..entities import NO_THROTTLE, Reply
 from .access import group_denied, group_partition, lists_every_group, topic_denied
 from .group import CONSUMER_GROUP_TYPE, Group, GroupState
@@ -21,7 +21,7 @@ OPERATIONS_NOT_ASKED = -2147483648  # Kafka's "authorized operations not asked f
 _DESCRIBED_WITH_ASSIGNMENTS = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
 
 
-def list_groups(service: KafkaContext, request: Request) -> Any:
+def list_groups(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     wanted = {state.lower() for state in getattr(body, "states_filter", ()) or ()}
@@ -41,7 +41,7 @@ def _protocol_type(group: Group) -> str:
     return CONSUMER_GROUP_TYPE if group.group_type == CONSUMER_GROUP_TYPE else group.protocol_type or ""
 
 
-async def describe_groups(service: KafkaContext, request: Request) -> Any:
+async def describe_groups(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     described = []
@@ -72,7 +72,7 @@ def _described(reply: Reply, group_id: str, error: ErrorCode, group: Group | Non
                         members=members, authorized_operations=OPERATIONS_NOT_ASKED)
 
 
-async def delete_groups(service: KafkaContext, request: Request) -> Any:
+async def delete_groups(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     results = []
@@ -82,7 +82,7 @@ async def delete_groups(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-async def _delete_group(service: KafkaContext, api: KafkaApi, group_id: str) -> ErrorCode:
+async def _delete_group(service: GroupApis, api: KafkaApi, group_id: str) -> ErrorCode:
     groups = await group_partition(service, api, group_id)
     if isinstance(groups, ErrorCode):
         return groups
@@ -105,7 +105,7 @@ async def _delete_group(service: KafkaContext, api: KafkaApi, group_id: str) -> 
     return error
 
 
-async def offset_delete(service: KafkaContext, request: Request) -> Any:
+async def offset_delete(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]

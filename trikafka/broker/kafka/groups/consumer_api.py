@@ -12,7 +12,7 @@ from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
 from trikafka.kafka.topic_ids import names_by_id, topic_id
 
-from ..context import KafkaContext
+from ..needs import ConsumerGroupApis
 from ..entities import NO_THROTTLE, Reply
 from .access import group_partition, topic_denied
 from .assignors import Assignment, TopicsMetadata
@@ -24,7 +24,7 @@ NO_REBALANCE_TIMEOUT_MS = -1
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's member_type: a consumer-protocol member
 
 
-def broker_topics(service: KafkaContext) -> TopicsMetadata:
+def broker_topics(service: ConsumerGroupApis) -> TopicsMetadata:
     """The broker's Kafka-format topics (internal ones left out) as the assignors take them:
     name -> (topic id, partition count)."""
     topics: dict[str, tuple[Any, int]] = {}
@@ -37,7 +37,7 @@ def broker_topics(service: KafkaContext) -> TopicsMetadata:
     return topics
 
 
-async def consumer_group_heartbeat(service: KafkaContext, request: Request) -> Any:
+async def consumer_group_heartbeat(service: ConsumerGroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     refused = HeartbeatAnswer(ErrorCode.none, body.member_id, body.member_epoch)
@@ -78,7 +78,7 @@ def _with(answer: HeartbeatAnswer, error: ErrorCode, message: str | None = None)
     return HeartbeatAnswer(error, answer.member_id, answer.member_epoch, None, message)
 
 
-def _heartbeat_reply(reply: Reply, service: KafkaContext, answer: HeartbeatAnswer) -> Any:
+def _heartbeat_reply(reply: Reply, service: ConsumerGroupApis, answer: HeartbeatAnswer) -> Any:
     assignment = None if answer.assignment is None else reply.nested("Assignment", topic_partitions=tuple(
         reply.nested("TopicPartitions", topic_id=topic, partitions=partitions)
         for topic, partitions in to_topic_partitions(answer.assignment)))
@@ -88,7 +88,7 @@ def _heartbeat_reply(reply: Reply, service: KafkaContext, answer: HeartbeatAnswe
                           heartbeat_interval=datetime.timedelta(milliseconds=interval_ms), assignment=assignment)
 
 
-async def consumer_group_describe(service: KafkaContext, request: Request) -> Any:
+async def consumer_group_describe(service: ConsumerGroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     names = names_by_id(service.topic_names())
@@ -96,7 +96,7 @@ async def consumer_group_describe(service: KafkaContext, request: Request) -> An
     return reply.response(throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-async def _describe(service: KafkaContext, reply: Reply, request: Request, group_id: str,
+async def _describe(service: ConsumerGroupApis, reply: Reply, request: Request, group_id: str,
                     names: dict[Any, str]) -> Any:
     groups = await group_partition(service, request.api, group_id)
     group = None if isinstance(groups, ErrorCode) else groups.group(group_id)

@@ -38,7 +38,9 @@ class GroupCoordinator:
     """The groups of the ``__consumer_offsets`` partitions this broker leads."""
 
     def __init__(self, topic: InternalTopic, config: BrokerConfig, clock_ms: Callable[[], int],
-                 zookeeper_groups: ZooKeeperGroups):
+                 zookeeper_groups: ZooKeeperGroups, on_membership_change: Callable[[], None] = lambda: None):
+        """``on_membership_change``: called whenever a group may have gained its first member or lost
+        its last (the live-group marks, §17.7)."""
         self.topic = topic  # __consumer_offsets: the coordinator's one way to its partitions
         self._config = config
         self._clock_ms = clock_ms
@@ -51,7 +53,8 @@ class GroupCoordinator:
                                       config.group_max_session_timeout_ms,
                                       ConsumerSettings(config.group_consumer_session_timeout_ms,
                                                        config.group_consumer_heartbeat_interval_ms))
-        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms, self.write)
+        self.membership = CoordinatorMembership(self._write_metadata, self.loaded, clock_ms,
+                                                write_records=self.write, on_change=on_membership_change)
         self.loads: PartitionLoads[OffsetsPartition] = PartitionLoads(
             topic, self._load, on_loaded=lambda _: self.membership.poke(),
             on_drop=self.membership.drop)
@@ -132,7 +135,7 @@ class GroupCoordinator:
         return await self.loads.serve(index)
 
     def on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of ``topic``-``index`` here: a ``__consumer_offsets``
+        """Replication applied a state of ``topic``-``index`` here: a ``__consumer_offsets``
         partition this broker now leads is loaded at once, one it no longer leads dropped (§17.3)."""
         if topic == OFFSETS_TOPIC:
             self.loads.on_role(index, role)

@@ -53,7 +53,8 @@ class CoordinatorMembership:
     def __init__(self, write: Callable[[OffsetsPartition, GroupValue, str], Awaitable[ErrorCode]],
                  loaded: Callable[[], Iterable[OffsetsPartition]], wall_ms: Callable[[], int],
                  write_records: Callable[[OffsetsPartition, Sequence[tuple[RecordKey, RecordValue | None]]],
-                                         Awaitable[ErrorCode]] | None = None):
+                                         Awaitable[ErrorCode]] | None = None,
+                 on_change: Callable[[], None] = _nothing):
         self._write = write
         self._write_records = write_records  # a consumer group's records (§17.9)
         self._loaded = loaded
@@ -63,7 +64,7 @@ class CoordinatorMembership:
         self._nursery: trio.Nursery | None = None
         self.rebalances = 0  # completed rebalances, for the metrics (§17.6)
         # Called whenever a group may have changed: the live-group marks (§17.7) compare again.
-        self.on_change: Callable[[], None] = _nothing
+        self._on_change = on_change
 
     @staticmethod
     def now_ms() -> int:
@@ -132,7 +133,7 @@ class CoordinatorMembership:
 
     def carry_out_soon(self, groups: OffsetsPartition, group: Group, effects: Effects) -> None:
         """As ``carry_out``, from a timer: a write runs in the background (no request waits on it)."""
-        self.on_change()
+        self._on_change()
         self._count(group, effects)
         self._answer(group.group_id, effects)
         if effects.store and self._nursery is not None:
@@ -187,7 +188,7 @@ class CoordinatorMembership:
 
     def drop(self, groups: OffsetsPartition) -> None:
         """The partition is no longer this broker's: its waiting requests answer NOT_COORDINATOR."""
-        self.on_change()
+        self._on_change()
         for (group_id, member_id, kind), slot in list(self._slots.items()):
             if group_id in groups.groups and not slot.done.is_set():
                 slot.answer = (JoinAnswer(ErrorCode.not_coordinator, member_id) if kind == "join"
@@ -199,7 +200,7 @@ class CoordinatorMembership:
     def poke(self) -> None:
         """A group changed: its deadlines may be earlier than the timer task's sleep."""
         self._wake.set()
-        self.on_change()
+        self._on_change()
 
     async def _run_timers(self) -> None:
         while True:

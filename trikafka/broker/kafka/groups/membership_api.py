@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.framing import Request
 
 from ..connection import CLIENT_PEER
-from ..context import KafkaContext
+from ..needs import GroupApis
 from ..entities import NO_THROTTLE, Reply
 from .access import group_partition
 from .member import JoinAnswer
@@ -29,7 +29,7 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000)
 
 
-async def join_group(service: KafkaContext, request: Request) -> Any:
+async def join_group(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     groups = await group_partition(service, request.api, body.group_id)
@@ -61,7 +61,7 @@ def _join_reply(reply: Reply, answer: JoinAnswer, message: str | None = None) ->
                           leader=answer.leader, member_id=answer.member_id, members=members)
 
 
-async def sync_group(service: KafkaContext, request: Request) -> Any:
+async def sync_group(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     groups = await group_partition(service, request.api, body.group_id)
@@ -87,7 +87,7 @@ def _sync_reply(reply: Reply, error: ErrorCode, protocol_type: str | None = None
                           protocol_name=protocol, assignment=assignment)
 
 
-async def heartbeat(service: KafkaContext, request: Request) -> Any:
+async def heartbeat(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     groups = await group_partition(service, request.api, body.group_id)
@@ -101,7 +101,7 @@ async def heartbeat(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, error_code=error)
 
 
-async def leave_group(service: KafkaContext, request: Request) -> Any:
+async def leave_group(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     batched = request.api_version >= BATCHED_LEAVE_FROM

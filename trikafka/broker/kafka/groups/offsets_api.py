@@ -12,7 +12,7 @@ from trikafka.kafka.group_records import OffsetKey, OffsetValue, RecordKey, Reco
 from trikafka.kafka.apis import KafkaApi
 
 from ..acl.model import ResourceType
-from ..context import KafkaContext
+from ..needs import GroupApis
 from ..entities import NO_THROTTLE, Reply
 from .access import group_partition, topic_denied
 
@@ -26,7 +26,7 @@ NO_METADATA = ""
 FIRST_GROUP_LEVEL_ERROR_VERSION = 2  # OffsetFetch: v1 answers a group's error in each partition
 
 
-async def find_coordinator(service: KafkaContext, request: Request) -> Any:
+async def find_coordinator(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     key_type = getattr(body, "key_type", KEY_TYPE_GROUP)
@@ -42,7 +42,7 @@ async def find_coordinator(service: KafkaContext, request: Request) -> Any:
                           host=host, port=port)
 
 
-async def _coordinator(service: KafkaContext, api: KafkaApi, key: str,
+async def _coordinator(service: GroupApis, api: KafkaApi, key: str,
                        key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) of the coordinator of ``key`` (§17.3, §18.3)."""
     resource = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
@@ -59,7 +59,7 @@ async def _coordinator(service: KafkaContext, api: KafkaApi, key: str,
     return ErrorCode.none, None, address.broker_id, address.host, address.port
 
 
-async def offset_commit(service: KafkaContext, request: Request) -> Any:
+async def offset_commit(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = [(t.name, p) for t in body.topics for p in t.partitions]
@@ -90,12 +90,12 @@ async def offset_commit(service: KafkaContext, request: Request) -> Any:
     return _commit_answer(reply, body, errors)
 
 
-def commit_record(service: KafkaContext, api: KafkaApi, group_id: str, topic: str, part: Any, refused: ErrorCode,
+def commit_record(service: GroupApis, api: KafkaApi, group_id: str, topic: str, part: Any, refused: ErrorCode,
                   records: list[tuple[RecordKey, RecordValue | None]]) -> ErrorCode:
     """One partition of an OffsetCommit or TxnOffsetCommit (``part``, Any: its request entity at the
     request's version): its error, and when NONE its record appended to ``records`` (§17.5).
     ``refused``: the group's answer to the member's commit, NONE when it may write."""
-    count = service.engine.directory.partitions_if_valid(topic) if service.topic_format(topic) is not None else None
+    count = service.partition_count(topic)
     if (denied := topic_denied(service, api, topic)) is not None:
         return denied
     if refused != ErrorCode.none:
@@ -118,7 +118,7 @@ def _commit_answer(reply: Reply, body: Any, errors: dict[tuple[str, int], ErrorC
     return reply.response(throttle_time=NO_THROTTLE, topics=topics)
 
 
-async def offset_fetch(service: KafkaContext, request: Request) -> Any:
+async def offset_fetch(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     require_stable = getattr(body, "require_stable", False)
@@ -134,7 +134,7 @@ async def offset_fetch(service: KafkaContext, request: Request) -> Any:
     return reply.response(throttle_time=NO_THROTTLE, topics=topics, error_code=error)
 
 
-async def _fetch_group(service: KafkaContext, reply: Reply, request: Request, group_id: str, asked: Any,
+async def _fetch_group(service: GroupApis, reply: Reply, request: Request, group_id: str, asked: Any,
                        require_stable: bool, member_id: str | None = None,
                        member_epoch: int = NO_MEMBER_EPOCH) -> tuple[tuple[Any, ...], ErrorCode]:
     """One group's answer: its topics and its group-level error (§17.5).  ``asked`` (Any: this

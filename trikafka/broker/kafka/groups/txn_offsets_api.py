@@ -13,7 +13,7 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.group_records import OFFSETS_TOPIC, RecordKey, RecordValue
 
 from ..acl.model import ResourceType
-from ..context import KafkaContext
+from ..needs import GroupApis
 from ..entities import NO_THROTTLE, Reply
 from ..transactions.api import for_version
 from ..transactions.verification import Verification, retriable_for, verify_partition
@@ -23,7 +23,7 @@ from .offsets_api import commit_record
 FIRST_MEMBER_CHECK_VERSION = 3  # v3 carries the member id and generation (KIP-447)
 
 
-async def txn_offset_commit(service: KafkaContext, request: Request) -> Any:
+async def txn_offset_commit(service: GroupApis, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     asked = [(str(t.name), p) for t in body.topics for p in t.partitions]
@@ -35,7 +35,7 @@ async def txn_offset_commit(service: KafkaContext, request: Request) -> Any:
             for p in t.partitions)) for t in body.topics))
 
 
-async def _commit(service: KafkaContext, request: Request, body: Any,
+async def _commit(service: GroupApis, request: Request, body: Any,
                   asked: list[tuple[str, Any]]) -> dict[tuple[str, int], ErrorCode]:
     """Each partition's error; the accepted offsets are written as one transactional batch."""
     api = request.api
@@ -70,7 +70,7 @@ async def _commit(service: KafkaContext, request: Request, body: Any,
     return errors
 
 
-async def _verify(service: KafkaContext, body: Any, index: int) -> Verification:
+async def _verify(service: GroupApis, body: Any, index: int) -> Verification:
     """KIP-890 for offsets (§19.5.7): the group's partition must be in the producer's ongoing
     transaction (AddOffsetsToTxn) before its offsets are written; a fenced epoch answers
     INVALID_PRODUCER_EPOCH, as the served versions of TxnOffsetCommit do; a coordinator that could not

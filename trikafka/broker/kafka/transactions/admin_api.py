@@ -14,7 +14,7 @@ from trikafka.kafka.framing import Request
 from trikafka.kafka.txn_records import TxnValue, state_named
 
 from ..acl.model import ResourceType
-from ..context import KafkaContext
+from ..needs import TransactionApis
 from ..entities import NO_THROTTLE, Reply, kio_time
 from ..producer_ids import ONE_MS
 
@@ -23,7 +23,7 @@ NO_PRODUCER_ID = -1
 NOT_STARTED = datetime.datetime.fromtimestamp(0, tz=datetime.timezone.utc)
 
 
-async def describe_transactions(service: KafkaContext, request: Request) -> Any:
+async def describe_transactions(service: TransactionApis, request: Request) -> Any:
     """DescribeTransactions v0: each id's state at its coordinator, or the id's error."""
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
@@ -57,7 +57,7 @@ def _described(reply: Reply, tid: str, found: TxnValue | ErrorCode) -> Any:
                      for topic, indexes in by_topic.items()))
 
 
-def list_transactions(service: KafkaContext, request: Request) -> Any:
+def list_transactions(service: TransactionApis, request: Request) -> Any:
     """ListTransactions v0: the ids this broker coordinates, filtered by state and producer id."""
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version

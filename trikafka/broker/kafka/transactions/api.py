@@ -19,7 +19,7 @@ from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import OFFSETS_TOPIC
 
 from ..acl.model import ResourceType
-from ..context import KafkaContext
+from ..needs import TransactionApis
 from ..entities import NO_THROTTLE, Reply
 
 # The first version of each api that may answer PRODUCER_FENCED (KIP-588); older ones get
@@ -43,11 +43,11 @@ def for_version(error: ErrorCode, api: KafkaApi, version: int) -> ErrorCode:
     return error
 
 
-def _transactional_id_denied(service: KafkaContext, api: KafkaApi, transactional_id: str) -> ErrorCode | None:
+def _transactional_id_denied(service: TransactionApis, api: KafkaApi, transactional_id: str) -> ErrorCode | None:
     return service.authorizer.denied(api, transactional_id, ResourceType.TRANSACTIONAL_ID)
 
 
-async def add_partitions_to_txn(service: KafkaContext, request: Request) -> Any:
+async def add_partitions_to_txn(service: TransactionApis, request: Request) -> Any:
     """AddPartitionsToTxn (§19.5.4): every partition joins the transaction, or none does; v4 (brokers'
     calls) answers per transaction, and a ``verify_only`` one only checks its partitions (§19.5.7)."""
     reply = Reply(request.api_key, request.api_version)
@@ -73,7 +73,7 @@ def _topic_results(reply: Reply, asked: list[tuple[str, int]], errors: dict[tupl
         for topic, indexes in by_topic.items())
 
 
-async def _add_partitions_batched(service: KafkaContext, request: Request, reply: Reply, body: Any) -> Any:
+async def _add_partitions_batched(service: TransactionApis, request: Request, reply: Reply, body: Any) -> Any:
     """AddPartitionsToTxn v4: each transaction verified (``verify_only``) or added as v3 adds."""
     if (denied := service.authorizer.denied(request.api, resource_type=ResourceType.CLUSTER)) is not None:
         return reply.response(throttle_time=NO_THROTTLE, error_code=denied, results_by_transaction=())
@@ -92,7 +92,7 @@ async def _add_partitions_batched(service: KafkaContext, request: Request, reply
                           results_by_transaction=tuple(results))
 
 
-async def _verify_partitions(service: KafkaContext, transactional_id: str, producer_id: int, producer_epoch: int,
+async def _verify_partitions(service: TransactionApis, transactional_id: str, producer_id: int, producer_epoch: int,
                              asked: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
     """Each partition as this broker's coordinator verifies it (§19.5.7); nothing is added."""
     coordinator = service.transactions
@@ -102,7 +102,7 @@ async def _verify_partitions(service: KafkaContext, transactional_id: str, produ
             for topic, index in asked}
 
 
-async def _add_partitions(service: KafkaContext, request: Request, transactional_id: str, producer_id: int,
+async def _add_partitions(service: TransactionApis, request: Request, transactional_id: str, producer_id: int,
                           producer_epoch: int, asked: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
     """Each partition's error: a refusal of one leaves the others OPERATION_NOT_ATTEMPTED (§19.5.4)."""
     api = request.api
@@ -123,21 +123,19 @@ async def _add_partitions(service: KafkaContext, request: Request, transactional
     return {key: for_version(error, api, request.api_version) for key in asked}
 
 
-def _partition_exists(service: KafkaContext, topic: str, index: int) -> bool:
-    if service.topic_format(topic) is None:
-        return False
-    count = service.engine.directory.partitions_if_valid(topic)
+def _partition_exists(service: TransactionApis, topic: str, index: int) -> bool:
+    count = service.partition_count(topic)
     return count is not None and 0 <= index < count
 
 
-async def add_offsets_to_txn(service: KafkaContext, request: Request) -> Any:
+async def add_offsets_to_txn(service: TransactionApis, request: Request) -> Any:
     """AddOffsetsToTxn (§19.5.4): the group's ``__consumer_offsets`` partition joins the transaction."""
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
     return reply.response(throttle_time=NO_THROTTLE, error_code=await _add_offsets(service, request, body))
 
 
-async def _add_offsets(service: KafkaContext, request: Request, body: Any) -> ErrorCode:
+async def _add_offsets(service: TransactionApis, request: Request, body: Any) -> ErrorCode:
     api = request.api
     if (denied := _transactional_id_denied(service, api, body.transactional_id)) is not None:
         return denied
@@ -156,7 +154,7 @@ async def _add_offsets(service: KafkaContext, request: Request, body: Any) -> Er
     return for_version(error, api, request.api_version)
 
 
-async def end_txn(service: KafkaContext, request: Request) -> Any:
+async def end_txn(service: TransactionApis, request: Request) -> Any:
     """EndTxn (§19.5.4): commit or abort, answered once the decision is written."""
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version

@@ -71,7 +71,7 @@ class TransactionCoordinator:
     # ----------------------------------------------------------------- placement and loading
 
     def on_role(self, topic: str, index: int, role: str) -> None:
-        """The replica manager applied a state of ``topic``-``index`` here (§19.5.6)."""
+        """Replication applied a state of ``topic``-``index`` here (§19.5.6)."""
         if topic == TRANSACTION_STATE_TOPIC:
             self.loads.on_role(index, role)
 

@@ -26,7 +26,7 @@ from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
 from ...engine.partition import Refused
-from ..context import KafkaContext, TransactionCoordination, TransactionVerifier
+from ..needs import PartitionLookup, PeerReach, TransactionCoordination, TransactionVerifier
 from ..peer_call import PeerCallError, peer_call
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Verification(NamedTuple):
     guard: VerificationGuard | None
 
 
-async def verify_partition(service: KafkaContext, verifier: TransactionVerifier, transactional_id: str,
+async def verify_partition(service: PartitionLookup, verifier: TransactionVerifier, transactional_id: str,
                            producer_id: int, producer_epoch: int, topic: str, partition: int) -> Verification:
     """§19.5.7 for a transactional batch of ``producer_id`` at ``producer_epoch`` on this broker's
     ``topic``-``partition``: no question when its transaction is open here; else the producer's
@@ -91,7 +91,7 @@ async def verify_partition(service: KafkaContext, verifier: TransactionVerifier,
 class RoutedVerifier:
     """The partition side's question to a transaction coordinator, here or on another broker."""
 
-    def __init__(self, service: KafkaContext, local: TransactionCoordination):
+    def __init__(self, service: PeerReach, local: TransactionCoordination):
         self._service = service
         self._local = local
 

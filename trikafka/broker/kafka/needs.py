@@ -1,8 +1,14 @@
-"""What the Kafka listener's handlers need from their broker (docs/protocol.md §16).
+"""What each family of Kafka handlers needs of its broker (docs/protocol.md §16, docs/architecture.md).
 
-``KafkaService`` (``service.py``) is the one implementation; the handler
-modules see only this Protocol, so they never import the service that
-dispatches to them.
+A handler's first parameter is typed with the narrowest Protocol here that has what it reads:
+``PartitionWrites`` for Produce, ``PartitionReads`` for Fetch and the offset apis,
+``ClusterApis`` for Metadata, ``TopicAdministration`` for the topic and config apis,
+``GroupApis``, ``TransactionApis``, ``MarkerApis``, ``AclApis``, ``ScramApis``.  Each is made of
+the small collaborator Protocols below it (the verifier, the group and transaction coordinators,
+the topic creation) and the ``Authorizing`` every handler shares.  ``KafkaService``
+(``service.py``) satisfies them all; the type check proves it where the api table names each
+handler, so a handler that reaches past its Protocol fails ``scripts/typecheck``.  A new handler
+takes the Protocol of its family, or a new one here made of the members it reads.
 """
 
 from __future__ import annotations
@@ -139,31 +145,85 @@ class TransactionCoordination(TransactionVerifier, Protocol):
         """ListTransactions: the ids coordinated here, by id, with the error of the whole answer."""
 
 
-class KafkaContext(Protocol):
-    """One broker as its Kafka handlers see it."""
-
-    engine: Engine  # the partitions, topics, waiters and metrics both listeners share (broker/engine/)
-    config: BrokerConfig
-    clock_ms: Callable[[], int]
-    broker_id: int
-    cluster_id: str
-    topics: TopicCreation
-    registry: TopicRegistry | None
-    transactions: TransactionCoordination | None  # None: no transaction coordinator (a bare test service)
-    verifier: TransactionVerifier | None  # the partition side's KIP-890 check (§19.5.7); None with no coordinator
-    run_blocking: RunBlocking
-    authorizer: Authorizer
-    peer_connections: PeerConnections  # how this broker's own calls reach other brokers (§18.5)
-    credential_store: CredentialStore  # the SCRAM users (§18.2)
+class Authorizing(Protocol):
+    """What every handler checks a request against (§18.3)."""
 
     @property
-    def groups(self) -> GroupCoordination: ...
+    def authorizer(self) -> Authorizer: ...
+
+
+class PartitionLookup(Protocol):
+    """A partition a Kafka request names, as the engine holds it (§16.4, §16.6)."""
+
+    def topic_format(self, topic: str) -> str | None:
+        """``"v2"``, ``"0.7"``, or None for a topic this broker does not know."""
+
+    def partition_count(self, topic: str) -> int | None:
+        """``topic``'s partition count, None for a topic this broker does not know."""
+
+    async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode:
+        """The partition, or the Kafka error that answers a request naming it."""
+
+
+class PeerReach(Protocol):
+    """This broker's calls to the others (§18.5): who is who, and the connections to them."""
 
     @property
-    def producer_ids(self) -> ProducerIds: ...
+    def broker_id(self) -> int: ...
 
     @property
-    def markers(self) -> TransactionMarkers: ...
+    def peer_connections(self) -> PeerConnections: ...
+
+    def kafka_brokers(self) -> list[BrokerAddress]: ...
+
+
+class PartitionReads(Authorizing, Protocol):
+    """Fetch, ListOffsets, OffsetForLeaderEpoch, DescribeProducers: a partition's read view, the
+    engine's waiters and metrics, a worker thread for the segment reads."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def run_blocking(self) -> RunBlocking: ...
+
+    async def read_view(self, topic: str, index: int, current_leader_epoch: int) -> ReadView | ErrorCode: ...
+
+
+class PartitionWrites(Authorizing, PartitionLookup, Protocol):
+    """Produce: the engine's append, the KIP-890 verifier, the topic's timestamp type and policy."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def clock_ms(self) -> Callable[[], int]: ...
+
+    @property
+    def verifier(self) -> TransactionVerifier | None: ...
+
+    def log_start_offset(self, partition: Partition) -> int: ...
+
+    def timestamp_type(self, topic: str) -> str: ...
+
+    def compacts(self, topic: str) -> bool: ...
+
+
+class ClusterApis(Authorizing, Protocol):
+    """ApiVersions, Metadata, DescribeCluster: the brokers, the cluster id, the topics known here,
+    and Metadata's auto-creation (§16.5)."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def engine(self) -> Engine: ...  # its topic admin describes a topic (engine/metadata.py)
+
+    @property
+    def topics(self) -> TopicCreation: ...
 
     def kafka_brokers(self) -> list[BrokerAddress]: ...
 
@@ -173,31 +233,94 @@ class KafkaContext(Protocol):
 
     def topic_format(self, topic: str) -> str | None: ...
 
-    async def partition_for(self, topic: str, index: int, *, write: bool) -> Partition | ErrorCode: ...
 
-    def log_start_offset(self, partition: Partition) -> int: ...
+class TopicAdministration(Authorizing, Protocol):
+    """CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, Alter*Configs."""
 
-    async def read_view(self, topic: str, index: int, current_leader_epoch: int) -> ReadView | ErrorCode: ...
+    @property
+    def config(self) -> BrokerConfig: ...
 
-    def stored_settings(self, topic: str) -> dict[str, str]: ...
+    @property
+    def topics(self) -> TopicCreation: ...
 
-    def timestamp_type(self, topic: str) -> str: ...
-
-    def compacts(self, topic: str) -> bool: ...
+    def topic_format(self, topic: str) -> str | None: ...
 
     async def delete_topic(self, topic: str) -> None: ...
 
-    async def wait_topic_known(self, topic: str) -> None: ...
 
-    async def wait_settings_seen(self, topic: str, settings: dict[str, str], timeout_s: float) -> None: ...
+class GroupApis(Authorizing, PartitionLookup, Protocol):
+    """FindCoordinator, the group membership, offset and admin apis, TxnOffsetCommit (§17, §19.5.4)."""
+
+    @property
+    def groups(self) -> GroupCoordination: ...
+
+    @property
+    def transactions(self) -> TransactionCoordination | None: ...  # FindCoordinator of a transactional id
+
+    @property
+    def verifier(self) -> TransactionVerifier | None: ...
+
+    @property
+    def clock_ms(self) -> Callable[[], int]: ...
+
+
+class ConsumerGroupApis(GroupApis, Protocol):
+    """ConsumerGroupHeartbeat, ConsumerGroupDescribe (§17.9): the group apis, and the topics a
+    subscription names (the broker's settings, its topic admin, the topics it knows)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def topic_names(self) -> list[str]: ...
+
+
+class TransactionApis(Authorizing, PartitionLookup, Protocol):
+    """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+    ListTransactions (§19.5)."""
+
+    @property
+    def transactions(self) -> TransactionCoordination | None: ...
+
+    @property
+    def groups(self) -> GroupCoordination: ...  # AddOffsetsToTxn: the group's offsets partition
+
+    @property
+    def producer_ids(self) -> ProducerIds: ...
+
+
+class MarkerApis(Authorizing, Protocol):
+    """WriteTxnMarkers (§19.6)."""
+
+    @property
+    def markers(self) -> TransactionMarkers: ...
+
+
+class AclApis(Authorizing, Protocol):
+    """DescribeAcls, CreateAcls, DeleteAcls (§18.3)."""
 
     async def read_acls(self) -> AclSet: ...
 
     async def update_acls(self, edit: Edit) -> AclSet: ...
 
 
-class ConfigsHost(KafkaContext, Protocol):
+class ConfigsHost(TopicAdministration, Protocol):
     """The configs apis' broker: its topics, and its entities and dynamic settings (§20.1, §20.4)."""
 
-    entity_configs: EntityConfigStore
-    broker_settings: BrokerSettings
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def entity_configs(self) -> EntityConfigStore: ...
+
+    @property
+    def broker_settings(self) -> BrokerSettings: ...
+
+
+class ScramApis(Authorizing, Protocol):
+    """DescribeUserScramCredentials, AlterUserScramCredentials (§18.2)."""
+
+    @property
+    def credential_store(self) -> CredentialStore: ...

@@ -1,0 +1,53 @@
+"""The broker is built in one place, top down, each object given what it needs at construction
+(docs/architecture.md, "The composition root"): the root finishes no object after building it,
+and the Kafka listener's ``start`` only starts tasks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+BROKER = Path(__file__).resolve().parents[2] / "trikafka" / "broker"
+
+
+def _function(path: Path, name: str, in_class: str | None = None) -> ast.AST:
+    """The definition of ``name`` (a method of ``in_class``, or a module-level function) in ``path``."""
+    scope: list[ast.stmt] = ast.parse(path.read_text()).body
+    if in_class is not None:
+        scope = next(n for n in scope if isinstance(n, ast.ClassDef) and n.name == in_class).body
+    return next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+
+
+def attribute_assignments(function: ast.AST) -> list[str]:
+    """Each ``x.y = ...`` (or ``+=``, or annotated) in ``function``, as written."""
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        found += [ast.unparse(t) for t in targets if isinstance(t, ast.Attribute)]
+    return found
+
+
+def test_the_composition_root_finishes_no_object_after_building_it():
+    # The broker's state (it now serves) and the shutdown's grace deadline: no collaborator.
+    assert sorted(attribute_assignments(_function(BROKER / "server.py", "_run_tree"))) == [
+        "broker.serving", "server.cancel_scope.deadline"]
+
+
+def test_the_kafka_listener_is_built_whole_and_start_only_starts_tasks():
+    assert attribute_assignments(_function(BROKER / "kafka" / "service.py", "start", "KafkaService")) == []
+
+
+def test_the_one_link_closed_after_construction_is_the_directory_s_replication():
+    # The partition directory and replication need each other (docs/architecture.md).
+    assert attribute_assignments(_function(BROKER / "replication" / "startup.py", "start_replication")) == [
+        "engine.directory.replicas"]
+
+
+def test_an_assignment_after_construction_is_found():
+    planted = ast.parse("async def _run_tree():\n    admin = TopicAdmin()\n    admin.self_broker = me\n")
+    assert attribute_assignments(planted) == ["admin.self_broker"]
