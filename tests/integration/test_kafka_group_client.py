@@ -155,14 +155,19 @@ async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(k
     assert _values([member]) | theirs == everything
 
 
-async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) -> None:
+# a consumer-protocol group (§17.9) is described by ConsumerGroupDescribe: DescribeGroups answers it Dead
+@pytest.mark.parametrize("broker, group_protocol, assignor", [("kafka", "classic", "range"),
+                                                              ("kafka4", "consumer", "uniform")])
+async def test_groups_describe_shows_members_and_lag(request: pytest.FixtureRequest, broker: str,
+                                                     group_protocol: str, assignor: str) -> None:
+    kafka: RunningKafkaBroker = request.getfixturevalue(broker)
     async with KafkaClient(kafka.bootstrap) as client:
         await _topic(client, "described", 2, 10)
     member = Member(KafkaGroupConsumer(kafka.bootstrap, "described-group", ["described"], auto_offset_reset="earliest",
-                                       enable_auto_commit=False, max_wait_s=0.1))
+                                       enable_auto_commit=False, max_wait_s=0.1, group_protocol=group_protocol))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(member.run)
-        await _until(lambda: len(member.seen) >= 4)
+        await _until(lambda: len(member.seen) >= 4 and len(member.consumer.assignment) == 2)
         committed = dict(member.consumer.consumed)  # what commit() commits: it reads them before its first await
         await member.consumer.commit()
         shown = await trio.to_thread.run_sync(lambda: subprocess.run(
@@ -170,7 +175,7 @@ async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) 
             capture_output=True, text=True, check=True).stdout)
         await member.stop()
     lines = shown.splitlines()
-    assert lines[0].startswith("group described-group: Stable, protocol consumer/range, 1 member")
+    assert lines[0].startswith(f"group described-group: Stable, protocol consumer/{assignor}, 1 member")
     assert lines[1] == "member\tinstance\tclient_id\thost\tassignment"
     assert lines[2].startswith(member.consumer.membership.member_id)
     assert lines[2].endswith("described-0,described-1")
