@@ -235,12 +235,13 @@ class HostedPartition:
         async def attempt() -> ReplicaFetchAnswer:
             # Every pass records the fetch (the follower's end and time, §12.6), the last one too.
             leader = self.leader
-            before = leader.high_watermark if leader is not None else -1
+            before = (leader.high_watermark, leader.log_start_of(request.replica_id)) if leader is not None else None
             answer = serve_replica_fetch(request, leader=leader, leader_epoch=self.leader_epoch,
                                          history=self.epochs.history, log_end=self.log.end_offset,
                                          now_ms=self._clock_ms(), ack_fsync=self.config.replica_ack_fsync)
-            if leader is not None and answer.error == ErrorCode.NO_ERROR and leader.high_watermark != before:
-                self._waiters.notify(self.key)  # acks -1 and consumers
+            if leader is not None and answer.error == ErrorCode.NO_ERROR and (
+                    leader.high_watermark, leader.log_start_of(request.replica_id)) != before:
+                self._waiters.notify(self.key)  # acks -1, consumers, and DeleteRecords (§16.4)
             return answer
 
         def ready(answer: ReplicaFetchAnswer) -> bool:
@@ -306,6 +307,11 @@ class FollowerLog:
     @property
     def history(self) -> EpochHistory:
         return self._hosted.epochs.history
+
+    @property
+    def log_start_offset(self) -> int:
+        log = self._hosted.log
+        return log.kafka_offsets.start_offset if log.record_format == FORMAT_V2.name else -1
 
     def _check(self) -> None:
         if self._hosted.follower is not self._follower:
