@@ -245,7 +245,7 @@ class HostedPartition:
             return answer
 
         def ready(answer: ReplicaFetchAnswer) -> bool:
-            return answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
+            return answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0 or self._log_start_ahead_of(request)
 
         answer = await self._waiters.long_poll([self.end_key], deadline, attempt, ready)
         data = None
@@ -259,6 +259,16 @@ class HostedPartition:
                                              chunk_epoch=answer.chunk_epoch, high_watermark=answer.high_watermark,
                                              log_end=answer.log_end, isr=answer.isr, data=data,
                                              log_start_offset=log_start)
+
+    def _log_start_ahead_of(self, request: ReplicaFetchRequest) -> bool:
+        """Whether this leader's log start is above the one the follower reported: the answer
+        carries it at once rather than after the long poll (DeleteRecords waits for it, §16.4)."""
+        log = self.log
+        return log.record_format == FORMAT_V2.name and log.kafka_offsets.start_offset > request.log_start_offset
+
+    def log_start_moved(self) -> None:
+        """DeleteRecords raised the log start: wake the followers' long polls to take it (§12.4.1)."""
+        self._waiters.notify(self.end_key)
 
     def epoch_end_offset(self, request: EpochEndOffsetRequest) -> bytes:
         """Answer EPOCH_END_OFFSET from this replica's epoch history."""

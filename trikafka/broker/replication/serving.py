@@ -67,6 +67,7 @@ class ReplicatedPartition:
     def log_start_wait(self, offset: int) -> AckWait:
         if self._hosted.leader is None:
             raise _not_led(self._manager, self.key)
+        self._hosted.log_start_moved()
         return _IsrLogStart(self.key, self._hosted, offset)
 
     def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
