@@ -131,3 +131,22 @@ def test_a_member_that_never_joined_leaves_without_a_request() -> None:
     m = ConsumerMembership("g", ("t",))
     m.leave()
     assert m.phase is Phase.LEFT and m.poll(0) is None
+
+
+def test_a_heartbeat_answered_after_leave_was_asked_does_not_cancel_the_leave() -> None:
+    m = joined({T: (0,)})
+    assert sent(m, 5).values["member_epoch"] == 3  # a heartbeat in flight
+    m.leave()
+    m.handle(beat(3), 5)  # its answer comes after the consumer asked to leave
+    assert m.phase is Phase.LEAVE
+    assert sent(m, 5).values["member_epoch"] == -1
+
+
+def test_a_broken_connection_ends_a_leave_but_not_the_heartbeat_before_it() -> None:
+    m = joined({T: (0,)})
+    sent(m, 5)
+    m.leave()
+    m.connection_failed(5)  # the heartbeat sent before the leave got no answer
+    assert m.phase is Phase.LEAVE and sent(m, 5).values["member_epoch"] == -1
+    m.connection_failed(5)  # the leave got none either: its session ends the member
+    assert m.phase is Phase.LEFT

@@ -44,6 +44,7 @@ JOIN_EPOCH = 0  # ConsumerGroupHeartbeat's member epochs (§17.9)
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 NO_REGEX = ""
+_LEAVE_EPOCHS = frozenset({LEAVE_EPOCH, STATIC_LEAVE_EPOCH})
 _REJOIN_ERRORS = frozenset({ErrorCode.fenced_member_epoch, ErrorCode.unknown_member_id})
 Owned = Mapping[uuid.UUID, frozenset[int]]
 
@@ -133,8 +134,8 @@ class ConsumerMembership(OneRequestAtATime):
 
     def connection_failed(self, now_s: float) -> None:
         """The request in flight got no answer (the connection broke): find the coordinator again."""
-        self._in_flight = None
-        if self.phase is Phase.LEAVE:
+        request, self._in_flight = self._in_flight, None
+        if request is not None and request.values.get("member_epoch") in _LEAVE_EPOCHS:
             self.phase = Phase.LEFT
             return
         self._lose_coordinator(now_s + self.retry_backoff_s)
@@ -146,9 +147,11 @@ class ConsumerMembership(OneRequestAtATime):
             raise RuntimeError("an answer with no request in flight")
         if request.api == "FIND_COORDINATOR":
             return self._on_find_coordinator(answer, now_s)
-        if self.phase is Phase.LEAVE:
+        if request.values["member_epoch"] in _LEAVE_EPOCHS:
             self.phase = Phase.LEFT  # whatever it answers, the member is gone: its session would end it anyway
             return
+        if self.phase is Phase.LEAVE:
+            return  # a heartbeat sent before the leave was asked: the leave goes next
         self._on_heartbeat(answer, now_s)
 
     def _coordinator_found(self, now_s: float) -> None:

@@ -276,6 +276,9 @@ class KafkaGroupConsumer:
         self.consumed.update({tp: committed.get(tp, NO_OFFSET) for tp in partitions})
         assert self._nursery is not None
         for tp in partitions:
+            running = self._fetching.get(tp)
+            if running is not None:
+                running.cancel()  # one fetcher per partition, even if it was assigned again without a revocation
             self._fetching[tp] = scope = trio.CancelScope()
             self._nursery.start_soon(self._fetch, tp, scope)
         if self.on_assigned is not None:
