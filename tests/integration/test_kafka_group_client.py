@@ -60,10 +60,20 @@ class Member:
         await self.stopped.wait()
 
 
-def _members(bootstrap: str, group: str, topic: str, count: int) -> list[Member]:
+def _members(bootstrap: str, group: str, topic: str, count: int, group_protocol: str = "classic") -> list[Member]:
     return [Member(KafkaGroupConsumer(bootstrap, group, [topic], auto_offset_reset="earliest", max_wait_s=0.1,
-                                      heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0))
+                                      heartbeat_interval_s=0.2, session_timeout_s=10.0, rebalance_timeout_s=10.0,
+                                      group_protocol=group_protocol))
             for _ in range(count)]
+
+
+async def _first_read(member: Member) -> list[bytes | None]:
+    """What ``member`` reads first, from where its group committed."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(member.run)
+        await _until(lambda: member.seen)
+        await member.stop()
+    return [m.record.value for m in member.seen]
 
 
 def _values(members: list[Member]) -> set[bytes | None]:
@@ -104,12 +114,7 @@ async def test_three_members_share_six_partitions_and_take_over_from_one_that_le
         assert committed == {TopicPartition("g3", p): 12 for p in range(6)}
         async with KafkaProducer.open(client, acks=-1) as producer:
             await producer.send("g3", b"after", partition=3)
-    newcomer = _members(kafka.bootstrap, "three", "g3", 1)[0]
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(newcomer.run)
-        await _until(lambda: newcomer.seen)
-        await newcomer.stop()
-    assert [m.record.value for m in newcomer.seen] == [b"after"]
+    assert await _first_read(_members(kafka.bootstrap, "three", "g3", 1)[0]) == [b"after"]
 
 
 async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(kafka: RunningKafkaBroker) -> None:
@@ -150,14 +155,19 @@ async def test_a_group_consumer_and_a_librdkafka_consumer_split_the_partitions(k
     assert _values([member]) | theirs == everything
 
 
-async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) -> None:
+# a consumer-protocol group (§17.9) is described by ConsumerGroupDescribe: DescribeGroups answers it Dead
+@pytest.mark.parametrize("broker, group_protocol, assignor", [("kafka", "classic", "range"),
+                                                              ("kafka4", "consumer", "uniform")])
+async def test_groups_describe_shows_members_and_lag(request: pytest.FixtureRequest, broker: str,
+                                                     group_protocol: str, assignor: str) -> None:
+    kafka: RunningKafkaBroker = request.getfixturevalue(broker)
     async with KafkaClient(kafka.bootstrap) as client:
         await _topic(client, "described", 2, 10)
     member = Member(KafkaGroupConsumer(kafka.bootstrap, "described-group", ["described"], auto_offset_reset="earliest",
-                                       enable_auto_commit=False, max_wait_s=0.1))
+                                       enable_auto_commit=False, max_wait_s=0.1, group_protocol=group_protocol))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(member.run)
-        await _until(lambda: len(member.seen) >= 4)
+        await _until(lambda: len(member.seen) >= 4 and len(member.consumer.assignment) == 2)
         committed = dict(member.consumer.consumed)  # what commit() commits: it reads them before its first await
         await member.consumer.commit()
         shown = await trio.to_thread.run_sync(lambda: subprocess.run(
@@ -165,7 +175,7 @@ async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) 
             capture_output=True, text=True, check=True).stdout)
         await member.stop()
     lines = shown.splitlines()
-    assert lines[0].startswith("group described-group: Stable, protocol consumer/range, 1 member")
+    assert lines[0].startswith(f"group described-group: Stable, protocol consumer/{assignor}, 1 member")
     assert lines[1] == "member\tinstance\tclient_id\thost\tassignment"
     assert lines[2].startswith(member.consumer.membership.member_id)
     assert lines[2].endswith("described-0,described-1")
@@ -173,3 +183,39 @@ async def test_groups_describe_shows_members_and_lag(kafka: RunningKafkaBroker) 
     for partition in (0, 1):
         offset = committed[TopicPartition("described", partition)]
         assert f"described\t{partition}\t{member.consumer.membership.member_id}\t{offset}\t5\t{5 - offset}" in lines
+
+
+@pytest.fixture(scope="module")
+def kafka4() -> Iterator[RunningKafkaBroker]:
+    """A broker whose consumer groups (§17.9) ask for a heartbeat every 0.2 s, so a rebalance takes a few."""
+    with running_kafka_group_broker(num_partitions=1, group_consumer_heartbeat_interval_ms=200) as running:
+        yield running
+
+
+async def test_consumer_protocol_members_share_partitions_and_one_takes_all_when_the_other_leaves(
+        kafka4: RunningKafkaBroker) -> None:
+    async with KafkaClient(kafka4.bootstrap) as client:
+        await _topic(client, "k4", 4, 40)
+    members = _members(kafka4.bootstrap, "kip848", "k4", 2, "consumer")
+    everything = [TopicPartition("k4", p) for p in range(4)]
+    async with trio.open_nursery() as nursery:
+        for member in members:
+            nursery.start_soon(member.run)
+        await _until(lambda: len(_values(members)) >= 40 and all(len(held) == 2 for held in _held(members)))
+        assert sorted(tp for h in _held(members) for tp in h) == everything
+        assert all(m.consumer.membership.generation_id > 0 for m in members)  # the member epoch commits carry
+        await members[0].stop()
+        await _until(lambda: members[1].consumer.assignment == everything)
+        async with KafkaClient(kafka4.bootstrap) as client:
+            async with KafkaProducer.open(client, acks=-1) as producer:
+                for i in range(40, 48):
+                    await producer.send("k4", f"k4-{i}".encode(), partition=i % 4)
+        await _until(lambda: len(_values(members)) >= 48)
+        await members[1].stop()
+    assert _values(members) == {f"k4-{i}".encode() for i in range(48)}
+
+    async with KafkaClient(kafka4.bootstrap) as client:
+        assert await KafkaAdmin(client).list_group_offsets("kip848") == {tp: 12 for tp in everything}
+        async with KafkaProducer.open(client, acks=-1) as producer:
+            await producer.send("k4", b"after", partition=1)
+    assert await _first_read(_members(kafka4.bootstrap, "kip848", "k4", 1, "consumer")[0]) == [b"after"]

@@ -6,7 +6,9 @@ against the other; librdkafka's mock cluster is a second implementation of the
 protocol, written in C by others. Covered: version negotiation (the mock
 answers ApiVersions v3 with an empty refusal, §16.2), metadata, produce at
 acks 1, all and idempotent, fetch, ListOffsets, and a group member that joins,
-reads, commits and is resumed from its commit by the next member.
+reads, commits and is resumed from its commit by the next member, over the
+classic protocol and Kafka 4's (ConsumerGroupHeartbeat, which the mock of
+confluent-kafka 2.16 serves at v1).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.testing import running_kafka_broker
 
 PARTITIONS = MOCK_PARTITIONS
-TOPICS = ("conformance-acks1", "conformance-acksall", "conformance-idempotent", "conformance-group")
+TOPICS = ("conformance-acks1", "conformance-acksall", "conformance-idempotent", "conformance-group",
+          "conformance-kip848")
 
 
 class Broker:
@@ -98,8 +101,10 @@ async def test_keyed_records_are_stored_in_order_and_read_back_whole(broker: Bro
     assert {p: at.offset for p, at in starts.items()} == {p: 0 for p in range(PARTITIONS)}
 
 
-async def test_a_group_member_reads_every_partition_commits_and_the_next_member_resumes(broker: Broker) -> None:
-    topic = "conformance-group"
+@pytest.mark.parametrize("group_protocol, topic", [("classic", "conformance-group"),
+                                                    ("consumer", "conformance-kip848")])
+async def test_a_group_member_reads_every_partition_commits_and_the_next_member_resumes(
+        broker: Broker, group_protocol: str, topic: str) -> None:
     values = [f"g-{i}".encode() for i in range(40)]
     async with broker.client() as client:
         async with KafkaProducer.open(client, acks=-1, linger_s=0.005) as producer:
@@ -113,10 +118,10 @@ async def test_a_group_member_reads_every_partition_commits_and_the_next_member_
         # librdkafka's mock holds the join of a group that a member left for the timeouts of the members
         # it knew (seen: not answered in 20 s at Kafka's defaults, 45 s and 300 s): 6 s and 5 s keep it short.
         settings = {"auto_offset_reset": "earliest", "enable_auto_commit": False, "rebalance_timeout_s": 5.0,
-                    "session_timeout_s": 6.0}
+                    "session_timeout_s": 6.0, "group_protocol": group_protocol}
         seen: list[bytes] = []
         with trio.fail_after(30):
-            async with KafkaGroupConsumer(client, "conformance", [topic], on_assigned=on_assigned,
+            async with KafkaGroupConsumer(client, topic, [topic], on_assigned=on_assigned,
                                           **settings) as consumer:  # type: ignore[arg-type]
                 async for message in consumer:
                     seen.append(message.record.value or b"")
@@ -130,7 +135,7 @@ async def test_a_group_member_reads_every_partition_commits_and_the_next_member_
         assert [offset for _, offset in later] == [len(values) // PARTITIONS] * PARTITIONS
         resumed: list[bytes] = []
         with trio.fail_after(30):
-            async with KafkaGroupConsumer(client, "conformance", [topic],
+            async with KafkaGroupConsumer(client, topic, [topic],
                                           **settings) as consumer:  # type: ignore[arg-type]
                 async for message in consumer:
                     resumed.append(message.record.value or b"")

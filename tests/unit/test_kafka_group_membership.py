@@ -5,30 +5,17 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from trikafka.client.kafka import schema
+from tests.helpers.group_answers import answer, found, sent
 from trikafka.client.kafka.client import BrokerNode
 from trikafka.client.kafka.membership import Assigned, GroupMembership, GroupRequest, Phase, Revoked
 from trikafka.kafka.consumer_protocol import (Assignment, Subscription, decode_assignment, encode_assignment,
                                               encode_subscription)
 
-FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 SUBSCRIPTION = encode_subscription(Subscription(("t",)))
 MINE = Assignment({"t": (0, 1)})
-
-
-def answer(api_key: int, version: int, **values: object) -> object:
-    """A ``kio`` response body of ``api_key`` at ``version``."""
-    return schema.entity(load_response_schema(api_key, version), throttle_time=datetime.timedelta(0), **values)
-
-
-def found(version: int = 4, code: ErrorCode = ErrorCode.none) -> object:
-    where = {"node_id": 2, "host": "broker-2", "port": 9092, "error_code": code, "error_message": None}
-    if version >= 4:
-        return answer(FIND_COORDINATOR, version, coordinators=[{"key": "g", **where}])
-    return answer(FIND_COORDINATOR, version, **where)
 
 
 def joined(member_id: str = "m-1", leader: str = "m-0", generation_id: int = 1,
@@ -45,12 +32,6 @@ def synced(assignment: Assignment = MINE, code: ErrorCode = ErrorCode.none) -> o
 
 def beat(code: ErrorCode = ErrorCode.none) -> object:
     return answer(HEARTBEAT, 4, error_code=code)
-
-
-def sent(membership: GroupMembership, now_s: float) -> GroupRequest:
-    request = membership.poll(now_s)
-    assert request is not None
-    return request
 
 
 def stable(group_instance_id: str | None = None) -> GroupMembership:

@@ -208,3 +208,15 @@ def test_preferred_replica_registered_after_the_state_was_written_does_not_take_
     back = Cluster(ALL.live, ALL.tail_intact, registered_after_state=frozenset({1}))
     assert elect(state(2, 4, (1, 2)), (1, 2), back, CFG, 1) is None
     assert elect(state(-1, 4, (1, 2)), (1, 2), back, CFG, 1) == state(1, 5, (1, 2))  # but may lead if needed
+
+
+def test_the_isr_holds_a_log_start_once_every_follower_in_it_reported_one_at_or_above_it():
+    lp = leader(isr=(1, 2, 3))
+    assert not lp.isr_holds_log_start(5)  # no follower has reported one yet
+    lp.on_follower_fetch(2, 0, now_ms=1, log_start_offset=5)
+    assert lp.log_start_of(2) == 5 and not lp.isr_holds_log_start(5)
+    lp.on_follower_fetch(3, 0, now_ms=1, log_start_offset=9)
+    assert lp.isr_holds_log_start(5) and not lp.isr_holds_log_start(6)
+    lp.apply_isr((1, 3))  # a follower outside the ISR is not waited for
+    assert lp.isr_holds_log_start(9)
+    assert leader(isr=(1,)).isr_holds_log_start(100)  # the leader alone: it stored the start itself

@@ -127,17 +127,30 @@ async def test_a_follower_without_bytes_of_the_leaders_epoch_is_caught_up_once_i
 
 
 
-@pytest.mark.parametrize("leader_start, followed", [(7, 7), (-1, -1)])
-async def test_the_follower_takes_the_leaders_log_start_offset_and_a_07_leader_sends_none(leader_start, followed):
-    leader_log = MemoryReplica(A + B, [EpochEntry(0, 0)], log_start_offset=leader_start)
+async def _follow_until_caught_up(leader_log: MemoryReplica, follower_log: MemoryReplica) -> MemoryLeader:
+    """Follower 2 copies leader 1 (epoch 0) until the leader moves on once it has everything."""
     leader = MemoryLeader(leader_log, epoch=0)
     left, right = trio.testing.memory_stream_pair()
-    follower_log = MemoryReplica()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(leader.serve, right)
         link = StreamLeaderLink(left, replica_id=2, leader_epoch=0, topic="t", partition=0)
         with pytest.raises(FollowerStopped), trio.fail_after(5):
             await follow(follower_log, link, FollowerPartition(leader_id=1, leader_epoch=0), max_bytes=1000)
         nursery.cancel_scope.cancel()
+    return leader
+
+
+@pytest.mark.parametrize("leader_start, followed", [(7, 7), (-1, -1)])
+async def test_the_follower_takes_the_leaders_log_start_offset_and_a_07_leader_sends_none(leader_start, followed):
+    follower_log = MemoryReplica()
+    await _follow_until_caught_up(MemoryReplica(A + B, [EpochEntry(0, 0)], log_start_offset=leader_start),
+                                  follower_log)
     assert follower_log.log_start_offset == followed
     assert set(follower_log.log_starts_followed) <= ({followed} - {-1})  # a 0.7 leader's -1 is never followed
+
+
+async def test_each_fetch_reports_the_followers_log_start_offset_to_the_leader():
+    leader = await _follow_until_caught_up(MemoryReplica(A + B, [EpochEntry(0, 0)], log_start_offset=7),
+                                           MemoryReplica(log_start_offset=3))
+    # the first fetch said 3; the ones after the leader's answer, the 7 it stored meanwhile
+    assert leader.partition.log_start_of(2) == 7 and leader.partition.isr_holds_log_start(7)

@@ -14,17 +14,18 @@ from trikafka.wire.requests import RequestType, decode_request_body, encode_requ
 from trikafka.wire.responses import FileRegion
 
 FETCH = ReplicaFetchRequest(replica_id=2, leader_epoch=7, max_wait_ms=500, topic="t", partition=3,
-                            fetch_offset=1024, durable_offset=512, max_bytes=65536)
+                            fetch_offset=1024, durable_offset=512, max_bytes=65536, log_start_offset=256)
 EPOCH = EpochEndOffsetRequest(replica_id=2, leader_epoch=7, topic="t", partition=3, requested_epoch=5)
 
 
 def test_replica_fetch_bytes():
     frame = encode_request(FETCH)
     assert frame == bytes.fromhex(
-        "00000029" "006e"  # size, type 110
+        "00000031" "006e"  # size, type 110
         "00000002" "00000007" "000001f4"  # replica 2, epoch 7, max wait 500 ms
         "0001" "74" "00000003"  # topic "t", partition 3
         "0000000000000400" "0000000000000200" "00010000"  # fetch 1024, durable 512, max 65536
+        "0000000000000100"  # the follower's log start 256 (§12.4.1)
     )
     assert frame[:4] == (len(frame) - 4).to_bytes(4, "big")
     assert decode_request_body(frame[4:]) == FETCH

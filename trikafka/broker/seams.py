@@ -207,6 +207,8 @@ class Replica(Protocol):
 
     def epoch_end_offset(self, request: EpochEndOffsetRequest) -> bytes: ...
 
+    def log_start_moved(self) -> None: ...  # DeleteRecords moved the leader's log start: tell the followers now
+
 
 class Replicas(Protocol):
     """This broker's replicated topics and the replicas it holds (``Replication``, §12)."""

@@ -19,7 +19,7 @@ from .responses import Chunk, FetchData, _data_chunks, _response_header
 
 _INT32 = struct.Struct(">i")
 _FETCH_HEAD = struct.Struct(">iii")  # replica_id, leader_epoch, max_wait_ms
-_FETCH_TAIL = struct.Struct(">iqqi")  # partition, fetch_offset, durable_offset, max_bytes
+_FETCH_TAIL = struct.Struct(">iqqiq")  # partition, fetch_offset, durable_offset, max_bytes, log_start_offset
 _EPOCH_HEAD = struct.Struct(">ii")  # replica_id, leader_epoch
 _EPOCH_TAIL = struct.Struct(">ii")  # partition, requested_epoch
 _FETCH_RESPONSE_HEAD = struct.Struct(">iiqqqi")  # leader_epoch, chunk_epoch, hw, log_end, log_start_offset, isr count
@@ -28,7 +28,8 @@ _EPOCH_RESPONSE = struct.Struct(">iq")  # epoch, end_offset
 
 @dataclass(frozen=True, slots=True)
 class ReplicaFetchRequest:
-    """A follower's fetch: its id, the epoch it follows, and its log and fsynced ends."""
+    """A follower's fetch: its id, the epoch it follows, its log and fsynced ends, and its log start
+    offset (-1: a 0.7 log, which has none)."""
 
     replica_id: int
     leader_epoch: int
@@ -38,6 +39,7 @@ class ReplicaFetchRequest:
     fetch_offset: int
     durable_offset: int
     max_bytes: int
+    log_start_offset: int = -1
     type: ClassVar[ProtocolTable]  # set by the request table (requests.py)
 
 
@@ -68,7 +70,8 @@ def encode_replica_fetch(req: ReplicaFetchRequest, version: int = 0) -> list[byt
                          _int32("max_wait_ms", req.max_wait_ms)),
         encode_topic(req.topic),
         _FETCH_TAIL.pack(_int32("partition", req.partition), _int64("fetch_offset", req.fetch_offset),
-                         _int64("durable_offset", req.durable_offset), _int32("max_bytes", req.max_bytes)),
+                         _int64("durable_offset", req.durable_offset), _int32("max_bytes", req.max_bytes),
+                         _int64("log_start_offset", req.log_start_offset)),
     ]
 
 
@@ -81,8 +84,9 @@ def decode_replica_fetch(cur: FieldCursor, version: int = 0) -> ReplicaFetchRequ
     partition = cur.int32("partition")
     fetch_offset = cur.int64("fetch_offset")
     durable_offset = cur.int64("durable_offset")
+    max_bytes = cur.int32("max_bytes")
     return ReplicaFetchRequest(replica_id, leader_epoch, max_wait_ms, topic, partition, fetch_offset,
-                               durable_offset, cur.int32("max_bytes"))
+                               durable_offset, max_bytes, cur.int64("log_start_offset"))
 
 
 def encode_epoch_end_offset(req: EpochEndOffsetRequest, version: int = 0) -> list[bytes]:

@@ -68,24 +68,28 @@ class Appending:
         (REQUEST_TIMED_OUT for one still pending at the deadline)."""
         pending = self._waits
         self._waits = []
-        while pending:
-            still = []
-            for i, wait in pending:
-                status = wait.status()
-                if status is None:
-                    still.append((i, wait))
-                elif status != EngineError.NO_ERROR:
-                    self.outcomes[i] = status
-            pending = still
-            # Not woken by shutdown: the flusher keeps running while the broker drains.
-            if pending and not await self._waiters.wait_any([wait.key for _, wait in pending], self._deadline,
-                                                            wake_on_close=False):
-                for i, wait in pending:
-                    status = wait.status()
-                    if status != EngineError.NO_ERROR:
-                        self.outcomes[i] = EngineError.REQUEST_TIMED_OUT if status is None else status
-                break
+        statuses = await settle(self._waiters, [wait for _, wait in pending], self._deadline)
+        for (i, _), status in zip(pending, statuses):
+            if status != EngineError.NO_ERROR:
+                self.outcomes[i] = status
         return self.outcomes
+
+
+async def settle(waiters: VisibleEndWaiters, waits: Sequence[AckWait], deadline: float) -> list[EngineError]:
+    """Each wait's final status, once it is met or failed, or REQUEST_TIMED_OUT for one still pending at
+    ``deadline``; woken through the one waiter table on the waits' keys (acks -1, DeleteRecords)."""
+    statuses: list[EngineError | None] = [None] * len(waits)
+    pending = list(range(len(waits)))
+    while pending:
+        for i in pending:
+            statuses[i] = waits[i].status()
+        pending = [i for i in pending if statuses[i] is None]
+        # Not woken by shutdown: the flusher keeps running while the broker drains.
+        if pending and not await waiters.wait_any([waits[i].key for i in pending], deadline, wake_on_close=False):
+            for i in pending:
+                statuses[i] = waits[i].status()
+            break
+    return [EngineError.REQUEST_TIMED_OUT if status is None else status for status in statuses]
 
 
 class Engine:

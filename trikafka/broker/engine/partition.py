@@ -91,6 +91,10 @@ class Partition(Protocol):
     def ack_wait(self, next_offset: int) -> AckWait:
         """Start the acks -1 wait for the bytes below ``next_offset``, after ``append``."""
 
+    def log_start_wait(self, offset: int) -> AckWait:
+        """Start DeleteRecords' wait until every replica in the ISR stored a log start of at least
+        ``offset`` (§16.4), after the leader stored its own; ``Refused`` where this broker does not lead."""
+
     def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         """A consumer's read of up to ``max_bytes`` from ``offset`` (topic and partition checked already)."""
 
@@ -189,6 +193,9 @@ class LocalPartition:
         self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now
         return _Visible(self.key, self.log, next_offset)
 
+    def log_start_wait(self, offset: int) -> AckWait:
+        return Settled(self.key)  # one replica, which stored the start before asking
+
     def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         log = self.log
         if not log.start_offset <= offset <= log.visible_end:
@@ -202,6 +209,18 @@ class LocalPartition:
 
     async def offsets(self, time_ms: int, max_offsets: int, read: OffsetsReader) -> list[int]:
         return await read(self.log)
+
+
+class Settled:
+    """A wait with nothing left to wait for."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: TopicPartition):
+        self.key = key
+
+    def status(self) -> EngineError | None:
+        return EngineError.NO_ERROR
 
 
 class _Visible:
@@ -230,6 +249,9 @@ class NoLog:
 
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{self.key}: nothing was appended")
+
+    def log_start_wait(self, offset: int) -> AckWait:
+        raise Refused(EngineError.WRONG_PARTITION, f"{self.key[0]}-{self.key[1]} has no log on this broker")
 
     def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         return EngineError.NO_ERROR, None

@@ -34,6 +34,7 @@ from ..config import BrokerConfig
 from ..dynamic_config import BrokerSettings
 from ..entity_configs import Entities, FileEntityConfigs, ZooKeeperEntityConfigs
 from ..quotas import REQUEST_CHARGE, ClientQuotas
+from ..engine.engine import settle
 from ..engine.partition import Partition, ReadView, Refused
 from ..topic_settings import FORMAT_V2, MESSAGE_TIMESTAMP_TYPE, log_overrides
 from ..seams import RunBlocking
@@ -377,6 +378,19 @@ class KafkaService:
             return (ErrorCode.fenced_leader_epoch if current_leader_epoch < view.leader_epoch
                     else ErrorCode.unknown_leader_epoch)
         return view
+
+    async def isr_log_start(self, topic: str, index: int, offset: int, deadline: float) -> ErrorCode:
+        """Wait until every replica in the partition's ISR stored a log start of at least ``offset``
+        (DeleteRecords, §16.4), through the engine's waiter table; REQUEST_TIMED_OUT at ``deadline``."""
+        target = await self.partition_for(topic, index, write=False)
+        if isinstance(target, ErrorCode):
+            return target
+        try:
+            wait = target.log_start_wait(offset)
+        except Refused as exc:
+            return kafka_error(exc.error)
+        [status] = await settle(self.engine.waiters, [wait], deadline)
+        return kafka_error(status)
 
     def log_start_offset(self, partition: Partition) -> int:
         try:

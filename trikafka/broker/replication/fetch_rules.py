@@ -52,7 +52,8 @@ def serve_replica_fetch(request: ReplicaFetchRequest, *, leader: LeaderPartition
     if not 0 <= offset <= log_end:
         return ReplicaFetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, leader_epoch, log_end=log_end)
     leader.on_follower_fetch(request.replica_id, offset, now_ms,
-                             durable_offset=request.durable_offset if ack_fsync else None)
+                             durable_offset=request.durable_offset if ack_fsync else None,
+                             log_start_offset=request.log_start_offset)
     stop = log_end
     boundary = history.next_boundary(offset)
     if boundary is not None:

@@ -44,6 +44,8 @@ class ReplicaLog(Protocol):
     def durable_end(self) -> int: ...
     @property
     def history(self): ...  # an EpochHistory (read-only here)
+    @property
+    def log_start_offset(self) -> int: ...  # a Kafka-format log's stored start; -1 for a 0.7 log
 
     async def assign_epoch(self, epoch: int, start_offset: int) -> None: ...  # fsynced
     async def truncate_to(self, offset: int) -> None: ...  # the log, then the epoch file
@@ -55,7 +57,8 @@ class LeaderLink(Protocol):
     """The two requests a follower sends its leader."""
 
     async def epoch_end_offset(self, epoch: int) -> tuple[ErrorCode, int, int]: ...
-    async def replica_fetch(self, offset: int, durable_offset: int, max_bytes: int) -> ReplicaFetchResult: ...
+    async def replica_fetch(self, offset: int, durable_offset: int, max_bytes: int,
+                            log_start_offset: int) -> ReplicaFetchResult: ...
 
 
 class FollowerStopped(Exception):
@@ -94,7 +97,7 @@ async def follow(log: ReplicaLog, link: LeaderLink, state: FollowerPartition, *,
             state.high_watermark = min(state.high_watermark, log.end_offset)
             state.needs_truncation = False
         offset = log.end_offset
-        result = await link.replica_fetch(offset, log.durable_end, max_bytes)
+        result = await link.replica_fetch(offset, log.durable_end, max_bytes, log.log_start_offset)
         before = (state.high_watermark, state.caught_up)
         action = state.on_response(result, offset)
         if isinstance(action, WaitForState):
@@ -140,7 +143,8 @@ class StreamLeaderLink:
         request = EpochEndOffsetRequest(self.replica_id, self.leader_epoch, self.topic, self.partition, epoch)
         return decode_epoch_end_offset_response(*await self._call(request))
 
-    async def replica_fetch(self, offset: int, durable_offset: int, max_bytes: int) -> ReplicaFetchResult:
+    async def replica_fetch(self, offset: int, durable_offset: int, max_bytes: int,
+                            log_start_offset: int) -> ReplicaFetchResult:
         request = ReplicaFetchRequest(self.replica_id, self.leader_epoch, self.max_wait_ms, self.topic,
-                                      self.partition, offset, durable_offset, max_bytes)
+                                      self.partition, offset, durable_offset, max_bytes, log_start_offset)
         return decode_replica_fetch_response(*await self._call(request))

@@ -235,16 +235,17 @@ class HostedPartition:
         async def attempt() -> ReplicaFetchAnswer:
             # Every pass records the fetch (the follower's end and time, §12.6), the last one too.
             leader = self.leader
-            before = leader.high_watermark if leader is not None else -1
+            before = (leader.high_watermark, leader.log_start_of(request.replica_id)) if leader is not None else None
             answer = serve_replica_fetch(request, leader=leader, leader_epoch=self.leader_epoch,
                                          history=self.epochs.history, log_end=self.log.end_offset,
                                          now_ms=self._clock_ms(), ack_fsync=self.config.replica_ack_fsync)
-            if leader is not None and answer.error == ErrorCode.NO_ERROR and leader.high_watermark != before:
-                self._waiters.notify(self.key)  # acks -1 and consumers
+            if leader is not None and answer.error == ErrorCode.NO_ERROR and (
+                    leader.high_watermark, leader.log_start_of(request.replica_id)) != before:
+                self._waiters.notify(self.key)  # acks -1, consumers, and DeleteRecords (§16.4)
             return answer
 
         def ready(answer: ReplicaFetchAnswer) -> bool:
-            return answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0
+            return answer.error != ErrorCode.NO_ERROR or answer.max_bytes > 0 or self._log_start_ahead_of(request)
 
         answer = await self._waiters.long_poll([self.end_key], deadline, attempt, ready)
         data = None
@@ -258,6 +259,16 @@ class HostedPartition:
                                              chunk_epoch=answer.chunk_epoch, high_watermark=answer.high_watermark,
                                              log_end=answer.log_end, isr=answer.isr, data=data,
                                              log_start_offset=log_start)
+
+    def _log_start_ahead_of(self, request: ReplicaFetchRequest) -> bool:
+        """Whether this leader's log start is above the one the follower reported: the answer
+        carries it at once rather than after the long poll (DeleteRecords waits for it, §16.4)."""
+        log = self.log
+        return log.record_format == FORMAT_V2.name and log.kafka_offsets.start_offset > request.log_start_offset
+
+    def log_start_moved(self) -> None:
+        """DeleteRecords raised the log start: wake the followers' long polls to take it (§12.4.1)."""
+        self._waiters.notify(self.end_key)
 
     def epoch_end_offset(self, request: EpochEndOffsetRequest) -> bytes:
         """Answer EPOCH_END_OFFSET from this replica's epoch history."""
@@ -306,6 +317,11 @@ class FollowerLog:
     @property
     def history(self) -> EpochHistory:
         return self._hosted.epochs.history
+
+    @property
+    def log_start_offset(self) -> int:
+        log = self._hosted.log
+        return log.kafka_offsets.start_offset if log.record_format == FORMAT_V2.name else -1
 
     def _check(self) -> None:
         if self._hosted.follower is not self._follower:

@@ -20,6 +20,7 @@ from ..engine.errors import EngineError
 class _Follower:
     end: int = 0  # the end this replica reports as "has it" (log end, or fsynced end)
     fetch_offset: int = 0  # its log end, as of its last fetch
+    log_start: int = -1  # its stored log start offset, as of its last fetch (-1: none reported, or a 0.7 log)
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_end_at_last_fetch: int = 0
@@ -71,8 +72,9 @@ class LeaderPartition:
         self._advance_hw()
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
-                          durable_offset: int | None = None) -> None:
-        """A follower fetched from ``fetch_offset`` (its log end); it has everything below.
+                          durable_offset: int | None = None, log_start_offset: int = -1) -> None:
+        """A follower fetched from ``fetch_offset`` (its log end); it has everything below, and has
+        stored ``log_start_offset`` as its log start (§12.4.1).
 
         Raises KeyError for a replica id outside the replica list.
         """
@@ -84,6 +86,7 @@ class LeaderPartition:
             f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
             f.caught_up = f.caught_up or f.fetched
         f.fetch_offset = fetch_offset
+        f.log_start = log_start_offset
         f.end = fetch_offset if durable_offset is None else min(durable_offset, fetch_offset)
         f.leader_end_at_last_fetch = self.log_end
         f.last_fetch_ms = now_ms
@@ -113,6 +116,16 @@ class LeaderPartition:
     def follower_end(self, replica_id: int) -> int:
         """The end ``replica_id`` last reported."""
         return self.leader_end if replica_id == self.leader_id else self._followers[replica_id].end
+
+    def log_start_of(self, replica_id: int) -> int:
+        """The log start ``replica_id`` last reported (-1: none, or not a follower)."""
+        follower = self._followers.get(replica_id)
+        return -1 if follower is None else follower.log_start
+
+    def isr_holds_log_start(self, offset: int) -> bool:
+        """Whether every follower in the ISR has reported a log start at or above ``offset``
+        (the leader stores its own before it asks: DeleteRecords, §16.4)."""
+        return all(self.log_start_of(r) >= offset for r in self.isr if r != self.leader_id)
 
     def begin_expansion(self, isr: tuple[int, ...]) -> bool:
         """An ISR that adds followers is about to be written: until ``end_expansion``, the HW

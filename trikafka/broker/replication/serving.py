@@ -64,6 +64,12 @@ class ReplicatedPartition:
     def ack_wait(self, next_offset: int) -> AckWait:
         return _Committed(self.key, self._hosted, next_offset)
 
+    def log_start_wait(self, offset: int) -> AckWait:
+        if self._hosted.leader is None:
+            raise _not_led(self._manager, self.key)
+        self._hosted.log_start_moved()
+        return _IsrLogStart(self.key, self._hosted, offset)
+
     def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         """A consumer's read: served by any replica, up to the high watermark."""
         hosted = self._hosted
@@ -111,6 +117,23 @@ class _Committed:
         return leader.commit_status(self._next_offset)
 
 
+class _IsrLogStart:
+    """DeleteRecords waits until each follower of the ISR reported the new log start (§12.4.1, §16.4);
+    woken on the partition's key, which a follower's fetch raising its log start and ISR changes notify."""
+
+    __slots__ = ("key", "_hosted", "_leader", "_offset")
+
+    def __init__(self, key: TopicPartition, hosted: Replica, offset: int):
+        self.key, self._hosted, self._offset = key, hosted, offset
+        self._leader: LeaderPartition | None = hosted.leader
+
+    def status(self) -> EngineError | None:
+        leader = self._leader
+        if leader is None or self._hosted.leader is not leader:
+            return EngineError.NOT_LEADER_FOR_PARTITION
+        return EngineError.NO_ERROR if leader.isr_holds_log_start(self._offset) else None
+
+
 class NotHosted:
     """A replicated partition this broker holds no replica of (§12.6)."""
 
@@ -127,6 +150,9 @@ class NotHosted:
 
     def ack_wait(self, next_offset: int) -> AckWait:
         raise AssertionError(f"{_name(self.key)}: nothing was appended")
+
+    def log_start_wait(self, offset: int) -> AckWait:
+        raise _not_led(self._manager, self.key)
 
     def fetch(self, offset: int, max_bytes: int) -> FetchOutcome:
         return EngineError.NOT_LEADER_FOR_PARTITION, None

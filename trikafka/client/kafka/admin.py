@@ -23,7 +23,7 @@ from trikafka.kafka.errors import KafkaCodecError
 
 from . import schema
 from .client import ClusterMetadata, KafkaClient
-from .connection import KafkaConnection
+from .connection import KafkaConnection, UnsupportedApi
 from .errors import KafkaResponseError, check
 from .group_offsets import TopicPartition, fetch_values, fetched_offsets
 from .coordinators import find_coordinator
@@ -297,10 +297,18 @@ class KafkaAdmin:
         return [found[name] for name in sorted(found)]
 
     async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
-        """Each group's state and members, asked of its coordinator; raises for a group's error code."""
+        """Each group's state and members, asked of its coordinator; raises for a group's error code.
+
+        A Kafka 4 consumer group is described by ConsumerGroupDescribe, any other by DescribeGroups
+        (which answers a consumer group as Dead), as Kafka's admin client does (§17.8).
+        """
         described: dict[str, GroupDescription] = {}
         for group_id in group_ids:
             connection = await self.group_coordinator(group_id)
+            consumer_group = await _consumer_group(connection, group_id)
+            if consumer_group is not None:
+                described[group_id] = consumer_group
+                continue
             answer = await connection.request(group_api("DESCRIBE_GROUPS"), groups=(group_id,),
                                               include_authorized_operations=False)
             for group in schema.field(answer, "groups", ()):
@@ -373,6 +381,24 @@ class KafkaAdmin:
 
 
 _ONE_MS = datetime.timedelta(milliseconds=1)
+
+
+async def _consumer_group(connection: KafkaConnection, group_id: str) -> GroupDescription | None:
+    """``group_id`` as ConsumerGroupDescribe shows it; None for no consumer group (GROUP_ID_NOT_FOUND)
+    or where the broker does not serve the api."""
+    try:
+        answer = await connection.request(group_api("CONSUMER_GROUP_DESCRIBE"), group_ids=(group_id,),
+                                          include_authorized_operations=False)
+    except UnsupportedApi:
+        return None
+    group = next((g for g in schema.field(answer, "groups", ()) if str(g.group_id) == group_id), None)
+    if group is None or int(group.error_code) == ErrorCode.group_id_not_found:
+        return None
+    check(group.error_code, f"group {group_id}", schema.field(group, "error_message"))
+    return GroupDescription(group_id, str(group.group_state), PROTOCOL_TYPE, str(group.assignor_name), tuple(
+        GroupMemberDescription(str(m.member_id), m.instance_id, str(m.client_id), str(m.client_host), Assignment(
+            {str(t.topic_name): tuple(map(int, t.partitions)) for t in m.assignment.topic_partitions}))
+        for m in group.members))
 
 
 def _assignment(data: bytes) -> Assignment | None:

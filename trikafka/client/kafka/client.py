@@ -16,6 +16,7 @@ for each ``PartitionConsumer``'s fetches.
 from __future__ import annotations
 
 import ssl
+import uuid
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, TypeVar
 
@@ -67,6 +68,7 @@ class KafkaTopicMetadata:
     name: str
     error_code: int
     partitions: dict[int, KafkaPartitionMetadata] = field(default_factory=dict)
+    topic_id: uuid.UUID | None = None  # Metadata v10+ (None before, or the all-zero id of a broker without ids)
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,8 @@ def _cluster_metadata(answer: object) -> ClusterMetadata:
                 int(schema.field(p, "leader_epoch", -1)), tuple(map(int, p.replica_nodes)),
                 tuple(map(int, p.isr_nodes)))
             for p in t.partitions}
-        topics[name] = KafkaTopicMetadata(name, int(t.error_code), partitions)
+        found_id = schema.field(t, "topic_id")
+        topics[name] = KafkaTopicMetadata(name, int(t.error_code), partitions,
+                                          None if found_id is None or found_id.int == 0 else found_id)
     return ClusterMetadata(schema.field(answer, "cluster_id"), int(schema.field(answer, "controller_id", NO_LEADER)),
                            brokers, topics)

@@ -17,6 +17,12 @@ and calls ``on_revoked``.  A message counts as consumed once the body of the
 ``async for`` that got it has finished (the next message is asked for), so
 a commit never covers a message still being handled: delivery is
 at-least-once.
+
+``group_protocol`` is Kafka's ``group.protocol``: "classic" (JoinGroup and
+SyncGroup, the leader assigns) or "consumer" (Kafka 4's
+ConsumerGroupHeartbeat, the coordinator assigns: ``ConsumerMembership``).
+Events are incremental under "consumer": ``Revoked`` names only the
+partitions taken away, ``Assigned`` only the ones added.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from .assignors import ASSIGNORS, DEFAULT_ASSIGNORS
 from .client import KafkaClient
 from .connection import KafkaConnection, UnsupportedApi
 from .consumer import PartitionConsumer
+from .consumer_membership import ConsumerMembership, heartbeat_topic_ids
 from .errors import KafkaResponseError
 from .group_offsets import (NO_OFFSET, ConsumerGroupMetadata, TopicPartition, commit_errors, commit_values,
                             fetch_values, fetched_offsets)
@@ -48,6 +55,37 @@ _RESETS = {"earliest": EARLIEST, "latest": LATEST}
 _GROUP_LANE = "group"  # the coordinator's requests: a long JoinGroup must not hold up fetches or produces
 _REJOIN_ERRORS = frozenset({ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.rebalance_in_progress})
 RebalanceCallback = Callable[[list[TopicPartition]], Awaitable[None]]
+Membership = GroupMembership | ConsumerMembership
+
+
+@dataclass(frozen=True)
+class _MembershipSettings:
+    group_id: str
+    topics: tuple[str, ...]
+    assignors: Sequence[str]
+    group_instance_id: str | None
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    heartbeat_interval_s: float
+    retry_backoff_s: float
+
+
+def _classic(s: _MembershipSettings) -> Membership:
+    subscription = encode_subscription(Subscription(s.topics))
+    return GroupMembership(
+        s.group_id, [(name, subscription) for name in s.assignors], group_instance_id=s.group_instance_id,
+        session_timeout_s=s.session_timeout_s, rebalance_timeout_s=s.rebalance_timeout_s,
+        heartbeat_interval_s=s.heartbeat_interval_s, retry_backoff_s=s.retry_backoff_s)
+
+
+def _consumer(s: _MembershipSettings) -> Membership:
+    return ConsumerMembership(
+        s.group_id, s.topics, group_instance_id=s.group_instance_id, session_timeout_s=s.session_timeout_s,
+        rebalance_timeout_s=s.rebalance_timeout_s, heartbeat_interval_s=s.heartbeat_interval_s,
+        retry_backoff_s=s.retry_backoff_s)
+
+
+GROUP_PROTOCOLS: dict[str, Callable[[_MembershipSettings], Membership]] = {"classic": _classic, "consumer": _consumer}
 
 
 @dataclass(frozen=True)
@@ -68,7 +106,8 @@ class KafkaGroupConsumer:
     (max.poll.interval.ms), ``heartbeat_interval_s`` 3, auto-commit every 5 s,
     ``auto_offset_reset`` "latest".  ``group_instance_id`` makes the member
     static (KIP-345).  ``on_assigned`` and ``on_revoked`` are awaited with the
-    partitions at each rebalance.
+    partitions at each rebalance.  ``group_protocol`` is "classic" or
+    "consumer" (Kafka's ``group.protocol``, see the module docstring).
     """
 
     def __init__(self, bootstrap: str | KafkaClient, group_id: str, topics: Iterable[str], *,
@@ -78,21 +117,21 @@ class KafkaGroupConsumer:
                  heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S, auto_offset_reset: str = "latest",
                  enable_auto_commit: bool = True, auto_commit_interval_s: float = DEFAULT_AUTO_COMMIT_INTERVAL_S,
                  on_assigned: RebalanceCallback | None = None, on_revoked: RebalanceCallback | None = None,
-                 max_wait_s: float = 0.5, read_committed: bool = False):
+                 max_wait_s: float = 0.5, read_committed: bool = False, group_protocol: str = "classic"):
         if auto_offset_reset not in _RESETS:
             raise ValueError(f"auto_offset_reset must be one of {sorted(_RESETS)}, not {auto_offset_reset!r}")
         unknown = [name for name in assignors if name not in ASSIGNORS]
         if unknown or not assignors:
             raise ValueError(f"unknown assignors {unknown}; known: {sorted(ASSIGNORS)}")
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise ValueError(f"group_protocol must be one of {sorted(GROUP_PROTOCOLS)}, not {group_protocol!r}")
         self._owns_client = isinstance(bootstrap, str)
         self.client = KafkaClient(bootstrap) if isinstance(bootstrap, str) else bootstrap
         self.group_id = group_id
         self.topics = tuple(topics)
-        subscription = encode_subscription(Subscription(self.topics))
-        self.membership = GroupMembership(
-            group_id, [(name, subscription) for name in assignors], group_instance_id=group_instance_id,
-            session_timeout_s=session_timeout_s, rebalance_timeout_s=rebalance_timeout_s,
-            heartbeat_interval_s=heartbeat_interval_s, retry_backoff_s=self.client.retry_backoff_s)
+        self.membership = GROUP_PROTOCOLS[group_protocol](_MembershipSettings(
+            group_id, self.topics, tuple(assignors), group_instance_id, session_timeout_s, rebalance_timeout_s,
+            heartbeat_interval_s, self.client.retry_backoff_s))
         self.reset = _RESETS[auto_offset_reset]
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_s = auto_commit_interval_s
@@ -104,7 +143,7 @@ class KafkaGroupConsumer:
         self._send, self._receive = trio.open_memory_channel[KafkaGroupMessage](0)
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self._fetching: trio.CancelScope | None = None
+        self._fetching: dict[TopicPartition, trio.CancelScope] = {}  # one fetcher per assigned partition
         self._stopped = trio.Event()
 
     @property
@@ -180,8 +219,8 @@ class KafkaGroupConsumer:
             while m.phase not in (Phase.LEFT, Phase.FAILED):
                 for event in m.take_events():
                     await (self._assigned(event) if isinstance(event, Assigned) else self._revoked(event))
-                if m.phase is Phase.ASSIGN:
-                    m.assign(await self._assign())
+                if isinstance(m, GroupMembership) and m.phase is Phase.ASSIGN:
+                    m.assign(await self._assign(m))
                     continue
                 now = trio.current_time()
                 request = m.poll(now)
@@ -199,6 +238,8 @@ class KafkaGroupConsumer:
                 except BrokerConnectionError:
                     m.connection_failed(trio.current_time())
                     continue
+                if isinstance(m, ConsumerMembership):
+                    await self._name_topics(m, answer)
                 m.handle(answer, trio.current_time())
             for event in m.take_events():
                 if isinstance(event, Revoked):
@@ -208,8 +249,17 @@ class KafkaGroupConsumer:
         finally:
             self._stopped.set()
 
-    async def _assign(self) -> dict[str, Assignment]:
-        m = self.membership
+    async def _name_topics(self, m: ConsumerMembership, answer: object) -> None:
+        """Learn the names of the topic ids an assignment names (Metadata v10+'s ``topic_id``)."""
+        if heartbeat_topic_ids(answer) <= m.topic_names.keys():
+            return
+        try:
+            fresh = await self.client.refresh_metadata(m.topics)
+        except BrokerConnectionError:
+            return  # the ids stay unnamed: the coordinator names them again until the member owns them
+        m.topic_names.update({t.topic_id: name for name, t in fresh.topics.items() if t.topic_id is not None})
+
+    async def _assign(self, m: GroupMembership) -> dict[str, Assignment]:
         topics = {t for member in m.members for t in member.subscription.topics}
         counts = {}
         for topic in sorted(topics):
@@ -217,48 +267,47 @@ class KafkaGroupConsumer:
                 counts[topic] = await self.client.partition_count(topic)
             except KafkaResponseError:
                 continue  # a topic that does not exist yet gets no partitions this generation
-        assignor = ASSIGNORS[m.protocol_name or self._protocols()[0]]
+        assignor = ASSIGNORS[m.protocol_name or m.protocols[0][0]]
         return dict(assignor.assign(counts, m.members))
-
-    def _protocols(self) -> list[str]:
-        return [name for name, _ in self.membership.protocols]
 
     async def _assigned(self, event: Assigned) -> None:
         partitions = [TopicPartition(t, p) for t, ids in event.assignment.partitions.items() for p in ids]
         committed = await self._committed(partitions) if partitions else {}
-        self.consumed = {tp: committed.get(tp, NO_OFFSET) for tp in partitions}
+        self.consumed.update({tp: committed.get(tp, NO_OFFSET) for tp in partitions})
         assert self._nursery is not None
-        self._fetching = trio.CancelScope()
-        self._nursery.start_soon(self._fetch_all, partitions, self._fetching)
+        for tp in partitions:
+            running = self._fetching.get(tp)
+            if running is not None:
+                running.cancel()  # one fetcher per partition, even if it was assigned again without a revocation
+            self._fetching[tp] = scope = trio.CancelScope()
+            self._nursery.start_soon(self._fetch, tp, scope)
         if self.on_assigned is not None:
             await self.on_assigned(partitions)
 
     async def _revoked(self, event: Revoked) -> None:
-        if self._fetching is not None:
-            self._fetching.cancel()
         partitions = [TopicPartition(t, p) for t, ids in event.assignment.partitions.items() for p in ids]
-        if self.enable_auto_commit:
+        for tp in partitions:
+            scope = self._fetching.pop(tp, None)
+            if scope is not None:
+                scope.cancel()
+        if self.enable_auto_commit and not event.lost:
             try:
                 await self.commit()
             except (KafkaResponseError, BrokerConnectionError):
                 pass  # the generation is over: the next owner starts from the last commit that held
         if self.on_revoked is not None:
             await self.on_revoked(partitions)
-        self.consumed = {}
+        for tp in partitions:
+            self.consumed.pop(tp, None)
 
-    async def _fetch_all(self, partitions: list[TopicPartition], scope: trio.CancelScope) -> None:
-        with scope:
-            async with trio.open_nursery() as nursery:
-                for tp in partitions:
-                    nursery.start_soon(self._fetch, tp)
-
-    async def _fetch(self, tp: TopicPartition) -> None:
+    async def _fetch(self, tp: TopicPartition, scope: trio.CancelScope) -> None:
         start = self.consumed.get(tp, NO_OFFSET)
-        async with PartitionConsumer(self.client, tp.topic, tp.partition, start if start >= 0 else self.reset,
-                                     reset=self.reset, max_wait_s=self.max_wait_s,
-                                     read_committed=self.read_committed) as consumer:
-            async for record in consumer:
-                await self._send.send(KafkaGroupMessage(tp.topic, tp.partition, record))
+        with scope:
+            async with PartitionConsumer(self.client, tp.topic, tp.partition, start if start >= 0 else self.reset,
+                                         reset=self.reset, max_wait_s=self.max_wait_s,
+                                         read_committed=self.read_committed) as consumer:
+                async for record in consumer:
+                    await self._send.send(KafkaGroupMessage(tp.topic, tp.partition, record))
 
     async def _committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """OffsetFetch, asked again after a backoff while the coordinator is loading, moving or unreachable."""

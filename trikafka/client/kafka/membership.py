@@ -30,7 +30,7 @@ from __future__ import annotations
 import datetime
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -55,7 +55,8 @@ NO_GENERATION = -1
 NO_MEMBER_ID = ""
 COORDINATOR_KEY_TYPE_GROUP = 0  # FindCoordinator key types (§17.1, §19.5.1)
 COORDINATOR_KEY_TYPE_TRANSACTION = 1
-_FIND_COORDINATOR_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
+# the coordinator moved or is not there yet: find it again
+COORDINATOR_GONE_ERRORS = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available})
 
 
 class Phase(enum.Enum):
@@ -90,9 +91,13 @@ class Assigned:
 
 @dataclass(frozen=True)
 class Revoked:
-    """The member gives up ``assignment`` (it rejoins or leaves): commit what it consumed first."""
+    """The member gives up ``assignment`` (it rejoins or leaves): commit what it consumed first.
+
+    ``lost``: the group already took them (the member was fenced), so a commit could only be refused.
+    """
 
     assignment: Assignment
+    lost: bool = False
 
 
 def group_api(name: str) -> KafkaApi:
@@ -120,8 +125,75 @@ def coordinator_of(answer: object) -> tuple[ErrorCode, BrokerNode | None]:
                              int(schema.field(found, "port")))
 
 
+class OneRequestAtATime:
+    """What both memberships share (this one and ``ConsumerMembership``): one request in flight,
+    a backoff (``_not_before_s``), a heartbeat clock, FindCoordinator's answer, and the events.
+
+    A subclass gives ``_request`` (what its phase sends), ``_coordinator_found`` (the phase after
+    FindCoordinator), ``_fail`` and, where its clock may end the session, ``_expire``.
+    """
+
+    _NOTHING_TO_SEND: ClassVar[frozenset[Phase]] = frozenset({Phase.LEFT, Phase.FAILED})
+    phase: Phase
+    coordinator: BrokerNode | None
+    retry_backoff_s: float
+    events: list[Assigned | Revoked]
+    _in_flight: GroupRequest | None
+    _not_before_s: float
+    _next_heartbeat_s: float
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a request is awaiting its answer."""
+        return self._in_flight is not None
+
+    def take_events(self) -> list[Assigned | Revoked]:
+        """The events since the last call, oldest first."""
+        events, self.events = self.events, []
+        return events
+
+    def poll(self, now_s: float) -> GroupRequest | None:
+        """The request to send now, or None (one is in flight, a backoff runs, nothing is due)."""
+        if self._in_flight is not None or now_s < self._not_before_s:
+            return None
+        self._expire(now_s)
+        request = self._request(now_s)
+        self._in_flight = request
+        return request
+
+    def deadline_s(self, now_s: float) -> float | None:
+        """When ``poll`` may next answer a request (None: only after an answer or a call)."""
+        if self._in_flight is not None or self.phase in self._NOTHING_TO_SEND:
+            return None
+        if self.phase is Phase.STABLE:
+            return max(self._not_before_s, self._next_heartbeat_s)
+        return max(now_s, self._not_before_s)
+
+    def _on_find_coordinator(self, answer: object, now_s: float) -> None:
+        code, coordinator = coordinator_of(answer)
+        if code in COORDINATOR_GONE_ERRORS or code == ErrorCode.coordinator_load_in_progress:
+            self._not_before_s = now_s + self.retry_backoff_s
+            return
+        if coordinator is None:
+            return self._fail(code, "find coordinator")
+        self.coordinator = coordinator
+        self._coordinator_found(now_s)
+
+    def _expire(self, now_s: float) -> None:
+        del now_s  # no session clock by default
+
+    def _request(self, now_s: float) -> GroupRequest | None:
+        raise NotImplementedError
+
+    def _coordinator_found(self, now_s: float) -> None:
+        raise NotImplementedError
+
+    def _fail(self, code: ErrorCode, what: str) -> None:
+        raise NotImplementedError
+
+
 @dataclass
-class GroupMembership:
+class GroupMembership(OneRequestAtATime):
     """One member of ``group_id``; see the module docstring.
 
     ``protocols``: (assignor name, subscription bytes) in preference order.
@@ -158,35 +230,13 @@ class GroupMembership:
         """Whether this member assigns the group's partitions in this generation."""
         return self.leader_id is not None and self.leader_id == self.member_id
 
-    @property
-    def in_flight(self) -> bool:
-        """Whether a request is awaiting its answer."""
-        return self._in_flight is not None
-
-    def take_events(self) -> list[Assigned | Revoked]:
-        """The events since the last call, oldest first."""
-        events, self.events = self.events, []
-        return events
+    _NOTHING_TO_SEND: ClassVar[frozenset[Phase]] = frozenset({Phase.ASSIGN, Phase.LEFT, Phase.FAILED})
 
     # ------------------------------------------------------------------ outputs
 
-    def poll(self, now_s: float) -> GroupRequest | None:
-        """The request to send now, or None (one is in flight, a backoff runs, nothing is due)."""
-        if self._in_flight is not None or now_s < self._not_before_s:
-            return None
+    def _expire(self, now_s: float) -> None:
         if self.phase is Phase.STABLE and self._session_expired(now_s):
             self._lose_coordinator(now_s, backoff=False)
-        request = self._request(now_s)
-        self._in_flight = request
-        return request
-
-    def deadline_s(self, now_s: float) -> float | None:
-        """When ``poll`` may next answer a request (None: only after an answer or a call)."""
-        if self._in_flight is not None or self.phase in (Phase.ASSIGN, Phase.LEFT, Phase.FAILED):
-            return None
-        if self.phase is Phase.STABLE:
-            return max(self._not_before_s, self._next_heartbeat_s)
-        return max(now_s, self._not_before_s)
 
     def _request(self, now_s: float) -> GroupRequest | None:
         if self.phase is Phase.FIND_COORDINATOR:
@@ -260,14 +310,8 @@ class GroupMembership:
             raise RuntimeError("an answer with no request in flight")
         getattr(self, f"_on_{request.api.lower()}")(answer, now_s)
 
-    def _on_find_coordinator(self, answer: object, now_s: float) -> None:
-        code, coordinator = coordinator_of(answer)
-        if code in _FIND_COORDINATOR_ERRORS or code == ErrorCode.coordinator_load_in_progress:
-            self._not_before_s = now_s + self.retry_backoff_s
-            return
-        if coordinator is None:
-            return self._fail(code, "find coordinator")
-        self.coordinator = coordinator
+    def _coordinator_found(self, now_s: float) -> None:
+        del now_s  # the phase it was in is sent at once
         self.phase = self._resume
 
     def _on_join_group(self, answer: object, now_s: float) -> None:
@@ -314,7 +358,7 @@ class GroupMembership:
     # ------------------------------------------------------------------ transitions
 
     def _on_error(self, code: ErrorCode, what: str, now_s: float) -> None:
-        if code in _FIND_COORDINATOR_ERRORS:
+        if code in COORDINATOR_GONE_ERRORS:
             self._lose_coordinator(now_s, backoff=False)
         elif code == ErrorCode.coordinator_load_in_progress:
             self._not_before_s = now_s + self.retry_backoff_s
