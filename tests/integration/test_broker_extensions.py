@@ -17,7 +17,7 @@ import trio.testing
 from trikafka.broker import serve
 from trikafka.broker.server import inline_blocking
 from trikafka.testing import FakeFileSystem, start_in_memory
-from trikafka.log.tickets import FlushTicket
+from trikafka.log.flushing import FlushTicket
 from trikafka.wire import (
     ErrorCode,
     FetchPart,

@@ -17,7 +17,7 @@ from trikafka.client import (
     partition_counts,
     probe_partition_count,
 )
-from trikafka.spark import blocking_client, cluster
+from trikafka.spark import blocking_client
 from trikafka.wire import (
     CreateTopicRequest,
     ErrorCode,
@@ -127,8 +127,8 @@ async def test_the_blocking_client_shares_the_answers(nursery, tmp_path):
     def blocking():
         with blocking_client.BrokerConnection("127.0.0.1", broker.port) as conn:
             md = conn.metadata()
-            probed = cluster.probe_partition_count(conn, "wide")
-        return md, probed, cluster.partition_counts("127.0.0.1", broker.port, ["wide", "gone"])
+            probed = blocking_client.probe_partition_count(conn, "wide")
+        return md, probed, blocking_client.partition_counts("127.0.0.1", broker.port, ["wide", "gone"])
 
     md, probed, counts = await trio.to_thread.run_sync(blocking)
     assert [(t.topic, t.partition_count) for t in md.topics] == [("wide", 5)]
@@ -153,7 +153,7 @@ async def test_against_a_broker_without_metadata_the_probe_finds_the_counts(nurs
     assert os.listdir(broker.config.log_dir) == []  # the probe created nothing
 
     def blocking():
-        return cluster.partition_counts("127.0.0.1", broker.port, ["wide"])
+        return blocking_client.partition_counts("127.0.0.1", broker.port, ["wide"])
 
     assert (await trio.to_thread.run_sync(blocking)).topics["wide"].count == 70
     async with await connect("127.0.0.1", broker.port) as conn:

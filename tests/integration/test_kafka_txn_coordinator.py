@@ -16,7 +16,8 @@ from trikafka.broker import serve
 from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
 from trikafka.broker.kafka.transactions.placement import transaction_topic
 from trikafka.broker.engine.partition import Refused
-from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC, TxnState
+from trikafka.kafka.group_records import TRANSACTION_STATE_TOPIC
+from trikafka.kafka.txn_records import TxnState
 from trikafka.broker.engine.errors import EngineError
 
 OUT = [("out", 0), ("out", 1)]

@@ -11,7 +11,7 @@ from trikafka.spark.blocking_client import BrokerConnection, BrokerConnectionErr
 from trikafka.spark.offsets import PartitionKey
 from trikafka.spark.reading import (
     FetchSizing,
-    MessageTooLargeError,
+    MaxFetchSizeExceededError,
     ReadError,
     iter_message_chunks,
     last_boundary_within,
@@ -123,7 +123,7 @@ def test_fetch_grows_for_a_big_message_up_to_the_bound(broker_cluster, unique_to
     with broker_cluster.connect(0) as conn:
         chunks = list(iter_message_chunks(conn, key, base, end, FetchSizing(100, 200_000)))
         assert [m.payload for chunk in chunks for m in chunk] == [b"a", big, b"z"]
-        with pytest.raises(MessageTooLargeError, match="maxFetchSize"):
+        with pytest.raises(MaxFetchSizeExceededError, match="maxFetchSize"):
             list(iter_message_chunks(conn, key, base, end, FetchSizing(100, 50_000)))
         with pytest.raises(ReadError, match="not an entry boundary"):
             list(iter_message_chunks(conn, key, base, end - 1, FetchSizing(1 << 20, 1 << 20)))

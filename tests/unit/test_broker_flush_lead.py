@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from tests.helpers.broker_testing import make_config, memory_client, messages
-from trikafka.log.tickets import FlushTicket
+from trikafka.log.flushing import FlushTicket
 from trikafka.testing import FakeFileSystem, start_in_memory
 from trikafka.wire import ProducePart, ProduceRequest
 

@@ -15,7 +15,7 @@ from tests.helpers.broker_testing import make_config, memory_client, messages
 from trikafka.log.errors import LogFailedError
 from trikafka.testing import FakeFileSystem, start_in_memory
 from trikafka.log.manager import CLEAN_SHUTDOWN_MARKER
-from trikafka.log.tickets import FlushTicket, RollTicket
+from trikafka.log.flushing import FlushTicket, RollTicket
 from trikafka.wire import (
     ErrorCode,
     FetchPart,

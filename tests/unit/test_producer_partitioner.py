@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from trikafka.producer.partitioner import (
     BrokerPartition,
-    DefaultPartitioner,
+    DefaultPartitioner07,
     HashPartitioner,
     InvalidPartitionError,
     RandomPartitioner,
@@ -132,7 +132,7 @@ def test_random_partitioner_is_injectable_and_covers_all():
 
 def test_default_partitioner_random_without_key_hash_with_key():
     expected_rng = random.Random(3)
-    p = DefaultPartitioner(random.Random(3))
+    p = DefaultPartitioner07(random.Random(3))
     assert [p(None, 10) for _ in range(20)] == [expected_rng.randrange(10) for _ in range(20)]
     assert p("hello", 8) == 2
 

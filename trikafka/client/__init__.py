@@ -14,8 +14,7 @@ from trikafka.util.lazy import lazy_exports
 
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".addresses": ("ADDRESS_SYNTAX", "format_broker_addresses", "parse_broker_addresses"),
-    ".connection": ("ACKS_APPENDED", "ACKS_FLUSHED", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MAX_RESPONSE_BYTES",
-                    "OFFSETS_EARLIEST", "OFFSETS_LATEST", "Connection", "FetchResult", "connect"),
+    ".connection": ("DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MAX_RESPONSE_BYTES", "Connection", "connect"),
     ".consumer": ("DEFAULT_FETCH_MAX_BYTES", "DEFAULT_MAX_FETCH_BYTES_LIMIT", "FramedPrefix", "PollBackoff",
                   "SimpleConsumer", "earliest_offset", "framed_prefix", "latest_offset"),
     ".errors": ("BrokerConnectionError", "BrokerError", "BrokerProtocolError", "BrokerTimeoutError", "ClientError",
@@ -24,7 +23,8 @@ _EXPORTS = {  # module -> the names this package re-exports from it
     ".leaders": ("LeaderDirectory", "LeaderNotAvailableError"),
     ".topics": ("PartitionCounts", "PartitionProbe", "TopicPartitions", "counts_from_metadata",
                 "kafka_format_partitions", "partition_counts", "probe_partition_count"),
-    "trikafka.wire": ("BrokerAddress", "ConsumedMessage", "CreateTopicResult", "FetchPart", "Metadata",
+    "trikafka.wire": ("ACKS_APPENDED", "ACKS_FLUSHED", "OFFSETS_EARLIEST", "OFFSETS_LATEST", "BrokerAddress",
+                      "ConsumedMessage", "CreateTopicResult", "FetchPart", "FetchResult", "Metadata",
                       "ProduceAckedResult", "ProducePart"),
 }
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -22,13 +22,9 @@ import trio
 from trikafka.wire import (
     FetchResult,
     top_level_error,
-    ACKS_APPENDED,
     ACKS_FLUSHED,
-    OFFSETS_EARLIEST,
-    OFFSETS_LATEST,
     CreateTopicRequest,
     CreateTopicResult,
-    ErrorCode,
     FetchPart,
     FetchRequest,
     FetchWaitRequest,

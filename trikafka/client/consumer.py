@@ -33,14 +33,17 @@ import trio
 
 from trikafka.wire import (
     ConsumedMessage,
+    OFFSETS_EARLIEST,
+    OFFSETS_LATEST,
     ErrorCode,
+    FetchResult,
     InvalidMessageError,
     grown_fetch_size,
     iter_messages,
     needs_leader_refresh,
 )
 
-from .connection import OFFSETS_EARLIEST, OFFSETS_LATEST, Connection, FetchResult, connect
+from .connection import Connection, connect
 from .errors import (
     BrokerConnectionError,
     BrokerError,

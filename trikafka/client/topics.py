@@ -9,7 +9,7 @@ nothing, so a batch of such parts asks about many partitions at once.
 
 The decisions live in the I/O-free ``PartitionProbe`` and ``counts_from_*``
 helpers; ``partition_counts`` (Trio) and the blocking Spark client
-(``trikafka.spark.cluster.partition_counts``) only move the bytes.
+(``trikafka.spark.blocking_client.partition_counts``) only move the bytes.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ from trikafka.zk.errors import ZooKeeperClientError
 from .batches import GroupBatch
 from .commits import FencedCommits
 from .config import GroupConfig
-from .delivery import Delivery, GroupMessage
+from .delivery import GroupDelivery, GroupMessage
 from .errors import ConsumerIdTakenOver, ConsumerTimeout
 from .fetch_control import Fetchers
 from .fetcher import PartitionKey
@@ -103,7 +103,7 @@ class GroupConsumer:
 
     The work is done by collaborators it owns: ``Membership`` (the ids node and
     the session), ``FencedCommits``, ``Rebalancer`` (with ``RebalanceTriggers``,
-    the watches), ``Fetchers`` and ``Delivery``, sharing one ``Ownership``.
+    the watches), ``Fetchers`` and ``GroupDelivery``, sharing one ``Ownership``.
     """
 
     def __init__(
@@ -136,8 +136,9 @@ class GroupConsumer:
                                       commits=self._commits, fetchers=self._fetchers,
                                       leaders=self._fetchers.leaders)
         self._triggers = RebalanceTriggers(coordinator, self.group, self.topic_count, self._rebalancer.request)
-        self._delivery = Delivery(coordinator, self.config, membership=self._membership, ownership=self._ownership,
-                                  fetchers=self._fetchers, rebalancing=self._rebalancer.rebalancing)
+        self._delivery = GroupDelivery(coordinator, self.config, membership=self._membership,
+                                       ownership=self._ownership, fetchers=self._fetchers,
+                                       rebalancing=self._rebalancer.rebalancing)
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
 

@@ -1,4 +1,4 @@
-"""Delivery: messages and whole batches handed to the application, only through the gate."""
+"""GroupDelivery: messages and whole batches handed to the application, only through the gate."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class GroupMessage(NamedTuple):
         return split_key(self.payload, self.attributes)[1]
 
 
-class Delivery:
+class GroupDelivery:
     """Hands out the fetched chunks' messages (or whole chunks) in order.
 
     Nothing is handed out unless the gate is open: a live, connected session

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 from .errors import KafkaCodecError
 from .group_records import FieldReader, write_string
-# The topic these records live in (§19.5.1); defined beside INTERNAL_TOPICS, which names it.
-from .group_records import TRANSACTION_STATE_TOPIC as TRANSACTION_STATE_TOPIC
 KEY_VERSION = 0  # the one written and read
 VALUE_VERSION = 0  # the one written and read
 NO_TIMESTAMP = -1

@@ -27,7 +27,7 @@ from .names import CLEAN_SHUTDOWN_MARKER, FORMAT_FILE, partition_dir_name, segme
 from .record_format import OffsetAssignment
 from .segment import Segment
 from .segment_list import SegmentList, SegmentView
-from .tickets import FlushTicket, RollTicket
+from .flushing import FlushTicket, RollTicket
 from .truncation import TruncateTicket
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Retention (docs/protocol.md §7.4): the two rules, and a pass packaged as a ticket so its I/O leaves the loop.
 
-A pass over one log, in the manner of flush and roll tickets (``tickets.py``)::
+A pass over one log, in the manner of flush and roll tickets (``flushing.py``)::
 
     ticket = log.retention.begin(now_ms)   # loop: snapshot the segments
     ticket.stat()                          # blocking: read their mtimes

@@ -27,7 +27,7 @@ from .errors import (
 )
 from .partitioner import (
     BrokerPartition,
-    DefaultPartitioner,
+    DefaultPartitioner07,
     HashPartitioner,
     RandomPartitioner,
     java_hash,
@@ -41,6 +41,6 @@ __all__ = [
     "ClusterView", "StaticDiscovery", "ZooKeeperDiscovery",
     "AcksNotSupportedError", "BrokerRejectedError", "DeliveryFailedError", "MessageTooLargeError",
     "NoBrokersAvailableError", "PartitionerError", "ProducerClosedError", "ProducerError", "QueueFullError",
-    "BrokerPartition", "DefaultPartitioner", "HashPartitioner", "RandomPartitioner", "java_hash",
+    "BrokerPartition", "DefaultPartitioner07", "HashPartitioner", "RandomPartitioner", "java_hash",
     "producer_partitions", "Producer", "Delivery", "SendResult",
 ]

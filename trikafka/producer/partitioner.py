@@ -11,7 +11,7 @@ API::
     hash_index(hash32: int, num_partitions: int) -> int  # abs(hash) mod n
     HashPartitioner()(key, n) -> int
     RandomPartitioner(rng: random.Random | None = None)(key, n) -> int
-    DefaultPartitioner(rng: random.Random | None = None)(key, n) -> int
+    DefaultPartitioner07(rng: random.Random | None = None)(key, n) -> int
     choose_partition(partitions, key, partitioner, random_partitioner) -> BrokerPartition
     InvalidPartitionError(ValueError)
 
@@ -46,7 +46,7 @@ from trikafka.util.java_hash import java_bytes_hash, java_string_hash, to_int32
 __all__ = [
     "BrokerPartition", "producer_partitions", "java_string_hash", "java_bytes_hash",
     "java_hash", "hash_index", "HashPartitioner", "RandomPartitioner",
-    "DefaultPartitioner", "choose_partition", "InvalidPartitionError", "Key", "PartitionFn",
+    "DefaultPartitioner07", "choose_partition", "InvalidPartitionError", "Key", "PartitionFn",
 ]
 
 # A message key: whatever the configured partitioner takes (the default hashes str,
@@ -129,7 +129,7 @@ class RandomPartitioner:
         return self._rng.randrange(num_partitions)
 
 
-class DefaultPartitioner:
+class DefaultPartitioner07:
     """0.7's ``kafka.producer.DefaultPartitioner``: random without a key, else hash."""
 
     def __init__(self, rng: random.Random | None = None) -> None:

@@ -19,6 +19,9 @@ response closes the connection and raises ``BrokerConnectionError``: a 0.7
 broker answers bad requests by closing (spec §2).
 A non-zero top-level error raises ``trikafka.client.BrokerError``, checked by
 the same ``trikafka.wire.top_level_error`` as the Trio client.
+
+``partition_counts`` and ``probe_partition_count`` are the blocking twins of
+``trikafka.client.topics``'s: METADATA, else the FETCH probe on a plain 0.7 broker.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import struct
 from typing import Iterable, Sequence
 
 from trikafka.client.errors import BrokerConnectionError, BrokerError, ExtensionNotSupported
+from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
 from trikafka.wire import (
     FETCH_LOCAL_INLINE,
     FETCH_LOCAL_TAIL_BYTES,
@@ -389,6 +393,27 @@ class BrokerConnection:
         if self._sock is None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is closed")
         return self._sock
+
+
+def partition_counts(host: str, port: int, topics: Iterable[str] = (), *,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> PartitionCounts:
+    """The blocking twin of ``trikafka.client.partition_counts``: METADATA, else the probe."""
+    topics = list(topics)
+    try:
+        with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
+            return counts_from_metadata(conn.metadata(topics), topics)
+    except BlockingExtensionNotSupported:
+        pass
+    with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
+        return PartitionCounts({t: probe_partition_count(conn, t) for t in topics}, None)
+
+
+def probe_partition_count(conn: BrokerConnection, topic: str) -> TopicPartitions:
+    """The FETCH probe of ``trikafka.client.topics`` over ``conn`` (any 0.7 broker)."""
+    probe = PartitionProbe(topic)
+    while probe.result is None:
+        probe.feed([r.error for r in conn.multifetch(probe.parts())])
+    return probe.result
 
 
 def _make_room(buffer: bytearray, size: int) -> None:

@@ -18,7 +18,7 @@ import logging
 from typing import Iterable, Mapping
 
 from trikafka.client.leader_cache import LeaderCache
-from trikafka.client.topics import PartitionCounts, PartitionProbe, TopicPartitions, counts_from_metadata
+from trikafka.client.topics import PartitionCounts
 from trikafka.wire.errors import ErrorCode
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.zk import paths
@@ -26,12 +26,7 @@ from trikafka.zk.errors import ZooKeeperClientError
 from trikafka.zk.registry_values import decode_offset, encode_offset, parse_broker_registration, parse_partition_count
 from trikafka.zk.replication_values import ReplicationValueError, TopicAssignment
 
-from .blocking_client import (
-    DEFAULT_TIMEOUT_S,
-    BlockingExtensionNotSupported,
-    BrokerConnection,
-    BrokerConnectionError,
-)
+from .blocking_client import BrokerConnectionError, partition_counts
 from .offsets import PartitionKey
 
 log = logging.getLogger(__name__)
@@ -39,27 +34,6 @@ log = logging.getLogger(__name__)
 
 class ClusterConfigError(ValueError):
     """A broker list, ZooKeeper registry or topic selection that cannot be used."""
-
-
-def partition_counts(host: str, port: int, topics: Iterable[str] = (), *,
-                     timeout_s: float = DEFAULT_TIMEOUT_S) -> PartitionCounts:
-    """The blocking twin of ``trikafka.client.partition_counts``: METADATA, else the probe."""
-    topics = list(topics)
-    try:
-        with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
-            return counts_from_metadata(conn.metadata(topics), topics)
-    except BlockingExtensionNotSupported:
-        pass
-    with BrokerConnection(host, port, timeout_s=timeout_s) as conn:
-        return PartitionCounts({t: probe_partition_count(conn, t) for t in topics}, None)
-
-
-def probe_partition_count(conn: BrokerConnection, topic: str) -> TopicPartitions:
-    """The FETCH probe of ``trikafka.client.topics`` over ``conn`` (any 0.7 broker)."""
-    probe = PartitionProbe(topic)
-    while probe.result is None:
-        probe.feed([r.error for r in conn.multifetch(probe.parts())])
-    return probe.result
 
 
 def parse_broker_list(text: str) -> dict[int, BrokerAddress]:

@@ -41,8 +41,8 @@ _FETCH_MAX_WAIT = datetime.timedelta(milliseconds=100)
 _ROWS_PER_BATCH = 10_000
 
 
-class PlanningError(RuntimeError):
-    """The cluster cannot answer what the plan needs (a missing topic or partition, lost data)."""
+class KafkaPlanningError(RuntimeError):
+    """The Kafka cluster cannot answer what the plan needs (a missing topic or partition, lost data)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class KafkaPlanner:
                 return self._connection(address.host, address.port)
             except ConnectionError as exc:
                 errors.append(str(exc))
-        raise PlanningError(f"no bootstrap broker reachable: {'; '.join(errors)}")
+        raise KafkaPlanningError(f"no bootstrap broker reachable: {'; '.join(errors)}")
 
     def refresh(self) -> ClusterMetadata:
         """Ask Metadata for every topic (not creating any) and keep the answer."""
@@ -102,23 +102,23 @@ class KafkaPlanner:
 
     def partitions(self, *, require: bool) -> list[TopicPartition]:
         """The partitions the options select; with ``require``, a named topic or partition that
-        does not exist (or a pattern matching nothing) is a ``PlanningError``."""
+        does not exist (or a pattern matching nothing) is a ``KafkaPlanningError``."""
         topics = self.refresh().topics
         options = self.options
         if options.assign:
             missing = [f"{t}-{p}" for t, p in options.assign if p not in getattr(topics.get(t), "partitions", {})]
             if missing and require:
-                raise PlanningError(f"assigned partitions do not exist: {', '.join(missing)}")
+                raise KafkaPlanningError(f"assigned partitions do not exist: {', '.join(missing)}")
             return [tp for tp in options.assign if f"{tp[0]}-{tp[1]}" not in missing]
         if options.topic_pattern is not None:
             names = [t for t in topics if not INTERNAL_TOPIC.fullmatch(t) and options.selects(t)]
             if not names and require:
-                raise PlanningError(f"no topic matches subscribePattern {options.topic_pattern!r}")
+                raise KafkaPlanningError(f"no topic matches subscribePattern {options.topic_pattern!r}")
         else:
             names = list(options.topics)
             missing = [t for t in names if t not in topics or topics[t].error_code != ErrorCode.none]
             if missing and require:
-                raise PlanningError(f"topics do not exist: {', '.join(missing)}")
+                raise KafkaPlanningError(f"topics do not exist: {', '.join(missing)}")
             names = [t for t in names if t not in missing]
         return sorted((t, p) for t in names for p in topics[t].partitions)
 
@@ -127,7 +127,7 @@ class KafkaPlanner:
         info = self.metadata.topics[tp[0]].partitions.get(tp[1]) if tp[0] in self.metadata.topics else None
         node = None if info is None else self.metadata.brokers.get(info.leader_id)
         if node is None:
-            raise PlanningError(f"{tp[0]}-{tp[1]} has no leader")
+            raise KafkaPlanningError(f"{tp[0]}-{tp[1]} has no leader")
         return node.host, node.port
 
     def list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
@@ -161,7 +161,7 @@ class KafkaPlanner:
         if offset < earliest:
             message = f"{tp[0]}-{tp[1]}: offset {offset} was deleted (the log starts at {earliest})"
             if self.options.fail_on_data_loss:
-                raise PlanningError(message + "; set failOnDataLoss=false to read from the log start")
+                raise KafkaPlanningError(message + "; set failOnDataLoss=false to read from the log start")
             log.warning("%s; reading from the log start", message)
             return earliest
         return min(offset, latest) if offset > latest else offset
@@ -193,7 +193,7 @@ def read_range(options: KafkaSourceOptions, planned: KafkaRange) -> Iterator[Any
             batches = list(decode_batches(data))
             if not batches:
                 if available_end <= position:
-                    raise PlanningError(f"{planned.topic}-{planned.partition} ends at {available_end}, "
+                    raise KafkaPlanningError(f"{planned.topic}-{planned.partition} ends at {available_end}, "
                                         f"before the planned end {planned.end} (the log was truncated)")
                 continue  # the leader's long poll ended before data reached the reader
             kept = committed_batches(batches, aborted) if options.isolation_level == READ_COMMITTED else \
@@ -238,7 +238,7 @@ def _after_lost_data(conn: BlockingKafkaConnection, options: KafkaSourceOptions,
     ``failOnDataLoss`` (then an error)."""
     message = f"{planned.topic}-{planned.partition}: offset {position} is no longer in the log"
     if options.fail_on_data_loss:
-        raise PlanningError(message + "; set failOnDataLoss=false to skip lost data")
+        raise KafkaPlanningError(message + "; set failOnDataLoss=false to skip lost data")
     offset = list_offset(conn, options.isolation_level, (planned.topic, planned.partition), EARLIEST)
     log.warning("%s; going on at %d", message, offset)
     return max(position, offset)

@@ -12,7 +12,7 @@ same loop decoding in column form (``wire.columns`` with Arrow's gather).
 A first entry larger than the fetch is handled by growing the fetch size up
 to ``max_fetch_bytes`` (the design doc's advice, which 0.7 never
 implemented; spec §5.2), then shrinking back.  Past that bound the read
-fails with ``MessageTooLargeError`` instead of stalling as 0.7 did.
+fails with ``MaxFetchSizeExceededError`` instead of stalling as 0.7 did.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class ReadError(RuntimeError):
     """A planned range cannot be read as planned."""
 
 
-class MessageTooLargeError(ReadError):
-    """One message does not fit in the largest allowed fetch."""
+class MaxFetchSizeExceededError(ReadError):
+    """One message does not fit in the largest allowed fetch (``maxFetchSize``)."""
 
 
 class DataLossError(ReadError):
@@ -141,7 +141,7 @@ def _grown_fetch_size(
         raise ReadError(f"{key}: the broker returned a cut entry at {pos} although the fetch could hold it")
     grown = grown_fetch_size(asked, sizing.max_fetch_bytes, needed)
     if grown is None:
-        raise MessageTooLargeError(
+        raise MaxFetchSizeExceededError(
             f"{key}: the message at {pos} takes {needed} bytes, more than maxFetchSize="
             f"{sizing.max_fetch_bytes}; raise maxFetchSize"
         )

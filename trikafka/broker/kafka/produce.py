@@ -16,7 +16,7 @@ import trio
 from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.apis import KafkaApi
-from trikafka.kafka.batch import HEADER_BYTES, BatchError, read_header
+from trikafka.kafka.batch import HEADER_BYTES, read_header
 from trikafka.kafka.errors import CorruptRecords
 from trikafka.kafka.framing import Request, encode_response
 from trikafka.kafka.group_records import INTERNAL_TOPICS

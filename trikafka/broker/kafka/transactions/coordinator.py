@@ -24,8 +24,8 @@ from typing import Awaitable, Callable, Iterable
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.txn_records import (TRANSACTION_STATE_TOPIC, TxnKey, TxnState, TxnValue, decode_record,
-                                        encode_key, encode_value)
+from trikafka.kafka.group_records import TRANSACTION_STATE_TOPIC
+from trikafka.kafka.txn_records import TxnKey, TxnState, TxnValue, decode_record, encode_key, encode_value
 from trikafka.wire.metadata import BrokerAddress
 
 from ...config import BrokerConfig

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from trikafka.kafka.txn_records import TRANSACTION_STATE_TOPIC
+from trikafka.kafka.group_records import TRANSACTION_STATE_TOPIC
 
 from ...config import BrokerConfig
 from ..internal_topic import InternalTopic, InternalTopicHost, InternalTopicSpec, key_partition
