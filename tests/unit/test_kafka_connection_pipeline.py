@@ -16,14 +16,18 @@ VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version=
 
 
 class DeferringService:
-    """Answers request n with the bytes ``n`` (int32), deferred until ``release(n)``; ``fail`` ones raise."""
+    """Answers request n with the bytes ``n`` (int32), deferred until ``release(n)`` (``ready`` ones at
+    once, ``slow`` ones handled only once released); ``fail`` ones raise."""
 
     max_request_bytes = 1 << 20
 
-    def __init__(self, fail: frozenset[int] = frozenset()) -> None:
+    def __init__(self, fail: frozenset[int] = frozenset(), ready: frozenset[int] = frozenset(),
+                 slow: frozenset[int] = frozenset()) -> None:
         self.handled: list[int] = []
         self._released: dict[int, trio.Event] = {}
         self._fail = fail
+        self._ready = ready
+        self._slow = slow
 
     def release(self, correlation_id: int) -> None:
         self._released.setdefault(correlation_id, trio.Event()).set()
@@ -32,6 +36,11 @@ class DeferringService:
         n = request.correlation_id
         self.handled.append(n)
         released = self._released.setdefault(n, trio.Event())
+        if n in self._ready:
+            return [struct.pack(">ii", 4, n)]
+        if n in self._slow:  # handled once released, then ready
+            await released.wait()
+            return [struct.pack(">ii", 4, n)]
 
         async def later() -> list[Chunk]:
             await released.wait()
@@ -90,3 +99,40 @@ async def test_a_failed_answer_mid_pipeline_closes_the_connection_after_the_answ
         assert await answers(client, 5) == [1, 2]  # then the stream ends: 4 and 5 are not answered
     assert service.handled == [1, 2, 3, 4, 5]
     assert connection.close_reason == "RuntimeError: request 3 failed"
+
+
+async def test_ready_answers_wait_behind_deferred_ones_and_go_first_when_nothing_waits() -> None:
+    service = DeferringService(ready=frozenset({1, 3, 5, 6}))
+    client, server = trio.testing.memory_stream_pair()
+    connection = KafkaConnection(service, server)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await client.send_all(frame(1))
+        assert await answers(client, 1) == [1]  # nothing waits: answered at once
+        for n in (2, 3, 4, 5):
+            await client.send_all(frame(n))
+            await trio.testing.wait_all_tasks_blocked()
+        service.release(4)
+        await trio.testing.wait_all_tasks_blocked()
+        service.release(2)
+        assert await answers(client, 4) == [2, 3, 4, 5]
+        await client.send_all(frame(6))
+        assert await answers(client, 1) == [6]
+        await client.aclose()
+
+
+async def test_a_ready_answer_after_a_failed_one_is_never_sent() -> None:
+    service = DeferringService(fail=frozenset({2}), slow=frozenset({3}))
+    client, server = trio.testing.memory_stream_pair()
+    connection = KafkaConnection(service, server)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        for n in (1, 2, 3):
+            await client.send_all(frame(n))
+            await trio.testing.wait_all_tasks_blocked()
+        service.release(1)
+        service.release(2)  # fails while 3 is being handled
+        await trio.testing.wait_all_tasks_blocked()
+        service.release(3)  # 3's answer is ready once 2 has failed: it must not go out
+        assert await answers(client, 2) == [1]
+    assert connection.close_reason == "RuntimeError: request 2 failed"

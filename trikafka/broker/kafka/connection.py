@@ -88,6 +88,9 @@ class KafkaConnection:
         self._authenticated = gate is None
         self._receiving = ReceiveLoop(stream)
         self.requests_handled = 0
+        # Answers queued for the sender task and not yet sent: while 0, the reader sends a ready
+        # answer itself (the sender is idle and stays so until the reader queues one).
+        self._unsent = 0
         self.close_reason: str | None = None
         self.principal = ANONYMOUS  # CLIENT_PRINCIPAL as the connection's task set it (§18)
 
@@ -156,14 +159,15 @@ class KafkaConnection:
         perf_counter = time.perf_counter
         try:
             async for api_key, started_s, answer in answers:
-                if isinstance(answer, trio.Event):
-                    answer.set()
-                    continue
                 try:
-                    await send_chunks(self.stream, await answer() if callable(answer) else answer)
+                    if isinstance(answer, trio.Event):
+                        answer.set()
+                    else:
+                        await send_chunks(self.stream, await answer() if callable(answer) else answer)
                 finally:
                     if api_key is not None:
                         observe(api_key, perf_counter() - started_s)
+                self._unsent -= 1  # not after a failure: the reader never answers past an unsent one
         except Exception as exc:
             failed.append(exc)
             self._receiving.stop()  # the reader ends at its next read, or at its next answer (queue closed)
@@ -196,23 +200,32 @@ class KafkaConnection:
                 if answer is None:
                     raise
                 self.requests_handled += 1
+                self._unsent += 1
                 await answers.send((None, 0.0, [answer]))
                 continue
             self.requests_handled += 1
             started_s = perf_counter()
             gate = self._gate
             if gate is not None and (not gate.authenticated or request.api in SASL_APIS):
-                sent = trio.Event()  # the gate may answer on the stream itself: the sender must be idle
-                await answers.send((None, 0.0, sent))
-                await sent.wait()
+                if self._unsent:  # the gate may answer on the stream itself: the sender must be idle
+                    sent = trio.Event()
+                    self._unsent += 1
+                    await answers.send((None, 0.0, sent))
+                    await sent.wait()
                 gated = await self._through_gate(gate, request)
                 if gated is not None:
-                    await answers.send((None, 0.0, gated))
+                    await send_chunks(self.stream, gated)
                     continue
             answer_or_later = await service.handle(request)
-            if answer_or_later is None:
-                service.observe(request.api_key, perf_counter() - started_s)
+            if answer_or_later is None or (self._unsent == 0 and not callable(answer_or_later)):
+                # Nothing queued: the sender is idle, and this task answers without a hand-over.
+                try:
+                    if answer_or_later is not None:
+                        await send_chunks(self.stream, answer_or_later)
+                finally:
+                    service.observe(request.api_key, perf_counter() - started_s)
                 continue
+            self._unsent += 1
             await answers.send((request.api_key, started_s, answer_or_later))
 
     async def _through_gate(self, gate: SaslGate, request: Request) -> list[Chunk] | None:
