@@ -125,7 +125,8 @@ def compare(bootstrap: str, pids: list[int], topic: str, messages: int, size: in
                 def run() -> float:
                     return produce(config, topic, messages, size, mode.transaction_records)
             elapsed, cpu_s = timed(pids, run)
-            rates[name].append(line(f"{where} {name} #{round_}", messages, size, elapsed, cpu_s))
+            rates[name].append(line(f"{where} {name} #{round_}", messages, size, elapsed, cpu_s,
+                                    mode.transaction_records))
     medians = {name: statistics.median(r) for name, r in rates.items()}
     print(f"{where + ' medians':34} " + ", ".join(f"{m} {r:,.0f} msg/s" for m, r in medians.items()), flush=True)
     for name in modes:

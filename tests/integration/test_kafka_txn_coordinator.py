@@ -264,3 +264,22 @@ async def test_a_request_waiting_when_leadership_moves_answers_not_coordinator(n
             coordinator.on_role(TRANSACTION_STATE_TOPIC, index, "follower")
     assert answers == {"add": ErrorCode.not_coordinator}
     broker.shutdown()
+
+
+async def test_complete_commit_asks_no_flush_and_the_next_transactions_write_commits_it(nursery, tmp_path):
+    """§19.5.3: Complete* is applied once in the leader's log, with no flush of its own; the next
+    transaction's Ongoing write, after it in the same log, commits both."""
+    broker = await nursery.start(serve, make_config(tmp_path, kafka_port=0, transaction_state_log_num_partitions=3))
+    coordinator = await start_coordinator(nursery, broker, RecordingMarkers())
+    error, pid, epoch = await coordinator.init_producer_id("tx", 60_000)
+    assert error == ErrorCode.none
+    assert await coordinator.add_partitions("tx", pid, epoch, OUT) == ErrorCode.none
+    assert await coordinator.end_transaction("tx", pid, epoch, True) == ErrorCode.none
+    await wait_state(coordinator, "tx", TxnState.COMPLETE_COMMIT)
+    part = await coordinator.partition_of("tx")
+    assert not isinstance(part, ErrorCode)
+    log = broker.kafka.engine.directory.partition(TRANSACTION_STATE_TOPIC, part.index).log
+    assert log.visible_end < log.end_offset  # the CompleteCommit: appended, not flushed
+    assert await coordinator.add_partitions("tx", pid, epoch, OUT[:1]) == ErrorCode.none
+    assert log.visible_end == log.end_offset  # the Ongoing's flush covered it
+    broker.shutdown()

@@ -28,6 +28,7 @@ from .waiters import VisibleEndWaiters
 # visible): PRODUCE_ACKED's acks -1 (§9.2) and Kafka's acks -1 (§16.4).  Other acks answer
 # once appended.
 ACKS_ALL = -1
+ACKS_LEADER = 1  # answered once in the leader's log: no flush, no follower round waited for
 
 
 @dataclass(frozen=True, slots=True)

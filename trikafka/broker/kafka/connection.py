@@ -1,8 +1,11 @@
 """One Kafka-protocol connection (docs/protocol.md §16.2).
 
-Requests are handled one at a time in arrival order, as a Kafka broker does,
-so responses leave in request order; frames already received are parsed in
-one go, so a pipelining producer costs one socket read per batch of requests.
+Requests are handled one at a time in arrival order, as a Kafka broker does;
+their answers go through one queue to the connection's sender task, so
+responses leave in request order while a deferred answer (acks -1) waits and
+the reader goes on reading and appending the requests after it.  Frames
+already received are parsed in one go, so a pipelining producer costs one
+socket read per batch of requests.
 A frame over ``max_request_bytes``, a header or body that does not decode, or
 an api or version outside the table closes the connection (logged in one
 line; ApiVersions at an unknown version is answered, §16.2).  A request that
@@ -36,6 +39,15 @@ logger = logging.getLogger(__name__)
 
 # An answer that is not ready yet: a Produce with acks -1, appended, waiting for the ISR.
 Deferred = Callable[[], Awaitable[list[Chunk]]]
+
+# How many answers may wait for the sender per connection before the reader stops reading
+# (Kafka's queued.max.requests); a client's own in-flight limit is usually far lower.
+MAX_ANSWERS_WAITING = 500
+
+# One answer in the sender's queue: (api key to observe, None for none; when its request was
+# handled; the chunks, a deferred answer, or a barrier the sender sets once everything before
+# it is sent).
+Queued = tuple["int | None", float, "list[Chunk] | Deferred | trio.Event"]
 
 # The peer ("host:port", "?" when unknown) of the connection whose request is being handled: each
 # connection's task sets it, so the group coordinator can name a member's host (§17.6).
@@ -78,6 +90,9 @@ class ServedKafkaConnection:
         self._authenticated = gate is None
         self._receiving = ReceiveLoop(stream)
         self.requests_handled = 0
+        # Answers queued for the sender task and not yet sent: while 0, the reader sends a ready
+        # answer itself (the sender is idle and stays so until the reader queues one).
+        self._unsent = 0
         self.close_reason: str | None = None
         self.principal = ANONYMOUS  # CLIENT_PRINCIPAL as the connection's task set it (§18)
         # KIP-219's mute (§20.2): no request of this connection is read or handled before this time;
@@ -107,7 +122,7 @@ class ServedKafkaConnection:
 
     async def _serve(self) -> None:
         try:
-            self.close_reason = await self._receiving.run(self._reader.feed, self._handle_received)
+            await self._read_and_answer()
         except SaslRefused as exc:
             self.close_reason = str(exc)
             logger.info("closing Kafka connection from %s: %s", self.peer, exc)
@@ -125,19 +140,70 @@ class ServedKafkaConnection:
         finally:
             await trio.aclose_forcefully(self.stream)
 
-    async def _handle_received(self) -> None:
-        """Handle every request received whole, answering in order.
+    async def _read_and_answer(self) -> None:
+        """Read and handle requests in this task, send their answers in order from another.
 
-        A deferred answer (acks -1) waits in ``pending`` while the requests
-        after it are handled, up to the next answer that is ready or the end
-        of what was received: the Produce requests a client pipelined into
-        one read are all appended before the first acknowledgement is awaited.
+        A failed send or deferred answer stops the reading (its failure is the one raised: the
+        reader's own then is only the broken queue); a failed read cancels the sender.  Neither
+        cancels a request being handled.
+        """
+        send, receive = trio.open_memory_channel[Queued](MAX_ANSWERS_WAITING)
+        sender_failed: list[Exception] = []
+        reader_failed: list[Exception] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send_answers, receive, sender_failed)
+            try:
+                async with send:
+                    async def handle_received() -> None:
+                        await self._handle_received(send)
+                    self.close_reason = await self._receiving.run(self._reader.feed, handle_received)
+            except Exception as exc:
+                reader_failed.append(exc)
+                nursery.cancel_scope.cancel()
+        if failed := sender_failed or reader_failed:
+            raise failed[0]
+
+    async def _send_answers(self, answers: trio.MemoryReceiveChannel[Queued], failed: list[Exception]) -> None:
+        """Send each queued answer, awaiting a deferred one, oldest first, until the reader is done."""
+        observe = self._service.observe
+        perf_counter = time.perf_counter
+        try:
+            async for api_key, started_s, answer in answers:
+                try:
+                    if isinstance(answer, trio.Event):
+                        answer.set()
+                    else:
+                        await send_chunks(self.stream, await answer() if callable(answer) else answer)
+                finally:
+                    if api_key is not None:
+                        observe(api_key, perf_counter() - started_s)
+                self._unsent -= 1  # not after a failure: the reader never answers past an unsent one
+        except Exception as exc:
+            failed.append(exc)
+            self._receiving.stop()  # the reader ends at its next read, or at its next answer (queue closed)
+        finally:
+            # Wake a reader waiting at a barrier the sender will never reach, then refuse more.
+            while True:
+                try:
+                    _, _, answer = answers.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if isinstance(answer, trio.Event):
+                    answer.set()
+            answers.close()
+
+    async def _handle_received(self, answers: trio.MemorySendChannel[Queued]) -> None:
+        """Handle every request received whole, in order, queueing each answer for the sender.
+
+        A deferred answer (acks -1) waits in the queue while the requests after
+        it are handled, these received and those still to come: the Produce
+        requests a client pipelines are all appended before their
+        acknowledgements are awaited.
         """
         service = self._service
         perf_counter = time.perf_counter
-        pending: list[tuple[int, float, Deferred]] = []
         while (frame := self._reader.next_frame()) is not None:
-            await self._wait_unmuted(pending)
+            await self._wait_unmuted()
             try:
                 request = parse_request(frame)  # any other KafkaCodecError closes the connection
             except UnsupportedRequest as exc:
@@ -145,14 +211,18 @@ class ServedKafkaConnection:
                 if answer is None:
                     raise
                 self.requests_handled += 1
-                await self._answer_pending(pending)
-                await send_chunks(self.stream, [answer])
+                self._unsent += 1
+                await answers.send((None, 0.0, [answer]))
                 continue
             self.requests_handled += 1
             started_s = perf_counter()
             gate = self._gate
             if gate is not None and (not gate.authenticated or request.api in SASL_APIS):
-                await self._answer_pending(pending)
+                if self._unsent:  # the gate may answer on the stream itself: the sender must be idle
+                    sent = trio.Event()
+                    self._unsent += 1
+                    await answers.send((None, 0.0, sent))
+                    await sent.wait()
                 gated = await self._through_gate(gate, request)
                 if gated is not None:
                     await send_chunks(self.stream, gated)
@@ -162,17 +232,17 @@ class ServedKafkaConnection:
             answer_or_later = await service.handle(request)
             if charge.mute_ms:
                 self._muted_until_s = max(self._muted_until_s, trio.current_time() + charge.mute_ms / 1000)
-            if callable(answer_or_later):
-                pending.append((request.api_key, started_s, answer_or_later))
+            if answer_or_later is None or (self._unsent == 0 and not callable(answer_or_later)):
+                # Nothing queued: the sender is idle, and this task answers without a hand-over.
+                try:
+                    if answer_or_later is not None:
+                        await send_chunks(self.stream, answer_or_later)
+                finally:
+                    service.observe(request.api_key, perf_counter() - started_s)
                 continue
-            await self._answer_pending(pending)
-            try:
-                if answer_or_later is not None:
-                    await send_chunks(self.stream, answer_or_later)
-            finally:
-                service.observe(request.api_key, perf_counter() - started_s)
-        await self._answer_pending(pending)
-        await self._wait_unmuted(pending)
+            self._unsent += 1
+            await answers.send((request.api_key, started_s, answer_or_later))
+        await self._wait_unmuted()
 
     def _charge(self, request: Request, request_bytes: int) -> Charge:
         quotas = self._service.quotas
@@ -180,10 +250,10 @@ class ServedKafkaConnection:
             return NO_CHARGE
         return Charge(quotas, self.principal.partition(":")[2], request.client_id or "", request_bytes)
 
-    async def _wait_unmuted(self, pending: list[tuple[int, float, Deferred]]) -> None:
-        """While throttled (§20.2): send the answers already due, then read nothing until the mute ends."""
+    async def _wait_unmuted(self) -> None:
+        """While throttled (§20.2): handle nothing more until the mute ends; the sender task still
+        sends the answers already queued, the throttled one first."""
         if trio.current_time() < self._muted_until_s and not self._stopping:
-            await self._answer_pending(pending)
             with trio.CancelScope() as self._mute_scope:
                 await trio.sleep_until(self._muted_until_s)
             self._mute_scope = None
@@ -214,12 +284,3 @@ class ServedKafkaConnection:
                     pass
             except PEER_GONE:
                 pass
-
-    async def _answer_pending(self, pending: list[tuple[int, float, Deferred]]) -> None:
-        """Await and send the deferred answers, oldest first (emptying ``pending``)."""
-        while pending:
-            api_key, started_s, later = pending.pop(0)
-            try:
-                await send_chunks(self.stream, await later())
-            finally:
-                self._service.observe(api_key, time.perf_counter() - started_s)

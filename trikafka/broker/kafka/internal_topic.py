@@ -185,12 +185,13 @@ class InternalTopic:
 
     async def write(self, index: int, records: Sequence[tuple[bytes, bytes | None]],
                     producer: tuple[int, int] | None = None,
-                    guard: VerificationGuard | None = None) -> int | ErrorCode:
+                    guard: VerificationGuard | None = None, acks: int = ACKS_ALL) -> int | ErrorCode:
         """Append ``records`` (key and value bytes) as one uncompressed batch to partition ``index``
         and wait until it is committed (acks -1): the logical offset of the first record, or the
         error the client is answered (§17.3).  ``producer`` (id, epoch): a transactional batch of
         that producer, numbered after its batches in the partition, which fences an old epoch
-        (TxnOffsetCommit, §19.5.4), presenting its verification's ``guard`` (§19.5.7)."""
+        (TxnOffsetCommit, §19.5.4), presenting its verification's ``guard`` (§19.5.7).  ``acks`` 1:
+        return once it is in the leader's log, no flush asked for (a Complete*, §19.5.3)."""
         service = self._service
         now_ms = service.clock_ms()
         target = await service.partition_for(self.name, index, write=True)
@@ -209,7 +210,7 @@ class InternalTopic:
             return write_error(exc.error)
         kafka = KafkaAppend(None, transactional=producer is not None, guard=guard)
         write = PartitionWrite(target, bytearray(batch), kafka, client=False)
-        (result,) = await service.engine.append([write], ACKS_ALL, trio.current_time() + WRITE_TIMEOUT_S)
+        (result,) = await service.engine.append([write], acks, trio.current_time() + WRITE_TIMEOUT_S)
         if isinstance(result, EngineError):
             return write_error(result)
         if not isinstance(result, AppendResult):

@@ -29,6 +29,7 @@ from trikafka.kafka.txn_records import TxnKey, TxnState, TxnValue, decode_record
 from trikafka.wire.metadata import BrokerAddress
 
 from ...config import BrokerConfig
+from ...engine.engine import ACKS_ALL, ACKS_LEADER
 from ...engine.partition import ReadView
 from ..coordinator_seams import TransactionMarkers
 from ..internal_topic import InternalTopic
@@ -130,10 +131,13 @@ class TransactionCoordinator:
         return write.answer
 
     async def _write(self, part: TxnPartition, tid: str, value: TxnValue | None) -> ErrorCode:
-        """Commit ``tid``'s record (None: a tombstone) with acks -1, then apply it to the cache."""
+        """Commit ``tid``'s record (None: a tombstone) with acks -1, then apply it to the cache; a
+        Complete* is applied once appended (acks 1, §19.5.3): the id's next write commits it."""
         part.writing.add(tid)
+        acks = ACKS_LEADER if machine.committed_by_next_write(value) else ACKS_ALL
         try:
-            written = await self.topic.write(part.index, [(encode_key(TxnKey(tid)), encode_value(value))])
+            written = await self.topic.write(part.index, [(encode_key(TxnKey(tid)), encode_value(value))],
+                                             acks=acks)
             if not isinstance(written, ErrorCode):
                 part.apply(TxnKey(tid), value)
         finally:

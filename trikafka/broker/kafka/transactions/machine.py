@@ -43,6 +43,12 @@ class Write:
 Outcome = ErrorCode | Write  # an error answered at once (NONE: nothing to write), or a write
 
 
+def committed_by_next_write(value: TxnValue | None) -> bool:
+    """Whether ``value`` is applied once appended, its commit left to the partition's next write: a
+    Complete*, which no client waits for and the id's next write follows in the same log (§19.5.3)."""
+    return value is not None and value.state in COMPLETED
+
+
 def needs_markers(value: TxnValue) -> bool:
     """Whether ``value`` is a decision whose markers are still to be written (§19.5.3)."""
     return value.state in PREPARED
