@@ -119,3 +119,20 @@ async def test_consume_from_an_offset_outside_the_log_names_the_log_s_offsets(tm
                 1, "", f"trikafka: --from {offset} is outside clicks-0: its log starts at offset 2 and ends at 3\n")
         status, out, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--from", "2", "-e")
         assert (status, out) == (0, "c\n"), err
+
+
+async def test_consume_group_protocol_consumer_joins_as_a_kafka_4_member(tmp_path):
+    """``consume --kafka --group G --group-protocol consumer`` is a member of Kafka 4's protocol (the
+    broker assigns, §17.9), which ``groups G --kafka`` then shows; the flag is only for a --kafka group."""
+    async with kafka_serve(tmp_path / "broker") as serve:
+        status, _, err = await cli("produce", "clicks", "--kafka", serve.bootstrap, stdin=lines("a", "b"))
+        assert status == 0, err
+        status, out, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--group", "clickers",
+                                     "--group-protocol", "consumer", "--from", "earliest", "--max-messages", "2")
+        assert (status, out) == (0, "a\nb\n"), err
+        status, out, err = await cli("groups", "clickers", "--kafka", serve.bootstrap)
+        assert status == 0, err
+        assert out.splitlines()[0] == "group clickers: Empty, protocol consumer/uniform, 0 members"
+        status, _, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--group-protocol", "consumer")
+        assert (status, err.splitlines()[-1]) == (
+            2, "trikafka: error: --group-protocol is for a --kafka --group member")
