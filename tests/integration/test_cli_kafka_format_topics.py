@@ -94,3 +94,45 @@ async def test_a_zookeeper_group_on_a_kafka_format_topic_says_to_add_kafka(tmp_p
         status, out, err = await cli("consume", "greetings-v2", "--group", "readers", "--zookeeper", zk_chroot,
                                      "--max-messages", "1")
         assert (status, out, err) == (1, "", f"trikafka: {HINT}\n")
+
+
+async def test_consume_from_an_offset_outside_the_log_names_the_log_s_offsets(tmp_path):
+    """``consume --kafka --from N`` below the log start (records deleted by DeleteRecords) or past the
+    end is one line naming where the partition's log starts and ends, before consuming anything."""
+    import trio
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    async with kafka_serve(tmp_path / "broker") as serve:
+        status, _, err = await cli("produce", "clicks", "--kafka", serve.bootstrap, stdin=lines("a", "b", "c"))
+        assert status == 0, err
+
+        def delete_before_2() -> None:
+            admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+            (deleted,) = admin.delete_records([TopicPartition("clicks", 0, 2)]).values()
+            deleted.result(timeout=30)
+
+        await trio.to_thread.run_sync(delete_before_2)
+        for offset in ("0", "4"):
+            status, out, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--from", offset, "-e")
+            assert (status, out, err) == (
+                1, "", f"trikafka: --from {offset} is outside clicks-0: its log starts at offset 2 and ends at 3\n")
+        status, out, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--from", "2", "-e")
+        assert (status, out) == (0, "c\n"), err
+
+
+async def test_consume_group_protocol_consumer_joins_as_a_kafka_4_member(tmp_path):
+    """``consume --kafka --group G --group-protocol consumer`` is a member of Kafka 4's protocol (the
+    broker assigns, §17.9), which ``groups G --kafka`` then shows; the flag is only for a --kafka group."""
+    async with kafka_serve(tmp_path / "broker") as serve:
+        status, _, err = await cli("produce", "clicks", "--kafka", serve.bootstrap, stdin=lines("a", "b"))
+        assert status == 0, err
+        status, out, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--group", "clickers",
+                                     "--group-protocol", "consumer", "--from", "earliest", "--max-messages", "2")
+        assert (status, out) == (0, "a\nb\n"), err
+        status, out, err = await cli("groups", "clickers", "--kafka", serve.bootstrap)
+        assert status == 0, err
+        assert out.splitlines()[0] == "group clickers: Empty, protocol consumer/uniform, 0 members"
+        status, _, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--group-protocol", "consumer")
+        assert (status, err.splitlines()[-1]) == (
+            2, "trikafka: error: --group-protocol is for a --kafka --group member")

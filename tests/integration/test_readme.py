@@ -85,6 +85,30 @@ assert len(topic.partitions) == 3, f"events has {len(topic.partitions)} partitio
 retention = configs.result(timeout=30)["retention.ms"].value
 assert retention == "86400000", f"events has retention.ms={retention}"
 """),
+    Claim('"producer_byte_rate": 1024',
+          prints=r"\A\{QuotaEntity\(components=\(\('client-id', 'metered'\),\)\): \{'producer_byte_rate': 1024\.0\}\}\n"
+                 r"throttled for \d+\.\d s after \d+ KB\n\Z"),
+    Claim('ConfigResource("broker", "0"', prints=r"\A3600000 DYNAMIC_BROKER_CONFIG\n\Z", check="""
+from confluent_kafka.admin import AdminClient, ConfigResource
+admin = AdminClient({"bootstrap.servers": "127.0.0.1:9093"})
+(configs,) = admin.describe_configs([ConfigResource("topic", "metered")]).values()
+retention = configs.result(timeout=30)["retention.ms"]
+assert (retention.value, retention.source) == ("3600000", 2), retention  # the broker's dynamic value
+"""),
+    Claim('group_protocol="consumer"',
+          prints=r"\A\[b'click 0', b'click 1', b'click 2'\]\n"
+                 r"clicks 0 0 b'click 0'\nclicks 0 1 b'click 1'\nclicks 0 2 b'click 2'\n\Z", check="""
+import subprocess, sys
+from confluent_kafka import Consumer, TopicPartition
+for group, offset in (("clickers", 3), ("trio-clickers", 2)):
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:9093", "group.id": group})
+    (committed,) = consumer.committed([TopicPartition("clicks", 0)], timeout=30)
+    assert committed.offset == offset, (group, committed)
+    consumer.close()
+shown = subprocess.run([sys.executable, "-m", "trikafka", "groups", "clickers", "--kafka", "127.0.0.1:9093"],
+                       capture_output=True, text=True, check=True).stdout
+assert "protocol consumer/uniform" in shown, shown
+"""),
     Claim('transactional_id="events-copier"', check="""
 from confluent_kafka import Consumer, TopicPartition
 consumer = Consumer({"bootstrap.servers": "127.0.0.1:9093", "group.id": "readme-check",

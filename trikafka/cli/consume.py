@@ -36,6 +36,9 @@ def add_parser(commands) -> None:
                               "--kafka through the group's coordinator; --from then applies only where nothing "
                               "was committed)")
     add_kafka(consume)
+    consume.add_argument("--group-protocol", choices=("classic", "consumer"), default=None,
+                         help="with --kafka --group: Kafka's group.protocol, classic (the default: JoinGroup, "
+                              "a member assigns) or consumer (Kafka 4's: the broker assigns, docs/protocol.md §17.9)")
     consume.add_argument("--read-committed", action="store_true",
                          help="with --kafka: read committed transactions only, up to the last stable offset "
                               "(isolation.level=read_committed, docs/protocol.md §19.7)")
@@ -62,6 +65,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if args.kafka is not None and args.group and (args.whitelist or args.blacklist or args.streams != 1
                                                   or args.consumer_id):
         parser.error("--whitelist, --blacklist, --streams and --consumer-id are for ZooKeeper groups, not --kafka")
+    if args.group_protocol is not None and not (args.kafka is not None and args.group):
+        parser.error("--group-protocol is for a --kafka --group member")
     if args.group and (args.exit_at_end or args.partition is not None):
         parser.error("--exit-at-end and --partition read partitions directly, not as a group member")
     if args.from_ not in ("earliest", "latest"):

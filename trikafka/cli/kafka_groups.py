@@ -87,7 +87,8 @@ async def consume(args: argparse.Namespace) -> int:
         async with kafka_client(args, auto_create=False) as client:
             async with KafkaGroupConsumer(client, args.group, [args.topic], auto_offset_reset=args.from_,
                                           auto_commit_interval_s=args.commit_interval_ms / 1000,
-                                          on_assigned=on_assigned, read_committed=args.read_committed) as consumer:
+                                          on_assigned=on_assigned, read_committed=args.read_committed,
+                                          group_protocol=args.group_protocol or "classic") as consumer:
                 with trio.CancelScope() as scope:
                     printer.stop = scope.cancel
                     async for message in consumer:

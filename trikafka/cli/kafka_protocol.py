@@ -18,6 +18,7 @@ from trikafka import __version__
 from trikafka.cli.common import (Printer, kafka_bootstrap, kafka_sasl_login, kafka_ssl_context, plural, read_lines,
                                  split_keyed_lines, stop_on_sigterm)
 from trikafka.cli.message_format import Printed
+from trikafka.client.errors import ClientError
 from trikafka.client.kafka import (EARLIEST, LATEST, KafkaAdmin, KafkaClient, KafkaProducer, NewTopic,
                                    PartitionConsumer)
 
@@ -82,6 +83,8 @@ async def _consume_partition(args: argparse.Namespace, client: KafkaClient, part
     if offset is None:
         offset = int(args.from_)
     committed = args.read_committed
+    if offset >= 0:
+        await _check_in_log(client, args.topic, partition, offset)
     consumer = PartitionConsumer(client, args.topic, partition, offset, read_committed=committed)
     position = await consumer.seek(offset)
     end = None
@@ -97,6 +100,17 @@ async def _consume_partition(args: argparse.Namespace, client: KafkaClient, part
                 return
             printer.write(Printed(args.topic, str(partition), record.offset, record.offset + 1, record.key,
                                   record.value or b""))
+
+
+async def _check_in_log(client: KafkaClient, topic: str, partition: int, offset: int) -> None:
+    """A ``--from`` offset before the log start (DeleteRecords, retention) or past its end is one line
+    naming both, not the fetch's OFFSET_OUT_OF_RANGE."""
+    admin = KafkaAdmin(client)
+    start = (await admin.list_offsets(topic, {partition: EARLIEST}))[partition].offset
+    end = (await admin.list_offsets(topic, {partition: LATEST}))[partition].offset
+    if not start <= offset <= end:
+        raise ClientError(f"--from {offset} is outside {topic}-{partition}: its log starts at offset {start} "
+                          f"and ends at {end}")
 
 
 async def topics(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from trikafka.util.lazy import lazy_exports
 _EXPORTS = {  # module -> the names this package re-exports from it
     ".admin": ("EARLIEST", "LATEST", "MAX_TIMESTAMP", "RESOURCE_BROKER", "RESOURCE_TOPIC", "ConfigValue",
                "GroupDescription", "GroupListing", "GroupMemberDescription", "KafkaAdmin", "NewTopic", "OffsetAt",
-               "TransactionDescription", "TransactionListing"),
+               "QuotaEntity", "QuotaFilter", "TransactionDescription", "TransactionListing"),
     ".assignors": ("ASSIGNORS", "Assignor", "GroupMember", "RangeAssignor", "RoundRobinAssignor"),
     ".client": ("BrokerNode", "ClusterMetadata", "KafkaClient", "KafkaPartitionMetadata", "KafkaTopicMetadata"),
     ".connection": ("KafkaConnection", "OpenStream", "SaslLogin", "UnsupportedApi", "open_kafka_connection"),
