@@ -6,6 +6,7 @@ from __future__ import annotations
 from kafka.admin import KafkaAdminClient
 
 from tests.helpers.kafka_clients import create_topic
+from trikafka.kafka.topic_ids import topic_id
 from trikafka.testing import running_kafka_broker
 
 
@@ -22,6 +23,8 @@ def test_kafka_python_pages_through_the_partitions_with_the_cursor():
             whole = admin.describe_topic_partitions(["b-three", "a-two", "missing"])
             assert _rows(whole) == [("a-two", 0, [0, 1]), ("b-three", 0, [0, 1, 2]), ("missing", 3, [])]
             assert whole["next_cursor"] is None
+            # The topic's id, as Metadata answers it (§17.9); none for a topic that is not there.
+            assert [t["topic_id"] for t in whole["topics"]] == [topic_id("a-two"), topic_id("b-three"), None]
             partition = whole["topics"][0]["partitions"][0]
             assert (partition["leader_id"], partition["replica_nodes"], partition["isr_nodes"],
                     partition["offline_replicas"]) == (0, [0], [0], [])

@@ -77,7 +77,8 @@ async def metadata(service: ClusterApis, request: Request) -> Any:
 
 def _topic(service: ClusterApis, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
-        return reply.nested("MetadataResponseTopic", error_code=error, name=name, topic_id=topic_id(name),
+        return reply.nested("MetadataResponseTopic", error_code=error, name=name,
+                            topic_id=topic_id(name) if error == ErrorCode.none else NO_TOPIC_ID,
                             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
                             topic_authorized_operations=OPERATIONS_NOT_ASKED)
 
@@ -115,7 +116,8 @@ def describe_topic_partitions(service: ClusterApis, request: Request) -> Any:
 
     def topic(name: str, error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
         return reply.nested("DescribeTopicPartitionsResponseTopic", error_code=error, name=name,
-                            topic_id=NO_TOPIC_ID, is_internal=name in INTERNAL_TOPICS, partitions=partitions,
+                            topic_id=topic_id(name) if error == ErrorCode.none else NO_TOPIC_ID,
+                            is_internal=name in INTERNAL_TOPICS, partitions=partitions,
                             topic_authorized_operations=OPERATIONS_NOT_ASKED)
 
     for name in names:

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.kafka.group_records import INTERNAL_TOPICS
-from trikafka.kafka.topic_ids import NO_TOPIC_ID
+from trikafka.kafka.topic_ids import NO_TOPIC_ID, topic_id
 
 from ..config import BrokerConfig
 from ..engine.errors import EngineError
@@ -378,7 +378,9 @@ async def create_topics(service: TopicAdministration, request: Request) -> Any:
                 {c.name: c.value for c in topic.configs}, validate_only=validate_only)
         except TopicError as exc:
             code, message = _error(exc)
-        results.append(reply.nested("CreatableTopicResult", name=topic.name, topic_id=NO_TOPIC_ID, error_code=code,
+        results.append(reply.nested("CreatableTopicResult", name=topic.name,
+                                    topic_id=topic_id(topic.name) if code == ErrorCode.none else NO_TOPIC_ID,
+                                    error_code=code,
                                     error_message=message, topic_config_error_code=0, num_partitions=partitions,
                                     replication_factor=factor, configs=None))
     return reply.response(throttle_time=NO_THROTTLE, topics=tuple(results))
