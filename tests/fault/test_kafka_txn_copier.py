@@ -63,6 +63,7 @@ COPY_WAIT_S = 360.0  # an upper bound under load: a run takes about 45 s on an i
 READ_WAIT_S = 120.0
 STOP_WAIT_S = 90.0
 POLL_S = 0.5
+READY_LINE = b"\nready"  # the copier's line once it runs (librdkafka's log lines come before it)
 
 
 @dataclass
@@ -132,10 +133,12 @@ def read_output(bootstrap: str, view: OutputView, done: threading.Event, *, to_e
 
 @dataclass
 class Copiers:
-    """``COPIERS`` copier processes, each restarted (same transactional id) whenever it ends before
-    :meth:`stop`.  An end the copier chose (fenced: ``FATAL_EXIT``; a call that did not complete:
-    ``STUCK_EXIT``) is kept in ``restarts``, as a supervisor would restart it; any other end that
-    the test did not ask for, and every jump a copier reports, in ``exits``."""
+    """``COPIERS`` copier processes, each restarted (same transactional id) whenever it ends, until
+    it ends on :meth:`stop`'s SIGTERM.  ``started[n]`` is set while copier ``n``'s current run has
+    said ``ready`` (its SIGTERM handler is installed).  An end the copier chose (fenced:
+    ``FATAL_EXIT``; a call that did not complete: ``STUCK_EXIT``) is kept in ``restarts``, as a
+    supervisor would restart it; any other end that the test did not ask for, and every jump a
+    copier reports, in ``exits``."""
 
     cluster: KafkaCluster
     running: dict[int, ChildProcess] = field(default_factory=dict)
@@ -149,13 +152,14 @@ class Copiers:
 
     async def keep_running(self, number: int) -> None:
         self.started.setdefault(number, trio.Event())
-        while not self.stopping:
+        while True:  # a copier killed just before stop() runs again, so that the SIGTERM stops it
             program = [sys.executable, "-m", "tests.helpers.kafka_txn_copier"]
             async with child_process(self.cluster.bootstrap(), GROUP, SOURCE, TARGET, f"copier-{number}",
-                                     str(BATCH), program=program) as child:
+                                     str(BATCH), program=program) as child, trio.open_nursery() as watching:
                 self.running[number] = child
-                self.started[number].set()
+                watching.start_soon(self._mark_started, number, child)
                 code = await child.process.wait()
+                watching.cancel_scope.cancel()
             if self.started[number].is_set():  # not replaced by kill(): an end the test did not cause
                 self.started[number] = trio.Event()
             tail = bytes(child.stderr[-1500:]).decode(errors="replace")
@@ -169,6 +173,13 @@ class Copiers:
                 self.restarts.append(f"copier-{number} exited {code}: {tail.splitlines()[-1] if tail else ''}")
             elif code != -signal.SIGKILL:
                 self.exits.append(f"copier-{number} exited {code}: {tail}")
+
+    async def _mark_started(self, number: int, child: ChildProcess) -> None:
+        """Set ``started[number]`` once the run says ``ready``: a SIGTERM before its handler is
+        installed would end it at once instead of between transactions."""
+        while READY_LINE not in child.stderr:
+            await trio.sleep(0.1)  # polling the child's stderr
+        self.started[number].set()
 
     async def kill(self, number: int) -> None:
         """SIGKILL copier ``number`` once it has committed a transaction (so it dies in a later one)."""
