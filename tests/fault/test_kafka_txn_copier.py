@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import pytest
 import trio
 
 from tests.helpers.broker_testing import ChildProcess, child_process
@@ -239,14 +238,6 @@ async def broker_fault(cluster: KafkaCluster, nursery: trio.Nursery, target: str
     return victim
 
 
-# Known defect, open: on a fresh machine of 2026-11-28 (a venv built from today's packages) the copy stops
-# after the transaction coordinator's broker and a copier are killed together: every copier is idle, the
-# restarted one never gets partitions, until COPY_WAIT_S ends the run. It fails so at this round's base
-# (6360430) too, with random seeds and with TRIKAFKA_FAULT_SEED=3525602430, so it is no regression of
-# this round; neither accepting TxnOffsetCommit during CompletingRebalance nor a 30 s max.poll.interval.ms
-# cured it. Not strict: a passing run shows as XPASS.
-@pytest.mark.xfail(reason="known defect: the copy stalls after a coordinator and a copier are killed together",
-                   strict=False)
 async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier_kills(zk_chroot, tmp_path):
     rng = fault_rng("test_kafka_txn_copier")
     seed = rng.seed_value  # type: ignore[attr-defined]
