@@ -25,9 +25,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-import pytest
 import trio
 
 from tests.helpers.broker_testing import ChildProcess, child_process
@@ -63,6 +62,7 @@ COPY_WAIT_S = 360.0  # an upper bound under load: a run takes about 45 s on an i
 READ_WAIT_S = 120.0
 STOP_WAIT_S = 90.0
 POLL_S = 0.5
+READY_LINE = b"\nready"  # the copier's line once it runs (librdkafka's log lines come before it)
 
 
 @dataclass
@@ -132,10 +132,12 @@ def read_output(bootstrap: str, view: OutputView, done: threading.Event, *, to_e
 
 @dataclass
 class Copiers:
-    """``COPIERS`` copier processes, each restarted (same transactional id) whenever it ends before
-    :meth:`stop`.  An end the copier chose (fenced: ``FATAL_EXIT``; a call that did not complete:
-    ``STUCK_EXIT``) is kept in ``restarts``, as a supervisor would restart it; any other end that
-    the test did not ask for, and every jump a copier reports, in ``exits``."""
+    """``COPIERS`` copier processes, each restarted (same transactional id) whenever it ends, until
+    it ends on :meth:`stop`'s SIGTERM.  ``started[n]`` is set while copier ``n``'s current run has
+    said ``ready`` (its SIGTERM handler is installed).  An end the copier chose (fenced:
+    ``FATAL_EXIT``; a call that did not complete: ``STUCK_EXIT``) is kept in ``restarts``, as a
+    supervisor would restart it; any other end that the test did not ask for, and every jump a
+    copier reports, in ``exits``."""
 
     cluster: KafkaCluster
     running: dict[int, ChildProcess] = field(default_factory=dict)
@@ -149,13 +151,14 @@ class Copiers:
 
     async def keep_running(self, number: int) -> None:
         self.started.setdefault(number, trio.Event())
-        while not self.stopping:
+        while True:  # a copier killed just before stop() runs again, so that the SIGTERM stops it
             program = [sys.executable, "-m", "tests.helpers.kafka_txn_copier"]
             async with child_process(self.cluster.bootstrap(), GROUP, SOURCE, TARGET, f"copier-{number}",
-                                     str(BATCH), program=program) as child:
+                                     str(BATCH), program=program) as child, trio.open_nursery() as watching:
                 self.running[number] = child
-                self.started[number].set()
+                watching.start_soon(self._mark_started, number, child)
                 code = await child.process.wait()
+                watching.cancel_scope.cancel()
             if self.started[number].is_set():  # not replaced by kill(): an end the test did not cause
                 self.started[number] = trio.Event()
             tail = bytes(child.stderr[-1500:]).decode(errors="replace")
@@ -170,15 +173,23 @@ class Copiers:
             elif code != -signal.SIGKILL:
                 self.exits.append(f"copier-{number} exited {code}: {tail}")
 
-    async def kill(self, number: int) -> None:
-        """SIGKILL copier ``number`` once it has committed a transaction (so it dies in a later one)."""
+    async def _mark_started(self, number: int, child: ChildProcess) -> None:
+        """Set ``started[number]`` once the run says ``ready``: a SIGTERM before its handler is
+        installed would end it at once instead of between transactions."""
+        while READY_LINE not in child.stderr:
+            await trio.sleep(0.1)  # polling the child's stderr
+        self.started[number].set()
+
+    async def kill(self, number: int, copy_done: Callable[[], bool]) -> None:
+        """SIGKILL copier ``number`` once it has committed a transaction (so it dies in a later one),
+        or once ``copy_done()``: a copier restarted late in the copy may find nothing left to copy."""
         await self.started[number].wait()
         child = self.running[number]
         with trio.fail_after(COPY_WAIT_S):
-            while b"committed" not in child.stderr:
+            while b"committed" not in child.stderr and not copy_done():
                 await trio.sleep(0.1)  # polling the child's stderr
         child.signal(signal.SIGKILL)
-        self.started[number] = trio.Event()  # set once the restarted copier runs
+        self.started[number] = trio.Event()  # set once the restarted copier says ready
         self.killed += 1
 
     async def stop(self) -> None:
@@ -227,14 +238,6 @@ async def broker_fault(cluster: KafkaCluster, nursery: trio.Nursery, target: str
     return victim
 
 
-# Known defect, open: on a fresh machine of 2026-11-28 (a venv built from today's packages) the copy stops
-# after the transaction coordinator's broker and a copier are killed together: every copier is idle, the
-# restarted one never gets partitions, until COPY_WAIT_S ends the run. It fails so at this round's base
-# (6360430) too, with random seeds and with TRIKAFKA_FAULT_SEED=3525602430, so it is no regression of
-# this round; neither accepting TxnOffsetCommit during CompletingRebalance nor a 30 s max.poll.interval.ms
-# cured it. Not strict: a passing run shows as XPASS.
-@pytest.mark.xfail(reason="known defect: the copy stalls after a coordinator and a copier are killed together",
-                   strict=False)
 async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier_kills(zk_chroot, tmp_path):
     rng = fault_rng("test_kafka_txn_copier")
     seed = rng.seed_value  # type: ignore[attr-defined]
@@ -277,7 +280,7 @@ async def test_transactional_copiers_copy_exactly_once_through_broker_and_copier
                             victim = await broker_fault(cluster, nursery, what, broker_rng)
                             done.append(f"broker {victim} ({what}) at {during.count}")
                         else:
-                            await copiers.kill(what)
+                            await copiers.kill(what, lambda: during.count >= TOTAL)
                             done.append(f"copier-{what} at {during.count}")
                         print(f"fault: {done[-1]}")
                     while during.count < TOTAL and during.violation is None:

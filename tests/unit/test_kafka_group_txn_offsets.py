@@ -3,15 +3,18 @@ the producer's marker, committed by COMMIT with the log order kept, dropped by A
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from tests.helpers.kafka_batches import lead_verified, v2_log
+from trikafka.broker.config import BrokerConfig
+from trikafka.broker.kafka.groups.coordinator import GroupCoordinator
 from trikafka.broker.kafka.groups.state import OffsetsPartition
-from trikafka.broker.kafka.internal_topic import read_records
+from trikafka.broker.kafka.internal_topic import read_records, transaction_standing
 from trikafka.broker.engine.partition import ReadView
 from trikafka.kafka.batch import TRANSACTIONAL
-from trikafka.kafka.group_records import (GroupKey, GroupValue, OffsetKey, OffsetValue, decode_record, encode_key,
-                                          encode_value)
+from trikafka.kafka.group_records import (OFFSETS_TOPIC, GroupKey, GroupValue, OffsetKey, OffsetValue, decode_record,
+                                          encode_key, encode_value)
 from trikafka.kafka.markers import build_marker
 from trikafka.kafka.records import Record, build_batch
 from trikafka.log import OffsetAssignment
@@ -118,3 +121,75 @@ async def test_a_load_keeps_an_open_transactions_offsets_pending_until_its_marke
     assert part.txn_offsets.producers() == [C] and part.txn_offsets.unstable("g", ("in", 2))
     part.on_marker(C, commit=True)
     assert offset(part, "g", index=2) == 30
+
+
+# ------------------------------------------------------------------ a write and a marker acknowledged together
+
+class _AcknowledgedLater:
+    """``__consumer_offsets`` partition 0 as the group coordinator reaches it (``InternalTopic``'s
+    ``read_view``, ``read``, ``transaction_standing`` and ``write``), led here: a write is appended to
+    ``log`` at once and acknowledged only once ``acknowledge`` is set, as a leader waits for its ISR."""
+
+    name = OFFSETS_TOPIC
+
+    def __init__(self, log):
+        self.log = log
+        self.appended = trio.Event()
+        self.acknowledge = trio.Event()
+
+    def read_view(self, index):
+        return ReadView(self.log, self.log.end_offset, 0)
+
+    async def read(self, view, decode):
+        return await read_records(_worker_thread, view, decode)
+
+    def transaction_standing(self, index, producer_id, offset):
+        return transaction_standing(self.log.producers, producer_id, offset)
+
+    async def write(self, index, records, producer=None, guard=None):
+        producer_id, epoch = producer
+        batch = build_batch([Record(i, 1, key, value) for i, (key, value) in enumerate(records)],
+                            producer_id=producer_id, producer_epoch=epoch, base_sequence=0,
+                            control_attributes=TRANSACTIONAL)
+        first = lead_verified(self.log, bytearray(batch)).logical_offset
+        self.appended.set()
+        await self.acknowledge.wait()
+        return first
+
+
+@pytest.mark.parametrize("commit", [False, True])
+async def test_a_marker_acknowledged_before_its_txn_offset_commit_write_leaves_nothing_pending(commit):
+    # The producer's TxnOffsetCommit is appended, then waits for its acknowledgement (a follower in the
+    # ISR is dead); the producer dies, its restart fences it, and the coordinator's ABORT marker lands
+    # after it; one high watermark move acknowledges both, and the marker's listener runs first.
+    log, *_ = v2_log()
+    topic = _AcknowledgedLater(log)
+    coordinator = GroupCoordinator(topic, BrokerConfig(), lambda: 1, zookeeper_groups=None)
+    groups = await coordinator.loads.serve(0)
+    assert isinstance(groups, OffsetsPartition)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coordinator.write_transactional, groups, A, 0,
+                           [(OffsetKey("g", "in", 0), OffsetValue(10))], None)
+        await topic.appended.wait()
+        marker = log.append(bytearray(build_marker(A, 0, commit, coordinator_epoch=0, timestamp_ms=1)),
+                            assign=OffsetAssignment(1, markers=True))
+        coordinator.on_marker(OFFSETS_TOPIC, 0, A, commit, marker.logical_offset)
+        topic.acknowledge.set()
+    assert groups.txn_offsets.producers() == []  # was [A]: pending with no marker to come, for ever
+    assert not groups.txn_offsets.unstable("g", ("in", 0))
+    assert offset(groups, "g") == (10 if commit else None)
+
+
+async def test_a_txn_offset_commit_acknowledged_before_its_marker_stays_pending_until_it():
+    log, *_ = v2_log()
+    topic = _AcknowledgedLater(log)
+    topic.acknowledge.set()
+    coordinator = GroupCoordinator(topic, BrokerConfig(), lambda: 1, zookeeper_groups=None)
+    groups = await coordinator.loads.serve(0)
+    assert isinstance(groups, OffsetsPartition)
+    await coordinator.write_transactional(groups, A, 0, [(OffsetKey("g", "in", 0), OffsetValue(10))], None)
+    assert groups.txn_offsets.unstable("g", ("in", 0)) and offset(groups, "g") is None
+    marker = log.append(bytearray(build_marker(A, 0, True, coordinator_epoch=0, timestamp_ms=1)),
+                        assign=OffsetAssignment(1, markers=True))
+    coordinator.on_marker(OFFSETS_TOPIC, 0, A, True, marker.logical_offset)
+    assert groups.txn_offsets.producers() == [] and offset(groups, "g") == 10

@@ -13,6 +13,7 @@ else here serves both.
 
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Callable, Protocol, Sequence, TypeVar
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchError, BatchHeader
+from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchError
 from trikafka.kafka.records import Record, build_batch, decode_batches
 from trikafka.log.producer_state import ProducerStates
 from trikafka.log.verification_guard import VerificationGuard
@@ -176,6 +177,11 @@ class InternalTopic:
         """Partition ``index`` as its leader reads it; ``Refused`` where this broker does not lead it."""
         return self._service.engine.directory.partition(self.name, index).read_view()
 
+    def transaction_standing(self, index: int, producer_id: int, offset: int) -> TxnStanding:
+        """Where ``producer_id``'s transactional batch at logical ``offset`` of partition ``index`` stands
+        in this leader's log now (§19.5.4); ``Refused`` where this broker does not lead it."""
+        return transaction_standing(self.read_view(index).log.producers, producer_id, offset)
+
     async def read(self, view: ReadView,
                    decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
         """Every keyed record of the partition ``view`` shows, decoded (``read_records``)."""
@@ -220,17 +226,21 @@ class InternalTopic:
         return result.logical_offset
 
 
-def _aborted(producers: ProducerStates, header: BatchHeader) -> bool:
-    """Whether a transactional batch belongs to an aborted transaction (§19.6)."""
-    return any(a.producer_id == header.producer_id
-               for a in producers.aborted_between(header.base_offset, header.base_offset + 1))
+class TxnStanding(enum.Enum):
+    """Where a transactional batch stands in its partition's log (§19.6)."""
+
+    OPEN = "open"  # no marker of its producer behind it yet
+    COMMITTED = "committed"
+    ABORTED = "aborted"
 
 
-def _open_producer(producers: ProducerStates, header: BatchHeader) -> int | None:
-    """The producer id when a transactional batch belongs to its still-open transaction (no marker
-    yet), else None (§19.6)."""
-    opened = producers.open_transactions.get(header.producer_id)
-    return header.producer_id if opened is not None and header.base_offset >= opened else None
+def transaction_standing(producers: ProducerStates, producer_id: int, offset: int) -> TxnStanding:
+    """Where ``producer_id``'s transactional batch at logical ``offset`` stands, by the log's producer
+    state ``producers`` (§19.6)."""
+    if any(a.producer_id == producer_id for a in producers.aborted_between(offset, offset + 1)):
+        return TxnStanding.ABORTED
+    opened = producers.open_transactions.get(producer_id)
+    return TxnStanding.OPEN if opened is not None and offset >= opened else TxnStanding.COMMITTED
 
 
 async def read_records(run_blocking: RunBlocking, view: ReadView,
@@ -264,9 +274,10 @@ def _read_all(log: BrokerLog, end: int,
                     continue
                 open_producer = None
                 if header.attributes & TRANSACTIONAL:
-                    if _aborted(log.producers, header):
+                    standing = transaction_standing(log.producers, header.producer_id, header.base_offset)
+                    if standing is TxnStanding.ABORTED:
                         continue
-                    open_producer = _open_producer(log.producers, header)
+                    open_producer = header.producer_id if standing is TxnStanding.OPEN else None
                 for record in records:
                     if record.key is None:
                         continue

@@ -15,9 +15,9 @@ from trikafka.log.verification_guard import VerificationGuard
 from trikafka.wire.metadata import BrokerAddress
 
 from ...config import BrokerConfig
-from ...engine.partition import ReadView
+from ...engine.partition import ReadView, Refused
 from ..coordinator_seams import ZooKeeperGroups
-from ..internal_topic import InternalTopic
+from ..internal_topic import InternalTopic, TxnStanding
 from ..partition_loads import PartitionLoads
 from .consumer_group import ConsumerSettings
 from .group import GroupSettings, GroupState
@@ -192,13 +192,23 @@ class GroupCoordinator:
                                   records: Sequence[tuple[RecordKey, RecordValue | None]],
                                   guard: VerificationGuard | None) -> ErrorCode:
         """TxnOffsetCommit (§19.5.4): write ``records`` as a transactional batch of the producer, which
-        presents its verification's ``guard`` (§19.5.7); once committed they are pending until its
-        marker (``on_marker``)."""
+        presents its verification's ``guard`` (§19.5.7); once committed they count as the log says
+        their transaction stands: pending until its marker (``on_marker``), or as the marker that
+        the log already holds behind them decided."""
         written = await self.store.write(groups.index, records, (producer_id, producer_epoch), guard)
         if isinstance(written, ErrorCode):
             return written
+        # The marker's listener may have run while this write awaited its acknowledgement (both
+        # committed by one high-watermark move): the log, not the order of wake-ups, decides.
+        try:
+            standing = self.topic.transaction_standing(groups.index, producer_id, written)
+        except Refused:
+            return ErrorCode.none  # led elsewhere now: these groups are dropped, the next load reads the batch
+        if standing is TxnStanding.ABORTED:
+            return ErrorCode.none
+        open_producer = producer_id if standing is TxnStanding.OPEN else None
         for i, (key, value) in enumerate(records):
-            groups.apply_transactional(producer_id, key, value, written + i)
+            groups.apply_read(key, value, written + i, open_producer)
         return ErrorCode.none
 
     async def _write_metadata(self, groups: OffsetsPartition, value: GroupValue, group_id: str) -> ErrorCode:

@@ -64,8 +64,9 @@ class OffsetsPartition:
 
     def apply_read(self, key: RecordKey, value: RecordValue | None, log_offset: int,
                    open_producer: int | None) -> None:
-        """A record read at a load (§17.3): it counts, or (``open_producer``) it is pending in that
-        producer's still-open transaction until its marker (§19.5.4)."""
+        """A record as the log holds it, read at a load (§17.3) or a TxnOffsetCommit's once committed
+        (§19.5.4): it counts, or (``open_producer``) it is pending in that producer's still-open
+        transaction until its marker."""
         if open_producer is None:
             self.apply(key, value, log_offset)
         else:
