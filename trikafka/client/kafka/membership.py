@@ -315,7 +315,9 @@ class GroupMembership:
 
     def _on_error(self, code: ErrorCode, what: str, now_s: float) -> None:
         if code in _FIND_COORDINATOR_ERRORS:
-            self._lose_coordinator(now_s, backoff=False)
+            # After a backoff: until the brokers' metadata catches up, FindCoordinator names the broker
+            # that just refused again, and asking at once spins (as Kafka's consumer, retry.backoff.ms).
+            self._lose_coordinator(now_s, backoff=True)
         elif code == ErrorCode.coordinator_load_in_progress:
             self._not_before_s = now_s + self.retry_backoff_s
         elif code == ErrorCode.rebalance_in_progress:
