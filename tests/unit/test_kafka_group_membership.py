@@ -226,6 +226,18 @@ def test_a_session_with_no_answered_heartbeat_finds_the_coordinator_again() -> N
     assert sent(membership, 10.0).api == "FIND_COORDINATOR"
 
 
+def test_a_coordinator_found_again_after_a_silent_session_gets_a_heartbeat() -> None:
+    """Finding the coordinator restarts the session's clock (as Kafka's consumer does): the member
+    then heartbeats, and the coordinator's answer says whether it is still in the group.  Judged by
+    the old clock, the session was still over, and the member found the coordinator again and again
+    at one instant (the Kafka simulation world's seed 1 spun so)."""
+    membership = stable()
+    membership.session_timeout_s = 10.0
+    assert sent(membership, 10.0).api == "FIND_COORDINATOR"
+    membership.handle(found(), 10.0)
+    assert sent(membership, 10.0).api == "HEARTBEAT"
+
+
 def test_a_dynamic_member_leaves_and_a_static_one_does_not() -> None:
     dynamic = stable()
     dynamic.leave()

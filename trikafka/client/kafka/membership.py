@@ -269,6 +269,8 @@ class GroupMembership:
             return self._fail(code, "find coordinator")
         self.coordinator = coordinator
         self.phase = self._resume
+        if self.phase is Phase.STABLE:  # the session's clock restarts (Kafka's consumer: resetSessionTimeout)
+            self._last_heartbeat_ok_s = now_s
 
     def _on_join_group(self, answer: object, now_s: float) -> None:
         code = ErrorCode(int(schema.field(answer, "error_code", 0)))
