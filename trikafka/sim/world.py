@@ -123,6 +123,8 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
 class World:
     """Everything one seed runs."""
 
+    fault_table: dict[str, Fault] = FAULT_TABLE  # the kinds the nemesis may draw (a subclass adds its own)
+
     def __init__(self, seed: int, duration_s: float, faults: tuple[str, ...], trace: Trace,
                  replicas: tuple[tuple[int, ...], ...] = replica_assignment(BROKERS, PARTITIONS)):
         self.streams = Streams(seed)
@@ -136,6 +138,7 @@ class World:
         self.stalls: list[trio.Event] = []  # released at the latest when everything heals
         self.busy: dict[int, list[str]] = {}  # brokers under a fault right now -> the faults
         self.topic = TOPIC
+        self.topics: tuple[str, ...] = (TOPIC,)
         self.cluster: InProcessCluster  # set once run() opened it
         self.zk: ZooKeeperClient
         self.latency: Hook
@@ -172,9 +175,9 @@ class World:
 
     # ----------------------------------------------------------------- observers and clients
 
-    def _hosted(self, broker: int, partition: int):
+    def _hosted(self, broker: int, partition: int, topic: str = TOPIC):
         replicas = self.cluster.brokers[broker].broker.replicas
-        return replicas.hosted.get((TOPIC, partition)) if replicas is not None else None
+        return replicas.hosted.get((topic, partition)) if replicas is not None else None
 
     async def _watch_leaders(self) -> None:
         while True:
@@ -250,7 +253,7 @@ class World:
         async with trio.open_nursery() as faults:
             while True:
                 await trio.sleep(self.streams.timing.uniform(*FAULT_GAP_S))
-                fault = FAULT_TABLE[self.streams.fault.choice(self.fault_names)]
+                fault = self.fault_table[self.streams.fault.choice(self.fault_names)]
                 victim = self.streams.victim.randrange(self.brokers)
                 step, scale = self.streams.duration.random(), self.streams.duration.random()
                 duration_s = fault.durations_s[int(step * len(fault.durations_s))] * scale
@@ -331,14 +334,16 @@ class World:
 
     # ----------------------------------------------------------------- the end state
 
-    async def _settled(self) -> tuple[dict, dict, dict] | None:
+    async def _settled(self, topic: str = TOPIC) -> tuple[dict, dict, dict] | None:
+        """Each partition of ``topic`` led, its ISR full, every replica at the leader's end and the high
+        watermark there: (leaders, ISRs, high watermarks), else None."""
         leaders, isrs, hws = {}, {}, {}
         for partition, replicas in enumerate(self.replicas):
-            state = (await read_state(self.zk, TOPIC, partition)).state
-            hosted = self._hosted(state.leader, partition) if state.leader >= 0 else None
+            state = (await read_state(self.zk, topic, partition)).state
+            hosted = self._hosted(state.leader, partition, topic) if state.leader >= 0 else None
             if hosted is None or hosted.leader is None or len(state.isr) < len(replicas):
                 return None
-            ends = {self._hosted(b, partition).log.end_offset for b in replicas if self._hosted(b, partition)}
+            ends = {h.log.end_offset for b in replicas if (h := self._hosted(b, partition, topic))}
             if ends != {hosted.log.end_offset} or hosted.high_watermark != hosted.log.end_offset:
                 return None
             leaders[partition], isrs[partition], hws[partition] = state.leader, state.isr, hosted.high_watermark
