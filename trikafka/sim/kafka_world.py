@@ -36,7 +36,7 @@ from trikafka.util.errors import leaf_exceptions
 
 from .checker import Violation
 from .determinism import Trace, derived_random, deterministic_trio, seeded_member_ids
-from .faults import FAULT_TABLE, Fault
+from .kafka_faults import CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
 from .plants import planted
 from .world import BROKERS, SimResult, World, replica_assignment
@@ -44,7 +44,7 @@ from .world import BROKERS, SimResult, World, replica_assignment
 IN, OUT = "in", "out"
 COPY_GROUP, READ_GROUP = "copiers", "readers"
 PARTITIONS = 2
-PRODUCERS, COPIERS, READERS = 2, 2, 2
+PRODUCERS, READERS = 2, 2  # (COPIERS: kafka_faults)
 PRODUCE_RATE_PER_S = 10.0  # each producer's
 ABORT_SHARE = 0.2  # of a copier's transactions
 COMMIT_SHARE = 0.3  # of a reader's records, after which it commits
@@ -52,7 +52,6 @@ TRANSACTION_TIMEOUT_MS = 10_000
 SESSION_TIMEOUT_S = 6.0
 RESTART_AFTER_S = (0.1, 3.0)  # a client incarnation that ended: the next starts after this long
 SETTLE_S = 90.0
-COORDINATOR_KEY_TYPE_TRANSACTION = 1
 OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
 # The brokers' settings: internal topics the size of the world's, the transaction reaper within the
 # settle time, a group's first rebalance at once (Kafka's names and defaults otherwise).
@@ -62,7 +61,6 @@ BROKER_SETTINGS: dict[str, Any] = {
     "transaction_abort_timed_out_transaction_cleanup_interval_ms": 1000, "offsets_topic_replication_factor": 3,
     "transaction_state_log_replication_factor": 3}
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
-CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError, AssertionError)
 DEFAULT_DURATION_S = 60.0
 
 
@@ -74,46 +72,6 @@ class Slot:
     index: int
     body: Callable[[Slot, int], Awaitable[None]]
     scope: trio.CancelScope
-
-
-async def _client_crash(world: KafkaWorld, victim: int, duration_s: float) -> None:
-    """A client process dies where it stands (mid-transaction included); it starts again later."""
-    slot = world.slots[victim % len(world.slots)]
-    world.trace.add(f"fault client-crash {slot.name}")
-    slot.scope.cancel()
-
-
-async def _coordinator_move(world: KafkaWorld, victim: int, duration_s: float) -> None:
-    """The broker coordinating a copier's transactional id restarts: its partition of the transaction
-    log (and of the offsets topic it leads) moves to another broker, which loads it."""
-    tid = f"copier-{victim % COPIERS}"
-    with trio.move_on_after(2.0):
-        try:
-            async with world.cluster.kafka_client(max_retries=0) as client:
-                broker = (await find_coordinator(client, tid, COORDINATOR_KEY_TYPE_TRANSACTION)).node_id
-        except CLIENT_ERRORS:
-            return
-        if broker in world.down or world.busy.get(broker):
-            return
-        world.busy.setdefault(broker, []).append("restart")
-        await world._fault(FAULT_TABLE["restart"], broker, duration_s)
-
-
-KAFKA_FAULT_TABLE: dict[str, Fault] = {
-    **{name: fault for name, fault in FAULT_TABLE.items() if not fault.on_member},
-    "client-crash": Fault("client-crash", _client_crash, on_member=True),  # type: ignore[arg-type]
-    "coordinator-move": Fault("coordinator-move", _coordinator_move, on_member=True),  # type: ignore[arg-type]
-}
-KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
-
-
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``kill,client-crash`` -> the fault names; ValueError naming an unknown one."""
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in KAFKA_FAULT_TABLE]
-    if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(KAFKA_FAULTS)})")
-    return names
 
 
 def replay_command(seed: int, *, duration_s: float, faults: tuple[str, ...], plant: str | None) -> str:

@@ -1,0 +1,33 @@
+"""The Kafka world (docs/simulation.md, "The Kafka world"): the shipped brokers' Kafka listeners and
+trikafka's Trio Kafka client under faults; a seed replays to its digest, and a plant in the shipped
+producer state is caught and replayed by the command its report prints."""
+
+from __future__ import annotations
+
+import functools
+
+from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
+from trikafka.sim.kafka_promises import ONCE
+from trikafka.sim.kafka_world import run_seed
+
+SHORT_S = 10.0  # simulated seconds a seed runs here (CI's budget runs the world longer, docs/simulation.md)
+PLANT = "duplicate-sequence-accepted"
+CAUGHT_SEED = 1  # measured: the plant breaks seeds 1-6 of 6
+
+
+def test_a_seed_replays_exactly():
+    assert_a_seed_replays_exactly(functools.partial(run_seed, duration_s=SHORT_S), 3, 5)
+
+
+def test_a_clean_seed_acknowledges_copies_and_commits_under_faults():
+    result = run_seed(3, duration_s=SHORT_S)
+    assert result.ok, result.report()
+    assert result.acked > 20 and result.faults > 3
+    assert any(" committed: " in line for line in result.trace_lines)  # a copier's transaction committed
+
+
+def test_a_duplicate_sequence_accepted_by_the_producer_state_is_caught_and_replays():
+    failed = run_seed(CAUGHT_SEED, duration_s=SHORT_S, plant=PLANT)
+    assert failed.violation is not None and failed.violation.promise == ONCE, failed.report()
+    assert f"replay: trikafka sim --world kafka --seed {CAUGHT_SEED} --duration-s 10 --plant {PLANT}" in failed.report()
+    assert_the_command_replays(failed, ONCE, "kafka", 3, run_seed(3, duration_s=SHORT_S).digest, "--duration-s", "10")
