@@ -12,21 +12,34 @@ Light to import (no broker code), like ``faults``: the command line reads ``pars
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from trikafka.client.errors import ClientError
 
-from .faults import FAULT_TABLE, Fault
-
-if TYPE_CHECKING:
-    from .kafka_world import KafkaWorld
+from .faults import FAULT_TABLE, Fault, World
 
 COPIERS = 2
 COORDINATOR_KEY_TYPE_TRANSACTION = 1
 # What ends a client incarnation (the client's own errors, and a broken in-memory stream).
 CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class Client(Protocol):
+    """A client of the workload as a fault sees it: its name and its running incarnation's scope."""
+
+    name: str
+    scope: trio.CancelScope
+
+
+class KafkaWorld(World, Protocol):
+    """What this world's faults see of ``kafka_world.KafkaWorld`` (which imports this table)."""
+
+    slots: list[Client]
+    busy: dict[int, list[str]]  # brokers under a fault right now -> the faults
+
+    async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
 
 
 async def _client_crash(world: KafkaWorld, victim: int, duration_s: float) -> None:

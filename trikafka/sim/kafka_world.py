@@ -121,7 +121,7 @@ class KafkaWorld(World):
         self.client_streams = {name: derived_random(seed, name) for name in ("producers", "copiers", "readers")}
         self.counters = [itertools.count() for _ in range(PRODUCERS)]
         self.read_positions = [0] * PARTITIONS
-        self.slots = [*(Slot(f"producer-{i}", i, self._produce, trio.CancelScope()) for i in range(PRODUCERS)),
+        self.slots = [*(Slot(f"producer-{i}", i, self._idempotent_produce, trio.CancelScope()) for i in range(PRODUCERS)),
                       *(Slot(f"copier-{i}", i, self._copy, trio.CancelScope()) for i in range(COPIERS)),
                       *(Slot(f"reader-{i}", i, self._read_group, trio.CancelScope()) for i in range(READERS)),
                       Slot("committed-reader", 0, self._read_committed, trio.CancelScope())]
@@ -178,7 +178,7 @@ class KafkaWorld(World):
                     self.trace.add(f"{slot.name}.{incarnation} ended: {type(exc).__name__} {exc}"[:200])
             await trio.sleep(stream.uniform(*RESTART_AFTER_S))
 
-    async def _produce(self, slot: Slot, incarnation: int) -> None:
+    async def _idempotent_produce(self, slot: Slot, incarnation: int) -> None:
         stream = self.client_streams["producers"]
         async with self._client() as client, KafkaProducer.open(client, acks=-1, idempotent=True,
                                                                 linger_s=0.005) as producer:
