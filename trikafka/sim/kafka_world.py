@@ -27,7 +27,7 @@ import trio
 import trio.testing
 
 from trikafka.client.errors import ClientError
-from trikafka.client.kafka import (KafkaAdmin, KafkaClient, KafkaGroupConsumer, KafkaProducer, NewTopic,
+from trikafka.client.kafka import (KafkaAdmin, KafkaClient, KafkaGroupConsumer, KafkaGroupMessage, KafkaProducer, NewTopic,
                                    PartitionConsumer, TopicPartition)
 from trikafka.client.kafka.coordinators import find_coordinator
 from trikafka.client.kafka.errors import KafkaResponseError
@@ -211,23 +211,34 @@ class KafkaWorld(World):
             await producer.init_transactions()
             manager = producer.transactions
             assert manager is not None
-            async with self._group_consumer(client, COPY_GROUP, read_committed=True) as consumer:
-                batch, wanted, transactions = [], stream.randint(1, 3), itertools.count()
+            consumer = self._group_consumer(client, COPY_GROUP, read_committed=True)
+            batch: list[KafkaGroupMessage] = []
+
+            async def revoked(partitions: list[TopicPartition]) -> None:
+                # Records read and not yet copied are dropped with the partitions: their next owner
+                # (maybe this member again) reads them from the committed offsets.
+                batch.clear()
+
+            consumer.on_revoked = revoked
+            async with consumer:
+                wanted, transactions = stream.randint(1, 3), itertools.count()
                 async for message in consumer:
                     self.fail(self.history.handed_out(IN, message.partition, message.record.offset,
                                                       message.record.value or b""))
+                    if not batch:  # the generation the records were read in fences their offsets' commit
+                        metadata = consumer.group_metadata()
                     batch.append(message)
                     if len(batch) < wanted:
                         continue
                     label = f"{tid}.{incarnation}.{next(transactions)}"
                     manager.begin()
                     offsets: dict[TopicPartition, int] = {}
-                    for m in batch:
+                    for m in list(batch):
                         value = copy_value(m.partition, m.record.offset, label)
                         await producer.send(OUT, value, partition=m.partition, timestamp_ms=self._now_ms())
                         self.history.sent(label, m.partition, value)
                         offsets[TopicPartition(IN, m.partition)] = m.record.offset + 1
-                    await producer.send_offsets(consumer, offsets)
+                    await producer.send_offsets(metadata, offsets)
                     commit = stream.random() >= ABORT_SHARE
                     await (manager.commit if commit else manager.abort)(producer.flush)
                     self.trace.add(f"{label} {'committed' if commit else 'aborted'}: "
@@ -235,7 +246,8 @@ class KafkaWorld(World):
                     self.fail(self.history.ended(label, commit))
                     if not commit:
                         return  # the next incarnation reads again from the committed offsets
-                    batch, wanted = [], stream.randint(1, 3)
+                    batch.clear()
+                    wanted = stream.randint(1, 3)
 
     async def _read_group(self, slot: Slot, incarnation: int) -> None:
         stream = self.client_streams["readers"]
