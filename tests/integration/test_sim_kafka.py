@@ -31,3 +31,12 @@ def test_a_duplicate_sequence_accepted_by_the_producer_state_is_caught_and_repla
     assert failed.violation is not None and failed.violation.promise == ONCE, failed.report()
     assert f"replay: trikafka sim --world kafka --seed {CAUGHT_SEED} --duration-s 10 --plant {PLANT}" in failed.report()
     assert_the_command_replays(failed, ONCE, "kafka", 3, run_seed(3, duration_s=SHORT_S).digest, "--duration-s", "10")
+
+
+def test_a_transaction_whose_coordinator_reloaded_mid_completion_ends():
+    """Seed 8 of 20 s: the broker coordinating ``copier-0`` loaded its transaction-log partition again
+    while the completion task of the previous load was still writing the PrepareAbort's markers; the
+    new load's completion was not started (the running task held the id), and the old task returned
+    without completing once its load was gone, so the transaction stayed PrepareAbort for good."""
+    result = run_seed(8, duration_s=20.0)
+    assert result.ok, result.report()
