@@ -195,10 +195,10 @@ FAULTS = tuple(FAULT_TABLE)
 MEMBER_FAULTS = tuple(name for name, fault in FAULT_TABLE.items() if fault.on_member)
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``restart,stall`` -> the fault names; ValueError naming an unknown one."""
+def parse_faults(text: str, table: dict[str, Fault] = FAULT_TABLE) -> tuple[str, ...]:
+    """``restart,stall`` -> the fault names of ``table``; ValueError naming an unknown one."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in FAULT_TABLE]
+    unknown = [n for n in names if n not in table]
     if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(FAULTS)})")
+        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(table)})")
     return names

@@ -18,6 +18,7 @@ import trio
 
 from trikafka.client.errors import ClientError
 
+from . import faults
 from .faults import FAULT_TABLE, Fault, World
 
 COPIERS = 2
@@ -79,8 +80,4 @@ KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
 
 def parse_faults(text: str) -> tuple[str, ...]:
     """``kill,client-crash`` -> the fault names; ValueError naming an unknown one."""
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in KAFKA_FAULT_TABLE]
-    if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(KAFKA_FAULTS)})")
-    return names
+    return faults.parse_faults(text, KAFKA_FAULT_TABLE)

@@ -18,13 +18,10 @@ over its broker faults (``faults.FAULT_TABLE``) plus this world's: ``client-cras
 from __future__ import annotations
 
 import itertools
-import logging
-import traceback
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import trio
-import trio.testing
 
 from trikafka.client.errors import ClientError
 from trikafka.client.kafka import (KafkaAdmin, KafkaClient, KafkaGroupConsumer, KafkaGroupMessage, KafkaProducer, NewTopic,
@@ -35,11 +32,11 @@ from trikafka.testing import open_cluster
 from trikafka.util.errors import leaf_exceptions
 
 from .checker import Violation
-from .determinism import Trace, derived_random, deterministic_trio, seeded_member_ids
+from .determinism import Trace, derived_random, seeded_member_ids
+from .event_world import replay_command
 from .kafka_faults import CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
-from .plants import planted
-from .world import BROKERS, SimResult, World, replica_assignment
+from .world import BROKERS, SimResult, World, replica_assignment, run_world
 
 IN, OUT = "in", "out"
 COPY_GROUP, READ_GROUP = "copiers", "readers"
@@ -74,38 +71,15 @@ class Slot:
     scope: trio.CancelScope
 
 
-def replay_command(seed: int, *, duration_s: float, faults: tuple[str, ...], plant: str | None) -> str:
-    parts = [f"trikafka sim --world kafka --seed {seed} --duration-s {duration_s:g}"]
-    if faults != KAFKA_FAULTS:
-        parts.append(f"--faults {','.join(faults)}")
-    if plant is not None:
-        parts.append(f"--plant {plant}")
-    return " ".join(parts)
-
-
 def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple[str, ...] = KAFKA_FAULTS,
              plant: str | None = None) -> SimResult:
     """Run one seed of the Kafka world (blocking: its own ``trio.run``) and judge it."""
     trace = Trace()
-    clock = trio.testing.MockClock(autojump_threshold=0)
-    previous = logging.getLogger("trikafka").level
-    logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)
     world = KafkaWorld(seed, duration_s, faults, trace)
-    crash: list[str] = []
-    try:
-        with deterministic_trio(seed), seeded_member_ids(derived_random(seed, "ids")), planted(plant):
-            trio.run(world.run, clock=clock)
-    except Exception as exc:  # the simulation itself failed: a failed seed too, replayable like the rest
-        world.violation = world.violation or Violation("the simulation runs to its end", repr(exc), len(trace.lines))
-        crash = [line for chunk in traceback.format_exception(exc) for line in chunk.rstrip().splitlines()]
-    finally:
-        logging.getLogger("trikafka").setLevel(previous)
-    violation = world.violation
-    context = trace.around(violation.trace_index if violation.trace_index >= 0 else len(trace.lines)) \
-        if violation else []
-    return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context + crash,
+    simulated_s, context = run_world(world, plant, seeded_member_ids(derived_random(seed, "ids")))
+    return SimResult(seed, world.violation is None, trace.digest, simulated_s, world.violation, context,
                      len(world.history.acked), world.faults, len(world.history.handed), trace.lines,
-                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant))
+                     replay_command("kafka", seed, round(duration_s * 1000), faults, KAFKA_FAULTS, plant))
 
 
 class KafkaWorld(World):

@@ -15,10 +15,11 @@ of the seed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, ContextManager
 
 import trio
 import trio.testing
@@ -98,13 +99,28 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     """Run one seed (blocking: its own ``trio.run``) and judge it; ``brokers`` and
     ``partitions`` change the world's shape (the default is the one CI runs)."""
     trace = Trace()
+    world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
+    simulated_s, context = run_world(world, plant)
+    return SimResult(seed, world.violation is None, trace.digest, simulated_s, world.violation, context,
+                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines,
+                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, brokers=brokers,
+                                    partitions=partitions))
+
+
+def run_world(world: World, plant: str | None, *inside: ContextManager[Any]) -> tuple[float, list[str]]:
+    """Run ``world`` (blocking: its own ``trio.run`` on a mock clock, Trio's scheduling seeded by its
+    seed) with the planted bug ``plant`` and the context managers ``inside`` entered; a crash of the
+    simulation itself is a violation too.  (Simulated seconds, the trace around the violation and the
+    crash's traceback.)"""
     clock = trio.testing.MockClock(autojump_threshold=0)
     previous = logging.getLogger("trikafka").level
     logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)  # brokers killed mid-task log their failure: noise here
-    world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
+    trace = world.trace
     crash: list[str] = []
     try:
-        with deterministic_trio(seed), planted(plant):
+        with deterministic_trio(world.seed), planted(plant), contextlib.ExitStack() as stack:
+            for manager in inside:
+                stack.enter_context(manager)
             trio.run(world.run, clock=clock)
     except Exception as exc:  # the simulation itself failed: a failed seed too, replayable like the rest
         world.violation = world.violation or Violation("the simulation runs to its end", repr(exc), len(trace.lines))
@@ -114,10 +130,7 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     violation = world.violation
     context = trace.around(violation.trace_index if violation.trace_index >= 0 else len(trace.lines)) \
         if violation else []
-    return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context + crash,
-                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines,
-                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, brokers=brokers,
-                                    partitions=partitions))
+    return clock.current_time(), context + crash
 
 
 class World:
