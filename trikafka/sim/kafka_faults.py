@@ -4,6 +4,8 @@ drawn as member faults are (the victim index picks a client or a copier):
 
 * ``client-crash``: a client dies where it stands, mid-transaction included (its incarnation is
   cancelled: nothing aborts, nothing flushes); the next incarnation starts later with a new client;
+* ``client-pause``: a copier freezes (mid-transaction included) and its successor starts, fencing it;
+  it wakes after the fault's duration and carries on as a zombie with its old epoch and generation;
 * ``coordinator-move``: the broker coordinating a copier's transactional id restarts, so its
   partition of ``__transaction_state`` (and the offsets partitions it leads) moves and is loaded again.
 
@@ -32,12 +34,16 @@ class Client(Protocol):
 
     name: str
     scope: trio.CancelScope
+    incarnation: int
+    moved_on: trio.Event  # set: the next incarnation may start
+    paused: dict[int, trio.Event]  # incarnation -> set when it wakes
 
 
 class KafkaWorld(World, Protocol):
     """What this world's faults see of ``kafka_world.KafkaWorld`` (which imports this table)."""
 
     slots: list[Client]
+    first_copier: int  # the copiers' index in ``slots``
     busy: dict[int, list[str]]  # brokers under a fault right now -> the faults
 
     async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
@@ -48,6 +54,17 @@ async def _client_crash(world: KafkaWorld, victim: int, duration_s: float) -> No
     slot = world.slots[victim % len(world.slots)]
     world.trace.add(f"fault client-crash {slot.name}")
     slot.scope.cancel()
+
+
+async def _client_pause(world: KafkaWorld, victim: int, duration_s: float) -> None:
+    """A copier freezes where it stands (a GC pause, a stopped VM) and its successor starts with the same
+    transactional id, fencing it; the frozen one wakes later and carries on as a zombie."""
+    slot = world.slots[world.first_copier + victim % COPIERS]
+    woken = slot.paused.setdefault(slot.incarnation, trio.Event())
+    world.trace.add(f"fault client-pause {slot.name}.{slot.incarnation} for {duration_s:.3f} s")
+    slot.moved_on.set()
+    await trio.sleep(duration_s)
+    woken.set()
 
 
 async def _coordinator_move(world: KafkaWorld, victim: int, duration_s: float) -> None:
@@ -72,6 +89,7 @@ KAFKA_FAULT_TABLE: dict[str, Fault] = {
     **{name: fault for name, fault in FAULT_TABLE.items() if not fault.on_member},
     "client-crash": Fault("client-crash", _client_crash, on_member=True),  # type: ignore[arg-type]
     "coordinator-move": Fault("coordinator-move", _coordinator_move, on_member=True),  # type: ignore[arg-type]
+    "client-pause": Fault("client-pause", _client_pause, on_member=True),  # type: ignore[arg-type]
 }
 
 

@@ -18,7 +18,7 @@ over its broker faults (``faults.FAULT_TABLE``) plus this world's: ``client-cras
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import trio
@@ -69,6 +69,9 @@ class Slot:
     index: int
     body: Callable[[Slot, int], Awaitable[None]]
     scope: trio.CancelScope
+    incarnation: int = 0  # the running one's number
+    moved_on: trio.Event = field(default_factory=trio.Event)  # set: the next incarnation may start
+    paused: dict[int, trio.Event] = field(default_factory=dict)  # incarnation -> set when it wakes
 
 
 def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple[str, ...] = KAFKA_FAULTS,
@@ -95,6 +98,7 @@ class KafkaWorld(World):
         self.client_streams = {name: derived_random(seed, name) for name in ("producers", "copiers", "readers")}
         self.counters = [itertools.count() for _ in range(PRODUCERS)]
         self.read_positions = [0] * PARTITIONS
+        self.first_copier = PRODUCERS
         self.slots = [*(Slot(f"producer-{i}", i, self._idempotent_produce, trio.CancelScope()) for i in range(PRODUCERS)),
                       *(Slot(f"copier-{i}", i, self._copy, trio.CancelScope()) for i in range(COPIERS)),
                       *(Slot(f"reader-{i}", i, self._read_group, trio.CancelScope()) for i in range(READERS)),
@@ -141,16 +145,30 @@ class KafkaWorld(World):
     # ----------------------------------------------------------------- the clients
 
     async def _keep_running(self, slot: Slot) -> None:
+        """Incarnation after incarnation; a paused one (``client-pause``) is left behind, a zombie that
+        wakes later, while the next one starts."""
         stream = self.client_streams["readers" if slot.name.startswith("reader") else "copiers"]
-        for incarnation in itertools.count():
-            slot.scope = trio.CancelScope()
-            with slot.scope:
-                try:
-                    await slot.body(slot, incarnation)
-                except* CLIENT_ERRORS as errors:  # (from inside the client's nurseries: a group)
-                    exc = leaf_exceptions(errors)[0]
-                    self.trace.add(f"{slot.name}.{incarnation} ended: {type(exc).__name__} {exc}"[:200])
-            await trio.sleep(stream.uniform(*RESTART_AFTER_S))
+        async with trio.open_nursery() as incarnations:
+            for incarnation in itertools.count():
+                slot.scope, slot.incarnation, slot.moved_on = trio.CancelScope(), incarnation, trio.Event()
+                incarnations.start_soon(self._incarnation, slot, incarnation, slot.scope, slot.moved_on)
+                await slot.moved_on.wait()
+                await trio.sleep(stream.uniform(*RESTART_AFTER_S))
+
+    async def _incarnation(self, slot: Slot, incarnation: int, scope: trio.CancelScope, moved_on: trio.Event) -> None:
+        with scope:
+            try:
+                await slot.body(slot, incarnation)
+            except* CLIENT_ERRORS as errors:  # (from inside the client's nurseries: a group)
+                exc = leaf_exceptions(errors)[0]
+                self.trace.add(f"{slot.name}.{incarnation} ended: {type(exc).__name__} {exc}"[:200])
+        moved_on.set()
+
+    async def _awake(self, slot: Slot, incarnation: int) -> None:
+        """Return once this incarnation is not paused (a copier checks before each request it makes)."""
+        paused = slot.paused.get(incarnation)
+        if paused is not None:
+            await paused.wait()
 
     async def _idempotent_produce(self, slot: Slot, incarnation: int) -> None:
         stream = self.client_streams["producers"]
@@ -208,12 +226,15 @@ class KafkaWorld(World):
                     manager.begin()
                     offsets: dict[TopicPartition, int] = {}
                     for m in list(batch):
+                        await self._awake(slot, incarnation)
                         value = copy_value(m.partition, m.record.offset, label)
                         await producer.send(OUT, value, partition=m.partition, timestamp_ms=self._now_ms())
                         self.history.sent(label, m.partition, value)
                         offsets[TopicPartition(IN, m.partition)] = m.record.offset + 1
+                    await self._awake(slot, incarnation)
                     await producer.send_offsets(metadata, offsets)
                     commit = stream.random() >= ABORT_SHARE
+                    await self._awake(slot, incarnation)
                     await (manager.commit if commit else manager.abort)(producer.flush)
                     self.trace.add(f"{label} {'committed' if commit else 'aborted'}: "
                                    f"{sorted((tp.partition, o) for tp, o in offsets.items())}")
