@@ -20,15 +20,16 @@ def assert_a_seed_replays_exactly(run_seed: Callable[[int], Any], seed: int, oth
     assert run_seed(other).digest != first.digest
 
 
-def assert_the_command_replays(failed: Any, promise: str, world: str, clean_seed: int, clean_digest: str) -> None:
+def assert_the_command_replays(failed: Any, promise: str, world: str, clean_seed: int, clean_digest: str,
+                               *clean_args: str) -> None:
     """``failed`` (a world's result that broke ``promise``) names a replay command that exits 1 with the
-    same digest and report; ``trikafka sim --world WORLD --seed CLEAN_SEED`` prints its ok line."""
+    same digest and report; ``trikafka sim --world WORLD --seed CLEAN_SEED [CLEAN_ARGS]`` prints its ok line."""
     command = re.search(r"^  replay: (trikafka sim .*)$", failed.report(), re.MULTILINE).group(1)
     replayed = subprocess.run([sys.executable, "-m", *shlex.split(command)], capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT_S)
     assert replayed.returncode == 1
     assert replayed.stdout.splitlines()[-1] == f"seed {failed.seed}: FAILED ({promise}) trace {failed.digest}"
     assert failed.report() in replayed.stderr
-    clean = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--world", world, "--seed", str(clean_seed)],
+    clean = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--world", world, "--seed", str(clean_seed), *clean_args],
                            capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     assert clean.returncode == 0 and clean.stdout.strip() == f"seed {clean_seed}: ok trace {clean_digest}"

@@ -138,10 +138,26 @@ def test_a_moved_coordinator_is_found_again_and_the_member_heartbeats_on(code: E
     sent(membership, 3.0)
     membership.handle(beat(code), 3.0)
     assert membership.coordinator is None and membership.take_events() == []
-    assert sent(membership, 3.0).api == "FIND_COORDINATOR"
-    membership.handle(found(), 3.0)
+    assert membership.poll(3.0) is None  # (see the next test)
+    later = 3.0 + membership.retry_backoff_s
+    assert sent(membership, later).api == "FIND_COORDINATOR"
+    membership.handle(found(), later)
     assert membership.phase is Phase.STABLE and membership.assignment == MINE
-    assert sent(membership, 3.0).api == "HEARTBEAT"
+    assert sent(membership, later).api == "HEARTBEAT"
+
+
+@pytest.mark.parametrize("code", [ErrorCode.not_coordinator, ErrorCode.coordinator_not_available])
+def test_a_coordinator_that_keeps_refusing_is_asked_again_only_after_a_backoff(code: ErrorCode) -> None:
+    """While the brokers' metadata still names a broker that no longer coordinates the group, each
+    FindCoordinator finds it again and it refuses again: without a backoff between rounds the member
+    spins at one instant (the Kafka simulation world's seed 1 did, and its virtual clock stopped)."""
+    membership = GroupMembership("g", [("range", SUBSCRIPTION)], retry_backoff_s=0.5)
+    for now in (0.0, 0.5, 1.0):
+        assert sent(membership, now).api == "FIND_COORDINATOR"
+        membership.handle(found(), now)
+        assert sent(membership, now).api == "JOIN_GROUP"
+        membership.handle(joined(code=code), now)
+        assert membership.poll(now) is None and membership.deadline_s(now) == now + 0.5
 
 
 def test_a_broken_connection_finds_the_coordinator_after_a_backoff() -> None:
@@ -189,6 +205,18 @@ def test_a_session_with_no_answered_heartbeat_finds_the_coordinator_again() -> N
     membership = stable()
     membership.session_timeout_s = 10.0
     assert sent(membership, 10.0).api == "FIND_COORDINATOR"
+
+
+def test_a_coordinator_found_again_after_a_silent_session_gets_a_heartbeat() -> None:
+    """Finding the coordinator restarts the session's clock (as Kafka's consumer does): the member
+    then heartbeats, and the coordinator's answer says whether it is still in the group.  Judged by
+    the old clock, the session was still over, and the member found the coordinator again and again
+    at one instant (the Kafka simulation world's seed 1 spun so)."""
+    membership = stable()
+    membership.session_timeout_s = 10.0
+    assert sent(membership, 10.0).api == "FIND_COORDINATOR"
+    membership.handle(found(), 10.0)
+    assert sent(membership, 10.0).api == "HEARTBEAT"
 
 
 def test_a_dynamic_member_leaves_and_a_static_one_does_not() -> None:

@@ -9,15 +9,16 @@ import time
 from typing import TYPE_CHECKING
 
 from trikafka.sim.faults import FAULTS
-from trikafka.sim.names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
+from trikafka.sim.names import KAFKA_GROUP_PLANT_NAMES, KAFKA_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
 
 if TYPE_CHECKING:
     from trikafka.sim.world import SimResult
 
 # world -> (the module whose parse_faults reads --faults, its planted bugs, its default --duration-s):
 # the cluster (trikafka.sim.world), one Kafka-protocol group (trikafka.sim.kafka_groups), producers and
-# transactions (trikafka.sim.txn_world)
+# transactions (trikafka.sim.txn_world), the shipped Kafka brokers and client (trikafka.sim.kafka_world)
 WORLDS = {"cluster": ("trikafka.sim.faults", PLANT_NAMES, 30.0),
+          "kafka": ("trikafka.sim.kafka_faults", KAFKA_PLANT_NAMES, 60.0),
           "kafka-groups": ("trikafka.sim.kafka_group_faults", KAFKA_GROUP_PLANT_NAMES, 60.0),
           "transactions": ("trikafka.sim.txn_faults", TXN_PLANT_NAMES, 20.0)}
 
@@ -38,14 +39,17 @@ def add_parser(commands) -> None:
                      help="cluster (default): brokers, clients and a 0.7 group under faults; kafka-groups: one "
                           "Kafka-protocol consumer group over the real group coordinator's state machine; "
                           "transactions: idempotent and transactional producers and read_committed readers over "
-                          "the real transaction state machine and producer state")
+                          "the real transaction state machine and producer state; kafka: three real brokers' Kafka "
+                          "listeners and trikafka's Kafka client (idempotent producers, transactional copiers, a "
+                          "group, a read_committed reader) under faults")
     sim.add_argument("--duration-s", type=float, default=None, metavar="S",
-                     help="simulated seconds of load and faults before healing (default 30; kafka-groups 60; transactions 20)")
+                     help="simulated seconds of load and faults before healing (default 30; kafka-groups 60; transactions 20; kafka 60)")
     sim.add_argument("--faults", default=None, metavar="LIST",
                      help=f"comma-separated fault names (default: all of the world's; cluster: {', '.join(FAULTS)})")
     sim.add_argument("--plant", default=None, metavar="BUG",
                      help=f"run with a planted bug (cluster: {', '.join(PLANT_NAMES)}; kafka-groups: "
-                          f"{', '.join(KAFKA_GROUP_PLANT_NAMES)}; transactions: {', '.join(TXN_PLANT_NAMES)}): "
+                          f"{', '.join(KAFKA_GROUP_PLANT_NAMES)}; transactions: {', '.join(TXN_PLANT_NAMES)}; kafka: "
+                          f"{', '.join(KAFKA_PLANT_NAMES)}): "
                           f"the simulation should fail")
     sim.add_argument("--brokers", type=int, default=3, metavar="N",
                      help="brokers in the simulated cluster (default 3; every partition has 3 replicas)")
@@ -109,7 +113,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
     from trikafka.sim import FAULTS, run_seed
-    from trikafka.sim import kafka_groups, txn_world
+    from trikafka.sim import kafka_groups, kafka_world, txn_world
 
     started = time.perf_counter()
     many = len(args.seed_range) > 1
@@ -118,6 +122,9 @@ def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
         if args.world == "kafka-groups":
             result = kafka_groups.run_seed(seed, duration_s=args.duration_s,
                                            faults=args.fault_names or kafka_groups.FAULTS, plant=args.plant)
+        elif args.world == "kafka":
+            result = kafka_world.run_seed(seed, duration_s=args.duration_s,
+                                          faults=args.fault_names or kafka_world.KAFKA_FAULTS, plant=args.plant)
         elif args.world == "transactions":
             result = txn_world.run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or txn_world.FAULTS,
                                         plant=args.plant)

@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
+import types
+import uuid
 from typing import Callable, Iterator
 
 import trio
@@ -46,6 +48,21 @@ def deterministic_trio(seed: int) -> Iterator[None]:
     finally:
         trio_run._ALLOW_DETERMINISTIC_SCHEDULING = saved_flag  # type: ignore[misc]
         trio_run._r.setstate(saved_state)
+
+
+@contextlib.contextmanager
+def seeded_member_ids(stream: random.Random) -> Iterator[None]:
+    """The member ids the real group coordinator draws (``uuid.uuid4``) come from ``stream`` inside the
+    block (a Kafka consumer's member id orders the assignment, so an unseeded one changes the run)."""
+    from trikafka.broker.kafka.groups import group as group_module  # (broker code: only when a world runs)
+
+    seeded = types.SimpleNamespace(uuid4=lambda: uuid.UUID(int=stream.getrandbits(128), version=4))
+    real = group_module.uuid
+    group_module.uuid = seeded  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        group_module.uuid = real
 
 
 def derived_random(seed: int, name: str) -> random.Random:

@@ -45,6 +45,7 @@ class World(Protocol):
     trace: Trace
     members: GroupMembers
     topic: str
+    topics: tuple[str, ...]  # every replicated topic; each has ``partitions`` partitions laid out as ``replicas``
     brokers: int
     partitions: int
     replicas: tuple[tuple[int, ...], ...]
@@ -109,8 +110,11 @@ async def _may_crash(world: World) -> bool:
             return False
         if not json.loads(data).get("tail_intact", True):
             return False
-    states = [(await read_state(world.zk, world.topic, p)).state for p in range(world.partitions)]
-    return all(len(state.isr) == len(replicas) for state, replicas in zip(states, world.replicas))
+    for topic in world.topics:
+        states = [(await read_state(world.zk, topic, p)).state for p in range(world.partitions)]
+        if not all(len(state.isr) == len(replicas) for state, replicas in zip(states, world.replicas)):
+            return False
+    return True
 
 
 async def _fsync_error(world: World, broker: int, duration_s: float) -> None:
@@ -191,10 +195,10 @@ FAULTS = tuple(FAULT_TABLE)
 MEMBER_FAULTS = tuple(name for name, fault in FAULT_TABLE.items() if fault.on_member)
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``restart,stall`` -> the fault names; ValueError naming an unknown one."""
+def parse_faults(text: str, table: dict[str, Fault] = FAULT_TABLE) -> tuple[str, ...]:
+    """``restart,stall`` -> the fault names of ``table``; ValueError naming an unknown one."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in FAULT_TABLE]
+    unknown = [n for n in names if n not in table]
     if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(FAULTS)})")
+        raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(table)})")
     return names

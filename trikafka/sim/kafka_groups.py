@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import random
-import types
-import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
-from trikafka.broker.kafka.groups import group as group_module
 from trikafka.broker.kafka.groups.group import Group, GroupSettings, GroupState
 from trikafka.broker.kafka.groups.member import JoinAnswer, SyncAnswer
 
 from .checker import Violation
+from .determinism import seeded_member_ids
 from .event_world import EventWorld, WorldResult, judge, replay_command
 from .kafka_coordinator import ReplicatedLog, SimCoordinator
 from .kafka_group_faults import FAULT_TABLE, FAULTS, MESSAGE_DELAY_MS, parse_faults
@@ -51,18 +48,6 @@ LOAD_MS = (5, 200)
 PRODUCE_EVERY_MS = 50
 FAULT_GAP_MS = (300, 3000)
 STREAMS = ("fault", "victim", "timing", "duration", "latency", "produce", "replication", "load", "ids")
-
-
-@contextlib.contextmanager
-def seeded_member_ids(stream: random.Random) -> Iterator[None]:
-    """The member ids the real coordinator draws (``uuid.uuid4``) come from ``stream`` inside the block."""
-    seeded = types.SimpleNamespace(uuid4=lambda: uuid.UUID(int=stream.getrandbits(128), version=4))
-    real = group_module.uuid
-    group_module.uuid = seeded  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        group_module.uuid = real
 
 
 class KafkaGroupsWorld(EventWorld):

@@ -16,14 +16,17 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from trikafka.broker.kafka.groups.group import Group
 from trikafka.broker.kafka.transactions import machine
+from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
 from trikafka.broker.kafka.transactions.machine import Write
 from trikafka.broker.replication import controller, election, fetcher, hosted, isr
 from trikafka.group import commits
+from trikafka.log import producer_state
 from trikafka.log.producer_state import ProducerStates
+from trikafka.kafka.txn_records import TxnState
 from trikafka.zk.ops import CheckOp
 from trikafka.broker.engine.errors import EngineError
 
-from .names import KAFKA_GROUP_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
+from .names import KAFKA_GROUP_PLANT_NAMES, KAFKA_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
 from .txn_cluster import Answer, SimTxnCoordinator
 
 
@@ -92,6 +95,34 @@ def _mark_before_deciding(self: SimTxnCoordinator, tid: str, write: Write, answe
     _REAL_TXN_COMMIT(self, tid, write, answer)
 
 
+def _accept_duplicates(entry, header, where):
+    # A retried batch the producer state knows (its answer was lost) is appended again.
+    duplicate = _REAL_VERDICT(entry, header, where)
+    del duplicate
+    return None
+
+
+def _accept_fenced_epochs(entry, header, where):
+    # A batch of a producer epoch older than the one the partition knows (a fenced zombie) is appended.
+    if 0 <= header.producer_epoch < entry.epoch:
+        return None
+    return _REAL_VERDICT(entry, header, where)
+
+
+async def _markers_before_durable(self, part, tid: str, write: Write):
+    # The markers of a decision are written before the decision itself is committed to
+    # __transaction_state: a decision lost with its coordinator leaves markers of a transaction
+    # the next coordinator decides otherwise.
+    value = write.value
+    if value is not None and machine.needs_markers(value):
+        await self._markers.write_markers(value.producer_id, value.producer_epoch,
+                                          value.state == TxnState.PREPARE_COMMIT, part.coordinator_epoch,
+                                          list(value.partitions))
+    return await _REAL_COORDINATOR_COMMIT(self, part, tid, write)
+
+
+_REAL_VERDICT = producer_state._verdict
+_REAL_COORDINATOR_COMMIT = TransactionCoordinator._commit
 _REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
 _REAL_CHECK_COMMIT = Group.check_commit
 _REAL_TXN_COMMIT = SimTxnCoordinator._commit
@@ -107,10 +138,13 @@ PLANTS = {
     "lso-ignores-open": (ProducerStates, "last_stable_offset", _lso_at_high_watermark),
     "dup-after-failover": (ProducerStates, "fold", classmethod(_fold_nothing)),
     "marker-before-decision": (SimTxnCoordinator, "_commit", _mark_before_deciding),
+    "duplicate-sequence-accepted": (producer_state, "_verdict", _accept_duplicates),
+    "fenced-epoch-accepted": (producer_state, "_verdict", _accept_fenced_epochs),
+    "markers-before-durable": (TransactionCoordinator, "_commit", _markers_before_durable),
 }
 
 
-assert sorted(PLANTS) == sorted(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES + TXN_PLANT_NAMES), "trikafka.sim.names lists every plant"
+assert sorted(PLANTS) == sorted(set(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES + TXN_PLANT_NAMES + KAFKA_PLANT_NAMES)), "trikafka.sim.names lists every plant"
 
 
 @contextlib.contextmanager

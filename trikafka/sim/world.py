@@ -15,10 +15,11 @@ of the seed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, ContextManager
 
 import trio
 import trio.testing
@@ -98,13 +99,28 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     """Run one seed (blocking: its own ``trio.run``) and judge it; ``brokers`` and
     ``partitions`` change the world's shape (the default is the one CI runs)."""
     trace = Trace()
+    world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
+    simulated_s, context = run_world(world, plant)
+    return SimResult(seed, world.violation is None, trace.digest, simulated_s, world.violation, context,
+                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines,
+                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, brokers=brokers,
+                                    partitions=partitions))
+
+
+def run_world(world: World, plant: str | None, *inside: ContextManager[Any]) -> tuple[float, list[str]]:
+    """Run ``world`` (blocking: its own ``trio.run`` on a mock clock, Trio's scheduling seeded by its
+    seed) with the planted bug ``plant`` and the context managers ``inside`` entered; a crash of the
+    simulation itself is a violation too.  (Simulated seconds, the trace around the violation and the
+    crash's traceback.)"""
     clock = trio.testing.MockClock(autojump_threshold=0)
     previous = logging.getLogger("trikafka").level
     logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)  # brokers killed mid-task log their failure: noise here
-    world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
+    trace = world.trace
     crash: list[str] = []
     try:
-        with deterministic_trio(seed), planted(plant):
+        with deterministic_trio(world.seed), planted(plant), contextlib.ExitStack() as stack:
+            for manager in inside:
+                stack.enter_context(manager)
             trio.run(world.run, clock=clock)
     except Exception as exc:  # the simulation itself failed: a failed seed too, replayable like the rest
         world.violation = world.violation or Violation("the simulation runs to its end", repr(exc), len(trace.lines))
@@ -114,14 +130,13 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     violation = world.violation
     context = trace.around(violation.trace_index if violation.trace_index >= 0 else len(trace.lines)) \
         if violation else []
-    return SimResult(seed, violation is None, trace.digest, clock.current_time(), violation, context + crash,
-                     len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines,
-                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, brokers=brokers,
-                                    partitions=partitions))
+    return clock.current_time(), context + crash
 
 
 class World:
     """Everything one seed runs."""
+
+    fault_table: dict[str, Fault] = FAULT_TABLE  # the kinds the nemesis may draw (a subclass adds its own)
 
     def __init__(self, seed: int, duration_s: float, faults: tuple[str, ...], trace: Trace,
                  replicas: tuple[tuple[int, ...], ...] = replica_assignment(BROKERS, PARTITIONS)):
@@ -136,6 +151,7 @@ class World:
         self.stalls: list[trio.Event] = []  # released at the latest when everything heals
         self.busy: dict[int, list[str]] = {}  # brokers under a fault right now -> the faults
         self.topic = TOPIC
+        self.topics: tuple[str, ...] = (TOPIC,)
         self.cluster: InProcessCluster  # set once run() opened it
         self.zk: ZooKeeperClient
         self.latency: Hook
@@ -172,9 +188,9 @@ class World:
 
     # ----------------------------------------------------------------- observers and clients
 
-    def _hosted(self, broker: int, partition: int):
+    def _hosted(self, broker: int, partition: int, topic: str = TOPIC):
         replicas = self.cluster.brokers[broker].broker.replicas
-        return replicas.hosted.get((TOPIC, partition)) if replicas is not None else None
+        return replicas.hosted.get((topic, partition)) if replicas is not None else None
 
     async def _watch_leaders(self) -> None:
         while True:
@@ -250,7 +266,7 @@ class World:
         async with trio.open_nursery() as faults:
             while True:
                 await trio.sleep(self.streams.timing.uniform(*FAULT_GAP_S))
-                fault = FAULT_TABLE[self.streams.fault.choice(self.fault_names)]
+                fault = self.fault_table[self.streams.fault.choice(self.fault_names)]
                 victim = self.streams.victim.randrange(self.brokers)
                 step, scale = self.streams.duration.random(), self.streams.duration.random()
                 duration_s = fault.durations_s[int(step * len(fault.durations_s))] * scale
@@ -331,14 +347,16 @@ class World:
 
     # ----------------------------------------------------------------- the end state
 
-    async def _settled(self) -> tuple[dict, dict, dict] | None:
+    async def _settled(self, topic: str = TOPIC) -> tuple[dict, dict, dict] | None:
+        """Each partition of ``topic`` led, its ISR full, every replica at the leader's end and the high
+        watermark there: (leaders, ISRs, high watermarks), else None."""
         leaders, isrs, hws = {}, {}, {}
         for partition, replicas in enumerate(self.replicas):
-            state = (await read_state(self.zk, TOPIC, partition)).state
-            hosted = self._hosted(state.leader, partition) if state.leader >= 0 else None
+            state = (await read_state(self.zk, topic, partition)).state
+            hosted = self._hosted(state.leader, partition, topic) if state.leader >= 0 else None
             if hosted is None or hosted.leader is None or len(state.isr) < len(replicas):
                 return None
-            ends = {self._hosted(b, partition).log.end_offset for b in replicas if self._hosted(b, partition)}
+            ends = {h.log.end_offset for b in replicas if (h := self._hosted(b, partition, topic))}
             if ends != {hosted.log.end_offset} or hosted.high_watermark != hosted.log.end_offset:
                 return None
             leaders[partition], isrs[partition], hws[partition] = state.leader, state.isr, hosted.high_watermark

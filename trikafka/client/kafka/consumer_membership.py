@@ -161,7 +161,8 @@ class ConsumerMembership(OneRequestAtATime):
     def _on_heartbeat(self, answer: object, now_s: float) -> None:
         code = ErrorCode(int(schema.field(answer, "error_code", 0)))
         if code in COORDINATOR_GONE_ERRORS:
-            return self._lose_coordinator(now_s)
+            # After a backoff, as the classic member does: FindCoordinator may name the refusing broker again.
+            return self._lose_coordinator(now_s + self.retry_backoff_s)
         if code == ErrorCode.coordinator_load_in_progress:
             self._not_before_s = now_s + self.retry_backoff_s
             return

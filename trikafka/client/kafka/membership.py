@@ -311,8 +311,9 @@ class GroupMembership(OneRequestAtATime):
         getattr(self, f"_on_{request.api.lower()}")(answer, now_s)
 
     def _coordinator_found(self, now_s: float) -> None:
-        del now_s  # the phase it was in is sent at once
-        self.phase = self._resume
+        self.phase = self._resume  # the phase it was in is sent at once
+        if self.phase is Phase.STABLE:  # the session's clock restarts (Kafka's consumer: resetSessionTimeout)
+            self._last_heartbeat_ok_s = now_s
 
     def _on_join_group(self, answer: object, now_s: float) -> None:
         code = ErrorCode(int(schema.field(answer, "error_code", 0)))
@@ -359,7 +360,9 @@ class GroupMembership(OneRequestAtATime):
 
     def _on_error(self, code: ErrorCode, what: str, now_s: float) -> None:
         if code in COORDINATOR_GONE_ERRORS:
-            self._lose_coordinator(now_s, backoff=False)
+            # After a backoff: until the brokers' metadata catches up, FindCoordinator names the broker
+            # that just refused again, and asking at once spins (as Kafka's consumer, retry.backoff.ms).
+            self._lose_coordinator(now_s, backoff=True)
         elif code == ErrorCode.coordinator_load_in_progress:
             self._not_before_s = now_s + self.retry_backoff_s
         elif code == ErrorCode.rebalance_in_progress:

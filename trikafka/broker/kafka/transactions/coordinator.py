@@ -58,7 +58,9 @@ class TransactionCoordinator:
         self.loads: PartitionLoads[TxnPartition] = PartitionLoads(topic, self._load, on_loaded=self._resume,
                                                                   on_drop=self._dropped)
         self._nursery: trio.Nursery | None = None
-        self._completing: set[tuple[int, str]] = set()  # (partition, id) whose markers a task writes
+        # (partition, id) -> the load whose completion task writes the id's markers: a task of an
+        # earlier load of the partition does not stand in for the current one's (it stops, not completing).
+        self._completing: dict[tuple[int, str], TxnPartition] = {}
         # (partition, id) -> set at the id's next change; only ids a request waits on have one.
         self._changes: dict[tuple[int, str], trio.Event] = {}
 
@@ -146,8 +148,8 @@ class TransactionCoordinator:
         return written if isinstance(written, ErrorCode) else ErrorCode.none
 
     def _start_completion(self, part: TxnPartition, tid: str) -> None:
-        if self._nursery is not None and (part.index, tid) not in self._completing:
-            self._completing.add((part.index, tid))
+        if self._nursery is not None and self._completing.get((part.index, tid)) is not part:
+            self._completing[(part.index, tid)] = part
             self._nursery.start_soon(self._complete, part, tid)
 
     async def _complete(self, part: TxnPartition, tid: str) -> None:
@@ -176,7 +178,8 @@ class TransactionCoordinator:
                     return
                 await trio.sleep(MARKER_RETRY_S)
         finally:
-            self._completing.discard((part.index, tid))
+            if self._completing.get((part.index, tid)) is part:
+                del self._completing[(part.index, tid)]
             self._changed(part.index, tid)
 
     async def _abort_expired_periodically(self) -> None:
@@ -233,7 +236,7 @@ class TransactionCoordinator:
 
     def _under_way(self, part: TxnPartition, tid: str) -> bool:
         """Whether something here will change ``tid``: a write of it in flight, or its markers."""
-        return tid in part.writing or (part.index, tid) in self._completing
+        return tid in part.writing or self._completing.get((part.index, tid)) is part
 
     def _wait_deadline(self) -> float:
         """When a request arriving now stops waiting for its id's changes (§19.5.3), in Trio time."""

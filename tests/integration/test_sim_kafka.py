@@ -1,0 +1,43 @@
+"""The Kafka world (docs/simulation.md, "The Kafka world"): the shipped brokers' Kafka listeners and
+trikafka's Trio Kafka client under faults; a seed replays to its digest, and a plant in the shipped
+producer state is caught and replayed by the command its report prints."""
+
+from __future__ import annotations
+
+import functools
+
+from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
+from trikafka.sim.kafka_promises import ONCE
+from trikafka.sim.kafka_world import KAFKA_FAULTS, run_seed
+
+SHORT_S = 10.0  # simulated seconds a seed runs here (CI's budget runs the world longer, docs/simulation.md)
+PLANT = "duplicate-sequence-accepted"
+CAUGHT_SEED = 1  # measured: the plant breaks seeds 1-6 of 6
+
+
+def test_a_seed_replays_exactly():
+    assert_a_seed_replays_exactly(functools.partial(run_seed, duration_s=SHORT_S), 3, 5)
+
+
+def test_a_clean_seed_acknowledges_copies_and_commits_under_faults():
+    result = run_seed(3, duration_s=SHORT_S)
+    assert result.ok, result.report()
+    assert result.acked > 20 and result.faults > 3
+    assert any(" committed: " in line for line in result.trace_lines)  # a copier's transaction committed
+
+
+def test_a_duplicate_sequence_accepted_by_the_producer_state_is_caught_and_replays():
+    failed = run_seed(CAUGHT_SEED, duration_s=SHORT_S, plant=PLANT)
+    assert failed.violation is not None and failed.violation.promise == ONCE, failed.report()
+    assert f"replay: trikafka sim --world kafka --seed {CAUGHT_SEED} --duration-s 10 --plant {PLANT}" in failed.report()
+    assert_the_command_replays(failed, ONCE, "kafka", 3, run_seed(3, duration_s=SHORT_S).digest, "--duration-s", "10")
+
+
+def test_a_transaction_whose_coordinator_reloaded_mid_completion_ends():
+    """Seed 8 of 20 s: the broker coordinating ``copier-0`` loaded its transaction-log partition again
+    while the completion task of the previous load was still writing the PrepareAbort's markers; the
+    new load's completion was not started (the running task held the id), and the old task returned
+    without completing once its load was gone, so the transaction stayed PrepareAbort for good."""
+    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    result = run_seed(8, duration_s=20.0, faults=before_pauses)
+    assert result.ok, result.report()

@@ -1,0 +1,101 @@
+"""The Kafka world's faults (``kafka_world``, docs/simulation.md "The Kafka world"): every broker fault of
+the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and two of its own,
+drawn as member faults are (the victim index picks a client or a copier):
+
+* ``client-crash``: a client dies where it stands, mid-transaction included (its incarnation is
+  cancelled: nothing aborts, nothing flushes); the next incarnation starts later with a new client;
+* ``client-pause``: a copier freezes (mid-transaction included) and its successor starts, fencing it;
+  it wakes after the fault's duration and carries on as a zombie with its old epoch and generation;
+* ``coordinator-move``: the broker coordinating a copier's transactional id restarts, so its
+  partition of ``__transaction_state`` (and the offsets partitions it leads) moves and is loaded again.
+
+Light to import (no broker code), like ``faults``: the command line reads ``parse_faults``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import trio
+
+from trikafka.client.errors import ClientError
+
+from . import faults
+from .faults import FAULT_TABLE, Fault, World
+
+COPIERS = 2
+COORDINATOR_KEY_TYPE_TRANSACTION = 1
+# What ends a client incarnation (the client's own errors, and a broken in-memory stream).
+CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class Client(Protocol):
+    """A client of the workload as a fault sees it: its name and its running incarnation's scope."""
+
+    name: str
+    scope: trio.CancelScope
+    incarnation: int
+    moved_on: trio.Event  # set: the next incarnation may start
+    paused: dict[int, trio.Event]  # incarnation -> set when it wakes
+
+
+class KafkaWorld(World, Protocol):
+    """What this world's faults see of ``kafka_world.KafkaWorld`` (which imports this table)."""
+
+    slots: list[Client]
+    first_copier: int  # the copiers' index in ``slots``
+    busy: dict[int, list[str]]  # brokers under a fault right now -> the faults
+
+    async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
+
+
+async def _client_crash(world: KafkaWorld, victim: int, duration_s: float) -> None:
+    """A client process dies where it stands (mid-transaction included); it starts again later."""
+    slot = world.slots[victim % len(world.slots)]
+    world.trace.add(f"fault client-crash {slot.name}")
+    slot.scope.cancel()
+
+
+async def _client_pause(world: KafkaWorld, victim: int, duration_s: float) -> None:
+    """A copier freezes where it stands (a GC pause, a stopped VM) and its successor starts with the same
+    transactional id, fencing it; the frozen one wakes later and carries on as a zombie."""
+    slot = world.slots[world.first_copier + victim % COPIERS]
+    woken = slot.paused.setdefault(slot.incarnation, trio.Event())
+    world.trace.add(f"fault client-pause {slot.name}.{slot.incarnation} for {duration_s:.3f} s")
+    slot.moved_on.set()
+    await trio.sleep(duration_s)
+    woken.set()
+
+
+async def _coordinator_move(world: KafkaWorld, victim: int, duration_s: float) -> None:
+    """The broker coordinating a copier's transactional id restarts: its partition of the transaction
+    log (and of the offsets topic it leads) moves to another broker, which loads it."""
+    from trikafka.client.kafka.coordinators import find_coordinator  # (client code: loaded by then)
+
+    tid = f"copier-{victim % COPIERS}"
+    with trio.move_on_after(2.0):
+        try:
+            async with world.cluster.kafka_client(max_retries=0) as client:
+                broker = (await find_coordinator(client, tid, COORDINATOR_KEY_TYPE_TRANSACTION)).node_id
+        except CLIENT_ERRORS:
+            return
+        if broker in world.down or world.busy.get(broker):
+            return
+        world.busy.setdefault(broker, []).append("restart")
+        await world._fault(FAULT_TABLE["restart"], broker, duration_s)
+
+
+KAFKA_FAULT_TABLE: dict[str, Fault] = {
+    **{name: fault for name, fault in FAULT_TABLE.items() if not fault.on_member},
+    "client-crash": Fault("client-crash", _client_crash, on_member=True),  # type: ignore[arg-type]
+    "coordinator-move": Fault("coordinator-move", _coordinator_move, on_member=True),  # type: ignore[arg-type]
+    "client-pause": Fault("client-pause", _client_pause, on_member=True),  # type: ignore[arg-type]
+}
+
+
+KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
+
+
+def parse_faults(text: str) -> tuple[str, ...]:
+    """``kill,client-crash`` -> the fault names; ValueError naming an unknown one."""
+    return faults.parse_faults(text, KAFKA_FAULT_TABLE)
