@@ -3,7 +3,7 @@
 An entry says what the fault hits (a broker, or a group member: the victim
 index modulo the members), how long it may last, whether it may hit a broker
 that is stalled (a paused process can still be killed), what must hold before
-it starts, and how it is injected.  The nemesis (``World._nemesis``) draws the
+it starts, and how it is injected.  The nemesis (``ClusterWorld._nemesis``) draws the
 kind from the seed's ``fault`` stream and everything else from streams of
 their own (``determinism.Streams``), so a kind added here changes which kinds
 later seeds draw and nothing else.  Every injection runs until its fault heals.
@@ -36,8 +36,8 @@ FSYNC_HALT_WAIT_S = 20.0  # for a broker whose fsync failed to halt (a controlle
 
 
 
-class World(Protocol):
-    """What a fault sees of the simulated world (``world.World``, which imports this table)."""
+class FaultTarget(Protocol):
+    """What a fault sees of the simulated world (``world.ClusterWorld``, which imports this table)."""
 
     cluster: InProcessCluster
     zk: ZooKeeperClient
@@ -57,7 +57,7 @@ class World(Protocol):
         """Hold the requests ``matches(address, request)`` selects (Any: every decoded request type)."""
 
 
-Inject = Callable[[World, int, float], Awaitable[None]]  # (world, broker or member, duration_s)
+Inject = Callable[[FaultTarget, int, float], Awaitable[None]]  # (world, broker or member, duration_s)
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,10 @@ class Fault:
     on_member: bool = False  # the victim is a group member (else a broker)
     durations_s: tuple[float, ...] = BROKER_DURATIONS_S
     hits_a_stalled_broker: bool = False  # may start while the broker's only fault is a stall
-    may_start: Callable[[World], Awaitable[bool]] | None = None  # checked just before it starts
+    may_start: Callable[[FaultTarget], Awaitable[bool]] | None = None  # checked just before it starts
 
 
-async def _restart(world: World, broker: int, duration_s: float) -> None:
+async def _restart(world: FaultTarget, broker: int, duration_s: float) -> None:
     """A graceful stop (controlled shutdown), then a start on the same disk."""
     world.down.add(broker)
     await world.cluster.stop(broker)
@@ -80,7 +80,7 @@ async def _restart(world: World, broker: int, duration_s: float) -> None:
     await world.restart(broker)
 
 
-async def _kill(world: World, broker: int, duration_s: float) -> None:
+async def _kill(world: FaultTarget, broker: int, duration_s: float) -> None:
     """SIGKILL: the page cache keeps every write."""
     world.down.add(broker)
     await world.cluster.crash(broker, world.streams.disk, power_cut=False)
@@ -88,7 +88,7 @@ async def _kill(world: World, broker: int, duration_s: float) -> None:
     await world.restart(broker)
 
 
-async def _crash(world: World, broker: int, duration_s: float) -> None:
+async def _crash(world: FaultTarget, broker: int, duration_s: float) -> None:
     """A power cut: unflushed writes lost or torn (drawn from the ``disk`` stream), then a reboot."""
     world.down.add(broker)
     await world.cluster.crash(broker, world.streams.disk, power_cut=True)
@@ -96,7 +96,7 @@ async def _crash(world: World, broker: int, duration_s: float) -> None:
     await world.restart(broker)
 
 
-async def _may_crash(world: World) -> bool:
+async def _may_crash(world: FaultTarget) -> bool:
     """A crash loses the unflushed tail of one replica, so acknowledged writes survive
     only while another in-sync replica holds them in memory: crash while no broker is
     down, no crashed broker is still catching up (each says its tail is intact again,
@@ -117,7 +117,7 @@ async def _may_crash(world: World) -> bool:
     return True
 
 
-async def _fsync_error(world: World, broker: int, duration_s: float) -> None:
+async def _fsync_error(world: FaultTarget, broker: int, duration_s: float) -> None:
     """Its next fsync fails: the broker halts (0.7's rule) and starts again."""
     fs = world.cluster.brokers[broker].fs
     fs.inject_error("fsync")
@@ -135,7 +135,7 @@ async def _fsync_error(world: World, broker: int, duration_s: float) -> None:
             await world.restart(broker)
 
 
-def _session_of(world: World, broker: int) -> FakeZooKeeperClient:
+def _session_of(world: FaultTarget, broker: int) -> FakeZooKeeperClient:
     """The ZooKeeper client a running broker registered with: the in-process cluster gives
     every broker its own ``FakeZooKeeperClient``, whose session a fault can expire or sever."""
     from trikafka.testing import FakeZooKeeperClient  # (broker code: loaded by the time a fault runs)
@@ -146,13 +146,13 @@ def _session_of(world: World, broker: int) -> FakeZooKeeperClient:
     return zookeeper.coordinator
 
 
-async def _stall(world: World, broker: int, duration_s: float) -> None:
+async def _stall(world: FaultTarget, broker: int, duration_s: float) -> None:
     """Every request to it waits: a paused process whose ZooKeeper session lives."""
     address = world.cluster.brokers[broker].address
     await world.stall(duration_s, lambda to, request: to == address)
 
 
-async def _isolate(world: World, broker: int, duration_s: float) -> None:
+async def _isolate(world: FaultTarget, broker: int, duration_s: float) -> None:
     """Cut from the other replicas and from ZooKeeper; clients still reach it."""
     address = world.cluster.brokers[broker].address
     _session_of(world, broker).expire()
@@ -160,12 +160,12 @@ async def _isolate(world: World, broker: int, duration_s: float) -> None:
         to == address or request.replica_id == broker))
 
 
-async def _expire(world: World, broker: int, duration_s: float) -> None:
+async def _expire(world: FaultTarget, broker: int, duration_s: float) -> None:
     """Its ZooKeeper session expires (it registers again with a new session)."""
     _session_of(world, broker).expire()
 
 
-async def _zk_outage(world: World, broker: int, duration_s: float) -> None:
+async def _zk_outage(world: FaultTarget, broker: int, duration_s: float) -> None:
     """ZooKeeper restarts: every broker loses it at once, for up to 8 s (past 6 s, every session expires)."""
     for index in range(len(world.cluster.brokers)):
         _session_of(world, index).sever(reconnect_after_s=2 * duration_s)
@@ -173,7 +173,7 @@ async def _zk_outage(world: World, broker: int, duration_s: float) -> None:
 
 
 def _member_fault(name: str) -> Fault:
-    async def inject(world: World, member: int, duration_s: float) -> None:
+    async def inject(world: FaultTarget, member: int, duration_s: float) -> None:
         await world.members.fault(name, member, duration_s)
     return Fault(name, inject, on_member=True, durations_s=MEMBER_DURATIONS_S)
 

@@ -21,7 +21,7 @@ import trio
 from trikafka.client.errors import ClientError
 
 from . import faults
-from .faults import FAULT_TABLE, Fault, World
+from .faults import FAULT_TABLE, Fault, FaultTarget
 
 COPIERS = 2
 COORDINATOR_KEY_TYPE_TRANSACTION = 1
@@ -39,8 +39,8 @@ class Client(Protocol):
     paused: dict[int, trio.Event]  # incarnation -> set when it wakes
 
 
-class KafkaWorld(World, Protocol):
-    """What this world's faults see of ``kafka_world.KafkaWorld`` (which imports this table)."""
+class KafkaFaultTarget(FaultTarget, Protocol):
+    """What this world's faults see of ``kafka_world.KafkaFaultTarget`` (which imports this table)."""
 
     slots: list[Client]
     first_copier: int  # the copiers' index in ``slots``
@@ -49,14 +49,14 @@ class KafkaWorld(World, Protocol):
     async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
 
 
-async def _client_crash(world: KafkaWorld, victim: int, duration_s: float) -> None:
+async def _client_crash(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
     """A client process dies where it stands (mid-transaction included); it starts again later."""
     slot = world.slots[victim % len(world.slots)]
     world.trace.add(f"fault client-crash {slot.name}")
     slot.scope.cancel()
 
 
-async def _client_pause(world: KafkaWorld, victim: int, duration_s: float) -> None:
+async def _client_pause(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
     """A copier freezes where it stands (a GC pause, a stopped VM) and its successor starts with the same
     transactional id, fencing it; the frozen one wakes later and carries on as a zombie."""
     slot = world.slots[world.first_copier + victim % COPIERS]
@@ -67,7 +67,7 @@ async def _client_pause(world: KafkaWorld, victim: int, duration_s: float) -> No
     woken.set()
 
 
-async def _coordinator_move(world: KafkaWorld, victim: int, duration_s: float) -> None:
+async def _coordinator_move(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
     """The broker coordinating a copier's transactional id restarts: its partition of the transaction
     log (and of the offsets topic it leads) moves to another broker, which loads it."""
     from trikafka.client.kafka.coordinators import find_coordinator  # (client code: loaded by then)

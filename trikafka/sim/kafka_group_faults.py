@@ -17,7 +17,7 @@ from .kafka_members import SimMember
 MESSAGE_DELAY_MS = 4000  # a delayed member's request waits up to this much more
 
 
-class FaultyWorld(Protocol):
+class GroupFaultTarget(Protocol):
     """What a fault sees of the world (``kafka_groups.KafkaGroupsWorld``, which imports this table)."""
 
     now_ms: int
@@ -31,10 +31,10 @@ class FaultyWorld(Protocol):
     def failover(self, duration_ms: int) -> None: ...
 
 
-KafkaGroupFault = EventFault[FaultyWorld]  # one kind of fault of this world (event_world.EventFault)
+KafkaGroupFault = EventFault[GroupFaultTarget]  # one kind of fault of this world (event_world.EventFault)
 
 
-def _member_crash(world: FaultyWorld, slot: int, duration_ms: int) -> None:
+def _member_crash(world: GroupFaultTarget, slot: int, duration_ms: int) -> None:
     """The member's process dies silently; a new one (a new member id) starts after ``duration_ms``."""
     member = world.members[slot]
     member.crash()
@@ -42,7 +42,7 @@ def _member_crash(world: FaultyWorld, slot: int, duration_ms: int) -> None:
     world.at(world.now_ms + duration_ms, lambda: world.start_member(slot))
 
 
-def _member_pause(world: FaultyWorld, slot: int, duration_ms: int) -> None:
+def _member_pause(world: GroupFaultTarget, slot: int, duration_ms: int) -> None:
     """The member freezes; past its session timeout it wakes up a zombie of an old generation."""
     member = world.members[slot]
     member.pause()
@@ -58,7 +58,7 @@ def _member_pause(world: FaultyWorld, slot: int, duration_ms: int) -> None:
     world.at(world.now_ms + duration_ms, wake)
 
 
-def _member_restart(world: FaultyWorld, slot: int, duration_ms: int) -> None:
+def _member_restart(world: GroupFaultTarget, slot: int, duration_ms: int) -> None:
     """The member closes cleanly (commits, LeaveGroup); a new process starts after ``duration_ms``."""
     member = world.members[slot]
     world.trace.add(f"fault member-restart {member.name}, back in {duration_ms} ms")
@@ -66,14 +66,14 @@ def _member_restart(world: FaultyWorld, slot: int, duration_ms: int) -> None:
     world.at(world.now_ms + duration_ms, lambda: world.start_member(slot))
 
 
-def _coordinator_failover(world: FaultyWorld, _slot: int, duration_ms: int) -> None:
+def _coordinator_failover(world: GroupFaultTarget, _slot: int, duration_ms: int) -> None:
     """The coordinator's broker is SIGKILLed: an in-sync replica leads, loads the group, serves it."""
     if world.down:
         return  # one broker crash at a time: a commit survives any single broker's crash
     world.failover(duration_ms)
 
 
-def _message_delay(world: FaultyWorld, slot: int, duration_ms: int) -> None:
+def _message_delay(world: GroupFaultTarget, slot: int, duration_ms: int) -> None:
     """The member's requests take up to ``MESSAGE_DELAY_MS`` longer, for ``duration_ms``."""
     member = world.members[slot]
     member.delayed_until_ms = world.now_ms + duration_ms

@@ -47,7 +47,7 @@ REJOIN = {ErrorCode.rebalance_in_progress: "revoke", ErrorCode.illegal_generatio
 
 
 @dataclass
-class Connection:
+class MemberConnection:
     """A process's connection: its requests arrive, and its answers return, in the order sent."""
 
     request_ms: int = 0  # when its last request arrives
@@ -72,7 +72,7 @@ class SimMember:
         self.rejoin: str | None = None  # why the next poll rejoins: revoke, lost, unknown
         self.next_commit_ms = 0
         self.delayed_until_ms = -1  # message-delay: its requests are slow until then
-        self.connection = Connection()
+        self.connection = MemberConnection()
 
     # ----------------------------------------------------------------- life
 

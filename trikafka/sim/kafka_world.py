@@ -9,7 +9,7 @@ it read_committed in the group ``copiers``, copy each record to the output topic
 consumed offsets with the transaction (some they abort); a group ``readers`` reads the input and
 commits; a read_committed reader reads the output.  Each client runs in incarnations: an error, or
 the ``client-crash`` fault (cancelled where it stands, mid-transaction included: nothing aborts), ends
-one and the next starts with a new client.  The nemesis is the cluster world's (``World._nemesis``)
+one and the next starts with a new client.  The nemesis is the cluster world's (``ClusterWorld._nemesis``)
 over its broker faults (``faults.FAULT_TABLE``) plus this world's: ``client-crash`` and
 ``coordinator-move`` (the broker coordinating a copier's transactional id restarts).  After healing,
 ``kafka_promises.KafkaHistory`` judges what clients saw against the logs a fresh client reads back.
@@ -36,7 +36,7 @@ from .determinism import Trace, derived_random, seeded_member_ids
 from .event_world import replay_command
 from .kafka_faults import CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
-from .world import BROKERS, SimResult, World, replica_assignment, run_world
+from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
 
 IN, OUT = "in", "out"
 COPY_GROUP, READ_GROUP = "copiers", "readers"
@@ -85,7 +85,7 @@ def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple
                      replay_command("kafka", seed, round(duration_s * 1000), faults, KAFKA_FAULTS, plant))
 
 
-class KafkaWorld(World):
+class KafkaWorld(ClusterWorld):
     """Everything one seed of the Kafka world runs (the fault machinery is the cluster world's)."""
 
     fault_table = KAFKA_FAULT_TABLE

@@ -50,7 +50,7 @@ EXPIRE_EVERY_MS = 500  # transaction.abort.timed.out.transaction.cleanup.interva
 COMPLETION_WAIT_MS = 1000
 
 
-class ClusterWorld(Protocol):
+class TxnClusterView(Protocol):
     """What partitions and the coordinator see of the world (``txn_world.TransactionsWorld``)."""
 
     now_ms: int
@@ -70,7 +70,7 @@ class ClusterWorld(Protocol):
 class SimPartition:
     """One partition's leader and its in-sync replicas (see the module docstring)."""
 
-    def __init__(self, world: ClusterWorld, name: tuple[str, int]):
+    def __init__(self, world: TxnClusterView, name: tuple[str, int]):
         self.world, self.name = world, name
         self.batches: list[bytes] = []  # the leader's log, one batch each, offsets assigned
         self.replicated = 0  # how many of ``batches`` every in-sync replica has
@@ -175,7 +175,7 @@ class SimTxnCoordinator:
     """One broker's transaction coordinator of the ``__transaction_state`` partition, from its load to
     its broker's crash (see the module docstring)."""
 
-    def __init__(self, world: ClusterWorld, broker: int, log: ReplicatedLog):
+    def __init__(self, world: TxnClusterView, broker: int, log: ReplicatedLog):
         self.world, self.broker, self.log = world, broker, log
         self.part = TxnPartition(0, log.leader_epoch)
         self.loaded = False

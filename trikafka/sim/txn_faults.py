@@ -19,7 +19,7 @@ from .txn_clients import SimClient, SimCopier
 REQUEST_DELAY_MS = 4000  # a delayed client's request waits up to this much more
 
 
-class FaultyWorld(Protocol):
+class TxnFaultTarget(Protocol):
     """What a fault sees of the world (``txn_world.TransactionsWorld``, which imports this table)."""
 
     now_ms: int
@@ -33,10 +33,10 @@ class FaultyWorld(Protocol):
     def coordinator_failover(self, duration_ms: int) -> None: ...
 
 
-TxnFault = EventFault[FaultyWorld]  # one kind of fault of this world (event_world.EventFault)
+TxnFault = EventFault[TxnFaultTarget]  # one kind of fault of this world (event_world.EventFault)
 
 
-def _partition_failover(world: FaultyWorld, victim: int, duration_ms: int) -> None:
+def _partition_failover(world: TxnFaultTarget, victim: int, duration_ms: int) -> None:
     """A partition's leader is SIGKILLed: what it had not replicated is lost, an in-sync replica leads
     after ``duration_ms`` (NOT_LEADER_OR_FOLLOWER meanwhile) with its producer state rebuilt from its log."""
     partition = world.partitions[victim % len(world.partitions)]
@@ -54,19 +54,19 @@ def _partition_failover(world: FaultyWorld, victim: int, duration_ms: int) -> No
     world.at(world.now_ms + duration_ms, elected)
 
 
-def _coordinator_failover(world: FaultyWorld, _victim: int, duration_ms: int) -> None:
+def _coordinator_failover(world: TxnFaultTarget, _victim: int, duration_ms: int) -> None:
     """The transaction coordinator's broker is SIGKILLed: a replica loads ``__transaction_state``."""
     world.coordinator_failover(duration_ms)
 
 
-def _lost_answers(world: FaultyWorld, victim: int, duration_ms: int) -> None:
+def _lost_answers(world: TxnFaultTarget, victim: int, duration_ms: int) -> None:
     """A client's answers are lost for ``duration_ms``: it retries what the brokers already did."""
     client = world.clients[victim % len(world.clients)]
     client.losing_until_ms = world.now_ms + duration_ms
     world.trace.add(f"fault lost-answers {client.name} for {duration_ms} ms")
 
 
-def _request_delay(world: FaultyWorld, victim: int, duration_ms: int) -> None:
+def _request_delay(world: TxnFaultTarget, victim: int, duration_ms: int) -> None:
     """A client's requests take up to ``REQUEST_DELAY_MS`` longer for ``duration_ms``: they land after
     the client gave up on them (a delayed Produce or EndTxn)."""
     client = world.clients[victim % len(world.clients)]
@@ -74,7 +74,7 @@ def _request_delay(world: FaultyWorld, victim: int, duration_ms: int) -> None:
     world.trace.add(f"fault request-delay {client.name} for {duration_ms} ms")
 
 
-def _producer_crash(world: FaultyWorld, victim: int, duration_ms: int) -> None:
+def _producer_crash(world: TxnFaultTarget, victim: int, duration_ms: int) -> None:
     """A copier's process dies; its next incarnation (the same transactional id) starts after ``duration_ms``."""
     copier = world.copiers[victim % len(world.copiers)]
     if copier.stopped or copier.frozen:
@@ -84,7 +84,7 @@ def _producer_crash(world: FaultyWorld, victim: int, duration_ms: int) -> None:
     world.at(world.now_ms + duration_ms, lambda: world.restart_copier(copier.source, False))
 
 
-def _zombie(world: FaultyWorld, victim: int, duration_ms: int) -> None:
+def _zombie(world: TxnFaultTarget, victim: int, duration_ms: int) -> None:
     """A copier freezes and its next incarnation starts at once; the old one wakes after ``duration_ms``
     a zombie with the older epoch, and carries on until it is fenced."""
     copier = _freeze(world, "zombie", victim, duration_ms)
@@ -92,12 +92,12 @@ def _zombie(world: FaultyWorld, victim: int, duration_ms: int) -> None:
         world.restart_copier(copier.source, True)
 
 
-def _txn_timeout(world: FaultyWorld, victim: int, duration_ms: int) -> None:
+def _txn_timeout(world: TxnFaultTarget, victim: int, duration_ms: int) -> None:
     """A copier freezes past its transaction timeout: the coordinator aborts its transaction."""
     _freeze(world, "txn-timeout", victim, duration_ms)
 
 
-def _freeze(world: FaultyWorld, fault: str, victim: int, duration_ms: int) -> SimCopier | None:
+def _freeze(world: TxnFaultTarget, fault: str, victim: int, duration_ms: int) -> SimCopier | None:
     """Freeze a running copier for ``duration_ms``; the copier, or None when none runs in that slot."""
     copier = world.copiers[victim % len(world.copiers)]
     if copier.stopped or copier.frozen:

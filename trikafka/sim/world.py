@@ -99,7 +99,7 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
     """Run one seed (blocking: its own ``trio.run``) and judge it; ``brokers`` and
     ``partitions`` change the world's shape (the default is the one CI runs)."""
     trace = Trace()
-    world = World(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
+    world = ClusterWorld(seed, duration_s, faults, trace, replica_assignment(brokers, partitions))
     simulated_s, context = run_world(world, plant)
     return SimResult(seed, world.violation is None, trace.digest, simulated_s, world.violation, context,
                      len(world.ledger.acked), world.faults, len(world.members.ledger.delivered), trace.lines,
@@ -107,7 +107,7 @@ def run_seed(seed: int, *, duration_s: float = 30.0, faults: tuple[str, ...] = F
                                     partitions=partitions))
 
 
-def run_world(world: World, plant: str | None, *inside: ContextManager[Any]) -> tuple[float, list[str]]:
+def run_world(world: ClusterWorld, plant: str | None, *inside: ContextManager[Any]) -> tuple[float, list[str]]:
     """Run ``world`` (blocking: its own ``trio.run`` on a mock clock, Trio's scheduling seeded by its
     seed) with the planted bug ``plant`` and the context managers ``inside`` entered; a crash of the
     simulation itself is a violation too.  (Simulated seconds, the trace around the violation and the
@@ -133,7 +133,7 @@ def run_world(world: World, plant: str | None, *inside: ContextManager[Any]) -> 
     return clock.current_time(), context + crash
 
 
-class World:
+class ClusterWorld:
     """Everything one seed runs."""
 
     fault_table: dict[str, Fault] = FAULT_TABLE  # the kinds the nemesis may draw (a subclass adds its own)
