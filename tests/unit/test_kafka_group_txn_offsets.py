@@ -193,3 +193,70 @@ async def test_a_txn_offset_commit_acknowledged_before_its_marker_stays_pending_
                         assign=OffsetAssignment(1, markers=True))
     coordinator.on_marker(OFFSETS_TOPIC, 0, A, True, marker.logical_offset)
     assert groups.txn_offsets.producers() == [] and offset(groups, "g") == 10
+
+
+# ------------------------------------------------------------------ a marker appended while a load reads
+
+class _LogWithMarkerMidRead:
+    """The log a load reads (``ReadView.log``) whose producer state, when the worker thread asks
+    whether a batch's transaction was aborted, has ``append_marker`` run right after that answer:
+    the event loop appending the marker between the thread's two looks at the live state."""
+
+    def __init__(self, log, append_marker):
+        self._log = log
+        self._append_marker = append_marker
+
+    def __getattr__(self, name):
+        return getattr(self._log, name)
+
+    @property
+    def producers(self):
+        return _ProducersWithMarkerMidRead(self._log.producers, self._append_marker)
+
+
+class _ProducersWithMarkerMidRead:
+    def __init__(self, producers, append_marker):
+        self._producers = producers
+        self._append_marker = append_marker
+
+    def __getattr__(self, name):
+        return getattr(self._producers, name)
+
+    def aborted_between(self, start_offset, end_offset):
+        found = self._producers.aborted_between(start_offset, end_offset)
+        self._append_marker()
+        return found
+
+
+@pytest.mark.parametrize("commit", [False, True])
+async def test_a_marker_appended_while_a_load_reads_counts_as_the_log_says(commit):
+    # The load's worker thread reads the producer's batch while the loop appends its marker; the
+    # listener hears of the marker while the partition still loads.
+    log, *_ = v2_log()
+    lead_verified(log, _txn_offsets(A, 10))
+    marker_offsets: list[int] = []
+
+    def append_marker():
+        if not marker_offsets:
+            appended = log.append(bytearray(build_marker(A, 0, commit, coordinator_epoch=0, timestamp_ms=1)),
+                                  assign=OffsetAssignment(1, markers=True))
+            marker_offsets.append(appended.logical_offset)
+
+    class Topic(_AcknowledgedLater):
+        def read_view(self, index):
+            return ReadView(_LogWithMarkerMidRead(self.log, append_marker), self.log.end_offset, 0)
+
+        async def read(self, view, decode):
+            async def run_blocking(fn, *args):
+                loaded = fn(*args)  # the worker thread's read, run here so the interleaving is the test's
+                append_marker()  # the marker lands during the load whatever the read looked at
+                coordinator.on_marker(OFFSETS_TOPIC, 0, A, commit, marker_offsets[0])
+                return loaded
+
+            return await read_records(run_blocking, view, decode)
+
+    coordinator = GroupCoordinator(Topic(log), BrokerConfig(), lambda: 1, zookeeper_groups=None)
+    groups = await coordinator.loads.serve(0)
+    assert isinstance(groups, OffsetsPartition)
+    assert groups.txn_offsets.producers() == []
+    assert offset(groups, "g") == (10 if commit else None)  # aborted: was 10, read as committed

@@ -30,7 +30,7 @@ Invariants:
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 from trikafka.kafka.batch import NO_PRODUCER_ID, BatchError, BatchHeader, next_sequence
 from trikafka.kafka.markers import is_marker, is_transactional_data, read_marker
@@ -180,6 +180,27 @@ def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> P
     return entry
 
 
+def _aborted_between(aborted: Sequence[AbortedTxn], start_offset: int, end_offset: int) -> list[AbortedTxn]:
+    """The transactions of ``aborted`` (ordered by ``last_offset``) that ``[start_offset, end_offset)`` overlaps."""
+    k = bisect_left(aborted, start_offset, key=lambda a: a.last_offset)
+    return [a for a in aborted[k:] if a.first_offset < end_offset]
+
+
+class TxnSnapshot:
+    """A log's transactions as they stood at one moment (``ProducerStates.snapshot``): a copy that
+    the log's appends do not change, for a reader off the event loop (§19.6)."""
+
+    __slots__ = ("open_transactions", "aborted")
+
+    def __init__(self, open_transactions: dict[int, int], aborted: list[AbortedTxn]):
+        self.open_transactions = open_transactions  # producer id -> first offset of its open transaction
+        self.aborted = aborted
+
+    def aborted_between(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """As ``ProducerStates.aborted_between``, at the snapshot's moment."""
+        return _aborted_between(self.aborted, start_offset, end_offset)
+
+
 class ProducerStates:
     """The producer state of one Kafka-format log (§19.2, §19.6); see the module docstring."""
 
@@ -242,9 +263,12 @@ class ProducerStates:
 
     def aborted_between(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """The aborted transactions a read of ``[start_offset, end_offset)`` overlaps (§19.7)."""
-        aborted = self.aborted
-        k = bisect_left(aborted, start_offset, key=lambda a: a.last_offset)
-        return [a for a in aborted[k:] if a.first_offset < end_offset]
+        return _aborted_between(self.aborted, start_offset, end_offset)
+
+    def snapshot(self) -> TxnSnapshot:
+        """The open and aborted transactions now, copied: taken on the event loop, it cannot change
+        half-way through a worker thread's look at it (§19.5.4)."""
+        return TxnSnapshot(dict(self.open_transactions), list(self.aborted))
 
     def check(self, headers: Iterable[BatchHeader], guard: VerificationGuard | None = None) -> int | None:
         """The leader's check of a partition's batches before they are appended (§19.3, §19.5.7).

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.kafka.batch import CONTROL, TRANSACTIONAL, BatchError
 from trikafka.kafka.records import Record, build_batch, decode_batches
-from trikafka.log.producer_state import ProducerStates
+from trikafka.log.producer_state import ProducerStates, TxnSnapshot
 from trikafka.log.verification_guard import VerificationGuard
 from trikafka.util.java_hash import java_string_hash
 from trikafka.wire.metadata import BrokerAddress
@@ -234,9 +234,9 @@ class TxnStanding(enum.Enum):
     ABORTED = "aborted"
 
 
-def transaction_standing(producers: ProducerStates, producer_id: int, offset: int) -> TxnStanding:
+def transaction_standing(producers: ProducerStates | TxnSnapshot, producer_id: int, offset: int) -> TxnStanding:
     """Where ``producer_id``'s transactional batch at logical ``offset`` stands, by the log's producer
-    state ``producers`` (§19.6)."""
+    state ``producers`` or a snapshot of its transactions (§19.6)."""
     if any(a.producer_id == producer_id for a in producers.aborted_between(offset, offset + 1)):
         return TxnStanding.ABORTED
     opened = producers.open_transactions.get(producer_id)
@@ -250,14 +250,17 @@ async def read_records(run_blocking: RunBlocking, view: ReadView,
     offset, producer id of the open transaction that holds it or None).  An aborted transaction's
     records are left out; a committed one's count where they lie; an open one's are returned with
     their producer, pending until its marker (§19.5.4)."""
+    # The end and the transactions taken together on the loop: the loop appends (markers too) while
+    # the thread reads, and a batch is judged by the transactions as they stood at ``end`` (§19.5.4).
     end = view.log.end_offset
-    return await run_blocking(functools.partial(_read_all, view.log, end, decode))
+    transactions = view.log.producers.snapshot()
+    return await run_blocking(functools.partial(_read_all, view.log, end, transactions, decode))
 
 
-def _read_all(log: BrokerLog, end: int,
+def _read_all(log: BrokerLog, end: int, transactions: TxnSnapshot,
               decode: Callable[[bytes, bytes | None], tuple[K, V]]) -> list[tuple[K, V, int, int | None]]:
-    """Worker thread: read and decode the batches below byte ``end`` (records without a key carry
-    no state)."""
+    """Worker thread: read and decode the batches below byte ``end``, judged by ``transactions``
+    (records without a key carry no state)."""
     index = log.kafka_offsets
     position = index.position_of(index.start_offset)
     loaded: list[tuple[K, V, int, int | None]] = []
@@ -274,7 +277,7 @@ def _read_all(log: BrokerLog, end: int,
                     continue
                 open_producer = None
                 if header.attributes & TRANSACTIONAL:
-                    standing = transaction_standing(log.producers, header.producer_id, header.base_offset)
+                    standing = transaction_standing(transactions, header.producer_id, header.base_offset)
                     if standing is TxnStanding.ABORTED:
                         continue
                     open_producer = header.producer_id if standing is TxnStanding.OPEN else None
