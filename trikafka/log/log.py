@@ -25,9 +25,8 @@ Invariants (asserted where they are established):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
@@ -50,14 +49,14 @@ from .truncation import Truncation
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Where an append landed.  ``flush_due``: the caller should flush now (docs/protocol.md §7.2).
 
     ``base_offset`` and ``next_offset`` are byte offsets; ``logical_offset``, in a
     Kafka-format log, is the first appended batch's base offset (the log's next
     logical offset when nothing was appended), -1 in a 0.7 log (§16.6).
-    ``message_count`` counts 0.7 messages or v2 records.
+    ``message_count`` counts 0.7 messages or v2 records.  A NamedTuple, not a frozen
+    dataclass: every append makes one, and a frozen dataclass costs four times as much to build.
     """
 
     base_offset: int
