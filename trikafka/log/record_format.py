@@ -81,12 +81,11 @@ class RecordFormat:
 
 def _prepare_07(data: Buffer, max_message_bytes: int, next_offset: int,
                 assign: OffsetAssignment | None) -> PreparedAppend:
-    """0.7: ``validate_message_set``; a truncated trailing entry is dropped (docs/protocol.md §5.1)."""
+    """0.7: ``check_message_set``; a truncated trailing entry is dropped (docs/protocol.md §5.1)."""
     if assign is not None:
         raise WrongFormatError("a 0.7 log numbers no batches: an OffsetAssignment is for Kafka-format logs")
-    view = data if isinstance(data, (bytes, memoryview)) else memoryview(data)
-    validated = messageset.validate_message_set(view, max_message_bytes)
-    return PreparedAppend(validated.valid_bytes, validated.message_count, [])
+    valid_bytes, message_count = messageset.check_message_set(data, max_message_bytes)
+    return PreparedAppend(valid_bytes, message_count, [])
 
 
 def _prepare_v2(data: Buffer, max_message_bytes: int, next_offset: int,
