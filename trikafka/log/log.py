@@ -220,9 +220,9 @@ class Log:
         self._gate.check(APPEND)
         kafka = self._kafka_offsets
         next_logical = kafka.next_offset if kafka is not None else -1
-        prepared = self._format.prepare(data, self.config.max_message_size, next_logical, assign)
-        valid_bytes = prepared.valid_bytes
-        duplicate = self._producers.check(prepared.batches, assign.guard) if assign is not None else None
+        valid_bytes, message_count, batches = self._format.prepare(data, self.config.max_message_size, next_logical,
+                                                                   assign)
+        duplicate = self._producers.check(batches, assign.guard) if assign is not None else None
         if valid_bytes == 0 or duplicate is not None:  # a duplicate answers its first append's offset (§19.3)
             end = self.end_offset
             return AppendResult(end, end, 0, self._flushing.flush_due(self.config),
@@ -239,12 +239,12 @@ class Log:
             raise self._gate.fail(f"append to {segment.path} failed: {exc}") from exc
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
         if segment.batches is not None:
-            segment.batches.add_headers(prepared.batches, base_offset - segment.start, payload)
-            self._producers.record(prepared.batches, payload)
+            segment.batches.add_headers(batches, base_offset - segment.start, payload)
+            self._producers.record(batches, payload)
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
-        self._flushing.appended(prepared.message_count)
-        return AppendResult(base_offset, base_offset + valid_bytes, prepared.message_count,
+        self._flushing.appended(message_count)
+        return AppendResult(base_offset, base_offset + valid_bytes, message_count,
                             self._flushing.flush_due(self.config), next_logical)
 
     def roll_due(self) -> bool:
