@@ -25,9 +25,8 @@ Invariants (asserted where they are established):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from trikafka.wire.responses import ChunkSequence, FileRegion
 
@@ -50,14 +49,14 @@ from .truncation import Truncation
 __all__ = ["AppendResult", "Log", "TIME_EARLIEST", "TIME_LATEST"]
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Where an append landed.  ``flush_due``: the caller should flush now (docs/protocol.md §7.2).
 
     ``base_offset`` and ``next_offset`` are byte offsets; ``logical_offset``, in a
     Kafka-format log, is the first appended batch's base offset (the log's next
     logical offset when nothing was appended), -1 in a 0.7 log (§16.6).
-    ``message_count`` counts 0.7 messages or v2 records.
+    ``message_count`` counts 0.7 messages or v2 records.  A NamedTuple, not a frozen
+    dataclass: every append makes one, and a frozen dataclass costs four times as much to build.
     """
 
     base_offset: int
@@ -221,9 +220,9 @@ class Log:
         self._gate.check(APPEND)
         kafka = self._kafka_offsets
         next_logical = kafka.next_offset if kafka is not None else -1
-        prepared = self._format.prepare(data, self.config.max_message_size, next_logical, assign)
-        valid_bytes = prepared.valid_bytes
-        duplicate = self._producers.check(prepared.batches, assign.guard) if assign is not None else None
+        valid_bytes, message_count, batches = self._format.prepare(data, self.config.max_message_size, next_logical,
+                                                                   assign)
+        duplicate = self._producers.check(batches, assign.guard) if assign is not None else None
         if valid_bytes == 0 or duplicate is not None:  # a duplicate answers its first append's offset (§19.3)
             end = self.end_offset
             return AppendResult(end, end, 0, self._flushing.flush_due(self.config),
@@ -240,12 +239,12 @@ class Log:
             raise self._gate.fail(f"append to {segment.path} failed: {exc}") from exc
         assert segment.end == base_offset + valid_bytes, (segment, base_offset, valid_bytes)
         if segment.batches is not None:
-            segment.batches.add_headers(prepared.batches, base_offset - segment.start, payload)
-            self._producers.record(prepared.batches, payload)
+            segment.batches.add_headers(batches, base_offset - segment.start, payload)
+            self._producers.record(batches, payload)
         if segment.first_append_ms is None:
             segment.first_append_ms = now_ms
-        self._flushing.appended(prepared.message_count)
-        return AppendResult(base_offset, base_offset + valid_bytes, prepared.message_count,
+        self._flushing.appended(message_count)
+        return AppendResult(base_offset, base_offset + valid_bytes, message_count,
                             self._flushing.flush_due(self.config), next_logical)
 
     def roll_due(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from trikafka.kafka import batch
 from trikafka.kafka.batch import BatchHeader
@@ -47,16 +47,11 @@ class OffsetAssignment:
     guard: VerificationGuard | None = None
 
 
-class PreparedAppend(NamedTuple):
-    """What of an append's data goes to the segment, checked (and numbered) by its format.
-
-    ``batches``: for v2, the headers of the batches as they are written
-    (positions relative to the data); empty for 0.7.
-    """
-
-    valid_bytes: int
-    message_count: int
-    batches: list[BatchHeader]
+# What of an append's data goes to the segment, checked (and numbered) by its format:
+# (valid_bytes, message_count, batches).  ``batches``: for v2, the headers of the batches as
+# they are written (positions relative to the data); empty for 0.7.  A plain tuple, unpacked by
+# ``Log.append``, its one reader: every append makes one, and a NamedTuple costs 0.15 us to build.
+PreparedAppend = tuple[int, int, list[BatchHeader]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +76,11 @@ class RecordFormat:
 
 def _prepare_07(data: Buffer, max_message_bytes: int, next_offset: int,
                 assign: OffsetAssignment | None) -> PreparedAppend:
-    """0.7: ``validate_message_set``; a truncated trailing entry is dropped (docs/protocol.md §5.1)."""
+    """0.7: ``check_message_set``; a truncated trailing entry is dropped (docs/protocol.md §5.1)."""
     if assign is not None:
         raise WrongFormatError("a 0.7 log numbers no batches: an OffsetAssignment is for Kafka-format logs")
-    view = data if isinstance(data, (bytes, memoryview)) else memoryview(data)
-    validated = messageset.validate_message_set(view, max_message_bytes)
-    return PreparedAppend(validated.valid_bytes, validated.message_count, [])
+    valid_bytes, message_count = messageset.check_message_set(data, max_message_bytes)
+    return valid_bytes, message_count, []
 
 
 def _prepare_v2(data: Buffer, max_message_bytes: int, next_offset: int,
@@ -111,7 +105,7 @@ def _prepare_v2(data: Buffer, max_message_bytes: int, next_offset: int,
                                          allow_padding=True, allow_transactional=True,
                                          allow_markers=True)  # the leader's batches, copied verbatim
         batch.check_follows(headers, next_offset)
-    return PreparedAppend(valid_bytes, sum(h.record_count for h in headers), headers)
+    return valid_bytes, sum(h.record_count for h in headers), headers
 
 
 def _entry_bytes_07(prefix: bytes) -> int | None:

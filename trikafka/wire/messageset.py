@@ -2,7 +2,8 @@
 
 Four readers, one per purpose, all stdlib-only and allocation-light:
 
-* ``validate_message_set``: what the broker accepts on produce (§5.1 steps 4-6).
+* ``validate_message_set``: what the broker accepts on produce (§5.1 steps 4-6);
+  ``check_message_set`` is the same check without the result object.
 * ``scan_valid_prefix``: what crash recovery keeps of a segment (§7.3).
 * ``parse_entries`` and ``iter_messages`` (in ``trikafka.wire.reading``):
   shallow entries of a fetched set (§5.2); deep iteration for consumers (§4).
@@ -56,7 +57,7 @@ def build_message_set(
     return encode_entry(compress(Codec(codec), inner), magic=MAGIC_1, codec=codec)
 
 
-def validate_message_set(data: bytes | memoryview, max_message_size: int | None = None) -> ValidatedSet:
+def validate_message_set(data: bytes | bytearray | memoryview, max_message_size: int | None = None) -> ValidatedSet:
     """Check a produced set entirely before any byte of it is written.
 
     Raises ``MessageSizeTooLargeError`` when a top-level payload exceeds
@@ -64,16 +65,22 @@ def validate_message_set(data: bytes | memoryview, max_message_size: int | None 
     ``InvalidMessageError`` for any framing, magic, codec, CRC or compression
     fault.  A truncated entry after the first is a dropped tail, not an error.
     """
+    valid_bytes, count = check_message_set(data, max_message_size)
+    return ValidatedSet(valid_bytes, count, len(data) - valid_bytes)
+
+
+def check_message_set(data: bytes | bytearray | memoryview, max_message_size: int | None = None) -> tuple[int, int]:
+    """``validate_message_set`` as a plain ``(valid_bytes, message_count)``: the log's append path,
+    which builds no result object per append (same checks, same errors)."""
     view = memoryview(data)
     try:
-        valid_bytes, count = _validate_top_level(view, max_message_size)
+        return _validate_top_level(view, max_message_size)
     except InvalidMessageError:
         # 0.7.2 applies the size rule to the whole set before it checks
         # anything else, so an oversized entry anywhere wins over a fault.
         if max_message_size is not None:
             _check_payload_sizes(view, max_message_size)
         raise
-    return ValidatedSet(valid_bytes, count, len(view) - valid_bytes)
 
 
 def _validate_top_level(view: memoryview, max_message_size: int | None) -> tuple[int, int]:

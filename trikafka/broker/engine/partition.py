@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Protocol
 
 from trikafka.log.epochs import EpochHistory
 from trikafka.log.errors import OffsetOutOfRangeError
@@ -179,10 +179,12 @@ class LocalPartition:
 
     # ----------------------------------------------------------------- Partition
 
-    async def append(self, messages: bytes | bytearray, acks: int, *, kafka: KafkaAppend | None = None) -> AppendResult:
+    def append(self, messages: bytes | bytearray, acks: int, *,
+               kafka: KafkaAppend | None = None) -> Coroutine[Any, Any, AppendResult]:
+        # ``write``'s own coroutine, not one around it: every 0.7 PRODUCE passes here.
         if kafka is None:
-            return await self.write(messages)
-        return await self.write(messages, assign=kafka.assignment(UNREPLICATED_EPOCH))
+            return self.write(messages)
+        return self.write(messages, assign=kafka.assignment(UNREPLICATED_EPOCH))
 
     def read_view(self) -> ReadView:
         log = self.log
