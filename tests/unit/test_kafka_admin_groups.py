@@ -12,6 +12,7 @@ from trikafka.client.kafka import KafkaAdmin, KafkaClient, KafkaResponseError, s
 from trikafka.client.kafka import admin as admin_module
 from trikafka.client.kafka import coordinators as coordinators_module
 from trikafka.client.kafka.client import BrokerNode, ClusterMetadata
+from trikafka.client.kafka.connection import UnsupportedApi
 from trikafka.client.kafka.group_offsets import TopicPartition
 from trikafka.kafka.consumer_protocol import Assignment, encode_assignment
 
@@ -30,6 +31,8 @@ class ScriptedBroker:
 
     async def request(self, api: str, *, extra_wait_s: float = 0.0, **values: object) -> object:
         self.asked.append((api, values))
+        if api not in VERSIONS:  # as a connection to a broker that does not serve the api
+            raise UnsupportedApi(api)
         key, version = VERSIONS[api]
         found = self.answers[api]
         body = found(values) if callable(found) else found
