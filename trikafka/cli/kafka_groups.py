@@ -41,6 +41,8 @@ async def groups(args: argparse.Namespace) -> int:
             print(f"trikafka: deleted group {args.group}", file=sys.stderr)
             return 0
         description = (await admin.describe_groups([args.group]))[args.group]
+        if description.state == "Dead":  # DescribeGroups' answer for a Kafka 4 consumer group (§17.8)
+            description = (await admin.describe_consumer_groups([args.group]))[args.group] or description
         committed = await admin.list_group_offsets(args.group)
         if description.state == "Dead" and not committed:  # what a coordinator answers for an unknown id
             print(f"trikafka: no group {args.group!r}", file=sys.stderr)
@@ -65,8 +67,9 @@ async def groups(args: argparse.Namespace) -> int:
 
 
 def _print_group(description: GroupDescription) -> None:
+    epoch = "" if description.group_epoch is None else f", group epoch {description.group_epoch}"
     print(f"group {description.group_id}: {description.state}, protocol {description.protocol_type or '-'}"
-          f"/{description.protocol or '-'}, {plural(len(description.members), 'member')}")
+          f"/{description.protocol or '-'}{epoch}, {plural(len(description.members), 'member')}")
     print(MEMBERS_HEADER)
     for member in description.members:
         assignment = "?" if member.assignment is None else ",".join(

@@ -94,6 +94,7 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMemberDescription, ...]
+    group_epoch: int | None = None  # a Kafka 4 consumer group's (§17.9); None for a classic group
 
 
 class TransactionListing(NamedTuple):
@@ -236,6 +237,28 @@ class KafkaAdmin:
                     tuple(GroupMemberDescription(
                         str(m.member_id), schema.field(m, "group_instance_id"), str(m.client_id), str(m.client_host),
                         _assignment(bytes(m.member_assignment)) if consumer else None) for m in group.members))
+        return described
+
+    async def describe_consumer_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription | None]:
+        """Kafka 4 consumer groups (§17.9) as ConsumerGroupDescribe shows them: protocol type ``consumer``,
+        ``protocol`` the server-side assignor, each member's current assignment; None for a group id that
+        is no consumer group (GROUP_ID_NOT_FOUND); raises for another error."""
+        described: dict[str, GroupDescription | None] = {}
+        for group_id in group_ids:
+            connection = await self.group_coordinator(group_id)
+            answer = await connection.request(group_api("CONSUMER_GROUP_DESCRIBE"), group_ids=(group_id,),
+                                              include_authorized_operations=False)
+            for group in schema.field(answer, "groups", ()):
+                if group.error_code == ErrorCode.group_id_not_found:
+                    described[str(group.group_id)] = None
+                    continue
+                check(group.error_code, f"group {group.group_id}", schema.field(group, "error_message"))
+                described[str(group.group_id)] = GroupDescription(
+                    str(group.group_id), str(group.group_state), PROTOCOL_TYPE, str(group.assignor_name),
+                    tuple(GroupMemberDescription(
+                        str(m.member_id), m.instance_id, str(m.client_id), str(m.client_host),
+                        Assignment({str(t.topic_name): tuple(t.partitions) for t in m.assignment.topic_partitions}))
+                        for m in group.members), int(group.group_epoch))
         return described
 
     async def list_group_offsets(self, group_id: str,
