@@ -235,19 +235,21 @@ class TopicService:
         await admin.create_logs(topic, partitions)
         logger.info("created Kafka-format topic %s with %d partitions", topic, partitions)
 
-    async def auto_create(self, topics: list[str]) -> set[str]:
-        """§16.5: create the unknown ``topics`` with the defaults; the names created."""
+    async def auto_create(self, topics: list[str]) -> dict[str, ErrorCode]:
+        """§16.5: create the unknown ``topics`` with the defaults; per topic tried, ``ErrorCode.none`` when
+        created, else the error that refused it (none tried while auto-creation is off)."""
         if not self._service.config.auto_create_topics_enable:
-            return set()
-        created = set()
+            return {}
+        outcome: dict[str, ErrorCode] = {}
         for topic in topics:
             try:
                 await self.create(topic, -1, -1, {})
             except TopicError as exc:
                 logger.info("auto-creation of %r refused: %s", topic, exc)
+                outcome[topic] = exc.code
                 continue
-            created.add(topic)
-        return created
+            outcome[topic] = ErrorCode.none
+        return outcome
 
     async def add_partitions(self, topic: str, count: int, *, validate_only: bool) -> None:
         """CreatePartitions: raise ``topic``'s count to ``count``.  Raises TopicError."""
