@@ -143,7 +143,9 @@ class TopicOverrides:
                 retention_bytes=(base.retention_bytes if overrides.retention_bytes is None
                                  else overrides.retention_bytes),
                 segment_bytes=base.segment_bytes if overrides.segment_bytes is None else overrides.segment_bytes,
-                record_format=base.record_format if overrides.record_format is None else overrides.record_format))
+                record_format=base.record_format if overrides.record_format is None else overrides.record_format,
+                max_message_size=(base.max_message_size if overrides.max_message_bytes is None
+                                  else overrides.max_message_bytes)))
             self._retention_overridden.add(topic)
         elif topic in self._retention_overridden:
             self._log_manager.override_topic_config(topic, None)
