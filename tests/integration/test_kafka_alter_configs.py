@@ -106,7 +106,7 @@ def test_validate_only_changes_nothing(kafka: RunningKafkaBroker) -> None:
     (("no.such.key", AlterConfigOpType.SET, "1"), "no.such.key"),
     (("retention.ms", AlterConfigOpType.SET, "-5"), "retention.ms"),
     (("message.timestamp.type", AlterConfigOpType.SET, "WallClock"), "message.timestamp.type"),
-    (("max.message.bytes", AlterConfigOpType.SET, "100"), "max.message.bytes"),
+    (("max.message.bytes", AlterConfigOpType.SET, "-1"), "max.message.bytes"),
     (("record.format", AlterConfigOpType.SET, "0.7"), "record.format"),
     (("min.insync.replicas", AlterConfigOpType.SET, "2"), "min.insync.replicas"),
     (("retention.ms", AlterConfigOpType.APPEND, "5"), "retention.ms"),
@@ -119,6 +119,26 @@ def test_a_bad_or_read_only_setting_is_invalid_config_naming_it(kafka: RunningKa
     error = refusal(lambda: incremental(kafka.bootstrap, topic, entry)).args[0]
     assert error.name() == "INVALID_CONFIG" and named in error.str()
     assert all(e.is_default for e in described(kafka.bootstrap, topic).values())
+
+
+def test_max_message_bytes_is_a_topic_setting_that_bounds_its_batches(kafka: RunningKafkaBroker) -> None:
+    """§16.4: CreateTopics and the alters take max.message.bytes (librdkafka's 0129_fetch_aborted_msgs sets it);
+    a batch above it is MESSAGE_TOO_LARGE, and DescribeConfigs reports the topic's own value."""
+    from confluent_kafka import Producer
+
+    topic = "max-message-bytes"
+    make_topic(kafka.bootstrap, topic, {"max.message.bytes": "2000"})
+    assert described(kafka.bootstrap, topic)["max.message.bytes"].value == "2000"
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0, "retries": 0})
+    errors: list[Any] = []
+    for size in (5000, 100):  # one batch each
+        producer.produce(topic, value=b"x" * size, on_delivery=lambda err, _: errors.append(err and err.name()))
+        assert producer.flush(WAIT_S) == 0
+    assert errors == ["MSG_SIZE_TOO_LARGE", None]
+    incremental(kafka.bootstrap, topic, ("max.message.bytes", AlterConfigOpType.SET, "10000"))
+    producer.produce(topic, value=b"x" * 5000, on_delivery=lambda err, _: errors.append(err and err.name()))
+    assert producer.flush(WAIT_S) == 0
+    assert errors[2:] == [None]
 
 
 def test_a_broker_setting_read_at_start_is_refused_as_not_changeable_at_run_time(kafka: RunningKafkaBroker) -> None:

@@ -141,5 +141,23 @@ def test_a_compacted_topic_refuses_a_record_without_a_key(kafka: RunningKafkaBro
     producer.produce(topic, key=b"k", value=b"keyed", on_delivery=lambda err, _: errors.append(err))
     assert producer.flush(30) == 0
     assert errors[1] is None and errors[0] is not None and "INVALID_RECORD" in str(errors[0])
+
+
+def test_a_batch_with_keyless_records_names_them_and_the_others_fail_as_different_records(
+        kafka: RunningKafkaBroker) -> None:
+    """§16.4, KIP-467: the answer's record_errors name the keyless records of a batch; librdkafka fails
+    those with INVALID_RECORD and the rest of the batch with _INVALID_DIFFERENT_RECORD."""
+    topic = "compacted-record-errors"
+    create_compacted(kafka.bootstrap, topic)
+    producer = ConfluentProducer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "retries": 0,
+                                  "linger.ms": 1000})
+    errors: dict[int, str] = {}
+    for n in range(10):  # one batch: linger.ms holds them together
+        key = None if n % 5 == 0 else f"k{n}".encode()
+        producer.produce(topic, key=key, value=str(n).encode(), partition=0,
+                         on_delivery=lambda err, _, n=n: errors.__setitem__(n, err.name() if err else ""))
+    assert producer.flush(30) == 0
+    assert {n for n, name in errors.items() if name == "INVALID_RECORD"} == {0, 5}
+    assert {n for n, name in errors.items() if name == "_INVALID_DIFFERENT_RECORD"} == set(range(10)) - {0, 5}
     with pytest.raises(KafkaException, match="cleanup.policy"):
         create_compacted(kafka.bootstrap, "bad-policy", **{"cleanup.policy": "shred"})

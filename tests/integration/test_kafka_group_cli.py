@@ -4,10 +4,12 @@ members with their decoded assignments, its committed offsets and lag, and delet
 from __future__ import annotations
 
 import functools
+import time
 from typing import Iterator
 
 import pytest
 import trio
+from confluent_kafka import Consumer
 
 from tests.helpers.cli import cli
 from tests.helpers.kafka_clients import create_topic
@@ -18,6 +20,7 @@ from trikafka.testing.kafka_broker import RunningKafkaBroker
 PARTITIONS = 4
 PER_PARTITION = 20
 GROUP = "cli-group"
+WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +78,32 @@ async def test_groups_lists_describes_and_deletes_a_kafka_group(kafka):
     assert GROUP not in out
     status, _, err = await cli("groups", GROUP, "--kafka", bootstrap)
     assert status == 1 and f"no group {GROUP!r}" in err
+
+
+def _kip848_member_owning_everything(bootstrap: str, topic: str, group: str) -> Consumer:
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    member.subscribe([topic])
+    deadline = time.monotonic() + WAIT_S
+    while {tp.partition for tp in member.assignment()} != set(range(PARTITIONS)):
+        assert time.monotonic() < deadline, "the KIP-848 member was not assigned every partition"
+        member.poll(0.05)
+    return member
+
+
+async def test_groups_describes_a_kafka_4_consumer_group(kafka):
+    """§17.8: a KIP-848 group, which DescribeGroups answers as Dead, is shown from ConsumerGroupDescribe."""
+    bootstrap = kafka.bootstrap
+    await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, "cli-kip848", partitions=PARTITIONS))
+    member = await trio.to_thread.run_sync(_kip848_member_owning_everything, bootstrap, "cli-kip848", "cli-kip848-g")
+    try:
+        status, out, err = await cli("groups", "cli-kip848-g", "--kafka", bootstrap)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith("group cli-kip848-g: Stable, protocol consumer/uniform, group epoch ")
+        assert lines[0].endswith(", 1 member")
+        row = lines[2].split("\t")
+        assert row[2] == "rdkafka"
+        assert row[4] == ",".join(f"cli-kip848-{p}" for p in range(PARTITIONS))
+    finally:
+        await trio.to_thread.run_sync(member.close)

@@ -175,7 +175,9 @@ async def test_groups_describe_shows_members_and_lag(request: pytest.FixtureRequ
             capture_output=True, text=True, check=True).stdout)
         await member.stop()
     lines = shown.splitlines()
-    assert lines[0].startswith(f"group described-group: Stable, protocol consumer/{assignor}, 1 member")
+    # A Kafka 4 consumer group shows its group epoch between the assignor and the members (§17.8).
+    assert lines[0].startswith(f"group described-group: Stable, protocol consumer/{assignor}, ")
+    assert lines[0].endswith(", 1 member")
     assert lines[1] == "member\tinstance\tclient_id\thost\tassignment"
     assert lines[2].startswith(member.consumer.membership.member_id)
     assert lines[2].endswith("described-0,described-1")

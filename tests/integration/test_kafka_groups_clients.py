@@ -317,3 +317,44 @@ def test_librdkafka_cooperative_sticky_members_keep_their_partitions_when_one_le
     finally:
         for consumer in members.values():
             consumer.close()
+
+
+def test_a_member_past_max_poll_interval_keeps_its_partition_until_it_leaves(kafka):
+    """§17.4, librdkafka's 0089_max_poll_interval: a member that stops polling keeps its partition (its
+    heartbeats go on) until librdkafka's max.poll.interval.ms makes it leave; only then does the other
+    member get the partition."""
+    from confluent_kafka import Consumer
+
+    max_poll_s = 12.0  # twice the session: a coordinator that lost heartbeats would move it at about 6 s
+    create_topic(kafka.bootstrap, "max-poll", partitions=1)
+    produce(kafka.bootstrap, "max-poll", 1, 10)
+    consumers = [Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "max-poll",
+                           "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                           "max.poll.interval.ms": int(max_poll_s * 1000)}) for _ in range(2)]
+    for consumer in consumers:
+        consumer.subscribe(["max-poll"])
+    try:
+        stalled: int | None = None
+        stalled_at = 0.0
+        deadline = time.monotonic() + WAIT_S
+        while True:  # poll both until one of them delivers; that one then stops polling
+            assert time.monotonic() < deadline, "no member delivered the first record"
+            for n, consumer in enumerate(consumers):
+                message = consumer.poll(0.1)
+                if message is not None and not message.error():
+                    stalled, stalled_at = n, time.monotonic()
+                    break
+            if stalled is not None:
+                break
+        other = consumers[1 - stalled]
+        while True:  # only the other member polls now
+            assert time.monotonic() < stalled_at + WAIT_S, "the partition never went to the other member"
+            message = other.poll(0.1)
+            if message is not None and not message.error():
+                break
+        waited_s = time.monotonic() - stalled_at
+        logger.info("the partition moved %.2f s after the stalled member's last poll", waited_s)
+        assert waited_s >= max_poll_s
+    finally:
+        for consumer in consumers:
+            consumer.close()

@@ -75,6 +75,18 @@ def test_auto_creation_off_creates_nothing(tmp_path) -> None:
         assert _dirs(log_dir, "never") == []
 
 
+def test_auto_creation_of_an_invalid_name_answers_topic_exception_and_the_producer_fails_at_once() -> None:
+    """§16.5, librdkafka's 0057_invalid_topic: Kafka's auto-creation answers INVALID_TOPIC_EXCEPTION for a
+    name no topic may have; librdkafka then fails its records instead of holding them for message.timeout.ms."""
+    with running_kafka_broker() as kafka:
+        producer = Producer({"bootstrap.servers": kafka.bootstrap})
+        errors: list[str] = []
+        producer.produce("bad$#!", value=b"nowhere", on_delivery=lambda err, _: errors.append(err.name()))
+        producer.produce("good", value=b"somewhere", on_delivery=lambda err, _: errors.append(err and err.name()))
+        assert producer.flush(10) == 0
+        assert sorted(errors, key=str) == [None, "TOPIC_EXCEPTION"]
+
+
 def test_the_07_side_keeps_num_partitions_per_topic_beside_a_smaller_kafka_topic() -> None:
     import trio
 

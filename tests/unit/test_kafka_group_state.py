@@ -198,12 +198,27 @@ def test_commit_checks():
     g = group()
     assert g.check_commit("", -1, None) == ErrorCode.none  # simple commit, no members
     first, _, _ = join(g, 0)
-    assert g.check_commit("", -1, None) == ErrorCode.rebalance_in_progress  # CompletingRebalance
+    assert g.check_commit("", -1, None) == ErrorCode.unknown_member_id  # CompletingRebalance: members now
     g.sync(1, first, None, 1, None, None, {first: b""})
     g.stored(2, 1, ErrorCode.none)
     assert g.check_commit("", -1, None) == ErrorCode.unknown_member_id  # members now: no simple commits
     assert g.check_commit(first, 0, None) == ErrorCode.illegal_generation
     assert g.check_commit(first, 1, None) == ErrorCode.none
+
+
+def test_a_commit_of_the_last_generation_during_completing_rebalance_is_illegal_generation():
+    """§17.5, as Kafka: member and generation are checked before the state, so a member whose commit
+    carries the generation it had while the next one's JoinGroup answers travel learns ILLEGAL_GENERATION
+    (librdkafka's cooperative consumer rejoins); the current generation's commit is REBALANCE_IN_PROGRESS."""
+    g = group()
+    leader, follower = stable_pair(g)
+    generation = g.generation
+    join(g, 100, leader, protocols=(("range", b"changed"),))  # the leader's new metadata: a rebalance
+    join(g, 101, follower)
+    assert g.state is GroupState.COMPLETING_REBALANCE and g.generation == generation + 1
+    assert g.check_commit(follower, generation, None) == ErrorCode.illegal_generation
+    assert g.check_commit(follower, generation + 1, None) == ErrorCode.rebalance_in_progress
+    assert g.check_commit("stranger", generation + 1, None) == ErrorCode.unknown_member_id
 
 
 def test_a_loaded_group_is_stable_with_its_stored_members_and_their_sessions_from_the_load():

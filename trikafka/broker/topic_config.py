@@ -151,7 +151,9 @@ class TopicOverrides:
             retention_bytes=(base.retention_bytes if overrides.retention_bytes is None
                              else overrides.retention_bytes),
             segment_bytes=base.segment_bytes if overrides.segment_bytes is None else overrides.segment_bytes,
-            record_format=base.record_format if overrides.record_format is None else overrides.record_format))
+            record_format=base.record_format if overrides.record_format is None else overrides.record_format,
+            max_message_size=(base.max_message_size if overrides.max_message_bytes is None
+                              else overrides.max_message_bytes)))
 
     def rebase(self, config: BrokerConfig) -> None:
         """The broker's settings changed (§20.4): the topics' log configs again, on ``config``

@@ -22,6 +22,7 @@ DELETE_RETENTION_MS = "delete.retention.ms"
 RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
 SEGMENT_BYTES = "segment.bytes"
+MAX_MESSAGE_BYTES = "max.message.bytes"  # overrides the broker's max.message.size for the topic's logs
 # A Kafka-format topic's settings (docs/protocol.md §16.4, §16.6).
 RECORD_FORMAT = "record.format"
 FORMAT_07 = "0.7"
@@ -30,7 +31,7 @@ RECORD_FORMATS = (FORMAT_07, FORMAT_V2)
 MESSAGE_TIMESTAMP_TYPE = "message.timestamp.type"
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 LOG_KEYS = (CLEANUP_POLICY, MIN_COMPACTION_LAG_MS, DELETE_RETENTION_MS, RETENTION_MS, RETENTION_BYTES, SEGMENT_BYTES,
-            RECORD_FORMAT, MESSAGE_TIMESTAMP_TYPE)
+            RECORD_FORMAT, MESSAGE_TIMESTAMP_TYPE, MAX_MESSAGE_BYTES)
 REPLICATION_KEYS = tuple(TOPIC_CONFIG_DEFAULTS)
 
 UNCLEAN_WARNING = ("WARNING: unclean.leader.election.enable=true lets a replica outside the ISR become leader "
@@ -54,12 +55,13 @@ class LogOverrides:
     segment_bytes: int | None = None
     record_format: str | None = None
     timestamp_type: str | None = None
+    max_message_bytes: int | None = None
 
     @property
     def changes_log_config(self) -> bool:
         """Whether the topic's ``LogConfig`` (retention, segment size, format) differs from the broker's."""
         return (self.retention_ms is not None or self.retention_bytes is not None or self.segment_bytes is not None
-                or self.record_format is not None)
+                or self.record_format is not None or self.max_message_bytes is not None)
 
 
 def parse_config_items(items: list[str] | None) -> dict[str, str]:
@@ -97,7 +99,7 @@ def log_overrides(config: dict[str, str]) -> LogOverrides:
                         _int(config, DELETE_RETENTION_MS, 0), _int(config, RETENTION_MS, 0),
                         _int(config, RETENTION_BYTES, None), _int(config, SEGMENT_BYTES, 1),
                         _choice(config, RECORD_FORMAT, RECORD_FORMATS),
-                        _choice(config, MESSAGE_TIMESTAMP_TYPE, TIMESTAMP_TYPES))
+                        _choice(config, MESSAGE_TIMESTAMP_TYPE, TIMESTAMP_TYPES), _int(config, MAX_MESSAGE_BYTES, 0))
 
 
 def _choice(config: dict[str, str], key: str, allowed: tuple[str, ...]) -> str | None:

@@ -65,8 +65,9 @@ async def groups(args: argparse.Namespace) -> int:
 
 
 def _print_group(description: GroupDescription) -> None:
+    epoch = "" if description.group_epoch is None else f", group epoch {description.group_epoch}"
     print(f"group {description.group_id}: {description.state}, protocol {description.protocol_type or '-'}"
-          f"/{description.protocol or '-'}, {plural(len(description.members), 'member')}")
+          f"/{description.protocol or '-'}{epoch}, {plural(len(description.members), 'member')}")
     print(MEMBERS_HEADER)
     for member in description.members:
         assignment = "?" if member.assignment is None else ",".join(

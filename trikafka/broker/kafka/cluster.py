@@ -62,8 +62,8 @@ async def metadata(service: ClusterApis, request: Request) -> Any:
     denied = {n: code for n in names if (code := authorizer.denied(KafkaApi.METADATA, n)) is not None}
     unknown = [n for n in names if n not in denied and service.topic_format(n) is None]
     creatable = [n for n in unknown if authorizer.allows(AUTO_CREATE, n)]
-    created = await service.topics.auto_create(creatable) if auto_create and creatable else set()
-    topics = tuple(_topic(service, reply, name, name in created, denied.get(name)) for name in names)
+    created = await service.topics.auto_create(creatable) if auto_create and creatable else {}
+    topics = tuple(_topic(service, reply, name, created.get(name), denied.get(name)) for name in names)
     topics += tuple(reply.nested("MetadataResponseTopic", error_code=ErrorCode.unknown_topic_id, name=None,
                                  topic_id=i, is_internal=False, partitions=(),
                                  topic_authorized_operations=OPERATIONS_NOT_ASKED)
@@ -75,7 +75,9 @@ async def metadata(service: ClusterApis, request: Request) -> Any:
                           cluster_authorized_operations=OPERATIONS_NOT_ASKED)
 
 
-def _topic(service: ClusterApis, reply: Reply, name: str, just_created: bool, denied: ErrorCode | None) -> Any:
+def _topic(service: ClusterApis, reply: Reply, name: str, auto_created: ErrorCode | None,
+           denied: ErrorCode | None) -> Any:
+    """One topic's Metadata; ``auto_created``: the outcome of its auto-creation by this request, if tried."""
     def topic(error: ErrorCode, partitions: tuple[Any, ...] = ()) -> Any:
         return reply.nested("MetadataResponseTopic", error_code=error, name=name,
                             topic_id=topic_id(name) if error == ErrorCode.none else NO_TOPIC_ID,
@@ -84,8 +86,10 @@ def _topic(service: ClusterApis, reply: Reply, name: str, just_created: bool, de
 
     if denied is not None:
         return topic(denied)
-    if just_created:
+    if auto_created == ErrorCode.none:
         return topic(ErrorCode.leader_not_available)  # §16.5: the client asks again
+    if auto_created == ErrorCode.invalid_topic_exception:
+        return topic(auto_created)  # §16.5: no topic may have the name, as Kafka's auto-creation answers
     if service.topic_format(name) is None:
         return topic(ErrorCode.unknown_topic_or_partition)
     described = service.engine.admin.topic_metadata(name, service.broker_id)

@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
 
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.batch import HEADER_BYTES, read_header
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 ACKS = (0, 1, -1)
 LOG_APPEND_TIME = "LogAppendTime"
+RECORD_ERRORS_VERSION = 8  # KIP-467: a part's record_errors and error_message
 
 
 # The rest of an acks -1 Produce once its batches are appended: wait for the ISR, then answer.
@@ -57,13 +59,13 @@ async def produce(service: PartitionWrites, request: Request) -> list[Chunk] | N
     throttle_ms = REQUEST_CHARGE.get().produced()  # producer_byte_rate (§20.2)
     acks = body.acks
     deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)
-    # (topic, partition index, error, base offset, log start, append time ms)
+    # (topic, partition index, error, base offset, log start, append time ms, record errors, error message)
     results: list[list[Any]] = []
     writes: list[tuple[int, PartitionWrite]] = []  # (index in results, the partition's write)
     for topic_data in body.topic_data:
         topic = topic_data.name
         for part in topic_data.partition_data:
-            row: list[Any] = [topic, part.index, ErrorCode.none, -1, -1, -1]
+            row: list[Any] = [topic, part.index, ErrorCode.none, -1, -1, -1, (), None]
             results.append(row)
             if acks not in ACKS:
                 row[2] = ErrorCode.invalid_required_acks
@@ -100,11 +102,15 @@ async def produce(service: PartitionWrites, request: Request) -> list[Chunk] | N
 
 def _answer(request: Request, reply: Reply, results: list[list[Any]], throttle_ms: int) -> list[Chunk]:
     responses = []
+    if request.api_version < RECORD_ERRORS_VERSION:  # the part's error code alone says it
+        results = [row[:6] + [(), None] for row in results]
     for topic, rows in _by_topic(results):
         partitions = tuple(reply.nested("PartitionProduceResponse", index=index, error_code=error, base_offset=base,
                                         log_append_time_ms=append_ms, log_append_time=kio_time(append_ms),
-                                        log_start_offset=start, record_errors=(), error_message=None)
-                           for _, index, error, base, start, append_ms in rows)
+                                        log_start_offset=start, error_message=message, record_errors=tuple(
+                                            reply.nested("BatchIndexAndErrorMessage", batch_index=i32(i),
+                                                         batch_index_error_message=why) for i, why in bad))
+                           for _, index, error, base, start, append_ms, bad, message in rows)
         responses.append(reply.nested("TopicProduceResponse", name=topic, partition_responses=partitions))
     return [encode_response(request, reply.response(responses=tuple(responses),
                                                     throttle_time=datetime.timedelta(milliseconds=throttle_ms)))]
@@ -138,9 +144,10 @@ async def _write(service: PartitionWrites, topic: str, index: int, records: byte
     if not records:
         row[2] = ErrorCode.corrupt_message
         return None
-    if service.compacts(topic) and _has_null_key(records):
+    if service.compacts(topic) and (keyless := _null_key_indexes(records)):
         logger.info("produce to %s-%d refused: a record without a key on a compacted topic", topic, index)
-        row[2] = ErrorCode.invalid_record
+        why = f"Compacted topic cannot accept message without key in topic partition {topic}-{index}."
+        row[2], row[6], row[7] = ErrorCode.invalid_record, tuple((i, why) for i in keyless), why
         return None
     append_time_ms = service.clock_ms() if service.timestamp_type(topic) == LOG_APPEND_TIME else None
     row[5] = -1 if append_time_ms is None else append_time_ms
@@ -163,13 +170,14 @@ def _appended(service: PartitionWrites, row: list[Any], write: PartitionWrite, o
     row[2] = refused_set_error(outcome)
 
 
-def _has_null_key(records: bytes) -> bool:
-    """Whether a record of ``records`` has a null key; False for bytes that do not decode (the
-    append's own checks answer those)."""
+def _null_key_indexes(records: bytes) -> list[int]:
+    """The indexes (among the records, in order) of the records of ``records`` with a null key, as
+    KIP-467's ``batch_index``; none for bytes that do not decode (the append's own checks answer those)."""
     try:
-        return any(r.key is None for _, batch in decode_batches(records, check_crc=False) for r in batch)
+        keys = [r.key for _, batch in decode_batches(records, check_crc=False) for r in batch]
     except CorruptRecords:
-        return False
+        return []
+    return [i for i, key in enumerate(keys) if key is None]
 
 
 def _by_topic(results: list[list[Any]]) -> list[tuple[str, list[list[Any]]]]:

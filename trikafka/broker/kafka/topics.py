@@ -23,8 +23,8 @@ from trikafka.kafka.topic_ids import NO_TOPIC_ID, topic_id
 from ..config import BrokerConfig
 from ..engine.errors import EngineError
 from ..engine.topic_admin import MAX_CREATED_PARTITIONS
-from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, MESSAGE_TIMESTAMP_TYPE,
-                              MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
+from ..topic_settings import (CLEANUP_POLICY, DELETE_RETENTION_MS, FORMAT_V2, MAX_MESSAGE_BYTES,
+                              MESSAGE_TIMESTAMP_TYPE, MIN_COMPACTION_LAG_MS, RECORD_FORMAT, RETENTION_BYTES, RETENTION_MS, SEGMENT_BYTES,
                               TopicConfigError, check_topic_config, log_overrides)
 from .acl.model import CLUSTER_NAME, ResourceType
 from .entities import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC, CONFIG_SOURCE_TOPIC, NO_THROTTLE, ConfigRow, Reply
@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 UNCLEAN_ELECTION = "unclean.leader.election.enable"
-MAX_MESSAGE_BYTES = "max.message.bytes"
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SETTINGS_SEEN_TIMEOUT_S = 5.0  # how long an alter waits for this broker's view to show what it stored
@@ -52,6 +51,7 @@ def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
         RETENTION_MS: str(log.retention_ms),
         RETENTION_BYTES: str(log.retention_bytes),
         SEGMENT_BYTES: str(log.segment_bytes),
+        MAX_MESSAGE_BYTES: str(log.max_message_size),
         MIN_INSYNC_REPLICAS: str(config.min_insync_replicas),
         DELETE_RETENTION_MS: str(config.topic_delete_retention_ms_map.get(topic, config.delete_retention_ms)),
         MIN_COMPACTION_LAG_MS: str(config.topic_min_compaction_lag_ms_map.get(topic, config.min_compaction_lag_ms)),
@@ -62,7 +62,6 @@ def _broker_values(config: BrokerConfig, topic: str) -> dict[str, str]:
 
 # Read-only facts DescribeConfigs lists beside the settings.
 _READ_ONLY: dict[str, Callable[[BrokerConfig], str]] = {
-    MAX_MESSAGE_BYTES: lambda config: str(config.max_message_size),
     RECORD_FORMAT: lambda config: "v2",
 }
 # What a broker started with no setting of its own answers: a value that differs came from its
@@ -85,7 +84,7 @@ CONFIG_DOCS: dict[str, tuple[int, str]] = {
     UNCLEAN_ELECTION: (BOOLEAN, "Whether a replica outside the ISR may become leader when no in-sync replica "
                                 "is left (acknowledged records may be lost)"),
     MESSAGE_TIMESTAMP_TYPE: (STRING, "CreateTime (the producer's stamp) or LogAppendTime (the broker's)"),
-    MAX_MESSAGE_BYTES: (INT, "The largest record batch the broker accepts (the broker's message.max.bytes)"),
+    MAX_MESSAGE_BYTES: (INT, "The largest record batch a Produce may append to the topic"),
     RECORD_FORMAT: (STRING, "trikafka's own: v2 (Kafka record batches) or 0.7; fixed at creation"),
 }
 
@@ -271,19 +270,21 @@ class TopicService:
         if error != EngineError.NO_ERROR:
             raise _local_change_error(error, topic)
 
-    async def auto_create(self, topics: list[str]) -> set[str]:
-        """§16.5: create the unknown ``topics`` with the defaults; the names created."""
+    async def auto_create(self, topics: list[str]) -> dict[str, ErrorCode]:
+        """§16.5: create the unknown ``topics`` with the defaults; per topic tried, ``ErrorCode.none`` when
+        created, else the error that refused it (none tried while auto-creation is off)."""
         if not self._service.config.auto_create_topics_enable:
-            return set()
-        created = set()
+            return {}
+        outcome: dict[str, ErrorCode] = {}
         for topic in topics:
             try:
                 await self.create(topic, -1, -1, {})
             except TopicError as exc:
                 logger.info("auto-creation of %r refused: %s", topic, exc)
+                outcome[topic] = exc.code
                 continue
-            created.add(topic)
-        return created
+            outcome[topic] = ErrorCode.none
+        return outcome
 
     async def add_partitions(self, topic: str, count: int, *, validate_only: bool) -> None:
         """CreatePartitions: raise ``topic``'s count to ``count``.  Raises TopicError."""

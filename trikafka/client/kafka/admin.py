@@ -95,6 +95,7 @@ class GroupDescription:
     protocol_type: str
     protocol: str
     members: tuple[GroupMemberDescription, ...]
+    group_epoch: int | None = None  # a Kafka 4 consumer group's (§17.9); None for a classic group
 
 
 class TransactionListing(NamedTuple):
@@ -398,7 +399,7 @@ async def _consumer_group(connection: KafkaConnection, group_id: str) -> GroupDe
     return GroupDescription(group_id, str(group.group_state), PROTOCOL_TYPE, str(group.assignor_name), tuple(
         GroupMemberDescription(str(m.member_id), m.instance_id, str(m.client_id), str(m.client_host), Assignment(
             {str(t.topic_name): tuple(map(int, t.partitions)) for t in m.assignment.topic_partitions}))
-        for m in group.members))
+        for m in group.members), int(group.group_epoch))
 
 
 def _assignment(data: bytes) -> Assignment | None:

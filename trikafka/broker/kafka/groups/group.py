@@ -422,11 +422,11 @@ class Group:
             return self.consumer.check_commit(member_id, generation, now_ms, commit_version)
         if generation < 0 and not member_id and not self.roster.members:
             return ErrorCode.none  # a simple commit: allowed while the group has no members
-        if self.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        checked = self._member_check(member_id, instance_id, generation)
+        checked = self._member_check(member_id, instance_id, generation)  # before the state, as Kafka
         if isinstance(checked, ErrorCode):
             return checked
         if now_ms >= 0:
             checked.touch(now_ms)
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
         return ErrorCode.none
