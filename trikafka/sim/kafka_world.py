@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from trikafka.client.errors import ClientError
 from trikafka.client.kafka import (KafkaAdmin, KafkaClient, KafkaGroupConsumer, KafkaGroupMessage, KafkaProducer, NewTopic,
-                                   PartitionConsumer, TopicPartition)
+                                   PartitionConsumer, PendingRecord, TopicPartition)
 from trikafka.client.kafka.coordinators import find_coordinator
 from trikafka.client.kafka.errors import KafkaResponseError
 from trikafka.testing import open_cluster
@@ -172,15 +172,27 @@ class KafkaWorld(World):
             await paused.wait()
 
     async def _idempotent_produce(self, slot: Slot, incarnation: int) -> None:
+        """Records submitted at the producer's rate without waiting for the one before (several batches
+        in flight); a record that fails is noted and the producer carries on, so its next batch starts
+        a new epoch (KIP-360) while older batches of the last epoch may still be retried."""
         stream = self.client_streams["producers"]
         async with self._client() as client, KafkaProducer.open(client, acks=-1, idempotent=True,
-                                                                linger_s=0.005) as producer:
+                                                                linger_s=0.005) as producer, \
+                trio.open_nursery() as deliveries:
             while True:
                 await trio.sleep(stream.expovariate(PRODUCE_RATE_PER_S))
                 partition, value = stream.randrange(PARTITIONS), idempotent_value(slot.index, next(self.counters[slot.index]))
-                _, offset = await producer.send(IN, value, partition=partition, timestamp_ms=self._now_ms())
-                self.trace.add(f"{slot.name} {value.decode()} acked at in-{partition}@{offset}")
-                self.fail(self.history.acknowledged(partition, offset, value))
+                pending = await producer.submit(IN, value, partition=partition, timestamp_ms=self._now_ms())
+                deliveries.start_soon(self._delivered, slot, pending, value)
+
+    async def _delivered(self, slot: Slot, pending: PendingRecord, value: bytes) -> None:
+        try:
+            partition, offset = await pending.delivered()
+        except CLIENT_ERRORS as exc:
+            self.trace.add(f"{slot.name} {value.decode()} failed: {type(exc).__name__} {exc}"[:200])
+            return
+        self.trace.add(f"{slot.name} {value.decode()} acked at in-{partition}@{offset}")
+        self.fail(self.history.acknowledged(partition, offset, value))
 
     def _on_assigned(self, group: str, consumer: KafkaGroupConsumer) -> Callable[[list[TopicPartition]], Awaitable[None]]:
         async def assigned(partitions: list[TopicPartition]) -> None:
