@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
-from trikafka.sim.kafka_promises import ONCE
+from trikafka.sim.kafka_promises import ENDS, ONCE
 from trikafka.sim.kafka_world import KAFKA_FAULTS, run_seed
 
 SHORT_S = 10.0  # simulated seconds a seed runs here (CI's budget runs the world longer, docs/simulation.md)
@@ -31,6 +31,21 @@ def test_a_duplicate_sequence_accepted_by_the_producer_state_is_caught_and_repla
     assert failed.violation is not None and failed.violation.promise == ONCE, failed.report()
     assert f"replay: trikafka sim --world kafka --seed {CAUGHT_SEED} --duration-s 10 --plant {PLANT}" in failed.report()
     assert_the_command_replays(failed, ONCE, "kafka", 3, run_seed(3, duration_s=SHORT_S).digest, "--duration-s", "10")
+
+
+def test_a_fenced_epoch_accepted_by_the_producer_state_is_caught():
+    """Seed 1: an idempotent batch appended without its answer (its leader halted) is retried after the
+    producer bumped its epoch (KIP-360: later batches of the old epoch failed); the producer state must
+    refuse the old epoch, and the plant stores the record twice."""
+    failed = run_seed(1, duration_s=SHORT_S, plant="fenced-epoch-accepted")
+    assert failed.violation is not None and failed.violation.promise == ONCE, failed.report()
+
+
+def test_a_transaction_coordinator_that_serves_before_loading_is_caught():
+    """Seed 2: a transaction-log partition served before its records are read forgets a transaction
+    the previous coordinator left open, whose outputs then hold the last stable offset for good."""
+    failed = run_seed(2, duration_s=SHORT_S, plant="coordinator-serves-unloaded")
+    assert failed.violation is not None and failed.violation.promise == ENDS, failed.report()
 
 
 def test_a_transaction_whose_coordinator_reloaded_mid_completion_ends():

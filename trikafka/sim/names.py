@@ -8,4 +8,5 @@ KAFKA_GROUP_PLANT_NAMES = ("stale-generation-commit",)
 TXN_PLANT_NAMES = ("marker-before-decision", "lso-ignores-open", "dup-after-failover")
 # The Kafka world's (trikafka.sim.kafka_world): switches in the shipped Kafka-side modules (plants.py).
 KAFKA_PLANT_NAMES = ("duplicate-sequence-accepted", "fenced-epoch-accepted", "markers-before-durable",
-                     "lso-ignores-open", "dup-after-failover", "stale-generation-commit")
+                     "lso-ignores-open", "dup-after-failover", "stale-generation-commit",
+                     "coordinator-serves-unloaded")

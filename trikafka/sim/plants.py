@@ -18,6 +18,7 @@ from trikafka.broker.kafka.groups.group import Group
 from trikafka.broker.kafka.transactions import machine
 from trikafka.broker.kafka.transactions.coordinator import TransactionCoordinator
 from trikafka.broker.kafka.transactions.machine import Write
+from trikafka.broker.kafka.transactions.state import TxnPartition
 from trikafka.broker.replication import controller, election, fetcher, hosted, isr
 from trikafka.group import commits
 from trikafka.log import producer_state
@@ -25,6 +26,7 @@ from trikafka.log.producer_state import ProducerStates
 from trikafka.kafka.txn_records import TxnState
 from trikafka.zk.ops import CheckOp
 from trikafka.broker.engine.errors import EngineError
+from trikafka.broker.engine.partition import ReadView
 
 from .names import KAFKA_GROUP_PLANT_NAMES, KAFKA_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
 from .txn_cluster import Answer, SimTxnCoordinator
@@ -121,6 +123,13 @@ async def _markers_before_durable(self, part, tid: str, write: Write):
     return await _REAL_COORDINATOR_COMMIT(self, part, tid, write)
 
 
+async def _serve_unloaded(self: TransactionCoordinator, index: int, view: ReadView) -> TxnPartition:
+    # A transaction-log partition this broker now leads serves before its records are read: the ids
+    # it coordinates look new (InitProducerId hands out a new producer id, leaving the old one's
+    # transaction open), and what the previous coordinator decided but did not mark is never finished.
+    return TxnPartition(index, view.leader_epoch)
+
+
 _REAL_VERDICT = producer_state._verdict
 _REAL_COORDINATOR_COMMIT = TransactionCoordinator._commit
 _REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
@@ -141,6 +150,8 @@ PLANTS = {
     "duplicate-sequence-accepted": (producer_state, "_verdict", _accept_duplicates),
     "fenced-epoch-accepted": (producer_state, "_verdict", _accept_fenced_epochs),
     "markers-before-durable": (TransactionCoordinator, "_commit", _markers_before_durable),
+    # (bound when a coordinator is built: the plant is in place before the run's brokers start)
+    "coordinator-serves-unloaded": (TransactionCoordinator, "_load", _serve_unloaded),
 }
 
 
