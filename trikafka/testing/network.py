@@ -4,7 +4,7 @@ Each listener of a broker is named by ``(host, port)``: its 0.7 listener where
 ``add`` says, its Kafka listener (when it serves one) where its Metadata
 answers say it is, so the Kafka clients follow the addresses they are told.
 A client's ``open_stream(host, port)`` gets one end of a
-``trio.testing.memory_stream_pair`` and the listener the other.  Every 0.7
+``stream_pair`` and the listener the other.  Every 0.7
 request a client sends is decoded on the way (``requests``), and a hook per
 address may hold it first (``before_request``: to stall or slow a broker);
 Kafka streams go through as they are.
@@ -12,11 +12,11 @@ Kafka streams go through as they are.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from typing import Any, Awaitable, Callable
 
 import trio
-import trio.testing
 
 from trikafka.broker.server import LISTENER_07, LISTENER_KAFKA, Broker
 from trikafka.client import Connection, connect
@@ -56,7 +56,7 @@ class InMemoryNetwork:
         if broker is None or address in self.down or broker.shutting_down:
             raise ConnectionRefusedError(f"no in-process broker at {host}:{port}")
         self.connects[address] += 1
-        client, server = trio.testing.memory_stream_pair()
+        client, server = stream_pair()
         self._server_streams[address].append(server)
         listener = self.listeners[address]
         await broker.connect_stream(server, listener=listener)
@@ -129,3 +129,106 @@ class _RecordingStream(trio.abc.Stream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def stream_pair() -> tuple["PipeStream", "PipeStream"]:
+    """Two connected in-memory streams with unbounded buffers: what ``trio.testing.memory_stream_pair``
+    does, at one checkpoint a call instead of its two to four (it checkpoints twice on purpose to
+    catch two tasks using one stream; the simulation spends most of its time in Trio's scheduler)."""
+    a_to_b, b_to_a = _Pipe(), _Pipe()
+    return PipeStream(b_to_a, a_to_b), PipeStream(a_to_b, b_to_a)
+
+
+class _Pipe:
+    """One direction: the bytes sent and not yet received, the EOF, and the reader waiting for them."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.eof = False  # the sender closed or sent EOF
+        self.reader_closed = False  # the receiving end closed: a send breaks
+        self.lot = trio.lowlevel.ParkingLot()
+
+    def put(self, data: bytes | bytearray | memoryview) -> None:
+        if self.reader_closed:
+            raise trio.BrokenResourceError("the receiving end is closed")
+        if data:  # an empty send is no EOF
+            self.data += data
+            self.lot.unpark_all()
+
+    def put_eof(self) -> None:
+        self.eof = True
+        self.lot.unpark_all()
+
+
+class PipeStream(trio.abc.HalfCloseableStream):
+    """One end of ``stream_pair``: sends into one pipe, receives from the other.
+
+    As ``memory_stream_pair``'s ends: a closed end raises ClosedResourceError, a send to a closed end
+    BrokenResourceError, a receive after the peer's EOF or close answers empty, and two tasks sending
+    (or receiving) at once BusyResourceError."""
+
+    def __init__(self, incoming: _Pipe, outgoing: _Pipe) -> None:
+        self._incoming, self._outgoing = incoming, outgoing
+        self._closed = False
+        self._sending = self._receiving = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._sending:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        self._sending = True
+        try:
+            await trio.lowlevel.checkpoint()
+            if self._closed or self._outgoing.eof:
+                raise trio.ClosedResourceError("this stream is closed for sending")
+            self._outgoing.put(data)
+        finally:
+            self._sending = False
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise trio.ClosedResourceError("this stream is closed")
+
+    async def send_eof(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise trio.ClosedResourceError("this stream is closed")
+        self._outgoing.put_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if max_bytes is not None and operator.index(max_bytes) < 1:
+            raise ValueError("max_bytes must be >= 1")
+        if self._receiving:
+            raise trio.BusyResourceError("another task is receiving on this stream")
+        self._receiving = True
+        try:
+            pipe = self._incoming
+            if self._closed:
+                raise trio.ClosedResourceError("this stream is closed")
+            if pipe.data or pipe.eof:
+                await trio.lowlevel.checkpoint()
+            else:
+                while True:  # one reader a pipe: woken by a send, an EOF or a close
+                    await pipe.lot.park()
+                    if pipe.data or pipe.eof or self._closed:
+                        break
+            if self._closed:  # closed while it waited
+                raise trio.ClosedResourceError("this stream is closed")
+            end = len(pipe.data) if max_bytes is None else max_bytes
+            chunk = pipe.data[:end]
+            del pipe.data[:end]
+            return chunk
+        finally:
+            self._receiving = False
+
+    async def aclose(self) -> None:
+        self._close()
+        await trio.lowlevel.checkpoint()
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._outgoing.put_eof()
+            self._incoming.reader_closed = True
+            self._incoming.data.clear()
+            self._incoming.lot.unpark_all()  # a receive in progress raises ClosedResourceError
