@@ -194,12 +194,17 @@ class KafkaGroupConsumer:
     async def commit(self) -> None:
         """Commit the consumed position of every partition held (OffsetCommit to the coordinator).
 
-        Raises ``KafkaResponseError`` for a refused partition; a stale
-        generation also makes the member rejoin.
+        Raises ``KafkaResponseError`` for a refused partition, and
+        COORDINATOR_NOT_AVAILABLE while the member knows no coordinator
+        (nothing is sent: returning means the coordinator acknowledged, §17.8);
+        a stale generation also makes the member rejoin.
         """
         offsets = {tp: offset for tp, offset in self.consumed.items() if offset >= 0}
-        if not offsets or self.membership.coordinator is None:
+        if not offsets:
             return
+        if self.membership.coordinator is None:
+            raise KafkaResponseError(ErrorCode.coordinator_not_available, f"commit of group {self.group_id}",
+                                     "no coordinator known yet")
         m = self.membership
         answer = await self._coordinator_request(GroupRequest("OFFSET_COMMIT", commit_values(
             self.group_id, m.generation_id, m.member_id, m.group_instance_id, offsets)))
