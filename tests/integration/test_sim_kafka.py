@@ -56,3 +56,13 @@ def test_a_transaction_whose_coordinator_reloaded_mid_completion_ends():
     before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
     result = run_seed(8, duration_s=20.0, faults=before_pauses)
     assert result.ok, result.report()
+
+
+def test_the_judge_sees_a_transaction_while_its_coordinator_moves():
+    """Seed 181 of 30 s: just after healing, the ``__transaction_state`` leaders moved; while no broker
+    led them, each broker's ListTransactions (which lists only what it has loaded) was empty, so the
+    judge took "nothing open" and judged at once, with ``copier-0``'s PrepareAbort (fenced 1 s before
+    the end) still writing its markers."""
+    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    result = run_seed(181, duration_s=30.0, faults=before_pauses)
+    assert result.ok, result.report()

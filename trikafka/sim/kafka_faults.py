@@ -29,6 +29,11 @@ COORDINATOR_KEY_TYPE_TRANSACTION = 1
 CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 
+def copier_id(index: int) -> str:
+    """The transactional id of copier ``index`` (every incarnation's)."""
+    return f"copier-{index}"
+
+
 class Client(Protocol):
     """A client of the workload as a fault sees it: its name and its running incarnation's scope."""
 
@@ -72,7 +77,7 @@ async def _coordinator_move(world: KafkaFaultTarget, victim: int, duration_s: fl
     log (and of the offsets topic it leads) moves to another broker, which loads it."""
     from trikafka.client.kafka.coordinators import find_coordinator  # (client code: loaded by then)
 
-    tid = f"copier-{victim % COPIERS}"
+    tid = copier_id(victim % COPIERS)
     with trio.move_on_after(2.0):
         try:
             async with world.cluster.kafka_client(max_retries=0) as client:

@@ -35,7 +35,8 @@ from trikafka.util.errors import leaf_exceptions
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
 from .event_world import replay_command
-from .kafka_faults import CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS
+from .kafka_faults import (CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS,
+                           copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
 from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
 
@@ -134,7 +135,7 @@ class KafkaWorld(ClusterWorld):
             created = await KafkaAdmin(client).create_topics(
                 [NewTopic(name, PARTITIONS, 3, {"min.insync.replicas": "2"}) for name in (IN, OUT)])
             assert all(error is None for error in created.values()), created
-            for key, key_type in ((COPY_GROUP, 0), ("copier-0", COORDINATOR_KEY_TYPE_TRANSACTION)):
+            for key, key_type in ((COPY_GROUP, 0), (copier_id(0), COORDINATOR_KEY_TYPE_TRANSACTION)):
                 while True:
                     try:
                         await find_coordinator(client, key, key_type)
@@ -210,7 +211,7 @@ class KafkaWorld(ClusterWorld):
 
     async def _copy(self, slot: Slot, incarnation: int) -> None:
         """read_committed consume -> produce -> send offsets -> commit (or abort, then start again)."""
-        stream, tid = self.client_streams["copiers"], f"copier-{slot.index}"
+        stream, tid = self.client_streams["copiers"], copier_id(slot.index)
         async with self._client() as client, KafkaProducer.open(
                 client, transactional_id=tid, transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_s=0.005) as producer:
             await producer.init_transactions()
@@ -298,8 +299,7 @@ class KafkaWorld(ClusterWorld):
                         if not all([await self._settled(topic) is not None for topic in (IN, OUT)]):
                             await trio.sleep(0.5)
                             continue
-                        open_ids = [t.transactional_id for t in await admin.list_transactions(states=OPEN_STATES)]
-                        if not open_ids:
+                        if not await _open_transactions(admin):
                             logs = await self._final_logs(client)
                             if not logs.unstable and not logs.pending_offsets:
                                 break
@@ -308,7 +308,7 @@ class KafkaWorld(ClusterWorld):
                     await trio.sleep(0.5)
         async with self._client() as client:
             with trio.move_on_after(SETTLE_S):
-                open_ids = [t.transactional_id for t in await KafkaAdmin(client).list_transactions(states=OPEN_STATES)]
+                open_ids = await _open_transactions(KafkaAdmin(client))
                 logs = await self._final_logs(client)
                 logs.open_transactions = open_ids
                 self.trace.add(f"settled: {sum(map(len, logs.inputs.values()))} input records, "
@@ -337,6 +337,24 @@ class KafkaWorld(ClusterWorld):
                 continue
             committed.update((tp.partition, max(offset, 0)) for tp, offset in fetched.items())
         return FinalLogs(inputs, outputs, committed, [], unstable, pending)
+
+
+async def _open_transactions(admin: KafkaAdmin) -> list[str]:
+    """The copiers' transactional ids left Ongoing or Prepare*, each described by its coordinator, which
+    loads the id's partition before it answers.  Not ListTransactions: each broker lists only the
+    partitions it has loaded, so while a ``__transaction_state`` leadership moves every listing is
+    empty (no broker leads, or the new leader has not loaded yet) and an open id goes unseen."""
+    open_ids = []
+    for tid in (copier_id(index) for index in range(COPIERS)):
+        try:
+            described = await admin.describe_transactions([tid])
+        except KafkaResponseError as exc:
+            if exc.error_code != ErrorCode.transactional_id_not_found:
+                raise
+            continue  # never initialised: nothing open
+        if described[tid].state in OPEN_STATES:
+            open_ids.append(tid)
+    return open_ids
 
 
 async def _read_all(client: KafkaClient, topic: str, partition: int, *,
