@@ -132,7 +132,8 @@ async def test_consume_group_protocol_consumer_joins_as_a_kafka_4_member(tmp_pat
         assert (status, out) == (0, "a\nb\n"), err
         status, out, err = await cli("groups", "clickers", "--kafka", serve.bootstrap)
         assert status == 0, err
-        assert out.splitlines()[0] == "group clickers: Empty, protocol consumer/uniform, 0 members"
+        # the group epoch: 1 when the member joined, 2 when it left (§17.9)
+        assert out.splitlines()[0] == "group clickers: Empty, protocol consumer/uniform, group epoch 2, 0 members"
         status, _, err = await cli("consume", "clicks", "--kafka", serve.bootstrap, "--group-protocol", "consumer")
         assert (status, err.splitlines()[-1]) == (
             2, "trikafka: error: --group-protocol is for a --kafka --group member")
