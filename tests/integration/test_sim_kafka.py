@@ -66,3 +66,25 @@ def test_the_judge_sees_a_transaction_while_its_coordinator_moves():
     before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
     result = run_seed(181, duration_s=30.0, faults=before_pauses)
     assert result.ok, result.report()
+
+
+def test_the_judge_reads_the_logs_while_their_leaders_stay():
+    """Seed 11 of 30 s: just after the judge found every partition settled, the preferred replica of
+    ``out-0`` (back from a kill, never told the high watermark as a follower) was elected and led
+    from a high watermark of 0 until its followers fetched (docs/protocol.md §12.6); the judge's
+    read in that window got nothing and took the partition for empty, a committed transaction lost."""
+    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    result = run_seed(11, duration_s=30.0, faults=before_pauses)
+    assert result.ok, result.report()
+
+
+def test_a_deposed_coordinators_markers_are_fenced():
+    """Seeds 74 and 155 of 30 s: a ``__transaction_state`` leadership moved while its old coordinator
+    still retried a transaction's COMMIT markers; the new one completed the transaction, the copier
+    opened its next one (same producer epoch), and the old coordinator's late COMMIT (a lower
+    coordinator epoch) landed in it, committing part of a transaction that was then aborted
+    (docs/protocol.md §19.5.5: such a marker is refused)."""
+    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    for seed in (74, 155):
+        result = run_seed(seed, duration_s=30.0, faults=before_pauses)
+        assert result.ok, result.report()

@@ -174,8 +174,9 @@ def txn_batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0, times
     return idempotent(seq, count, epoch=epoch, pid=pid, attributes=TRANSACTIONAL, timestamp_ms=timestamp_ms)
 
 
-def marker(commit: bool, *, pid: int = PID, epoch: int = 0, timestamp_ms: int = 1) -> bytearray:
-    return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=3, timestamp_ms=timestamp_ms))
+def marker(commit: bool, *, pid: int = PID, epoch: int = 0, timestamp_ms: int = 1,
+           coordinator_epoch: int = 3) -> bytearray:
+    return bytearray(build_marker(pid, epoch, commit, coordinator_epoch=coordinator_epoch, timestamp_ms=timestamp_ms))
 
 
 def lead_txn(log: Log, data: bytearray):
@@ -217,6 +218,20 @@ def test_a_marker_of_an_older_epoch_is_refused_and_a_newer_one_fences_the_sequen
     lead_marker(log, marker(False, epoch=3))  # the coordinator bumped the epoch to abort it
     assert log.producers.entry(PID).epoch == 3
     assert kind_of(log, idempotent(1, epoch=2)) == BatchError.INVALID_PRODUCER_EPOCH
+
+
+def test_a_marker_of_an_older_coordinator_epoch_is_fenced():
+    """§19.5.5: a deposed coordinator still retrying the markers of a transaction the new one already
+    completed must not end the producer's next transaction (same producer epoch) early (kafka world
+    seed 74: its stale COMMIT made the first record of a later aborted transaction committed)."""
+    log, *_ = v2_log()
+    lead_txn(log, txn_batch(0, epoch=2))
+    lead_marker(log, marker(True, epoch=2, coordinator_epoch=4))  # the new coordinator completes it
+    lead_txn(log, txn_batch(1, epoch=2))  # the producer's next transaction opens
+    assert kind_of_marker(log, marker(True, epoch=2, coordinator_epoch=3)) == BatchError.COORDINATOR_FENCED
+    assert txn_view(log)[0] == {PID: 2}  # still open
+    lead_marker(log, marker(False, epoch=2, coordinator_epoch=4))  # the same coordinator's decision ends it
+    assert txn_view(log) == ({}, [(PID, 2, 3)])
 
 
 def kind_of_marker(log: Log, data: bytearray) -> str:

@@ -107,6 +107,7 @@ class BatchError(ValueError):
     INVALID_PRODUCER_EPOCH = "invalid_producer_epoch"  # INVALID_PRODUCER_EPOCH (§19.3)
     TRANSACTIONAL = "transactional"  # a transactional batch the coordinator did not verify (§19.6)
     TXN_STATE = "txn_state"  # INVALID_TXN_STATE: its transaction ended after its verification (§19.5.7)
+    COORDINATOR_FENCED = "coordinator_fenced"  # TRANSACTION_COORDINATOR_FENCED: a deposed coordinator's marker (§19.5.5)
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)

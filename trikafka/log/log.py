@@ -222,7 +222,7 @@ class Log:
         next_logical = kafka.next_offset if kafka is not None else -1
         valid_bytes, message_count, batches = self._format.prepare(data, self.config.max_message_size, next_logical,
                                                                    assign)
-        duplicate = self._producers.check(batches, assign.guard) if assign is not None else None
+        duplicate = self._producers.check(batches, assign.guard, data) if assign is not None else None
         if valid_bytes == 0 or duplicate is not None:  # a duplicate answers its first append's offset (§19.3)
             end = self.end_offset
             return AppendResult(end, end, 0, self._flushing.flush_due(self.config),

@@ -63,6 +63,7 @@ class TxnEvent(NamedTuple):
     producer_id: int
     kind: str
     timestamp_ms: int = -1  # the batch's maxTimestamp: a marker's is its producer's last write time (§19.2.1)
+    coordinator_epoch: int = -1  # a marker's (§19.5.5); -1 for BEGIN
 
 
 class AbortedTxn(NamedTuple):
@@ -80,8 +81,9 @@ def txn_event(header: BatchHeader, data: Buffer | None) -> TxnEvent | None:
     if is_marker(header):
         if data is None:
             raise ValueError(f"the marker at offset {header.base_offset} needs its bytes to be read")
-        return TxnEvent(header.base_offset, header.producer_id, COMMIT if read_marker(data, header).commit else ABORT,
-                        header.max_timestamp_ms)
+        found = read_marker(data, header)
+        return TxnEvent(header.base_offset, header.producer_id, COMMIT if found.commit else ABORT,
+                        header.max_timestamp_ms, found.coordinator_epoch)
     if is_transactional_data(header):
         return TxnEvent(header.base_offset, header.producer_id, BEGIN, header.max_timestamp_ms)
     return None
@@ -97,12 +99,13 @@ def producer_batch(header: BatchHeader) -> ProducerBatch:
 class ProducerEntry:
     """One producer's epoch, last batches and last write time on one log."""
 
-    __slots__ = ("epoch", "batches", "last_timestamp_ms")
+    __slots__ = ("epoch", "batches", "last_timestamp_ms", "coordinator_epoch")
 
     def __init__(self, epoch: int):
         self.epoch = epoch
         self.batches: list[ProducerBatch] = []
         self.last_timestamp_ms = -1  # maxTimestamp of its last batch or marker (§19.2.1); -1: none known
+        self.coordinator_epoch = -1  # the highest of its markers' (§19.5.5); -1: none known
 
     def add(self, batch: ProducerBatch) -> None:
         if batch.epoch != self.epoch:
@@ -113,8 +116,10 @@ class ProducerEntry:
         if len(self.batches) > CACHED_BATCHES:
             del self.batches[0]
 
-    def fence(self, epoch: int) -> None:
-        """A marker of ``epoch`` (the coordinator may have bumped it): a later epoch's sequence is unknown."""
+    def fence(self, epoch: int, coordinator_epoch: int = -1) -> None:
+        """A marker of ``epoch`` (the coordinator may have bumped it): a later epoch's sequence is unknown.
+        A marker of an older ``coordinator_epoch`` is refused from now on (§19.5.5)."""
+        self.coordinator_epoch = max(self.coordinator_epoch, coordinator_epoch)
         if epoch > self.epoch:
             self.epoch = epoch
             self.batches.clear()
@@ -123,6 +128,7 @@ class ProducerEntry:
         twin = ProducerEntry(self.epoch)
         twin.batches = list(self.batches)
         twin.last_timestamp_ms = self.last_timestamp_ms
+        twin.coordinator_epoch = self.coordinator_epoch
         return twin
 
     def __repr__(self) -> str:
@@ -148,7 +154,7 @@ class SegmentProducers:
             self.events.append(event)
             self._open.discard(producer_id)
             entry = _entry(self.entries, producer_id, header.producer_epoch)
-            entry.fence(header.producer_epoch)
+            entry.fence(header.producer_epoch, event.coordinator_epoch)
             entry.last_timestamp_ms = header.max_timestamp_ms
             return
         if event is not None and producer_id not in self._open:
@@ -223,6 +229,7 @@ class ProducerStates:
                 folded = states.entries.get(producer_id)
                 if folded is not None:  # this segment holds the producer's latest write so far
                     folded.last_timestamp_ms = entry.last_timestamp_ms
+                    folded.coordinator_epoch = max(folded.coordinator_epoch, entry.coordinator_epoch)
             for event in segment.events:
                 states._apply(event)
         return states
@@ -270,7 +277,8 @@ class ProducerStates:
         half-way through a worker thread's look at it (§19.5.4)."""
         return TxnSnapshot(dict(self.open_transactions), list(self.aborted))
 
-    def check(self, headers: Iterable[BatchHeader], guard: VerificationGuard | None = None) -> int | None:
+    def check(self, headers: Iterable[BatchHeader], guard: VerificationGuard | None = None,
+              data: Buffer | None = None) -> int | None:
         """The leader's check of a partition's batches before they are appended (§19.3, §19.5.7).
 
         Returns None when every producer batch may be appended, or the base
@@ -278,7 +286,9 @@ class ProducerStates:
         to be appended).  Raises ``BatchError`` (``INVALID_PRODUCER_EPOCH``,
         ``OUT_OF_ORDER_SEQUENCE``, ``INVALID``, ``TXN_STATE``) for a batch that
         may not be: ``TXN_STATE`` for a transactional batch whose transaction
-        is not open here and whose producer's recorded guard is not ``guard``.
+        is not open here and whose producer's recorded guard is not ``guard``;
+        ``COORDINATOR_FENCED`` for a marker (read from ``data``, which holds the
+        batches at their positions) of a coordinator epoch below its producer's.
         Changes nothing; batches after the first see the state the earlier
         ones would leave.
         """
@@ -298,6 +308,11 @@ class ProducerStates:
                     raise BatchError(BatchError.INVALID_PRODUCER_EPOCH, f"{where}: a marker of epoch "
                                                                         f"{header.producer_epoch}, the producer "
                                                                         f"is at {known.epoch}")
+                if known is not None and data is not None and (
+                        coordinator_epoch := read_marker(data, header).coordinator_epoch) < known.coordinator_epoch:
+                    raise BatchError(BatchError.COORDINATOR_FENCED, f"{where}: a marker of coordinator epoch "
+                                                                    f"{coordinator_epoch}, the producer's is "
+                                                                    f"{known.coordinator_epoch}")
                 fresh += 1
                 continue
             if header.producer_epoch < 0 or header.base_sequence < 0:
@@ -335,7 +350,7 @@ class ProducerStates:
                 self._apply(event)
             if event is not None and event.kind != BEGIN:
                 entry = _entry(self.entries, header.producer_id, header.producer_epoch)
-                entry.fence(header.producer_epoch)
+                entry.fence(header.producer_epoch, event.coordinator_epoch)
                 entry.last_timestamp_ms = header.max_timestamp_ms
             else:
                 _entry(self.entries, header.producer_id, header.producer_epoch).add(producer_batch(header))

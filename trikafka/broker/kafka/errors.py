@@ -39,6 +39,7 @@ BATCH_TO_KAFKA: dict[str, ErrorCode] = {
     BatchError.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
     BatchError.TRANSACTIONAL: ErrorCode.transactional_id_authorization_failed,
     BatchError.TXN_STATE: ErrorCode.invalid_txn_state,
+    BatchError.COORDINATOR_FENCED: ErrorCode.transaction_coordinator_fenced,
 }
 
 
