@@ -94,7 +94,9 @@ async def test_produce_acked_results_per_part():
 async def test_fetch_wait_wakes_on_new_data(autojump_clock):
     async with open_broker() as broker:
         async with await broker.connect() as waiter, await broker.connect() as producer:
-            await producer.produce("t", 0, SET_B)  # the log exists, E = len(SET_B)
+            # acknowledged once flushed, so the log exists with E = len(SET_B) before the fetch
+            # (a plain produce has no answer: the fetch could overtake it on the other connection)
+            await producer.produce_acked([("t", 0, SET_B)], acks=ACKS_FLUSHED, timeout_ms=1000)
             got = {}
 
             async def wait_for_data():
