@@ -218,6 +218,25 @@ def sasl_settings(mechanism: str, user: str, password: str) -> dict[str, Any]:
             "sasl.password": password}
 
 
+def login_error(bootstrap: str, **settings: Any) -> Any | None:
+    """librdkafka's first error for an admin client logging in with ``settings``, or None once that
+    client described the cluster.  A failed login is reported through ``error_cb`` at once (librdkafka
+    then retries until closed), so neither outcome waits for a request timeout."""
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[Any] = []
+    admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": errors.append, **settings})
+    described = admin.describe_cluster(request_timeout=CLIENT_TIMEOUT_S)
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while not errors and not described.done():
+        assert time.monotonic() < deadline, "librdkafka neither logged in nor reported an error"
+        admin.poll(0.05)
+    if errors:
+        return errors[0]
+    described.result()
+    return None
+
+
 @contextlib.contextmanager
 def running_sasl_broker(log_dir: str, user: str, password: str) -> Iterator[RunningKafkaBroker]:
     """A SASL_PLAINTEXT broker on ``log_dir`` whose users file holds ``user`` (both SCRAM mechanisms)."""

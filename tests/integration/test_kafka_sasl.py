@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from tests.helpers.cli import cli
-from tests.helpers.kafka_clients import read_with_confluent, running_sasl_broker
+from tests.helpers.kafka_clients import login_error, read_with_confluent, running_sasl_broker
 from tests.helpers.kafka_clients import sasl_settings as client_sasl_settings
 from tests.helpers.kafka_processes import kafka_cluster
 from trikafka.testing import running_kafka_broker
@@ -50,23 +50,6 @@ def produce_with_confluent(bootstrap: str, topic: str, values: list[bytes], **se
     for value in values:
         producer.produce(topic, value=value)
     assert producer.flush(CLIENT_TIMEOUT_S) == 0, errors
-
-
-def login_error(bootstrap: str, **settings: Any) -> Any:
-    """The first error librdkafka reports for a producer with ``settings`` (it retries until closed)."""
-    from confluent_kafka import Producer
-
-    errors: list[Any] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "error_cb": errors.append, **settings})
-    producer.produce("never", value=b"x")
-    for _ in range(int(CLIENT_TIMEOUT_S / 0.1)):
-        producer.poll(0.1)
-        if errors:
-            break
-    producer.purge()
-    producer.flush(1)
-    assert errors, "librdkafka reported no error"
-    return errors[0]
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
