@@ -319,6 +319,7 @@ def test_librdkafka_cooperative_sticky_members_keep_their_partitions_when_one_le
             consumer.close()
 
 
+@pytest.mark.slow  # waits out librdkafka's real max.poll.interval.ms (12 s), which no clock of ours drives
 def test_a_member_past_max_poll_interval_keeps_its_partition_until_it_leaves(kafka):
     """§17.4, librdkafka's 0089_max_poll_interval: a member that stops polling keeps its partition (its
     heartbeats go on) until librdkafka's max.poll.interval.ms makes it leave; only then does the other
