@@ -33,19 +33,16 @@ def attribute_assignments(function: ast.AST) -> list[str]:
 
 
 def test_the_composition_root_finishes_no_object_after_building_it():
-    # The broker's state (it now serves) and the shutdown's grace deadline: no collaborator.
-    assert sorted(attribute_assignments(_function(BROKER / "server.py", "_run_tree"))) == [
-        "broker.serving", "server.cancel_scope.deadline"]
+    assert attribute_assignments(_function(BROKER / "server.py", "_run_tree")) == []
 
 
 def test_the_kafka_listener_is_built_whole_and_start_only_starts_tasks():
     assert attribute_assignments(_function(BROKER / "kafka" / "service.py", "start", "KafkaService")) == []
 
 
-def test_the_one_link_closed_after_construction_is_the_directory_s_replication():
-    # The partition directory and replication need each other (docs/architecture.md).
-    assert attribute_assignments(_function(BROKER / "replication" / "startup.py", "start_replication")) == [
-        "engine.directory.replicas"]
+def test_replication_is_started_without_finishing_anything_it_did_not_build():
+    # The directory is built with the ReplicationView that replication keeps (docs/architecture.md).
+    assert attribute_assignments(_function(BROKER / "replication" / "startup.py", "start_replication")) == []
 
 
 def test_an_assignment_after_construction_is_found():

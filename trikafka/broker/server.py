@@ -8,11 +8,12 @@ topic admin with the broker's address and where settings are kept, the
 waiters, the metrics); the two listeners it is given (the 0.7
 ``RequestHandler``; the Kafka ``KafkaService`` with its cluster id, its
 ZooKeeper session and its peer connector, ``open_kafka_service``); replication;
-the processors; then accepting.  One link is closed after construction: the
-partition directory and replication need each other, so
-``start_replication`` gives the directory its manager
-(docs/architecture.md).  docs/architecture.md draws the layers and follows a
-produce and a fetch.
+the processors; then accepting.  No object is finished after construction:
+the partition directory reads what replication learns, and replication
+writes to the directory's logs, so the root builds the ``ReplicationView``
+first, the directory with it, and replication last with both
+(docs/architecture.md, which also draws the layers and follows a produce and
+a fetch).
 
 ::
 
@@ -85,6 +86,7 @@ from .http import HttpServer, Routes
 from .metrics import BrokerMetrics, readiness_collector
 from .processor import Processor, Secure
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
+from .replication.view import ReplicationView
 from .retention import RetentionDeleter
 from .seams import RunBlocking
 from .security import SecurityProtocol, TlsAcceptance, TlsContexts
@@ -123,6 +125,10 @@ class ShutdownRequest:
     @property
     def requested(self) -> bool:
         return self._requested.is_set()
+
+    def begin_grace_period(self, timeout_s: float) -> None:
+        """The acceptors stopped: what is left of the server nursery gets ``timeout_s`` more."""
+        self._grace_scope.deadline = trio.current_time() + timeout_s
 
     async def wait(self) -> None:
         await self._requested.wait()
@@ -166,6 +172,10 @@ class Broker:
     @property
     def port(self) -> int:
         return self.addresses[0].port
+
+    def start_serving(self) -> None:
+        """Recovered, registered, accepting: ``/readyz`` answers ready from now on."""
+        self.serving = True
 
     def shutdown(self) -> None:
         """Begin a graceful shutdown (idempotent); ``serve`` returns when it is done."""
@@ -378,10 +388,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 else:
                     assert local_settings is not None
                     settings = local_settings
+                # What replication learns, read by the engine: built before both (replication/view.py).
+                replication_view = None if zookeeper is None else ReplicationView()
                 directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                                partitions=log_manager.partitions_for,
                                                max_topic_name_length=config.max_topic_name_length,
-                                               run_blocking=run_blocking)
+                                               run_blocking=run_blocking, replicas=replication_view)
                 admin = TopicAdmin(directory=directory, log_manager=log_manager,
                                    max_message_size=config.max_message_size,
                                    self_broker=BrokerAddress(config.broker_id, host, addresses[0].port),
@@ -399,8 +411,10 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         zookeeper=None if zookeeper is None else zookeeper.coordinator, open_stream=wiring.open_stream)
                 replicas = None
                 if zookeeper is not None:
+                    assert replication_view is not None
                     replicas = await start_replication(
                         nursery=services, broker_id=config.broker_id, zookeeper=zookeeper, engine=engine,
+                        view=replication_view,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking, open_stream=open_to_broker,
                         kafka_port=kafka_addresses[0].port if kafka_addresses else None,
@@ -433,13 +447,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
                 logger.debug("serving on %s:%d", broker.host, broker.port)
-                broker.serving = True
+                broker.start_serving()
                 task_status.started(broker)
             # Acceptor stopped.  Drain: long polls answer now, connections finish.
             waiters.close()
             for processor in processors:
                 processor.drain()
-            server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
+            shutdown.begin_grace_period(config.graceful_shutdown_timeout_s)
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
 
