@@ -48,3 +48,30 @@ def test_replication_is_started_without_finishing_anything_it_did_not_build():
 def test_an_assignment_after_construction_is_found():
     planted = ast.parse("async def _run_tree():\n    admin = TopicAdmin()\n    admin.self_broker = me\n")
     assert attribute_assignments(planted) == ["admin.self_broker"]
+
+
+def metrics_registrations(tree: ast.AST) -> list[str]:
+    """Each call that adds a collector to the metrics: ``<x>.watch_<what>(...)`` or ``<x>.register(...)``
+    on a registry, as written."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, receiver = node.func.attr, ast.unparse(node.func.value)
+            if (name.startswith("watch_") and receiver.endswith("metrics")) or (
+                    name == "register" and receiver.endswith("registry")):
+                found.append(f"{receiver}.{name}")
+    return found
+
+
+def test_metrics_collectors_are_registered_by_the_root_alone():
+    # Each collector is added in the root as the object it reads comes to exist (docs/architecture.md);
+    # BrokerMetrics' own methods are where a watch_* call becomes a registry.register.
+    elsewhere = {str(path.relative_to(BROKER)): calls for path in sorted(BROKER.rglob("*.py"))
+                 if path.name != "server.py" and path != BROKER / "metrics.py"
+                 and (calls := metrics_registrations(ast.parse(path.read_text())))}
+    assert elsewhere == {}
+
+
+def test_a_registration_outside_the_root_is_found():
+    planted = ast.parse("def start(self):\n    self.engine.metrics.watch_groups(self.groups)\n")
+    assert metrics_registrations(planted) == ["self.engine.metrics.watch_groups"]

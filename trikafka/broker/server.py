@@ -83,7 +83,7 @@ from .engine.waiters import VisibleEndWaiters
 from .handlers import RequestHandler
 from .kafka.service import KafkaService, open_kafka_service
 from .http import HttpServer, Routes
-from .metrics import BrokerMetrics, readiness_collector
+from .metrics import BrokerMetrics
 from .processor import Processor, Secure
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
 from .replication.view import ReplicationView
@@ -239,7 +239,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     run_blocking = run_blocking or trio.to_thread.run_sync
     wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator,
                      open_stream=open_stream)
-    wiring.metrics.registry.register(readiness_collector(wiring.ready))
+    wiring.metrics.watch_readiness(wiring.ready)
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
         await run()
@@ -331,6 +331,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: RunBlocking, broker_box: list[Broker],
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
+    wiring.metrics.watch_logs(log_manager)
     waiters = VisibleEndWaiters()
     tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
     kafka_secure = _secure(tls, config, config.kafka_security_protocol)
@@ -409,6 +410,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
                         listener=BrokerAddress(config.broker_id, host, kafka_addresses[0].port),
                         zookeeper=None if zookeeper is None else zookeeper.coordinator, open_stream=wiring.open_stream)
+                    wiring.metrics.watch_groups(kafka.groups)
                 replicas = None
                 if zookeeper is not None:
                     assert replication_view is not None
@@ -419,6 +421,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         run_blocking=run_blocking, open_stream=open_to_broker,
                         kafka_port=kafka_addresses[0].port if kafka_addresses else None,
                         on_role=None if kafka is None else kafka.on_role)
+                    wiring.metrics.watch_replication(replicas)
                     watcher = await services.start(watch_topic_configs, zookeeper, config, log_manager, cleaner)
                     topic_overrides = watcher.overrides
                 serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
@@ -434,7 +437,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                                 shutdown, metrics=wiring.metrics, metrics_address=wiring.metrics_address,
                                 cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
                                 listener_processors=listener_processors, zookeeper=zookeeper, replicas=replicas)
-                wiring.metrics.watch(log_manager=log_manager, processors=processors)
+                wiring.metrics.watch_connections(processors)
                 broker_box.append(broker)
                 if kafka is not None:
                     assert kafka_acceptor is not None

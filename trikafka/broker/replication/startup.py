@@ -50,5 +50,4 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,
                              on_role=on_role)
-    engine.metrics.watch_replication(manager)
     return await nursery.start(manager.run)
