@@ -34,6 +34,8 @@ def attribute_assignments(function: ast.AST) -> list[str]:
 
 def test_the_composition_root_finishes_no_object_after_building_it():
     assert attribute_assignments(_function(BROKER / "server.py", "_run_tree")) == []
+    # serve builds what comes before the tree (the metrics, their HTTP endpoint) the same way.
+    assert attribute_assignments(_function(BROKER / "server.py", "serve")) == []
 
 
 def test_the_kafka_listener_is_built_whole_and_start_only_starts_tasks():

@@ -242,7 +242,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     wiring.metrics.watch_readiness(wiring.ready)
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
-        await run()
+        await run(None)
         return
     async with trio.open_nursery() as root:
         secure = None
@@ -251,15 +251,16 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
             secure = _secure(tls, config, config.metrics_security_protocol)
         http = HttpServer(config.host, config.metrics_port,
                           Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready), secure=secure)
-        wiring.metrics_address = await root.start(http.run)
-        await run()
+        await run(await root.start(http.run))
         root.cancel_scope.cancel()
 
 
 async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable[[], int],
                  rng: random.Random | None, handle_signals: bool, run_blocking: RunBlocking,
-                 wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
-    """``serve`` without the HTTP endpoint: recover, run the tree, close the logs."""
+                 wiring: _Wiring, task_status: trio.TaskStatus[Broker],
+                 metrics_address: tuple[str, int] | None) -> None:
+    """``serve`` without the HTTP endpoint (bound at ``metrics_address``, if any): recover, run the tree,
+    close the logs."""
     broker_box = wiring.broker_box
     fs = fs if fs is not None else OsFileSystem()
     log_manager = LogManager(config.log_dir, config.log_config(), fs,
@@ -274,7 +275,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
     clean = False
     try:
         await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,
-                        wiring, task_status)
+                        wiring, task_status, metrics_address)
         clean = True
     except BaseException as exc:
         clean = _only_cancellation(exc)
@@ -303,10 +304,9 @@ async def inline_blocking(fn: Callable[[], T]) -> T:
 
 @dataclass
 class _Wiring:
-    """What ``serve`` makes before the tree: the metrics, their endpoint, and the broker once it runs."""
+    """What ``serve`` makes before the tree: the metrics, and the broker once it runs."""
 
     metrics: BrokerMetrics
-    metrics_address: tuple[str, int] | None = None
     broker_box: list[Broker] = field(default_factory=list)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
     coordinator: ZooKeeperClient | None = None  # an open ZooKeeperClient to register in instead of config.zk_connect (tests)
@@ -330,7 +330,8 @@ def _only_cancellation(exc: BaseException) -> bool:
 async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: RunBlocking, broker_box: list[Broker],
-                    wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
+                    wiring: _Wiring, task_status: trio.TaskStatus[Broker],
+                    metrics_address: tuple[str, int] | None) -> None:
     wiring.metrics.watch_logs(log_manager)
     waiters = VisibleEndWaiters()
     tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
@@ -434,7 +435,7 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         for i in range(config.num_threads)]
                     processors += listener_processors[LISTENER_KAFKA]
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
-                                shutdown, metrics=wiring.metrics, metrics_address=wiring.metrics_address,
+                                shutdown, metrics=wiring.metrics, metrics_address=metrics_address,
                                 cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
                                 listener_processors=listener_processors, zookeeper=zookeeper, replicas=replicas)
                 wiring.metrics.watch_connections(processors)
