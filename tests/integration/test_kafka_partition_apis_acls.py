@@ -47,6 +47,7 @@ def test_each_api_is_refused_without_its_acl(tmp_path):
             elect.TopicPartitions(topic=TOPIC, partitions=(i32(0),)),)))
         assert elected.replica_election_results[0].partition_result[0].error_code == \
             ErrorCode.cluster_authorization_failed
+        assert elected.error_code == ErrorCode.cluster_authorization_failed  # the whole answer's too, as Kafka's
 
         altered = ask(45, 0, alter_reassignments.AlterPartitionReassignmentsRequest(timeout=TIMEOUT, topics=(
             alter_reassignments.ReassignableTopic(name=TOPIC, partitions=(alter_reassignments.ReassignablePartition(

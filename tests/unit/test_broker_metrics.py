@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from trikafka.broker.metrics import FLUSH_BUCKETS_S, BrokerMetrics, LatencyHistogram, readiness_collector
+from trikafka.broker.metrics import FLUSH_BUCKETS_S, BrokerMetrics, LatencyHistogram
 from trikafka.log.config import LogConfig
 from trikafka.log.manager import LogManager
 from trikafka.wire import build_message_set
@@ -81,7 +81,7 @@ def test_log_sizes_come_from_the_logs_in_memory(tmp_path):
     log.flush()
     log.append(message_set)  # appended, not flushed
     metrics = BrokerMetrics()
-    metrics.watch(log_manager=manager, processors=[])
+    metrics.watch_logs(manager)
     got = samples(metrics)
     labels = (("partition", "1"), ("topic", "t"))
     assert got[("trikafka_log_size_bytes", labels)] == 6 * len(message_set)
@@ -94,9 +94,9 @@ def test_connections_and_readiness_are_read_at_scrape_time():
     processors = [SimpleNamespace(connections=frozenset({1, 2}), connections_served=5),
                   SimpleNamespace(connections=frozenset({3}), connections_served=4)]
     metrics = BrokerMetrics()
-    metrics.watch(log_manager=SimpleNamespace(logs=lambda: []), processors=processors)
+    metrics.watch_connections(processors)
     ready = [False]
-    metrics.registry.register(readiness_collector(lambda: ready[0]))
+    metrics.watch_readiness(lambda: ready[0])
     got = samples(metrics)
     assert got[("trikafka_connections", ())] == 3
     assert got[("trikafka_connections_accepted_total", ())] == 9

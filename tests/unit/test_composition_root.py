@@ -33,21 +33,47 @@ def attribute_assignments(function: ast.AST) -> list[str]:
 
 
 def test_the_composition_root_finishes_no_object_after_building_it():
-    # The broker's state (it now serves) and the shutdown's grace deadline: no collaborator.
-    assert sorted(attribute_assignments(_function(BROKER / "server.py", "_run_tree"))) == [
-        "broker.serving", "server.cancel_scope.deadline"]
+    assert attribute_assignments(_function(BROKER / "server.py", "_run_tree")) == []
+    # serve builds what comes before the tree (the metrics, their HTTP endpoint) the same way.
+    assert attribute_assignments(_function(BROKER / "server.py", "serve")) == []
 
 
 def test_the_kafka_listener_is_built_whole_and_start_only_starts_tasks():
     assert attribute_assignments(_function(BROKER / "kafka" / "service.py", "start", "KafkaService")) == []
 
 
-def test_the_one_link_closed_after_construction_is_the_directory_s_replication():
-    # The partition directory and replication need each other (docs/architecture.md).
-    assert attribute_assignments(_function(BROKER / "replication" / "startup.py", "start_replication")) == [
-        "engine.directory.replicas"]
+def test_replication_is_started_without_finishing_anything_it_did_not_build():
+    # The directory is built with the ReplicationView that replication keeps (docs/architecture.md).
+    assert attribute_assignments(_function(BROKER / "replication" / "startup.py", "start_replication")) == []
 
 
 def test_an_assignment_after_construction_is_found():
     planted = ast.parse("async def _run_tree():\n    admin = TopicAdmin()\n    admin.self_broker = me\n")
     assert attribute_assignments(planted) == ["admin.self_broker"]
+
+
+def metrics_registrations(tree: ast.AST) -> list[str]:
+    """Each call that adds a collector to the metrics: ``<x>.watch_<what>(...)`` or ``<x>.register(...)``
+    on a registry, as written."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, receiver = node.func.attr, ast.unparse(node.func.value)
+            if (name.startswith("watch_") and receiver.endswith("metrics")) or (
+                    name == "register" and receiver.endswith("registry")):
+                found.append(f"{receiver}.{name}")
+    return found
+
+
+def test_metrics_collectors_are_registered_by_the_root_alone():
+    # Each collector is added in the root as the object it reads comes to exist (docs/architecture.md);
+    # BrokerMetrics' own methods are where a watch_* call becomes a registry.register.
+    elsewhere = {str(path.relative_to(BROKER)): calls for path in sorted(BROKER.rglob("*.py"))
+                 if path.name != "server.py" and path != BROKER / "metrics.py"
+                 and (calls := metrics_registrations(ast.parse(path.read_text())))}
+    assert elsewhere == {}
+
+
+def test_a_registration_outside_the_root_is_found():
+    planted = ast.parse("def start(self):\n    self.engine.metrics.watch_groups(self.groups)\n")
+    assert metrics_registrations(planted) == ["self.engine.metrics.watch_groups"]

@@ -1,7 +1,9 @@
 """The acceptor: listens, accepts, and hands connections to processors round-robin.
 
-It listens on the TCP port and, when configured, on a Unix-domain socket too
-(docs/protocol.md §2: the same protocol, for clients on this machine).
+Each listener has one (the 0.7 port, and the Kafka port of docs/protocol.md
+§16.1).  It listens on the TCP port and, when configured (the 0.7 listener),
+on a Unix-domain socket too (§2: the same protocol, for clients on this
+machine).
 
 Like ``trio.serve_listeners``, errors are classified: running out of file
 descriptors or memory (``ACCEPT_CAPACITY_ERRNOS``) is an overload, logged and

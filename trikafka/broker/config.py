@@ -1,4 +1,5 @@
-"""Broker configuration: the 0.7.2 settings of spec §14.1 under snake_case names.
+"""Broker configuration: the 0.7.2 settings of spec §14.1 under snake_case names, and trikafka's own
+(replication, the Kafka listener's: docs/protocol.md §12, §16-§20).
 
 ``BrokerConfig`` holds the settings with their defaults (0.7.2's, except where
 trikafka decides otherwise [T]) and checks their ranges.  Reading them from a

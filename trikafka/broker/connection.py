@@ -1,4 +1,4 @@
-"""One client connection (docs/protocol.md §2): read a request, handle it, answer it, repeat.
+"""One connection of the 0.7 listener (docs/protocol.md §2): read a request, handle it, answer it, repeat.
 
 Responses leave in request order because a connection handles one request at
 a time, exactly like 0.7.  Everything already received is parsed in one go

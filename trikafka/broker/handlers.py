@@ -1,4 +1,4 @@
-"""Request handling (docs/protocol.md §5 for 0.7 requests, §9 for trikafka's extensions).
+"""The 0.7 listener's request handling (docs/protocol.md §5 for 0.7 requests, §9 for trikafka's extensions).
 
 The handler is I/O-free apart from the log: it takes decoded requests and
 returns what to send (``None``, ``bytes`` or a list of chunks), or raises

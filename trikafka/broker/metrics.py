@@ -125,9 +125,19 @@ class BrokerMetrics:
         """The latency histogram of the requests of the class named ``request_class_name``."""
         return self.requests[REQUEST_LABELS[request_class_name]]
 
-    def watch(self, *, log_manager: LogDirectory, processors: Iterable[ConnectionCounts]) -> None:
-        """Add the scrape-time collectors of the logs and connections (once the broker runs)."""
+    # The broker's composition root adds each collector as the object it reads comes to exist
+    # (tests/unit/test_composition_root.py checks no one else does).
+
+    def watch_readiness(self, is_ready: Callable[[], bool]) -> None:
+        """Add ``trikafka_ready``, read from ``is_ready`` at scrape time (what ``/readyz`` answers)."""
+        self.registry.register(_readiness_collector(is_ready))
+
+    def watch_logs(self, log_manager: LogDirectory) -> None:
+        """Add the collector of the logs' sizes, unflushed bytes and segments."""
         self.registry.register(LogCollector(log_manager))
+
+    def watch_connections(self, processors: Iterable[ConnectionCounts]) -> None:
+        """Add the collector of every listener's processors' connections."""
         self.registry.register(ConnectionCollector(list(processors)))
 
     def watch_replication(self, replicas: ReplicationStatus) -> None:
@@ -275,7 +285,7 @@ class ReplicationCollector(Collector):
                                   "controller", value=controller.stats.elections)
 
 
-def readiness_collector(is_ready: Callable[[], bool]) -> Collector:
+def _readiness_collector(is_ready: Callable[[], bool]) -> Collector:
     """A ``trikafka_ready`` gauge: 1 while ``/readyz`` answers 200."""
 
     class ReadyCollector(Collector):

@@ -1,4 +1,5 @@
-"""Processors: 0.7's "N processor threads which handle a fixed number of connections each".
+"""Processors, each listener's (0.7 and Kafka): 0.7's "N processor threads which handle a fixed number of
+connections each".
 
 In Trio a processor is a task that owns a nursery of connection tasks.  The
 acceptor hands each new connection to the next processor round-robin (as 0.7

@@ -211,7 +211,7 @@ class Replica(Protocol):
 
 
 class Replicas(Protocol):
-    """This broker's replicated topics and the replicas it holds (``Replication``, §12)."""
+    """This broker's replicated topics and the replicas it holds (``replication.view.ReplicationView``, §12)."""
 
     @property
     def topics(self) -> Mapping[str, TopicAssignment]: ...

@@ -8,11 +8,12 @@ topic admin with the broker's address and where settings are kept, the
 waiters, the metrics); the two listeners it is given (the 0.7
 ``RequestHandler``; the Kafka ``KafkaService`` with its cluster id, its
 ZooKeeper session and its peer connector, ``open_kafka_service``); replication;
-the processors; then accepting.  One link is closed after construction: the
-partition directory and replication need each other, so
-``start_replication`` gives the directory its manager
-(docs/architecture.md).  docs/architecture.md draws the layers and follows a
-produce and a fetch.
+the processors; then accepting.  No object is finished after construction:
+the partition directory reads what replication learns, and replication
+writes to the directory's logs, so the root builds the ``ReplicationView``
+first, the directory with it, and replication last with both
+(docs/architecture.md, which also draws the layers and follows a produce and
+a fetch).
 
 ::
 
@@ -82,9 +83,10 @@ from .engine.waiters import VisibleEndWaiters
 from .handlers import RequestHandler
 from .kafka.service import KafkaService, open_kafka_service
 from .http import HttpServer, Routes
-from .metrics import BrokerMetrics, readiness_collector
+from .metrics import BrokerMetrics
 from .processor import Processor, Secure
 from .replication.startup import CONTROLLED_SHUTDOWN_TIMEOUT_S, start_replication
+from .replication.view import ReplicationView
 from .retention import RetentionDeleter
 from .seams import RunBlocking
 from .security import SecurityProtocol, TlsAcceptance, TlsContexts
@@ -123,6 +125,10 @@ class ShutdownRequest:
     @property
     def requested(self) -> bool:
         return self._requested.is_set()
+
+    def begin_grace_period(self, timeout_s: float) -> None:
+        """The acceptors stopped: what is left of the server nursery gets ``timeout_s`` more."""
+        self._grace_scope.deadline = trio.current_time() + timeout_s
 
     async def wait(self) -> None:
         await self._requested.wait()
@@ -166,6 +172,10 @@ class Broker:
     @property
     def port(self) -> int:
         return self.addresses[0].port
+
+    def start_serving(self) -> None:
+        """Recovered, registered, accepting: ``/readyz`` answers ready from now on."""
+        self.serving = True
 
     def shutdown(self) -> None:
         """Begin a graceful shutdown (idempotent); ``serve`` returns when it is done."""
@@ -229,10 +239,10 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     run_blocking = run_blocking or trio.to_thread.run_sync
     wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator,
                      open_stream=open_stream)
-    wiring.metrics.registry.register(readiness_collector(wiring.ready))
+    wiring.metrics.watch_readiness(wiring.ready)
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
-        await run()
+        await run(None)
         return
     async with trio.open_nursery() as root:
         secure = None
@@ -241,15 +251,16 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
             secure = _secure(tls, config, config.metrics_security_protocol)
         http = HttpServer(config.host, config.metrics_port,
                           Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready), secure=secure)
-        wiring.metrics_address = await root.start(http.run)
-        await run()
+        await run(await root.start(http.run))
         root.cancel_scope.cancel()
 
 
 async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable[[], int],
                  rng: random.Random | None, handle_signals: bool, run_blocking: RunBlocking,
-                 wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
-    """``serve`` without the HTTP endpoint: recover, run the tree, close the logs."""
+                 wiring: _Wiring, task_status: trio.TaskStatus[Broker],
+                 metrics_address: tuple[str, int] | None) -> None:
+    """``serve`` without the HTTP endpoint (bound at ``metrics_address``, if any): recover, run the tree,
+    close the logs."""
     broker_box = wiring.broker_box
     fs = fs if fs is not None else OsFileSystem()
     log_manager = LogManager(config.log_dir, config.log_config(), fs,
@@ -264,7 +275,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
     clean = False
     try:
         await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,
-                        wiring, task_status)
+                        wiring, task_status, metrics_address)
         clean = True
     except BaseException as exc:
         clean = _only_cancellation(exc)
@@ -293,10 +304,9 @@ async def inline_blocking(fn: Callable[[], T]) -> T:
 
 @dataclass
 class _Wiring:
-    """What ``serve`` makes before the tree: the metrics, their endpoint, and the broker once it runs."""
+    """What ``serve`` makes before the tree: the metrics, and the broker once it runs."""
 
     metrics: BrokerMetrics
-    metrics_address: tuple[str, int] | None = None
     broker_box: list[Broker] = field(default_factory=list)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
     coordinator: ZooKeeperClient | None = None  # an open ZooKeeperClient to register in instead of config.zk_connect (tests)
@@ -320,7 +330,9 @@ def _only_cancellation(exc: BaseException) -> bool:
 async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
                     run_blocking: RunBlocking, broker_box: list[Broker],
-                    wiring: _Wiring, task_status: trio.TaskStatus[Broker]) -> None:
+                    wiring: _Wiring, task_status: trio.TaskStatus[Broker],
+                    metrics_address: tuple[str, int] | None) -> None:
+    wiring.metrics.watch_logs(log_manager)
     waiters = VisibleEndWaiters()
     tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
     kafka_secure = _secure(tls, config, config.kafka_security_protocol)
@@ -378,10 +390,12 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 else:
                     assert local_settings is not None
                     settings = local_settings
+                # What replication learns, read by the engine: built before both (replication/view.py).
+                replication_view = None if zookeeper is None else ReplicationView()
                 directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                                partitions=log_manager.partitions_for,
                                                max_topic_name_length=config.max_topic_name_length,
-                                               run_blocking=run_blocking)
+                                               run_blocking=run_blocking, replicas=replication_view)
                 admin = TopicAdmin(directory=directory, log_manager=log_manager,
                                    max_message_size=config.max_message_size,
                                    self_broker=BrokerAddress(config.broker_id, host, addresses[0].port),
@@ -397,14 +411,18 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
                         listener=BrokerAddress(config.broker_id, host, kafka_addresses[0].port),
                         zookeeper=None if zookeeper is None else zookeeper.coordinator, open_stream=wiring.open_stream)
+                    wiring.metrics.watch_groups(kafka.groups)
                 replicas = None
                 if zookeeper is not None:
+                    assert replication_view is not None
                     replicas = await start_replication(
                         nursery=services, broker_id=config.broker_id, zookeeper=zookeeper, engine=engine,
+                        view=replication_view,
                         log_manager=log_manager, flusher=flusher, waiters=waiters,
                         run_blocking=run_blocking, open_stream=open_to_broker,
                         kafka_port=kafka_addresses[0].port if kafka_addresses else None,
                         on_role=None if kafka is None else kafka.on_role)
+                    wiring.metrics.watch_replication(replicas)
                     watcher = await services.start(watch_topic_configs, zookeeper, config, log_manager, cleaner)
                     topic_overrides = watcher.overrides
                 serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
@@ -417,10 +435,10 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         for i in range(config.num_threads)]
                     processors += listener_processors[LISTENER_KAFKA]
                 broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
-                                shutdown, metrics=wiring.metrics, metrics_address=wiring.metrics_address,
+                                shutdown, metrics=wiring.metrics, metrics_address=metrics_address,
                                 cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
                                 listener_processors=listener_processors, zookeeper=zookeeper, replicas=replicas)
-                wiring.metrics.watch(log_manager=log_manager, processors=processors)
+                wiring.metrics.watch_connections(processors)
                 broker_box.append(broker)
                 if kafka is not None:
                     assert kafka_acceptor is not None
@@ -433,13 +451,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                 front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
                 # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
                 logger.debug("serving on %s:%d", broker.host, broker.port)
-                broker.serving = True
+                broker.start_serving()
                 task_status.started(broker)
             # Acceptor stopped.  Drain: long polls answer now, connections finish.
             waiters.close()
             for processor in processors:
                 processor.drain()
-            server.cancel_scope.deadline = trio.current_time() + config.graceful_shutdown_timeout_s
+            shutdown.begin_grace_period(config.graceful_shutdown_timeout_s)
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
 

@@ -4,8 +4,10 @@ One ``PartitionDirectory`` per broker owns the topic-name rules' cache of
 partition counts, the logs it adopted (each as its ``LocalPartition``), the
 logs being created right now (one creation per log, in a worker thread:
 mkdir and directory fsyncs must not block the loop), and the deletion of a
-topic's logs.  A replicated topic's partitions are replication's
-(``replicas``); everything else is a local log.  Both listeners ask here.
+topic's logs.  A replicated topic's partitions are replication's: with
+ZooKeeper the directory is built with ``replicas``, the ``ReplicationView``
+replication keeps (``replication/view.py``); everything else is a local log.
+Both listeners ask here.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class PartitionDirectory:
     """The broker's partitions: counts, logs (created on first write) and the ``Partition`` of each."""
 
     def __init__(self, *, log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters,
-                 partitions: Callable[[str], int], max_topic_name_length: int, run_blocking: RunBlocking):
+                 partitions: Callable[[str], int], max_topic_name_length: int, run_blocking: RunBlocking,
+                 replicas: Replicas | None = None):
         self._log_manager = log_manager
         self._flusher = flusher
         self._waiters = waiters
@@ -44,7 +47,7 @@ class PartitionDirectory:
         self._topic_partitions: dict[str, int] = {}
         self._local: dict[tuple[str, int], LocalPartition] = {}  # every log adopted, as its partition
         self._creating: dict[tuple[str, int], trio.Event] = {}  # logs being created right now
-        self.replicas: Replicas | None = None  # with ZooKeeper: replicated topics (§12)
+        self.replicas = replicas  # with ZooKeeper: replicated topics (§12)
 
     @property
     def log_manager(self) -> LogDirectory:

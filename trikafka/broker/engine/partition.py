@@ -5,7 +5,8 @@ A listener checks a request's topic and partition (docs/protocol.md §5.1,
 (``PartitionDirectory.partition`` to read, ``partition_for_write`` to append)
 and calls it; which kind it is decides the rest:
 
-* ``LocalPartition``: an unreplicated 0.7 log (§5, §7.2).  Appends roll,
+* ``LocalPartition``: an unreplicated log, of 0.7 message sets or of v2
+  batches (§5, §7.2, §16.6).  Appends roll,
   append and request a flush here; reads and OFFSETS stop at the visible end.
 * ``NoLog``: a valid partition this broker has no log of yet: a fetch is
   empty without error, OFFSETS answers ``[0]`` or ``[]`` (§5.2, §5.5).

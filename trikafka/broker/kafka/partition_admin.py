@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 import trio
 from kio.schema.errors import ErrorCode
 
-from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 from trikafka.wire.metadata import BrokerAddress
 from trikafka.zk.replication_values import NO_LEADER, PartitionState, TopicAssignment
@@ -58,6 +57,16 @@ def _replicas(service: PartitionAdmin, topic: str) -> Replicas | None:
     return replicas if service.registry is not None and replicas is not None and replicas.is_replicated(topic) else None
 
 
+def _refusal(service: PartitionAdmin, request: Request, reply: Reply, **answer: Any) -> Any | None:
+    """The api's answer when the authorizer denies it (§18.3): the denial as the answer's error, no
+    message, ``answer`` for the rest (its lists, empty or each item refused); None when it is allowed."""
+    denied = service.authorizer.denied(request.api)
+    if denied is None:
+        return None
+    return reply.response(throttle_time=NO_THROTTLE, error_code=denied, error_message=None,
+                          **{field: value(denied) if callable(value) else value for field, value in answer.items()})
+
+
 def _partition(service: PartitionAdmin, topic: str, index: int) -> PartitionView | None:
     described = service.engine.admin.topic_metadata(topic, service.broker_id)
     if described.error != EngineError.NO_ERROR:
@@ -84,14 +93,14 @@ async def elect_leaders(service: PartitionAdmin, request: Request) -> Any:
     asked = ([(t.topic, tuple(t.partitions)) for t in body.topic_partitions] if body.topic_partitions is not None
              else [(name, tuple(p.partition for p in service.engine.admin.topic_metadata(name, service.broker_id)
                                 .partitions)) for name in service.topic_names()])
-    denied = service.authorizer.denied(KafkaApi.ELECT_LEADERS)
     elections = [_Election(topic, p) for topic, partitions in asked for p in partitions]
+    refused = _refusal(service, request, reply, replica_election_results=lambda denied: _election_results(
+        reply, [_Election(e.topic, e.partition, denied) for e in elections]))
+    if refused is not None:  # every partition answers the denial too, as Kafka's does
+        return refused
     live = {b.broker_id for b in service.kafka_brokers()}
     for election in elections:
-        if denied is not None:
-            election.error = denied
-        else:
-            await _start(service, election, election_type, live)
+        await _start(service, election, election_type, live)
     deadline = trio.current_time() + max(body.timeout.total_seconds(), 0.0)
     while any(e.error is None for e in elections) and trio.current_time() < deadline:
         await trio.sleep(ELECTION_POLL_S)  # the states arrive by this broker's ZooKeeper watches (§12.2)
@@ -100,14 +109,19 @@ async def elect_leaders(service: PartitionAdmin, request: Request) -> Any:
                 found = _partition(service, election.topic, election.partition)
                 if found is not None and election.done(found):
                     election.error = ErrorCode.none
+    return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                          replica_election_results=_election_results(reply, elections))
+
+
+def _election_results(reply: Reply, elections: Sequence[_Election]) -> tuple[Any, ...]:
+    """Each topic's ``ReplicaElectionResult``; an election still waiting timed out."""
     results: dict[str, list[Any]] = {}
     for election in elections:
         error = election.error if election.error is not None else ErrorCode.request_timed_out
         results.setdefault(election.topic, []).append(reply.nested(
             "PartitionResult", partition_id=election.partition, error_code=error, error_message=election.message))
-    return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, replica_election_results=tuple(
-        reply.nested("ReplicaElectionResult", topic=topic, partition_result=tuple(parts))
-        for topic, parts in results.items()))
+    return tuple(reply.nested("ReplicaElectionResult", topic=topic, partition_result=tuple(parts))
+                 for topic, parts in results.items())
 
 
 async def _start(service: PartitionAdmin, election: _Election, election_type: int, live: set[int]) -> None:
@@ -148,9 +162,8 @@ async def _start(service: PartitionAdmin, election: _Election, election_type: in
 async def alter_partition_reassignments(service: PartitionAdmin, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
-    denied = service.authorizer.denied(KafkaApi.ALTER_PARTITION_REASSIGNMENTS)
-    if denied is not None:
-        return reply.response(throttle_time=NO_THROTTLE, error_code=denied, error_message=None, responses=())
+    if (refused := _refusal(service, request, reply, responses=())) is not None:
+        return refused
     responses = []
     for topic in body.topics:
         partitions = []
@@ -184,9 +197,8 @@ async def _reassign(service: PartitionAdmin, topic: str, index: int,
 async def list_partition_reassignments(service: PartitionAdmin, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
-    denied = service.authorizer.denied(KafkaApi.LIST_PARTITION_REASSIGNMENTS)
-    if denied is not None:
-        return reply.response(throttle_time=NO_THROTTLE, error_code=denied, error_message=None, topics=())
+    if (refused := _refusal(service, request, reply, topics=())) is not None:
+        return refused
     replicas = service.engine.directory.replicas if service.registry is not None else None
     assignments: Mapping[str, TopicAssignment] = replicas.topics if replicas is not None else {}
     states: Mapping[tuple[str, int], PartitionState] = replicas.states if replicas is not None else {}

@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
-from typing import Awaitable, Callable
+from types import MappingProxyType
+from typing import Awaitable, Callable, Iterator, Mapping
 
 import trio
 from kio.schema.errors import ErrorCode
@@ -35,6 +37,35 @@ from .topics import TopicError
 
 
 logger = logging.getLogger(__name__)
+
+# An exception -> the Kafka error it answers and its message (None: the exception's own).
+Refusals = Mapping[type[Exception], tuple[ErrorCode, str | None]]
+NO_REFUSALS: Refusals = MappingProxyType({})
+
+
+@contextlib.contextmanager
+def as_topic_errors(refusals: Refusals = NO_REFUSALS) -> Iterator[None]:
+    """Raise what the body raises as ``TopicError``, Kafka's answer: an exception of ``refusals`` (the
+    first class that matches, in order) as its code, any other ZooKeeper failure UNKNOWN_SERVER_ERROR;
+    a ``TopicError`` passes."""
+    try:
+        yield
+    except TopicError:
+        raise
+    except Exception as exc:
+        refusal = next((r for kind, r in refusals.items() if isinstance(exc, kind)), None)
+        if refusal is not None:
+            raise TopicError(refusal[0], str(exc) if refusal[1] is None else refusal[1]) from None
+        if isinstance(exc, ZooKeeperClientError):
+            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
+        raise
+
+
+def _not_replicated(topic: str) -> tuple[ErrorCode, str]:
+    """DeleteTopics and CreatePartitions of a topic without replication znodes."""
+    return ErrorCode.invalid_request, (f"{topic!r} is not a replicated topic: a 0.7 topic's partitions "
+                                       f"live on each broker separately")
+
 
 CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
 DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
@@ -91,18 +122,12 @@ class KafkaRegistry:
                            validate_only: bool) -> tuple[int, int]:
         live = await live_brokers(self._zk)
         factor = min(DEFAULT_REPLICATION_FACTOR, len(live)) if replication_factor == -1 else replication_factor
-        try:
+        with as_topic_errors({AssignmentError: (ErrorCode.invalid_replication_factor, None)}):
             replicas = assign_replicas(set(live), partitions, factor)
-        except AssignmentError as exc:
-            raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
         if validate_only:
             return partitions, factor
-        try:
+        with as_topic_errors({TopicExistsError: (ErrorCode.topic_already_exists, f"topic {topic!r} already exists")}):
             await create_assigned_topic(self._zk, topic, TopicAssignment(replicas, settings))
-        except TopicExistsError:
-            raise TopicError(ErrorCode.topic_already_exists, f"topic {topic!r} already exists") from None
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("created Kafka-format topic %s: %d partitions, replication factor %d", topic, partitions, factor)
         await self._wait_topic_known(topic)
         return partitions, factor
@@ -112,20 +137,14 @@ class KafkaRegistry:
         """Alter*Configs in ZooKeeper mode (§16.4): the topic's settings become ``change(current, replicated)``
         by the versioned write `trikafka topics alter` does; every broker's watch applies them.  The
         settings written; ``change`` may raise TopicError to give up."""
-        try:
+        with as_topic_errors():
             return (await update_topic_config(self._zk, topic, change)).config
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
 
     async def reassign(self, topic: str, partition: int, target: tuple[int, ...]) -> None:
         """AlterPartitionReassignments of one partition (§16.4): the move `trikafka topics reassign`
         starts (§12.12.3); raises TopicError with Kafka's error."""
-        try:
+        with as_topic_errors({AssignmentError: (ErrorCode.invalid_replica_assignment, None)}):
             started = await start_reassignment(self._zk, topic, partition, target)
-        except AssignmentError as exc:
-            raise TopicError(ErrorCode.invalid_replica_assignment, str(exc)) from None
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         if started is None:
             raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic")
         if started[1]:
@@ -134,12 +153,8 @@ class KafkaRegistry:
     async def cancel_reassignment(self, topic: str, partition: int) -> None:
         """AlterPartitionReassignments' cancel of one partition (§16.4, §12.12.3); raises TopicError with
         Kafka's error (NO_REASSIGNMENT_IN_PROGRESS when it is not moving)."""
-        try:
+        with as_topic_errors({AssignmentError: (ErrorCode.invalid_request, None)}):
             undone = await cancel_reassignment(self._zk, topic, partition)
-        except AssignmentError as exc:
-            raise TopicError(ErrorCode.invalid_request, str(exc)) from None
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         if undone is None:
             raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic")
         if not undone:
@@ -149,12 +164,9 @@ class KafkaRegistry:
     async def ask_unclean_election(self, topic: str, partition: int) -> None:
         """ElectLeaders' unclean election of one partition (§16.4): the request znode the controller
         answers (§12.7); raises TopicError if ZooKeeper fails."""
-        try:
+        # NodeExistsError: asked already; the controller's next pass answers both.
+        with as_topic_errors(), contextlib.suppress(NodeExistsError):
             await self._zk.create(paths.unclean_election(topic, partition), b"", makepath=True)
-        except NodeExistsError:
-            pass  # asked already; the controller's next pass answers both
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
 
     async def has_07_consumers(self, group_id: str) -> bool:
         """Whether 0.7 consumers of ``group_id`` are registered under ``/consumers/<group>/ids`` (§17.7)."""
@@ -170,13 +182,8 @@ class KafkaRegistry:
     async def delete_topic(self, topic: str) -> None:
         """DeleteTopics in ZooKeeper mode (§16.4): the topic's znodes go in one transaction; every
         broker deletes its own logs once its watch sees them gone."""
-        try:
+        with as_topic_errors({NoNodeError: _not_replicated(topic)}):
             await delete_replicated_topic(self._zk, topic)
-        except NoNodeError:
-            raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: a 0.7 topic's "
-                                                        f"partitions live on each broker separately") from None
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("deleted Kafka-format topic %s", topic)
 
     async def add_partitions(self, topic: str, count: int) -> None:
@@ -190,17 +197,10 @@ class KafkaRegistry:
                 raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {old} partitions; the count can "
                                                                 f"only grow")
             factor = len(current.replicas[0]) if current.replicas else DEFAULT_REPLICATION_FACTOR
-            try:
-                planned = assign_replicas(set(live), count, factor)
-            except AssignmentError as exc:
-                raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
+            planned = assign_replicas(set(live), count, factor)
             return dataclasses.replace(current, replicas=current.replicas + planned[old:])
 
-        try:
+        with as_topic_errors({NoNodeError: _not_replicated(topic),
+                              AssignmentError: (ErrorCode.invalid_replication_factor, None)}):
             await add_assigned_partitions(self._zk, topic, grow)
-        except NoNodeError:
-            raise TopicError(ErrorCode.invalid_request, f"{topic!r} is not a replicated topic: a 0.7 topic's "
-                                                        f"partitions live on each broker separately") from None
-        except ZooKeeperClientError as exc:
-            raise TopicError(ErrorCode.unknown_server_error, f"ZooKeeper: {exc}") from None
         logger.info("topic %s grown to %d partitions", topic, count)

@@ -230,7 +230,6 @@ class KafkaService:
         self.groups.start(nursery)
         self.coordinator.start(nursery)
         nursery.start_soon(self.producer_expiry.run)
-        self.engine.metrics.watch_groups(self.groups)
         if isinstance(self.credentials, ZooKeeperCredentials):
             await nursery.start(self.credentials.run)
         elif self.credentials is not None:

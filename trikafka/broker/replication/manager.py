@@ -35,8 +35,6 @@ from ...zk.errors import BadVersionError, ZooKeeperClientError, NoNodeError, Ses
 from ...zk.registry_values import parse_broker_registration
 from ...zk.replication_store import read_state, write_state
 from ...zk.replication_values import MIN_INSYNC_REPLICAS, PartitionState, ReplicationValueError, TopicAssignment
-from ..engine.errors import EngineError
-from ..engine.metadata import PartitionView, TopicView
 from ..engine.waiters import VisibleEndWaiters
 from ..log_tally import Tally
 from ..seams import Flusher, LogDirectory, RunBlocking
@@ -47,6 +45,7 @@ from .isr import LeaderPartition
 from ..topic_settings import RECORD_FORMAT
 from .membership import controlled_shutdown, register_membership, registered_before
 from .tail import TailStatus, forget_tail_lost
+from .view import ReplicationView, TopicPartition
 
 if TYPE_CHECKING:
     from ..engine.directory import PartitionDirectory
@@ -55,15 +54,14 @@ logger = logging.getLogger(__name__)
 
 ISR_CHECK_INTERVAL_S = 0.25
 
-TopicPartition = tuple[str, int]
-
 
 class Replication:
     """Hosts this broker's replicas, tells the engine who leads, and runs the controller."""
 
     _nursery: trio.Nursery  # run()'s: the watches and follower tasks start in it
 
-    def __init__(self, *, broker_id: int, zk: ZooKeeperClient, address: BrokerAddress, directory: PartitionDirectory,
+    def __init__(self, *, broker_id: int, zk: ZooKeeperClient, address: BrokerAddress, view: ReplicationView,
+                 directory: PartitionDirectory,
                  log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters, run_blocking: RunBlocking,
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
@@ -78,11 +76,8 @@ class Replication:
         self._run_blocking = run_blocking
         self.tail = TailStatus(broker_id, tail_intact)
         self._on_replicated_topic = on_replicated_topic  # the 0.7 registrar must skip these
-        self.topics: dict[str, TopicAssignment] = {}
-        self.states: dict[TopicPartition, PartitionState] = {}
+        self._view = view  # the topics, states, replicas hosted and brokers it learns, for the engine
         self._progress = trio.Event()  # set (and replaced) on each state read and follower catch-up
-        self.hosted: dict[TopicPartition, HostedPartition] = {}
-        self.brokers: dict[int, BrokerAddress] = {}
         self.controller = Controller(zk, broker_id, **(
             {} if reconcile_interval_s is None else {"reconcile_interval_s": reconcile_interval_s}))
         self._follower_tasks = FollowerTasks(broker_id=broker_id, brokers=lambda: self.brokers,
@@ -108,32 +103,23 @@ class Replication:
             if hosted.leader is not None:
                 hosted.leader.min_insync_replicas = count
 
-    # ----------------------------------------------------------------- what the engine asks
+    # ----------------------------------------------------------------- the view it keeps
 
-    def is_replicated(self, topic: str) -> bool:
-        return topic in self.topics
+    @property
+    def topics(self) -> dict[str, TopicAssignment]:
+        return self._view.topics
 
-    def partition_count(self, topic: str) -> int | None:
-        assignment = self.topics.get(topic)
-        return None if assignment is None else len(assignment.replicas)
+    @property
+    def states(self) -> dict[TopicPartition, PartitionState]:
+        return self._view.states
 
-    def topic_metadata(self, topic: str) -> TopicView | None:
-        """METADATA's view of a replicated topic (None: not replicated)."""
-        assignment = self.topics.get(topic)
-        if assignment is None:
-            return None
-        parts = []
-        for p, replicas in enumerate(assignment.replicas):
-            state = self.states.get((topic, p))
-            if state is None:
-                parts.append(PartitionView(p, -1, -1, replicas, (), EngineError.LEADER_NOT_AVAILABLE))
-                continue
-            error = EngineError.NO_ERROR if state.leader >= 0 else EngineError.LEADER_NOT_AVAILABLE
-            parts.append(PartitionView(p, state.leader, state.leader_epoch, replicas, state.isr, error))
-        return TopicView(topic, tuple(parts))
+    @property
+    def hosted(self) -> dict[TopicPartition, HostedPartition]:
+        return self._view.hosted
 
-    def peers(self) -> list[BrokerAddress]:
-        return sorted(self.brokers.values())
+    @property
+    def brokers(self) -> dict[int, BrokerAddress]:
+        return self._view.brokers
 
     # ----------------------------------------------------------------- the service
 
@@ -212,7 +198,7 @@ class Replication:
                 except (NoNodeError, ValueError):
                     continue
                 addresses[int(name)] = BrokerAddress(int(name), info.host, info.port)
-            self.brokers = addresses
+            self._view.brokers = addresses
             if not started:
                 task_status.started()
                 started = True

@@ -2,7 +2,8 @@
 
 ``start_replication`` works out whether this broker's unflushed tail survived
 its last stop (§12.2 ``tail_intact``: a clean stop, or a crash without a
-reboot), wires the manager into the engine (``broker/engine/``) and starts it in the
+reboot), builds the manager with the engine (``broker/engine/``) and the
+``ReplicationView`` the engine's directory reads, and starts it in the
 broker's services nursery.
 """
 
@@ -18,6 +19,7 @@ from ..seams import Flusher, LogDirectory, RunBlocking
 from .manager import Replication
 from .membership import record_boot_id, tail_intact
 from .tail import keep_tail_status
+from .view import ReplicationView
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -28,13 +30,14 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 
 async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper: BrokerZooKeeper,
-                            engine: Engine, log_manager: LogDirectory, flusher: Flusher,
+                            engine: Engine, view: ReplicationView, log_manager: LogDirectory, flusher: Flusher,
                             waiters: VisibleEndWaiters,
                             run_blocking: RunBlocking,
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
                             kafka_port: int | None = None,
                             on_role: Callable[[str, int, str], None] | None = None) -> Replication:
-    """Start replication once the broker is registered; it, running.  ``on_role``: told
+    """Start replication once the broker is registered; it, running.  It keeps ``view`` up to date:
+    the engine's directory was built with it.  ``on_role``: told
     (topic, partition, role) after each partition state it applies (the Kafka listener's coordinators)."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
@@ -43,10 +46,8 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
     intact = tail_intact(clean_shutdown=clean, boot_id_now=boot_now, boot_id_at_last_start=previous)
     intact = await run_blocking(functools.partial(keep_tail_status, log_manager.fs, log_manager.log_dir, intact))
     manager = Replication(broker_id=broker_id, zk=zookeeper.coordinator, address=engine.admin.self_broker,
-                             directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
+                             view=view, directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,
                              on_role=on_role)
-    engine.directory.replicas = manager
-    engine.metrics.watch_replication(manager)
     return await nursery.start(manager.run)
