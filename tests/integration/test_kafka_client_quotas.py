@@ -112,14 +112,18 @@ def test_quotas_survive_a_restart(tmp_path: Any) -> None:
         assert second.broker.kafka.quotas.quota_of("producer_byte_rate", "ANONYMOUS", "slow") == (100.0, "", "slow")
 
 
-def produce_throttles(bootstrap: str, client_id: str, topic: str, count: int, **settings: Any) -> list[int]:
-    """The throttle times (ms) confluent-kafka's producer was told while sending ``count`` 10 kB records."""
+def produce_throttles(bootstrap: str, client_id: str, topic: str, count: int, batch_each: bool = False,
+                      **settings: Any) -> list[int]:
+    """The throttle times (ms) confluent-kafka's producer was told while sending ``count`` 10 kB records
+    (``batch_each``: each in a batch of its own)."""
     seen: list[int] = []
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 0,
                          "throttle_cb": lambda event: seen.append(int(event.throttle_time * 1000)), **settings})
     for _ in range(count):
         producer.produce(topic, b"x" * 10_000)
         producer.poll(0)
+        if batch_each:
+            assert producer.flush(WAIT_S) == 0
     assert producer.flush(WAIT_S) == 0
     producer.poll(0.5)
     return seen
@@ -147,9 +151,19 @@ def test_a_users_quota_throttles_that_sasl_user_and_not_another(tmp_path: Any) -
     assert max(alice, default=0) > 0 and bob == []
 
 
-def test_a_throttled_consumer_is_told_throttle_time(kafka: RunningKafkaBroker) -> None:
-    produce_throttles(kafka.bootstrap, "writer", "quota-fetch", 5)
-    trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]): {"consumer_byte_rate": 1000}})
+def test_a_throttled_consumer_is_told_throttle_time(tmp_path: Any) -> None:
+    """Windows of 1 s: a 15 kB/s quota lets each Fetch take one 10 kB record (§20.2) and throttles the next."""
+    with running_kafka_broker(str(tmp_path), num_partitions=1, quota_window_num=2,
+                              quota_window_size_seconds=1) as kafka:
+        read, seen = consume_throttles(kafka, 15_000)
+    assert read == 5 and max(seen) > 0
+
+
+def consume_throttles(kafka: RunningKafkaBroker, quota_bytes_per_s: int) -> tuple[int, list[int]]:
+    """Records read and throttle times seen by a confluent-kafka consumer of 5 records of 10 kB."""
+    produce_throttles(kafka.bootstrap, "writer", "quota-fetch", 5, batch_each=True)
+    trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]):
+                                      {"consumer_byte_rate": quota_bytes_per_s}})
     seen: list[int] = []
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "client.id": "reader", "group.id": "quota-readers",
                          "auto.offset.reset": "earliest",
@@ -162,7 +176,7 @@ def test_a_throttled_consumer_is_told_throttle_time(kafka: RunningKafkaBroker) -
         if message is not None and message.error() is None:
             read += 1
     consumer.close()
-    assert read == 5 and max(seen) > 0
+    return read, seen
 
 
 def test_a_request_quota_answers_throttle_time_then_mutes_the_connection_and_spares_other_clients(
@@ -208,3 +222,39 @@ async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_anothe
     data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/config/changes/{notification}")
     assert notification.startswith("config_change_")
     assert json.loads(data) == {"version": 2, "entity_path": "users/<default>"}
+
+
+def test_a_throttled_fetch_is_answered_empty_and_the_consumer_still_reads_everything(tmp_path: Any) -> None:
+    """KIP-219 (§20.2): kafka-python's consumer under a consumer_byte_rate quota is told throttle times, and
+    no answer that carries records is throttled; the answers are bounded by the quota's window bytes, so the
+    consumer progresses."""
+    import kafka as kafka_python
+    from kafka.consumer.fetcher import Fetcher
+
+    answers: list[tuple[int, int]] = []  # (throttle_time_ms, bytes of records) of each Fetch answer
+    handle_fetch_response = Fetcher._handle_fetch_response
+
+    def recording(self: Any, node_id: Any, fetch_offsets: Any, send_time: Any, response: Any) -> Any:
+        answers.append((response.throttle_time_ms, sum(len(p.records or b"") for t in response.responses
+                                                           for p in t.partitions)))
+        return handle_fetch_response(self, node_id, fetch_offsets, send_time, response)
+
+    with running_kafka_broker(str(tmp_path), num_partitions=1, quota_window_num=2,
+                              quota_window_size_seconds=1) as kafka:
+        produce_throttles(kafka.bootstrap, "writer", "quota-empty", 8, batch_each=True)
+        trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]): {"consumer_byte_rate": 25_000}})
+        consumer = kafka_python.KafkaConsumer(bootstrap_servers=kafka.bootstrap, client_id="reader",
+                                              auto_offset_reset="earliest", enable_auto_commit=False)
+        try:
+            Fetcher._handle_fetch_response = recording  # type: ignore[method-assign]
+            consumer.assign([kafka_python.TopicPartition("quota-empty", 0)])
+            read = 0
+            deadline_s = time.monotonic() + WAIT_S
+            while read < 8 and time.monotonic() < deadline_s:
+                read += sum(len(records) for records in consumer.poll(timeout_ms=200).values())
+        finally:
+            Fetcher._handle_fetch_response = handle_fetch_response  # type: ignore[method-assign]
+            consumer.close()
+    assert read == 8
+    assert any(throttle_ms > 0 for throttle_ms, _ in answers)
+    assert [a for a in answers if a[0] > 0 and a[1] > 0] == []

@@ -100,3 +100,15 @@ def test_a_charge_keeps_the_longest_throttle_and_a_charge_without_quotas_records
     assert fetched == 5000 and charge.mute_ms == 5000
     assert charge.handled(0.12) == 2000 and charge.mute_ms == fetched  # 1.2% of a thread over 10 s
     assert Charge(None, "alice", "c", 10).produced() == 0
+
+
+def test_a_throttled_fetch_takes_its_bytes_back_and_a_fetch_is_limited_to_the_quotas_window_bytes() -> None:
+    clock = Clock()
+    quotas = ClientQuotas(clock_s=clock)
+    quotas.replace({"clients/c": {CONSUMER_BYTE_RATE: "100"}})
+    charge = Charge(quotas, "alice", "c", request_bytes=10)
+    assert charge.fetch_limit_bytes() == 1000  # 100 B/s over 10 windows of 1 s: unthrottled with nothing recorded
+    assert Charge(quotas, "alice", "other", 10).fetch_limit_bytes() is None
+    assert charge.fetched(1000) == 0
+    assert charge.fetched(500) == 5000  # throttled: taken back, so the rate is the first answer's alone
+    assert quotas.record(CONSUMER_BYTE_RATE, "alice", "c", 0) == 0

@@ -130,23 +130,35 @@ class ClientQuotas:
             rate = self._rates[(key, shared_user, shared_client)] = Rate(self.samples, self.window_s)
         now_s = self.clock_s()
         rate.record(amount, now_s)
+        if amount < 0:  # taken back (a throttled Fetch's records): nothing to throttle
+            return 0
         observed, span_s = rate.measure(now_s)
         if observed <= quota:
             return 0
         return round(min((observed - quota) / quota * span_s, span_s) * 1000)
 
+    def window_amount(self, key: str, user: str, client_id: str) -> float | None:
+        """The most one recording of ``key`` may be without being throttled when nothing else is
+        recorded: the quota over ``samples - 1`` windows (Kafka's ``getMaxValueInQuotaWindow``); None
+        without a quota."""
+        applying = self.quota_of(key, user, client_id) if self._quotas else None
+        return None if applying is None else applying[0] * (self.samples - 1) * self.window_s
+
 
 class Charge:
     """What one request costs its entity: the connection makes one per request (§20.2)."""
 
-    __slots__ = ("_quotas", "user", "client_id", "request_bytes", "mute_ms")
+    __slots__ = ("_quotas", "user", "client_id", "request_bytes", "mute_ms", "started_s", "_handled_s")
 
-    def __init__(self, quotas: ClientQuotas | None, user: str, client_id: str, request_bytes: int):
+    def __init__(self, quotas: ClientQuotas | None, user: str, client_id: str, request_bytes: int,
+                 started_s: float | None = None):
         self._quotas = quotas
         self.user = user
         self.client_id = client_id
         self.request_bytes = request_bytes
         self.mute_ms = 0  # the longest throttle recorded: the connection reads nothing for this long
+        self.started_s = time.perf_counter() if started_s is None else started_s  # handling began (perf_counter)
+        self._handled_s = 0.0  # handling time already recorded against request_percentage
 
     def _record(self, key: str, amount: float) -> int:
         if self._quotas is None:
@@ -159,13 +171,33 @@ class Charge:
         """A Produce request's size against ``producer_byte_rate``; its throttle time (ms)."""
         return self._record(PRODUCER_BYTE_RATE, self.request_bytes)
 
+    def fetch_limit_bytes(self) -> int | None:
+        """The most a Fetch answer may carry under ``consumer_byte_rate`` (§20.2); None: no quota."""
+        if self._quotas is None:
+            return None
+        limit = self._quotas.window_amount(CONSUMER_BYTE_RATE, self.user, self.client_id)
+        return None if limit is None else int(limit)
+
     def fetched(self, answer_bytes: int) -> int:
-        """A Fetch answer's size against ``consumer_byte_rate``; its throttle time (ms)."""
-        return self._record(CONSUMER_BYTE_RATE, answer_bytes)
+        """A Fetch answer's size against ``consumer_byte_rate`` and the handling time so far against
+        ``request_percentage``: the larger throttle time (ms). Throttled, the size is taken back, for the
+        answer is sent without its records (KIP-219, §20.2)."""
+        if self._quotas is None:
+            return 0
+        request_ms = self.handled(time.perf_counter() - self.started_s)
+        bytes_ms = self._record(CONSUMER_BYTE_RATE, answer_bytes)
+        throttle_ms = max(request_ms, bytes_ms)
+        if throttle_ms and answer_bytes:
+            self._quotas.record(CONSUMER_BYTE_RATE, self.user, self.client_id, -answer_bytes)
+        return throttle_ms
 
     def handled(self, seconds: float) -> int:
-        """The request's handling time against ``request_percentage``; its throttle time (ms)."""
-        return self._record(REQUEST_PERCENTAGE, seconds * PERCENT_PER_SECOND)
+        """The request's handling time, ``seconds`` in all, against ``request_percentage`` (what an
+        earlier call recorded not again); its throttle time (ms)."""
+        if self._quotas is None:
+            return 0
+        amount_s, self._handled_s = max(seconds - self._handled_s, 0.0), max(seconds, self._handled_s)
+        return self._record(REQUEST_PERCENTAGE, amount_s * PERCENT_PER_SECOND)
 
 
 NO_CHARGE = Charge(None, "", "", 0)  # outside a connection (a bare service in tests): nothing recorded
