@@ -19,9 +19,11 @@ PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # turns on them (kafka-python tells 3.1 by Fetch v13, 3.7 by Fetch v16, 3.8 by Produce v11):
 # test_kafka_python_infers_a_3_0_broker_from_our_api_versions.
 # OffsetCommit and OffsetFetch v9 (member epochs) are Kafka 4.0's, for its consumer protocol (§17.9);
-# ApiVersions v4 is Kafka 3.9's (§16.3).
+# ApiVersions v4 is Kafka 3.9's (§16.3); DescribeLogDirs v3 (KIP-784) is Kafka 3.2's and v4 (KIP-827, the
+# volume's sizes) 3.3's (§16.4).
 BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12, KafkaApi.DESCRIBE_CLUSTER: 1, KafkaApi.LIST_GROUPS: 5,
-                    KafkaApi.OFFSET_COMMIT: 9, KafkaApi.OFFSET_FETCH: 9, KafkaApi.API_VERSIONS: 4}
+                    KafkaApi.OFFSET_COMMIT: 9, KafkaApi.OFFSET_FETCH: 9, KafkaApi.API_VERSIONS: 4,
+                    KafkaApi.DESCRIBE_LOG_DIRS: 4}
 # Accepted but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
 BROKERS_ONLY_UP_TO = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
 
