@@ -89,16 +89,19 @@ def run_consumer(bootstrap: str, client_id: str, until_s: float, skip_until_s: f
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
                          "enable.auto.commit": False, "enable.partition.eof": True, "throttle_cb": throttled})
     consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
-    read, last_s = 0, skip_until_s
+    # The rate is over the time counted: up to the end of the topic when it is reached, else up to
+    # ``until_s`` (not to the last record: a throttled consumer reads in bursts, and the time from
+    # its last burst to the end is its to count).
+    read, last_s = 0, until_s
     while (now_s := time.monotonic()) < until_s:
         message = consumer.poll(0.1)
         if message is None:
             continue
         if message.error() is not None:  # the end of the topic: the rate is up to here
+            last_s = max(now_s, skip_until_s)
             break
         if now_s >= skip_until_s:
             read += len(message.value() or b"")
-            last_s = now_s
     consumer.close()
     out.update(bytes=read, seconds=max(last_s - skip_until_s, 1e-9), **seen)
 

@@ -67,6 +67,15 @@ async def test_alter_stores_and_describe_matches_exact_default_and_specified_nam
     assert await describe(kafka.bootstrap, QuotaFilter("user", DEFAULT)) == {DEFAULT_USER: everything[DEFAULT_USER]}
     assert await describe(kafka.bootstrap, QuotaFilter("user", SPECIFIED)) == {ALICE_APP: everything[ALICE_APP]}
     assert await describe(kafka.bootstrap, QuotaFilter("client-id"), strict=True) == {SLOW: everything[SLOW]}
+    other_ip, default_ip = QuotaEntity.of([("ip", "127.0.0.2")]), QuotaEntity.of([("ip", None)])
+    assert await alter(kafka.bootstrap, {other_ip: {"connection_creation_rate": 0},
+                                         default_ip: {"connection_creation_rate": 1000}}) == {
+        other_ip: None, default_ip: None}
+    assert await describe(kafka.bootstrap, QuotaFilter("ip", EXACT, "127.0.0.2")) == {
+        other_ip: {"connection_creation_rate": 0.0}}
+    assert await describe(kafka.bootstrap, QuotaFilter("ip", DEFAULT)) == {default_ip: {"connection_creation_rate": 1000.0}}
+    await alter(kafka.bootstrap, {other_ip: {"connection_creation_rate": None},
+                                  default_ip: {"connection_creation_rate": None}})
     await alter(kafka.bootstrap, {ALICE_APP: {"request_percentage": None}, SLOW: {"producer_byte_rate": None}})
     assert await describe(kafka.bootstrap) == {ALICE_APP: {"producer_byte_rate": 1024.0},
                                                DEFAULT_USER: {"consumer_byte_rate": 2048.0}}
@@ -78,14 +87,23 @@ async def test_alter_stores_and_describe_matches_exact_default_and_specified_nam
 async def test_a_bad_entry_is_invalid_request_naming_it_and_validate_only_stores_nothing(
         kafka: RunningKafkaBroker) -> None:
     ip = QuotaEntity.of([("ip", "127.0.0.1")])
+    ip_and_user = QuotaEntity.of([("ip", "127.0.0.1"), ("user", "alice")])
+    not_an_ip = QuotaEntity.of([("ip", "broker.example")])
     results = await alter(kafka.bootstrap, {ip: {"producer_byte_rate": 1}, SLOW: {"producer_byte_rate": 0.5},
-                                            ALICE_APP: {"controller_mutation_rate": 1}})
+                                            ALICE_APP: {"controller_mutation_rate": 1},
+                                            DEFAULT_USER: {"connection_creation_rate": 5},
+                                            ip_and_user: {"connection_creation_rate": 5},
+                                            not_an_ip: {"connection_creation_rate": 5}})
     assert {entity: (error.error_code, str(error).split(': ', 2)[2]) for entity, error in results.items()} == {
-        ip: (ErrorCode.invalid_request, "entity type 'ip' is not served (user and client-id are)"),
+        ip: (ErrorCode.invalid_request, "quota key 'producer_byte_rate' is not one of an entity of type ip"),
         SLOW: (ErrorCode.invalid_request, "quota producer_byte_rate = 0.5: a whole number >= 1 is needed"),
         ALICE_APP: (ErrorCode.invalid_request,
                     "unknown quota key 'controller_mutation_rate' (served: producer_byte_rate, "
-                    "consumer_byte_rate, request_percentage)")}
+                    "consumer_byte_rate, request_percentage, connection_creation_rate)"),
+        DEFAULT_USER: (ErrorCode.invalid_request,
+                       "quota key 'connection_creation_rate' is not one of an entity of type user"),
+        ip_and_user: (ErrorCode.invalid_request, "entity type 'ip' cannot be combined with user or client-id"),
+        not_an_ip: (ErrorCode.invalid_request, "'broker.example' is not a valid IP address")}
     assert await alter(kafka.bootstrap, {SLOW: {"producer_byte_rate": 5}}, validate_only=True) == {SLOW: None}
     assert await describe(kafka.bootstrap) == {}
 
@@ -112,14 +130,18 @@ def test_quotas_survive_a_restart(tmp_path: Any) -> None:
         assert second.broker.kafka.quotas.quota_of("producer_byte_rate", "ANONYMOUS", "slow") == (100.0, "", "slow")
 
 
-def produce_throttles(bootstrap: str, client_id: str, topic: str, count: int, **settings: Any) -> list[int]:
-    """The throttle times (ms) confluent-kafka's producer was told while sending ``count`` 10 kB records."""
+def produce_throttles(bootstrap: str, client_id: str, topic: str, count: int, batch_each: bool = False,
+                      **settings: Any) -> list[int]:
+    """The throttle times (ms) confluent-kafka's producer was told while sending ``count`` 10 kB records
+    (``batch_each``: each in a batch of its own)."""
     seen: list[int] = []
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 0,
                          "throttle_cb": lambda event: seen.append(int(event.throttle_time * 1000)), **settings})
     for _ in range(count):
         producer.produce(topic, b"x" * 10_000)
         producer.poll(0)
+        if batch_each:
+            assert producer.flush(WAIT_S) == 0
     assert producer.flush(WAIT_S) == 0
     producer.poll(0.5)
     return seen
@@ -147,9 +169,19 @@ def test_a_users_quota_throttles_that_sasl_user_and_not_another(tmp_path: Any) -
     assert max(alice, default=0) > 0 and bob == []
 
 
-def test_a_throttled_consumer_is_told_throttle_time(kafka: RunningKafkaBroker) -> None:
-    produce_throttles(kafka.bootstrap, "writer", "quota-fetch", 5)
-    trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]): {"consumer_byte_rate": 1000}})
+def test_a_throttled_consumer_is_told_throttle_time(tmp_path: Any) -> None:
+    """Windows of 1 s: a 15 kB/s quota lets each Fetch take one 10 kB record (§20.2) and throttles the next."""
+    with running_kafka_broker(str(tmp_path), num_partitions=1, quota_window_num=2,
+                              quota_window_size_seconds=1) as kafka:
+        read, seen = consume_throttles(kafka, 15_000)
+    assert read == 5 and max(seen) > 0
+
+
+def consume_throttles(kafka: RunningKafkaBroker, quota_bytes_per_s: int) -> tuple[int, list[int]]:
+    """Records read and throttle times seen by a confluent-kafka consumer of 5 records of 10 kB."""
+    produce_throttles(kafka.bootstrap, "writer", "quota-fetch", 5, batch_each=True)
+    trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]):
+                                      {"consumer_byte_rate": quota_bytes_per_s}})
     seen: list[int] = []
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "client.id": "reader", "group.id": "quota-readers",
                          "auto.offset.reset": "earliest",
@@ -162,7 +194,7 @@ def test_a_throttled_consumer_is_told_throttle_time(kafka: RunningKafkaBroker) -
         if message is not None and message.error() is None:
             read += 1
     consumer.close()
-    assert read == 5 and max(seen) > 0
+    return read, seen
 
 
 def test_a_request_quota_answers_throttle_time_then_mutes_the_connection_and_spares_other_clients(
@@ -192,15 +224,18 @@ async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_anothe
                                                                                     tmp_path) -> None:
     async with kafka_cluster(tmp_path, zk_chroot, 2) as cluster:
         first, second = cluster.brokers[1].bootstrap, cluster.brokers[2].bootstrap
+        await alter(first, {QuotaEntity.of([("ip", "::1")]): {"connection_creation_rate": 7}})
         await alter(first, {ALICE_APP: {"producer_byte_rate": 1024}, DEFAULT_USER: {"request_percentage": 50}})
         assert await describe(first) == {ALICE_APP: {"producer_byte_rate": 1024.0},
-                                         DEFAULT_USER: {"request_percentage": 50.0}}
+                                         DEFAULT_USER: {"request_percentage": 50.0},
+                                         QuotaEntity.of([("ip", "::1")]): {"connection_creation_rate": 7.0}}
         with trio.fail_after(WAIT_S):
             while await describe(second) != await describe(first):
                 await trio.sleep(0.05)
     chroot = "/" + zk_chroot.split("/", 1)[1]
     for path, config in [("config/users/alice/clients/app", {"producer_byte_rate": "1024"}),
-                         ("config/users/<default>", {"request_percentage": "50.0"})]:
+                         ("config/users/<default>", {"request_percentage": "50.0"}),
+                         ("config/ips/::1", {"connection_creation_rate": "7"})]:
         data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/{path}")
         assert json.loads(data) == {"version": 1, "config": config}
     # Kafka's change notification of the last change is left; the older ones were deleted by their writer.
@@ -208,3 +243,67 @@ async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_anothe
     data, _ = await trio.to_thread.run_sync(zk_admin.get, f"{chroot}/config/changes/{notification}")
     assert notification.startswith("config_change_")
     assert json.loads(data) == {"version": 2, "entity_path": "users/<default>"}
+
+
+def test_a_throttled_fetch_is_answered_empty_and_the_consumer_still_reads_everything(tmp_path: Any) -> None:
+    """KIP-219 (§20.2): kafka-python's consumer under a consumer_byte_rate quota is told throttle times, and
+    no answer that carries records is throttled; the answers are bounded by the quota's window bytes, so the
+    consumer progresses."""
+    import kafka as kafka_python
+    from kafka.consumer.fetcher import Fetcher
+
+    answers: list[tuple[int, int]] = []  # (throttle_time_ms, bytes of records) of each Fetch answer
+    handle_fetch_response = Fetcher._handle_fetch_response
+
+    def recording(self: Any, node_id: Any, fetch_offsets: Any, send_time: Any, response: Any) -> Any:
+        answers.append((response.throttle_time_ms, sum(len(p.records or b"") for t in response.responses
+                                                           for p in t.partitions)))
+        return handle_fetch_response(self, node_id, fetch_offsets, send_time, response)
+
+    with running_kafka_broker(str(tmp_path), num_partitions=1, quota_window_num=2,
+                              quota_window_size_seconds=1) as kafka:
+        produce_throttles(kafka.bootstrap, "writer", "quota-empty", 8, batch_each=True)
+        trio.run(alter, kafka.bootstrap, {QuotaEntity.of([("client-id", "reader")]): {"consumer_byte_rate": 25_000}})
+        consumer = kafka_python.KafkaConsumer(bootstrap_servers=kafka.bootstrap, client_id="reader",
+                                              auto_offset_reset="earliest", enable_auto_commit=False)
+        try:
+            Fetcher._handle_fetch_response = recording  # type: ignore[method-assign]
+            consumer.assign([kafka_python.TopicPartition("quota-empty", 0)])
+            read = 0
+            deadline_s = time.monotonic() + WAIT_S
+            while read < 8 and time.monotonic() < deadline_s:
+                read += sum(len(records) for records in consumer.poll(timeout_ms=200).values())
+        finally:
+            Fetcher._handle_fetch_response = handle_fetch_response  # type: ignore[method-assign]
+            consumer.close()
+    assert read == 8
+    assert any(throttle_ms > 0 for throttle_ms, _ in answers)
+    assert [a for a in answers if a[0] > 0 and a[1] > 0] == []
+
+
+def test_an_ip_quota_closes_the_connections_over_its_rate_unanswered_after_the_throttle_time(tmp_path: Any) -> None:
+    """KIP-612 (§20.2): windows of 1 s and 2 connections a second for 127.0.0.1: its third connection is
+    closed without an answer once the throttle time has passed; 127.0.0.2 has no quota of its own."""
+    request = DescribeClusterRequest(include_cluster_authorized_operations=False)
+    here, default_ip = QuotaEntity.of([("ip", "127.0.0.1")]), QuotaEntity.of([("ip", None)])
+    with running_kafka_broker(str(tmp_path), quota_window_num=2, quota_window_size_seconds=1) as kafka:
+        assert trio.run(alter, kafka.bootstrap, {here: {"connection_creation_rate": 2},
+                                                 default_ip: {"connection_creation_rate": 1000}}) == {
+            here: None, default_ip: None}
+        host, port = kafka.bootstrap.rsplit(":", 1)
+        sockets = [socket.create_connection(("127.0.0.1", int(port)), timeout=WAIT_S) for _ in range(3)]
+        other = socket.create_connection(("127.0.0.1", int(port)), timeout=WAIT_S, source_address=("127.0.0.2", 0))
+        try:
+            for i, sock in enumerate([*sockets, other]):
+                sock.sendall(encode_request(DESCRIBE_CLUSTER, 0, i, "trikafka-test", request))
+            for sock in [sockets[0], sockets[1], other]:
+                assert receive_answer(sock, DESCRIBE_CLUSTER, 0)[1].error_code == ErrorCode.none
+            before_s = time.monotonic()
+            try:
+                assert sockets[2].recv(1) == b""  # closed, unanswered
+            except ConnectionResetError:  # closed with the request unread
+                pass
+            assert time.monotonic() - before_s >= 0.2  # after the throttle time: (3 - 2) / 2 x 1 s, less the above
+        finally:
+            for sock in [*sockets, other]:
+                sock.close()

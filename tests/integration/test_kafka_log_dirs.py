@@ -26,6 +26,10 @@ def test_describe_log_dirs_answers_each_partitions_bytes_and_alter_moves_nothing
             (broker,) = admin.describe_log_dirs({"sized": [0, 1, 7]})
             (log_dir,) = broker["log_dirs"]
             assert (log_dir["error_code"], log_dir["log_dir"]) == (0, os.path.abspath(str(tmp_path)))
+            # v4 (KIP-827): the file system's sizes; the usable bytes move with other writers
+            volume = os.statvfs(str(tmp_path))
+            assert log_dir["total_bytes"] == volume.f_blocks * volume.f_frsize
+            assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
             assert log_dir["topics"] == [{"name": "sized", "partitions": [
                 {"partition_index": 0, "partition_size": 0, "offset_lag": 0, "is_future_key": False},
                 {"partition_index": 1, "partition_size": len(batch), "offset_lag": 0, "is_future_key": False}]}]

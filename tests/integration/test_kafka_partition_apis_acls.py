@@ -9,6 +9,7 @@ from kio.schema.alter_partition_reassignments.v0 import request as alter_reassig
 from kio.schema.alter_replica_log_dirs.v2 import request as alter_dirs
 from kio.schema.delete_records.v2 import request as delete_records
 from kio.schema.describe_log_dirs.v2 import request as describe_dirs
+from kio.schema.describe_log_dirs.v4 import request as describe_dirs_v4
 from kio.schema.describe_topic_partitions.v0 import request as describe_partitions
 from kio.schema.elect_leaders.v2 import request as elect
 from kio.schema.errors import ErrorCode
@@ -35,6 +36,8 @@ def test_each_api_is_refused_without_its_acl(tmp_path):
 
         described = ask(35, 2, describe_dirs.DescribeLogDirsRequest(topics=None))
         assert described.results == ()  # v2 has no error of the whole answer: no directory listed
+        described = ask(35, 4, describe_dirs_v4.DescribeLogDirsRequest(topics=None))
+        assert (described.error_code, described.results) == (ErrorCode.cluster_authorization_failed, ())
         moved = ask(34, 2, alter_dirs.AlterReplicaLogDirsRequest(dirs=(alter_dirs.AlterReplicaLogDir(
             path=str(tmp_path), topics=(alter_dirs.AlterReplicaLogDirTopic(name=TOPIC, partitions=(i32(0),)),)),)))
         assert moved.results[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed

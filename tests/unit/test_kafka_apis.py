@@ -19,9 +19,11 @@ PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # turns on them (kafka-python tells 3.1 by Fetch v13, 3.7 by Fetch v16, 3.8 by Produce v11):
 # test_kafka_python_infers_a_3_0_broker_from_our_api_versions.
 # OffsetCommit and OffsetFetch v9 (member epochs) are Kafka 4.0's, for its consumer protocol (§17.9);
-# ApiVersions v4 is Kafka 3.9's (§16.3).
+# ApiVersions v4 is Kafka 3.9's (§16.3); DescribeLogDirs v3 (KIP-784) is Kafka 3.2's and v4 (KIP-827, the
+# volume's sizes) 3.3's (§16.4).
 BEYOND_KAFKA_3_0 = {KafkaApi.METADATA: 12, KafkaApi.DESCRIBE_CLUSTER: 1, KafkaApi.LIST_GROUPS: 5,
-                    KafkaApi.OFFSET_COMMIT: 9, KafkaApi.OFFSET_FETCH: 9, KafkaApi.API_VERSIONS: 4}
+                    KafkaApi.OFFSET_COMMIT: 9, KafkaApi.OFFSET_FETCH: 9, KafkaApi.API_VERSIONS: 4,
+                    KafkaApi.DESCRIBE_LOG_DIRS: 4}
 # Accepted but not advertised: AddPartitionsToTxn v4 (Kafka 3.6's), which only brokers send (§19.5.7).
 BROKERS_ONLY_UP_TO = {KafkaApi.ADD_PARTITIONS_TO_TXN: 4}
 
@@ -117,10 +119,8 @@ def test_aiokafka_finds_a_version_it_speaks_in_every_api_of_the_table_it_knows()
 README_MD = PROTOCOL_MD.parents[1] / "README.md"
 
 
-def _versions(api: KafkaApi) -> str:
-    if api.min_version == api.max_version:
-        return str(api.min_version)
-    return f"{api.min_version}–{api.max_version}"
+def _versions(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low}–{high}"
 
 
 def test_every_api_kio_knows_is_served_or_said_why_not():
@@ -148,7 +148,10 @@ def test_the_readme_lists_every_api_a_client_may_send_with_its_versions_or_why_n
     start = section.index("| key | api | trikafka |")
     table = section[start:section.index("\n\n", start)]
     rows = {int(key): (name, what) for key, name, what in re.findall(r"^\| (\d+) \| (\w+) \| (.+) \|$", table, re.M)}
-    expected = {int(api): (api.label, _versions(api)) for api in KafkaApi}
+    # The ranges ApiVersions answers (every version of it answers the same table).
+    answered = {e.api_key: (e.min_version, e.max_version) for e in api_versions_entries(3)}
+    assert answered.keys() == {int(api) for api in KafkaApi}
+    expected = {int(api): (api.label, _versions(*answered[int(api)])) for api in KafkaApi}
     expected |= {key: (name, f"not served: {why}") for key, (name, why) in NOT_SERVED.items() if why != KRAFT_ONLY}
     assert rows == expected
     for key, (name, why) in NOT_SERVED.items():  # the apis only brokers send are named below the table's intro

@@ -25,13 +25,17 @@ def test_entity_paths_are_kafkas_with_names_url_encoded_and_defaults_written_as_
     assert components("users/User+1/clients/a+b%2Fc%2A") == [Component("user", "User 1"),
                                                               Component("client-id", "a b/c*")]
     assert components("clients/<default>") == [Component("client-id", None)]
+    assert entity_path([Component("ip", "::1")]) == "ips/::1"  # as given, as Kafka writes it
+    assert components("ips/<default>") == [Component("ip", None)]
     assert sanitize("~x") == "%7Ex"  # Java's URLEncoder encodes what Python keeps
 
 
 @pytest.mark.parametrize("parts, named", [
-    ([Component("ip", "1.2.3.4")], "'ip' is not served"),
+    ([Component("host", "1.2.3.4")], "'host' is not served"),
+    ([Component("ip", "1.2.3.4"), Component("client-id", "c")], "'ip' cannot be combined"),
+    ([Component("ip", "localhost")], "not a valid IP address"),
     ([Component("user", "a"), Component("user", "b")], "named twice"),
-    ([], "needs a user or a client-id"),
+    ([], "needs a user, a client-id or an ip"),
 ])
 def test_a_bad_entity_is_refused_naming_why(parts: list[Component], named: str) -> None:
     with pytest.raises(EntityError, match=named):
@@ -100,3 +104,26 @@ def test_a_charge_keeps_the_longest_throttle_and_a_charge_without_quotas_records
     assert fetched == 5000 and charge.mute_ms == 5000
     assert charge.handled(0.12) == 2000 and charge.mute_ms == fetched  # 1.2% of a thread over 10 s
     assert Charge(None, "alice", "c", 10).produced() == 0
+
+
+def test_a_throttled_fetch_takes_its_bytes_back_and_a_fetch_is_limited_to_the_quotas_window_bytes() -> None:
+    clock = Clock()
+    quotas = ClientQuotas(clock_s=clock)
+    quotas.replace({"clients/c": {CONSUMER_BYTE_RATE: "100"}})
+    charge = Charge(quotas, "alice", "c", request_bytes=10)
+    assert charge.fetch_limit_bytes() == 1000  # 100 B/s over 10 windows of 1 s: unthrottled with nothing recorded
+    assert Charge(quotas, "alice", "other", 10).fetch_limit_bytes() is None
+    assert charge.fetched(1000) == 0
+    assert charge.fetched(500) == 5000  # throttled: taken back, so the rate is the first answer's alone
+    assert quotas.record(CONSUMER_BYTE_RATE, "alice", "c", 0) == 0
+
+
+def test_an_ip_quota_throttles_its_address_and_not_another_and_does_not_count_a_refused_connection() -> None:
+    clock = Clock()
+    quotas = ClientQuotas(samples=2, window_s=1.0, clock_s=clock)
+    quotas.replace({"ips/0:0::1": {"connection_creation_rate": "2"}, "ips/<default>": {"connection_creation_rate": "0"},
+                    "ips/::2": {"producer_byte_rate": "5"}})  # not an ip's key: ignored
+    assert [quotas.connection_created("::1") for _ in range(3)] == [0, 0, 500]  # (3 - 2) / 2 x 1 s
+    assert quotas.connection_created("::1") == 500  # the refused one was taken back
+    assert quotas.connection_created("10.0.0.1") == 1000  # the default: 0, at most one window
+    assert quotas.connection_created("unix-socket") == 0

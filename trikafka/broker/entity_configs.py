@@ -1,7 +1,9 @@
-"""The settings of Kafka's config entities: users, client ids and their pairs (docs/protocol.md §20.1).
+"""The settings of Kafka's config entities: users, client ids, their pairs and client IP addresses
+(docs/protocol.md §20.1).
 
 An entity is named by Kafka's entity path (``users/<u>``, ``clients/<c>``,
-``users/<u>/clients/<c>``, names URL-encoded, ``<default>`` for a default).
+``users/<u>/clients/<c>``, ``ips/<ip>``; user and client names URL-encoded,
+``<default>`` for a default).
 ``FileEntityConfigs`` keeps them in the log directory (standalone),
 ``ZooKeeperEntityConfigs`` in Kafka's znodes, following their change
 notifications.  Both hold every entity in memory (``entities``) and call
@@ -10,6 +12,7 @@ notifications.  Both hold every entity in memory (``entities``) and call
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -30,9 +33,9 @@ logger = logging.getLogger(__name__)
 ENTITY_CONFIGS_FILE = ".trikafka-entity-configs.json"
 FILE_VERSION = 1
 DEFAULT_NAME = "<default>"  # an entity path's name for the default of its type
-USER, CLIENT_ID = "user", "client-id"  # the quota entity types (DescribeClientQuotas' names)
+USER, CLIENT_ID, IP = "user", "client-id", "ip"  # the quota entity types (DescribeClientQuotas' names)
 # Entity type -> its entity path's word, in the path's order (a user before its client id).
-_PATH_WORDS = {USER: "users", CLIENT_ID: "clients"}
+_PATH_WORDS = {USER: "users", CLIENT_ID: "clients", IP: "ips"}
 _TYPES_BY_WORD = {word: kind for kind, word in _PATH_WORDS.items()}
 
 Entities = dict[str, dict[str, str]]  # entity path -> its settings
@@ -53,6 +56,19 @@ def desanitize(name: str) -> str:
     return urllib.parse.unquote_plus(name)
 
 
+def ip_key(address: str) -> str | None:
+    """``address`` as IP entities compare it (``0:0::1`` is ``::1``); None when it is no IP address."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
+
+
+# How each entity type's names appear in a path (IP addresses as given, as Kafka writes them).
+_ENCODE_NAME: dict[str, Callable[[str], str]] = {USER: sanitize, CLIENT_ID: sanitize, IP: lambda name: name}
+_DECODE_NAME: dict[str, Callable[[str], str]] = {USER: desanitize, CLIENT_ID: desanitize, IP: lambda name: name}
+
+
 class Component(NamedTuple):
     """One part of an entity: its type and name (None: the default of the type)."""
 
@@ -65,13 +81,17 @@ def entity_path(components: list[Component]) -> str:
     by_kind: dict[str, str | None] = {}
     for kind, name in components:
         if kind not in _PATH_WORDS:
-            raise EntityError(f"entity type {kind!r} is not served (user and client-id are)")
+            raise EntityError(f"entity type {kind!r} is not served (user, client-id and ip are)")
         if kind in by_kind:
             raise EntityError(f"entity type {kind!r} named twice")
+        if kind == IP and name is not None and ip_key(name) is None:
+            raise EntityError(f"{name!r} is not a valid IP address")
         by_kind[kind] = name
     if not by_kind:
-        raise EntityError("an entity needs a user or a client-id")
-    return "/".join(f"{_PATH_WORDS[kind]}/{DEFAULT_NAME if name is None else sanitize(name)}"
+        raise EntityError("an entity needs a user, a client-id or an ip")
+    if IP in by_kind and len(by_kind) > 1:
+        raise EntityError("entity type 'ip' cannot be combined with user or client-id")
+    return "/".join(f"{_PATH_WORDS[kind]}/{DEFAULT_NAME if name is None else _ENCODE_NAME[kind](name)}"
                     for kind, name in sorted(by_kind.items(), key=lambda item: list(_PATH_WORDS).index(item[0])))
 
 
@@ -80,7 +100,7 @@ def components(path: str) -> list[Component]:
     words = path.split("/")
     if len(words) % 2 or not words or any(word not in _TYPES_BY_WORD for word in words[::2]):
         raise EntityError(f"{path!r} is not an entity path")
-    return [Component(_TYPES_BY_WORD[word], None if name == DEFAULT_NAME else desanitize(name))
+    return [Component(_TYPES_BY_WORD[word], None if name == DEFAULT_NAME else _DECODE_NAME[_TYPES_BY_WORD[word]](name))
             for word, name in zip(words[::2], words[1::2])]
 
 

@@ -1,5 +1,5 @@
-"""Client quotas (KIP-13, KIP-55, KIP-124, KIP-219; docs/protocol.md §20.2): which quota applies to a
-request, the rates measured against it, and the throttle time a recording costs.
+"""Client quotas (KIP-13, KIP-55, KIP-124, KIP-219, KIP-612; docs/protocol.md §20.2): which quota applies
+to a request or a new connection, the rates measured against it, and the throttle time a recording costs.
 
 Pure bookkeeping on an injected clock: the Kafka connection records what each
 request costs (``Charge``) and mutes itself for the throttle time it answers.
@@ -13,32 +13,65 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, NamedTuple
 
-from .entity_configs import DEFAULT_NAME, sanitize
+from .entity_configs import CLIENT_ID, DEFAULT_NAME, IP, USER, Component, EntityError, components, ip_key, sanitize
 
 logger = logging.getLogger(__name__)
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
-# Each quota key and whether its value must be a whole number (a byte rate).
-QUOTA_KEYS: dict[str, bool] = {PRODUCER_BYTE_RATE: True, CONSUMER_BYTE_RATE: True, REQUEST_PERCENTAGE: False}
+CONNECTION_CREATION_RATE = "connection_creation_rate"
 PERCENT_PER_SECOND = 100.0  # request_percentage records 100 per second of handling
+CLIENT_KINDS = frozenset({USER, CLIENT_ID})
+
+
+class QuotaKey(NamedTuple):
+    """What a quota key's values may be, and the entity types that may set it (§20.3)."""
+
+    whole: bool  # a whole number
+    least: float  # the smallest value allowed
+    least_included: bool  # whether ``least`` itself is allowed
+    kinds: frozenset[str]
+
+    def need(self) -> str:
+        return f"{'a whole number' if self.whole else 'a number'} {'>=' if self.least_included else '>'} {self.least:g}"
+
+    def allows(self, value: float) -> bool:
+        return (math.isfinite(value) and (value >= self.least if self.least_included else value > self.least)
+                and (not self.whole or value == int(value)))
+
+
+QUOTA_KEYS: dict[str, QuotaKey] = {
+    PRODUCER_BYTE_RATE: QuotaKey(True, 1, True, CLIENT_KINDS),
+    CONSUMER_BYTE_RATE: QuotaKey(True, 1, True, CLIENT_KINDS),
+    REQUEST_PERCENTAGE: QuotaKey(False, 0, False, CLIENT_KINDS),
+    CONNECTION_CREATION_RATE: QuotaKey(True, 0, True, frozenset({IP})),
+}
 
 
 class QuotaError(ValueError):
     """A quota key or value that cannot be stored; the message names it."""
 
 
-def check_quota(key: str, value: float) -> str:
-    """``value`` as an entity stores it; QuotaError for an unknown key or a value out of range (§20.3)."""
-    whole = QUOTA_KEYS.get(key)
-    if whole is None:
+def quota_key(key: str) -> QuotaKey:
+    """``key``'s rules; QuotaError for a key that is not a quota."""
+    found = QUOTA_KEYS.get(key)
+    if found is None:
         raise QuotaError(f"unknown quota key {key!r} (served: {', '.join(QUOTA_KEYS)})")
-    if not math.isfinite(value) or value <= 0 or (whole and (value != int(value) or value < 1)):
-        raise QuotaError(f"quota {key} = {value}: {'a whole number >= 1' if whole else 'a number > 0'} is needed")
-    return str(int(value)) if whole else repr(float(value))
+    return found
+
+
+def check_quota(key: str, value: float, kinds: frozenset[str] | None = None) -> str:
+    """``value`` as an entity stores it; QuotaError for an unknown key, one that entity types ``kinds``
+    may not set, or a value out of range (§20.3)."""
+    rules = quota_key(key)
+    if kinds is not None and not kinds <= rules.kinds:
+        raise QuotaError(f"quota key {key!r} is not one of an entity of type {', '.join(sorted(kinds))}")
+    if not rules.allows(value):
+        raise QuotaError(f"quota {key} = {value}: {rules.need()} is needed")
+    return str(int(value)) if rules.whole else repr(float(value))
 
 
 def _candidates(user: str, client_id: str) -> Iterator[tuple[str, str, str]]:
@@ -52,6 +85,13 @@ def _candidates(user: str, client_id: str) -> Iterator[tuple[str, str, str]]:
     yield f"users/{d}", user, ""
     yield f"clients/{c}", "", client_id
     yield f"clients/{d}", "", client_id
+
+
+def _in_force_path(path: str, entity: list[Component]) -> str:
+    """The path a quota is looked up by: an IP address in its canonical form (``connection_created``)."""
+    if len(entity) == 1 and entity[0].kind == IP and entity[0].name is not None:
+        return f"ips/{ip_key(entity[0].name)}"
+    return path
 
 
 class Rate:
@@ -99,8 +139,10 @@ class ClientQuotas:
             for key, value in config.items():
                 if key in QUOTA_KEYS:
                     try:
-                        quotas.setdefault(path, {})[key] = float(check_quota(key, float(value)))
-                    except (QuotaError, ValueError) as exc:
+                        entity = components(path)
+                        stored = float(check_quota(key, float(value), frozenset(c.kind for c in entity)))
+                        quotas.setdefault(_in_force_path(path, entity), {})[key] = stored
+                    except (QuotaError, EntityError, ValueError) as exc:
                         logger.error("entity %s: quota %s=%r ignored: %s", path, key, value, exc)
         self._quotas = quotas
         self._rates.clear()  # Kafka starts new sensors when a quota changes
@@ -130,23 +172,60 @@ class ClientQuotas:
             rate = self._rates[(key, shared_user, shared_client)] = Rate(self.samples, self.window_s)
         now_s = self.clock_s()
         rate.record(amount, now_s)
+        if amount < 0:  # taken back (a throttled Fetch's records): nothing to throttle
+            return 0
         observed, span_s = rate.measure(now_s)
         if observed <= quota:
             return 0
         return round(min((observed - quota) / quota * span_s, span_s) * 1000)
 
+    def connection_created(self, address: str) -> int:
+        """Record a new connection from ``address`` against its ``connection_creation_rate`` (KIP-612,
+        §20.2): the throttle time in ms (the connection is then closed after it, and not counted)."""
+        if not self._quotas:
+            return 0
+        key = ip_key(address)
+        if key is None:
+            return 0
+        for path in (f"ips/{key}", f"ips/{DEFAULT_NAME}"):
+            quota = self._quotas.get(path, {}).get(CONNECTION_CREATION_RATE)
+            if quota is not None:
+                break
+        else:
+            return 0
+        rate = self._rates.get((CONNECTION_CREATION_RATE, key, ""))
+        if rate is None:
+            rate = self._rates[(CONNECTION_CREATION_RATE, key, "")] = Rate(self.samples, self.window_s)
+        now_s = self.clock_s()
+        rate.record(1, now_s)
+        observed, span_s = rate.measure(now_s)
+        if observed <= quota:
+            return 0
+        rate.record(-1, now_s)
+        return max(round(min((observed - quota) / quota * span_s if quota else span_s, self.window_s) * 1000), 1)
+
+    def window_amount(self, key: str, user: str, client_id: str) -> float | None:
+        """The most one recording of ``key`` may be without being throttled when nothing else is
+        recorded: the quota over ``samples - 1`` windows (Kafka's ``getMaxValueInQuotaWindow``); None
+        without a quota."""
+        applying = self.quota_of(key, user, client_id) if self._quotas else None
+        return None if applying is None else applying[0] * (self.samples - 1) * self.window_s
+
 
 class Charge:
     """What one request costs its entity: the connection makes one per request (§20.2)."""
 
-    __slots__ = ("_quotas", "user", "client_id", "request_bytes", "mute_ms")
+    __slots__ = ("_quotas", "user", "client_id", "request_bytes", "mute_ms", "started_s", "_handled_s")
 
-    def __init__(self, quotas: ClientQuotas | None, user: str, client_id: str, request_bytes: int):
+    def __init__(self, quotas: ClientQuotas | None, user: str, client_id: str, request_bytes: int,
+                 started_s: float | None = None):
         self._quotas = quotas
         self.user = user
         self.client_id = client_id
         self.request_bytes = request_bytes
         self.mute_ms = 0  # the longest throttle recorded: the connection reads nothing for this long
+        self.started_s = time.perf_counter() if started_s is None else started_s  # handling began (perf_counter)
+        self._handled_s = 0.0  # handling time already recorded against request_percentage
 
     def _record(self, key: str, amount: float) -> int:
         if self._quotas is None:
@@ -159,13 +238,33 @@ class Charge:
         """A Produce request's size against ``producer_byte_rate``; its throttle time (ms)."""
         return self._record(PRODUCER_BYTE_RATE, self.request_bytes)
 
+    def fetch_limit_bytes(self) -> int | None:
+        """The most a Fetch answer may carry under ``consumer_byte_rate`` (§20.2); None: no quota."""
+        if self._quotas is None:
+            return None
+        limit = self._quotas.window_amount(CONSUMER_BYTE_RATE, self.user, self.client_id)
+        return None if limit is None else int(limit)
+
     def fetched(self, answer_bytes: int) -> int:
-        """A Fetch answer's size against ``consumer_byte_rate``; its throttle time (ms)."""
-        return self._record(CONSUMER_BYTE_RATE, answer_bytes)
+        """A Fetch answer's size against ``consumer_byte_rate`` and the handling time so far against
+        ``request_percentage``: the larger throttle time (ms). Throttled, the size is taken back, for the
+        answer is sent without its records (KIP-219, §20.2)."""
+        if self._quotas is None:
+            return 0
+        request_ms = self.handled(time.perf_counter() - self.started_s)
+        bytes_ms = self._record(CONSUMER_BYTE_RATE, answer_bytes)
+        throttle_ms = max(request_ms, bytes_ms)
+        if throttle_ms and answer_bytes:
+            self._quotas.record(CONSUMER_BYTE_RATE, self.user, self.client_id, -answer_bytes)
+        return throttle_ms
 
     def handled(self, seconds: float) -> int:
-        """The request's handling time against ``request_percentage``; its throttle time (ms)."""
-        return self._record(REQUEST_PERCENTAGE, seconds * PERCENT_PER_SECOND)
+        """The request's handling time, ``seconds`` in all, against ``request_percentage`` (what an
+        earlier call recorded not again); its throttle time (ms)."""
+        if self._quotas is None:
+            return 0
+        amount_s, self._handled_s = max(seconds - self._handled_s, 0.0), max(seconds, self._handled_s)
+        return self._record(REQUEST_PERCENTAGE, amount_s * PERCENT_PER_SECOND)
 
 
 NO_CHARGE = Charge(None, "", "", 0)  # outside a connection (a bare service in tests): nothing recorded

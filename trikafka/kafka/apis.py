@@ -91,7 +91,7 @@ class KafkaApi(enum.IntEnum):
     DESCRIBE_CONFIGS = (32, 1, 4, 4)
     ALTER_CONFIGS = (33, 0, 2, 2)
     ALTER_REPLICA_LOG_DIRS = (34, 1, 2, 2)
-    DESCRIBE_LOG_DIRS = (35, 1, 2, 2)
+    DESCRIBE_LOG_DIRS = (35, 1, 4, 2)
     SASL_AUTHENTICATE = (36, 0, 2, 2)
     CREATE_PARTITIONS = (37, 0, 3, 2)
     DELETE_GROUPS = (42, 0, 2, 2)

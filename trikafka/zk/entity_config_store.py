@@ -1,5 +1,5 @@
 """Kafka's entity configs in ZooKeeper (docs/protocol.md §20.1, §20.4): ``/config/users``,
-``/config/clients``, ``/config/users/<u>/clients`` and ``/config/brokers``, each znode
+``/config/clients``, ``/config/users/<u>/clients``, ``/config/ips`` and ``/config/brokers``, each znode
 ``{"version":1,"config":{...}}``, and the change notifications under ``/config/changes`` that tell
 every broker to read them again.
 """
@@ -19,7 +19,7 @@ from .topic_config_store import decode_topic_config, encode_topic_config
 logger = logging.getLogger(__name__)
 
 # The entity types a tree holds: (root's child, the child type under each entity, if any).
-_TREES = (("users", "clients"), ("clients", None), ("brokers", None))
+_TREES = (("users", "clients"), ("clients", None), ("ips", None), ("brokers", None))
 NOTIFICATION_VERSION = 2  # Kafka's config_change_ value version
 
 

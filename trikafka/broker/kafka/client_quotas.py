@@ -14,7 +14,8 @@ from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 
 from ..entity_configs import Component, Edit, EntityConfigStore, EntityError, components, entity_path
-from ..quotas import QUOTA_KEYS, QuotaError, check_quota
+from ..entity_configs import CLIENT_ID, IP, USER
+from ..quotas import QUOTA_KEYS, QuotaError, check_quota, quota_key
 from .acl.authorizer import Authorizer
 from .entities import NO_THROTTLE, Reply
 
@@ -59,7 +60,7 @@ def describe_client_quotas(service: QuotaHost, request: Request) -> Any:
         return answer(denied, CLUSTER_DENIED_MESSAGE, None)
     filters = list(body.components)
     for f in filters:
-        if f.entity_type not in ("user", "client-id"):
+        if f.entity_type not in (USER, CLIENT_ID, IP):
             return answer(ErrorCode.invalid_request, f"entity type {f.entity_type!r} is not served", None)
         if f.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
             return answer(ErrorCode.invalid_request, f"unknown match type {f.match_type}", None)
@@ -81,15 +82,18 @@ def describe_client_quotas(service: QuotaHost, request: Request) -> Any:
     return answer(ErrorCode.none, None, tuple(entries))
 
 
-def _edit(ops: list[Any]) -> Edit:
-    """The edit of one entity's settings; QuotaError (checked now) for a bad key or value."""
+def _edit(ops: list[Any], kinds: frozenset[str]) -> Edit:
+    """The edit of the settings of one entity of types ``kinds``; QuotaError (checked now) for a bad key
+    or value."""
     changes: dict[str, str | None] = {}
     for op in ops:
         if op.key in changes:
             raise QuotaError(f"quota key {op.key!r} named twice")
-        changes[op.key] = None if op.remove else check_quota(op.key, op.value)
-        if op.remove and op.key not in QUOTA_KEYS:
-            raise QuotaError(f"unknown quota key {op.key!r} (served: {', '.join(QUOTA_KEYS)})")
+        if op.remove:
+            quota_key(op.key)
+            changes[op.key] = None
+        else:
+            changes[op.key] = check_quota(op.key, op.value, kinds)
 
     def edit(current: dict[str, str]) -> dict[str, str]:
         after = dict(current)
@@ -114,10 +118,11 @@ async def alter_client_quotas(service: QuotaHost, request: Request) -> Any:
             if denied is not None:
                 code, message = denied, CLUSTER_DENIED_MESSAGE
             else:
-                path = entity_path([Component(e.entity_type, e.entity_name) for e in entry.entity])
+                entity = [Component(e.entity_type, e.entity_name) for e in entry.entity]
+                path = entity_path(entity)
                 if path in edits:
                     raise EntityError(f"entity {path!r} named twice")
-                edits[path] = _edit(list(entry.ops))
+                edits[path] = _edit(list(entry.ops), frozenset(c.kind for c in entity))
         except (EntityError, QuotaError) as exc:
             code, message = ErrorCode.invalid_request, str(exc)
         results.append((entry, code, message))

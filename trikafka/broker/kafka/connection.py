@@ -110,6 +110,18 @@ class ServedKafkaConnection:
 
     async def run(self) -> None:
         CLIENT_PEER.set(self.peer)
+        address = self.peer.rpartition(":")[0]
+        if throttle_ms := self._service.quotas.connection_created(address):
+            # KIP-612 (§20.2): over its address's connection_creation_rate, nothing is read from this
+            # connection, and it is closed once the throttle time has passed (Kafka's delayed close).
+            self.close_reason = f"connection_creation_rate of {address} over its quota"
+            logger.info("closing Kafka connection from %s in %d ms: %s", self.peer, throttle_ms, self.close_reason)
+            self._muted_until_s = trio.current_time() + throttle_ms / 1000
+            try:
+                await self._wait_unmuted()
+            finally:
+                await trio.aclose_forcefully(self.stream)
+            return
         self.principal = CLIENT_PRINCIPAL.get()
         if self._gate is not None:
             self._handshake_scope.deadline = trio.current_time() + self._gate.handshake_timeout_s

@@ -53,21 +53,31 @@ async def fetch(service: PartitionReads, request: Request) -> list[Chunk]:
                     getattr(p, "current_leader_epoch", -1), committed)
              for t in body.topics for p in t.partitions]
     deadline = trio.current_time() + max(body.max_wait.total_seconds(), 0.0)
+    charge = REQUEST_CHARGE.get()
+    # Under consumer_byte_rate, no more than a rate with nothing recorded takes unthrottled (§20.2):
+    # a larger answer would be throttled, hence emptied, every time.
+    quota_bytes = charge.fetch_limit_bytes()
+    max_bytes = body.max_bytes if quota_bytes is None else min(body.max_bytes, quota_bytes)
+    min_bytes = min(body.min_bytes, max_bytes)
+
     async def attempt() -> list[FetchPartition]:
-        return await _answer_all(service, asked, body.max_bytes)
+        return await _answer_all(service, asked, max_bytes)
 
     def ready(answers: list[FetchPartition]) -> bool:
-        return (sum(len(a.records) for a in answers if a.records is not None) >= body.min_bytes
+        return (sum(len(a.records) for a in answers if a.records is not None) >= min_bytes
                 or any(a.error_code != ErrorCode.none for a in answers))
 
     answers = await service.engine.waiters.long_poll([(a.topic, a.partition) for a in asked], deadline,
                                                      attempt, ready)
+    # consumer_byte_rate (§20.2): the answer's records, measured before it is sent (Kafka counts the
+    # whole answer; the records are all of it but a few bytes per partition). Throttled (that quota or
+    # request_percentage), the answer is empty: no partitions, as Kafka's (KIP-219).
+    throttle_ms = charge.fetched(sum(len(a.records) for a in answers if a.records is not None))
+    if throttle_ms:
+        answers = []
     for a, answer in zip(asked, answers):
         if answer.records is not None:
             service.engine.metrics.topic(a.topic).bytes_out += len(answer.records)
-    # consumer_byte_rate (§20.2): the answer's records, measured before it is sent (Kafka counts the
-    # whole answer; the records are all of it but a few bytes per partition).
-    throttle_ms = REQUEST_CHARGE.get().fetched(sum(len(a.records) for a in answers if a.records is not None))
     chunks: list[Chunk] = []
     for chunk in encode_fetch_response(request.api_version, request.correlation_id, throttle_ms, ErrorCode.none, 0,
                                        answers):

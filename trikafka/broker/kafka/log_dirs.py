@@ -1,7 +1,8 @@
 """DescribeLogDirs and AlterReplicaLogDirs (docs/protocol.md §16.4): a broker's one log directory.
 
 Both read only the log manager's list of logs, in memory: a partition's size
-is its byte range (segments are contiguous, §7.1), nothing is stat'ed.
+is its byte range (segments are contiguous, §7.1), nothing is stat'ed; DescribeLogDirs
+v4 asks the directory's file system its sizes (``statvfs``, in a worker thread).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.framing import Request
 
-from ..seams import BrokerLog
+from ..seams import BrokerLog, RunBlocking
 from .entities import NO_THROTTLE, Reply
 
 if TYPE_CHECKING:
@@ -27,13 +28,32 @@ if TYPE_CHECKING:
 CURRENT_LOG_LAG = 0
 
 
+# DescribeLogDirs v4's sizes when the file system cannot tell them (Kafka's "no value").
+UNKNOWN_BYTES = -1
+STATVFS_FROM_VERSION = 4
+
+
 class LogDirsOwner(Protocol):
-    """What the log-directory apis need of their broker: the ACL check and its logs (the engine's)."""
+    """What the log-directory apis need of their broker: the ACL check, its logs (the engine's), a
+    worker thread for the file system's sizes."""
 
     authorizer: Authorizer
 
     @property
     def engine(self) -> Engine: ...
+
+    @property
+    def run_blocking(self) -> RunBlocking: ...
+
+
+def volume_bytes(path: str) -> tuple[int, int]:
+    """(total, usable) bytes of the file system ``path`` is on (Java's ``getTotalSpace`` and
+    ``getUsableSpace``); both UNKNOWN_BYTES when it cannot be read. Blocking: run it in a thread."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return UNKNOWN_BYTES, UNKNOWN_BYTES
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
 
 
 def _own_dir(service: LogDirsOwner) -> str:
@@ -51,9 +71,8 @@ def _held(service: LogDirsOwner) -> dict[str, dict[int, BrokerLog]]:
 async def describe_log_dirs(service: LogDirsOwner, request: Request) -> Any:
     reply = Reply(request.api_key, request.api_version)
     body: Any = request.body  # Any: this api's request class at the request's version
-    if service.authorizer.denied(KafkaApi.DESCRIBE_LOG_DIRS) is not None:
-        return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed,
-                              results=())
+    if (denied := service.authorizer.denied(KafkaApi.DESCRIBE_LOG_DIRS)) is not None:
+        return reply.response(throttle_time=NO_THROTTLE, error_code=denied, results=())
     held = _held(service)
     asked: Iterable[tuple[str, tuple[int, ...] | None]] = (
         ((t, None) for t in sorted(held)) if body.topics is None else ((t.topic, t.partitions) for t in body.topics))
@@ -67,8 +86,12 @@ async def describe_log_dirs(service: LogDirsOwner, request: Request) -> Any:
                              partition_size=logs[p].end_offset - logs[p].start_offset,
                              offset_lag=CURRENT_LOG_LAG, is_future_key=False)
                 for p in indexes)))
-    result = reply.nested("DescribeLogDirsResult", error_code=ErrorCode.none, log_dir=_own_dir(service),
-                          topics=tuple(topics))
+    own = _own_dir(service)
+    total_bytes, usable_bytes = UNKNOWN_BYTES, UNKNOWN_BYTES
+    if request.api_version >= STATVFS_FROM_VERSION:
+        total_bytes, usable_bytes = await service.run_blocking(volume_bytes, own)
+    result = reply.nested("DescribeLogDirsResult", error_code=ErrorCode.none, log_dir=own, topics=tuple(topics),
+                          total_bytes=total_bytes, usable_bytes=usable_bytes)
     return reply.response(throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=(result,))
 
 
