@@ -15,6 +15,7 @@ from trikafka.log.clock import ManualClock
 from trikafka.log.config import LogConfig
 from trikafka.log.errors import LogFailedError
 from trikafka.log.flushing import FlushTicket
+from trikafka.log.log import Log
 from trikafka.log.manager import LogManager
 from trikafka.testing import FakeFileSystem
 from trikafka.wire.messageset import build_message_set
@@ -39,6 +40,31 @@ class _Spawns(trio.abc.Instrument):
         self.names.append(task.name)
 
 
+async def _start_a_held_flush(nursery: trio.Nursery, monkeypatch) -> tuple[FlushScheduler, Log, threading.Event,
+                                                                        list[int]]:
+    """A threaded scheduler whose first flush, of one append, waits in its fsync until the returned
+    event is set: (scheduler, log, release, each fsync's size)."""
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    entered, release = threading.Event(), threading.Event()
+    sizes: list[int] = []
+    fsync = FlushTicket.fsync
+
+    def held_fsync(ticket: FlushTicket) -> None:  # in the worker thread
+        sizes.append(ticket.size)
+        if len(sizes) == 1:
+            entered.set()
+            release.wait(10)
+        fsync(ticket)
+
+    monkeypatch.setattr(FlushTicket, "fsync", held_fsync)
+    scheduler = await nursery.start(FlushScheduler(manager).run)
+    log.append(SET)
+    scheduler.request_flush(log)
+    await trio.to_thread.run_sync(entered.wait, 10)
+    return scheduler, log, release, sizes
+
+
 async def test_an_acks_all_flush_spawns_no_task_and_makes_the_bytes_visible():
     manager = _manager(FakeFileSystem(seed=1))
     log = manager.get_or_create("t", 0)
@@ -58,25 +84,8 @@ async def test_an_acks_all_flush_spawns_no_task_and_makes_the_bytes_visible():
 
 
 async def test_flushes_asked_for_during_an_fsync_coalesce_into_one_more(monkeypatch):
-    manager = _manager(FakeFileSystem(seed=1))
-    log = manager.get_or_create("t", 0)
-    entered, release = threading.Event(), threading.Event()
-    sizes: list[int] = []
-    fsync = FlushTicket.fsync
-
-    def held_fsync(ticket: FlushTicket) -> None:  # in the worker thread
-        sizes.append(ticket.size)
-        if len(sizes) == 1:
-            entered.set()
-            release.wait(10)
-        fsync(ticket)
-
-    monkeypatch.setattr(FlushTicket, "fsync", held_fsync)
     async with trio.open_nursery() as nursery:
-        scheduler = await nursery.start(FlushScheduler(manager).run)
-        log.append(SET)
-        scheduler.request_flush(log)
-        await trio.to_thread.run_sync(entered.wait, 10)
+        scheduler, log, release, sizes = await _start_a_held_flush(nursery, monkeypatch)
         for _ in range(3):
             log.append(SET)
             scheduler.request_flush(log)
@@ -103,22 +112,8 @@ async def test_a_failing_threaded_fsync_is_raised_by_run():
 
 
 async def test_run_returns_only_once_a_started_flush_is_complete(monkeypatch):
-    manager = _manager(FakeFileSystem(seed=1))
-    log = manager.get_or_create("t", 0)
-    entered, release = threading.Event(), threading.Event()
-    fsync = FlushTicket.fsync
-
-    def held_fsync(ticket: FlushTicket) -> None:
-        entered.set()
-        release.wait(10)
-        fsync(ticket)
-
-    monkeypatch.setattr(FlushTicket, "fsync", held_fsync)
     async with trio.open_nursery() as nursery:
-        scheduler = await nursery.start(FlushScheduler(manager).run)
-        log.append(SET)
-        scheduler.request_flush(log)
-        await trio.to_thread.run_sync(entered.wait, 10)
+        _, log, release, _ = await _start_a_held_flush(nursery, monkeypatch)
         nursery.cancel_scope.cancel()  # the scheduler stops while the fsync runs
         release.set()
     assert log.flushing.flush_ticket is None  # handed back, not left dangling
