@@ -40,24 +40,31 @@ class _Spawns(trio.abc.Instrument):
         self.names.append(task.name)
 
 
+def _record_fsyncs(monkeypatch, hold_first: bool) -> tuple[threading.Event, threading.Event, list[int]]:
+    """Record each flush's size; with ``hold_first`` the first fsync waits in its worker thread
+    until ``release`` is set: (entered, release, sizes)."""
+    entered, release = threading.Event(), threading.Event()
+    sizes: list[int] = []
+    fsync = FlushTicket.fsync
+
+    def recorded_fsync(ticket: FlushTicket) -> None:  # in the worker thread
+        sizes.append(ticket.size)
+        if hold_first and len(sizes) == 1:
+            entered.set()
+            release.wait(10)
+        fsync(ticket)
+
+    monkeypatch.setattr(FlushTicket, "fsync", recorded_fsync)
+    return entered, release, sizes
+
+
 async def _start_a_held_flush(nursery: trio.Nursery, monkeypatch) -> tuple[FlushScheduler, Log, threading.Event,
                                                                         list[int]]:
     """A threaded scheduler whose first flush, of one append, waits in its fsync until the returned
     event is set: (scheduler, log, release, each fsync's size)."""
     manager = _manager(FakeFileSystem(seed=1))
     log = manager.get_or_create("t", 0)
-    entered, release = threading.Event(), threading.Event()
-    sizes: list[int] = []
-    fsync = FlushTicket.fsync
-
-    def held_fsync(ticket: FlushTicket) -> None:  # in the worker thread
-        sizes.append(ticket.size)
-        if len(sizes) == 1:
-            entered.set()
-            release.wait(10)
-        fsync(ticket)
-
-    monkeypatch.setattr(FlushTicket, "fsync", held_fsync)
+    entered, release, sizes = _record_fsyncs(monkeypatch, hold_first=True)
     scheduler = await nursery.start(FlushScheduler(manager).run)
     log.append(SET)
     scheduler.request_flush(log)
@@ -80,6 +87,23 @@ async def test_an_acks_all_flush_spawns_no_task_and_makes_the_bytes_visible():
         assert log.visible_end == len(SET)
         assert spawns.names == []
         assert scheduler.flushes_completed == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_appends_before_the_loops_next_step_share_the_flush_asked_for_first(monkeypatch):
+    """Group commit: another connection's acks -1 append right after this one's (or a pipelined
+    request's) goes in the same fsync, not in one more after it."""
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    _, _, sizes = _record_fsyncs(monkeypatch, hold_first=False)
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(FlushScheduler(manager).run)
+        for _ in range(2):
+            log.append(SET)
+            scheduler.request_flush(log)
+        await scheduler.wait_idle(log)
+        assert sizes == [2 * len(SET)]
+        assert log.visible_end == 2 * len(SET)
         nursery.cancel_scope.cancel()
 
 

@@ -34,11 +34,13 @@ worker thread while the event loop keeps appending, then advances the visible
 end to the *captured* size (``Flushing.complete_flush``), never further: bytes
 appended during the fsync wait for the next flush.  At most one flush per log
 is in flight; requests that arrive meanwhile coalesce into one more flush
-after it (group commit).  With worker threads a flush is no task: the fsync
-starts from ``request_flush`` and its completion runs as a callback on the
-loop, so the acks -1 answer that waits for it costs no task switch.  (Test
-doubles' ``run_blocking``, a roll in flight or every fsync slot taken take a
-task's way.)  A flush that started always finishes and the log never keeps a
+after it (group commit).  With worker threads a flush is no task: one
+long-lived task starts the flushes asked for at the loop's next step (as a
+flush task spawned at the request would have started), and the completion
+runs as a callback on the loop, so the acks -1 answer that waits for it costs
+no task spawn and no task switch after the fsync.  (Test doubles'
+``run_blocking``, a roll in flight or every fsync slot taken take a task's
+way.)  A flush that started always finishes and the log never keeps a
 dangling ticket: a task's fsync+complete step is shielded from cancellation,
 and ``run`` waits for the threaded ones before it returns.  An fsync error
 propagates and brings the broker down (0.7 halts on I/O errors).
@@ -85,6 +87,8 @@ class FlushScheduler:
         self._threaded = run_blocking is None
         self._token: trio.lowlevel.TrioToken | None = None  # set while ``run`` runs, with worker threads
         self._failure: BaseException | None = None  # a threaded flush's error, raised by ``run``
+        self._to_start: list[BrokerLog] = []  # threaded flushes asked for, for ``_start_flushes``
+        self._starter: trio.lowlevel.Task | None = None  # ``_start_flushes`` while parked
         self._in_flight: dict[BrokerLog, trio.Event] = {}
         self._again: set[BrokerLog] = set()
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
@@ -115,6 +119,7 @@ class FlushScheduler:
             self._nursery = nursery
             if self._threaded:
                 self._token = trio.lowlevel.current_trio_token()
+                nursery.start_soon(self._start_flushes, nursery)
             try:
                 task_status.started(self)
                 while True:
@@ -131,6 +136,9 @@ class FlushScheduler:
                     self._flush_due_logs(now_s)
             finally:
                 self._nursery = self._sleep = self._token = None
+                for log in self._to_start:  # asked for, never started: LogManager.close() flushes
+                    self._in_flight.pop(log).set()
+                self._to_start = []
                 # A threaded flush that started always finishes (its ticket is handed back).
                 with trio.CancelScope(shield=True):
                     for done in list(self._in_flight.values()):
@@ -184,14 +192,37 @@ class FlushScheduler:
         if nursery is None:
             return  # not running (shutdown): LogManager.close() flushes everything
         self._in_flight[log] = trio.Event()
-        if not self._start_in_thread(log):
+        if self._token is None:
             nursery.start_soon(self._flush_log, log)
+            return
+        self._to_start.append(log)
+        starter, self._starter = self._starter, None
+        if starter is not None:
+            trio.lowlevel.reschedule(starter)
+
+    async def _start_flushes(self, nursery: trio.Nursery) -> None:
+        """Start the threaded flushes asked for, at the loop's next step after the first request:
+        what any task appends before then is in the same flush, as when each flush was a task
+        spawned at its request (group commit across connections and pipelined requests)."""
+        while True:
+            to_start, self._to_start = self._to_start, []
+            for log in to_start:
+                if not self._start_in_thread(log):
+                    nursery.start_soon(self._flush_log, log)
+            if self._to_start:
+                continue
+            self._starter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_starter)
+
+    def _abort_starter(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
+        self._starter = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _start_in_thread(self, log: BrokerLog) -> bool:
         """Start a flush of ``log`` (in flight) in a worker thread, finished by a callback on the
-        loop: no task and no task switch per flush, which every acks -1 answer waits for.
-        False when it must go the task's way: a test double's ``run_blocking``, a roll in flight
-        (the flush waits for it), or every fsync slot taken (it waits for one)."""
+        loop: no task per flush, which every acks -1 answer waits for.  False when it must go a
+        task's way: a roll in flight (the flush waits for it), every fsync slot taken (it waits
+        for one), or the log refuses a flush (the task raises it)."""
         token = self._token
         if token is None or log in self._rolls:
             return False
