@@ -34,10 +34,16 @@ worker thread while the event loop keeps appending, then advances the visible
 end to the *captured* size (``Flushing.complete_flush``), never further: bytes
 appended during the fsync wait for the next flush.  At most one flush per log
 is in flight; requests that arrive meanwhile coalesce into one more flush
-after it (group commit).  The fsync+complete step is shielded from
-cancellation, so a flush that started always finishes and the log never keeps
-a dangling ticket.  An fsync error propagates and brings the broker down
-(0.7 halts on I/O errors).
+after it (group commit).  With worker threads a flush is no task: one
+long-lived task starts the flushes asked for at the loop's next step (as a
+flush task spawned at the request would have started), and the completion
+runs as a callback on the loop, so the acks -1 answer that waits for it costs
+no task spawn and no task switch after the fsync.  (Test doubles'
+``run_blocking``, a roll in flight or every fsync slot taken take a task's
+way.)  A flush that started always finishes and the log never keeps a
+dangling ticket: a task's fsync+complete step is shielded from cancellation,
+and ``run`` waits for the threaded ones before it returns.  An fsync error
+propagates and brings the broker down (0.7 halts on I/O errors).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ import time
 from typing import Any, Callable, TypeVar
 
 import trio
+
+from trikafka.log.flushing import FlushTicket
 
 from .seams import BrokerLog, LogDirectory, RunBlocking
 
@@ -75,6 +83,12 @@ class FlushScheduler:
         # How a blocking call leaves the loop: a worker thread, or (tests with
         # a mock clock and an in-memory fs) an inline call the clock can see.
         self._run_blocking = run_blocking or self._in_thread
+        # With worker threads, a flush runs as callbacks, not as a task (``_start_in_thread``).
+        self._threaded = run_blocking is None
+        self._token: trio.lowlevel.TrioToken | None = None  # set while ``run`` runs, with worker threads
+        self._failure: BaseException | None = None  # a threaded flush's error, raised by ``run``
+        self._to_start: list[BrokerLog] = []  # threaded flushes asked for, for ``_start_flushes``
+        self._starter: trio.lowlevel.Task | None = None  # ``_start_flushes`` while parked
         self._in_flight: dict[BrokerLog, trio.Event] = {}
         self._again: set[BrokerLog] = set()
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
@@ -99,9 +113,13 @@ class FlushScheduler:
         self.wakeups = 0  # times the deadline loop woke up (an idle broker: none)
 
     async def run(self, *, task_status: trio.TaskStatus[FlushScheduler] = trio.TASK_STATUS_IGNORED) -> None:
-        """Flush logs at their deadlines and host the flush tasks until cancelled."""
+        """Flush logs at their deadlines and host the flushes until cancelled; raises a threaded
+        flush's error."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self._threaded:
+                self._token = trio.lowlevel.current_trio_token()
+                nursery.start_soon(self._start_flushes, nursery)
             try:
                 task_status.started(self)
                 while True:
@@ -109,13 +127,22 @@ class FlushScheduler:
                         self._sleep = sleep
                         await trio.sleep_forever()
                     self._sleep = None
+                    if self._failure is not None:
+                        raise self._failure
                     self.wakeups += 1
                     now_s = trio.current_time()
                     if sleep.cancelled_caught:  # woken by the deadline, not by an earlier one set meanwhile
                         self._wake_late_s.add(max(0.0, now_s - sleep.deadline))
                     self._flush_due_logs(now_s)
             finally:
-                self._nursery = self._sleep = None
+                self._nursery = self._sleep = self._token = None
+                for log in self._to_start:  # asked for, never started: LogManager.close() flushes
+                    self._in_flight.pop(log).set()
+                self._to_start = []
+                # A threaded flush that started always finishes (its ticket is handed back).
+                with trio.CancelScope(shield=True):
+                    for done in list(self._in_flight.values()):
+                        await done.wait()
 
     def _flush_due_logs(self, now_s: float) -> None:
         deadlines = self._deadlines
@@ -165,7 +192,89 @@ class FlushScheduler:
         if nursery is None:
             return  # not running (shutdown): LogManager.close() flushes everything
         self._in_flight[log] = trio.Event()
-        nursery.start_soon(self._flush_log, log)
+        if self._token is None:
+            nursery.start_soon(self._flush_log, log)
+            return
+        self._to_start.append(log)
+        starter, self._starter = self._starter, None
+        if starter is not None:
+            trio.lowlevel.reschedule(starter)
+
+    async def _start_flushes(self, nursery: trio.Nursery) -> None:
+        """Start the threaded flushes asked for, at the loop's next step after the first request:
+        what any task appends before then is in the same flush, as when each flush was a task
+        spawned at its request (group commit across connections and pipelined requests)."""
+        while True:
+            to_start, self._to_start = self._to_start, []
+            for log in to_start:
+                if not self._start_in_thread(log):
+                    nursery.start_soon(self._flush_log, log)
+            if self._to_start:
+                continue
+            self._starter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_starter)
+
+    def _abort_starter(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
+        self._starter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _start_in_thread(self, log: BrokerLog) -> bool:
+        """Start a flush of ``log`` (in flight) in a worker thread, finished by a callback on the
+        loop: no task per flush, which every acks -1 answer waits for.  False when it must go a
+        task's way: a roll in flight (the flush waits for it), every fsync slot taken (it waits
+        for one), or the log refuses a flush (the task raises it)."""
+        token = self._token
+        if token is None or log in self._rolls:
+            return False
+        slot = object()
+        try:
+            self._limiter.acquire_on_behalf_of_nowait(slot)
+        except trio.WouldBlock:
+            return False
+        try:
+            ticket = log.flushing.begin_flush()
+        except Exception:  # the log refuses a flush: the task's way raises it where it always has
+            self._limiter.release_on_behalf_of(slot)
+            return False
+        self._dirty_since.pop(log, None)  # the capture covered everything appended so far
+        if ticket is None:  # nothing unflushed
+            self._limiter.release_on_behalf_of(slot)
+            self._flush_ended(log)
+            return True
+        started_s, started_trio_s = time.perf_counter(), trio.current_time()
+
+        def finish(result: Any) -> None:  # on the loop (Any: trio's outcome.Outcome of the fsync)
+            self._limiter.release_on_behalf_of(slot)
+            try:
+                result.unwrap()
+                self._flushed(log, ticket, started_s, started_trio_s)
+            except BaseException as exc:  # an fsync error brings the broker down, through ``run``
+                self._in_flight.pop(log).set()
+                self._fail(exc)
+                return
+            self._flush_ended(log)
+
+        def deliver(result: Any) -> None:  # in the worker thread
+            token.run_sync_soon(finish, result)
+
+        trio.lowlevel.start_thread_soon(ticket.fsync, deliver)
+        return True
+
+    def _flush_ended(self, log: BrokerLog) -> None:
+        """A threaded flush of ``log`` ended: flush again if asked meanwhile, else wake its waiters."""
+        if log in self._again:
+            self._again.discard(log)
+            if self._start_in_thread(log):
+                return
+            if self._nursery is not None:
+                self._nursery.start_soon(self._flush_log, log)
+                return
+        self._in_flight.pop(log).set()
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        if self._sleep is not None:
+            self._sleep.cancel()
 
     async def flush(self, log: BrokerLog) -> None:
         """Request a flush of ``log`` and wait until it (and any coalesced one) is done."""
@@ -326,6 +435,10 @@ class FlushScheduler:
             return  # nothing unflushed
         started_s, started_trio_s = time.perf_counter(), trio.current_time()
         await self._run_blocking(ticket.fsync)
+        self._flushed(log, ticket, started_s, started_trio_s)
+
+    def _flushed(self, log: BrokerLog, ticket: FlushTicket, started_s: float, started_trio_s: float) -> None:
+        """``ticket``'s fsync returned: make what it covered visible (raises its error)."""
         self._observe_flush_s(time.perf_counter() - started_s)
         self._fsync_s.add(trio.current_time() - started_trio_s)
         log.flushing.complete_flush(ticket)
