@@ -151,3 +151,23 @@ async def test_create_partitions_and_delete_topics_on_a_zookeeper_cluster(zk_chr
                        and found.partitions[0].leader >= 0):
                 await trio.sleep(0.1)
         assert await trio.to_thread.run_sync(high_watermarks, bootstrap, GROWN, 1) == [0]
+
+
+async def test_topics_created_without_a_replication_factor_take_default_replication_factor(zk_chroot, tmp_path):
+    """§16.4, §16.5: CreateTopics with -1 (KIP-464) and auto-creation take `default.replication.factor`,
+    as librdkafka's reference environment (three brokers, default replication factor 3) sets it."""
+    from confluent_kafka.admin import NewTopic
+
+    async with kafka_cluster(tmp_path, zk_chroot, 3, "--set", "default.replication.factor=3",
+                             "--set", "num.partitions=2") as cluster:
+        bootstrap = cluster.bootstrap()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        await _admin_call(lambda: admin.create_topics([NewTopic("defaulted")]))  # -1 partitions, -1 factor
+        acked = await trio.to_thread.run_sync(_produce_to_each_partition, bootstrap, "auto-created", 2)
+        assert acked == [(0, 0), (1, 0)]
+        with trio.fail_after(WAIT_S):
+            for topic in ("defaulted", "auto-created"):
+                while not ((found := (await _metadata(bootstrap)).topics.get(topic)) and found.partitions):
+                    await trio.sleep(0.1)
+                assert {p: sorted(m.replicas) for p, m in found.partitions.items()} == {0: BROKER_IDS,
+                                                                                        1: BROKER_IDS}

@@ -37,7 +37,6 @@ from .topics import TopicError
 logger = logging.getLogger(__name__)
 
 CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
-DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
 
 
 async def zookeeper_cluster_id(zk: ZooKeeperClient) -> str:
@@ -52,8 +51,11 @@ async def zookeeper_cluster_id(zk: ZooKeeperClient) -> str:
 class KafkaRegistry:
     """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
 
-    def __init__(self, zk: ZooKeeperClient, wait_topic_known: Callable[[str], Awaitable[None]]):
+    def __init__(self, zk: ZooKeeperClient, wait_topic_known: Callable[[str], Awaitable[None]], *,
+                 default_replication_factor: int = 1):
         self._wait_topic_known = wait_topic_known  # a created topic is answered once this broker sees it
+        # default.replication.factor: a -1 factor's, capped at the live brokers (§16.4)
+        self._default_factor = default_replication_factor
         self._zk = zk
         self._peers: dict[int, BrokerAddress] = {}
 
@@ -90,7 +92,7 @@ class KafkaRegistry:
     async def create_topic(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
                            validate_only: bool) -> tuple[int, int]:
         live = await live_brokers(self._zk)
-        factor = min(DEFAULT_REPLICATION_FACTOR, len(live)) if replication_factor == -1 else replication_factor
+        factor = min(self._default_factor, len(live)) if replication_factor == -1 else replication_factor
         try:
             replicas = assign_replicas(set(live), partitions, factor)
         except AssignmentError as exc:
@@ -189,7 +191,7 @@ class KafkaRegistry:
             if count <= old:
                 raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {old} partitions; the count can "
                                                                 f"only grow")
-            factor = len(current.replicas[0]) if current.replicas else DEFAULT_REPLICATION_FACTOR
+            factor = len(current.replicas[0]) if current.replicas else min(self._default_factor, len(live))
             try:
                 planned = assign_replicas(set(live), count, factor)
             except AssignmentError as exc:
