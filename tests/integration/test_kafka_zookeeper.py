@@ -15,15 +15,18 @@ import trio
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
 
+from tests.helpers.broker_testing import produce_acked
 from tests.helpers.kafka_clients import (CountedProducer, check_acknowledged_read_back, create_topic,
                                          high_watermarks, read_with_confluent)
 from tests.helpers.kafka_processes import kafka_cluster
+from trikafka.client import connect
 
 TOPIC = "replicated-v2"
 PARTITIONS = 2
 RECORDS = 1000
 WAIT_S = 60.0
 BROKER_IDS = [1, 2, 3]
+FLUSH_INTERVAL_MS = 3000
 
 
 def partition_bytes(log_dir: Path, topic: str, partition: int) -> tuple[bytes, bytes]:
@@ -151,3 +154,55 @@ async def test_create_partitions_and_delete_topics_on_a_zookeeper_cluster(zk_chr
                        and found.partitions[0].leader >= 0):
                 await trio.sleep(0.1)
         assert await trio.to_thread.run_sync(high_watermarks, bootstrap, GROWN, 1) == [0]
+
+
+async def test_topics_created_without_a_replication_factor_take_default_replication_factor(zk_chroot, tmp_path):
+    """§16.4, §16.5: CreateTopics with -1 (KIP-464) and auto-creation take `default.replication.factor`,
+    as librdkafka's reference environment (three brokers, default replication factor 3) sets it."""
+    from confluent_kafka.admin import NewTopic
+
+    async with kafka_cluster(tmp_path, zk_chroot, 3, "--set", "default.replication.factor=3",
+                             "--set", "num.partitions=2") as cluster:
+        bootstrap = cluster.bootstrap()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        await _admin_call(lambda: admin.create_topics([NewTopic("defaulted")]))  # -1 partitions, -1 factor
+        acked = await trio.to_thread.run_sync(_produce_to_each_partition, bootstrap, "auto-created", 2)
+        assert acked == [(0, 0), (1, 0)]
+        with trio.fail_after(WAIT_S):
+            for topic in ("defaulted", "auto-created"):
+                while not ((found := (await _metadata(bootstrap)).topics.get(topic)) and found.partitions):
+                    await trio.sleep(0.1)
+                assert {p: sorted(m.replicas) for p, m in found.partitions.items()} == {0: BROKER_IDS,
+                                                                                        1: BROKER_IDS}
+
+
+
+def _produce_acks_1(bootstrap: str, topic: str, value: bytes) -> None:
+    """One record with acks=1: answered once the leader appended it, before any flush."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "message.timeout.ms": 30_000})
+    producer.produce(topic, value=value, partition=0)
+    assert producer.flush(60) == 0
+
+
+async def test_a_topic_deleted_before_its_flush_deadline_leaves_every_broker_serving(zk_chroot, tmp_path):
+    """librdkafka's 0098_consumer_txn deletes a topic seconds after producing to it: the pending flush
+    deadline of its log then found the log closed, and all three brokers stopped (LogClosedError)."""
+    flags = ("--set", f"log.flush.interval.ms={FLUSH_INTERVAL_MS}", "--set", "log.flush.interval.messages=100000")
+    async with kafka_cluster(tmp_path, zk_chroot, 3, *flags) as cluster:
+        bootstrap = cluster.bootstrap()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        await trio.to_thread.run_sync(functools.partial(create_topic, bootstrap, "doomed", 1))
+        await trio.to_thread.run_sync(_produce_acks_1, bootstrap, "doomed", b"unflushed")
+        [holder] = [b for b in cluster.brokers.values() if (b.log_dir / "doomed-0").exists()]
+        await _admin_call(lambda: admin.delete_topics(["doomed"]))
+        with trio.fail_after(WAIT_S):
+            while (holder.log_dir / "doomed-0").exists():  # closed and removed before its deadline
+                await trio.sleep(0.1)
+        # A 0.7 message is visible once flushed (§7.2): appended after the deletion, so at a later deadline.
+        await produce_acked(holder.port, "later", 0, b"after")
+        async with await connect("127.0.0.1", holder.port) as conn:
+            with trio.fail_after(WAIT_S):
+                while (await conn.offsets("later", 0, -1, 1)) == [0]:
+                    await trio.sleep(0.1)

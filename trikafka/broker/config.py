@@ -87,6 +87,9 @@ class BrokerConfig:
     hostname: str | None = None  # hostname: published in ZooKeeper; default = host
     log_dir: str = DEFAULT_LOG_DIR  # log.dir
     num_partitions: int = 1  # num.partitions
+    # default.replication.factor: CreateTopics with -1 and auto-creation in a cluster (§16.4), capped at
+    # the live brokers
+    default_replication_factor: int = 1
     topic_partition_count_map: Mapping[str, int] = field(default_factory=dict)
     num_threads: int = field(default_factory=lambda: os.cpu_count() or 1)  # processors
     # SO_SNDBUF; 0 (default) leaves the kernel's autotuning [T]: 0.7's fixed 102400 made a
@@ -292,7 +295,7 @@ def _local_address() -> str:
 
 def _check_range(cfg: BrokerConfig) -> None:
     at_least = {
-        "num_partitions": 1, "num_threads": 1, "max_socket_request_bytes": 2, "max_message_size": 1,
+        "num_partitions": 1, "default_replication_factor": 1, "num_threads": 1, "max_socket_request_bytes": 2, "max_message_size": 1,
         "max_topic_name_length": 1, "log_file_size": 1, "log_roll_hours": 1, "log_retention_hours": 0,
         "log_cleanup_interval_mins": 1, "log_flush_interval": 1,
         "log_default_flush_scheduler_interval_ms": 1, "socket_send_buffer": 0,

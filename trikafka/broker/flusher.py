@@ -429,7 +429,9 @@ class FlushScheduler:
     async def _flush_once(self, log: BrokerLog) -> None:
         while (rolling := self._rolls.get(log)) is not None:
             await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
-        ticket = log.flushing.begin_flush()
+        # A closed log has nothing to flush: deleted (its pending deadline outlives it) or shut down
+        # (LogManager.close() flushed it).
+        ticket = None if log.closed else log.flushing.begin_flush()
         self._dirty_since.pop(log, None)  # the capture covered everything appended so far
         if ticket is None:
             return  # nothing unflushed

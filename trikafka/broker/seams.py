@@ -88,6 +88,9 @@ class BrokerLog(Protocol):
     def flush_in_flight(self) -> bool: ...
 
     @property
+    def closed(self) -> bool: ...  # deleted (DeleteTopics) or shut down: nothing left to flush
+
+    @property
     def cleaning(self) -> bool: ...
 
     @property

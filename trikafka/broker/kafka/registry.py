@@ -68,7 +68,6 @@ def _not_replicated(topic: str) -> tuple[ErrorCode, str]:
 
 
 CLUSTER_ID_PATH = f"{paths.TRIKAFKA}/cluster-id"
-DEFAULT_REPLICATION_FACTOR = 1  # default.replication.factor, capped at the live brokers (§16.4)
 
 
 async def zookeeper_cluster_id(zk: ZooKeeperClient) -> str:
@@ -83,8 +82,11 @@ async def zookeeper_cluster_id(zk: ZooKeeperClient) -> str:
 class KafkaRegistry:
     """One broker's view of the other brokers' Kafka listeners, and its topic creation."""
 
-    def __init__(self, zk: ZooKeeperClient, wait_topic_known: Callable[[str], Awaitable[None]]):
+    def __init__(self, zk: ZooKeeperClient, wait_topic_known: Callable[[str], Awaitable[None]], *,
+                 default_replication_factor: int = 1):
         self._wait_topic_known = wait_topic_known  # a created topic is answered once this broker sees it
+        # default.replication.factor: a -1 factor's, capped at the live brokers (§16.4)
+        self._default_factor = default_replication_factor
         self._zk = zk
         self._peers: dict[int, BrokerAddress] = {}
 
@@ -121,7 +123,7 @@ class KafkaRegistry:
     async def create_topic(self, topic: str, partitions: int, replication_factor: int, settings: dict[str, str], *,
                            validate_only: bool) -> tuple[int, int]:
         live = await live_brokers(self._zk)
-        factor = min(DEFAULT_REPLICATION_FACTOR, len(live)) if replication_factor == -1 else replication_factor
+        factor = min(self._default_factor, len(live)) if replication_factor == -1 else replication_factor
         with as_topic_errors({AssignmentError: (ErrorCode.invalid_replication_factor, None)}):
             replicas = assign_replicas(set(live), partitions, factor)
         if validate_only:
@@ -196,7 +198,7 @@ class KafkaRegistry:
             if count <= old:
                 raise TopicError(ErrorCode.invalid_partitions, f"{topic!r} has {old} partitions; the count can "
                                                                 f"only grow")
-            factor = len(current.replicas[0]) if current.replicas else DEFAULT_REPLICATION_FACTOR
+            factor = len(current.replicas[0]) if current.replicas else min(self._default_factor, len(live))
             planned = assign_replicas(set(live), count, factor)
             return dataclasses.replace(current, replicas=current.replicas + planned[old:])
 

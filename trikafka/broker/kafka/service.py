@@ -163,7 +163,8 @@ class KafkaService:
         self.registry: KafkaRegistry | None = None
         self.peers: Callable[[], Sequence[BrokerAddress]] = tuple
         if zookeeper is not None:
-            self.registry = KafkaRegistry(zookeeper, self.wait_topic_known)
+            self.registry = KafkaRegistry(zookeeper, self.wait_topic_known,
+                                          default_replication_factor=config.default_replication_factor)
             self.peers = self.registry.peers
         # Each coordinator reaches the broker through its internal topic alone (internal_topic.py).
         self.groups = GroupCoordinator(offsets_topic(self), config, clock_ms, self,
