@@ -59,7 +59,7 @@ class KafkaFaultTarget(FaultTarget, Protocol):
     slots: list[Client]
     first_copier: int  # the copiers' index in ``slots``
     busy: dict[int, list[str]]  # brokers under a fault right now -> the faults
-    crash_delays: random.Random  # how long after EndTxn a ``coordinator-crash`` kills the coordinator
+    apart: dict[str, random.Random]  # each kind of ``APART_GAP_S``: its own stream (all its draws)
 
     async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
 
@@ -115,7 +115,7 @@ async def _coordinator_crash(world: KafkaFaultTarget, victim: int, duration_s: f
     witnesses are then what that broker made durable: a coordinator that wrote markers before the
     decision leaves partitions holding markers of a transaction its successor decides otherwise."""
     slot = world.slots[world.first_copier + victim % COPIERS]
-    delay_s = world.crash_delays.uniform(*CRASH_AFTER_END_TXN_S)  # (drawn whether or not it strikes)
+    delay_s = world.apart["coordinator-crash"].uniform(*CRASH_AFTER_END_TXN_S)  # (drawn whether it strikes or not)
     sent = slot.end_txn_sent = slot.end_txn_sent if slot.end_txn_sent is not None else trio.Event()
     with trio.move_on_after(END_TXN_WAIT_S):
         await sent.wait()
@@ -147,6 +147,9 @@ KAFKA_FAULT_TABLE: dict[str, Fault] = {
 
 
 KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
+# Kinds the nemesis does not draw: each comes on a stream of its own, one every gap drawn from it, so
+# adding one leaves the nemesis' draws (and every other kind's frequency) as they were.
+APART_GAP_S: dict[str, tuple[float, float]] = {"coordinator-crash": (1.0, 4.0)}
 
 
 def parse_faults(text: str) -> tuple[str, ...]:

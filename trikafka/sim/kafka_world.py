@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import random
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -37,7 +38,7 @@ from trikafka.util.errors import leaf_exceptions
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
 from .event_world import replay_command
-from .kafka_faults import (CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS,
+from .kafka_faults import (APART_GAP_S, CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS,
                            copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
 from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
@@ -101,7 +102,8 @@ class KafkaWorld(ClusterWorld):
         self.topics = (IN, OUT, *INTERNAL_TOPICS)
         self.history = KafkaHistory()
         self.client_streams = {name: derived_random(seed, name) for name in ("producers", "copiers", "readers")}
-        self.crash_delays = derived_random(seed, "coordinator-crash")
+        self.apart = {name: derived_random(seed, name) for name in faults if name in APART_GAP_S}
+        self.fault_names = tuple(name for name in faults if name not in APART_GAP_S)  # the nemesis' draws
         self.counters = [itertools.count() for _ in range(PRODUCERS)]
         self.read_positions = [0] * PARTITIONS
         self.first_copier = PRODUCERS
@@ -126,6 +128,24 @@ class KafkaWorld(ClusterWorld):
             await self._heal()
             if self.violation is None:
                 await self._judge()
+
+    async def _nemesis(self) -> None:
+        """The cluster world's nemesis over the kinds it draws, and each kind of ``APART_GAP_S`` on its
+        own stream."""
+        async with trio.open_nursery() as nursery:
+            for name, stream in self.apart.items():
+                nursery.start_soon(self._apart, name, stream)
+            if self.fault_names:
+                await super()._nemesis()
+
+    async def _apart(self, name: str, stream: random.Random) -> None:
+        fault = self.fault_table[name]
+        async with trio.open_nursery() as faults:
+            while True:
+                await trio.sleep(stream.uniform(*APART_GAP_S[name]))
+                victim, step, scale = stream.randrange(self.brokers), stream.random(), stream.random()
+                self.faults += 1
+                faults.start_soon(fault.inject, self, victim, fault.duration_s(step, scale))
 
     def _now_ms(self) -> int:
         return int(trio.current_time() * 1000)
