@@ -1,6 +1,6 @@
 """The Kafka world's faults (``kafka_world``, docs/simulation.md "The Kafka world"): every broker fault of
-the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and two of its own,
-drawn as member faults are (the victim index picks a client or a copier):
+the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and four of its own,
+drawn as member faults are (the victim index picks a client or a copier), all but the last by the nemesis:
 
 * ``client-crash``: a client dies where it stands, mid-transaction included (its incarnation is
   cancelled: nothing aborts, nothing flushes); the next incarnation starts later with a new client;
@@ -11,6 +11,7 @@ drawn as member faults are (the victim index picks a client or a copier):
 * ``coordinator-crash``: a copier and the broker coordinating its transactional id die together right
   after the copier sends EndTxn (the broker is killed a moment later, while it writes the decision and
   its markers), so what that broker had not made durable is decided again by the next coordinator.
+  The nemesis does not draw it: it comes on a stream of its own (``APART_GAP_S``).
 
 Light to import (no broker code), like ``faults``: the command line reads ``parse_faults``.
 """
