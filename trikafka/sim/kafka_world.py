@@ -38,8 +38,8 @@ from trikafka.util.errors import leaf_exceptions
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
 from .event_world import replay_command
-from .kafka_faults import (APART_GAP_S, CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS,
-                           copier_id)
+from .kafka_faults import (APART_GAP_S, CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE,
+                           KAFKA_FAULTS, copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
 from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
 
