@@ -7,12 +7,18 @@ from __future__ import annotations
 import functools
 
 from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
-from trikafka.sim.kafka_promises import ENDS, ONCE
+from trikafka.sim.kafka_promises import ENDS, EXACTLY_ONCE, ONCE
 from trikafka.sim.kafka_world import KAFKA_FAULTS, run_seed
 
 SHORT_S = 10.0  # simulated seconds a seed runs here (CI's budget runs the world longer, docs/simulation.md)
 PLANT = "duplicate-sequence-accepted"
 CAUGHT_SEED = 1  # measured: the plant breaks seeds 1-6 of 6
+
+
+def _faults_before(kind: str) -> tuple[str, ...]:
+    """The fault kinds the world drew from before ``kind`` was added (kinds are added at the end of
+    ``KAFKA_FAULTS``), so a seed measured then draws what it drew."""
+    return KAFKA_FAULTS[:KAFKA_FAULTS.index(kind)]
 
 
 def test_a_seed_replays_exactly():
@@ -48,12 +54,22 @@ def test_a_transaction_coordinator_that_serves_before_loading_is_caught():
     assert failed.violation is not None and failed.violation.promise == ENDS, failed.report()
 
 
+def test_markers_written_before_the_decision_is_durable_are_caught():
+    """Seed 4 of 20 s: ``coordinator-crash`` kills copier-0 and its coordinator just after its EndTxn;
+    the planted coordinator had sent COMMIT markers before the PrepareCommit was durable, so some
+    partitions of the transaction hold its COMMIT while its successor, fenced in by the copier's next
+    incarnation, aborts it: the committed offsets are past inputs whose copies were aborted."""
+    failed = run_seed(4, duration_s=20.0, plant="markers-before-durable")
+    assert failed.violation is not None and failed.violation.promise == EXACTLY_ONCE, failed.report()
+    assert any("fault coordinator-crash" in line for line in failed.trace_lines)
+
+
 def test_a_transaction_whose_coordinator_reloaded_mid_completion_ends():
     """Seed 8 of 20 s: the broker coordinating ``copier-0`` loaded its transaction-log partition again
     while the completion task of the previous load was still writing the PrepareAbort's markers; the
     new load's completion was not started (the running task held the id), and the old task returned
     without completing once its load was gone, so the transaction stayed PrepareAbort for good."""
-    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    before_pauses = _faults_before("client-pause")
     result = run_seed(8, duration_s=20.0, faults=before_pauses)
     assert result.ok, result.report()
 
@@ -63,7 +79,7 @@ def test_the_judge_sees_a_transaction_while_its_coordinator_moves():
     led them, each broker's ListTransactions (which lists only what it has loaded) was empty, so the
     judge took "nothing open" and judged at once, with ``copier-0``'s PrepareAbort (fenced 1 s before
     the end) still writing its markers."""
-    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    before_pauses = _faults_before("client-pause")
     result = run_seed(181, duration_s=30.0, faults=before_pauses)
     assert result.ok, result.report()
 
@@ -73,7 +89,7 @@ def test_the_judge_reads_the_logs_while_their_leaders_stay():
     ``out-0`` (back from a kill, never told the high watermark as a follower) was elected and led
     from a high watermark of 0 until its followers fetched (docs/protocol.md §12.6); the judge's
     read in that window got nothing and took the partition for empty, a committed transaction lost."""
-    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    before_pauses = _faults_before("client-pause")
     result = run_seed(11, duration_s=30.0, faults=before_pauses)
     assert result.ok, result.report()
 
@@ -84,7 +100,7 @@ def test_a_deposed_coordinators_markers_are_fenced():
     opened its next one (same producer epoch), and the old coordinator's late COMMIT (a lower
     coordinator epoch) landed in it, committing part of a transaction that was then aborted
     (docs/protocol.md §19.5.5: such a marker is refused)."""
-    before_pauses = tuple(name for name in KAFKA_FAULTS if name != "client-pause")  # (the seed's draws then)
+    before_pauses = _faults_before("client-pause")
     for seed in (74, 155):
         result = run_seed(seed, duration_s=30.0, faults=before_pauses)
         assert result.ok, result.report()

@@ -234,6 +234,94 @@ def test_a_marker_of_an_older_coordinator_epoch_is_fenced():
     assert txn_view(log) == ({}, [(PID, 2, 3)])
 
 
+def reopened(log: Log, manager, fs, clock) -> Log:
+    manager.close()
+    return Log.open(fs, log.dir_path, "t", 0, log.config, clock, True)
+
+
+def test_a_reopened_log_fences_a_stale_marker_of_a_producer_it_holds_only_markers_of():
+    # A partition of a transaction the producer wrote nothing to gets only its marker; the
+    # marker's coordinator epoch is the partition's fence after a restart too (§19.5.5).
+    log, manager, fs, clock = v2_log()
+    lead_marker(log, marker(False, epoch=2, coordinator_epoch=4))
+    log = reopened(log, manager, fs, clock)
+    assert log.producers.entry(PID) is not None and log.producers.entry(PID).coordinator_epoch == 4
+    assert kind_of_marker(log, marker(True, epoch=2, coordinator_epoch=3)) == BatchError.COORDINATOR_FENCED
+
+
+def test_a_segment_of_only_markers_keeps_their_epochs_at_an_open():
+    # The coordinator's abort bumped the epoch; its marker is alone in the last segment.  After a
+    # restart the old epoch is fenced and an older coordinator's marker refused, as before it.
+    log, manager, fs, clock = v2_log(segment_bytes=70)  # a batch a segment
+    lead_txn(log, txn_batch(0, epoch=2))
+    lead_marker(log, marker(False, epoch=3, coordinator_epoch=4))
+    assert len(log.segments.segments) == 2 and log.segments.segments[-1].batches.producers.entries[PID].batches == []
+    log = reopened(log, manager, fs, clock)
+    assert (log.producers.entry(PID).epoch, log.producers.entry(PID).coordinator_epoch) == (3, 4)
+    assert kind_of(log, idempotent(1, epoch=2)) == BatchError.INVALID_PRODUCER_EPOCH
+    assert kind_of_marker(log, marker(False, epoch=3, coordinator_epoch=3)) == BatchError.COORDINATOR_FENCED
+
+
+def test_a_truncation_keeps_the_epochs_of_the_markers_before_the_cut():
+    log, *_ = v2_log()
+    lead_marker(log, marker(False, epoch=2, coordinator_epoch=4))  # 0: PID's only batch
+    lead_txn(log, txn_batch(0, epoch=2))  # 1
+    lead_marker(log, marker(True, epoch=3, coordinator_epoch=5))  # 2: cut below
+    log.truncate_to(log.kafka_offsets.position_of(1))
+    assert (log.producers.entry(PID).epoch, log.producers.entry(PID).coordinator_epoch) == (2, 4)
+    assert kind_of_marker(log, marker(True, epoch=2, coordinator_epoch=3)) == BatchError.COORDINATOR_FENCED
+
+
+def _entries(states: ProducerStates) -> dict[int, tuple]:
+    return {p: (e.epoch, e.batches, e.coordinator_epoch, e.last_timestamp_ms) for p, e in states.entries.items()}
+
+
+# (producer, a marker?, the epoch's bump, the coordinator epoch's bump, timestamp)
+_STEPS = st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 1), st.integers(0, 1),
+                            st.integers(0, 100)), min_size=1, max_size=25)
+
+
+def _lead_steps(log: Log, steps) -> None:
+    """Idempotent batches and markers (as a coordinator writes them: epochs never go down)."""
+    epochs, coordinator_epochs, next_seq = {}, {}, {}
+    for pid, is_marker, bump, coordinator_bump, timestamp_ms in steps:
+        if is_marker:
+            epochs[pid] = epochs.get(pid, 0) + bump
+            coordinator_epochs[pid] = coordinator_epochs.get(pid, 0) + coordinator_bump
+            next_seq[pid] = next_seq.get(pid, 0) if not bump else 0
+            lead_marker(log, marker(bool(bump), pid=pid, epoch=epochs[pid], timestamp_ms=timestamp_ms,
+                                    coordinator_epoch=coordinator_epochs[pid]))
+        else:
+            lead(log, idempotent(next_seq.get(pid, 0), pid=pid, epoch=epochs.get(pid, 0), timestamp_ms=timestamp_ms))
+            next_seq[pid] = next_seq.get(pid, 0) + 1
+
+
+@given(_STEPS)
+def test_a_fold_of_segments_with_markers_is_the_state_the_appends_left(steps):
+    log, *_ = v2_log(segment_bytes=150)
+    _lead_steps(log, steps)
+    assert _entries(ProducerStates.fold(s.batches.producers for s in log.segments.segments)) == _entries(log.producers)
+
+
+@given(_STEPS, st.integers(0, 25))
+def test_a_truncation_keeps_the_coordinator_epochs_of_the_markers_before_the_cut(steps, cut):
+    # Against a log that never held what the cut removed: the same coordinator epochs, and no
+    # producer epoch above it (so nothing it accepts is refused).  Batches a marker's bump had fenced
+    # are not cached, so a producer epoch may be forgotten with its sequence (§19.2).
+    log, *_ = v2_log(segment_bytes=150)
+    _lead_steps(log, steps)
+    cut = min(cut, len(steps))
+    if cut < len(steps):
+        log.truncate_to(log.kafka_offsets.position_of(cut))
+    prefix, *_ = v2_log(segment_bytes=150)
+    _lead_steps(prefix, steps[:cut])
+    assert set(log.producers.entries) <= set(prefix.producers.entries)
+    for pid, entry in prefix.producers.entries.items():
+        kept = log.producers.entry(pid)
+        assert (kept.coordinator_epoch if kept else -1) == entry.coordinator_epoch
+        assert (kept.epoch if kept else -1) <= entry.epoch
+
+
 def kind_of_marker(log: Log, data: bytearray) -> str:
     with pytest.raises(BatchError) as caught:
         lead_marker(log, data)

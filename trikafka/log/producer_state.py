@@ -64,6 +64,7 @@ class TxnEvent(NamedTuple):
     kind: str
     timestamp_ms: int = -1  # the batch's maxTimestamp: a marker's is its producer's last write time (§19.2.1)
     coordinator_epoch: int = -1  # a marker's (§19.5.5); -1 for BEGIN
+    producer_epoch: int = -1  # the batch's: a marker's fences the older ones (§19.2)
 
 
 class AbortedTxn(NamedTuple):
@@ -83,9 +84,10 @@ def txn_event(header: BatchHeader, data: Buffer | None) -> TxnEvent | None:
             raise ValueError(f"the marker at offset {header.base_offset} needs its bytes to be read")
         found = read_marker(data, header)
         return TxnEvent(header.base_offset, header.producer_id, COMMIT if found.commit else ABORT,
-                        header.max_timestamp_ms, found.coordinator_epoch)
+                        header.max_timestamp_ms, found.coordinator_epoch, header.producer_epoch)
     if is_transactional_data(header):
-        return TxnEvent(header.base_offset, header.producer_id, BEGIN, header.max_timestamp_ms)
+        return TxnEvent(header.base_offset, header.producer_id, BEGIN, header.max_timestamp_ms,
+                        producer_epoch=header.producer_epoch)
     return None
 
 
@@ -153,9 +155,7 @@ class SegmentProducers:
         if event is not None and event.kind != BEGIN:
             self.events.append(event)
             self._open.discard(producer_id)
-            entry = _entry(self.entries, producer_id, header.producer_epoch)
-            entry.fence(header.producer_epoch, event.coordinator_epoch)
-            entry.last_timestamp_ms = header.max_timestamp_ms
+            _mark(self.entries, event)
             return
         if event is not None and producer_id not in self._open:
             self.events.append(event)
@@ -163,20 +163,22 @@ class SegmentProducers:
         _entry(self.entries, producer_id, header.producer_epoch).add(producer_batch(header))
 
     def truncate(self, next_offset: int) -> None:
-        """Forget the batches at and after ``next_offset`` (the segment's index was cut there)."""
-        for producer_id, entry in list(self.entries.items()):
-            entry.batches = [b for b in entry.batches if b.base_offset < next_offset]
-            if not entry.batches:
-                del self.entries[producer_id]
+        """Forget the batches at and after ``next_offset`` (the segment's index was cut there): the
+        entries again from the kept batches and markers, in log order.  (Batches a kept marker's
+        epoch had fenced, or older than the last five, stay forgotten: their sequence is unknown.)"""
         self.events = [e for e in self.events if e.offset < next_offset]
-        self._open = set()
-        for entry in self.entries.values():
-            entry.last_timestamp_ms = entry.batches[-1].max_timestamp_ms
+        kept: list[tuple[int, int, ProducerBatch | TxnEvent]] = [
+            (batch.base_offset, producer_id, batch) for producer_id, entry in self.entries.items()
+            for batch in entry.batches if batch.base_offset < next_offset]
+        kept += [(event.offset, event.producer_id, event) for event in self.events if event.kind != BEGIN]
+        self.entries, self._open = {}, set()
+        for _, producer_id, item in sorted(kept, key=lambda k: k[0]):
+            if isinstance(item, TxnEvent):
+                _mark(self.entries, item)
+            else:
+                _entry(self.entries, producer_id, item.epoch).add(item)
         for event in self.events:
             (self._open.add if event.kind == BEGIN else self._open.discard)(event.producer_id)
-            kept = self.entries.get(event.producer_id)
-            if event.kind != BEGIN and kept is not None and event.offset > kept.batches[-1].last_offset:
-                kept.last_timestamp_ms = event.timestamp_ms  # a marker after its last kept batch
 
 
 def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> ProducerEntry:
@@ -184,6 +186,14 @@ def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> P
     if entry is None:
         entry = entries[producer_id] = ProducerEntry(epoch)
     return entry
+
+
+def _mark(entries: dict[int, ProducerEntry], marker: TxnEvent) -> None:
+    """A marker's effect on its producer's entry: its epochs fence the older ones, and it is the
+    producer's last write (§19.2, §19.5.5)."""
+    entry = _entry(entries, marker.producer_id, marker.producer_epoch)
+    entry.fence(marker.producer_epoch, marker.coordinator_epoch)
+    entry.last_timestamp_ms = marker.timestamp_ms
 
 
 def _aborted_between(aborted: Sequence[AbortedTxn], start_offset: int, end_offset: int) -> list[AbortedTxn]:
@@ -224,12 +234,13 @@ class ProducerStates:
         states = cls()
         for segment in segments:
             for producer_id, entry in segment.entries.items():
+                # A segment's entry is its batches, then the fence its markers left (their epochs,
+                # also when the segment holds only markers of the producer).
+                folded = _entry(states.entries, producer_id, entry.epoch)
                 for batch in entry.batches:
-                    _entry(states.entries, producer_id, batch.epoch).add(batch)
-                folded = states.entries.get(producer_id)
-                if folded is not None:  # this segment holds the producer's latest write so far
-                    folded.last_timestamp_ms = entry.last_timestamp_ms
-                    folded.coordinator_epoch = max(folded.coordinator_epoch, entry.coordinator_epoch)
+                    folded.add(batch)
+                folded.fence(entry.epoch, entry.coordinator_epoch)
+                folded.last_timestamp_ms = entry.last_timestamp_ms  # this segment holds its latest write so far
             for event in segment.events:
                 states._apply(event)
         return states
@@ -349,9 +360,7 @@ class ProducerStates:
             if event is not None:
                 self._apply(event)
             if event is not None and event.kind != BEGIN:
-                entry = _entry(self.entries, header.producer_id, header.producer_epoch)
-                entry.fence(header.producer_epoch, event.coordinator_epoch)
-                entry.last_timestamp_ms = header.max_timestamp_ms
+                _mark(self.entries, event)
             else:
                 _entry(self.entries, header.producer_id, header.producer_epoch).add(producer_batch(header))
 

@@ -71,6 +71,10 @@ class Fault:
     hits_a_stalled_broker: bool = False  # may start while the broker's only fault is a stall
     may_start: Callable[[FaultTarget], Awaitable[bool]] | None = None  # checked just before it starts
 
+    def duration_s(self, step: float, scale: float) -> float:
+        """How long it lasts, from two uniform [0, 1) draws: one of ``durations_s`` times ``scale``."""
+        return self.durations_s[int(step * len(self.durations_s))] * scale
+
 
 async def _restart(world: FaultTarget, broker: int, duration_s: float) -> None:
     """A graceful stop (controlled shutdown), then a start on the same disk."""

@@ -1,19 +1,24 @@
 """The Kafka world's faults (``kafka_world``, docs/simulation.md "The Kafka world"): every broker fault of
-the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and two of its own,
-drawn as member faults are (the victim index picks a client or a copier):
+the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and four of its own,
+drawn as member faults are (the victim index picks a client or a copier), all but the last by the nemesis:
 
 * ``client-crash``: a client dies where it stands, mid-transaction included (its incarnation is
   cancelled: nothing aborts, nothing flushes); the next incarnation starts later with a new client;
 * ``client-pause``: a copier freezes (mid-transaction included) and its successor starts, fencing it;
   it wakes after the fault's duration and carries on as a zombie with its old epoch and generation;
 * ``coordinator-move``: the broker coordinating a copier's transactional id restarts, so its
-  partition of ``__transaction_state`` (and the offsets partitions it leads) moves and is loaded again.
+  partition of ``__transaction_state`` (and the offsets partitions it leads) moves and is loaded again;
+* ``coordinator-crash``: a copier and the broker coordinating its transactional id die together right
+  after the copier sends EndTxn (the broker is killed a moment later, while it writes the decision and
+  its markers), so what that broker had not made durable is decided again by the next coordinator.
+  The nemesis does not draw it: it comes on a stream of its own (``APART_GAP_S``).
 
 Light to import (no broker code), like ``faults``: the command line reads ``parse_faults``.
 """
 
 from __future__ import annotations
 
+import random
 from typing import Protocol
 
 import trio
@@ -25,6 +30,10 @@ from .faults import FAULT_TABLE, Fault, FaultTarget
 
 COPIERS = 2
 COORDINATOR_KEY_TYPE_TRANSACTION = 1
+END_TXN_WAIT_S = 10.0  # how long a ``coordinator-crash`` waits for its copier's next EndTxn
+# The coordinator is killed this long after EndTxn is sent: while it writes the decision and its
+# markers, each a replicated write of a few round trips (the world's latency is up to 30 ms a request).
+CRASH_AFTER_END_TXN_S = (0.0, 0.04)
 # What ends a client incarnation (the client's own errors, and a broken in-memory stream).
 CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -42,6 +51,7 @@ class Client(Protocol):
     incarnation: int
     moved_on: trio.Event  # set: the next incarnation may start
     paused: dict[int, trio.Event]  # incarnation -> set when it wakes
+    end_txn_sent: trio.Event | None  # set by the running incarnation as it sends EndTxn (armed by a fault)
 
 
 class KafkaFaultTarget(FaultTarget, Protocol):
@@ -50,6 +60,7 @@ class KafkaFaultTarget(FaultTarget, Protocol):
     slots: list[Client]
     first_copier: int  # the copiers' index in ``slots``
     busy: dict[int, list[str]]  # brokers under a fault right now -> the faults
+    apart: dict[str, random.Random]  # each kind of ``APART_GAP_S``: its own stream (all its draws)
 
     async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
 
@@ -72,22 +83,59 @@ async def _client_pause(world: KafkaFaultTarget, victim: int, duration_s: float)
     woken.set()
 
 
-async def _coordinator_move(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
-    """The broker coordinating a copier's transactional id restarts: its partition of the transaction
-    log (and of the offsets topic it leads) moves to another broker, which loads it."""
+async def _coordinator_broker(world: KafkaFaultTarget, tid: str) -> int | None:
+    """The broker coordinating ``tid`` now, if it is up and under no other fault (None otherwise)."""
     from trikafka.client.kafka.coordinators import find_coordinator  # (client code: loaded by then)
 
-    tid = copier_id(victim % COPIERS)
     with trio.move_on_after(2.0):
         try:
             async with world.cluster.kafka_client(max_retries=0) as client:
                 broker = (await find_coordinator(client, tid, COORDINATOR_KEY_TYPE_TRANSACTION)).node_id
         except CLIENT_ERRORS:
-            return
+            return None
         if broker in world.down or world.busy.get(broker):
-            return
-        world.busy.setdefault(broker, []).append("restart")
-        await world._fault(FAULT_TABLE["restart"], broker, duration_s)
+            return None
+        return broker
+    return None
+
+
+async def _coordinator_move(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
+    """The broker coordinating a copier's transactional id restarts: its partition of the transaction
+    log (and of the offsets topic it leads) moves to another broker, which loads it."""
+    broker = await _coordinator_broker(world, copier_id(victim % COPIERS))
+    if broker is None:
+        return
+    world.busy.setdefault(broker, []).append("restart")
+    await world._fault(FAULT_TABLE["restart"], broker, duration_s)
+
+
+async def _coordinator_crash(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
+    """A copier and its transaction coordinator die together just after the copier sends EndTxn: the
+    copier is cancelled (it neither retries nor aborts) and the coordinator's broker is killed within
+    ``CRASH_AFTER_END_TXN_S``, while it writes the decision and its markers.  The decision's only
+    witnesses are then what that broker made durable: a coordinator that wrote markers before the
+    decision leaves partitions holding markers of a transaction its successor decides otherwise."""
+    slot = world.slots[world.first_copier + victim % COPIERS]
+    delay_s = world.apart["coordinator-crash"].uniform(*CRASH_AFTER_END_TXN_S)  # (drawn whether it strikes or not)
+    sent = slot.end_txn_sent = slot.end_txn_sent if slot.end_txn_sent is not None else trio.Event()
+    with trio.move_on_after(END_TXN_WAIT_S):
+        await sent.wait()
+    if slot.end_txn_sent is sent:
+        slot.end_txn_sent = None
+    if not sent.is_set():
+        return
+    # (the coordinator as the copier found it: a FindCoordinator passes no virtual time)
+    broker = await _coordinator_broker(world, copier_id(victim % COPIERS))
+    if broker is None:
+        return
+    await trio.sleep(delay_s)
+    if broker in world.down or world.busy.get(broker):
+        return
+    world.trace.add(f"fault coordinator-crash {slot.name}.{slot.incarnation} and broker {broker} "
+                    f"{delay_s:.3f} s after EndTxn")
+    slot.scope.cancel()
+    world.busy.setdefault(broker, []).append("kill")
+    await world._fault(FAULT_TABLE["kill"], broker, duration_s)
 
 
 KAFKA_FAULT_TABLE: dict[str, Fault] = {
@@ -95,10 +143,14 @@ KAFKA_FAULT_TABLE: dict[str, Fault] = {
     "client-crash": Fault("client-crash", _client_crash, on_member=True),  # type: ignore[arg-type]
     "coordinator-move": Fault("coordinator-move", _coordinator_move, on_member=True),  # type: ignore[arg-type]
     "client-pause": Fault("client-pause", _client_pause, on_member=True),  # type: ignore[arg-type]
+    "coordinator-crash": Fault("coordinator-crash", _coordinator_crash, on_member=True),  # type: ignore[arg-type]
 }
 
 
 KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
+# Kinds the nemesis does not draw: each comes on a stream of its own, one every gap drawn from it, so
+# adding one leaves the nemesis' draws (and every other kind's frequency) as they were.
+APART_GAP_S: dict[str, tuple[float, float]] = {"coordinator-crash": (1.0, 4.0)}
 
 
 def parse_faults(text: str) -> tuple[str, ...]:

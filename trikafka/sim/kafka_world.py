@@ -11,13 +11,16 @@ commits; a read_committed reader reads the output.  Each client runs in incarnat
 the ``client-crash`` fault (cancelled where it stands, mid-transaction included: nothing aborts), ends
 one and the next starts with a new client.  The nemesis is the cluster world's (``ClusterWorld._nemesis``)
 over its broker faults (``faults.FAULT_TABLE``) plus this world's: ``client-crash`` and
-``coordinator-move`` (the broker coordinating a copier's transactional id restarts).  After healing,
+``coordinator-move`` (the broker coordinating a copier's transactional id restarts) and
+``coordinator-crash`` (a copier and its coordinator die together just after its EndTxn).  After healing,
 ``kafka_promises.KafkaHistory`` judges what clients saw against the logs a fresh client reads back.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import random
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -35,8 +38,8 @@ from trikafka.util.errors import leaf_exceptions
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
 from .event_world import replay_command
-from .kafka_faults import (CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS,
-                           copier_id)
+from .kafka_faults import (APART_GAP_S, CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE,
+                           KAFKA_FAULTS, copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
 from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
 
@@ -74,6 +77,7 @@ class Slot:
     incarnation: int = 0  # the running one's number
     moved_on: trio.Event = field(default_factory=trio.Event)  # set: the next incarnation may start
     paused: dict[int, trio.Event] = field(default_factory=dict)  # incarnation -> set when it wakes
+    end_txn_sent: trio.Event | None = None  # armed by ``coordinator-crash``: set as the copier sends EndTxn
 
 
 def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple[str, ...] = KAFKA_FAULTS,
@@ -98,6 +102,8 @@ class KafkaWorld(ClusterWorld):
         self.topics = (IN, OUT, *INTERNAL_TOPICS)
         self.history = KafkaHistory()
         self.client_streams = {name: derived_random(seed, name) for name in ("producers", "copiers", "readers")}
+        self.apart = {name: derived_random(seed, name) for name in faults if name in APART_GAP_S}
+        self.fault_names = tuple(name for name in faults if name not in APART_GAP_S)  # the nemesis' draws
         self.counters = [itertools.count() for _ in range(PRODUCERS)]
         self.read_positions = [0] * PARTITIONS
         self.first_copier = PRODUCERS
@@ -122,6 +128,24 @@ class KafkaWorld(ClusterWorld):
             await self._heal()
             if self.violation is None:
                 await self._judge()
+
+    async def _nemesis(self) -> None:
+        """The cluster world's nemesis over the kinds it draws, and each kind of ``APART_GAP_S`` on its
+        own stream."""
+        async with trio.open_nursery() as nursery:
+            for name, stream in self.apart.items():
+                nursery.start_soon(self._apart, name, stream)
+            if self.fault_names:
+                await super()._nemesis()
+
+    async def _apart(self, name: str, stream: random.Random) -> None:
+        fault = self.fault_table[name]
+        async with trio.open_nursery() as faults:
+            while True:
+                await trio.sleep(stream.uniform(*APART_GAP_S[name]))
+                victim, step, scale = stream.randrange(self.brokers), stream.random(), stream.random()
+                self.faults += 1
+                faults.start_soon(fault.inject, self, victim, fault.duration_s(step, scale))
 
     def _now_ms(self) -> int:
         return int(trio.current_time() * 1000)
@@ -249,7 +273,8 @@ class KafkaWorld(ClusterWorld):
                     await producer.send_offsets(metadata, offsets)
                     commit = stream.random() >= ABORT_SHARE
                     await self._awake(slot, incarnation)
-                    await (manager.commit if commit else manager.abort)(producer.flush)
+                    await (manager.commit if commit else manager.abort)(functools.partial(self._flush, slot,
+                                                                                          incarnation, producer))
                     self.trace.add(f"{label} {'committed' if commit else 'aborted'}: "
                                    f"{sorted((tp.partition, o) for tp, o in offsets.items())}")
                     self.fail(self.history.ended(label, commit))
@@ -257,6 +282,12 @@ class KafkaWorld(ClusterWorld):
                         return  # the next incarnation reads again from the committed offsets
                     batch.clear()
                     wanted = stream.randint(1, 3)
+
+    async def _flush(self, slot: Slot, incarnation: int, producer: KafkaProducer) -> None:
+        """A transaction's flush, after which its EndTxn goes out: an armed ``coordinator-crash`` hears of it."""
+        await producer.flush()
+        if slot.end_txn_sent is not None and incarnation == slot.incarnation:
+            slot.end_txn_sent.set()
 
     async def _read_group(self, slot: Slot, incarnation: int) -> None:
         stream = self.client_streams["readers"]

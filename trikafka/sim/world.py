@@ -269,7 +269,7 @@ class ClusterWorld:
                 fault = self.fault_table[self.streams.fault.choice(self.fault_names)]
                 victim = self.streams.victim.randrange(self.brokers)
                 step, scale = self.streams.duration.random(), self.streams.duration.random()
-                duration_s = fault.durations_s[int(step * len(fault.durations_s))] * scale
+                duration_s = fault.duration_s(step, scale)
                 if fault.on_member:
                     self.faults += 1
                     faults.start_soon(fault.inject, self, victim % MEMBERS, duration_s)
