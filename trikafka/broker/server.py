@@ -408,7 +408,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         from .zookeeper import run_broker_zookeeper
 
                         zookeeper = await services.start(functools.partial(
-                            run_broker_zookeeper, config, log_manager, addresses[0].port, coordinator=wiring.coordinator))
+                            run_broker_zookeeper, config, log_manager, addresses[0].port,
+                            coordinator=wiring.coordinator))
                     settings: TopicSettingsStore
                     if zookeeper is not None:
                         settings = ZooKeeperTopicSettings(zookeeper.coordinator)
@@ -435,8 +436,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                         kafka = await open_kafka_service(
                             engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
                             listener=BrokerAddress(config.broker_id, host, kafka_addresses[0].port),
-                            zookeeper=None if zookeeper is None else zookeeper.coordinator, open_stream=wiring.open_stream,
-                            broker_settings=broker_settings)
+                            zookeeper=None if zookeeper is None else zookeeper.coordinator,
+                            open_stream=wiring.open_stream, broker_settings=broker_settings)
                         wiring.metrics.watch_groups(kafka.groups)
                     replicas = None
                     if zookeeper is not None:

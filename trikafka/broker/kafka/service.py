@@ -147,8 +147,9 @@ class KafkaService:
                  zookeeper: ZooKeeperClient | None, broker_settings: BrokerSettings):
         """``listener``: the listener's published address; ``zookeeper``: the broker's client in
         ZooKeeper mode (§16.1), None for a standalone broker; ``broker_settings``: the broker's
-        dynamic settings (§20.4), which this listener puts in force from its entities and follows.  ``open_kafka_service`` reads what
-        the listener needs first (the cluster id, the peer connector's settings) and builds it."""
+        dynamic settings (§20.4), which this listener puts in force from its entities and follows.
+        ``open_kafka_service`` reads what the listener needs first (the cluster id, the peer
+        connector's settings) and builds it."""
         self.engine = engine
         self.config = config
         self.clock_ms = clock_ms
