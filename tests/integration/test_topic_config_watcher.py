@@ -12,7 +12,7 @@ import trio
 from tests.helpers.broker_testing import PROCESS_TIMEOUT_S, READY_MARKER, child_process
 from tests.helpers.cli import lines, produce
 from trikafka.broker.config import BrokerConfig
-from trikafka.broker.topic_config import TopicConfigWatcher
+from trikafka.broker.topic_config import TopicConfigWatcher, TopicOverrides
 from trikafka.broker.topic_settings import LogOverrides
 from trikafka.log.config import HOUR_MS
 from trikafka.testing.fakefs import FakeFileSystem
@@ -40,7 +40,7 @@ async def test_settings_are_applied_replaced_and_put_back(zk_harness, zk_clock):
     async with zk_harness.client() as admin, zk_harness.client() as broker_zk:
         await create_topic_config(admin, "kv", {"cleanup.policy": "compact", "retention.ms": "1000"})
         async with trio.open_nursery() as nursery:
-            watcher = await nursery.start(TopicConfigWatcher(broker_zk, config, manager, cleaner).run)
+            watcher = await nursery.start(TopicConfigWatcher(broker_zk, TopicOverrides(config, manager, cleaner)).run)
             # what was stored before the broker started is in force once the watcher is ready
             assert cleaner.overrides["kv"] == LogOverrides(compact=True, delete=False, retention_ms=1000)
             assert log.config.retention_ms == 1000

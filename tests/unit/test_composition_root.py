@@ -32,10 +32,20 @@ def attribute_assignments(function: ast.AST) -> list[str]:
     return found
 
 
+def registrations(function: ast.AST) -> list[str]:
+    """Each ``.append(...)`` or ``.add(...)`` call in ``function``, as written: a callback put into
+    another object's listeners, or an object put into a box that code built earlier reads it through.
+    The root builds its own lists whole (literals, comprehensions), so it needs neither."""
+    return [ast.unparse(node) for node in ast.walk(function)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "add")]
+
+
 def test_the_composition_root_finishes_no_object_after_building_it():
-    assert attribute_assignments(_function(BROKER / "server.py", "_run_tree")) == []
-    # serve builds what comes before the tree (the metrics, their HTTP endpoint) the same way.
-    assert attribute_assignments(_function(BROKER / "server.py", "serve")) == []
+    for name in ("_run_tree", "serve"):  # serve builds what comes before the tree (the metrics, the endpoint)
+        root = _function(BROKER / "server.py", name)
+        assert attribute_assignments(root) == [], name
+        assert registrations(root) == [], name
 
 
 def test_the_kafka_listener_is_built_whole_and_start_only_starts_tasks():
@@ -50,6 +60,13 @@ def test_replication_is_started_without_finishing_anything_it_did_not_build():
 def test_an_assignment_after_construction_is_found():
     planted = ast.parse("async def _run_tree():\n    admin = TopicAdmin()\n    admin.self_broker = me\n")
     assert attribute_assignments(planted) == ["admin.self_broker"]
+
+
+def test_a_registration_after_construction_is_found():
+    planted = ast.parse("async def _run_tree(broker_box):\n    kafka = KafkaService()\n"
+                        "    kafka.broker_settings.listeners.append(apply)\n    broker = Broker()\n"
+                        "    broker_box.append(broker)\n    processors = [Processor(i) for i in range(2)]\n")
+    assert registrations(planted) == ["kafka.broker_settings.listeners.append(apply)", "broker_box.append(broker)"]
 
 
 def metrics_registrations(tree: ast.AST) -> list[str]:

@@ -3,14 +3,16 @@ Alter*Configs change them, kept as the entities ``brokers/<id>`` and ``brokers/<
 
 ``BrokerSettings`` computes the settings in force from the static ones and
 the two levels, most specific first, and tells its listeners (the log
-manager, the cleaner, the topic overrides, the Kafka listener) of each
-change.  The keys that may change are ``config.DYNAMIC_SETTINGS``.
+manager, the cleaner, the topic overrides, the Kafka listener, replication)
+of each change.  The composition root builds it before the Kafka listener
+and replication and gives it to both: each adds its own listener as it is
+built.  The keys that may change are ``config.DYNAMIC_SETTINGS``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .config import DYNAMIC_SETTINGS, BrokerConfig, ConfigError
 from .config_sources import field_name, from_mapping
@@ -59,11 +61,13 @@ def text(config: BrokerConfig, field: str) -> str:
 class BrokerSettings:
     """This broker's settings in force: static ones under the dynamic levels (§20.4)."""
 
-    def __init__(self, static: BrokerConfig):
+    def __init__(self, static: BrokerConfig, listeners: Iterable[Callable[[BrokerConfig], None]] = ()):
         self.static = static
         self.current = static
         self.levels: tuple[dict[str, str], dict[str, str]] = ({}, {})  # (this broker's, the default)
-        self.listeners: list[Callable[[BrokerConfig], None]] = []  # told of each change, the new settings
+        # Told of each change, the new settings, in order: the root's first, then each object given
+        # these settings, as it was built.
+        self.listeners: list[Callable[[BrokerConfig], None]] = list(listeners)
 
     def own_entity(self) -> str:
         return f"brokers/{self.static.broker_id}"

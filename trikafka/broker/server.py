@@ -1,7 +1,9 @@
 """The broker: the composition root and one nursery tree, which owns every task it runs.
 
 ``_run_tree`` builds the broker top down, each object given what it needs at
-construction: the flusher, retention and cleaner; both listeners' sockets
+construction: the flusher, retention and cleaner, the topics' overrides and the
+dynamic settings (which the Kafka listener and replication are given and
+follow); both listeners' sockets
 bound (connections wait in the backlog); the ZooKeeper registration, which
 holds the bound port; the engine (``engine/``: the partition directory, the
 topic admin with the broker's address and where settings are kept, the
@@ -74,6 +76,7 @@ from trikafka.zk.client import ZooKeeperClient
 from .acceptor import Acceptor, BoundAddress, ConnectionQuota
 from .cleaner import CleanerService
 from .config import BrokerConfig, published_host
+from .dynamic_config import BrokerSettings
 from .flusher import FlushScheduler
 from .connection import ServedConnection07
 from .engine.directory import PartitionDirectory
@@ -109,17 +112,17 @@ LISTENER_KAFKA = "kafka"
 
 
 class ShutdownRequest:
-    """A graceful shutdown asked for (``Broker.shutdown``, SIGINT, SIGTERM): made as the server
-    nursery opens, so that a signal is heard while the rest of the broker is still being built."""
+    """A graceful shutdown asked for (``Broker.shutdown``, SIGINT, SIGTERM): made before the broker,
+    so that a signal is heard while the rest of the broker is still being built."""
 
-    def __init__(self, grace_scope: trio.CancelScope):
+    def __init__(self) -> None:
         self._requested = trio.Event()
-        self._grace_scope = grace_scope  # the server nursery's: its cancellation ends the grace period
+        self.grace_scope = trio.CancelScope()  # the server nursery runs in it: its cancellation ends the grace period
 
     def request(self) -> None:
         """Ask for a shutdown (idempotent); asked twice, the rest of the grace period is skipped."""
         if self._requested.is_set():
-            self._grace_scope.cancel()
+            self.grace_scope.cancel()
         self._requested.set()
 
     @property
@@ -128,10 +131,24 @@ class ShutdownRequest:
 
     def begin_grace_period(self, timeout_s: float) -> None:
         """The acceptors stopped: what is left of the server nursery gets ``timeout_s`` more."""
-        self._grace_scope.deadline = trio.current_time() + timeout_s
+        self.grace_scope.deadline = trio.current_time() + timeout_s
 
     async def wait(self) -> None:
         await self._requested.wait()
+
+
+@dataclass
+class Lifecycle:
+    """How far the broker has come, made in ``serve`` before it: what comes up first (the HTTP
+    endpoint's ``/readyz``) and what outlives it (``serve``'s close) read it, the tree writes it."""
+
+    shutdown: ShutdownRequest = field(default_factory=ShutdownRequest)
+    serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
+    clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
+
+    def ready(self) -> bool:
+        """What ``/readyz`` answers: serving and not shutting down."""
+        return self.serving and not self.shutdown.requested
 
 
 @dataclass
@@ -146,12 +163,10 @@ class Broker:
     handler_07: RequestHandler  # the 0.7 listener's (the Kafka listener: ``kafka``)
     engine: Engine  # what both listeners share (broker/engine/)
     processors: list[Processor]  # every listener's
-    shutdown_request: ShutdownRequest = field(repr=False)
-    clean_shutdown: bool | None = None  # after serve() returns: whether the marker was written
+    lifecycle: Lifecycle = field(repr=False)  # serving, shutting down, the clean-shutdown marker
     zookeeper: BrokerZooKeeper | None = None  # once registered (enable_zookeeper)
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics, repr=False)
     metrics_address: tuple[str, int] | None = None  # the HTTP endpoint's (host, port) with metrics_port
-    serving: bool = False  # recovered, registered (with ZooKeeper), accepting connections
     cleaner: CleanerService | None = None  # compaction (docs/protocol.md §11)
     replicas: Replication | None = None  # with ZooKeeper (docs/protocol.md §12)
     kafka_addresses: list[BoundAddress] = field(default_factory=list)  # the Kafka listener's (§16.1)
@@ -175,24 +190,34 @@ class Broker:
 
     def start_serving(self) -> None:
         """Recovered, registered, accepting: ``/readyz`` answers ready from now on."""
-        self.serving = True
+        self.lifecycle.serving = True
+
+    @property
+    def serving(self) -> bool:
+        """Recovered, registered (with ZooKeeper), accepting connections."""
+        return self.lifecycle.serving
+
+    @property
+    def clean_shutdown(self) -> bool | None:
+        """After ``serve`` returned: whether the clean-shutdown marker was written."""
+        return self.lifecycle.clean_shutdown
 
     def shutdown(self) -> None:
         """Begin a graceful shutdown (idempotent); ``serve`` returns when it is done."""
-        self.shutdown_request.request()
+        self.lifecycle.shutdown.request()
 
     @property
     def shutting_down(self) -> bool:
-        return self.shutdown_request.requested
+        return self.lifecycle.shutdown.requested
 
     async def wait_shutdown_requested(self) -> None:
         """Return once ``shutdown()`` was called (or a signal asked for it)."""
-        await self.shutdown_request.wait()
+        await self.lifecycle.shutdown.wait()
 
     @property
     def ready(self) -> bool:
         """What ``/readyz`` answers: serving and not shutting down."""
-        return self.serving and not self.shutting_down
+        return self.lifecycle.ready()
 
     def connection_count(self) -> int:
         return sum(len(p.connections) for p in self.processors)
@@ -239,7 +264,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
     run_blocking = run_blocking or trio.to_thread.run_sync
     wiring = _Wiring(BrokerMetrics(), refuse_requests=frozenset(refuse_requests), coordinator=coordinator,
                      open_stream=open_stream)
-    wiring.metrics.watch_readiness(wiring.ready)
+    wiring.metrics.watch_readiness(wiring.lifecycle.ready)
     run = functools.partial(_serve, config, fs, clock_ms, rng, handle_signals, run_blocking, wiring, task_status)
     if config.metrics_port is None:
         await run(None)
@@ -250,7 +275,7 @@ async def serve(config: BrokerConfig, *, task_status: trio.TaskStatus[Broker] = 
             tls = await run_blocking(functools.partial(TlsContexts.load, config))  # reads PEM files: off the loop
             secure = _secure(tls, config, config.metrics_security_protocol)
         http = HttpServer(config.host, config.metrics_port,
-                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.ready), secure=secure)
+                          Routes(metrics=wiring.metrics.exposition, is_ready=wiring.lifecycle.ready), secure=secure)
         await run(await root.start(http.run))
         root.cancel_scope.cancel()
 
@@ -261,7 +286,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
                  metrics_address: tuple[str, int] | None) -> None:
     """``serve`` without the HTTP endpoint (bound at ``metrics_address``, if any): recover, run the tree,
     close the logs."""
-    broker_box = wiring.broker_box
+    lifecycle = wiring.lifecycle
     fs = fs if fs is not None else OsFileSystem()
     log_manager = LogManager(config.log_dir, config.log_config(), fs,
                              clock_ms=clock_ms, topic_configs=config.topic_log_configs(),
@@ -274,7 +299,7 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
         logger.info("log dir %s holds no logs yet", config.log_dir)
     clean = False
     try:
-        await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking, broker_box,
+        await _run_tree(config, log_manager, fs, clock_ms, rng, handle_signals, run_blocking,
                         wiring, task_status, metrics_address)
         clean = True
     except BaseException as exc:
@@ -286,9 +311,8 @@ async def _serve(config: BrokerConfig, fs: FileSystem | None, clock_ms: Callable
     finally:
         with trio.CancelScope(shield=True):
             marker = await run_blocking(functools.partial(log_manager.close, clean))
-        if broker_box:
-            broker_box[0].clean_shutdown = marker
-        served = bool(broker_box) and broker_box[0].serving
+        lifecycle.clean_shutdown = marker
+        served = lifecycle.serving
         # A start that failed was reported (critical, above): a "stopped" line would speak of a
         # broker that was never up.
         logger.log(logging.INFO if marker or served else logging.DEBUG, "broker stopped (%s)",
@@ -304,16 +328,13 @@ async def inline_blocking(fn: Callable[[], T]) -> T:
 
 @dataclass
 class _Wiring:
-    """What ``serve`` makes before the tree: the metrics, and the broker once it runs."""
+    """What ``serve`` makes before the tree: the metrics, and the broker's lifecycle."""
 
     metrics: BrokerMetrics
-    broker_box: list[Broker] = field(default_factory=list)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     refuse_requests: frozenset[RequestType] = frozenset()  # closed on, as a 0.7 broker does
     coordinator: ZooKeeperClient | None = None  # an open ZooKeeperClient to register in instead of config.zk_connect (tests)
     open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream  # to other brokers
-
-    def ready(self) -> bool:
-        return bool(self.broker_box) and self.broker_box[0].ready
 
 
 def _only_cancellation(exc: BaseException) -> bool:
@@ -329,7 +350,7 @@ def _only_cancellation(exc: BaseException) -> bool:
 
 async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSystem, clock_ms: Callable[[], int],
                     rng: random.Random | None, handle_signals: bool,
-                    run_blocking: RunBlocking, broker_box: list[Broker],
+                    run_blocking: RunBlocking,
                     wiring: _Wiring, task_status: trio.TaskStatus[Broker],
                     metrics_address: tuple[str, int] | None) -> None:
     wiring.metrics.watch_logs(log_manager)
@@ -346,10 +367,13 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                            observe_flush_s=wiring.metrics.flushes.observe).run)
         cleaner = CleanerService(log_manager, config, fs, clock_ms,
                                  run_blocking=None if run_blocking is trio.to_thread.run_sync else run_blocking)
+        topic_overrides = TopicOverrides(config, log_manager, cleaner)  # the topics' stored settings in force here
+        # The dynamic settings (§20.4), told to the logs here; the Kafka listener, which puts them in
+        # force from its entities, and replication add their own listeners as they are built.
+        broker_settings = BrokerSettings(config, listeners=[functools.partial(
+            _apply_log_settings, log_manager, cleaner, topic_overrides)])
         local_settings = None
-        topic_overrides = None  # the topics' stored settings in force here, rebased by dynamic settings (§20.4)
         if not config.enable_zookeeper:  # per-topic settings from CREATE_TOPIC live in the log dir (§9.5)
-            topic_overrides = TopicOverrides(config, log_manager, cleaner)
             local_settings = LocalTopicSettings(fs, config.log_dir, topic_overrides, run_blocking)
             await run_blocking(local_settings.load)
         retention = await services.start(RetentionDeleter(
@@ -357,122 +381,117 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
             first_run_delay_s=config.retention_first_run_delay_s, clock_ms=clock_ms, deletes=cleaner.deletes,
             run_blocking=run_blocking).run)
         await services.start(cleaner.run)
-        async with trio.open_nursery() as server:
-            shutdown = ShutdownRequest(grace_scope=server.cancel_scope)
-            if handle_signals:
-                await services.start(_watch_signals, shutdown)
-            processors: list[Processor] = []
-            async with trio.open_nursery() as front:
-                # Listening first (early clients wait in the backlog), then registered, then built
-                # and serving: the registration holds the bound port (§8.2), and what serves the
-                # connections is built knowing its addresses and its ZooKeeper session.
-                acceptor = Acceptor(config.host, config.port, socket_send_buffer=config.socket_send_buffer,
-                                    socket_receive_buffer=config.socket_receive_buffer,
-                                    unix_socket_path=config.unix_socket_path, quota=quota)
-                addresses = await front.start(acceptor.run)
-                kafka_acceptor = None
-                kafka_addresses: list[BoundAddress] = []
-                if config.serves_kafka:  # §16.1: the second listener, with its own processors
-                    kafka_acceptor = Acceptor(config.host, config.kafka_port or 0,
-                                              socket_send_buffer=config.socket_send_buffer,
-                                              socket_receive_buffer=config.socket_receive_buffer, quota=quota)
-                    kafka_addresses = await front.start(kafka_acceptor.run)
-                host = await published_host(config)  # looked up once, for both listeners
-                zookeeper = None
-                if config.enable_zookeeper:
-                    from .zookeeper import run_broker_zookeeper
+        shutdown = wiring.lifecycle.shutdown
+        with shutdown.grace_scope:  # begin_grace_period bounds the drain
+            async with trio.open_nursery() as server:
+                if handle_signals:
+                    await services.start(_watch_signals, shutdown)
+                processors: list[Processor] = []
+                async with trio.open_nursery() as front:
+                    # Listening first (early clients wait in the backlog), then registered, then built
+                    # and serving: the registration holds the bound port (§8.2), and what serves the
+                    # connections is built knowing its addresses and its ZooKeeper session.
+                    acceptor = Acceptor(config.host, config.port, socket_send_buffer=config.socket_send_buffer,
+                                        socket_receive_buffer=config.socket_receive_buffer,
+                                        unix_socket_path=config.unix_socket_path, quota=quota)
+                    addresses = await front.start(acceptor.run)
+                    kafka_acceptor = None
+                    kafka_addresses: list[BoundAddress] = []
+                    if config.serves_kafka:  # §16.1: the second listener, with its own processors
+                        kafka_acceptor = Acceptor(config.host, config.kafka_port or 0,
+                                                  socket_send_buffer=config.socket_send_buffer,
+                                                  socket_receive_buffer=config.socket_receive_buffer, quota=quota)
+                        kafka_addresses = await front.start(kafka_acceptor.run)
+                    host = await published_host(config)  # looked up once, for both listeners
+                    zookeeper = None
+                    if config.enable_zookeeper:
+                        from .zookeeper import run_broker_zookeeper
 
-                    zookeeper = await services.start(functools.partial(
-                        run_broker_zookeeper, config, log_manager, addresses[0].port, coordinator=wiring.coordinator))
-                settings: TopicSettingsStore
-                if zookeeper is not None:
-                    settings = ZooKeeperTopicSettings(zookeeper.coordinator)
-                else:
-                    assert local_settings is not None
-                    settings = local_settings
-                # What replication learns, read by the engine: built before both (replication/view.py).
-                replication_view = None if zookeeper is None else ReplicationView()
-                directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
-                                               partitions=log_manager.partitions_for,
-                                               max_topic_name_length=config.max_topic_name_length,
-                                               run_blocking=run_blocking, replicas=replication_view)
-                admin = TopicAdmin(directory=directory, log_manager=log_manager,
-                                   max_message_size=config.max_message_size,
-                                   self_broker=BrokerAddress(config.broker_id, host, addresses[0].port),
-                                   settings=settings)
-                engine = Engine(directory=directory, admin=admin, waiters=waiters, metrics=wiring.metrics)
-                for log in log_manager.logs():
-                    directory.adopt(log)
-                handler = RequestHandler(engine=engine, clock_ms=clock_ms, rng=rng, run_blocking=run_blocking,
-                                         refused_types=wiring.refuse_requests)
-                kafka = None
-                if kafka_acceptor is not None:
-                    kafka = await open_kafka_service(
-                        engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
-                        listener=BrokerAddress(config.broker_id, host, kafka_addresses[0].port),
-                        zookeeper=None if zookeeper is None else zookeeper.coordinator, open_stream=wiring.open_stream)
-                    wiring.metrics.watch_groups(kafka.groups)
-                replicas = None
-                if zookeeper is not None:
-                    assert replication_view is not None
-                    replicas = await start_replication(
-                        nursery=services, broker_id=config.broker_id, zookeeper=zookeeper, engine=engine,
-                        view=replication_view,
-                        log_manager=log_manager, flusher=flusher, waiters=waiters,
-                        run_blocking=run_blocking, open_stream=open_to_broker,
-                        kafka_port=kafka_addresses[0].port if kafka_addresses else None,
-                        on_role=None if kafka is None else kafka.on_role)
-                    wiring.metrics.watch_replication(replicas)
-                    watcher = await services.start(watch_topic_configs, zookeeper, config, log_manager, cleaner)
-                    topic_overrides = watcher.overrides
-                serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
-                processors += [await server.start(Processor(i, serve_07, port_secure).run)
-                               for i in range(config.num_threads)]
-                listener_processors = {LISTENER_07: list(processors)}
-                if kafka is not None:
-                    listener_processors[LISTENER_KAFKA] = [
-                        await server.start(Processor(config.num_threads + i, kafka.connection, kafka_secure).run)
-                        for i in range(config.num_threads)]
-                    processors += listener_processors[LISTENER_KAFKA]
-                broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
-                                shutdown, metrics=wiring.metrics, metrics_address=metrics_address,
-                                cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
-                                listener_processors=listener_processors, zookeeper=zookeeper, replicas=replicas)
-                wiring.metrics.watch_connections(processors)
-                broker_box.append(broker)
-                if kafka is not None:
-                    assert kafka_acceptor is not None
-                    # Dynamic broker settings (§20.4) reach the logs, the cleaner and replication.
-                    kafka.broker_settings.listeners.append(functools.partial(
-                        _apply_broker_settings, log_manager, cleaner, topic_overrides, replicas))
-                    await kafka.start(services)
-                    kafka_acceptor.start_accepting(listener_processors[LISTENER_KAFKA])
-                acceptor.start_accepting(listener_processors[LISTENER_07])
-                front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
-                # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
-                logger.debug("serving on %s:%d", broker.host, broker.port)
-                broker.start_serving()
-                task_status.started(broker)
-            # Acceptor stopped.  Drain: long polls answer now, connections finish.
-            waiters.close()
-            for processor in processors:
-                processor.drain()
-            shutdown.begin_grace_period(config.graceful_shutdown_timeout_s)
+                        zookeeper = await services.start(functools.partial(
+                            run_broker_zookeeper, config, log_manager, addresses[0].port,
+                            coordinator=wiring.coordinator))
+                    settings: TopicSettingsStore
+                    if zookeeper is not None:
+                        settings = ZooKeeperTopicSettings(zookeeper.coordinator)
+                    else:
+                        assert local_settings is not None
+                        settings = local_settings
+                    # What replication learns, read by the engine: built before both (replication/view.py).
+                    replication_view = None if zookeeper is None else ReplicationView()
+                    directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
+                                                   partitions=log_manager.partitions_for,
+                                                   max_topic_name_length=config.max_topic_name_length,
+                                                   run_blocking=run_blocking, replicas=replication_view)
+                    admin = TopicAdmin(directory=directory, log_manager=log_manager,
+                                       max_message_size=config.max_message_size,
+                                       self_broker=BrokerAddress(config.broker_id, host, addresses[0].port),
+                                       settings=settings)
+                    engine = Engine(directory=directory, admin=admin, waiters=waiters, metrics=wiring.metrics)
+                    for log in log_manager.logs():
+                        directory.adopt(log)
+                    handler = RequestHandler(engine=engine, clock_ms=clock_ms, rng=rng, run_blocking=run_blocking,
+                                             refused_types=wiring.refuse_requests)
+                    kafka = None
+                    if kafka_acceptor is not None:
+                        kafka = await open_kafka_service(
+                            engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
+                            listener=BrokerAddress(config.broker_id, host, kafka_addresses[0].port),
+                            zookeeper=None if zookeeper is None else zookeeper.coordinator,
+                            open_stream=wiring.open_stream, broker_settings=broker_settings)
+                        wiring.metrics.watch_groups(kafka.groups)
+                    replicas = None
+                    if zookeeper is not None:
+                        assert replication_view is not None
+                        replicas = await start_replication(
+                            nursery=services, broker_id=config.broker_id, zookeeper=zookeeper, engine=engine,
+                            view=replication_view,
+                            log_manager=log_manager, flusher=flusher, waiters=waiters,
+                            run_blocking=run_blocking, open_stream=open_to_broker,
+                            kafka_port=kafka_addresses[0].port if kafka_addresses else None,
+                            on_role=None if kafka is None else kafka.on_role, broker_settings=broker_settings)
+                        wiring.metrics.watch_replication(replicas)
+                        await services.start(watch_topic_configs, zookeeper, topic_overrides)
+                    serve_07 = functools.partial(_connection_07, handler, config.max_socket_request_bytes)
+                    processors += [await server.start(Processor(i, serve_07, port_secure).run)
+                                   for i in range(config.num_threads)]
+                    listener_processors = {LISTENER_07: list(processors)}
+                    if kafka is not None:
+                        listener_processors[LISTENER_KAFKA] = [
+                            await server.start(Processor(config.num_threads + i, kafka.connection, kafka_secure).run)
+                            for i in range(config.num_threads)]
+                        processors += listener_processors[LISTENER_KAFKA]
+                    broker = Broker(config, addresses, log_manager, flusher, retention, handler, engine, processors,
+                                    wiring.lifecycle, metrics=wiring.metrics, metrics_address=metrics_address,
+                                    cleaner=cleaner, kafka_addresses=kafka_addresses, kafka=kafka,
+                                    listener_processors=listener_processors, zookeeper=zookeeper, replicas=replicas)
+                    wiring.metrics.watch_connections(processors)
+                    if kafka is not None:
+                        assert kafka_acceptor is not None
+                        await kafka.start(services)
+                        kafka_acceptor.start_accepting(listener_processors[LISTENER_KAFKA])
+                    acceptor.start_accepting(listener_processors[LISTENER_07])
+                    front.start_soon(_stop_front_on_shutdown, broker, front.cancel_scope)
+                    # DEBUG: `trikafka serve` announces it (its ready line); INFO here printed it twice.
+                    logger.debug("serving on %s:%d", broker.host, broker.port)
+                    broker.start_serving()
+                    task_status.started(broker)
+                # Acceptor stopped.  Drain: long polls answer now, connections finish.
+                waiters.close()
+                for processor in processors:
+                    processor.drain()
+                shutdown.begin_grace_period(config.graceful_shutdown_timeout_s)
         cleaner.stop()  # a pass in a worker thread stops at its next segment
         services.cancel_scope.cancel()
 
 
-def _apply_broker_settings(log_manager: LogManager, cleaner: CleanerService, topic_overrides: TopicOverrides | None,
-                           replicas: Replication | None, config: BrokerConfig) -> None:
-    """Dynamic broker settings changed (§20.4): the logs' configs, the topics' overrides on them, the
-    cleaner's policies, the replicated partitions' default min.insync.replicas.  Retention, rolls and
-    flushes read their log's config at their next look."""
+def _apply_log_settings(log_manager: LogManager, cleaner: CleanerService, topic_overrides: TopicOverrides,
+                        config: BrokerConfig) -> None:
+    """Dynamic broker settings changed (§20.4): the logs' configs, the topics' overrides on them (after:
+    ``reconfigure`` drops them), the cleaner's policies.  Retention, rolls and flushes read their log's
+    config at their next look."""
     log_manager.reconfigure(config.log_config(), config.topic_log_configs())
-    if topic_overrides is not None:
-        topic_overrides.rebase(config)
+    topic_overrides.rebase(config)
     cleaner.reconfigure(config)
-    if replicas is not None:
-        replicas.set_min_insync_default(config.min_insync_replicas)
 
 
 def _secure(tls: TlsContexts, config: BrokerConfig, protocol: str) -> Secure | None:

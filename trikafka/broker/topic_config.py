@@ -51,9 +51,9 @@ class TopicConfigWatcher:
 
     _nursery: trio.Nursery  # run()'s: one watch task per topic starts in it
 
-    def __init__(self, zk: ZooKeeperClient, config: BrokerConfig, log_manager: LogManager, cleaner: CleanerService):
+    def __init__(self, zk: ZooKeeperClient, overrides: TopicOverrides):
         self._zk = zk
-        self.overrides = TopicOverrides(config, log_manager, cleaner)  # dynamic settings rebase it (§20.4)
+        self.overrides = overrides  # what it applies; dynamic settings rebase it (§20.4)
         self._plain: dict[str, dict[str, str]] = {}
         self._replicated: dict[str, dict[str, str]] = {}
         self.applied = self.overrides.applied  # what is in force, per topic
@@ -178,11 +178,11 @@ def _parse_leniently(topic: str, stored: dict[str, str]) -> LogOverrides:
     return log_overrides(good)
 
 
-async def watch_topic_configs(zookeeper: BrokerZooKeeper, config: BrokerConfig, log_manager: LogManager,
-                              cleaner: CleanerService, *,
+async def watch_topic_configs(zookeeper: BrokerZooKeeper, overrides: TopicOverrides, *,
                               task_status: trio.TaskStatus[TopicConfigWatcher] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run a :class:`TopicConfigWatcher` on the registered broker's session (``zookeeper``: a BrokerZooKeeper)."""
-    await TopicConfigWatcher(zookeeper.coordinator, config, log_manager, cleaner).run(task_status=task_status)
+    """Run a :class:`TopicConfigWatcher` on the registered broker's session (``zookeeper``: a BrokerZooKeeper),
+    putting what it reads in force through ``overrides``."""
+    await TopicConfigWatcher(zookeeper.coordinator, overrides).run(task_status=task_status)
 
 
 class ZooKeeperTopicSettings:

@@ -144,10 +144,12 @@ class KafkaService:
 
     def __init__(self, *, engine: Engine, config: BrokerConfig, clock_ms: Callable[[], int],
                  run_blocking: RunBlocking, listener: BrokerAddress, cluster_id: str, peer_connector: PeerConnector,
-                 zookeeper: ZooKeeperClient | None):
+                 zookeeper: ZooKeeperClient | None, broker_settings: BrokerSettings):
         """``listener``: the listener's published address; ``zookeeper``: the broker's client in
-        ZooKeeper mode (§16.1), None for a standalone broker.  ``open_kafka_service`` reads what
-        the listener needs first (the cluster id, the peer connector's settings) and builds it."""
+        ZooKeeper mode (§16.1), None for a standalone broker; ``broker_settings``: the broker's
+        dynamic settings (§20.4), which this listener puts in force from its entities and follows.
+        ``open_kafka_service`` reads what the listener needs first (the cluster id, the peer
+        connector's settings) and builds it."""
         self.engine = engine
         self.config = config
         self.clock_ms = clock_ms
@@ -208,8 +210,8 @@ class KafkaService:
         # Client quotas (§20.2) and dynamic broker settings (§20.4), and the entities they come from (§20.1):
         # Kafka's znodes in ZooKeeper mode, else the log dir's file.
         self.quotas = ClientQuotas(samples=config.quota_window_num, window_s=config.quota_window_size_seconds)
-        self.broker_settings = BrokerSettings(config)
-        self.broker_settings.listeners.append(self._reconfigure)
+        self.broker_settings = broker_settings
+        broker_settings.listeners.append(self._reconfigure)
         self.entity_configs: ZooKeeperEntityConfigs | FileEntityConfigs = (
             ZooKeeperEntityConfigs(zookeeper, self._entities_changed) if zookeeper is not None
             else FileEntityConfigs(config.log_dir, run_blocking, self._entities_changed))
@@ -436,7 +438,8 @@ class KafkaService:
 
 async def open_kafka_service(*, engine: Engine, config: BrokerConfig, clock_ms: Callable[[], int],
                              run_blocking: RunBlocking, listener: BrokerAddress, zookeeper: ZooKeeperClient | None,
-                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]]) -> KafkaService:
+                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
+                             broker_settings: BrokerSettings) -> KafkaService:
     """The Kafka listener, built once what it needs first is read: the cluster id (§16.7) and the
     security of its own calls to other brokers over ``open_stream`` (§18.5)."""
     connector = await run_blocking(functools.partial(PeerConnector.from_config, config, open_stream))
@@ -446,7 +449,8 @@ async def open_kafka_service(*, engine: Engine, config: BrokerConfig, clock_ms: 
         cluster_id = await run_blocking(functools.partial(
             _standalone_cluster_id, engine.directory.log_manager.fs, config.log_dir))
     return KafkaService(engine=engine, config=config, clock_ms=clock_ms, run_blocking=run_blocking,
-                        listener=listener, cluster_id=cluster_id, peer_connector=connector, zookeeper=zookeeper)
+                        listener=listener, cluster_id=cluster_id, peer_connector=connector, zookeeper=zookeeper,
+                        broker_settings=broker_settings)
 
 
 def _standalone_cluster_id(fs: FileSystem, log_dir: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 import trio
 
@@ -48,11 +48,19 @@ from .tail import TailStatus, forget_tail_lost
 from .view import ReplicationView, TopicPartition
 
 if TYPE_CHECKING:
+    from ..config import BrokerConfig
     from ..engine.directory import PartitionDirectory
 
 logger = logging.getLogger(__name__)
 
 ISR_CHECK_INTERVAL_S = 0.25
+
+
+class SettingsChanges(Protocol):
+    """Where the broker's dynamic settings are announced (§20.4; ``dynamic_config.BrokerSettings``):
+    replication adds its own listener as it is built, told the settings in force after each change."""
+
+    listeners: list[Callable[[BrokerConfig], None]]
 
 
 class Replication:
@@ -66,7 +74,10 @@ class Replication:
                  open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]], tail_intact: bool = True,
                  on_replicated_topic: Callable[[str], None] = lambda topic: None,
                  reconcile_interval_s: float | None = None, kafka_port: int | None = None,
-                 on_role: Callable[[str, int, str], None] | None = None):
+                 on_role: Callable[[str, int, str], None] | None = None,
+                 broker_settings: SettingsChanges | None = None):
+        """``broker_settings``: the broker's dynamic settings (§20.4), whose ``min.insync.replicas`` it
+        follows; ``on_role``: told (topic, partition, role) after each partition state it applies."""
         self.broker_id = broker_id
         self.kafka_port = kafka_port  # published in /trikafka/brokers/<id> (§16.1)
         self._zk = zk
@@ -89,11 +100,14 @@ class Replication:
         # Told (topic, partition, role) after each state this broker applies: the Kafka listener's
         # coordinators load a partition of their internal topic they now lead (docs/protocol.md §17.3).
         self._on_role = on_role if on_role is not None else _ignore_role
+        if broker_settings is not None:
+            broker_settings.listeners.append(self._reconfigure)
 
-    def set_min_insync_default(self, count: int) -> None:
+    def _reconfigure(self, config: BrokerConfig) -> None:
         """The brokers' dynamic ``min.insync.replicas`` (§20.4): the partitions hosted here whose topic
         sets none take it at once (a leader's next acks -1 check and ISR shrink), the controller at
         its next election."""
+        count = config.min_insync_replicas
         self.controller.setting_defaults[MIN_INSYNC_REPLICAS] = str(count)
         for (topic, _partition), hosted in self.hosted.items():
             assignment = self.topics.get(topic)

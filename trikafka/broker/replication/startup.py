@@ -16,7 +16,7 @@ import trio
 
 from ..engine.waiters import VisibleEndWaiters
 from ..seams import Flusher, LogDirectory, RunBlocking
-from .manager import Replication
+from .manager import Replication, SettingsChanges
 from .membership import record_boot_id, tail_intact
 from .tail import keep_tail_status
 from .view import ReplicationView
@@ -35,10 +35,12 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                             run_blocking: RunBlocking,
                             open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]],
                             kafka_port: int | None = None,
-                            on_role: Callable[[str, int, str], None] | None = None) -> Replication:
+                            on_role: Callable[[str, int, str], None] | None = None,
+                            broker_settings: SettingsChanges | None = None) -> Replication:
     """Start replication once the broker is registered; it, running.  It keeps ``view`` up to date:
     the engine's directory was built with it.  ``on_role``: told
-    (topic, partition, role) after each partition state it applies (the Kafka listener's coordinators)."""
+    (topic, partition, role) after each partition state it applies (the Kafka listener's coordinators);
+    ``broker_settings``: the dynamic settings it follows (§20.4)."""
     boot_now = await run_blocking(log_manager.fs.boot_id)
     previous = await run_blocking(functools.partial(record_boot_id, log_manager.fs, log_manager.log_dir, boot_now))
     # A log dir that held no logs had no tail to lose.
@@ -49,5 +51,5 @@ async def start_replication(*, nursery: trio.Nursery, broker_id: int, zookeeper:
                              view=view, directory=engine.directory, log_manager=log_manager, flusher=flusher, waiters=waiters,
                              run_blocking=run_blocking, open_stream=open_stream, tail_intact=intact,
                              on_replicated_topic=zookeeper.replicated.add, kafka_port=kafka_port,
-                             on_role=on_role)
+                             on_role=on_role, broker_settings=broker_settings)
     return await nursery.start(manager.run)
