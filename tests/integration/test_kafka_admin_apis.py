@@ -173,15 +173,17 @@ def test_kafka_python_describes_an_idempotent_and_a_transactional_producer(kafka
     assert transactional.flush(TIMEOUT_S) == 0
     partition = TopicPartition("produced", 0)
 
-    def producers() -> list[tuple[int, int, int]]:
-        """(epoch, last sequence, transaction start offset) of each producer, by id."""
+    def producers() -> list[tuple[int, int, int, int]]:
+        """(epoch, last sequence, transaction start offset, coordinator epoch) of each producer, by id."""
         state = python_admin.describe_producers([partition])[partition].active_producers
-        assert all(p.last_timestamp > 0 and p.coordinator_epoch == -1 for p in state)
-        return [(p.producer_epoch, p.last_sequence, p.current_transaction_start_offset) for p in state]
+        assert all(p.last_timestamp > 0 for p in state)
+        return [(p.producer_epoch, p.last_sequence, p.current_transaction_start_offset, p.coordinator_epoch)
+                for p in state]
 
-    assert sorted(producers()) == [(0, 0, 5), (0, 4, -1)]
+    assert sorted(producers()) == [(0, 0, 5, -1), (0, 4, -1, -1)]  # no marker yet: no coordinator epoch
     transactional.commit_transaction(TIMEOUT_S)
-    assert sorted(producers()) == [(0, 0, -1), (0, 4, -1)]
+    # the COMMIT marker's coordinator epoch: the one broker's first leadership of __transaction_state
+    assert sorted(producers()) == [(0, 0, -1, 0), (0, 4, -1, -1)]
     with pytest.raises(UnknownTopicOrPartitionError):
         python_admin.describe_producers([TopicPartition("produced", 3)], broker_id=0)
 

@@ -44,6 +44,6 @@ def _active(reply: Reply, states: ProducerStates) -> tuple[Any, ...]:
     return tuple(
         reply.nested("ProducerState", producer_id=ProducerId(producer_id), producer_epoch=i32(entry.epoch),
                      last_sequence=i32(entry.batches[-1].last_seq if entry.batches else UNKNOWN),
-                     last_timestamp=i64(entry.last_timestamp_ms), coordinator_epoch=i32(UNKNOWN),
+                     last_timestamp=i64(entry.last_timestamp_ms), coordinator_epoch=i32(entry.coordinator_epoch),
                      current_txn_start_offset=i64(states.open_transactions.get(producer_id, UNKNOWN)))
         for producer_id, entry in sorted(states.entries.items()))
