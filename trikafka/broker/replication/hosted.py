@@ -216,8 +216,11 @@ class HostedPartition:
         # v2 batches carry the epoch of the leader that numbered them (§16.6).
         assign = None if kafka is None else kafka.assignment(self.leader_epoch)
         result = await self.local.write(messages, check=still_leading, flush=ack_fsync, assign=assign)
+        high_watermark = leader.high_watermark
         leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
         self._waiters.notify(self.end_key)  # followers' long polls
+        if leader.high_watermark != high_watermark:  # an ISR of the leader alone: committed at once
+            self._waiters.notify(self.key)
         return result
 
     def check_acks_all(self) -> EngineError:
