@@ -227,8 +227,15 @@ def test_shared_versions_drop_apis_without_a_common_version() -> None:
 
 async def test_a_free_lock_is_taken_without_a_schedule_point_and_a_held_one_in_turn() -> None:
     lock = trio.Lock()
-    with trio.testing.assert_no_checkpoints():
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
         await take(lock)
+        assert ran == []  # no schedule point: the task started before it has not run yet
     order: list[str] = []
 
     async def waiter(name: str) -> None:
@@ -243,3 +250,11 @@ async def test_a_free_lock_is_taken_without_a_schedule_point_and_a_held_one_in_t
         await trio.testing.wait_all_tasks_blocked()
         lock.release()
     assert order == ["first", "second"]
+
+
+async def test_a_cancelled_task_takes_no_lock() -> None:
+    lock = trio.Lock()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await take(lock)
+    assert scope.cancelled_caught and not lock.locked()

@@ -65,8 +65,10 @@ async def take(lock: trio.Lock | trio.Semaphore) -> None:
 
     A request takes two of these locks (and a produced batch its partition's in-flight slot); each
     uncontended ``acquire`` was a pass through Trio's scheduler of its own, most of a request's task
-    steps before its bytes left.
+    steps before its bytes left.  A cancelled task raises Cancelled here, as ``acquire`` does, before
+    it takes anything (a send it went on to would break its connection).
     """
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancel point that yields only when cancelled
     try:
         lock.acquire_nowait()
     except trio.WouldBlock:
