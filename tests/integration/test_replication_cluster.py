@@ -243,3 +243,28 @@ async def test_an_acks_all_write_is_visible_at_the_leader_when_acknowledged(auto
         async with await connect(leader.host, leader.port, open_stream=cluster.open_stream) as conn:
             fetched = await conn.fetch(TOPIC, 0, 0, 1 << 16)
         assert len(fetched.data) == result.next_offset
+
+
+async def test_a_kafka_fetch_waiting_on_a_leader_alone_in_its_isr_wakes_when_a_write_commits(autojump_clock):
+    # With the leader alone in the ISR an append commits at once: its high watermark moves there, and
+    # that wakes the fetch long-polling at the end (the append itself wakes no reader of a replicated
+    # partition, and a flush, which would, is 20 s away here).
+    from trikafka.client.kafka import LATEST, KafkaAdmin, KafkaProducer, NewTopic, PartitionConsumer
+
+    quiet_flusher = {"log_flush_interval": 100_000, "log_default_flush_interval_ms": 20_000}
+    async with open_cluster(1, loopback=False, **quiet_flusher) as cluster, cluster.kafka_client() as client:
+        assert await KafkaAdmin(client).create_topics([NewTopic("alone", 1, 1)]) == {"alone": None}
+        consumer = PartitionConsumer(client, "alone", 0, LATEST, max_wait_s=30.0)
+        await consumer.seek(LATEST)
+        got = []
+        async with trio.open_nursery() as nursery:
+            async def fetch() -> None:
+                got.extend(await consumer.fetch())
+
+            nursery.start_soon(fetch)
+            await trio.sleep(1)
+            sent_at = trio.current_time()
+            async with KafkaProducer.open(client, acks=1) as producer:
+                await producer.send("alone", b"awaited", partition=0)
+        assert [r.value for r in got] == [b"awaited"]
+        assert trio.current_time() - sent_at < 1

@@ -48,9 +48,9 @@ def test_a_fenced_epoch_accepted_by_the_producer_state_is_caught():
 
 
 def test_a_transaction_coordinator_that_serves_before_loading_is_caught():
-    """Seed 2: a transaction-log partition served before its records are read forgets a transaction
+    """Seed 1: a transaction-log partition served before its records are read forgets a transaction
     the previous coordinator left open, whose outputs then hold the last stable offset for good."""
-    failed = run_seed(2, duration_s=SHORT_S, plant="coordinator-serves-unloaded")
+    failed = run_seed(1, duration_s=SHORT_S, plant="coordinator-serves-unloaded")
     assert failed.violation is not None and failed.violation.promise == ENDS, failed.report()
 
 

@@ -176,3 +176,28 @@ def test_page_cache_resident_sees_cached_and_missing_pages(tmp_path):
         assert not page_cache_resident(fd, len(DATA) - 10, 10_000)
     finally:
         os.close(fd)
+
+
+async def test_the_regions_of_an_in_memory_file_go_out_in_one_send_with_the_bytes_around_them():
+    class InMemory:
+        def pread(self, position, n):
+            return DATA[position:position + n]
+
+    class Recording(trio.abc.SendStream):
+        def __init__(self):
+            self.sends: list[bytes] = []
+
+        async def send_all(self, data):
+            await trio.lowlevel.checkpoint()
+            self.sends.append(bytes(data))
+
+        async def wait_send_all_might_not_block(self):
+            await trio.lowlevel.checkpoint()
+
+        async def aclose(self):
+            await trio.lowlevel.checkpoint()
+
+    stream = Recording()
+    source = InMemory()
+    await send_chunks(stream, [b"head", FileRegion(source, 0, 100), b"mid", FileRegion(source, 100, 50)])
+    assert stream.sends == [b"head" + DATA[:100] + b"mid" + DATA[100:150]]

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.protocol import ResponsePayload
 
 from trikafka.client.errors import BrokerConnectionError, BrokerProtocolError
-from trikafka.client.kafka.connection import ASKED_API_VERSIONS_VERSION, KafkaConnection, shared_versions
+from trikafka.client.kafka.connection import ASKED_API_VERSIONS_VERSION, KafkaConnection, shared_versions, take
 from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.framing import FrameReader, Request, encode_response, parse_request
 
@@ -223,3 +223,38 @@ async def test_an_answer_that_does_not_decode_closes_the_connection() -> None:
 def test_shared_versions_drop_apis_without_a_common_version() -> None:
     found = shared_versions([(0, 0, 2), (1, 4, 20), (3, 0, 5), (999, 0, 1)])
     assert found == {KafkaApi.FETCH: KafkaApi.FETCH.max_version, KafkaApi.METADATA: 5}
+
+
+async def test_a_free_lock_is_taken_without_a_schedule_point_and_a_held_one_in_turn() -> None:
+    lock = trio.Lock()
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await take(lock)
+        assert ran == []  # no schedule point: the task started before it has not run yet
+    order: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await take(lock)
+        order.append(name)
+        lock.release()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiter, "second")
+        await trio.testing.wait_all_tasks_blocked()
+        lock.release()
+    assert order == ["first", "second"]
+
+
+async def test_a_cancelled_task_takes_no_lock() -> None:
+    lock = trio.Lock()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await take(lock)
+    assert scope.cancelled_caught and not lock.locked()

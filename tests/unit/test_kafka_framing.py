@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import struct
 from datetime import timedelta
 
@@ -17,14 +18,17 @@ from kio.schema.metadata.v1.response import MetadataResponse as MetadataResponse
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataRequestV12
 from kio.schema.metadata.v12.request import MetadataRequestTopic as MetadataRequestTopicV12
 from kio.schema.metadata.v12.response import MetadataResponse as MetadataResponseV12
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.types import TopicName
-from kio.static.primitive import i32, i32Timedelta
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from trikafka.kafka.apis import KafkaApi, api_versions_entries
 from trikafka.kafka.errors import (FrameSizeError, KafkaCodecError, MalformedRequest, MalformedResponse,
                                    UnsupportedRequest)
 from trikafka.kafka.framing import (FrameReader, decode_response, encode_request, encode_response, parse_request,
-                                    unsupported_version_response)
+                                    request_header, unsupported_version_response)
 
 _SIZE = struct.Struct(">i")
 
@@ -245,3 +249,19 @@ class TestResponses:
         with pytest.raises(UnsupportedRequest) as caught:
             parse_request(struct.pack(">hhih", api_key, version, 5, -1))
         assert unsupported_version_response(caught.value) is None
+
+
+@pytest.mark.parametrize("flexible", [False, True])
+@pytest.mark.parametrize("client_id", [None, "", "producer-1", "klïent"])
+def test_the_request_header_is_the_bytes_kio_writes(flexible, client_id):
+    header_class = RequestHeaderV2 if flexible else RequestHeaderV1
+    header = header_class(request_api_key=i16(3), request_api_version=i16(12 if flexible else 1),
+                          correlation_id=i32(2 ** 31 - 1), client_id=client_id)
+    out = io.BytesIO()
+    entity_writer(header_class)(out, header)
+    assert request_header(3, 12 if flexible else 1, 2 ** 31 - 1, client_id, flexible=flexible) == out.getvalue()
+
+
+def test_a_request_header_that_does_not_encode_is_a_codec_error():
+    with pytest.raises(KafkaCodecError, match="request header"):
+        request_header(3, 1, 2 ** 31, "c", flexible=False)

@@ -57,7 +57,8 @@ class RegionTruncatedError(OSError):
 
 async def send_chunks(stream: trio.abc.SendStream, chunks: Iterable[Chunk],
                       resident: ResidencyCheck | None = None) -> None:
-    """Send ``chunks`` in order; adjacent ``bytes`` go out in one ``send_all``.
+    """Send ``chunks`` in order; adjacent ``bytes`` go out in one ``send_all``, and so do the regions of
+    an in-memory file (no descriptor: the fake file system) up to ``FALLBACK_PIECE_BYTES`` each.
 
     ``resident(fd, position, length)`` says whether a file region is in the
     page cache (default ``page_cache_resident``; tests inject their own).
@@ -65,6 +66,9 @@ async def send_chunks(stream: trio.abc.SendStream, chunks: Iterable[Chunk],
     pending: list[bytes] = []
     for chunk in chunks:
         if isinstance(chunk, FileRegion):
+            if chunk.length <= FALLBACK_PIECE_BYTES and region_fd(chunk) is None:
+                pending.append(chunk.read())  # an in-memory file's bytes join the send around them
+                continue
             if pending:
                 await stream.send_all(pending[0] if len(pending) == 1 else b"".join(pending))
                 pending = []

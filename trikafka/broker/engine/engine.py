@@ -20,7 +20,7 @@ from ..metrics import BrokerMetrics
 from ..seams import AppendResult, KafkaAppend, Replicas
 from .directory import PartitionDirectory
 from .errors import EngineError
-from .partition import AckWait, Partition, Refused
+from .partition import AckWait, LocalPartition, Partition, Refused
 from .topic_admin import TopicAdmin
 from .waiters import VisibleEndWaiters
 
@@ -138,7 +138,9 @@ class Engine:
                 continue
             if write.client:
                 self.metrics.count_in(target.key[0], result.message_count, result.next_offset - result.base_offset)
-            if write.kafka is not None:  # readable to the log end at once (unreplicated, §16.6)
+            if write.kafka is not None and isinstance(target, LocalPartition):
+                # Readable to the log end at once (unreplicated, §16.6); a replicated partition's
+                # readers and acks wait for its high watermark, which wakes them when it moves.
                 self.waiters.notify(target.key)
             if acks == ACKS_ALL:
                 appended.append((len(outcomes), target, result.next_offset))

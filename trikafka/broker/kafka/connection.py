@@ -62,6 +62,15 @@ FAILED_AUTHENTICATION_LINGER_S = 1.0
 CLIENT_PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_principal", default=ANONYMOUS)
 
 
+async def _queue(answers: trio.MemorySendChannel[Queued], queued: Queued) -> None:
+    """Queue an answer for the sender: at once while the queue has room (the reader goes on to the
+    next request, and its next read or send is its checkpoint), else waiting for room."""
+    try:
+        answers.send_nowait(queued)
+    except trio.WouldBlock:
+        await answers.send(queued)
+
+
 class KafkaDispatch(Protocol):
     """Where a connection's requests go (``KafkaService``)."""
 
@@ -224,7 +233,7 @@ class ServedKafkaConnection:
                     raise
                 self.requests_handled += 1
                 self._unsent += 1
-                await answers.send((None, 0.0, [answer]))
+                await _queue(answers, (None, 0.0, [answer]))
                 continue
             self.requests_handled += 1
             started_s = perf_counter()
@@ -233,7 +242,7 @@ class ServedKafkaConnection:
                 if self._unsent:  # the gate may answer on the stream itself: the sender must be idle
                     sent = trio.Event()
                     self._unsent += 1
-                    await answers.send((None, 0.0, sent))
+                    await _queue(answers, (None, 0.0, sent))
                     await sent.wait()
                 gated = await self._through_gate(gate, request)
                 if gated is not None:
@@ -253,7 +262,7 @@ class ServedKafkaConnection:
                     service.observe(request.api_key, perf_counter() - started_s)
                 continue
             self._unsent += 1
-            await answers.send((request.api_key, started_s, answer_or_later))
+            await _queue(answers, (request.api_key, started_s, answer_or_later))
         await self._wait_unmuted()
 
     def _charge(self, request: Request, request_bytes: int) -> Charge:

@@ -216,8 +216,11 @@ class HostedPartition:
         # v2 batches carry the epoch of the leader that numbered them (§16.6).
         assign = None if kafka is None else kafka.assignment(self.leader_epoch)
         result = await self.local.write(messages, check=still_leading, flush=ack_fsync, assign=assign)
+        high_watermark = leader.high_watermark
         leader.on_local_append(self.log.end_offset, durable_end=self.log.visible_end if ack_fsync else None)
         self._waiters.notify(self.end_key)  # followers' long polls
+        if leader.high_watermark != high_watermark:  # an ISR of the leader alone: committed at once
+            self._waiters.notify(self.key)
         return result
 
     def check_acks_all(self) -> EngineError:
@@ -251,7 +254,7 @@ class HostedPartition:
         data = None
         if answer.max_bytes > 0:
             data = self.log.read(answer.offset, answer.max_bytes, end=self.log.end_offset)
-        await trio.lowlevel.checkpoint()
+        # No checkpoint here: the caller's send of the answer is one.
         log_start = -1
         if answer.error == ErrorCode.NO_ERROR and self.log.record_format == FORMAT_V2.name:
             log_start = self.log.kafka_offsets.start_offset  # followers take it (§12.4.1)

@@ -138,6 +138,9 @@ class KafkaClient:
     async def connection_to(self, host: str, port: int, lane: str = DEFAULT_LANE) -> KafkaConnection:
         """The open connection of ``lane`` to ``host:port``, opened (and versions negotiated) on first use."""
         address = (host, port, lane)
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection  # the lock only keeps two tasks from opening one address twice
         lock = self._connecting.setdefault(address, trio.Lock())
         async with lock:  # one connection per address, even when many tasks ask at once
             connection = self._connections.get(address)

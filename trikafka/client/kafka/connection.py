@@ -59,6 +59,22 @@ ASKED_API_VERSIONS_VERSION = 3
 OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
+async def take(lock: trio.Lock | trio.Semaphore) -> None:
+    """Acquire ``lock``: at once, with no schedule point, when it is free and nobody waits for it (the
+    stream operation done under it is the caller's checkpoint); otherwise in turn, as ``acquire``.
+
+    A request takes two of these locks (and a produced batch its partition's in-flight slot); each
+    uncontended ``acquire`` was a pass through Trio's scheduler of its own, most of a request's task
+    steps before its bytes left.  A cancelled task raises Cancelled here, as ``acquire`` does, before
+    it takes anything (a send it went on to would break its connection).
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancel point that yields only when cancelled
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
+
+
 class UnsupportedApi(BrokerConnectionError):
     """The broker serves no version of an api that this client also speaks."""
 
@@ -180,7 +196,8 @@ class KafkaConnection:
 
     async def _send(self, api: KafkaApi, version: int, body: RequestPayload, expect_answer: bool,
                     decode: Callable[[memoryview], ResponsePayload] | None) -> _Waiting | None:
-        async with self._send_lock:
+        await take(self._send_lock)
+        try:
             self._check_open()
             correlation_id = self._next_correlation_id
             self._next_correlation_id = (correlation_id + 1) % _CORRELATION_IDS
@@ -197,9 +214,12 @@ class KafkaConnection:
                     raise BrokerConnectionError(f"{self._peer()}: sending failed: {exc!r}") from exc
                 raise
             return waiting
+        finally:
+            self._send_lock.release()
 
     async def _receive(self, waiting: _Waiting) -> ResponsePayload:
-        async with self._receive_lock:
+        await take(self._receive_lock)
+        try:
             while not waiting.done.is_set():
                 self._check_open()
                 frame = await self._next_frame()
@@ -210,6 +230,8 @@ class KafkaConnection:
                     await self._break(f"malformed answer: {exc}")
                     raise BrokerProtocolError(f"{self._peer()}: {exc}") from None
                 answered.done.set()
+        finally:
+            self._receive_lock.release()
         if waiting.body is None:  # the connection broke before this answer arrived
             self._check_open()
         assert waiting.body is not None

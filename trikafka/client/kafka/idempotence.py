@@ -27,6 +27,7 @@ from trikafka.kafka.batch import next_sequence
 
 from . import schema
 from .client import KafkaClient
+from .connection import take
 from .errors import TransactionStateError, check
 
 Where = tuple[str, int]
@@ -53,10 +54,13 @@ class Idempotence:
             if self.producer_id < 0:
                 raise TransactionStateError("call init_transactions() before sending")
             return self.producer_id, self.epoch
-        async with self._lock:
+        await take(self._lock)  # most stamps need no request: no schedule point of their own
+        try:
             if self.producer_id < 0 or self._bump:
                 await self._init()
             return self.producer_id, self.epoch
+        finally:
+            self._lock.release()
 
     @property
     def new_epoch_wanted(self) -> bool:

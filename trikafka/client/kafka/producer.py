@@ -33,7 +33,7 @@ from trikafka.kafka.records import BatchBuilder, Headers
 
 from . import schema
 from .client import KafkaClient
-from .connection import KafkaConnection
+from .connection import KafkaConnection, take
 from .errors import TransactionStateError, check
 from .group_offsets import ConsumerGroupMetadata, TopicPartition
 from .idempotence import Idempotence
@@ -280,7 +280,7 @@ class KafkaProducer:
         wire (so sequences and the wire keep one order), at most ``max_in_flight`` unanswered."""
         try:
             while lane.queue:
-                await lane.slots.acquire()
+                await take(lane.slots)
                 on_wire = trio.Event()
                 self._nursery.start_soon(self._send, where, lane, lane.queue.popleft(), on_wire)
                 await on_wire.wait()
