@@ -184,16 +184,16 @@ class KafkaWorld(ClusterWorld):
                 await trio.sleep(stream.expovariate(PRODUCE_RATE_PER_S))
                 partition, value = stream.randrange(PARTITIONS), idempotent_value(slot.index, next(self.counters[slot.index]))
                 pending = await producer.submit(IN, value, partition=partition, timestamp_ms=self._now_ms())
-                deliveries.start_soon(self._delivered, slot, pending, value)
+                deliveries.start_soon(self._delivered, slot, incarnation, pending, value)
 
-    async def _delivered(self, slot: Slot, pending: PendingRecord, value: bytes) -> None:
+    async def _delivered(self, slot: Slot, incarnation: int, pending: PendingRecord, value: bytes) -> None:
         try:
             partition, offset = await pending.delivered()
         except CLIENT_ERRORS as exc:
             self.trace.add(f"{slot.name} {value.decode()} failed: {type(exc).__name__} {exc}"[:200])
             return
         self.trace.add(f"{slot.name} {value.decode()} acked at in-{partition}@{offset}")
-        self.fail(self.history.acknowledged(partition, offset, value))
+        self.fail(self.history.acknowledged(partition, offset, value, incarnation))
 
     def _on_assigned(self, group: str, consumer: KafkaGroupConsumer) -> Callable[[list[TopicPartition]], Awaitable[None]]:
         async def assigned(partitions: list[TopicPartition]) -> None:
@@ -264,7 +264,7 @@ class KafkaWorld(ClusterWorld):
                 self._group_consumer(client, READ_GROUP, read_committed=False) as consumer:
             async for message in consumer:
                 self.fail(self.history.handed_out(IN, message.partition, message.record.offset,
-                                                  message.record.value or b""))
+                                                  message.record.value or b"", READ_GROUP))
                 if stream.random() >= COMMIT_SHARE:
                     continue
                 positions = {tp.partition: offset for tp, offset in consumer.consumed.items() if offset >= 0}
@@ -345,7 +345,10 @@ class KafkaWorld(ClusterWorld):
                 pending.append(partition)  # a transaction holds it: judged as one that never ended
                 continue
             committed.update((tp.partition, max(offset, 0)) for tp, offset in fetched.items())
-        return FinalLogs(inputs, outputs, committed, [], unstable, pending)
+        readers = await KafkaAdmin(client).list_group_offsets(
+            READ_GROUP, [TopicPartition(IN, partition) for partition in range(PARTITIONS)])
+        group_offsets = {(READ_GROUP, tp.partition): offset for tp, offset in readers.items()}
+        return FinalLogs(inputs, outputs, committed, [], unstable, pending, group_offsets)
 
 
 async def _open_transactions(admin: KafkaAdmin) -> list[str]:
