@@ -34,11 +34,10 @@ from trikafka.util.errors import leaf_exceptions
 
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
-from .event_world import replay_command
 from .kafka_faults import (CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE, KAFKA_FAULTS,
                            copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
-from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
+from .world import BROKERS, SimResult, ClusterWorld, replay_command, replica_assignment, run_world
 
 IN, OUT = "in", "out"
 COPY_GROUP, READ_GROUP = "copiers", "readers"
@@ -84,7 +83,8 @@ def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple
     simulated_s, context = run_world(world, plant, seeded_member_ids(derived_random(seed, "ids")))
     return SimResult(seed, world.violation is None, trace.digest, simulated_s, world.violation, context,
                      len(world.history.acked), world.faults, len(world.history.handed), trace.lines,
-                     replay_command("kafka", seed, round(duration_s * 1000), faults, KAFKA_FAULTS, plant))
+                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, world="kafka",
+                                    every_fault=KAFKA_FAULTS))
 
 
 class KafkaWorld(ClusterWorld):
