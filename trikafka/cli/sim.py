@@ -33,9 +33,9 @@ def add_parser(commands) -> None:
     which.add_argument("--seed", type=int, metavar="N", help="run one seed")
     which.add_argument("--seeds", metavar="A..B", help="run every seed from A to B (inclusive)")
     sim.add_argument("--world", default="cluster", metavar="WORLD",
-                     help="cluster (default): brokers, clients and a 0.7 group under faults; kafka: three real brokers' Kafka "
-                          "listeners and trikafka's Kafka client (idempotent producers, transactional copiers, a "
-                          "group, a read_committed reader) under faults")
+                     help="cluster (default): brokers, clients and a 0.7 group under faults; kafka: three real "
+                          "brokers' Kafka listeners and trikafka's Kafka client (idempotent producers, transactional "
+                          "copiers, a group, a read_committed reader) under faults")
     sim.add_argument("--duration-s", type=float, default=None, metavar="S",
                      help="simulated seconds of load and faults before healing (default 30; kafka 60)")
     sim.add_argument("--faults", default=None, metavar="LIST",
