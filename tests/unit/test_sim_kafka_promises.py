@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from trikafka.sim.kafka_promises import (ABORTED, AT_LEAST_ONCE, COMMITS_SURVIVE, ENDS, EXACTLY_ONCE, FORWARD, ONCE,
-                                         ORDER, OWNERSHIP, PAST_LSO, SURVIVE, WHERE_TOLD, WHOLE, FinalLogs,
+                                         ORDER, OWNERSHIP, PAST_LSO, SETTLES, SURVIVE, WHERE_TOLD, WHOLE, FinalLogs,
                                          KafkaHistory, copy_value, idempotent_value)
 
 A, B = idempotent_value(0, 0), idempotent_value(0, 1)
@@ -42,6 +42,7 @@ def test_a_history_that_keeps_every_promise_passes():
     # the copiers' offset of input partition 0 held by a transaction that never ended: unknown, so
     # exactly-once cannot be judged there, and the hanging transaction is what is reported
     (dict(copier_offsets={}, pending_offsets=[0]), ENDS),
+    (dict(unsettled_groups=["readers PreparingRebalance with 1 members"]), SETTLES),
 ])
 def test_the_end_state_breaks_the_promise_it_names(change, promise):
     history, logs = kept()

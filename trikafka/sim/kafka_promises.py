@@ -30,6 +30,7 @@ WHERE_TOLD = "offsets a consumer was told are where the record is"
 ORDER = "each producer's acknowledged records keep its order"
 AT_LEAST_ONCE = "every offset below a committed offset was consumed"
 COMMITS_SURVIVE = "acknowledged commits survive"
+SETTLES = "the groups settle"
 
 # name -> the sentence it checks
 PROMISES = {
@@ -54,6 +55,8 @@ PROMISES = {
                    "was handed to one of its members",
     COMMITS_SURVIVE: "after healing, a group's committed offset of each partition is at least the highest commit "
                      "acknowledged to it (a coordinator moving loses none)",
+    SETTLES: "once the faults stop and the clients are gone, each group ends Empty: its coordinator, wherever it "
+             "moved, expires every member and finishes every rebalance",
 }
 
 
@@ -71,6 +74,7 @@ class FinalLogs:
     pending_offsets: list[int] = field(default_factory=list)
     # (group, input partition) -> the committed offset of a group that commits outside transactions (-1: none)
     group_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    unsettled_groups: list[str] = field(default_factory=list)  # each as "<group> <state> with <n> members"
 
 
 @dataclass
@@ -164,7 +168,7 @@ class KafkaHistory:
     def finish(self, logs: FinalLogs) -> Violation | None:
         """The promises judged on the healed cluster's logs."""
         for check in (self._survive, self._once, self._order, self._commits_survive, self._transactions, self._reads,
-                      self._exactly_once, self._ends):
+                      self._exactly_once, self._ends, self._settles):
             violation = check(logs)
             if violation is not None:
                 return violation
@@ -263,6 +267,12 @@ class KafkaHistory:
         for partition in logs.pending_offsets:
             return Violation(ENDS, f"the copiers' committed offset of input partition {partition} is held by a "
                              f"transaction that never ended (UNSTABLE_OFFSET_COMMIT)")
+        return None
+
+
+    def _settles(self, logs: FinalLogs) -> Violation | None:
+        if logs.unsettled_groups:
+            return Violation(SETTLES, f"after healing: {', '.join(logs.unsettled_groups)}")
         return None
 
 

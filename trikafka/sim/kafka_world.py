@@ -301,7 +301,7 @@ class KafkaWorld(ClusterWorld):
                         if None in before:
                             await trio.sleep(0.5)
                             continue
-                        if not await _open_transactions(admin):
+                        if not await _open_transactions(admin) and not await _unsettled_groups(admin):
                             logs = await self._final_logs(client)
                             # The same leaders at the same high watermarks after the read as before:
                             # a leader elected meanwhile starts from the HW it knew, maybe 0, and a
@@ -317,8 +317,9 @@ class KafkaWorld(ClusterWorld):
             with trio.move_on_after(SETTLE_S):
                 if judged is None:  # never settled: judge what can be read
                     open_ids = await _open_transactions(KafkaAdmin(client))
+                    unsettled = await _unsettled_groups(KafkaAdmin(client))
                     judged = await self._final_logs(client)
-                    judged.open_transactions = open_ids
+                    judged.open_transactions, judged.unsettled_groups = open_ids, unsettled
                 logs = judged
                 self.trace.add(f"settled: {sum(map(len, logs.inputs.values()))} input records, "
                                f"{sum(map(len, logs.outputs_committed.values()))} copies, copiers at "
@@ -367,6 +368,14 @@ async def _open_transactions(admin: KafkaAdmin) -> list[str]:
         if described[tid].state in OPEN_STATES:
             open_ids.append(tid)
     return open_ids
+
+
+async def _unsettled_groups(admin: KafkaAdmin) -> list[str]:
+    """The world's groups not Empty, each as ``<group> <state> with <n> members`` (once the clients are
+    gone, every member's session expires and each group ends Empty)."""
+    described = await admin.describe_groups((COPY_GROUP, READ_GROUP))
+    return [f"{group} {d.state} with {len(d.members)} members" for group, d in sorted(described.items())
+            if d.state != "Empty"]
 
 
 async def _read_all(client: KafkaClient, topic: str, partition: int, *,
