@@ -24,7 +24,7 @@ The Kafka world (``trikafka sim --world kafka``) runs beside them in one more pr
 19: ``KAFKA_SEEDS`` seeds of ``KAFKA_DURATION_S`` simulated seconds (the issue's 200 x 60 s), every
 one waited for and judged (``TRIKAFKA_SIM_BUDGET_KAFKA_SEEDS=N`` runs N instead).  The arithmetic
 on a 2-core machine: 200 seeds of 60 s are 12,000 simulated s, measured at 430 to 610 CPU s
-(docs/simulation.md, "Speed"; seeds 1001..1030 took 91 CPU s, 3.0 a seed, on a loaded machine).
+(docs/simulation.md, "Speed"; seeds 1001..1200 took 573 CPU s at nice 19 on a loaded machine).
 The suite takes about 21 minutes with the cluster world's process on the second core; sharing that
 core with it at equal priority, the Kafka process gets about half of those 1,260 s, about what it
 needs, so it is mostly done when the rest of the suite is.  The budget test then stops the cluster
