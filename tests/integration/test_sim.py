@@ -58,6 +58,15 @@ def test_the_command_prints_the_seed_line_and_exits_by_the_promises():
     assert ok.stdout.splitlines()[-1].startswith("seed 3: ok trace ")
 
 
+def test_a_range_of_one_seed_prints_its_progress_line_and_the_summary():
+    # What the CI budget reads (tests/helpers/sim_budget.py): a share of one seed printed neither.
+    ran = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--seeds", "2..2", "--duration-s", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0].startswith("[1/1] seed 2: ok trace ") and lines[-1].startswith("seeds 2..2: 1 ok, 0 failed; ")
+
+
 def test_a_seed_that_fails_in_the_harness_prints_the_command_that_replays_it_exactly():
     failed = run_seed(1, duration_s=DURATION_S, plant="ack-before-isr")
     report = failed.report()

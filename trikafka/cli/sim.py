@@ -111,7 +111,7 @@ def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
     from trikafka.sim import kafka_world
 
     started = time.perf_counter()
-    many = len(args.seed_range) > 1
+    many = args.seeds is not None  # a range, even of one seed: progress lines and the summary
     for done, seed in enumerate(args.seed_range, 1):
         result: SimResult
         if args.world == "kafka":
@@ -121,7 +121,7 @@ def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
             result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS,
                               plant=args.plant, brokers=args.brokers, partitions=args.partitions)
         tally.simulated_s += result.simulated_s
-        if args.trace and not many:
+        if args.trace and len(args.seed_range) == 1:
             print("\n".join(result.trace_lines))
         if result.violation is None:
             tally.ok.append(seed)
