@@ -5,8 +5,12 @@ producer state is caught and replayed by the command its report prints."""
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
-from tests.helpers.sim_runs import assert_a_seed_replays_exactly, assert_the_command_replays
+import pytest
+
+from tests.helpers.sim_runs import COMMAND_TIMEOUT_S, assert_a_seed_replays_exactly, assert_the_command_replays
 from trikafka.sim.kafka_promises import ENDS, EXACTLY_ONCE, ONCE
 from trikafka.sim.kafka_world import KAFKA_FAULTS, run_seed
 
@@ -104,3 +108,11 @@ def test_a_deposed_coordinators_markers_are_fenced():
     for seed in (74, 155):
         result = run_seed(seed, duration_s=30.0, faults=before_pauses)
         assert result.ok, result.report()
+
+
+@pytest.mark.parametrize("world", ["kafka-groups", "transactions"])
+def test_the_removed_worlds_are_unknown_and_the_error_lists_the_worlds(world):
+    done = subprocess.run([sys.executable, "-m", "trikafka", "sim", "--world", world, "--seed", "1"],
+                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == f"trikafka: error: unknown world '{world}' (known: cluster, kafka)"

@@ -71,7 +71,7 @@ THIRD_PARTY: dict[str, frozenset[str] | None] = {
     "spark": frozenset({"pyspark", "pyarrow", "kio"}),  # kio: the Kafka-format mode reads Kafka answers
     "mirror": frozenset({"trio"}),
     "testing": EVERYTHING,
-    "sim": frozenset({"trio", "kio"}),  # kio: the Kafka-groups world builds group requests and answers
+    "sim": frozenset({"trio", "kio"}),  # kio: the Kafka world reads error codes, a plant answers them
     "cli": EVERYTHING,
     "__main__": frozenset(),
     "__init__": frozenset(),

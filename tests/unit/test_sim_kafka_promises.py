@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from trikafka.sim.kafka_promises import (ABORTED, ENDS, EXACTLY_ONCE, FORWARD, ONCE, OWNERSHIP, PAST_LSO, SURVIVE,
-                                         WHERE_TOLD, WHOLE, FinalLogs, KafkaHistory, copy_value, idempotent_value)
+from trikafka.sim.kafka_promises import (ABORTED, AT_LEAST_ONCE, COMMITS_SURVIVE, ENDS, EXACTLY_ONCE, FORWARD, ONCE,
+                                         ORDER, OWNERSHIP, PAST_LSO, SETTLES, SURVIVE, WHERE_TOLD, WHOLE, FinalLogs,
+                                         KafkaHistory, copy_value, idempotent_value)
 
 A, B = idempotent_value(0, 0), idempotent_value(0, 1)
 COPY_A, COPY_B = copy_value(0, 0, "t1"), copy_value(0, 1, "t1")
@@ -41,6 +42,7 @@ def test_a_history_that_keeps_every_promise_passes():
     # the copiers' offset of input partition 0 held by a transaction that never ended: unknown, so
     # exactly-once cannot be judged there, and the hanging transaction is what is reported
     (dict(copier_offsets={}, pending_offsets=[0]), ENDS),
+    (dict(unsettled_groups=["readers PreparingRebalance with 1 members"]), SETTLES),
 ])
 def test_the_end_state_breaks_the_promise_it_names(change, promise):
     history, logs = kept()
@@ -67,7 +69,40 @@ def test_group_promises_are_judged_as_they_happen():
     assert history.assigned("g", 3, "m1", [0]) is None and history.assigned("g", 3, "m1", [0]) is None
     assert history.assigned("g", 3, "m2", [0]).promise == OWNERSHIP
     assert history.assigned("g", 4, "m2", [0]) is None  # a new generation may move it
+    for offset in range(5):
+        assert history.handed_out("in", 0, offset, idempotent_value(1, offset), "g") is None
     assert history.committed("g", 0, 5) is None and history.committed("g", 0, 5) is None
     assert history.committed("g", 0, 4).promise == FORWARD
     assert history.handed_out("in", 0, 7, A) is None
     assert history.handed_out("in", 0, 7, B).promise == WHERE_TOLD
+
+
+def test_a_commit_past_an_offset_no_member_was_handed_is_caught():
+    history = KafkaHistory()
+    for offset in (0, 1, 3):
+        assert history.handed_out("in", 0, offset, idempotent_value(1, offset), "g") is None
+    assert history.handed_out("in", 0, 2, idempotent_value(1, 2)) is None  # handed outside the group
+    assert history.committed("g", 0, 2) is None
+    violation = history.committed("g", 0, 4)
+    assert violation is not None and violation.promise == AT_LEAST_ONCE, violation
+
+
+@pytest.mark.parametrize("stored, promise", [({("g", 0): 2}, None), ({("g", 0): 3}, None),
+                                             ({("g", 0): 1}, COMMITS_SURVIVE), ({}, COMMITS_SURVIVE)])
+def test_an_acknowledged_commit_the_healed_coordinator_does_not_answer_is_lost(stored, promise):
+    history, logs = kept()
+    for offset in range(2):
+        assert history.handed_out("in", 0, offset, logs.inputs[0][offset], "g") is None
+    assert history.committed("g", 0, 2) is None
+    violation = history.finish(dataclasses.replace(logs, group_offsets=stored))
+    assert (violation and violation.promise) == promise, violation
+
+
+@pytest.mark.parametrize("incarnation_of_a, promise", [(0, ORDER), (1, None)])
+def test_a_producer_incarnation_s_records_acknowledged_out_of_order_are_caught(incarnation_of_a, promise):
+    """B (its record 1) acknowledged at offset 0, A (its record 0) at offset 1: out of the order one
+    incarnation submitted them in; two incarnations' records may interleave."""
+    history = KafkaHistory()
+    assert history.acknowledged(0, 0, B, 0) is None and history.acknowledged(0, 1, A, incarnation_of_a) is None
+    violation = history.finish(FinalLogs({0: {0: B, 1: A}}, {}, {0: 0}, [], {}))
+    assert (violation and violation.promise) == promise, violation

@@ -9,18 +9,15 @@ import time
 from typing import TYPE_CHECKING
 
 from trikafka.sim.faults import FAULTS
-from trikafka.sim.names import KAFKA_GROUP_PLANT_NAMES, KAFKA_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
+from trikafka.sim.names import KAFKA_PLANT_NAMES, PLANT_NAMES
 
 if TYPE_CHECKING:
     from trikafka.sim.world import SimResult
 
 # world -> (the module whose parse_faults reads --faults, its planted bugs, its default --duration-s):
-# the cluster (trikafka.sim.world), one Kafka-protocol group (trikafka.sim.kafka_groups), producers and
-# transactions (trikafka.sim.txn_world), the shipped Kafka brokers and client (trikafka.sim.kafka_world)
+# the cluster (trikafka.sim.world), the shipped Kafka brokers and client (trikafka.sim.kafka_world)
 WORLDS = {"cluster": ("trikafka.sim.faults", PLANT_NAMES, 30.0),
-          "kafka": ("trikafka.sim.kafka_faults", KAFKA_PLANT_NAMES, 60.0),
-          "kafka-groups": ("trikafka.sim.kafka_group_faults", KAFKA_GROUP_PLANT_NAMES, 60.0),
-          "transactions": ("trikafka.sim.txn_faults", TXN_PLANT_NAMES, 20.0)}
+          "kafka": ("trikafka.sim.kafka_faults", KAFKA_PLANT_NAMES, 60.0)}
 
 
 def add_parser(commands) -> None:
@@ -35,20 +32,16 @@ def add_parser(commands) -> None:
     which = sim.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int, metavar="N", help="run one seed")
     which.add_argument("--seeds", metavar="A..B", help="run every seed from A to B (inclusive)")
-    sim.add_argument("--world", choices=tuple(WORLDS), default="cluster",
-                     help="cluster (default): brokers, clients and a 0.7 group under faults; kafka-groups: one "
-                          "Kafka-protocol consumer group over the real group coordinator's state machine; "
-                          "transactions: idempotent and transactional producers and read_committed readers over "
-                          "the real transaction state machine and producer state; kafka: three real brokers' Kafka "
-                          "listeners and trikafka's Kafka client (idempotent producers, transactional copiers, a "
-                          "group, a read_committed reader) under faults")
+    sim.add_argument("--world", default="cluster", metavar="WORLD",
+                     help="cluster (default): brokers, clients and a 0.7 group under faults; kafka: three real "
+                          "brokers' Kafka listeners and trikafka's Kafka client (idempotent producers, transactional "
+                          "copiers, a group, a read_committed reader) under faults")
     sim.add_argument("--duration-s", type=float, default=None, metavar="S",
-                     help="simulated seconds of load and faults before healing (default 30; kafka-groups 60; transactions 20; kafka 60)")
+                     help="simulated seconds of load and faults before healing (default 30; kafka 60)")
     sim.add_argument("--faults", default=None, metavar="LIST",
                      help=f"comma-separated fault names (default: all of the world's; cluster: {', '.join(FAULTS)})")
     sim.add_argument("--plant", default=None, metavar="BUG",
-                     help=f"run with a planted bug (cluster: {', '.join(PLANT_NAMES)}; kafka-groups: "
-                          f"{', '.join(KAFKA_GROUP_PLANT_NAMES)}; transactions: {', '.join(TXN_PLANT_NAMES)}; kafka: "
+                     help=f"run with a planted bug (cluster: {', '.join(PLANT_NAMES)}; kafka: "
                           f"{', '.join(KAFKA_PLANT_NAMES)}): "
                           f"the simulation should fail")
     sim.add_argument("--brokers", type=int, default=3, metavar="N",
@@ -60,6 +53,8 @@ def add_parser(commands) -> None:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.world not in WORLDS:
+        parser.error(f"unknown world {args.world!r} (known: {', '.join(WORLDS)})")
     if args.seeds is not None:
         low, sep, high = args.seeds.partition("..")
         if not sep or not low.strip().isdigit() or not high.strip().isdigit() or int(low) > int(high):
@@ -113,26 +108,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def _run_seeds(args: argparse.Namespace, tally: _Tally) -> None:
     from trikafka.sim import FAULTS, run_seed
-    from trikafka.sim import kafka_groups, kafka_world, txn_world
+    from trikafka.sim import kafka_world
 
     started = time.perf_counter()
-    many = len(args.seed_range) > 1
+    many = args.seeds is not None  # a range, even of one seed: progress lines and the summary
     for done, seed in enumerate(args.seed_range, 1):
-        result: SimResult | kafka_groups.KafkaGroupsResult | txn_world.TransactionsResult
-        if args.world == "kafka-groups":
-            result = kafka_groups.run_seed(seed, duration_s=args.duration_s,
-                                           faults=args.fault_names or kafka_groups.FAULTS, plant=args.plant)
-        elif args.world == "kafka":
+        result: SimResult
+        if args.world == "kafka":
             result = kafka_world.run_seed(seed, duration_s=args.duration_s,
                                           faults=args.fault_names or kafka_world.KAFKA_FAULTS, plant=args.plant)
-        elif args.world == "transactions":
-            result = txn_world.run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or txn_world.FAULTS,
-                                        plant=args.plant)
         else:
             result = run_seed(seed, duration_s=args.duration_s, faults=args.fault_names or FAULTS,
                               plant=args.plant, brokers=args.brokers, partitions=args.partitions)
         tally.simulated_s += result.simulated_s
-        if args.trace and not many:
+        if args.trace and len(args.seed_range) == 1:
             print("\n".join(result.trace_lines))
         if result.violation is None:
             tally.ok.append(seed)

@@ -3,10 +3,10 @@
 The real brokers (replica manager, controller, followers) run on a virtual
 clock over fake disks, a fake ZooKeeper and an in-memory network, under
 seeded faults; a checker holds them to the promises in ``checker``.
-``run_seed(seed)`` runs one world; ``kafka_groups.run_seed`` runs the
-Kafka-groups world (one Kafka-protocol group over the real coordinator's
-state machine); ``txn_world.run_seed`` the transactions world (idempotent and
-transactional producers, read_committed readers); ``trikafka sim`` is the command (docs/simulation.md).  Names load on first use, so the command line can read
+``run_seed(seed)`` runs one world; ``kafka_world.run_seed`` runs the Kafka
+world (the same brokers' Kafka listeners and trikafka's Kafka client);
+``trikafka sim`` is the command (docs/simulation.md).  Names load on first
+use, so the command line can read
 ``trikafka.sim.names`` and ``trikafka.sim.faults`` without importing a broker.
 """
 
@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 _HOMES = {"FAULTS": "faults", "FAULT_TABLE": "faults", "PLANT_NAMES": "names", "PLANTS": "plants",
-          "planted": "plants", "KAFKA_GROUP_PLANT_NAMES": "names", "TXN_PLANT_NAMES": "names", "SimResult": "world", "parse_faults": "faults", "run_seed": "world",
+          "planted": "plants", "KAFKA_PLANT_NAMES": "names", "SimResult": "world", "parse_faults": "faults", "run_seed": "world",
           "Violation": "checker"}
 
 __all__ = sorted(_HOMES)

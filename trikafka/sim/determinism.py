@@ -30,7 +30,7 @@ import hashlib
 import random
 import types
 import uuid
-from typing import Callable, Iterator
+from typing import Iterator
 
 import trio
 import trio._core._run as trio_run  # the scheduler's seedable random and its determinism switch
@@ -124,13 +124,3 @@ class Trace:
         """The lines near ``index`` (for a failure report)."""
         return self.lines[max(0, index - before): index + after + 1]
 
-
-class ClockTrace(Trace):
-    """The trace stamped with a world's own clock in ms, ``now_ms()`` (Trace stamps with Trio's)."""
-
-    def __init__(self, now_ms: Callable[[], int]):
-        super().__init__()
-        self._clock = now_ms
-
-    def _now_ms(self) -> int:
-        return self._clock()

@@ -27,6 +27,10 @@ EXACTLY_ONCE = "a copier's output equals its input exactly once"
 OWNERSHIP = "group members never own a partition at once"
 FORWARD = "commits only move forward"
 WHERE_TOLD = "offsets a consumer was told are where the record is"
+ORDER = "each producer's acknowledged records keep its order"
+AT_LEAST_ONCE = "every offset below a committed offset was consumed"
+COMMITS_SURVIVE = "acknowledged commits survive"
+SETTLES = "the groups settle"
 
 # name -> the sentence it checks
 PROMISES = {
@@ -45,6 +49,14 @@ PROMISES = {
     OWNERSHIP: "in one generation of a group, no partition is assigned to two members",
     FORWARD: "a group's acknowledged commits of a partition never go below an earlier acknowledged one",
     WHERE_TOLD: "every record a consumer was handed at an offset is, at the end, that record at that offset",
+    ORDER: "on each input partition, the records one incarnation of an idempotent producer had acknowledged are "
+           "at offsets in the order it submitted them",
+    AT_LEAST_ONCE: "a group's acknowledged commit of a partition is at most the offset below which every record "
+                   "was handed to one of its members",
+    COMMITS_SURVIVE: "after healing, a group's committed offset of each partition is at least the highest commit "
+                     "acknowledged to it (a coordinator moving loses none)",
+    SETTLES: "once the faults stop and the clients are gone, each group ends Empty: its coordinator, wherever it "
+             "moved, expires every member and finishes every rebalance",
 }
 
 
@@ -60,6 +72,9 @@ class FinalLogs:
     unstable: dict[int, tuple[int, int]]  # output partition -> (last stable offset reached, high watermark)
     # input partitions whose copiers' committed offset a transaction still holds (UNSTABLE_OFFSET_COMMIT)
     pending_offsets: list[int] = field(default_factory=list)
+    # (group, input partition) -> the committed offset of a group that commits outside transactions (-1: none)
+    group_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    unsettled_groups: list[str] = field(default_factory=list)  # each as "<group> <state> with <n> members"
 
 
 @dataclass
@@ -73,8 +88,14 @@ class KafkaHistory:
     handed: dict[tuple[str, int, int], bytes] = field(default_factory=dict)  # (topic, partition, offset) -> value
     owners: dict[tuple[str, int, int], str] = field(default_factory=dict)  # (group, generation, partition) -> member
     commits: dict[tuple[str, int], int] = field(default_factory=dict)  # (group, partition) -> highest acked
+    incarnations: dict[bytes, int] = field(default_factory=dict)  # acked value -> its producer's incarnation
+    # (group, partition) -> every offset below was handed to a member; the offsets handed above it
+    consumed_below: dict[tuple[str, int], int] = field(default_factory=dict)
+    consumed_above: dict[tuple[str, int], set[int]] = field(default_factory=dict)
 
-    def acknowledged(self, partition: int, offset: int, value: bytes) -> Violation | None:
+    def acknowledged(self, partition: int, offset: int, value: bytes, incarnation: int = 0) -> Violation | None:
+        """An idempotent producer's ``incarnation`` was told ``value`` is at ``offset`` of input ``partition``."""
+        self.incarnations[value] = incarnation
         known = self.acked.setdefault((partition, offset), value)
         if known != value:
             return Violation(SURVIVE, f"input partition {partition} offset {offset} acknowledged for "
@@ -104,7 +125,18 @@ class KafkaHistory:
                              f"its transaction was aborted")
         return None
 
-    def handed_out(self, topic: str, partition: int, offset: int, value: bytes) -> Violation | None:
+    def handed_out(self, topic: str, partition: int, offset: int, value: bytes,
+                   group: str | None = None) -> Violation | None:
+        """A consumer (a member of ``group``, whose commits are judged by ``committed``) was handed ``value``."""
+        if group is not None:
+            key = (group, partition)
+            above = self.consumed_above.setdefault(key, set())
+            above.add(offset)
+            low = self.consumed_below.get(key, 0)
+            while low in above:
+                above.discard(low)
+                low += 1
+            self.consumed_below[key] = low
         known = self.handed.setdefault((topic, partition, offset), value)
         if known != value:
             return Violation(WHERE_TOLD, f"{topic}-{partition} offset {offset} handed out as {known.decode()} "
@@ -120,16 +152,23 @@ class KafkaHistory:
         return None
 
     def committed(self, group: str, partition: int, offset: int) -> Violation | None:
+        """A commit of ``offset`` was acknowledged to a member of ``group`` (its records were handed out
+        through ``handed_out`` with the group)."""
         before = self.commits.get((group, partition), -1)
         if offset < before:
             return Violation(FORWARD, f"group {group} partition {partition}: commit of {offset} acknowledged "
                              f"after one of {before}")
         self.commits[(group, partition)] = offset
+        consumed = self.consumed_below.get((group, partition), 0)
+        if offset > consumed:
+            return Violation(AT_LEAST_ONCE, f"group {group} partition {partition}: commit of {offset} acknowledged, "
+                             f"but offset {consumed} was never handed to a member")
         return None
 
     def finish(self, logs: FinalLogs) -> Violation | None:
         """The promises judged on the healed cluster's logs."""
-        for check in (self._survive, self._once, self._transactions, self._reads, self._exactly_once, self._ends):
+        for check in (self._survive, self._once, self._order, self._commits_survive, self._transactions, self._reads,
+                      self._exactly_once, self._ends, self._settles):
             violation = check(logs)
             if violation is not None:
                 return violation
@@ -155,6 +194,26 @@ class KafkaHistory:
                     return Violation(ONCE, f"{value.decode()} stored at input partition {where[value][0]} offset "
                                      f"{where[value][1]} and at partition {partition} offset {offset}")
                 where[value] = (partition, offset)
+        return None
+
+    def _order(self, logs: FinalLogs) -> Violation | None:
+        last: dict[tuple[int, str, int], tuple[int, int]] = {}  # (partition, producer, incarnation) -> (offset, n)
+        for (partition, offset), value in sorted(self.acked.items()):
+            producer, n = _producer_index(value)
+            key = (partition, producer, self.incarnations.get(value, 0))
+            before = last.get(key)
+            if before is not None and n < before[1]:
+                return Violation(ORDER, f"producer {producer}: record {n} acknowledged at input partition {partition} "
+                                 f"offset {offset}, after record {before[1]} at offset {before[0]}")
+            last[key] = (offset, n)
+        return None
+
+    def _commits_survive(self, logs: FinalLogs) -> Violation | None:
+        for (group, partition), acked in sorted(self.commits.items()):
+            stored = logs.group_offsets.get((group, partition), -1)
+            if stored < acked:
+                return Violation(COMMITS_SURVIVE, f"group {group} partition {partition}: commit of {acked} "
+                                 f"acknowledged, the coordinator answers {stored} after healing")
         return None
 
     def _transactions(self, logs: FinalLogs) -> Violation | None:
@@ -211,6 +270,12 @@ class KafkaHistory:
         return None
 
 
+    def _settles(self, logs: FinalLogs) -> Violation | None:
+        if logs.unsettled_groups:
+            return Violation(SETTLES, f"after healing: {', '.join(logs.unsettled_groups)}")
+        return None
+
+
 def idempotent_value(producer: int, n: int) -> bytes:
     return f"idem|{producer}|{n}".encode()
 
@@ -218,6 +283,12 @@ def idempotent_value(producer: int, n: int) -> bytes:
 def copy_value(partition: int, offset: int, label: str) -> bytes:
     """The value a copier writes for the input record at ``offset`` of input ``partition``."""
     return f"{partition}|{offset}|{label}".encode()
+
+
+def _producer_index(value: bytes) -> tuple[str, int]:
+    """(producer, n) of ``idempotent_value(producer, n)``."""
+    _, producer, n = value.decode().split("|")
+    return producer, int(n)
 
 
 def _label(value: bytes) -> str:

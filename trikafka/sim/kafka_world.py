@@ -37,11 +37,10 @@ from trikafka.util.errors import leaf_exceptions
 
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
-from .event_world import replay_command
 from .kafka_faults import (APART_GAP_S, CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE,
                            KAFKA_FAULTS, copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
-from .world import BROKERS, SimResult, ClusterWorld, replica_assignment, run_world
+from .world import BROKERS, SimResult, ClusterWorld, replay_command, replica_assignment, run_world
 
 IN, OUT = "in", "out"
 COPY_GROUP, READ_GROUP = "copiers", "readers"
@@ -88,7 +87,8 @@ def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple
     simulated_s, context = run_world(world, plant, seeded_member_ids(derived_random(seed, "ids")))
     return SimResult(seed, world.violation is None, trace.digest, simulated_s, world.violation, context,
                      len(world.history.acked), world.faults, len(world.history.handed), trace.lines,
-                     replay_command("kafka", seed, round(duration_s * 1000), faults, KAFKA_FAULTS, plant))
+                     replay_command(seed, duration_s=duration_s, faults=faults, plant=plant, world="kafka",
+                                    every_fault=KAFKA_FAULTS))
 
 
 class KafkaWorld(ClusterWorld):
@@ -208,16 +208,16 @@ class KafkaWorld(ClusterWorld):
                 await trio.sleep(stream.expovariate(PRODUCE_RATE_PER_S))
                 partition, value = stream.randrange(PARTITIONS), idempotent_value(slot.index, next(self.counters[slot.index]))
                 pending = await producer.submit(IN, value, partition=partition, timestamp_ms=self._now_ms())
-                deliveries.start_soon(self._delivered, slot, pending, value)
+                deliveries.start_soon(self._delivered, slot, incarnation, pending, value)
 
-    async def _delivered(self, slot: Slot, pending: PendingRecord, value: bytes) -> None:
+    async def _delivered(self, slot: Slot, incarnation: int, pending: PendingRecord, value: bytes) -> None:
         try:
             partition, offset = await pending.delivered()
         except CLIENT_ERRORS as exc:
             self.trace.add(f"{slot.name} {value.decode()} failed: {type(exc).__name__} {exc}"[:200])
             return
         self.trace.add(f"{slot.name} {value.decode()} acked at in-{partition}@{offset}")
-        self.fail(self.history.acknowledged(partition, offset, value))
+        self.fail(self.history.acknowledged(partition, offset, value, incarnation))
 
     def _on_assigned(self, group: str, consumer: KafkaGroupConsumer) -> Callable[[list[TopicPartition]], Awaitable[None]]:
         async def assigned(partitions: list[TopicPartition]) -> None:
@@ -295,7 +295,7 @@ class KafkaWorld(ClusterWorld):
                 self._group_consumer(client, READ_GROUP, read_committed=False) as consumer:
             async for message in consumer:
                 self.fail(self.history.handed_out(IN, message.partition, message.record.offset,
-                                                  message.record.value or b""))
+                                                  message.record.value or b"", READ_GROUP))
                 if stream.random() >= COMMIT_SHARE:
                     continue
                 positions = {tp.partition: offset for tp, offset in consumer.consumed.items() if offset >= 0}
@@ -332,7 +332,7 @@ class KafkaWorld(ClusterWorld):
                         if None in before:
                             await trio.sleep(0.5)
                             continue
-                        if not await _open_transactions(admin):
+                        if not await _open_transactions(admin) and not await _unsettled_groups(admin):
                             logs = await self._final_logs(client)
                             # The same leaders at the same high watermarks after the read as before:
                             # a leader elected meanwhile starts from the HW it knew, maybe 0, and a
@@ -348,8 +348,9 @@ class KafkaWorld(ClusterWorld):
             with trio.move_on_after(SETTLE_S):
                 if judged is None:  # never settled: judge what can be read
                     open_ids = await _open_transactions(KafkaAdmin(client))
+                    unsettled = await _unsettled_groups(KafkaAdmin(client))
                     judged = await self._final_logs(client)
-                    judged.open_transactions = open_ids
+                    judged.open_transactions, judged.unsettled_groups = open_ids, unsettled
                 logs = judged
                 self.trace.add(f"settled: {sum(map(len, logs.inputs.values()))} input records, "
                                f"{sum(map(len, logs.outputs_committed.values()))} copies, copiers at "
@@ -376,7 +377,10 @@ class KafkaWorld(ClusterWorld):
                 pending.append(partition)  # a transaction holds it: judged as one that never ended
                 continue
             committed.update((tp.partition, max(offset, 0)) for tp, offset in fetched.items())
-        return FinalLogs(inputs, outputs, committed, [], unstable, pending)
+        readers = await KafkaAdmin(client).list_group_offsets(
+            READ_GROUP, [TopicPartition(IN, partition) for partition in range(PARTITIONS)])
+        group_offsets = {(READ_GROUP, tp.partition): offset for tp, offset in readers.items()}
+        return FinalLogs(inputs, outputs, committed, [], unstable, pending, group_offsets)
 
 
 async def _open_transactions(admin: KafkaAdmin) -> list[str]:
@@ -395,6 +399,14 @@ async def _open_transactions(admin: KafkaAdmin) -> list[str]:
         if described[tid].state in OPEN_STATES:
             open_ids.append(tid)
     return open_ids
+
+
+async def _unsettled_groups(admin: KafkaAdmin) -> list[str]:
+    """The world's groups not Empty, each as ``<group> <state> with <n> members`` (once the clients are
+    gone, every member's session expires and each group ends Empty)."""
+    described = await admin.describe_groups((COPY_GROUP, READ_GROUP))
+    return [f"{group} {d.state} with {len(d.members)} members" for group, d in sorted(described.items())
+            if d.state != "Empty"]
 
 
 async def _read_all(client: KafkaClient, topic: str, partition: int, *,

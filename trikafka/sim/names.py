@@ -2,10 +2,6 @@
 ``faults.FAULT_TABLE``, which imports no broker either)."""
 
 PLANT_NAMES = ("ack-before-isr", "truncate-to-hw", "unclean-election", "unrecorded-epoch", "fenced-commit")
-# The Kafka-groups world's (trikafka.sim.kafka_groups): bugs of the Kafka-protocol group coordinator.
-KAFKA_GROUP_PLANT_NAMES = ("stale-generation-commit",)
-# The transactions world's (trikafka.sim.txn_world): bugs of idempotence, transactions and read_committed.
-TXN_PLANT_NAMES = ("marker-before-decision", "lso-ignores-open", "dup-after-failover")
 # The Kafka world's (trikafka.sim.kafka_world): switches in the shipped Kafka-side modules (plants.py).
 KAFKA_PLANT_NAMES = ("duplicate-sequence-accepted", "fenced-epoch-accepted", "markers-before-durable",
                      "lso-ignores-open", "dup-after-failover", "stale-generation-commit",

@@ -28,8 +28,7 @@ from trikafka.zk.ops import CheckOp
 from trikafka.broker.engine.errors import EngineError
 from trikafka.broker.engine.partition import ReadView
 
-from .names import KAFKA_GROUP_PLANT_NAMES, KAFKA_PLANT_NAMES, PLANT_NAMES, TXN_PLANT_NAMES
-from .txn_cluster import Answer, SimTxnCoordinator
+from .names import KAFKA_PLANT_NAMES, PLANT_NAMES
 
 
 async def _truncate_to_high_watermark(log, link) -> int:
@@ -89,14 +88,6 @@ def _fold_nothing(cls: type[ProducerStates], segments: object) -> ProducerStates
     return cls()
 
 
-def _mark_before_deciding(self: SimTxnCoordinator, tid: str, write: Write, answer: Answer) -> None:
-    # The markers of a decision go out as its write is appended, before it is committed: a failover
-    # that loses the decision leaves partitions holding markers of a transaction never decided.
-    if machine.needs_markers(write.value):
-        self.send_markers(write.value, list(write.value.partitions), lambda failed: None)
-    _REAL_TXN_COMMIT(self, tid, write, answer)
-
-
 def _accept_duplicates(entry, header, where):
     # A retried batch the producer state knows (its answer was lost) is appended again.
     duplicate = _REAL_VERDICT(entry, header, where)
@@ -134,7 +125,6 @@ _REAL_VERDICT = producer_state._verdict
 _REAL_COORDINATOR_COMMIT = TransactionCoordinator._commit
 _REAL_BECOME_LEADER = hosted.HostedPartition._become_leader
 _REAL_CHECK_COMMIT = Group.check_commit
-_REAL_TXN_COMMIT = SimTxnCoordinator._commit
 
 # name -> (object, attribute, the wrong value)
 PLANTS = {
@@ -146,7 +136,6 @@ PLANTS = {
     "stale-generation-commit": (Group, "check_commit", _accept_any_generation),
     "lso-ignores-open": (ProducerStates, "last_stable_offset", _lso_at_high_watermark),
     "dup-after-failover": (ProducerStates, "fold", classmethod(_fold_nothing)),
-    "marker-before-decision": (SimTxnCoordinator, "_commit", _mark_before_deciding),
     "duplicate-sequence-accepted": (producer_state, "_verdict", _accept_duplicates),
     "fenced-epoch-accepted": (producer_state, "_verdict", _accept_fenced_epochs),
     "markers-before-durable": (TransactionCoordinator, "_commit", _markers_before_durable),
@@ -155,7 +144,7 @@ PLANTS = {
 }
 
 
-assert sorted(PLANTS) == sorted(set(PLANT_NAMES + KAFKA_GROUP_PLANT_NAMES + TXN_PLANT_NAMES + KAFKA_PLANT_NAMES)), "trikafka.sim.names lists every plant"
+assert sorted(PLANTS) == sorted(set(PLANT_NAMES + KAFKA_PLANT_NAMES)), "trikafka.sim.names lists every plant"
 
 
 @contextlib.contextmanager

@@ -81,11 +81,13 @@ class SimResult:
                           f"  replay: {self.replay}", f"  trace {self.digest}"])
 
 
-def replay_command(seed: int, *, duration_s: float, faults: tuple[str, ...], plant: str | None, brokers: int,
-                   partitions: int) -> str:
-    """The ``trikafka sim`` command line that runs this seed with these settings."""
-    parts = [f"trikafka sim --seed {seed} --duration-s {duration_s:g}"]
-    if faults != FAULTS:
+def replay_command(seed: int, *, duration_s: float, faults: tuple[str, ...], plant: str | None, brokers: int = BROKERS,
+                   partitions: int = PARTITIONS, world: str = "cluster", every_fault: tuple[str, ...] = FAULTS) -> str:
+    """The ``trikafka sim`` command line that runs this seed of ``world`` with these settings
+    (``every_fault``: the world's default faults, left out of the line)."""
+    named = "" if world == "cluster" else f" --world {world}"
+    parts = [f"trikafka sim{named} --seed {seed} --duration-s {duration_s:g}"]
+    if faults != every_fault:
         parts.append(f"--faults {','.join(faults)}")
     if plant is not None:
         parts.append(f"--plant {plant}")

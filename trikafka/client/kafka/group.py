@@ -225,7 +225,11 @@ class KafkaGroupConsumer:
                 for event in m.take_events():
                     await (self._assigned(event) if isinstance(event, Assigned) else self._revoked(event))
                 if isinstance(m, GroupMembership) and m.phase is Phase.ASSIGN:
-                    m.assign(await self._assign(m))
+                    assignments = await self._assign(m)
+                    # A leave or rejoin meanwhile (close, a commit told of a new generation) left
+                    # ASSIGN; only this driver enters it again, so the assignment is for a gone phase.
+                    if m.phase is Phase.ASSIGN:
+                        m.assign(assignments)
                     continue
                 now = trio.current_time()
                 request = m.poll(now)
