@@ -72,7 +72,7 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int, count: int,
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-assign-only",
                          "enable.auto.commit": False, **settings})
     try:
-        consumer.assign([ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        assign_with_leaders(consumer, [ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         seen: list[Seen] = []
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while len(seen) < count and time.monotonic() < deadline:
@@ -87,6 +87,15 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int, count: int,
         return seen
     finally:
         consumer.close()
+
+
+def assign_with_leaders(consumer: Any, partitions: list[Any]) -> None:
+    """``consumer.assign(partitions)`` (librdkafka) once the consumer knows their leaders: an assigned
+    partition whose leader it does not know yet has its start offset queried again only 500 ms later
+    (librdkafka's fixed timer), so a read right after ``Consumer()`` would wait that long."""
+    for topic in {p.topic for p in partitions}:
+        consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    consumer.assign(partitions)
 
 
 def dense(seen: list[Seen], partition: int) -> bool:
