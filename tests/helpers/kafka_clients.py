@@ -89,12 +89,18 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int, count: int,
         consumer.close()
 
 
-def assign_with_leaders(consumer: Any, partitions: list[Any]) -> None:
-    """``consumer.assign(partitions)`` (librdkafka) once the consumer knows their leaders: an assigned
-    partition whose leader it does not know yet has its start offset queried again only 500 ms later
-    (librdkafka's fixed timer), so a read right after ``Consumer()`` would wait that long."""
-    for topic in {p.topic for p in partitions}:
+def learn_leaders(consumer: Any, *topics: str) -> None:
+    """Have a librdkafka client fetch the topics' metadata (their partitions' leaders) now.  A call
+    about a partition whose leader it does not know yet waits for librdkafka's own retry: an assigned
+    partition's start offset is queried again only 500 ms later (a fixed timer), and a watermark
+    query right after ``Consumer()`` sometimes takes 0.7 s."""
+    for topic in topics:
         consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+
+
+def assign_with_leaders(consumer: Any, partitions: list[Any]) -> None:
+    """``consumer.assign(partitions)`` (librdkafka) once the consumer knows their leaders (``learn_leaders``)."""
+    learn_leaders(consumer, *{p.topic for p in partitions})
     consumer.assign(partitions)
 
 
@@ -157,6 +163,7 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-watermarks"})
     try:
+        learn_leaders(consumer, topic)
         return [consumer.get_watermark_offsets(ConfluentPartition(topic, p), timeout=CLIENT_TIMEOUT_S)[1]
                 for p in range(partitions)]
     finally:

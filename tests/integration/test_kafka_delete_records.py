@@ -15,7 +15,7 @@ from kafka import TopicPartition as PythonPartition
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, leader_of
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, leader_of, learn_leaders
 from tests.helpers.kafka_processes import KafkaCluster
 from tests.helpers.kafka_wire import fetch_once, list_offset_answer
 from trikafka.client import connect
@@ -62,6 +62,7 @@ def test_confluent_deletes_records_and_every_read_starts_after_them(tmp_path):
         consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused",
                              "enable.auto.commit": False})
         try:
+            learn_leaders(consumer, "purged")
             low, high = consumer.get_watermark_offsets(TopicPartition("purged", 0), timeout=CLIENT_TIMEOUT_S)
             assert (low, high) == (4, RECORDS)
         finally:
