@@ -92,8 +92,10 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int, count: int,
 def learn_leaders(consumer: Any, *topics: str) -> None:
     """Have a librdkafka client fetch the topics' metadata (their partitions' leaders) now.  A call
     about a partition whose leader it does not know yet waits for librdkafka's own retry: an assigned
-    partition's start offset is queried again only 500 ms later (a fixed timer), and a watermark
-    query right after ``Consumer()`` sometimes takes 0.7 s."""
+    partition's start offset is queried again only 500 ms later (a fixed timer), a watermark query
+    right after ``Consumer()`` sometimes takes 0.7 s, and an AdminClient's first leader lookup, when
+    it was sent on the bootstrap connection librdkafka then drops for the broker the metadata names,
+    is sent again 1 to 3 s later."""
     for topic in topics:
         consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
 

@@ -41,6 +41,7 @@ def _confluent_delete(bootstrap: str, topic: str, offset: int, operation_timeout
     """AdminClient.delete_records of partition 0 below ``offset``: the low watermark it answers
     (``operation_timeout_s``: the request's ``timeout_ms``, how long the ISR may take)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    learn_leaders(admin, topic)
     futures = admin.delete_records([TopicPartition(topic, 0, offset)], request_timeout=CLIENT_TIMEOUT_S,
                                    operation_timeout=operation_timeout_s)
     (future,) = futures.values()
