@@ -72,7 +72,7 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int, count: int,
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-assign-only",
                          "enable.auto.commit": False, **settings})
     try:
-        consumer.assign([ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        assign_with_leaders(consumer, [ConfluentPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         seen: list[Seen] = []
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while len(seen) < count and time.monotonic() < deadline:
@@ -87,6 +87,23 @@ def read_with_confluent(bootstrap: str, topic: str, partitions: int, count: int,
         return seen
     finally:
         consumer.close()
+
+
+def learn_leaders(consumer: Any, *topics: str) -> None:
+    """Have a librdkafka client fetch the topics' metadata (their partitions' leaders) now.  A call
+    about a partition whose leader it does not know yet waits for librdkafka's own retry: an assigned
+    partition's start offset is queried again only 500 ms later (a fixed timer), a watermark query
+    right after ``Consumer()`` sometimes takes 0.7 s, and an AdminClient's first leader lookup, when
+    it was sent on the bootstrap connection librdkafka then drops for the broker the metadata names,
+    is sent again 1 to 3 s later."""
+    for topic in topics:
+        consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+
+
+def assign_with_leaders(consumer: Any, partitions: list[Any]) -> None:
+    """``consumer.assign(partitions)`` (librdkafka) once the consumer knows their leaders (``learn_leaders``)."""
+    learn_leaders(consumer, *{p.topic for p in partitions})
+    consumer.assign(partitions)
 
 
 def dense(seen: list[Seen], partition: int) -> bool:
@@ -148,6 +165,7 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-watermarks"})
     try:
+        learn_leaders(consumer, topic)
         return [consumer.get_watermark_offsets(ConfluentPartition(topic, p), timeout=CLIENT_TIMEOUT_S)[1]
                 for p in range(partitions)]
     finally:

@@ -24,7 +24,7 @@ from trikafka.wire import (
     decode_produce_acked_payload,
 )
 
-from tests.helpers.broker_testing import RawClient, messages, serve_process
+from tests.helpers.broker_testing import RawClient, child_process, messages, serve_process
 
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 NO_TIMER_FLUSH = ("--set", "log.default.flush.scheduler.interval.ms=3600000", "--set", "log.flush.interval=100000")
@@ -85,8 +85,6 @@ async def test_a_killed_broker_leaves_no_marker_and_the_restart_recovers(tmp_pat
 
 async def test_a_taken_port_is_a_loud_failure(tmp_path):
     async with serve_process(tmp_path / "a") as (first, port):
-        from tests.helpers.broker_testing import child_process
-
         async with child_process("serve", "--standalone", "--port", str(port), "--log-dir",
                                  str(tmp_path / "b")) as second:
             assert await second.wait() == 1
@@ -99,7 +97,7 @@ async def test_a_signal_during_start_up_never_prints_the_ready_line(tmp_path, zo
     """SIGINT while the broker waits for ZooKeeper (its signal handler installed, its registration
     not yet done): start-up completes and the broker stops, and the ready line, which a script
     waits for, is never printed, nor the ready file written."""
-    from tests.helpers.broker_testing import READY_MARKER, child_process
+    from tests.helpers.broker_testing import READY_MARKER
     from tests.helpers.fault_proxy import FaultMode
     from tests.helpers.zookeeper_server import open_zookeeper_proxy
 
@@ -123,8 +121,6 @@ async def test_a_failed_start_says_why_and_nothing_about_stopping(tmp_path):
     """A broker that never served (its port taken) reports the reason, not a 'broker stopped (no
     clean marker)' that would alarm about a broker that was never up."""
     import socket
-
-    from tests.helpers.broker_testing import child_process
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

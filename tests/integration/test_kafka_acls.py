@@ -20,12 +20,14 @@ from kafka.errors import TopicAuthorizationFailedError
 
 from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, read_with_kafka_python
 from tests.helpers.kafka_processes import kafka_serve
+from trikafka.broker.kafka.acl import store as acl_store
 from trikafka.cli import build_parser
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
 ANONYMOUS = "User:ANONYMOUS"
 KCAT = "/usr/bin/kcat"
+ACL_FILE_POLL_S = 0.05
 
 
 def trikafka(argv: list[str]) -> int:
@@ -46,7 +48,7 @@ def grant(log_dir: str, operation: str, *resource: str, principal: str = ANONYMO
 
 
 def wait_for_acls(running: RunningKafkaBroker, count: int) -> None:
-    """Return once the broker's authorizer holds ``count`` ACLs (it reads the file once a second)."""
+    """Return once the broker's authorizer holds ``count`` ACLs (it reads the file every ``FILE_POLL_S``)."""
     assert running.broker.kafka is not None
     deadline = time.monotonic() + CLIENT_TIMEOUT_S
     while len(running.broker.kafka.authorizer.acls) != count:
@@ -55,8 +57,10 @@ def wait_for_acls(running: RunningKafkaBroker, count: int) -> None:
 
 
 @pytest.fixture
-def secured(tmp_path) -> Iterator[RunningKafkaBroker]:
-    """A broker with authorization on, where ANONYMOUS may create topics (Create on the Cluster) and nothing else."""
+def secured(tmp_path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningKafkaBroker]:
+    """A broker with authorization on, where ANONYMOUS may create topics (Create on the Cluster) and nothing else.
+    It reads the ACL file every 50 ms (a broker reads it once a second): each grant is waited for."""
+    monkeypatch.setattr(acl_store, "FILE_POLL_S", ACL_FILE_POLL_S)
     log_dir = str(tmp_path / "data")
     grant(log_dir, "Create", "--cluster")
     with running_kafka_broker(log_dir, authorizer="acl", auto_create_topics_enable=False) as running:

@@ -169,6 +169,7 @@ def test_a_users_quota_throttles_that_sasl_user_and_not_another(tmp_path: Any) -
     assert max(alice, default=0) > 0 and bob == []
 
 
+@pytest.mark.slow  # waits out real quota windows (50 kB at 15 kB/s: 3 s of throttling), no clock of ours
 def test_a_throttled_consumer_is_told_throttle_time(tmp_path: Any) -> None:
     """Windows of 1 s: a 15 kB/s quota lets each Fetch take one 10 kB record (§20.2) and throttles the next."""
     with running_kafka_broker(str(tmp_path), num_partitions=1, quota_window_num=2,
@@ -245,6 +246,7 @@ async def test_quotas_altered_on_one_broker_are_kafkas_znodes_and_seen_by_anothe
     assert json.loads(data) == {"version": 2, "entity_path": "users/<default>"}
 
 
+@pytest.mark.slow  # waits out real quota windows (80 kB at 25 kB/s: 3 s of throttling), no clock of ours
 def test_a_throttled_fetch_is_answered_empty_and_the_consumer_still_reads_everything(tmp_path: Any) -> None:
     """KIP-219 (§20.2): kafka-python's consumer under a consumer_byte_rate quota is told throttle times, and
     no answer that carries records is throttled; the answers are bounded by the quota's window bytes, so the

@@ -15,7 +15,7 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaProducer
 
-from tests.helpers.kafka_clients import create_topic, dense, read_with_confluent, read_with_kafka_python
+from tests.helpers.kafka_clients import create_topic, dense, learn_leaders, read_with_confluent, read_with_kafka_python
 from trikafka.testing import running_kafka_broker
 from trikafka.testing.kafka_broker import RunningKafkaBroker
 
@@ -122,6 +122,7 @@ def test_offsets_by_time_and_ends(kafka: RunningKafkaBroker) -> None:
         producer.flush(10)  # one batch per record: each has its own time
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused"})
     try:
+        learn_leaders(consumer, topic)
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         assert (low, high) == (0, 10)
         found = consumer.offsets_for_times([TopicPartition(topic, 0, 1_000_000 + 4500)], timeout=10)

@@ -15,7 +15,7 @@ from kafka import TopicPartition as PythonPartition
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, leader_of
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, create_topic, leader_of, learn_leaders
 from tests.helpers.kafka_processes import KafkaCluster
 from tests.helpers.kafka_wire import fetch_once, list_offset_answer
 from trikafka.client import connect
@@ -41,6 +41,7 @@ def _confluent_delete(bootstrap: str, topic: str, offset: int, operation_timeout
     """AdminClient.delete_records of partition 0 below ``offset``: the low watermark it answers
     (``operation_timeout_s``: the request's ``timeout_ms``, how long the ISR may take)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    learn_leaders(admin, topic)
     futures = admin.delete_records([TopicPartition(topic, 0, offset)], request_timeout=CLIENT_TIMEOUT_S,
                                    operation_timeout=operation_timeout_s)
     (future,) = futures.values()
@@ -62,6 +63,7 @@ def test_confluent_deletes_records_and_every_read_starts_after_them(tmp_path):
         consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "unused",
                              "enable.auto.commit": False})
         try:
+            learn_leaders(consumer, "purged")
             low, high = consumer.get_watermark_offsets(TopicPartition("purged", 0), timeout=CLIENT_TIMEOUT_S)
             assert (low, high) == (4, RECORDS)
         finally:

@@ -15,7 +15,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.static.primitive import i8, i32, i64
 
 from tests.helpers.kafka_batches import make_batch
-from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S
+from tests.helpers.kafka_clients import CLIENT_TIMEOUT_S, assign_with_leaders
 from tests.helpers.kafka_wire import exchange, produce_records
 from trikafka.kafka.records import decode_batches
 from trikafka.testing import running_kafka_broker, running_tls_kafka_broker
@@ -81,7 +81,7 @@ def test_librdkafka_with_a_small_fetch_max_bytes_reads_several_megabytes(tls: bo
                              "max.partition.fetch.bytes": 20_000_000, "receive.message.max.bytes": 1_000_512,
                              **settings})
         try:
-            consumer.assign([TopicPartition("big", p, 0) for p in range(partitions)])
+            assign_with_leaders(consumer, [TopicPartition("big", p, 0) for p in range(partitions)])
             seen = 0
             deadline = time.monotonic() + CLIENT_TIMEOUT_S
             while seen < partitions * per_partition and time.monotonic() < deadline:

@@ -36,6 +36,7 @@ from tests.helpers.certificates import CertificateFiles
 from tests.helpers.kafka_batches import make_batch
 from tests.helpers.kafka_clients import create_topic, high_watermarks, read_with_confluent
 from trikafka.broker.credentials import CredentialFile, new_record
+from trikafka.broker.kafka import connection as kafka_connection
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.sasl import SaslMechanism
 from trikafka.kafka.sasl_client import ScramClient, plain_token
@@ -354,6 +355,7 @@ def test_connections_over_the_per_address_limit_are_closed_at_once(limited):
 SASL_USER, SASL_PASSWORD = "alice", "alice-secret"
 SASL_MAX_UNAUTHENTICATED_BYTES = 4096
 SASL_HANDSHAKE_TIMEOUT_MS = 1000
+FAILED_AUTHENTICATION_LINGER_S = 0.05
 SCRAM = SaslMechanism.SCRAM_SHA_512
 
 
@@ -361,11 +363,15 @@ SCRAM = SaslMechanism.SCRAM_SHA_512
 def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningKafkaBroker]:
     log_dir = str(tmp_path_factory.mktemp("sasl-hostile"))
     CredentialFile(log_dir).add(SASL_USER, new_record(SASL_PASSWORD))
-    with running_kafka_broker(log_dir, kafka_security_protocol="SASL_PLAINTEXT",
-                              max_socket_request_bytes=MAX_REQUEST_BYTES,
-                              sasl_max_unauthenticated_request_bytes=SASL_MAX_UNAUTHENTICATED_BYTES,
-                              sasl_handshake_timeout_ms=SASL_HANDSHAKE_TIMEOUT_MS) as running:
-        yield running
+    with pytest.MonkeyPatch.context() as patch:
+        # After a failed authentication the broker waits up to 1 s for its client to close first (§18.4);
+        # these sockets never do (the tests wait for the broker's close), so a short linger will do.
+        patch.setattr(kafka_connection, "FAILED_AUTHENTICATION_LINGER_S", FAILED_AUTHENTICATION_LINGER_S)
+        with running_kafka_broker(log_dir, kafka_security_protocol="SASL_PLAINTEXT",
+                                  max_socket_request_bytes=MAX_REQUEST_BYTES,
+                                  sasl_max_unauthenticated_request_bytes=SASL_MAX_UNAUTHENTICATED_BYTES,
+                                  sasl_handshake_timeout_ms=SASL_HANDSHAKE_TIMEOUT_MS) as running:
+            yield running
 
 
 @pytest.fixture

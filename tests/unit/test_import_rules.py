@@ -157,20 +157,33 @@ def collect_imports(root: Path) -> tuple[set[str], list[Import]]:
     for path in files:
         name = module_name(path, root)
         package = name if is_package(path) else name.rpartition(".")[0]
-        for node in ast.walk(parse(path)):
-            if isinstance(node, ast.Import):
-                imports.extend(Import(name, alias.name, node.lineno) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[: len(base) - (node.level - 1)]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
-                for alias in node.names:  # `from pkg import submodule` depends on the submodule
-                    candidate = f"{source}.{alias.name}"
-                    imports.append(Import(name, candidate if candidate in modules else source, node.lineno))
+        for source, names, line, is_from in _import_statements(path.read_text(), package):
+            if not is_from:
+                imports.extend(Import(name, alias, line) for alias in names)
+                continue
+            for alias in names:  # `from pkg import submodule` depends on the submodule
+                candidate = f"{source}.{alias}"
+                imports.append(Import(name, candidate if candidate in modules else source, line))
     return modules, imports
+
+
+@functools.lru_cache(maxsize=None)
+def _import_statements(text: str, package: str) -> tuple[tuple[str, tuple[str, ...], int, bool], ...]:
+    """(module, names, line, is_from) of each import statement of a module of ``package`` whose source is
+    ``text``, relative ones made absolute; cached like ``_parse_source``."""
+    statements = []
+    for node in ast.walk(_parse_source(text)):
+        if isinstance(node, ast.Import):
+            statements.append(("", tuple(alias.name for alias in node.names), node.lineno, False))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            statements.append((source, tuple(alias.name for alias in node.names), node.lineno, True))
+    return tuple(statements)
 
 
 def layer_of(module: str) -> str:
@@ -327,17 +340,34 @@ def test_every_layer_has_a_rule():
     (("broker/kafka/transactions/coordinator.py", "from ..needs import GroupApis\n"),
      "a coordinator may not import the Kafka handlers' needs"),
 ])
-def test_a_planted_violation_is_found(tmp_path, plant, expected):
-    copy = tmp_path / "trikafka"
+def test_a_planted_violation_is_found(package_copy, plant, expected):
+    path, source = plant
+    target, planted_too = package_copy / path, package_copy / "zk" / "planted_too.py"
+    original = target.read_text() if target.exists() else None
+    try:
+        target.write_text(source)
+        if "planted_too" in source:
+            planted_too.write_text("from trikafka.zk import planted\n")
+        found = violations(package_copy)
+        assert any(expected in line for line in found), found
+    finally:  # the copy is the module's: the next plant starts from the package as it is
+        if original is None:
+            target.unlink()
+        else:
+            target.write_text(original)
+        planted_too.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def package_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One copy of ``trikafka/`` for every planted violation (each test undoes its plant): 356 files
+    written once, not once per plant."""
+    copy = tmp_path_factory.mktemp("planted") / "trikafka"
     for path in PACKAGE_ROOT.rglob("*.py"):
         target = copy / path.relative_to(PACKAGE_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())
-    path, source = plant
-    (copy / path).write_text(source)
-    if "planted_too" in source:
-        (copy / "zk" / "planted_too.py").write_text("from trikafka.zk import planted\n")
-    assert any(expected in line for line in violations(copy)), violations(copy)
+    return copy
 
 
 def cross_test_imports(root: Path) -> list[str]:
