@@ -350,6 +350,29 @@ async def test_retention_first_runs_after_the_delay_then_every_interval(nursery,
     assert log.start_offset > 0  # old segments are gone, offsets were not renumbered
 
 
+async def test_a_log_deleted_while_retention_works_on_another_is_skipped(nursery, tmp_path, autojump_clock):
+    # librdkafka's 0045_subscribe_many_updates deletes 100 topics at once; two brokers of its cluster
+    # stopped with LogClosedError from the retention pass, which held a list of logs taken before.
+    armed, deleted = [], []
+
+    async def delete_u_at_first_blocking_call(fn):
+        if armed:  # once: the delete's own blocking calls pass through
+            armed.clear()
+            deleted.append(await broker.engine.directory.delete_topic_logs("u"))
+        return fn()
+
+    broker = await start_in_memory(nursery, config(tmp_path, log_retention_hours=1), FakeFileSystem(seed=3),
+                                   run_blocking=delete_u_at_first_blocking_call)
+    client = await memory_client(broker)
+    for topic in ("t", "u"):
+        await produce(client, topic, messages(b"x"))
+    assert [log.topic for log in broker.log_manager.logs()] == ["t", "u"]  # t's pass deletes u
+
+    armed.append(True)
+    assert await broker.retention.run_once() == 0
+    assert deleted == [1] and broker.retention.runs == 1
+
+
 # --------------------------------------------------------------------------- supervision
 
 

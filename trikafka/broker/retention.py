@@ -57,8 +57,10 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
-            if not self._deletes(log.topic) or log.cleaning or log.truncation.busy:
-                continue  # compact-only; or being cleaned or truncated (segments change): next pass
+            if log.closed or not self._deletes(log.topic) or log.cleaning or log.truncation.busy:
+                # deleted while an earlier log's pass awaited (or shut down); compact-only; or being
+                # cleaned or truncated (segments change): next pass
+                continue
             count = await self.apply(log)
             if count:
                 logger.info("retention deleted %d segment(s) of %s-%d", count, log.topic, log.partition)
