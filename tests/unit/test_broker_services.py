@@ -454,3 +454,32 @@ async def test_a_second_shutdown_request_skips_the_rest_of_the_grace_period(tmp_
         broker.shutdown()  # like a second Ctrl-C
     assert trio.current_time() - started == pytest.approx(1.0)
     assert broker.clean_shutdown is True
+
+
+async def test_a_log_deleted_while_the_cleaner_weighs_it_is_left_alone(nursery, tmp_path, autojump_clock):
+    # The cleaner weighs its candidates' dirty ratios off the loop; a topic deleted meanwhile is closed
+    # by the time the cleaner would take the dirtiest (retention and the flusher had the same race).
+    from trikafka.wire.keyed import build_keyed_set
+
+    armed, deleted = [], []
+
+    async def delete_kv_at_first_blocking_call(fn):
+        if armed:  # once: the delete's own blocking calls pass through
+            armed.clear()
+            deleted.append(await broker.engine.directory.delete_topic_logs("kv"))
+        return fn()
+
+    broker = await start_in_memory(
+        nursery, config(tmp_path, log_file_size=2000, topic_cleanup_policy_map={"kv": "compact"},
+                        log_cleaner_enable=False, min_cleanable_dirty_ratio=0.01, log_flush_interval=1),
+        FakeFileSystem(seed=3), run_blocking=delete_kv_at_first_blocking_call)
+    assert broker.cleaner is not None
+    client = await memory_client(broker)
+    for round_ in range(20):
+        await produce(client, "kv", build_keyed_set([(b"user-%d" % k, b"round %02d" % round_) for k in range(8)]))
+    (log,) = broker.log_manager.logs()
+    assert len(log.segments.segments) > 2 and not log.closed  # rolled: there is something to clean
+
+    armed.append(True)
+    assert await broker.cleaner.clean_once() is None
+    assert deleted == [1] and log.closed

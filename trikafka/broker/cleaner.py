@@ -29,6 +29,7 @@ from .seams import RunBlocking
 from .topic_settings import LogOverrides
 
 if TYPE_CHECKING:
+    from trikafka.log.log import Log
     from trikafka.log.manager import LogManager
 
 T = TypeVar("T")
@@ -106,11 +107,12 @@ class CleanerService:
                       and self.policy(log.topic).compact]
         if not candidates:
             return None
-        ratios = await self._blocking(lambda: [self.cleaner.dirty_ratio(log, self.policy(log.topic))
-                                               for log in candidates])
+        ratios = await self._blocking(lambda: [self._weigh(log) for log in candidates])
         ratio, log = max(zip(ratios, candidates), key=lambda pair: pair[0])
+        # Rechecked on the loop after the wait: a topic deleted meanwhile is closed (DeleteTopics closes
+        # a log before it removes its files, and waits for `cleaning` only once it is set).
         if (ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention.busy
-                or log.truncation.busy):
+                or log.truncation.busy or log.closed):
             return None
         log.cleaning = True
         try:
@@ -137,6 +139,16 @@ class CleanerService:
                     log.topic, log.partition, len(result.segments), result.padded_bytes, ratio)
         self.results = (self.results + [result])[-16:]
         return result
+
+    def _weigh(self, log: Log) -> float:
+        """``log``'s dirty ratio (blocking); 0 for a log closed while it was weighed (its topic deleted:
+        its files may be gone)."""
+        try:
+            return self.cleaner.dirty_ratio(log, self.policy(log.topic))
+        except OSError:
+            if log.closed:
+                return 0.0
+            raise
 
     async def _blocking(self, fn: Callable[[], T]) -> T:
         return await (self._run_blocking or trio.to_thread.run_sync)(fn)
