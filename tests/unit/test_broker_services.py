@@ -7,6 +7,8 @@ waits on a timer, and the times asserted are the ones the services chose.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import trio
 import trio.testing
@@ -350,25 +352,33 @@ async def test_retention_first_runs_after_the_delay_then_every_interval(nursery,
     assert log.start_offset > 0  # old segments are gone, offsets were not renumbered
 
 
+async def broker_deleting_at_first_blocking_call(nursery, broker_config, topic):
+    """An in-memory broker whose blocking calls run on the loop; once ``arm()`` is called, the next one
+    first deletes ``topic``'s logs (DeleteTopics racing a service's pass).  Returns the broker, ``arm``
+    and the list the delete's count is appended to."""
+    armed, deleted = [], []
+
+    async def run_blocking(fn):
+        if armed:  # once: the delete's own blocking calls pass through
+            armed.clear()
+            deleted.append(await broker.engine.directory.delete_topic_logs(topic))
+        return fn()
+
+    broker = await start_in_memory(nursery, broker_config, FakeFileSystem(seed=3), run_blocking=run_blocking)
+    return broker, functools.partial(armed.append, True), deleted
+
+
 async def test_a_log_deleted_while_retention_works_on_another_is_skipped(nursery, tmp_path, autojump_clock):
     # librdkafka's 0045_subscribe_many_updates deletes 100 topics at once; two brokers of its cluster
     # stopped with LogClosedError from the retention pass, which held a list of logs taken before.
-    armed, deleted = [], []
-
-    async def delete_u_at_first_blocking_call(fn):
-        if armed:  # once: the delete's own blocking calls pass through
-            armed.clear()
-            deleted.append(await broker.engine.directory.delete_topic_logs("u"))
-        return fn()
-
-    broker = await start_in_memory(nursery, config(tmp_path, log_retention_hours=1), FakeFileSystem(seed=3),
-                                   run_blocking=delete_u_at_first_blocking_call)
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(
+        nursery, config(tmp_path, log_retention_hours=1), "u")
     client = await memory_client(broker)
     for topic in ("t", "u"):
         await produce(client, topic, messages(b"x"))
     assert [log.topic for log in broker.log_manager.logs()] == ["t", "u"]  # t's pass deletes u
 
-    armed.append(True)
+    arm()
     assert await broker.retention.run_once() == 0
     assert deleted == [1] and broker.retention.runs == 1
 
@@ -461,18 +471,9 @@ async def test_a_log_deleted_while_the_cleaner_weighs_it_is_left_alone(nursery, 
     # by the time the cleaner would take the dirtiest (retention and the flusher had the same race).
     from trikafka.wire.keyed import build_keyed_set
 
-    armed, deleted = [], []
-
-    async def delete_kv_at_first_blocking_call(fn):
-        if armed:  # once: the delete's own blocking calls pass through
-            armed.clear()
-            deleted.append(await broker.engine.directory.delete_topic_logs("kv"))
-        return fn()
-
-    broker = await start_in_memory(
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(
         nursery, config(tmp_path, log_file_size=2000, topic_cleanup_policy_map={"kv": "compact"},
-                        log_cleaner_enable=False, min_cleanable_dirty_ratio=0.01, log_flush_interval=1),
-        FakeFileSystem(seed=3), run_blocking=delete_kv_at_first_blocking_call)
+                        log_cleaner_enable=False, min_cleanable_dirty_ratio=0.01, log_flush_interval=1), "kv")
     assert broker.cleaner is not None
     client = await memory_client(broker)
     for round_ in range(20):
@@ -480,6 +481,6 @@ async def test_a_log_deleted_while_the_cleaner_weighs_it_is_left_alone(nursery, 
     (log,) = broker.log_manager.logs()
     assert len(log.segments.segments) > 2 and not log.closed  # rolled: there is something to clean
 
-    armed.append(True)
+    arm()
     assert await broker.cleaner.clean_once() is None
     assert deleted == [1] and log.closed
