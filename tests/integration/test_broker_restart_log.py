@@ -49,6 +49,10 @@ async def test_a_restart_with_many_partitions_writes_a_line_a_phase(tmp_path, zk
         broker.signal(signal.SIGKILL)  # the restart recovers every log, without a checkpoint in most
         await broker.wait()
     ready_file.unlink()
+    # __consumer_offsets' logs are created as its partitions get leaders; the kill may come before
+    # the last ones exist, so the line is checked against what the restart finds on disk.
+    logs_on_disk = sum(1 for entry in (tmp_path / "data").iterdir() if entry.is_dir())
+    assert logs_on_disk > PARTITIONS
     # The same ports, as a restarted broker has: its previous session's registration, which names
     # them, is then known for its own and waited out (§8), not taken for another broker's.
     async with child_process(*serve(port, kafka_port)) as broker:
@@ -60,5 +64,5 @@ async def test_a_restart_with_many_partitions_writes_a_line_a_phase(tmp_path, zk
         assert await broker.wait() == 0
     lines = info_lines(broker.stderr)
     assert len(lines) <= INFO_LINES_AT_MOST, "\n".join(lines)
-    assert any(f"loaded ({PARTITIONS + 50} logs, recovery ran)" in line for line in lines), "\n".join(lines)
+    assert any(f"loaded ({logs_on_disk} logs, recovery ran)" in line for line in lines), "\n".join(lines)
     assert not any("recovery scans all" in line for line in lines)
