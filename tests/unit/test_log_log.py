@@ -624,3 +624,10 @@ def test_the_wall_clock_counts_milliseconds_since_the_epoch():
     before_ms = time.time_ns() // 1_000_000
     now_ms = wall_clock_ms()
     assert before_ms <= now_ms <= time.time_ns() // 1_000_000
+
+
+def test_closing_a_log_retires_it_no_pass_lease_is_granted_after():
+    log, _fs, _clock = open_log()
+    assert not log.passes.retired
+    log.close()
+    assert log.passes.retired and log.passes.take() is None

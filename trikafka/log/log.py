@@ -11,7 +11,8 @@ flight: ``log.flushing`` (flushes, rolls and the visible end's listeners),
 ``log.retention`` and ``log.truncation``; the log offers the same steps on
 one thread (``flush``, ``roll``, ``apply_retention``, ``truncate_to``).
 Its ``Gate`` says what may start while what is in flight, and holds the
-fail-stop failure.
+fail-stop failure.  ``log.passes`` holds the broker's background passes on
+the log (``passes.py``): a log is closed and deleted only once none holds it.
 
 Invariants (asserted where they are established):
 
@@ -38,6 +39,7 @@ from .fs import FileSystem
 from .gate import APPEND, FLUSH, INLINE_RETENTION, RETENTION, ROLL, TRUNCATION, Gate
 from .kafka_offsets import KafkaOffsets
 from .log_start import LogStart
+from .passes import Passes
 from .record_format import FORMAT_07, OffsetAssignment, RecordFormat, read_record_format
 from .recovery import load_segments
 from .retention import Retention
@@ -95,6 +97,7 @@ class Log:
                                     repr(self), self._deleted_below)
         self._truncation = Truncation(fs, dir_path, self._segments, self._checkpointer, self._gate, self._flushing,
                                       lambda: self.config, self._refold_producers, repr(self))
+        self._passes = Passes(f"{topic}-{partition}")
         self.crc_checked_from: int | None = None  # open(): recovery kept unfsynced bytes from here on CRCs alone
         # A replicated partition's HW: the cleaner leaves segments reaching past it (epoch truncation may cut them).
         self.cleanable_end: Callable[[], int] | None = None
@@ -171,6 +174,12 @@ class Log:
     @property
     def closed(self) -> bool:
         return self._gate.closed
+
+    @property
+    def passes(self) -> Passes:
+        """The broker's background passes on this log: each holds a lease while it touches the log;
+        a deletion retires the log and waits for them (docs/protocol.md §16.4)."""
+        return self._passes
 
     @property
     def flush_in_flight(self) -> bool:
@@ -376,6 +385,7 @@ class Log:
 
         Raises ``LogBusyError`` if a ticket's blocking half is running in a
         thread right now; a ticket that was taken but abandoned is discarded.
+        The log is retired: it grants no pass lease from here on.
         """
         if self._gate.closed:
             return
@@ -386,6 +396,7 @@ class Log:
         self._retention.abandon()
         dropped = self._truncation.abandon()
         self._gate.close()
+        self._passes.retire()
         for segment in self._segments.view.segments + dropped:
             segment.file.close()
 
