@@ -354,15 +354,26 @@ async def test_retention_first_runs_after_the_delay_then_every_interval(nursery,
 
 async def broker_deleting_at_first_blocking_call(nursery, broker_config, topic):
     """An in-memory broker whose blocking calls run on the loop; once ``arm()`` is called, the next one
-    first deletes ``topic``'s logs (DeleteTopics racing a service's pass).  Returns the broker, ``arm``
-    and the list the delete's count is appended to."""
-    armed, deleted = [], []
+    first starts deleting ``topic``'s logs in a task of its own (DeleteTopics racing a service's pass)
+    and lets it go as far as it can before the call runs.  Returns the broker, ``arm`` and
+    ``deleted()``, which waits for the delete to end and returns its count."""
+    armed, counts, done = [], [], trio.Event()
+
+    async def delete():
+        counts.append(await broker.engine.directory.delete_topic_logs(topic))
+        done.set()
 
     async def run_blocking(fn):
         if armed:  # once: the delete's own blocking calls pass through
             armed.clear()
-            deleted.append(await broker.engine.directory.delete_topic_logs(topic))
+            nursery.start_soon(delete)
+            await trio.testing.wait_all_tasks_blocked()
         return fn()
+
+    async def deleted():
+        with trio.fail_after(60):
+            await done.wait()
+        return counts[0]
 
     broker = await start_in_memory(nursery, broker_config, FakeFileSystem(seed=3), run_blocking=run_blocking)
     return broker, functools.partial(armed.append, True), deleted
@@ -380,7 +391,41 @@ async def test_a_log_deleted_while_retention_works_on_another_is_skipped(nursery
 
     arm()
     assert await broker.retention.run_once() == 0
-    assert deleted == [1] and broker.retention.runs == 1
+    assert await deleted() == 1 and broker.retention.runs == 1
+
+
+async def test_a_log_deleted_under_its_own_retention_pass_is_deleted_once_the_pass_ended(nursery, tmp_path,
+                                                                                        autojump_clock):
+    # Deletion waited for a flush, a truncation and a cleaning in flight, not for a retention pass: it
+    # closed and removed the log under the pass's stats.  Now it waits for the pass's lease.
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(
+        nursery, config(tmp_path, log_retention_hours=1), "t")
+    client = await memory_client(broker)
+    await produce(client, "t", messages(b"x"))
+    (log,) = broker.log_manager.logs()
+
+    arm()  # the pass's first blocking call (its stats) starts the deletion of its own log
+    assert await broker.retention.run_once() == 0
+    assert await deleted() == 1 and log.closed and log.passes.held == 0
+    await produce(client, "u", messages(b"after"))
+    assert await client.offsets("u", 0, -1) != []  # the broker still serves
+
+
+async def test_a_log_deleted_while_it_rolls_is_deleted_once_the_roll_ended(nursery, tmp_path, autojump_clock):
+    # Deletion did not wait for a roll in flight either: it closed the log under the roll's fsyncs.
+    first = messages(b"x" * 40)
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(
+        nursery, config(tmp_path, log_file_size=len(first) - 1), "t")
+    client = await memory_client(broker)
+    await produce(client, "t", first)
+    (log,) = broker.log_manager.logs()
+    assert log.roll_due()
+
+    arm()  # the next append rolls first: the roll's blocking call starts the deletion
+    await produce(client, "t", messages(b"second"))
+    assert await deleted() == 1 and log.closed and len(log.segments.segments) == 2
+    await produce(client, "u", messages(b"after"))
+    assert await client.offsets("u", 0, -1) != []  # the broker still serves
 
 
 # --------------------------------------------------------------------------- supervision
@@ -467,8 +512,9 @@ async def test_a_second_shutdown_request_skips_the_rest_of_the_grace_period(tmp_
 
 
 async def test_a_log_deleted_while_the_cleaner_weighs_it_is_left_alone(nursery, tmp_path, autojump_clock):
-    # The cleaner weighs its candidates' dirty ratios off the loop; a topic deleted meanwhile is closed
-    # by the time the cleaner would take the dirtiest (retention and the flusher had the same race).
+    # The cleaner weighs its candidates' dirty ratios off the loop; a topic deleted meanwhile waits for
+    # the weighing, and the cleaning that would follow is refused its lease (retention and the flusher
+    # had the same race).
     from trikafka.wire.keyed import build_keyed_set
 
     broker, arm, deleted = await broker_deleting_at_first_blocking_call(
@@ -483,4 +529,4 @@ async def test_a_log_deleted_while_the_cleaner_weighs_it_is_left_alone(nursery, 
 
     arm()
     assert await broker.cleaner.clean_once() is None
-    assert deleted == [1] and log.closed
+    assert await deleted() == 1 and log.closed

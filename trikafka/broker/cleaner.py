@@ -11,6 +11,7 @@ alone until the next look: the broker keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -29,7 +30,6 @@ from .seams import RunBlocking
 from .topic_settings import LogOverrides
 
 if TYPE_CHECKING:
-    from trikafka.log.log import Log
     from trikafka.log.manager import LogManager
 
 T = TypeVar("T")
@@ -102,17 +102,27 @@ class CleanerService:
 
     async def clean_once(self) -> CleanResult | None:
         """Clean the dirtiest eligible log once; None when no log is dirty enough."""
-        candidates = [log for log in self._log_manager.logs()
-                      if not log.cleaning and not log.truncation.busy and not log.closed and log.failure is None
-                      and self.policy(log.topic).compact]
-        if not candidates:
-            return None
-        ratios = await self._blocking(lambda: [self._weigh(log) for log in candidates])
+        # Each candidate's pass lease keeps its files while it is weighed (docs/protocol.md §16.4).
+        with contextlib.ExitStack() as weighing:
+            candidates = []
+            for log in self._log_manager.logs():
+                if log.cleaning or log.truncation.busy or log.failure is not None or not self.policy(log.topic).compact:
+                    continue
+                if (weighed := log.passes.take()) is not None:  # None: being deleted
+                    weighing.enter_context(weighed)
+                    candidates.append(log)
+            if not candidates:
+                return None
+            ratios = await self._blocking(lambda: [self.cleaner.dirty_ratio(log, self.policy(log.topic))
+                                                   for log in candidates])
         ratio, log = max(zip(ratios, candidates), key=lambda pair: pair[0])
-        # Rechecked on the loop after the wait: a topic deleted meanwhile is closed (DeleteTopics closes
-        # a log before it removes its files, and waits for `cleaning` only once it is set).
+        # Rechecked on the loop after the wait; the cleaning's own lease is refused for a log
+        # being deleted meanwhile.
         if (ratio <= 0 or ratio < self._config.min_cleanable_dirty_ratio or log.cleaning or log.retention.busy
-                or log.truncation.busy or log.closed):
+                or log.truncation.busy):
+            return None
+        lease = log.passes.take()
+        if lease is None:
             return None
         log.cleaning = True
         try:
@@ -132,6 +142,7 @@ class CleanerService:
             return None
         finally:
             log.cleaning = False
+            lease.release()
             self.passes += 1
             self.pass_done.set()
             self.pass_done = trio.Event()
@@ -139,16 +150,6 @@ class CleanerService:
                     log.topic, log.partition, len(result.segments), result.padded_bytes, ratio)
         self.results = (self.results + [result])[-16:]
         return result
-
-    def _weigh(self, log: Log) -> float:
-        """``log``'s dirty ratio (blocking); 0 for a log closed while it was weighed (its topic deleted:
-        its files may be gone)."""
-        try:
-            return self.cleaner.dirty_ratio(log, self.policy(log.topic))
-        except OSError:
-            if log.closed:
-                return 0.0
-            raise
 
     async def _blocking(self, fn: Callable[[], T]) -> T:
         return await (self._run_blocking or trio.to_thread.run_sync)(fn)

@@ -58,6 +58,7 @@ from typing import Any, Callable, TypeVar
 import trio
 
 from trikafka.log.flushing import FlushTicket
+from trikafka.log.passes import Lease
 
 from .seams import BrokerLog, LogDirectory, RunBlocking
 
@@ -226,19 +227,27 @@ class FlushScheduler:
         token = self._token
         if token is None or log in self._rolls:
             return False
+        lease = log.passes.take()
+        if lease is None:  # the log is being deleted (or closed): nothing to flush
+            self._dirty_since.pop(log, None)
+            self._flush_ended(log)
+            return True
         slot = object()
         try:
             self._limiter.acquire_on_behalf_of_nowait(slot)
         except trio.WouldBlock:
+            lease.release()
             return False
         try:
             ticket = log.flushing.begin_flush()
         except Exception:  # the log refuses a flush: the task's way raises it where it always has
             self._limiter.release_on_behalf_of(slot)
+            lease.release()
             return False
         self._dirty_since.pop(log, None)  # the capture covered everything appended so far
         if ticket is None:  # nothing unflushed
             self._limiter.release_on_behalf_of(slot)
+            lease.release()
             self._flush_ended(log)
             return True
         started_s, started_trio_s = time.perf_counter(), trio.current_time()
@@ -246,8 +255,9 @@ class FlushScheduler:
         def finish(result: Any) -> None:  # on the loop (Any: trio's outcome.Outcome of the fsync)
             self._limiter.release_on_behalf_of(slot)
             try:
-                result.unwrap()
-                self._flushed(log, ticket, started_s, started_trio_s)
+                with lease:
+                    result.unwrap()
+                    self._flushed(log, ticket, started_s, started_trio_s)
             except BaseException as exc:  # an fsync error brings the broker down, through ``run``
                 self._in_flight.pop(log).set()
                 self._fail(exc)
@@ -309,12 +319,14 @@ class FlushScheduler:
         """
         await self.roll_while(log, log.roll_due)
 
-    async def roll_while(self, log: BrokerLog, due: Callable[[], bool]) -> None:
+    async def roll_while(self, log: BrokerLog, due: Callable[[], bool], *, under: Lease | None = None) -> None:
         """Roll ``log`` off the event loop while ``due()`` says so (retention asks too).
 
-        Returns without a checkpoint after ``due()`` said no.  A roll waits
-        for a flush in flight (one ticket per log); the roll itself is
-        shielded, like a flush, so the log never keeps a dangling ticket.
+        Returns without a checkpoint after ``due()`` said no, or once ``log`` is
+        retired (being deleted: no roll), unless the caller's pass holds its lease
+        ``under`` (docs/protocol.md §16.4).  A roll waits for a flush in flight
+        (one ticket per log); the roll itself is shielded, like a flush, so the
+        log never keeps a dangling ticket.
         """
         while True:
             rolling = self._rolls.get(log)
@@ -330,25 +342,30 @@ class FlushScheduler:
                 else:
                     await flushing.wait()
                 continue
-            ticket = log.flushing.begin_roll()
-            self._dirty_since.pop(log, None)  # the roll fsyncs everything appended so far
-            if ticket is None:
+            lease = log.passes.take(under)
+            if lease is None:
                 return
-            done = self._rolls[log] = trio.Event()
-            try:
-                with trio.CancelScope(shield=True):
-                    await self._run_blocking(ticket.run)
-                    log.flushing.complete_roll(ticket)
-            finally:
-                del self._rolls[log]
-                done.set()
+            with lease:
+                ticket = log.flushing.begin_roll()
+                self._dirty_since.pop(log, None)  # the roll fsyncs everything appended so far
+                if ticket is None:
+                    return
+                done = self._rolls[log] = trio.Event()
+                try:
+                    with trio.CancelScope(shield=True):
+                        await self._run_blocking(ticket.run)
+                        log.flushing.complete_roll(ticket)
+                finally:
+                    del self._rolls[log]
+                    done.set()
 
     async def truncate(self, log: BrokerLog, offset: int) -> None:
         """Cut ``log`` at the message boundary ``offset``, its blocking part off the loop.
 
         A follower's truncation by leader epoch (docs/protocol.md §12.4.3).  It
         waits for a flush or roll in flight, and flushes and rolls wait for it
-        (it holds the same one-structural-change-per-log slot as a roll).
+        (it holds the same one-structural-change-per-log slot as a roll).  A log
+        being deleted (retired, §16.4) is not cut.
         """
         while True:
             busy = self._rolls.get(log) or self._in_flight.get(log)
@@ -358,9 +375,13 @@ class FlushScheduler:
             if log.flush_in_flight:  # a flush outside the scheduler (shutdown, tools)
                 await trio.lowlevel.checkpoint()
                 continue
+            lease = log.passes.take()
+            if lease is None:
+                return
             ticket = log.truncation.begin(offset)
             if ticket is not None:
                 break
+            lease.release()
             # A retention pass or a cleaning holds the log: the log says when it is idle.
             if log not in self._idle_listening:
                 self._idle_listening.add(log)
@@ -369,7 +390,7 @@ class FlushScheduler:
             await idle.wait()
         done = self._rolls[log] = trio.Event()
         try:
-            with trio.CancelScope(shield=True):
+            with lease, trio.CancelScope(shield=True):
                 try:
                     await self._run_blocking(ticket.run)
                 finally:
@@ -429,15 +450,19 @@ class FlushScheduler:
     async def _flush_once(self, log: BrokerLog) -> None:
         while (rolling := self._rolls.get(log)) is not None:
             await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
-        # A closed log has nothing to flush: deleted (its pending deadline outlives it) or shut down
-        # (LogManager.close() flushed it).
-        ticket = None if log.closed else log.flushing.begin_flush()
-        self._dirty_since.pop(log, None)  # the capture covered everything appended so far
-        if ticket is None:
-            return  # nothing unflushed
-        started_s, started_trio_s = time.perf_counter(), trio.current_time()
-        await self._run_blocking(ticket.fsync)
-        self._flushed(log, ticket, started_s, started_trio_s)
+        # No lease: the log is being deleted (its pending deadline outlives it) or was shut down
+        # (LogManager.close() flushed it): nothing to flush.
+        lease = log.passes.take()
+        self._dirty_since.pop(log, None)  # the capture covers everything appended so far
+        if lease is None:
+            return
+        with lease:
+            ticket = log.flushing.begin_flush()
+            if ticket is None:
+                return  # nothing unflushed
+            started_s, started_trio_s = time.perf_counter(), trio.current_time()
+            await self._run_blocking(ticket.fsync)
+            self._flushed(log, ticket, started_s, started_trio_s)
 
     def _flushed(self, log: BrokerLog, ticket: FlushTicket, started_s: float, started_trio_s: float) -> None:
         """``ticket``'s fsync returned: make what it covered visible (raises its error)."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 import trio
 
 from trikafka.log.log import Log
+from trikafka.log.passes import Lease
 
 from .seams import RunBlocking
 
@@ -57,11 +58,13 @@ class RetentionDeleter:
         """Apply retention to every log now; returns the number of segments deleted."""
         deleted = 0
         for log in list(self._log_manager.logs()):
-            if log.closed or not self._deletes(log.topic) or log.cleaning or log.truncation.busy:
-                # deleted while an earlier log's pass awaited (or shut down); compact-only; or being
-                # cleaned or truncated (segments change): next pass
-                continue
-            count = await self.apply(log)
+            if not self._deletes(log.topic) or log.cleaning or log.truncation.busy:
+                continue  # compact-only; or being cleaned or truncated (segments change): next pass
+            lease = log.passes.take()
+            if lease is None:
+                continue  # deleted while an earlier log's pass awaited (or shut down)
+            with lease:
+                count = await self.apply(log, lease)
             if count:
                 logger.info("retention deleted %d segment(s) of %s-%d", count, log.topic, log.partition)
             deleted += count
@@ -69,8 +72,9 @@ class RetentionDeleter:
         self.segments_deleted += deleted
         return deleted
 
-    async def apply(self, log: Log) -> int:
-        """One retention pass over ``log``; its I/O runs through ``run_blocking``.
+    async def apply(self, log: Log, lease: Lease) -> int:
+        """One retention pass over ``log``, which ``lease`` holds (docs/protocol.md §16.4); its I/O runs
+        through ``run_blocking``.
 
         Shielded: a pass that started finishes, so the log never keeps a
         dangling ticket, and segments that left the log are always unlinked.
@@ -78,7 +82,7 @@ class RetentionDeleter:
         with trio.CancelScope(shield=True):
             ticket = log.retention.begin(self._clock_ms())
             await self._run_blocking(ticket.stat)
-            await self._flusher.roll_while(log, functools.partial(log.retention.needs_roll, ticket))
+            await self._flusher.roll_while(log, functools.partial(log.retention.needs_roll, ticket), under=lease)
             count = log.retention.drop(ticket)
             if count or ticket.touch_path is not None or ticket.error is not None:
                 await self._run_blocking(ticket.remove)

@@ -17,6 +17,7 @@ from trikafka.log.epochs import EpochFile
 from trikafka.log.flushing import Flushing
 from trikafka.log.kafka_offsets import KafkaOffsets
 from trikafka.log.log import AppendResult, Log
+from trikafka.log.passes import Passes
 from trikafka.log.producer_state import ProducerStates
 from trikafka.log.record_format import OffsetAssignment
 from trikafka.log.segment_list import SegmentView
@@ -88,7 +89,7 @@ class BrokerLog(Protocol):
     def flush_in_flight(self) -> bool: ...
 
     @property
-    def closed(self) -> bool: ...  # deleted (DeleteTopics) or shut down: nothing left to flush
+    def passes(self) -> Passes: ...  # background passes' leases; retired by a deletion (docs/protocol.md §16.4)
 
     @property
     def cleaning(self) -> bool: ...

@@ -29,7 +29,6 @@ from .waiters import VisibleEndWaiters
 # Valid topic names remembered so the hot path skips the regex; bounded because
 # any client can send names (fetches of arbitrary valid topics create nothing).
 MAX_CACHED_TOPICS = 100_000
-DELETE_POLL_S = 0.05  # how often a topic deletion looks again at a log still busy
 
 
 class PartitionDirectory:
@@ -75,18 +74,20 @@ class PartitionDirectory:
     async def delete_topic_logs(self, topic: str) -> int:
         """Delete every log of ``topic`` on this broker (DeleteTopics, §16.4); how many.
 
-        The logs leave the manager first, so no new request finds them; each is
-        closed and removed in a worker thread once no flush, roll, truncation or
-        cleaning of it is in flight.
+        The logs leave the manager first, so no new request finds them, and are
+        retired, so no new background pass takes them; each is closed and
+        removed in a worker thread once the passes that hold it have ended.
         """
         logs = self._log_manager.remove_topic(topic)
         self.forget_partition_count(topic)
         for log in logs:
             self._local.pop((log.topic, log.partition), None)
+            log.passes.retire()
         for log in logs:
-            await self._flusher.wait_idle(log)
-            while log.cleaning or log.truncation.busy or log.flush_in_flight:  # the cleaner's pass ends at a segment
-                await trio.sleep(DELETE_POLL_S)
+            if log.passes.held:
+                ended = trio.Event()
+                log.passes.on_ended(ended.set)
+                await ended.wait()
             await self._run_blocking(functools.partial(self._log_manager.delete_log, log))
         return len(logs)
 
