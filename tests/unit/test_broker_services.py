@@ -428,6 +428,21 @@ async def test_a_log_deleted_while_it_rolls_is_deleted_once_the_roll_ended(nurse
     assert await client.offsets("u", 0, -1) != []  # the broker still serves
 
 
+async def test_a_log_deleted_while_it_is_truncated_is_deleted_once_the_cut_ended(nursery, tmp_path, autojump_clock):
+    # A follower's truncation (§12.4.3) holds the lease too: the deletion closes the log after the cut.
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(nursery, config(tmp_path), "t")
+    client = await memory_client(broker)
+    await produce(client, "t", messages(b"kept"))
+    (log,) = broker.log_manager.logs()
+    cut = log.end_offset
+    await produce(client, "t", messages(b"cut"))
+    await broker.flush_all()
+
+    arm()  # the cut's blocking call starts the deletion
+    await broker.flusher.truncate(log, cut)
+    assert await deleted() == 1 and log.closed and log.end_offset == cut
+
+
 # --------------------------------------------------------------------------- supervision
 
 

@@ -120,6 +120,25 @@ async def test_flushes_asked_for_during_an_fsync_coalesce_into_one_more(monkeypa
         nursery.cancel_scope.cancel()
 
 
+async def test_a_threaded_flush_holds_its_log_s_pass_lease_and_a_retired_log_is_flushed_no_more(monkeypatch):
+    """A deletion (docs/protocol.md §16.4) waits for the fsync in the worker thread; once the log is
+    retired, a flush asked for (a pending deadline, an acks -1 produce) flushes nothing."""
+    async with trio.open_nursery() as nursery:
+        scheduler, log, release, sizes = await _start_a_held_flush(nursery, monkeypatch)
+        assert log.passes.held == 1
+        log.passes.retire()
+        ended = trio.Event()
+        log.passes.on_ended(ended.set)
+        for _ in range(2):  # the second flush asked for during the fsync is refused its lease
+            log.append(SET)
+            scheduler.request_flush(log)
+        release.set()
+        await ended.wait()
+        await scheduler.flush(log)
+        assert sizes == [len(SET)] and log.visible_end == len(SET) and log.passes.held == 0
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_failing_threaded_fsync_is_raised_by_run():
     fs = FakeFileSystem(seed=1)
     manager = _manager(fs)
