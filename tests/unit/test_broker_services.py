@@ -545,3 +545,59 @@ async def test_a_log_deleted_while_the_cleaner_weighs_it_is_left_alone(nursery, 
     arm()
     assert await broker.cleaner.clean_once() is None
     assert await deleted() == 1 and log.closed
+
+
+async def kafka_broker_deleting_at_first_blocking_call(nursery, tmp_path):
+    """``broker_deleting_at_first_blocking_call`` with a Kafka listener and a Kafka-format topic ``t`` of
+    one partition holding one batch of 3 records stamped 1000, 1001, 1002 ms, flushed."""
+    from tests.helpers.kafka_batches import batches
+    from trikafka.broker.seams import KafkaAppend
+
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(nursery, config(tmp_path, kafka_port=0), "t")
+    assert broker.kafka is not None
+    await broker.kafka.topics.create("t", 1, 1, {})
+    partition = await broker.engine.directory.partition_for_write("t", 0)
+    await partition.append(bytearray(batches([3], base_timestamp_ms=1000)), 1, kafka=KafkaAppend())
+    await broker.flush_all()
+    return broker, arm, deleted
+
+
+async def test_a_log_deleted_while_deleterecords_stores_its_start_is_deleted_after_the_store(nursery, tmp_path,
+                                                                                           autojump_clock):
+    # DeleteRecords stores the new log start in the partition directory off the loop (§16.6); a
+    # DeleteTopics meanwhile removed that directory under the store.
+    from trikafka.broker.kafka.delete_records import HIGH_WATERMARK, _delete_below
+
+    broker, arm, deleted = await kafka_broker_deleting_at_first_blocking_call(nursery, tmp_path)
+    log = broker.log_manager.get("t", 0)
+    arm()  # the store's blocking call starts the deletion
+    await _delete_below(broker.kafka, "t", 0, HIGH_WATERMARK, trio.current_time() + 30)
+    assert await deleted() == 1 and log.closed
+
+
+async def test_a_log_deleted_while_listoffsets_reads_a_batch_is_deleted_after_the_read(nursery, tmp_path,
+                                                                                     autojump_clock):
+    # ListOffsets by time reads the batch the index found off the loop; a DeleteTopics meanwhile closed
+    # the log under the read.
+    from kio.schema.errors import ErrorCode
+    from trikafka.broker.kafka.offsets import _list_one
+
+    broker, arm, deleted = await kafka_broker_deleting_at_first_blocking_call(nursery, tmp_path)
+    log = broker.log_manager.get("t", 0)
+    arm()  # the read's blocking call starts the deletion
+    assert await _list_one(broker.kafka, "t", 0, 1001, -1, False) == (ErrorCode.none, 1, 1001, 0)
+    assert await deleted() == 1 and log.closed
+
+
+async def test_a_log_deleted_while_0_7_offsets_stats_its_segments_is_deleted_after_the_stats(nursery, tmp_path,
+                                                                                           autojump_clock):
+    # 0.7 OFFSETS by time stats the segment files off the loop; a topic deletion meanwhile removed them
+    # (three attempts found them gone: the connection was closed).
+    broker, arm, deleted = await broker_deleting_at_first_blocking_call(nursery, config(tmp_path), "t")
+    client = await memory_client(broker)
+    await produce(client, "t", messages(b"x"))
+    log = broker.log_manager.get("t", 0)
+
+    arm()  # the stats' blocking call starts the deletion
+    assert await client.offsets("t", 0, HOUR_MS) == [0]
+    assert await deleted() == 1 and log.closed

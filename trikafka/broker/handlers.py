@@ -202,9 +202,13 @@ class RequestHandler:
         # A time compares every segment file's modification time: stats (maybe of a cold
         # directory) leave the loop.  Retention may unlink a segment meanwhile: ask again.
         for _attempt in range(OFFSETS_ATTEMPTS):
+            lease = log.passes.take()  # the stats are a pass a deletion waits for (§16.4)
+            if lease is None:
+                return []  # being deleted: as for a partition with no log
             try:
-                found: list[int] = await self._run_blocking(functools.partial(
-                    log.offsets_before, request.time_ms, request.max_offsets, now_ms))
+                with lease:
+                    found: list[int] = await self._run_blocking(functools.partial(
+                        log.offsets_before, request.time_ms, request.max_offsets, now_ms))
                 return found
             except FileNotFoundError:
                 continue

@@ -177,8 +177,8 @@ class Log:
 
     @property
     def passes(self) -> Passes:
-        """The broker's background passes on this log: each holds a lease while it touches the log;
-        a deletion retires the log and waits for them (docs/protocol.md §16.4)."""
+        """The passes on this log (the services', and requests' work off the loop): each holds a lease
+        while it touches the log; a deletion retires the log and waits for them (docs/protocol.md §16.4)."""
         return self._passes
 
     @property

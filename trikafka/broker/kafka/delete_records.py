@@ -70,8 +70,13 @@ async def _delete_below(service: LogStartMover, topic: str, index: int, offset: 
     target = hw if offset == HIGH_WATERMARK else offset
     if not 0 <= target <= hw:
         return ErrorCode.offset_out_of_range, NO_LOW_WATERMARK
-    if offsets.log_start.raise_to(target):
-        await service.run_blocking(offsets.log_start.store)
+    # The store writes into the partition directory: a pass that a deletion waits for (§16.4).
+    lease = view.log.passes.take()
+    if lease is None:
+        return ErrorCode.unknown_topic_or_partition, NO_LOW_WATERMARK  # being deleted
+    with lease:
+        if offsets.log_start.raise_to(target):
+            await service.run_blocking(offsets.log_start.store)
     start = offsets.start_offset
     error = await service.isr_log_start(topic, index, start, deadline)
     return (error, start) if error == ErrorCode.none else (error, NO_LOW_WATERMARK)

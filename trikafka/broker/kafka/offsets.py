@@ -74,7 +74,11 @@ async def _list_one(service: PartitionReads, topic: str, index: int, timestamp: 
     if batch is None or batch[0] >= hw:
         return ErrorCode.none, -1, -1, epoch
     base_offset, max_timestamp_ms, start, end = batch
-    data = await service.run_blocking(functools.partial(_read_bytes, view.log, start, end))
+    lease = view.log.passes.take()  # the read off the loop is a pass a deletion waits for (§16.4)
+    if lease is None:
+        return ErrorCode.unknown_topic_or_partition, -1, -1, epoch  # being deleted
+    with lease:
+        data = await service.run_blocking(functools.partial(_read_bytes, view.log, start, end))
     # A batch gone meanwhile (retention) or unreadable answers at its own granularity.
     offset, found_ms = _first_record_at_or_after(data, timestamp) or (base_offset, max_timestamp_ms)
     if offset >= hw:
