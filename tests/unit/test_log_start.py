@@ -69,3 +69,26 @@ def test_a_07_log_has_no_start_offset_to_delete_below():
     log = m.get_or_create("t", 0)
     assert log.record_format == "0.7"
     assert log.apply_retention() == 0
+
+
+async def test_a_follower_stores_its_leaders_start_under_the_pass_lease_and_not_once_its_log_is_retired():
+    # The store writes into the partition directory off the loop; the follower's task is cancelled,
+    # not awaited, when its topic is deleted, so the deletion must wait for the lease (§16.4).
+    from types import SimpleNamespace
+
+    from trikafka.broker.replication.hosted import FollowerLog
+
+    log, _, fs, _ = v2_log()
+    lead(log, [3, 2])
+    held_during_stores = []
+
+    async def run_blocking(fn):
+        held_during_stores.append(log.passes.held)
+        return fn()
+
+    follower_log = FollowerLog(SimpleNamespace(log=log, _run_blocking=run_blocking), None)
+    await follower_log.follow_log_start(2)
+    assert held_during_stores == [1] and log.passes.held == 0
+    log.passes.retire()  # DeleteTopics
+    await follower_log.follow_log_start(4)
+    assert held_during_stores == [1] and LogStart.load(fs, log.dir_path).offset == 2

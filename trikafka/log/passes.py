@@ -1,10 +1,11 @@
 """The passes in flight on one log, and the log's retirement (docs/protocol.md §16.4).
 
 A pass is work that touches a log across a wait: a flush, a roll or a
-truncation (the flush scheduler), a retention pass, the cleaner's weighing and
-cleaning, and a request's work on the log's files off the loop (ListOffsets'
-and 0.7 OFFSETS' lookups by time, DeleteRecords' store of the log start).  Each
-takes a ``Lease`` from ``log.passes`` for the time it touches the log.
+truncation (the flush scheduler), a follower's store of its leader's log
+start, a retention pass, the cleaner's weighing and cleaning, and a request's
+work on the log's files off the loop (ListOffsets' and 0.7 OFFSETS' lookups by
+time, DeleteRecords' store of the log start).  Each takes a ``Lease`` from
+``log.passes`` for the time it touches the log.
 Deleting the log ``retire``s it first: every lease asked for from then on is
 refused (``take`` returns None) and the pass skips the log; the deletion closes
 the log and removes its files only once the leases taken before have ended

@@ -349,13 +349,17 @@ class FollowerLog:
 
     async def follow_log_start(self, offset: int) -> None:
         """Take the leader's log start offset when above this replica's, stored before the next
-        fetch (§12.4.1, §16.6); a 0.7 log has none."""
+        fetch (§12.4.1, §16.6); a 0.7 log has none, a log being deleted takes none (§16.4)."""
         log = self._hosted.log
         if log.record_format != FORMAT_V2.name:
             return
+        # The store writes into the partition directory: a pass its deletion waits for (§16.4).
+        lease = log.passes.take()
+        if lease is None:
+            return  # being deleted
         log_start = log.kafka_offsets.log_start
-        if log_start.raise_to(offset):
-            with trio.CancelScope(shield=True):
+        with lease, trio.CancelScope(shield=True):
+            if log_start.raise_to(offset):
                 await self._hosted._run_blocking(log_start.store)
 
     async def append_verbatim(self, data: bytes) -> None:
