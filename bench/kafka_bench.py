@@ -1,6 +1,6 @@
 """Apache Kafka clients on trikafka's Kafka listener (docs/protocol.md §16): produce and consume rates.
 
-    python bench/kafka_bench.py [--messages N] [--size B] [--rf3-messages N] [--no-rf3]
+    python bench/kafka_bench.py [--messages N] [--size B] [--rf3-messages N] [--no-rf3] [--set KEY=VALUE]...
 
 Starts ``trikafka serve --standalone --kafka-port 0`` as a subprocess on a temp
 log dir, then, with confluent-kafka (librdkafka):
@@ -24,6 +24,10 @@ log dir, then, with confluent-kafka (librdkafka):
    through confluent's AdminClient and produces with acks all, plain then
    idempotent, next to a replication-factor-1 topic with acks 1 on the same
    cluster (the goal: idempotent RF 3 at 80% of RF 1 acks 1).
+
+``--set`` passes a setting to the standalone broker (``trikafka serve --set``),
+e.g. ``acks.all.fsync=false`` for Kafka's one-replica acks=all (docs/protocol.md
+§12.6).
 
 Prints msg/s and MB/s of values, the trikafka/mock ratio, and the broker's CPU
 time per message (utime + stime of the broker process from /proc/<pid>/stat,
@@ -222,10 +226,11 @@ def compare_with_mock(kind: str, bootstrap: str, broker_pid: int, messages: int,
     print(f"{f'produce {kind}: trikafka / mock':34} {ratio:>12.0%}{verdict}", flush=True)
 
 
-def standalone(root: Path, messages: int, size: int, rounds: int, producers: list[str]) -> None:
+def standalone(root: Path, messages: int, size: int, rounds: int, producers: list[str], settings: list[str]) -> None:
     log_dir = root / "standalone"
     ready = root / "standalone.ready"
-    with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(log_dir)], ready) as (proc, _port):
+    with served_broker(["--standalone", "--kafka-port", "0", "--log-dir", str(log_dir),
+                        *(arg for setting in settings for arg in ("--set", setting))], ready) as (proc, _port):
         kafka_port = read_ready_file(str(ready))[1]
         bootstrap = f"127.0.0.1:{kafka_port}"
         print(f"broker pid {proc.pid}, Kafka listener {bootstrap}; {messages:,} messages of {size} B", flush=True)
@@ -300,6 +305,8 @@ def main() -> None:
     parser.add_argument("--no-rf3", action="store_true", help="skip the 3-broker ZooKeeper cluster")
     parser.add_argument("--producers", default=",".join(PRODUCERS),
                         help="comma-separated producers compared with the mock, of " + ", ".join(PRODUCERS))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the standalone broker (trikafka serve --set), repeatable")
     args = parser.parse_args()
     producers = [p for p in args.producers.split(",") if p]
     unknown = set(producers) - set(PRODUCERS)
@@ -308,7 +315,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     root = Path(tempfile.mkdtemp(prefix="trikafka-kafka-bench-"))
     try:
-        standalone(root, args.messages, args.size, args.rounds, producers)
+        standalone(root, args.messages, args.size, args.rounds, producers, args.set)
         if not args.no_rf3:
             replicated(root, args.rf3_messages, args.size)
     finally:

@@ -199,3 +199,12 @@ def test_producer_expiration_keys_have_kafkas_names_and_defaults_and_reach_the_l
     for name in ("producer_id_expiration_ms", "producer_id_expiration_check_interval_ms"):
         with pytest.raises(ConfigError, match=name):
             BrokerConfig(**{name: 0})
+
+
+def test_acks_all_fsync_keeps_the_flush_before_the_answer_unless_set_false(tmp_path):
+    """docs/protocol.md §12.6: the strict promise is the default; the key is read like every boolean."""
+    assert BrokerConfig().acks_all_fsync is True
+    args = build_parser().parse_args(["serve", "--set", "acks.all.fsync=false", "--standalone"])
+    assert _serve_config(args).acks_all_fsync is False
+    with pytest.raises(ConfigError, match="^bad value 'maybe' for acks.all.fsync in command line: "):
+        load(overrides={"acks.all.fsync": "maybe"})

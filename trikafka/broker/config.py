@@ -117,6 +117,9 @@ class BrokerConfig:
     log_default_flush_interval_ms: int | None = None  # None: the scheduler interval
     log_default_flush_scheduler_interval_ms: int = 3000  # only the default of the above: flushes follow deadlines
     topic_flush_intervals_ms: Mapping[str, int] = field(default_factory=dict)
+    # acks.all.fsync: acks -1 on an unreplicated partition waits for a flush; false: a Kafka-format
+    # partition answers at the append, Kafka's one-replica promise (docs/protocol.md §12.6) [T]
+    acks_all_fsync: bool = True
     monitoring_period_secs: int = 600  # accepted for compatibility; metrics are scraped (metrics_port)
     # ZooKeeper (§8.2).  Off for an in-process BrokerConfig() (library use and
     # tests); `trikafka serve` turns it on unless --standalone [T].

@@ -421,7 +421,8 @@ async def _run_tree(config: BrokerConfig, log_manager: LogManager, fs: FileSyste
                     directory = PartitionDirectory(log_manager=log_manager, flusher=flusher, waiters=waiters,
                                                    partitions=log_manager.partitions_for,
                                                    max_topic_name_length=config.max_topic_name_length,
-                                                   run_blocking=run_blocking, replicas=replication_view)
+                                                   run_blocking=run_blocking, replicas=replication_view,
+                                                   acks_all_fsync=config.acks_all_fsync)
                     admin = TopicAdmin(directory=directory, log_manager=log_manager,
                                        max_message_size=config.max_message_size,
                                        self_broker=BrokerAddress(config.broker_id, host, addresses[0].port),

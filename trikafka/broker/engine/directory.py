@@ -36,9 +36,10 @@ class PartitionDirectory:
 
     def __init__(self, *, log_manager: LogDirectory, flusher: Flusher, waiters: VisibleEndWaiters,
                  partitions: Callable[[str], int], max_topic_name_length: int, run_blocking: RunBlocking,
-                 replicas: Replicas | None = None):
+                 replicas: Replicas | None = None, acks_all_fsync: bool = True):
         self._log_manager = log_manager
         self._flusher = flusher
+        self._acks_all_fsync = acks_all_fsync  # the broker's acks.all.fsync (§12.6), for every local log
         self._waiters = waiters
         self._partitions = partitions
         self._max_topic_chars = max_topic_name_length
@@ -110,7 +111,7 @@ class PartitionDirectory:
 
     def adopt(self, log: BrokerLog) -> BrokerLog:
         """Start watching ``log`` (called once per log: loaded or created)."""
-        self._local[(log.topic, log.partition)] = LocalPartition(log, self._flusher)
+        self._local[(log.topic, log.partition)] = LocalPartition(log, self._flusher, ack_fsync=self._acks_all_fsync)
         log.add_visible_listener(self._waiters.on_visible)
         self._flusher.track(log)
         return log

@@ -25,8 +25,8 @@ from .topic_admin import TopicAdmin
 from .waiters import VisibleEndWaiters
 
 # Both protocols' "acknowledge once the ISR holds it" (unreplicated: once a flush made it
-# visible): PRODUCE_ACKED's acks -1 (§9.2) and Kafka's acks -1 (§16.4).  Other acks answer
-# once appended.
+# visible, or under acks.all.fsync=false a Kafka-format append, §12.6): PRODUCE_ACKED's acks -1
+# (§9.2) and Kafka's acks -1 (§16.4).  Other acks answer once appended.
 ACKS_ALL = -1
 ACKS_LEADER = 1  # answered once in the leader's log: no flush, no follower round waited for
 
@@ -112,7 +112,8 @@ class Engine:
         """Append every write in order and return once ``acks`` are met: each write's outcome.
 
         acks ``ACKS_ALL`` waits until the ISR (an unreplicated partition: a
-        flush) holds every write, or ``deadline`` (REQUEST_TIMED_OUT).
+        flush, unless ``acks.all.fsync`` is off, §12.6) holds every write, or
+        ``deadline`` (REQUEST_TIMED_OUT).
         """
         appending = await self.append_pipelined(writes, acks, deadline)
         return await appending.acknowledged()

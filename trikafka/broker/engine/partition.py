@@ -118,11 +118,17 @@ class LocalPartition:
     starts a segment that rolls later; a truncation moves the end back, so
     ``forget_roll_bounds`` must follow it; every append to the log goes through
     ``write``.
+
+    ``ack_fsync`` is the broker's ``acks.all.fsync`` (§12.6): False lets a
+    Kafka-format log answer acks -1 at the append, True waits for a flush.
     """
 
-    def __init__(self, log: BrokerLog, flusher: Flusher):
+    def __init__(self, log: BrokerLog, flusher: Flusher, *, ack_fsync: bool = True):
         self.log = log
         self.key: TopicPartition = (log.topic, log.partition)
+        # acks -1 never runs ahead of what readers see (§12.6): a Kafka-format log's readers see its
+        # end at once (§16.6), a 0.7 log's only what a flush covered, whatever the setting says.
+        self._acked_at_append = Settled(self.key) if not ack_fsync and log.record_format == FORMAT_V2 else None
         self._flusher = flusher
         self._clock_ms = flusher.log_clock_ms
         self._config: object = None  # the log config the bounds were computed with
@@ -193,6 +199,8 @@ class LocalPartition:
         return ReadView(log, log.end_offset if log.record_format == FORMAT_V2 else log.visible_end, UNREPLICATED_EPOCH)
 
     def ack_wait(self, next_offset: int) -> AckWait:
+        if self._acked_at_append is not None:
+            return self._acked_at_append  # the flush follows §7.2's count and interval rules
         self._flusher.request_flush(self.log)  # don't wait for the timer: group commit now
         return _Visible(self.key, self.log, next_offset)
 
