@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import logging
 import os
 import sys
@@ -227,6 +228,19 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
+def _freeze_imported_objects() -> None:
+    """Leave the objects of the modules imported so far out of the collector's passes.
+
+    Modules, classes and functions (about 70,000 tracked objects) live as long as the process, yet
+    a full collection walks every tracked object: 20-50 ms of CPU for these alone, charged to
+    whatever request allocates next.  Frozen before the broker is built, so none of its own
+    objects (logs, connections), which become cyclic garbage when they go, is kept past its life.
+    No collection first: the imports leave a few hundred garbage objects, frozen for good, where a
+    full pass would cost every broker start as much as the walk it saves.
+    """
+    gc.freeze()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = _serve_config(args)
@@ -248,6 +262,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger("kazoo").setLevel(logging.ERROR)
     os_errors: list[BaseException] = []
     interrupted = False
+    _freeze_imported_objects()
     try:
         trio.run(_serve_main, config, args.ready_file)
     except* (ZooKeeperClientError, ZooKeeperSetupError) as group:  # e.g. the broker id is taken
