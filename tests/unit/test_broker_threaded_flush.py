@@ -1,7 +1,8 @@
-"""The flush scheduler with worker threads (the broker's own way, docs/protocol.md §7.2): a flush is
-no task, its fsync runs in a worker thread and its completion as a callback on the loop; flushes
-asked for during an fsync coalesce into one more; an fsync error is raised by ``run``; a flush
-that started finishes before ``run`` returns."""
+"""The flush scheduler (docs/protocol.md §7.2) runs a flush one way, whether its fsync runs in a
+worker thread (the broker's own way) or through a test double's ``run_blocking`` (``DOUBLE``):
+flushes asked for during an fsync coalesce into one more; an fsync error is raised by ``run``; a
+flush that started finishes before ``run`` returns.  With worker threads a flush is no task, its
+completion a callback on the loop, also when it waits for a roll or for an fsync slot."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ import threading
 import pytest
 import trio
 
-from trikafka.broker.flusher import FlushScheduler
+from trikafka.broker.flusher import MAX_CONCURRENT_FSYNCS, FlushScheduler
 from trikafka.log.clock import ManualClock
 from trikafka.log.config import LogConfig
 from trikafka.log.errors import LogFailedError
-from trikafka.log.flushing import FlushTicket
+from trikafka.log.flushing import FlushTicket, RollTicket
 from trikafka.log.log import Log
 from trikafka.log.manager import LogManager
 from trikafka.testing import FakeFileSystem
 from trikafka.wire.messageset import build_message_set
 
 SET = build_message_set([b"x" * 40])
+# The two ways an fsync leaves the loop: the scheduler's own worker threads, and a ``run_blocking``
+# handed in (a test double's way; this one runs the call in a worker thread too).
+THREADS, DOUBLE = None, trio.to_thread.run_sync
+BOTH_WAYS = pytest.mark.parametrize("run_blocking", [THREADS, DOUBLE], ids=["threads", "run_blocking"])
 
 
 def _manager(fs: FakeFileSystem) -> LogManager:
@@ -40,17 +45,21 @@ class _Spawns(trio.abc.Instrument):
         self.names.append(task.name)
 
 
-def _record_fsyncs(monkeypatch, hold_first: bool) -> tuple[threading.Event, threading.Event, list[int]]:
-    """Record each flush's size; with ``hold_first`` the first fsync waits in its worker thread
-    until ``release`` is set: (entered, release, sizes)."""
+def _record_fsyncs(monkeypatch, hold_first: bool | int) -> tuple[threading.Event, threading.Event, list[int]]:
+    """Record each flush's size; the first ``hold_first`` fsyncs (True: one) wait in their worker
+    threads until ``release`` is set, ``entered`` is set once they all wait: (entered, release, sizes)."""
     entered, release = threading.Event(), threading.Event()
     sizes: list[int] = []
+    lock = threading.Lock()
     fsync = FlushTicket.fsync
 
-    def recorded_fsync(ticket: FlushTicket) -> None:  # in the worker thread
-        sizes.append(ticket.size)
-        if hold_first and len(sizes) == 1:
-            entered.set()
+    def recorded_fsync(ticket: FlushTicket) -> None:  # in a worker thread
+        with lock:
+            sizes.append(ticket.size)
+            held = len(sizes) <= hold_first
+            if len(sizes) == hold_first:
+                entered.set()
+        if held:
             release.wait(10)
         fsync(ticket)
 
@@ -58,14 +67,14 @@ def _record_fsyncs(monkeypatch, hold_first: bool) -> tuple[threading.Event, thre
     return entered, release, sizes
 
 
-async def _start_a_held_flush(nursery: trio.Nursery, monkeypatch) -> tuple[FlushScheduler, Log, threading.Event,
-                                                                        list[int]]:
-    """A threaded scheduler whose first flush, of one append, waits in its fsync until the returned
-    event is set: (scheduler, log, release, each fsync's size)."""
+async def _start_a_held_flush(nursery: trio.Nursery, monkeypatch, run_blocking=THREADS
+                              ) -> tuple[FlushScheduler, Log, threading.Event, list[int]]:
+    """A scheduler whose first flush, of one append, waits in its fsync until the returned event is
+    set: (scheduler, log, release, each fsync's size)."""
     manager = _manager(FakeFileSystem(seed=1))
     log = manager.get_or_create("t", 0)
     entered, release, sizes = _record_fsyncs(monkeypatch, hold_first=True)
-    scheduler = await nursery.start(FlushScheduler(manager).run)
+    scheduler = await nursery.start(FlushScheduler(manager, run_blocking=run_blocking).run)
     log.append(SET)
     scheduler.request_flush(log)
     await trio.to_thread.run_sync(entered.wait, 10)
@@ -90,14 +99,15 @@ async def test_an_acks_all_flush_spawns_no_task_and_makes_the_bytes_visible():
         nursery.cancel_scope.cancel()
 
 
-async def test_appends_before_the_loops_next_step_share_the_flush_asked_for_first(monkeypatch):
+@BOTH_WAYS
+async def test_appends_before_the_loops_next_step_share_the_flush_asked_for_first(monkeypatch, run_blocking):
     """Group commit: another connection's acks -1 append right after this one's (or a pipelined
     request's) goes in the same fsync, not in one more after it."""
     manager = _manager(FakeFileSystem(seed=1))
     log = manager.get_or_create("t", 0)
     _, _, sizes = _record_fsyncs(monkeypatch, hold_first=False)
     async with trio.open_nursery() as nursery:
-        scheduler = await nursery.start(FlushScheduler(manager).run)
+        scheduler = await nursery.start(FlushScheduler(manager, run_blocking=run_blocking).run)
         for _ in range(2):
             log.append(SET)
             scheduler.request_flush(log)
@@ -107,9 +117,10 @@ async def test_appends_before_the_loops_next_step_share_the_flush_asked_for_firs
         nursery.cancel_scope.cancel()
 
 
-async def test_flushes_asked_for_during_an_fsync_coalesce_into_one_more(monkeypatch):
+@BOTH_WAYS
+async def test_flushes_asked_for_during_an_fsync_coalesce_into_one_more(monkeypatch, run_blocking):
     async with trio.open_nursery() as nursery:
-        scheduler, log, release, sizes = await _start_a_held_flush(nursery, monkeypatch)
+        scheduler, log, release, sizes = await _start_a_held_flush(nursery, monkeypatch, run_blocking)
         for _ in range(3):
             log.append(SET)
             scheduler.request_flush(log)
@@ -120,11 +131,12 @@ async def test_flushes_asked_for_during_an_fsync_coalesce_into_one_more(monkeypa
         nursery.cancel_scope.cancel()
 
 
-async def test_a_threaded_flush_holds_its_log_s_pass_lease_and_a_retired_log_is_flushed_no_more(monkeypatch):
-    """A deletion (docs/protocol.md §16.4) waits for the fsync in the worker thread; once the log is
-    retired, a flush asked for (a pending deadline, an acks -1 produce) flushes nothing."""
+@BOTH_WAYS
+async def test_a_flush_holds_its_log_s_pass_lease_and_a_retired_log_is_flushed_no_more(monkeypatch, run_blocking):
+    """A deletion (docs/protocol.md §16.4) waits for the fsync in flight; once the log is retired, a
+    flush asked for (a pending deadline, an acks -1 produce) flushes nothing."""
     async with trio.open_nursery() as nursery:
-        scheduler, log, release, sizes = await _start_a_held_flush(nursery, monkeypatch)
+        scheduler, log, release, sizes = await _start_a_held_flush(nursery, monkeypatch, run_blocking)
         assert log.passes.held == 1
         log.passes.retire()
         ended = trio.Event()
@@ -139,25 +151,140 @@ async def test_a_threaded_flush_holds_its_log_s_pass_lease_and_a_retired_log_is_
         nursery.cancel_scope.cancel()
 
 
-async def test_a_failing_threaded_fsync_is_raised_by_run():
+@BOTH_WAYS
+@pytest.mark.parametrize("stopped_meanwhile", [False, True], ids=["running", "stopped"])
+async def test_a_failing_fsync_is_raised_by_run(monkeypatch, run_blocking, stopped_meanwhile):
+    """Also when the scheduler is stopped while the fsync runs."""
     fs = FakeFileSystem(seed=1)
     manager = _manager(fs)
     log = manager.get_or_create("t", 0)
+    entered, release, _ = _record_fsyncs(monkeypatch, hold_first=True)
     fs.inject_error("fsync", "t-0")
     with pytest.raises(BaseExceptionGroup) as failure:
         async with trio.open_nursery() as nursery:
-            scheduler = await nursery.start(FlushScheduler(manager).run)
+            scheduler = await nursery.start(FlushScheduler(manager, run_blocking=run_blocking).run)
             log.append(SET)
             scheduler.request_flush(log)
+            await trio.to_thread.run_sync(entered.wait, 10)
+            if stopped_meanwhile:
+                nursery.cancel_scope.cancel()
+            release.set()
             await trio.sleep_forever()  # ends when ``run`` raises
     assert failure.group_contains(LogFailedError, depth=None)
     assert log.visible_end == 0
 
 
-async def test_run_returns_only_once_a_started_flush_is_complete(monkeypatch):
+@BOTH_WAYS
+async def test_run_returns_only_once_a_started_flush_is_complete(monkeypatch, run_blocking):
     async with trio.open_nursery() as nursery:
-        _, log, release, _ = await _start_a_held_flush(nursery, monkeypatch)
+        _, log, release, _ = await _start_a_held_flush(nursery, monkeypatch, run_blocking)
         nursery.cancel_scope.cancel()  # the scheduler stops while the fsync runs
         release.set()
     assert log.flushing.flush_ticket is None  # handed back, not left dangling
     assert log.visible_end == len(SET)
+
+
+async def _take_every_slot(nursery: trio.Nursery, monkeypatch) -> tuple[FlushScheduler, list[Log],
+                                                                       threading.Event, list[int]]:
+    """A threaded scheduler with a flush of one append in each fsync slot, each waiting in its
+    worker thread until the returned event is set, and one more log, not flushed yet: (scheduler,
+    logs with that one last, release, each fsync's size)."""
+    manager = _manager(FakeFileSystem(seed=1))
+    logs = [manager.get_or_create(f"t{i}", 0) for i in range(MAX_CONCURRENT_FSYNCS + 1)]
+    entered, release, sizes = _record_fsyncs(monkeypatch, hold_first=MAX_CONCURRENT_FSYNCS)
+    scheduler = await nursery.start(FlushScheduler(manager).run)
+    for log in logs[:-1]:
+        log.append(SET)
+        scheduler.request_flush(log)
+    await trio.to_thread.run_sync(entered.wait, 10)
+    return scheduler, logs, release, sizes
+
+
+async def test_a_flush_that_finds_every_fsync_slot_taken_is_no_task_and_starts_when_one_frees(monkeypatch):
+    async with trio.open_nursery() as nursery:
+        scheduler, logs, release, sizes = await _take_every_slot(nursery, monkeypatch)
+        last = logs[-1]
+        last.append(SET + SET)
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            scheduler.request_flush(last)
+            await trio.testing.wait_all_tasks_blocked()
+            assert scheduler.in_flight(last) and len(sizes) == MAX_CONCURRENT_FSYNCS  # waits for a slot
+            release.set()
+            for log in logs:
+                await scheduler.wait_idle(log)
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert spawns.names == []
+        assert sizes[-1] == 2 * len(SET) and last.visible_end == 2 * len(SET)
+        assert all(log.visible_end == len(SET) for log in logs[:-1])
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flush_asked_for_during_a_roll_is_no_task_and_starts_when_the_roll_ends(monkeypatch):
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    _, _, sizes = _record_fsyncs(monkeypatch, hold_first=False)
+    rolling, roll_release = threading.Event(), threading.Event()
+    roll = RollTicket.run
+
+    def held_roll(ticket: RollTicket) -> None:  # in a worker thread
+        rolling.set()
+        roll_release.wait(10)
+        roll(ticket)
+
+    monkeypatch.setattr(RollTicket, "run", held_roll)
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(FlushScheduler(manager).run)
+        log.append(SET)
+        nursery.start_soon(scheduler.roll_while, log, iter([True, False]).__next__)
+        await trio.to_thread.run_sync(rolling.wait, 10)
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            scheduler.request_flush(log)
+            await trio.testing.wait_all_tasks_blocked()
+            assert scheduler.restructuring(log) and scheduler.in_flight(log)  # the flush waits for the roll
+            roll_release.set()
+            await scheduler.wait_idle(log)
+            assert not scheduler.restructuring(log)
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert spawns.names == []
+        assert sizes == []  # the roll fsynced everything; the new segment has nothing to flush
+        assert log.visible_end == len(SET) and log.segments.starts == (0, len(SET))
+        log.append(SET)
+        await scheduler.flush(log)  # the flush after the roll's left the log as it should
+        assert sizes == [len(SET)] and log.visible_end == 2 * len(SET)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flush_waiting_for_a_slot_when_run_ends_is_dropped_and_the_started_ones_finish(monkeypatch):
+    async with trio.open_nursery() as nursery:
+        scheduler, logs, release, sizes = await _take_every_slot(nursery, monkeypatch)
+        logs[-1].append(SET)
+        scheduler.request_flush(logs[-1])
+        await trio.testing.wait_all_tasks_blocked()
+        assert scheduler.in_flight(logs[-1])  # waits for a slot
+        nursery.cancel_scope.cancel()  # the scheduler stops with every slot's fsync in its thread
+        with trio.CancelScope(shield=True):
+            await trio.testing.wait_all_tasks_blocked()  # ``run`` has ended what had not started
+        release.set()
+    assert not scheduler.in_flight(logs[-1]) and logs[-1].visible_end == 0  # dropped: LogManager.close() flushes
+    assert len(sizes) == MAX_CONCURRENT_FSYNCS
+    assert all(log.visible_end == len(SET) and log.flushing.flush_ticket is None for log in logs[:-1])
+
+
+@BOTH_WAYS
+async def test_a_roll_after_the_scheduler_stopped_still_runs(run_blocking):
+    """A roll asked for as the broker stops (its scheduler's ``run`` over) is not left waiting."""
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(FlushScheduler(manager, run_blocking=run_blocking).run)
+        nursery.cancel_scope.cancel()
+    log.append(SET)
+    with trio.fail_after(10):
+        await scheduler.roll_while(log, iter([True, False]).__next__)
+    assert log.segments.starts == (0, len(SET)) and log.visible_end == len(SET)

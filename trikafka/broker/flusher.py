@@ -29,25 +29,38 @@ that log wait for it, appends to other logs go on.  The partition that
 appends (``partition.LocalPartition``) asks only when its bounds say a roll
 may be due, or one is in flight (``restructuring``).
 
-A flush captures the unflushed size (``Flushing.begin_flush``), runs ``fsync`` in a
-worker thread while the event loop keeps appending, then advances the visible
+A flush captures the unflushed size (``Flushing.begin_flush``), runs ``fsync``
+off the event loop while the loop keeps appending, then advances the visible
 end to the *captured* size (``Flushing.complete_flush``), never further: bytes
 appended during the fsync wait for the next flush.  At most one flush per log
 is in flight; requests that arrive meanwhile coalesce into one more flush
-after it (group commit).  With worker threads a flush is no task: one
-long-lived task starts the flushes asked for at the loop's next step (as a
-flush task spawned at the request would have started), and the completion
-runs as a callback on the loop, so the acks -1 answer that waits for it costs
-no task spawn and no task switch after the fsync.  (Test doubles'
-``run_blocking``, a roll in flight or every fsync slot taken take a task's
-way.)  A flush that started always finishes and the log never keeps a
-dangling ticket: a task's fsync+complete step is shielded from cancellation,
-and ``run`` waits for the threaded ones before it returns.  An fsync error
-propagates and brings the broker down (0.7 halts on I/O errors).
+after it (group commit).  A flush runs one way, and not as a task of its own.
+One long-lived task starts the flushes asked for at the loop's next step (as
+a flush task spawned at the request would have started: what any task
+appends before then is in the same flush).  A flush asked for during a roll
+(or truncation) of its log starts when that ends; one that finds every slot
+taken (``MAX_CONCURRENT_FSYNCS`` blocking calls at once, flushes, rolls and
+truncations alike) starts when a slot is handed to it, in the order asked.
+Every blocking call of the scheduler leaves the loop through one seam, "start
+this call and call me back on the loop" (``StartBlocking``): a worker thread
+whose result comes back as a ``run_sync_soon`` callback (the broker: the
+acks -1 answer that waits for a flush costs no task spawn and no task switch
+after the fsync), or, for a test double's ``run_blocking`` (an in-memory fs
+with a mock clock: ``trikafka.testing``, the simulation), a shielded task
+that awaits the double and calls back.  Everything else (the capture, the
+pass lease of docs/protocol.md §16.4, the completion, the coalesced flush
+after it) is the same code whichever runs the call.  A flush that started
+always finishes and the log never keeps a dangling ticket: its call cannot
+be abandoned, and ``run`` waits for it before it returns; one asked for and
+not started when ``run`` ends is dropped (``LogManager.close()`` flushes).
+An fsync error is raised by ``run`` and brings the broker down (0.7 halts on
+I/O errors).
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import heapq
 import itertools
 import logging
@@ -65,6 +78,12 @@ from .seams import BrokerLog, LogDirectory, RunBlocking
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# What a blocking call off the loop hands back: returns its value or raises its error.
+Unwrap = Callable[[], Any]
+# The seam by which the scheduler's blocking calls leave the loop: ``start(fn, done)`` starts
+# ``fn()`` and returns; ``done(unwrap)`` is called on the loop once ``fn`` returned, never
+# before ``start`` returned.
+StartBlocking = Callable[[Callable[[], Any], Callable[[Unwrap], None]], None]
 
 # fsyncs of different logs may overlap; more threads than this only queue in the kernel.
 MAX_CONCURRENT_FSYNCS = 8
@@ -81,18 +100,22 @@ class FlushScheduler:
     def __init__(self, log_manager: LogDirectory, *, run_blocking: RunBlocking | None = None,
                  observe_flush_s: Callable[[float], None] | None = None):
         self._log_manager = log_manager
-        # How a blocking call leaves the loop: a worker thread, or (tests with
-        # a mock clock and an in-memory fs) an inline call the clock can see.
-        self._run_blocking = run_blocking or self._in_thread
-        # With worker threads, a flush runs as callbacks, not as a task (``_start_in_thread``).
-        self._threaded = run_blocking is None
-        self._token: trio.lowlevel.TrioToken | None = None  # set while ``run`` runs, with worker threads
-        self._failure: BaseException | None = None  # a threaded flush's error, raised by ``run``
-        self._to_start: list[BrokerLog] = []  # threaded flushes asked for, for ``_start_flushes``
-        self._starter: trio.lowlevel.Task | None = None  # ``_start_flushes`` while parked
+        # The one seam by which a blocking call leaves the loop (``StartBlocking``): a worker
+        # thread, or a test double's ``run_blocking`` (a mock clock and an in-memory fs) in a task.
+        self._start_blocking: StartBlocking = (
+            _start_in_thread if run_blocking is None else functools.partial(self._start_in_task, run_blocking))
+        self._running = False  # while ``run`` runs: flushes are started
+        self._failure: BaseException | None = None  # a flush's error, raised by ``run``
+        # A log is in _in_flight from its flush's request until the flush ended: first asked for
+        # (in _to_start, for ``_start_flushes``), then maybe waiting for a roll (_after_roll) or
+        # for an fsync slot (_slots), then started (_started) until its completion.
         self._in_flight: dict[BrokerLog, trio.Event] = {}
-        self._again: set[BrokerLog] = set()
-        self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_FSYNCS)
+        self._to_start: list[BrokerLog] = []
+        self._starter: trio.lowlevel.Task | None = None  # ``_start_flushes`` while parked
+        self._after_roll: set[BrokerLog] = set()
+        self._started: set[BrokerLog] = set()
+        self._again: set[BrokerLog] = set()  # asked for again while in flight: one more flush after it
+        self._slots = _Slots(MAX_CONCURRENT_FSYNCS)
         self._rolls: dict[BrokerLog, trio.Event] = {}  # logs with a roll (or truncation) in flight
         self._idle: dict[BrokerLog, trio.Event] = {}  # truncations waiting for a log to be idle
         self._idle_listening: set[BrokerLog] = set()  # logs whose idle listener is ours
@@ -118,9 +141,8 @@ class FlushScheduler:
         flush's error."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if self._threaded:
-                self._token = trio.lowlevel.current_trio_token()
-                nursery.start_soon(self._start_flushes, nursery)
+            self._running = True
+            nursery.start_soon(self._start_flushes)
             try:
                 task_status.started(self)
                 while True:
@@ -129,21 +151,26 @@ class FlushScheduler:
                         await trio.sleep_forever()
                     self._sleep = None
                     if self._failure is not None:
-                        raise self._failure
+                        failure, self._failure = self._failure, None
+                        raise failure
                     self.wakeups += 1
                     now_s = trio.current_time()
                     if sleep.cancelled_caught:  # woken by the deadline, not by an earlier one set meanwhile
                         self._wake_late_s.add(max(0.0, now_s - sleep.deadline))
                     self._flush_due_logs(now_s)
             finally:
-                self._nursery = self._sleep = self._token = None
-                for log in self._to_start:  # asked for, never started: LogManager.close() flushes
-                    self._in_flight.pop(log).set()
-                self._to_start = []
-                # A threaded flush that started always finishes (its ticket is handed back).
+                self._running = False
+                self._sleep = None
+                for log in [log for log in self._in_flight if log not in self._started]:
+                    self._in_flight.pop(log).set()  # asked for, never started: LogManager.close() flushes
+                self._to_start, self._after_roll = [], set()
+                # A flush that started always finishes (its ticket is handed back).
                 with trio.CancelScope(shield=True):
                     for done in list(self._in_flight.values()):
                         await done.wait()
+                self._nursery = None
+                if self._failure is not None:  # a flush that failed as the scheduler stopped
+                    raise self._failure
 
     def _flush_due_logs(self, now_s: float) -> None:
         deadlines = self._deadlines
@@ -189,27 +216,22 @@ class FlushScheduler:
         if log in self._in_flight:
             self._again.add(log)
             return
-        nursery = self._nursery
-        if nursery is None:
+        if not self._running:
             return  # not running (shutdown): LogManager.close() flushes everything
         self._in_flight[log] = trio.Event()
-        if self._token is None:
-            nursery.start_soon(self._flush_log, log)
-            return
         self._to_start.append(log)
         starter, self._starter = self._starter, None
         if starter is not None:
             trio.lowlevel.reschedule(starter)
 
-    async def _start_flushes(self, nursery: trio.Nursery) -> None:
-        """Start the threaded flushes asked for, at the loop's next step after the first request:
-        what any task appends before then is in the same flush, as when each flush was a task
-        spawned at its request (group commit across connections and pipelined requests)."""
+    async def _start_flushes(self) -> None:
+        """Start the flushes asked for, at the loop's next step after the first request: what any
+        task appends before then is in the same flush, as when each flush was a task spawned at its
+        request (group commit across connections and pipelined requests)."""
         while True:
             to_start, self._to_start = self._to_start, []
             for log in to_start:
-                if not self._start_in_thread(log):
-                    nursery.start_soon(self._flush_log, log)
+                self._start(log)
             if self._to_start:
                 continue
             self._starter = trio.lowlevel.current_task()
@@ -219,44 +241,52 @@ class FlushScheduler:
         self._starter = None
         return trio.lowlevel.Abort.SUCCEEDED
 
-    def _start_in_thread(self, log: BrokerLog) -> bool:
-        """Start a flush of ``log`` (in flight) in a worker thread, finished by a callback on the
-        loop: no task per flush, which every acks -1 answer waits for.  False when it must go a
-        task's way: a roll in flight (the flush waits for it), every fsync slot taken (it waits
-        for one), or the log refuses a flush (the task raises it)."""
-        token = self._token
-        if token is None or log in self._rolls:
-            return False
+    def _start(self, log: BrokerLog) -> None:
+        """Start the flush of ``log`` asked for: now, or when the roll in flight ends (``_roll_ended``)
+        or an fsync slot is handed to it."""
+        if not self._running:
+            return  # dropped (set done) when ``run`` ended
+        if log in self._rolls:
+            self._after_roll.add(log)  # a roll fsyncs the old segment; then flush the new one
+            return
+        self._slots.acquire(functools.partial(self._start_fsync, log))
+
+    def _start_fsync(self, log: BrokerLog) -> None:
+        """Start the flush of ``log``, holding an fsync slot: capture the unflushed size and start
+        its fsync, completed by a callback on the loop."""
+        if not self._running:  # ``run`` ended while this waited for the slot: dropped
+            self._slots.release()
+            return
+        # No lease: the log is being deleted (its pending deadline outlives it) or was shut down
+        # (LogManager.close() flushed it): nothing to flush.
         lease = log.passes.take()
-        if lease is None:  # the log is being deleted (or closed): nothing to flush
-            self._dirty_since.pop(log, None)
+        self._dirty_since.pop(log, None)  # the capture covers everything appended so far
+        if lease is None:
+            self._slots.release()
             self._flush_ended(log)
-            return True
-        slot = object()
-        try:
-            self._limiter.acquire_on_behalf_of_nowait(slot)
-        except trio.WouldBlock:
-            lease.release()
-            return False
+            return
         try:
             ticket = log.flushing.begin_flush()
-        except Exception:  # the log refuses a flush: the task's way raises it where it always has
-            self._limiter.release_on_behalf_of(slot)
+        except BaseException as exc:  # the log refuses a flush (failed, busy): the broker goes down
+            self._slots.release()
             lease.release()
-            return False
-        self._dirty_since.pop(log, None)  # the capture covered everything appended so far
+            self._in_flight.pop(log).set()
+            self._fail(exc)
+            return
         if ticket is None:  # nothing unflushed
-            self._limiter.release_on_behalf_of(slot)
+            self._slots.release()
             lease.release()
             self._flush_ended(log)
-            return True
+            return
+        self._started.add(log)
         started_s, started_trio_s = time.perf_counter(), trio.current_time()
 
-        def finish(result: Any) -> None:  # on the loop (Any: trio's outcome.Outcome of the fsync)
-            self._limiter.release_on_behalf_of(slot)
+        def finish(unwrap: Unwrap) -> None:  # on the loop, once the fsync returned
+            self._slots.release()
+            self._started.discard(log)
             try:
                 with lease:
-                    result.unwrap()
+                    unwrap()
                     self._flushed(log, ticket, started_s, started_trio_s)
             except BaseException as exc:  # an fsync error brings the broker down, through ``run``
                 self._in_flight.pop(log).set()
@@ -264,22 +294,22 @@ class FlushScheduler:
                 return
             self._flush_ended(log)
 
-        def deliver(result: Any) -> None:  # in the worker thread
-            token.run_sync_soon(finish, result)
-
-        trio.lowlevel.start_thread_soon(ticket.fsync, deliver)
-        return True
+        self._start_blocking(ticket.fsync, finish)
 
     def _flush_ended(self, log: BrokerLog) -> None:
-        """A threaded flush of ``log`` ended: flush again if asked meanwhile, else wake its waiters."""
-        if log in self._again:
+        """A flush of ``log`` ended: flush again if asked meanwhile, else wake its waiters."""
+        if log in self._again and self._running:
             self._again.discard(log)
-            if self._start_in_thread(log):
-                return
-            if self._nursery is not None:
-                self._nursery.start_soon(self._flush_log, log)
-                return
+            self._start(log)
+            return
+        self._again.discard(log)
         self._in_flight.pop(log).set()
+
+    def _roll_ended(self, log: BrokerLog) -> None:
+        """A roll or truncation of ``log`` ended: start the flush that waited for it."""
+        if log in self._after_roll:
+            self._after_roll.discard(log)
+            self._start(log)
 
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
@@ -353,11 +383,12 @@ class FlushScheduler:
                 done = self._rolls[log] = trio.Event()
                 try:
                     with trio.CancelScope(shield=True):
-                        await self._run_blocking(ticket.run)
+                        await self._off_loop(ticket.run)
                         log.flushing.complete_roll(ticket)
                 finally:
                     del self._rolls[log]
                     done.set()
+                    self._roll_ended(log)
 
     async def truncate(self, log: BrokerLog, offset: int) -> None:
         """Cut ``log`` at the message boundary ``offset``, its blocking part off the loop.
@@ -392,77 +423,59 @@ class FlushScheduler:
         try:
             with lease, trio.CancelScope(shield=True):
                 try:
-                    await self._run_blocking(ticket.run)
+                    await self._off_loop(ticket.run)
                 finally:
                     log.truncation.complete(ticket)
         finally:
             del self._rolls[log]
             done.set()
+            self._roll_ended(log)
 
     def _on_idle(self, log: BrokerLog) -> None:
         idle = self._idle.pop(log, None)
         if idle is not None:
             idle.set()
 
-    # KeyboardInterrupt cannot land between the thread's start and the wait for its result,
-    # where it would leave the thread's result to a task that no longer waits for it.
+    # KeyboardInterrupt cannot land between the call's start and the wait for its result,
+    # where it would leave the result to a task that no longer waits for it.
     @trio.lowlevel.enable_ki_protection
-    async def _in_thread(self, fn: Callable[[], T]) -> T:
-        """``fn()`` in one of Trio's cached worker threads, at most ``MAX_CONCURRENT_FSYNCS`` at once.
+    async def _off_loop(self, fn: Callable[[], T]) -> T:
+        """``fn()`` off the loop (``_start_blocking``), holding an fsync slot: a roll's or a truncation's.
 
-        ``trio.to_thread.run_sync`` without what an fsync does not use (a copy of the
-        context, a thread name set and reset around each call, a checkpoint before the
-        thread starts): every flush of an acks -1 answer pays for this hop.  The call
-        cannot be abandoned: a cancelled caller still waits for ``fn`` to return.
+        The call cannot be abandoned: a cancelled caller still waits for a slot and for ``fn``
+        to return.
         """
-        borrower = object()
-        try:
-            self._limiter.acquire_on_behalf_of_nowait(borrower)
-        except trio.WouldBlock:
-            await self._limiter.acquire_on_behalf_of(borrower)
-        try:
-            task = trio.lowlevel.current_task()
-            token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+        returned: list[Callable[[], T]] = []
 
-            # In the worker thread.  Any: trio's outcome.Outcome of fn(), a package broker/ does not import.
-            def deliver(result: Any) -> None:
-                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+        def done(unwrap: Callable[[], T]) -> None:  # on the loop
+            self._slots.release()
+            returned.append(unwrap)
+            trio.lowlevel.reschedule(task)
 
-            trio.lowlevel.start_thread_soon(fn, deliver)
-            done: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-            return done
-        finally:
-            self._limiter.release_on_behalf_of(borrower)
+        # ``_start_blocking`` never calls back before it returned, so not before this task parks.
+        self._slots.acquire(functools.partial(self._start_blocking, fn, done))
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        return returned[0]()
 
-    async def _flush_log(self, log: BrokerLog) -> None:
-        done = self._in_flight[log]
-        try:
+    def _start_in_task(self, run_blocking: RunBlocking, fn: Callable[[], Any], done: Callable[[Unwrap], None]) -> None:
+        """The ``StartBlocking`` of a test double's ``run_blocking``: await it in a task of ``run``'s
+        nursery (a system task's when it does not run: a roll as the broker stops), shielded as a
+        worker thread cannot be cancelled, then call back."""
+
+        async def call() -> None:
             with trio.CancelScope(shield=True):
-                while True:
-                    self._again.discard(log)
-                    await self._flush_once(log)
-                    if log not in self._again:
-                        break
-        finally:
-            del self._in_flight[log]
-            done.set()
+                try:
+                    value = await run_blocking(fn)
+                except BaseException as exc:  # handed over: ``unwrap()`` raises it where the result is used
+                    done(functools.partial(_reraise, exc))
+                    return
+            done(lambda: value)
 
-    async def _flush_once(self, log: BrokerLog) -> None:
-        while (rolling := self._rolls.get(log)) is not None:
-            await rolling.wait()  # a roll fsyncs the old segment; then flush the new one
-        # No lease: the log is being deleted (its pending deadline outlives it) or was shut down
-        # (LogManager.close() flushed it): nothing to flush.
-        lease = log.passes.take()
-        self._dirty_since.pop(log, None)  # the capture covers everything appended so far
-        if lease is None:
-            return
-        with lease:
-            ticket = log.flushing.begin_flush()
-            if ticket is None:
-                return  # nothing unflushed
-            started_s, started_trio_s = time.perf_counter(), trio.current_time()
-            await self._run_blocking(ticket.fsync)
-            self._flushed(log, ticket, started_s, started_trio_s)
+        if self._nursery is not None:
+            self._nursery.start_soon(call)
+        else:
+            trio.lowlevel.spawn_system_task(call)
 
     def _flushed(self, log: BrokerLog, ticket: FlushTicket, started_s: float, started_trio_s: float) -> None:
         """``ticket``'s fsync returned: make what it covered visible (raises its error)."""
@@ -470,6 +483,68 @@ class FlushScheduler:
         self._fsync_s.add(trio.current_time() - started_trio_s)
         log.flushing.complete_flush(ticket)
         self.flushes_completed += 1
+
+
+def _start_in_thread(fn: Callable[[], Any], done: Callable[[Unwrap], None]) -> None:
+    """The broker's ``StartBlocking``: ``fn()`` in one of Trio's cached worker threads, ``done``
+    as a ``run_sync_soon`` callback.
+
+    ``trio.to_thread.run_sync`` without what an fsync does not use (a task parked for the result,
+    a copy of the context, a thread name set and reset around each call, a checkpoint before the
+    thread starts): every flush of an acks -1 answer pays for this hop.
+    """
+    token = trio.lowlevel.current_trio_token()
+
+    def deliver(result: Any) -> None:  # in the worker thread (Any: trio's outcome.Outcome of fn())
+        token.run_sync_soon(done, result.unwrap)
+
+    trio.lowlevel.start_thread_soon(fn, deliver)
+
+
+def _reraise(exc: BaseException) -> Any:
+    raise exc
+
+
+class _Slots:
+    """At most ``count`` blocking calls off the loop at once; calls that find none free get one
+    in the order they asked.  Invariant: a call waits only while no slot is free (or while a
+    release hands them out)."""
+
+    __slots__ = ("_free", "_waiting", "_handing_out")
+
+    def __init__(self, count: int):
+        self._free = count
+        self._waiting: collections.deque[Callable[[], None]] = collections.deque()
+        self._handing_out = False
+
+    def acquire(self, then: Callable[[], None]) -> None:
+        """Call ``then()`` holding a slot: now if one is free, else once one is handed to it.
+        ``then`` gives the slot back with ``release``."""
+        if self._free and not self._waiting:
+            self._free -= 1
+            then()
+            return
+        self._waiting.append(then)
+        self._hand_out()
+
+    def release(self) -> None:
+        """Give a slot back: to the first call waiting, if any."""
+        self._free += 1
+        if self._waiting:
+            self._hand_out()
+
+    def _hand_out(self) -> None:
+        # A loop, not recursion: a ``then`` may release at once (nothing to flush) or acquire
+        # again (a coalesced flush), however many calls wait.
+        if self._handing_out:
+            return
+        self._handing_out = True
+        try:
+            while self._free and self._waiting:
+                self._free -= 1
+                self._waiting.popleft()()
+        finally:
+            self._handing_out = False
 
 
 class _Estimate:
