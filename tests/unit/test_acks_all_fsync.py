@@ -9,18 +9,25 @@ flush under both values: its readers see only flushed bytes.
 
 from __future__ import annotations
 
+import datetime
 import random
 
 import trio
+from kio.schema.errors import ErrorCode
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.static.primitive import i16, i32
 
 from tests.helpers.kafka_batches import batches
 from trikafka.broker.engine.engine import ACKS_ALL, Engine, PartitionWrite
 from trikafka.broker.engine.partition import LocalPartition
 from trikafka.broker.engine.waiters import VisibleEndWaiters
 from trikafka.broker.flusher import FlushScheduler
+from trikafka.broker.kafka.produce import produce
 from trikafka.broker.metrics import BrokerMetrics
 from trikafka.broker.seams import KafkaAppend
 from trikafka.broker.server import inline_blocking
+from trikafka.kafka.apis import KafkaApi
+from trikafka.kafka.framing import Request, decode_response, encode_request, parse_request
 from trikafka.log.clock import ManualClock
 from trikafka.log.config import LogConfig
 from trikafka.log.log import AppendResult
@@ -165,3 +172,56 @@ async def test_false_may_lose_acknowledged_writes_in_a_power_cut_and_true_never_
         assert recovered <= end
         lost.append(recovered < end)
     assert any(lost), "a power cut that loses no unflushed byte in 10 seeds: the test shows nothing"
+
+
+class _Writes:
+    """The Produce handler's collaborators (``PartitionWrites``) around one partition, nothing denied."""
+
+    verifier = None
+
+    def __init__(self, engine: Engine, partition: LocalPartition):
+        self.engine, self._partition = engine, partition
+        self.authorizer = self  # denies nothing
+        self.clock_ms = lambda: 1_000
+
+    def denied(self, api: object, name: str) -> None:
+        return None
+
+    async def partition_for(self, topic: str, index: int, *, write: bool) -> LocalPartition:
+        return self._partition
+
+    def log_start_offset(self, partition: LocalPartition) -> int:
+        return partition.log.start_offset
+
+    def timestamp_type(self, topic: str) -> str:
+        return "CreateTime"
+
+    def compacts(self, topic: str) -> bool:
+        return False
+
+
+def _produce_request(correlation_id: int) -> Request:
+    body = ProduceRequest(transactional_id=None, acks=i16(ACKS_ALL), timeout=datetime.timedelta(seconds=10),
+                          topic_data=(TopicProduceData(name="t", partition_data=(
+                              PartitionProduceData(index=i32(0), records=batches([2])),)),))
+    return parse_request(encode_request(KafkaApi.PRODUCE, 9, correlation_id, "t", body)[4:])
+
+
+async def test_false_answers_acks_all_when_handled_true_defers_the_answer_to_the_flush():
+    """Under ``false`` nothing is left to wait for once appended: the handler returns the answer itself,
+    which the connection sends as it sends an acks 1 answer (no deferred answer, no waiter, no sender
+    task, §16.2); under ``true`` it returns the wait for the flush."""
+    for ack_fsync in (False, True):
+        async with trio.open_nursery() as nursery:
+            engine, partition, _ = await _partition(nursery, FakeFileSystem(seed=1), ack_fsync=ack_fsync)
+            answers = []
+            for correlation_id in (1, 2):
+                answer = await produce(_Writes(engine, partition), _produce_request(correlation_id))
+                assert callable(answer) is ack_fsync, (ack_fsync, answer)
+                answers.append(await answer() if callable(answer) else answer)
+            for correlation_id, (base_offset, chunks) in enumerate(zip((0, 2), answers), 1):
+                frame = b"".join(bytes(chunk) for chunk in chunks)  # type: ignore[arg-type]
+                got, response = decode_response(KafkaApi.PRODUCE, 9, frame[4:])
+                (part,) = response.responses[0].partition_responses
+                assert (got, part.error_code, part.base_offset) == (correlation_id, ErrorCode.none, base_offset)
+            nursery.cancel_scope.cancel()

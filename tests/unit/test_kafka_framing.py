@@ -83,6 +83,14 @@ class TestFrameReader:
         assert [bytes(first), bytes(reader.next_frame()), bytes(reader.next_frame())] == [b"one", b"two", b"three"]
         assert reader.next_frame() is None
 
+    def test_a_frame_is_read_only(self):
+        """As documented: the decoders take a read-only buffer as it is, and copy a writable one whole
+        first (a 1 MB Produce, once more per request)."""
+        reader = FrameReader(100)
+        reader.feed(frame(b"one") + frame(b"two")[:5])
+        first = reader.next_frame()
+        assert first is not None and first.readonly and bytes(first) == b"one"
+
     def test_the_bound_is_inclusive(self):
         reader = FrameReader(4)
         reader.feed(frame(b"abcd"))

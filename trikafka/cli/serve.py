@@ -15,6 +15,7 @@ from trikafka.broker.config import (DEFAULT_HOST, DEFAULT_KAFKA_PORT, DEFAULT_PO
                                     KAFKA_PORT_OFF, BrokerConfig, ConfigError, default_kafka_port)
 from trikafka.broker.config_sources import load
 from trikafka.util.errors import leaf_exceptions
+from trikafka.util.malloc import keep_freed_memory
 from trikafka.cli.logsetup import announce
 
 logger = logging.getLogger("trikafka.cli")
@@ -260,6 +261,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Until the broker serves, each failed connection attempt would be a warning of its own;
         # an unreachable ensemble is reported once, in one line, instead (--log-level DEBUG shows them).
         logging.getLogger("kazoo").setLevel(logging.ERROR)
+    keep_freed_memory()  # a request's buffers reused, not faulted in again per request
     os_errors: list[BaseException] = []
     interrupted = False
     _freeze_imported_objects()

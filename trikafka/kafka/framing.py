@@ -88,7 +88,7 @@ class FrameReader:
             # are copied, into a fresh buffer for what arrives next.
             whole = self._pending
             self._pending = whole[end:]
-            self._taken = memoryview(whole)[:end]
+            self._taken = memoryview(whole).toreadonly()[:end]  # decoded as is, not copied first
             self._next = 0
             self._whole = 0
         start = self._next + SIZE_PREFIX_BYTES

@@ -64,15 +64,24 @@ class Appending:
         self._waits = waits
         self._deadline = deadline
 
+    def acknowledged_now(self) -> list[AppendOutcome] | None:
+        """Every write's final outcome when no acknowledgement is pending (each met or failed at the
+        append, e.g. under ``acks.all.fsync=false``, §12.6), with no wait and no checkpoint; else None."""
+        statuses = [wait.status() for _, wait in self._waits]
+        if None in statuses:
+            return None
+        return self._settled(statuses)
+
     async def acknowledged(self) -> list[AppendOutcome]:
         """Every write's final outcome, once each acknowledgement is met, failed or timed out
         (REQUEST_TIMED_OUT for one still pending at the deadline)."""
-        pending = self._waits
-        self._waits = []
-        statuses = await settle(self._waiters, [wait for _, wait in pending], self._deadline)
-        for (i, _), status in zip(pending, statuses):
+        return self._settled(await settle(self._waiters, [wait for _, wait in self._waits], self._deadline))
+
+    def _settled(self, statuses: Sequence[EngineError | None]) -> list[AppendOutcome]:
+        for (i, _), status in zip(self._waits, statuses):
             if status != EngineError.NO_ERROR:
-                self.outcomes[i] = status
+                self.outcomes[i] = EngineError.REQUEST_TIMED_OUT if status is None else status
+        self._waits = []
         return self.outcomes
 
 

@@ -90,12 +90,19 @@ async def produce(service: PartitionWrites, request: Request) -> list[Chunk] | N
     if acks != ACKS_ALL or not writes:
         return _answer(request, reply, results, throttle_ms)
 
-    async def acknowledged() -> list[Chunk]:
-        for (i, _), outcome in zip(writes, await appending.acknowledged()):
+    def answer(outcomes: list[AppendOutcome]) -> list[Chunk]:
+        for (i, _), outcome in zip(writes, outcomes):
             if isinstance(outcome, EngineError):
                 results[i][2] = kafka_error(outcome)
                 results[i][3] = -1
         return _answer(request, reply, results, throttle_ms)
+
+    # Acknowledged at the append (nothing to wait for): answered now, as acks 1 is (§12.6, §16.2).
+    if (outcomes := appending.acknowledged_now()) is not None:
+        return answer(outcomes)
+
+    async def acknowledged() -> list[Chunk]:
+        return answer(await appending.acknowledged())
 
     return acknowledged
 
