@@ -20,7 +20,7 @@ import trio.testing
 
 from trikafka.broker import sendfile as sendfile_module
 from trikafka.broker import serve
-from trikafka.log.fs import OsSegmentFile
+from trikafka.log.fs import Descriptor
 from trikafka.wire import (
     ErrorCode,
     FetchPart,
@@ -38,7 +38,8 @@ PAYLOAD_BYTES = 2 * 1024 * 1024  # far more than the socket buffers hold: sendfi
 
 
 class SendfileSpy:
-    """Wraps ``os.sendfile`` and ``OsSegmentFile.pread``; counts what goes through them."""
+    """Wraps ``os.sendfile`` and ``Descriptor.pread`` (what a segment's regions read through); counts
+    what goes through them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, resident: bool = True):
         self.read_threads: list[int] = []
@@ -47,7 +48,7 @@ class SendfileSpy:
         self.would_block = 0
         self.preads = 0
         real_sendfile = os.sendfile
-        real_pread = OsSegmentFile.pread
+        real_pread = Descriptor.pread
 
         def sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
             self.calls += 1
@@ -59,13 +60,13 @@ class SendfileSpy:
             self.bytes_sent += sent
             return sent
 
-        def pread(segment: OsSegmentFile, position: int, n: int) -> bytes:
+        def pread(descriptor: Descriptor, position: int, n: int) -> bytes:
             self.preads += 1
             self.read_threads.append(threading.get_ident())
-            return real_pread(segment, position, n)
+            return real_pread(descriptor, position, n)
 
         monkeypatch.setattr(os, "sendfile", sendfile)
-        monkeypatch.setattr(OsSegmentFile, "pread", pread)
+        monkeypatch.setattr(Descriptor, "pread", pread)
         monkeypatch.setattr(sendfile_module, "page_cache_resident", lambda fd, position, length: resident)
 
     def reset(self) -> None:

@@ -248,3 +248,20 @@ def test_a_lost_directory_takes_its_files_with_it():
             lost += 1
             assert not fs.exists("/logs/t-0/a")
     assert lost > 0
+
+
+def test_a_closed_file_s_reader_reads_on_as_a_held_descriptor_does_but_not_past_a_crash():
+    fs = make_fs()
+    f = fs.open_segment("/d/a", create=True)
+    f.append(b"bytes in flight")
+    reader = f.reader  # what a FileRegion of a fetch answer holds
+    f.close()
+    fs.remove("/d/a")
+    with pytest.raises(ValueError, match="closed file"):
+        f.pread(0, 5)
+    assert reader.pread(6, 2) == b"in"
+    with pytest.raises(io.UnsupportedOperation):
+        reader.fileno()
+    fs.crash("keep_all")
+    with pytest.raises(RuntimeError, match="before a crash"):
+        reader.pread(0, 5)

@@ -194,8 +194,9 @@ def page_cache_resident(fd: int, position: int, length: int) -> bool:
 
 
 async def _sendfile(sock: trio.socket.SocketType, in_fd: int, position: int, length: int) -> None:
-    # The region keeps its SegmentFile alive (the caller holds it), so in_fd
-    # stays open even if retention unlinks the segment meanwhile.
+    # The caller holds the region, whose source owns in_fd (a segment file's
+    # ``reader``), so in_fd stays open and keeps its number even if the segment
+    # is deleted and its file closed meanwhile (docs/protocol.md §16.4).
     out_fd = sock.fileno()
     await trio.lowlevel.checkpoint_if_cancelled()
     while length > 0:

@@ -20,7 +20,7 @@ import errno
 import os
 from typing import Protocol, runtime_checkable
 
-__all__ = ["FileSystem", "SegmentFile", "OsFileSystem", "OsSegmentFile", "read_boot_id"]
+__all__ = ["Descriptor", "FileSystem", "RegionSource", "SegmentFile", "OsFileSystem", "OsSegmentFile", "read_boot_id"]
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -35,16 +35,29 @@ def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
 
 
 @runtime_checkable
+class RegionSource(Protocol):
+    """What a ``FileRegion`` reads: ``pread``, and ``fileno`` for sendfile (the fake raises
+    ``io.UnsupportedOperation`` from ``fileno``, so a sender must fall back to ``pread``)."""
+
+    def pread(self, position: int, n: int) -> bytes: ...
+    def fileno(self) -> int: ...
+
+
+@runtime_checkable
 class SegmentFile(Protocol):
     """An open segment file: appended at the end, read anywhere.
 
-    ``size`` counts every byte appended, flushed or not.  It is also the
-    ``source`` of the ``FileRegion`` a read returns, hence ``pread`` and
-    ``fileno`` (the fake raises ``io.UnsupportedOperation`` from ``fileno``,
-    so a sender must fall back to ``pread``).
+    ``size`` counts every byte appended, flushed or not.  ``reader`` is the
+    ``source`` of the ``FileRegion`` a read returns: it reads the same file,
+    and keeps reading it after ``close()`` (docs/protocol.md §16.4: a fetch
+    answer being sent holds the files it reads).  ``close()`` lets go of the
+    file; its descriptor closes once no ``reader`` reference is left either.
     """
 
     size: int
+
+    @property
+    def reader(self) -> RegionSource: ...
 
     def append(self, data: bytes | memoryview) -> None: ...
     def pread(self, position: int, n: int) -> bytes: ...
@@ -75,57 +88,88 @@ class FileSystem(Protocol):
     def boot_id(self) -> str | None: ...  # the machine's current boot; None where unknown
 
 
+class Descriptor:
+    """An open file descriptor, closed when the last reference to this object goes.
+
+    An ``OsSegmentFile`` and every ``FileRegion`` read from it share one, so
+    the descriptor outlives the file's ``close()`` while a fetch answer still
+    reads it (POSIX keeps an unlinked file readable until then), and its number
+    is never reused under that answer.  The last holder closes it: a worker
+    thread's ``close()`` when no region holds it (the last close of an unlinked
+    file frees its blocks, a long wait for a large one), else the answer's end.
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def pread(self, position: int, n: int) -> bytes:
+        return os.pread(self.fd, n, position)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+
+    def __repr__(self) -> str:
+        return f"Descriptor({self.fd})"
+
+
+CLOSED_DESCRIPTOR = Descriptor(-1)  # what a closed file reads through: every read fails (EBADF)
+
+
 class OsSegmentFile:
     """A segment file over a raw descriptor (``O_APPEND``: every write lands at the end).
 
-    The descriptor is closed by ``close()``, or by the garbage collector when
-    the last reference goes away.  Retention relies on the latter: it unlinks a
-    deleted segment but leaves the descriptor to any ``FileRegion`` still
-    holding it, and POSIX keeps an unlinked file readable until then.
+    ``reader`` owns the descriptor (``Descriptor``); ``close()`` lets go of it,
+    and so does the garbage collector when the last reference to the file goes.
     """
 
-    __slots__ = ("path", "size", "_fd")
+    __slots__ = ("path", "size", "reader")
 
     def __init__(self, path: str, create: bool):
         flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         if create:
             flags |= os.O_CREAT | os.O_EXCL
-        self._fd = -1
-        self._fd = os.open(path, flags, 0o644)
+        self.reader = Descriptor(os.open(path, flags, 0o644))
         self.path = path
-        self.size = os.fstat(self._fd).st_size
+        self.size = os.fstat(self.reader.fd).st_size
 
     def append(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         total = len(view)
         written = 0
         while written < total:  # a regular-file write may be short (ENOSPC part-way, signals)
-            n = os.write(self._fd, view[written:])
+            n = os.write(self.reader.fd, view[written:])
             if n <= 0:
                 raise OSError(errno.EIO, f"write returned {n}", self.path)
             written += n
             self.size += n
 
+    # The calls a worker thread makes hold ``reader`` across the call: a close() meanwhile
+    # cannot free the descriptor's number for another file under it.
+
     def pread(self, position: int, n: int) -> bytes:
-        return os.pread(self._fd, n, position)
+        return self.reader.pread(position, n)
 
     def fileno(self) -> int:
-        return self._fd
+        return self.reader.fd
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        reader = self.reader
+        os.fsync(reader.fd)
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self._fd, size)
+        reader = self.reader
+        os.ftruncate(reader.fd, size)
         self.size = size
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
+        """Let go of the descriptor: it closes here unless a ``FileRegion`` still reads it."""
+        self.reader = CLOSED_DESCRIPTOR
 
     def __repr__(self) -> str:
         return f"OsSegmentFile({self.path!r}, size={self.size})"

@@ -383,6 +383,9 @@ class Log:
     def close(self) -> None:
         """Close every segment file.  Does not flush (``flush()`` first for that).
 
+        A fetch answer still being sent keeps reading the files it holds (their
+        ``reader``s: docs/protocol.md §16.4), even once the directory is removed.
+
         Raises ``LogBusyError`` if a ticket's blocking half is running in a
         thread right now; a ticket that was taken but abandoned is discarded.
         The log is retired: it grants no pass lease from here on.

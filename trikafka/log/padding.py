@@ -136,7 +136,7 @@ def synthesized_region(file: SegmentFile, position: int, run_end: int, max_bytes
         chunks = [padding_head(entry_bytes), FileRegion(ZEROS, 0, entry_bytes - MIN_PADDING_ENTRY_BYTES)]
     tail = max(0, min(max_bytes, visible_size - run_end)) if entry_bytes == rest else 0
     if tail:
-        chunks.append(FileRegion(file, run_end, tail))
+        chunks.append(FileRegion(file.reader, run_end, tail))
     return ChunkSequence(tuple(chunks))
 
 

@@ -28,7 +28,7 @@ from .names import padding_file_name
 from .segment import Segment
 from .segment_list import SegmentList
 from .tickets import CAPTURED, FINISHED, RUNNING, Ticket
-from .truncation import close_unread
+from .truncation import close_dropped
 
 
 def count_expired(mtimes_ms: Sequence[int], now_ms: int, retention_ms: int) -> int:
@@ -143,12 +143,12 @@ class RetentionTicket(Ticket):
         """Unlink the dropped segments, oldest first, with one directory fsync each
         (a crash never leaves a gap), after touching the kept empty segment, if any.
 
-        Then close each dropped file that no reader holds any more: the last
-        close of an unlinked file frees its blocks, which for a large segment
-        is a long wait for the disk, and it would otherwise happen wherever
-        the last reference goes, on the loop.  A file that a reader's
-        ``FileRegion`` still holds is left for it (its descriptor closes with
-        its last reference).
+        Then close each dropped file here: the last close of an unlinked file
+        frees its blocks, which for a large segment is a long wait for the
+        disk, and it would otherwise happen wherever the last reference goes,
+        on the loop.  A file that a fetch answer's ``FileRegion`` still reads
+        stays open for it (its ``reader``'s descriptor closes with its last
+        reference: the answer's end).
         """
         if self.error is not None:
             self._state = FINISHED
@@ -162,7 +162,7 @@ class RetentionTicket(Ticket):
                 self._fs.fsync_dir(self.dir_path)
                 if segment.padding:  # its padding index (an orphan left by a crash is swept at load)
                     self._fs.remove(os.path.join(self.dir_path, padding_file_name(segment.start)))
-            close_unread(self.deleted, self.keep_open)
+            close_dropped(self.deleted, self.keep_open)
         except OSError as exc:
             self.error = exc
         finally:

@@ -91,7 +91,7 @@ class Segment:
             region = synthesized_region(self.file, position, run[1], max_bytes, limit)
             if region is not None:
                 return region
-        return FileRegion(self.file, position, min(max_bytes, limit - position))
+        return FileRegion(self.file.reader, position, min(max_bytes, limit - position))
 
     def __repr__(self) -> str:
         return f"Segment(start={self.start}, size={self.size}, visible={self.visible_size})"

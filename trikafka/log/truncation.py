@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from typing import Callable
 
 from .checkpoint import RecoveryCheckpointer
@@ -84,15 +83,15 @@ def clip_padding(runs: PaddingRuns, size: int) -> PaddingRuns:
     return PaddingRuns.of(kept) if kept else NO_PADDING
 
 
-def close_unread(segments: tuple[Segment, ...], keep_open: Segment | None = None) -> None:
-    """Close the files of segments that left the log, unless a reader still holds one.
+def close_dropped(segments: tuple[Segment, ...], keep_open: Segment | None = None) -> None:
+    """Close the files of segments that left the log (all but ``keep_open``).
 
-    No new reader can take such a file; two references are the segment's and
-    getrefcount's own argument.  A file a ``FileRegion`` holds closes with its
-    last reference.  Blocking (the last close of an unlinked file frees its blocks).
+    A ``FileRegion`` still being sent keeps reading its file: it holds the
+    file's ``reader``, whose descriptor closes with its last reference.
+    Blocking (the last close of an unlinked file frees its blocks).
     """
     for segment in segments:
-        if segment is not keep_open and sys.getrefcount(segment.file) <= 2:
+        if segment is not keep_open:
             segment.file.close()
 
 
@@ -156,7 +155,7 @@ class TruncateTicket(Ticket):
             self.segment.file.truncate(self.cut)
             self.segment.file.fsync()
             self.checkpointer.after_truncate(self.segment, self.cut)
-            close_unread(self.dropped)
+            close_dropped(self.dropped)
         except OSError as exc:
             self.error = exc
         finally:

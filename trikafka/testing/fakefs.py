@@ -296,15 +296,36 @@ class FakeFileSystem:
         return path
 
 
+class FakeReader:
+    """A ``FakeSegmentFile``'s ``reader``: reads its bytes after the file's ``close()`` too (a
+    ``FileRegion`` in flight holds it, as a real one holds its descriptor), never after a crash."""
+
+    __slots__ = ("_fs", "path", "_node", "_generation")
+
+    def __init__(self, fs: FakeFileSystem, path: str, node: _File):
+        self._fs, self.path, self._node = fs, path, node
+        self._generation = fs._generation
+
+    def pread(self, position: int, n: int) -> bytes:
+        if self._generation != self._fs._generation:
+            raise RuntimeError(f"{self.path}: file handle from before a crash")
+        assert position >= 0 and n >= 0, (position, n)
+        return bytes(self._node.data[position:position + n])
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("FakeFileSystem files have no descriptor; use pread")
+
+
 class FakeSegmentFile:
     """An open file of a ``FakeFileSystem``; it outlives the directory entry, as on POSIX."""
 
-    __slots__ = ("_fs", "path", "_node", "_generation", "_closed")
+    __slots__ = ("_fs", "path", "_node", "_generation", "_closed", "reader")
 
     def __init__(self, fs: FakeFileSystem, path: str, node: _File):
         self._fs, self.path, self._node = fs, path, node
         self._generation = fs._generation
         self._closed = False
+        self.reader = FakeReader(fs, path, node)
 
     @property
     def size(self) -> int:
@@ -322,11 +343,10 @@ class FakeSegmentFile:
 
     def pread(self, position: int, n: int) -> bytes:
         self._check()
-        assert position >= 0 and n >= 0, (position, n)
-        return bytes(self._node.data[position:position + n])
+        return self.reader.pread(position, n)
 
     def fileno(self) -> int:
-        raise io.UnsupportedOperation("FakeFileSystem files have no descriptor; use pread")
+        return self.reader.fileno()
 
     def fsync(self) -> None:
         self._check()
