@@ -96,6 +96,27 @@ async def test_on_delivery_hears_each_record_as_its_batch_is_answered(kafka: Run
             too_large.result()
 
 
+async def test_batches_linger_in_one_task_whatever_their_number(kafka: RunningKafkaBroker) -> None:
+    """Each batch goes out ``linger_s`` after its first record; one task lingers for every batch."""
+    topic = "trio-linger"
+    spawned: list[str] = []
+
+    class Spawns(trio.abc.Instrument):
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            spawned.append(task.name)
+
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 2)
+        async with KafkaProducer.open(client, acks=1, linger_s=0.05) as producer:
+            trio.lowlevel.add_instrument(Spawns())
+            for batch in range(6):
+                opened = trio.current_time()
+                pending = [await producer.submit(topic, b"%d" % i, partition=i % 2) for i in range(4)]
+                assert [await p.delivered() for p in pending][-2:] == [(0, 2 * batch + 1), (1, 2 * batch + 1)]
+                assert trio.current_time() - opened >= 0.05
+    assert sum("_linger" in name for name in spawned) == 1, spawned
+
+
 async def _three_batches(client: KafkaClient, topic: str) -> None:
     """A new one-partition ``topic`` holding three record batches: offsets 0-2, 3-6, 7-11."""
     await _create(client, topic, 1)

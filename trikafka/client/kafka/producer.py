@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Mapping
@@ -150,6 +151,11 @@ class KafkaProducer:
         self.partitioner = DefaultPartitioner()
         self._nursery = nursery
         self._open: dict[tuple[str, int], _Batch] = {}
+        # Each batch opened, with when it goes out at the latest: in deadline order, since every
+        # batch lingers as long (one task ships them all, ``_linger``).
+        self._lingering: collections.deque[tuple[float, tuple[str, int], _Batch]] = collections.deque()
+        self._linger_scope: trio.CancelScope | None = None  # the lingering task's sleep
+        self._lingerer_started = False
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._in_flight = 0
         self._idle = trio.Event()
@@ -272,13 +278,27 @@ class KafkaProducer:
     def _open_batch(self, where: tuple[str, int]) -> _Batch:
         batch = self._open[where] = _Batch()
         self._started()
-        self._nursery.start_soon(self._linger, where, batch)
+        deadline = trio.current_time() + self.linger_s
+        self._lingering.append((deadline, where, batch))
+        if not self._lingerer_started:
+            self._lingerer_started = True
+            self._nursery.start_soon(self._linger)
+        elif len(self._lingering) == 1 and self._linger_scope is not None:
+            self._linger_scope.deadline = deadline  # it slept with nothing to ship
         return batch
 
-    async def _linger(self, where: tuple[str, int], batch: _Batch) -> None:
-        await trio.sleep(self.linger_s)
-        if self._open.get(where) is batch:
-            self._ship(where)
+    async def _linger(self) -> None:
+        """Ship each batch still open ``linger_s`` after it opened: one task for every batch (a task
+        per batch cost a spawn and a scheduler step more)."""
+        while True:
+            with trio.CancelScope(deadline=self._lingering[0][0] if self._lingering else math.inf) as scope:
+                self._linger_scope = scope
+                await trio.sleep_forever()
+            now = trio.current_time()
+            while self._lingering and self._lingering[0][0] <= now:
+                _deadline, where, batch = self._lingering.popleft()
+                if self._open.get(where) is batch:
+                    self._ship(where)
 
     def _ship(self, where: tuple[str, int]) -> None:
         """Close the open batch of ``where``: queue it behind the partition's earlier batches."""
