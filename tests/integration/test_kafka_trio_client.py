@@ -20,7 +20,7 @@ from tests.helpers.broker_testing import child_process, serve_process
 from tests.helpers.kafka_clients import create_topic, read_partition, read_with_confluent, read_with_kafka_python
 from trikafka.client.kafka import (EARLIEST, LATEST, MAX_TIMESTAMP, BrokerNode, KafkaAdmin, KafkaClient,
                                    KafkaOffsetOutOfRange, KafkaProducer, KafkaResponseError, NewTopic,
-                                   PartitionConsumer, key_partition)
+                                   PartitionConsumer, PendingRecord, key_partition)
 from trikafka.client.kafka.connection import KafkaConnection
 from trikafka.kafka.apis import KafkaApi
 from trikafka.kafka.compression import Compression
@@ -75,6 +75,46 @@ async def test_submitted_records_keep_their_order_across_many_batches(kafka: Run
         assert delivered == [(0, i) for i in range(300)]
         records = await read_partition(client, topic, 0, 300)
     assert [r.value for r in records] == [b"%04d" % i for i in range(300)]
+
+
+async def test_on_delivery_hears_each_record_as_its_batch_is_answered(kafka: RunningKafkaBroker) -> None:
+    """``submit(..., on_delivery=f)`` calls ``f(pending)`` once the record's batch is answered (no task
+    awaits it); ``pending.result()`` is then its (partition, offset), or raises the batch's error."""
+    topic = "trio-on-delivery"
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 1, **{"max.message.bytes": "2000"})
+        heard: list[PendingRecord] = []
+        async with KafkaProducer.open(client, acks=1, batch_max_bytes=300) as producer:
+            pending = [await producer.submit(topic, b"%04d" % i, on_delivery=heard.append) for i in range(50)]
+            with pytest.raises(RuntimeError, match="not answered yet"):
+                pending[-1].result()
+            await producer.flush()
+            too_large = await producer.submit(topic, b"x" * 4000, on_delivery=heard.append)
+        assert heard[:50] == pending and [p.result() for p in pending] == [(0, i) for i in range(50)]
+        assert heard[50:] == [too_large]
+        with pytest.raises(KafkaResponseError):
+            too_large.result()
+
+
+async def test_batches_linger_in_one_task_whatever_their_number(kafka: RunningKafkaBroker) -> None:
+    """Each batch goes out ``linger_s`` after its first record; one task lingers for every batch."""
+    topic = "trio-linger"
+    spawned: list[str] = []
+
+    class Spawns(trio.abc.Instrument):
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            spawned.append(task.name)
+
+    async with KafkaClient(kafka.bootstrap) as client:
+        await _create(client, topic, 2)
+        async with KafkaProducer.open(client, acks=1, linger_s=0.05) as producer:
+            trio.lowlevel.add_instrument(Spawns())
+            for batch in range(6):
+                opened = trio.current_time()
+                pending = [await producer.submit(topic, b"%d" % i, partition=i % 2) for i in range(4)]
+                assert [await p.delivered() for p in pending][-2:] == [(0, 2 * batch + 1), (1, 2 * batch + 1)]
+                assert trio.current_time() - opened >= 0.05
+    assert sum("_linger" in name for name in spawned) == 1, spawned
 
 
 async def _three_batches(client: KafkaClient, topic: str) -> None:

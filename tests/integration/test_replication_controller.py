@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import trio
 
 from tests.helpers.registry import WAIT_S, register_broker, wait_for_state
 from trikafka.broker.replication.controller import Controller
 from trikafka.broker.replication.membership import register_membership
 from trikafka.zk import paths
-from trikafka.zk.replication_store import create_topic, read_state
+from trikafka.zk.replication_store import create_topic, read_state, write_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 
@@ -119,3 +120,61 @@ async def test_an_unclean_election_asked_for_elects_a_replica_outside_the_isr_an
             while await admin.children(paths.UNCLEAN_ELECTIONS):
                 await controller.reconciled.wait()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_pass_reads_no_state_or_topic_that_did_not_change(zk_harness, zk_clock):
+    """The controller keeps the states and topic znodes current by watching them: a pass re-reads
+    only the brokers (their registrations' czxids, which a watch may coalesce), not every partition."""
+    if zk_harness.kind != "fake":
+        pytest.skip("counts the fake server's reads")
+    reads: list[str] = []
+    server_get = zk_harness.server.get
+
+    def get(session_id, path, watch):
+        reads.append(path)
+        return server_get(session_id, path, watch)
+
+    zk_harness.server.get = get
+    async with zk_harness.client() as admin, zk_harness.client() as b1, trio.open_nursery() as nursery:
+        await register_broker(b1, 1)
+        await create_topic(admin, "orders", TopicAssignment(((1,), (1,), (1,)), {}),
+                           [PartitionState(1, 0, (1,), 0)] * 3)
+        controller = Controller(b1, 1, reconcile_interval_s=0.2)
+        await nursery.start(controller.run)
+        with trio.fail_after(WAIT_S):
+            while controller.stats.passes < 2:
+                await controller.reconciled.wait()
+        reads.clear()
+        with trio.fail_after(WAIT_S):
+            while controller.stats.passes < 7:
+                await controller.reconciled.wait()
+        assert [path for path in reads if "/trikafka/topics" in path] == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_controller_decides_from_a_state_a_leader_wrote_after_its_last_pass(zk_harness, zk_clock):
+    """A leader shrank the ISR after the controller's last pass; when the leader goes, the controller
+    elects from the ISR the leader wrote (broker 3), not the one it read before (broker 2 first)."""
+    async with zk_harness.client() as admin, zk_harness.client() as b2, zk_harness.client() as b3:
+        await register_broker(b2, 2)
+        await register_broker(b3, 3)
+        async with trio.open_nursery() as nursery:
+            async with zk_harness.client() as b1:
+                await register_broker(b1, 1)
+                await create_topic(admin, "orders", TopicAssignment(((1, 2, 3),), {}),
+                                   [PartitionState(1, 0, (1, 2, 3), 0)])
+                controller = Controller(b3, 3, reconcile_interval_s=0.2)
+                await nursery.start(controller.run)
+                with trio.fail_after(WAIT_S):
+                    while controller.stats.passes == 0:
+                        await controller.reconciled.wait()
+                current = await read_state(admin, "orders", 0)
+                await write_state(b1, "orders", 0, PartitionState(1, 0, (1, 3), current.state.controller_epoch),
+                                  current.version)
+                with trio.fail_after(WAIT_S):  # a pass after the write, on the timer or a watch
+                    passes = controller.stats.passes
+                    while controller.stats.passes == passes:
+                        await controller.reconciled.wait()
+            state = await wait_for_state(admin, lambda s: s.leader != 1)
+            assert state == PartitionState(3, 1, (3,), controller.stats.epoch)
+            nursery.cancel_scope.cancel()

@@ -346,6 +346,36 @@ async def test_requests_wait_out_a_short_partition(zk_harness, zk_clock):
         assert (await writer.get("/mine"))[1].ephemeral_owner == session
 
 
+async def test_a_request_waits_out_a_partition_without_a_task_and_ends_with_a_close(zk_harness, zk_clock):
+    """The fake's request parked while SUSPENDED waits on the session state alone (closing the client
+    publishes LOST), not in tasks of its own; a close ends it with ZooKeeperClientClosedError."""
+    if zk_harness.kind != "fake":
+        pytest.skip("the fake's waiting")
+    spawned: list[str] = []
+
+    class Spawns(trio.abc.Instrument):
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            spawned.append(task.name)
+
+    outcome: list[str] = []
+    async with zk_harness.client() as zk:
+        await zk_harness.partition(zk)
+
+        async def read() -> None:
+            with pytest.raises(ZooKeeperClientClosedError):
+                await zk.get("/p")
+            outcome.append("closed")
+
+        async with trio.open_nursery() as nursery:
+            trio.lowlevel.add_instrument(Spawns())
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            assert outcome == []
+            await zk.aclose()
+    assert outcome == ["closed"]
+    assert [name for name in spawned if not name.endswith("read")] == []
+
+
 async def test_a_partition_longer_than_the_session_expires_it(zk_harness, zk_clock):
     async with zk_harness.client(session_timeout_s=1.0) as zk, zk_harness.client(direct=True) as observer:
         await zk.create("/mine", b"", ephemeral=True)

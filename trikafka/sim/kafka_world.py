@@ -202,17 +202,17 @@ class KafkaWorld(ClusterWorld):
         a new epoch (KIP-360) while older batches of the last epoch may still be retried."""
         stream = self.client_streams["producers"]
         async with self._client() as client, KafkaProducer.open(client, acks=-1, idempotent=True,
-                                                                linger_s=0.005) as producer, \
-                trio.open_nursery() as deliveries:
+                                                                linger_s=0.005) as producer:
             while True:
                 await trio.sleep(stream.expovariate(PRODUCE_RATE_PER_S))
                 partition, value = stream.randrange(PARTITIONS), idempotent_value(slot.index, next(self.counters[slot.index]))
-                pending = await producer.submit(IN, value, partition=partition, timestamp_ms=self._now_ms())
-                deliveries.start_soon(self._delivered, slot, incarnation, pending, value)
+                await producer.submit(IN, value, partition=partition, timestamp_ms=self._now_ms(),
+                                      on_delivery=functools.partial(self._delivered, slot, incarnation, value))
 
-    async def _delivered(self, slot: Slot, incarnation: int, pending: PendingRecord, value: bytes) -> None:
+    def _delivered(self, slot: Slot, incarnation: int, value: bytes, pending: PendingRecord) -> None:
+        """A record's batch was answered (the producer's delivery callback: no task per record)."""
         try:
-            partition, offset = await pending.delivered()
+            partition, offset = pending.result()
         except CLIENT_ERRORS as exc:
             self.trace.add(f"{slot.name} {value.decode()} failed: {type(exc).__name__} {exc}"[:200])
             return

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, ContextManager, Iterator
 
 import trio
-import trio.testing
 
 from trikafka.client import ClientError, connect
 from trikafka.testing import InProcessCluster, open_cluster
@@ -34,7 +33,7 @@ from trikafka.zk.replication_store import create_topic, read_state
 from trikafka.zk.replication_values import PartitionState, TopicAssignment
 
 from .checker import Ledger, Violation, check_end_state
-from .determinism import Streams, Trace, deterministic_trio
+from .determinism import Streams, Trace, deterministic_trio, virtual_clock
 from .faults import FAULT_TABLE, FAULTS, Fault
 from .groups import MEMBERS, GroupMembers
 from .plants import planted
@@ -120,7 +119,7 @@ def run_world(world: ClusterWorld, plant: str | None, *inside: ContextManager[An
     seed) with the planted bug ``plant`` and the context managers ``inside`` entered; a crash of the
     simulation itself is a violation too.  (Simulated seconds, the trace around the violation and the
     crash's traceback.)"""
-    clock = trio.testing.MockClock(autojump_threshold=0)
+    clock = virtual_clock()
     previous = logging.getLogger("trikafka").level
     logging.getLogger("trikafka").setLevel(logging.CRITICAL + 1)  # brokers killed mid-task log their failure: noise here
     trace = world.trace

@@ -17,12 +17,10 @@ Fault injection: :meth:`FakeZooKeeperClient.disconnect`, :meth:`~FakeZooKeeperCl
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from typing import Awaitable, Callable
 
 import trio
-from trio_util import wait_any
 
 from trikafka.testing.fake_zookeeper import FakeZooKeeper
 from trikafka.zk.client import BaseZooKeeperClient
@@ -233,10 +231,8 @@ class FakeZooKeeperClient(BaseZooKeeperClient):
         self._check_open()
         session = self._session
         if self.state.value is SessionState.SUSPENDED:
-            await wait_any(
-                functools.partial(self.state.wait_value, lambda s: s is not SessionState.SUSPENDED),
-                self._closed_event.wait,
-            )
+            # Closing publishes LOST, so the state alone says when to go on (no task per request).
+            await self.state.wait_value(lambda s: s is not SessionState.SUSPENDED)
             self._check_open()
         if self.state.value is not SessionState.CONNECTED or self._session != session or session is None:
             raise SessionExpiredError("session expired")

@@ -190,8 +190,14 @@ async def read_state(zk: ZooKeeperClient, topic: str, partition: int) -> Version
 
 async def write_state(zk: ZooKeeperClient, topic: str, partition: int, state: PartitionState, version: int) -> int:
     """Set the state if it is still at ``version``; the new version.  BadVersionError if not."""
+    return (await write_state_versioned(zk, topic, partition, state, version)).version
+
+
+async def write_state_versioned(zk: ZooKeeperClient, topic: str, partition: int, state: PartitionState,
+                                version: int) -> VersionedState:
+    """As ``write_state``; the state as now stored, with its new version and mzxid."""
     stat: Stat = await zk.set(paths.partition_state(topic, partition), state.encode(), version)
-    return stat.version
+    return VersionedState(state, stat.version, stat.mzxid)
 
 
 async def claim_controller(zk: ZooKeeperClient, broker_id: int) -> int | None:

@@ -11,7 +11,9 @@ decides with versioned sets.  It reconciles on every change of
 ``/brokers/ids``, ``/trikafka/brokers``, ``/trikafka/topics`` and
 ``/trikafka/shutting_down``, and at
 least every ``reconcile_interval_s`` (a watch coalesces a quick delete and
-re-create into nothing, so the timer is what catches a fast restart).
+re-create into nothing, so the timer is what catches a fast restart).  The
+topic znodes and states come from data watches (read when they fire, not on
+every pass); the brokers are read again on every pass (docs/protocol.md §12.2).
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ import trio
 from ...zk import paths
 from ...zk.client import ZooKeeperClient
 from ...zk.errors import BadVersionError, ZooKeeperClientError, NoNodeError
-from ...zk.replication_store import (
-    claim_controller, read_assignment_versioned, read_state, replicated_topics, write_assignment, write_state,
-)
+from ...zk.replication_store import VersionedState, claim_controller, write_assignment, write_state_versioned
 from ...zk.replication_values import NO_LEADER, PartitionState, ReplicationValueError, TopicAssignment, TopicConfig
 from ..log_tally import Tally
 from .assignment import finished
@@ -71,6 +71,12 @@ class Controller:
         self._offline = Tally(logger, f"controller {broker_id}: partitions left without a leader")
         # Replication settings a topic that sets none takes: the brokers' dynamic ones (§20.4).
         self.setting_defaults: dict[str, str] = {}
+        # What the watches of the topic znodes and states last read while this broker controls
+        # (§12.2): topic -> (assignment, znode version), None (gone) or why it does not parse;
+        # (topic, partition) -> its state, or why there is none.
+        self._topics: dict[str, tuple[TopicAssignment, int] | ReplicationValueError | None] = {}
+        self._states: dict[tuple[str, int], VersionedState | NoNodeError | ReplicationValueError] = {}
+        self._reads: dict[str, int] = {}  # znode path -> values its watch delivered (see _wrote)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Contend for the role forever (cancel to stop).
@@ -99,11 +105,12 @@ class Controller:
                 self.active = False
 
     async def _control(self, epoch: int) -> None:
+        self._topics, self._states, self._reads = {}, {}, {}  # another controller's writes came meanwhile
         async with trio.open_nursery() as nursery:
-            for path in (paths.BROKER_IDS, paths.REPLICATION_BROKERS, paths.REPLICATED_TOPICS, paths.SHUTTING_DOWN,
-                         paths.UNCLEAN_ELECTIONS):
+            for path in (paths.BROKER_IDS, paths.REPLICATION_BROKERS, paths.SHUTTING_DOWN, paths.UNCLEAN_ELECTIONS):
                 nursery.start_soon(self._wake_on_children, path)
             nursery.start_soon(self._wake_on_loss_of_role, nursery.cancel_scope)
+            await nursery.start(self._watch_topics)  # the first pass sees every topic and state
             while True:
                 with trio.move_on_after(self.reconcile_interval_s):
                     await self._wake.wait()
@@ -116,6 +123,73 @@ class Controller:
     async def _wake_on_children(self, path: str) -> None:
         async for _children in self._zk.watch_children(path):
             self._wake.set()
+
+    async def _watch_topics(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Watch each replicated topic's znode while it exists (started once each has been read)."""
+        scopes: dict[str, trio.CancelScope] = {}
+        started = False
+        async with trio.open_nursery() as nursery:
+            async for names in self._zk.watch_children(paths.REPLICATED_TOPICS):
+                topics = set(names or ())
+                for topic in sorted(topics - scopes.keys()):
+                    scopes[topic] = await nursery.start(self._watch_topic, topic)
+                for topic in sorted(scopes.keys() - topics):
+                    scopes.pop(topic).cancel()
+                    self._topics.pop(topic, None)
+                    for key in [key for key in self._states if key[0] == topic]:
+                        del self._states[key]
+                if not started:
+                    task_status.started()
+                    started = True
+                self._wake.set()
+
+    async def _watch_topic(self, topic: str, *,
+                           task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep ``_topics[topic]`` current, and a watch on the state of each partition the topic has
+        (started once the topic and those states have been read; the scope cancels it)."""
+        path, watched, started = paths.replicated_topic(topic), 0, False
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                async for value in self._zk.watch_data(path):
+                    self._reads[path] = self._reads.get(path, 0) + 1
+                    read: tuple[TopicAssignment, int] | ReplicationValueError | None
+                    try:
+                        read = None if value is None else (TopicAssignment.decode(value[0]), value[1].version)
+                    except ReplicationValueError as exc:
+                        logger.error("replicated topic %r: %s", topic, exc)
+                        read = exc
+                    for partition in range(watched, len(read[0].replicas) if isinstance(read, tuple) else 0):
+                        await nursery.start(self._watch_state, topic, partition)
+                        watched = partition + 1
+                    if not started:
+                        task_status.started(scope)
+                        started = True
+                    self._topics[topic] = read  # (decided on at the next pass, as a state)
+
+    async def _watch_state(self, topic: str, partition: int, *,
+                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep ``_states[(topic, partition)]`` current (started once it has been read)."""
+        key, path, started = (topic, partition), paths.partition_state(topic, partition), False
+        async for value in self._zk.watch_data(path):
+            self._reads[path] = self._reads.get(path, 0) + 1
+            read: VersionedState | NoNodeError | ReplicationValueError
+            try:
+                read = NoNodeError(path) if value is None else VersionedState(
+                    PartitionState.decode(value[0]), value[1].version, value[1].mzxid)
+            except ReplicationValueError as exc:
+                read = exc
+            # Decided on at the next pass (a timer's or a watch's of the brokers, topics, shutdowns):
+            # as often as when each pass read every state.
+            self._states[key] = read
+            if not started:
+                task_status.started()
+                started = True
+
+    def _wrote(self, path: str, reads_before: int) -> bool:
+        """Whether a value this controller wrote at ``path`` may stand for the watch's: only if the
+        watch delivered nothing while the write was under way (else it read that write or a later
+        value, and will deliver whatever came after the value it read)."""
+        return self._reads.get(path, 0) == reads_before
 
     async def _wake_on_loss_of_role(self, scope: trio.CancelScope) -> None:
         async for value in self._zk.watch_data(paths.CONTROLLER):
@@ -176,24 +250,19 @@ class Controller:
                 if (key := paths.parse_unclean_election(name)) is not None}
 
     async def reconcile(self, epoch: int) -> None:
-        """One pass over every replicated partition."""
+        """One pass over every replicated partition (as the watches last read them)."""
         cluster = await self._cluster()
         unclean = await self._unclean_requests()
-        for topic in await replicated_topics(self._zk):
-            try:
-                read = await read_assignment_versioned(self._zk, topic)
-                if read is None:
-                    continue
-                assignment, version = read
-                config = assignment.settings(self.setting_defaults)
-            except ReplicationValueError as exc:
-                logger.error("replicated topic %r: %s", topic, exc)
-                continue
+        for topic in sorted(self._topics):
+            read = self._topics.get(topic)  # (a watch may have dropped it while this pass wrote)
+            if not isinstance(read, tuple):
+                continue  # gone, or it does not parse (logged when read)
+            assignment, version = read
+            config = assignment.settings(self.setting_defaults)
             for partition, replicas in enumerate(assignment.replicas):
-                try:
-                    current = await read_state(self._zk, topic, partition)
-                except (NoNodeError, ReplicationValueError) as exc:
-                    logger.error("%s-%d: unreadable state (%s)", topic, partition, exc)
+                current = self._states.get((topic, partition))
+                if not isinstance(current, VersionedState):
+                    logger.error("%s-%d: unreadable state (%s)", topic, partition, current)
                     continue
                 leader = current.state.leader
                 newer = frozenset(b for b, czxid in self._pending_seen.items() if czxid > current.mzxid)
@@ -210,12 +279,16 @@ class Controller:
                                            asked if (topic, partition) in unclean else config, epoch)
                 if new is None:
                     continue
+                path = paths.partition_state(topic, partition)
+                reads_before = self._reads.get(path, 0)
                 try:
-                    await write_state(self._zk, topic, partition, new, current.version)
+                    written = await write_state_versioned(self._zk, topic, partition, new, current.version)
                 except BadVersionError:
                     self.stats.fenced_writes += 1  # a leader changed the ISR meanwhile: next pass
                     self._wake.set()
                     continue
+                if self._wrote(path, reads_before):
+                    self._states[(topic, partition)] = written
                 self._announced[(topic, partition)] = replicas
                 self.stats.elections += 1
                 logger.debug("%s-%d: leader %d, epoch %d, isr %s", topic, partition, new.leader,
@@ -255,10 +328,14 @@ class Controller:
                       version: int) -> tuple[TopicAssignment, int]:
         """Write the target list into the topic znode; what the znode now holds and its version."""
         done = finished(assignment, partition)
+        path = paths.replicated_topic(topic)
+        reads_before = self._reads.get(path, 0)
         try:
             version = await write_assignment(self._zk, topic, done, version)
         except BadVersionError:  # an admin wrote meanwhile: the target is still there, finish next pass
             self._wake.set()
             return assignment, version
+        if self._wrote(path, reads_before):
+            self._topics[topic] = (done, version)
         logger.info("%s-%d: reassigned to %s", topic, partition, list(done.replicas[partition]))
         return done, version

@@ -19,9 +19,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Mapping
 
 import trio
 
@@ -76,6 +77,7 @@ class _Batch:
     sent: trio.Event = field(default_factory=trio.Event)
     base_offset: int = UNKNOWN_OFFSET
     error: BaseException | None = None
+    on_delivery: list[tuple[Callable[[PendingRecord], None], PendingRecord]] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +102,12 @@ class PendingRecord:
     async def delivered(self) -> tuple[int, int]:
         """(partition, offset) once the batch is acknowledged (offset -1 under acks 0); raises its error."""
         await self._batch.sent.wait()
+        return self.result()
+
+    def result(self) -> tuple[int, int]:
+        """What ``delivered()`` returns or raises, once the batch was answered (RuntimeError before)."""
+        if not self._batch.sent.is_set():
+            raise RuntimeError("the record's batch is not answered yet")
         if self._batch.error is not None:
             raise self._batch.error
         base = self._batch.base_offset
@@ -143,6 +151,11 @@ class KafkaProducer:
         self.partitioner = DefaultPartitioner()
         self._nursery = nursery
         self._open: dict[tuple[str, int], _Batch] = {}
+        # Each batch opened, with when it goes out at the latest: in deadline order, since every
+        # batch lingers as long (one task ships them all, ``_linger``).
+        self._lingering: collections.deque[tuple[float, tuple[str, int], _Batch]] = collections.deque()
+        self._linger_scope: trio.CancelScope | None = None  # the lingering task's sleep
+        self._lingerer_started = False
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._in_flight = 0
         self._idle = trio.Event()
@@ -183,12 +196,17 @@ class KafkaProducer:
         return await pending.delivered()
 
     async def submit(self, topic: str, value: bytes | None, *, key: bytes | None = None, headers: Headers = (),
-                     partition: int | None = None, timestamp_ms: int | None = None) -> PendingRecord:
+                     partition: int | None = None, timestamp_ms: int | None = None,
+                     on_delivery: Callable[[PendingRecord], None] | None = None) -> PendingRecord:
         """Put one record in its batch and return without waiting for the broker.
 
         Records submitted one after another by one task keep that order in
         their partition; ``await pending.delivered()`` gives (partition, offset).
-        It is a checkpoint only when it closes a batch (to let the batch go out).
+        ``on_delivery(pending)``, if given, is called as the batch is answered (Kafka's send
+        callback: no task waits per record), in the producer's task, where ``pending.result()``
+        gives what ``delivered()`` would; it must not raise.  A batch its producer's closing
+        cancelled is not answered.  It is a checkpoint only when it closes a batch (to let the
+        batch go out).
         """
         if self.transactions is not None:
             self.transactions.state.check_open()
@@ -201,10 +219,13 @@ class KafkaProducer:
         records = batch.records
         index = records.append(int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, key, value,
                                headers)
+        pending = PendingRecord(partition, batch, index)
+        if on_delivery is not None:
+            batch.on_delivery.append((on_delivery, pending))
         if records.size_bytes >= self.batch_max_bytes:
             self._ship(where)
             await trio.lowlevel.checkpoint()  # let the batch's sender run
-        return PendingRecord(partition, batch, index)
+        return pending
 
     # ------------------------------------------------------------------ transactions (§19.8)
 
@@ -257,13 +278,27 @@ class KafkaProducer:
     def _open_batch(self, where: tuple[str, int]) -> _Batch:
         batch = self._open[where] = _Batch()
         self._started()
-        self._nursery.start_soon(self._linger, where, batch)
+        deadline = trio.current_time() + self.linger_s
+        self._lingering.append((deadline, where, batch))
+        if not self._lingerer_started:
+            self._lingerer_started = True
+            self._nursery.start_soon(self._linger)
+        elif len(self._lingering) == 1 and self._linger_scope is not None:
+            self._linger_scope.deadline = deadline  # it slept with nothing to ship
         return batch
 
-    async def _linger(self, where: tuple[str, int], batch: _Batch) -> None:
-        await trio.sleep(self.linger_s)
-        if self._open.get(where) is batch:
-            self._ship(where)
+    async def _linger(self) -> None:
+        """Ship each batch still open ``linger_s`` after it opened: one task for every batch (a task
+        per batch cost a spawn and a scheduler step more)."""
+        while True:
+            with trio.CancelScope(deadline=self._lingering[0][0] if self._lingering else math.inf) as scope:
+                self._linger_scope = scope
+                await trio.sleep_forever()
+            now = trio.current_time()
+            while self._lingering and self._lingering[0][0] <= now:
+                _deadline, where, batch = self._lingering.popleft()
+                if self._open.get(where) is batch:
+                    self._ship(where)
 
     def _ship(self, where: tuple[str, int]) -> None:
         """Close the open batch of ``where``: queue it behind the partition's earlier batches."""
@@ -292,7 +327,7 @@ class KafkaProducer:
         topic, partition = where
         idempotence = self.idempotence
         transactions = self.transactions
-        stamped = False
+        stamped = answered = False
         try:
             if transactions is not None:
                 await transactions.ready_to_send(where)
@@ -304,15 +339,20 @@ class KafkaProducer:
                                        control_attributes=0 if transactions is None else TRANSACTIONAL)
             batch.base_offset = await self.client.call_leader(
                 topic, partition, lambda connection: self._produce(connection, topic, partition, data, on_wire))
+            answered = True
         except Exception as exc:  # every waiting send raises it
             batch.error = exc if transactions is None else transactions.batch_failed(exc)
             if idempotence is not None and stamped:  # a batch never stamped took no sequence
                 idempotence.failed()
+            answered = True
         finally:
             on_wire.set()
             lane.slots.release()
             batch.sent.set()
             self._finished()
+        if answered:  # (not when cancelled: waiters of delivered() are cancelled with it)
+            for callback, pending in batch.on_delivery:
+                callback(pending)
 
     async def _produce(self, connection: KafkaConnection, topic: str, partition: int, data: bytes,
                        on_wire: trio.Event) -> int:
