@@ -1,6 +1,6 @@
 """The Kafka world's faults (``kafka_world``, docs/simulation.md "The Kafka world"): every broker fault of
-the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and four of its own,
-drawn as member faults are (the victim index picks a client or a copier), all but the last by the nemesis:
+the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and five of its own,
+drawn as member faults are (the victim index picks a client or a copier), all but the last two by the nemesis:
 
 * ``client-crash``: a client dies where it stands, mid-transaction included (its incarnation is
   cancelled: nothing aborts, nothing flushes); the next incarnation starts later with a new client;
@@ -10,8 +10,13 @@ drawn as member faults are (the victim index picks a client or a copier), all bu
   partition of ``__transaction_state`` (and the offsets partitions it leads) moves and is loaded again;
 * ``coordinator-crash``: a copier and the broker coordinating its transactional id die together right
   after the copier sends EndTxn (the broker is killed a moment later, while it writes the decision and
-  its markers), so what that broker had not made durable is decided again by the next coordinator.
-  The nemesis does not draw it: it comes on a stream of its own (``APART_GAP_S``).
+  its markers), so what that broker had not made durable is decided again by the next coordinator;
+* ``copier-stall``: a copier that read its records stalls before their transaction (a slow step, a
+  blocked call) while its group consumer's own tasks carry on; no successor starts, so its producer
+  epoch stays the current one.  A rebalance meanwhile may hand its partitions to the other copier,
+  which copies the records again; the stalled one then copies them and commits their offsets with the
+  generation it read them in, and only the group coordinator's generation check (KIP-447) refuses them.
+The nemesis draws neither of the last two: each comes on a stream of its own (``APART_GAP_S``).
 
 Light to import (no broker code), like ``faults``: the command line reads ``parse_faults``.
 """
@@ -19,6 +24,7 @@ Light to import (no broker code), like ``faults``: the command line reads ``pars
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
@@ -34,6 +40,11 @@ END_TXN_WAIT_S = 10.0  # how long a ``coordinator-crash`` waits for its copier's
 # The coordinator is killed this long after EndTxn is sent: while it writes the decision and its
 # markers, each a replicated write of a few round trips (the world's latency is up to 30 ms a request).
 CRASH_AFTER_END_TXN_S = (0.0, 0.04)
+STALL_WAIT_S = 20.0  # how long a ``copier-stall`` waits for a copier about to begin a transaction
+# How long a ``copier-stall`` lasts: long enough for a rebalance to start and finish meanwhile (the other
+# members hear of it within a heartbeat, 1 s, and rejoin at once).  It strikes before the transaction's
+# first request, so no transaction timeout runs while it lasts.
+STALL_S = (3.0, 10.0)
 # What ends a client incarnation (the client's own errors, and a broken in-memory stream).
 CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -41,6 +52,20 @@ CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedReso
 def copier_id(index: int) -> str:
     """The transactional id of copier ``index`` (every incarnation's)."""
     return f"copier-{index}"
+
+
+@dataclass
+class Stall:
+    """A ``copier-stall``, armed on every copier: the first running incarnation about to begin a
+    transaction stalls there (``struck`` set, ``victim`` noted) until ``resumed`` is set."""
+
+    victim: tuple[str, int] | None = None  # (the copier's name, its stalled incarnation), once struck
+    struck: trio.Event = field(default_factory=trio.Event)
+    resumed: trio.Event = field(default_factory=trio.Event)
+
+    def holds(self, name: str, incarnation: int) -> bool:
+        """Whether incarnation ``incarnation`` of copier ``name`` is stalled now."""
+        return self.victim == (name, incarnation) and not self.resumed.is_set()
 
 
 class Client(Protocol):
@@ -52,6 +77,7 @@ class Client(Protocol):
     moved_on: trio.Event  # set: the next incarnation may start
     paused: dict[int, trio.Event]  # incarnation -> set when it wakes
     end_txn_sent: trio.Event | None  # set by the running incarnation as it sends EndTxn (armed by a fault)
+    stall: Stall | None  # armed by ``copier-stall``
 
 
 class KafkaFaultTarget(FaultTarget, Protocol):
@@ -65,9 +91,17 @@ class KafkaFaultTarget(FaultTarget, Protocol):
     async def _fault(self, fault: Fault, broker: int, duration_s: float) -> None: ...
 
 
+def _stalled(slot: Client) -> bool:
+    """Whether the slot's running incarnation is under a ``copier-stall``: the other client faults leave
+    it alone (its end, or a successor, would fence the zombie that fault exists to make)."""
+    return slot.stall is not None and slot.stall.holds(slot.name, slot.incarnation)
+
+
 async def _client_crash(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
     """A client process dies where it stands (mid-transaction included); it starts again later."""
     slot = world.slots[victim % len(world.slots)]
+    if _stalled(slot):
+        return
     world.trace.add(f"fault client-crash {slot.name}")
     slot.scope.cancel()
 
@@ -76,6 +110,8 @@ async def _client_pause(world: KafkaFaultTarget, victim: int, duration_s: float)
     """A copier freezes where it stands (a GC pause, a stopped VM) and its successor starts with the same
     transactional id, fencing it; the frozen one wakes later and carries on as a zombie."""
     slot = world.slots[world.first_copier + victim % COPIERS]
+    if _stalled(slot):
+        return
     woken = slot.paused.setdefault(slot.incarnation, trio.Event())
     world.trace.add(f"fault client-pause {slot.name}.{slot.incarnation} for {duration_s:.3f} s")
     slot.moved_on.set()
@@ -138,19 +174,48 @@ async def _coordinator_crash(world: KafkaFaultTarget, victim: int, duration_s: f
     await world._fault(FAULT_TABLE["kill"], broker, duration_s)
 
 
+async def _copier_stall(world: KafkaFaultTarget, victim: int, duration_s: float) -> None:
+    """The first copier about to begin a transaction (its records read, with their generation) stalls
+    there, while its group consumer's tasks carry on, and then goes on as a zombie if a rebalance moved
+    its partitions meanwhile.  One copier stalls at a time (the other may take the partitions over), so
+    a fault that finds one armed or stalled does nothing.  Its length is drawn from the fault's stream
+    (``STALL_S``); ``victim`` and ``duration_s`` are not used."""
+    stall_s = world.apart["copier-stall"].uniform(*STALL_S)  # (drawn whether it strikes or not)
+    copiers = world.slots[world.first_copier:world.first_copier + COPIERS]
+    if any(slot.stall is not None for slot in copiers):
+        return
+    stall = Stall()
+    for slot in copiers:
+        slot.stall = stall
+    try:
+        with trio.move_on_after(STALL_WAIT_S):
+            await stall.struck.wait()
+        if stall.victim is None:
+            return
+        stalled = "{}.{}".format(*stall.victim)
+        world.trace.add(f"fault copier-stall {stalled} for {stall_s:.3f} s")
+        await trio.sleep(stall_s)
+        world.trace.add(f"{stalled} resumed")
+    finally:
+        stall.resumed.set()
+        for slot in copiers:
+            slot.stall = None
+
+
 KAFKA_FAULT_TABLE: dict[str, Fault] = {
     **{name: fault for name, fault in FAULT_TABLE.items() if not fault.on_member},
     "client-crash": Fault("client-crash", _client_crash, on_member=True),  # type: ignore[arg-type]
     "coordinator-move": Fault("coordinator-move", _coordinator_move, on_member=True),  # type: ignore[arg-type]
     "client-pause": Fault("client-pause", _client_pause, on_member=True),  # type: ignore[arg-type]
     "coordinator-crash": Fault("coordinator-crash", _coordinator_crash, on_member=True),  # type: ignore[arg-type]
+    "copier-stall": Fault("copier-stall", _copier_stall, on_member=True),  # type: ignore[arg-type]
 }
 
 
 KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
 # Kinds the nemesis does not draw: each comes on a stream of its own, one every gap drawn from it, so
 # adding one leaves the nemesis' draws (and every other kind's frequency) as they were.
-APART_GAP_S: dict[str, tuple[float, float]] = {"coordinator-crash": (1.0, 4.0)}
+APART_GAP_S: dict[str, tuple[float, float]] = {"coordinator-crash": (1.0, 4.0), "copier-stall": (1.0, 4.0)}
 
 
 def parse_faults(text: str) -> tuple[str, ...]:

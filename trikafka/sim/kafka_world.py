@@ -11,8 +11,9 @@ commits; a read_committed reader reads the output.  Each client runs in incarnat
 the ``client-crash`` fault (cancelled where it stands, mid-transaction included: nothing aborts), ends
 one and the next starts with a new client.  The nemesis is the cluster world's (``ClusterWorld._nemesis``)
 over its broker faults (``faults.FAULT_TABLE``) plus this world's: ``client-crash`` and
-``coordinator-move`` (the broker coordinating a copier's transactional id restarts) and
-``coordinator-crash`` (a copier and its coordinator die together just after its EndTxn).  After healing,
+``coordinator-move`` (the broker coordinating a copier's transactional id restarts),
+``coordinator-crash`` (a copier and its coordinator die together just after its EndTxn) and
+``copier-stall`` (a copier stalls before a transaction while its group membership carries on).  After healing,
 ``kafka_promises.KafkaHistory`` judges what clients saw against the logs a fresh client reads back.
 """
 
@@ -38,7 +39,7 @@ from trikafka.util.errors import leaf_exceptions
 from .checker import Violation
 from .determinism import Trace, derived_random, seeded_member_ids
 from .kafka_faults import (APART_GAP_S, CLIENT_ERRORS, COORDINATOR_KEY_TYPE_TRANSACTION, COPIERS, KAFKA_FAULT_TABLE,
-                           KAFKA_FAULTS, copier_id)
+                           KAFKA_FAULTS, Stall, copier_id)
 from .kafka_promises import FinalLogs, KafkaHistory, copy_value, idempotent_value
 from .world import BROKERS, SimResult, ClusterWorld, replay_command, replica_assignment, run_world
 
@@ -77,6 +78,7 @@ class Slot:
     moved_on: trio.Event = field(default_factory=trio.Event)  # set: the next incarnation may start
     paused: dict[int, trio.Event] = field(default_factory=dict)  # incarnation -> set when it wakes
     end_txn_sent: trio.Event | None = None  # armed by ``coordinator-crash``: set as the copier sends EndTxn
+    stall: Stall | None = None  # armed by ``copier-stall``
 
 
 def run_seed(seed: int, *, duration_s: float = DEFAULT_DURATION_S, faults: tuple[str, ...] = KAFKA_FAULTS,
@@ -190,11 +192,19 @@ class KafkaWorld(ClusterWorld):
                 self.trace.add(f"{slot.name}.{incarnation} ended: {type(exc).__name__} {exc}"[:200])
         moved_on.set()
 
-    async def _awake(self, slot: Slot, incarnation: int) -> None:
-        """Return once this incarnation is not paused (a copier checks before each request it makes)."""
+    async def _awake(self, slot: Slot, incarnation: int, *, may_stall: bool = False) -> None:
+        """Return once this incarnation is not paused (a copier checks before each request it makes in a
+        transaction); an armed ``copier-stall`` strikes where ``may_stall`` (before a transaction begins)
+        if this is the running incarnation (not a ``client-pause`` zombie, fenced already)."""
         paused = slot.paused.get(incarnation)
         if paused is not None:
             await paused.wait()
+        stall = slot.stall
+        if (may_stall and stall is not None and not stall.struck.is_set() and incarnation == slot.incarnation
+                and incarnation not in slot.paused):
+            stall.victim = (slot.name, incarnation)
+            stall.struck.set()
+            await stall.resumed.wait()
 
     async def _idempotent_produce(self, slot: Slot, incarnation: int) -> None:
         """Records submitted at the producer's rate without waiting for the one before (several batches
@@ -261,9 +271,11 @@ class KafkaWorld(ClusterWorld):
                     if len(batch) < wanted:
                         continue
                     label = f"{tid}.{incarnation}.{next(transactions)}"
+                    records = list(batch)  # (a revocation meanwhile clears the batch, not what was read)
+                    await self._awake(slot, incarnation, may_stall=True)
                     manager.begin()
                     offsets: dict[TopicPartition, int] = {}
-                    for m in list(batch):
+                    for m in records:
                         await self._awake(slot, incarnation)
                         value = copy_value(m.partition, m.record.offset, label)
                         await producer.send(OUT, value, partition=m.partition, timestamp_ms=self._now_ms())
