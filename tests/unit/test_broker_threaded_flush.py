@@ -99,6 +99,56 @@ async def test_an_acks_all_flush_spawns_no_task_and_makes_the_bytes_visible():
         nursery.cancel_scope.cancel()
 
 
+class _Steps(trio.abc.Instrument):
+    """The tasks that took a step while it is installed."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def test_a_flush_starts_without_a_task_step_of_its_own():
+    """An acks -1 flush costs the loop the completion's callback and the waiter's wake, nothing to
+    start it: it starts when the round of steps that asked for it ends."""
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(FlushScheduler(manager).run)
+        log.append(SET)
+        steps = _Steps()
+        trio.lowlevel.add_instrument(steps)
+        try:
+            await scheduler.flush(log)
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        assert log.visible_end == len(SET)
+        me = trio.lowlevel.current_task().name
+        # This task (its checkpoint; its wake, unless the fsync was done by then) and the fsync's
+        # completion (a ``run_sync_soon`` callback): no other task.
+        assert set(steps.names) == {me, "<TrioToken.run_sync_soon task>"}, steps.names
+        assert len(steps.names) <= 3, steps.names
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flush_started_on_an_idle_loop_wakes_it_for_the_task_that_runs_a_doubles_call():
+    """Started outside any task as the loop is about to sleep, a flush whose call runs in a task (a test
+    double's ``run_blocking``) wakes the loop for it, instead of leaving it to the next I/O."""
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    flushed = trio.Event()
+    log.add_visible_listener(lambda _: flushed.set())
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(FlushScheduler(manager, run_blocking=DOUBLE).run)
+        log.append(SET)
+        with trio.fail_after(5):
+            scheduler.request_flush(log)
+            await flushed.wait()  # parks at once: no task is runnable when this round ends
+        assert log.visible_end == len(SET)
+        nursery.cancel_scope.cancel()
+
+
 @BOTH_WAYS
 async def test_appends_before_the_loops_next_step_share_the_flush_asked_for_first(monkeypatch, run_blocking):
     """Group commit: another connection's acks -1 append right after this one's (or a pipelined
