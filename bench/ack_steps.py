@@ -70,7 +70,8 @@ def _exactly(sock: socket.socket, count: int) -> bytes:
     return bytes(data)
 
 
-def _kafka_sender(port: int, acks: int):
+def kafka_sender(port: int, acks: int):
+    """A function that sends one Kafka Produce v9 of 10 messages with ``acks`` and reads its answer."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     topic = TopicName(f"steps-kafka-{acks}")
@@ -85,7 +86,8 @@ def _kafka_sender(port: int, acks: int):
     return lambda: _call(sock, frame)
 
 
-def _legacy_sender(port: int, acks: int):
+def legacy_sender(port: int, acks: int):
+    """A function that sends one 0.7 PRODUCE_ACKED of 10 messages with ``acks`` and reads its answer."""
     connection = BrokerConnection("127.0.0.1", port)
     part = ProducePart(f"steps-07-{acks}", 0, build_message_set([b"v" * 100] * MESSAGES_PER_REQUEST))
     return lambda: connection.produce_acked([part], acks=acks)
@@ -117,8 +119,8 @@ def main() -> None:
     with running_kafka_broker(acks_all_fsync=args.fsync == "on") as running:
         token = running.trio_token
         assert token is not None
-        for name, sender, port in (("kafka", _kafka_sender, running.kafka_port),
-                                   ("0.7 PRODUCE_ACKED", _legacy_sender, running.port)):
+        for name, sender, port in (("kafka", kafka_sender, running.kafka_port),
+                                   ("0.7 PRODUCE_ACKED", legacy_sender, running.port)):
             for acks in (1, -1):
                 per_request_steps, cpu_us, names = measure(token, sender(port, acks), args.requests)
                 print(f"{name:18} acks {acks:2}  fsync {args.fsync:3}: {per_request_steps:5.2f} task steps, "
