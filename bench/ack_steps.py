@@ -1,14 +1,15 @@
 """Event-loop task steps and loop CPU per acknowledged produce request (docs/protocol.md §7.2, §9.2, §16.4).
 
-Run: ``python bench/ack_steps.py [--requests 200] [--fsync on|off]``.  Starts a
-broker in this process (its own Trio loop in a thread, a real log directory),
+Run: ``python bench/ack_steps.py [--requests 200] [--fsync on|off] [--in-dir DIR]``.  Starts
+a broker in this process (its own Trio loop in a thread, a log directory made in
+``DIR``, e.g. ``/dev/shm`` for fsyncs that cost nothing),
 then sends one-at-a-time requests of 10 messages from a blocking socket in
 the main thread: Kafka Produce v9 with acks 1 and -1, and 0.7 PRODUCE_ACKED
 with acks 1 and -1.  For each it prints the loop's task steps per request
 (a Trio instrument's ``before_task_step``, every task of the broker's loop
-counted, system tasks too) and the loop thread's CPU µs per request
-(``time.thread_time`` read on the loop; fsyncs run in worker threads and
-are not in it).  The client waits for each answer before sending the next,
+counted, system tasks too) and the loop thread's CPU µs per request, user
+and system (``getrusage(RUSAGE_THREAD)`` read on the loop; fsyncs run in
+worker threads and are not in it).  The client waits for each answer before sending the next,
 so the loop is idle between requests and every step is the request's.
 """
 
@@ -17,8 +18,9 @@ from __future__ import annotations
 import argparse
 import socket
 import struct
+import resource
 import sys
-import time
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -93,38 +95,47 @@ def legacy_sender(port: int, acks: int):
     return lambda: connection.produce_acked([part], acks=acks)
 
 
-def measure(token: trio.lowlevel.TrioToken, send, requests: int) -> tuple[float, float, list[str]]:
-    """(task steps, loop CPU µs) per request over ``requests`` requests after a warm-up, and the
-    tasks of the first steps counted."""
+def _thread_cpu_s() -> tuple[float, float]:
+    """The calling thread's (user, system) CPU seconds."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime, usage.ru_stime
+
+
+def measure(token: trio.lowlevel.TrioToken, send, requests: int) -> tuple[float, tuple[float, float], list[str]]:
+    """(task steps, (user, system) loop CPU µs) per request over ``requests`` requests after a
+    warm-up, and the tasks of the first steps counted."""
     for _ in range(WARMUP_REQUESTS):
         send()
     steps = _Steps()
     trio.from_thread.run_sync(trio.lowlevel.add_instrument, steps, trio_token=token)
-    cpu_before = trio.from_thread.run_sync(time.thread_time, trio_token=token)
+    cpu_before = trio.from_thread.run_sync(_thread_cpu_s, trio_token=token)
     start = steps.steps
     for _ in range(requests):
         send()
     counted = steps.steps - start
-    cpu_after = trio.from_thread.run_sync(time.thread_time, trio_token=token)
+    cpu_after = trio.from_thread.run_sync(_thread_cpu_s, trio_token=token)
     trio.from_thread.run_sync(trio.lowlevel.remove_instrument, steps, trio_token=token)
-    return counted / requests, (cpu_after - cpu_before) / requests * 1e6, steps.names
+    return counted / requests, tuple((after - before) / requests * 1e6  # type: ignore[return-value]
+                                     for before, after in zip(cpu_before, cpu_after)), steps.names
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--fsync", choices=("on", "off"), default="on", help="acks.all.fsync")
+    parser.add_argument("--in-dir", help="make the broker's log directory in this directory (default: the system's temp)")
     parser.add_argument("--trace", action="store_true", help="print the tasks of the first steps counted")
     args = parser.parse_args()
-    with running_kafka_broker(acks_all_fsync=args.fsync == "on") as running:
+    with tempfile.TemporaryDirectory(prefix="ack-steps-", dir=args.in_dir) as log_dir, \
+            running_kafka_broker(log_dir, acks_all_fsync=args.fsync == "on") as running:
         token = running.trio_token
         assert token is not None
         for name, sender, port in (("kafka", kafka_sender, running.kafka_port),
                                    ("0.7 PRODUCE_ACKED", legacy_sender, running.port)):
             for acks in (1, -1):
-                per_request_steps, cpu_us, names = measure(token, sender(port, acks), args.requests)
+                per_request_steps, (user_us, system_us), names = measure(token, sender(port, acks), args.requests)
                 print(f"{name:18} acks {acks:2}  fsync {args.fsync:3}: {per_request_steps:5.2f} task steps, "
-                      f"{cpu_us:6.1f} µs loop CPU per request")
+                      f"{user_us + system_us:6.1f} µs loop CPU per request ({user_us:.1f} user, {system_us:.1f} system)")
                 if args.trace:
                     print("   ", " ".join(names))
 
