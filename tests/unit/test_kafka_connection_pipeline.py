@@ -222,3 +222,18 @@ async def test_a_held_answer_goes_before_the_answers_after_it_and_at_its_deadlin
             assert await answers(client, 1) == [-3]
         assert trio.current_time() - started == pytest.approx(5.0, abs=0.01)
         await client.aclose()
+
+
+async def test_a_graceful_stop_still_answers_a_held_answer() -> None:
+    service = LaterService(later=frozenset({1}))
+    client, server = trio.testing.memory_stream_pair()
+    connection = ServedKafkaConnection(service, server)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await client.send_all(frame(1))
+        await trio.testing.wait_all_tasks_blocked()
+        connection.stop()
+        await trio.testing.wait_all_tasks_blocked()
+        service.later[1].ready()
+        assert await answers(client, 1) == [1]
+    assert connection.close_reason == "broker shutting down"
