@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import pytest
 import trio
@@ -189,13 +190,20 @@ class LaterService(DeferringService):
         return answer
 
 
-async def test_an_answer_that_says_when_it_is_ready_stays_out_of_the_sender_until_then() -> None:
-    """The sender is not woken to start waiting for it: it wakes once, to send it."""
-    service = LaterService(later=frozenset({1}))
+@contextlib.asynccontextmanager
+async def _served(service: DeferringService) -> AsyncIterator[tuple[trio.abc.Stream, ServedKafkaConnection]]:
+    """A connection of ``service`` running until the block ends: (the client's stream, the connection)."""
     client, server = trio.testing.memory_stream_pair()
     connection = ServedKafkaConnection(service, server)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
+        yield client, connection
+
+
+async def test_an_answer_that_says_when_it_is_ready_stays_out_of_the_sender_until_then() -> None:
+    """The sender is not woken to start waiting for it: it wakes once, to send it."""
+    service = LaterService(later=frozenset({1}))
+    async with _served(service) as (client, _):
         await client.send_all(frame(1))
         await trio.testing.wait_all_tasks_blocked()
         assert service.later[1].awaited == 0  # the sender has not taken it
@@ -207,10 +215,7 @@ async def test_an_answer_that_says_when_it_is_ready_stays_out_of_the_sender_unti
 
 async def test_a_held_answer_goes_before_the_answers_after_it_and_at_its_deadline(autojump_clock) -> None:
     service = LaterService(later=frozenset({1, 3}), timeout_s=5.0, ready=frozenset({2}))
-    client, server = trio.testing.memory_stream_pair()
-    connection = ServedKafkaConnection(service, server)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(connection.run)
+    async with _served(service) as (client, _):
         await client.send_all(frame(1) + frame(2))  # 2, ready, queues 1 before it: the sender awaits 1
         await trio.testing.wait_all_tasks_blocked()
         assert service.later[1].callback is None  # dropped when it was queued
@@ -226,10 +231,7 @@ async def test_a_held_answer_goes_before_the_answers_after_it_and_at_its_deadlin
 
 async def test_a_graceful_stop_still_answers_a_held_answer() -> None:
     service = LaterService(later=frozenset({1}))
-    client, server = trio.testing.memory_stream_pair()
-    connection = ServedKafkaConnection(service, server)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(connection.run)
+    async with _served(service) as (client, connection):
         await client.send_all(frame(1))
         await trio.testing.wait_all_tasks_blocked()
         connection.stop()
