@@ -225,3 +225,21 @@ async def test_false_answers_acks_all_when_handled_true_defers_the_answer_to_the
                 (part,) = response.responses[0].partition_responses
                 assert (got, part.error_code, part.base_offset) == (correlation_id, ErrorCode.none, base_offset)
             nursery.cancel_scope.cancel()
+
+
+async def test_true_calls_back_once_the_flush_covered_the_write_and_leaves_no_waiter():
+    """``Appending.when_acknowledged``: the connection's way to keep its sender asleep until an acks -1
+    answer is ready (§16.2); called once, from the flush's completion, with nothing left registered."""
+    async with trio.open_nursery() as nursery:
+        engine, partition, flusher = await _partition(nursery, FakeFileSystem(seed=1), ack_fsync=True)
+        appending = await engine.append_pipelined([PartitionWrite(partition, bytearray(batches([1])), KafkaAppend())],
+                                                  ACKS_ALL, trio.current_time() + 10)
+        assert appending.acknowledged_now() is None
+        called: list[int] = []
+        assert appending.when_acknowledged(lambda: called.append(partition.log.visible_end))
+        await flusher.wait_idle(partition.log)
+        assert called == [partition.log.end_offset]
+        assert engine.waiters.waiting_count() == 0
+        (outcome,) = await appending.acknowledged()  # answers without waiting
+        assert isinstance(outcome, AppendResult)
+        nursery.cancel_scope.cancel()

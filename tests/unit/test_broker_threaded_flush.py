@@ -35,14 +35,18 @@ def _manager(fs: FakeFileSystem) -> LogManager:
     return manager
 
 
-class _Spawns(trio.abc.Instrument):
-    """The tasks spawned while it is installed."""
+class _Tasks(trio.abc.Instrument):
+    """The tasks spawned, and those that took a step, while it is installed."""
 
     def __init__(self) -> None:
-        self.names: list[str] = []
+        self.spawned: list[str] = []
+        self.stepped: list[str] = []
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.names.append(task.name)
+        self.spawned.append(task.name)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.stepped.append(task.name)
 
 
 def _record_fsyncs(monkeypatch, hold_first: bool | int) -> tuple[threading.Event, threading.Event, list[int]]:
@@ -81,21 +85,45 @@ async def _start_a_held_flush(nursery: trio.Nursery, monkeypatch, run_blocking=T
     return scheduler, log, release, sizes
 
 
-async def test_an_acks_all_flush_spawns_no_task_and_makes_the_bytes_visible():
+async def test_an_acks_all_flush_spawns_no_task_takes_no_step_of_its_own_and_makes_the_bytes_visible():
+    """An acks -1 flush costs the loop the completion's callback and the waiter's wake, nothing to
+    start it: it starts when the round of steps that asked for it ends."""
     manager = _manager(FakeFileSystem(seed=1))
     log = manager.get_or_create("t", 0)
     async with trio.open_nursery() as nursery:
         scheduler = await nursery.start(FlushScheduler(manager).run)
         log.append(SET)
-        spawns = _Spawns()
-        trio.lowlevel.add_instrument(spawns)
+        tasks = _Tasks()
+        trio.lowlevel.add_instrument(tasks)
         try:
             await scheduler.flush(log)
         finally:
-            trio.lowlevel.remove_instrument(spawns)
+            trio.lowlevel.remove_instrument(tasks)
         assert log.visible_end == len(SET)
-        assert spawns.names == []
+        assert tasks.spawned == []
+        # This task (its checkpoint; its wake, unless the fsync was done by then) and the fsync's
+        # completion (a ``run_sync_soon`` callback): no other task.
+        me = trio.lowlevel.current_task().name
+        assert set(tasks.stepped) == {me, "<TrioToken.run_sync_soon task>"}, tasks.stepped
+        assert len(tasks.stepped) <= 3, tasks.stepped
         assert scheduler.flushes_completed == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flush_started_on_an_idle_loop_wakes_it_for_the_task_that_runs_a_doubles_call():
+    """Started outside any task as the loop is about to sleep, a flush whose call runs in a task (a test
+    double's ``run_blocking``) wakes the loop for it, instead of leaving it to the next I/O."""
+    manager = _manager(FakeFileSystem(seed=1))
+    log = manager.get_or_create("t", 0)
+    flushed = trio.Event()
+    log.add_visible_listener(lambda _: flushed.set())
+    async with trio.open_nursery() as nursery:
+        scheduler = await nursery.start(FlushScheduler(manager, run_blocking=DOUBLE).run)
+        log.append(SET)
+        with trio.fail_after(5):
+            scheduler.request_flush(log)
+            await flushed.wait()  # parks at once: no task is runnable when this round ends
+        assert log.visible_end == len(SET)
         nursery.cancel_scope.cancel()
 
 
@@ -205,7 +233,7 @@ async def test_a_flush_that_finds_every_fsync_slot_taken_is_no_task_and_starts_w
         scheduler, logs, release, sizes = await _take_every_slot(nursery, monkeypatch)
         last = logs[-1]
         last.append(SET + SET)
-        spawns = _Spawns()
+        spawns = _Tasks()
         trio.lowlevel.add_instrument(spawns)
         try:
             scheduler.request_flush(last)
@@ -216,7 +244,7 @@ async def test_a_flush_that_finds_every_fsync_slot_taken_is_no_task_and_starts_w
                 await scheduler.wait_idle(log)
         finally:
             trio.lowlevel.remove_instrument(spawns)
-        assert spawns.names == []
+        assert spawns.spawned == []
         assert sizes[-1] == 2 * len(SET) and last.visible_end == 2 * len(SET)
         assert all(log.visible_end == len(SET) for log in logs[:-1])
         nursery.cancel_scope.cancel()
@@ -240,7 +268,7 @@ async def test_a_flush_asked_for_during_a_roll_is_no_task_and_starts_when_the_ro
         log.append(SET)
         nursery.start_soon(scheduler.roll_while, log, iter([True, False]).__next__)
         await trio.to_thread.run_sync(rolling.wait, 10)
-        spawns = _Spawns()
+        spawns = _Tasks()
         trio.lowlevel.add_instrument(spawns)
         try:
             scheduler.request_flush(log)
@@ -251,7 +279,7 @@ async def test_a_flush_asked_for_during_a_roll_is_no_task_and_starts_when_the_ro
             assert not scheduler.restructuring(log)
         finally:
             trio.lowlevel.remove_instrument(spawns)
-        assert spawns.names == []
+        assert spawns.spawned == []
         assert sizes == []  # the roll fsynced everything; the new segment has nothing to flush
         assert log.visible_end == len(SET) and log.segments.starts == (0, len(SET))
         log.append(SET)

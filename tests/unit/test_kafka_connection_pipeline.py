@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
+from typing import AsyncIterator, Callable
 
+import pytest
 import trio
 import trio.testing
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -138,3 +141,101 @@ async def test_a_ready_answer_after_a_failed_one_is_never_sent() -> None:
         service.release(3)  # 3's answer is ready once 2 has failed: it must not go out
         assert await answers(client, 2) == [1]
     assert connection.close_reason == "RuntimeError: request 2 failed"
+
+
+class _Later:
+    """A deferred answer that says when it is ready (``ReadyLater``, as an acks -1 Produce's): awaiting it
+    waits until ``ready()`` and answers ``n``, or until its deadline and answers ``-n`` (timed out)."""
+
+    def __init__(self, n: int, deadline: float) -> None:
+        self.n, self.deadline = n, deadline
+        self.callback: Callable[[], None] | None = None
+        self.awaited = 0
+        self._ready = trio.Event()
+
+    async def __call__(self) -> list[Chunk]:
+        self.awaited += 1
+        with trio.move_on_at(self.deadline):
+            await self._ready.wait()
+        return [struct.pack(">ii", 4, self.n if self._ready.is_set() else -self.n)]
+
+    def when_ready(self, callback: Callable[[], None]) -> float | None:
+        self.callback = callback
+        return self.deadline
+
+    def cancel(self) -> None:
+        self.callback = None
+
+    def ready(self) -> None:
+        self._ready.set()
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+
+class LaterService(DeferringService):
+    """Answers ``later`` requests with a ``_Later`` due ``timeout_s`` after it was handled."""
+
+    def __init__(self, later: frozenset[int], timeout_s: float = 60.0, **kwargs: frozenset[int]) -> None:
+        super().__init__(**kwargs)
+        self.later: dict[int, _Later] = {}
+        self._later_ids, self._timeout_s = later, timeout_s
+
+    async def handle(self, request: Request) -> list[Chunk] | None | Deferred:
+        n = request.correlation_id
+        if n not in self._later_ids:
+            return await super().handle(request)
+        self.handled.append(n)
+        answer = self.later[n] = _Later(n, trio.current_time() + self._timeout_s)
+        return answer
+
+
+@contextlib.asynccontextmanager
+async def _served(service: DeferringService) -> AsyncIterator[tuple[trio.abc.Stream, ServedKafkaConnection]]:
+    """A connection of ``service`` running until the block ends: (the client's stream, the connection)."""
+    client, server = trio.testing.memory_stream_pair()
+    connection = ServedKafkaConnection(service, server)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        yield client, connection
+
+
+async def test_an_answer_that_says_when_it_is_ready_stays_out_of_the_sender_until_then() -> None:
+    """The sender is not woken to start waiting for it: it wakes once, to send it."""
+    service = LaterService(later=frozenset({1}))
+    async with _served(service) as (client, _):
+        await client.send_all(frame(1))
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.later[1].awaited == 0  # the sender has not taken it
+        service.later[1].ready()
+        assert await answers(client, 1) == [1]
+        assert service.later[1].awaited == 1
+        await client.aclose()
+
+
+async def test_a_held_answer_goes_before_the_answers_after_it_and_at_its_deadline(autojump_clock) -> None:
+    service = LaterService(later=frozenset({1, 3}), timeout_s=5.0, ready=frozenset({2}))
+    async with _served(service) as (client, _):
+        await client.send_all(frame(1) + frame(2))  # 2, ready, queues 1 before it: the sender awaits 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert service.later[1].callback is None  # dropped when it was queued
+        service.later[1].ready()
+        assert await answers(client, 2) == [1, 2]
+        await client.send_all(frame(3))  # never ready: answered at its deadline, as timed out
+        started = trio.current_time()
+        with trio.fail_after(60):
+            assert await answers(client, 1) == [-3]
+        assert trio.current_time() - started == pytest.approx(5.0, abs=0.01)
+        await client.aclose()
+
+
+async def test_a_graceful_stop_still_answers_a_held_answer() -> None:
+    service = LaterService(later=frozenset({1}))
+    async with _served(service) as (client, connection):
+        await client.send_all(frame(1))
+        await trio.testing.wait_all_tasks_blocked()
+        connection.stop()
+        await trio.testing.wait_all_tasks_blocked()
+        service.later[1].ready()
+        assert await answers(client, 1) == [1]
+    assert connection.close_reason == "broker shutting down"

@@ -34,10 +34,12 @@ off the event loop while the loop keeps appending, then advances the visible
 end to the *captured* size (``Flushing.complete_flush``), never further: bytes
 appended during the fsync wait for the next flush.  At most one flush per log
 is in flight; requests that arrive meanwhile coalesce into one more flush
-after it (group commit).  A flush runs one way, and not as a task of its own.
-One long-lived task starts the flushes asked for at the loop's next step (as
-a flush task spawned at the request would have started: what any task
-appends before then is in the same flush).  A flush asked for during a roll
+after it (group commit).  A flush runs one way, and not as a task of its own,
+nor with a task step of its own to start it: the flushes asked for start when
+the loop's current round of task steps has ended, before it next waits for
+I/O (a Trio instrument's ``before_io_wait``), so what any task appends in
+the round of the first request (every connection woken by the same poll, a
+connection's pipelined requests) is in the same flush.  A flush asked for during a roll
 (or truncation) of its log starts when that ends; one that finds every slot
 taken (``MAX_CONCURRENT_FSYNCS`` blocking calls at once, flushes, rolls and
 truncations alike) starts when a slot is handed to it, in the order asked.
@@ -111,7 +113,8 @@ class FlushScheduler:
         # for an fsync slot (_slots), then started (_started) until its completion.
         self._in_flight: dict[BrokerLog, trio.Event] = {}
         self._to_start: list[BrokerLog] = []
-        self._starter: trio.lowlevel.Task | None = None  # ``_start_flushes`` while parked
+        self._round_end = _RoundEnd(self._start_flushes)  # installed while ``run`` runs
+        self._token: trio.lowlevel.TrioToken | None = None
         self._after_roll: set[BrokerLog] = set()
         self._started: set[BrokerLog] = set()
         self._again: set[BrokerLog] = set()  # asked for again while in flight: one more flush after it
@@ -142,7 +145,8 @@ class FlushScheduler:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._running = True
-            nursery.start_soon(self._start_flushes)
+            self._token = trio.lowlevel.current_trio_token()
+            trio.lowlevel.add_instrument(self._round_end)
             try:
                 task_status.started(self)
                 while True:
@@ -159,6 +163,7 @@ class FlushScheduler:
                         self._wake_late_s.add(max(0.0, now_s - sleep.deadline))
                     self._flush_due_logs(now_s)
             finally:
+                trio.lowlevel.remove_instrument(self._round_end)
                 self._running = False
                 self._sleep = None
                 for log in [log for log in self._in_flight if log not in self._started]:
@@ -219,27 +224,29 @@ class FlushScheduler:
         if not self._running:
             return  # not running (shutdown): LogManager.close() flushes everything
         self._in_flight[log] = trio.Event()
-        self._to_start.append(log)
-        starter, self._starter = self._starter, None
-        if starter is not None:
-            trio.lowlevel.reschedule(starter)
+        self._to_start.append(log)  # started by ``_start_flushes`` at the end of this round of steps
 
-    async def _start_flushes(self) -> None:
-        """Start the flushes asked for, at the loop's next step after the first request: what any
-        task appends before then is in the same flush, as when each flush was a task spawned at its
-        request (group commit across connections and pipelined requests)."""
-        while True:
-            to_start, self._to_start = self._to_start, []
-            for log in to_start:
-                self._start(log)
-            if self._to_start:
-                continue
-            self._starter = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort_starter)
+    def _start_flushes(self, timeout_s: float) -> None:
+        """Start the flushes asked for (the loop's ``before_io_wait``, outside any task: what any task
+        appended in this round of steps is in them), the loop about to wait up to ``timeout_s``.
 
-    def _abort_starter(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
-        self._starter = None
-        return trio.lowlevel.Abort.SUCCEEDED
+        Trio chose ``timeout_s`` before this hook, so whatever wakes a task here must also wake the
+        loop's I/O wait, or the woken task would wait for it.  A flush whose fsync started in a
+        worker thread wakes nothing; anything else here (a flush with nothing to flush, a failure,
+        a test double's task) may: then the loop is woken by a ``run_sync_soon`` that does nothing.
+        """
+        woke = False
+        try:
+            while self._to_start:
+                to_start, self._to_start = self._to_start, []
+                for log in to_start:
+                    self._start(log)
+                    woke = woke or not (log in self._started and self._start_blocking is _start_in_thread)
+        except BaseException as exc:  # e.g. no thread could start: the broker goes down, through ``run``
+            self._fail(exc)
+            woke = True
+        if woke and timeout_s > 0 and self._token is not None:
+            self._token.run_sync_soon(_nothing)
 
     def _start(self, log: BrokerLog) -> None:
         """Start the flush of ``log`` asked for: now, or when the roll in flight ends (``_roll_ended``)
@@ -503,6 +510,23 @@ def _start_in_thread(fn: Callable[[], Any], done: Callable[[Unwrap], None]) -> N
 
 def _reraise(exc: BaseException) -> Any:
     raise exc
+
+
+def _nothing() -> None:
+    """A ``run_sync_soon`` callback whose only effect is to end the loop's I/O wait."""
+
+
+class _RoundEnd(trio.abc.Instrument):
+    """Calls ``hook(timeout_s)`` each time the loop has run its runnable tasks and is about to wait
+    for I/O (for up to ``timeout_s``; 0 while a task is runnable)."""
+
+    __slots__ = ("_hook",)
+
+    def __init__(self, hook: Callable[[float], None]):
+        self._hook = hook
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._hook(timeout)
 
 
 class _Slots:

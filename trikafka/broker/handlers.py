@@ -217,7 +217,11 @@ class RequestHandler:
     # ----------------------------------------------------------------- PRODUCE_ACKED (§9.2)
 
     async def produce_acked(self, request: ProduceAckedRequest) -> bytes:
-        """Append every part independently, then wait for the requested acknowledgement."""
+        """Append every part independently, then wait for the requested acknowledgement.
+
+        Returns without a checkpoint of its own when it waited for none: the answer's send
+        (``send_chunks``) is the request's checkpoint, and an acks -1 wait was one already.
+        """
         if request.acks not in (ACKS_APPENDED, ACKS_FLUSHED):
             raise CloseConnection(f"PRODUCE_ACKED with unsupported acks {request.acks}")
         deadline = trio.current_time() + max(request.timeout_ms, 0) / 1000
@@ -236,7 +240,6 @@ class RequestHandler:
                                                 outcome.base_offset, outcome.next_offset)
             else:
                 results[i] = _failed(row, _append_error(outcome))
-        await trio.lowlevel.checkpoint()
         return encode_produce_acked_response(results)
 
     async def _produce_acked_part(self, part: ProducePart) -> tuple[ProduceAckedResult, Partition | None]:

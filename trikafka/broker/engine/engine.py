@@ -11,7 +11,7 @@ Built once, in the broker's composition root (``server.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from trikafka.kafka.batch import BatchError
 from trikafka.wire.errors import MessageError
@@ -22,7 +22,7 @@ from .directory import PartitionDirectory
 from .errors import EngineError
 from .partition import AckWait, LocalPartition, Partition, Refused
 from .topic_admin import TopicAdmin
-from .waiters import VisibleEndWaiters
+from .waiters import AdvanceCall, VisibleEndWaiters
 
 # Both protocols' "acknowledge once the ISR holds it" (unreplicated: once a flush made it
 # visible, or under acks.all.fsync=false a Kafka-format append, §12.6): PRODUCE_ACKED's acks -1
@@ -62,7 +62,34 @@ class Appending:
         self.outcomes = outcomes  # as appended; ``acknowledged`` replaces the parts whose acks failed
         self._waiters = waiters
         self._waits = waits
-        self._deadline = deadline
+        self.deadline = deadline  # when ``acknowledged`` answers REQUEST_TIMED_OUT for what is still pending
+        self._advance_call: AdvanceCall | None = None
+
+    def when_acknowledged(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback()`` once every acknowledgement is met or failed (then ``acknowledged``
+        returns without waiting), on the loop from the advance that settled the last one, never
+        before this returns; not at the deadline (``cancel_when_acknowledged`` then).  False, with
+        nothing registered, when none is pending now."""
+        keys = [wait.key for _, wait in self._waits if wait.status() is None]
+        if not keys:
+            return False
+
+        def advanced() -> None:
+            pending = [wait.key for _, wait in self._waits if wait.status() is None]
+            if pending:
+                self._advance_call = self._waiters.call_on_advance(pending, advanced)
+                return
+            self._advance_call = None
+            callback()
+
+        self._advance_call = self._waiters.call_on_advance(keys, advanced)
+        return True
+
+    def cancel_when_acknowledged(self) -> None:
+        """Drop ``when_acknowledged``'s callback, if it was not called."""
+        if self._advance_call is not None:
+            self._advance_call.cancel()
+            self._advance_call = None
 
     def acknowledged_now(self) -> list[AppendOutcome] | None:
         """Every write's final outcome when no acknowledgement is pending (each met or failed at the
@@ -75,7 +102,7 @@ class Appending:
     async def acknowledged(self) -> list[AppendOutcome]:
         """Every write's final outcome, once each acknowledgement is met, failed or timed out
         (REQUEST_TIMED_OUT for one still pending at the deadline)."""
-        return self._settled(await settle(self._waiters, [wait for _, wait in self._waits], self._deadline))
+        return self._settled(await settle(self._waiters, [wait for _, wait in self._waits], self.deadline))
 
     def _settled(self, statuses: Sequence[EngineError | None]) -> list[AppendOutcome]:
         for (i, _), status in zip(self._waits, statuses):

@@ -10,7 +10,7 @@ the visible end, and every task waiting on that partition wakes once.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Awaitable, Callable, Iterable, TypeVar
+from typing import Awaitable, Callable, Iterable, Protocol, TypeVar
 
 import trio
 
@@ -24,11 +24,32 @@ TopicPartition = tuple[str, int]
 WaitKey = TopicPartition | tuple[str, int, str]
 
 
+class _Waiter(Protocol):
+    def set(self) -> None: ...
+
+
+class AdvanceCall:
+    """``VisibleEndWaiters.call_on_advance``'s registration: ``cancel()`` drops it unless it was called."""
+
+    __slots__ = ("_waiters", "_keys", "_callback")
+
+    def __init__(self, waiters: VisibleEndWaiters, keys: list[WaitKey], callback: Callable[[], None]):
+        self._waiters, self._keys, self._callback = waiters, keys, callback
+
+    def set(self) -> None:  # one of its keys advanced (``notify``)
+        self.cancel()
+        self._callback()
+
+    def cancel(self) -> None:
+        self._waiters._drop(self, self._keys)
+        self._keys = []
+
+
 class VisibleEndWaiters:
-    """Per-partition sets of ``trio.Event``s, set (and dropped) on each advance."""
+    """Per-partition sets of waiters (``trio.Event``s, ``AdvanceCall``s), set (and dropped) on each advance."""
 
     def __init__(self) -> None:
-        self._events: defaultdict[WaitKey, set[trio.Event]] = defaultdict(set)
+        self._events: defaultdict[WaitKey, set[_Waiter]] = defaultdict(set)
         self._wake_on_close: set[trio.Event] = set()
         self._closing = False
 
@@ -82,12 +103,26 @@ class VisibleEndWaiters:
             return False
         finally:
             self._wake_on_close.discard(event)
-            for key in keys:
-                waiting = self._events.get(key)
-                if waiting is not None:
-                    waiting.discard(event)
-                    if not waiting:
-                        del self._events[key]
+            self._drop(event, keys)
+
+    def call_on_advance(self, keys: Iterable[WaitKey], callback: Callable[[], None]) -> AdvanceCall:
+        """Call ``callback()`` once, when one of ``keys`` next advances: ``wait_any`` without a task.
+
+        It runs inside ``notify`` (a flush's completion, a high-watermark move), so it must not
+        raise, and it is not called at shutdown (as ``wake_on_close=False``).
+        """
+        call = AdvanceCall(self, list(dict.fromkeys(keys)), callback)
+        for key in call._keys:
+            self._events[key].add(call)
+        return call
+
+    def _drop(self, waiter: _Waiter, keys: Iterable[WaitKey]) -> None:
+        for key in keys:
+            waiting = self._events.get(key)
+            if waiting is not None:
+                waiting.discard(waiter)
+                if not waiting:
+                    del self._events[key]
 
     async def long_poll(self, keys: Iterable[WaitKey], deadline: float, attempt: Callable[[], Awaitable[T]],
                         ready: Callable[[T], bool]) -> T:

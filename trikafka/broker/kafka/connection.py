@@ -3,7 +3,10 @@
 Requests are handled one at a time in arrival order, as a Kafka broker does;
 their answers go through one queue to the connection's sender task, so
 responses leave in request order while a deferred answer (acks -1) waits and
-the reader goes on reading and appending the requests after it.  Frames
+the reader goes on reading and appending the requests after it.  A deferred
+answer that can say when it is ready (``ReadyLater``: an acks -1 Produce's)
+and that nothing waits ahead of is held out of the queue until then (or its
+deadline), so the sender wakes once for it, to send it.  Frames
 already received are parsed in one go, so a pipelining producer costs one
 socket read per batch of requests.
 A frame over ``max_request_bytes``, a header or body that does not decode, or
@@ -19,7 +22,7 @@ import contextvars
 import logging
 import math
 import time
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol, cast
 
 import trio
 
@@ -39,6 +42,19 @@ logger = logging.getLogger(__name__)
 
 # An answer that is not ready yet: a Produce with acks -1, appended, waiting for the ISR.
 Deferred = Callable[[], Awaitable[list[Chunk]]]
+
+
+class ReadyLater(Protocol):
+    """A ``Deferred`` that says when awaiting it no longer waits (``produce.Acknowledged``)."""
+
+    def __call__(self) -> Awaitable[list[Chunk]]: ...
+
+    def when_ready(self, callback: Callable[[], None]) -> float | None:
+        """Call ``callback()`` once ready (never before this returns), unless the deadline returned passes
+        first; None, calling nothing, when ready now."""
+
+    def cancel(self) -> None:
+        """Drop the callback, if it was not called."""
 
 # How many answers may wait for the sender per connection before the reader stops reading
 # (Kafka's queued.max.requests); a client's own in-flight limit is usually far lower.
@@ -60,15 +76,6 @@ ANONYMOUS = "User:ANONYMOUS"
 # How long a connection whose authentication failed waits for its client to close first (§18.4).
 FAILED_AUTHENTICATION_LINGER_S = 1.0
 CLIENT_PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_principal", default=ANONYMOUS)
-
-
-async def _queue(answers: trio.MemorySendChannel[Queued], queued: Queued) -> None:
-    """Queue an answer for the sender: at once while the queue has room (the reader goes on to the
-    next request, and its next read or send is its checkpoint), else waiting for room."""
-    try:
-        answers.send_nowait(queued)
-    except trio.WouldBlock:
-        await answers.send(queued)
 
 
 class KafkaDispatch(Protocol):
@@ -102,6 +109,11 @@ class ServedKafkaConnection:
         # Answers queued for the sender task and not yet sent: while 0, the reader sends a ready
         # answer itself (the sender is idle and stays so until the reader queues one).
         self._unsent = 0
+        # A deferred answer kept from the idle sender until it is ready (``_hold``), and its deadline,
+        # which bounds the idle sender's wait (``_sender_wait``) so that it answers then.
+        self._held: tuple[Queued, ReadyLater] | None = None
+        self._held_deadline = math.inf
+        self._sender_wait: trio.CancelScope | None = None
         self.close_reason: str | None = None
         self.principal = ANONYMOUS  # CLIENT_PRINCIPAL as the connection's task set it (§18)
         # KIP-219's mute (§20.2): no request of this connection is read or handled before this time;
@@ -177,7 +189,10 @@ class ServedKafkaConnection:
                 async with send:
                     async def handle_received() -> None:
                         await self._handle_received(send)
-                    self.close_reason = await self._receiving.run(self._reader.feed, handle_received)
+                    try:
+                        self.close_reason = await self._receiving.run(self._reader.feed, handle_received)
+                    finally:
+                        self._release_held(send)  # before the queue closes: the sender answers it
             except Exception as exc:
                 reader_failed.append(exc)
                 nursery.cancel_scope.cancel()
@@ -189,7 +204,22 @@ class ServedKafkaConnection:
         observe = self._service.observe
         perf_counter = time.perf_counter
         try:
-            async for api_key, started_s, answer in answers:
+            while True:
+                # Idle, it waits for the queue, or for a held answer's deadline (then it answers that).
+                with trio.CancelScope(deadline=self._held_deadline) as wait:
+                    self._sender_wait = wait
+                    try:
+                        queued = await answers.receive()
+                    except trio.EndOfChannel:
+                        break
+                    finally:
+                        self._sender_wait = None
+                if wait.cancelled_caught:
+                    held = self._take_held()
+                    if held is None:
+                        continue
+                    queued = held
+                api_key, started_s, answer = queued
                 try:
                     if isinstance(answer, trio.Event):
                         answer.set()
@@ -213,6 +243,47 @@ class ServedKafkaConnection:
                     answer.set()
             answers.close()
 
+    def _hold(self, answers: trio.MemorySendChannel[Queued], queued: Queued, later: ReadyLater) -> bool:
+        """Keep ``queued`` (its answer ``later``) from the idle sender until it is ready: the sender then
+        wakes once, to send it, not also to start waiting for it (§16.2).  False when it is ready now."""
+        deadline = later.when_ready(lambda: self._release_held(answers))
+        if deadline is None:
+            return False
+        self._held, self._held_deadline = (queued, later), deadline
+        if self._sender_wait is not None:
+            self._sender_wait.deadline = deadline
+        return True
+
+    def _take_held(self) -> Queued | None:
+        """The held answer, if any, now the sender's to await (its callback dropped)."""
+        if self._held is None:
+            return None
+        (queued, later), self._held = self._held, None
+        later.cancel()
+        self._held_deadline = math.inf
+        if self._sender_wait is not None:
+            self._sender_wait.deadline = math.inf
+        return queued
+
+    def _release_held(self, answers: trio.MemorySendChannel[Queued]) -> None:
+        """Queue the held answer, if any (it is the queue's only one: never blocks).  Runs in a flush's
+        completion too: it never raises (a queue closed by a failed sender drops it)."""
+        held = self._take_held()
+        if held is not None:
+            try:
+                answers.send_nowait(held)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                pass
+
+    async def _queue(self, answers: trio.MemorySendChannel[Queued], queued: Queued) -> None:
+        """Queue an answer for the sender, after a held one: at once while the queue has room (the reader
+        goes on to the next request, and its next read or send is its checkpoint), else waiting for room."""
+        self._release_held(answers)
+        try:
+            answers.send_nowait(queued)
+        except trio.WouldBlock:
+            await answers.send(queued)
+
     async def _handle_received(self, answers: trio.MemorySendChannel[Queued]) -> None:
         """Handle every request received whole, in order, queueing each answer for the sender.
 
@@ -233,7 +304,7 @@ class ServedKafkaConnection:
                     raise
                 self.requests_handled += 1
                 self._unsent += 1
-                await _queue(answers, (None, 0.0, [answer]))
+                await self._queue(answers, (None, 0.0, [answer]))
                 continue
             self.requests_handled += 1
             started_s = perf_counter()
@@ -242,7 +313,7 @@ class ServedKafkaConnection:
                 if self._unsent:  # the gate may answer on the stream itself: the sender must be idle
                     sent = trio.Event()
                     self._unsent += 1
-                    await _queue(answers, (None, 0.0, sent))
+                    await self._queue(answers, (None, 0.0, sent))
                     await sent.wait()
                 gated = await self._through_gate(gate, request)
                 if gated is not None:
@@ -262,7 +333,14 @@ class ServedKafkaConnection:
                     service.observe(request.api_key, perf_counter() - started_s)
                 continue
             self._unsent += 1
-            await _queue(answers, (request.api_key, started_s, answer_or_later))
+            # Held when no answer waits in the queue: the sender may still be sending an earlier one,
+            # which leaves before this one whatever happens.
+            queued = (request.api_key, started_s, answer_or_later)
+            if (self._held is None and hasattr(answer_or_later, "when_ready")
+                    and not answers.statistics().current_buffer_used
+                    and self._hold(answers, queued, cast(ReadyLater, answer_or_later))):
+                continue
+            await self._queue(answers, queued)
         await self._wait_unmuted()
 
     def _charge(self, request: Request, request_bytes: int) -> Charge:

@@ -25,7 +25,7 @@ from trikafka.kafka.records import decode_batches
 from trikafka.wire.responses import Chunk
 
 from ..engine.errors import EngineError
-from ..engine.engine import ACKS_ALL, AppendOutcome, PartitionWrite
+from ..engine.engine import ACKS_ALL, AppendOutcome, Appending, PartitionWrite
 from ..engine.partition import KafkaAppend
 from ..quotas import REQUEST_CHARGE
 from ..seams import AppendResult
@@ -44,6 +44,28 @@ RECORD_ERRORS_VERSION = 8  # KIP-467: a part's record_errors and error_message
 
 # The rest of an acks -1 Produce once its batches are appended: wait for the ISR, then answer.
 Deferred = Callable[[], Awaitable[list[Chunk]]]
+
+
+class Acknowledged:
+    """An acks -1 Produce's answer once the ISR acknowledged it (a ``Deferred``); ``when_ready``
+    lets the connection leave its sender asleep until the answer is ready (§16.2)."""
+
+    __slots__ = ("_appending", "_answer")
+
+    def __init__(self, appending: Appending, answer: Callable[[list[AppendOutcome]], list[Chunk]]):
+        self._appending, self._answer = appending, answer
+
+    async def __call__(self) -> list[Chunk]:
+        return self._answer(await self._appending.acknowledged())
+
+    def when_ready(self, callback: Callable[[], None]) -> float | None:
+        """Call ``callback()`` once awaiting this answer no longer waits, unless its deadline (returned,
+        on Trio's clock) passes first: awaiting it then answers REQUEST_TIMED_OUT.  ``cancel`` drops it.
+        None, calling nothing, when it is ready now."""
+        return self._appending.deadline if self._appending.when_acknowledged(callback) else None
+
+    def cancel(self) -> None:
+        self._appending.cancel_when_acknowledged()
 
 
 async def produce(service: PartitionWrites, request: Request) -> list[Chunk] | None | Deferred:
@@ -101,10 +123,7 @@ async def produce(service: PartitionWrites, request: Request) -> list[Chunk] | N
     if (outcomes := appending.acknowledged_now()) is not None:
         return answer(outcomes)
 
-    async def acknowledged() -> list[Chunk]:
-        return answer(await appending.acknowledged())
-
-    return acknowledged
+    return Acknowledged(appending, answer)
 
 
 def _answer(request: Request, reply: Reply, results: list[list[Any]], throttle_ms: int) -> list[Chunk]:
