@@ -39,6 +39,7 @@ class ConfluentGroup:
         self.assigned: dict[str, set[int]] = {}
         self.seen: list[tuple[str, int, int]] = []  # (member, partition, offset)
         self.revocations: dict[str, int] = {}  # member -> how many times its partitions were revoked
+        self.assignments: dict[str, int] = {}  # member -> how many assignments it was given (empty ones too)
 
     def add(self, name: str, **settings: Any) -> None:
         """A new member ``name``; ``settings`` are its own librdkafka settings (``group.instance.id``)."""
@@ -48,13 +49,18 @@ class ConfluentGroup:
 
         def on_assign(_: Consumer, partitions: list[ConfluentPartition]) -> None:
             self.assigned[name] = {p.partition for p in partitions}
+            self.assignments[name] = self.assignments.get(name, 0) + 1
 
         def on_revoke(member: Consumer, partitions: list[ConfluentPartition]) -> None:
             self.commit(name)  # what it delivered is committed before another member takes over
             self.assigned[name] = set()
             self.revocations[name] = self.revocations.get(name, 0) + 1
 
-        consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke)
+        def on_lost(_: Consumer, partitions: list[ConfluentPartition]) -> None:
+            self.assigned[name] = set()  # it left the group (max.poll.interval.ms): nothing is its to commit
+            self.revocations[name] = self.revocations.get(name, 0) + 1  # taken away all the same
+
+        consumer.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
         self.members[name] = consumer
         self.assigned[name] = set()
 
@@ -65,9 +71,10 @@ class ConfluentGroup:
             if "NO_OFFSET" not in str(exc):
                 raise
 
-    def close(self, name: str) -> None:
-        """Commit and leave the group (LeaveGroup)."""
-        self.commit(name)
+    def close(self, name: str, *, commit: bool = True) -> None:
+        """Commit (unless not ``commit``: a member that lost its assignment may not) and leave the group."""
+        if commit:
+            self.commit(name)
         self.members[name].close()  # its revoke callback commits through self.members
         del self.members[name], self.assigned[name]
 

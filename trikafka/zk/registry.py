@@ -25,6 +25,7 @@ import time
 from typing import Callable, Mapping
 
 import trio
+from trio_util import AsyncValue
 
 from . import paths
 from .client import ZooKeeperClient
@@ -115,7 +116,9 @@ class BrokerRegistration:
         self._registered_generation = 0  # session generation of the last full registration
         self._own_sessions: set[int] = set()
         self._own_id_values: set[bytes] = set()
-        self.registrations = 0  # how many full (re-)registrations succeeded
+        # How many full (re-)registrations succeeded; awaitable, because another client can see the
+        # last node of one before this client has the create's reply.
+        self.registrations: AsyncValue[int] = AsyncValue(0)
 
     # -- read-only views ----------------------------------------------------------
 
@@ -211,7 +214,7 @@ class BrokerRegistration:
                 await self._zk.wait_reconnected()
                 continue
             self._registered_generation = generation
-            self.registrations += 1
+            self.registrations.value += 1
             return
 
     async def _register_everything(self) -> None:
