@@ -16,7 +16,9 @@ import trio
 from tests.helpers.sim_budget import FLOOR_SEEDS, finish_budget
 from tests.helpers.sim_runs import assert_a_seed_replays_exactly
 from trikafka.sim import run_seed
+from trikafka.sim.determinism import Trace
 from trikafka.sim.faults import FAULT_TABLE, Fault
+from trikafka.sim.world import ClusterWorld
 from trikafka.testing import open_cluster
 from trikafka.wire import ErrorCode, build_message_set
 from trikafka.zk import NoNodeError, paths
@@ -173,3 +175,21 @@ async def test_a_tail_lost_broker_leads_again_a_partition_it_caught_up_on(autoju
             await cluster.stop(0)  # a controlled shutdown moves both leaderships away
             assert (await _state_when(zk, 0, lambda s: s.leader not in (0, -1))).leader == 1
             assert (await _state_when(zk, 1, lambda s: s.leader not in (0, -1))).leader == 2
+
+
+async def test_a_request_to_a_restarted_broker_takes_one_latency_draw(autojump_clock):
+    """Each request takes 0 to 30 ms (docs/simulation.md): a broker restarted twice keeps the one
+    latency hook its address had, rather than one more per restart."""
+    world = ClusterWorld(1, 1.0, (), Trace())
+    async with open_cluster(3, loopback=False, kafka_port=None) as cluster, cluster.coordinator() as zk:
+        world.cluster, world.zk = cluster, zk
+        world._add_latency()
+        for _ in range(2):
+            await cluster.stop(0)
+            world.down.add(0)
+            await world.restart(0)
+        draws: list[float] = []
+        draw = world.streams.latency.uniform
+        world.streams.latency.uniform = lambda low, high: draws.append(draw(low, high)) or draws[-1]
+        await cluster.network.before_request[cluster.brokers[0].address](object())
+        assert len(draws) == 1
