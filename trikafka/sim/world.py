@@ -319,15 +319,22 @@ class ClusterWorld:
             await self.cluster.restart(broker)
         self.down.discard(broker)
 
-    async def stall(self, duration_s: float, matches: Callable[[Address, Any], bool]) -> None:
-        """Hold every request ``matches(address, request)`` selects for ``duration_s``."""
+    async def stall(self, duration_s: float, matches: Callable[[Address, Any], bool],
+                    delay_s: Callable[[], float] | None = None) -> None:
+        """Hold every request ``matches(address, request)`` selects for ``duration_s``; given ``delay_s``,
+        hold each for ``delay_s()`` instead (a slow broker), while the ``duration_s`` lasts."""
         released = trio.Event()
         self.stalls.append(released)
 
         def hook_for(address: Address) -> Hook:
             async def hook(request: Any) -> None:
-                if matches(address, request) and not released.is_set():
+                if not matches(address, request) or released.is_set():
+                    return
+                if delay_s is None:
                     await released.wait()
+                else:  # (the window's end, or healing, lets a held request go on at once)
+                    with trio.move_on_after(delay_s()):
+                        await released.wait()
             return hook
 
         for member in self.cluster.brokers:
