@@ -65,7 +65,8 @@ def test_markers_written_before_the_decision_is_durable_are_caught():
     transaction hold its COMMIT while its successor, fenced in by the copier's next incarnation, aborts
     it: an aborted transaction is seen, or the committed offsets are past inputs whose copies were
     aborted.  Measured over seeds 1..10 of 20 s: 1, 6 and 9; since ``copier-stall`` (fewer EndTxns to
-    strike) none of them, and seed 11 first."""
+    strike) none of them, and seed 11 first; since the latency fix, with ``slow-broker``, seed 4 (and 12
+    of seeds 11..30), and without it none of seeds 1..12 in a promise named here."""
     failed = first_caught(functools.partial(run_seed, duration_s=20.0, plant="markers-before-durable"),
                           {EXACTLY_ONCE, ABORTED}, range(1, 13))
     assert any("fault coordinator-crash" in line for line in failed.trace_lines)
@@ -76,7 +77,8 @@ def test_a_commit_of_an_old_generation_is_caught():
     membership carries on; a rebalance meanwhile hands their partition to the other copier, which copies
     them again.  The planted group coordinator accepts the stalled copier's offsets with the generation
     it read them in, so a record is copied twice, once by the stalled incarnation.  Measured over seeds
-    1..10 of 20 s: 1, 2, 7, 8 and 10 (seed 8 alone before the fault, and not by a stalled copier)."""
+    1..10 of 20 s: 1, 2, 7, 8 and 10 (seed 8 alone before the fault, and not by a stalled copier); 1, 2,
+    8 and 10 since the latency fix, with ``slow-broker``."""
     failed = first_caught(functools.partial(run_seed, duration_s=20.0, plant="stale-generation-commit"),
                           {EXACTLY_ONCE}, range(1, 13))
     stalled = [m.group(1) for line in failed.trace_lines if (m := re.search(r"fault copier-stall (\S+) ", line))]

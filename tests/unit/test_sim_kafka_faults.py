@@ -1,17 +1,24 @@
 """The Kafka world's ``copier-stall`` (docs/simulation.md, "The Kafka world"): armed on both copiers, it
 holds the first running incarnation about to begin a transaction, one copier at a time, for a length
-drawn from its own stream; the other client faults leave a stalled copier alone."""
+drawn from its own stream; the other client faults leave a stalled copier alone.  And its
+``slow-broker``: each request to one broker is held a time drawn from the fault's stream."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
-from trikafka.sim.kafka_faults import STALL_S, STALL_WAIT_S, Stall, _client_crash, _client_pause, _copier_stall
+from trikafka.sim.determinism import Trace
+from trikafka.sim.kafka_faults import (SLOW_REQUEST_S, STALL_S, STALL_WAIT_S, Stall, _client_crash, _client_pause,
+                                       _copier_stall, _slow_broker)
 from trikafka.sim.kafka_world import KafkaWorld
+from trikafka.sim.world import ClusterWorld
 
 
 @dataclass
@@ -94,3 +101,31 @@ async def test_the_other_client_faults_leave_a_stalled_copier_alone(autojump_clo
     assert not copier_0.scope.cancel_called and not copier_0.moved_on.is_set() and world.trace.lines == []
     await _client_crash(world, 2, 0.0)  # the copier that is not stalled
     assert copier_1.scope.cancel_called and world.trace.lines == ["fault client-crash copier-1"]
+
+
+async def test_a_slow_broker_holds_each_request_to_it_a_drawn_time_while_its_window_lasts(autojump_clock):
+    world: Any = ClusterWorld(1, 1.0, (), Trace())  # its stall, on a network of three addresses
+    world.cluster = SimpleNamespace(brokers=[SimpleNamespace(address=("b", i)) for i in range(3)],
+                                    network=SimpleNamespace(before_request={}))
+    world.apart = {"slow-broker": random.Random(7)}
+    delays = random.Random(7)
+
+    async def send(broker: int) -> float:
+        """How long a request to ``broker`` is held."""
+        start = trio.current_time()
+        hook = world.cluster.network.before_request.get(("b", broker))
+        if hook is not None:
+            await hook(object())
+        return trio.current_time() - start
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_slow_broker, world, 1, 5.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await send(1) == pytest.approx(delays.uniform(*SLOW_REQUEST_S))
+        assert await send(1) == pytest.approx(delays.uniform(*SLOW_REQUEST_S))
+        assert await send(0) == 0.0 and await send(2) == 0.0
+        await trio.sleep(4.99 - trio.current_time())
+        assert await send(1) == pytest.approx(0.01)  # held past the window's end: it goes on then
+    assert await send(1) == 0.0
+    assert [line.split(maxsplit=1)[1] for line in world.trace.lines] == [
+        "fault slow-broker broker 1 for 5.000 s", "healed slow-broker broker 1"]

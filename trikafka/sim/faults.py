@@ -53,8 +53,10 @@ class FaultTarget(Protocol):
 
     async def restart(self, broker: int) -> None: ...
 
-    async def stall(self, duration_s: float, matches: Callable[[tuple[str, int], Any], bool]) -> None:
-        """Hold the requests ``matches(address, request)`` selects (Any: every decoded request type)."""
+    async def stall(self, duration_s: float, matches: Callable[[tuple[str, int], Any], bool],
+                    delay_s: Callable[[], float] | None = None) -> None:
+        """Hold the requests ``matches(address, request)`` selects (Any: every decoded request type) for
+        ``duration_s``, or each for ``delay_s()`` while ``duration_s`` lasts."""
 
 
 Inject = Callable[[FaultTarget, int, float], Awaitable[None]]  # (world, broker or member, duration_s)

@@ -1,6 +1,7 @@
 """The Kafka world's faults (``kafka_world``, docs/simulation.md "The Kafka world"): every broker fault of
-the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and five of its own,
-drawn as member faults are (the victim index picks a client or a copier), all but the last two by the nemesis:
+the cluster world's ``faults.FAULT_TABLE`` (the same entries, the same nemesis) and six of its own, the
+first five drawn as member faults are (the victim index picks a client or a copier), all but the last
+three by the nemesis:
 
 * ``client-crash``: a client dies where it stands, mid-transaction included (its incarnation is
   cancelled: nothing aborts, nothing flushes); the next incarnation starts later with a new client;
@@ -15,8 +16,10 @@ drawn as member faults are (the victim index picks a client or a copier), all bu
   blocked call) while its group consumer's own tasks carry on; no successor starts, so its producer
   epoch stays the current one.  A rebalance meanwhile may hand its partitions to the other copier,
   which copies the records again; the stalled one then copies them and commits their offsets with the
-  generation it read them in, and only the group coordinator's generation check (KIP-447) refuses them.
-The nemesis draws neither of the last two: each comes on a stream of its own (``APART_GAP_S``).
+  generation it read them in, and only the group coordinator's generation check (KIP-447) refuses them;
+* ``slow-broker``: for a drawn window every request to one broker (the victim) is held a drawn time, a
+  slow disk or a GC pause.
+The nemesis draws none of the last three: each comes on a stream of its own (``APART_GAP_S``).
 
 Light to import (no broker code), like ``faults``: the command line reads ``parse_faults``.
 """
@@ -45,6 +48,10 @@ STALL_WAIT_S = 20.0  # how long a ``copier-stall`` waits for a copier about to b
 # members hear of it within a heartbeat, 1 s, and rejoin at once).  It strikes before the transaction's
 # first request, so no transaction timeout runs while it lasts.
 STALL_S = (3.0, 10.0)
+# A ``slow-broker``: every request to the broker is held this long (drawn for each request), a slow disk
+# or a GC pause (Jepsen's slow network), for one of these windows times a uniform [0, 1).
+SLOW_REQUEST_S = (0.02, 0.2)
+SLOW_WINDOWS_S = (4.0, 8.0, 16.0)
 # What ends a client incarnation (the client's own errors, and a broken in-memory stream).
 CLIENT_ERRORS = (ClientError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
@@ -202,6 +209,16 @@ async def _copier_stall(world: KafkaFaultTarget, victim: int, duration_s: float)
             slot.stall = None
 
 
+async def _slow_broker(world: KafkaFaultTarget, broker: int, duration_s: float) -> None:
+    """For ``duration_s``, every request to ``broker`` (the 0.7 listener's: replication, the controller's
+    calls) is held a time drawn from the fault's stream (``SLOW_REQUEST_S``) on top of the latency."""
+    stream = world.apart["slow-broker"]
+    address = world.cluster.brokers[broker].address
+    world.trace.add(f"fault slow-broker broker {broker} for {duration_s:.3f} s")
+    await world.stall(duration_s, lambda to, request: to == address, lambda: stream.uniform(*SLOW_REQUEST_S))
+    world.trace.add(f"healed slow-broker broker {broker}")
+
+
 KAFKA_FAULT_TABLE: dict[str, Fault] = {
     **{name: fault for name, fault in FAULT_TABLE.items() if not fault.on_member},
     "client-crash": Fault("client-crash", _client_crash, on_member=True),  # type: ignore[arg-type]
@@ -209,13 +226,15 @@ KAFKA_FAULT_TABLE: dict[str, Fault] = {
     "client-pause": Fault("client-pause", _client_pause, on_member=True),  # type: ignore[arg-type]
     "coordinator-crash": Fault("coordinator-crash", _coordinator_crash, on_member=True),  # type: ignore[arg-type]
     "copier-stall": Fault("copier-stall", _copier_stall, on_member=True),  # type: ignore[arg-type]
+    "slow-broker": Fault("slow-broker", _slow_broker, durations_s=SLOW_WINDOWS_S),  # type: ignore[arg-type]
 }
 
 
 KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
 # Kinds the nemesis does not draw: each comes on a stream of its own, one every gap drawn from it, so
 # adding one leaves the nemesis' draws (and every other kind's frequency) as they were.
-APART_GAP_S: dict[str, tuple[float, float]] = {"coordinator-crash": (1.0, 4.0), "copier-stall": (1.0, 4.0)}
+APART_GAP_S: dict[str, tuple[float, float]] = {"coordinator-crash": (1.0, 4.0), "copier-stall": (1.0, 4.0),
+                                               "slow-broker": (1.0, 4.0)}
 
 
 def parse_faults(text: str) -> tuple[str, ...]:

@@ -12,8 +12,9 @@ the ``client-crash`` fault (cancelled where it stands, mid-transaction included:
 one and the next starts with a new client.  The nemesis is the cluster world's (``ClusterWorld._nemesis``)
 over its broker faults (``faults.FAULT_TABLE``) plus this world's: ``client-crash`` and
 ``coordinator-move`` (the broker coordinating a copier's transactional id restarts),
-``coordinator-crash`` (a copier and its coordinator die together just after its EndTxn) and
-``copier-stall`` (a copier stalls before a transaction while its group membership carries on).  After healing,
+``coordinator-crash`` (a copier and its coordinator die together just after its EndTxn),
+``copier-stall`` (a copier stalls before a transaction while its group membership carries on) and
+``slow-broker`` (every request to one broker is held a while).  After healing,
 ``kafka_promises.KafkaHistory`` judges what clients saw against the logs a fresh client reads back.
 """
 

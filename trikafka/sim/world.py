@@ -173,7 +173,6 @@ class ClusterWorld:
         self.topics: tuple[str, ...] = (TOPIC,)
         self.cluster: InProcessCluster  # set once run() opened it
         self.zk: ZooKeeperClient
-        self.latency: Hook
         self.members = GroupMembers(self, TOPIC)
 
     def fail(self, violation: Violation | None) -> None:
@@ -312,23 +311,30 @@ class ClusterWorld:
         self.trace.add(f"healed {fault.name} broker {broker}")
 
     async def restart(self, broker: int) -> None:
-        """Start ``broker`` again (it is stopped), on the network with the world's latency."""
+        """Start ``broker`` again (it is stopped), on the same address: the hooks there, the world's
+        latency among them, hold its requests as before."""
         # A start that began runs to its end (the end of the run does not cut it short: a start
         # stopped half-way would shut down cleanly and vouch for a tail it never re-copied).
         with trio.CancelScope(shield=True):
             await self.cluster.restart(broker)
-        self._push_hook(self.cluster.brokers[broker].address, self.latency)
         self.down.discard(broker)
 
-    async def stall(self, duration_s: float, matches: Callable[[Address, Any], bool]) -> None:
-        """Hold every request ``matches(address, request)`` selects for ``duration_s``."""
+    async def stall(self, duration_s: float, matches: Callable[[Address, Any], bool],
+                    delay_s: Callable[[], float] | None = None) -> None:
+        """Hold every request ``matches(address, request)`` selects for ``duration_s``; given ``delay_s``,
+        hold each for ``delay_s()`` instead (a slow broker), while the ``duration_s`` lasts."""
         released = trio.Event()
         self.stalls.append(released)
 
         def hook_for(address: Address) -> Hook:
             async def hook(request: Any) -> None:
-                if matches(address, request) and not released.is_set():
+                if not matches(address, request) or released.is_set():
+                    return
+                if delay_s is None:
                     await released.wait()
+                else:  # (the window's end, or healing, lets a held request go on at once)
+                    with trio.move_on_after(delay_s()):
+                        await released.wait()
             return hook
 
         for member in self.cluster.brokers:
@@ -339,11 +345,11 @@ class ClusterWorld:
             released.set()
 
     def _add_latency(self) -> None:
-        """Every request takes 0 to ``MAX_LATENCY_S`` to arrive (brokers restarted later get it too)."""
+        """Every request takes 0 to ``MAX_LATENCY_S`` to arrive (a broker restarted later keeps its
+        address, and so the hook)."""
         async def latency(_request: Any) -> None:
             await trio.sleep(self.streams.latency.uniform(0, MAX_LATENCY_S))
 
-        self.latency = latency
         for member in self.cluster.brokers:
             self._push_hook(member.address, latency)
 
