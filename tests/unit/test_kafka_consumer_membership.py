@@ -153,3 +153,12 @@ def test_a_broken_connection_ends_a_leave_but_not_the_heartbeat_before_it() -> N
     assert m.phase is Phase.LEAVE and sent(m, 5).values["member_epoch"] == -1
     m.connection_failed(5)  # the leave got none either: its session ends the member
     assert m.phase is Phase.LEFT
+
+
+def test_a_coordinator_found_after_the_leave_does_not_join() -> None:
+    """Closing while FindCoordinator is in flight: its answer starts no join (it did, epoch 0)."""
+    m = ConsumerMembership("g", ("t",), topic_names=dict(NAMES))
+    assert sent(m, 0).api == "FIND_COORDINATOR"
+    m.leave()
+    m.handle(found(), 0.5)
+    assert m.phase is Phase.LEFT and m.poll(0.5) is None
