@@ -183,6 +183,33 @@ async def test_a_rebalance_revokes_commits_and_assigns_again(
         assert [m.record.offset for m in first + rest] == [0, 1, 1, 2]
 
 
+async def test_a_consumer_closed_while_its_sync_group_is_in_flight_leaves(
+        kafka: RunningKafkaBroker, coordinator: ScriptedCoordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SyncGroup's answer, arriving after the close asked to leave, must not make the member
+    Stable: it took the assignment, heartbeated on and never sent LeaveGroup, its close waiting out
+    the request timeout (the Kafka simulation world's seed 1)."""
+    sync_sent, release = trio.Event(), trio.Event()
+    answer_now = KafkaGroupConsumer._coordinator_request
+
+    async def held_sync(self: KafkaGroupConsumer, request: GroupRequest) -> object:
+        if request.api == "SYNC_GROUP":
+            sync_sent.set()
+            await release.wait()
+        return await answer_now(self, request)
+    monkeypatch.setattr(KafkaGroupConsumer, "_coordinator_request", held_sync)
+    async with KafkaClient(kafka.bootstrap, request_timeout_s=2.0) as client:
+        assert await KafkaAdmin(client).create_topics([NewTopic("driver-d", 1)]) == {"driver-d": None}
+        assigned: list[list[TopicPartition]] = []
+
+        async def on_assigned(partitions: list[TopicPartition]) -> None:
+            assigned.append(partitions)
+        async with KafkaGroupConsumer(client, "g-d", ["driver-d"], on_assigned=on_assigned, max_wait_s=0.1):
+            await sync_sent.wait()
+            release.set()  # answered once the close below has asked to leave (no checkpoint between)
+        assert assigned == []
+        assert coordinator.asked[-2:] == ["SYNC_GROUP", "LEAVE_GROUP"]
+
+
 async def test_starting_offsets_are_asked_again_while_the_coordinator_loads(
         kafka: RunningKafkaBroker, coordinator: ScriptedCoordinator) -> None:
     async with KafkaClient(kafka.bootstrap, retry_backoff_s=0.01) as client:

@@ -153,3 +153,24 @@ def test_a_broken_connection_ends_a_leave_but_not_the_heartbeat_before_it() -> N
     assert m.phase is Phase.LEAVE and sent(m, 5).values["member_epoch"] == -1
     m.connection_failed(5)  # the leave got none either: its session ends the member
     assert m.phase is Phase.LEFT
+
+
+def test_a_coordinator_found_after_the_leave_does_not_join() -> None:
+    """Closing while FindCoordinator is in flight: its answer starts no join (it did, epoch 0)."""
+    m = ConsumerMembership("g", ("t",), topic_names=dict(NAMES))
+    assert sent(m, 0).api == "FIND_COORDINATOR"
+    m.leave()
+    m.handle(found(), 0.5)
+    assert m.phase is Phase.LEFT and m.poll(0.5) is None
+
+
+def test_a_join_answered_after_the_leave_assigns_nothing() -> None:
+    """Closing while the first heartbeat (epoch 0) is in flight: the member had not joined, so it is
+    gone at once, and the answer that would make it a member with partitions is dropped."""
+    m = ConsumerMembership("g", ("t",), topic_names=dict(NAMES))
+    sent(m, 0)
+    m.handle(found(), 0)
+    assert sent(m, 0).values["member_epoch"] == 0
+    m.leave()
+    m.handle(beat(3, {T: (0,)}), 0.5)
+    assert m.phase is Phase.LEFT and m.take_events() == [] and m.poll(0.5) is None

@@ -231,3 +231,47 @@ def test_a_dynamic_member_leaves_and_a_static_one_does_not() -> None:
     static.leave()
     assert static.take_events() == [Revoked(MINE)]
     assert static.phase is Phase.LEFT and static.poll(1.0) is None
+
+
+def test_an_answer_to_a_request_sent_before_the_leave_keeps_the_member_leaving() -> None:
+    """A consumer closing while its SyncGroup (or JoinGroup) is in flight: the answer must not make
+    it Stable again.  It did: the closing member took the assignment, heartbeated on instead of
+    leaving, and its close waited out the request timeout (the Kafka world's seed 1: a copier
+    that ended held both partitions for 5 s, then stayed in the group a session more)."""
+    for api, answered in (("SYNC_GROUP", synced()), ("JOIN_GROUP", joined())):
+        membership = GroupMembership("g", [("range", SUBSCRIPTION)])
+        sent(membership, 0)
+        membership.handle(found(), 0)
+        if api == "SYNC_GROUP":
+            sent(membership, 0)
+            membership.handle(joined(), 0)
+        else:
+            membership.member_id = "m-1"
+        assert sent(membership, 0).api == api
+        membership.leave()
+        membership.handle(answered, 0.5)
+        assert membership.take_events() == []
+        request = sent(membership, 0.5)
+        assert request.api == "LEAVE_GROUP" and request.values["members"][0]["member_id"] == "m-1"
+
+
+def test_a_join_answered_after_the_leave_is_left_with_the_member_id_it_handed_out() -> None:
+    """The first JoinGroup (no member id yet) in flight when the consumer closes: the coordinator
+    now knows the member by the id it hands out, so the member leaves with that id."""
+    membership = GroupMembership("g", [("range", SUBSCRIPTION)])
+    sent(membership, 0)
+    membership.handle(found(), 0)
+    assert sent(membership, 0).api == "JOIN_GROUP"
+    membership.leave()
+    membership.handle(joined(code=ErrorCode.member_id_required, member_id="m-7"), 0.5)
+    request = sent(membership, 0.5)
+    assert request.api == "LEAVE_GROUP" and request.values["members"][0]["member_id"] == "m-7"
+
+
+def test_a_coordinator_found_after_the_leave_does_not_join() -> None:
+    """Closing while FindCoordinator is in flight: the member is gone, its answer starts no join."""
+    membership = GroupMembership("g", [("range", SUBSCRIPTION)])
+    assert sent(membership, 0).api == "FIND_COORDINATOR"
+    membership.leave()
+    membership.handle(found(), 0.5)
+    assert membership.phase is Phase.LEFT and membership.poll(0.5) is None

@@ -150,8 +150,8 @@ class ConsumerMembership(OneRequestAtATime):
         if request.values["member_epoch"] in _LEAVE_EPOCHS:
             self.phase = Phase.LEFT  # whatever it answers, the member is gone: its session would end it anyway
             return
-        if self.phase is Phase.LEAVE:
-            return  # a heartbeat sent before the leave was asked: the leave goes next
+        if self.phase in self._CLOSING:
+            return  # a heartbeat sent before the leave was asked: the leave (if any) goes next
         self._on_heartbeat(answer, now_s)
 
     def _coordinator_found(self, now_s: float) -> None:

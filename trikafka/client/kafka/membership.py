@@ -134,6 +134,8 @@ class OneRequestAtATime:
     """
 
     _NOTHING_TO_SEND: ClassVar[frozenset[Phase]] = frozenset({Phase.LEFT, Phase.FAILED})
+    # After ``leave``: an answer to a request sent before it must not bring the member back
+    _CLOSING: ClassVar[frozenset[Phase]] = frozenset({Phase.LEAVE, Phase.LEFT})
     phase: Phase
     coordinator: BrokerNode | None
     retry_backoff_s: float
@@ -170,6 +172,8 @@ class OneRequestAtATime:
         return max(now_s, self._not_before_s)
 
     def _on_find_coordinator(self, answer: object, now_s: float) -> None:
+        if self.phase in self._CLOSING:
+            return  # asked before the leave: a member that knew no coordinator has nothing to leave
         code, coordinator = coordinator_of(answer)
         if code in COORDINATOR_GONE_ERRORS or code == ErrorCode.coordinator_load_in_progress:
             self._not_before_s = now_s + self.retry_backoff_s
@@ -308,7 +312,20 @@ class GroupMembership(OneRequestAtATime):
         request, self._in_flight = self._in_flight, None
         if request is None:
             raise RuntimeError("an answer with no request in flight")
+        if self.phase in self._CLOSING and request.api != "LEAVE_GROUP":
+            return self._answered_while_leaving(request, answer)
         getattr(self, f"_on_{request.api.lower()}")(answer, now_s)
+
+    def _answered_while_leaving(self, request: GroupRequest, answer: object) -> None:
+        """The answer to a request sent before ``leave``: the member stays leaving (a SyncGroup's
+        assignment is not taken, a JoinGroup starts no sync), but a JoinGroup's member id is the one
+        the coordinator now knows it by, so a dynamic member's LeaveGroup names it."""
+        member_id = str(schema.field(answer, "member_id", "") or "") if request.api == "JOIN_GROUP" else ""
+        if not member_id:
+            return
+        self.member_id = member_id
+        if self.group_instance_id is None and self.coordinator is not None:
+            self.phase = Phase.LEAVE
 
     def _coordinator_found(self, now_s: float) -> None:
         self.phase = self._resume  # the phase it was in is sent at once
