@@ -156,6 +156,27 @@ def test_a_cut_of_more_than_five_batches_of_a_producer_keeps_the_batches_before_
     assert lead(log, idempotent(2)).logical_offset == 2
 
 
+def test_a_cut_reads_the_segment_again_only_where_the_cache_forgot_batches_and_in_the_tickets_run():
+    # begin() is on the loop and reads nothing; run() (a worker thread) reads the headers up to the
+    # cut; complete() installs their state.  A cut of batches whose producer forgot none reads nothing.
+    log, *_ = v2_log()
+    for seq in range(3):
+        lead(log, idempotent(seq))
+    lead(log, idempotent(0, pid=7))
+    ticket = log.truncation.begin(log.kafka_offsets.position_of(3))
+    assert not ticket.read_producers
+    ticket.run()
+    log.truncation.complete(ticket)
+    assert log.producers.entry(7) is None
+    lead(log, idempotent(0, epoch=1))  # at 3: the segment's cache drops PID's epoch-0 batches
+    ticket = log.truncation.begin(log.kafka_offsets.position_of(3))
+    assert ticket.read_producers and ticket.producers is None
+    ticket.run()
+    assert ticket.producers is not None
+    log.truncation.complete(ticket)
+    assert [(b.epoch, b.first_seq) for b in log.producers.entry(PID).batches] == [(0, 0), (0, 1), (0, 2)]
+
+
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=30))
 def test_a_fold_of_the_segments_is_the_state_the_appends_left(steps):
     log, *_ = v2_log(segment_bytes=250)
