@@ -124,8 +124,10 @@ class BatchIndex:
         k = bisect_left(self.positions, position)
         return k < len(self.positions) and self.positions[k] == position
 
-    def truncate(self, position: int) -> None:
-        """Forget the batches at and after ``position``, a batch boundary (a truncation's cut)."""
+    def truncate(self, position: int) -> bool:
+        """Forget the batches at and after ``position``, a batch boundary (a truncation's cut).  False
+        when ``producers`` must be read again from the segment's first ``position`` bytes
+        (``SegmentProducers.truncate``; ``build_batch_index`` reads them)."""
         assert self.is_boundary(position), (position, self.size_bytes)
         k = bisect_left(self.positions, position)
         if k < len(self.offsets):
@@ -136,12 +138,13 @@ class BatchIndex:
         del self.padding_starts[r:], self.padding_ends[r:]
         if self.padding_ends and self.padding_ends[-1] > position:
             self.padding_ends[-1] = position
-        self.producers.truncate(self.next_offset)
+        exact = self.producers.truncate(self.next_offset)
         if not self.offsets:
             self.largest_timestamp_offset = -1
         else:  # the first batch whose running maximum reached the largest timestamp that remains
             first = bisect_left(self.max_timestamps_ms, self.max_timestamps_ms[-1])
             self.largest_timestamp_offset = self._next_offset_of(first) - 1
+        return exact or not self.offsets  # an empty segment has no producers
 
     # -- lookups -------------------------------------------------------------------------
 

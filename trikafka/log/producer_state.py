@@ -7,7 +7,9 @@ transaction's first offset; and the log's aborted transactions.  Everything
 here is derived from the log's batches: each segment's ``BatchIndex`` keeps
 its own producers' batches and transaction events (``SegmentProducers``), and
 the log's ``ProducerStates`` is their fold, kept current by every append and
-folded again after a truncation.  No I/O.
+folded again after a truncation (which reads the cut segment's headers again,
+on its worker thread, when the segment's entries forgot batches before the
+cut, ``SegmentProducers.truncate``).  No I/O here.
 
 Invariants:
 
@@ -141,16 +143,23 @@ class SegmentProducers:
     """The producers of one segment's batches and its transaction events: what a log's
     ``ProducerStates`` is folded from."""
 
-    __slots__ = ("entries", "events", "_open")
+    __slots__ = ("entries", "events", "_open", "_forgetful")
 
     def __init__(self) -> None:
         self.entries: dict[int, ProducerEntry] = {}
         self.events: list[TxnEvent] = []  # in offset order; a BEGIN only for a producer not open here
         self._open: set[int] = set()
+        # Producers whose entry dropped a batch of this segment (a later epoch, a marker's bump, a sixth
+        # batch): a cut of their later batches cannot be undone from the entry alone.
+        self._forgetful: set[int] = set()
 
     def add(self, header: BatchHeader, data: Buffer | None) -> None:
         """Keep an indexed batch (with offsets) of a producer; ``data`` holds it at ``header.position``."""
         producer_id = header.producer_id
+        known = self.entries.get(producer_id)
+        if known is not None and known.batches and (header.producer_epoch != known.epoch
+                                                     or len(known.batches) >= CACHED_BATCHES):
+            self._forgetful.add(producer_id)  # conservative for a marker: it may drop none
         event = txn_event(header, data)
         if event is not None and event.kind != BEGIN:
             self.events.append(event)
@@ -162,10 +171,15 @@ class SegmentProducers:
             self._open.add(producer_id)
         _entry(self.entries, producer_id, header.producer_epoch).add(producer_batch(header))
 
-    def truncate(self, next_offset: int) -> None:
+    def truncate(self, next_offset: int) -> bool:
         """Forget the batches at and after ``next_offset`` (the segment's index was cut there): the
-        entries again from the kept batches and markers, in log order.  (Batches a kept marker's
-        epoch had fenced, or older than the last five, stay forgotten: their sequence is unknown.)"""
+        entries again from the kept batches and markers, in log order.  False when that is not the
+        state the segment's batches before the cut give: a producer with batches or markers cut had
+        dropped earlier ones from its entry, and only the segment's headers have them (§19.2)."""
+        cut = {producer_id for producer_id, entry in self.entries.items()
+               if entry.batches and entry.batches[-1].base_offset >= next_offset}
+        cut.update(e.producer_id for e in self.events if e.offset >= next_offset)
+        exact = not cut & self._forgetful
         self.events = [e for e in self.events if e.offset < next_offset]
         kept: list[tuple[int, int, ProducerBatch | TxnEvent]] = [
             (batch.base_offset, producer_id, batch) for producer_id, entry in self.entries.items()
@@ -179,6 +193,7 @@ class SegmentProducers:
                 _entry(self.entries, producer_id, item.epoch).add(item)
         for event in self.events:
             (self._open.add if event.kind == BEGIN else self._open.discard)(event.producer_id)
+        return exact
 
 
 def _entry(entries: dict[int, ProducerEntry], producer_id: int, epoch: int) -> ProducerEntry:

@@ -17,7 +17,11 @@ that takes reading the segment's entry headers, which must not happen on the
 loop.  A refused offset changes nothing on disk, and ``complete``
 puts the log back as it was and raises ``ValueError``.  A Kafka-format log's
 batch indexes know every boundary (docs/protocol.md §16.6): ``begin`` refuses
-any other offset at once, and cuts the index with the segment.
+any other offset at once, and cuts the index with the segment.  When the cut
+index's producers forgot batches before the cut (``BatchIndex.truncate``
+says so), ``run`` reads the segment's batch headers up to the cut again and
+``complete`` gives the index the producer state they make (§19.2), before
+the log folds its own again.
 
 Crash safety: the blocking steps go in this order, each durable before the next:
 
@@ -40,6 +44,7 @@ import os
 import struct
 from typing import Callable
 
+from .batch_index import build_batch_index
 from .checkpoint import RecoveryCheckpointer
 from .config import LogConfig
 from .errors import LogError
@@ -48,6 +53,7 @@ from .fs import FileSystem, SegmentFile
 from .gate import Gate
 from .names import padding_file_name
 from .padding import NO_PADDING, PaddingRuns, encode_padding_index
+from .producer_state import SegmentProducers
 from .segment import Segment
 from .segment_list import SegmentList, SegmentView
 from .swap import write_small_file
@@ -105,7 +111,7 @@ class TruncateTicket(Ticket):
 
     __slots__ = ("_fs", "dir_path", "offset", "segment", "dropped", "cut", "scan_from", "chunk_bytes",
                  "checkpointer", "old_view", "old_visible_size", "old_padding", "padding", "noop", "rejected",
-                 "error")
+                 "error", "read_producers", "producers")
 
     def __init__(self, fs: FileSystem, dir_path: str, offset: int, segment: Segment, dropped: tuple[Segment, ...],
                  scan_from: int | None, chunk_bytes: int, checkpointer: RecoveryCheckpointer,
@@ -126,6 +132,8 @@ class TruncateTicket(Ticket):
         self.noop = not dropped and self.cut == segment.size  # offset is the log end: nothing to cut
         self.rejected: str | None = None
         self.error: BaseException | None = None
+        self.read_producers = False  # the cut index's producers must be read again (set by ``begin``)
+        self.producers: SegmentProducers | None = None  # what run() read: the cut segment's producers
         super().__init__()
 
     def run(self) -> None:
@@ -152,6 +160,9 @@ class TruncateTicket(Ticket):
                     self._fs.remove(os.path.join(self.dir_path, padding_file_name(segment.start)))
             if self.old_padding:
                 self._rewrite_padding_index()
+            if self.read_producers:
+                self.producers = build_batch_index(self.segment.file, self.cut, None, chunk_bytes=self.chunk_bytes,
+                                                   label=self.segment.path).producers
             self.segment.file.truncate(self.cut)
             self.segment.file.fsync()
             self.checkpointer.after_truncate(self.segment, self.cut)
@@ -245,7 +256,7 @@ class Truncation:
         segment.visible_size = min(segment.visible_size, cut)
         segment.padding = ticket.padding
         if batches is not None:
-            batches.truncate(cut)
+            ticket.read_producers = not batches.truncate(cut)
         self.ticket = ticket
         assert self._segments.last.end == offset and self._segments.last.visible_end <= offset, (segment, offset)
         return ticket
@@ -294,6 +305,8 @@ class Truncation:
             self._segments.restore(ticket.old_view)
             raise ValueError(f"{self._name}: {ticket.rejected}")
         assert segment.file.size == ticket.cut and self._segments.last is segment, (ticket, segment)
+        if ticket.producers is not None and segment.batches is not None:
+            segment.batches.producers = ticket.producers  # before on_cut folds the log's state
         if ticket.cut == 0:
             segment.first_append_ms = None  # empty again: the age rule starts at its next append
         assert all(s.fully_flushed for s in self._segments.view.segments[:-1]), self._segments.view
