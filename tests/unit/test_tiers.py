@@ -107,7 +107,7 @@ def test_every_package_a_test_imports_is_named_by_the_extra_that_installs_it():
 
 
 def _packages_imported_by_tests() -> set[str]:
-    own = {"tests", "trikafka", "pyspark_trikafka", "__future__"}
+    own = {"tests", "trikafka", "pyspark_trikafka", "bench", "__future__"}  # bench: the repository's benches
     packages = set()
     for path in TESTS_ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
