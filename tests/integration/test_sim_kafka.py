@@ -14,6 +14,7 @@ import pytest
 from tests.helpers.sim_runs import (COMMAND_TIMEOUT_S, assert_a_seed_replays_exactly, assert_the_command_replays,
                                     first_caught)
 from trikafka.sim.kafka_promises import ABORTED, ENDS, EXACTLY_ONCE, ONCE, ORDER
+from trikafka.sim.kafka_faults import ALL_KAFKA_FAULTS
 from trikafka.sim.kafka_world import KAFKA_FAULTS, run_seed
 
 SHORT_S = 10.0  # simulated seconds a seed runs here (CI's budget runs the world longer, docs/simulation.md)
@@ -67,7 +68,8 @@ def test_markers_written_before_the_decision_is_durable_are_caught():
     aborted.  Measured over seeds 1..10 of 20 s: 1, 6 and 9; since ``copier-stall`` (fewer EndTxns to
     strike) none of them, and seed 11 first; since the latency fix, with ``slow-broker``, seed 4 (and 12
     of seeds 11..30), and without it none of seeds 1..12 in a promise named here."""
-    failed = first_caught(functools.partial(run_seed, duration_s=20.0, plant="markers-before-durable"),
+    failed = first_caught(functools.partial(run_seed, duration_s=20.0, plant="markers-before-durable",
+                                            faults=ALL_KAFKA_FAULTS),  # slow-broker is off by default
                           {EXACTLY_ONCE, ABORTED}, range(1, 13))
     assert any("fault coordinator-crash" in line for line in failed.trace_lines)
 
