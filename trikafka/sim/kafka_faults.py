@@ -233,9 +233,10 @@ KAFKA_FAULT_TABLE: dict[str, Fault] = {
 ALL_KAFKA_FAULTS = tuple(KAFKA_FAULT_TABLE)
 # Kinds a run draws only when ``--faults`` names them.  ``slow-broker`` exposed an open violation of
 # "group members never own a partition at once" (Kafka world seed 1053 of 60 s with every kind: a
-# generation's number given twice, with two assignments, after the three brokers restarted; not yet
-# explained, docs/simulation.md), so it stays out of the default mix and of CI's budget until that
-# is understood; the plant test that needs it names it.
+# generation's number given twice, with two assignments, after the three brokers restarted: a
+# coordinator serves what it loaded from its log end before that commits, §17.3, docs/simulation.md),
+# so it stays out of the default mix and of CI's budget until that is fixed; the plant test that
+# needs it names it.
 OFF_BY_DEFAULT = ("slow-broker",)
 KAFKA_FAULTS = tuple(kind for kind in ALL_KAFKA_FAULTS if kind not in OFF_BY_DEFAULT)
 # Kinds the nemesis does not draw: each comes on a stream of its own, one every gap drawn from it, so
