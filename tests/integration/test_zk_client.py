@@ -346,11 +346,10 @@ async def test_requests_wait_out_a_short_partition(zk_harness, zk_clock):
         assert (await writer.get("/mine"))[1].ephemeral_owner == session
 
 
+@pytest.mark.parametrize("zk_backend", ["fake"], indirect=True)  # the fake's waiting: the fake only
 async def test_a_request_waits_out_a_partition_without_a_task_and_ends_with_a_close(zk_harness, zk_clock):
     """The fake's request parked while SUSPENDED waits on the session state alone (closing the client
     publishes LOST), not in tasks of its own; a close ends it with ZooKeeperClientClosedError."""
-    if zk_harness.kind != "fake":
-        pytest.skip("the fake's waiting")
     spawned: list[str] = []
 
     class Spawns(trio.abc.Instrument):
